@@ -1,0 +1,41 @@
+# Thin wrapper over CMake; the README's two commands are `make run` and `make test`.
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+BUILD ?= build
+FUZZ_SECONDS ?= 10
+ARGS ?=
+
+.PHONY: all deps build run test test-unit test-asan test-fuzz bench clean
+
+all: build
+
+deps:
+	@bash scripts/deps.sh
+
+build: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWERROR=ON >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+run: build
+	./$(BUILD)/diverge serve $(ARGS)
+
+test-unit: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+test-asan: deps
+	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DWERROR=ON -DSANITIZE=address,undefined >/dev/null
+	@cmake --build build-asan -j $(JOBS)
+	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+		UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(JOBS)
+
+test-fuzz: deps
+	@CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DWERROR=ON -DFUZZ=ON >/dev/null
+	@cmake --build build-fuzz -j $(JOBS)
+	@bash scripts/run_fuzz.sh build-fuzz $(FUZZ_SECONDS)
+
+test: test-unit test-asan test-fuzz
+
+bench: build
+	bash bench/run.sh $(BUILD)
+
+clean:
+	rm -rf build build-asan build-fuzz

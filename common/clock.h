@@ -1,0 +1,36 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Time comes through this interface so tests can drive it; clock_system() is the real one.
+ * Also RFC 3339 helpers. */
+#ifndef DIVERGE_COMMON_CLOCK_H
+#define DIVERGE_COMMON_CLOCK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef int64_t (*clock_now_fn)(void *userdata);
+
+struct clock {
+    clock_now_fn now_ms; /* wall-clock milliseconds since the Unix epoch */
+    void *userdata;
+};
+
+/* The process-wide real clock (borrowed, static storage). */
+const struct clock *clock_system(void);
+
+static inline int64_t clock_now_ms(const struct clock *c)
+{
+    return c->now_ms(c->userdata);
+}
+
+/* Milliseconds of a monotonic clock, for measuring durations. */
+int64_t clock_mono_ns(void);
+
+#define CLOCK_RFC3339_MAX 80
+
+/* Formats MS (epoch ms) as "2026-11-29T10:00:00Z" into OUT. */
+void clock_rfc3339(char out[CLOCK_RFC3339_MAX], int64_t ms);
+
+/* Parses "YYYY-MM-DDTHH:MM:SS[.frac](Z|±hh:mm)" into epoch ms; E_INVALID otherwise. */
+int clock_parse_rfc3339(int64_t *ms_out, const char *s);
+
+#endif

@@ -1,0 +1,106 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Decimal string <-> micro-dollar conversions without binary floating point. */
+#include "common/money.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+static int parse_digits(int64_t *acc, const char *p, const char *end, int limit_digits,
+                        int *count_out, struct err *err)
+{
+    int n = 0;
+
+    while (p < end && *p >= '0' && *p <= '9') {
+        if (limit_digits >= 0 && n >= limit_digits) {
+            return err_set(err, E_INVALID, "amount has more than 6 decimals");
+        }
+        if (*acc > (INT64_MAX - (*p - '0')) / 10) {
+            return err_set(err, E_TOOBIG, "amount is too large");
+        }
+        *acc = *acc * 10 + (*p - '0');
+        p++;
+        n++;
+    }
+    *count_out = n;
+    return E_OK;
+}
+
+int money_parse_n(int64_t *micros_out, bool *plus_out, const char *s, size_t len,
+                  struct err *err)
+{
+    const char *p = s, *end = s + len, *dot;
+    int64_t whole = 0, frac = 0;
+    int nwhole = 0, nfrac = 0, rc;
+
+    *micros_out = 0;
+    if (plus_out != NULL) {
+        *plus_out = false;
+    }
+    if (p < end && *p == '+') {
+        if (plus_out != NULL) {
+            *plus_out = true;
+        }
+        p++;
+    }
+    if (p < end && *p == '$') {
+        p++;
+    }
+    dot = memchr(p, '.', (size_t)(end - p));
+    rc = parse_digits(&whole, p, dot != NULL ? dot : end, -1, &nwhole, err);
+    if (rc != E_OK) {
+        return rc;
+    }
+    p += nwhole;
+    if (dot != NULL && p == dot) {
+        p++;
+        rc = parse_digits(&frac, p, end, 6, &nfrac, err);
+        if (rc != E_OK) {
+            return rc;
+        }
+        p += nfrac;
+        if (nfrac == 0) {
+            return err_set(err, E_INVALID, "amount needs digits after the decimal point");
+        }
+    }
+    if (p != end || nwhole == 0) {
+        return err_set(err, E_INVALID, "amount is not a decimal number of dollars");
+    }
+    for (int i = nfrac; i < 6; i++) {
+        frac *= 10;
+    }
+    if (whole > (INT64_MAX - frac) / MONEY_MICROS_PER_USD) {
+        return err_set(err, E_TOOBIG, "amount is too large");
+    }
+    *micros_out = whole * MONEY_MICROS_PER_USD + frac;
+    return E_OK;
+}
+
+int money_parse(int64_t *micros_out, bool *plus_out, const char *s, struct err *err)
+{
+    return money_parse_n(micros_out, plus_out, s, strlen(s), err);
+}
+
+void money_format(char out[MONEY_STR_MAX], int64_t micros)
+{
+    uint64_t m = micros < 0 ? (uint64_t)0 - (uint64_t)micros : (uint64_t)micros;
+    uint64_t whole = m / 1000000u, frac = m % 1000000u;
+    char fbuf[8];
+    int n;
+
+    snprintf(fbuf, sizeof(fbuf), "%06" PRIu64, frac);
+    /* Trim trailing zeros, keeping at least two decimals. */
+    for (n = 6; n > 2 && fbuf[n - 1] == '0'; n--) {
+    }
+    fbuf[n] = '\0';
+    snprintf(out, MONEY_STR_MAX, "%s%" PRIu64 ".%s", micros < 0 ? "-" : "", whole, fbuf);
+}
+
+int money_add(int64_t *sum_out, int64_t a, int64_t b, struct err *err)
+{
+    if ((b > 0 && a > INT64_MAX - b) || (b < 0 && a < INT64_MIN - b)) {
+        return err_set(err, E_TOOBIG, "amount overflows");
+    }
+    *sum_out = a + b;
+    return E_OK;
+}

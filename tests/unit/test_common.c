@@ -1,0 +1,115 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Unit tests of common/: money parsing and formatting, buf caps, RFC 3339. */
+#include <stdbool.h>
+#include <stdlib.h>
+
+#include "common/buf.h"
+#include "common/clock.h"
+#include "common/money.h"
+#include "tests/t_check.h"
+
+static int64_t parse(const char *s, int *rc_out)
+{
+    int64_t v = -1;
+    *rc_out = money_parse(&v, NULL, s, NULL);
+    return v;
+}
+
+TEST(money_parse_forms)
+{
+    static const struct {
+        const char *in;
+        int64_t want;
+    } ok[] = {
+        {"5.00", 5000000},   {"0.0225", 22500},  {"+15.00", 15000000}, {"$5", 5000000},
+        {"+$15", 15000000},  {"$15.00", 15000000}, {"0", 0},          {"0.000001", 1},
+        {"12.345678", 12345678}, {"9223372036854.775807", INT64_MAX},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(ok); i++) {
+        int rc;
+        int64_t v = parse(ok[i].in, &rc);
+        CHECK_OK(rc);
+        CHECK_EQ_INT(v, ok[i].want);
+    }
+}
+
+TEST(money_parse_errors)
+{
+    static const struct {
+        const char *in;
+        int want;
+    } bad[] = {
+        {"", E_INVALID},          {"$", E_INVALID},        {"1.0000001", E_INVALID},
+        {"-1", E_INVALID},        {"1e3", E_INVALID},      {"1.", E_INVALID},
+        {".5", E_INVALID},        {" 1", E_INVALID},       {"1 ", E_INVALID},
+        {"abc", E_INVALID},       {"1.2.3", E_INVALID},    {"++1", E_INVALID},
+        {"9223372036854.775808", E_TOOBIG}, {"99999999999999999999", E_TOOBIG},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        int rc;
+        (void)parse(bad[i].in, &rc);
+        if (rc != bad[i].want) {
+            t_fail(__FILE__, __LINE__, "money_parse(\"%s\") = %d, want %d", bad[i].in, rc,
+                   bad[i].want);
+        }
+    }
+}
+
+TEST(money_plus_flag)
+{
+    int64_t v;
+    bool plus = false;
+    CHECK_OK(money_parse(&v, &plus, "+$1.5", NULL));
+    CHECK(plus);
+    CHECK_EQ_INT(v, 1500000);
+    CHECK_OK(money_parse(&v, &plus, "1.5", NULL));
+    CHECK(!plus);
+}
+
+TEST(money_format_roundtrip)
+{
+    char out[MONEY_STR_MAX];
+    static const char *const strs[] = {"5.00", "0.0675", "0.0225", "12.345678", "0.00",
+                                       "1000000.10", "9223372036854.775807"};
+    for (size_t i = 0; i < ARRAY_LEN(strs); i++) {
+        int64_t v;
+        CHECK_OK(money_parse(&v, NULL, strs[i], NULL));
+        money_format(out, v);
+        CHECK_EQ_STR(out, strs[i]);
+    }
+    money_format(out, -22500);
+    CHECK_EQ_STR(out, "-0.0225");
+}
+
+TEST(money_add_overflow)
+{
+    int64_t s;
+    CHECK_EQ_INT(money_add(&s, INT64_MAX, 1, NULL), E_TOOBIG);
+    CHECK_OK(money_add(&s, 1, 2, NULL));
+    CHECK_EQ_INT(s, 3);
+}
+
+TEST(buf_cap)
+{
+    struct buf b;
+    buf_init(&b, 8);
+    CHECK_OK(buf_puts(&b, "12345678"));
+    CHECK_EQ_INT(buf_puts(&b, "9"), E_TOOBIG);
+    CHECK_EQ_STR(b.data, "12345678");
+    buf_cleanup(&b);
+}
+
+TEST(rfc3339)
+{
+    char out[CLOCK_RFC3339_MAX];
+    int64_t ms;
+    CHECK_OK(clock_parse_rfc3339(&ms, "2026-11-29T10:00:00Z"));
+    clock_rfc3339(out, ms);
+    CHECK_EQ_STR(out, "2026-11-29T10:00:00Z");
+    CHECK_OK(clock_parse_rfc3339(&ms, "2026-11-29T12:00:00+02:00"));
+    clock_rfc3339(out, ms);
+    CHECK_EQ_STR(out, "2026-11-29T10:00:00Z");
+    CHECK_EQ_INT(clock_parse_rfc3339(&ms, "2026-11-29 10:00:00Z"), E_INVALID);
+}
+
+T_MAIN
