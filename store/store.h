@@ -1,0 +1,234 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The AgentTask model (SPEC §4) and the task_store interface. An AgentTask is held as its
+ * Kubernetes-shaped JSON object (jansson), always in normalized form: validated, defaults
+ * filled, money as canonical decimal strings. Backends persist and version these objects;
+ * they never interpret spec fields. */
+#ifndef DIVERGE_STORE_STORE_H
+#define DIVERGE_STORE_STORE_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/clock.h"
+#include "common/err.h"
+
+#define TASK_API_VERSION "divergedev.com/v1alpha1"
+#define TASK_KIND "AgentTask"
+#define TASK_ANN_GUIDANCE "divergedev.com/guidance"
+#define TASK_METER_RING 32 /* status.lastMeterRequestIds keeps this many ids */
+
+enum task_phase {
+    TASK_PENDING,
+    TASK_PROVISIONING,
+    TASK_ACTIVE,
+    TASK_PAUSING,
+    TASK_PAUSED,
+    TASK_COMPLETED,
+    TASK_FAILED,
+    TASK_PHASE_COUNT,
+};
+
+/* "Pending", "Active", ... Never NULL for a valid phase. */
+const char *task_phase_name(enum task_phase p);
+/* Parses a phase name; E_INVALID when unknown. */
+int task_phase_parse(enum task_phase *out, const char *s);
+
+/* True when S is a Kubernetes DNS label: [a-z0-9]([-a-z0-9]*[a-z0-9])?, at most 63. */
+bool task_name_valid(const char *s);
+
+/* --- Model ------------------------------------------------------------------------ */
+
+/* Validates OBJ, a client's AgentTask for create in namespace NS (from the URL), and
+ * returns in *out a new normalized object (caller json_decref()s): metadata reduced to
+ * name, namespace, labels and annotations (server fields are set by the store), spec
+ * checked and defaulted, status reset to the Pending status. Returns E_INVALID with the
+ * field path in err->field, E_CONFLICT... never. */
+int task_normalize_new(json_t **out, const json_t *obj, const char *ns, struct err *err);
+
+/* Validates an entire stored-shape object (metadata, spec, status) without changing
+ * server-owned metadata; used after every patch. Returns E_INVALID with the field path. */
+int task_validate(const json_t *obj, struct err *err);
+
+/* Which part of the object a patch may change. */
+enum task_patch_scope {
+    TASK_PATCH_MAIN,   /* metadata (labels, annotations) and spec */
+    TASK_PATCH_STATUS, /* the /status subresource: status only */
+};
+
+/* Applies the RFC 7386 merge patch PATCH to the stored object DOC in place, limited to
+ * SCOPE: changes outside the scope are ignored (Kubernetes convention), except that
+ * metadata.name/namespace must not change (E_INVALID). When the patch carries
+ * metadata.resourceVersion it must equal DOC's (else E_CONFLICT). The result is
+ * re-validated; on error DOC may be partly changed and must be discarded. */
+int task_apply_merge_patch(json_t *doc, json_t *patch, enum task_patch_scope scope,
+                           struct err *err);
+
+/* RFC 7386 merge patch of TARGET by PATCH (generic, in place). Returns TARGET or, when
+ * PATCH is not an object, a new reference to PATCH (the caller replaces TARGET). */
+json_t *json_merge_patch(json_t *target, json_t *patch);
+
+/* The typed view of a normalized object: strings are borrowed from the object. */
+struct task_view {
+    const char *name;           /* metadata.name */
+    const char *ns;             /* metadata.namespace */
+    int64_t resource_version;   /* metadata.resourceVersion, 0 when unset */
+    const char *objective;      /* spec.objective */
+    int64_t budget_usd;         /* spec.budgetUSD micro-dollars, 0 when unset */
+    int64_t budget_tokens;      /* spec.budgetTokens, 0 when unset */
+    int64_t max_iterations;     /* spec.maxIterations, 0 when unset */
+    bool suspended;             /* spec.suspended */
+    enum task_phase phase;      /* status.phase */
+    int64_t iteration;          /* status.iteration */
+    int64_t tokens_consumed;    /* status.tokensConsumed */
+    int64_t cost_usd;           /* status.costUSD micro-dollars */
+};
+
+/* Fills V from the normalized object OBJ (which must outlive V). */
+void task_view_of(struct task_view *v, const json_t *obj);
+
+/* Sets status.phase (and reason/message, which may be NULL for ""). */
+void task_set_phase(json_t *obj, enum task_phase phase, const char *reason, const char *message);
+
+/* --- Store interface --------------------------------------------------------------- */
+
+enum task_event_type {
+    TASK_EVENT_ADDED,
+    TASK_EVENT_MODIFIED,
+    TASK_EVENT_DELETED,
+};
+
+const char *task_event_name(enum task_event_type t);
+
+/* Called by task_store_mutate with the current object, inside the write transaction. The
+ * callback changes DOC in place; returning non-zero aborts the change with that code.
+ * Returning TASK_MUTATE_UNCHANGED keeps the object as it is without a new version. */
+#define TASK_MUTATE_UNCHANGED 1
+typedef int (*task_mutate_fn)(json_t *doc, struct err *err, void *userdata);
+
+/* Called for each change event since a resourceVersion. OBJ is borrowed for the call.
+ * Return non-zero to stop. */
+typedef int (*task_event_fn)(enum task_event_type type, const json_t *obj, void *userdata);
+
+struct task_store;
+
+struct task_store_ops {
+    const char *name;
+    /* *out: a new reference to the stored object. E_NOTFOUND when absent. */
+    int (*get)(json_t **out, struct task_store *st, const char *ns, const char *name,
+               struct err *err);
+    /* Stores the normalized object OBJ (borrowed) as new, setting uid, resourceVersion,
+     * creationTimestamp, generation; *out a new reference to the stored object.
+     * E_CONFLICT when the name exists in the namespace. */
+    int (*create)(json_t **out, struct task_store *st, const json_t *obj, struct err *err);
+    /* Atomically reads the object, calls FN on a copy, and stores the result with a new
+     * resourceVersion (and generation+1 when spec changed). *out (may be NULL) gets the
+     * stored object. E_NOTFOUND, or FN's code. */
+    int (*mutate)(json_t **out, struct task_store *st, const char *ns, const char *name,
+                  task_mutate_fn fn, void *userdata, struct err *err);
+    /* Deletes; when EXPECT_RV is non-zero it must match (else E_CONFLICT). *out (may be
+     * NULL) gets the last object. E_NOTFOUND. */
+    int (*remove)(json_t **out, struct task_store *st, const char *ns, const char *name,
+                  int64_t expect_rv, struct err *err);
+    /* *items_out: new JSON array of the objects of NS (NULL: every namespace) sorted by
+     * namespace, name; *rv_out the store's resourceVersion at the time of the list. */
+    int (*list)(json_t **items_out, int64_t *rv_out, struct task_store *st, const char *ns,
+                struct err *err);
+    /* Delivers every event with resourceVersion > SINCE_RV (filtered to NS unless NULL)
+     * to FN, waiting up to TIMEOUT_MS for the first one. *last_rv_out: the rv of the last
+     * event delivered (or SINCE_RV). E_AGAIN when SINCE_RV is older than the feed keeps
+     * (the client must list again: HTTP 410). */
+    int (*watch)(int64_t *last_rv_out, struct task_store *st, const char *ns, int64_t since_rv,
+                 int timeout_ms, task_event_fn fn, void *userdata, struct err *err);
+    /* Wakes every watcher (used on shutdown). */
+    void (*wake)(struct task_store *st);
+    /* Counts of tasks per phase (array of TASK_PHASE_COUNT). */
+    int (*count_phases)(int64_t counts_out[TASK_PHASE_COUNT], struct task_store *st,
+                        struct err *err);
+    /* Environments (read side of SPEC §3): *out new JSON array / object. */
+    int (*env_list)(json_t **items_out, struct task_store *st, const char *ns, struct err *err);
+    int (*env_get)(json_t **out, struct task_store *st, const char *ns, const char *name,
+                   struct err *err);
+    void (*close)(struct task_store *st);
+};
+
+/* Every backend embeds this as its first member. */
+struct task_store {
+    const struct task_store_ops *ops;
+    const struct clock *clock; /* borrowed; timestamps */
+};
+
+/* Opens the SQLite backend at PATH (":memory:" for tests), creating or migrating the
+ * schema. Caller closes with task_store_close(). */
+int task_store_sqlite_open(struct task_store **out, const char *path, const struct clock *clock,
+                           struct err *err);
+
+static inline int task_store_get(json_t **out, struct task_store *st, const char *ns,
+                                 const char *name, struct err *err)
+{
+    return st->ops->get(out, st, ns, name, err);
+}
+
+static inline int task_store_create(json_t **out, struct task_store *st, const json_t *obj,
+                                    struct err *err)
+{
+    return st->ops->create(out, st, obj, err);
+}
+
+static inline int task_store_mutate(json_t **out, struct task_store *st, const char *ns,
+                                    const char *name, task_mutate_fn fn, void *userdata,
+                                    struct err *err)
+{
+    return st->ops->mutate(out, st, ns, name, fn, userdata, err);
+}
+
+static inline int task_store_remove(json_t **out, struct task_store *st, const char *ns,
+                                    const char *name, int64_t expect_rv, struct err *err)
+{
+    return st->ops->remove(out, st, ns, name, expect_rv, err);
+}
+
+static inline int task_store_list(json_t **items_out, int64_t *rv_out, struct task_store *st,
+                                  const char *ns, struct err *err)
+{
+    return st->ops->list(items_out, rv_out, st, ns, err);
+}
+
+static inline int task_store_watch(int64_t *last_rv_out, struct task_store *st, const char *ns,
+                                   int64_t since_rv, int timeout_ms, task_event_fn fn,
+                                   void *userdata, struct err *err)
+{
+    return st->ops->watch(last_rv_out, st, ns, since_rv, timeout_ms, fn, userdata, err);
+}
+
+static inline void task_store_wake(struct task_store *st)
+{
+    st->ops->wake(st);
+}
+
+static inline int task_store_count_phases(int64_t counts_out[TASK_PHASE_COUNT],
+                                          struct task_store *st, struct err *err)
+{
+    return st->ops->count_phases(counts_out, st, err);
+}
+
+static inline int task_store_env_list(json_t **items_out, struct task_store *st, const char *ns,
+                                      struct err *err)
+{
+    return st->ops->env_list(items_out, st, ns, err);
+}
+
+static inline int task_store_env_get(json_t **out, struct task_store *st, const char *ns,
+                                     const char *name, struct err *err)
+{
+    return st->ops->env_get(out, st, ns, name, err);
+}
+
+static inline void task_store_close(struct task_store *st)
+{
+    if (st != NULL) {
+        st->ops->close(st);
+    }
+}
+
+#endif

@@ -1,0 +1,636 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The embedded task_store: one SQLite file in WAL mode with synchronous=FULL, so a write
+ * is on disk before it is acknowledged. resourceVersion is one global counter (like etcd's
+ * revision) bumped by every write; an in-memory ring of the latest events feeds watchers. */
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store/store.h"
+#include "store/store_int.h"
+
+#define EVENT_RING 4096
+
+struct event {
+    int64_t rv;               /* resourceVersion of this change; 0 = empty slot */
+    enum task_event_type type;
+    json_t *obj;              /* owned */
+};
+
+struct sqlite_store {
+    struct task_store base; /* must be first */
+    sqlite3 *db;
+    pthread_mutex_t mu;     /* one writer/reader at a time on db, and the ring */
+    pthread_cond_t changed; /* broadcast on every new event and on wake */
+    int64_t rv;             /* latest resourceVersion */
+    int64_t wake_gen;       /* bumped by wake() so waiters return */
+    struct event ring[EVENT_RING];
+};
+
+static struct sqlite_store *to_sqlite(struct task_store *st)
+{
+    return container_of(st, struct sqlite_store, base);
+}
+
+static int db_err(struct sqlite_store *s, int rc, const char *what, struct err *err)
+{
+    if (rc == SQLITE_BUSY || rc == SQLITE_LOCKED) {
+        return err_set(err, E_AGAIN, "%s: database busy", what);
+    }
+    return err_set(err, E_FAIL, "%s: %s", what, sqlite3_errmsg(s->db));
+}
+
+static int exec(struct sqlite_store *s, const char *sql, struct err *err)
+{
+    char *msg = NULL;
+    int rc = sqlite3_exec(s->db, sql, NULL, NULL, &msg);
+
+    if (rc != SQLITE_OK) {
+        int code = err_set(err, rc == SQLITE_BUSY ? E_AGAIN : E_FAIL, "sqlite: %s",
+                           msg != NULL ? msg : sqlite3_errstr(rc));
+        sqlite3_free(msg);
+        return code;
+    }
+    return E_OK;
+}
+
+/* Schema migrations, applied in order; PRAGMA user_version is the index of the next. */
+static const char *const g_migrations[] = {
+    "CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL) STRICT;"
+    "INSERT INTO meta VALUES ('resource_version', 0);"
+    "CREATE TABLE tasks (namespace TEXT NOT NULL, name TEXT NOT NULL,"
+    " uid TEXT NOT NULL UNIQUE, resource_version INTEGER NOT NULL, phase TEXT NOT NULL,"
+    " doc TEXT NOT NULL, PRIMARY KEY (namespace, name)) STRICT;"
+    "CREATE TABLE environments (namespace TEXT NOT NULL, name TEXT NOT NULL,"
+    " resource_version INTEGER NOT NULL, doc TEXT NOT NULL,"
+    " PRIMARY KEY (namespace, name)) STRICT;",
+};
+
+static int migrate(struct sqlite_store *s, struct err *err)
+{
+    sqlite3_stmt *st = NULL;
+    int version = 0, rc;
+
+    if (sqlite3_prepare_v2(s->db, "PRAGMA user_version", -1, &st, NULL) != SQLITE_OK) {
+        return db_err(s, SQLITE_ERROR, "read schema version", err);
+    }
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        version = sqlite3_column_int(st, 0);
+    }
+    sqlite3_finalize(st);
+    if (version > (int)ARRAY_LEN(g_migrations)) {
+        return err_set(err, E_FAIL, "database schema version %d is newer than this binary (%zu)",
+                       version, ARRAY_LEN(g_migrations));
+    }
+    for (; version < (int)ARRAY_LEN(g_migrations); version++) {
+        char pragma[64];
+        rc = exec(s, "BEGIN IMMEDIATE", err);
+        if (rc != E_OK) {
+            return rc;
+        }
+        snprintf(pragma, sizeof(pragma), "PRAGMA user_version = %d", version + 1);
+        rc = exec(s, g_migrations[version], err);
+        if (rc == E_OK) {
+            rc = exec(s, pragma, err);
+        }
+        if (rc != E_OK) {
+            (void)exec(s, "ROLLBACK", NULL);
+            return rc;
+        }
+        rc = exec(s, "COMMIT", err);
+        if (rc != E_OK) {
+            return rc;
+        }
+    }
+    return E_OK;
+}
+
+static int load_rv(struct sqlite_store *s, struct err *err)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(s->db, "SELECT value FROM meta WHERE key='resource_version'",
+                                -1, &st, NULL);
+
+    if (rc != SQLITE_OK) {
+        return db_err(s, rc, "read resourceVersion", err);
+    }
+    rc = sqlite3_step(st);
+    s->rv = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+    sqlite3_finalize(st);
+    return rc == SQLITE_ROW ? E_OK : db_err(s, rc, "read resourceVersion", err);
+}
+
+/* --- small statement helpers ------------------------------------------------------- */
+
+static int prepare(sqlite3_stmt **out, struct sqlite_store *s, const char *sql, struct err *err)
+{
+    int rc = sqlite3_prepare_v2(s->db, sql, -1, out, NULL);
+    return rc == SQLITE_OK ? E_OK : db_err(s, rc, "prepare", err);
+}
+
+static json_t *column_json(sqlite3_stmt *st, int col)
+{
+    const char *text = (const char *)sqlite3_column_text(st, col);
+    return text != NULL ? json_loads(text, 0, NULL) : NULL;
+}
+
+/* Reads one object; E_NOTFOUND when absent. Caller holds mu. */
+static int read_obj(json_t **out, struct sqlite_store *s, const char *table, const char *ns,
+                    const char *name, struct err *err)
+{
+    sqlite3_stmt *st = NULL;
+    char *sql = xasprintf("SELECT doc FROM %s WHERE namespace=?1 AND name=?2", table);
+    int rc = prepare(&st, s, sql, err), step;
+
+    *out = NULL;
+    free(sql);
+    if (rc != E_OK) {
+        return rc;
+    }
+    sqlite3_bind_text(st, 1, ns, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
+    step = sqlite3_step(st);
+    if (step == SQLITE_ROW) {
+        *out = column_json(st, 0);
+        rc = *out != NULL ? E_OK : err_set(err, E_FAIL, "stored object %s/%s is corrupt", ns, name);
+    } else if (step == SQLITE_DONE) {
+        rc = err_set(err, E_NOTFOUND, "agenttasks \"%s\" not found", name);
+    } else {
+        rc = db_err(s, step, "read", err);
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+static void set_rv(json_t *obj, int64_t rv)
+{
+    char buf[32];
+
+    snprintf(buf, sizeof(buf), "%lld", (long long)rv);
+    json_object_set_new(json_object_get(obj, "metadata"), "resourceVersion", json_string(buf));
+}
+
+/* Records the event in the ring and wakes watchers. Caller holds mu; OBJ borrowed. */
+static void publish(struct sqlite_store *s, enum task_event_type type, const json_t *obj)
+{
+    struct event *e = &s->ring[s->rv % EVENT_RING];
+
+    json_decref(e->obj);
+    e->rv = s->rv;
+    e->type = type;
+    e->obj = json_deep_copy(obj);
+    pthread_cond_broadcast(&s->changed);
+}
+
+/* Writes OBJ (whose metadata already carries the new rv = s->rv + 1) and the counter in
+ * one transaction. INSERT when IS_NEW. Caller holds mu. */
+static int write_obj(struct sqlite_store *s, const json_t *obj, bool is_new, struct err *err)
+{
+    const json_t *md = json_object_get(obj, "metadata");
+    const json_t *status = json_object_get(obj, "status");
+    sqlite3_stmt *st = NULL;
+    char *doc = NULL;
+    int rc, step;
+
+    rc = exec(s, "BEGIN IMMEDIATE", err);
+    if (rc != E_OK) {
+        return rc;
+    }
+    rc = prepare(&st, s,
+                 is_new ? "INSERT INTO tasks(namespace,name,uid,resource_version,phase,doc) "
+                          "VALUES(?1,?2,?3,?4,?5,?6)"
+                        : "UPDATE tasks SET uid=?3, resource_version=?4, phase=?5, doc=?6 "
+                          "WHERE namespace=?1 AND name=?2",
+                 err);
+    if (rc != E_OK) {
+        goto out;
+    }
+    doc = json_dumps(obj, JSON_COMPACT);
+    sqlite3_bind_text(st, 1, json_string_value(json_object_get(md, "namespace")), -1,
+                      SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, json_string_value(json_object_get(md, "name")), -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, json_string_value(json_object_get(md, "uid")), -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 4, s->rv + 1);
+    sqlite3_bind_text(st, 5, json_string_value(json_object_get(status, "phase")), -1,
+                      SQLITE_STATIC);
+    sqlite3_bind_text(st, 6, doc, -1, SQLITE_STATIC);
+    step = sqlite3_step(st);
+    if (step == SQLITE_CONSTRAINT) {
+        rc = err_set(err, E_CONFLICT, "agenttasks \"%s\" already exists",
+                     json_string_value(json_object_get(md, "name")));
+        goto out;
+    }
+    if (step != SQLITE_DONE) {
+        rc = db_err(s, step, "write task", err);
+        goto out;
+    }
+    rc = exec(s, "UPDATE meta SET value=value+1 WHERE key='resource_version'", err);
+out:
+    sqlite3_finalize(st);
+    free(doc);
+    if (rc == E_OK) {
+        rc = exec(s, "COMMIT", err);
+    }
+    if (rc != E_OK) {
+        (void)exec(s, "ROLLBACK", NULL);
+        return rc;
+    }
+    s->rv++;
+    return E_OK;
+}
+
+static void new_uid(char out[37])
+{
+    unsigned char b[16];
+    FILE *f = fopen("/dev/urandom", "rb");
+
+    if (f == NULL || fread(b, 1, sizeof(b), f) != sizeof(b)) {
+        ASSERT(!"cannot read /dev/urandom");
+    }
+    fclose(f);
+    b[6] = (unsigned char)((b[6] & 0x0f) | 0x40);
+    b[8] = (unsigned char)((b[8] & 0x3f) | 0x80);
+    snprintf(out, 37, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+             b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12],
+             b[13], b[14], b[15]);
+}
+
+/* --- ops --------------------------------------------------------------------------- */
+
+static int sqlite_get(json_t **out, struct task_store *st, const char *ns, const char *name,
+                      struct err *err)
+{
+    struct sqlite_store *s = to_sqlite(st);
+    int rc;
+
+    pthread_mutex_lock(&s->mu);
+    rc = read_obj(out, s, "tasks", ns, name, err);
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+static int sqlite_create(json_t **out, struct task_store *st, const json_t *obj, struct err *err)
+{
+    struct sqlite_store *s = to_sqlite(st);
+    json_t *doc = json_deep_copy(obj);
+    json_t *md = json_object_get(doc, "metadata");
+    char uid[37], ts[CLOCK_RFC3339_MAX];
+    int rc;
+
+    *out = NULL;
+    new_uid(uid);
+    clock_rfc3339(ts, clock_now_ms(st->clock));
+    json_object_set_new(md, "uid", json_string(uid));
+    json_object_set_new(md, "creationTimestamp", json_string(ts));
+    json_object_set_new(md, "generation", json_integer(1));
+    pthread_mutex_lock(&s->mu);
+    set_rv(doc, s->rv + 1);
+    rc = write_obj(s, doc, true, err);
+    if (rc == E_OK) {
+        publish(s, TASK_EVENT_ADDED, doc);
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (rc == E_OK) {
+        *out = doc;
+        doc = NULL;
+    }
+    json_decref(doc);
+    return rc;
+}
+
+static int sqlite_mutate(json_t **out, struct task_store *st, const char *ns, const char *name,
+                         task_mutate_fn fn, void *userdata, struct err *err)
+{
+    struct sqlite_store *s = to_sqlite(st);
+    json_t *cur = NULL, *doc = NULL;
+    int rc;
+
+    if (out != NULL) {
+        *out = NULL;
+    }
+    pthread_mutex_lock(&s->mu);
+    rc = read_obj(&cur, s, "tasks", ns, name, err);
+    if (rc != E_OK) {
+        goto out;
+    }
+    doc = json_deep_copy(cur);
+    rc = fn(doc, err, userdata);
+    if (rc == TASK_MUTATE_UNCHANGED || (rc == E_OK && json_equal(doc, cur))) {
+        /* Nothing changed: no new version, no event (Kubernetes does the same). */
+        json_decref(doc);
+        doc = json_incref(cur);
+        rc = E_OK;
+        goto out;
+    }
+    if (rc != E_OK) {
+        goto out;
+    }
+    {
+        json_t *md = json_object_get(doc, "metadata");
+        json_t *omd = json_object_get(cur, "metadata");
+        /* Server-owned metadata is never taken from the callback. */
+        static const char *const owned[] = {"uid", "creationTimestamp", "name", "namespace"};
+        for (size_t i = 0; i < ARRAY_LEN(owned); i++) {
+            json_object_set(md, owned[i], json_object_get(omd, owned[i]));
+        }
+        json_int_t gen = json_integer_value(json_object_get(omd, "generation"));
+        if (!json_equal(json_object_get(doc, "spec"), json_object_get(cur, "spec"))) {
+            gen++;
+        }
+        json_object_set_new(md, "generation", json_integer(gen));
+    }
+    set_rv(doc, s->rv + 1);
+    rc = write_obj(s, doc, false, err);
+    if (rc == E_OK) {
+        publish(s, TASK_EVENT_MODIFIED, doc);
+    }
+out:
+    pthread_mutex_unlock(&s->mu);
+    if (rc == E_OK && out != NULL) {
+        *out = doc;
+        doc = NULL;
+    }
+    json_decref(doc);
+    json_decref(cur);
+    return rc;
+}
+
+static int sqlite_remove(json_t **out, struct task_store *st, const char *ns, const char *name,
+                         int64_t expect_rv, struct err *err)
+{
+    struct sqlite_store *s = to_sqlite(st);
+    struct task_view v;
+    sqlite3_stmt *del = NULL;
+    json_t *cur = NULL;
+    int rc, step;
+
+    if (out != NULL) {
+        *out = NULL;
+    }
+    pthread_mutex_lock(&s->mu);
+    rc = read_obj(&cur, s, "tasks", ns, name, err);
+    if (rc != E_OK) {
+        goto out;
+    }
+    task_view_of(&v, cur);
+    if (expect_rv != 0 && v.resource_version != expect_rv) {
+        rc = err_set(err, E_CONFLICT, "the object has been modified; delete precondition failed");
+        goto out;
+    }
+    rc = exec(s, "BEGIN IMMEDIATE", err);
+    if (rc != E_OK) {
+        goto out;
+    }
+    rc = prepare(&del, s, "DELETE FROM tasks WHERE namespace=?1 AND name=?2", err);
+    if (rc == E_OK) {
+        sqlite3_bind_text(del, 1, ns, -1, SQLITE_STATIC);
+        sqlite3_bind_text(del, 2, name, -1, SQLITE_STATIC);
+        step = sqlite3_step(del);
+        rc = step == SQLITE_DONE ? E_OK : db_err(s, step, "delete task", err);
+        sqlite3_finalize(del);
+    }
+    if (rc == E_OK) {
+        rc = exec(s, "UPDATE meta SET value=value+1 WHERE key='resource_version'", err);
+    }
+    if (rc == E_OK) {
+        rc = exec(s, "COMMIT", err);
+    }
+    if (rc != E_OK) {
+        (void)exec(s, "ROLLBACK", NULL);
+        goto out;
+    }
+    s->rv++;
+    set_rv(cur, s->rv);
+    publish(s, TASK_EVENT_DELETED, cur);
+out:
+    pthread_mutex_unlock(&s->mu);
+    if (rc == E_OK && out != NULL) {
+        *out = cur;
+        cur = NULL;
+    }
+    json_decref(cur);
+    return rc;
+}
+
+static int list_table(json_t **items_out, struct sqlite_store *s, const char *table,
+                      const char *ns, struct err *err)
+{
+    sqlite3_stmt *st = NULL;
+    char *sql = xasprintf("SELECT doc FROM %s %s ORDER BY namespace, name", table,
+                          ns != NULL ? "WHERE namespace=?1" : "");
+    json_t *items = json_array();
+    int rc = prepare(&st, s, sql, err), step;
+
+    free(sql);
+    *items_out = NULL;
+    if (rc != E_OK) {
+        json_decref(items);
+        return rc;
+    }
+    if (ns != NULL) {
+        sqlite3_bind_text(st, 1, ns, -1, SQLITE_STATIC);
+    }
+    while ((step = sqlite3_step(st)) == SQLITE_ROW) {
+        json_t *obj = column_json(st, 0);
+        if (obj != NULL) {
+            json_array_append_new(items, obj);
+        }
+    }
+    sqlite3_finalize(st);
+    if (step != SQLITE_DONE) {
+        json_decref(items);
+        return db_err(s, step, "list", err);
+    }
+    *items_out = items;
+    return E_OK;
+}
+
+static int sqlite_list(json_t **items_out, int64_t *rv_out, struct task_store *st,
+                       const char *ns, struct err *err)
+{
+    struct sqlite_store *s = to_sqlite(st);
+    int rc;
+
+    pthread_mutex_lock(&s->mu);
+    rc = list_table(items_out, s, "tasks", ns, err);
+    *rv_out = s->rv;
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+static bool event_matches(const struct event *e, const char *ns)
+{
+    const json_t *md = json_object_get(e->obj, "metadata");
+    return ns == NULL || strcmp(json_string_value(json_object_get(md, "namespace")), ns) == 0;
+}
+
+static int sqlite_watch(int64_t *last_rv_out, struct task_store *st, const char *ns,
+                        int64_t since_rv, int timeout_ms, task_event_fn fn, void *userdata,
+                        struct err *err)
+{
+    struct sqlite_store *s = to_sqlite(st);
+    struct timespec deadline;
+    int64_t wake_gen;
+    int rc = E_OK;
+
+    *last_rv_out = since_rv;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += timeout_ms / 1000;
+    deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (deadline.tv_nsec >= 1000000000L) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&s->mu);
+    wake_gen = s->wake_gen;
+    while (s->rv <= since_rv && s->wake_gen == wake_gen) {
+        if (pthread_cond_timedwait(&s->changed, &s->mu, &deadline) != 0) {
+            break;
+        }
+    }
+    if (s->rv > since_rv && since_rv < s->rv - EVENT_RING) {
+        rc = err_set(err, E_AGAIN, "too old resource version: %lld", (long long)since_rv);
+        goto out;
+    }
+    for (int64_t rv = since_rv + 1; rv <= s->rv; rv++) {
+        const struct event *e = &s->ring[rv % EVENT_RING];
+        if (e->rv != rv) {
+            /* Written before this process started: not in the feed. */
+            rc = err_set(err, E_AGAIN, "too old resource version: %lld", (long long)since_rv);
+            goto out;
+        }
+        *last_rv_out = rv;
+        if (event_matches(e, ns) && fn(e->type, e->obj, userdata) != 0) {
+            break;
+        }
+    }
+out:
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+static void sqlite_wake(struct task_store *st)
+{
+    struct sqlite_store *s = to_sqlite(st);
+
+    pthread_mutex_lock(&s->mu);
+    s->wake_gen++;
+    pthread_cond_broadcast(&s->changed);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static int sqlite_count_phases(int64_t counts_out[TASK_PHASE_COUNT], struct task_store *st,
+                               struct err *err)
+{
+    struct sqlite_store *s = to_sqlite(st);
+    sqlite3_stmt *q = NULL;
+    int rc, step;
+
+    memset(counts_out, 0, sizeof(int64_t) * TASK_PHASE_COUNT);
+    pthread_mutex_lock(&s->mu);
+    rc = prepare(&q, s, "SELECT phase, count(*) FROM tasks GROUP BY phase", err);
+    while (rc == E_OK && (step = sqlite3_step(q)) == SQLITE_ROW) {
+        enum task_phase p;
+        if (task_phase_parse(&p, (const char *)sqlite3_column_text(q, 0)) == E_OK) {
+            counts_out[p] = sqlite3_column_int64(q, 1);
+        }
+    }
+    sqlite3_finalize(q);
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+static int sqlite_env_list(json_t **items_out, struct task_store *st, const char *ns,
+                           struct err *err)
+{
+    struct sqlite_store *s = to_sqlite(st);
+    int rc;
+
+    pthread_mutex_lock(&s->mu);
+    rc = list_table(items_out, s, "environments", ns, err);
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+static int sqlite_env_get(json_t **out, struct task_store *st, const char *ns, const char *name,
+                          struct err *err)
+{
+    struct sqlite_store *s = to_sqlite(st);
+    int rc;
+
+    pthread_mutex_lock(&s->mu);
+    rc = read_obj(out, s, "environments", ns, name, err);
+    pthread_mutex_unlock(&s->mu);
+    if (rc == E_NOTFOUND) {
+        rc = err_set(err, E_NOTFOUND, "environments \"%s\" not found", name);
+    }
+    return rc;
+}
+
+static void sqlite_close(struct task_store *st)
+{
+    struct sqlite_store *s = to_sqlite(st);
+
+    for (size_t i = 0; i < EVENT_RING; i++) {
+        json_decref(s->ring[i].obj);
+    }
+    sqlite3_close(s->db);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->changed);
+    free(s);
+}
+
+static const struct task_store_ops sqlite_ops = {
+    .name = "sqlite",
+    .get = sqlite_get,
+    .create = sqlite_create,
+    .mutate = sqlite_mutate,
+    .remove = sqlite_remove,
+    .list = sqlite_list,
+    .watch = sqlite_watch,
+    .wake = sqlite_wake,
+    .count_phases = sqlite_count_phases,
+    .env_list = sqlite_env_list,
+    .env_get = sqlite_env_get,
+    .close = sqlite_close,
+};
+
+int task_store_sqlite_open(struct task_store **out, const char *path, const struct clock *clock,
+                           struct err *err)
+{
+    struct sqlite_store *s = xcalloc(1, sizeof(*s));
+    int rc;
+
+    *out = NULL;
+    s->base.ops = &sqlite_ops;
+    s->base.clock = clock;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->changed, NULL);
+    rc = sqlite3_open_v2(path, &s->db,
+                         SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
+    if (rc != SQLITE_OK) {
+        rc = err_set(err, E_FAIL, "open %s: %s", path,
+                     s->db != NULL ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
+        goto out;
+    }
+    sqlite3_busy_timeout(s->db, 5000);
+    /* WAL + synchronous=FULL: a committed transaction is fsync'd before COMMIT returns, so
+     * an acknowledged write survives kill -9 and power loss. */
+    rc = exec(s, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;",
+              err);
+    if (rc == E_OK) {
+        rc = migrate(s, err);
+    }
+    if (rc == E_OK) {
+        rc = load_rv(s, err);
+    }
+out:
+    if (rc != E_OK) {
+        sqlite_close(&s->base);
+        return rc;
+    }
+    *out = &s->base;
+    return E_OK;
+}

@@ -1,0 +1,166 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* RFC 7386 merge patch of AgentTasks, scoped like the Kubernetes main resource and its
+ * /status subresource, and the typed read view of a normalized object. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/money.h"
+#include "store/store.h"
+#include "store/store_int.h"
+
+json_t *json_merge_patch(json_t *target, json_t *patch)
+{
+    const char *key;
+    json_t *v;
+
+    if (!json_is_object(patch)) {
+        return json_deep_copy(patch);
+    }
+    if (!json_is_object(target)) {
+        target = json_object();
+    } else {
+        json_incref(target);
+    }
+    json_object_foreach(patch, key, v)
+    {
+        if (json_is_null(v)) {
+            json_object_del(target, key);
+        } else {
+            json_t *cur = json_object_get(target, key);
+            json_t *merged = json_merge_patch(cur, v);
+            json_object_set_new(target, key, merged);
+        }
+    }
+    return target;
+}
+
+/* Merges PATCH into DOC[KEY] (creating it), keeping DOC the owner. */
+static void merge_member(json_t *doc, const char *key, json_t *patch)
+{
+    json_t *cur = json_object_get(doc, key);
+    json_t *merged;
+
+    if (json_is_null(patch)) {
+        json_object_del(doc, key);
+        return;
+    }
+    merged = json_merge_patch(cur, patch);
+    json_object_set_new(doc, key, merged);
+}
+
+static int check_identity(const json_t *doc, const json_t *pmd, struct err *err)
+{
+    const json_t *dmd = json_object_get(doc, "metadata");
+    static const char *const fixed[] = {"name", "namespace"};
+    const json_t *rv;
+
+    for (size_t i = 0; i < ARRAY_LEN(fixed); i++) {
+        const json_t *p = json_object_get(pmd, fixed[i]);
+        if (p != NULL && !json_equal(p, json_object_get(dmd, fixed[i]))) {
+            char path[64];
+            snprintf(path, sizeof(path), "metadata.%s", fixed[i]);
+            return err_set_field(err, E_INVALID, path, "%s: cannot be changed", path);
+        }
+    }
+    rv = json_object_get(pmd, "resourceVersion");
+    if (rv != NULL && !json_is_null(rv) &&
+        !json_equal(rv, json_object_get(dmd, "resourceVersion"))) {
+        return err_set(err, E_CONFLICT,
+                       "the object has been modified; please apply your changes to the latest "
+                       "version and try again");
+    }
+    return E_OK;
+}
+
+int task_apply_merge_patch(json_t *doc, json_t *patch, enum task_patch_scope scope,
+                           struct err *err)
+{
+    json_t *pmd;
+    json_t *dmd = json_object_get(doc, "metadata");
+    static const char *const md_keys[] = {"labels", "annotations"};
+    int rc;
+
+    if (!json_is_object(patch)) {
+        return err_set_field(err, E_INVALID, "", "a merge patch must be a JSON object");
+    }
+    pmd = json_object_get(patch, "metadata");
+    if (pmd != NULL && !json_is_object(pmd) && !json_is_null(pmd)) {
+        return err_set_field(err, E_INVALID, "metadata", "metadata: must be an object");
+    }
+    if (json_is_object(pmd)) {
+        rc = check_identity(doc, pmd, err);
+        if (rc != E_OK) {
+            return rc;
+        }
+    }
+    if (scope == TASK_PATCH_MAIN) {
+        for (size_t i = 0; json_is_object(pmd) && i < ARRAY_LEN(md_keys); i++) {
+            json_t *p = json_object_get(pmd, md_keys[i]);
+            if (p != NULL) {
+                merge_member(dmd, md_keys[i], p);
+            }
+        }
+        if (json_object_get(patch, "spec") != NULL) {
+            merge_member(doc, "spec", json_object_get(patch, "spec"));
+        }
+    } else if (json_object_get(patch, "status") != NULL) {
+        merge_member(doc, "status", json_object_get(patch, "status"));
+    }
+    return task_validate(doc, err);
+}
+
+static int64_t int_at(const json_t *obj, const char *key)
+{
+    const json_t *v = json_object_get(obj, key);
+    return json_is_integer(v) ? (int64_t)json_integer_value(v) : 0;
+}
+
+static int64_t money_at(const json_t *obj, const char *key)
+{
+    const json_t *v = json_object_get(obj, key);
+    int64_t m = 0;
+
+    if (json_is_string(v) && money_parse(&m, NULL, json_string_value(v), NULL) != E_OK) {
+        m = 0;
+    }
+    return m;
+}
+
+void task_view_of(struct task_view *v, const json_t *obj)
+{
+    const json_t *md = json_object_get(obj, "metadata");
+    const json_t *spec = json_object_get(obj, "spec");
+    const json_t *status = json_object_get(obj, "status");
+    const json_t *rv = json_object_get(md, "resourceVersion");
+    enum task_phase phase = TASK_PENDING;
+
+    memset(v, 0, sizeof(*v));
+    v->name = json_string_value(json_object_get(md, "name"));
+    v->ns = json_string_value(json_object_get(md, "namespace"));
+    v->resource_version = json_is_string(rv) ? strtoll(json_string_value(rv), NULL, 10) : 0;
+    v->objective = json_string_value(json_object_get(spec, "objective"));
+    v->budget_usd = money_at(spec, "budgetUSD");
+    v->budget_tokens = int_at(spec, "budgetTokens");
+    v->max_iterations = int_at(spec, "maxIterations");
+    v->suspended = json_is_true(json_object_get(spec, "suspended"));
+    if (json_is_string(json_object_get(status, "phase"))) {
+        (void)task_phase_parse(&phase, json_string_value(json_object_get(status, "phase")));
+    }
+    v->phase = phase;
+    v->iteration = int_at(status, "iteration");
+    v->tokens_consumed = int_at(status, "tokensConsumed");
+    v->cost_usd = money_at(status, "costUSD");
+}
+
+void task_set_phase(json_t *obj, enum task_phase phase, const char *reason, const char *message)
+{
+    json_t *status = json_object_get(obj, "status");
+
+    if (status == NULL) {
+        status = json_object();
+        json_object_set_new(obj, "status", status);
+    }
+    json_object_set_new(status, "phase", json_string(task_phase_name(phase)));
+    json_object_set_new(status, "reason", json_string(reason != NULL ? reason : ""));
+    json_object_set_new(status, "message", json_string(message != NULL ? message : ""));
+}

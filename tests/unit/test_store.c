@@ -1,0 +1,306 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Unit tests of store/: the AgentTask codec and validation, merge patch, and the task_store
+ * contract on the SQLite backend (":memory:" and a file, for restart). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "store/store.h"
+#include "tests/t_check.h"
+
+static const char *const SPEC_EXAMPLE =
+    "{\"apiVersion\":\"divergedev.com/v1alpha1\",\"kind\":\"AgentTask\","
+    "\"metadata\":{\"name\":\"fix-checkout-latency\",\"namespace\":\"default\","
+    "\"annotations\":{\"divergedev.com/preview-enabled\":\"true\"}},"
+    "\"spec\":{\"objective\":\"Diagnose and fix N+1 query in /api/v1/checkout\",\"draftPR\":true,"
+    "\"repository\":{\"url\":\"https://github.com/myorg/checkout-service\","
+    "\"baseBranch\":\"main\",\"workingBranch\":\"fix/checkout-n-plus-1\"},"
+    "\"maxIterations\":8,\"budgetUSD\":\"5.00\",\"budgetTokens\":200000,"
+    "\"capabilities\":[\"claude-3-7-sonnet\",\"gemini-2.5-pro\"],\"allowedTools\":[\"git\",\"go\"],"
+    "\"sandbox\":{\"provider\":\"agent-sandbox\",\"timeoutSeconds\":1800},\"suspended\":false}}";
+
+static json_t *load(const char *s)
+{
+    json_t *j = json_loads(s, 0, NULL);
+    ASSERT(j != NULL);
+    return j;
+}
+
+static int normalize_str(json_t **out, const char *s, struct err *err)
+{
+    json_t *in = load(s);
+    int rc = task_normalize_new(out, in, "default", err);
+    json_decref(in);
+    return rc;
+}
+
+TEST(codec_roundtrips_spec_example)
+{
+    json_t *in = load(SPEC_EXAMPLE), *out = NULL;
+    struct err err = {0};
+
+    CHECK_OK(task_normalize_new(&out, in, "default", &err));
+    CHECK(json_equal(json_object_get(in, "spec"), json_object_get(out, "spec")));
+    CHECK(json_equal(json_object_get(json_object_get(in, "metadata"), "annotations"),
+                     json_object_get(json_object_get(out, "metadata"), "annotations")));
+    CHECK_EQ_STR(json_string_value(json_object_get(json_object_get(out, "status"), "phase")),
+                 "Pending");
+    /* And a full object with status validates and survives encode/decode unchanged. */
+    char *text = json_dumps(out, JSON_COMPACT);
+    json_t *again = load(text);
+    CHECK_OK(task_validate(again, &err));
+    CHECK(json_equal(again, out));
+    free(text);
+    json_decref(again);
+    json_decref(in);
+    json_decref(out);
+}
+
+TEST(defaults_and_money_canonical)
+{
+    json_t *out = NULL;
+    struct err err = {0};
+
+    CHECK_OK(normalize_str(&out,
+                           "{\"metadata\":{\"name\":\"t1\"},\"spec\":{\"objective\":\"x\","
+                           "\"budgetUSD\":\"5\"}}",
+                           &err));
+    json_t *spec = json_object_get(out, "spec");
+    CHECK_EQ_STR(json_string_value(json_object_get(spec, "budgetUSD")), "5.00");
+    json_t *repo = json_object_get(spec, "repository");
+    CHECK_EQ_STR(json_string_value(json_object_get(repo, "baseBranch")), "main");
+    CHECK_EQ_STR(json_string_value(json_object_get(repo, "workingBranch")), "agent/t1");
+    json_decref(out);
+}
+
+TEST(validation_errors_name_the_field)
+{
+    static const struct {
+        const char *body;
+        const char *field;
+    } cases[] = {
+        {"{\"metadata\":{\"name\":\"Bad_Name\"},\"spec\":{\"objective\":\"x\"}}", "metadata.name"},
+        {"{\"metadata\":{\"name\":\"a-\"},\"spec\":{\"objective\":\"x\"}}", "metadata.name"},
+        {"{\"metadata\":{\"name\":\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"},"
+         "\"spec\":{\"objective\":\"x\"}}",
+         "metadata.name"},
+        {"{\"metadata\":{\"name\":\"a\"},\"spec\":{}}", "spec.objective"},
+        {"{\"metadata\":{\"name\":\"a\"}}", "spec"},
+        {"{\"metadata\":{\"name\":\"a\"},\"spec\":{\"objective\":\"x\",\"budgetUSD\":\"1.0000001\"}}",
+         "spec.budgetUSD"},
+        {"{\"metadata\":{\"name\":\"a\"},\"spec\":{\"objective\":\"x\",\"budgetUSD\":1.5}}",
+         "spec.budgetUSD"},
+        {"{\"metadata\":{\"name\":\"a\"},\"spec\":{\"objective\":\"x\",\"budgetUSD\":\"-1\"}}",
+         "spec.budgetUSD"},
+        {"{\"metadata\":{\"name\":\"a\"},\"spec\":{\"objective\":\"x\",\"budgetTokens\":-1}}",
+         "spec.budgetTokens"},
+        {"{\"metadata\":{\"name\":\"a\"},\"spec\":{\"objective\":\"x\",\"maxIterations\":\"8\"}}",
+         "spec.maxIterations"},
+        {"{\"metadata\":{\"name\":\"a\"},\"spec\":{\"objective\":\"x\",\"budget\":\"8\"}}",
+         "spec.budget"},
+        {"{\"metadata\":{\"name\":\"a\"},\"spec\":{\"objective\":\"x\",\"capabilities\":[1]}}",
+         "spec.capabilities[0]"},
+        {"{\"metadata\":{\"name\":\"a\"},\"spec\":{\"objective\":\"x\",\"sandbox\":{\"provider\":\"vm\"}}}",
+         "spec.sandbox.provider"},
+        {"{\"metadata\":{\"name\":\"a\"},\"spec\":{\"objective\":\"x\",\"repository\":{\"url\":3}}}",
+         "spec.repository.url"},
+        {"{\"metadata\":{\"name\":\"a\",\"annotations\":{\"k\":1}},\"spec\":{\"objective\":\"x\"}}",
+         "metadata.annotations[k]"},
+        {"{\"metadata\":{\"name\":\"a\",\"namespace\":\"other\"},\"spec\":{\"objective\":\"x\"}}",
+         "metadata.namespace"},
+        {"{\"kind\":\"Pod\",\"metadata\":{\"name\":\"a\"},\"spec\":{\"objective\":\"x\"}}", "kind"},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        json_t *out = NULL;
+        struct err err = {0};
+        int rc = normalize_str(&out, cases[i].body, &err);
+        if (rc != E_INVALID || strcmp(err.field, cases[i].field) != 0) {
+            t_fail(__FILE__, __LINE__, "case %zu: rc=%d field=\"%s\" want \"%s\" (%s)", i, rc,
+                   err.field, cases[i].field, err.msg);
+        }
+        json_decref(out);
+    }
+}
+
+TEST(merge_patch_rfc7386)
+{
+    json_t *t = load("{\"a\":\"b\",\"c\":{\"d\":\"e\",\"f\":\"g\"}}");
+    json_t *p = load("{\"a\":\"z\",\"c\":{\"f\":null}}");
+    json_t *want = load("{\"a\":\"z\",\"c\":{\"d\":\"e\"}}");
+    json_t *r = json_merge_patch(t, p);
+    CHECK(json_equal(r, want));
+    json_decref(r);
+    json_decref(t);
+    json_decref(p);
+    json_decref(want);
+}
+
+static struct task_store *open_mem(void)
+{
+    struct task_store *st = NULL;
+    struct err err = {0};
+    ASSERT(task_store_sqlite_open(&st, ":memory:", clock_system(), &err) == E_OK);
+    return st;
+}
+
+static json_t *new_task(const char *name)
+{
+    json_t *out = NULL;
+    char *s = xasprintf("{\"metadata\":{\"name\":\"%s\"},\"spec\":{\"objective\":\"x\"}}", name);
+    ASSERT(normalize_str(&out, s, NULL) == E_OK);
+    free(s);
+    return out;
+}
+
+struct patch_ud {
+    json_t *patch;
+    enum task_patch_scope scope;
+};
+
+static int apply_patch(json_t *doc, struct err *err, void *ud)
+{
+    struct patch_ud *p = ud;
+    return task_apply_merge_patch(doc, p->patch, p->scope, err);
+}
+
+TEST(store_create_get_conflict)
+{
+    struct task_store *st = open_mem();
+    json_t *t = new_task("a"), *stored = NULL, *got = NULL, *dup = NULL;
+    struct err err = {0};
+
+    CHECK_OK(task_store_create(&stored, st, t, &err));
+    CHECK_EQ_STR(json_string_value(json_object_get(json_object_get(stored, "metadata"),
+                                                   "resourceVersion")),
+                 "1");
+    CHECK_EQ_INT(task_store_create(&dup, st, t, &err), E_CONFLICT);
+    CHECK_OK(task_store_get(&got, st, "default", "a", &err));
+    CHECK(json_equal(got, stored));
+    CHECK_EQ_INT(task_store_get(&dup, st, "default", "zz", &err), E_NOTFOUND);
+    json_decref(t);
+    json_decref(stored);
+    json_decref(got);
+    task_store_close(st);
+}
+
+TEST(store_stale_patch_conflicts)
+{
+    struct task_store *st = open_mem();
+    json_t *t = new_task("a"), *stored = NULL, *after = NULL;
+    struct err err = {0};
+    struct patch_ud p1 = {load("{\"metadata\":{\"resourceVersion\":\"1\"},\"spec\":{\"objective\":\"y\"}}"),
+                          TASK_PATCH_MAIN};
+
+    CHECK_OK(task_store_create(&stored, st, t, &err));
+    CHECK_OK(task_store_mutate(&after, st, "default", "a", apply_patch, &p1, &err));
+    CHECK_EQ_STR(json_string_value(json_object_get(json_object_get(after, "spec"), "objective")), "y");
+    CHECK_EQ_INT(json_integer_value(json_object_get(json_object_get(after, "metadata"), "generation")), 2);
+    /* The same patch again carries the now stale resourceVersion "1". */
+    CHECK_EQ_INT(task_store_mutate(NULL, st, "default", "a", apply_patch, &p1, &err), E_CONFLICT);
+    json_decref(p1.patch);
+    json_decref(t);
+    json_decref(stored);
+    json_decref(after);
+    task_store_close(st);
+}
+
+TEST(status_scope_is_separate)
+{
+    struct task_store *st = open_mem();
+    json_t *t = new_task("a"), *stored = NULL, *after = NULL;
+    struct patch_ud main_p = {load("{\"status\":{\"phase\":\"Active\"}}"), TASK_PATCH_MAIN};
+    struct patch_ud st_p = {load("{\"spec\":{\"objective\":\"z\"},\"status\":{\"phase\":\"Active\","
+                                 "\"costUSD\":\"0.0675\"}}"),
+                            TASK_PATCH_STATUS};
+    struct patch_ud bad = {load("{\"status\":{\"phase\":\"Sleeping\"}}"), TASK_PATCH_STATUS};
+    struct err err = {0};
+
+    CHECK_OK(task_store_create(&stored, st, t, &err));
+    CHECK_OK(task_store_mutate(&after, st, "default", "a", apply_patch, &main_p, &err));
+    CHECK_EQ_STR(json_string_value(json_object_get(json_object_get(after, "status"), "phase")),
+                 "Pending");
+    json_decref(after);
+    CHECK_OK(task_store_mutate(&after, st, "default", "a", apply_patch, &st_p, &err));
+    CHECK_EQ_STR(json_string_value(json_object_get(json_object_get(after, "status"), "phase")),
+                 "Active");
+    CHECK_EQ_STR(json_string_value(json_object_get(json_object_get(after, "spec"), "objective")),
+                 "x");
+    CHECK_EQ_INT(task_store_mutate(NULL, st, "default", "a", apply_patch, &bad, &err), E_INVALID);
+    CHECK_EQ_STR(err.field, "status.phase");
+    json_decref(main_p.patch);
+    json_decref(st_p.patch);
+    json_decref(bad.patch);
+    json_decref(t);
+    json_decref(stored);
+    json_decref(after);
+    task_store_close(st);
+}
+
+static int count_events(enum task_event_type type, const json_t *obj, void *ud)
+{
+    int *n = ud;
+    (void)obj;
+    n[type]++;
+    return 0;
+}
+
+TEST(watch_feed_and_delete)
+{
+    struct task_store *st = open_mem();
+    json_t *a = new_task("a"), *b = new_task("b"), *o = NULL, *items = NULL;
+    int counts[3] = {0};
+    int64_t last = 0, rv = 0;
+    struct err err = {0};
+
+    CHECK_OK(task_store_create(&o, st, a, &err));
+    json_decref(o);
+    CHECK_OK(task_store_create(&o, st, b, &err));
+    json_decref(o);
+    CHECK_OK(task_store_remove(NULL, st, "default", "a", 0, &err));
+    CHECK_OK(task_store_watch(&last, st, NULL, 0, 100, count_events, counts, &err));
+    CHECK_EQ_INT(counts[TASK_EVENT_ADDED], 2);
+    CHECK_EQ_INT(counts[TASK_EVENT_DELETED], 1);
+    CHECK_EQ_INT(last, 3);
+    CHECK_OK(task_store_list(&items, &rv, st, "default", &err));
+    CHECK_EQ_INT(json_array_size(items), 1);
+    CHECK_EQ_INT(rv, 3);
+    CHECK_EQ_INT(task_store_remove(NULL, st, "default", "b", 99, &err), E_CONFLICT);
+    json_decref(items);
+    json_decref(a);
+    json_decref(b);
+    task_store_close(st);
+}
+
+TEST(restart_keeps_everything)
+{
+    char path[] = "/tmp/diverge-store-XXXXXX";
+    int fd = mkstemp(path);
+    struct task_store *st = NULL;
+    json_t *a = new_task("a"), *o = NULL;
+    struct err err = {0};
+    int64_t counts[TASK_PHASE_COUNT];
+
+    ASSERT(fd >= 0);
+    close(fd);
+    CHECK_OK(task_store_sqlite_open(&st, path, clock_system(), &err));
+    CHECK_OK(task_store_create(&o, st, a, &err));
+    json_decref(o);
+    task_store_close(st);
+    CHECK_OK(task_store_sqlite_open(&st, path, clock_system(), &err));
+    CHECK_OK(task_store_get(&o, st, "default", "a", &err));
+    CHECK_EQ_STR(json_string_value(json_object_get(json_object_get(o, "metadata"), "resourceVersion")),
+                 "1");
+    CHECK_OK(task_store_count_phases(counts, st, &err));
+    CHECK_EQ_INT(counts[TASK_PENDING], 1);
+    json_decref(o);
+    json_decref(a);
+    task_store_close(st);
+    unlink(path);
+    char *wal = xasprintf("%s-wal", path), *shm = xasprintf("%s-shm", path);
+    unlink(wal);
+    unlink(shm);
+    free(wal);
+    free(shm);
+}
+
+T_MAIN
