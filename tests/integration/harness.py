@@ -83,11 +83,13 @@ class Server:
             self.lines.append(line.rstrip("\n"))
 
     def stderr(self):
+        """The server's stderr so far (kept after cleanup() removed the data dir)."""
         try:
             with open(self.stderr_path, errors="replace") as f:
-                return f.read()
+                self._stderr_text = f.read()
         except OSError:
-            return ""
+            pass
+        return getattr(self, "_stderr_text", "")
 
     def wait_ready(self, timeout=10):
         deadline = time.time() + timeout
@@ -158,6 +160,7 @@ class Server:
 
     def cleanup(self):
         self.stop()
+        self.stderr()
         if self.own_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 

@@ -1,0 +1,149 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Random bytes from the kernel and 0600 secret files. */
+#include "common/secret.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+void secret_random(void *out, size_t n)
+{
+    unsigned char *p = out;
+
+    while (n > 0) {
+        ssize_t got = getrandom(p, n, 0);
+        if (got < 0 && errno == EINTR) {
+            continue;
+        }
+        ASSERT(got > 0);
+        p += got;
+        n -= (size_t)got;
+    }
+}
+
+void secret_hex(char *out, const unsigned char *in, size_t n)
+{
+    static const char digits[] = "0123456789abcdef";
+
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = digits[in[i] >> 4];
+        out[2 * i + 1] = digits[in[i] & 0x0f];
+    }
+    out[2 * n] = '\0';
+}
+
+static int nibble(char c)
+{
+    if (c >= '0' && c <= '9') {
+        return c - '0';
+    }
+    if (c >= 'a' && c <= 'f') {
+        return c - 'a' + 10;
+    }
+    if (c >= 'A' && c <= 'F') {
+        return c - 'A' + 10;
+    }
+    return -1;
+}
+
+int secret_unhex(unsigned char *out, size_t n, const char *in)
+{
+    if (strlen(in) != 2 * n) {
+        return E_INVALID;
+    }
+    for (size_t i = 0; i < n; i++) {
+        int hi = nibble(in[2 * i]), lo = nibble(in[2 * i + 1]);
+        if (hi < 0 || lo < 0) {
+            return E_INVALID;
+        }
+        out[i] = (unsigned char)(hi << 4 | lo);
+    }
+    return E_OK;
+}
+
+void secret_wipe(void *p, size_t n)
+{
+    volatile unsigned char *v = p;
+
+    while (n-- > 0) {
+        *v++ = 0;
+    }
+}
+
+static int create_secret(const char *path, size_t nbytes, struct err *err)
+{
+    unsigned char *raw = xmalloc(nbytes);
+    char *hex = xmalloc(2 * nbytes + 2);
+    size_t len;
+    int fd, rc = E_OK;
+
+    secret_random(raw, nbytes);
+    secret_hex(hex, raw, nbytes);
+    len = strlen(hex);
+    hex[len++] = '\n';
+    fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        rc = errno == EEXIST ? E_AGAIN : err_set(err, E_FAIL, "create %s: %s", path, strerror(errno));
+        goto out;
+    }
+    if (write(fd, hex, len) != (ssize_t)len || fsync(fd) != 0) {
+        rc = err_set(err, E_FAIL, "write %s: %s", path, strerror(errno));
+        unlink(path);
+    }
+    close(fd);
+out:
+    secret_wipe(raw, nbytes);
+    secret_wipe(hex, 2 * nbytes + 2);
+    free(raw);
+    free(hex);
+    return rc;
+}
+
+int secret_file_load_or_create(char **out, bool *created_out, const char *path, size_t nbytes,
+                               struct err *err)
+{
+    char buf[1024];
+    FILE *f;
+    size_t n, start = 0;
+    int rc;
+
+    *out = NULL;
+    if (created_out != NULL) {
+        *created_out = false;
+    }
+    f = fopen(path, "re");
+    if (f == NULL && errno == ENOENT) {
+        rc = create_secret(path, nbytes, err);
+        if (rc != E_OK && rc != E_AGAIN) { /* E_AGAIN: someone else created it first */
+            return rc;
+        }
+        if (rc == E_OK && created_out != NULL) {
+            *created_out = true;
+        }
+        f = fopen(path, "re");
+    }
+    if (f == NULL) {
+        return err_set(err, E_FAIL, "open %s: %s", path, strerror(errno));
+    }
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ')) {
+        buf[--n] = '\0';
+    }
+    while (buf[start] == ' ' || buf[start] == '\n') {
+        start++;
+    }
+    if (buf[start] == '\0') {
+        secret_wipe(buf, sizeof(buf));
+        return err_set(err, E_INVALID, "%s is empty", path);
+    }
+    *out = xstrdup(buf + start);
+    secret_wipe(buf, sizeof(buf));
+    return E_OK;
+}

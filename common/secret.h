@@ -1,0 +1,32 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Randomness and generated secret files (admin token, macaroon root key): created once
+ * with mode 0600 and never rewritten. Also hex helpers. */
+#ifndef DIVERGE_COMMON_SECRET_H
+#define DIVERGE_COMMON_SECRET_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "common/err.h"
+
+/* Fills OUT with N cryptographically random bytes (getrandom); aborts if the kernel
+ * cannot provide them. */
+void secret_random(void *out, size_t n);
+
+/* Writes N bytes of IN as 2N lower-case hex characters plus a NUL into OUT. */
+void secret_hex(char *out, const unsigned char *in, size_t n);
+
+/* Decodes exactly 2N hex characters of IN into OUT; E_INVALID otherwise. */
+int secret_unhex(unsigned char *out, size_t n, const char *in);
+
+/* Reads the secret in PATH (surrounding whitespace trimmed) into *out (caller frees,
+ * after wiping). When PATH does not exist, creates it (O_EXCL, mode 0600, fsync'd) with
+ * NBYTES random bytes as hex, and *created_out (may be NULL) is set. E_FAIL on I/O
+ * errors, E_INVALID when the file is empty. */
+int secret_file_load_or_create(char **out, bool *created_out, const char *path, size_t nbytes,
+                               struct err *err);
+
+/* Overwrites N bytes at P with zeros in a way the compiler keeps. */
+void secret_wipe(void *p, size_t n);
+
+#endif

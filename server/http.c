@@ -1,0 +1,515 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* libmicrohttpd wiring: route table, body caps, admin auth, response helpers, one log line
+ * and one metrics observation per request. Every request ends with exactly one response. */
+#include <arpa/inet.h>
+#include <microhttpd.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "server/server_int.h"
+
+#define API_PREFIX "/apis/divergedev.com/v1alpha1"
+
+/* Oversized bodies up to this many times the cap are read and discarded before the 413. */
+#define DISCARD_FACTOR 4
+
+enum route_auth {
+    AUTH_NONE,
+    AUTH_ADMIN,
+};
+
+struct route {
+    const char *method;
+    const char *pattern; /* '*' matches one non-empty path segment */
+    route_fn handler;
+    const char *name;    /* for logs and metrics */
+    enum route_auth auth;
+};
+
+static int route_healthz(struct request *r);
+static int route_readyz(struct request *r);
+static int route_metrics(struct request *r);
+
+static const struct route g_routes[] = {
+    {"GET", "/healthz", route_healthz, "healthz", AUTH_NONE},
+    {"GET", "/readyz", route_readyz, "readyz", AUTH_NONE},
+    {"GET", "/metrics", route_metrics, "metrics", AUTH_NONE},
+    {"GET", "/api", api_discovery_api, "discovery", AUTH_NONE},
+    {"GET", "/apis", api_discovery_apis, "discovery", AUTH_NONE},
+    {"GET", API_PREFIX, api_discovery_group, "discovery", AUTH_NONE},
+    {"GET", API_PREFIX "/agenttasks", api_task_list_all, "tasks.list", AUTH_ADMIN},
+    {"GET", API_PREFIX "/namespaces/*/agenttasks", api_task_list, "tasks.list", AUTH_ADMIN},
+    {"POST", API_PREFIX "/namespaces/*/agenttasks", api_task_create, "tasks.create", AUTH_ADMIN},
+    {"GET", API_PREFIX "/namespaces/*/agenttasks/*", api_task_get, "tasks.get", AUTH_ADMIN},
+    {"PATCH", API_PREFIX "/namespaces/*/agenttasks/*", api_task_patch, "tasks.patch", AUTH_ADMIN},
+    {"PUT", API_PREFIX "/namespaces/*/agenttasks/*", api_task_put, "tasks.update", AUTH_ADMIN},
+    {"DELETE", API_PREFIX "/namespaces/*/agenttasks/*", api_task_delete, "tasks.delete",
+     AUTH_ADMIN},
+    {"GET", API_PREFIX "/namespaces/*/agenttasks/*/status", api_task_status_get, "tasks.status",
+     AUTH_ADMIN},
+    {"PATCH", API_PREFIX "/namespaces/*/agenttasks/*/status", api_task_status_patch,
+     "tasks.status.patch", AUTH_ADMIN},
+    {"PUT", API_PREFIX "/namespaces/*/agenttasks/*/status", api_task_status_put,
+     "tasks.status.update", AUTH_ADMIN},
+    {"GET", API_PREFIX "/namespaces/*/environments", api_env_list, "environments.list",
+     AUTH_ADMIN},
+    {"GET", API_PREFIX "/namespaces/*/environments/*", api_env_get, "environments.get",
+     AUTH_ADMIN},
+};
+
+int http_route_count(void)
+{
+    return (int)ARRAY_LEN(g_routes);
+}
+
+const char *http_route_name(int route)
+{
+    return route >= 0 && route < (int)ARRAY_LEN(g_routes) ? g_routes[route].name : "none";
+}
+
+/* Matches PATH against PATTERN; on success copies up to SERVER_ROUTE_PARAMS wildcard
+ * segments into r->params (pointing into r->param_store). */
+static bool match(struct request *r, const char *pattern, const char *path)
+{
+    const char *p = pattern, *u = path;
+    int np = 0;
+    size_t off = 0;
+
+    while (*p != '\0' && *u != '\0') {
+        if (*p == '*') {
+            const char *end = strchr(u, '/');
+            size_t n = end != NULL ? (size_t)(end - u) : strlen(u);
+            if (n == 0 || np >= SERVER_ROUTE_PARAMS) {
+                return false;
+            }
+            memcpy(r->param_store + off, u, n);
+            r->param_store[off + n] = '\0';
+            r->params[np++] = r->param_store + off;
+            off += n + 1;
+            u += n;
+            p++;
+            continue;
+        }
+        if (*p != *u) {
+            return false;
+        }
+        p++;
+        u++;
+    }
+    return *p == '\0' && *u == '\0';
+}
+
+/* Finds the route; sets *path_known when some route has this path with another method. */
+static int find_route(struct request *r, bool *path_known)
+{
+    *path_known = false;
+    for (size_t i = 0; i < ARRAY_LEN(g_routes); i++) {
+        if (!match(r, g_routes[i].pattern, r->url)) {
+            continue;
+        }
+        if (strcmp(g_routes[i].method, r->method) == 0) {
+            return (int)i;
+        }
+        *path_known = true;
+    }
+    return -1;
+}
+
+/* --- responses ------------------------------------------------------------------- */
+
+static int queue(struct request *r, int status, struct MHD_Response *resp)
+{
+    enum MHD_Result ret;
+
+    r->status = status;
+    ret = MHD_queue_response(r->conn, (unsigned int)status, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+int http_send_text(struct request *r, int status, const char *content_type, const char *text)
+{
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(strlen(text), (void *)(uintptr_t)text,
+                                        MHD_RESPMEM_MUST_COPY);
+
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+    return queue(r, status, resp);
+}
+
+int http_send_json(struct request *r, int status, json_t *body)
+{
+    char *text = json_dumps(body, JSON_COMPACT);
+    struct MHD_Response *resp;
+    size_t n;
+
+    json_decref(body);
+    ASSERT(text != NULL);
+    n = strlen(text);
+    text[n] = '\0';
+    /* Newline-terminated like kubectl output, so curl output reads well. */
+    text = xrealloc(text, n + 2);
+    text[n] = '\n';
+    text[n + 1] = '\0';
+    resp = MHD_create_response_from_buffer(n + 1, text, MHD_RESPMEM_MUST_FREE);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    return queue(r, status, resp);
+}
+
+int http_status_of(int code)
+{
+    static const struct {
+        int code;
+        int status;
+    } table[] = {
+        {E_INVALID, 422}, {E_NOTFOUND, 404}, {E_CONFLICT, 409}, {E_DENIED, 401},
+        {E_TOOBIG, 413},  {E_AGAIN, 503},    {E_FAIL, 500},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(table); i++) {
+        if (table[i].code == code) {
+            return table[i].status;
+        }
+    }
+    return 500;
+}
+
+static const char *reason_of(int status)
+{
+    static const struct {
+        int status;
+        const char *reason;
+    } table[] = {
+        {400, "BadRequest"},    {401, "Unauthorized"},   {403, "Forbidden"},
+        {404, "NotFound"},      {405, "MethodNotAllowed"}, {409, "Conflict"},
+        {410, "Expired"},       {413, "RequestEntityTooLarge"},
+        {415, "UnsupportedMediaType"}, {422, "Invalid"}, {429, "TooManyRequests"},
+        {503, "ServiceUnavailable"},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(table); i++) {
+        if (table[i].status == status) {
+            return table[i].reason;
+        }
+    }
+    return "InternalError";
+}
+
+int http_send_error(struct request *r, int status, const char *reason, const struct err *err,
+                    const char *fmt, ...)
+{
+    char msg[ERR_MSG_MAX];
+    va_list ap;
+    json_t *body;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (reason == NULL) {
+        reason = reason_of(status);
+    }
+    if (!r->kube_errors) {
+        return http_send_json(r, status, json_pack("{s:s, s:s}", "error", msg, "reason", reason));
+    }
+    body = json_pack("{s:s, s:s, s:{}, s:s, s:s, s:s, s:i, s:s}", "kind", "Status", "apiVersion",
+                     "v1", "metadata", "status", "Failure", "message", msg, "reason", reason,
+                     "code", status, "error", msg);
+    if (err != NULL && err->field[0] != '\0') {
+        json_object_set_new(body, "details",
+                            json_pack("{s:s, s:[{s:s, s:s, s:s}]}", "kind", "agenttasks",
+                                      "causes", "reason", "FieldValueInvalid", "message",
+                                      err->msg, "field", err->field));
+    }
+    return http_send_json(r, status, body);
+}
+
+int http_send_err(struct request *r, const struct err *err)
+{
+    int status = http_status_of(err->code);
+    const char *reason = NULL;
+
+    if (err->code == E_CONFLICT && strstr(err->msg, "already exists") != NULL) {
+        reason = "AlreadyExists";
+    }
+    if (status >= 500) {
+        log_kv(LOG_ERROR, "internal_error", "path", r->url, "error", err->msg, NULL);
+    }
+    return http_send_error(r, status, reason, err, "%s", err->msg);
+}
+
+const char *http_query(struct request *r, const char *key)
+{
+    return MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, key);
+}
+
+const char *http_header(struct request *r, const char *key)
+{
+    return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, key);
+}
+
+bool http_query_true(struct request *r, const char *key)
+{
+    const char *v = http_query(r, key);
+    return v != NULL && (strcmp(v, "true") == 0 || strcmp(v, "1") == 0);
+}
+
+json_t *http_body_json(struct request *r, int *mhd_ret_out)
+{
+    json_error_t jerr;
+    json_t *j;
+
+    if (r->body.len == 0) {
+        *mhd_ret_out = http_send_error(r, 400, NULL, NULL, "request body is empty");
+        return NULL;
+    }
+    j = json_loadb(r->body.data, r->body.len, JSON_REJECT_DUPLICATES, &jerr);
+    if (j == NULL) {
+        *mhd_ret_out = http_send_error(r, 400, NULL, NULL, "invalid JSON at line %d column %d: %s",
+                                       jerr.line, jerr.column, jerr.text);
+    }
+    return j;
+}
+
+int http_send_stream(struct request *r, int status, const char *content_type,
+                     http_stream_fn read, void *cls, void (*free_cls)(void *))
+{
+    struct MHD_Response *resp = MHD_create_response_from_callback(
+        MHD_SIZE_UNKNOWN, 4096, (MHD_ContentReaderCallback)read, cls,
+        (MHD_ContentReaderFreeCallback)free_cls);
+
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+    return queue(r, status, resp);
+}
+
+/* --- built-in routes -------------------------------------------------------------- */
+
+static int route_healthz(struct request *r)
+{
+    return http_send_json(r, 200, json_pack("{s:s}", "status", "ok"));
+}
+
+static int route_readyz(struct request *r)
+{
+    int64_t counts[TASK_PHASE_COUNT];
+
+    if (atomic_load(&r->srv->shutting_down)) {
+        return http_send_error(r, 503, NULL, NULL, "shutting down");
+    }
+    if (task_store_count_phases(counts, r->srv->store, NULL) != E_OK) {
+        return http_send_error(r, 503, NULL, NULL, "database not available");
+    }
+    return http_send_json(r, 200, json_pack("{s:s}", "status", "ok"));
+}
+
+static int route_metrics(struct request *r)
+{
+    struct buf out;
+    int ret;
+
+    buf_init(&out, 0);
+    metrics_render(&out, r->srv);
+    ret = http_send_text(r, 200, "text/plain; version=0.0.4; charset=utf-8",
+                         out.data != NULL ? out.data : "");
+    buf_cleanup(&out);
+    return ret;
+}
+
+/* --- MHD callbacks ---------------------------------------------------------------- */
+
+static bool token_equal(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    unsigned char diff = (unsigned char)(la != lb);
+
+    /* Constant time in the length of the expected token B. */
+    for (size_t i = 0; i < lb; i++) {
+        diff |= (unsigned char)(b[i] ^ (i < la ? a[i] : 0));
+    }
+    return diff == 0;
+}
+
+static bool admin_ok(struct request *r)
+{
+    const char *h = http_header(r, MHD_HTTP_HEADER_AUTHORIZATION);
+
+    if (h == NULL || strncmp(h, "Bearer ", 7) != 0) {
+        return false;
+    }
+    return token_equal(h + 7, r->srv->api_token);
+}
+
+static size_t body_cap(const struct request *r)
+{
+    return strncmp(r->url, "/api/v1/webhooks/", 17) == 0 ? SERVER_WEBHOOK_BODY_MAX
+                                                         : SERVER_BODY_MAX;
+}
+
+static enum MHD_Result dispatch(struct request *r)
+{
+    bool path_known;
+
+    if (r->too_big) {
+        return (enum MHD_Result)http_send_error(r, 413, NULL, NULL,
+                                                "request body is larger than %zu bytes",
+                                                body_cap(r));
+    }
+    r->route = find_route(r, &path_known);
+    if (r->route < 0) {
+        if (path_known) {
+            return (enum MHD_Result)http_send_error(r, 405, NULL, NULL,
+                                                    "method %s not allowed on %s", r->method,
+                                                    r->url);
+        }
+        return (enum MHD_Result)http_send_error(r, 404, NULL, NULL, "no such path: %s", r->url);
+    }
+    if (g_routes[r->route].auth == AUTH_ADMIN && !admin_ok(r)) {
+        return (enum MHD_Result)http_send_error(r, 401, NULL, NULL,
+                                                "missing or wrong admin bearer token");
+    }
+    return (enum MHD_Result)g_routes[r->route].handler(r);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_data_size,
+                                  void **con_cls)
+{
+    struct request *r = *con_cls;
+
+    (void)version;
+    if (r == NULL) {
+        const char *cl;
+        r = xcalloc(1, sizeof(*r));
+        r->srv = cls;
+        r->conn = conn;
+        r->method = method;
+        r->url = url;
+        r->route = -1;
+        r->start_ns = clock_mono_ns();
+        r->param_store = xmalloc(strlen(url) + 1);
+        r->kube_errors = strncmp(url, "/apis", 5) == 0 || strcmp(url, "/api") == 0;
+        buf_init(&r->body, body_cap(r));
+        *con_cls = r;
+        cl = http_header(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl != NULL && strtoull(cl, NULL, 10) > DISCARD_FACTOR * body_cap(r)) {
+            /* Far too big: refuse before reading the body. */
+            r->too_big = true;
+            return dispatch(r);
+        }
+        return MHD_YES;
+    }
+    if (*upload_data_size > 0) {
+        if (!r->too_big && buf_append(&r->body, upload_data, *upload_data_size) != E_OK) {
+            r->too_big = true;
+            buf_cleanup(&r->body);
+        }
+        if (r->too_big) {
+            /* Read and discard a moderately oversized body so that simple clients, which
+             * send it all before reading, see the 413 instead of a broken pipe. */
+            r->discarded += *upload_data_size;
+            if (r->discarded > DISCARD_FACTOR * body_cap(r) && r->status == 0) {
+                *upload_data_size = 0;
+                return dispatch(r);
+            }
+        }
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    if (r->status != 0) {
+        return MHD_YES; /* already answered (early 413) */
+    }
+    return dispatch(r);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    struct request *r = *con_cls;
+    int64_t dur;
+    char status[8], ms[32];
+
+    (void)cls;
+    (void)conn;
+    (void)toe;
+    if (r == NULL) {
+        return;
+    }
+    dur = clock_mono_ns() - r->start_ns;
+    metrics_observe(r->route, r->status, dur);
+    snprintf(status, sizeof(status), "%d", r->status);
+    snprintf(ms, sizeof(ms), "%.3f", (double)dur / 1e6);
+    log_kv(LOG_INFO, "request", "method", r->method, "path", r->url, "route",
+           http_route_name(r->route), "status", status, "ms", ms, NULL);
+    buf_cleanup(&r->body);
+    free(r->param_store);
+    free(r);
+    *con_cls = NULL;
+}
+
+static int parse_listen(struct sockaddr_in *sa, const char *listen, struct err *err)
+{
+    const char *colon = strrchr(listen, ':');
+    char host[64];
+    char *end;
+    unsigned long port;
+
+    memset(sa, 0, sizeof(*sa));
+    if (colon == NULL || (size_t)(colon - listen) >= sizeof(host)) {
+        return err_set(err, E_INVALID, "--listen %s: expected address:port", listen);
+    }
+    memcpy(host, listen, (size_t)(colon - listen));
+    host[colon - listen] = '\0';
+    port = strtoul(colon + 1, &end, 10);
+    if (*end != '\0' || colon[1] == '\0' || port > 65535) {
+        return err_set(err, E_INVALID, "--listen %s: bad port", listen);
+    }
+    if (host[0] == '\0' || strcmp(host, "localhost") == 0) {
+        snprintf(host, sizeof(host), "127.0.0.1");
+    }
+    sa->sin_family = AF_INET;
+    sa->sin_port = htons((uint16_t)port);
+    if (inet_pton(AF_INET, host, &sa->sin_addr) != 1) {
+        return err_set(err, E_INVALID, "--listen %s: expected an IPv4 address", listen);
+    }
+    return E_OK;
+}
+
+int http_start(struct MHD_Daemon **out, uint16_t *port_out, struct server *srv, struct err *err)
+{
+    struct sockaddr_in sa;
+    struct MHD_Daemon *d;
+    const union MHD_DaemonInfo *info;
+    int rc = parse_listen(&sa, srv->cfg.listen, err);
+
+    *out = NULL;
+    if (rc != E_OK) {
+        return rc;
+    }
+    /* One thread per connection: watch streams and (later) group-committed meter calls
+     * block in their own thread without starving others. */
+    d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                             MHD_USE_ERROR_LOG | MHD_USE_ITC,
+                         0, NULL, NULL, on_request, srv, MHD_OPTION_SOCK_ADDR, &sa,
+                         MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
+                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)120,
+                         MHD_OPTION_CONNECTION_LIMIT, (unsigned int)1024,
+                         MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned int)1024, MHD_OPTION_END);
+    if (d == NULL) {
+        return err_set(err, E_FAIL, "cannot listen on %s (address in use?)", srv->cfg.listen);
+    }
+    info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+    *port_out = info != NULL ? info->port : ntohs(sa.sin_port);
+    *out = d;
+    return E_OK;
+}
+
+void http_stop(struct MHD_Daemon *d)
+{
+    if (d == NULL) {
+        return;
+    }
+    (void)MHD_quiesce_daemon(d);
+    MHD_stop_daemon(d);
+}

@@ -1,0 +1,138 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Prometheus metrics: request counts by route and status code, latency histograms by
+ * route, tasks by phase. Counters are lock-free atomics; the exposition reads them. */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "server/server_int.h"
+
+#define MAX_ROUTES 64
+#define NUM_CODES 16
+
+static const int g_codes[NUM_CODES] = {200, 201, 202, 204, 400, 401, 403, 404,
+                                       405, 409, 410, 413, 415, 422, 429, 500};
+/* Upper bounds in seconds, Prometheus "le". */
+static const double g_buckets[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                   0.05,   0.1,   0.25,   0.5,   1,    2.5};
+#define NUM_BUCKETS (sizeof(g_buckets) / sizeof(g_buckets[0]))
+
+struct route_stats {
+    atomic_llong count[NUM_CODES + 1]; /* last slot: other codes */
+    atomic_llong bucket[NUM_BUCKETS + 1];
+    atomic_llong sum_ns;
+};
+
+/* Index MAX_ROUTES - 1 collects requests that matched no route. */
+static struct route_stats g_stats[MAX_ROUTES];
+
+static int code_slot(int status)
+{
+    for (int i = 0; i < NUM_CODES; i++) {
+        if (g_codes[i] == status) {
+            return i;
+        }
+    }
+    return NUM_CODES;
+}
+
+void metrics_observe(int route, int status, int64_t duration_ns)
+{
+    struct route_stats *s = &g_stats[route >= 0 && route < MAX_ROUTES - 1 ? route : MAX_ROUTES - 1];
+    size_t b;
+
+    atomic_fetch_add(&s->count[code_slot(status)], 1);
+    for (b = 0; b < NUM_BUCKETS; b++) {
+        if ((double)duration_ns / 1e9 <= g_buckets[b]) {
+            break;
+        }
+    }
+    atomic_fetch_add(&s->bucket[b], 1);
+    atomic_fetch_add(&s->sum_ns, duration_ns);
+}
+
+static void render_route(struct buf *out, const char *name, const struct route_stats *s)
+{
+    long long total = 0, cum = 0;
+
+    for (int c = 0; c <= NUM_CODES; c++) {
+        long long n = atomic_load(&s->count[c]);
+        if (n == 0) {
+            continue;
+        }
+        if (c < NUM_CODES) {
+            buf_printf(out, "diverge_http_requests_total{route=\"%s\",code=\"%d\"} %lld\n", name,
+                       g_codes[c], n);
+        } else {
+            buf_printf(out, "diverge_http_requests_total{route=\"%s\",code=\"other\"} %lld\n",
+                       name, n);
+        }
+        total += n;
+    }
+    if (total == 0) {
+        return;
+    }
+    for (size_t b = 0; b <= NUM_BUCKETS; b++) {
+        cum += atomic_load(&s->bucket[b]);
+        if (b < NUM_BUCKETS) {
+            buf_printf(out,
+                       "diverge_http_request_duration_seconds_bucket{route=\"%s\",le=\"%g\"} %lld\n",
+                       name, g_buckets[b], cum);
+        } else {
+            buf_printf(out,
+                       "diverge_http_request_duration_seconds_bucket{route=\"%s\",le=\"+Inf\"} "
+                       "%lld\n",
+                       name, cum);
+        }
+    }
+    buf_printf(out, "diverge_http_request_duration_seconds_sum{route=\"%s\"} %.6f\n", name,
+               (double)atomic_load(&s->sum_ns) / 1e9);
+    buf_printf(out, "diverge_http_request_duration_seconds_count{route=\"%s\"} %lld\n", name,
+               total);
+}
+
+void metrics_render(struct buf *out, struct server *srv)
+{
+    int64_t counts[TASK_PHASE_COUNT];
+    int nroutes = http_route_count();
+
+    buf_puts(out, "# HELP diverge_http_requests_total HTTP requests by route and status code.\n"
+                  "# TYPE diverge_http_requests_total counter\n");
+    buf_puts(out, "# HELP diverge_http_request_duration_seconds HTTP request latency by route.\n"
+                  "# TYPE diverge_http_request_duration_seconds histogram\n");
+    /* Several routes share a name (GET and POST of one path differ); merge by name. */
+    for (int i = 0; i < nroutes && i < MAX_ROUTES - 1; i++) {
+        struct route_stats merged;
+        bool first = true;
+        for (int j = 0; j < i; j++) {
+            if (strcmp(http_route_name(j), http_route_name(i)) == 0) {
+                first = false;
+            }
+        }
+        if (!first) {
+            continue;
+        }
+        memset(&merged, 0, sizeof(merged));
+        for (int j = i; j < nroutes && j < MAX_ROUTES - 1; j++) {
+            if (strcmp(http_route_name(j), http_route_name(i)) != 0) {
+                continue;
+            }
+            for (int c = 0; c <= NUM_CODES; c++) {
+                merged.count[c] += atomic_load(&g_stats[j].count[c]);
+            }
+            for (size_t b = 0; b <= NUM_BUCKETS; b++) {
+                merged.bucket[b] += atomic_load(&g_stats[j].bucket[b]);
+            }
+            merged.sum_ns += atomic_load(&g_stats[j].sum_ns);
+        }
+        render_route(out, http_route_name(i), &merged);
+    }
+    render_route(out, "none", &g_stats[MAX_ROUTES - 1]);
+    if (task_store_count_phases(counts, srv->store, NULL) == E_OK) {
+        buf_puts(out, "# HELP diverge_tasks AgentTasks by phase.\n# TYPE diverge_tasks gauge\n");
+        for (int p = 0; p < TASK_PHASE_COUNT; p++) {
+            buf_printf(out, "diverge_tasks{phase=\"%s\"} %lld\n",
+                       task_phase_name((enum task_phase)p), (long long)counts[p]);
+        }
+    }
+}

@@ -1,0 +1,302 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* `diverge serve`: flags and environment (SPEC §2), data dir and generated secrets, the
+ * store, the HTTP server, endpoint lines on start, and graceful shutdown on SIGTERM. */
+#include <errno.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/secret.h"
+#include "server/server.h"
+#include "server/server_int.h"
+
+#define VERSION "0.1.0"
+
+struct flag {
+    const char *name;    /* "--listen" */
+    const char *env;     /* "DIVERGE_LISTEN" */
+    const char *def;     /* default, NULL when none */
+    size_t offset;       /* of the char * field in struct server_config */
+    const char *help;
+};
+
+#define CFG(field_) offsetof(struct server_config, field_)
+
+static const struct flag g_flags[] = {
+    {"--listen", "DIVERGE_LISTEN", "127.0.0.1:8080", CFG(listen), "address:port of the HTTP server"},
+    {"--data-dir", "DIVERGE_DATA_DIR", "./var", CFG(data_dir),
+     "SQLite database, generated secrets, workspaces and logs"},
+    {"--public-url", "DIVERGE_PUBLIC_URL", NULL, CFG(public_url),
+     "base URL that sandboxes and links use (default http://<listen>)"},
+    {"--macaroon-root-key-file", "DIVERGE_MACAROON_ROOT_KEY_FILE", NULL, CFG(root_key_file),
+     "64 hex chars; generated 0600 when absent (default <data-dir>/macaroon-root-key)"},
+    {"--api-token-file", "DIVERGE_API_TOKEN_FILE", NULL, CFG(api_token_file),
+     "admin bearer token; generated 0600 when absent (default <data-dir>/api-token)"},
+    {"--store", "DIVERGE_STORE", "sqlite", CFG(store), "sqlite (embedded)"},
+    {"--log-format", "DIVERGE_LOG_FORMAT", NULL, CFG(log_format),
+     "text or json (default text on a terminal, else json)"},
+};
+
+static char **field(struct server_config *cfg, const struct flag *f)
+{
+    return (char **)(void *)((char *)cfg + f->offset);
+}
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: diverge serve [flags]\n\nRuns the Diverge server (task API, metering, "
+                 "webhooks) with the embedded SQLite store.\nEvery flag has an environment "
+                 "variable; flags win.\n\nflags:\n");
+    for (size_t i = 0; i < ARRAY_LEN(g_flags); i++) {
+        fprintf(out, "  %-26s %s (env %s%s%s)\n", g_flags[i].name, g_flags[i].help,
+                g_flags[i].env, g_flags[i].def != NULL ? ", default " : "",
+                g_flags[i].def != NULL ? g_flags[i].def : "");
+    }
+}
+
+static void config_cleanup(struct server_config *cfg)
+{
+    for (size_t i = 0; i < ARRAY_LEN(g_flags); i++) {
+        char **p = field(cfg, &g_flags[i]);
+        free(*p);
+        *p = NULL;
+    }
+}
+
+/* Returns 0, or 2 after printing a usage error, or -1 after printing help. */
+static int parse_flags(struct server_config *cfg, int argc, char **argv)
+{
+    for (size_t i = 0; i < ARRAY_LEN(g_flags); i++) {
+        const char *v = getenv(g_flags[i].env);
+        if (v == NULL || v[0] == '\0') {
+            v = g_flags[i].def;
+        }
+        *field(cfg, &g_flags[i]) = v != NULL ? xstrdup(v) : NULL;
+    }
+    for (int a = 1; a < argc; a++) {
+        const char *arg = argv[a], *eq = strchr(arg, '='), *val;
+        size_t nlen = eq != NULL ? (size_t)(eq - arg) : strlen(arg);
+        size_t i;
+
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+            usage(stdout);
+            return -1;
+        }
+        for (i = 0; i < ARRAY_LEN(g_flags); i++) {
+            if (strlen(g_flags[i].name) == nlen && strncmp(g_flags[i].name, arg, nlen) == 0) {
+                break;
+            }
+        }
+        if (i == ARRAY_LEN(g_flags)) {
+            fprintf(stderr, "diverge: serve: unknown flag %s (see diverge serve --help)\n", arg);
+            return 2;
+        }
+        if (eq != NULL) {
+            val = eq + 1;
+        } else if (a + 1 < argc) {
+            val = argv[++a];
+        } else {
+            fprintf(stderr, "diverge: serve: %s needs a value\n", g_flags[i].name);
+            return 2;
+        }
+        free(*field(cfg, &g_flags[i]));
+        *field(cfg, &g_flags[i]) = xstrdup(val);
+    }
+    return 0;
+}
+
+static int mkdir_p(const char *path, struct err *err)
+{
+    char *p = xstrdup(path);
+    int rc = E_OK;
+
+    for (char *s = p + 1; *s != '\0'; s++) {
+        if (*s == '/') {
+            *s = '\0';
+            if (mkdir(p, 0700) != 0 && errno != EEXIST) {
+                rc = err_set(err, E_FAIL, "mkdir %s: %s", p, strerror(errno));
+                goto out;
+            }
+            *s = '/';
+        }
+    }
+    if (mkdir(p, 0700) != 0 && errno != EEXIST) {
+        rc = err_set(err, E_FAIL, "mkdir %s: %s", p, strerror(errno));
+    }
+out:
+    free(p);
+    return rc;
+}
+
+static int load_secrets(struct server *srv, struct err *err)
+{
+    char *hex = NULL;
+    int rc;
+
+    if (srv->cfg.api_token_file == NULL) {
+        srv->cfg.api_token_file = xasprintf("%s/api-token", srv->cfg.data_dir);
+    }
+    if (srv->cfg.root_key_file == NULL) {
+        srv->cfg.root_key_file = xasprintf("%s/macaroon-root-key", srv->cfg.data_dir);
+    }
+    rc = secret_file_load_or_create(&srv->api_token, NULL, srv->cfg.api_token_file, 32, err);
+    if (rc != E_OK) {
+        return rc;
+    }
+    rc = secret_file_load_or_create(&hex, NULL, srv->cfg.root_key_file, 32, err);
+    if (rc != E_OK) {
+        return rc;
+    }
+    if (secret_unhex(srv->root_key, sizeof(srv->root_key), hex) != E_OK) {
+        rc = err_set(err, E_INVALID, "%s: expected 64 hex characters (32 bytes)",
+                     srv->cfg.root_key_file);
+    }
+    secret_wipe(hex, strlen(hex));
+    free(hex);
+    return rc;
+}
+
+static void print_endpoints(const struct server *srv)
+{
+    const char *b = srv->base_url;
+
+    printf("diverge serve %s: listening on http://%s\n", VERSION, srv->cfg.listen);
+    printf("  task API:  %s/apis/divergedev.com/v1alpha1/namespaces/{ns}/agenttasks\n", b);
+    printf("  health:    %s/healthz  %s/readyz\n", b, b);
+    printf("  metrics:   %s/metrics\n", b);
+    printf("  database:  %s/diverge.db\n", srv->cfg.data_dir);
+    printf("admin token: %s\n", srv->cfg.api_token_file);
+    fflush(stdout);
+}
+
+/* Replaces a ":0" port in the configured listen address by the bound one. */
+static void set_bound_listen(struct server *srv, uint16_t port)
+{
+    char *colon = strrchr(srv->cfg.listen, ':');
+    char *l;
+
+    *colon = '\0';
+    l = xasprintf("%s:%u", srv->cfg.listen[0] != '\0' ? srv->cfg.listen : "127.0.0.1", port);
+    free(srv->cfg.listen);
+    srv->cfg.listen = l;
+    if (srv->cfg.public_url != NULL && srv->cfg.public_url[0] != '\0') {
+        size_t n = strlen(srv->cfg.public_url);
+        srv->base_url = xstrdup(srv->cfg.public_url);
+        if (n > 0 && srv->base_url[n - 1] == '/') {
+            srv->base_url[n - 1] = '\0';
+        }
+    } else {
+        srv->base_url = xasprintf("http://%s", srv->cfg.listen);
+    }
+}
+
+static int setup_logging(const struct server_config *cfg)
+{
+    enum log_format fmt = isatty(STDERR_FILENO) ? LOG_FORMAT_TEXT : LOG_FORMAT_JSON;
+
+    if (cfg->log_format != NULL && log_format_parse(&fmt, cfg->log_format) != E_OK) {
+        fprintf(stderr, "diverge: serve: --log-format must be text or json, not %s\n",
+                cfg->log_format);
+        return 2;
+    }
+    log_set_format(fmt);
+    return 0;
+}
+
+static int wait_for_signal(void)
+{
+    sigset_t set;
+    int sig = 0;
+
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigwait(&set, &sig);
+    return sig;
+}
+
+static int run(struct server *srv)
+{
+    struct MHD_Daemon *d = NULL;
+    struct err err = {0};
+    char *db = NULL;
+    uint16_t port = 0;
+    int sig, rc;
+
+    rc = mkdir_p(srv->cfg.data_dir, &err);
+    if (rc == E_OK) {
+        rc = load_secrets(srv, &err);
+    }
+    if (rc == E_OK) {
+        db = xasprintf("%s/diverge.db", srv->cfg.data_dir);
+        rc = task_store_sqlite_open(&srv->store, db, clock_system(), &err);
+    }
+    if (rc == E_OK) {
+        rc = http_start(&d, &port, srv, &err);
+    }
+    free(db);
+    if (rc != E_OK) {
+        fprintf(stderr, "diverge: serve: %s\n", err.msg);
+        task_store_close(srv->store);
+        return 1;
+    }
+    set_bound_listen(srv, port);
+    log_kv(LOG_INFO, "server_started", "listen", srv->cfg.listen, "data_dir", srv->cfg.data_dir,
+           "store", srv->cfg.store, NULL);
+    print_endpoints(srv);
+    sig = wait_for_signal();
+    log_kv(LOG_INFO, "server_stopping", "signal", sig == SIGTERM ? "SIGTERM" : "SIGINT", NULL);
+    /* Stop accepting, end watch streams, let requests in flight finish. */
+    atomic_store(&srv->shutting_down, true);
+    task_store_wake(srv->store);
+    http_stop(d);
+    task_store_close(srv->store);
+    srv->store = NULL;
+    log_kv(LOG_INFO, "server_stopped", NULL);
+    return 0;
+}
+
+int server_main(int argc, char **argv)
+{
+    struct server srv;
+    sigset_t set;
+    int rc;
+
+    memset(&srv, 0, sizeof(srv));
+    rc = parse_flags(&srv.cfg, argc, argv);
+    if (rc == 0) {
+        rc = setup_logging(&srv.cfg);
+    }
+    if (rc == 0 && strcmp(srv.cfg.store, "sqlite") != 0) {
+        fprintf(stderr, "diverge: serve: --store %s is not supported by this build (sqlite)\n",
+                srv.cfg.store);
+        rc = 2;
+    }
+    if (rc != 0) {
+        config_cleanup(&srv.cfg);
+        return rc < 0 ? 0 : rc;
+    }
+    /* Block the stop signals in every thread; the main thread takes them with sigwait. */
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    /* The database and workspaces hold tokens and task data: owner-only. */
+    umask(077);
+    atomic_init(&srv.shutting_down, false);
+    rc = run(&srv);
+    if (srv.api_token != NULL) {
+        secret_wipe(srv.api_token, strlen(srv.api_token));
+    }
+    free(srv.api_token);
+    secret_wipe(srv.root_key, sizeof(srv.root_key));
+    free(srv.base_url);
+    config_cleanup(&srv.cfg);
+    return rc;
+}

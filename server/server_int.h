@@ -1,0 +1,113 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Declarations shared inside server/: the request context handlers see, the response
+ * helpers, routes, metrics and the running server's state. */
+#ifndef DIVERGE_SERVER_SERVER_INT_H
+#define DIVERGE_SERVER_SERVER_INT_H
+
+#include <jansson.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/buf.h"
+#include "common/err.h"
+#include "store/store.h"
+
+#define SERVER_BODY_MAX (1024u * 1024u)            /* API and meter bodies */
+#define SERVER_WEBHOOK_BODY_MAX (25u * 1024u * 1024u) /* webhook deliveries */
+#define SERVER_ROUTE_PARAMS 4
+
+struct server_config {
+    char *listen;          /* "host:port" */
+    char *data_dir;        /* created 0700 when absent */
+    char *public_url;      /* NULL: http://<bound listen address> */
+    char *root_key_file;   /* NULL: <data-dir>/macaroon-root-key */
+    char *api_token_file;  /* NULL: <data-dir>/api-token */
+    char *store;           /* "sqlite" */
+    char *log_format;      /* "text" | "json"; NULL: text on a terminal */
+};
+
+struct server {
+    struct server_config cfg;
+    struct task_store *store;      /* owned */
+    char *api_token;               /* owned; wiped on exit */
+    unsigned char root_key[32];    /* macaroon root key; wiped on exit */
+    char *base_url;                /* owned; public base URL */
+    atomic_bool shutting_down;     /* set on SIGTERM: watch streams end */
+};
+
+/* One HTTP request; lives from the first access-handler call to the completion callback. */
+struct request {
+    struct server *srv;                       /* borrowed */
+    struct MHD_Connection *conn;              /* borrowed */
+    const char *method;                       /* borrowed from MHD */
+    const char *url;                          /* borrowed from MHD (path only) */
+    struct buf body;                          /* capped request body */
+    bool too_big;                             /* body went over its cap */
+    size_t discarded;                         /* bytes of an oversized body thrown away */
+    int route;                                /* index into the route table, -1 none */
+    const char *params[SERVER_ROUTE_PARAMS];  /* path parameters, owned (param_store) */
+    char *param_store;                        /* owned copy of the path, split */
+    int64_t start_ns;                         /* monotonic start */
+    int status;                               /* status sent, for logs and metrics */
+    bool kube_errors;                         /* errors as metav1.Status (under /apis/) */
+};
+
+/* --- responses (http.c) --- each returns the MHD result of queueing. */
+int http_send_json(struct request *r, int status, json_t *body); /* steals BODY */
+int http_send_text(struct request *r, int status, const char *content_type, const char *text);
+/* Sends the error body for CODE (an enum err_code or an HTTP status when >= 100). Under
+ * /apis/ the body is a metav1.Status. */
+int http_send_error(struct request *r, int status, const char *reason, const struct err *err,
+                    const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* Maps an enum err_code to the HTTP status (the one translation table). */
+int http_status_of(int code);
+/* Sends the error for an err from the store/model layers: status from http_status_of. */
+int http_send_err(struct request *r, const struct err *err);
+const char *http_query(struct request *r, const char *key);
+const char *http_header(struct request *r, const char *key);
+bool http_query_true(struct request *r, const char *key);
+/* Parses the request body as JSON; on failure sends 400 and returns NULL. */
+json_t *http_body_json(struct request *r, int *mhd_ret_out);
+/* Starts a streaming chunked response; READ is called in the connection's thread and may
+ * block. Returns the MHD result. */
+typedef long (*http_stream_fn)(void *cls, uint64_t pos, char *buf, size_t max);
+int http_send_stream(struct request *r, int status, const char *content_type,
+                     http_stream_fn read, void *cls, void (*free_cls)(void *));
+
+/* --- handlers (api_tasks.c, server.c) --- */
+typedef int (*route_fn)(struct request *r);
+
+int api_task_list(struct request *r);
+int api_task_list_all(struct request *r);
+int api_task_create(struct request *r);
+int api_task_get(struct request *r);
+int api_task_patch(struct request *r);
+int api_task_put(struct request *r);
+int api_task_delete(struct request *r);
+int api_task_status_get(struct request *r);
+int api_task_status_patch(struct request *r);
+int api_task_status_put(struct request *r);
+int api_env_list(struct request *r);
+int api_env_get(struct request *r);
+int api_discovery_api(struct request *r);
+int api_discovery_apis(struct request *r);
+int api_discovery_group(struct request *r);
+
+/* --- metrics (metrics.c) --- */
+void metrics_observe(int route, int status, int64_t duration_ns);
+/* Renders the Prometheus text exposition into OUT. */
+void metrics_render(struct buf *out, struct server *srv);
+int metrics_route_count(void);
+const char *metrics_route_name(int route);
+
+/* --- routing (http.c) --- */
+struct MHD_Daemon;
+/* Starts the HTTP daemon on SRV->cfg.listen; *port_out gets the bound port. */
+int http_start(struct MHD_Daemon **out, uint16_t *port_out, struct server *srv, struct err *err);
+void http_stop(struct MHD_Daemon *d);
+/* Name of ROUTE for logs and metrics ("tasks.get"); "none" for -1. */
+const char *http_route_name(int route);
+int http_route_count(void);
+
+#endif
