@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/secret.h"
 #include "store/store.h"
 #include "store/store_int.h"
 
@@ -244,14 +245,10 @@ out:
 static void new_uid(char out[37])
 {
     unsigned char b[16];
-    FILE *f = fopen("/dev/urandom", "rb");
 
-    if (f == NULL || fread(b, 1, sizeof(b), f) != sizeof(b)) {
-        ASSERT(!"cannot read /dev/urandom");
-    }
-    fclose(f);
-    b[6] = (unsigned char)((b[6] & 0x0f) | 0x40);
-    b[8] = (unsigned char)((b[8] & 0x3f) | 0x80);
+    secret_random(b, sizeof(b));
+    b[6] = (unsigned char)((b[6] & 0x0f) | 0x40); /* version 4 */
+    b[8] = (unsigned char)((b[8] & 0x3f) | 0x80); /* RFC 4122 variant */
     snprintf(out, 37, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
              b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12],
              b[13], b[14], b[15]);

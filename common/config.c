@@ -1,0 +1,581 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* `.diverge/agent.yaml` over libyaml's document loader. A table of known keys drives the
+ * walk; every value is checked against its declared type, and any problem is reported
+ * with the file, the 1-based line and the dotted key, never silently ignored. */
+#include "common/config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <yaml.h>
+
+#include "common/money.h"
+
+enum field_kind {
+    FIELD_VERSION,     /* "1" (quoted or plain) */
+    FIELD_SECTION,     /* a nested mapping, described by children */
+    FIELD_STRING,      /* a non-empty string */
+    FIELD_STRING_LIST, /* a sequence of non-empty strings */
+    FIELD_MONEY,       /* decimal USD, quoted or plain, via money_parse_n */
+    FIELD_COUNT,       /* non-negative integer up to INT64_MAX */
+    FIELD_SMALL_COUNT, /* non-negative integer up to INT32_MAX */
+};
+
+#define NO_MEMBER ((size_t)-1)
+
+struct field {
+    const char *key;              /* YAML key */
+    enum field_kind kind;         /* what the value must be */
+    size_t off;                   /* offset of the value member in struct config_agent */
+    size_t off_n;                 /* FIELD_STRING_LIST: offset of the count member */
+    size_t off_has;               /* offset of the bool has_* member, or NO_MEMBER */
+    const struct field *children; /* FIELD_SECTION: its keys */
+    size_t n_children;            /* entries in children */
+};
+
+#define MEMBER(m_) offsetof(struct config_agent, m_)
+
+static const struct field agent_fields[] = {
+    {"capabilities", FIELD_STRING_LIST, MEMBER(capabilities), MEMBER(n_capabilities),
+     MEMBER(has_capabilities), NULL, 0},
+    {"allowedTools", FIELD_STRING_LIST, MEMBER(allowed_tools), MEMBER(n_allowed_tools),
+     MEMBER(has_allowed_tools), NULL, 0},
+    {"budgetUSD", FIELD_MONEY, MEMBER(budget_usd_micros), NO_MEMBER, MEMBER(has_budget_usd),
+     NULL, 0},
+    {"budgetTokens", FIELD_COUNT, MEMBER(budget_tokens), NO_MEMBER, MEMBER(has_budget_tokens),
+     NULL, 0},
+    {"maxIterations", FIELD_SMALL_COUNT, MEMBER(max_iterations), NO_MEMBER,
+     MEMBER(has_max_iterations), NULL, 0},
+    {"baseBranch", FIELD_STRING, MEMBER(base_branch), NO_MEMBER, NO_MEMBER, NULL, 0},
+};
+
+static const struct field sandbox_fields[] = {
+    {"provider", FIELD_STRING, MEMBER(sandbox_provider), NO_MEMBER, NO_MEMBER, NULL, 0},
+    {"timeoutSeconds", FIELD_SMALL_COUNT, MEMBER(sandbox_timeout_s), NO_MEMBER,
+     MEMBER(has_sandbox_timeout), NULL, 0},
+};
+
+static const struct field top_fields[] = {
+    {"version", FIELD_VERSION, NO_MEMBER, NO_MEMBER, NO_MEMBER, NULL, 0},
+    {"agent", FIELD_SECTION, NO_MEMBER, NO_MEMBER, NO_MEMBER, agent_fields,
+     ARRAY_LEN(agent_fields)},
+    {"sandbox", FIELD_SECTION, NO_MEMBER, NO_MEMBER, NO_MEMBER, sandbox_fields,
+     ARRAY_LEN(sandbox_fields)},
+};
+
+/* How a plain (unquoted) scalar resolves; quoted scalars are always strings. */
+enum scalar_kind {
+    SCALAR_NULL,
+    SCALAR_BOOL,
+    SCALAR_INT,
+    SCALAR_FLOAT,
+    SCALAR_STR,
+};
+
+struct loader {
+    yaml_document_t *doc;     /* borrowed */
+    const char *name;         /* file name for messages; borrowed */
+    struct config_agent *cfg; /* being filled; borrowed */
+    bool seen_version;        /* the top-level version key was present */
+    struct err *err;          /* caller's; may be NULL */
+};
+
+#define PATH_MAX_LEN 96
+
+/* Records "NAME:LINE: KEY: problem" with KEY as the field; returns E_INVALID. */
+static int fail_at(struct loader *l, const yaml_node_t *node, const char *key, const char *fmt,
+                   ...) __attribute__((format(printf, 4, 5)));
+
+static int fail_at(struct loader *l, const yaml_node_t *node, const char *key, const char *fmt,
+                   ...)
+{
+    char problem[256];
+    size_t line = node != NULL ? node->start_mark.line + 1 : 1;
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(problem, sizeof(problem), fmt, ap);
+    va_end(ap);
+    return err_set_field(l->err, E_INVALID, key, "%s:%zu: %s: %s", l->name, line, key, problem);
+}
+
+static const char *scalar_text(const yaml_node_t *n)
+{
+    return (const char *)n->data.scalar.value;
+}
+
+static bool text_in(const char *s, const char *const *words, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(s, words[i]) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+static bool all_digits(const char *s, const char *end)
+{
+    if (s == end) {
+        return false;
+    }
+    for (; s < end; s++) {
+        if (*s < '0' || *s > '9') {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* [-+]? ( digits ( "." digits? )? | "." digits ) ( [eE] [-+]? digits )? */
+static bool looks_float(const char *s)
+{
+    const char *p = s + ((*s == '-' || *s == '+') ? 1 : 0), *q = p;
+
+    while (*q >= '0' && *q <= '9') {
+        q++;
+    }
+    if (*q == '.') {
+        const char *f = ++q;
+        while (*q >= '0' && *q <= '9') {
+            q++;
+        }
+        if (q == f && f - 1 == p) {
+            return false; /* a lone "." */
+        }
+    } else if (q == p) {
+        return false;
+    }
+    if (*q == 'e' || *q == 'E') {
+        const char *e;
+        q++;
+        q += (*q == '-' || *q == '+') ? 1 : 0;
+        e = q;
+        while (*q >= '0' && *q <= '9') {
+            q++;
+        }
+        if (q == e) {
+            return false;
+        }
+    }
+    return *q == '\0';
+}
+
+/* Resolution of plain scalars after YAML 1.1 (libyaml's version) so that `on`, `yes`
+ * or `~` never pass for strings by accident. */
+static enum scalar_kind resolve(const yaml_node_t *n)
+{
+    static const char *const nulls[] = {"", "~", "null", "Null", "NULL"};
+    static const char *const bools[] = {"true", "True", "TRUE", "false", "False", "FALSE",
+                                        "yes",  "Yes",  "YES",  "no",    "No",    "NO",
+                                        "on",   "On",   "ON",   "off",   "Off",   "OFF"};
+    static const char *const floats[] = {".inf", ".Inf",  ".INF", "-.inf", "-.Inf", "-.INF",
+                                         "+.inf", ".nan", ".NaN", ".NAN"};
+    const char *s = scalar_text(n), *digits;
+
+    if (n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE) {
+        return SCALAR_STR;
+    }
+    if (text_in(s, nulls, ARRAY_LEN(nulls))) {
+        return SCALAR_NULL;
+    }
+    if (text_in(s, bools, ARRAY_LEN(bools))) {
+        return SCALAR_BOOL;
+    }
+    digits = s + ((*s == '-' || *s == '+') ? 1 : 0);
+    if (all_digits(digits, digits + strlen(digits)) ||
+        (strncmp(s, "0x", 2) == 0 && s[2] != '\0' && strspn(s + 2, "0123456789abcdefABCDEF") ==
+                                                         strlen(s + 2))) {
+        return SCALAR_INT;
+    }
+    if (looks_float(s) || text_in(s, floats, ARRAY_LEN(floats))) {
+        return SCALAR_FLOAT;
+    }
+    return SCALAR_STR;
+}
+
+/* A non-empty string without NUL bytes; *out is a new copy. */
+static int take_string(char **out, struct loader *l, const yaml_node_t *n, const char *key)
+{
+    *out = NULL;
+    if (n->type != YAML_SCALAR_NODE || resolve(n) != SCALAR_STR) {
+        return fail_at(l, n, key, "expected a string");
+    }
+    if (n->data.scalar.length == 0) {
+        return fail_at(l, n, key, "expected a non-empty string");
+    }
+    if (strlen(scalar_text(n)) != n->data.scalar.length) {
+        return fail_at(l, n, key, "string contains a NUL byte");
+    }
+    *out = xstrdup(scalar_text(n));
+    return E_OK;
+}
+
+static int load_string_list(struct loader *l, const yaml_node_t *n, const struct field *f,
+                            const char *key)
+{
+    char ***items = (char ***)(void *)((char *)l->cfg + f->off);
+    size_t *count = (size_t *)(void *)((char *)l->cfg + f->off_n);
+    const yaml_node_item_t *it;
+    size_t cap;
+    int rc;
+
+    if (n->type != YAML_SEQUENCE_NODE) {
+        return fail_at(l, n, key, "expected a list of strings");
+    }
+    cap = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
+    *items = xcalloc(cap + 1, sizeof(char *));
+    for (it = n->data.sequence.items.start; it < n->data.sequence.items.top; it++) {
+        const yaml_node_t *item = yaml_document_get_node(l->doc, *it);
+        char item_key[PATH_MAX_LEN + 24];
+
+        snprintf(item_key, sizeof(item_key), "%s[%zu]", key, *count);
+        rc = take_string(&(*items)[*count], l, item, item_key);
+        if (rc != E_OK) {
+            return rc;
+        }
+        (*count)++;
+    }
+    return E_OK;
+}
+
+/* A plain, non-negative decimal integer without sign or leading zeros, up to MAX. */
+static int load_count(struct loader *l, const yaml_node_t *n, const struct field *f,
+                      const char *key, int64_t max)
+{
+    int64_t *dst = (int64_t *)(void *)((char *)l->cfg + f->off), v = 0;
+    const char *s;
+
+    if (n->type != YAML_SCALAR_NODE || resolve(n) != SCALAR_INT) {
+        return fail_at(l, n, key, "expected a non-negative integer");
+    }
+    s = scalar_text(n);
+    if (!all_digits(s, s + strlen(s)) || (s[0] == '0' && s[1] != '\0')) {
+        return fail_at(l, n, key, "expected a non-negative integer");
+    }
+    for (; *s != '\0'; s++) {
+        if (v > (max - (*s - '0')) / 10) {
+            return fail_at(l, n, key, "integer out of range (at most %lld)", (long long)max);
+        }
+        v = v * 10 + (*s - '0');
+    }
+    *dst = v;
+    return E_OK;
+}
+
+static int load_money(struct loader *l, const yaml_node_t *n, const struct field *f,
+                      const char *key)
+{
+    int64_t *dst = (int64_t *)(void *)((char *)l->cfg + f->off);
+    enum scalar_kind kind;
+    struct err perr = {0};
+    bool plus = false;
+
+    if (n->type != YAML_SCALAR_NODE) {
+        return fail_at(l, n, key, "expected a decimal amount such as \"5.00\"");
+    }
+    kind = resolve(n);
+    if (kind == SCALAR_NULL || kind == SCALAR_BOOL ||
+        money_parse_n(dst, &plus, scalar_text(n), n->data.scalar.length, &perr) != E_OK) {
+        return fail_at(l, n, key, "expected a decimal amount such as \"5.00\"%s%s",
+                       perr.msg[0] != '\0' ? ": " : "", perr.msg);
+    }
+    if (plus) {
+        return fail_at(l, n, key, "expected an amount, not a '+' increment");
+    }
+    return E_OK;
+}
+
+static int load_mapping(struct loader *l, const yaml_node_t *map, const char *prefix,
+                        const struct field *fields, size_t n_fields);
+
+static int load_value(struct loader *l, const yaml_node_t *v, const struct field *f,
+                      const char *key)
+{
+    switch (f->kind) {
+    case FIELD_VERSION:
+        if (v->type != YAML_SCALAR_NODE || strcmp(scalar_text(v), "1") != 0 ||
+            (resolve(v) != SCALAR_STR && resolve(v) != SCALAR_INT)) {
+            return fail_at(l, v, key, "unsupported version (want \"1\")");
+        }
+        l->seen_version = true;
+        return E_OK;
+    case FIELD_SECTION:
+        if (v->type == YAML_SCALAR_NODE && resolve(v) == SCALAR_NULL) {
+            return E_OK; /* "agent:" with every entry commented out */
+        }
+        if (v->type != YAML_MAPPING_NODE) {
+            return fail_at(l, v, key, "expected a mapping");
+        }
+        return load_mapping(l, v, key, f->children, f->n_children);
+    case FIELD_STRING:
+        return take_string((char **)(void *)((char *)l->cfg + f->off), l, v, key);
+    case FIELD_STRING_LIST:
+        return load_string_list(l, v, f, key);
+    case FIELD_MONEY:
+        return load_money(l, v, f, key);
+    case FIELD_COUNT:
+        return load_count(l, v, f, key, INT64_MAX);
+    case FIELD_SMALL_COUNT:
+        return load_count(l, v, f, key, INT32_MAX);
+    }
+    ASSERT(0);
+    return E_FAIL;
+}
+
+static int load_mapping(struct loader *l, const yaml_node_t *map, const char *prefix,
+                        const struct field *fields, size_t n_fields)
+{
+    const yaml_node_pair_t *pair;
+    unsigned seen = 0; /* bit i: fields[i] was given */
+
+    ASSERT(n_fields <= sizeof(seen) * 8);
+    for (pair = map->data.mapping.pairs.start; pair < map->data.mapping.pairs.top; pair++) {
+        const yaml_node_t *k = yaml_document_get_node(l->doc, pair->key);
+        const yaml_node_t *v = yaml_document_get_node(l->doc, pair->value);
+        char key[PATH_MAX_LEN];
+        size_t i;
+        int rc;
+
+        if (k->type != YAML_SCALAR_NODE) {
+            return fail_at(l, k, prefix[0] != '\0' ? prefix : "(top level)",
+                           "mapping keys must be plain strings");
+        }
+        snprintf(key, sizeof(key), "%s%s%.40s", prefix, prefix[0] != '\0' ? "." : "",
+                 scalar_text(k));
+        for (i = 0; i < n_fields && strcmp(fields[i].key, scalar_text(k)) != 0; i++) {
+        }
+        if (i == n_fields) {
+            return fail_at(l, k, key, "unknown key");
+        }
+        if (seen & (1u << i)) {
+            return fail_at(l, k, key, "duplicate key");
+        }
+        seen |= 1u << i;
+        rc = load_value(l, v, &fields[i], key);
+        if (rc != E_OK) {
+            return rc;
+        }
+        if (fields[i].off_has != NO_MEMBER) {
+            *(bool *)(void *)((char *)l->cfg + fields[i].off_has) = true;
+        }
+    }
+    return E_OK;
+}
+
+static int syntax_error(const yaml_parser_t *p, const char *name, struct err *err)
+{
+    if (p->error == YAML_MEMORY_ERROR) {
+        return err_set(err, E_FAIL, "%s: out of memory while parsing", name);
+    }
+    return err_set(err, E_INVALID, "%s:%zu: %s%s%s", name, p->problem_mark.line + 1,
+                   p->problem != NULL ? p->problem : "malformed YAML",
+                   p->context != NULL ? " " : "", p->context != NULL ? p->context : "");
+}
+
+static int load_document(struct config_agent *cfg, yaml_parser_t *parser, const char *name,
+                         struct err *err)
+{
+    yaml_document_t doc, extra;
+    struct loader l = {.doc = &doc, .name = name, .cfg = cfg, .err = err};
+    const yaml_node_t *root;
+    int rc;
+
+    if (!yaml_parser_load(parser, &doc)) {
+        return syntax_error(parser, name, err);
+    }
+    root = yaml_document_get_root_node(&doc);
+    if (root == NULL) {
+        rc = fail_at(&l, NULL, "version", "required (write version: \"1\")");
+        goto out;
+    }
+    if (root->type != YAML_MAPPING_NODE) {
+        rc = err_set(err, E_INVALID, "%s:%zu: expected a mapping at the top level", name,
+                     root->start_mark.line + 1);
+        goto out;
+    }
+    rc = load_mapping(&l, root, "", top_fields, ARRAY_LEN(top_fields));
+    if (rc == E_OK && !l.seen_version) {
+        rc = fail_at(&l, root, "version", "required (write version: \"1\")");
+    }
+    if (rc != E_OK) {
+        goto out;
+    }
+    /* A second document would be silently ignored otherwise. */
+    if (!yaml_parser_load(parser, &extra)) {
+        rc = syntax_error(parser, name, err);
+        goto out;
+    }
+    if (yaml_document_get_root_node(&extra) != NULL) {
+        rc = err_set(err, E_INVALID, "%s:%zu: expected a single YAML document", name,
+                     extra.start_mark.line + 1);
+    }
+    yaml_document_delete(&extra);
+out:
+    yaml_document_delete(&doc);
+    return rc;
+}
+
+int config_agent_load_mem(struct config_agent **out, const char *name, const char *data,
+                          size_t len, struct err *err)
+{
+    struct config_agent *cfg = NULL;
+    yaml_parser_t parser;
+    int rc;
+
+    *out = NULL;
+    if (len > CONFIG_AGENT_MAX_BYTES) {
+        return err_set(err, E_TOOBIG, "%s: larger than %u bytes", name, CONFIG_AGENT_MAX_BYTES);
+    }
+    if (!yaml_parser_initialize(&parser)) {
+        return err_set(err, E_FAIL, "%s: cannot initialise the YAML parser", name);
+    }
+    yaml_parser_set_input_string(&parser, (const unsigned char *)data, len);
+    cfg = xcalloc(1, sizeof(*cfg));
+    rc = load_document(cfg, &parser, name, err);
+    yaml_parser_delete(&parser);
+    if (rc != E_OK) {
+        config_agent_free(cfg);
+        return rc;
+    }
+    *out = cfg;
+    return E_OK;
+}
+
+int config_agent_load_file(struct config_agent **out, const char *path, struct err *err)
+{
+    char *data = xmalloc(CONFIG_AGENT_MAX_BYTES + 1);
+    size_t len = 0, n;
+    FILE *f;
+    int rc;
+
+    *out = NULL;
+    f = fopen(path, "rb");
+    if (f == NULL) {
+        rc = errno == ENOENT ? err_set(err, E_NOTFOUND, "%s: no such file", path)
+                             : err_set(err, E_FAIL, "%s: %s", path, strerror(errno));
+        goto out;
+    }
+    /* Read one byte past the cap so an oversized file is told apart from a full one. */
+    while ((n = fread(data + len, 1, CONFIG_AGENT_MAX_BYTES + 1 - len, f)) > 0) {
+        len += n;
+        if (len > CONFIG_AGENT_MAX_BYTES) {
+            break;
+        }
+    }
+    if (ferror(f)) {
+        rc = err_set(err, E_FAIL, "%s: read failed", path);
+        goto out;
+    }
+    rc = config_agent_load_mem(out, path, data, len, err);
+out:
+    if (f != NULL) {
+        fclose(f);
+    }
+    free(data);
+    return rc;
+}
+
+static void free_list(char **items, size_t n)
+{
+    for (size_t i = 0; items != NULL && i < n; i++) {
+        free(items[i]);
+    }
+    free(items);
+}
+
+void config_agent_free(struct config_agent *cfg)
+{
+    if (cfg == NULL) {
+        return;
+    }
+    free_list(cfg->capabilities, cfg->n_capabilities);
+    free_list(cfg->allowed_tools, cfg->n_allowed_tools);
+    free(cfg->base_branch);
+    free(cfg->sandbox_provider);
+    free(cfg);
+}
+
+static const char example[] =
+    "# Diverge agent configuration (SPEC section 10). `diverge task create` and tasks made\n"
+    "# from PR/MR comments take their defaults from this file; flags and commands override.\n"
+    "version: \"1\"\n"
+    "agent:\n"
+    "  # Models the agent may use: exact names, or a prefix wildcard such as claude-*.\n"
+    "  capabilities:\n"
+    "    - claude-3-7-sonnet\n"
+    "    - gemini-2.5-pro\n"
+    "  # Tools the agent may run inside its sandbox.\n"
+    "  allowedTools:\n"
+    "    - git\n"
+    "    - go\n"
+    "  # Spend limits: USD as a decimal string, tokens as a whole number.\n"
+    "  budgetUSD: \"5.00\"\n"
+    "  budgetTokens: 200000\n"
+    "  maxIterations: 8\n"
+    "  baseBranch: main\n"
+    "sandbox:\n"
+    "  # local (bubblewrap), process (development only), none, or agent-sandbox (Kubernetes).\n"
+    "  provider: local\n"
+    "  timeoutSeconds: 1800\n";
+
+const char *config_agent_example(void)
+{
+    return example;
+}
+
+static int make_parent_dir(const char *path, struct err *err)
+{
+    const char *slash = strrchr(path, '/');
+    char *dir;
+    int rc = E_OK;
+
+    if (slash == NULL || slash == path) {
+        return E_OK;
+    }
+    dir = xstrndup(path, (size_t)(slash - path));
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        rc = err_set(err, E_FAIL, "%s: %s", dir, strerror(errno));
+    }
+    free(dir);
+    return rc;
+}
+
+int config_agent_write_example(const char *path, bool force, struct err *err)
+{
+    size_t len = sizeof(example) - 1, off = 0;
+    int fd, rc;
+
+    rc = make_parent_dir(path, err);
+    if (rc != E_OK) {
+        return rc;
+    }
+    fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | (force ? O_TRUNC : O_EXCL), 0644);
+    if (fd < 0) {
+        if (errno == EEXIST) {
+            return err_set(err, E_CONFLICT, "%s already exists", path);
+        }
+        return err_set(err, E_FAIL, "%s: %s", path, strerror(errno));
+    }
+    while (off < len) {
+        ssize_t n = write(fd, example + off, len - off);
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n <= 0) {
+            rc = err_set(err, E_FAIL, "%s: write failed: %s", path, strerror(errno));
+            break;
+        }
+        off += (size_t)n;
+    }
+    if (close(fd) != 0 && rc == E_OK) {
+        rc = err_set(err, E_FAIL, "%s: %s", path, strerror(errno));
+    }
+    return rc;
+}
