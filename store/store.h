@@ -111,6 +111,19 @@ typedef int (*task_mutate_fn)(json_t *doc, struct err *err, void *userdata);
 typedef int (*task_event_fn)(enum task_event_type type, const json_t *obj, void *userdata);
 
 struct task_store;
+struct task_txn;
+
+/* Work done inside one write transaction (see task_store_txn). Return E_OK to commit. */
+typedef int (*task_txn_fn)(struct task_txn *tx, void *userdata);
+
+/* One row of the token index (the embedded analogue of the diverge-agenttask-tokens
+ * Secret): which token a task holds and whether it is still good. */
+struct token_record {
+    char token_id[160];  /* the macaroon identifier */
+    int64_t generation;  /* 1 for the first mint, +1 on every re-mint */
+    bool active;         /* false once revoked */
+    char *token;         /* owned: the serialized token; free() it */
+};
 
 struct task_store_ops {
     const char *name;
@@ -149,6 +162,9 @@ struct task_store_ops {
     int (*env_list)(json_t **items_out, struct task_store *st, const char *ns, struct err *err);
     int (*env_get)(json_t **out, struct task_store *st, const char *ns, const char *name,
                    struct err *err);
+    /* Runs FN inside one write transaction; commits (fsync'd) when FN returns E_OK, else
+     * rolls back. Events of committed changes are published after the commit. */
+    int (*txn)(struct task_store *st, task_txn_fn fn, void *userdata, struct err *err);
     void (*close)(struct task_store *st);
 };
 
@@ -223,6 +239,46 @@ static inline int task_store_env_get(json_t **out, struct task_store *st, const 
 {
     return st->ops->env_get(out, st, ns, name, err);
 }
+
+static inline int task_store_txn(struct task_store *st, task_txn_fn fn, void *userdata,
+                                 struct err *err)
+{
+    return st->ops->txn(st, fn, userdata, err);
+}
+
+/* --- inside a transaction (only valid during the task_txn_fn call) ------------------ */
+
+/* *out: a new reference to the stored task. E_NOTFOUND. */
+int task_txn_get(json_t **out, struct task_txn *tx, const char *ns, const char *name,
+                 struct err *err);
+/* Writes DOC (a task read in this transaction and changed; validated by the caller) with a
+ * new resourceVersion, which is set in DOC. The MODIFIED event is published on commit. */
+int task_txn_put(struct task_txn *tx, json_t *doc, struct err *err);
+/* Savepoints: one unit of work that can be undone without undoing the transaction. */
+int task_txn_savepoint(struct task_txn *tx, struct err *err);
+int task_txn_release(struct task_txn *tx, struct err *err);
+void task_txn_rollback_savepoint(struct task_txn *tx);
+/* Whether REQUEST_ID was already charged to the task with uid TASK_UID. */
+int task_txn_meter_seen(bool *seen_out, struct task_txn *tx, const char *task_uid,
+                        const char *request_id, struct err *err);
+/* Remembers a charged request id (with its amounts, for audits). */
+int task_txn_meter_record(struct task_txn *tx, const char *task_uid, const char *request_id,
+                          int64_t tokens, int64_t cost_micros, struct err *err);
+/* The task's latest token; E_NOTFOUND when it never had one. Free out->token. */
+int task_txn_token_current(struct token_record *out, struct task_txn *tx, const char *ns,
+                           const char *name, struct err *err);
+/* Adds an active token of generation GENERATION. */
+int task_txn_token_add(struct task_txn *tx, const char *ns, const char *name, int64_t generation,
+                       const char *token_id, const char *token, struct err *err);
+/* Revokes every active token of the task (a no-op when none is active). */
+int task_txn_token_revoke(struct task_txn *tx, const char *ns, const char *name,
+                          struct err *err);
+/* The store's clock (for timestamps written inside a transaction). */
+const struct clock *task_txn_clock(struct task_txn *tx);
+
+/* Outside a transaction: the task's latest token record. E_NOTFOUND. */
+int task_store_token_current(struct token_record *out, struct task_store *st, const char *ns,
+                             const char *name, struct err *err);
 
 static inline void task_store_close(struct task_store *st)
 {

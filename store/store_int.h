@@ -4,6 +4,76 @@
 #define DIVERGE_STORE_STORE_INT_H
 
 #include <jansson.h>
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdbool.h>
+
+#include "common/err.h"
+#include "store/store.h"
+
+#define EVENT_RING 4096
+
+struct event {
+    int64_t rv;               /* resourceVersion of this change; 0 = empty slot */
+    enum task_event_type type;
+    json_t *obj;              /* owned */
+};
+
+/* Cached prepared statements of the hot paths. */
+enum sqlst_stmt_id {
+    SQLST_INSERT_TASK,
+    SQLST_UPDATE_TASK,
+    SQLST_BUMP_RV,
+    SQLST_GET_TASK,
+    SQLST_METER_SEEN,
+    SQLST_METER_INSERT,
+    SQLST_TOKEN_CURRENT,
+    SQLST_TOKEN_INSERT,
+    SQLST_TOKEN_REVOKE,
+    SQLST_SAVEPOINT,
+    SQLST_RELEASE,
+    SQLST_ROLLBACK_TO,
+    SQLST_COUNT,
+};
+
+struct sqlite_store {
+    struct task_store base; /* must be first */
+    sqlite3 *db;
+    pthread_mutex_t mu;     /* one writer/reader at a time on db, and the ring */
+    pthread_cond_t changed; /* broadcast on every new event and on wake */
+    int64_t rv;             /* latest resourceVersion */
+    int64_t wake_gen;       /* bumped by wake() so waiters return */
+    struct event ring[EVENT_RING];
+    sqlite3_stmt *stmts[SQLST_COUNT]; /* owned; prepared on first use */
+};
+
+
+/* The cached statement ID, reset and unbound. Caller holds mu. */
+int sqlst_stmt(sqlite3_stmt **out, struct sqlite_store *s, enum sqlst_stmt_id id,
+               struct err *err);
+/* Steps a statement that returns no rows and resets it; E_CONFLICT on a constraint. */
+int sqlst_step_done(struct sqlite_store *s, sqlite3_stmt *st, const char *what, struct err *err);
+/* The txn op of the SQLite backend (store_txn.c). */
+int sqlst_txn(struct task_store *st, task_txn_fn fn, void *userdata, struct err *err);
+/* Maps an SQLite result code to ours with a message naming WHAT. */
+int sqlst_db_err(struct sqlite_store *s, int rc, const char *what, struct err *err);
+/* Runs SQL (no results). */
+int sqlst_exec(struct sqlite_store *s, const char *sql, struct err *err);
+int sqlst_prepare(sqlite3_stmt **out, struct sqlite_store *s, const char *sql, struct err *err);
+/* Parses column COL as JSON; NULL when absent or corrupt. */
+json_t *sqlst_column_json(sqlite3_stmt *st, int col);
+/* Reads one object of TABLE; E_NOTFOUND when absent. Caller holds mu. */
+int sqlst_read_obj(json_t **out, struct sqlite_store *s, const char *table, const char *ns,
+                   const char *name, struct err *err);
+/* Sets metadata.resourceVersion. */
+void sqlst_set_rv(json_t *obj, int64_t rv);
+/* Records an event with resourceVersion RV in the ring and wakes watchers. Caller holds mu. */
+void sqlst_publish(struct sqlite_store *s, int64_t rv, enum task_event_type type,
+                   const json_t *obj);
+/* Writes OBJ (carrying rv s->rv + 1) and bumps the counter row, inside the caller's
+ * transaction when IN_TXN, else in its own. Increments s->rv on success. */
+int sqlst_write_obj(struct sqlite_store *s, const json_t *obj, bool is_new, bool in_txn,
+                    struct err *err);
 
 /* The status of a new task: Pending, zero spend. New reference. */
 json_t *task_initial_status(void);

@@ -12,30 +12,12 @@
 #include "store/store.h"
 #include "store/store_int.h"
 
-#define EVENT_RING 4096
-
-struct event {
-    int64_t rv;               /* resourceVersion of this change; 0 = empty slot */
-    enum task_event_type type;
-    json_t *obj;              /* owned */
-};
-
-struct sqlite_store {
-    struct task_store base; /* must be first */
-    sqlite3 *db;
-    pthread_mutex_t mu;     /* one writer/reader at a time on db, and the ring */
-    pthread_cond_t changed; /* broadcast on every new event and on wake */
-    int64_t rv;             /* latest resourceVersion */
-    int64_t wake_gen;       /* bumped by wake() so waiters return */
-    struct event ring[EVENT_RING];
-};
-
 static struct sqlite_store *to_sqlite(struct task_store *st)
 {
     return container_of(st, struct sqlite_store, base);
 }
 
-static int db_err(struct sqlite_store *s, int rc, const char *what, struct err *err)
+int sqlst_db_err(struct sqlite_store *s, int rc, const char *what, struct err *err)
 {
     if (rc == SQLITE_BUSY || rc == SQLITE_LOCKED) {
         return err_set(err, E_AGAIN, "%s: database busy", what);
@@ -43,7 +25,7 @@ static int db_err(struct sqlite_store *s, int rc, const char *what, struct err *
     return err_set(err, E_FAIL, "%s: %s", what, sqlite3_errmsg(s->db));
 }
 
-static int exec(struct sqlite_store *s, const char *sql, struct err *err)
+int sqlst_exec(struct sqlite_store *s, const char *sql, struct err *err)
 {
     char *msg = NULL;
     int rc = sqlite3_exec(s->db, sql, NULL, NULL, &msg);
@@ -67,6 +49,15 @@ static const char *const g_migrations[] = {
     "CREATE TABLE environments (namespace TEXT NOT NULL, name TEXT NOT NULL,"
     " resource_version INTEGER NOT NULL, doc TEXT NOT NULL,"
     " PRIMARY KEY (namespace, name)) STRICT;",
+    /* 2: the meter's remembered request ids (every id of every task, keyed by task uid so
+     * a re-created task starts fresh) and the token index (task -> token generations). */
+    "CREATE TABLE meter_requests (task_uid TEXT NOT NULL, request_id TEXT NOT NULL,"
+    " charged_ms INTEGER NOT NULL, tokens INTEGER NOT NULL, cost_micros INTEGER NOT NULL,"
+    " PRIMARY KEY (task_uid, request_id)) STRICT, WITHOUT ROWID;"
+    "CREATE TABLE tokens (namespace TEXT NOT NULL, name TEXT NOT NULL,"
+    " generation INTEGER NOT NULL, token_id TEXT NOT NULL UNIQUE, state TEXT NOT NULL"
+    " CHECK (state IN ('active','revoked')), token TEXT NOT NULL, created_ms INTEGER NOT NULL,"
+    " revoked_ms INTEGER, PRIMARY KEY (namespace, name, generation)) STRICT;",
 };
 
 static int migrate(struct sqlite_store *s, struct err *err)
@@ -75,7 +66,7 @@ static int migrate(struct sqlite_store *s, struct err *err)
     int version = 0, rc;
 
     if (sqlite3_prepare_v2(s->db, "PRAGMA user_version", -1, &st, NULL) != SQLITE_OK) {
-        return db_err(s, SQLITE_ERROR, "read schema version", err);
+        return sqlst_db_err(s, SQLITE_ERROR, "read schema version", err);
     }
     if (sqlite3_step(st) == SQLITE_ROW) {
         version = sqlite3_column_int(st, 0);
@@ -87,20 +78,20 @@ static int migrate(struct sqlite_store *s, struct err *err)
     }
     for (; version < (int)ARRAY_LEN(g_migrations); version++) {
         char pragma[64];
-        rc = exec(s, "BEGIN IMMEDIATE", err);
+        rc = sqlst_exec(s, "BEGIN IMMEDIATE", err);
         if (rc != E_OK) {
             return rc;
         }
         snprintf(pragma, sizeof(pragma), "PRAGMA user_version = %d", version + 1);
-        rc = exec(s, g_migrations[version], err);
+        rc = sqlst_exec(s, g_migrations[version], err);
         if (rc == E_OK) {
-            rc = exec(s, pragma, err);
+            rc = sqlst_exec(s, pragma, err);
         }
         if (rc != E_OK) {
-            (void)exec(s, "ROLLBACK", NULL);
+            (void)sqlst_exec(s, "ROLLBACK", NULL);
             return rc;
         }
-        rc = exec(s, "COMMIT", err);
+        rc = sqlst_exec(s, "COMMIT", err);
         if (rc != E_OK) {
             return rc;
         }
@@ -115,35 +106,35 @@ static int load_rv(struct sqlite_store *s, struct err *err)
                                 -1, &st, NULL);
 
     if (rc != SQLITE_OK) {
-        return db_err(s, rc, "read resourceVersion", err);
+        return sqlst_db_err(s, rc, "read resourceVersion", err);
     }
     rc = sqlite3_step(st);
     s->rv = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
     sqlite3_finalize(st);
-    return rc == SQLITE_ROW ? E_OK : db_err(s, rc, "read resourceVersion", err);
+    return rc == SQLITE_ROW ? E_OK : sqlst_db_err(s, rc, "read resourceVersion", err);
 }
 
 /* --- small statement helpers ------------------------------------------------------- */
 
-static int prepare(sqlite3_stmt **out, struct sqlite_store *s, const char *sql, struct err *err)
+int sqlst_prepare(sqlite3_stmt **out, struct sqlite_store *s, const char *sql, struct err *err)
 {
     int rc = sqlite3_prepare_v2(s->db, sql, -1, out, NULL);
-    return rc == SQLITE_OK ? E_OK : db_err(s, rc, "prepare", err);
+    return rc == SQLITE_OK ? E_OK : sqlst_db_err(s, rc, "prepare", err);
 }
 
-static json_t *column_json(sqlite3_stmt *st, int col)
+json_t *sqlst_column_json(sqlite3_stmt *st, int col)
 {
     const char *text = (const char *)sqlite3_column_text(st, col);
     return text != NULL ? json_loads(text, 0, NULL) : NULL;
 }
 
 /* Reads one object; E_NOTFOUND when absent. Caller holds mu. */
-static int read_obj(json_t **out, struct sqlite_store *s, const char *table, const char *ns,
+int sqlst_read_obj(json_t **out, struct sqlite_store *s, const char *table, const char *ns,
                     const char *name, struct err *err)
 {
     sqlite3_stmt *st = NULL;
     char *sql = xasprintf("SELECT doc FROM %s WHERE namespace=?1 AND name=?2", table);
-    int rc = prepare(&st, s, sql, err), step;
+    int rc = sqlst_prepare(&st, s, sql, err), step;
 
     *out = NULL;
     free(sql);
@@ -154,18 +145,18 @@ static int read_obj(json_t **out, struct sqlite_store *s, const char *table, con
     sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
     step = sqlite3_step(st);
     if (step == SQLITE_ROW) {
-        *out = column_json(st, 0);
+        *out = sqlst_column_json(st, 0);
         rc = *out != NULL ? E_OK : err_set(err, E_FAIL, "stored object %s/%s is corrupt", ns, name);
     } else if (step == SQLITE_DONE) {
         rc = err_set(err, E_NOTFOUND, "agenttasks \"%s\" not found", name);
     } else {
-        rc = db_err(s, step, "read", err);
+        rc = sqlst_db_err(s, step, "read", err);
     }
     sqlite3_finalize(st);
     return rc;
 }
 
-static void set_rv(json_t *obj, int64_t rv)
+void sqlst_set_rv(json_t *obj, int64_t rv)
 {
     char buf[32];
 
@@ -174,12 +165,13 @@ static void set_rv(json_t *obj, int64_t rv)
 }
 
 /* Records the event in the ring and wakes watchers. Caller holds mu; OBJ borrowed. */
-static void publish(struct sqlite_store *s, enum task_event_type type, const json_t *obj)
+void sqlst_publish(struct sqlite_store *s, int64_t rv, enum task_event_type type,
+                   const json_t *obj)
 {
-    struct event *e = &s->ring[s->rv % EVENT_RING];
+    struct event *e = &s->ring[rv % EVENT_RING];
 
     json_decref(e->obj);
-    e->rv = s->rv;
+    e->rv = rv;
     e->type = type;
     e->obj = json_deep_copy(obj);
     pthread_cond_broadcast(&s->changed);
@@ -187,24 +179,79 @@ static void publish(struct sqlite_store *s, enum task_event_type type, const jso
 
 /* Writes OBJ (whose metadata already carries the new rv = s->rv + 1) and the counter in
  * one transaction. INSERT when IS_NEW. Caller holds mu. */
-static int write_obj(struct sqlite_store *s, const json_t *obj, bool is_new, struct err *err)
+static const char *const g_stmt_sql[SQLST_COUNT] = {
+    [SQLST_INSERT_TASK] = "INSERT INTO tasks(namespace,name,uid,resource_version,phase,doc) "
+                          "VALUES(?1,?2,?3,?4,?5,?6)",
+    [SQLST_UPDATE_TASK] = "UPDATE tasks SET uid=?3, resource_version=?4, phase=?5, doc=?6 "
+                          "WHERE namespace=?1 AND name=?2",
+    [SQLST_BUMP_RV] = "UPDATE meta SET value=?1 WHERE key='resource_version'",
+    [SQLST_GET_TASK] = "SELECT doc FROM tasks WHERE namespace=?1 AND name=?2",
+    [SQLST_METER_SEEN] = "SELECT 1 FROM meter_requests WHERE task_uid=?1 AND request_id=?2",
+    [SQLST_METER_INSERT] = "INSERT INTO meter_requests(task_uid,request_id,charged_ms,tokens,"
+                           "cost_micros) VALUES(?1,?2,?3,?4,?5)",
+    [SQLST_TOKEN_CURRENT] = "SELECT token_id, generation, state, token FROM tokens "
+                            "WHERE namespace=?1 AND name=?2 ORDER BY generation DESC LIMIT 1",
+    [SQLST_TOKEN_INSERT] = "INSERT INTO tokens(namespace,name,generation,token_id,state,token,"
+                           "created_ms) VALUES(?1,?2,?3,?4,'active',?5,?6)",
+    [SQLST_TOKEN_REVOKE] = "UPDATE tokens SET state='revoked', revoked_ms=?3 "
+                           "WHERE namespace=?1 AND name=?2 AND state='active'",
+    [SQLST_SAVEPOINT] = "SAVEPOINT job",
+    [SQLST_RELEASE] = "RELEASE job",
+    [SQLST_ROLLBACK_TO] = "ROLLBACK TO job",
+};
+
+int sqlst_stmt(sqlite3_stmt **out, struct sqlite_store *s, enum sqlst_stmt_id id,
+               struct err *err)
+{
+    int rc;
+
+    *out = NULL;
+    if (s->stmts[id] == NULL) {
+        rc = sqlite3_prepare_v3(s->db, g_stmt_sql[id], -1, SQLITE_PREPARE_PERSISTENT,
+                                &s->stmts[id], NULL);
+        if (rc != SQLITE_OK) {
+            return sqlst_db_err(s, rc, "prepare", err);
+        }
+    }
+    sqlite3_reset(s->stmts[id]);
+    sqlite3_clear_bindings(s->stmts[id]);
+    *out = s->stmts[id];
+    return E_OK;
+}
+
+int sqlst_step_done(struct sqlite_store *s, sqlite3_stmt *st, const char *what, struct err *err)
+{
+    int step = sqlite3_step(st);
+
+    sqlite3_reset(st);
+    if (step == SQLITE_DONE) {
+        return E_OK;
+    }
+    if (step == SQLITE_CONSTRAINT) {
+        return err_set(err, E_CONFLICT, "%s: already exists", what);
+    }
+    return sqlst_db_err(s, step, what, err);
+}
+
+int sqlst_write_obj(struct sqlite_store *s, const json_t *obj, bool is_new, bool in_txn,
+                    struct err *err)
 {
     const json_t *md = json_object_get(obj, "metadata");
     const json_t *status = json_object_get(obj, "status");
-    sqlite3_stmt *st = NULL;
+    sqlite3_stmt *st = NULL, *bump = NULL;
     char *doc = NULL;
-    int rc, step;
+    int rc;
 
-    rc = exec(s, "BEGIN IMMEDIATE", err);
-    if (rc != E_OK) {
-        return rc;
+    if (!in_txn) {
+        rc = sqlst_exec(s, "BEGIN IMMEDIATE", err);
+        if (rc != E_OK) {
+            return rc;
+        }
     }
-    rc = prepare(&st, s,
-                 is_new ? "INSERT INTO tasks(namespace,name,uid,resource_version,phase,doc) "
-                          "VALUES(?1,?2,?3,?4,?5,?6)"
-                        : "UPDATE tasks SET uid=?3, resource_version=?4, phase=?5, doc=?6 "
-                          "WHERE namespace=?1 AND name=?2",
-                 err);
+    rc = sqlst_stmt(&st, s, is_new ? SQLST_INSERT_TASK : SQLST_UPDATE_TASK, err);
+    if (rc == E_OK) {
+        rc = sqlst_stmt(&bump, s, SQLST_BUMP_RV, err);
+    }
     if (rc != E_OK) {
         goto out;
     }
@@ -217,25 +264,25 @@ static int write_obj(struct sqlite_store *s, const json_t *obj, bool is_new, str
     sqlite3_bind_text(st, 5, json_string_value(json_object_get(status, "phase")), -1,
                       SQLITE_STATIC);
     sqlite3_bind_text(st, 6, doc, -1, SQLITE_STATIC);
-    step = sqlite3_step(st);
-    if (step == SQLITE_CONSTRAINT) {
+    rc = sqlst_step_done(s, st, "write task", err);
+    if (rc == E_CONFLICT) {
         rc = err_set(err, E_CONFLICT, "agenttasks \"%s\" already exists",
                      json_string_value(json_object_get(md, "name")));
-        goto out;
-    }
-    if (step != SQLITE_DONE) {
-        rc = db_err(s, step, "write task", err);
-        goto out;
-    }
-    rc = exec(s, "UPDATE meta SET value=value+1 WHERE key='resource_version'", err);
-out:
-    sqlite3_finalize(st);
-    free(doc);
-    if (rc == E_OK) {
-        rc = exec(s, "COMMIT", err);
     }
     if (rc != E_OK) {
-        (void)exec(s, "ROLLBACK", NULL);
+        goto out;
+    }
+    sqlite3_bind_int64(bump, 1, s->rv + 1);
+    rc = sqlst_step_done(s, bump, "bump resourceVersion", err);
+out:
+    free(doc);
+    if (!in_txn && rc == E_OK) {
+        rc = sqlst_exec(s, "COMMIT", err);
+    }
+    if (rc != E_OK) {
+        if (!in_txn) {
+            (void)sqlst_exec(s, "ROLLBACK", NULL);
+        }
         return rc;
     }
     s->rv++;
@@ -263,7 +310,7 @@ static int sqlite_get(json_t **out, struct task_store *st, const char *ns, const
     int rc;
 
     pthread_mutex_lock(&s->mu);
-    rc = read_obj(out, s, "tasks", ns, name, err);
+    rc = sqlst_read_obj(out, s, "tasks", ns, name, err);
     pthread_mutex_unlock(&s->mu);
     return rc;
 }
@@ -283,10 +330,10 @@ static int sqlite_create(json_t **out, struct task_store *st, const json_t *obj,
     json_object_set_new(md, "creationTimestamp", json_string(ts));
     json_object_set_new(md, "generation", json_integer(1));
     pthread_mutex_lock(&s->mu);
-    set_rv(doc, s->rv + 1);
-    rc = write_obj(s, doc, true, err);
+    sqlst_set_rv(doc, s->rv + 1);
+    rc = sqlst_write_obj(s, doc, true, false, err);
     if (rc == E_OK) {
-        publish(s, TASK_EVENT_ADDED, doc);
+        sqlst_publish(s, s->rv, TASK_EVENT_ADDED, doc);
     }
     pthread_mutex_unlock(&s->mu);
     if (rc == E_OK) {
@@ -308,7 +355,7 @@ static int sqlite_mutate(json_t **out, struct task_store *st, const char *ns, co
         *out = NULL;
     }
     pthread_mutex_lock(&s->mu);
-    rc = read_obj(&cur, s, "tasks", ns, name, err);
+    rc = sqlst_read_obj(&cur, s, "tasks", ns, name, err);
     if (rc != E_OK) {
         goto out;
     }
@@ -338,10 +385,10 @@ static int sqlite_mutate(json_t **out, struct task_store *st, const char *ns, co
         }
         json_object_set_new(md, "generation", json_integer(gen));
     }
-    set_rv(doc, s->rv + 1);
-    rc = write_obj(s, doc, false, err);
+    sqlst_set_rv(doc, s->rv + 1);
+    rc = sqlst_write_obj(s, doc, false, false, err);
     if (rc == E_OK) {
-        publish(s, TASK_EVENT_MODIFIED, doc);
+        sqlst_publish(s, s->rv, TASK_EVENT_MODIFIED, doc);
     }
 out:
     pthread_mutex_unlock(&s->mu);
@@ -367,7 +414,7 @@ static int sqlite_remove(json_t **out, struct task_store *st, const char *ns, co
         *out = NULL;
     }
     pthread_mutex_lock(&s->mu);
-    rc = read_obj(&cur, s, "tasks", ns, name, err);
+    rc = sqlst_read_obj(&cur, s, "tasks", ns, name, err);
     if (rc != E_OK) {
         goto out;
     }
@@ -376,31 +423,42 @@ static int sqlite_remove(json_t **out, struct task_store *st, const char *ns, co
         rc = err_set(err, E_CONFLICT, "the object has been modified; delete precondition failed");
         goto out;
     }
-    rc = exec(s, "BEGIN IMMEDIATE", err);
+    rc = sqlst_exec(s, "BEGIN IMMEDIATE", err);
     if (rc != E_OK) {
         goto out;
     }
-    rc = prepare(&del, s, "DELETE FROM tasks WHERE namespace=?1 AND name=?2", err);
+    rc = sqlst_prepare(&del, s, "DELETE FROM tasks WHERE namespace=?1 AND name=?2", err);
     if (rc == E_OK) {
         sqlite3_bind_text(del, 1, ns, -1, SQLITE_STATIC);
         sqlite3_bind_text(del, 2, name, -1, SQLITE_STATIC);
         step = sqlite3_step(del);
-        rc = step == SQLITE_DONE ? E_OK : db_err(s, step, "delete task", err);
+        rc = step == SQLITE_DONE ? E_OK : sqlst_db_err(s, step, "delete task", err);
         sqlite3_finalize(del);
     }
     if (rc == E_OK) {
-        rc = exec(s, "UPDATE meta SET value=value+1 WHERE key='resource_version'", err);
+        rc = sqlst_exec(s, "UPDATE meta SET value=value+1 WHERE key='resource_version'", err);
     }
     if (rc == E_OK) {
-        rc = exec(s, "COMMIT", err);
+        /* A deleted task's tokens stop working at once. */
+        sqlite3_stmt *rev = NULL;
+        rc = sqlst_stmt(&rev, s, SQLST_TOKEN_REVOKE, err);
+        if (rc == E_OK) {
+            sqlite3_bind_text(rev, 1, ns, -1, SQLITE_STATIC);
+            sqlite3_bind_text(rev, 2, name, -1, SQLITE_STATIC);
+            sqlite3_bind_int64(rev, 3, clock_now_ms(st->clock));
+            rc = sqlst_step_done(s, rev, "revoke tokens", err);
+        }
+    }
+    if (rc == E_OK) {
+        rc = sqlst_exec(s, "COMMIT", err);
     }
     if (rc != E_OK) {
-        (void)exec(s, "ROLLBACK", NULL);
+        (void)sqlst_exec(s, "ROLLBACK", NULL);
         goto out;
     }
     s->rv++;
-    set_rv(cur, s->rv);
-    publish(s, TASK_EVENT_DELETED, cur);
+    sqlst_set_rv(cur, s->rv);
+    sqlst_publish(s, s->rv, TASK_EVENT_DELETED, cur);
 out:
     pthread_mutex_unlock(&s->mu);
     if (rc == E_OK && out != NULL) {
@@ -418,7 +476,7 @@ static int list_table(json_t **items_out, struct sqlite_store *s, const char *ta
     char *sql = xasprintf("SELECT doc FROM %s %s ORDER BY namespace, name", table,
                           ns != NULL ? "WHERE namespace=?1" : "");
     json_t *items = json_array();
-    int rc = prepare(&st, s, sql, err), step;
+    int rc = sqlst_prepare(&st, s, sql, err), step;
 
     free(sql);
     *items_out = NULL;
@@ -430,7 +488,7 @@ static int list_table(json_t **items_out, struct sqlite_store *s, const char *ta
         sqlite3_bind_text(st, 1, ns, -1, SQLITE_STATIC);
     }
     while ((step = sqlite3_step(st)) == SQLITE_ROW) {
-        json_t *obj = column_json(st, 0);
+        json_t *obj = sqlst_column_json(st, 0);
         if (obj != NULL) {
             json_array_append_new(items, obj);
         }
@@ -438,7 +496,7 @@ static int list_table(json_t **items_out, struct sqlite_store *s, const char *ta
     sqlite3_finalize(st);
     if (step != SQLITE_DONE) {
         json_decref(items);
-        return db_err(s, step, "list", err);
+        return sqlst_db_err(s, step, "list", err);
     }
     *items_out = items;
     return E_OK;
@@ -527,7 +585,7 @@ static int sqlite_count_phases(int64_t counts_out[TASK_PHASE_COUNT], struct task
 
     memset(counts_out, 0, sizeof(int64_t) * TASK_PHASE_COUNT);
     pthread_mutex_lock(&s->mu);
-    rc = prepare(&q, s, "SELECT phase, count(*) FROM tasks GROUP BY phase", err);
+    rc = sqlst_prepare(&q, s, "SELECT phase, count(*) FROM tasks GROUP BY phase", err);
     while (rc == E_OK && (step = sqlite3_step(q)) == SQLITE_ROW) {
         enum task_phase p;
         if (task_phase_parse(&p, (const char *)sqlite3_column_text(q, 0)) == E_OK) {
@@ -558,7 +616,7 @@ static int sqlite_env_get(json_t **out, struct task_store *st, const char *ns, c
     int rc;
 
     pthread_mutex_lock(&s->mu);
-    rc = read_obj(out, s, "environments", ns, name, err);
+    rc = sqlst_read_obj(out, s, "environments", ns, name, err);
     pthread_mutex_unlock(&s->mu);
     if (rc == E_NOTFOUND) {
         rc = err_set(err, E_NOTFOUND, "environments \"%s\" not found", name);
@@ -572,6 +630,9 @@ static void sqlite_close(struct task_store *st)
 
     for (size_t i = 0; i < EVENT_RING; i++) {
         json_decref(s->ring[i].obj);
+    }
+    for (size_t i = 0; i < SQLST_COUNT; i++) {
+        sqlite3_finalize(s->stmts[i]);
     }
     sqlite3_close(s->db);
     pthread_mutex_destroy(&s->mu);
@@ -591,6 +652,7 @@ static const struct task_store_ops sqlite_ops = {
     .count_phases = sqlite_count_phases,
     .env_list = sqlite_env_list,
     .env_get = sqlite_env_get,
+    .txn = sqlst_txn,
     .close = sqlite_close,
 };
 
@@ -615,7 +677,7 @@ int task_store_sqlite_open(struct task_store **out, const char *path, const stru
     sqlite3_busy_timeout(s->db, 5000);
     /* WAL + synchronous=FULL: a committed transaction is fsync'd before COMMIT returns, so
      * an acknowledged write survives kill -9 and power loss. */
-    rc = exec(s, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;",
+    rc = sqlst_exec(s, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;",
               err);
     if (rc == E_OK) {
         rc = migrate(s, err);

@@ -303,4 +303,125 @@ TEST(restart_keeps_everything)
     free(shm);
 }
 
+struct txn_ud {
+    int step;
+};
+
+static int txn_work(struct task_txn *tx, void *userdata)
+{
+    struct txn_ud *u = userdata;
+    json_t *doc = NULL;
+    bool seen = true;
+    struct token_record rec;
+    struct err err = {0};
+
+    CHECK_OK(task_txn_get(&doc, tx, "default", "a", &err));
+    /* Job 1: charged and kept. */
+    CHECK_OK(task_txn_savepoint(tx, &err));
+    json_object_set_new(json_object_get(doc, "status"), "iteration", json_integer(1));
+    CHECK_OK(task_txn_put(tx, doc, &err));
+    CHECK_OK(task_txn_meter_record(tx, "uid-1", "req-1", 10, 20, &err));
+    CHECK_OK(task_txn_release(tx, &err));
+    /* Job 2: undone. */
+    CHECK_OK(task_txn_savepoint(tx, &err));
+    json_object_set_new(json_object_get(doc, "status"), "iteration", json_integer(2));
+    CHECK_OK(task_txn_put(tx, doc, &err));
+    CHECK_OK(task_txn_meter_record(tx, "uid-1", "req-2", 10, 20, &err));
+    task_txn_rollback_savepoint(tx);
+    CHECK_OK(task_txn_meter_seen(&seen, tx, "uid-1", "req-1", &err));
+    CHECK(seen);
+    CHECK_OK(task_txn_meter_seen(&seen, tx, "uid-1", "req-2", &err));
+    CHECK(!seen);
+    CHECK_EQ_INT(task_txn_meter_record(tx, "uid-1", "req-1", 1, 1, &err), E_CONFLICT);
+    /* Token index. */
+    CHECK_EQ_INT(task_txn_token_current(&rec, tx, "default", "a", &err), E_NOTFOUND);
+    CHECK_OK(task_txn_token_add(tx, "default", "a", 1, "id-1", "tok-1", &err));
+    CHECK_OK(task_txn_token_current(&rec, tx, "default", "a", &err));
+    CHECK(rec.active);
+    CHECK_EQ_STR(rec.token_id, "id-1");
+    free(rec.token);
+    CHECK_OK(task_txn_token_revoke(tx, "default", "a", &err));
+    CHECK_OK(task_txn_token_current(&rec, tx, "default", "a", &err));
+    CHECK(!rec.active);
+    free(rec.token);
+    CHECK_OK(task_txn_token_add(tx, "default", "a", 2, "id-2", "tok-2", &err));
+    json_decref(doc);
+    u->step = 1;
+    return E_OK;
+}
+
+TEST(txn_savepoints_events_tokens)
+{
+    struct task_store *st = open_mem();
+    json_t *a = new_task("a"), *o = NULL;
+    struct txn_ud u = {0};
+    struct token_record rec;
+    int counts[3] = {0};
+    int64_t last = 0;
+    struct err err = {0};
+
+    CHECK_OK(task_store_create(&o, st, a, &err));
+    json_decref(o);
+    CHECK_OK(task_store_txn(st, txn_work, &u, &err));
+    CHECK_EQ_INT(u.step, 1);
+    CHECK_OK(task_store_get(&o, st, "default", "a", &err));
+    CHECK_EQ_INT(json_integer_value(json_object_get(json_object_get(o, "status"), "iteration")), 1);
+    CHECK_EQ_STR(json_string_value(json_object_get(json_object_get(o, "metadata"), "resourceVersion")),
+                 "2");
+    json_decref(o);
+    /* One ADDED, one MODIFIED: the rolled-back job left no event. */
+    CHECK_OK(task_store_watch(&last, st, NULL, 0, 10, count_events, counts, &err));
+    CHECK_EQ_INT(counts[TASK_EVENT_ADDED], 1);
+    CHECK_EQ_INT(counts[TASK_EVENT_MODIFIED], 1);
+    CHECK_EQ_INT(last, 2);
+    CHECK_OK(task_store_token_current(&rec, st, "default", "a", &err));
+    CHECK_EQ_INT(rec.generation, 2);
+    CHECK(rec.active);
+    free(rec.token);
+    /* Deleting the task revokes its token. */
+    CHECK_OK(task_store_remove(NULL, st, "default", "a", 0, &err));
+    CHECK_OK(task_store_token_current(&rec, st, "default", "a", &err));
+    CHECK(!rec.active);
+    free(rec.token);
+    json_decref(a);
+    task_store_close(st);
+}
+
+static int txn_fail(struct task_txn *tx, void *userdata)
+{
+    json_t *doc = NULL;
+    (void)userdata;
+    ASSERT(task_txn_get(&doc, tx, "default", "a", NULL) == E_OK);
+    json_object_set_new(json_object_get(doc, "spec"), "objective", json_string("lost"));
+    ASSERT(task_txn_put(tx, doc, NULL) == E_OK);
+    json_decref(doc);
+    return E_INVALID;
+}
+
+TEST(txn_failure_rolls_back)
+{
+    struct task_store *st = open_mem();
+    json_t *a = new_task("a"), *o = NULL;
+    struct err err = {0};
+    int counts[3] = {0};
+    int64_t last = 0;
+
+    CHECK_OK(task_store_create(&o, st, a, &err));
+    json_decref(o);
+    CHECK_EQ_INT(task_store_txn(st, txn_fail, NULL, &err), E_INVALID);
+    CHECK_OK(task_store_get(&o, st, "default", "a", &err));
+    CHECK_EQ_STR(json_string_value(json_object_get(json_object_get(o, "spec"), "objective")), "x");
+    json_decref(o);
+    CHECK_OK(task_store_watch(&last, st, NULL, 0, 10, count_events, counts, &err));
+    CHECK_EQ_INT(last, 1);
+    json_t *b = new_task("b");
+    CHECK_OK(task_store_create(&o, st, b, &err));
+    CHECK_EQ_STR(json_string_value(json_object_get(json_object_get(o, "metadata"), "resourceVersion")),
+                 "2");
+    json_decref(o);
+    json_decref(b);
+    json_decref(a);
+    task_store_close(st);
+}
+
 T_MAIN

@@ -1,0 +1,258 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Multi-statement write transactions on the SQLite store: the meter's group commit and the
+ * controller's token lifecycle change a task, the meter request ids and the token index
+ * atomically. Events are held back until COMMIT succeeds, so watchers never see a change
+ * that was rolled back. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "store/store_int.h"
+
+struct pending_event {
+    int64_t rv;
+    json_t *obj; /* owned */
+};
+
+struct task_txn {
+    struct sqlite_store *s;          /* borrowed; mu held for the whole transaction */
+    int64_t rv_begin;                /* s->rv at BEGIN: restored on rollback */
+    int64_t rv_savepoint;            /* s->rv at the open savepoint */
+    struct pending_event *events;    /* owned */
+    size_t nevents, capevents;
+    size_t nevents_savepoint;        /* events before the open savepoint */
+};
+
+static void drop_events(struct task_txn *tx, size_t keep)
+{
+    for (size_t i = keep; i < tx->nevents; i++) {
+        json_decref(tx->events[i].obj);
+    }
+    tx->nevents = keep;
+}
+
+int sqlst_txn(struct task_store *st, task_txn_fn fn, void *userdata, struct err *err)
+{
+    struct sqlite_store *s = container_of(st, struct sqlite_store, base);
+    struct task_txn tx = {.s = s};
+    int rc;
+
+    pthread_mutex_lock(&s->mu);
+    tx.rv_begin = s->rv;
+    rc = sqlst_exec(s, "BEGIN IMMEDIATE", err);
+    if (rc != E_OK) {
+        goto out;
+    }
+    rc = fn(&tx, userdata);
+    if (rc == E_OK) {
+        rc = sqlst_exec(s, "COMMIT", err);
+    }
+    if (rc != E_OK) {
+        (void)sqlst_exec(s, "ROLLBACK", NULL);
+        s->rv = tx.rv_begin;
+        drop_events(&tx, 0);
+        goto out;
+    }
+    for (size_t i = 0; i < tx.nevents; i++) {
+        sqlst_publish(s, tx.events[i].rv, TASK_EVENT_MODIFIED, tx.events[i].obj);
+    }
+    drop_events(&tx, 0);
+out:
+    pthread_mutex_unlock(&s->mu);
+    free(tx.events);
+    return rc;
+}
+
+int task_txn_get(json_t **out, struct task_txn *tx, const char *ns, const char *name,
+                 struct err *err)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = sqlst_stmt(&st, tx->s, SQLST_GET_TASK, err), step;
+
+    *out = NULL;
+    if (rc != E_OK) {
+        return rc;
+    }
+    sqlite3_bind_text(st, 1, ns, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
+    step = sqlite3_step(st);
+    if (step == SQLITE_ROW) {
+        *out = sqlst_column_json(st, 0);
+        rc = *out != NULL ? E_OK : err_set(err, E_FAIL, "stored task %s/%s is corrupt", ns, name);
+    } else if (step == SQLITE_DONE) {
+        rc = err_set(err, E_NOTFOUND, "agenttasks \"%s\" not found", name);
+    } else {
+        rc = sqlst_db_err(tx->s, step, "read task", err);
+    }
+    sqlite3_reset(st);
+    return rc;
+}
+
+int task_txn_put(struct task_txn *tx, json_t *doc, struct err *err)
+{
+    int rc;
+
+    sqlst_set_rv(doc, tx->s->rv + 1);
+    rc = sqlst_write_obj(tx->s, doc, false, true, err);
+    if (rc != E_OK) {
+        return rc;
+    }
+    if (tx->nevents == tx->capevents) {
+        tx->capevents = tx->capevents == 0 ? 16 : tx->capevents * 2;
+        tx->events = xrealloc(tx->events, tx->capevents * sizeof(*tx->events));
+    }
+    tx->events[tx->nevents].rv = tx->s->rv;
+    tx->events[tx->nevents].obj = json_deep_copy(doc);
+    tx->nevents++;
+    return E_OK;
+}
+
+static int run_stmt(struct task_txn *tx, enum sqlst_stmt_id id, const char *what, struct err *err)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = sqlst_stmt(&st, tx->s, id, err);
+
+    return rc != E_OK ? rc : sqlst_step_done(tx->s, st, what, err);
+}
+
+int task_txn_savepoint(struct task_txn *tx, struct err *err)
+{
+    tx->rv_savepoint = tx->s->rv;
+    tx->nevents_savepoint = tx->nevents;
+    return run_stmt(tx, SQLST_SAVEPOINT, "savepoint", err);
+}
+
+int task_txn_release(struct task_txn *tx, struct err *err)
+{
+    return run_stmt(tx, SQLST_RELEASE, "release savepoint", err);
+}
+
+void task_txn_rollback_savepoint(struct task_txn *tx)
+{
+    (void)run_stmt(tx, SQLST_ROLLBACK_TO, "rollback to savepoint", NULL);
+    (void)run_stmt(tx, SQLST_RELEASE, "release savepoint", NULL);
+    tx->s->rv = tx->rv_savepoint;
+    drop_events(tx, tx->nevents_savepoint);
+}
+
+int task_txn_meter_seen(bool *seen_out, struct task_txn *tx, const char *task_uid,
+                        const char *request_id, struct err *err)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = sqlst_stmt(&st, tx->s, SQLST_METER_SEEN, err), step;
+
+    *seen_out = false;
+    if (rc != E_OK) {
+        return rc;
+    }
+    sqlite3_bind_text(st, 1, task_uid, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, request_id, -1, SQLITE_STATIC);
+    step = sqlite3_step(st);
+    sqlite3_reset(st);
+    if (step == SQLITE_ROW) {
+        *seen_out = true;
+        return E_OK;
+    }
+    return step == SQLITE_DONE ? E_OK : sqlst_db_err(tx->s, step, "meter lookup", err);
+}
+
+int task_txn_meter_record(struct task_txn *tx, const char *task_uid, const char *request_id,
+                          int64_t tokens, int64_t cost_micros, struct err *err)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = sqlst_stmt(&st, tx->s, SQLST_METER_INSERT, err);
+
+    if (rc != E_OK) {
+        return rc;
+    }
+    sqlite3_bind_text(st, 1, task_uid, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, request_id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, clock_now_ms(tx->s->base.clock));
+    sqlite3_bind_int64(st, 4, tokens);
+    sqlite3_bind_int64(st, 5, cost_micros);
+    return sqlst_step_done(tx->s, st, "record meter request", err);
+}
+
+static int token_current(struct token_record *out, struct sqlite_store *s, const char *ns,
+                         const char *name, struct err *err)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = sqlst_stmt(&st, s, SQLST_TOKEN_CURRENT, err), step;
+
+    memset(out, 0, sizeof(*out));
+    if (rc != E_OK) {
+        return rc;
+    }
+    sqlite3_bind_text(st, 1, ns, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
+    step = sqlite3_step(st);
+    if (step == SQLITE_ROW) {
+        snprintf(out->token_id, sizeof(out->token_id), "%s",
+                 (const char *)sqlite3_column_text(st, 0));
+        out->generation = sqlite3_column_int64(st, 1);
+        out->active = strcmp((const char *)sqlite3_column_text(st, 2), "active") == 0;
+        out->token = xstrdup((const char *)sqlite3_column_text(st, 3));
+        rc = E_OK;
+    } else if (step == SQLITE_DONE) {
+        rc = err_set(err, E_NOTFOUND, "agenttasks \"%s\" has no token", name);
+    } else {
+        rc = sqlst_db_err(s, step, "token lookup", err);
+    }
+    sqlite3_reset(st);
+    return rc;
+}
+
+int task_txn_token_current(struct token_record *out, struct task_txn *tx, const char *ns,
+                           const char *name, struct err *err)
+{
+    return token_current(out, tx->s, ns, name, err);
+}
+
+int task_store_token_current(struct token_record *out, struct task_store *st, const char *ns,
+                             const char *name, struct err *err)
+{
+    struct sqlite_store *s = container_of(st, struct sqlite_store, base);
+    int rc;
+
+    pthread_mutex_lock(&s->mu);
+    rc = token_current(out, s, ns, name, err);
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+int task_txn_token_add(struct task_txn *tx, const char *ns, const char *name, int64_t generation,
+                       const char *token_id, const char *token, struct err *err)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = sqlst_stmt(&st, tx->s, SQLST_TOKEN_INSERT, err);
+
+    if (rc != E_OK) {
+        return rc;
+    }
+    sqlite3_bind_text(st, 1, ns, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, generation);
+    sqlite3_bind_text(st, 4, token_id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 5, token, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 6, clock_now_ms(tx->s->base.clock));
+    return sqlst_step_done(tx->s, st, "add token", err);
+}
+
+int task_txn_token_revoke(struct task_txn *tx, const char *ns, const char *name,
+                          struct err *err)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = sqlst_stmt(&st, tx->s, SQLST_TOKEN_REVOKE, err);
+
+    if (rc != E_OK) {
+        return rc;
+    }
+    sqlite3_bind_text(st, 1, ns, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, clock_now_ms(tx->s->base.clock));
+    return sqlst_step_done(tx->s, st, "revoke token", err);
+}
+
+const struct clock *task_txn_clock(struct task_txn *tx)
+{
+    return tx->s->base.clock;
+}
