@@ -1,0 +1,89 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The metering decision (SPEC §7, checks in order), a pure function over plain structs. */
+#include <string.h>
+
+#include "meter/meter.h"
+
+void meter_effective_budgets(struct meter_decision *out, const struct meter_state *st)
+{
+    out->has_budget_usd = st->spec_budget_usd > 0 || st->grant.has_max_cost;
+    out->budget_usd = st->spec_budget_usd > 0 ? st->spec_budget_usd : st->grant.max_cost_micros;
+    out->has_budget_tokens = st->spec_budget_tokens > 0 || st->grant.has_max_tokens;
+    out->budget_tokens =
+        st->spec_budget_tokens > 0 ? st->spec_budget_tokens : st->grant.max_tokens;
+}
+
+static void refuse(struct meter_decision *out, enum meter_outcome o, int status,
+                   const char *reason)
+{
+    out->outcome = o;
+    out->status = status;
+    out->reason = reason;
+}
+
+void meter_decide(struct meter_decision *out, const struct meter_state *st,
+                  const struct meter_request *req)
+{
+    memset(out, 0, sizeof(*out));
+    meter_effective_budgets(out, st);
+    out->total_tokens = st->tokens_consumed;
+    out->total_cost_micros = st->cost_micros;
+    out->iteration = st->iteration;
+    out->reason = "";
+    /* 1. Who is asking, for what task, in what state. */
+    if (!st->task_found) {
+        refuse(out, METER_UNAUTHORIZED, 401, "token's task does not exist");
+        return;
+    }
+    if (!st->token_current) {
+        refuse(out, METER_UNAUTHORIZED, 401, "token revoked");
+        return;
+    }
+    if (!st->caveats_ok) {
+        refuse(out, METER_UNAUTHORIZED, 401, "token caveat not satisfied");
+        return;
+    }
+    if (st->phase != TASK_ACTIVE) {
+        refuse(out, METER_UNAUTHORIZED, 401, "task is not Active");
+        return;
+    }
+    /* 2. The body. */
+    if (!st->body_ok || req == NULL) {
+        refuse(out, METER_BAD_REQUEST, 400, "bad request");
+        return;
+    }
+    /* 3. Models. */
+    if (!st->model_ok) {
+        refuse(out, METER_FORBIDDEN, 403, "model not allowed");
+        return;
+    }
+    /* 4. Retries are free. */
+    if (st->seen) {
+        out->outcome = METER_DUPLICATE;
+        out->status = 200;
+        return;
+    }
+    /* 5. Charge (overflow is impossible: both deltas are capped far below INT64_MAX and a
+     * task stops at its budget; saturate anyway rather than wrap). */
+    out->total_tokens = st->tokens_consumed > INT64_MAX - req->tokens_used
+                            ? INT64_MAX
+                            : st->tokens_consumed + req->tokens_used;
+    out->total_cost_micros = st->cost_micros > INT64_MAX - req->cost_micros
+                                 ? INT64_MAX
+                                 : st->cost_micros + req->cost_micros;
+    if (req->has_iteration) {
+        out->iteration = req->iteration;
+    }
+    /* 6. Limits: budget first, so both at once reads "budget exceeded". */
+    if ((out->has_budget_usd && out->total_cost_micros > out->budget_usd) ||
+        (out->has_budget_tokens && out->total_tokens > out->budget_tokens)) {
+        refuse(out, METER_OVER_BUDGET, 429, "budget exceeded");
+        return;
+    }
+    if (st->max_iterations > 0 && out->iteration > st->max_iterations) {
+        refuse(out, METER_OVER_ITERATIONS, 429, "max iterations exceeded");
+        return;
+    }
+    out->outcome = METER_ALLOWED;
+    out->status = 200;
+}

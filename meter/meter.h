@@ -1,0 +1,115 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Metering (SPEC §7): the request parser, the budget decision as a pure function of
+ * (task, token grant, request), and the group-commit service that applies decisions
+ * durably: a 200 or 429 is answered only after its transaction is fsync'd. */
+#ifndef DIVERGE_METER_METER_H
+#define DIVERGE_METER_METER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/err.h"
+#include "store/store.h"
+#include "token/token.h"
+
+#define METER_REQUEST_ID_MAX 256 /* bytes of a requestId */
+
+/* A parsed meter body. */
+struct meter_request {
+    char *request_id;    /* owned; non-empty */
+    bool has_iteration;  /* "iteration" was given */
+    int64_t iteration;   /* >= 0 */
+    char *model;         /* owned; NULL when missing */
+    int64_t tokens_used; /* >= 0, delta of this call */
+    int64_t cost_micros; /* >= 0, delta of this call, exact micro-dollars */
+};
+
+/* Parses BODY[0..len) into *out (caller storage; release with meter_request_cleanup even
+ * on failure). Returns E_INVALID (HTTP 400) with a message for: not JSON or not an object,
+ * duplicate keys, non-UTF-8, requestId missing/empty/too long/not a string, a negative,
+ * non-numeric, fractional (tokens) or over-precise (> 6 decimals of cost) amount, and
+ * numbers too large to add up. */
+int meter_request_parse(struct meter_request *out, const char *body, size_t len,
+                        struct err *err);
+void meter_request_cleanup(struct meter_request *r);
+
+/* Converts a JSON real COST (dollars) to exact micro-dollars through its shortest
+ * round-trip decimal form, so 0.0225 is 22500 and 0.0000001 is an error (E_INVALID), as
+ * is a negative, infinite or NaN value; E_TOOBIG when it does not fit. */
+int meter_cost_from_double(int64_t *micros_out, double cost, struct err *err);
+
+/* Everything the decision needs, read inside the transaction. */
+struct meter_state {
+    bool task_found;         /* the token's task exists */
+    bool token_current;      /* the presented token is the task's active token */
+    bool caveats_ok;         /* every caveat held (signature checked before) */
+    enum task_phase phase;   /* status.phase */
+    bool body_ok;            /* the body parsed */
+    bool model_ok;           /* spec.capabilities and every models caveat allow the model */
+    bool seen;               /* requestId already charged to this task */
+    int64_t spec_budget_usd;    /* spec.budgetUSD micro-dollars, 0 = unset */
+    int64_t spec_budget_tokens; /* spec.budgetTokens, 0 = unset */
+    int64_t max_iterations;     /* spec.maxIterations, 0 = unset */
+    struct token_grant grant;   /* max_cost_usd / max_tokens caveats */
+    int64_t tokens_consumed;    /* status.tokensConsumed before this call */
+    int64_t cost_micros;        /* status.costUSD before this call */
+    int64_t iteration;          /* status.iteration before this call */
+};
+
+enum meter_outcome {
+    METER_UNAUTHORIZED,    /* 401 */
+    METER_BAD_REQUEST,     /* 400 */
+    METER_FORBIDDEN,       /* 403 */
+    METER_DUPLICATE,       /* 200, nothing added */
+    METER_ALLOWED,         /* 200, charged */
+    METER_OVER_BUDGET,     /* 429, charged, task paused, token revoked */
+    METER_OVER_ITERATIONS, /* 429, charged, task paused, token revoked */
+};
+
+struct meter_decision {
+    enum meter_outcome outcome;
+    int status;                  /* HTTP status */
+    const char *reason;          /* static message, "" when allowed */
+    int64_t total_tokens;        /* after this call */
+    int64_t total_cost_micros;   /* after this call */
+    int64_t iteration;           /* after this call */
+    bool has_budget_usd;         /* an effective USD budget exists */
+    int64_t budget_usd;          /* effective USD budget, micro-dollars */
+    bool has_budget_tokens;      /* an effective token budget exists */
+    int64_t budget_tokens;       /* effective token budget */
+};
+
+/* The effective budgets (SPEC §7): the spec field when positive, else the smallest
+ * caveat. */
+void meter_effective_budgets(struct meter_decision *out, const struct meter_state *st);
+
+/* Decides REQ (may be NULL when !st->body_ok) against ST. Pure: no I/O, no clock. */
+void meter_decide(struct meter_decision *out, const struct meter_state *st,
+                  const struct meter_request *req);
+
+/* --- the service ------------------------------------------------------------------ */
+
+struct meter_service;
+
+/* Starts the committer thread over STORE (borrowed, must outlive the service) with the
+ * macaroon ROOT_KEY (copied). Caller stops it with meter_service_free(). */
+int meter_service_new(struct meter_service **out, struct task_store *store,
+                      const unsigned char root_key[TOKEN_ROOT_KEY_LEN], struct err *err);
+/* Stops the committer after the batches queued so far; NULL is a no-op. */
+void meter_service_free(struct meter_service *m);
+
+/* Handles one meter call end to end: AUTH is the Authorization header value (NULL when
+ * missing), AUTH_COUNT how many Authorization headers came, BODY the raw body. Blocks
+ * until the outcome is durable. *status_out gets the HTTP status and *body_out a new JSON
+ * text (caller frees). Thread-safe; called from many request threads at once. */
+void meter_service_handle(int *status_out, char **body_out, struct meter_service *m,
+                          const char *auth, int auth_count, const char *body, size_t len);
+
+struct meter_stats {
+    int64_t batches;  /* transactions committed */
+    int64_t requests; /* requests answered by the committer */
+};
+void meter_service_stats(struct meter_stats *out, struct meter_service *m);
+
+#endif

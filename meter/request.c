@@ -1,0 +1,171 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Parsing of meter bodies: strict types, exact money, never a charge from a bad body. */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/money.h"
+#include "meter/meter.h"
+
+/* The largest cost accepted in one call, in dollars: beyond any real LLM call and far
+ * from overflowing the micro-dollar totals. */
+#define METER_COST_MAX_USD 1e9
+/* The largest token count accepted in one call. */
+#define METER_TOKENS_MAX INT64_C(1000000000000)
+
+int meter_cost_from_double(int64_t *micros_out, double cost, struct err *err)
+{
+    char buf[64], digits[32];
+    const char *e;
+    int p, nd = 0;
+    long exp10;
+    int64_t v = 0;
+
+    *micros_out = 0;
+    if (isnan(cost) || isinf(cost) || cost < 0) {
+        return err_set(err, E_INVALID, "costUSD must be a non-negative number");
+    }
+    if (cost > METER_COST_MAX_USD) {
+        return err_set(err, E_INVALID, "costUSD is too large");
+    }
+    if (cost == 0) {
+        return E_OK;
+    }
+    /* The shortest decimal that reads back as the same double is the number as written
+     * (for up to 15 significant digits), e.g. 0.0225 -> "2.25e-02". */
+    for (p = 1; p < 17; p++) {
+        snprintf(buf, sizeof(buf), "%.*e", p - 1, cost);
+        if (strtod(buf, NULL) == cost) {
+            break;
+        }
+    }
+    snprintf(buf, sizeof(buf), "%.*e", p - 1, cost);
+    e = strchr(buf, 'e');
+    ASSERT(e != NULL);
+    for (const char *c = buf; c < e; c++) {
+        if (*c >= '0' && *c <= '9') {
+            digits[nd++] = *c;
+        }
+    }
+    while (nd > 1 && digits[nd - 1] == '0') {
+        nd--;
+    }
+    /* value = digits * 10^(exponent - (nd - 1)); micro-dollars add 6 to the exponent. */
+    exp10 = strtol(e + 1, NULL, 10) - (nd - 1) + 6;
+    if (exp10 < 0) {
+        return err_set(err, E_INVALID, "costUSD has more than 6 decimals");
+    }
+    for (int i = 0; i < nd; i++) {
+        v = v * 10 + (digits[i] - '0');
+    }
+    for (long i = 0; i < exp10; i++) {
+        v *= 10; /* cannot overflow: cost <= 1e9 dollars = 1e15 micro-dollars */
+    }
+    *micros_out = v;
+    return E_OK;
+}
+
+static int parse_cost(int64_t *out, const json_t *v, struct err *err)
+{
+    struct err perr = {0};
+
+    if (json_is_integer(v)) {
+        if (json_integer_value(v) < 0 || json_integer_value(v) > (json_int_t)METER_COST_MAX_USD) {
+            return err_set(err, E_INVALID, "costUSD must be a non-negative number of dollars");
+        }
+        *out = (int64_t)json_integer_value(v) * MONEY_MICROS_PER_USD;
+        return E_OK;
+    }
+    if (json_is_real(v)) {
+        return meter_cost_from_double(out, json_real_value(v), err);
+    }
+    if (json_is_string(v)) {
+        /* Also accepted: the exact decimal string, as AgentTask objects write money. */
+        if (money_parse(out, NULL, json_string_value(v), &perr) != E_OK ||
+            json_string_value(v)[0] == '+' || json_string_value(v)[0] == '$' ||
+            *out > (int64_t)METER_COST_MAX_USD * MONEY_MICROS_PER_USD) {
+            return err_set(err, E_INVALID, "costUSD: %s",
+                           perr.msg[0] != '\0' ? perr.msg : "must be a plain decimal");
+        }
+        return E_OK;
+    }
+    return err_set(err, E_INVALID, "costUSD must be a non-negative number");
+}
+
+static int parse_count(int64_t *out, bool *has_out, const json_t *v, const char *name,
+                       struct err *err)
+{
+    if (v == NULL || json_is_null(v)) {
+        *out = 0;
+        if (has_out != NULL) {
+            *has_out = false;
+        }
+        return E_OK;
+    }
+    if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+        json_integer_value(v) > METER_TOKENS_MAX) {
+        return err_set(err, E_INVALID, "%s must be a non-negative integer", name);
+    }
+    *out = (int64_t)json_integer_value(v);
+    if (has_out != NULL) {
+        *has_out = true;
+    }
+    return E_OK;
+}
+
+int meter_request_parse(struct meter_request *out, const char *body, size_t len,
+                        struct err *err)
+{
+    json_error_t jerr;
+    json_t *j, *v;
+    int rc = E_OK;
+
+    memset(out, 0, sizeof(*out));
+    j = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (j == NULL) {
+        return err_set(err, E_INVALID, "body is not valid JSON: %s", jerr.text);
+    }
+    if (!json_is_object(j)) {
+        rc = err_set(err, E_INVALID, "body must be a JSON object");
+        goto out;
+    }
+    v = json_object_get(j, "requestId");
+    if (!json_is_string(v) || json_string_length(v) == 0) {
+        rc = err_set(err, E_INVALID, "requestId is required (a non-empty string)");
+        goto out;
+    }
+    if (json_string_length(v) > METER_REQUEST_ID_MAX) {
+        rc = err_set(err, E_INVALID, "requestId is longer than %d bytes", METER_REQUEST_ID_MAX);
+        goto out;
+    }
+    out->request_id = xstrdup(json_string_value(v));
+    v = json_object_get(j, "model");
+    if (v != NULL && !json_is_null(v)) {
+        if (!json_is_string(v)) {
+            rc = err_set(err, E_INVALID, "model must be a string");
+            goto out;
+        }
+        out->model = xstrdup(json_string_value(v));
+    }
+    rc = parse_count(&out->iteration, &out->has_iteration, json_object_get(j, "iteration"),
+                     "iteration", err);
+    if (rc == E_OK) {
+        rc = parse_count(&out->tokens_used, NULL, json_object_get(j, "tokensUsed"), "tokensUsed",
+                         err);
+    }
+    if (rc == E_OK && (v = json_object_get(j, "costUSD")) != NULL && !json_is_null(v)) {
+        rc = parse_cost(&out->cost_micros, v, err);
+    }
+out:
+    json_decref(j);
+    return rc;
+}
+
+void meter_request_cleanup(struct meter_request *r)
+{
+    free(r->request_id);
+    free(r->model);
+    memset(r, 0, sizeof(*r));
+}

@@ -1,0 +1,467 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The meter service: request threads check the token's signature and parse the body in
+ * parallel, then queue a job; one committer thread takes every queued job, applies them
+ * in ONE write transaction (each inside its own savepoint, so one failure never fails the
+ * others) and answers them all after the single fsync'd COMMIT: group commit. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/buf.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/money.h"
+#include "common/secret.h"
+#include "meter/meter.h"
+
+struct meter_job {
+    struct token *tok;          /* borrowed from the request thread; signature verified */
+    const char *ns;             /* borrowed from tok's namespace caveat */
+    const char *name;           /* borrowed from tok's task_id caveat */
+    struct meter_request req;   /* parsed body (when body_ok) */
+    bool body_ok;
+    char body_err[ERR_MSG_MAX]; /* why the body was refused */
+    int status;                 /* out: HTTP status */
+    char *body;                 /* out: owned JSON text */
+    bool done;                  /* out: answered (under m->mu) */
+    struct meter_job *next;     /* queue link */
+};
+
+struct meter_service {
+    struct task_store *store;                  /* borrowed */
+    unsigned char root_key[TOKEN_ROOT_KEY_LEN];
+    pthread_mutex_t mu;                        /* guards the queue, done flags, stats */
+    pthread_cond_t work;                       /* jobs queued or stopping */
+    pthread_cond_t answered;                   /* a batch was answered */
+    struct meter_job *head, *tail;             /* queued jobs */
+    bool stop;
+    pthread_t thread;
+    int64_t batches, requests;
+};
+
+/* --- response bodies --------------------------------------------------------------- */
+
+static void put_json_string(struct buf *b, const char *s)
+{
+    json_t *j = json_string(s != NULL ? s : "");
+    char *text = j != NULL ? json_dumps(j, JSON_ENCODE_ANY) : NULL;
+
+    buf_puts(b, text != NULL ? text : "\"\"");
+    free(text);
+    json_decref(j);
+}
+
+static char *error_body(const char *msg, const char *reason)
+{
+    struct buf b;
+
+    buf_init(&b, 0);
+    buf_puts(&b, "{\"error\":");
+    put_json_string(&b, msg);
+    buf_puts(&b, ",\"reason\":");
+    put_json_string(&b, reason);
+    buf_puts(&b, "}");
+    return buf_take(&b);
+}
+
+/* Money goes out as a JSON number written from the exact decimal, never via a double. */
+static char *totals_body(const struct meter_decision *d, const json_t *doc, int64_t max_iter)
+{
+    const json_t *md = json_object_get(doc, "metadata");
+    const char *guidance = json_string_value(
+        json_object_get(json_object_get(md, "annotations"), TASK_ANN_GUIDANCE));
+    const char *preview = json_string_value(
+        json_object_get(json_object_get(doc, "status"), "previewUrl"));
+    bool allowed = d->outcome == METER_ALLOWED || d->outcome == METER_DUPLICATE;
+    char cost[MONEY_STR_MAX], budget[MONEY_STR_MAX];
+    struct buf b;
+
+    money_format(cost, d->total_cost_micros);
+    money_format(budget, d->budget_usd);
+    buf_init(&b, 0);
+    buf_printf(&b, "{\"allowed\":%s,\"suspended\":%s,", allowed ? "true" : "false",
+               allowed ? "false" : "true");
+    if (!allowed) {
+        buf_puts(&b, "\"reason\":");
+        put_json_string(&b, d->reason);
+        buf_puts(&b, ",\"error\":");
+        put_json_string(&b, d->reason);
+        buf_puts(&b, ",");
+    }
+    if (d->outcome == METER_DUPLICATE) {
+        buf_puts(&b, "\"duplicate\":true,");
+    }
+    buf_printf(&b, "\"totalTokensUsed\":%lld,\"totalCostUSD\":%s,\"iteration\":%lld,",
+               (long long)d->total_tokens, cost, (long long)d->iteration);
+    buf_printf(&b, "\"maxIterations\":%lld,", (long long)max_iter);
+    if (d->has_budget_usd) {
+        buf_printf(&b, "\"budgetUSD\":%s,", budget);
+    }
+    if (d->has_budget_tokens) {
+        buf_printf(&b, "\"budgetTokens\":%lld,", (long long)d->budget_tokens);
+    }
+    buf_puts(&b, "\"guidance\":");
+    put_json_string(&b, guidance);
+    buf_puts(&b, ",\"previewUrl\":");
+    put_json_string(&b, preview);
+    buf_puts(&b, "}");
+    return buf_take(&b);
+}
+
+/* --- applying one job inside the batch transaction ------------------------------------ */
+
+static bool capabilities_allow(const json_t *caps, const char *model)
+{
+    size_t i;
+    const json_t *c;
+
+    if (!json_is_array(caps) || json_array_size(caps) == 0) {
+        return true;
+    }
+    json_array_foreach(caps, i, c)
+    {
+        if (json_is_string(c) && token_model_match(json_string_value(c), model)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+static void push_request_id(json_t *status, const char *id)
+{
+    json_t *ring = json_object_get(status, "lastMeterRequestIds");
+
+    if (!json_is_array(ring)) {
+        ring = json_array();
+        json_object_set_new(status, "lastMeterRequestIds", ring);
+    }
+    json_array_append_new(ring, json_string(id));
+    while (json_array_size(ring) > TASK_METER_RING) {
+        json_array_remove(ring, 0);
+    }
+}
+
+/* Writes the charge (and, over a limit, the pause and the revocation) into DOC/TX. */
+static int charge(struct task_txn *tx, json_t *doc, const struct meter_job *j,
+                  const struct meter_decision *d, struct err *err)
+{
+    json_t *status = json_object_get(doc, "status");
+    json_t *md = json_object_get(doc, "metadata");
+    char cost[MONEY_STR_MAX];
+    int rc;
+
+    rc = task_txn_meter_record(tx, json_string_value(json_object_get(md, "uid")),
+                               j->req.request_id, j->req.tokens_used, j->req.cost_micros, err);
+    if (rc != E_OK) {
+        return rc;
+    }
+    money_format(cost, d->total_cost_micros);
+    json_object_set_new(status, "tokensConsumed", json_integer(d->total_tokens));
+    json_object_set_new(status, "costUSD", json_string(cost));
+    json_object_set_new(status, "iteration", json_integer(d->iteration));
+    push_request_id(status, j->req.request_id);
+    if (d->outcome == METER_OVER_BUDGET || d->outcome == METER_OVER_ITERATIONS) {
+        bool budget = d->outcome == METER_OVER_BUDGET;
+        task_set_phase(doc, TASK_PAUSED, budget ? "BudgetExceeded" : "MaxIterationsExceeded",
+                       budget ? "budget exceeded: add budget with /diverge budget or "
+                                "diverge task resume --budget"
+                              : "max iterations exceeded");
+        json_object_set_new(json_object_get(doc, "spec"), "suspended", json_true());
+        rc = task_txn_token_revoke(tx, j->ns, j->name, err);
+        if (rc != E_OK) {
+            return rc;
+        }
+        log_kv(LOG_INFO, "task_paused", "namespace", j->ns, "name", j->name, "reason",
+               d->reason, "cost", cost, NULL);
+    }
+    return task_txn_put(tx, doc, err);
+}
+
+static void read_state(struct meter_state *st, struct task_txn *tx, const json_t *doc,
+                       struct meter_job *j, struct err *err)
+{
+    const json_t *spec = json_object_get(doc, "spec");
+    const json_t *repo = json_object_get(spec, "repository");
+    struct token_record rec;
+    struct task_view v;
+    struct token_context ctx = {
+        .task = j->name,
+        .ns = j->ns,
+        .repo = json_string_value(json_object_get(repo, "url")),
+        .branch = json_string_value(json_object_get(repo, "workingBranch")),
+        .model = j->body_ok ? j->req.model : NULL,
+        .now_ms = clock_now_ms(task_txn_clock(tx)),
+    };
+
+    task_view_of(&v, doc);
+    st->task_found = true;
+    if (task_txn_token_current(&rec, tx, j->ns, j->name, err) == E_OK) {
+        st->token_current = rec.active && strcmp(rec.token_id, token_identifier(j->tok)) == 0;
+        free(rec.token);
+    }
+    st->caveats_ok = token_check_caveats(&st->grant, j->tok, &ctx, NULL) == E_OK;
+    st->phase = v.phase;
+    st->body_ok = j->body_ok;
+    st->model_ok = st->grant.model_allowed &&
+                   capabilities_allow(json_object_get(spec, "capabilities"), ctx.model);
+    st->spec_budget_usd = v.budget_usd;
+    st->spec_budget_tokens = v.budget_tokens;
+    st->max_iterations = v.max_iterations;
+    st->tokens_consumed = v.tokens_consumed;
+    st->cost_micros = v.cost_usd;
+    st->iteration = v.iteration;
+}
+
+static int apply_job(struct task_txn *tx, struct meter_job *j, struct err *err)
+{
+    struct meter_state st;
+    struct meter_decision d;
+    json_t *doc = NULL;
+    int rc;
+
+    memset(&st, 0, sizeof(st));
+    rc = task_txn_get(&doc, tx, j->ns, j->name, err);
+    if (rc != E_OK && rc != E_NOTFOUND) {
+        return rc;
+    }
+    if (rc == E_OK) {
+        read_state(&st, tx, doc, j, err);
+    }
+    if (st.task_found && st.token_current && st.caveats_ok && st.phase == TASK_ACTIVE &&
+        st.body_ok) {
+        rc = task_txn_meter_seen(&st.seen, tx,
+                                 json_string_value(json_object_get(
+                                     json_object_get(doc, "metadata"), "uid")),
+                                 j->req.request_id, err);
+        if (rc != E_OK) {
+            goto out;
+        }
+    }
+    meter_decide(&d, &st, j->body_ok ? &j->req : NULL);
+    rc = E_OK;
+    switch (d.outcome) {
+    case METER_UNAUTHORIZED:
+        j->body = error_body(d.reason, "Unauthorized");
+        break;
+    case METER_BAD_REQUEST:
+        j->body = error_body(j->body_err, "BadRequest");
+        break;
+    case METER_FORBIDDEN:
+        j->body = error_body(j->req.model != NULL ? "model not allowed for this task"
+                                                  : "model required: this task restricts models",
+                             "Forbidden");
+        break;
+    case METER_ALLOWED:
+    case METER_OVER_BUDGET:
+    case METER_OVER_ITERATIONS:
+        rc = charge(tx, doc, j, &d, err);
+        if (rc != E_OK) {
+            goto out;
+        }
+        j->body = totals_body(&d, doc, st.max_iterations);
+        break;
+    case METER_DUPLICATE:
+        j->body = totals_body(&d, doc, st.max_iterations);
+        break;
+    }
+    j->status = d.status;
+out:
+    json_decref(doc);
+    return rc;
+}
+
+static int apply_batch(struct task_txn *tx, void *userdata)
+{
+    struct meter_job *j;
+    struct err err = {0};
+
+    for (j = userdata; j != NULL; j = j->next) {
+        if (task_txn_savepoint(tx, &err) != E_OK) {
+            return E_FAIL;
+        }
+        if (apply_job(tx, j, &err) != E_OK) {
+            /* This job only: undo it and tell its caller to retry (idempotent). */
+            task_txn_rollback_savepoint(tx);
+            free(j->body);
+            j->body = error_body("could not record the charge; retry", "ServiceUnavailable");
+            j->status = 503;
+            log_kv(LOG_ERROR, "meter_job_failed", "name", j->name, "error", err.msg, NULL);
+            continue;
+        }
+        if (task_txn_release(tx, &err) != E_OK) {
+            return E_FAIL;
+        }
+    }
+    return E_OK;
+}
+
+/* --- the committer ----------------------------------------------------------------- */
+
+static void *committer(void *arg)
+{
+    struct meter_service *m = arg;
+    struct err err = {0};
+
+    pthread_mutex_lock(&m->mu);
+    for (;;) {
+        struct meter_job *batch, *j;
+        int64_t n = 0;
+        while (m->head == NULL && !m->stop) {
+            pthread_cond_wait(&m->work, &m->mu);
+        }
+        if (m->head == NULL && m->stop) {
+            break;
+        }
+        batch = m->head;
+        m->head = m->tail = NULL;
+        pthread_mutex_unlock(&m->mu);
+        if (task_store_txn(m->store, apply_batch, batch, &err) != E_OK) {
+            /* Nothing of this batch is durable: nobody gets an acknowledgement. */
+            log_kv(LOG_ERROR, "meter_batch_failed", "error", err.msg, NULL);
+            for (j = batch; j != NULL; j = j->next) {
+                free(j->body);
+                j->body = error_body("could not record the charge; retry", "ServiceUnavailable");
+                j->status = 503;
+            }
+        }
+        pthread_mutex_lock(&m->mu);
+        for (j = batch; j != NULL; j = j->next) {
+            j->done = true;
+            n++;
+        }
+        m->batches++;
+        m->requests += n;
+        pthread_cond_broadcast(&m->answered);
+    }
+    pthread_mutex_unlock(&m->mu);
+    return NULL;
+}
+
+int meter_service_new(struct meter_service **out, struct task_store *store,
+                      const unsigned char root_key[TOKEN_ROOT_KEY_LEN], struct err *err)
+{
+    struct meter_service *m = xcalloc(1, sizeof(*m));
+
+    *out = NULL;
+    m->store = store;
+    memcpy(m->root_key, root_key, TOKEN_ROOT_KEY_LEN);
+    pthread_mutex_init(&m->mu, NULL);
+    pthread_cond_init(&m->work, NULL);
+    pthread_cond_init(&m->answered, NULL);
+    if (pthread_create(&m->thread, NULL, committer, m) != 0) {
+        free(m);
+        return err_set(err, E_FAIL, "cannot start the meter committer thread");
+    }
+    *out = m;
+    return E_OK;
+}
+
+void meter_service_free(struct meter_service *m)
+{
+    if (m == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&m->mu);
+    m->stop = true;
+    pthread_cond_signal(&m->work);
+    pthread_mutex_unlock(&m->mu);
+    pthread_join(m->thread, NULL);
+    pthread_mutex_destroy(&m->mu);
+    pthread_cond_destroy(&m->work);
+    pthread_cond_destroy(&m->answered);
+    secret_wipe(m->root_key, sizeof(m->root_key));
+    free(m);
+}
+
+void meter_service_stats(struct meter_stats *out, struct meter_service *m)
+{
+    pthread_mutex_lock(&m->mu);
+    out->batches = m->batches;
+    out->requests = m->requests;
+    pthread_mutex_unlock(&m->mu);
+}
+
+/* The value of the only caveat NAME of T; NULL when absent or repeated (a token naming
+ * two tasks is refused). */
+static const char *caveat_value(const struct token *t, const char *name)
+{
+    size_t n = strlen(name);
+    const char *found = NULL;
+
+    for (size_t i = 0; i < token_caveat_count(t); i++) {
+        const char *c = token_caveat(t, i);
+        if (strncmp(c, name, n) == 0 && strncmp(c + n, " = ", 3) == 0) {
+            if (found != NULL) {
+                return NULL;
+            }
+            found = c + n + 3;
+        }
+    }
+    return found;
+}
+
+static void respond(int *status_out, char **body_out, int status, const char *msg,
+                    const char *reason)
+{
+    *status_out = status;
+    *body_out = error_body(msg, reason);
+}
+
+void meter_service_handle(int *status_out, char **body_out, struct meter_service *m,
+                          const char *auth, int auth_count, const char *body, size_t len)
+{
+    struct meter_job j;
+    struct token *tok = NULL;
+    struct err err = {0};
+
+    memset(&j, 0, sizeof(j));
+    if (auth == NULL || auth_count == 0) {
+        respond(status_out, body_out, 401, "missing Authorization: Bearer <token>",
+                       "Unauthorized");
+        return;
+    }
+    if (auth_count > 1) {
+        respond(status_out, body_out, 401, "more than one Authorization header",
+                       "Unauthorized");
+        return;
+    }
+    if (strncmp(auth, "Bearer ", 7) != 0 ||
+        token_decode(&tok, auth + 7, strlen(auth + 7), &err) != E_OK) {
+        respond(status_out, body_out, 401, "malformed token", "Unauthorized");
+        return;
+    }
+    if (token_verify_signature(tok, m->root_key, &err) != E_OK) {
+        token_free(tok);
+        respond(status_out, body_out, 401, "bad token signature", "Unauthorized");
+        return;
+    }
+    j.tok = tok;
+    j.name = caveat_value(tok, "task_id");
+    j.ns = caveat_value(tok, "namespace");
+    if (j.name == NULL || j.ns == NULL) {
+        token_free(tok);
+        respond(status_out, body_out, 401, "token names no single task and namespace",
+                       "Unauthorized");
+        return;
+    }
+    j.body_ok = meter_request_parse(&j.req, body, len, &err) == E_OK;
+    if (!j.body_ok) {
+        snprintf(j.body_err, sizeof(j.body_err), "%s", err.msg);
+    }
+    pthread_mutex_lock(&m->mu);
+    if (m->tail != NULL) {
+        m->tail->next = &j;
+    } else {
+        m->head = &j;
+    }
+    m->tail = &j;
+    pthread_cond_signal(&m->work);
+    while (!j.done) {
+        pthread_cond_wait(&m->answered, &m->mu);
+    }
+    pthread_mutex_unlock(&m->mu);
+    *status_out = j.status;
+    *body_out = j.body;
+    meter_request_cleanup(&j.req);
+    token_free(tok);
+}

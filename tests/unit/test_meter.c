@@ -1,0 +1,257 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Unit tests of meter/: body parsing (every malformed variant), exact cost conversion, and
+ * the decision table of SPEC §7. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "meter/meter.h"
+#include "tests/t_check.h"
+
+TEST(cost_from_double_is_exact)
+{
+    static const struct {
+        double in;
+        int64_t want;
+        int rc;
+    } cases[] = {
+        {0.0225, 22500, E_OK},   {0.0675, 67500, E_OK},     {1.5, 1500000, E_OK},
+        {0.000001, 1, E_OK},     {0, 0, E_OK},              {12345.678901, 12345678901, E_OK},
+        {0.1, 100000, E_OK},     {0.3, 300000, E_OK},       {1e-7, 0, E_INVALID},
+        {0.0000015, 0, E_INVALID}, {-0.01, 0, E_INVALID},   {1e300, 0, E_INVALID},
+        {5.00, 5000000, E_OK},   {999999999.999999, 999999999999999, E_OK},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        int64_t v = -1;
+        int rc = meter_cost_from_double(&v, cases[i].in, NULL);
+        if (rc != cases[i].rc || (rc == E_OK && v != cases[i].want)) {
+            t_fail(__FILE__, __LINE__, "case %zu (%.17g): rc=%d v=%lld want rc=%d v=%lld", i,
+                   cases[i].in, rc, (long long)v, cases[i].rc, (long long)cases[i].want);
+        }
+    }
+    int64_t v;
+    CHECK_EQ_INT(meter_cost_from_double(&v, NAN, NULL), E_INVALID);
+    CHECK_EQ_INT(meter_cost_from_double(&v, INFINITY, NULL), E_INVALID);
+}
+
+TEST(parse_good_bodies)
+{
+    struct meter_request r;
+    const char *b = "{\"requestId\":\"fix-1\",\"iteration\":1,\"model\":\"claude-3-7-sonnet\","
+                    "\"tokensUsed\":1500,\"costUSD\":0.0225}";
+    CHECK_OK(meter_request_parse(&r, b, strlen(b), NULL));
+    CHECK_EQ_STR(r.request_id, "fix-1");
+    CHECK_EQ_STR(r.model, "claude-3-7-sonnet");
+    CHECK(r.has_iteration);
+    CHECK_EQ_INT(r.iteration, 1);
+    CHECK_EQ_INT(r.tokens_used, 1500);
+    CHECK_EQ_INT(r.cost_micros, 22500);
+    meter_request_cleanup(&r);
+    b = "{\"requestId\":\"x\",\"costUSD\":\"0.0675\"}";
+    CHECK_OK(meter_request_parse(&r, b, strlen(b), NULL));
+    CHECK_EQ_INT(r.cost_micros, 67500);
+    CHECK(r.model == NULL && !r.has_iteration && r.tokens_used == 0);
+    meter_request_cleanup(&r);
+    b = "{\"requestId\":\"x\",\"costUSD\":2,\"extra\":[1]}";
+    CHECK_OK(meter_request_parse(&r, b, strlen(b), NULL));
+    CHECK_EQ_INT(r.cost_micros, 2000000);
+    meter_request_cleanup(&r);
+}
+
+TEST(parse_bad_bodies)
+{
+    static const char *const bad[] = {
+        "",
+        "not json",
+        "[1,2]",
+        "\"str\"",
+        "{}",
+        "{\"requestId\":\"\"}",
+        "{\"requestId\":7}",
+        "{\"requestId\":null}",
+        "{\"requestId\":\"a\",\"tokensUsed\":-1}",
+        "{\"requestId\":\"a\",\"tokensUsed\":1.5}",
+        "{\"requestId\":\"a\",\"tokensUsed\":\"12\"}",
+        "{\"requestId\":\"a\",\"tokensUsed\":99999999999999999999}",
+        "{\"requestId\":\"a\",\"costUSD\":-0.5}",
+        "{\"requestId\":\"a\",\"costUSD\":\"abc\"}",
+        "{\"requestId\":\"a\",\"costUSD\":\"-1\"}",
+        "{\"requestId\":\"a\",\"costUSD\":true}",
+        "{\"requestId\":\"a\",\"costUSD\":1e400}",
+        "{\"requestId\":\"a\",\"costUSD\":1e300}",
+        "{\"requestId\":\"a\",\"costUSD\":NaN}",
+        "{\"requestId\":\"a\",\"costUSD\":0.0000001}",
+        "{\"requestId\":\"a\",\"iteration\":-2}",
+        "{\"requestId\":\"a\",\"model\":5}",
+        "{\"requestId\":\"a\",\"requestId\":\"b\"}",
+        "{\"requestId\":\"\xff\xfe\"}",
+    };
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        struct meter_request r;
+        struct err err = {0};
+        int rc = meter_request_parse(&r, bad[i], strlen(bad[i]), &err);
+        if (rc != E_INVALID) {
+            t_fail(__FILE__, __LINE__, "body %zu %s: rc=%d", i, bad[i], rc);
+        }
+        CHECK(err.msg[0] != '\0');
+        meter_request_cleanup(&r);
+    }
+    /* requestId over the cap */
+    char *big = xmalloc(600);
+    memset(big, 'a', 600);
+    char *body = xasprintf("{\"requestId\":\"%.*s\"}", 300, big);
+    struct meter_request r;
+    CHECK_EQ_INT(meter_request_parse(&r, body, strlen(body), NULL), E_INVALID);
+    meter_request_cleanup(&r);
+    free(big);
+    free(body);
+}
+
+/* An Active task with $5 / 200000 tokens in the spec, nothing spent, and a token whose
+ * caveats allow $1 / 1000 tokens. */
+static struct meter_state base_state(void)
+{
+    struct meter_state st;
+    memset(&st, 0, sizeof(st));
+    st.task_found = st.token_current = st.caveats_ok = st.body_ok = st.model_ok = true;
+    st.phase = TASK_ACTIVE;
+    st.spec_budget_usd = 5000000;
+    st.spec_budget_tokens = 200000;
+    st.grant.has_max_cost = true;
+    st.grant.max_cost_micros = 1000000;
+    st.grant.has_max_tokens = true;
+    st.grant.max_tokens = 1000;
+    return st;
+}
+
+static struct meter_request req_of(int64_t tokens, int64_t cost, int64_t iteration)
+{
+    struct meter_request r;
+    memset(&r, 0, sizeof(r));
+    r.request_id = (char *)(uintptr_t) "r";
+    r.tokens_used = tokens;
+    r.cost_micros = cost;
+    r.has_iteration = iteration >= 0;
+    r.iteration = iteration;
+    return r;
+}
+
+TEST(decision_table)
+{
+    struct meter_decision d;
+    struct meter_state st;
+    struct meter_request r = req_of(1500, 22500, 1);
+
+    /* 401s, in order */
+    st = base_state(); st.task_found = false; meter_decide(&d, &st, &r);
+    CHECK_EQ_INT(d.status, 401);
+    st = base_state(); st.token_current = false; meter_decide(&d, &st, &r);
+    CHECK_EQ_INT(d.status, 401);
+    CHECK_EQ_STR(d.reason, "token revoked");
+    st = base_state(); st.caveats_ok = false; meter_decide(&d, &st, &r);
+    CHECK_EQ_INT(d.status, 401);
+    for (int p = 0; p < TASK_PHASE_COUNT; p++) {
+        st = base_state(); st.phase = (enum task_phase)p; meter_decide(&d, &st, &r);
+        CHECK_EQ_INT(d.status, p == TASK_ACTIVE ? 200 : 401);
+    }
+    /* 401 beats 400 beats 403 */
+    st = base_state(); st.token_current = false; st.body_ok = false; st.model_ok = false;
+    meter_decide(&d, &st, NULL);
+    CHECK_EQ_INT(d.status, 401);
+    st = base_state(); st.body_ok = false; st.model_ok = false; meter_decide(&d, &st, NULL);
+    CHECK_EQ_INT(d.status, 400);
+    st = base_state(); st.model_ok = false; st.seen = true; meter_decide(&d, &st, &r);
+    CHECK_EQ_INT(d.status, 403);
+    /* idempotent retry: nothing added */
+    st = base_state(); st.seen = true; st.tokens_consumed = 10; st.cost_micros = 20;
+    meter_decide(&d, &st, &r);
+    CHECK_EQ_INT(d.outcome, METER_DUPLICATE);
+    CHECK_EQ_INT(d.total_tokens, 10);
+    CHECK_EQ_INT(d.total_cost_micros, 20);
+    /* charge */
+    st = base_state(); meter_decide(&d, &st, &r);
+    CHECK_EQ_INT(d.outcome, METER_ALLOWED);
+    CHECK_EQ_INT(d.total_tokens, 1500);
+    CHECK_EQ_INT(d.total_cost_micros, 22500);
+    CHECK_EQ_INT(d.iteration, 1);
+}
+
+TEST(effective_budgets)
+{
+    struct meter_decision d;
+    struct meter_state st = base_state();
+    struct meter_request r;
+
+    /* Spec positive replaces the caveat: a $1 caveat with spec $5 stops at $5. */
+    r = req_of(0, 5000000, -1);
+    meter_decide(&d, &st, &r);
+    CHECK_EQ_INT(d.status, 200); /* equal to the budget is allowed */
+    CHECK_EQ_INT(d.budget_usd, 5000000);
+    st.cost_micros = 5000000;
+    r = req_of(0, 1, -1);
+    meter_decide(&d, &st, &r);
+    CHECK_EQ_INT(d.status, 429); /* one micro-dollar over */
+    CHECK_EQ_STR(d.reason, "budget exceeded");
+    CHECK_EQ_INT(d.outcome, METER_OVER_BUDGET);
+    CHECK_EQ_INT(d.total_cost_micros, 5000001);
+    /* No spec budget: the caveat applies (smallest already folded into the grant). */
+    st = base_state();
+    st.spec_budget_usd = 0;
+    r = req_of(0, 1000001, -1);
+    meter_decide(&d, &st, &r);
+    CHECK_EQ_INT(d.status, 429);
+    r = req_of(0, 1000000, -1);
+    meter_decide(&d, &st, &r);
+    CHECK_EQ_INT(d.status, 200);
+    /* Tokens: spec 200000 replaces the 1000 caveat; without spec, the caveat. */
+    st = base_state();
+    r = req_of(200000, 0, -1);
+    meter_decide(&d, &st, &r);
+    CHECK_EQ_INT(d.status, 200);
+    r = req_of(200001, 0, -1);
+    meter_decide(&d, &st, &r);
+    CHECK_EQ_INT(d.status, 429);
+    st.spec_budget_tokens = 0;
+    r = req_of(1001, 0, -1);
+    meter_decide(&d, &st, &r);
+    CHECK_EQ_INT(d.status, 429);
+    /* No budget at all: unlimited. */
+    st = base_state();
+    st.spec_budget_usd = st.spec_budget_tokens = 0;
+    st.grant.has_max_cost = st.grant.has_max_tokens = false;
+    r = req_of(INT64_C(1000000000), INT64_C(1000000000000), -1);
+    meter_decide(&d, &st, &r);
+    CHECK_EQ_INT(d.status, 200);
+}
+
+TEST(iterations)
+{
+    struct meter_decision d;
+    struct meter_state st = base_state();
+    struct meter_request r;
+
+    st.max_iterations = 8;
+    r = req_of(1, 1, 8);
+    meter_decide(&d, &st, &r);
+    CHECK_EQ_INT(d.status, 200);
+    r = req_of(1, 1, 9);
+    meter_decide(&d, &st, &r);
+    CHECK_EQ_INT(d.status, 429);
+    CHECK_EQ_STR(d.reason, "max iterations exceeded");
+    CHECK_EQ_INT(d.outcome, METER_OVER_ITERATIONS);
+    /* Both at once: budget wins. */
+    r = req_of(1, 5000001, 9);
+    meter_decide(&d, &st, &r);
+    CHECK_EQ_STR(d.reason, "budget exceeded");
+    /* No maxIterations: no limit. */
+    st.max_iterations = 0;
+    r = req_of(1, 1, 1000);
+    meter_decide(&d, &st, &r);
+    CHECK_EQ_INT(d.status, 200);
+    /* Without "iteration", the task's iteration stays. */
+    st.iteration = 3;
+    r = req_of(1, 1, -1);
+    meter_decide(&d, &st, &r);
+    CHECK_EQ_INT(d.iteration, 3);
+}
+
+T_MAIN
