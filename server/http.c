@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -55,6 +56,9 @@ static const struct route g_routes[] = {
      "tasks.status.patch", AUTH_ADMIN},
     {"PUT", API_PREFIX "/namespaces/*/agenttasks/*/status", api_task_status_put,
      "tasks.status.update", AUTH_ADMIN},
+    {"GET", API_PREFIX "/namespaces/*/agenttasks/*/token", api_task_token, "tasks.token",
+     AUTH_ADMIN},
+    {"POST", "/api/v1/agenttask/meter", api_meter, "meter", AUTH_NONE},
     {"GET", API_PREFIX "/namespaces/*/environments", api_env_list, "environments.list",
      AUTH_ADMIN},
     {"GET", API_PREFIX "/namespaces/*/environments/*", api_env_get, "environments.get",
@@ -242,6 +246,32 @@ int http_send_err(struct request *r, const struct err *err)
 const char *http_query(struct request *r, const char *key)
 {
     return MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, key);
+}
+
+struct header_count {
+    const char *key;
+    int n;
+};
+
+static enum MHD_Result count_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                    const char *value)
+{
+    struct header_count *hc = cls;
+
+    (void)kind;
+    (void)value;
+    if (strcasecmp(key, hc->key) == 0) {
+        hc->n++;
+    }
+    return MHD_YES;
+}
+
+int http_header_count(struct request *r, const char *key)
+{
+    struct header_count hc = {.key = key, .n = 0};
+
+    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, count_header, &hc);
+    return hc.n;
 }
 
 const char *http_header(struct request *r, const char *key)

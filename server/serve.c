@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/money.h"
 #include "common/secret.h"
 #include "server/server.h"
 #include "server/server_int.h"
@@ -40,6 +41,15 @@ static const struct flag g_flags[] = {
     {"--store", "DIVERGE_STORE", "sqlite", CFG(store), "sqlite (embedded)"},
     {"--log-format", "DIVERGE_LOG_FORMAT", NULL, CFG(log_format),
      "text or json (default text on a terminal, else json)"},
+    {"--sandbox-provider", "DIVERGE_SANDBOX_PROVIDER", "local", CFG(sandbox_provider),
+     "local, process, none (no sandbox: an external agent meters with the task token) or "
+     "agent-sandbox"},
+    {"--default-budget-usd", "DIVERGE_DEFAULT_BUDGET_USD", "5.00", CFG(default_budget_usd),
+     "USD budget of tasks without spec.budgetUSD"},
+    {"--default-budget-tokens", "DIVERGE_DEFAULT_BUDGET_TOKENS", "1000000",
+     CFG(default_budget_tokens), "token budget of tasks without spec.budgetTokens"},
+    {"--default-max-iterations", "DIVERGE_DEFAULT_MAX_ITERATIONS", "5",
+     CFG(default_max_iterations), "maxIterations of tasks made from comments"},
 };
 
 static char **field(struct server_config *cfg, const struct flag *f)
@@ -167,9 +177,11 @@ static void print_endpoints(const struct server *srv)
 
     printf("diverge serve %s: listening on http://%s\n", VERSION, srv->cfg.listen);
     printf("  task API:  %s/apis/divergedev.com/v1alpha1/namespaces/{ns}/agenttasks\n", b);
+    printf("  meter:     %s/api/v1/agenttask/meter\n", b);
     printf("  health:    %s/healthz  %s/readyz\n", b, b);
     printf("  metrics:   %s/metrics\n", b);
     printf("  database:  %s/diverge.db\n", srv->cfg.data_dir);
+    printf("  sandbox provider: %s\n", srv->cfg.sandbox_provider);
     printf("admin token: %s\n", srv->cfg.api_token_file);
     fflush(stdout);
 }
@@ -193,6 +205,49 @@ static void set_bound_listen(struct server *srv, uint16_t port)
     } else {
         srv->base_url = xasprintf("http://%s", srv->cfg.listen);
     }
+}
+
+static int parse_count_flag(int64_t *out, const char *flag, const char *v)
+{
+    char *end = NULL;
+    long long n;
+
+    errno = 0;
+    n = strtoll(v, &end, 10);
+    if (errno != 0 || end == v || *end != '\0' || n < 0) {
+        fprintf(stderr, "diverge: serve: %s must be a non-negative integer, not %s\n", flag, v);
+        return 2;
+    }
+    *out = n;
+    return 0;
+}
+
+static int parse_defaults(struct server *srv)
+{
+    static const char *const providers[] = {"local", "process", "none", "agent-sandbox"};
+    struct err err = {0};
+    size_t i;
+
+    if (money_parse(&srv->default_budget_usd, NULL, srv->cfg.default_budget_usd, &err) != E_OK) {
+        fprintf(stderr, "diverge: serve: --default-budget-usd %s: %s\n",
+                srv->cfg.default_budget_usd, err.msg);
+        return 2;
+    }
+    if (parse_count_flag(&srv->default_budget_tokens, "--default-budget-tokens",
+                         srv->cfg.default_budget_tokens) != 0 ||
+        parse_count_flag(&srv->default_max_iterations, "--default-max-iterations",
+                         srv->cfg.default_max_iterations) != 0) {
+        return 2;
+    }
+    for (i = 0; i < ARRAY_LEN(providers); i++) {
+        if (strcmp(srv->cfg.sandbox_provider, providers[i]) == 0) {
+            return 0;
+        }
+    }
+    fprintf(stderr, "diverge: serve: --sandbox-provider must be local, process, none or "
+                    "agent-sandbox, not %s\n",
+            srv->cfg.sandbox_provider);
+    return 2;
 }
 
 static int setup_logging(const struct server_config *cfg)
@@ -237,11 +292,26 @@ static int run(struct server *srv)
         rc = task_store_sqlite_open(&srv->store, db, clock_system(), &err);
     }
     if (rc == E_OK) {
+        rc = meter_service_new(&srv->meter, srv->store, srv->root_key, &err);
+    }
+    if (rc == E_OK) {
+        struct controller_config cc = {
+            .data_dir = srv->cfg.data_dir,
+            .root_key = srv->root_key,
+            .default_budget_usd = srv->default_budget_usd,
+            .default_budget_tokens = srv->default_budget_tokens,
+            .sandbox_provider = srv->cfg.sandbox_provider,
+        };
+        rc = controller_new(&srv->controller, srv->store, &cc, &err);
+    }
+    if (rc == E_OK) {
         rc = http_start(&d, &port, srv, &err);
     }
     free(db);
     if (rc != E_OK) {
         fprintf(stderr, "diverge: serve: %s\n", err.msg);
+        controller_free(srv->controller);
+        meter_service_free(srv->meter);
         task_store_close(srv->store);
         return 1;
     }
@@ -255,6 +325,8 @@ static int run(struct server *srv)
     atomic_store(&srv->shutting_down, true);
     task_store_wake(srv->store);
     http_stop(d);
+    controller_free(srv->controller);
+    meter_service_free(srv->meter);
     task_store_close(srv->store);
     srv->store = NULL;
     log_kv(LOG_INFO, "server_stopped", NULL);
@@ -271,6 +343,9 @@ int server_main(int argc, char **argv)
     rc = parse_flags(&srv.cfg, argc, argv);
     if (rc == 0) {
         rc = setup_logging(&srv.cfg);
+    }
+    if (rc == 0) {
+        rc = parse_defaults(&srv);
     }
     if (rc == 0 && strcmp(srv.cfg.store, "sqlite") != 0) {
         fprintf(stderr, "diverge: serve: --store %s is not supported by this build (sqlite)\n",

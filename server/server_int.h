@@ -11,6 +11,8 @@
 
 #include "common/buf.h"
 #include "common/err.h"
+#include "controller/controller.h"
+#include "meter/meter.h"
 #include "store/store.h"
 
 #define SERVER_BODY_MAX (1024u * 1024u)            /* API and meter bodies */
@@ -25,6 +27,10 @@ struct server_config {
     char *api_token_file;  /* NULL: <data-dir>/api-token */
     char *store;           /* "sqlite" */
     char *log_format;      /* "text" | "json"; NULL: text on a terminal */
+    char *sandbox_provider;       /* local | process | none | agent-sandbox */
+    char *default_budget_usd;     /* decimal dollars for tasks without spec.budgetUSD */
+    char *default_budget_tokens;  /* tokens for tasks without spec.budgetTokens */
+    char *default_max_iterations; /* for comment-made tasks */
 };
 
 struct server {
@@ -33,6 +39,11 @@ struct server {
     char *api_token;               /* owned; wiped on exit */
     unsigned char root_key[32];    /* macaroon root key; wiped on exit */
     char *base_url;                /* owned; public base URL */
+    struct meter_service *meter;   /* owned */
+    struct controller *controller; /* owned */
+    int64_t default_budget_usd;    /* micro-dollars, parsed from the config */
+    int64_t default_budget_tokens;
+    int64_t default_max_iterations;
     atomic_bool shutting_down;     /* set on SIGTERM: watch streams end */
 };
 
@@ -66,6 +77,8 @@ int http_status_of(int code);
 int http_send_err(struct request *r, const struct err *err);
 const char *http_query(struct request *r, const char *key);
 const char *http_header(struct request *r, const char *key);
+/* How many request headers are named KEY (case-insensitive). */
+int http_header_count(struct request *r, const char *key);
 bool http_query_true(struct request *r, const char *key);
 /* Parses the request body as JSON; on failure sends 400 and returns NULL. */
 json_t *http_body_json(struct request *r, int *mhd_ret_out);
@@ -88,6 +101,8 @@ int api_task_delete(struct request *r);
 int api_task_status_get(struct request *r);
 int api_task_status_patch(struct request *r);
 int api_task_status_put(struct request *r);
+int api_task_token(struct request *r);
+int api_meter(struct request *r);
 int api_env_list(struct request *r);
 int api_env_get(struct request *r);
 int api_discovery_api(struct request *r);

@@ -1,0 +1,305 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Metering and the token lifecycle against the real `diverge serve --sandbox-provider
+none` (SPEC §7, §8): every status code of the meter, idempotency, budgets, pause/resume
+token rotation, attenuation, and a kill -9 in the middle of concurrent metering."""
+import concurrent.futures
+import json
+import os
+import random
+import sqlite3
+import subprocess
+import threading
+import time
+
+from harness import API, BUILD_DIR, DIVERGE_BIN, Server, run_tests, task_obj
+
+NS = API + "/namespaces/default/agenttasks"
+METER = "/api/v1/agenttask/meter"
+TOKEN_TOOL = os.path.join(BUILD_DIR, "tests", "interop", "token_tool")
+ARGS = ["--sandbox-provider", "none"]
+
+
+def merge(srv, name, patch, sub=""):
+    return srv.request("PATCH", NS + "/" + name + sub, patch,
+                       headers={"Content-Type": "application/merge-patch+json"})
+
+
+def wait_phase(srv, name, phase, timeout=10):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        st, _, b = srv.request("GET", NS + "/" + name)
+        if st == 200 and b["status"]["phase"] == phase:
+            return b
+        time.sleep(0.02)
+    raise AssertionError("task %s never reached %s: %s" % (name, phase, b))
+
+
+def start_task(srv, name, **spec):
+    st, _, b = srv.request("POST", NS, task_obj(name, **spec))
+    assert st == 201, b
+    wait_phase(srv, name, "Active")
+    st, h, tok = srv.request("GET", NS + "/" + name + "/token")
+    assert st == 200 and h["content-type"].startswith("text/plain"), (st, tok)
+    return tok.strip()
+
+
+def meter(srv, token, body, headers=None):
+    h = {"Authorization": "Bearer " + token} if token is not None else {}
+    h.update(headers or {})
+    if not isinstance(body, (bytes, str)):
+        body = json.dumps(body)
+    return srv.request("POST", METER, body, headers=h, auth=False)
+
+
+def call(rid, tokens=100, cost="0.01", iteration=1, model=None):
+    b = {"requestId": rid, "iteration": iteration, "tokensUsed": tokens}
+    if cost is not None:
+        b["costUSD"] = json.loads(cost) if isinstance(cost, str) else cost
+    if model is not None:
+        b["model"] = model
+    return b
+
+
+def totals(srv, name):
+    st, _, b = srv.request("GET", NS + "/" + name)
+    return b["status"]["tokensConsumed"], b["status"]["costUSD"], b
+
+
+def test_lifecycle_pause_resume_rotates_token():
+    with Server(ARGS) as srv:
+        tok1 = start_task(srv, "life", budgetUSD="5.00")
+        st, _, b = meter(srv, tok1, call("a1"))
+        assert st == 200 and b["allowed"] is True and b["suspended"] is False, b
+        # The token file the sandbox would read holds the same token.
+        with open(os.path.join(srv.data_dir, "tokens", "default", "life", "token")) as f:
+            assert f.read() == tok1
+        merge(srv, "life", {"spec": {"suspended": True}})
+        b = wait_phase(srv, "life", "Paused")
+        assert b["status"]["reason"] == "Suspended"
+        st, _, _ = srv.request("GET", NS + "/life/token")
+        assert st == 404
+        st, _, b = meter(srv, tok1, call("a2"))
+        assert st == 401, b
+        merge(srv, "life", {"spec": {"suspended": False}})
+        wait_phase(srv, "life", "Active")
+        st, _, tok2 = srv.request("GET", NS + "/life/token")
+        tok2 = tok2.strip()
+        assert tok2 != tok1
+        assert meter(srv, tok1, call("a3"))[0] == 401  # the old token stays revoked
+        st, _, b = meter(srv, tok2, call("a3"))
+        assert st == 200 and b["totalTokensUsed"] == 200, b
+        # Deleting the task revokes its token.
+        srv.request("DELETE", NS + "/life")
+        assert meter(srv, tok2, call("a4"))[0] == 401
+
+
+def test_status_codes_in_order():
+    with Server(ARGS) as srv:
+        tok = start_task(srv, "codes", budgetUSD="1.00", capabilities=["claude-*", "gpt-4o"])
+        ok = call("c1", model="claude-3-7-sonnet")
+        # 401: missing, not bearer, malformed, tampered, duplicated header
+        assert meter(srv, None, ok)[0] == 401
+        assert meter(srv, tok, ok, headers={"Authorization": "Basic abc"})[0] == 401
+        assert meter(srv, "not-a-token", ok)[0] == 401
+        tampered = tok[:-3] + ("A" if tok[-3] != "A" else "B") + tok[-2:]
+        assert meter(srv, tampered, ok)[0] == 401
+        st, _, b = dup_auth(srv, tok, json.dumps(ok))
+        assert st == 401, b
+        # A token minted with another root key.
+        other = subprocess.run([TOKEN_TOOL, "mint-task", "11" * 32, "codes", "default", "1", "",
+                                "", "", "", "1.00", "0", ""], capture_output=True, text=True)
+        assert other.returncode == 0 and other.stdout.strip(), other
+        assert meter(srv, other.stdout.split()[0], ok)[0] == 401
+        # 401 beats 400: a bad body with a bad token is 401.
+        assert meter(srv, "junk", "not json")[0] == 401
+        # 400: every malformed body, nothing charged
+        bad = ["not json", "[]", "{}", json.dumps({"requestId": ""}),
+               json.dumps({"requestId": 5}),
+               json.dumps({"requestId": "x", "tokensUsed": -1, "model": "gpt-4o"}),
+               json.dumps({"requestId": "x", "costUSD": -0.5, "model": "gpt-4o"}),
+               json.dumps({"requestId": "x", "costUSD": "abc", "model": "gpt-4o"}),
+               json.dumps({"requestId": "x", "tokensUsed": 1.5, "model": "gpt-4o"}),
+               '{"requestId":"x","costUSD":1e999,"model":"gpt-4o"}',
+               '{"requestId":"x","costUSD":NaN,"model":"gpt-4o"}',
+               '{"requestId":"x","tokensUsed":123456789012345678901234567890}',
+               '{"requestId":"x","requestId":"y","model":"gpt-4o"}',
+               b'{"requestId":"\xff\xfe","model":"gpt-4o"}',
+               json.dumps({"requestId": "x", "costUSD": 0.0000001, "model": "gpt-4o"})]
+        for body in bad:
+            st, _, b = meter(srv, tok, body)
+            assert st == 400 and b["reason"] == "BadRequest" and b["error"], (body, st, b)
+        st, _, b = meter(srv, tok, b"x" * (2 * 1024 * 1024))
+        assert st == 413, st
+        assert totals(srv, "codes")[:2] == (0, "0.00")
+        # 403: model missing or not matching; exact and wildcard pass
+        assert meter(srv, tok, call("m0"))[0] == 403
+        assert meter(srv, tok, call("m1", model="gemini-2.5-pro"))[0] == 403
+        assert meter(srv, tok, call("m2", model="gpt-4o-mini"))[0] == 403
+        assert meter(srv, tok, call("m3", model="gpt-4o"))[0] == 200
+        assert meter(srv, tok, call("m4", model="claude-3-opus"))[0] == 200
+        # 200 idempotent: a retry adds nothing
+        st, _, b1 = meter(srv, tok, call("r1", tokens=10, cost="0.10", model="gpt-4o"))
+        st2, _, b2 = meter(srv, tok, call("r1", tokens=10, cost="0.10", model="gpt-4o"))
+        assert st == st2 == 200 and b1["totalCostUSD"] == b2["totalCostUSD"], (b1, b2)
+        assert b2.get("duplicate") is True
+        assert totals(srv, "codes")[:2] == (210, "0.12")
+
+
+def dup_auth(srv, tok, body):
+    import http.client
+    c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=10)
+    c.putrequest("POST", METER)
+    c.putheader("Authorization", "Bearer " + tok)
+    c.putheader("Authorization", "Bearer " + tok)
+    c.putheader("Content-Type", "application/json")
+    c.putheader("Content-Length", str(len(body)))
+    c.endheaders(body.encode())
+    r = c.getresponse()
+    out = (r.status, None, json.loads(r.read()))
+    c.close()
+    return out
+
+
+def test_budget_exact_boundary_pauses_and_revokes():
+    with Server(ARGS) as srv:
+        tok = start_task(srv, "edge", budgetUSD="1.00", budgetTokens=1000)
+        st, _, b = meter(srv, tok, call("e1", tokens=1000, cost="1.00"))
+        assert st == 200 and b["totalCostUSD"] == 1.0, b  # equal to the budget: allowed
+        st, _, b = meter(srv, tok, call("e2", tokens=0, cost="0.000001"))
+        assert st == 429, b  # one micro-dollar over
+        assert b["allowed"] is False and b["suspended"] is True
+        assert b["reason"] == "budget exceeded"
+        t = totals(srv, "edge")[2]
+        assert t["status"]["phase"] == "Paused" and t["status"]["reason"] == "BudgetExceeded"
+        assert t["spec"]["suspended"] is True
+        assert t["status"]["costUSD"] == "1.000001"
+        assert meter(srv, tok, call("e3", tokens=0, cost="0"))[0] == 401
+        # budget bump + resume: a fresh token with the raised budget
+        merge(srv, "edge", {"spec": {"budgetUSD": "16.00", "suspended": False}})
+        wait_phase(srv, "edge", "Active")
+        st, _, tok2 = srv.request("GET", NS + "/edge/token")
+        st, _, b = meter(srv, tok2.strip(), call("e4", tokens=0, cost="2.50"))
+        assert st == 200 and b["budgetUSD"] == 16.0, b
+
+
+def test_max_iterations_and_both_at_once():
+    with Server(ARGS) as srv:
+        tok = start_task(srv, "iters", maxIterations=2, budgetUSD="1.00")
+        assert meter(srv, tok, call("i1", iteration=2))[0] == 200
+        st, _, b = meter(srv, tok, call("i2", iteration=3))
+        assert st == 429 and b["reason"] == "max iterations exceeded", b
+        t = totals(srv, "iters")[2]
+        assert t["status"]["reason"] == "MaxIterationsExceeded"
+        tok = start_task(srv, "both", maxIterations=1, budgetUSD="1.00")
+        st, _, b = meter(srv, tok, call("b1", iteration=5, cost="2.00"))
+        assert st == 429 and b["reason"] == "budget exceeded", b
+
+
+def test_guidance_preview_and_caveat_budget():
+    with Server(ARGS + ["--default-budget-usd", "0.50"]) as srv:
+        tok = start_task(srv, "g")
+        merge(srv, "g", {"metadata": {"annotations": {"divergedev.com/guidance": "try the ORM"}}})
+        merge(srv, "g", {"status": {"previewUrl": "http://p.test/?_diverge_env=agent-preview-g"}},
+              "/status")
+        st, _, b = meter(srv, tok, call("g1", cost="0.25"))
+        assert st == 200 and b["guidance"] == "try the ORM", b
+        assert b["previewUrl"] == "http://p.test/?_diverge_env=agent-preview-g"
+        # No spec budget: the server default went into the max_cost_usd caveat.
+        r = subprocess.run([DIVERGE_BIN, "token", "inspect", tok], capture_output=True, text=True)
+        if r.returncode == 0:
+            assert "max_cost_usd = 0.50" in r.stdout, r.stdout
+        assert b["budgetUSD"] == 0.5
+        st, _, b = meter(srv, tok, call("g2", cost="0.26"))
+        assert st == 429, b
+
+
+def test_attenuated_token_narrows():
+    with Server(ARGS) as srv:
+        tok = start_task(srv, "att", budgetUSD="5.00")
+        r = subprocess.run([TOKEN_TOOL, "attenuate", tok, "models = claude-*"],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        narrowed = r.stdout.strip()
+        assert meter(srv, narrowed, call("n1", model="gpt-4o"))[0] == 403
+        assert meter(srv, narrowed, call("n2", model="claude-x"))[0] == 200
+        r = subprocess.run([TOKEN_TOOL, "attenuate", tok, "flavour = vanilla"],
+                           capture_output=True, text=True)
+        assert meter(srv, r.stdout.strip(), call("n3"))[0] == 401  # unknown caveat
+        r = subprocess.run([TOKEN_TOOL, "attenuate", tok, "task_id = other"],
+                           capture_output=True, text=True)
+        assert meter(srv, r.stdout.strip(), call("n4"))[0] == 401  # repeated caveat narrows
+
+
+def test_kill9_mid_metering_never_overcharges():
+    srv = Server(ARGS).start()
+    try:
+        names = ["crash%d" % i for i in range(4)]
+        toks = {n: start_task(srv, n, budgetUSD="1000.00", budgetTokens=10 ** 9) for n in names}
+        acked = {n: set() for n in names}
+        lock = threading.Lock()
+        stop = threading.Event()
+
+        def worker(wid):
+            rng = random.Random(wid)
+            i = 0
+            while not stop.is_set():
+                n = names[rng.randrange(len(names))]
+                # Reuse an earlier id a third of the time: retries of the same request.
+                rid = "w%d-%d" % (wid, rng.randrange(i) if i and rng.random() < 0.33 else i)
+                i += 1
+                try:
+                    st, _, b = meter(srv, toks[n], call(rid, tokens=7, cost="0.003"))
+                except Exception:
+                    continue
+                if st == 200:
+                    with lock:
+                        acked[n].add(rid)
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=16) as ex:
+            futs = [ex.submit(worker, w) for w in range(16)]
+            time.sleep(1.0)
+            srv.kill()
+            stop.set()
+            concurrent.futures.wait(futs)
+        db = os.path.join(srv.data_dir, "diverge.db")
+        con = sqlite3.connect(db)
+        assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        con.close()
+        srv2 = Server(ARGS, data_dir=srv.data_dir).start()
+        try:
+            con = sqlite3.connect(db)
+            total_acked = 0
+            for n in names:
+                st, _, b = srv2.request("GET", NS + "/" + n)
+                uid = b["metadata"]["uid"]
+                recorded = {r[0] for r in con.execute(
+                    "SELECT request_id FROM meter_requests WHERE task_uid=?", (uid,))}
+                missing = acked[n] - recorded
+                assert not missing, (n, sorted(missing)[:5])
+                assert b["status"]["tokensConsumed"] == 7 * len(recorded), (n, b["status"])
+                micros = 3000 * len(recorded)
+                assert b["status"]["costUSD"] == "%d.%06d" % divmod(micros, 10 ** 6) or \
+                    b["status"]["costUSD"] == fmt_money(micros), b["status"]["costUSD"]
+                total_acked += len(acked[n])
+            con.close()
+            assert total_acked > 50, total_acked
+            print("acknowledged %d distinct charges before kill -9" % total_acked)
+        finally:
+            srv2.stop()
+    finally:
+        srv.cleanup()
+
+
+def fmt_money(micros):
+    whole, frac = divmod(micros, 10 ** 6)
+    s = "%06d" % frac
+    while len(s) > 2 and s.endswith("0"):
+        s = s[:-1]
+    return "%d.%s" % (whole, s)
+
+
+if __name__ == "__main__":
+    run_tests([test_lifecycle_pause_resume_rotates_token, test_status_codes_in_order,
+               test_budget_exact_boundary_pauses_and_revokes, test_max_iterations_and_both_at_once,
+               test_guidance_preview_and_caveat_budget, test_attenuated_token_narrows,
+               test_kill9_mid_metering_never_overcharges])

@@ -1,0 +1,124 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Unit tests of controller/: the pure phase/token decision, and one reconcile pass on the
+ * real SQLite store (":memory:") minting, pausing and re-minting tokens. */
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "controller/controller.h"
+#include "tests/t_check.h"
+
+static struct task_view view(enum task_phase p, bool suspended)
+{
+    struct task_view v;
+    memset(&v, 0, sizeof(v));
+    v.phase = p;
+    v.suspended = suspended;
+    return v;
+}
+
+TEST(decide_table)
+{
+    static const struct {
+        enum task_phase phase;
+        bool suspended, token_active, can_run, noted;
+        enum controller_action want;
+    } cases[] = {
+        {TASK_PENDING, false, false, true, false, CONTROLLER_ACTIVATE},
+        {TASK_PENDING, false, false, false, false, CONTROLLER_WAIT},
+        {TASK_PENDING, false, false, false, true, CONTROLLER_NOTHING},
+        {TASK_PENDING, true, false, true, false, CONTROLLER_PAUSE},
+        {TASK_ACTIVE, false, true, true, false, CONTROLLER_NOTHING},
+        {TASK_ACTIVE, false, false, true, false, CONTROLLER_ACTIVATE},
+        {TASK_ACTIVE, true, true, true, false, CONTROLLER_PAUSE},
+        {TASK_PAUSING, true, true, true, false, CONTROLLER_PAUSE},
+        {TASK_PAUSED, true, false, true, false, CONTROLLER_NOTHING},
+        {TASK_PAUSED, true, true, true, false, CONTROLLER_PAUSE},
+        {TASK_PAUSED, false, false, true, false, CONTROLLER_ACTIVATE},
+        {TASK_PAUSED, false, false, false, false, CONTROLLER_NOTHING},
+        {TASK_COMPLETED, false, true, true, false, CONTROLLER_REVOKE},
+        {TASK_FAILED, false, false, true, false, CONTROLLER_NOTHING},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        struct task_view v = view(cases[i].phase, cases[i].suspended);
+        enum controller_action a =
+            controller_decide(&v, cases[i].token_active, cases[i].can_run, cases[i].noted);
+        if (a != cases[i].want) {
+            t_fail(__FILE__, __LINE__, "case %zu: got %d want %d", i, a, cases[i].want);
+        }
+    }
+}
+
+static json_t *phase_of(struct task_store *st, const char *name, const char *field)
+{
+    json_t *o = NULL;
+    ASSERT(task_store_get(&o, st, "default", name, NULL) == E_OK);
+    json_t *v = json_incref(json_object_get(json_object_get(o, "status"), field));
+    json_decref(o);
+    return v;
+}
+
+static int suspend(json_t *doc, struct err *err, void *ud)
+{
+    (void)err;
+    json_object_set_new(json_object_get(doc, "spec"), "suspended", json_boolean(ud != NULL));
+    return E_OK;
+}
+
+TEST(reconcile_mints_pauses_and_reminted)
+{
+    struct task_store *st = NULL;
+    struct controller *c = NULL;
+    unsigned char key[TOKEN_ROOT_KEY_LEN] = {0};
+    char dir[] = "/tmp/diverge-ctrl-XXXXXX";
+    struct controller_config cfg = {.data_dir = mkdtemp(dir), .root_key = key,
+                                    .default_budget_usd = 5000000,
+                                    .default_budget_tokens = 1000000,
+                                    .sandbox_provider = "none",
+                                    .manual = true};
+    json_t *in = json_loads("{\"metadata\":{\"name\":\"t\"},\"spec\":{\"objective\":\"x\"}}", 0,
+                            NULL);
+    json_t *obj = NULL, *stored = NULL, *ph;
+    struct token_record rec;
+    struct err err = {0};
+    char *first = NULL;
+
+    CHECK_OK(task_store_sqlite_open(&st, ":memory:", clock_system(), &err));
+    CHECK_OK(task_normalize_new(&obj, in, "default", &err));
+    CHECK_OK(task_store_create(&stored, st, obj, &err));
+    CHECK_OK(controller_new(&c, st, &cfg, &err));
+    CHECK_OK(controller_reconcile(c, "default", "t", &err));
+    ph = phase_of(st, "t", "phase");
+    CHECK_EQ_STR(json_string_value(ph), "Active");
+    json_decref(ph);
+    CHECK_OK(task_store_token_current(&rec, st, "default", "t", &err));
+    CHECK(rec.active);
+    CHECK_EQ_INT(rec.generation, 1);
+    first = rec.token;
+    char *path = controller_token_path(c, "default", "t");
+    CHECK(access(path, R_OK) == 0);
+    CHECK_OK(task_store_mutate(NULL, st, "default", "t", suspend, (void *)1, &err));
+    CHECK_OK(controller_reconcile(c, "default", "t", &err));
+    ph = phase_of(st, "t", "phase");
+    CHECK_EQ_STR(json_string_value(ph), "Paused");
+    json_decref(ph);
+    CHECK_OK(task_store_token_current(&rec, st, "default", "t", &err));
+    CHECK(!rec.active);
+    free(rec.token);
+    CHECK_OK(task_store_mutate(NULL, st, "default", "t", suspend, NULL, &err));
+    CHECK_OK(controller_reconcile(c, "default", "t", &err));
+    CHECK_OK(task_store_token_current(&rec, st, "default", "t", &err));
+    CHECK(rec.active);
+    CHECK_EQ_INT(rec.generation, 2);
+    CHECK(strcmp(rec.token, first) != 0);
+    free(rec.token);
+    free(first);
+    controller_free(c);
+    unlink(path);
+    free(path);
+    json_decref(in);
+    json_decref(obj);
+    json_decref(stored);
+    task_store_close(st);
+}
+
+T_MAIN
