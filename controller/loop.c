@@ -15,20 +15,23 @@ struct changed {
     size_t n, cap;
 };
 
-static int collect(enum task_event_type type, const json_t *obj, void *userdata)
+static int collect(const struct task_event *ev, void *userdata)
 {
     struct changed *ch = userdata;
-    const json_t *md = json_object_get(obj, "metadata");
 
-    if (type == TASK_EVENT_DELETED) {
+    if (ev->type == TASK_EVENT_DELETED) {
+        return 0;
+    }
+    /* A running task that is not asked to pause needs nothing: this skips the stream of
+     * MODIFIED events every meter charge makes. */
+    if (ev->phase == TASK_ACTIVE && !ev->suspended) {
         return 0;
     }
     if (ch->n == ch->cap) {
         ch->cap = ch->cap == 0 ? 16 : ch->cap * 2;
         ch->keys = xrealloc(ch->keys, ch->cap * sizeof(*ch->keys));
     }
-    ch->keys[ch->n++] = xasprintf("%s/%s", json_string_value(json_object_get(md, "namespace")),
-                                  json_string_value(json_object_get(md, "name")));
+    ch->keys[ch->n++] = xasprintf("%s/%s", ev->ns, ev->name);
     return 0;
 }
 

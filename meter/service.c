@@ -4,6 +4,7 @@
  * in ONE write transaction (each inside its own savepoint, so one failure never fails the
  * others) and answers them all after the single fsync'd COMMIT: group commit. */
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,7 +24,7 @@ struct meter_job {
     char body_err[ERR_MSG_MAX]; /* why the body was refused */
     int status;                 /* out: HTTP status */
     char *body;                 /* out: owned JSON text */
-    bool done;                  /* out: answered (under m->mu) */
+    sem_t done;                 /* posted once the job is answered */
     struct meter_job *next;     /* queue link */
 };
 
@@ -32,7 +33,6 @@ struct meter_service {
     unsigned char root_key[TOKEN_ROOT_KEY_LEN];
     pthread_mutex_t mu;                        /* guards the queue, done flags, stats */
     pthread_cond_t work;                       /* jobs queued or stopping */
-    pthread_cond_t answered;                   /* a batch was answered */
     struct meter_job *head, *tail;             /* queued jobs */
     bool stop;
     pthread_t thread;
@@ -324,14 +324,17 @@ static void *committer(void *arg)
                 j->status = 503;
             }
         }
-        pthread_mutex_lock(&m->mu);
-        for (j = batch; j != NULL; j = j->next) {
-            j->done = true;
+        /* Wake each waiter alone (no thundering herd on one condition variable). Read
+         * next before posting: the poster's job lives on its waiter's stack. */
+        for (j = batch; j != NULL;) {
+            struct meter_job *next = j->next;
+            sem_post(&j->done);
             n++;
+            j = next;
         }
+        pthread_mutex_lock(&m->mu);
         m->batches++;
         m->requests += n;
-        pthread_cond_broadcast(&m->answered);
     }
     pthread_mutex_unlock(&m->mu);
     return NULL;
@@ -347,7 +350,6 @@ int meter_service_new(struct meter_service **out, struct task_store *store,
     memcpy(m->root_key, root_key, TOKEN_ROOT_KEY_LEN);
     pthread_mutex_init(&m->mu, NULL);
     pthread_cond_init(&m->work, NULL);
-    pthread_cond_init(&m->answered, NULL);
     if (pthread_create(&m->thread, NULL, committer, m) != 0) {
         free(m);
         return err_set(err, E_FAIL, "cannot start the meter committer thread");
@@ -368,7 +370,6 @@ void meter_service_free(struct meter_service *m)
     pthread_join(m->thread, NULL);
     pthread_mutex_destroy(&m->mu);
     pthread_cond_destroy(&m->work);
-    pthread_cond_destroy(&m->answered);
     secret_wipe(m->root_key, sizeof(m->root_key));
     free(m);
 }
@@ -444,6 +445,7 @@ void meter_service_handle(int *status_out, char **body_out, struct meter_service
                        "Unauthorized");
         return;
     }
+    sem_init(&j.done, 0, 0);
     j.body_ok = meter_request_parse(&j.req, body, len, &err) == E_OK;
     if (!j.body_ok) {
         snprintf(j.body_err, sizeof(j.body_err), "%s", err.msg);
@@ -456,10 +458,11 @@ void meter_service_handle(int *status_out, char **body_out, struct meter_service
     }
     m->tail = &j;
     pthread_cond_signal(&m->work);
-    while (!j.done) {
-        pthread_cond_wait(&m->answered, &m->mu);
-    }
     pthread_mutex_unlock(&m->mu);
+    while (sem_wait(&j.done) != 0) {
+        /* EINTR: wait again */
+    }
+    sem_destroy(&j.done);
     *status_out = j.status;
     *body_out = j.body;
     meter_request_cleanup(&j.req);

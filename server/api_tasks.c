@@ -73,12 +73,14 @@ static void watch_line(struct watch *w, const char *type, json_t *obj)
     json_decref(ev);
 }
 
-static int watch_event(enum task_event_type type, const json_t *obj, void *userdata)
+static int watch_event(const struct task_event *ev, void *userdata)
 {
-    json_t *copy = json_deep_copy(obj);
+    struct watch *w = userdata;
 
-    watch_line(userdata, task_event_name(type), copy);
-    json_decref(copy);
+    /* The stored text is already the object's JSON: no re-encoding. */
+    (void)buf_printf(&w->pending, "{\"type\":\"%s\",\"object\":", task_event_name(ev->type));
+    (void)buf_puts(&w->pending, ev->json);
+    (void)buf_puts(&w->pending, "}\n");
     return 0;
 }
 

@@ -106,9 +106,19 @@ const char *task_event_name(enum task_event_type t);
 #define TASK_MUTATE_UNCHANGED 1
 typedef int (*task_mutate_fn)(json_t *doc, struct err *err, void *userdata);
 
-/* Called for each change event since a resourceVersion. OBJ is borrowed for the call.
- * Return non-zero to stop. */
-typedef int (*task_event_fn)(enum task_event_type type, const json_t *obj, void *userdata);
+/* One change of the feed. Everything is borrowed for the length of the callback. */
+struct task_event {
+    enum task_event_type type;
+    int64_t rv;              /* resourceVersion of the change */
+    const char *ns;          /* metadata.namespace */
+    const char *name;        /* metadata.name */
+    enum task_phase phase;   /* status.phase after the change */
+    bool suspended;          /* spec.suspended after the change */
+    const char *json;        /* the whole object as compact JSON text */
+};
+
+/* Called for each change event since a resourceVersion. Return non-zero to stop. */
+typedef int (*task_event_fn)(const struct task_event *ev, void *userdata);
 
 struct task_store;
 struct task_txn;

@@ -16,7 +16,11 @@
 struct event {
     int64_t rv;               /* resourceVersion of this change; 0 = empty slot */
     enum task_event_type type;
-    json_t *obj;              /* owned */
+    char *json;               /* owned: the object as compact JSON */
+    char ns[64];              /* metadata.namespace (DNS label, <= 63) */
+    char name[64];            /* metadata.name */
+    enum task_phase phase;    /* status.phase */
+    bool suspended;           /* spec.suspended */
 };
 
 /* Cached prepared statements of the hot paths. */
@@ -67,13 +71,16 @@ int sqlst_read_obj(json_t **out, struct sqlite_store *s, const char *table, cons
                    const char *name, struct err *err);
 /* Sets metadata.resourceVersion. */
 void sqlst_set_rv(json_t *obj, int64_t rv);
-/* Records an event with resourceVersion RV in the ring and wakes watchers. Caller holds mu. */
-void sqlst_publish(struct sqlite_store *s, int64_t rv, enum task_event_type type,
-                   const json_t *obj);
+/* Fills E for the change RV of OBJ (borrowed) whose JSON text is JSON (taken by E). */
+void sqlst_event_fill(struct event *e, int64_t rv, enum task_event_type type, const json_t *obj,
+                      char *json);
+/* Moves EV (and its JSON) into the ring and wakes watchers. Caller holds mu. */
+void sqlst_publish(struct sqlite_store *s, struct event *ev);
 /* Writes OBJ (carrying rv s->rv + 1) and bumps the counter row, inside the caller's
- * transaction when IN_TXN, else in its own. Increments s->rv on success. */
+ * transaction when IN_TXN, else in its own. Increments s->rv on success. *json_out (may be
+ * NULL) gets the JSON text written, which the caller frees. */
 int sqlst_write_obj(struct sqlite_store *s, const json_t *obj, bool is_new, bool in_txn,
-                    struct err *err);
+                    char **json_out, struct err *err);
 
 /* The status of a new task: Pending, zero spend. New reference. */
 json_t *task_initial_status(void);

@@ -164,21 +164,31 @@ void sqlst_set_rv(json_t *obj, int64_t rv)
     json_object_set_new(json_object_get(obj, "metadata"), "resourceVersion", json_string(buf));
 }
 
-/* Records the event in the ring and wakes watchers. Caller holds mu; OBJ borrowed. */
-void sqlst_publish(struct sqlite_store *s, int64_t rv, enum task_event_type type,
-                   const json_t *obj)
+void sqlst_event_fill(struct event *e, int64_t rv, enum task_event_type type, const json_t *obj,
+                      char *json)
 {
-    struct event *e = &s->ring[rv % EVENT_RING];
+    struct task_view v;
 
-    json_decref(e->obj);
+    task_view_of(&v, obj);
     e->rv = rv;
     e->type = type;
-    e->obj = json_deep_copy(obj);
+    e->json = json;
+    snprintf(e->ns, sizeof(e->ns), "%s", v.ns != NULL ? v.ns : "");
+    snprintf(e->name, sizeof(e->name), "%s", v.name != NULL ? v.name : "");
+    e->phase = v.phase;
+    e->suspended = v.suspended;
+}
+
+void sqlst_publish(struct sqlite_store *s, struct event *ev)
+{
+    struct event *slot = &s->ring[ev->rv % EVENT_RING];
+
+    free(slot->json);
+    *slot = *ev;
+    ev->json = NULL;
     pthread_cond_broadcast(&s->changed);
 }
 
-/* Writes OBJ (whose metadata already carries the new rv = s->rv + 1) and the counter in
- * one transaction. INSERT when IS_NEW. Caller holds mu. */
 static const char *const g_stmt_sql[SQLST_COUNT] = {
     [SQLST_INSERT_TASK] = "INSERT INTO tasks(namespace,name,uid,resource_version,phase,doc) "
                           "VALUES(?1,?2,?3,?4,?5,?6)",
@@ -234,7 +244,7 @@ int sqlst_step_done(struct sqlite_store *s, sqlite3_stmt *st, const char *what, 
 }
 
 int sqlst_write_obj(struct sqlite_store *s, const json_t *obj, bool is_new, bool in_txn,
-                    struct err *err)
+                    char **json_out, struct err *err)
 {
     const json_t *md = json_object_get(obj, "metadata");
     const json_t *status = json_object_get(obj, "status");
@@ -275,7 +285,6 @@ int sqlst_write_obj(struct sqlite_store *s, const json_t *obj, bool is_new, bool
     sqlite3_bind_int64(bump, 1, s->rv + 1);
     rc = sqlst_step_done(s, bump, "bump resourceVersion", err);
 out:
-    free(doc);
     if (!in_txn && rc == E_OK) {
         rc = sqlst_exec(s, "COMMIT", err);
     }
@@ -283,9 +292,15 @@ out:
         if (!in_txn) {
             (void)sqlst_exec(s, "ROLLBACK", NULL);
         }
+        free(doc);
         return rc;
     }
     s->rv++;
+    if (json_out != NULL) {
+        *json_out = doc;
+    } else {
+        free(doc);
+    }
     return E_OK;
 }
 
@@ -319,6 +334,7 @@ static int sqlite_create(json_t **out, struct task_store *st, const json_t *obj,
 {
     struct sqlite_store *s = to_sqlite(st);
     json_t *doc = json_deep_copy(obj);
+    char *text = NULL;
     json_t *md = json_object_get(doc, "metadata");
     char uid[37], ts[CLOCK_RFC3339_MAX];
     int rc;
@@ -331,9 +347,11 @@ static int sqlite_create(json_t **out, struct task_store *st, const json_t *obj,
     json_object_set_new(md, "generation", json_integer(1));
     pthread_mutex_lock(&s->mu);
     sqlst_set_rv(doc, s->rv + 1);
-    rc = sqlst_write_obj(s, doc, true, false, err);
+    rc = sqlst_write_obj(s, doc, true, false, &text, err);
     if (rc == E_OK) {
-        sqlst_publish(s, s->rv, TASK_EVENT_ADDED, doc);
+        struct event ev;
+        sqlst_event_fill(&ev, s->rv, TASK_EVENT_ADDED, doc, text);
+        sqlst_publish(s, &ev);
     }
     pthread_mutex_unlock(&s->mu);
     if (rc == E_OK) {
@@ -349,6 +367,7 @@ static int sqlite_mutate(json_t **out, struct task_store *st, const char *ns, co
 {
     struct sqlite_store *s = to_sqlite(st);
     json_t *cur = NULL, *doc = NULL;
+    char *text = NULL;
     int rc;
 
     if (out != NULL) {
@@ -386,9 +405,11 @@ static int sqlite_mutate(json_t **out, struct task_store *st, const char *ns, co
         json_object_set_new(md, "generation", json_integer(gen));
     }
     sqlst_set_rv(doc, s->rv + 1);
-    rc = sqlst_write_obj(s, doc, false, false, err);
+    rc = sqlst_write_obj(s, doc, false, false, &text, err);
     if (rc == E_OK) {
-        sqlst_publish(s, s->rv, TASK_EVENT_MODIFIED, doc);
+        struct event ev;
+        sqlst_event_fill(&ev, s->rv, TASK_EVENT_MODIFIED, doc, text);
+        sqlst_publish(s, &ev);
     }
 out:
     pthread_mutex_unlock(&s->mu);
@@ -458,7 +479,11 @@ static int sqlite_remove(json_t **out, struct task_store *st, const char *ns, co
     }
     s->rv++;
     sqlst_set_rv(cur, s->rv);
-    sqlst_publish(s, s->rv, TASK_EVENT_DELETED, cur);
+    {
+        struct event ev;
+        sqlst_event_fill(&ev, s->rv, TASK_EVENT_DELETED, cur, json_dumps(cur, JSON_COMPACT));
+        sqlst_publish(s, &ev);
+    }
 out:
     pthread_mutex_unlock(&s->mu);
     if (rc == E_OK && out != NULL) {
@@ -517,8 +542,7 @@ static int sqlite_list(json_t **items_out, int64_t *rv_out, struct task_store *s
 
 static bool event_matches(const struct event *e, const char *ns)
 {
-    const json_t *md = json_object_get(e->obj, "metadata");
-    return ns == NULL || strcmp(json_string_value(json_object_get(md, "namespace")), ns) == 0;
+    return ns == NULL || strcmp(e->ns, ns) == 0;
 }
 
 static int sqlite_watch(int64_t *last_rv_out, struct task_store *st, const char *ns,
@@ -557,8 +581,13 @@ static int sqlite_watch(int64_t *last_rv_out, struct task_store *st, const char 
             goto out;
         }
         *last_rv_out = rv;
-        if (event_matches(e, ns) && fn(e->type, e->obj, userdata) != 0) {
-            break;
+        if (event_matches(e, ns)) {
+            struct task_event ev = {.type = e->type, .rv = e->rv, .ns = e->ns, .name = e->name,
+                                    .phase = e->phase, .suspended = e->suspended,
+                                    .json = e->json};
+            if (fn(&ev, userdata) != 0) {
+                break;
+            }
         }
     }
 out:
@@ -629,7 +658,7 @@ static void sqlite_close(struct task_store *st)
     struct sqlite_store *s = to_sqlite(st);
 
     for (size_t i = 0; i < EVENT_RING; i++) {
-        json_decref(s->ring[i].obj);
+        free(s->ring[i].json);
     }
     for (size_t i = 0; i < SQLST_COUNT; i++) {
         sqlite3_finalize(s->stmts[i]);

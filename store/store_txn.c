@@ -8,16 +8,11 @@
 
 #include "store/store_int.h"
 
-struct pending_event {
-    int64_t rv;
-    json_t *obj; /* owned */
-};
-
 struct task_txn {
     struct sqlite_store *s;          /* borrowed; mu held for the whole transaction */
     int64_t rv_begin;                /* s->rv at BEGIN: restored on rollback */
     int64_t rv_savepoint;            /* s->rv at the open savepoint */
-    struct pending_event *events;    /* owned */
+    struct event *events;            /* owned: held back until COMMIT */
     size_t nevents, capevents;
     size_t nevents_savepoint;        /* events before the open savepoint */
 };
@@ -25,7 +20,7 @@ struct task_txn {
 static void drop_events(struct task_txn *tx, size_t keep)
 {
     for (size_t i = keep; i < tx->nevents; i++) {
-        json_decref(tx->events[i].obj);
+        free(tx->events[i].json);
     }
     tx->nevents = keep;
 }
@@ -53,7 +48,7 @@ int sqlst_txn(struct task_store *st, task_txn_fn fn, void *userdata, struct err 
         goto out;
     }
     for (size_t i = 0; i < tx.nevents; i++) {
-        sqlst_publish(s, tx.events[i].rv, TASK_EVENT_MODIFIED, tx.events[i].obj);
+        sqlst_publish(s, &tx.events[i]);
     }
     drop_events(&tx, 0);
 out:
@@ -89,10 +84,11 @@ int task_txn_get(json_t **out, struct task_txn *tx, const char *ns, const char *
 
 int task_txn_put(struct task_txn *tx, json_t *doc, struct err *err)
 {
+    char *text = NULL;
     int rc;
 
     sqlst_set_rv(doc, tx->s->rv + 1);
-    rc = sqlst_write_obj(tx->s, doc, false, true, err);
+    rc = sqlst_write_obj(tx->s, doc, false, true, &text, err);
     if (rc != E_OK) {
         return rc;
     }
@@ -100,8 +96,7 @@ int task_txn_put(struct task_txn *tx, json_t *doc, struct err *err)
         tx->capevents = tx->capevents == 0 ? 16 : tx->capevents * 2;
         tx->events = xrealloc(tx->events, tx->capevents * sizeof(*tx->events));
     }
-    tx->events[tx->nevents].rv = tx->s->rv;
-    tx->events[tx->nevents].obj = json_deep_copy(doc);
+    sqlst_event_fill(&tx->events[tx->nevents], tx->s->rv, TASK_EVENT_MODIFIED, doc, text);
     tx->nevents++;
     return E_OK;
 }

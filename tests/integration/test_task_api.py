@@ -16,8 +16,20 @@ from harness import API, Server, run_tests, task_obj
 NS = API + "/namespaces/default/agenttasks"
 
 
-def create(srv, name, **spec):
-    return srv.request("POST", NS, task_obj(name, **spec))
+def create(srv, name, ns="default", **spec):
+    """Creates a task and waits until the controller has looked at it (with the default
+    sandbox provider it notes in status.message why the task waits), so later
+    resourceVersion checks in a test are not raced by the controller."""
+    path = API + "/namespaces/%s/agenttasks" % ns
+    res = srv.request("POST", path, task_obj(name, ns=ns, **spec))
+    if res[0] == 201:
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            st, _, b = srv.request("GET", path + "/" + name)
+            if st != 200 or b["status"].get("message"):
+                break
+            time.sleep(0.01)
+    return res
 
 
 def test_health_ready_metrics():
@@ -57,10 +69,12 @@ def test_create_get_list_roundtrip():
         assert body["status"]["phase"] == "Pending"
         assert body["status"]["costUSD"] == "0.00"
         st, _, got = srv.request("GET", NS + "/fix-checkout-latency")
-        assert st == 200 and got == body
+        # The controller may have written status since (e.g. why the task waits).
+        assert st == 200 and got["spec"] == body["spec"]
+        assert got["metadata"]["uid"] == md["uid"]
         st, _, lst = srv.request("GET", NS)
         assert st == 200 and lst["kind"] == "AgentTaskList" and len(lst["items"]) == 1
-        srv.request("POST", API + "/namespaces/other/agenttasks", task_obj("x", ns="other"))
+        create(srv, "x", ns="other")
         st, _, all_ = srv.request("GET", API + "/agenttasks")
         assert [i["metadata"]["namespace"] for i in all_["items"]] == ["default", "other"]
         st, _, one = srv.request("GET", API + "/namespaces/other/agenttasks")
@@ -243,13 +257,30 @@ def read_watch_lines(srv, path, n, timeout=10):
     return out
 
 
+def read_watch_until_deleted(srv, path, name, timeout=10):
+    req = urllib.request.Request(srv.url + path,
+                                 headers={"Authorization": "Bearer " + srv.token})
+    resp = urllib.request.urlopen(req, timeout=timeout)
+    out = []
+    while True:
+        line = resp.readline()
+        if not line:
+            break
+        ev = json.loads(line)
+        out.append(ev)
+        if ev["type"] == "DELETED" and ev["object"]["metadata"]["name"] == name:
+            break
+    resp.close()
+    return out
+
+
 def test_watch_streams_events():
     with Server() as srv:
         create(srv, "w0")
         events = []
 
         def watcher():
-            events.extend(read_watch_lines(srv, NS + "?watch=true", 4))
+            events.extend(read_watch_until_deleted(srv, NS + "?watch=true", "w1"))
 
         t = threading.Thread(target=watcher)
         t.start()
@@ -258,9 +289,15 @@ def test_watch_streams_events():
         merge(srv, "w1", {"spec": {"objective": "changed"}})
         srv.request("DELETE", NS + "/w1")
         t.join(15)
-        assert [e["type"] for e in events] == ["ADDED", "ADDED", "MODIFIED", "DELETED"], events
-        assert events[0]["object"]["metadata"]["name"] == "w0"
-        assert events[2]["object"]["spec"]["objective"] == "changed"
+        # The controller adds status-only MODIFIED events of its own; the user's changes
+        # appear in order: synthetic ADDED of w0, ADDED w1, the spec change, DELETED.
+        assert events[0]["type"] == "ADDED" and events[0]["object"]["metadata"]["name"] == "w0"
+        w1 = [e for e in events if e["object"]["metadata"]["name"] == "w1"]
+        assert w1[0]["type"] == "ADDED" and w1[-1]["type"] == "DELETED", events
+        changed = [i for i, e in enumerate(w1) if e["object"]["spec"]["objective"] == "changed"]
+        assert changed and w1[changed[0]]["type"] == "MODIFIED", events
+        rvs = [int(e["object"]["metadata"]["resourceVersion"]) for e in events]
+        assert rvs[1:] == sorted(rvs[1:]), rvs
         # From a resourceVersion: only what came after it.
         st, _, lst = srv.request("GET", NS)
         rv = int(lst["metadata"]["resourceVersion"])
@@ -268,8 +305,11 @@ def test_watch_streams_events():
         ev = read_watch_lines(srv, NS + "?watch=true&resourceVersion=%d" % rv, 1)
         assert ev[0]["type"] == "ADDED" and ev[0]["object"]["metadata"]["name"] == "w2"
         # timeoutSeconds ends the stream.
+        time.sleep(0.3)
+        st, _, lst = srv.request("GET", NS)
         t0 = time.time()
-        ev = read_watch_lines(srv, NS + "?watch=1&resourceVersion=%d&timeoutSeconds=1" % (rv + 1), 99)
+        ev = read_watch_lines(srv, NS + "?watch=1&resourceVersion=%s&timeoutSeconds=1"
+                              % lst["metadata"]["resourceVersion"], 99)
         assert ev == [] and time.time() - t0 < 5
 
 

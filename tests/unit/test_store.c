@@ -236,11 +236,15 @@ TEST(status_scope_is_separate)
     task_store_close(st);
 }
 
-static int count_events(enum task_event_type type, const json_t *obj, void *ud)
+static int count_events(const struct task_event *ev, void *ud)
 {
     int *n = ud;
-    (void)obj;
-    n[type]++;
+    json_t *obj = json_loads(ev->json, 0, NULL);
+    CHECK(obj != NULL);
+    CHECK_EQ_STR(json_string_value(json_object_get(json_object_get(obj, "metadata"), "name")),
+                 ev->name);
+    json_decref(obj);
+    n[ev->type]++;
     return 0;
 }
 
