@@ -5,6 +5,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 
 #include "common/log.h"
 #include "common/secret.h"
@@ -83,7 +84,10 @@ static int64_t resync(struct controller *c)
 static void *run(void *arg)
 {
     struct controller *c = arg;
-    int64_t rv = resync(c);
+    int64_t rv;
+
+    prctl(PR_SET_NAME, "controller", 0, 0, 0);
+    rv = resync(c);
 
     while (!atomic_load(&c->stop)) {
         struct changed ch = {0};

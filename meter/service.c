@@ -5,6 +5,7 @@
  * others) and answers them all after the single fsync'd COMMIT: group commit. */
 #include <pthread.h>
 #include <semaphore.h>
+#include <sys/prctl.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,9 +23,11 @@ struct meter_job {
     struct meter_request req;   /* parsed body (when body_ok) */
     bool body_ok;
     char body_err[ERR_MSG_MAX]; /* why the body was refused */
+    bool excluded;              /* failed alone: answered 503, left out of the retry */
     int status;                 /* out: HTTP status */
     char *body;                 /* out: owned JSON text */
     sem_t done;                 /* posted once the job is answered */
+    struct meter_job *wake[2];  /* jobs this job's thread wakes after it woke (a tree) */
     struct meter_job *next;     /* queue link */
 };
 
@@ -141,8 +144,42 @@ static void push_request_id(json_t *status, const char *id)
     }
 }
 
-/* Writes the charge (and, over a limit, the pause and the revocation) into DOC/TX. */
-static int charge(struct task_txn *tx, json_t *doc, const struct meter_job *j,
+struct batch {
+    struct meter_job *jobs;   /* the list */
+    struct meter_job *failed; /* out: the job whose own step failed */
+    struct err err;           /* out: why */
+    json_t **dirty;           /* tasks charged in this batch, written once at the end */
+    size_t ndirty, capdirty;
+};
+
+/* Marks DOC to be written at the end of the batch: several charges of one task in one
+ * batch cost one write (and one MODIFIED event) instead of one each. */
+static void mark_dirty(struct batch *b, json_t *doc)
+{
+    for (size_t i = 0; i < b->ndirty; i++) {
+        if (b->dirty[i] == doc) {
+            return;
+        }
+    }
+    if (b->ndirty == b->capdirty) {
+        b->capdirty = b->capdirty == 0 ? 64 : b->capdirty * 2;
+        b->dirty = xrealloc(b->dirty, b->capdirty * sizeof(*b->dirty));
+    }
+    b->dirty[b->ndirty++] = json_incref(doc);
+}
+
+static void clear_dirty(struct batch *b)
+{
+    for (size_t i = 0; i < b->ndirty; i++) {
+        json_decref(b->dirty[i]);
+    }
+    b->ndirty = 0;
+}
+
+/* Writes the charge (and, over a limit, the pause and the revocation) into DOC/TX. DOC is
+ * the transaction's shared object of the task (see task_txn_get), so a later job of the
+ * same batch sees this charge. */
+static int charge(struct batch *b, struct task_txn *tx, json_t *doc, const struct meter_job *j,
                   const struct meter_decision *d, struct err *err)
 {
     json_t *status = json_object_get(doc, "status");
@@ -150,11 +187,7 @@ static int charge(struct task_txn *tx, json_t *doc, const struct meter_job *j,
     char cost[MONEY_STR_MAX];
     int rc;
 
-    rc = task_txn_meter_record(tx, json_string_value(json_object_get(md, "uid")),
-                               j->req.request_id, j->req.tokens_used, j->req.cost_micros, err);
-    if (rc != E_OK) {
-        return rc;
-    }
+    (void)md;
     money_format(cost, d->total_cost_micros);
     json_object_set_new(status, "tokensConsumed", json_integer(d->total_tokens));
     json_object_set_new(status, "costUSD", json_string(cost));
@@ -174,7 +207,8 @@ static int charge(struct task_txn *tx, json_t *doc, const struct meter_job *j,
         log_kv(LOG_INFO, "task_paused", "namespace", j->ns, "name", j->name, "reason",
                d->reason, "cost", cost, NULL);
     }
-    return task_txn_put(tx, doc, err);
+    mark_dirty(b, doc);
+    return E_OK;
 }
 
 static void read_state(struct meter_state *st, struct task_txn *tx, const json_t *doc,
@@ -212,7 +246,7 @@ static void read_state(struct meter_state *st, struct task_txn *tx, const json_t
     st->iteration = v.iteration;
 }
 
-static int apply_job(struct task_txn *tx, struct meter_job *j, struct err *err)
+static int apply_job(struct batch *b, struct task_txn *tx, struct meter_job *j, struct err *err)
 {
     struct meter_state st;
     struct meter_decision d;
@@ -220,6 +254,8 @@ static int apply_job(struct task_txn *tx, struct meter_job *j, struct err *err)
     int rc;
 
     memset(&st, 0, sizeof(st));
+    free(j->body); /* a retried batch decides again */
+    j->body = NULL;
     rc = task_txn_get(&doc, tx, j->ns, j->name, err);
     if (rc != E_OK && rc != E_NOTFOUND) {
         return rc;
@@ -228,14 +264,19 @@ static int apply_job(struct task_txn *tx, struct meter_job *j, struct err *err)
         read_state(&st, tx, doc, j, err);
     }
     if (st.task_found && st.token_current && st.caveats_ok && st.phase == TASK_ACTIVE &&
-        st.body_ok) {
-        rc = task_txn_meter_seen(&st.seen, tx,
-                                 json_string_value(json_object_get(
-                                     json_object_get(doc, "metadata"), "uid")),
-                                 j->req.request_id, err);
+        st.body_ok && st.model_ok) {
+        /* Every later outcome charges, so remember the id now; an id already there is a
+         * retry (SPEC §7 step 4). */
+        bool fresh = false;
+        rc = task_txn_meter_claim(&fresh, tx,
+                                  json_string_value(json_object_get(
+                                      json_object_get(doc, "metadata"), "uid")),
+                                  j->req.request_id, j->req.tokens_used, j->req.cost_micros,
+                                  err);
         if (rc != E_OK) {
             goto out;
         }
+        st.seen = !fresh;
     }
     meter_decide(&d, &st, j->body_ok ? &j->req : NULL);
     rc = E_OK;
@@ -254,7 +295,7 @@ static int apply_job(struct task_txn *tx, struct meter_job *j, struct err *err)
     case METER_ALLOWED:
     case METER_OVER_BUDGET:
     case METER_OVER_ITERATIONS:
-        rc = charge(tx, doc, j, &d, err);
+        rc = charge(b, tx, doc, j, &d, err);
         if (rc != E_OK) {
             goto out;
         }
@@ -270,42 +311,105 @@ out:
     return rc;
 }
 
+/* Applies every job of the batch in one transaction. No savepoints on this hot path: when
+ * one job fails, the whole transaction is rolled back and the committer runs the batch
+ * again without that job (failures are rare; savepoints would cost every job). */
 static int apply_batch(struct task_txn *tx, void *userdata)
 {
-    struct meter_job *j;
-    struct err err = {0};
+    struct batch *b = userdata;
 
-    for (j = userdata; j != NULL; j = j->next) {
-        if (task_txn_savepoint(tx, &err) != E_OK) {
-            return E_FAIL;
-        }
-        if (apply_job(tx, j, &err) != E_OK) {
-            /* This job only: undo it and tell its caller to retry (idempotent). */
-            task_txn_rollback_savepoint(tx);
-            free(j->body);
-            j->body = error_body("could not record the charge; retry", "ServiceUnavailable");
-            j->status = 503;
-            log_kv(LOG_ERROR, "meter_job_failed", "name", j->name, "error", err.msg, NULL);
+    for (struct meter_job *j = b->jobs; j != NULL; j = j->next) {
+        if (j->excluded) {
             continue;
         }
-        if (task_txn_release(tx, &err) != E_OK) {
+        if (apply_job(b, tx, j, &b->err) != E_OK) {
+            b->failed = j;
+            return E_FAIL;
+        }
+    }
+    for (size_t i = 0; i < b->ndirty; i++) {
+        if (task_txn_put(tx, b->dirty[i], &b->err) != E_OK) {
             return E_FAIL;
         }
     }
     return E_OK;
 }
 
+static void fail_job(struct meter_job *j)
+{
+    free(j->body);
+    j->body = error_body("could not record the charge; retry", "ServiceUnavailable");
+    j->status = 503;
+}
+
+/* Commits BATCH durably, retrying without any job that fails on its own. */
+static void commit_batch(struct meter_service *m, struct meter_job *jobs)
+{
+    struct batch b = {.jobs = jobs};
+
+    for (;;) {
+        int rc;
+        b.failed = NULL;
+        rc = task_store_txn(m->store, apply_batch, &b, &b.err);
+        clear_dirty(&b);
+        if (rc == E_OK) {
+            free(b.dirty);
+            return;
+        }
+        if (b.failed == NULL) {
+            break; /* BEGIN or COMMIT failed: nothing of this batch is durable */
+        }
+        log_kv(LOG_ERROR, "meter_job_failed", "name", b.failed->name, "error", b.err.msg, NULL);
+        b.failed->excluded = true;
+        fail_job(b.failed);
+    }
+    free(b.dirty);
+    log_kv(LOG_ERROR, "meter_batch_failed", "error", b.err.msg, NULL);
+    for (struct meter_job *j = jobs; j != NULL; j = j->next) {
+        fail_job(j);
+    }
+}
+
 /* --- the committer ----------------------------------------------------------------- */
+
+/* Wakes the waiters of BATCH as a binary tree: the committer posts only the root, and
+ * every woken request thread posts its two children, so waking 64 threads costs the
+ * committer one futex call and takes log2(64) rounds. Returns the batch size. */
+static int64_t wake_batch(struct meter_job *batch)
+{
+    struct meter_job *small[128], **all = small, *j;
+    size_t n = 0, cap = ARRAY_LEN(small);
+
+    for (j = batch; j != NULL; j = j->next) {
+        if (n == cap) {
+            cap *= 2;
+            all = all == small ? memcpy(xmalloc(cap * sizeof(*all)), small, sizeof(small))
+                               : xrealloc(all, cap * sizeof(*all));
+        }
+        all[n++] = j;
+    }
+    for (size_t i = 0; i < n; i++) {
+        all[i]->wake[0] = 2 * i + 1 < n ? all[2 * i + 1] : NULL;
+        all[i]->wake[1] = 2 * i + 2 < n ? all[2 * i + 2] : NULL;
+    }
+    if (n > 0) {
+        sem_post(&all[0]->done);
+    }
+    if (all != small) {
+        free(all);
+    }
+    return (int64_t)n;
+}
 
 static void *committer(void *arg)
 {
     struct meter_service *m = arg;
-    struct err err = {0};
 
+    prctl(PR_SET_NAME, "meter-commit", 0, 0, 0);
     pthread_mutex_lock(&m->mu);
     for (;;) {
-        struct meter_job *batch, *j;
-        int64_t n = 0;
+        struct meter_job *batch;
+        int64_t n;
         while (m->head == NULL && !m->stop) {
             pthread_cond_wait(&m->work, &m->mu);
         }
@@ -315,23 +419,8 @@ static void *committer(void *arg)
         batch = m->head;
         m->head = m->tail = NULL;
         pthread_mutex_unlock(&m->mu);
-        if (task_store_txn(m->store, apply_batch, batch, &err) != E_OK) {
-            /* Nothing of this batch is durable: nobody gets an acknowledgement. */
-            log_kv(LOG_ERROR, "meter_batch_failed", "error", err.msg, NULL);
-            for (j = batch; j != NULL; j = j->next) {
-                free(j->body);
-                j->body = error_body("could not record the charge; retry", "ServiceUnavailable");
-                j->status = 503;
-            }
-        }
-        /* Wake each waiter alone (no thundering herd on one condition variable). Read
-         * next before posting: the poster's job lives on its waiter's stack. */
-        for (j = batch; j != NULL;) {
-            struct meter_job *next = j->next;
-            sem_post(&j->done);
-            n++;
-            j = next;
-        }
+        commit_batch(m, batch);
+        n = wake_batch(batch);
         pthread_mutex_lock(&m->mu);
         m->batches++;
         m->requests += n;
@@ -461,6 +550,12 @@ void meter_service_handle(int *status_out, char **body_out, struct meter_service
     pthread_mutex_unlock(&m->mu);
     while (sem_wait(&j.done) != 0) {
         /* EINTR: wait again */
+    }
+    /* Pass the wake-up on before anything else (see wake_batch). */
+    for (int k = 0; k < 2; k++) {
+        if (j.wake[k] != NULL) {
+            sem_post(&j.wake[k]->done);
+        }
     }
     sem_destroy(&j.done);
     *status_out = j.status;

@@ -258,7 +258,10 @@ static inline int task_store_txn(struct task_store *st, task_txn_fn fn, void *us
 
 /* --- inside a transaction (only valid during the task_txn_fn call) ------------------ */
 
-/* *out: a new reference to the stored task. E_NOTFOUND. */
+/* *out: a new reference to the stored task, SHARED with the store's cache of parsed tasks
+ * (so hot paths skip the JSON parse): change it only to hand it to task_txn_put in this
+ * transaction; a transaction that fails is rolled back together with the cache.
+ * E_NOTFOUND. */
 int task_txn_get(json_t **out, struct task_txn *tx, const char *ns, const char *name,
                  struct err *err);
 /* Writes DOC (a task read in this transaction and changed; validated by the caller) with a
@@ -268,12 +271,11 @@ int task_txn_put(struct task_txn *tx, json_t *doc, struct err *err);
 int task_txn_savepoint(struct task_txn *tx, struct err *err);
 int task_txn_release(struct task_txn *tx, struct err *err);
 void task_txn_rollback_savepoint(struct task_txn *tx);
-/* Whether REQUEST_ID was already charged to the task with uid TASK_UID. */
-int task_txn_meter_seen(bool *seen_out, struct task_txn *tx, const char *task_uid,
-                        const char *request_id, struct err *err);
-/* Remembers a charged request id (with its amounts, for audits). */
-int task_txn_meter_record(struct task_txn *tx, const char *task_uid, const char *request_id,
-                          int64_t tokens, int64_t cost_micros, struct err *err);
+/* Records REQUEST_ID (with its amounts, for audits) as charged to the task with uid
+ * TASK_UID, unless it was already: *fresh_out tells which (false = a retry). */
+int task_txn_meter_claim(bool *fresh_out, struct task_txn *tx, const char *task_uid,
+                         const char *request_id, int64_t tokens, int64_t cost_micros,
+                         struct err *err);
 /* The task's latest token; E_NOTFOUND when it never had one. Free out->token. */
 int task_txn_token_current(struct token_record *out, struct task_txn *tx, const char *ns,
                            const char *name, struct err *err);

@@ -49,6 +49,7 @@ struct sqlite_store {
     int64_t wake_gen;       /* bumped by wake() so waiters return */
     struct event ring[EVENT_RING];
     sqlite3_stmt *stmts[SQLST_COUNT]; /* owned; prepared on first use */
+    json_t *cache;                    /* "ns/name" -> parsed task, for task_txn_get */
 };
 
 
@@ -57,6 +58,9 @@ int sqlst_stmt(sqlite3_stmt **out, struct sqlite_store *s, enum sqlst_stmt_id id
                struct err *err);
 /* Steps a statement that returns no rows and resets it; E_CONFLICT on a constraint. */
 int sqlst_step_done(struct sqlite_store *s, sqlite3_stmt *st, const char *what, struct err *err);
+/* Forgets the cached parse of one task (after any write outside task_txn_put). */
+void sqlst_cache_forget(struct sqlite_store *s, const char *ns, const char *name);
+
 /* The txn op of the SQLite backend (store_txn.c). */
 int sqlst_txn(struct task_store *st, task_txn_fn fn, void *userdata, struct err *err);
 /* Maps an SQLite result code to ours with a message naming WHAT. */

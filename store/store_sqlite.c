@@ -197,8 +197,8 @@ static const char *const g_stmt_sql[SQLST_COUNT] = {
     [SQLST_BUMP_RV] = "UPDATE meta SET value=?1 WHERE key='resource_version'",
     [SQLST_GET_TASK] = "SELECT doc FROM tasks WHERE namespace=?1 AND name=?2",
     [SQLST_METER_SEEN] = "SELECT 1 FROM meter_requests WHERE task_uid=?1 AND request_id=?2",
-    [SQLST_METER_INSERT] = "INSERT INTO meter_requests(task_uid,request_id,charged_ms,tokens,"
-                           "cost_micros) VALUES(?1,?2,?3,?4,?5)",
+    [SQLST_METER_INSERT] = "INSERT OR IGNORE INTO meter_requests(task_uid,request_id,charged_ms,"
+                           "tokens,cost_micros) VALUES(?1,?2,?3,?4,?5)",
     [SQLST_TOKEN_CURRENT] = "SELECT token_id, generation, state, token FROM tokens "
                             "WHERE namespace=?1 AND name=?2 ORDER BY generation DESC LIMIT 1",
     [SQLST_TOKEN_INSERT] = "INSERT INTO tokens(namespace,name,generation,token_id,state,token,"
@@ -346,6 +346,8 @@ static int sqlite_create(json_t **out, struct task_store *st, const json_t *obj,
     json_object_set_new(md, "creationTimestamp", json_string(ts));
     json_object_set_new(md, "generation", json_integer(1));
     pthread_mutex_lock(&s->mu);
+    sqlst_cache_forget(s, json_string_value(json_object_get(md, "namespace")),
+                       json_string_value(json_object_get(md, "name")));
     sqlst_set_rv(doc, s->rv + 1);
     rc = sqlst_write_obj(s, doc, true, false, &text, err);
     if (rc == E_OK) {
@@ -374,6 +376,7 @@ static int sqlite_mutate(json_t **out, struct task_store *st, const char *ns, co
         *out = NULL;
     }
     pthread_mutex_lock(&s->mu);
+    sqlst_cache_forget(s, ns, name);
     rc = sqlst_read_obj(&cur, s, "tasks", ns, name, err);
     if (rc != E_OK) {
         goto out;
@@ -435,6 +438,7 @@ static int sqlite_remove(json_t **out, struct task_store *st, const char *ns, co
         *out = NULL;
     }
     pthread_mutex_lock(&s->mu);
+    sqlst_cache_forget(s, ns, name);
     rc = sqlst_read_obj(&cur, s, "tasks", ns, name, err);
     if (rc != E_OK) {
         goto out;
@@ -663,6 +667,7 @@ static void sqlite_close(struct task_store *st)
     for (size_t i = 0; i < SQLST_COUNT; i++) {
         sqlite3_finalize(s->stmts[i]);
     }
+    json_decref(s->cache);
     sqlite3_close(s->db);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->changed);
@@ -696,6 +701,7 @@ int task_store_sqlite_open(struct task_store **out, const char *path, const stru
     s->base.clock = clock;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->changed, NULL);
+    s->cache = json_object();
     rc = sqlite3_open_v2(path, &s->db,
                          SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
     if (rc != SQLITE_OK) {

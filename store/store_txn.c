@@ -45,6 +45,8 @@ int sqlst_txn(struct task_store *st, task_txn_fn fn, void *userdata, struct err 
         (void)sqlst_exec(s, "ROLLBACK", NULL);
         s->rv = tx.rv_begin;
         drop_events(&tx, 0);
+        /* Cached objects may carry changes that were just undone. */
+        json_object_clear(s->cache);
         goto out;
     }
     for (size_t i = 0; i < tx.nevents; i++) {
@@ -57,28 +59,47 @@ out:
     return rc;
 }
 
+/* The cache holds at most this many parsed tasks; past it, it starts over. */
+#define CACHE_MAX 4096
+
+static char *cache_key(const char *ns, const char *name)
+{
+    return xasprintf("%s/%s", ns, name);
+}
+
+void sqlst_cache_forget(struct sqlite_store *s, const char *ns, const char *name)
+{
+    char *key;
+
+    if (ns == NULL || name == NULL) {
+        return;
+    }
+    key = cache_key(ns, name);
+    json_object_del(s->cache, key);
+    free(key);
+}
+
 int task_txn_get(json_t **out, struct task_txn *tx, const char *ns, const char *name,
                  struct err *err)
 {
-    sqlite3_stmt *st = NULL;
-    int rc = sqlst_stmt(&st, tx->s, SQLST_GET_TASK, err), step;
+    char *key = cache_key(ns, name);
+    json_t *hit = json_object_get(tx->s->cache, key);
+    int rc;
 
     *out = NULL;
-    if (rc != E_OK) {
-        return rc;
+    if (hit != NULL) {
+        *out = json_incref(hit);
+        free(key);
+        return E_OK;
     }
-    sqlite3_bind_text(st, 1, ns, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
-    step = sqlite3_step(st);
-    if (step == SQLITE_ROW) {
-        *out = sqlst_column_json(st, 0);
-        rc = *out != NULL ? E_OK : err_set(err, E_FAIL, "stored task %s/%s is corrupt", ns, name);
-    } else if (step == SQLITE_DONE) {
-        rc = err_set(err, E_NOTFOUND, "agenttasks \"%s\" not found", name);
-    } else {
-        rc = sqlst_db_err(tx->s, step, "read task", err);
+    rc = sqlst_read_obj(out, tx->s, "tasks", ns, name, err);
+    if (rc == E_OK) {
+        if (json_object_size(tx->s->cache) >= CACHE_MAX) {
+            json_object_clear(tx->s->cache);
+        }
+        json_object_set(tx->s->cache, key, *out);
     }
-    sqlite3_reset(st);
+    free(key);
     return rc;
 }
 
@@ -97,6 +118,14 @@ int task_txn_put(struct task_txn *tx, json_t *doc, struct err *err)
         tx->events = xrealloc(tx->events, tx->capevents * sizeof(*tx->events));
     }
     sqlst_event_fill(&tx->events[tx->nevents], tx->s->rv, TASK_EVENT_MODIFIED, doc, text);
+    {
+        struct task_view v;
+        char *key;
+        task_view_of(&v, doc);
+        key = cache_key(v.ns, v.name);
+        json_object_set(tx->s->cache, key, doc);
+        free(key);
+    }
     tx->nevents++;
     return E_OK;
 }
@@ -123,39 +152,21 @@ int task_txn_release(struct task_txn *tx, struct err *err)
 
 void task_txn_rollback_savepoint(struct task_txn *tx)
 {
+    json_object_clear(tx->s->cache);
     (void)run_stmt(tx, SQLST_ROLLBACK_TO, "rollback to savepoint", NULL);
     (void)run_stmt(tx, SQLST_RELEASE, "release savepoint", NULL);
     tx->s->rv = tx->rv_savepoint;
     drop_events(tx, tx->nevents_savepoint);
 }
 
-int task_txn_meter_seen(bool *seen_out, struct task_txn *tx, const char *task_uid,
-                        const char *request_id, struct err *err)
-{
-    sqlite3_stmt *st = NULL;
-    int rc = sqlst_stmt(&st, tx->s, SQLST_METER_SEEN, err), step;
-
-    *seen_out = false;
-    if (rc != E_OK) {
-        return rc;
-    }
-    sqlite3_bind_text(st, 1, task_uid, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 2, request_id, -1, SQLITE_STATIC);
-    step = sqlite3_step(st);
-    sqlite3_reset(st);
-    if (step == SQLITE_ROW) {
-        *seen_out = true;
-        return E_OK;
-    }
-    return step == SQLITE_DONE ? E_OK : sqlst_db_err(tx->s, step, "meter lookup", err);
-}
-
-int task_txn_meter_record(struct task_txn *tx, const char *task_uid, const char *request_id,
-                          int64_t tokens, int64_t cost_micros, struct err *err)
+int task_txn_meter_claim(bool *fresh_out, struct task_txn *tx, const char *task_uid,
+                         const char *request_id, int64_t tokens, int64_t cost_micros,
+                         struct err *err)
 {
     sqlite3_stmt *st = NULL;
     int rc = sqlst_stmt(&st, tx->s, SQLST_METER_INSERT, err);
 
+    *fresh_out = false;
     if (rc != E_OK) {
         return rc;
     }
@@ -164,7 +175,10 @@ int task_txn_meter_record(struct task_txn *tx, const char *task_uid, const char 
     sqlite3_bind_int64(st, 3, clock_now_ms(tx->s->base.clock));
     sqlite3_bind_int64(st, 4, tokens);
     sqlite3_bind_int64(st, 5, cost_micros);
-    return sqlst_step_done(tx->s, st, "record meter request", err);
+    rc = sqlst_step_done(tx->s, st, "record meter request", err);
+    /* INSERT OR IGNORE: no row changed means the id was there already. */
+    *fresh_out = rc == E_OK && sqlite3_changes(tx->s->db) > 0;
+    return rc;
 }
 
 static int token_current(struct token_record *out, struct sqlite_store *s, const char *ns,

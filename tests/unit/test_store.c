@@ -320,23 +320,27 @@ static int txn_work(struct task_txn *tx, void *userdata)
     struct err err = {0};
 
     CHECK_OK(task_txn_get(&doc, tx, "default", "a", &err));
+    json_t *again = NULL;
+    CHECK_OK(task_txn_get(&again, tx, "default", "a", &err));
+    CHECK(again == doc); /* the cached parse */
+    json_decref(again);
     /* Job 1: charged and kept. */
     CHECK_OK(task_txn_savepoint(tx, &err));
     json_object_set_new(json_object_get(doc, "status"), "iteration", json_integer(1));
     CHECK_OK(task_txn_put(tx, doc, &err));
-    CHECK_OK(task_txn_meter_record(tx, "uid-1", "req-1", 10, 20, &err));
+    CHECK_OK(task_txn_meter_claim(&seen, tx, "uid-1", "req-1", 10, 20, &err));
+    CHECK(seen); /* fresh */
     CHECK_OK(task_txn_release(tx, &err));
     /* Job 2: undone. */
     CHECK_OK(task_txn_savepoint(tx, &err));
     json_object_set_new(json_object_get(doc, "status"), "iteration", json_integer(2));
     CHECK_OK(task_txn_put(tx, doc, &err));
-    CHECK_OK(task_txn_meter_record(tx, "uid-1", "req-2", 10, 20, &err));
+    CHECK_OK(task_txn_meter_claim(&seen, tx, "uid-1", "req-2", 10, 20, &err));
     task_txn_rollback_savepoint(tx);
-    CHECK_OK(task_txn_meter_seen(&seen, tx, "uid-1", "req-1", &err));
-    CHECK(seen);
-    CHECK_OK(task_txn_meter_seen(&seen, tx, "uid-1", "req-2", &err));
-    CHECK(!seen);
-    CHECK_EQ_INT(task_txn_meter_record(tx, "uid-1", "req-1", 1, 1, &err), E_CONFLICT);
+    CHECK_OK(task_txn_meter_claim(&seen, tx, "uid-1", "req-1", 1, 1, &err));
+    CHECK(!seen); /* kept: a retry */
+    CHECK_OK(task_txn_meter_claim(&seen, tx, "uid-1", "req-2", 1, 1, &err));
+    CHECK(seen); /* rolled back: fresh again */
     /* Token index. */
     CHECK_EQ_INT(task_txn_token_current(&rec, tx, "default", "a", &err), E_NOTFOUND);
     CHECK_OK(task_txn_token_add(tx, "default", "a", 1, "id-1", "tok-1", &err));
