@@ -5,13 +5,10 @@
 #include "common/config.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <yaml.h>
 
@@ -46,10 +43,10 @@ static const struct field agent_fields[] = {
      MEMBER(has_capabilities), NULL, 0},
     {"allowedTools", FIELD_STRING_LIST, MEMBER(allowed_tools), MEMBER(n_allowed_tools),
      MEMBER(has_allowed_tools), NULL, 0},
-    {"budgetUSD", FIELD_MONEY, MEMBER(budget_usd_micros), NO_MEMBER, MEMBER(has_budget_usd),
-     NULL, 0},
-    {"budgetTokens", FIELD_COUNT, MEMBER(budget_tokens), NO_MEMBER, MEMBER(has_budget_tokens),
-     NULL, 0},
+    {"budgetUSD", FIELD_MONEY, MEMBER(budget_usd_micros), NO_MEMBER, MEMBER(has_budget_usd), NULL,
+     0},
+    {"budgetTokens", FIELD_COUNT, MEMBER(budget_tokens), NO_MEMBER, MEMBER(has_budget_tokens), NULL,
+     0},
     {"maxIterations", FIELD_SMALL_COUNT, MEMBER(max_iterations), NO_MEMBER,
      MEMBER(has_max_iterations), NULL, 0},
     {"baseBranch", FIELD_STRING, MEMBER(base_branch), NO_MEMBER, NO_MEMBER, NULL, 0},
@@ -89,11 +86,10 @@ struct loader {
 #define PATH_MAX_LEN 96
 
 /* Records "NAME:LINE: KEY: problem" with KEY as the field; returns E_INVALID. */
-static int fail_at(struct loader *l, const yaml_node_t *node, const char *key, const char *fmt,
-                   ...) __attribute__((format(printf, 4, 5)));
+static int fail_at(struct loader *l, const yaml_node_t *node, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
-static int fail_at(struct loader *l, const yaml_node_t *node, const char *key, const char *fmt,
-                   ...)
+static int fail_at(struct loader *l, const yaml_node_t *node, const char *key, const char *fmt, ...)
 {
     char problem[256];
     size_t line = node != NULL ? node->start_mark.line + 1 : 1;
@@ -133,33 +129,32 @@ static bool all_digits(const char *s, const char *end)
     return true;
 }
 
+static const char *skip_digits(const char *p)
+{
+    while (*p >= '0' && *p <= '9') {
+        p++;
+    }
+    return p;
+}
+
 /* [-+]? ( digits ( "." digits? )? | "." digits ) ( [eE] [-+]? digits )? */
 static bool looks_float(const char *s)
 {
-    const char *p = s + ((*s == '-' || *s == '+') ? 1 : 0), *q = p;
+    const char *p = s + ((*s == '-' || *s == '+') ? 1 : 0), *q = skip_digits(p), *e;
+    bool digits = q != p;
 
-    while (*q >= '0' && *q <= '9') {
-        q++;
-    }
     if (*q == '.') {
-        const char *f = ++q;
-        while (*q >= '0' && *q <= '9') {
-            q++;
-        }
-        if (q == f && f - 1 == p) {
-            return false; /* a lone "." */
-        }
-    } else if (q == p) {
-        return false;
+        const char *frac = q + 1;
+        q = skip_digits(frac);
+        digits = digits || q != frac;
+    }
+    if (!digits) {
+        return false; /* "", "-", "." */
     }
     if (*q == 'e' || *q == 'E') {
-        const char *e;
         q++;
-        q += (*q == '-' || *q == '+') ? 1 : 0;
-        e = q;
-        while (*q >= '0' && *q <= '9') {
-            q++;
-        }
+        e = q + ((*q == '-' || *q == '+') ? 1 : 0);
+        q = skip_digits(e);
         if (q == e) {
             return false;
         }
@@ -175,8 +170,8 @@ static enum scalar_kind resolve(const yaml_node_t *n)
     static const char *const bools[] = {"true", "True", "TRUE", "false", "False", "FALSE",
                                         "yes",  "Yes",  "YES",  "no",    "No",    "NO",
                                         "on",   "On",   "ON",   "off",   "Off",   "OFF"};
-    static const char *const floats[] = {".inf", ".Inf",  ".INF", "-.inf", "-.Inf", "-.INF",
-                                         "+.inf", ".nan", ".NaN", ".NAN"};
+    static const char *const floats[] = {".inf",  ".Inf",  ".INF", "-.inf", "-.Inf",
+                                         "-.INF", "+.inf", ".nan", ".NaN",  ".NAN"};
     const char *s = scalar_text(n), *digits;
 
     if (n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE) {
@@ -190,8 +185,8 @@ static enum scalar_kind resolve(const yaml_node_t *n)
     }
     digits = s + ((*s == '-' || *s == '+') ? 1 : 0);
     if (all_digits(digits, digits + strlen(digits)) ||
-        (strncmp(s, "0x", 2) == 0 && s[2] != '\0' && strspn(s + 2, "0123456789abcdefABCDEF") ==
-                                                         strlen(s + 2))) {
+        (strncmp(s, "0x", 2) == 0 && s[2] != '\0' &&
+         strspn(s + 2, "0123456789abcdefABCDEF") == strlen(s + 2))) {
         return SCALAR_INT;
     }
     if (looks_float(s) || text_in(s, floats, ARRAY_LEN(floats))) {
@@ -256,8 +251,12 @@ static int load_count(struct loader *l, const yaml_node_t *n, const struct field
         return fail_at(l, n, key, "expected a non-negative integer");
     }
     s = scalar_text(n);
-    if (!all_digits(s, s + strlen(s)) || (s[0] == '0' && s[1] != '\0')) {
+    if (!all_digits(s, s + strlen(s))) {
         return fail_at(l, n, key, "expected a non-negative integer");
+    }
+    if (s[0] == '0' && s[1] != '\0') {
+        /* YAML 1.1 reads 010 as octal 8; refuse rather than guess. */
+        return fail_at(l, n, key, "expected a non-negative integer without leading zeros");
     }
     for (; *s != '\0'; s++) {
         if (v > (max - (*s - '0')) / 10) {
@@ -329,6 +328,20 @@ static int load_value(struct loader *l, const yaml_node_t *v, const struct field
     return E_FAIL;
 }
 
+/* "PREFIX.NAME" for messages: NAME cut at 40 bytes, control characters (a folded
+ * multi-line key) shown as '?', so an error stays one line. */
+static void key_path(char out[PATH_MAX_LEN], const char *prefix, const char *name)
+{
+    size_t n = (size_t)snprintf(out, PATH_MAX_LEN, "%s%s%.40s", prefix,
+                                prefix[0] != '\0' ? "." : "", name);
+
+    for (size_t i = 0; i < n && i < PATH_MAX_LEN; i++) {
+        if ((unsigned char)out[i] < 0x20 || out[i] == 0x7f) {
+            out[i] = '?';
+        }
+    }
+}
+
 static int load_mapping(struct loader *l, const yaml_node_t *map, const char *prefix,
                         const struct field *fields, size_t n_fields)
 {
@@ -344,11 +357,13 @@ static int load_mapping(struct loader *l, const yaml_node_t *map, const char *pr
         int rc;
 
         if (k->type != YAML_SCALAR_NODE) {
-            return fail_at(l, k, prefix[0] != '\0' ? prefix : "(top level)",
-                           "mapping keys must be plain strings");
+            if (prefix[0] == '\0') {
+                return err_set(l->err, E_INVALID, "%s:%zu: mapping keys must be plain strings",
+                               l->name, k->start_mark.line + 1);
+            }
+            return fail_at(l, k, prefix, "mapping keys must be plain strings");
         }
-        snprintf(key, sizeof(key), "%s%s%.40s", prefix, prefix[0] != '\0' ? "." : "",
-                 scalar_text(k));
+        key_path(key, prefix, scalar_text(k));
         for (i = 0; i < n_fields && strcmp(fields[i].key, scalar_text(k)) != 0; i++) {
         }
         if (i == n_fields) {
@@ -422,8 +437,8 @@ out:
     return rc;
 }
 
-int config_agent_load_mem(struct config_agent **out, const char *name, const char *data,
-                          size_t len, struct err *err)
+int config_agent_load_mem(struct config_agent **out, const char *name, const char *data, size_t len,
+                          struct err *err)
 {
     struct config_agent *cfg = NULL;
     yaml_parser_t parser;
@@ -500,82 +515,4 @@ void config_agent_free(struct config_agent *cfg)
     free(cfg->base_branch);
     free(cfg->sandbox_provider);
     free(cfg);
-}
-
-static const char example[] =
-    "# Diverge agent configuration (SPEC section 10). `diverge task create` and tasks made\n"
-    "# from PR/MR comments take their defaults from this file; flags and commands override.\n"
-    "version: \"1\"\n"
-    "agent:\n"
-    "  # Models the agent may use: exact names, or a prefix wildcard such as claude-*.\n"
-    "  capabilities:\n"
-    "    - claude-3-7-sonnet\n"
-    "    - gemini-2.5-pro\n"
-    "  # Tools the agent may run inside its sandbox.\n"
-    "  allowedTools:\n"
-    "    - git\n"
-    "    - go\n"
-    "  # Spend limits: USD as a decimal string, tokens as a whole number.\n"
-    "  budgetUSD: \"5.00\"\n"
-    "  budgetTokens: 200000\n"
-    "  maxIterations: 8\n"
-    "  baseBranch: main\n"
-    "sandbox:\n"
-    "  # local (bubblewrap), process (development only), none, or agent-sandbox (Kubernetes).\n"
-    "  provider: local\n"
-    "  timeoutSeconds: 1800\n";
-
-const char *config_agent_example(void)
-{
-    return example;
-}
-
-static int make_parent_dir(const char *path, struct err *err)
-{
-    const char *slash = strrchr(path, '/');
-    char *dir;
-    int rc = E_OK;
-
-    if (slash == NULL || slash == path) {
-        return E_OK;
-    }
-    dir = xstrndup(path, (size_t)(slash - path));
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
-        rc = err_set(err, E_FAIL, "%s: %s", dir, strerror(errno));
-    }
-    free(dir);
-    return rc;
-}
-
-int config_agent_write_example(const char *path, bool force, struct err *err)
-{
-    size_t len = sizeof(example) - 1, off = 0;
-    int fd, rc;
-
-    rc = make_parent_dir(path, err);
-    if (rc != E_OK) {
-        return rc;
-    }
-    fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | (force ? O_TRUNC : O_EXCL), 0644);
-    if (fd < 0) {
-        if (errno == EEXIST) {
-            return err_set(err, E_CONFLICT, "%s already exists", path);
-        }
-        return err_set(err, E_FAIL, "%s: %s", path, strerror(errno));
-    }
-    while (off < len) {
-        ssize_t n = write(fd, example + off, len - off);
-        if (n < 0 && errno == EINTR) {
-            continue;
-        }
-        if (n <= 0) {
-            rc = err_set(err, E_FAIL, "%s: write failed: %s", path, strerror(errno));
-            break;
-        }
-        off += (size_t)n;
-    }
-    if (close(fd) != 0 && rc == E_OK) {
-        rc = err_set(err, E_FAIL, "%s: %s", path, strerror(errno));
-    }
-    return rc;
 }

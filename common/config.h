@@ -18,22 +18,22 @@
 /* A loaded agent.yaml. Every field is optional in the file; the has_* flags and NULL
  * pointers tell which were present. */
 struct config_agent {
-    char **capabilities;          /* owned array of owned strings; agent.capabilities */
-    size_t n_capabilities;        /* entries in capabilities */
-    bool has_capabilities;        /* the key was present (the list may be empty) */
-    char **allowed_tools;         /* owned array of owned strings; agent.allowedTools */
-    size_t n_allowed_tools;       /* entries in allowed_tools */
-    bool has_allowed_tools;       /* the key was present (the list may be empty) */
-    int64_t budget_usd_micros;    /* agent.budgetUSD in micro-dollars */
-    bool has_budget_usd;          /* agent.budgetUSD was present */
-    int64_t budget_tokens;        /* agent.budgetTokens, >= 0 */
-    bool has_budget_tokens;       /* agent.budgetTokens was present */
-    int64_t max_iterations;       /* agent.maxIterations, 0..INT32_MAX */
-    bool has_max_iterations;      /* agent.maxIterations was present */
-    char *base_branch;            /* owned; agent.baseBranch, NULL when absent */
-    char *sandbox_provider;       /* owned; sandbox.provider, NULL when absent */
-    int64_t sandbox_timeout_s;    /* sandbox.timeoutSeconds, 0..INT32_MAX */
-    bool has_sandbox_timeout;     /* sandbox.timeoutSeconds was present */
+    char **capabilities;       /* owned array of owned strings; agent.capabilities */
+    size_t n_capabilities;     /* entries in capabilities */
+    bool has_capabilities;     /* the key was present (the list may be empty) */
+    char **allowed_tools;      /* owned array of owned strings; agent.allowedTools */
+    size_t n_allowed_tools;    /* entries in allowed_tools */
+    bool has_allowed_tools;    /* the key was present (the list may be empty) */
+    int64_t budget_usd_micros; /* agent.budgetUSD in micro-dollars */
+    bool has_budget_usd;       /* agent.budgetUSD was present */
+    int64_t budget_tokens;     /* agent.budgetTokens, >= 0 */
+    bool has_budget_tokens;    /* agent.budgetTokens was present */
+    int64_t max_iterations;    /* agent.maxIterations, 0..INT32_MAX */
+    bool has_max_iterations;   /* agent.maxIterations was present */
+    char *base_branch;         /* owned; agent.baseBranch, NULL when absent */
+    char *sandbox_provider;    /* owned; sandbox.provider, NULL when absent */
+    int64_t sandbox_timeout_s; /* sandbox.timeoutSeconds, 0..INT32_MAX */
+    bool has_sandbox_timeout;  /* sandbox.timeoutSeconds was present */
 };
 
 /* Parses the agent.yaml text DATA[0..len). NAME is the file name used in messages
@@ -43,13 +43,14 @@ struct config_agent {
  *   E_INVALID  malformed YAML, a missing or wrong `version`, unknown key, wrong type;
  *   E_TOOBIG   LEN over CONFIG_AGENT_MAX_BYTES.
  * Pure: no I/O, safe to call from any thread. */
-int config_agent_load_mem(struct config_agent **out, const char *name, const char *data,
-                          size_t len, struct err *err);
+int config_agent_load_mem(struct config_agent **out, const char *name, const char *data, size_t len,
+                          struct err *err);
 
 /* Reads and parses the file PATH (also used as NAME in messages). Returns E_NOTFOUND when
  * the file does not exist, E_FAIL when it cannot be read, else as config_agent_load_mem. */
 int config_agent_load_file(struct config_agent **out, const char *path, struct err *err);
 
+/* Releases CFG and everything it owns; NULL is a no-op. */
 void config_agent_free(struct config_agent *cfg);
 
 /* The example file `diverge task init` writes (static text; it loads without error). */

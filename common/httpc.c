@@ -185,8 +185,7 @@ static int setup(CURL *c, struct curl_slist **hdrs_out, const struct httpc_reque
     bad |= curl_easy_setopt(c, CURLOPT_USERAGENT, HTTPC_USER_AGENT) != CURLE_OK;
     bad |= curl_easy_setopt(c, CURLOPT_HTTPHEADER, *hdrs_out) != CURLE_OK;
     bad |= curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, req->method) != CURLE_OK;
-    bad |= curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, req->connect_timeout_ms) !=
-           CURLE_OK;
+    bad |= curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, req->connect_timeout_ms) != CURLE_OK;
     bad |= curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, req->timeout_ms) != CURLE_OK;
     bad |= curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header) != CURLE_OK;
     bad |= curl_easy_setopt(c, CURLOPT_HEADERDATA, x) != CURLE_OK;
@@ -198,8 +197,8 @@ static int setup(CURL *c, struct curl_slist **hdrs_out, const struct httpc_reque
     /* With POSTFIELDS set (even to "") curl never reads a body from stdin. */
     if (req->body != NULL || method_has_body(req->method)) {
         const char *body = req->body != NULL ? req->body : "";
-        bad |= curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->body_len) !=
-               CURLE_OK;
+        bad |=
+            curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->body_len) != CURLE_OK;
         bad |= curl_easy_setopt(c, CURLOPT_POSTFIELDS, body) != CURLE_OK;
     }
     if (req->ca_file != NULL) {
@@ -211,8 +210,11 @@ static int setup(CURL *c, struct curl_slist **hdrs_out, const struct httpc_reque
 static int perform(struct httpc_response *out, const struct httpc_request *req,
                    httpc_chunk_fn on_chunk, void *userdata, struct err *err)
 {
-    struct xfer x = {.resp = out, .max_body = req->max_body, .on_chunk = on_chunk,
-                     .userdata = userdata, .abort_rc = E_OK};
+    struct xfer x = {.resp = out,
+                     .max_body = req->max_body,
+                     .on_chunk = on_chunk,
+                     .userdata = userdata,
+                     .abort_rc = E_OK};
     struct curl_slist *hdrs = NULL;
     char errbuf[CURL_ERROR_SIZE] = "";
     CURLcode cc;
@@ -250,8 +252,7 @@ out:
     return rc;
 }
 
-int httpc_request(struct httpc_response *out, const struct httpc_request *req,
-                  struct err *err)
+int httpc_request(struct httpc_response *out, const struct httpc_request *req, struct err *err)
 {
     return perform(out, req, NULL, NULL, err);
 }

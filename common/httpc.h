@@ -15,33 +15,34 @@
 
 /* One request. Build it from HTTPC_REQUEST_DEFAULTS and set what differs. */
 struct httpc_request {
-    const char *method;              /* "GET", "POST", "PATCH", ...; borrowed */
-    const char *url;                 /* http:// or https:// only; borrowed */
-    const char *const *headers;      /* NULL-terminated "Name: value" lines, or NULL; borrowed */
-    const char *body;                /* request body or NULL; borrowed */
-    size_t body_len;                 /* bytes of body */
-    long connect_timeout_ms;         /* limit on connecting; 0: libcurl's default */
-    long timeout_ms;                 /* limit on the whole exchange; 0: none (streams) */
-    size_t max_body;                 /* cap on the collected response body, bytes; 0: none */
-    size_t max_headers;              /* cap on the kept response headers, bytes; 0: none */
-    const char *ca_file;             /* PEM bundle to trust instead of the system's, or NULL */
+    const char *method;         /* "GET", "POST", "PATCH", ...; borrowed */
+    const char *url;            /* http:// or https:// only; borrowed */
+    const char *const *headers; /* NULL-terminated "Name: value" lines, or NULL; borrowed */
+    const char *body;           /* request body or NULL; borrowed */
+    size_t body_len;            /* bytes of body */
+    long connect_timeout_ms;    /* limit on connecting; 0: libcurl's default */
+    long timeout_ms;            /* limit on the whole exchange; 0: none (streams) */
+    size_t max_body;            /* cap on the collected response body, bytes; 0: none */
+    size_t max_headers;         /* cap on the kept response headers, bytes; 0: none */
+    const char *ca_file;        /* PEM bundle to trust instead of the system's, or NULL */
 };
 
-#define HTTPC_REQUEST_DEFAULTS                                                             \
-    {                                                                                      \
-        .method = "GET", .url = NULL, .headers = NULL, .body = NULL, .body_len = 0,        \
-        .connect_timeout_ms = 5000, .timeout_ms = 30000, .max_body = 8u << 20,             \
-        .max_headers = 64u << 10, .ca_file = NULL                                          \
+#define HTTPC_REQUEST_DEFAULTS                                                                     \
+    {                                                                                              \
+        .method = "GET", .url = NULL, .headers = NULL, .body = NULL, .body_len = 0,                \
+        .connect_timeout_ms = 5000, .timeout_ms = 30000, .max_body = 8u << 20,                     \
+        .max_headers = 64u << 10, .ca_file = NULL                                                  \
     }
 
 /* What came back. Caller storage: httpc_response_init() before use (the request
  * functions do it), httpc_response_cleanup() after. */
 struct httpc_response {
-    long status;          /* HTTP status of the final response, 0 when none arrived */
-    struct buf headers;   /* owned; the final response's headers as "name\0value\0" pairs */
-    struct buf body;      /* owned; the body (for httpc_stream only a non-2xx body) */
+    long status;        /* HTTP status of the final response, 0 when none arrived */
+    struct buf headers; /* owned; the final response's headers as "name\0value\0" pairs */
+    struct buf body;    /* owned; the body (for httpc_stream only a non-2xx body) */
 };
 
+/* Prepares R: status 0, empty buffers without caps. */
 void httpc_response_init(struct httpc_response *r);
 /* Releases R's memory; safe on an initialised or zeroed response. */
 void httpc_response_cleanup(struct httpc_response *r);
@@ -59,8 +60,7 @@ const char *httpc_response_header(const struct httpc_response *r, const char *na
  *   E_FAIL    anything else.
  * Thread-safe: libcurl's global init runs once (pthread_once); each call has its own
  * handle. Never sends or follows redirects, never uses signals. */
-int httpc_request(struct httpc_response *out, const struct httpc_request *req,
-                  struct err *err);
+int httpc_request(struct httpc_response *out, const struct httpc_request *req, struct err *err);
 
 /* Called with each piece of a streamed 2xx body as it arrives. A non-zero return (an
  * E_* code) stops the transfer and becomes httpc_stream's result. */

@@ -153,8 +153,11 @@ static int mint_for(char **token_out, char **id_out, struct controller *c, const
 struct reconcile {
     struct controller *c;
     const char *ns, *name;
+    bool plan;                     /* decide (and mint) only; write nothing */
     enum controller_action action; /* out */
-    char *token;                   /* out: owned, the minted token to write */
+    char *token;                   /* owned: the token minted while planning */
+    char *id;                      /* owned: its identifier */
+    int64_t generation;            /* its generation */
 };
 
 static int reconcile_txn(struct task_txn *tx, void *userdata)
@@ -166,7 +169,6 @@ static int reconcile_txn(struct task_txn *tx, void *userdata)
     struct task_view v;
     struct err err = {0};
     char ts[CLOCK_RFC3339_MAX];
-    char *id = NULL;
     bool has_token, waiting;
     int64_t now = clock_now_ms(task_txn_clock(tx));
     int rc = task_txn_get(&doc, tx, r->ns, r->name, &err);
@@ -183,16 +185,27 @@ static int reconcile_txn(struct task_txn *tx, void *userdata)
     r->action = controller_decide(&v, has_token && rec.active,
                                   strcmp(c->provider, "none") == 0, waiting);
     clock_rfc3339(ts, now);
+    if (r->plan) {
+        /* The token file must hold the new token before the task reads Active, so the
+         * token is minted and written first, then applied by a second transaction. */
+        if (r->action == CONTROLLER_ACTIVATE) {
+            r->generation = rec.generation + 1;
+            rc = mint_for(&r->token, &r->id, c, doc, r->generation, now, &err);
+        }
+        goto out;
+    }
     switch (r->action) {
     case CONTROLLER_NOTHING:
         break;
     case CONTROLLER_ACTIVATE:
-        rc = mint_for(&r->token, &id, c, doc, rec.generation + 1, now, &err);
-        if (rc == E_OK) {
-            rc = task_txn_token_revoke(tx, r->ns, r->name, &err);
+        if (r->token == NULL || r->generation != rec.generation + 1) {
+            /* Someone minted in between: plan again on the next event. */
+            rc = err_set(&err, E_AGAIN, "token generation moved on");
+            break;
         }
+        rc = task_txn_token_revoke(tx, r->ns, r->name, &err);
         if (rc == E_OK) {
-            rc = task_txn_token_add(tx, r->ns, r->name, rec.generation + 1, id, r->token, &err);
+            rc = task_txn_token_add(tx, r->ns, r->name, r->generation, r->id, r->token, &err);
         }
         task_set_phase(doc, TASK_ACTIVE, NULL, NULL);
         if (json_is_null(json_object_get(status, "startTime")) ||
@@ -221,11 +234,11 @@ static int reconcile_txn(struct task_txn *tx, void *userdata)
     if (rc == E_OK && r->action != CONTROLLER_NOTHING && r->action != CONTROLLER_REVOKE) {
         rc = task_txn_put(tx, doc, &err);
     }
-    if (rc != E_OK) {
+out:
+    if (rc != E_OK && rc != E_AGAIN) {
         log_kv(LOG_ERROR, "reconcile_failed", "namespace", r->ns, "name", r->name, "error",
                err.msg, NULL);
     }
-    free(id);
     free(rec.token);
     json_decref(doc);
     return rc;
@@ -240,20 +253,27 @@ static const char *action_name(enum controller_action a)
 int controller_reconcile(struct controller *c, const char *ns, const char *name,
                          struct err *err)
 {
-    struct reconcile r = {.c = c, .ns = ns, .name = name, .action = CONTROLLER_NOTHING};
+    struct reconcile r = {.c = c, .ns = ns, .name = name, .plan = true};
     int rc = task_store_txn(c->store, reconcile_txn, &r, err);
 
-    if (rc == E_OK && r.action != CONTROLLER_NOTHING) {
-        log_kv(LOG_INFO, "reconciled", "namespace", ns, "name", name, "action",
-               action_name(r.action), NULL);
-    }
-    if (rc == E_OK && r.token != NULL) {
+    if (rc == E_OK && r.action == CONTROLLER_ACTIVATE) {
         rc = controller_write_token_file(c, ns, name, r.token, err);
+    }
+    if (rc == E_OK && r.action != CONTROLLER_NOTHING) {
+        r.plan = false;
+        rc = task_store_txn(c->store, reconcile_txn, &r, err);
+        if (rc == E_AGAIN) {
+            rc = E_OK; /* a newer change will be reconciled by its own event */
+        } else if (rc == E_OK) {
+            log_kv(LOG_INFO, "reconciled", "namespace", ns, "name", name, "action",
+                   action_name(r.action), NULL);
+        }
     }
     if (r.token != NULL) {
         secret_wipe(r.token, strlen(r.token));
         free(r.token);
     }
+    free(r.id);
     return rc;
 }
 

@@ -16,7 +16,8 @@
 #include "server/server.h"
 #include "server/server_int.h"
 
-#define VERSION "0.1.0"
+#include "common/version.h"
+#define VERSION DIVERGE_VERSION
 
 struct flag {
     const char *name;    /* "--listen" */

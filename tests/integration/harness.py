@@ -136,13 +136,15 @@ class Server:
                 pass
         return status, rh, text
 
-    def cli(self, *args, input=None, env=None, timeout=30):
-        """Runs `diverge ARGS` against this server; returns CompletedProcess (text)."""
+    def cli(self, *args, input=None, env=None, timeout=30, cwd=None):
+        """Runs `diverge ARGS` against this server (in directory CWD when given); returns
+        CompletedProcess (text). An env value of None removes that variable."""
         e = dict(os.environ)
         e.update({"DIVERGE_SERVER": self.url, "DIVERGE_API_TOKEN": self.token})
         e.update(env or {})
+        e = {k: v for k, v in e.items() if v is not None}
         return subprocess.run([DIVERGE_BIN] + list(args), capture_output=True, text=True,
-                              input=input, env=e, timeout=timeout)
+                              input=input, env=e, timeout=timeout, cwd=cwd)
 
     def stop(self, sig=signal.SIGTERM, timeout=20):
         if self.proc and self.proc.poll() is None:

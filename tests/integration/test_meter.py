@@ -78,6 +78,8 @@ def test_lifecycle_pause_resume_rotates_token():
         assert b["status"]["reason"] == "Suspended"
         st, _, _ = srv.request("GET", NS + "/life/token")
         assert st == 404
+        r = srv.cli("task", "token", "life")
+        assert r.returncode == 1 and "revoked" in r.stderr, r
         st, _, b = meter(srv, tok1, call("a2"))
         assert st == 401, b
         merge(srv, "life", {"spec": {"suspended": False}})
@@ -206,8 +208,16 @@ def test_guidance_preview_and_caveat_budget():
         assert b["previewUrl"] == "http://p.test/?_diverge_env=agent-preview-g"
         # No spec budget: the server default went into the max_cost_usd caveat.
         r = subprocess.run([DIVERGE_BIN, "token", "inspect", tok], capture_output=True, text=True)
-        if r.returncode == 0:
-            assert "max_cost_usd = 0.50" in r.stdout, r.stdout
+        assert r.returncode == 0, r
+        assert "location: diverge" in r.stdout and "identifier: default/g/1/" in r.stdout
+        assert "caveat: max_cost_usd = 0.50" in r.stdout, r.stdout
+        assert "caveat: task_id = g" in r.stdout
+        # `diverge task token` prints the same current token (admin API).
+        r = srv.cli("task", "token", "g")
+        assert r.returncode == 0 and r.stdout.strip() == tok, r
+        r = subprocess.run([DIVERGE_BIN, "token", "inspect", "%%%"], capture_output=True,
+                           text=True)
+        assert r.returncode == 1 and r.stderr.startswith("diverge: "), r
         assert b["budgetUSD"] == 0.5
         st, _, b = meter(srv, tok, call("g2", cost="0.26"))
         assert st == 429, b
