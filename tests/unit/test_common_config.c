@@ -337,7 +337,7 @@ TEST(httpc_request_roundtrip)
     char *url;
 
     if (fake_start(&s, RESP_201) != 0) {
-        CHECK(!"fake server");
+        t_fail(__FILE__, __LINE__, "fake server could not start");
         return;
     }
     url = xasprintf("http://127.0.0.1:%d/p?q=1", s.port);
@@ -370,7 +370,7 @@ TEST(httpc_status_and_cap)
     char *url;
 
     if (fake_start(&s, "HTTP/1.1 404 Not Found\r\nContent-Length: 9\r\n\r\nnot found") != 0) {
-        CHECK(!"fake server");
+        t_fail(__FILE__, __LINE__, "fake server could not start");
         return;
     }
     url = xasprintf("http://127.0.0.1:%d/", s.port);
@@ -383,7 +383,7 @@ TEST(httpc_status_and_cap)
     free(url);
 
     if (fake_start(&s, RESP_201) != 0) {
-        CHECK(!"fake server");
+        t_fail(__FILE__, __LINE__, "fake server could not start");
         return;
     }
     url = xasprintf("http://127.0.0.1:%d/", s.port);
@@ -419,7 +419,7 @@ TEST(httpc_stream_chunks)
     buf_init(&got, 0);
     if (fake_start(&s, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
                        "3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n") != 0) {
-        CHECK(!"fake server");
+        t_fail(__FILE__, __LINE__, "fake server could not start");
         return;
     }
     url = xasprintf("http://127.0.0.1:%d/w", s.port);
@@ -433,7 +433,7 @@ TEST(httpc_stream_chunks)
     free(url);
 
     if (fake_start(&s, RESP_201) != 0) {
-        CHECK(!"fake server");
+        t_fail(__FILE__, __LINE__, "fake server could not start");
         return;
     }
     url = xasprintf("http://127.0.0.1:%d/w", s.port);
@@ -456,7 +456,7 @@ TEST(httpc_unreachable_and_invalid)
 
     /* A port that was just free: nothing listens there any more. */
     if (fake_start(&s, "") != 0) {
-        CHECK(!"fake server");
+        t_fail(__FILE__, __LINE__, "fake server could not start");
         return;
     }
     url = xasprintf("http://127.0.0.1:%d/", s.port);
