@@ -75,10 +75,14 @@ void secret_wipe(void *p, size_t n)
     }
 }
 
+/* Creates PATH holding NBYTES random bytes as hex, atomically: the secret is written to a
+ * private temporary file, fsync'd, then link(2)ed into place, so no reader ever sees a
+ * half-written secret and concurrent creators agree on one (E_AGAIN: someone else won). */
 static int create_secret(const char *path, size_t nbytes, struct err *err)
 {
-    unsigned char *raw = xmalloc(nbytes);
-    char *hex = xmalloc(2 * nbytes + 2);
+    unsigned char *raw = xmalloc(nbytes), nonce[8];
+    char *hex = xmalloc(2 * nbytes + 2), nonce_hex[2 * sizeof(nonce) + 1];
+    char *tmp;
     size_t len;
     int fd, rc = E_OK;
 
@@ -86,17 +90,24 @@ static int create_secret(const char *path, size_t nbytes, struct err *err)
     secret_hex(hex, raw, nbytes);
     len = strlen(hex);
     hex[len++] = '\n';
-    fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    secret_random(nonce, sizeof(nonce));
+    secret_hex(nonce_hex, nonce, sizeof(nonce));
+    tmp = xasprintf("%s.tmp-%s", path, nonce_hex);
+    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) {
-        rc = errno == EEXIST ? E_AGAIN : err_set(err, E_FAIL, "create %s: %s", path, strerror(errno));
+        rc = err_set(err, E_FAIL, "create %s: %s", tmp, strerror(errno));
         goto out;
     }
     if (write(fd, hex, len) != (ssize_t)len || fsync(fd) != 0) {
-        rc = err_set(err, E_FAIL, "write %s: %s", path, strerror(errno));
-        unlink(path);
+        rc = err_set(err, E_FAIL, "write %s: %s", tmp, strerror(errno));
     }
     close(fd);
+    if (rc == E_OK && link(tmp, path) != 0) {
+        rc = errno == EEXIST ? E_AGAIN : err_set(err, E_FAIL, "create %s: %s", path, strerror(errno));
+    }
+    unlink(tmp);
 out:
+    free(tmp);
     secret_wipe(raw, nbytes);
     secret_wipe(hex, 2 * nbytes + 2);
     free(raw);

@@ -146,7 +146,6 @@ out:
 
 static int load_secrets(struct server *srv, struct err *err)
 {
-    char *hex = NULL;
     int rc;
 
     if (srv->cfg.api_token_file == NULL) {
@@ -159,17 +158,7 @@ static int load_secrets(struct server *srv, struct err *err)
     if (rc != E_OK) {
         return rc;
     }
-    rc = secret_file_load_or_create(&hex, NULL, srv->cfg.root_key_file, 32, err);
-    if (rc != E_OK) {
-        return rc;
-    }
-    if (secret_unhex(srv->root_key, sizeof(srv->root_key), hex) != E_OK) {
-        rc = err_set(err, E_INVALID, "%s: expected 64 hex characters (32 bytes)",
-                     srv->cfg.root_key_file);
-    }
-    secret_wipe(hex, strlen(hex));
-    free(hex);
-    return rc;
+    return token_root_key_load_or_create(srv->root_key, srv->cfg.root_key_file, err);
 }
 
 static void print_endpoints(const struct server *srv)
