@@ -14,12 +14,17 @@
 #include "common/log.h"
 #include "common/money.h"
 #include "common/secret.h"
-#include "meter/meter.h"
+#include "meter/meter_int.h"
 
 struct meter_job {
-    struct token *tok;          /* borrowed from the request thread; signature verified */
+    const struct token *tok;    /* borrowed from the request thread; signature verified */
     const char *ns;             /* borrowed from tok's namespace caveat */
     const char *name;           /* borrowed from tok's task_id caveat */
+    int64_t max_iterations;     /* out: for the totals body */
+    char *guidance;             /* out: owned copy of the guidance annotation */
+    char *preview;              /* out: owned copy of status.previewUrl */
+    struct meter_decision d;    /* out: the decision, when it carries totals */
+    bool totals;                /* out: answer with the totals body (built by the caller) */
     struct meter_request req;   /* parsed body (when body_ok) */
     bool body_ok;
     char body_err[ERR_MSG_MAX]; /* why the body was refused */
@@ -40,6 +45,7 @@ struct meter_service {
     bool stop;
     pthread_t thread;
     int64_t batches, requests;
+    struct token_cache tokens;                 /* verified tokens by text */
 };
 
 /* --- response bodies --------------------------------------------------------------- */
@@ -68,13 +74,9 @@ static char *error_body(const char *msg, const char *reason)
 }
 
 /* Money goes out as a JSON number written from the exact decimal, never via a double. */
-static char *totals_body(const struct meter_decision *d, const json_t *doc, int64_t max_iter)
+static char *totals_body(const struct meter_decision *d, const char *guidance,
+                         const char *preview, int64_t max_iter)
 {
-    const json_t *md = json_object_get(doc, "metadata");
-    const char *guidance = json_string_value(
-        json_object_get(json_object_get(md, "annotations"), TASK_ANN_GUIDANCE));
-    const char *preview = json_string_value(
-        json_object_get(json_object_get(doc, "status"), "previewUrl"));
     bool allowed = d->outcome == METER_ALLOWED || d->outcome == METER_DUPLICATE;
     char cost[MONEY_STR_MAX], budget[MONEY_STR_MAX];
     struct buf b;
@@ -246,6 +248,24 @@ static void read_state(struct meter_state *st, struct task_txn *tx, const json_t
     st->iteration = v.iteration;
 }
 
+/* Keeps what the totals body needs; the request thread builds it (off the committer). */
+static void keep_totals(struct meter_job *j, const struct meter_decision *d, const json_t *doc,
+                        int64_t max_iter)
+{
+    const char *guidance = json_string_value(json_object_get(
+        json_object_get(json_object_get(doc, "metadata"), "annotations"), TASK_ANN_GUIDANCE));
+    const char *preview =
+        json_string_value(json_object_get(json_object_get(doc, "status"), "previewUrl"));
+
+    j->d = *d;
+    j->totals = true;
+    j->max_iterations = max_iter;
+    free(j->guidance);
+    free(j->preview);
+    j->guidance = guidance != NULL ? xstrdup(guidance) : NULL;
+    j->preview = preview != NULL ? xstrdup(preview) : NULL;
+}
+
 static int apply_job(struct batch *b, struct task_txn *tx, struct meter_job *j, struct err *err)
 {
     struct meter_state st;
@@ -256,6 +276,7 @@ static int apply_job(struct batch *b, struct task_txn *tx, struct meter_job *j, 
     memset(&st, 0, sizeof(st));
     free(j->body); /* a retried batch decides again */
     j->body = NULL;
+    j->totals = false;
     rc = task_txn_get(&doc, tx, j->ns, j->name, err);
     if (rc != E_OK && rc != E_NOTFOUND) {
         return rc;
@@ -299,10 +320,10 @@ static int apply_job(struct batch *b, struct task_txn *tx, struct meter_job *j, 
         if (rc != E_OK) {
             goto out;
         }
-        j->body = totals_body(&d, doc, st.max_iterations);
+        keep_totals(j, &d, doc, st.max_iterations);
         break;
     case METER_DUPLICATE:
-        j->body = totals_body(&d, doc, st.max_iterations);
+        keep_totals(j, &d, doc, st.max_iterations);
         break;
     }
     j->status = d.status;
@@ -337,6 +358,7 @@ static int apply_batch(struct task_txn *tx, void *userdata)
 
 static void fail_job(struct meter_job *j)
 {
+    j->totals = false;
     free(j->body);
     j->body = error_body("could not record the charge; retry", "ServiceUnavailable");
     j->status = 503;
@@ -439,6 +461,7 @@ int meter_service_new(struct meter_service **out, struct task_store *store,
     memcpy(m->root_key, root_key, TOKEN_ROOT_KEY_LEN);
     pthread_mutex_init(&m->mu, NULL);
     pthread_cond_init(&m->work, NULL);
+    token_cache_init(&m->tokens);
     if (pthread_create(&m->thread, NULL, committer, m) != 0) {
         free(m);
         return err_set(err, E_FAIL, "cannot start the meter committer thread");
@@ -459,6 +482,7 @@ void meter_service_free(struct meter_service *m)
     pthread_join(m->thread, NULL);
     pthread_mutex_destroy(&m->mu);
     pthread_cond_destroy(&m->work);
+    token_cache_cleanup(&m->tokens);
     secret_wipe(m->root_key, sizeof(m->root_key));
     free(m);
 }
@@ -469,25 +493,6 @@ void meter_service_stats(struct meter_stats *out, struct meter_service *m)
     out->batches = m->batches;
     out->requests = m->requests;
     pthread_mutex_unlock(&m->mu);
-}
-
-/* The value of the only caveat NAME of T; NULL when absent or repeated (a token naming
- * two tasks is refused). */
-static const char *caveat_value(const struct token *t, const char *name)
-{
-    size_t n = strlen(name);
-    const char *found = NULL;
-
-    for (size_t i = 0; i < token_caveat_count(t); i++) {
-        const char *c = token_caveat(t, i);
-        if (strncmp(c, name, n) == 0 && strncmp(c + n, " = ", 3) == 0) {
-            if (found != NULL) {
-                return NULL;
-            }
-            found = c + n + 3;
-        }
-    }
-    return found;
 }
 
 static void respond(int *status_out, char **body_out, int status, const char *msg,
@@ -501,39 +506,31 @@ void meter_service_handle(int *status_out, char **body_out, struct meter_service
                           const char *auth, int auth_count, const char *body, size_t len)
 {
     struct meter_job j;
-    struct token *tok = NULL;
+    struct verified_token *vt = NULL;
     struct err err = {0};
 
     memset(&j, 0, sizeof(j));
     if (auth == NULL || auth_count == 0) {
         respond(status_out, body_out, 401, "missing Authorization: Bearer <token>",
-                       "Unauthorized");
+                "Unauthorized");
         return;
     }
     if (auth_count > 1) {
         respond(status_out, body_out, 401, "more than one Authorization header",
-                       "Unauthorized");
+                "Unauthorized");
         return;
     }
-    if (strncmp(auth, "Bearer ", 7) != 0 ||
-        token_decode(&tok, auth + 7, strlen(auth + 7), &err) != E_OK) {
+    if (strncmp(auth, "Bearer ", 7) != 0) {
         respond(status_out, body_out, 401, "malformed token", "Unauthorized");
         return;
     }
-    if (token_verify_signature(tok, m->root_key, &err) != E_OK) {
-        token_free(tok);
-        respond(status_out, body_out, 401, "bad token signature", "Unauthorized");
+    if (token_cache_get(&vt, &m->tokens, auth + 7, m->root_key, &err) != E_OK) {
+        respond(status_out, body_out, 401, err.msg, "Unauthorized");
         return;
     }
-    j.tok = tok;
-    j.name = caveat_value(tok, "task_id");
-    j.ns = caveat_value(tok, "namespace");
-    if (j.name == NULL || j.ns == NULL) {
-        token_free(tok);
-        respond(status_out, body_out, 401, "token names no single task and namespace",
-                       "Unauthorized");
-        return;
-    }
+    j.tok = vt->tok;
+    j.name = vt->name;
+    j.ns = vt->ns;
     sem_init(&j.done, 0, 0);
     j.body_ok = meter_request_parse(&j.req, body, len, &err) == E_OK;
     if (!j.body_ok) {
@@ -559,7 +556,14 @@ void meter_service_handle(int *status_out, char **body_out, struct meter_service
     }
     sem_destroy(&j.done);
     *status_out = j.status;
-    *body_out = j.body;
+    if (j.totals) {
+        *body_out = totals_body(&j.d, j.guidance, j.preview, j.max_iterations);
+        free(j.body);
+    } else {
+        *body_out = j.body;
+    }
+    free(j.guidance);
+    free(j.preview);
     meter_request_cleanup(&j.req);
-    token_free(tok);
+    token_cache_release(&m->tokens, vt);
 }

@@ -1,0 +1,38 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Declarations shared inside meter/ only. */
+#ifndef DIVERGE_METER_METER_INT_H
+#define DIVERGE_METER_METER_INT_H
+
+#include <pthread.h>
+
+#include "meter/meter.h"
+
+#define METER_TOKEN_CACHE_SLOTS 1024
+
+/* A presented token whose signature verified, shared by the requests that present it. */
+struct verified_token {
+    char *text;         /* owned: the encoded token exactly as presented */
+    struct token *tok;  /* owned: decoded, signature verified */
+    const char *ns;     /* borrowed from tok: its only namespace caveat */
+    const char *name;   /* borrowed from tok: its only task_id caveat */
+    int refs;           /* under the cache's mutex */
+};
+
+/* Verified tokens by their text. Only the signature is cached: revocation, expiry and
+ * every other caveat are checked on each call, inside the transaction. */
+struct token_cache {
+    pthread_mutex_t mu;
+    struct verified_token *slots[METER_TOKEN_CACHE_SLOTS];
+};
+
+void token_cache_init(struct token_cache *c);
+void token_cache_cleanup(struct token_cache *c);
+
+/* Decodes and verifies TEXT against ROOT_KEY, or finds it verified already. *out is a
+ * reference the caller gives back with token_cache_release(). Returns E_DENIED with the
+ * 401 message in ERR: malformed, bad signature, or no single task_id/namespace caveat. */
+int token_cache_get(struct verified_token **out, struct token_cache *c, const char *text,
+                    const unsigned char root_key[TOKEN_ROOT_KEY_LEN], struct err *err);
+void token_cache_release(struct token_cache *c, struct verified_token *vt);
+
+#endif

@@ -1,0 +1,132 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* A small direct-mapped cache of verified tokens: an agent presents the same token on
+ * every call, so base64 decoding and the HMAC chain run once per token, not per call. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "meter/meter_int.h"
+
+static void vt_free(struct verified_token *vt)
+{
+    if (vt != NULL) {
+        token_free(vt->tok);
+        free(vt->text);
+        free(vt);
+    }
+}
+
+static void unref(struct verified_token *vt)
+{
+    if (vt != NULL && --vt->refs == 0) {
+        vt_free(vt);
+    }
+}
+
+void token_cache_init(struct token_cache *c)
+{
+    memset(c, 0, sizeof(*c));
+    pthread_mutex_init(&c->mu, NULL);
+}
+
+void token_cache_cleanup(struct token_cache *c)
+{
+    for (size_t i = 0; i < METER_TOKEN_CACHE_SLOTS; i++) {
+        unref(c->slots[i]);
+        c->slots[i] = NULL;
+    }
+    pthread_mutex_destroy(&c->mu);
+}
+
+static size_t slot_of(const char *text)
+{
+    uint64_t h = 1469598103934665603u; /* FNV-1a */
+
+    for (; *text != '\0'; text++) {
+        h = (h ^ (unsigned char)*text) * 1099511628211u;
+    }
+    return (size_t)(h % METER_TOKEN_CACHE_SLOTS);
+}
+
+/* The value of the only caveat NAME of T; NULL when absent or repeated (a token naming
+ * two tasks is refused). */
+static const char *caveat_value(const struct token *t, const char *name)
+{
+    size_t n = strlen(name);
+    const char *found = NULL;
+
+    for (size_t i = 0; i < token_caveat_count(t); i++) {
+        const char *cv = token_caveat(t, i);
+        if (strncmp(cv, name, n) == 0 && strncmp(cv + n, " = ", 3) == 0) {
+            if (found != NULL) {
+                return NULL;
+            }
+            found = cv + n + 3;
+        }
+    }
+    return found;
+}
+
+static int verify(struct verified_token **out, const char *text,
+                  const unsigned char root_key[TOKEN_ROOT_KEY_LEN], struct err *err)
+{
+    struct token *tok = NULL;
+    struct verified_token *vt;
+
+    *out = NULL;
+    if (token_decode(&tok, text, strlen(text), NULL) != E_OK) {
+        return err_set(err, E_DENIED, "malformed token");
+    }
+    if (token_verify_signature(tok, root_key, NULL) != E_OK) {
+        token_free(tok);
+        return err_set(err, E_DENIED, "bad token signature");
+    }
+    vt = xcalloc(1, sizeof(*vt));
+    vt->tok = tok;
+    vt->text = xstrdup(text);
+    vt->name = caveat_value(tok, "task_id");
+    vt->ns = caveat_value(tok, "namespace");
+    if (vt->name == NULL || vt->ns == NULL) {
+        vt_free(vt);
+        return err_set(err, E_DENIED, "token names no single task and namespace");
+    }
+    *out = vt;
+    return E_OK;
+}
+
+int token_cache_get(struct verified_token **out, struct token_cache *c, const char *text,
+                    const unsigned char root_key[TOKEN_ROOT_KEY_LEN], struct err *err)
+{
+    size_t slot = slot_of(text);
+    struct verified_token *vt;
+    int rc;
+
+    pthread_mutex_lock(&c->mu);
+    vt = c->slots[slot];
+    if (vt != NULL && strcmp(vt->text, text) == 0) {
+        vt->refs++;
+        pthread_mutex_unlock(&c->mu);
+        *out = vt;
+        return E_OK;
+    }
+    pthread_mutex_unlock(&c->mu);
+    /* Verify outside the lock: the HMAC chain is the expensive part. */
+    rc = verify(&vt, text, root_key, err);
+    if (rc != E_OK) {
+        *out = NULL;
+        return rc;
+    }
+    vt->refs = 2; /* the slot's and the caller's */
+    pthread_mutex_lock(&c->mu);
+    unref(c->slots[slot]);
+    c->slots[slot] = vt;
+    pthread_mutex_unlock(&c->mu);
+    *out = vt;
+    return E_OK;
+}
+
+void token_cache_release(struct token_cache *c, struct verified_token *vt)
+{
+    pthread_mutex_lock(&c->mu);
+    unref(vt);
+    pthread_mutex_unlock(&c->mu);
+}
