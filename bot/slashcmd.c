@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bot/bot_int.h"
 #include "common/money.h"
 
 /* Separators inside a line: Markdown whitespace without the newline. \r is one of them,
@@ -20,11 +21,6 @@
  * is never run. When unsure we fail closed: a line wrongly taken for a fence only hides
  * commands, it never runs one. The markers are bounded: each one costs PCRE2 a frame. */
 #define FENCE_LEAD "\\A[ \\t]*(?:(?:[-*+]|[0-9]{1,9}[.)])[ \\t]+){0,8}"
-
-/* An argument echoed in a message: at most SHOW_IN_MAX input bytes, each one at most four
- * output bytes ("\xNN"), then "..." and a NUL. */
-#define SHOW_IN_MAX 48
-#define SHOW_MAX (SHOW_IN_MAX * 4 + 4)
 
 /* Patterns work on bytes (no UTF mode), so invalid UTF-8 can't make a match fail. */
 enum pat_id {
@@ -160,180 +156,17 @@ static const char *pat_group(struct scan *sc, const char *s, int g, size_t *len_
     return s + ov[2 * g];
 }
 
-static bool is_ws(char c)
-{
-    return c == ' ' || c == '\t' || c == '\v' || c == '\f' || c == '\r';
-}
-
-static char ascii_lower(char c)
-{
-    return (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a') : c;
-}
-
-/* S[0..n) equals the lower-case NAME, ignoring ASCII case. */
-static bool ascii_ieq(const char *s, size_t n, const char *name)
-{
-    if (n != strlen(name)) {
-        return false;
-    }
-    for (size_t i = 0; i < n; i++) {
-        if (ascii_lower(s[i]) != name[i]) {
-            return false;
-        }
-    }
-    return true;
-}
-
-/* How many continuation bytes lead byte C needs (0: C cannot start a sequence); narrows
- * [*lo, *hi], the range of the first continuation byte, against overlong forms, surrogates
- * and code points over U+10FFFF. */
-static size_t utf8_need(unsigned char c, unsigned char *lo, unsigned char *hi)
-{
-    if (c >= 0xC2 && c <= 0xDF) {
-        return 1;
-    }
-    if (c == 0xE0) {
-        *lo = 0xA0;
-    } else if (c == 0xED) {
-        *hi = 0x9F;
-    } else if (c == 0xF0) {
-        *lo = 0x90;
-        return 3;
-    } else if (c == 0xF4) {
-        *hi = 0x8F;
-        return 3;
-    }
-    if (c >= 0xE0 && c <= 0xEF) {
-        return 2;
-    }
-    return (c >= 0xF1 && c <= 0xF3) ? 3 : 0;
-}
-
-/* Length of the valid UTF-8 sequence at P (N > 0 bytes left), or 0 when it is invalid. */
-static size_t utf8_len(const unsigned char *p, size_t n)
-{
-    unsigned char lo = 0x80, hi = 0xBF;
-    size_t need;
-
-    if (p[0] < 0x80) {
-        return 1;
-    }
-    need = utf8_need(p[0], &lo, &hi);
-    if (need == 0 || n <= need || p[1] < lo || p[1] > hi) {
-        return 0;
-    }
-    for (size_t i = 2; i <= need; i++) {
-        if ((p[i] & 0xC0) != 0x80) {
-            return 0;
-        }
-    }
-    return need + 1;
-}
-
-static bool is_plain_ascii(unsigned char c)
-{
-    return c >= 0x20 && c < 0x7F && c != '"' && c != '\\';
-}
-
-/* Writes S[0..n) into OUT for a message: valid UTF-8 is kept, '"' and '\' are escaped,
- * control and invalid bytes become \xNN, and a long argument is cut with "...". */
-static void show_arg(char out[SHOW_MAX], const char *s, size_t n)
-{
-    static const char hex[] = "0123456789abcdef";
-    const unsigned char *p = (const unsigned char *)s;
-    size_t i = 0, o = 0, lim = n < SHOW_IN_MAX ? n : SHOW_IN_MAX;
-
-    while (i < lim) {
-        size_t k = utf8_len(p + i, n - i);
-
-        if (k > 1) {
-            if (i + k > lim) {
-                break; /* a character straddling the cut */
-            }
-            memcpy(out + o, p + i, k);
-            o += k;
-            i += k;
-            continue;
-        }
-        if (is_plain_ascii(p[i])) {
-            out[o++] = (char)p[i];
-        } else if (p[i] == '"' || p[i] == '\\') {
-            out[o++] = '\\';
-            out[o++] = (char)p[i];
-        } else {
-            out[o++] = '\\';
-            out[o++] = 'x';
-            out[o++] = hex[p[i] >> 4];
-            out[o++] = hex[p[i] & 0xF];
-        }
-        i++;
-    }
-    if (i < n) {
-        memcpy(out + o, "...", 3);
-        o += 3;
-    }
-    out[o] = '\0';
-}
-
-/* Objectives and hints end up in JSON, YAML and Markdown: valid UTF-8, and no control
- * characters but tab. */
-static bool text_ok(const char *s, size_t n)
-{
-    const unsigned char *p = (const unsigned char *)s;
-    size_t i = 0;
-
-    while (i < n) {
-        size_t k = utf8_len(p + i, n - i);
-
-        if (k == 0 || (k == 1 && ((p[i] < 0x20 && p[i] != '\t') || p[i] == 0x7F))) {
-            return false;
-        }
-        i += k;
-    }
-    return true;
-}
-
-static void trim(const char **s, size_t *n)
-{
-    while (*n > 0 && is_ws((*s)[0])) {
-        (*s)++;
-        (*n)--;
-    }
-    while (*n > 0 && is_ws((*s)[*n - 1])) {
-        (*n)--;
-    }
-}
-
-/* Splits the next whitespace-separated token off *S[0..*n); false when none is left. */
-static bool next_token(const char **tok_out, size_t *tlen_out, const char **s, size_t *n)
-{
-    size_t t = 0;
-
-    while (*n > 0 && is_ws((*s)[0])) {
-        (*s)++;
-        (*n)--;
-    }
-    while (t < *n && !is_ws((*s)[t])) {
-        t++;
-    }
-    *tok_out = *s;
-    *tlen_out = t;
-    *s += t;
-    *n -= t;
-    return t > 0;
-}
-
 static int handle_text(struct slashcmd *cmd, const struct verb_def *def, const struct cmd_args *a,
                        struct err *err)
 {
     const char *s = a->s;
     size_t n = a->len;
 
-    trim(&s, &n);
+    slashcmd_trim(&s, &n);
     if (n == 0) {
         return err_set(err, E_INVALID, "line %d: %s needs %s", a->line, def->name, def->what);
     }
-    if (!text_ok(s, n)) {
+    if (!slashcmd_text_ok(s, n)) {
         return err_set(err, E_INVALID,
                        "line %d: the text after %s has a control character or invalid UTF-8",
                        a->line, def->name);
@@ -357,7 +190,7 @@ static int parse_tokens(int64_t *out, struct scan *sc, const char *t, int line, 
         v = v * 10 + (d[i] - '0');
     }
     if (ns == 1) {
-        mult = ascii_lower(suffix[0]) == 'k' ? INT64_C(1000) : INT64_C(1000000);
+        mult = slashcmd_lower(suffix[0]) == 'k' ? INT64_C(1000) : INT64_C(1000000);
     }
     if (v > INT64_MAX / mult) {
         return err_set(err, E_INVALID, "line %d: amount \"%s\" is too large", line, shown);
@@ -387,7 +220,7 @@ static int parse_amount(int64_t *v_out, bool *usd_out, struct scan *sc, const ch
 {
     char shown[SHOW_MAX];
 
-    show_arg(shown, t, n);
+    slashcmd_show_arg(shown, t, n);
     *usd_out = false;
     if (t[0] == '-') {
         return err_set(err, E_INVALID, "line %d: invalid amount \"%s\": amounts cannot be negative",
@@ -421,7 +254,7 @@ static int add_amount(struct slashcmd *cmd, struct scan *sc, const char *t, size
         return rc;
     }
     if (usd ? cmd->has_usd : cmd->has_tokens) {
-        show_arg(shown, t, n);
+        slashcmd_show_arg(shown, t, n);
         return err_set(err, E_INVALID, "line %d: duplicate %s amount \"%s\"", line,
                        usd ? "USD" : "token", shown);
     }
@@ -443,11 +276,11 @@ static int handle_amounts(struct slashcmd *cmd, const struct verb_def *def,
     size_t n = a->len, tlen;
     int count = 0, rc;
 
-    while (next_token(&tok, &tlen, &s, &n)) {
+    while (slashcmd_next_token(&tok, &tlen, &s, &n)) {
         if (count >= def->max_args) {
             char shown[SHOW_MAX];
 
-            show_arg(shown, tok, tlen);
+            slashcmd_show_arg(shown, tok, tlen);
             return err_set(err, E_INVALID, "line %d: unexpected argument \"%s\" to %s", a->line,
                            shown, def->name);
         }
@@ -466,7 +299,7 @@ static int handle_amounts(struct slashcmd *cmd, const struct verb_def *def,
 static const struct verb_def *verb_find(const char *s, size_t n)
 {
     for (size_t i = 0; i < ARRAY_LEN(verbs); i++) {
-        if (ascii_ieq(s, n, verbs[i].name)) {
+        if (slashcmd_ieq(s, n, verbs[i].name)) {
             return &verbs[i];
         }
     }
@@ -483,12 +316,12 @@ static int parse_command(struct slashcmd *cmd, struct scan *sc, const char *rest
     const struct verb_def *def;
     struct cmd_args a;
 
-    if (!next_token(&verb, &vlen, &rest, &n)) {
+    if (!slashcmd_next_token(&verb, &vlen, &rest, &n)) {
         return err_set(err, E_INVALID, "line %d: missing verb after /diverge", line);
     }
     def = verb_find(verb, vlen);
     if (def == NULL) {
-        show_arg(shown, verb, vlen);
+        slashcmd_show_arg(shown, verb, vlen);
         return err_set(err, E_INVALID, "line %d: unknown verb \"%s\"", line, shown);
     }
     cmd->verb = def->verb;
@@ -671,7 +504,7 @@ bool slashcmd_mentions(const char *body, size_t len)
         if (p == NULL) {
             return false;
         }
-        if (ascii_ieq(p + 1, wlen - 1, word + 1)) {
+        if (slashcmd_ieq(p + 1, wlen - 1, word + 1)) {
             return true;
         }
         p++;
