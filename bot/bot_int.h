@@ -16,8 +16,8 @@
 char slashcmd_lower(char c);
 /* Whether S[0..n) equals the lower-case NAME, ignoring ASCII case. */
 bool slashcmd_ieq(const char *s, size_t n, const char *name);
-/* Writes S[0..n) for an error message: printable ASCII kept, other bytes as \xNN, cut at
- * SHOW_IN_MAX bytes with "...". */
+/* Writes S[0..n) into OUT for a message: valid UTF-8 is kept, '"' and '\' are escaped,
+ * control and invalid bytes become \xNN, and a long argument is cut with "...". */
 void slashcmd_show_arg(char out[SHOW_MAX], const char *s, size_t n);
 /* Whether S[0..n) is valid UTF-8 without control characters other than tab. */
 bool slashcmd_text_ok(const char *s, size_t n);
