@@ -292,6 +292,96 @@ const struct clock *task_txn_clock(struct task_txn *tx);
 int task_store_token_current(struct token_record *out, struct task_store *st, const char *ns,
                              const char *name, struct err *err);
 
+/* Creates the normalized task OBJ (borrowed) inside the transaction, as
+ * task_store_create does; *out (may be NULL) gets the stored object. E_CONFLICT. */
+int task_txn_create(json_t **out, struct task_txn *tx, const json_t *obj, struct err *err);
+
+/* --- the durable inbox of SCM comments and outbox of SCM calls (SQLite backend) ------- */
+
+#define STORE_PROVIDER_MAX 16
+
+/* One accepted comment, waiting to be applied by the bot. */
+struct inbox_entry {
+    int64_t id;                         /* arrival order, set by the store */
+    char provider[STORE_PROVIDER_MAX];  /* "github", "gitlab", "local" */
+    char *delivery_id;                  /* owned; NULL when the provider sent none */
+    char *project;                      /* owned; "owner/repo" or the GitLab path */
+    int64_t number;                     /* PR number or MR iid */
+    char *comment_id;                   /* owned */
+    char *author;                       /* owned: the commenter's login */
+    char *author_association;           /* owned; GitHub's, NULL elsewhere */
+    int64_t author_id;                  /* the commenter's numeric id, 0 when unknown */
+    int64_t installation_id;            /* GitHub App installation, 0 when none */
+    char *body;                         /* owned: the comment text */
+    char *extra;                        /* owned JSON object text of provider details, or NULL */
+    int attempts;                       /* tries so far */
+};
+
+/* Frees E's strings (E itself is caller storage). */
+void inbox_entry_cleanup(struct inbox_entry *e);
+
+/* Adds E durably unless its delivery id or its comment (provider, project, comment id) was
+ * accepted before, in which case *duplicate_out is set and nothing changes. */
+int task_store_inbox_add(bool *duplicate_out, struct task_store *st, const struct inbox_entry *e,
+                         struct err *err);
+/* The next entry to apply: the oldest pending one that is due and has no older pending
+ * entry of the same PR/MR (commands apply in order per PR). E_NOTFOUND when none is due;
+ * then *wait_ms_out is the time until the next due one, or -1 when none is pending. */
+int task_store_inbox_next(struct inbox_entry *out, int64_t *wait_ms_out, struct task_store *st,
+                          struct err *err);
+/* After a transient failure: try entry ID again in DELAY_MS (attempts + 1); with FAILED,
+ * give up on it for good (it stops blocking its PR). */
+int task_store_inbox_retry(struct task_store *st, int64_t id, int64_t delay_ms, bool failed,
+                           const char *error, struct err *err);
+/* Marks entry ID applied, inside the transaction that applied it: exactly once. */
+int task_txn_inbox_done(struct task_txn *tx, int64_t id, struct err *err);
+/* Counts pending inbox entries. */
+int task_store_inbox_depth(int64_t *out, struct task_store *st, struct err *err);
+
+/* One call to make at an SCM, durable until it succeeded or failed for good. */
+struct outbox_entry {
+    int64_t id;                         /* set by the store */
+    char provider[STORE_PROVIDER_MAX];  /* "github", "gitlab", "local" */
+    char kind[16];                      /* "react", "comment", "edit", "delete" */
+    char *project;                      /* owned */
+    int64_t number;                     /* PR number or MR iid */
+    char *target;                       /* owned: comment id for react/edit/delete, else NULL */
+    char *body;                         /* owned: reaction content or comment text */
+    char *coalesce_key;                 /* owned or NULL: a newer entry with the same key
+                                           replaces a pending older one */
+    int64_t installation_id;            /* GitHub App installation, 0 when none */
+    int attempts;                       /* tries so far */
+};
+
+void outbox_entry_cleanup(struct outbox_entry *e);
+/* Queues E in the transaction (see coalesce_key). *id_out (may be NULL) gets its id. */
+int task_txn_outbox_add(int64_t *id_out, struct task_txn *tx, const struct outbox_entry *e,
+                        struct err *err);
+/* The next call to make: the oldest due pending entry with no older pending entry of the
+ * same PR/MR. E_NOTFOUND when none is due; *wait_ms_out as for the inbox. */
+int task_store_outbox_next(struct outbox_entry *out, int64_t *wait_ms_out,
+                           struct task_store *st, struct err *err);
+/* Records that entry ID succeeded, with RESULT (e.g. the new comment's id; may be NULL). */
+int task_store_outbox_done(struct task_store *st, int64_t id, const char *result,
+                           struct err *err);
+/* As task_store_inbox_retry, for the outbox. */
+int task_store_outbox_retry(struct task_store *st, int64_t id, int64_t delay_ms, bool failed,
+                            const char *error, struct err *err);
+/* The result of a finished entry (e.g. a created comment's id): *out new string or NULL
+ * while pending; *state_out "pending", "done" or "failed". E_NOTFOUND. */
+int task_store_outbox_result(char **out, char state_out[16], struct task_store *st, int64_t id,
+                             struct err *err);
+/* Counts pending outbox entries. */
+int task_store_outbox_depth(int64_t *out, struct task_store *st, struct err *err);
+
+/* The inbox's (or outbox's) change counter: read it BEFORE asking for the next entry, and
+ * pass it to task_store_queue_wait, so an entry added in between is never slept through. */
+int64_t task_store_queue_gen(struct task_store *st, bool outbox);
+/* Sleeps until the counter moved past SINCE_GEN (an entry was added, or the store was
+ * woken) or TIMEOUT_MS passed. */
+void task_store_queue_wait(struct task_store *st, bool outbox, int64_t since_gen,
+                           int64_t timeout_ms);
+
 static inline void task_store_close(struct task_store *st)
 {
     if (st != NULL) {

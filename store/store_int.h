@@ -50,6 +50,10 @@ struct sqlite_store {
     struct event ring[EVENT_RING];
     sqlite3_stmt *stmts[SQLST_COUNT]; /* owned; prepared on first use */
     json_t *cache;                    /* "ns/name" -> parsed task, for task_txn_get */
+    pthread_cond_t inbox_cv;          /* an inbox entry was added, or wake() */
+    pthread_cond_t outbox_cv;         /* an outbox entry was added, or wake() */
+    int64_t inbox_gen;                /* bumped on every inbox add (and wake) */
+    int64_t outbox_gen;               /* bumped on every outbox add (and wake) */
 };
 
 
@@ -60,6 +64,9 @@ int sqlst_stmt(sqlite3_stmt **out, struct sqlite_store *s, enum sqlst_stmt_id id
 int sqlst_step_done(struct sqlite_store *s, sqlite3_stmt *st, const char *what, struct err *err);
 /* Forgets the cached parse of one task (after any write outside task_txn_put). */
 void sqlst_cache_forget(struct sqlite_store *s, const char *ns, const char *name);
+
+/* The database handle of a transaction (store_queue.c works inside store_txn.c's). */
+struct sqlite_store *sqlst_txn_store(struct task_txn *tx);
 
 /* The txn op of the SQLite backend (store_txn.c). */
 int sqlst_txn(struct task_store *st, task_txn_fn fn, void *userdata, struct err *err);
@@ -73,6 +80,8 @@ json_t *sqlst_column_json(sqlite3_stmt *st, int col);
 /* Reads one object of TABLE; E_NOTFOUND when absent. Caller holds mu. */
 int sqlst_read_obj(json_t **out, struct sqlite_store *s, const char *table, const char *ns,
                    const char *name, struct err *err);
+/* Writes a random (version 4) UUID. */
+void sqlst_new_uid(char out[37]);
 /* Sets metadata.resourceVersion. */
 void sqlst_set_rv(json_t *obj, int64_t rv);
 /* Fills E for the change RV of OBJ (borrowed) whose JSON text is JSON (taken by E). */

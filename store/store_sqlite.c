@@ -58,6 +58,24 @@ static const char *const g_migrations[] = {
     " generation INTEGER NOT NULL, token_id TEXT NOT NULL UNIQUE, state TEXT NOT NULL"
     " CHECK (state IN ('active','revoked')), token TEXT NOT NULL, created_ms INTEGER NOT NULL,"
     " revoked_ms INTEGER, PRIMARY KEY (namespace, name, generation)) STRICT;",
+    /* 3: the durable inbox (accepted comments) and outbox (SCM calls). */
+    "CREATE TABLE inbox (id INTEGER PRIMARY KEY, provider TEXT NOT NULL, delivery_id TEXT,"
+    " project TEXT NOT NULL, number INTEGER NOT NULL, comment_id TEXT NOT NULL,"
+    " author TEXT NOT NULL, author_association TEXT, author_id INTEGER NOT NULL,"
+    " installation_id INTEGER NOT NULL, body TEXT NOT NULL, extra TEXT,"
+    " state TEXT NOT NULL DEFAULT 'pending' CHECK (state IN ('pending','done','failed')),"
+    " attempts INTEGER NOT NULL DEFAULT 0, next_ms INTEGER NOT NULL, error TEXT,"
+    " received_ms INTEGER NOT NULL, UNIQUE (provider, delivery_id),"
+    " UNIQUE (provider, project, comment_id)) STRICT;"
+    "CREATE INDEX inbox_pending ON inbox(state, provider, project, number, id);"
+    "CREATE TABLE outbox (id INTEGER PRIMARY KEY, provider TEXT NOT NULL, kind TEXT NOT NULL,"
+    " project TEXT NOT NULL, number INTEGER NOT NULL, target TEXT, body TEXT,"
+    " coalesce_key TEXT, installation_id INTEGER NOT NULL,"
+    " state TEXT NOT NULL DEFAULT 'pending' CHECK (state IN ('pending','done','failed')),"
+    " attempts INTEGER NOT NULL DEFAULT 0, next_ms INTEGER NOT NULL, error TEXT, result TEXT,"
+    " created_ms INTEGER NOT NULL) STRICT;"
+    "CREATE INDEX outbox_pending ON outbox(state, provider, project, number, id);"
+    "CREATE INDEX outbox_coalesce ON outbox(coalesce_key) WHERE state = 'pending';",
 };
 
 static int migrate(struct sqlite_store *s, struct err *err)
@@ -304,7 +322,7 @@ out:
     return E_OK;
 }
 
-static void new_uid(char out[37])
+void sqlst_new_uid(char out[37])
 {
     unsigned char b[16];
 
@@ -340,7 +358,7 @@ static int sqlite_create(json_t **out, struct task_store *st, const json_t *obj,
     int rc;
 
     *out = NULL;
-    new_uid(uid);
+    sqlst_new_uid(uid);
     clock_rfc3339(ts, clock_now_ms(st->clock));
     json_object_set_new(md, "uid", json_string(uid));
     json_object_set_new(md, "creationTimestamp", json_string(ts));
@@ -606,6 +624,10 @@ static void sqlite_wake(struct task_store *st)
     pthread_mutex_lock(&s->mu);
     s->wake_gen++;
     pthread_cond_broadcast(&s->changed);
+    s->inbox_gen++;
+    s->outbox_gen++;
+    pthread_cond_broadcast(&s->inbox_cv);
+    pthread_cond_broadcast(&s->outbox_cv);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -671,6 +693,8 @@ static void sqlite_close(struct task_store *st)
     sqlite3_close(s->db);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->changed);
+    pthread_cond_destroy(&s->inbox_cv);
+    pthread_cond_destroy(&s->outbox_cv);
     free(s);
 }
 
@@ -701,6 +725,8 @@ int task_store_sqlite_open(struct task_store **out, const char *path, const stru
     s->base.clock = clock;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->changed, NULL);
+    pthread_cond_init(&s->inbox_cv, NULL);
+    pthread_cond_init(&s->outbox_cv, NULL);
     s->cache = json_object();
     rc = sqlite3_open_v2(path, &s->db,
                          SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);

@@ -265,3 +265,44 @@ const struct clock *task_txn_clock(struct task_txn *tx)
 {
     return tx->s->base.clock;
 }
+
+struct sqlite_store *sqlst_txn_store(struct task_txn *tx)
+{
+    return tx->s;
+}
+
+int task_txn_create(json_t **out, struct task_txn *tx, const json_t *obj, struct err *err)
+{
+    json_t *doc = json_deep_copy(obj);
+    json_t *md = json_object_get(doc, "metadata");
+    char uid[37], ts[CLOCK_RFC3339_MAX];
+    char *text = NULL;
+    int rc;
+
+    if (out != NULL) {
+        *out = NULL;
+    }
+    sqlst_new_uid(uid);
+    clock_rfc3339(ts, clock_now_ms(tx->s->base.clock));
+    json_object_set_new(md, "uid", json_string(uid));
+    json_object_set_new(md, "creationTimestamp", json_string(ts));
+    json_object_set_new(md, "generation", json_integer(1));
+    sqlst_set_rv(doc, tx->s->rv + 1);
+    rc = sqlst_write_obj(tx->s, doc, true, true, &text, err);
+    if (rc != E_OK) {
+        json_decref(doc);
+        return rc;
+    }
+    if (tx->nevents == tx->capevents) {
+        tx->capevents = tx->capevents == 0 ? 16 : tx->capevents * 2;
+        tx->events = xrealloc(tx->events, tx->capevents * sizeof(*tx->events));
+    }
+    sqlst_event_fill(&tx->events[tx->nevents], tx->s->rv, TASK_EVENT_ADDED, doc, text);
+    tx->nevents++;
+    if (out != NULL) {
+        *out = doc;
+    } else {
+        json_decref(doc);
+    }
+    return E_OK;
+}

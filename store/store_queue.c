@@ -1,0 +1,416 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The durable inbox (comments accepted from SCMs, applied by the bot exactly once) and
+ * outbox (calls to make at SCMs, retried until they succeed). Both hand out work in
+ * arrival order per PR/MR, so commands and replies keep the reviewer's order. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "store/store_int.h"
+
+void inbox_entry_cleanup(struct inbox_entry *e)
+{
+    free(e->delivery_id);
+    free(e->project);
+    free(e->comment_id);
+    free(e->author);
+    free(e->author_association);
+    free(e->body);
+    free(e->extra);
+    memset(e, 0, sizeof(*e));
+}
+
+void outbox_entry_cleanup(struct outbox_entry *e)
+{
+    free(e->project);
+    free(e->target);
+    free(e->body);
+    free(e->coalesce_key);
+    memset(e, 0, sizeof(*e));
+}
+
+static struct sqlite_store *to_sqlite(struct task_store *st)
+{
+    return container_of(st, struct sqlite_store, base);
+}
+
+static char *col_dup(sqlite3_stmt *q, int col)
+{
+    const char *t = (const char *)sqlite3_column_text(q, col);
+    return t != NULL ? xstrdup(t) : NULL;
+}
+
+static void bind_opt(sqlite3_stmt *q, int idx, const char *v)
+{
+    if (v != NULL) {
+        sqlite3_bind_text(q, idx, v, -1, SQLITE_TRANSIENT);
+    } else {
+        sqlite3_bind_null(q, idx);
+    }
+}
+
+/* Runs SQL with one int64 and one optional text parameter, under mu. */
+static int run(struct sqlite_store *s, const char *sql, int64_t a, int64_t b, const char *text,
+               struct err *err)
+{
+    sqlite3_stmt *q = NULL;
+    int rc = sqlst_prepare(&q, s, sql, err);
+
+    if (rc != E_OK) {
+        return rc;
+    }
+    sqlite3_bind_int64(q, 1, a);
+    sqlite3_bind_int64(q, 2, b);
+    bind_opt(q, 3, text);
+    rc = sqlst_step_done(s, q, "queue update", err);
+    sqlite3_finalize(q);
+    return rc;
+}
+
+/* --- inbox ------------------------------------------------------------------------ */
+
+int task_store_inbox_add(bool *duplicate_out, struct task_store *st, const struct inbox_entry *e,
+                         struct err *err)
+{
+    struct sqlite_store *s = to_sqlite(st);
+    sqlite3_stmt *q = NULL;
+    int64_t now = clock_now_ms(st->clock);
+    int rc;
+
+    *duplicate_out = false;
+    pthread_mutex_lock(&s->mu);
+    rc = sqlst_prepare(&q, s,
+                       "INSERT OR IGNORE INTO inbox(provider,delivery_id,project,number,"
+                       "comment_id,author,author_association,author_id,installation_id,body,"
+                       "extra,next_ms,received_ms) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,"
+                       "?12,?12)",
+                       err);
+    if (rc == E_OK) {
+        sqlite3_bind_text(q, 1, e->provider, -1, SQLITE_STATIC);
+        bind_opt(q, 2, e->delivery_id);
+        sqlite3_bind_text(q, 3, e->project, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(q, 4, e->number);
+        sqlite3_bind_text(q, 5, e->comment_id, -1, SQLITE_STATIC);
+        sqlite3_bind_text(q, 6, e->author, -1, SQLITE_STATIC);
+        bind_opt(q, 7, e->author_association);
+        sqlite3_bind_int64(q, 8, e->author_id);
+        sqlite3_bind_int64(q, 9, e->installation_id);
+        sqlite3_bind_text(q, 10, e->body, -1, SQLITE_STATIC);
+        bind_opt(q, 11, e->extra);
+        sqlite3_bind_int64(q, 12, now);
+        /* Autocommit: synchronous=FULL makes it durable before we answer 202. */
+        rc = sqlst_step_done(s, q, "inbox add", err);
+        *duplicate_out = rc == E_OK && sqlite3_changes(s->db) == 0;
+        sqlite3_finalize(q);
+    }
+    if (rc == E_OK && !*duplicate_out) {
+        s->inbox_gen++;
+        pthread_cond_broadcast(&s->inbox_cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+/* The oldest due pending row of TABLE whose PR has no older pending row; or the time to
+ * the next due one. Caller holds mu. */
+static int next_due(sqlite3_stmt **q_out, int64_t *wait_ms_out, struct sqlite_store *s,
+                    const char *table, const char *cols, int64_t now, struct err *err)
+{
+    char *sql = xasprintf(
+        "SELECT %s FROM %s i WHERE state='pending' AND NOT EXISTS (SELECT 1 FROM %s j "
+        "WHERE j.state='pending' AND j.provider=i.provider AND j.project=i.project AND "
+        "j.number=i.number AND j.id<i.id) ORDER BY (next_ms > ?1), next_ms, id LIMIT 1",
+        cols, table, table);
+    sqlite3_stmt *q = NULL;
+    int rc = sqlst_prepare(&q, s, sql, err), step;
+
+    free(sql);
+    *q_out = NULL;
+    *wait_ms_out = -1;
+    if (rc != E_OK) {
+        return rc;
+    }
+    sqlite3_bind_int64(q, 1, now);
+    step = sqlite3_step(q);
+    if (step == SQLITE_DONE) {
+        sqlite3_finalize(q);
+        return E_NOTFOUND;
+    }
+    if (step != SQLITE_ROW) {
+        sqlite3_finalize(q);
+        return sqlst_db_err(s, step, "queue next", err);
+    }
+    /* Column 0 is always next_ms. */
+    if (sqlite3_column_int64(q, 0) > now) {
+        *wait_ms_out = sqlite3_column_int64(q, 0) - now;
+        sqlite3_finalize(q);
+        return E_NOTFOUND;
+    }
+    *q_out = q;
+    return E_OK;
+}
+
+int task_store_inbox_next(struct inbox_entry *out, int64_t *wait_ms_out, struct task_store *st,
+                          struct err *err)
+{
+    struct sqlite_store *s = to_sqlite(st);
+    sqlite3_stmt *q = NULL;
+    int rc;
+
+    memset(out, 0, sizeof(*out));
+    pthread_mutex_lock(&s->mu);
+    rc = next_due(&q, wait_ms_out, s, "inbox",
+                  "next_ms, id, provider, delivery_id, project, number, comment_id, author, "
+                  "author_association, author_id, installation_id, body, extra, attempts",
+                  clock_now_ms(st->clock), err);
+    if (rc == E_OK) {
+        out->id = sqlite3_column_int64(q, 1);
+        snprintf(out->provider, sizeof(out->provider), "%s", sqlite3_column_text(q, 2));
+        out->delivery_id = col_dup(q, 3);
+        out->project = col_dup(q, 4);
+        out->number = sqlite3_column_int64(q, 5);
+        out->comment_id = col_dup(q, 6);
+        out->author = col_dup(q, 7);
+        out->author_association = col_dup(q, 8);
+        out->author_id = sqlite3_column_int64(q, 9);
+        out->installation_id = sqlite3_column_int64(q, 10);
+        out->body = col_dup(q, 11);
+        out->extra = col_dup(q, 12);
+        out->attempts = sqlite3_column_int(q, 13);
+        sqlite3_finalize(q);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+static int retry(struct task_store *st, const char *table, int64_t id, int64_t delay_ms,
+                 bool failed, const char *error, struct err *err)
+{
+    struct sqlite_store *s = to_sqlite(st);
+    char *sql = xasprintf("UPDATE %s SET attempts=attempts+1, next_ms=?2, error=?3, state=%s "
+                          "WHERE id=?1",
+                          table, failed ? "'failed'" : "'pending'");
+    int rc;
+
+    pthread_mutex_lock(&s->mu);
+    rc = run(s, sql, id, clock_now_ms(st->clock) + delay_ms, error, err);
+    pthread_mutex_unlock(&s->mu);
+    free(sql);
+    return rc;
+}
+
+int task_store_inbox_retry(struct task_store *st, int64_t id, int64_t delay_ms, bool failed,
+                           const char *error, struct err *err)
+{
+    return retry(st, "inbox", id, delay_ms, failed, error, err);
+}
+
+int task_txn_inbox_done(struct task_txn *tx, int64_t id, struct err *err)
+{
+    return run(sqlst_txn_store(tx), "UPDATE inbox SET state='done', error=?3 WHERE id=?1 AND ?2=?2",
+               id, 0, NULL, err);
+}
+
+static int count_pending(int64_t *out, struct task_store *st, const char *table,
+                         struct err *err)
+{
+    struct sqlite_store *s = to_sqlite(st);
+    char *sql = xasprintf("SELECT count(*) FROM %s WHERE state='pending'", table);
+    sqlite3_stmt *q = NULL;
+    int rc;
+
+    *out = 0;
+    pthread_mutex_lock(&s->mu);
+    rc = sqlst_prepare(&q, s, sql, err);
+    if (rc == E_OK && sqlite3_step(q) == SQLITE_ROW) {
+        *out = sqlite3_column_int64(q, 0);
+    }
+    sqlite3_finalize(q);
+    pthread_mutex_unlock(&s->mu);
+    free(sql);
+    return rc;
+}
+
+int task_store_inbox_depth(int64_t *out, struct task_store *st, struct err *err)
+{
+    return count_pending(out, st, "inbox", err);
+}
+
+/* --- outbox ------------------------------------------------------------------------ */
+
+int task_txn_outbox_add(int64_t *id_out, struct task_txn *tx, const struct outbox_entry *e,
+                        struct err *err)
+{
+    struct sqlite_store *s = sqlst_txn_store(tx);
+    int64_t now = clock_now_ms(s->base.clock);
+    sqlite3_stmt *q = NULL;
+    int rc;
+
+    if (id_out != NULL) {
+        *id_out = 0;
+    }
+    if (e->coalesce_key != NULL) {
+        /* A pending entry with the same key takes the newer body (and stays in its place
+         * in the queue): a newer edit supersedes an older one not yet sent. */
+        rc = sqlst_prepare(&q, s,
+                           "UPDATE outbox SET body=?2, next_ms=min(next_ms, ?3) WHERE "
+                           "coalesce_key=?1 AND state='pending' RETURNING id",
+                           err);
+        if (rc != E_OK) {
+            return rc;
+        }
+        sqlite3_bind_text(q, 1, e->coalesce_key, -1, SQLITE_STATIC);
+        bind_opt(q, 2, e->body);
+        sqlite3_bind_int64(q, 3, now);
+        if (sqlite3_step(q) == SQLITE_ROW) {
+            if (id_out != NULL) {
+                *id_out = sqlite3_column_int64(q, 0);
+            }
+            sqlite3_finalize(q);
+            s->outbox_gen++;
+            pthread_cond_broadcast(&s->outbox_cv);
+            return E_OK;
+        }
+        sqlite3_finalize(q);
+    }
+    rc = sqlst_prepare(&q, s,
+                       "INSERT INTO outbox(provider,kind,project,number,target,body,"
+                       "coalesce_key,installation_id,next_ms,created_ms) "
+                       "VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?9)",
+                       err);
+    if (rc != E_OK) {
+        return rc;
+    }
+    sqlite3_bind_text(q, 1, e->provider, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 2, e->kind, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 3, e->project, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(q, 4, e->number);
+    bind_opt(q, 5, e->target);
+    bind_opt(q, 6, e->body);
+    bind_opt(q, 7, e->coalesce_key);
+    sqlite3_bind_int64(q, 8, e->installation_id);
+    sqlite3_bind_int64(q, 9, now);
+    rc = sqlst_step_done(s, q, "outbox add", err);
+    sqlite3_finalize(q);
+    if (rc == E_OK) {
+        if (id_out != NULL) {
+            *id_out = sqlite3_last_insert_rowid(s->db);
+        }
+        s->outbox_gen++;
+        pthread_cond_broadcast(&s->outbox_cv);
+    }
+    return rc;
+}
+
+int task_store_outbox_next(struct outbox_entry *out, int64_t *wait_ms_out,
+                           struct task_store *st, struct err *err)
+{
+    struct sqlite_store *s = to_sqlite(st);
+    sqlite3_stmt *q = NULL;
+    int rc;
+
+    memset(out, 0, sizeof(*out));
+    pthread_mutex_lock(&s->mu);
+    rc = next_due(&q, wait_ms_out, s, "outbox",
+                  "next_ms, id, provider, kind, project, number, target, body, coalesce_key, "
+                  "installation_id, attempts",
+                  clock_now_ms(st->clock), err);
+    if (rc == E_OK) {
+        out->id = sqlite3_column_int64(q, 1);
+        snprintf(out->provider, sizeof(out->provider), "%s", sqlite3_column_text(q, 2));
+        snprintf(out->kind, sizeof(out->kind), "%s", sqlite3_column_text(q, 3));
+        out->project = col_dup(q, 4);
+        out->number = sqlite3_column_int64(q, 5);
+        out->target = col_dup(q, 6);
+        out->body = col_dup(q, 7);
+        out->coalesce_key = col_dup(q, 8);
+        out->installation_id = sqlite3_column_int64(q, 9);
+        out->attempts = sqlite3_column_int(q, 10);
+        sqlite3_finalize(q);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+int task_store_outbox_done(struct task_store *st, int64_t id, const char *result,
+                           struct err *err)
+{
+    struct sqlite_store *s = to_sqlite(st);
+    int rc;
+
+    pthread_mutex_lock(&s->mu);
+    rc = run(s, "UPDATE outbox SET state='done', result=?3, error=NULL WHERE id=?1 AND ?2=?2",
+             id, 0, result, err);
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+int task_store_outbox_retry(struct task_store *st, int64_t id, int64_t delay_ms, bool failed,
+                            const char *error, struct err *err)
+{
+    return retry(st, "outbox", id, delay_ms, failed, error, err);
+}
+
+int task_store_outbox_result(char **out, char state_out[16], struct task_store *st, int64_t id,
+                             struct err *err)
+{
+    struct sqlite_store *s = to_sqlite(st);
+    sqlite3_stmt *q = NULL;
+    int rc, step;
+
+    *out = NULL;
+    state_out[0] = '\0';
+    pthread_mutex_lock(&s->mu);
+    rc = sqlst_prepare(&q, s, "SELECT state, result FROM outbox WHERE id=?1", err);
+    if (rc == E_OK) {
+        sqlite3_bind_int64(q, 1, id);
+        step = sqlite3_step(q);
+        if (step == SQLITE_ROW) {
+            snprintf(state_out, 16, "%s", sqlite3_column_text(q, 0));
+            *out = col_dup(q, 1);
+        } else {
+            rc = err_set(err, E_NOTFOUND, "no outbox entry %lld", (long long)id);
+        }
+        sqlite3_finalize(q);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+int task_store_outbox_depth(int64_t *out, struct task_store *st, struct err *err)
+{
+    return count_pending(out, st, "outbox", err);
+}
+
+int64_t task_store_queue_gen(struct task_store *st, bool outbox)
+{
+    struct sqlite_store *s = to_sqlite(st);
+    int64_t g;
+
+    pthread_mutex_lock(&s->mu);
+    g = outbox ? s->outbox_gen : s->inbox_gen;
+    pthread_mutex_unlock(&s->mu);
+    return g;
+}
+
+void task_store_queue_wait(struct task_store *st, bool outbox, int64_t since_gen,
+                           int64_t timeout_ms)
+{
+    struct sqlite_store *s = to_sqlite(st);
+    struct timespec deadline;
+
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += (time_t)(timeout_ms / 1000);
+    deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (deadline.tv_nsec >= 1000000000L) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&s->mu);
+    while ((outbox ? s->outbox_gen : s->inbox_gen) == since_gen) {
+        if (pthread_cond_timedwait(outbox ? &s->outbox_cv : &s->inbox_cv, &s->mu, &deadline) !=
+            0) {
+            break;
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+}

@@ -1,0 +1,140 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Unit tests of the durable inbox and outbox: deduplication, order per PR, retries,
+ * coalescing, and exactly-once marking inside a transaction. */
+#include <stdlib.h>
+
+#include "store/store.h"
+#include "tests/t_check.h"
+
+static struct task_store *open_mem(void)
+{
+    struct task_store *st = NULL;
+    ASSERT(task_store_sqlite_open(&st, ":memory:", clock_system(), NULL) == E_OK);
+    return st;
+}
+
+static struct inbox_entry entry(const char *delivery, int64_t number, const char *comment)
+{
+    struct inbox_entry e;
+    memset(&e, 0, sizeof(e));
+    snprintf(e.provider, sizeof(e.provider), "github");
+    e.delivery_id = (char *)(uintptr_t)delivery;
+    e.project = (char *)(uintptr_t) "octo/repo";
+    e.number = number;
+    e.comment_id = (char *)(uintptr_t)comment;
+    e.author = (char *)(uintptr_t) "alice";
+    e.body = (char *)(uintptr_t) "/diverge help";
+    return e;
+}
+
+TEST(inbox_dedup_by_delivery_and_comment)
+{
+    struct task_store *st = open_mem();
+    struct inbox_entry e = entry("d1", 7, "c1");
+    bool dup = true;
+    int64_t depth;
+
+    CHECK_OK(task_store_inbox_add(&dup, st, &e, NULL));
+    CHECK(!dup);
+    CHECK_OK(task_store_inbox_add(&dup, st, &e, NULL));
+    CHECK(dup);
+    e = entry("d2", 7, "c1"); /* redelivery with a new id, same comment */
+    CHECK_OK(task_store_inbox_add(&dup, st, &e, NULL));
+    CHECK(dup);
+    e = entry("d1", 8, "c9"); /* same delivery id */
+    CHECK_OK(task_store_inbox_add(&dup, st, &e, NULL));
+    CHECK(dup);
+    CHECK_OK(task_store_inbox_depth(&depth, st, NULL));
+    CHECK_EQ_INT(depth, 1);
+    task_store_close(st);
+}
+
+static int mark_done(struct task_txn *tx, void *ud)
+{
+    return task_txn_inbox_done(tx, *(int64_t *)ud, NULL);
+}
+
+TEST(inbox_order_per_pr_and_retry)
+{
+    struct task_store *st = open_mem();
+    struct inbox_entry a = entry("d1", 7, "c1"), b = entry("d2", 7, "c2"), c = entry("d3", 8, "c3");
+    struct inbox_entry got;
+    bool dup;
+    int64_t wait, id_a;
+
+    CHECK_OK(task_store_inbox_add(&dup, st, &a, NULL));
+    CHECK_OK(task_store_inbox_add(&dup, st, &b, NULL));
+    CHECK_OK(task_store_inbox_add(&dup, st, &c, NULL));
+    CHECK_OK(task_store_inbox_next(&got, &wait, st, NULL));
+    CHECK_EQ_STR(got.comment_id, "c1");
+    id_a = got.id;
+    inbox_entry_cleanup(&got);
+    /* c1 fails transiently: PR 7 waits (c2 may not overtake it), PR 8 goes on. */
+    CHECK_OK(task_store_inbox_retry(st, id_a, 60000, false, "github unreachable", NULL));
+    CHECK_OK(task_store_inbox_next(&got, &wait, st, NULL));
+    CHECK_EQ_STR(got.comment_id, "c3");
+    int64_t id_c = got.id;
+    inbox_entry_cleanup(&got);
+    CHECK_OK(task_store_txn(st, mark_done, &id_c, NULL));
+    CHECK_EQ_INT(task_store_inbox_next(&got, &wait, st, NULL), E_NOTFOUND);
+    CHECK(wait > 50000 && wait <= 60000);
+    /* Giving up on c1 unblocks c2. */
+    CHECK_OK(task_store_inbox_retry(st, id_a, 0, true, "gave up", NULL));
+    CHECK_OK(task_store_inbox_next(&got, &wait, st, NULL));
+    CHECK_EQ_STR(got.comment_id, "c2");
+    CHECK_EQ_INT(got.attempts, 0);
+    inbox_entry_cleanup(&got);
+    task_store_close(st);
+}
+
+struct out_ud {
+    const char *key;
+    const char *body;
+    int64_t id;
+};
+
+static int add_out(struct task_txn *tx, void *ud)
+{
+    struct out_ud *u = ud;
+    struct outbox_entry e;
+    memset(&e, 0, sizeof(e));
+    snprintf(e.provider, sizeof(e.provider), "github");
+    snprintf(e.kind, sizeof(e.kind), "edit");
+    e.project = (char *)(uintptr_t) "octo/repo";
+    e.number = 7;
+    e.target = (char *)(uintptr_t) "55";
+    e.body = (char *)(uintptr_t)u->body;
+    e.coalesce_key = (char *)(uintptr_t)u->key;
+    return task_txn_outbox_add(&u->id, tx, &e, NULL);
+}
+
+TEST(outbox_coalesces_pending_edits)
+{
+    struct task_store *st = open_mem();
+    struct out_ud u1 = {"sticky/default/t", "v1", 0}, u2 = {"sticky/default/t", "v2", 0};
+    struct out_ud u3 = {NULL, "reply", 0};
+    struct outbox_entry got;
+    int64_t wait, depth;
+    char *result = NULL, state[16];
+
+    CHECK_OK(task_store_txn(st, add_out, &u1, NULL));
+    CHECK_OK(task_store_txn(st, add_out, &u2, NULL));
+    CHECK_EQ_INT(u1.id, u2.id); /* the newer body replaced the pending one */
+    CHECK_OK(task_store_txn(st, add_out, &u3, NULL));
+    CHECK_OK(task_store_outbox_depth(&depth, st, NULL));
+    CHECK_EQ_INT(depth, 2);
+    CHECK_OK(task_store_outbox_next(&got, &wait, st, NULL));
+    CHECK_EQ_STR(got.body, "v2");
+    CHECK_OK(task_store_outbox_done(st, got.id, "12345", NULL));
+    CHECK_OK(task_store_outbox_result(&result, state, st, got.id, NULL));
+    CHECK_EQ_STR(state, "done");
+    CHECK_EQ_STR(result, "12345");
+    free(result);
+    outbox_entry_cleanup(&got);
+    /* Once sent, a new edit is a new entry. */
+    CHECK_OK(task_store_txn(st, add_out, &u1, NULL));
+    CHECK(u1.id != u2.id);
+    task_store_close(st);
+}
+
+T_MAIN
