@@ -1,0 +1,246 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The outbox worker: one thread that makes every queued SCM call, in order per PR/MR,
+ * retrying transient failures with exponential backoff (or the wait the SCM asked for)
+ * and keeping content-creating calls under a per-minute budget per provider. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <time.h>
+
+#include "common/log.h"
+#include "scm/scm.h"
+
+#define WINDOW_MS 60000
+#define RATE_SLOTS 256 /* > any sane content_per_minute */
+
+struct rate_window {
+    char provider[STORE_PROVIDER_MAX];
+    int64_t sent_ms[RATE_SLOTS]; /* ring of the last calls' times */
+    size_t next;
+};
+
+struct scm_outbox {
+    struct task_store *store;          /* borrowed */
+    const struct scm_registry *reg;    /* borrowed */
+    struct scm_outbox_config cfg;
+    struct rate_window windows[SCM_PROVIDERS_MAX];
+    atomic_bool stop;
+    pthread_t thread;
+    pthread_mutex_t mu;                /* stats */
+    struct scm_outbox_stats stats;
+};
+
+int64_t scm_outbox_backoff(const struct scm_outbox_config *cfg, int attempts,
+                           const struct scm_result *res)
+{
+    int64_t d = cfg->base_backoff_ms;
+
+    for (int i = 1; i < attempts && d < cfg->max_backoff_ms; i++) {
+        d *= 2;
+    }
+    if (d > cfg->max_backoff_ms) {
+        d = cfg->max_backoff_ms;
+    }
+    if (res != NULL && res->retry_after_ms > 0) {
+        /* The SCM said when: never earlier (GitHub bans clients that ignore it). */
+        d = res->retry_after_ms > d || res->rate_limited ? res->retry_after_ms : d;
+    } else if (res != NULL && res->rate_limited) {
+        /* Secondary rate limit without a hint: GitHub asks for at least a minute. */
+        d = d > 60000 ? d : 60000;
+    }
+    return d;
+}
+
+static bool content_creating(const struct outbox_entry *e)
+{
+    return strcmp(e->kind, "react") == 0 || strcmp(e->kind, "comment") == 0 ||
+           strcmp(e->kind, "edit") == 0 || strcmp(e->kind, "delete") == 0;
+}
+
+static struct rate_window *window_of(struct scm_outbox *o, const char *provider)
+{
+    for (size_t i = 0; i < SCM_PROVIDERS_MAX; i++) {
+        struct rate_window *w = &o->windows[i];
+        if (w->provider[0] == '\0') {
+            snprintf(w->provider, sizeof(w->provider), "%s", provider);
+        }
+        if (strcmp(w->provider, provider) == 0) {
+            return w;
+        }
+    }
+    return &o->windows[0];
+}
+
+/* Milliseconds to wait before the next content-creating call to W (0: now). */
+static int64_t rate_wait(const struct scm_outbox *o, const struct rate_window *w, int64_t now)
+{
+    size_t cap = (size_t)o->cfg.content_per_minute;
+    /* The call CAP calls ago must be a full window old. */
+    int64_t oldest = w->sent_ms[(w->next + RATE_SLOTS - cap) % RATE_SLOTS];
+
+    return oldest != 0 && now - oldest < WINDOW_MS ? WINDOW_MS - (now - oldest) : 0;
+}
+
+static void rate_note(struct rate_window *w, int64_t now)
+{
+    w->sent_ms[w->next] = now;
+    w->next = (w->next + 1) % RATE_SLOTS;
+}
+
+static int call(char **result_out, struct scm_provider *p, const struct outbox_entry *e,
+                struct scm_result *res, struct err *err)
+{
+    struct scm_ref ref = {.project = e->project, .number = e->number,
+                          .installation_id = e->installation_id};
+
+    *result_out = NULL;
+    if (strcmp(e->kind, "react") == 0) {
+        return p->ops->react(p, &ref, e->target, e->body, res, err);
+    }
+    if (strcmp(e->kind, "comment") == 0) {
+        return p->ops->post_comment(result_out, p, &ref, e->body, res, err);
+    }
+    if (strcmp(e->kind, "edit") == 0) {
+        return p->ops->update_comment(p, &ref, e->target, e->body, res, err);
+    }
+    if (strcmp(e->kind, "delete") == 0) {
+        return p->ops->delete_comment(p, &ref, e->target, res, err);
+    }
+    return err_set(err, E_INVALID, "unknown outbox call kind %s", e->kind);
+}
+
+static void bump(struct scm_outbox *o, int64_t *field)
+{
+    pthread_mutex_lock(&o->mu);
+    (*field)++;
+    pthread_mutex_unlock(&o->mu);
+}
+
+/* Makes the call of E and records what happened. Returns the ms to wait before the next
+ * call (rate budget), else 0. */
+static int64_t process(struct scm_outbox *o, struct outbox_entry *e)
+{
+    struct scm_provider *p = scm_registry_get(o->reg, e->provider);
+    struct scm_result res = {0};
+    struct err err = {0};
+    const struct clock *clk = clock_system();
+    struct rate_window *w = window_of(o, e->provider);
+    char *result = NULL;
+    char attempts[16], status[16];
+    int64_t wait;
+    int rc;
+
+    if (p == NULL) {
+        log_kv(LOG_ERROR, "outbox_no_provider", "provider", e->provider, NULL);
+        (void)task_store_outbox_retry(o->store, e->id, 0, true, "provider not configured", NULL);
+        return 0;
+    }
+    if (content_creating(e)) {
+        wait = rate_wait(o, w, clock_now_ms(clk));
+        if (wait > 0) {
+            bump(o, &o->stats.rate_waits);
+            return wait;
+        }
+        rate_note(w, clock_now_ms(clk));
+    }
+    rc = call(&result, p, e, &res, &err);
+    bump(o, &o->stats.calls);
+    snprintf(attempts, sizeof(attempts), "%d", e->attempts + 1);
+    snprintf(status, sizeof(status), "%d", res.status);
+    if (rc == E_OK) {
+        (void)task_store_outbox_done(o->store, e->id, result, NULL);
+        log_kv(LOG_INFO, "scm_call", "provider", e->provider, "kind", e->kind, "project",
+               e->project, "status", status, "attempt", attempts, NULL);
+        free(result);
+        return 0;
+    }
+    bump(o, &o->stats.failures);
+    if (res.rate_limited) {
+        bump(o, &o->stats.rate_waits);
+    }
+    if (rc == E_AGAIN && e->attempts + 1 < o->cfg.max_attempts) {
+        int64_t delay = scm_outbox_backoff(&o->cfg, e->attempts + 1, &res);
+        char d[32];
+        snprintf(d, sizeof(d), "%lld", (long long)delay);
+        log_kv(LOG_WARN, "scm_call_retry", "provider", e->provider, "kind", e->kind, "project",
+               e->project, "status", status, "attempt", attempts, "delay_ms", d, "error",
+               err.msg, NULL);
+        (void)task_store_outbox_retry(o->store, e->id, delay, false, err.msg, NULL);
+        return 0;
+    }
+    log_kv(LOG_ERROR, "scm_call_failed", "provider", e->provider, "kind", e->kind, "project",
+           e->project, "status", status, "attempt", attempts, "error", err.msg, NULL);
+    (void)task_store_outbox_retry(o->store, e->id, 0, true, err.msg, NULL);
+    return 0;
+}
+
+static void *run(void *arg)
+{
+    struct scm_outbox *o = arg;
+
+    prctl(PR_SET_NAME, "scm-outbox", 0, 0, 0);
+    while (!atomic_load(&o->stop)) {
+        struct outbox_entry e;
+        int64_t gen = task_store_queue_gen(o->store, true);
+        int64_t wait = -1;
+        int rc = task_store_outbox_next(&e, &wait, o->store, NULL);
+
+        if (rc == E_OK) {
+            int64_t rate = process(o, &e);
+            outbox_entry_cleanup(&e);
+            if (rate > 0) {
+                /* Out of budget: sleep until it frees (or we are stopped). */
+                task_store_queue_wait(o->store, true, task_store_queue_gen(o->store, true),
+                                      rate);
+            }
+            continue;
+        }
+        task_store_queue_wait(o->store, true, gen, wait < 0 || wait > 1000 ? 1000 : wait);
+    }
+    return NULL;
+}
+
+int scm_outbox_new(struct scm_outbox **out, struct task_store *store,
+                   const struct scm_registry *registry, const struct scm_outbox_config *cfg,
+                   struct err *err)
+{
+    struct scm_outbox *o = xcalloc(1, sizeof(*o));
+
+    *out = NULL;
+    o->store = store;
+    o->reg = registry;
+    o->cfg = *cfg;
+    if (o->cfg.content_per_minute <= 0 || o->cfg.content_per_minute >= RATE_SLOTS) {
+        o->cfg.content_per_minute = 80;
+    }
+    pthread_mutex_init(&o->mu, NULL);
+    atomic_init(&o->stop, false);
+    if (pthread_create(&o->thread, NULL, run, o) != 0) {
+        pthread_mutex_destroy(&o->mu);
+        free(o);
+        return err_set(err, E_FAIL, "cannot start the outbox worker");
+    }
+    *out = o;
+    return E_OK;
+}
+
+void scm_outbox_free(struct scm_outbox *o)
+{
+    if (o == NULL) {
+        return;
+    }
+    atomic_store(&o->stop, true);
+    task_store_wake(o->store);
+    pthread_join(o->thread, NULL);
+    pthread_mutex_destroy(&o->mu);
+    free(o);
+}
+
+void scm_outbox_stats(struct scm_outbox_stats *out, struct scm_outbox *o)
+{
+    pthread_mutex_lock(&o->mu);
+    *out = o->stats;
+    pthread_mutex_unlock(&o->mu);
+}

@@ -1,0 +1,160 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The SCM provider interface (GitHub, GitLab, the offline `local` one) and the outbox
+ * worker that makes every SCM call from a durable outbox entry, with retries, backoff,
+ * Retry-After / rate-limit headers and a cap on content-creating calls per minute. */
+#ifndef DIVERGE_SCM_SCM_H
+#define DIVERGE_SCM_SCM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/clock.h"
+#include "common/err.h"
+#include "store/store.h"
+
+/* Permission levels, normalized to GitLab's access levels. */
+enum scm_level {
+    SCM_LEVEL_NONE = 0,
+    SCM_LEVEL_READ = 10,     /* GitHub read; GitLab Guest */
+    SCM_LEVEL_TRIAGE = 20,   /* GitHub triage; GitLab Reporter */
+    SCM_LEVEL_WRITE = 30,    /* GitHub write; GitLab Developer */
+    SCM_LEVEL_MAINTAIN = 40, /* GitHub maintain; GitLab Maintainer */
+    SCM_LEVEL_ADMIN = 50,    /* GitHub admin; GitLab Owner */
+};
+
+/* "write", "maintain", ... (GitHub words; GitLab levels print as "Developer (30)" etc.) */
+const char *scm_level_name(enum scm_level level);
+/* Parses a GitHub role word or a GitLab number; E_INVALID otherwise. */
+int scm_level_parse(enum scm_level *out, const char *s);
+
+/* Which PR/MR a call is about. Strings borrowed. */
+struct scm_ref {
+    const char *project;      /* "owner/repo" or the GitLab path */
+    int64_t number;           /* PR number or MR iid */
+    int64_t installation_id;  /* GitHub App installation; 0 when none */
+};
+
+/* What an SCM answered, for retry decisions. */
+struct scm_result {
+    int status;             /* HTTP status; 0 when there was no answer */
+    int64_t retry_after_ms; /* wait the SCM asked for (Retry-After, rate-limit reset), or 0 */
+    bool rate_limited;      /* 429, or 403 with a rate-limit message or headers */
+};
+
+/* One comment of a PR/MR thread. */
+struct scm_comment {
+    char *id;        /* owned */
+    char *author;    /* owned: login */
+    bool by_bot;     /* the author is a bot account */
+    char *body;      /* owned */
+};
+
+void scm_comments_free(struct scm_comment *c, size_t n);
+
+/* The head of a PR/MR. */
+struct scm_pull {
+    char *head_ref;   /* owned: the source branch */
+    char *clone_url;  /* owned: the head repository's clone URL */
+    char *html_url;   /* owned: the PR's page, or NULL */
+};
+
+void scm_pull_cleanup(struct scm_pull *p);
+
+struct scm_provider;
+
+/* Every call returns E_OK, or: E_AGAIN (transient: unreachable, 5xx, rate limited — see
+ * res), E_NOTFOUND (404), E_DENIED (401/403), E_INVALID (422), E_FAIL. RES may be NULL. */
+struct scm_provider_ops {
+    const char *name; /* "github", "gitlab", "local" */
+    int (*react)(struct scm_provider *p, const struct scm_ref *ref, const char *comment_id,
+                 const char *content, struct scm_result *res, struct err *err);
+    /* *id_out: the new comment's id (caller frees). */
+    int (*post_comment)(char **id_out, struct scm_provider *p, const struct scm_ref *ref,
+                        const char *body, struct scm_result *res, struct err *err);
+    int (*update_comment)(struct scm_provider *p, const struct scm_ref *ref,
+                          const char *comment_id, const char *body, struct scm_result *res,
+                          struct err *err);
+    int (*delete_comment)(struct scm_provider *p, const struct scm_ref *ref,
+                          const char *comment_id, struct scm_result *res, struct err *err);
+    /* Every comment of the thread, all pages, oldest first. */
+    int (*list_comments)(struct scm_comment **out, size_t *n_out, struct scm_provider *p,
+                         const struct scm_ref *ref, struct scm_result *res, struct err *err);
+    /* USER's permission on the project (USER_ID for GitLab; 0 when unknown). */
+    int (*permission_of)(enum scm_level *out, struct scm_provider *p, const struct scm_ref *ref,
+                         const char *user, int64_t user_id, struct scm_result *res,
+                         struct err *err);
+    int (*pull_info)(struct scm_pull *out, struct scm_provider *p, const struct scm_ref *ref,
+                     struct scm_result *res, struct err *err);
+    /* The file PATH at GIT_REF; E_NOTFOUND when absent. *out: owned bytes, NUL-terminated. */
+    int (*file_at)(char **out, size_t *len_out, struct scm_provider *p, const struct scm_ref *ref,
+                   const char *git_ref, const char *path, struct scm_result *res,
+                   struct err *err);
+    /* The bot's own login (configured, or asked once from the API); NULL when unknown. */
+    const char *(*bot_login)(struct scm_provider *p);
+    void (*free)(struct scm_provider *p);
+};
+
+/* Every provider embeds this as its first member. */
+struct scm_provider {
+    const struct scm_provider_ops *ops;
+};
+
+static inline void scm_provider_free(struct scm_provider *p)
+{
+    if (p != NULL) {
+        p->ops->free(p);
+    }
+}
+
+/* --- the registry of configured providers ------------------------------------------ */
+
+#define SCM_PROVIDERS_MAX 4
+
+struct scm_registry {
+    struct scm_provider *providers[SCM_PROVIDERS_MAX]; /* owned */
+    size_t n;
+};
+
+/* The provider named NAME, or NULL. */
+struct scm_provider *scm_registry_get(const struct scm_registry *r, const char *name);
+/* Takes ownership of P. */
+void scm_registry_add(struct scm_registry *r, struct scm_provider *p);
+void scm_registry_cleanup(struct scm_registry *r);
+
+/* --- the outbox worker ------------------------------------------------------------- */
+
+struct scm_outbox_config {
+    int max_attempts;            /* give up after this many tries (default 12) */
+    int64_t base_backoff_ms;     /* first retry delay, doubled each time (default 500) */
+    int64_t max_backoff_ms;      /* cap of the delay (default 5 min) */
+    int content_per_minute;      /* content-creating calls per minute and provider (80) */
+};
+
+#define SCM_OUTBOX_CONFIG_DEFAULTS                                                              \
+    {                                                                                           \
+        .max_attempts = 12, .base_backoff_ms = 500, .max_backoff_ms = 300000,                   \
+        .content_per_minute = 80,                                                               \
+    }
+
+struct scm_outbox;
+
+/* Starts the worker over STORE and REGISTRY (both borrowed; must outlive it). */
+int scm_outbox_new(struct scm_outbox **out, struct task_store *store,
+                   const struct scm_registry *registry, const struct scm_outbox_config *cfg,
+                   struct err *err);
+/* Stops after the call in flight; NULL is a no-op. */
+void scm_outbox_free(struct scm_outbox *o);
+
+/* The retry delay after ATTEMPTS failed tries, honouring the SCM's RES (pure). */
+int64_t scm_outbox_backoff(const struct scm_outbox_config *cfg, int attempts,
+                           const struct scm_result *res);
+
+struct scm_outbox_stats {
+    int64_t calls;          /* calls made */
+    int64_t failures;       /* calls that failed (retried or not) */
+    int64_t rate_waits;     /* times a call waited for the rate budget or a rate limit */
+};
+void scm_outbox_stats(struct scm_outbox_stats *out, struct scm_outbox *o);
+
+#endif
