@@ -1,0 +1,705 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* GitHub credentials: App JWTs (RS256 over libcrypto), the installation-token exchange
+ * and its per-installation cache, or a plain PAT. Invariant: at most one exchange per
+ * installation is in flight, and every secret this file allocates is wiped before it is
+ * freed. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <openssl/crypto.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/buf.h"
+#include "common/httpc.h"
+#include "scm/github/github_auth.h"
+
+#define APP_ID_MAX 128
+#define API_URL_MAX 2048
+#define TOKEN_MAX 4096
+#define KEY_MIN_BITS 2048
+#define EXCHANGE_MAX_BODY (64u * 1024u)
+#define EXCHANGE_TIMEOUT_MS 15000
+#define GH_MESSAGE_MAX 160
+
+static const char JWT_HEADER[] = "{\"alg\":\"RS256\",\"typ\":\"JWT\"}";
+
+/* The cached token of one installation. Lives in github_auth.inst; guarded by mu. */
+struct gh_install {
+    int64_t id;                 /* installation id, > 0 */
+    char *token;                /* owned secret, wiped when dropped; NULL when none */
+    int64_t refresh_at_ms;      /* epoch ms after which the token is exchanged again */
+    bool in_flight;             /* one caller is exchanging now (without mu held) */
+    unsigned waiters;           /* callers holding a pointer to this entry */
+    uint64_t gen;               /* exchanges completed, to tell waiters one finished */
+    int last_rc;                /* result of the last exchange, E_OK or negative */
+    char last_msg[ERR_MSG_MAX]; /* its error message, shared with the waiters */
+};
+
+struct github_auth {
+    char *pat;                 /* owned secret; set for a PAT, NULL for an app */
+    char *api_url;             /* owned; no trailing '/'; NULL for a PAT */
+    char *app_id;              /* owned; the JWT's iss; NULL for a PAT */
+    EVP_PKEY *key;             /* owned RSA private key; NULL for a PAT */
+    const struct clock *clock; /* borrowed; NULL for a PAT */
+    pthread_mutex_t mu;        /* guards inst, n_inst, cap_inst and every entry */
+    pthread_cond_t cv;         /* broadcast when an exchange finishes */
+    struct gh_install **inst;  /* owned array of owned entries */
+    size_t n_inst;             /* entries in use */
+    size_t cap_inst;           /* entries allocated */
+};
+
+static void free_secret(char *s)
+{
+    if (s != NULL) {
+        OPENSSL_cleanse(s, strlen(s));
+        free(s);
+    }
+}
+
+static char *bearer(const char *token)
+{
+    return xasprintf("Bearer %s", token);
+}
+
+/* Bytes that may go in an HTTP header value unquoted: visible ASCII only. */
+static bool header_safe(const char *s)
+{
+    for (; *s != '\0'; s++) {
+        if (*s < 0x21 || *s > 0x7e) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* ---- construction ---- */
+
+static struct github_auth *auth_alloc(void)
+{
+    struct github_auth *a = xcalloc(1, sizeof(*a));
+
+    pthread_mutex_init(&a->mu, NULL);
+    pthread_cond_init(&a->cv, NULL);
+    return a;
+}
+
+int github_auth_new_token(struct github_auth **out, const char *token, struct err *err)
+{
+    struct github_auth *a;
+
+    *out = NULL;
+    if (token == NULL || token[0] == '\0' || strlen(token) > TOKEN_MAX) {
+        return err_set(err, E_INVALID, "github token is empty or too long");
+    }
+    if (!header_safe(token)) {
+        return err_set(err, E_INVALID, "github token holds spaces or control characters");
+    }
+    a = auth_alloc();
+    a->pat = xstrdup(token);
+    *out = a;
+    return E_OK;
+}
+
+static int check_app_id(const char *id, struct err *err)
+{
+    size_t len = id != NULL ? strlen(id) : 0;
+
+    if (len == 0 || len > APP_ID_MAX) {
+        return err_set(err, E_INVALID, "github app id is empty or too long");
+    }
+    /* It goes into the JWT's JSON as is, so keep to the characters ids and client ids use. */
+    if (strspn(id, "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz._-") != len) {
+        return err_set(err, E_INVALID, "github app id %s: only letters, digits, '.', '_', '-'", id);
+    }
+    return E_OK;
+}
+
+static int dup_api_url(char **out, const char *url, struct err *err)
+{
+    size_t len;
+
+    *out = NULL;
+    if (url == NULL || url[0] == '\0') {
+        url = GITHUB_AUTH_DEFAULT_API_URL;
+    }
+    len = strlen(url);
+    if ((strncmp(url, "https://", 8) != 0 && strncmp(url, "http://", 7) != 0) ||
+        len > API_URL_MAX || !header_safe(url)) {
+        return err_set(err, E_INVALID, "github api url must be an http(s) url");
+    }
+    while (len > 0 && url[len - 1] == '/') {
+        len--;
+    }
+    *out = xstrndup(url, len);
+    return E_OK;
+}
+
+/* Reads PATH whole into one allocation (never grown, so no stray copy of the key is
+ * left in freed memory): *out is NUL-terminated, *len_out its length; caller wipes
+ * and frees. */
+static int read_key_file(char **out, size_t *len_out, const char *path, struct err *err)
+{
+    struct stat st;
+    char *data = NULL;
+    size_t size, len = 0;
+    ssize_t n = 1;
+    int fd, rc = E_OK;
+
+    *out = NULL;
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        rc = err_set(err, errno == ENOENT ? E_NOTFOUND : E_FAIL, "github app key file %s: %s", path,
+                     strerror(errno));
+        goto out;
+    }
+    if (st.st_size < 0 || (uint64_t)st.st_size > GITHUB_AUTH_KEY_FILE_MAX) {
+        rc = err_set(err, E_TOOBIG, "github app key file %s: over %u bytes", path,
+                     GITHUB_AUTH_KEY_FILE_MAX);
+        goto out;
+    }
+    size = (size_t)st.st_size;
+    data = xmalloc(size + 1);
+    while (len < size && n != 0) {
+        n = read(fd, data + len, size - len);
+        if (n < 0 && errno != EINTR) {
+            rc = err_set(err, E_FAIL, "github app key file %s: %s", path, strerror(errno));
+            goto out;
+        }
+        len += n > 0 ? (size_t)n : 0;
+    }
+    data[len] = '\0';
+    *out = data;
+    *len_out = len;
+    data = NULL;
+out:
+    if (data != NULL) {
+        OPENSSL_cleanse(data, size + 1);
+        free(data);
+    }
+    if (fd >= 0) {
+        close(fd);
+    }
+    return rc;
+}
+
+/* Never prompts: an encrypted key is refused instead of blocking on a terminal. */
+static int no_passphrase(char *buf, int size, int rwflag, void *userdata)
+{
+    (void)buf;
+    (void)size;
+    (void)rwflag;
+    (void)userdata;
+    return 0;
+}
+
+static int parse_key(EVP_PKEY **out, const char *pem, size_t len, const char *path, struct err *err)
+{
+    EVP_PKEY *key = NULL;
+    BIO *bio = NULL;
+    int rc = E_OK;
+
+    *out = NULL;
+    bio = BIO_new_mem_buf(pem, (int)len);
+    if (bio == NULL) {
+        rc = err_set(err, E_FAIL, "github app key: cannot allocate a bio");
+        goto out;
+    }
+    /* PEM_read_bio_PrivateKey takes PKCS#1 and PKCS#8 alike. */
+    key = PEM_read_bio_PrivateKey(bio, NULL, no_passphrase, NULL);
+    if (key == NULL) {
+        rc = err_set(err, E_INVALID, "github app key file %s: not an unencrypted pem private key",
+                     path);
+        goto out;
+    }
+    if (EVP_PKEY_get_base_id(key) != EVP_PKEY_RSA) {
+        rc = err_set(err, E_INVALID, "github app key file %s: not an rsa key", path);
+        goto out;
+    }
+    if (EVP_PKEY_get_bits(key) < KEY_MIN_BITS) {
+        rc = err_set(err, E_INVALID, "github app key file %s: rsa key under %d bits", path,
+                     KEY_MIN_BITS);
+        goto out;
+    }
+    *out = key;
+    key = NULL;
+out:
+    ERR_clear_error(); /* leave nothing in this thread's OpenSSL error queue */
+    EVP_PKEY_free(key);
+    BIO_free(bio);
+    return rc;
+}
+
+static int load_key(EVP_PKEY **out, const char *path, struct err *err)
+{
+    char *pem = NULL;
+    size_t len = 0;
+    int rc;
+
+    *out = NULL;
+    if (path == NULL || path[0] == '\0') {
+        return err_set(err, E_INVALID, "github app key file not set");
+    }
+    rc = read_key_file(&pem, &len, path, err);
+    if (rc == E_OK) {
+        rc = parse_key(out, pem, len, path, err);
+        OPENSSL_cleanse(pem, len);
+    }
+    free(pem);
+    return rc;
+}
+
+int github_auth_new_app(struct github_auth **out, const char *api_url, const char *app_id,
+                        const char *key_file, const struct clock *clock, struct err *err)
+{
+    struct github_auth *a = NULL;
+    char *url = NULL;
+    EVP_PKEY *key = NULL;
+    int rc;
+
+    *out = NULL;
+    ASSERT(clock != NULL);
+    rc = check_app_id(app_id, err);
+    if (rc == E_OK) {
+        rc = dup_api_url(&url, api_url, err);
+    }
+    if (rc == E_OK) {
+        rc = load_key(&key, key_file, err);
+    }
+    if (rc != E_OK) {
+        goto out;
+    }
+    a = auth_alloc();
+    a->api_url = url;
+    url = NULL;
+    a->key = key;
+    key = NULL;
+    a->app_id = xstrdup(app_id);
+    a->clock = clock;
+    *out = a;
+out:
+    free(url);
+    EVP_PKEY_free(key);
+    return rc;
+}
+
+/* VALUE of the first non-empty of FLAG and the environment variable ENV, or NULL. */
+static const char *flag_or_env(const char *flag, const char *env)
+{
+    const char *v = flag != NULL && flag[0] != '\0' ? flag : getenv(env);
+
+    return v != NULL && v[0] != '\0' ? v : NULL;
+}
+
+int github_auth_from_config(struct github_auth **out, const char *api_url, const char *app_id,
+                            const char *key_file, const struct clock *clock, struct err *err)
+{
+    const char *id = flag_or_env(app_id, "DIVERGE_GITHUB_APP_ID");
+    const char *key = flag_or_env(key_file, "DIVERGE_GITHUB_APP_KEY_FILE");
+    const char *token;
+
+    *out = NULL;
+    if (id != NULL && key != NULL) {
+        return github_auth_new_app(out, api_url, id, key, clock, err);
+    }
+    if (id != NULL || key != NULL) {
+        return err_set(err, E_INVALID, "%s without %s",
+                       id != NULL ? "--github-app-id" : "--github-app-key-file",
+                       id != NULL ? "--github-app-key-file" : "--github-app-id");
+    }
+    token = flag_or_env(NULL, "DIVERGE_NOTIFIER_TOKEN");
+    if (token == NULL) {
+        token = flag_or_env(NULL, "GITHUB_TOKEN");
+    }
+    if (token == NULL) {
+        return err_set(err, E_NOTFOUND, "no github credentials: neither an app nor a token");
+    }
+    return github_auth_new_token(out, token, err);
+}
+
+void github_auth_free(struct github_auth *a)
+{
+    if (a == NULL) {
+        return;
+    }
+    for (size_t i = 0; i < a->n_inst; i++) {
+        ASSERT(!a->inst[i]->in_flight && a->inst[i]->waiters == 0);
+        free_secret(a->inst[i]->token);
+        free(a->inst[i]);
+    }
+    free(a->inst);
+    free_secret(a->pat);
+    free(a->api_url);
+    free(a->app_id);
+    EVP_PKEY_free(a->key); /* libcrypto clears the key's numbers when freeing them */
+    pthread_cond_destroy(&a->cv);
+    pthread_mutex_destroy(&a->mu);
+    free(a);
+}
+
+/* ---- the app JWT ---- */
+
+/* Bytes the unpadded base64url form of N bytes takes, plus room for EVP_EncodeBlock's
+ * padding and NUL. */
+static size_t b64url_room(size_t n)
+{
+    return 4 * ((n + 2) / 3) + 1;
+}
+
+/* Writes the unpadded base64url form of D[0..n) at DST (b64url_room(N) bytes) and
+ * returns its length; DST is NUL-terminated. */
+static size_t b64url(char *dst, const void *d, size_t n)
+{
+    unsigned char *u = (unsigned char *)dst;
+    int len = EVP_EncodeBlock(u, d, (int)n);
+
+    while (len > 0 && u[len - 1] == '=') {
+        len--;
+    }
+    u[len] = '\0';
+    for (int i = 0; i < len; i++) {
+        u[i] = u[i] == '+' ? '-' : u[i] == '/' ? '_' : u[i];
+    }
+    return (size_t)len;
+}
+
+static int rs256_sign(unsigned char **sig_out, size_t *len_out, EVP_PKEY *key, const void *data,
+                      size_t len, struct err *err)
+{
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    unsigned char *sig = NULL;
+    size_t sig_len = 0;
+    int rc = E_OK;
+
+    *sig_out = NULL;
+    /* RSA keys sign with PKCS#1 v1.5 padding unless told otherwise: RS256 exactly. */
+    if (ctx == NULL || EVP_DigestSignInit(ctx, NULL, EVP_sha256(), NULL, key) != 1 ||
+        EVP_DigestSign(ctx, NULL, &sig_len, data, len) != 1) {
+        rc = err_set(err, E_FAIL, "github app jwt: rs256 signing setup failed");
+        goto out;
+    }
+    sig = xmalloc(sig_len);
+    if (EVP_DigestSign(ctx, sig, &sig_len, data, len) != 1) {
+        rc = err_set(err, E_FAIL, "github app jwt: rs256 signing failed");
+        goto out;
+    }
+    *sig_out = sig;
+    *len_out = sig_len;
+    sig = NULL;
+out:
+    ERR_clear_error();
+    free(sig);
+    EVP_MD_CTX_free(ctx);
+    return rc;
+}
+
+int github_auth_app_jwt(char **jwt_out, struct github_auth *a, struct err *err)
+{
+    char claims[APP_ID_MAX + 96];
+    unsigned char *sig = NULL;
+    size_t sig_len = 0, room, len;
+    char *jwt = NULL;
+    int64_t now_s;
+    int rc;
+
+    *jwt_out = NULL;
+    if (a->key == NULL) {
+        return err_set(err, E_INVALID, "github credentials are a token, not an app");
+    }
+    now_s = clock_now_ms(a->clock) / 1000;
+    snprintf(claims, sizeof(claims), "{\"iat\":%" PRId64 ",\"exp\":%" PRId64 ",\"iss\":\"%s\"}",
+             now_s - GITHUB_AUTH_JWT_BACKDATE_S, now_s + GITHUB_AUTH_JWT_LIFETIME_S, a->app_id);
+    /* One allocation of the final size: the signature is at most EVP_PKEY_get_size(). */
+    room = b64url_room(strlen(JWT_HEADER)) + b64url_room(strlen(claims)) +
+           b64url_room((size_t)EVP_PKEY_get_size(a->key));
+    jwt = xmalloc(room);
+    len = b64url(jwt, JWT_HEADER, strlen(JWT_HEADER));
+    jwt[len++] = '.';
+    len += b64url(jwt + len, claims, strlen(claims));
+    rc = rs256_sign(&sig, &sig_len, a->key, jwt, len, err);
+    if (rc != E_OK) {
+        goto out;
+    }
+    ASSERT(sig_len <= (size_t)EVP_PKEY_get_size(a->key));
+    jwt[len++] = '.';
+    b64url(jwt + len, sig, sig_len);
+    *jwt_out = jwt;
+    jwt = NULL;
+out:
+    free(sig);
+    free_secret(jwt);
+    return rc;
+}
+
+/* ---- the installation token exchange ---- */
+
+/* GitHub's "message" of an error answer, made one printable line, into MSG. */
+static void gh_message(char msg[GH_MESSAGE_MAX], const struct buf *body)
+{
+    json_t *root = json_loadb(body->data != NULL ? body->data : "", body->len, 0, NULL);
+    const char *m = json_string_value(json_object_get(root, "message"));
+    size_t i = 0;
+
+    for (; m != NULL && m[i] != '\0' && i + 1 < GH_MESSAGE_MAX; i++) {
+        msg[i] = m[i] >= 0x20 && m[i] < 0x7f ? m[i] : ' ';
+    }
+    msg[i] = '\0';
+    json_decref(root);
+}
+
+static int status_error(const struct httpc_response *resp, int64_t id, struct err *err)
+{
+    char msg[GH_MESSAGE_MAX];
+    long st = resp->status;
+    int code = E_FAIL;
+
+    if (st == 401 || st == 403 || st == 404) {
+        code = E_DENIED;
+    } else if (st == 429 || st >= 500) {
+        code = E_AGAIN;
+    }
+    gh_message(msg, &resp->body);
+    return err_set(err, code, "github installation %" PRId64 " token exchange: http %ld%s%s", id,
+                   st, msg[0] != '\0' ? ": " : "", msg);
+}
+
+/* Takes token and expires_at out of a 201 answer. Jansson frees without wiping, so its
+ * copy of the token is wiped in place here; the caller wipes BODY. */
+static int parse_grant(char **token_out, int64_t *expires_ms_out, struct buf *body, int64_t id,
+                       struct err *err)
+{
+    json_t *root = json_loadb(body->data != NULL ? body->data : "", body->len, 0, NULL);
+    json_t *tok = json_object_get(root, "token");
+    const char *t = json_string_value(tok);
+    const char *exp = json_string_value(json_object_get(root, "expires_at"));
+    int rc = E_OK;
+
+    *token_out = NULL;
+    if (t == NULL || t[0] == '\0' || strlen(t) > TOKEN_MAX || !header_safe(t)) {
+        rc = err_set(err, E_FAIL, "github installation %" PRId64 ": answer has no token", id);
+        goto out;
+    }
+    if (exp == NULL || clock_parse_rfc3339(expires_ms_out, exp) != E_OK) {
+        rc = err_set(err, E_FAIL, "github installation %" PRId64 ": answer has no expires_at", id);
+        goto out;
+    }
+    *token_out = xstrdup(t);
+out:
+    if (t != NULL) {
+        OPENSSL_cleanse((void *)(uintptr_t)t, json_string_length(tok));
+    }
+    json_decref(root);
+    return rc;
+}
+
+static int exchange(char **token_out, int64_t *expires_ms_out, struct github_auth *a, int64_t id,
+                    struct err *err)
+{
+    struct httpc_request req = HTTPC_REQUEST_DEFAULTS;
+    struct httpc_response resp;
+    char *jwt = NULL, *auth = NULL, *url = NULL;
+    const char *headers[5] = {NULL};
+    int rc;
+
+    *token_out = NULL;
+    httpc_response_init(&resp);
+    rc = github_auth_app_jwt(&jwt, a, err);
+    if (rc != E_OK) {
+        goto out;
+    }
+    auth = xasprintf("Authorization: Bearer %s", jwt);
+    url = xasprintf("%s/app/installations/%" PRId64 "/access_tokens", a->api_url, id);
+    headers[0] = auth;
+    headers[1] = "Accept: application/vnd.github+json";
+    headers[2] = "X-GitHub-Api-Version: 2022-11-28";
+    headers[3] = "User-Agent: " HTTPC_USER_AGENT;
+    req.method = "POST";
+    req.url = url;
+    req.headers = headers;
+    req.timeout_ms = EXCHANGE_TIMEOUT_MS;
+    req.max_body = EXCHANGE_MAX_BODY;
+    rc = httpc_request(&resp, &req, err);
+    if (rc != E_OK) {
+        goto out;
+    }
+    if (resp.status != 201 && resp.status != 200) {
+        rc = status_error(&resp, id, err);
+        goto out;
+    }
+    rc = parse_grant(token_out, expires_ms_out, &resp.body, id, err);
+out:
+    if (resp.body.data != NULL) {
+        OPENSSL_cleanse(resp.body.data, resp.body.cap);
+    }
+    httpc_response_cleanup(&resp);
+    free_secret(auth);
+    free_secret(jwt);
+    free(url);
+    return rc;
+}
+
+/* ---- the per-installation cache (callers hold a->mu) ---- */
+
+static void install_drop_token(struct gh_install *in)
+{
+    free_secret(in->token);
+    in->token = NULL;
+    in->refresh_at_ms = 0;
+}
+
+static struct gh_install *install_find(struct github_auth *a, int64_t id)
+{
+    for (size_t i = 0; i < a->n_inst; i++) {
+        if (a->inst[i]->id == id) {
+            return a->inst[i];
+        }
+    }
+    return NULL;
+}
+
+/* Drops entries nobody uses whose token is stale or missing, so the cache holds only
+ * installations in active use. */
+static void install_sweep(struct github_auth *a, int64_t now_ms)
+{
+    size_t keep = 0;
+
+    for (size_t i = 0; i < a->n_inst; i++) {
+        struct gh_install *in = a->inst[i];
+        if (!in->in_flight && in->waiters == 0 && in->refresh_at_ms <= now_ms) {
+            install_drop_token(in);
+            free(in);
+        } else {
+            a->inst[keep++] = in;
+        }
+    }
+    a->n_inst = keep;
+}
+
+static struct gh_install *install_get(struct github_auth *a, int64_t id, int64_t now_ms)
+{
+    struct gh_install *in = install_find(a, id);
+
+    if (in != NULL) {
+        return in;
+    }
+    install_sweep(a, now_ms);
+    if (a->n_inst == a->cap_inst) {
+        a->cap_inst = a->cap_inst == 0 ? 4 : 2 * a->cap_inst;
+        a->inst = xrealloc(a->inst, a->cap_inst * sizeof(*a->inst));
+    }
+    in = xcalloc(1, sizeof(*in));
+    in->id = id;
+    a->inst[a->n_inst++] = in;
+    return in;
+}
+
+/* Runs one exchange for IN with a->mu released, then records its outcome for the
+ * waiters. Called and returns with a->mu held. */
+static int install_refresh(char **header_out, struct github_auth *a, struct gh_install *in,
+                           struct err *err)
+{
+    struct err local = {0};
+    char *token = NULL;
+    int64_t expires_ms = 0;
+    int rc;
+
+    in->in_flight = true;
+    pthread_mutex_unlock(&a->mu);
+    rc = exchange(&token, &expires_ms, a, in->id, &local);
+    pthread_mutex_lock(&a->mu);
+    in->in_flight = false;
+    in->gen++;
+    in->last_rc = rc;
+    memcpy(in->last_msg, local.msg, sizeof(in->last_msg));
+    if (rc == E_OK) {
+        install_drop_token(in);
+        in->token = token;
+        in->refresh_at_ms = expires_ms - GITHUB_AUTH_REFRESH_MARGIN_MS;
+        /* A token already inside the margin is still handed out once, never cached. */
+        *header_out = bearer(token);
+    }
+    pthread_cond_broadcast(&a->cv);
+    return rc == E_OK ? E_OK : err_set(err, rc, "%s", local.msg);
+}
+
+static int install_header(char **header_out, struct github_auth *a, int64_t id, struct err *err)
+{
+    struct gh_install *in;
+    uint64_t gen;
+    int rc;
+
+    pthread_mutex_lock(&a->mu);
+    in = install_get(a, id, clock_now_ms(a->clock));
+    in->waiters++;
+    gen = in->gen;
+    while (in->in_flight) {
+        pthread_cond_wait(&a->cv, &a->mu);
+    }
+    if (in->token != NULL && clock_now_ms(a->clock) < in->refresh_at_ms) {
+        *header_out = bearer(in->token);
+        rc = E_OK;
+    } else if (in->gen != gen && in->last_rc == E_OK && in->token != NULL) {
+        /* Another caller's exchange just brought a token already inside the margin. */
+        *header_out = bearer(in->token);
+        rc = E_OK;
+    } else if (in->gen != gen && in->last_rc != E_OK) {
+        /* We waited for another caller's exchange and it failed: share its answer
+         * rather than queueing up one more request to a GitHub that just refused. */
+        rc = err_set(err, in->last_rc, "%s", in->last_msg);
+    } else {
+        rc = install_refresh(header_out, a, in, err);
+    }
+    in->waiters--;
+    pthread_mutex_unlock(&a->mu);
+    return rc;
+}
+
+int github_auth_header(char **header_out, struct github_auth *a, int64_t installation_id,
+                       struct err *err)
+{
+    char *jwt = NULL;
+    int rc;
+
+    *header_out = NULL;
+    if (a->pat != NULL) {
+        *header_out = bearer(a->pat);
+        return E_OK;
+    }
+    if (installation_id < 0) {
+        return err_set(err, E_INVALID, "github installation id %" PRId64 " is negative",
+                       installation_id);
+    }
+    if (installation_id > 0) {
+        return install_header(header_out, a, installation_id, err);
+    }
+    rc = github_auth_app_jwt(&jwt, a, err);
+    if (rc == E_OK) {
+        *header_out = bearer(jwt);
+    }
+    free_secret(jwt);
+    return rc;
+}
+
+void github_auth_invalidate(struct github_auth *a, int64_t installation_id)
+{
+    struct gh_install *in;
+
+    if (a->pat != NULL) {
+        return;
+    }
+    pthread_mutex_lock(&a->mu);
+    in = install_find(a, installation_id);
+    if (in != NULL) {
+        install_drop_token(in);
+    }
+    pthread_mutex_unlock(&a->mu);
+}

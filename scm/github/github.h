@@ -1,0 +1,44 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* GitHub: webhook signature verification and payload parsing (SPEC §5), and the REST
+ * provider behind the scm_provider interface. */
+#ifndef DIVERGE_SCM_GITHUB_GITHUB_H
+#define DIVERGE_SCM_GITHUB_GITHUB_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "common/err.h"
+#include "scm/github/github_auth.h"
+#include "scm/scm.h"
+#include "store/store.h"
+
+/* Checks SIG_HEADER ("sha256=<hex>") against HMAC-SHA256 of BODY[0..len) under each of
+ * the comma-separated SECRETS, in constant time per secret, before anything parses the
+ * body. E_DENIED when missing, malformed or matching no secret. */
+int github_webhook_verify(const char *secrets, const char *sig_header, const char *body,
+                          size_t len, struct err *err);
+
+enum github_event {
+    GITHUB_EVENT_PING,     /* answer 200 */
+    GITHUB_EVENT_COMMENT,  /* a new comment on a pull request: *entry_out is filled */
+    GITHUB_EVENT_IGNORED,  /* anything else: answer 204 */
+};
+
+/* Parses a delivery of EVENT (the X-GitHub-Event header) with id DELIVERY (may be NULL).
+ * For a created issue_comment on a PR fills *entry_out (caller cleans it up with
+ * inbox_entry_cleanup). *why_out (static text) says why an event is ignored. E_INVALID
+ * (HTTP 400) for malformed JSON or missing fields. */
+int github_webhook_parse(enum github_event *event_out, struct inbox_entry *entry_out,
+                         const char **why_out, const char *event, const char *delivery,
+                         const char *body, size_t len, struct err *err);
+
+struct github_config {
+    const char *api_url;   /* REST base, e.g. https://api.github.com */
+    const char *bot_login; /* the bot's login, or NULL to ask the API once */
+};
+
+/* Creates the REST provider; takes ownership of AUTH. */
+int github_provider_new(struct scm_provider **out, const struct github_config *cfg,
+                        struct github_auth *auth, struct err *err);
+
+#endif

@@ -1,0 +1,482 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The GitHub REST provider: reactions, comments (all pages), permissions, pull heads and
+ * file contents, with GitHub's rate-limit signals turned into retry hints. */
+#include <openssl/evp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "common/clock.h"
+#include "common/httpc.h"
+#include "common/log.h"
+#include "scm/github/github.h"
+
+#define PAGE_SIZE 100
+#define MAX_PAGES 200 /* 20,000 comments: far past any real thread */
+
+struct github {
+    struct scm_provider base; /* must be first */
+    char *api_url;            /* owned, without a trailing '/' */
+    struct github_auth *auth; /* owned */
+    pthread_mutex_t mu;       /* guards bot_login */
+    char *bot_login;          /* owned; configured or asked once */
+    bool login_asked;
+};
+
+static struct github *to_github(struct scm_provider *p)
+{
+    return container_of(p, struct github, base);
+}
+
+/* Fills RES from the answer and maps it to our codes. */
+static int classify(struct scm_result *res, const struct httpc_response *r, const char *what,
+                    struct err *err)
+{
+    const char *retry = httpc_response_header(r, "retry-after");
+    const char *remaining = httpc_response_header(r, "x-ratelimit-remaining");
+    const char *reset = httpc_response_header(r, "x-ratelimit-reset");
+    long st = r->status;
+
+    res->status = (int)st;
+    res->retry_after_ms = retry != NULL ? strtoll(retry, NULL, 10) * 1000 : 0;
+    if (st >= 200 && st < 300) {
+        return E_OK;
+    }
+    if (res->retry_after_ms == 0 && remaining != NULL && strcmp(remaining, "0") == 0 &&
+        reset != NULL) {
+        int64_t wait = strtoll(reset, NULL, 10) * 1000 - clock_now_ms(clock_system());
+        res->retry_after_ms = wait > 0 ? wait : 1000;
+    }
+    if (st == 429 || (st == 403 && (retry != NULL || (remaining != NULL &&
+                                                      strcmp(remaining, "0") == 0) ||
+                                    (r->body.data != NULL &&
+                                     strstr(r->body.data, "rate limit") != NULL)))) {
+        res->rate_limited = true;
+        return err_set(err, E_AGAIN, "%s: rate limited (HTTP %ld)", what, st);
+    }
+    if (st >= 500) {
+        return err_set(err, E_AGAIN, "%s: GitHub answered %ld", what, st);
+    }
+    if (st == 404) {
+        return err_set(err, E_NOTFOUND, "%s: not found", what);
+    }
+    if (st == 401 || st == 403) {
+        return err_set(err, E_DENIED, "%s: GitHub answered %ld", what, st);
+    }
+    if (st == 422) {
+        return err_set(err, E_INVALID, "%s: GitHub refused it (422)", what);
+    }
+    return err_set(err, E_FAIL, "%s: GitHub answered %ld", what, st);
+}
+
+/* One REST call. BODY (may be NULL) is JSON. On E_OK, *json_out (may be NULL) gets the
+ * parsed answer (NULL for an empty body) and *next_out (may be NULL) the rel="next" URL of
+ * a Link header (caller frees). */
+static int call(json_t **json_out, char **next_out, struct github *gh, const char *method,
+                const char *url, int64_t installation, const json_t *body,
+                struct scm_result *res, struct err *err)
+{
+    struct httpc_request req = HTTPC_REQUEST_DEFAULTS;
+    struct httpc_response r;
+    struct scm_result local = {0};
+    char *auth = NULL, *authz = NULL, *text = NULL;
+    const char *headers[6] = {"Accept: application/vnd.github+json",
+                              "X-GitHub-Api-Version: 2022-11-28",
+                              "Content-Type: application/json", NULL, NULL, NULL};
+    int rc;
+
+    if (res == NULL) {
+        res = &local;
+    }
+    memset(res, 0, sizeof(*res));
+    if (json_out != NULL) {
+        *json_out = NULL;
+    }
+    if (next_out != NULL) {
+        *next_out = NULL;
+    }
+    rc = github_auth_header(&auth, gh->auth, installation, err);
+    if (rc != E_OK) {
+        return rc;
+    }
+    authz = xasprintf("Authorization: %s", auth);
+    headers[3] = authz;
+    if (body != NULL) {
+        text = json_dumps(body, JSON_COMPACT);
+    }
+    req.method = method;
+    req.url = url;
+    req.headers = headers;
+    req.body = text;
+    req.body_len = text != NULL ? strlen(text) : 0;
+    rc = httpc_request(&r, &req, err);
+    if (rc == E_OK) {
+        rc = classify(res, &r, method, err);
+        if (r.status == 401) {
+            github_auth_invalidate(gh->auth, installation);
+        }
+    }
+    if (rc == E_OK && json_out != NULL && r.body.len > 0) {
+        *json_out = json_loadb(r.body.data, r.body.len, 0, NULL);
+        if (*json_out == NULL) {
+            rc = err_set(err, E_FAIL, "%s %s: the answer is not JSON", method, url);
+        }
+    }
+    if (rc == E_OK && next_out != NULL) {
+        const char *link = httpc_response_header(&r, "link");
+        const char *rel = link != NULL ? strstr(link, "rel=\"next\"") : NULL;
+        if (rel != NULL) {
+            /* <url>; rel="next": the URL is the <...> just before. */
+            const char *end = rel, *start;
+            while (end > link && *end != '>') {
+                end--;
+            }
+            start = end;
+            while (start > link && *start != '<') {
+                start--;
+            }
+            if (*start == '<' && end > start) {
+                *next_out = xstrndup(start + 1, (size_t)(end - start - 1));
+            }
+        }
+    }
+    httpc_response_cleanup(&r);
+    if (auth != NULL) {
+        memset(auth, 0, strlen(auth));
+    }
+    free(auth);
+    if (authz != NULL) {
+        memset(authz, 0, strlen(authz));
+    }
+    free(authz);
+    free(text);
+    return rc;
+}
+
+static char *repo_url(struct github *gh, const char *project, const char *fmt_tail)
+{
+    return xasprintf("%s/repos/%s%s", gh->api_url, project, fmt_tail);
+}
+
+static int gh_react(struct scm_provider *p, const struct scm_ref *ref, const char *comment_id,
+                    const char *content, struct scm_result *res, struct err *err)
+{
+    struct github *gh = to_github(p);
+    char *tail = xasprintf("/issues/comments/%s/reactions", comment_id);
+    char *url = repo_url(gh, ref->project, tail);
+    json_t *body = json_pack("{s:s}", "content", content);
+    int rc = call(NULL, NULL, gh, "POST", url, ref->installation_id, body, res, err);
+
+    json_decref(body);
+    free(tail);
+    free(url);
+    return rc;
+}
+
+static int gh_post_comment(char **id_out, struct scm_provider *p, const struct scm_ref *ref,
+                           const char *text, struct scm_result *res, struct err *err)
+{
+    struct github *gh = to_github(p);
+    char *tail = xasprintf("/issues/%lld/comments", (long long)ref->number);
+    char *url = repo_url(gh, ref->project, tail);
+    json_t *body = json_pack("{s:s}", "body", text), *ans = NULL;
+    int rc = call(&ans, NULL, gh, "POST", url, ref->installation_id, body, res, err);
+
+    *id_out = NULL;
+    if (rc == E_OK) {
+        const json_t *id = json_object_get(ans, "id");
+        if (json_is_integer(id)) {
+            *id_out = xasprintf("%lld", (long long)json_integer_value(id));
+        } else {
+            rc = err_set(err, E_FAIL, "created comment has no id");
+        }
+    }
+    json_decref(ans);
+    json_decref(body);
+    free(tail);
+    free(url);
+    return rc;
+}
+
+static int gh_update_comment(struct scm_provider *p, const struct scm_ref *ref,
+                             const char *comment_id, const char *text, struct scm_result *res,
+                             struct err *err)
+{
+    struct github *gh = to_github(p);
+    char *tail = xasprintf("/issues/comments/%s", comment_id);
+    char *url = repo_url(gh, ref->project, tail);
+    json_t *body = json_pack("{s:s}", "body", text);
+    int rc = call(NULL, NULL, gh, "PATCH", url, ref->installation_id, body, res, err);
+
+    json_decref(body);
+    free(tail);
+    free(url);
+    return rc;
+}
+
+static int gh_delete_comment(struct scm_provider *p, const struct scm_ref *ref,
+                             const char *comment_id, struct scm_result *res, struct err *err)
+{
+    struct github *gh = to_github(p);
+    char *tail = xasprintf("/issues/comments/%s", comment_id);
+    char *url = repo_url(gh, ref->project, tail);
+    int rc = call(NULL, NULL, gh, "DELETE", url, ref->installation_id, NULL, res, err);
+
+    free(tail);
+    free(url);
+    return rc;
+}
+
+static void add_comment(struct scm_comment **list, size_t *n, size_t *cap, const json_t *c)
+{
+    const json_t *user = json_object_get(c, "user");
+    const char *type = json_string_value(json_object_get(user, "type"));
+    struct scm_comment *sc;
+
+    if (!json_is_integer(json_object_get(c, "id"))) {
+        return;
+    }
+    if (*n == *cap) {
+        *cap = *cap == 0 ? 64 : *cap * 2;
+        *list = xrealloc(*list, *cap * sizeof(**list));
+    }
+    sc = &(*list)[(*n)++];
+    sc->id = xasprintf("%lld", (long long)json_integer_value(json_object_get(c, "id")));
+    sc->author = xstrdup(json_string_value(json_object_get(user, "login")) != NULL
+                             ? json_string_value(json_object_get(user, "login"))
+                             : "");
+    sc->by_bot = type != NULL && strcmp(type, "Bot") == 0;
+    sc->body = xstrdup(json_string_value(json_object_get(c, "body")) != NULL
+                           ? json_string_value(json_object_get(c, "body"))
+                           : "");
+}
+
+static int gh_list_comments(struct scm_comment **out, size_t *n_out, struct scm_provider *p,
+                            const struct scm_ref *ref, struct scm_result *res, struct err *err)
+{
+    struct github *gh = to_github(p);
+    char *tail = xasprintf("/issues/%lld/comments?per_page=%d", (long long)ref->number,
+                           PAGE_SIZE);
+    char *url = repo_url(gh, ref->project, tail);
+    size_t cap = 0;
+    int rc = E_OK;
+
+    *out = NULL;
+    *n_out = 0;
+    free(tail);
+    /* Every page, following Link: rel="next" (bots that read only page 1 post duplicates
+     * once a thread passes 30 comments). */
+    for (int page = 0; url != NULL && page < MAX_PAGES; page++) {
+        json_t *arr = NULL, *c;
+        char *next = NULL;
+        size_t i;
+        rc = call(&arr, &next, gh, "GET", url, ref->installation_id, NULL, res, err);
+        free(url);
+        url = next;
+        if (rc != E_OK) {
+            break;
+        }
+        json_array_foreach(arr, i, c)
+        {
+            add_comment(out, n_out, &cap, c);
+        }
+        json_decref(arr);
+    }
+    free(url);
+    if (rc != E_OK) {
+        scm_comments_free(*out, *n_out);
+        *out = NULL;
+        *n_out = 0;
+    }
+    return rc;
+}
+
+static int gh_permission_of(enum scm_level *out, struct scm_provider *p,
+                            const struct scm_ref *ref, const char *user, int64_t user_id,
+                            struct scm_result *res, struct err *err)
+{
+    struct github *gh = to_github(p);
+    char *esc = httpc_escape(user);
+    char *tail = xasprintf("/collaborators/%s/permission", esc);
+    char *url = repo_url(gh, ref->project, tail);
+    json_t *ans = NULL;
+    int rc = call(&ans, NULL, gh, "GET", url, ref->installation_id, NULL, res, err);
+    const char *role, *perm;
+
+    (void)user_id;
+    *out = SCM_LEVEL_NONE;
+    if (rc == E_NOTFOUND) {
+        rc = E_OK; /* not a collaborator */
+    } else if (rc == E_OK) {
+        /* role_name tells maintain and triage apart; permission folds them. */
+        role = json_string_value(json_object_get(ans, "role_name"));
+        perm = json_string_value(json_object_get(ans, "permission"));
+        if ((role == NULL || scm_level_parse(out, role) != E_OK) &&
+            (perm == NULL || scm_level_parse(out, perm) != E_OK)) {
+            *out = SCM_LEVEL_NONE;
+        }
+    }
+    json_decref(ans);
+    free(esc);
+    free(tail);
+    free(url);
+    return rc;
+}
+
+static int gh_pull_info(struct scm_pull *out, struct scm_provider *p, const struct scm_ref *ref,
+                        struct scm_result *res, struct err *err)
+{
+    struct github *gh = to_github(p);
+    char *tail = xasprintf("/pulls/%lld", (long long)ref->number);
+    char *url = repo_url(gh, ref->project, tail);
+    json_t *ans = NULL;
+    int rc = call(&ans, NULL, gh, "GET", url, ref->installation_id, NULL, res, err);
+
+    memset(out, 0, sizeof(*out));
+    if (rc == E_OK) {
+        const json_t *head = json_object_get(ans, "head");
+        const char *hr = json_string_value(json_object_get(head, "ref"));
+        const char *clone = json_string_value(
+            json_object_get(json_object_get(head, "repo"), "clone_url"));
+        const char *html = json_string_value(json_object_get(ans, "html_url"));
+        if (clone == NULL) {
+            /* The head fork was deleted: clone the base repository. */
+            clone = json_string_value(json_object_get(
+                json_object_get(json_object_get(ans, "base"), "repo"), "clone_url"));
+        }
+        if (hr == NULL || clone == NULL) {
+            rc = err_set(err, E_FAIL, "pull request %s#%lld has no head", ref->project,
+                         (long long)ref->number);
+        } else {
+            out->head_ref = xstrdup(hr);
+            out->clone_url = xstrdup(clone);
+            out->html_url = html != NULL ? xstrdup(html) : NULL;
+        }
+    }
+    json_decref(ans);
+    free(tail);
+    free(url);
+    return rc;
+}
+
+/* Decodes GitHub's base64 (with newlines every 60 characters). */
+static int b64_decode(char **out, size_t *len_out, const char *in)
+{
+    size_t n = strlen(in);
+    unsigned char *buf = xmalloc(n / 4 * 3 + 4);
+    EVP_ENCODE_CTX *ctx = EVP_ENCODE_CTX_new();
+    int a = 0, b = 0, ok;
+
+    ASSERT(ctx != NULL);
+    EVP_DecodeInit(ctx);
+    ok = EVP_DecodeUpdate(ctx, buf, &a, (const unsigned char *)in, (int)n) >= 0 &&
+         EVP_DecodeFinal(ctx, buf + a, &b) == 1;
+    EVP_ENCODE_CTX_free(ctx);
+    if (!ok) {
+        free(buf);
+        return E_INVALID;
+    }
+    buf[a + b] = '\0';
+    *out = (char *)buf;
+    *len_out = (size_t)(a + b);
+    return E_OK;
+}
+
+static int gh_file_at(char **out, size_t *len_out, struct scm_provider *p,
+                      const struct scm_ref *ref, const char *git_ref, const char *path,
+                      struct scm_result *res, struct err *err)
+{
+    struct github *gh = to_github(p);
+    char *eref = httpc_escape(git_ref);
+    char *tail = xasprintf("/contents/%s?ref=%s", path, eref);
+    char *url = repo_url(gh, ref->project, tail);
+    json_t *ans = NULL;
+    int rc = call(&ans, NULL, gh, "GET", url, ref->installation_id, NULL, res, err);
+
+    *out = NULL;
+    *len_out = 0;
+    if (rc == E_OK) {
+        const char *content = json_string_value(json_object_get(ans, "content"));
+        const char *enc = json_string_value(json_object_get(ans, "encoding"));
+        if (content == NULL || enc == NULL || strcmp(enc, "base64") != 0 ||
+            b64_decode(out, len_out, content) != E_OK) {
+            rc = err_set(err, E_FAIL, "%s at %s: not a base64 file", path, git_ref);
+        }
+    }
+    json_decref(ans);
+    free(eref);
+    free(tail);
+    free(url);
+    return rc;
+}
+
+static const char *gh_bot_login(struct scm_provider *p)
+{
+    struct github *gh = to_github(p);
+    const char *login;
+
+    pthread_mutex_lock(&gh->mu);
+    if (gh->bot_login == NULL && !gh->login_asked) {
+        json_t *ans = NULL;
+        char *url = xasprintf("%s/user", gh->api_url);
+        gh->login_asked = true;
+        if (call(&ans, NULL, gh, "GET", url, 0, NULL, NULL, NULL) == E_OK &&
+            json_string_value(json_object_get(ans, "login")) != NULL) {
+            gh->bot_login = xstrdup(json_string_value(json_object_get(ans, "login")));
+        }
+        json_decref(ans);
+        free(url);
+    }
+    login = gh->bot_login;
+    pthread_mutex_unlock(&gh->mu);
+    return login;
+}
+
+static void gh_free(struct scm_provider *p)
+{
+    struct github *gh = to_github(p);
+
+    github_auth_free(gh->auth);
+    free(gh->api_url);
+    free(gh->bot_login);
+    pthread_mutex_destroy(&gh->mu);
+    free(gh);
+}
+
+static const struct scm_provider_ops github_ops = {
+    .name = "github",
+    .react = gh_react,
+    .post_comment = gh_post_comment,
+    .update_comment = gh_update_comment,
+    .delete_comment = gh_delete_comment,
+    .list_comments = gh_list_comments,
+    .permission_of = gh_permission_of,
+    .pull_info = gh_pull_info,
+    .file_at = gh_file_at,
+    .bot_login = gh_bot_login,
+    .free = gh_free,
+};
+
+int github_provider_new(struct scm_provider **out, const struct github_config *cfg,
+                        struct github_auth *auth, struct err *err)
+{
+    struct github *gh = xcalloc(1, sizeof(*gh));
+    size_t n;
+
+    (void)err;
+    gh->base.ops = &github_ops;
+    gh->api_url = xstrdup(cfg->api_url);
+    n = strlen(gh->api_url);
+    if (n > 0 && gh->api_url[n - 1] == '/') {
+        gh->api_url[n - 1] = '\0';
+    }
+    gh->auth = auth;
+    gh->bot_login = cfg->bot_login != NULL && cfg->bot_login[0] != '\0'
+                        ? xstrdup(cfg->bot_login)
+                        : NULL;
+    pthread_mutex_init(&gh->mu, NULL);
+    *out = &gh->base;
+    return E_OK;
+}
