@@ -59,6 +59,7 @@ static const struct route g_routes[] = {
     {"GET", API_PREFIX "/namespaces/*/agenttasks/*/token", api_task_token, "tasks.token",
      AUTH_ADMIN},
     {"POST", "/api/v1/agenttask/meter", api_meter, "meter", AUTH_NONE},
+    {"POST", "/api/v1/webhooks/github", api_webhook_github, "webhooks.github", AUTH_NONE},
     {"GET", API_PREFIX "/namespaces/*/environments", api_env_list, "environments.list",
      AUTH_ADMIN},
     {"GET", API_PREFIX "/namespaces/*/environments/*", api_env_get, "environments.get",

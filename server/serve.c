@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "common/money.h"
 #include "common/secret.h"
+#include "scm/github/github.h"
 #include "server/server.h"
 #include "server/server_int.h"
 
@@ -51,6 +52,24 @@ static const struct flag g_flags[] = {
      CFG(default_budget_tokens), "token budget of tasks without spec.budgetTokens"},
     {"--default-max-iterations", "DIVERGE_DEFAULT_MAX_ITERATIONS", "5",
      CFG(default_max_iterations), "maxIterations of tasks made from comments"},
+    {"--github-webhook-secret", "DIVERGE_GITHUB_WEBHOOK_SECRET", NULL, CFG(github_webhook_secret),
+     "HMAC secret(s) of GitHub deliveries, comma-separated; none: deliveries get 503"},
+    {"--github-api-url", "DIVERGE_GITHUB_API_URL", "https://api.github.com", CFG(github_api_url),
+     "GitHub REST base (Enterprise: https://HOST/api/v3)"},
+    {"--github-app-id", "DIVERGE_GITHUB_APP_ID", NULL, CFG(github_app_id),
+     "GitHub App id (with --github-app-key-file); else DIVERGE_NOTIFIER_TOKEN or GITHUB_TOKEN"},
+    {"--github-app-key-file", "DIVERGE_GITHUB_APP_KEY_FILE", NULL, CFG(github_app_key_file),
+     "GitHub App private key (PEM)"},
+    {"--bot-login", "DIVERGE_BOT_LOGIN", NULL, CFG(bot_login),
+     "the bot's own login, whose comments are ignored (default: asked from the API)"},
+    {"--namespace", "DIVERGE_NAMESPACE", NULL, CFG(namespace_),
+     "namespace of tasks made from comments (default: the project path as a DNS label)"},
+    {"--notifier-provider", "DIVERGE_NOTIFIER_PROVIDER", NULL, CFG(notifier_provider),
+     "github, gitlab or none (default: every provider with credentials)"},
+    {"--github-min-permission-fix", "DIVERGE_GITHUB_MIN_PERMISSION_FIX", "write",
+     CFG(github_min_fix), "permission for fix, guide, pause, resume"},
+    {"--github-min-permission-budget", "DIVERGE_GITHUB_MIN_PERMISSION_BUDGET", "maintain",
+     CFG(github_min_budget), "permission for budget and resume with amounts"},
 };
 
 static char **field(struct server_config *cfg, const struct flag *f)
@@ -168,6 +187,8 @@ static void print_endpoints(const struct server *srv)
     printf("diverge serve %s: listening on http://%s\n", VERSION, srv->cfg.listen);
     printf("  task API:  %s/apis/divergedev.com/v1alpha1/namespaces/{ns}/agenttasks\n", b);
     printf("  meter:     %s/api/v1/agenttask/meter\n", b);
+    printf("  GitHub webhook: %s/api/v1/webhooks/github%s\n", b,
+           srv->cfg.github_webhook_secret != NULL ? "" : " (off: no --github-webhook-secret)");
     printf("  health:    %s/healthz  %s/readyz\n", b, b);
     printf("  metrics:   %s/metrics\n", b);
     printf("  database:  %s/diverge.db\n", srv->cfg.data_dir);
@@ -229,6 +250,22 @@ static int parse_defaults(struct server *srv)
                          srv->cfg.default_max_iterations) != 0) {
         return 2;
     }
+    if (scm_level_parse(&srv->min_fix, srv->cfg.github_min_fix) != E_OK ||
+        scm_level_parse(&srv->min_budget, srv->cfg.github_min_budget) != E_OK) {
+        fprintf(stderr, "diverge: serve: permission tiers are read, triage, write, maintain or "
+                        "admin\n");
+        return 2;
+    }
+    if (srv->cfg.namespace_ != NULL && !task_name_valid(srv->cfg.namespace_)) {
+        fprintf(stderr, "diverge: serve: --namespace %s is not a DNS label\n", srv->cfg.namespace_);
+        return 2;
+    }
+    if (srv->cfg.notifier_provider != NULL && strcmp(srv->cfg.notifier_provider, "github") != 0 &&
+        strcmp(srv->cfg.notifier_provider, "gitlab") != 0 &&
+        strcmp(srv->cfg.notifier_provider, "none") != 0) {
+        fprintf(stderr, "diverge: serve: --notifier-provider is github, gitlab or none\n");
+        return 2;
+    }
     for (i = 0; i < ARRAY_LEN(providers); i++) {
         if (strcmp(srv->cfg.sandbox_provider, providers[i]) == 0) {
             return 0;
@@ -251,6 +288,64 @@ static int setup_logging(const struct server_config *cfg)
     }
     log_set_format(fmt);
     return 0;
+}
+
+static bool provider_wanted(const struct server *srv, const char *name)
+{
+    return srv->cfg.notifier_provider == NULL || strcmp(srv->cfg.notifier_provider, name) == 0;
+}
+
+/* The SCM providers that have credentials, the outbox worker and the bot. */
+static int start_scm(struct server *srv, struct err *err)
+{
+    struct github_auth *auth = NULL;
+    struct scm_provider *gh = NULL;
+    struct scm_outbox_config oc = SCM_OUTBOX_CONFIG_DEFAULTS;
+    struct bot_config bc = BOT_CONFIG_DEFAULTS;
+    struct err aerr = {0};
+    int rc;
+
+    if (provider_wanted(srv, "github")) {
+        rc = github_auth_from_config(&auth, srv->cfg.github_api_url, srv->cfg.github_app_id,
+                                     srv->cfg.github_app_key_file, clock_system(), &aerr);
+        if (rc == E_OK) {
+            struct github_config gc = {.api_url = srv->cfg.github_api_url,
+                                       .bot_login = srv->cfg.bot_login};
+            rc = github_provider_new(&gh, &gc, auth, err);
+            if (rc != E_OK) {
+                github_auth_free(auth);
+                return rc;
+            }
+            scm_registry_add(&srv->scm, gh);
+        } else if (rc != E_NOTFOUND) {
+            return err_set(err, rc, "GitHub credentials: %s", aerr.msg);
+        } else if (srv->cfg.github_webhook_secret != NULL) {
+            log_kv(LOG_WARN, "github_no_credentials", "hint",
+                   "set DIVERGE_NOTIFIER_TOKEN, GITHUB_TOKEN or --github-app-id: commands are "
+                   "accepted but cannot be answered",
+                   NULL);
+        }
+    }
+    rc = scm_outbox_new(&srv->outbox, srv->store, &srv->scm, &oc, err);
+    if (rc != E_OK) {
+        return rc;
+    }
+    bc.namespace_override = srv->cfg.namespace_;
+    bc.default_budget_usd = srv->default_budget_usd;
+    bc.default_budget_tokens = srv->default_budget_tokens;
+    bc.default_max_iterations = srv->default_max_iterations;
+    bc.min_fix = srv->min_fix;
+    bc.min_budget = srv->min_budget;
+    return bot_new(&srv->bot, srv->store, &srv->scm, &bc, err);
+}
+
+static void stop_scm(struct server *srv)
+{
+    bot_free(srv->bot);
+    srv->bot = NULL;
+    scm_outbox_free(srv->outbox);
+    srv->outbox = NULL;
+    scm_registry_cleanup(&srv->scm);
 }
 
 static int wait_for_signal(void)
@@ -295,11 +390,15 @@ static int run(struct server *srv)
         rc = controller_new(&srv->controller, srv->store, &cc, &err);
     }
     if (rc == E_OK) {
+        rc = start_scm(srv, &err);
+    }
+    if (rc == E_OK) {
         rc = http_start(&d, &port, srv, &err);
     }
     free(db);
     if (rc != E_OK) {
         fprintf(stderr, "diverge: serve: %s\n", err.msg);
+        stop_scm(srv);
         controller_free(srv->controller);
         meter_service_free(srv->meter);
         task_store_close(srv->store);
@@ -315,6 +414,7 @@ static int run(struct server *srv)
     atomic_store(&srv->shutting_down, true);
     task_store_wake(srv->store);
     http_stop(d);
+    stop_scm(srv);
     controller_free(srv->controller);
     meter_service_free(srv->meter);
     task_store_close(srv->store);

@@ -11,7 +11,9 @@
 
 #include "common/buf.h"
 #include "common/err.h"
+#include "bot/bot.h"
 #include "controller/controller.h"
+#include "scm/scm.h"
 #include "meter/meter.h"
 #include "store/store.h"
 
@@ -31,6 +33,15 @@ struct server_config {
     char *default_budget_usd;     /* decimal dollars for tasks without spec.budgetUSD */
     char *default_budget_tokens;  /* tokens for tasks without spec.budgetTokens */
     char *default_max_iterations; /* for comment-made tasks */
+    char *github_webhook_secret;  /* comma-separated; NULL: GitHub deliveries get 503 */
+    char *github_api_url;         /* REST base */
+    char *github_app_id;          /* GitHub App auth, with github_app_key_file */
+    char *github_app_key_file;
+    char *bot_login;              /* the bot's own login; NULL: asked from the API */
+    char *namespace_;             /* namespace of comment-made tasks; NULL: per project */
+    char *notifier_provider;      /* github | gitlab | none; NULL: every one with creds */
+    char *github_min_fix;         /* permission tiers */
+    char *github_min_budget;
 };
 
 struct server {
@@ -41,9 +52,14 @@ struct server {
     char *base_url;                /* owned; public base URL */
     struct meter_service *meter;   /* owned */
     struct controller *controller; /* owned */
+    struct scm_registry scm;       /* owned providers */
+    struct scm_outbox *outbox;     /* owned */
+    struct bot *bot;               /* owned */
     int64_t default_budget_usd;    /* micro-dollars, parsed from the config */
     int64_t default_budget_tokens;
     int64_t default_max_iterations;
+    enum scm_level min_fix;        /* permission tiers of the bot */
+    enum scm_level min_budget;
     atomic_bool shutting_down;     /* set on SIGTERM: watch streams end */
 };
 
@@ -103,6 +119,7 @@ int api_task_status_patch(struct request *r);
 int api_task_status_put(struct request *r);
 int api_task_token(struct request *r);
 int api_meter(struct request *r);
+int api_webhook_github(struct request *r);
 int api_env_list(struct request *r);
 int api_env_get(struct request *r);
 int api_discovery_api(struct request *r);

@@ -1,0 +1,268 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Applying one comment's commands to its PR's task, inside one store transaction: the
+ * change, the reaction and the reply are queued and the inbox entry is marked done
+ * together, so a crash anywhere applies the comment once or not at all. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "bot/bot_apply.h"
+#include "common/money.h"
+
+#define ANN_PROVIDER "divergedev.com/provider"
+#define ANN_PROJECT "divergedev.com/project"
+#define ANN_PR "divergedev.com/pr-number"
+#define ANN_MR "divergedev.com/mr-iid"
+
+static int queue(struct task_txn *tx, const struct inbox_entry *e, const char *kind,
+                 const char *target, const char *body, struct err *err)
+{
+    struct outbox_entry o;
+
+    memset(&o, 0, sizeof(o));
+    snprintf(o.provider, sizeof(o.provider), "%s", e->provider);
+    snprintf(o.kind, sizeof(o.kind), "%s", kind);
+    o.project = e->project;
+    o.number = e->number;
+    o.target = (char *)(uintptr_t)target;
+    o.body = (char *)(uintptr_t)body;
+    o.installation_id = e->installation_id;
+    return task_txn_outbox_add(NULL, tx, &o, err);
+}
+
+int bot_queue_reply(struct task_txn *tx, const struct inbox_entry *e, const char *text,
+                    struct err *err)
+{
+    return queue(tx, e, "comment", NULL, text, err);
+}
+
+static json_t *string_list(char **items, size_t n)
+{
+    json_t *arr = json_array();
+
+    for (size_t i = 0; i < n; i++) {
+        json_array_append_new(arr, json_string(items[i]));
+    }
+    return arr;
+}
+
+/* The spec of a new task made by `/diverge fix`: the PR head is both the branch to clone
+ * and the one to push to; budgets and limits from agent.yaml, else the server defaults. */
+static json_t *new_task(const struct bot_input *in, const char *objective)
+{
+    const struct config_agent *a = in->agent;
+    const struct bot_config *cfg = in->cfg;
+    char money[MONEY_STR_MAX], num[32];
+    bool gitlab = strcmp(in->entry->provider, "gitlab") == 0;
+    json_t *spec, *obj;
+
+    money_format(money, a != NULL && a->has_budget_usd ? a->budget_usd_micros
+                                                       : cfg->default_budget_usd);
+    spec = json_pack("{s:s, s:{s:s, s:s, s:s}, s:s, s:I, s:I}", "objective", objective,
+                     "repository", "url", in->pull->clone_url, "baseBranch",
+                     in->pull->head_ref, "workingBranch", in->pull->head_ref, "budgetUSD",
+                     money, "budgetTokens",
+                     (json_int_t)(a != NULL && a->has_budget_tokens ? a->budget_tokens
+                                                                    : cfg->default_budget_tokens),
+                     "maxIterations",
+                     (json_int_t)(a != NULL && a->has_max_iterations
+                                      ? a->max_iterations
+                                      : cfg->default_max_iterations));
+    if (a != NULL && a->has_capabilities && a->n_capabilities > 0) {
+        json_object_set_new(spec, "capabilities", string_list(a->capabilities, a->n_capabilities));
+    }
+    if (a != NULL && a->has_allowed_tools && a->n_allowed_tools > 0) {
+        json_object_set_new(spec, "allowedTools",
+                            string_list(a->allowed_tools, a->n_allowed_tools));
+    }
+    if (a != NULL && (a->sandbox_provider != NULL || a->has_sandbox_timeout)) {
+        json_t *sb = json_object();
+        if (a->sandbox_provider != NULL) {
+            json_object_set_new(sb, "provider", json_string(a->sandbox_provider));
+        }
+        if (a->has_sandbox_timeout) {
+            json_object_set_new(sb, "timeoutSeconds", json_integer(a->sandbox_timeout_s));
+        }
+        json_object_set_new(spec, "sandbox", sb);
+    }
+    snprintf(num, sizeof(num), "%lld", (long long)in->entry->number);
+    obj = json_pack("{s:s, s:s, s:{s:s, s:s, s:{s:s, s:s, s:s}}, s:o}", "apiVersion",
+                    TASK_API_VERSION, "kind", TASK_KIND, "metadata", "name", in->task,
+                    "namespace", in->ns, "annotations", ANN_PROVIDER, in->entry->provider,
+                    ANN_PROJECT, in->entry->project, gitlab ? ANN_MR : ANN_PR, num, "spec",
+                    spec);
+    return obj;
+}
+
+static int apply_fix(struct task_txn *tx, struct bot_input *in, const char *objective,
+                     struct err *err)
+{
+    json_t *doc = NULL, *raw, *norm = NULL;
+    int rc = task_txn_get(&doc, tx, in->ns, in->task, err);
+
+    if (rc == E_OK) {
+        /* The task exists: a new objective (and the PR head, which may have moved). */
+        json_t *spec = json_object_get(doc, "spec");
+        json_t *repo = json_object_get(spec, "repository");
+        json_object_set_new(spec, "objective", json_string(objective));
+        if (in->pull != NULL && json_is_object(repo)) {
+            json_object_set_new(repo, "url", json_string(in->pull->clone_url));
+            json_object_set_new(repo, "baseBranch", json_string(in->pull->head_ref));
+            json_object_set_new(repo, "workingBranch", json_string(in->pull->head_ref));
+        }
+        rc = task_validate(doc, err);
+        if (rc == E_OK) {
+            rc = task_txn_put(tx, doc, err);
+        }
+        json_decref(doc);
+        return rc;
+    }
+    if (rc != E_NOTFOUND) {
+        return rc;
+    }
+    raw = new_task(in, objective);
+    rc = task_normalize_new(&norm, raw, in->ns, err);
+    if (rc == E_OK) {
+        rc = task_txn_create(NULL, tx, norm, err);
+    }
+    json_decref(raw);
+    json_decref(norm);
+    return rc;
+}
+
+/* Raises spec.budgetUSD / budgetTokens from their effective values (SPEC §7). */
+static void bump(json_t *spec, const struct slashcmd *c, const struct bot_config *cfg)
+{
+    if (c->has_usd) {
+        int64_t cur = 0;
+        char money[MONEY_STR_MAX];
+        const char *s = json_string_value(json_object_get(spec, "budgetUSD"));
+        if (s == NULL || money_parse(&cur, NULL, s, NULL) != E_OK || cur <= 0) {
+            cur = cfg->default_budget_usd;
+        }
+        money_format(money, cur > INT64_MAX - c->usd_micros ? INT64_MAX : cur + c->usd_micros);
+        json_object_set_new(spec, "budgetUSD", json_string(money));
+    }
+    if (c->has_tokens) {
+        json_int_t cur = json_integer_value(json_object_get(spec, "budgetTokens"));
+        if (cur <= 0) {
+            cur = cfg->default_budget_tokens;
+        }
+        json_object_set_new(spec, "budgetTokens",
+                            json_integer(cur > INT64_MAX - c->tokens ? INT64_MAX
+                                                                     : cur + c->tokens));
+    }
+}
+
+/* guide, budget, pause, resume on the existing task. E_NOTFOUND when there is none. */
+static int apply_change(struct task_txn *tx, struct bot_input *in, const struct slashcmd *c,
+                        struct err *err)
+{
+    json_t *doc = NULL, *spec, *md, *ann;
+    int rc = task_txn_get(&doc, tx, in->ns, in->task, err);
+
+    if (rc != E_OK) {
+        return rc;
+    }
+    spec = json_object_get(doc, "spec");
+    md = json_object_get(doc, "metadata");
+    switch (c->verb) {
+    case SLASHCMD_GUIDE:
+        ann = json_object_get(md, "annotations");
+        if (!json_is_object(ann)) {
+            ann = json_object();
+            json_object_set_new(md, "annotations", ann);
+        }
+        json_object_set_new(ann, TASK_ANN_GUIDANCE, json_string(c->text));
+        break;
+    case SLASHCMD_BUDGET:
+        bump(spec, c, in->cfg);
+        break;
+    case SLASHCMD_PAUSE:
+        json_object_set_new(spec, "suspended", json_true());
+        break;
+    case SLASHCMD_RESUME:
+        bump(spec, c, in->cfg);
+        json_object_set_new(spec, "suspended", json_false());
+        break;
+    default:
+        break;
+    }
+    rc = task_validate(doc, err);
+    if (rc == E_OK) {
+        rc = task_txn_put(tx, doc, err);
+    }
+    json_decref(doc);
+    return rc;
+}
+
+static void reply_no_task(struct buf *reply, const struct bot_input *in, const struct slashcmd *c)
+{
+    buf_printf(reply,
+               "@%s there is no task on this %s yet, so `/diverge %s` changed nothing; "
+               "`/diverge fix <objective>` starts one.\n\n",
+               in->entry->author, strcmp(in->entry->provider, "gitlab") == 0 ? "merge request"
+                                                                              : "pull request",
+               slashcmd_verb_name(c->verb));
+}
+
+static int apply_commands(struct task_txn *tx, struct bot_input *in, struct buf *reply,
+                          struct err *err)
+{
+    int rc = E_OK;
+
+    for (size_t i = 0; i < in->cmds->len && rc == E_OK; i++) {
+        const struct slashcmd *c = &in->cmds->cmds[i];
+        switch (c->verb) {
+        case SLASHCMD_FIX:
+            rc = apply_fix(tx, in, c->text, err);
+            in->accepted = in->accepted || rc == E_OK;
+            break;
+        case SLASHCMD_STATUS:
+            buf_puts(reply, in->status_table != NULL ? in->status_table : "");
+            buf_puts(reply, "\n");
+            break;
+        case SLASHCMD_HELP:
+            buf_puts(reply, slashcmd_help_markdown());
+            buf_puts(reply, "\n");
+            break;
+        default:
+            rc = apply_change(tx, in, c, err);
+            if (rc == E_NOTFOUND) {
+                reply_no_task(reply, in, c);
+                rc = E_OK;
+            } else if (rc == E_OK) {
+                in->accepted = true;
+            }
+            break;
+        }
+    }
+    return rc;
+}
+
+int bot_apply_txn(struct task_txn *tx, void *userdata)
+{
+    struct bot_input *in = userdata;
+    const struct inbox_entry *e = in->entry;
+    struct buf reply;
+    struct err err = {0};
+    int rc = E_OK;
+
+    buf_init(&reply, 0);
+    in->accepted = false;
+    if (in->refusal != NULL) {
+        buf_puts(&reply, in->refusal);
+    } else if (in->cmds != NULL) {
+        rc = apply_commands(tx, in, &reply, &err);
+    }
+    if (rc == E_OK && in->accepted) {
+        rc = queue(tx, e, "react", e->comment_id, "+1", &err);
+    }
+    if (rc == E_OK && reply.len > 0) {
+        rc = bot_queue_reply(tx, e, reply.data, &err);
+    }
+    if (rc == E_OK) {
+        rc = task_txn_inbox_done(tx, e->id, &err);
+    }
+    buf_cleanup(&reply);
+    return rc;
+}

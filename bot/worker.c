@@ -1,0 +1,449 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The bot worker thread: takes the next inbox entry, gathers what applying it needs from
+ * the SCM (permission, PR head, agent.yaml) outside any transaction, then applies it in
+ * one transaction (bot_apply.c). SCM trouble retries the entry later, in order. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/prctl.h>
+
+#include "bot/bot_apply.h"
+#include "common/log.h"
+#include "common/money.h"
+
+#define PERM_CACHE 256
+
+struct perm_entry {
+    char key[256];       /* provider/project/user */
+    enum scm_level level;
+    int64_t expires_ms;  /* 0 = empty slot */
+};
+
+struct bot {
+    struct task_store *store;          /* borrowed */
+    const struct scm_registry *reg;    /* borrowed */
+    struct bot_config cfg;
+    char *ns_override;                 /* owned copy of cfg.namespace_override */
+    struct perm_entry perms[PERM_CACHE];
+    atomic_bool stop;
+    pthread_t thread;
+};
+
+void bot_project_namespace(char out[64], const char *project)
+{
+    size_t n = 0;
+    uint64_t h = 1469598103934665603u;
+
+    for (const char *p = project; *p != '\0'; p++) {
+        char c = *p;
+        h = (h ^ (unsigned char)c) * 1099511628211u;
+        c = (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a') : c;
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'))) {
+            c = '-';
+        }
+        if (c == '-' && (n == 0 || out[n - 1] == '-')) {
+            continue; /* no leading or doubled dashes */
+        }
+        if (n < 63) {
+            out[n] = c;
+        }
+        n++;
+    }
+    if (n > 63) {
+        /* Too long: keep 56 characters and add a hash of the whole path. */
+        n = 56;
+        while (n > 0 && out[n - 1] == '-') {
+            n--;
+        }
+        snprintf(out + n, 64 - n, "-%06x", (unsigned)(h & 0xffffff));
+        return;
+    }
+    while (n > 0 && out[n - 1] == '-') {
+        n--;
+    }
+    if (n == 0) {
+        out[n++] = 'p';
+    }
+    out[n] = '\0';
+}
+
+/* --- permissions ------------------------------------------------------------------ */
+
+static enum scm_level required_level(const struct bot *b, const struct slashcmd_list *cmds)
+{
+    enum scm_level need = SCM_LEVEL_NONE;
+
+    for (size_t i = 0; i < cmds->len; i++) {
+        const struct slashcmd *c = &cmds->cmds[i];
+        enum scm_level l = SCM_LEVEL_NONE;
+        switch (c->verb) {
+        case SLASHCMD_FIX:
+        case SLASHCMD_GUIDE:
+        case SLASHCMD_PAUSE:
+            l = b->cfg.min_fix;
+            break;
+        case SLASHCMD_RESUME:
+            l = c->has_usd || c->has_tokens ? b->cfg.min_budget : b->cfg.min_fix;
+            break;
+        case SLASHCMD_BUDGET:
+            l = b->cfg.min_budget;
+            break;
+        case SLASHCMD_STATUS:
+        case SLASHCMD_HELP:
+            break;
+        }
+        need = l > need ? l : need;
+    }
+    return need;
+}
+
+static const char *first_needing(const struct slashcmd_list *cmds, enum scm_level need,
+                                 const struct bot *b)
+{
+    for (size_t i = 0; i < cmds->len; i++) {
+        struct slashcmd_list one = {.cmds = &cmds->cmds[i], .len = 1};
+        if (required_level(b, &one) >= need) {
+            return slashcmd_verb_name(cmds->cmds[i].verb);
+        }
+    }
+    return "this command";
+}
+
+/* The commenter's level: GitHub's author_association OWNER/MEMBER/COLLABORATOR counts as
+ * write without a call (it under-reports, never over-reports); anything more comes from
+ * the permission API, cached for cfg.permission_ttl_ms. */
+static int level_of(enum scm_level *out, struct bot *b, struct scm_provider *p,
+                    const struct inbox_entry *e, enum scm_level need, struct err *err)
+{
+    const char *assoc = e->author_association;
+    struct scm_ref ref = {.project = e->project, .number = e->number,
+                          .installation_id = e->installation_id};
+    int64_t now = clock_now_ms(clock_system());
+    struct perm_entry *slot;
+    char key[256];
+    uint64_t h = 1469598103934665603u;
+    int rc;
+
+    if (assoc != NULL && need <= SCM_LEVEL_WRITE &&
+        (strcmp(assoc, "OWNER") == 0 || strcmp(assoc, "MEMBER") == 0 ||
+         strcmp(assoc, "COLLABORATOR") == 0)) {
+        *out = SCM_LEVEL_WRITE;
+        return E_OK;
+    }
+    snprintf(key, sizeof(key), "%s/%s/%s", e->provider, e->project, e->author);
+    for (const char *k = key; *k != '\0'; k++) {
+        h = (h ^ (unsigned char)*k) * 1099511628211u;
+    }
+    slot = &b->perms[h % PERM_CACHE];
+    if (slot->expires_ms > now && strcmp(slot->key, key) == 0) {
+        *out = slot->level;
+        return E_OK;
+    }
+    rc = p->ops->permission_of(out, p, &ref, e->author, e->author_id, NULL, err);
+    if (rc == E_OK) {
+        snprintf(slot->key, sizeof(slot->key), "%s", key);
+        slot->level = *out;
+        slot->expires_ms = now + b->cfg.permission_ttl_ms;
+    }
+    return rc;
+}
+
+/* --- gathering ---------------------------------------------------------------------- */
+
+static bool has_verb(const struct slashcmd_list *cmds, enum slashcmd_verb v)
+{
+    for (size_t i = 0; cmds != NULL && i < cmds->len; i++) {
+        if (cmds->cmds[i].verb == v) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* The PR head: from the payload when it carried it (GitLab), else the SCM's API. */
+static int head_of(struct scm_pull *out, struct scm_provider *p, const struct inbox_entry *e,
+                   struct err *err)
+{
+    json_t *extra = e->extra != NULL ? json_loads(e->extra, 0, NULL) : NULL;
+    const char *ref = json_string_value(json_object_get(extra, "head_ref"));
+    const char *url = json_string_value(json_object_get(extra, "clone_url"));
+    struct scm_ref sref = {.project = e->project, .number = e->number,
+                           .installation_id = e->installation_id};
+    int rc = E_OK;
+
+    memset(out, 0, sizeof(*out));
+    if (ref != NULL && url != NULL) {
+        out->head_ref = xstrdup(ref);
+        out->clone_url = xstrdup(url);
+    } else {
+        rc = p->ops->pull_info(out, p, &sref, NULL, err);
+    }
+    json_decref(extra);
+    return rc;
+}
+
+static char *status_table(struct bot *b, const struct bot_input *in)
+{
+    json_t *items = NULL, *t;
+    int64_t rv;
+    size_t i, shown = 0;
+    struct buf out;
+
+    buf_init(&out, 0);
+    buf_printf(&out, "**Tasks of %s**\n\n| Task | Phase | Spend / budget | Tokens / budget | "
+                     "Preview |\n|---|---|---|---|---|\n",
+               in->entry->project);
+    if (task_store_list(&items, &rv, b->store, in->ns, NULL) == E_OK) {
+        json_array_foreach(items, i, t)
+        {
+            const json_t *md = json_object_get(t, "metadata");
+            const char *proj = json_string_value(
+                json_object_get(json_object_get(md, "annotations"), "divergedev.com/project"));
+            const json_t *spec = json_object_get(t, "spec"), *st = json_object_get(t, "status");
+            const char *prev = json_string_value(json_object_get(st, "previewUrl"));
+            if (proj == NULL || strcmp(proj, in->entry->project) != 0) {
+                continue;
+            }
+            buf_printf(&out, "| `%s` | %s | $%s / $%s | %lld / %lld | %s |\n",
+                       json_string_value(json_object_get(md, "name")),
+                       json_string_value(json_object_get(st, "phase")),
+                       json_string_value(json_object_get(st, "costUSD")),
+                       json_string_value(json_object_get(spec, "budgetUSD")) != NULL
+                           ? json_string_value(json_object_get(spec, "budgetUSD"))
+                           : "-",
+                       (long long)json_integer_value(json_object_get(st, "tokensConsumed")),
+                       (long long)json_integer_value(json_object_get(spec, "budgetTokens")),
+                       prev != NULL && prev[0] != '\0' ? prev : "—");
+            shown++;
+        }
+        json_decref(items);
+    }
+    if (shown == 0) {
+        buf_puts(&out, "| — | no tasks yet | | | |\n");
+    }
+    return buf_take(&out);
+}
+
+struct gathered {
+    struct slashcmd_list *cmds;
+    char *refusal;
+    struct scm_pull pull;
+    bool have_pull;
+    struct config_agent *agent;
+    char *status;
+};
+
+static void gathered_cleanup(struct gathered *g)
+{
+    slashcmd_list_free(g->cmds);
+    free(g->refusal);
+    scm_pull_cleanup(&g->pull);
+    config_agent_free(g->agent);
+    free(g->status);
+}
+
+/* Everything from the SCM before the transaction. E_AGAIN: try the entry again later. */
+static int gather(struct gathered *g, struct bot *b, struct scm_provider *p,
+                  const struct inbox_entry *e, const struct bot_input *in, struct err *err)
+{
+    struct err perr = {0};
+    enum scm_level need, have = SCM_LEVEL_NONE;
+    int rc;
+
+    if (slashcmd_parse(&g->cmds, e->body, strlen(e->body), &perr) != E_OK) {
+        g->refusal = xasprintf("@%s I could not read that command: %s. Nothing was changed.\n\n%s",
+                               e->author, perr.msg, slashcmd_help_markdown());
+        return E_OK;
+    }
+    need = required_level(b, g->cmds);
+    if (need > SCM_LEVEL_NONE) {
+        rc = level_of(&have, b, p, e, need, err);
+        if (rc != E_OK) {
+            return rc == E_AGAIN ? rc : E_AGAIN;
+        }
+        if (have < need) {
+            g->refusal = xasprintf("@%s `/diverge %s` needs the **%s** permission on %s "
+                                   "(you have **%s**). Nothing was changed.\n",
+                                   e->author, first_needing(g->cmds, need, b),
+                                   scm_level_name(need), e->project, scm_level_name(have));
+            return E_OK;
+        }
+    }
+    if (has_verb(g->cmds, SLASHCMD_FIX)) {
+        struct scm_ref ref = {.project = e->project, .number = e->number,
+                              .installation_id = e->installation_id};
+        char *yaml = NULL;
+        size_t ylen = 0;
+        rc = head_of(&g->pull, p, e, err);
+        if (rc != E_OK) {
+            return rc == E_NOTFOUND ? E_FAIL : E_AGAIN;
+        }
+        g->have_pull = true;
+        rc = p->ops->file_at(&yaml, &ylen, p, &ref, g->pull.head_ref, ".diverge/agent.yaml",
+                             NULL, err);
+        if (rc == E_OK &&
+            config_agent_load_mem(&g->agent, ".diverge/agent.yaml", yaml, ylen, &perr) != E_OK) {
+            g->refusal = xasprintf("@%s the repository's `.diverge/agent.yaml` on `%s` is not "
+                                   "valid: %s. Nothing was changed.\n",
+                                   e->author, g->pull.head_ref, perr.msg);
+        } else if (rc != E_OK && rc != E_NOTFOUND) {
+            free(yaml);
+            return E_AGAIN;
+        }
+        free(yaml);
+    }
+    if (g->refusal == NULL && has_verb(g->cmds, SLASHCMD_STATUS)) {
+        g->status = status_table(b, in);
+    }
+    return E_OK;
+}
+
+/* --- the loop ----------------------------------------------------------------------- */
+
+static bool ignored(struct scm_provider *p, const struct inbox_entry *e)
+{
+    const char *login = p->ops->bot_login(p);
+
+    /* Never answer ourselves: our own account, or a comment carrying the sticky marker. */
+    return (login != NULL && strcasecmp(login, e->author) == 0) ||
+           strstr(e->body, BOT_STICKY_MARKER) != NULL;
+}
+
+static int mark_done(struct task_txn *tx, void *userdata)
+{
+    return task_txn_inbox_done(tx, ((const struct inbox_entry *)userdata)->id, NULL);
+}
+
+static void give_up(struct bot *b, const struct inbox_entry *e, const char *why)
+{
+    log_kv(LOG_ERROR, "comment_failed", "provider", e->provider, "project", e->project,
+           "comment", e->comment_id, "error", why, NULL);
+    (void)task_store_inbox_retry(b->store, e->id, 0, true, why, NULL);
+}
+
+static void process(struct bot *b, const struct inbox_entry *e)
+{
+    struct scm_provider *p = scm_registry_get(b->reg, e->provider);
+    struct bot_input in;
+    struct gathered g;
+    struct err err = {0};
+    int rc;
+
+    if (p == NULL) {
+        give_up(b, e, "no provider configured for this comment");
+        return;
+    }
+    if (ignored(p, e)) {
+        (void)task_store_txn(b->store, mark_done, (void *)(uintptr_t)e, NULL);
+        return;
+    }
+    memset(&g, 0, sizeof(g));
+    memset(&in, 0, sizeof(in));
+    in.entry = e;
+    in.cfg = &b->cfg;
+    if (b->ns_override != NULL) {
+        snprintf(in.ns, sizeof(in.ns), "%s", b->ns_override);
+    } else {
+        bot_project_namespace(in.ns, e->project);
+    }
+    snprintf(in.task, sizeof(in.task), "fix-%s-%lld",
+             strcmp(e->provider, "gitlab") == 0 ? "mr" : "pr", (long long)e->number);
+    rc = gather(&g, b, p, e, &in, &err);
+    if (rc != E_OK) {
+        char delay[32];
+        if (e->attempts + 1 >= b->cfg.max_attempts) {
+            give_up(b, e, err.msg);
+        } else {
+            int64_t d = 1000LL << (e->attempts < 8 ? e->attempts : 8);
+            snprintf(delay, sizeof(delay), "%lld", (long long)d);
+            log_kv(LOG_WARN, "comment_retry", "project", e->project, "comment", e->comment_id,
+                   "delay_ms", delay, "error", err.msg, NULL);
+            (void)task_store_inbox_retry(b->store, e->id, d, false, err.msg, NULL);
+        }
+        gathered_cleanup(&g);
+        return;
+    }
+    in.cmds = g.cmds;
+    in.refusal = g.refusal;
+    in.pull = g.have_pull ? &g.pull : NULL;
+    in.agent = g.agent;
+    in.status_table = g.status;
+    rc = task_store_txn(b->store, bot_apply_txn, &in, &err);
+    if (rc == E_INVALID) {
+        /* The change itself was refused (e.g. an objective the task model rejects). */
+        char *msg = xasprintf("@%s that would make the task invalid: %s. Nothing was changed.\n",
+                              e->author, err.msg);
+        in.refusal = msg;
+        rc = task_store_txn(b->store, bot_apply_txn, &in, &err);
+        free(msg);
+    }
+    if (rc != E_OK) {
+        (void)task_store_inbox_retry(b->store, e->id, 2000, e->attempts + 1 >= b->cfg.max_attempts,
+                                     err.msg, NULL);
+    } else {
+        char n[32];
+        snprintf(n, sizeof(n), "%zu", g.cmds != NULL ? g.cmds->len : 0);
+        log_kv(LOG_INFO, "comment_applied", "provider", e->provider, "project", e->project,
+               "comment", e->comment_id, "author", e->author, "commands", n, "task", in.task,
+               "refused", g.refusal != NULL ? "true" : "false", NULL);
+    }
+    gathered_cleanup(&g);
+}
+
+static void *run(void *arg)
+{
+    struct bot *b = arg;
+
+    prctl(PR_SET_NAME, "bot", 0, 0, 0);
+    while (!atomic_load(&b->stop)) {
+        struct inbox_entry e;
+        int64_t gen = task_store_queue_gen(b->store, false);
+        int64_t wait = -1;
+
+        if (task_store_inbox_next(&e, &wait, b->store, NULL) == E_OK) {
+            process(b, &e);
+            inbox_entry_cleanup(&e);
+            continue;
+        }
+        task_store_queue_wait(b->store, false, gen, wait < 0 || wait > 1000 ? 1000 : wait);
+    }
+    return NULL;
+}
+
+int bot_new(struct bot **out, struct task_store *store, const struct scm_registry *registry,
+            const struct bot_config *cfg, struct err *err)
+{
+    struct bot *b = xcalloc(1, sizeof(*b));
+
+    *out = NULL;
+    b->store = store;
+    b->reg = registry;
+    b->cfg = *cfg;
+    if (cfg->namespace_override != NULL && cfg->namespace_override[0] != '\0') {
+        b->ns_override = xstrdup(cfg->namespace_override);
+    }
+    b->cfg.namespace_override = NULL;
+    atomic_init(&b->stop, false);
+    if (pthread_create(&b->thread, NULL, run, b) != 0) {
+        free(b->ns_override);
+        free(b);
+        return err_set(err, E_FAIL, "cannot start the bot worker");
+    }
+    *out = b;
+    return E_OK;
+}
+
+void bot_free(struct bot *b)
+{
+    if (b == NULL) {
+        return;
+    }
+    atomic_store(&b->stop, true);
+    task_store_wake(b->store);
+    pthread_join(b->thread, NULL);
+    free(b->ns_override);
+    free(b);
+}
