@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "bot/slashcmd.h"
+#include "common/jsonscan.h"
 #include "common/log.h"
 #include "scm/github/github.h"
 #include "server/server_int.h"
@@ -53,9 +54,13 @@ int api_webhook_github(struct request *r)
                               &err) != E_OK) {
         return http_send_error(r, 401, NULL, NULL, "%s", err.msg);
     }
-    /* Cheap rejection: a delivery without "/diverge" anywhere holds no command. */
+    /* Cheap rejection: a well-formed delivery without "/diverge" anywhere holds no
+     * command; the scanner checks the syntax without building anything. */
     if (event != NULL && strcmp(event, "issue_comment") == 0 &&
         !slashcmd_mentions(body, r->body.len)) {
+        if (jsonscan_check(body, r->body.len, &err) != E_OK) {
+            return http_send_error(r, 400, NULL, NULL, "payload is not JSON: %s", err.msg);
+        }
         return http_send_text(r, 204, "application/json", "");
     }
     if (github_webhook_parse(&kind, &e, &why, event, delivery, body, r->body.len, &err) !=

@@ -40,7 +40,12 @@ class Server:
         self.data_dir = data_dir or tempfile.mkdtemp(prefix="diverge-test-")
         self.args = list(args)
         self.env = dict(os.environ)
-        self.env.update(env or {})
+        for k, v in (env or {}).items():
+            # A value of None removes the variable.
+            if v is None:
+                self.env.pop(k, None)
+            else:
+                self.env[k] = v
         self.log_format = log_format
         self.proc = None
         self.url = None

@@ -5,6 +5,7 @@
 
 #include "common/buf.h"
 #include "common/clock.h"
+#include "common/jsonscan.h"
 #include "common/money.h"
 #include "tests/t_check.h"
 
@@ -110,6 +111,35 @@ TEST(rfc3339)
     clock_rfc3339(out, ms);
     CHECK_EQ_STR(out, "2026-11-29T10:00:00Z");
     CHECK_EQ_INT(clock_parse_rfc3339(&ms, "2026-11-29 10:00:00Z"), E_INVALID);
+}
+
+TEST(jsonscan_accepts_and_refuses)
+{
+    static const char *const good[] = {
+        "{}", "[]", " {\"a\" : [1, -2.5e+3, true, false, null, \"x\\u00e9\\n\"]} ", "0",
+        "\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\"", "[[[]]]", "{\"a\":{\"b\":{}}}",
+    };
+    static const char *const bad[] = {
+        "", " ", "{", "}", "[1,]", "{\"a\":}", "{\"a\" 1}", "{a:1}", "01", "1.", "-",
+        "1e", "tru", "nul", "\"abc", "\"\\x\"", "\"\\u12g4\"", "\"\x01\"", "{} {}",
+        "\"\xff\"", "\"\xc3\"", "\"\xed\xa0\x80\"", "[1 2]", "{\"a\":1,}",
+    };
+    for (size_t i = 0; i < ARRAY_LEN(good); i++) {
+        if (jsonscan_check(good[i], strlen(good[i]), NULL) != E_OK) {
+            t_fail(__FILE__, __LINE__, "refused good %zu: %s", i, good[i]);
+        }
+    }
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        if (jsonscan_check(bad[i], strlen(bad[i]), NULL) != E_INVALID) {
+            t_fail(__FILE__, __LINE__, "accepted bad %zu: %s", i, bad[i]);
+        }
+    }
+    /* Depth limit: 600 nested arrays. */
+    char deep[1300];
+    memset(deep, '[', 600);
+    memset(deep + 600, ']', 600);
+    CHECK_EQ_INT(jsonscan_check(deep, 1200, NULL), E_INVALID);
+    CHECK_OK(jsonscan_check(deep + 100, 1000, NULL));
 }
 
 T_MAIN

@@ -1,0 +1,40 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* libFuzzer target: GitHub webhook payloads. The parser must never crash, a parsed
+ * comment must carry every field the bot relies on, and the no-allocation syntax scanner
+ * (common/jsonscan) must accept whatever jansson accepts. */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/jsonscan.h"
+#include "scm/github/github.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    const char *body = (const char *)data;
+    enum github_event ev;
+    struct inbox_entry e;
+    const char *why = NULL;
+    json_t *j;
+
+    if (github_webhook_parse(&ev, &e, &why, "issue_comment", "d", body, size, NULL) == E_OK &&
+        ev == GITHUB_EVENT_COMMENT) {
+        ASSERT(e.project != NULL && e.comment_id != NULL && e.author != NULL && e.body != NULL);
+    }
+    inbox_entry_cleanup(&e);
+    {
+        /* Headers are NUL-terminated strings: fuzz the signature header as one too. */
+        char *sig = xstrndup(body, size < 200 ? size : 200);
+        (void)github_webhook_verify("a,b", sig, body, size, NULL);
+        free(sig);
+    }
+    j = json_loadb(body, size, JSON_DECODE_ANY, NULL);
+    if (j != NULL && memchr(body, '\0', size) == NULL) {
+        ASSERT(jsonscan_check(body, size, NULL) == E_OK);
+    }
+    json_decref(j);
+    return 0;
+}
