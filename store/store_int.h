@@ -23,6 +23,8 @@ struct event {
     bool suspended;           /* spec.suspended */
 };
 
+struct inbox_waiter;
+
 /* Cached prepared statements of the hot paths. */
 enum sqlst_stmt_id {
     SQLST_INSERT_TASK,
@@ -37,6 +39,7 @@ enum sqlst_stmt_id {
     SQLST_SAVEPOINT,
     SQLST_RELEASE,
     SQLST_ROLLBACK_TO,
+    SQLST_INBOX_INSERT,
     SQLST_COUNT,
 };
 
@@ -54,6 +57,10 @@ struct sqlite_store {
     pthread_cond_t outbox_cv;         /* an outbox entry was added, or wake() */
     int64_t inbox_gen;                /* bumped on every inbox add (and wake) */
     int64_t outbox_gen;               /* bumped on every outbox add (and wake) */
+    pthread_mutex_t gc_mu;            /* the inbox group-commit queue (store_queue.c) */
+    struct inbox_waiter *gc_head;     /* queued inbox adds, oldest first */
+    struct inbox_waiter *gc_tail;
+    bool gc_leader;                   /* a request is writing a batch */
 };
 
 

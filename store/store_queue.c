@@ -2,6 +2,7 @@
 /* The durable inbox (comments accepted from SCMs, applied by the bot exactly once) and
  * outbox (calls to make at SCMs, retried until they succeed). Both hand out work in
  * arrival order per PR/MR, so commands and replies keep the reviewer's order. */
+#include <semaphore.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -68,46 +69,135 @@ static int run(struct sqlite_store *s, const char *sql, int64_t a, int64_t b, co
 
 /* --- inbox ------------------------------------------------------------------------ */
 
-int task_store_inbox_add(bool *duplicate_out, struct task_store *st, const struct inbox_entry *e,
-                         struct err *err)
+/* Group commit of inbox inserts: concurrent webhook requests queue their entry; one of
+ * them (the leader) writes every queued entry in ONE transaction, then hands leadership
+ * to the next queued request. Each request still gets its own answer, after the fsync'd
+ * COMMIT that holds its entry. */
+struct inbox_waiter {
+    const struct inbox_entry *e; /* borrowed */
+    bool dup;                    /* out */
+    int rc;                      /* out */
+    struct err err;              /* out */
+    bool lead;                   /* this request runs the next batch */
+    sem_t done;                  /* posted when answered or made leader */
+    struct inbox_waiter *next;
+};
+
+static int insert_one(struct sqlite_store *s, struct inbox_waiter *w, int64_t now)
 {
-    struct sqlite_store *s = to_sqlite(st);
+    const struct inbox_entry *e = w->e;
     sqlite3_stmt *q = NULL;
-    int64_t now = clock_now_ms(st->clock);
+    int rc = sqlst_stmt(&q, s, SQLST_INBOX_INSERT, &w->err);
+
+    if (rc != E_OK) {
+        return rc;
+    }
+    sqlite3_bind_text(q, 1, e->provider, -1, SQLITE_STATIC);
+    bind_opt(q, 2, e->delivery_id);
+    sqlite3_bind_text(q, 3, e->project, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(q, 4, e->number);
+    sqlite3_bind_text(q, 5, e->comment_id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 6, e->author, -1, SQLITE_STATIC);
+    bind_opt(q, 7, e->author_association);
+    sqlite3_bind_int64(q, 8, e->author_id);
+    sqlite3_bind_int64(q, 9, e->installation_id);
+    sqlite3_bind_text(q, 10, e->body, -1, SQLITE_STATIC);
+    bind_opt(q, 11, e->extra);
+    sqlite3_bind_int64(q, 12, now);
+    rc = sqlst_step_done(s, q, "inbox add", &w->err);
+    w->dup = rc == E_OK && sqlite3_changes(s->db) == 0;
+    return rc;
+}
+
+static void run_batch(struct sqlite_store *s, struct inbox_waiter *batch, struct inbox_waiter *self)
+{
+    int64_t now = clock_now_ms(s->base.clock);
+    struct err err = {0};
+    bool added = false;
     int rc;
 
-    *duplicate_out = false;
     pthread_mutex_lock(&s->mu);
-    rc = sqlst_prepare(&q, s,
-                       "INSERT OR IGNORE INTO inbox(provider,delivery_id,project,number,"
-                       "comment_id,author,author_association,author_id,installation_id,body,"
-                       "extra,next_ms,received_ms) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,"
-                       "?12,?12)",
-                       err);
-    if (rc == E_OK) {
-        sqlite3_bind_text(q, 1, e->provider, -1, SQLITE_STATIC);
-        bind_opt(q, 2, e->delivery_id);
-        sqlite3_bind_text(q, 3, e->project, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(q, 4, e->number);
-        sqlite3_bind_text(q, 5, e->comment_id, -1, SQLITE_STATIC);
-        sqlite3_bind_text(q, 6, e->author, -1, SQLITE_STATIC);
-        bind_opt(q, 7, e->author_association);
-        sqlite3_bind_int64(q, 8, e->author_id);
-        sqlite3_bind_int64(q, 9, e->installation_id);
-        sqlite3_bind_text(q, 10, e->body, -1, SQLITE_STATIC);
-        bind_opt(q, 11, e->extra);
-        sqlite3_bind_int64(q, 12, now);
-        /* Autocommit: synchronous=FULL makes it durable before we answer 202. */
-        rc = sqlst_step_done(s, q, "inbox add", err);
-        *duplicate_out = rc == E_OK && sqlite3_changes(s->db) == 0;
-        sqlite3_finalize(q);
+    rc = sqlst_exec(s, "BEGIN IMMEDIATE", &err);
+    for (struct inbox_waiter *w = batch; w != NULL; w = w->next) {
+        w->rc = rc == E_OK ? insert_one(s, w, now) : rc;
+        added = added || (w->rc == E_OK && !w->dup);
     }
-    if (rc == E_OK && !*duplicate_out) {
+    if (rc == E_OK) {
+        rc = sqlst_exec(s, "COMMIT", &err);
+        if (rc != E_OK) {
+            (void)sqlst_exec(s, "ROLLBACK", NULL);
+        }
+    }
+    if (rc != E_OK) {
+        /* Nothing of this batch is durable: nobody is told otherwise. */
+        for (struct inbox_waiter *w = batch; w != NULL; w = w->next) {
+            w->rc = rc;
+            w->err = err;
+        }
+        added = false;
+    }
+    if (added) {
         s->inbox_gen++;
         pthread_cond_broadcast(&s->inbox_cv);
     }
     pthread_mutex_unlock(&s->mu);
-    return rc;
+    for (struct inbox_waiter *w = batch; w != NULL;) {
+        struct inbox_waiter *next = w->next; /* W lives on its waiter's stack */
+        if (w != self) {
+            sem_post(&w->done);
+        }
+        w = next;
+    }
+}
+
+int task_store_inbox_add(bool *duplicate_out, struct task_store *st, const struct inbox_entry *e,
+                         struct err *err)
+{
+    struct sqlite_store *s = to_sqlite(st);
+    struct inbox_waiter w;
+
+    memset(&w, 0, sizeof(w));
+    w.e = e;
+    sem_init(&w.done, 0, 0);
+    pthread_mutex_lock(&s->gc_mu);
+    if (s->gc_tail != NULL) {
+        s->gc_tail->next = &w;
+    } else {
+        s->gc_head = &w;
+    }
+    s->gc_tail = &w;
+    if (!s->gc_leader) {
+        s->gc_leader = true;
+        w.lead = true;
+    }
+    pthread_mutex_unlock(&s->gc_mu);
+    if (!w.lead) {
+        while (sem_wait(&w.done) != 0) {
+        }
+    }
+    if (w.lead) {
+        struct inbox_waiter *batch;
+        pthread_mutex_lock(&s->gc_mu);
+        batch = s->gc_head;
+        s->gc_head = s->gc_tail = NULL;
+        pthread_mutex_unlock(&s->gc_mu);
+        run_batch(s, batch, &w);
+        /* Hand over: the oldest request that queued meanwhile leads the next batch. */
+        pthread_mutex_lock(&s->gc_mu);
+        if (s->gc_head != NULL) {
+            s->gc_head->lead = true;
+            sem_post(&s->gc_head->done);
+        } else {
+            s->gc_leader = false;
+        }
+        pthread_mutex_unlock(&s->gc_mu);
+    }
+    sem_destroy(&w.done);
+    *duplicate_out = w.dup;
+    if (w.rc != E_OK && err != NULL) {
+        *err = w.err;
+    }
+    return w.rc;
 }
 
 /* The oldest due pending row of TABLE whose PR has no older pending row; or the time to

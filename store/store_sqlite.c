@@ -226,6 +226,10 @@ static const char *const g_stmt_sql[SQLST_COUNT] = {
     [SQLST_SAVEPOINT] = "SAVEPOINT job",
     [SQLST_RELEASE] = "RELEASE job",
     [SQLST_ROLLBACK_TO] = "ROLLBACK TO job",
+    [SQLST_INBOX_INSERT] = "INSERT OR IGNORE INTO inbox(provider,delivery_id,project,number,"
+                           "comment_id,author,author_association,author_id,installation_id,"
+                           "body,extra,next_ms,received_ms) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,"
+                           "?10,?11,?12,?12)",
 };
 
 int sqlst_stmt(sqlite3_stmt **out, struct sqlite_store *s, enum sqlst_stmt_id id,
@@ -694,6 +698,7 @@ static void sqlite_close(struct task_store *st)
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->changed);
     pthread_cond_destroy(&s->inbox_cv);
+    pthread_mutex_destroy(&s->gc_mu);
     pthread_cond_destroy(&s->outbox_cv);
     free(s);
 }
@@ -726,6 +731,7 @@ int task_store_sqlite_open(struct task_store **out, const char *path, const stru
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->changed, NULL);
     pthread_cond_init(&s->inbox_cv, NULL);
+    pthread_mutex_init(&s->gc_mu, NULL);
     pthread_cond_init(&s->outbox_cv, NULL);
     s->cache = json_object();
     rc = sqlite3_open_v2(path, &s->db,

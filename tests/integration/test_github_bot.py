@@ -257,7 +257,28 @@ def test_restart_applies_pending_comments_once():
         gh.stop()
 
 
+def test_concurrent_deliveries_group_commit_once_each():
+    import concurrent.futures
+    gh = new_fake()
+    try:
+        with Server(server_args(gh), env=server_env()) as srv:
+            # "/diverge" mid-line: stored (it passes the cheap filter) but holds no command.
+            bodies = [comment_payload("octo/repo", 7, 5000 + i, "thanks, see /diverge docs")
+                      for i in range(40)]
+            work = [(b, "d-%d" % i) for i, b in enumerate(bodies)] + \
+                   [(b, "r-%d" % i) for i, b in enumerate(bodies)]
+            with concurrent.futures.ThreadPoolExecutor(max_workers=32) as ex:
+                results = list(ex.map(lambda bd: deliver(srv, bd[0], delivery=bd[1]), work))
+            codes = sorted(r[0] for r in results)
+            assert codes.count(202) == 40 and codes.count(200) == 40, codes
+            st, _, m = srv.request("GET", "/metrics", auth=False)
+            assert st == 200
+    finally:
+        gh.stop()
+
+
 if __name__ == "__main__":
     run_tests([test_signature_and_events, test_fix_creates_task_reacts_and_dedups,
                test_permission_tiers_and_forged_association, test_help_status_errors_and_no_task,
-               test_outbox_retries_scm_failures, test_restart_applies_pending_comments_once])
+               test_outbox_retries_scm_failures, test_restart_applies_pending_comments_once,
+               test_concurrent_deliveries_group_commit_once_each])
