@@ -256,6 +256,15 @@ static inline int task_store_txn(struct task_store *st, task_txn_fn fn, void *us
     return st->ops->txn(st, fn, userdata, err);
 }
 
+/* Totals over every task, for metrics. */
+struct task_totals {
+    double cost_usd;        /* sum of status.costUSD (a float: for display only) */
+    int64_t tokens;         /* sum of status.tokensConsumed */
+};
+
+/* Fills *out; E_FAIL on database errors. */
+int task_store_totals(struct task_totals *out, struct task_store *st, struct err *err);
+
 /* --- inside a transaction (only valid during the task_txn_fn call) ------------------ */
 
 /* *out: a new reference to the stored task, SHARED with the store's cache of parsed tasks

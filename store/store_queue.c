@@ -504,3 +504,24 @@ void task_store_queue_wait(struct task_store *st, bool outbox, int64_t since_gen
     }
     pthread_mutex_unlock(&s->mu);
 }
+
+int task_store_totals(struct task_totals *out, struct task_store *st, struct err *err)
+{
+    struct sqlite_store *s = to_sqlite(st);
+    sqlite3_stmt *q = NULL;
+    int rc;
+
+    memset(out, 0, sizeof(*out));
+    pthread_mutex_lock(&s->mu);
+    rc = sqlst_prepare(&q, s,
+                       "SELECT total(CAST(json_extract(doc,'$.status.costUSD') AS REAL)), "
+                       "total(json_extract(doc,'$.status.tokensConsumed')) FROM tasks",
+                       err);
+    if (rc == E_OK && sqlite3_step(q) == SQLITE_ROW) {
+        out->cost_usd = sqlite3_column_double(q, 0);
+        out->tokens = (int64_t)sqlite3_column_double(q, 1);
+    }
+    sqlite3_finalize(q);
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}

@@ -44,6 +44,10 @@ def test_health_ready_metrics():
         assert 'diverge_http_requests_total{route="tasks.create",code="201"} 1' in text, text
         assert 'diverge_http_request_duration_seconds_bucket{route="tasks.create",le="+Inf"} 1' in text
         assert 'diverge_tasks{phase="Pending"} 1' in text
+        for name in ("diverge_spend_usd", "diverge_inbox_pending", "diverge_outbox_pending",
+                     "diverge_scm_calls_total", "diverge_scm_rate_limit_waits_total",
+                     "diverge_meter_requests_total"):
+            assert "\n" + name + " " in text, name
 
 
 def test_create_get_list_roundtrip():
