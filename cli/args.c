@@ -33,6 +33,8 @@ static const struct opt_def opt_defs[CLI_OPT_COUNT] = {
     [CLI_OPT_DRAFT_PR] = {"draft-pr", 0, false},
     [CLI_OPT_FORCE] = {"force", 0, false},
     [CLI_OPT_FOLLOW] = {"follow", 'f', false},
+    [CLI_OPT_AS] = {"as", 0, true},
+    [CLI_OPT_PERMISSION] = {"permission", 0, true},
 };
 
 /* Finds the option written as ARG ("--name[=v]" or "-x[v]"); *inline_out points at an

@@ -42,6 +42,8 @@ enum cli_opt_id {
     CLI_OPT_DRAFT_PR,
     CLI_OPT_FORCE,
     CLI_OPT_FOLLOW,
+    CLI_OPT_AS,
+    CLI_OPT_PERMISSION,
     CLI_OPT_COUNT,
 };
 
@@ -179,5 +181,7 @@ int cli_task_main(int argc, char **argv);
 
 /* `diverge token ...`. */
 int cli_token_main(int argc, char **argv);
+/* `diverge local ...` (cmd_local.c). */
+int cli_local_main(int argc, char **argv);
 
 #endif

@@ -17,6 +17,7 @@ static const char usage[] =
     "  task       create and manage agent tasks (init, create, list, status, logs, guide,\n"
     "             pause, resume, token)\n"
     "  token      inspect a capability token\n"
+    "  local      comment on a local PR thread and read it back (the offline SCM)\n"
     "  version    print the version\n"
     "  help       show help for a command\n" CLI_GLOBAL_HELP "\n"
     "Exit codes: 0 success, 1 the operation failed, 2 usage error, 3 server unreachable.\n";
@@ -47,6 +48,7 @@ static const struct cli_cmd commands[] = {
     {"serve", 0, 0, cmd_serve, NULL, 0, NULL},
     {"task", 0, 0, cli_task_main, NULL, 0, NULL},
     {"token", 0, 0, cli_token_main, NULL, 0, NULL},
+    {"local", 0, 0, cli_local_main, NULL, 0, NULL},
     {"version", 0, 0, NULL, cmd_version, 0, "Usage: diverge version\n\nPrints the version.\n"},
     {"help", 0, 2, NULL, cmd_help, 0,
      "Usage: diverge help [COMMAND [SUBCOMMAND]]\n\nShows help for a command.\n"},

@@ -4,12 +4,14 @@
  * and keeping content-creating calls under a per-minute budget per provider. */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <time.h>
 
 #include "common/log.h"
+#include "scm/render.h"
 #include "scm/scm.h"
 
 #define WINDOW_MS 60000
@@ -56,7 +58,8 @@ int64_t scm_outbox_backoff(const struct scm_outbox_config *cfg, int attempts,
 static bool content_creating(const struct outbox_entry *e)
 {
     return strcmp(e->kind, "react") == 0 || strcmp(e->kind, "comment") == 0 ||
-           strcmp(e->kind, "edit") == 0 || strcmp(e->kind, "delete") == 0;
+           strcmp(e->kind, "edit") == 0 || strcmp(e->kind, "delete") == 0 ||
+           strcmp(e->kind, "sticky") == 0;
 }
 
 static struct rate_window *window_of(struct scm_outbox *o, const char *provider)
@@ -89,6 +92,67 @@ static void rate_note(struct rate_window *w, int64_t now)
     w->next = (w->next + 1) % RATE_SLOTS;
 }
 
+static bool is_sticky(const struct outbox_entry *e)
+{
+    return e->coalesce_key != NULL && strncmp(e->coalesce_key, "sticky/", 7) == 0;
+}
+
+/* Whether comment C is this task's sticky comment: by the bot, the marker on its first
+ * line, and the task's tag (the second line of BODY). */
+static bool is_ours(const struct scm_comment *c, const char *login, const char *tag)
+{
+    return (login == NULL || strcmp(c->author, login) == 0 || c->by_bot) &&
+           strncmp(c->body, SCM_STICKY_MARKER, strlen(SCM_STICKY_MARKER)) == 0 &&
+           tag[0] != '\0' && strstr(c->body, tag) != NULL;
+}
+
+/* Creates the task's sticky comment, or adopts the oldest one already there (after a crash
+ * between "created at the SCM" and "id stored", or a lost database row) and folds later
+ * duplicates away: never a second comment. *result_out: the comment id. */
+static int sticky(char **result_out, struct scm_provider *p, const struct scm_ref *ref,
+                  const char *body, struct scm_result *res, struct err *err)
+{
+    const char *nl = strchr(body, '\n');
+    const char *tag = nl != NULL ? nl + 1 : "";
+    const char *tag_end = strchr(tag, '\n');
+    size_t tag_len = tag_end != NULL ? (size_t)(tag_end - tag) : strlen(tag);
+    const char *login = p->ops->bot_login(p);
+    char *tag_line = xstrndup(tag, tag_len);
+    struct scm_comment *cs = NULL;
+    size_t n = 0, keep = SIZE_MAX;
+    int rc = p->ops->list_comments(&cs, &n, p, ref, res, err);
+
+    *result_out = NULL;
+    if (rc != E_OK) {
+        free(tag_line);
+        return rc;
+    }
+    for (size_t i = 0; i < n && rc == E_OK; i++) {
+        if (!is_ours(&cs[i], login, tag_line)) {
+            continue;
+        }
+        if (keep == SIZE_MAX) {
+            keep = i;
+        } else {
+            rc = p->ops->delete_comment(p, ref, cs[i].id, res, err);
+            rc = rc == E_NOTFOUND ? E_OK : rc;
+        }
+    }
+    if (rc == E_OK && keep != SIZE_MAX) {
+        if (strcmp(cs[keep].body, body) != 0) {
+            rc = p->ops->update_comment(p, ref, cs[keep].id, body, res, err);
+        }
+        if (rc == E_OK) {
+            *result_out = xstrdup(cs[keep].id);
+        }
+    } else if (rc == E_OK) {
+        rc = p->ops->post_comment(result_out, p, ref, body, res, err);
+    }
+    scm_comments_free(cs, n);
+    free(tag_line);
+    return rc;
+}
+
 static int call(char **result_out, struct scm_provider *p, const struct outbox_entry *e,
                 struct scm_result *res, struct err *err)
 {
@@ -102,8 +166,16 @@ static int call(char **result_out, struct scm_provider *p, const struct outbox_e
     if (strcmp(e->kind, "comment") == 0) {
         return p->ops->post_comment(result_out, p, &ref, e->body, res, err);
     }
+    if (strcmp(e->kind, "sticky") == 0) {
+        return sticky(result_out, p, &ref, e->body, res, err);
+    }
     if (strcmp(e->kind, "edit") == 0) {
-        return p->ops->update_comment(p, &ref, e->target, e->body, res, err);
+        int rc = p->ops->update_comment(p, &ref, e->target, e->body, res, err);
+        if (rc == E_NOTFOUND && is_sticky(e)) {
+            /* Someone deleted our sticky comment: make (or find) one again. */
+            return sticky(result_out, p, &ref, e->body, res, err);
+        }
+        return rc;
     }
     if (strcmp(e->kind, "delete") == 0) {
         return p->ops->delete_comment(p, &ref, e->target, res, err);
@@ -141,6 +213,7 @@ static int64_t process(struct scm_outbox *o, struct outbox_entry *e)
         wait = rate_wait(o, w, clock_now_ms(clk));
         if (wait > 0) {
             bump(o, &o->stats.rate_waits);
+            task_store_outbox_release(o->store);
             return wait;
         }
         rate_note(w, clock_now_ms(clk));
@@ -150,6 +223,10 @@ static int64_t process(struct scm_outbox *o, struct outbox_entry *e)
     snprintf(attempts, sizeof(attempts), "%d", e->attempts + 1);
     snprintf(status, sizeof(status), "%d", res.status);
     if (rc == E_OK) {
+        if (is_sticky(e)) {
+            (void)task_store_sticky_sent(o->store, e->coalesce_key,
+                                         result != NULL ? result : e->target, NULL);
+        }
         (void)task_store_outbox_done(o->store, e->id, result, NULL);
         log_kv(LOG_INFO, "scm_call", "provider", e->provider, "kind", e->kind, "project",
                e->project, "status", status, "attempt", attempts, NULL);

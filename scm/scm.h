@@ -122,6 +122,35 @@ struct scm_provider *scm_registry_get(const struct scm_registry *r, const char *
 void scm_registry_add(struct scm_registry *r, struct scm_provider *p);
 void scm_registry_cleanup(struct scm_registry *r);
 
+/* --- the offline `local` provider (scm/local.c) ------------------------------------- */
+
+#define SCM_LOCAL_BOT "diverge"
+
+/* The provider whose threads live in STORE (borrowed). */
+int scm_local_new(struct scm_provider **out, struct task_store *store, struct err *err);
+
+/* --- the sticky-comment notifier (scm/notifier.c) ---------------------------------- */
+
+struct scm_notifier_config {
+    int64_t min_interval_ms; /* spend-only edits at most this often per task (10 s) */
+    bool manual;             /* no thread: tests call scm_notifier_sync */
+};
+
+struct scm_notifier;
+
+/* Starts following STORE's change feed (STORE and REGISTRY borrowed). Every task is
+ * looked at once on start, so a restart catches up without duplicates. */
+int scm_notifier_new(struct scm_notifier **out, struct task_store *store,
+                     const struct scm_registry *registry, const struct scm_notifier_config *cfg,
+                     struct err *err);
+void scm_notifier_free(struct scm_notifier *n);
+/* Brings TASK's sticky comment up to date: queues a create/edit unless the body is
+ * unchanged. */
+int scm_notifier_sync(struct scm_notifier *n, const json_t *task, struct err *err);
+/* The coalescing/state key of a task's sticky comment (new string). */
+char *scm_sticky_key(const char *provider, const char *project, int64_t number, const char *ns,
+                     const char *name);
+
 /* --- the outbox worker ------------------------------------------------------------- */
 
 struct scm_outbox_config {

@@ -60,6 +60,8 @@ static const struct route g_routes[] = {
      AUTH_ADMIN},
     {"POST", "/api/v1/agenttask/meter", api_meter, "meter", AUTH_NONE},
     {"POST", "/api/v1/webhooks/github", api_webhook_github, "webhooks.github", AUTH_NONE},
+    {"POST", "/api/v1/local/comments", api_local_comment, "local.comment", AUTH_ADMIN},
+    {"GET", "/api/v1/local/threads/*/*/*", api_local_thread, "local.thread", AUTH_ADMIN},
     {"GET", API_PREFIX "/namespaces/*/environments", api_env_list, "environments.list",
      AUTH_ADMIN},
     {"GET", API_PREFIX "/namespaces/*/environments/*", api_env_get, "environments.get",

@@ -70,6 +70,8 @@ static const struct flag g_flags[] = {
      CFG(github_min_fix), "permission for fix, guide, pause, resume"},
     {"--github-min-permission-budget", "DIVERGE_GITHUB_MIN_PERMISSION_BUDGET", "maintain",
      CFG(github_min_budget), "permission for budget and resume with amounts"},
+    {"--notifier-min-interval", "DIVERGE_NOTIFIER_MIN_INTERVAL", "10", CFG(notifier_min_interval),
+     "seconds between two spend-only edits of a sticky comment"},
 };
 
 static char **field(struct server_config *cfg, const struct flag *f)
@@ -192,6 +194,7 @@ static void print_endpoints(const struct server *srv)
     printf("  health:    %s/healthz  %s/readyz\n", b, b);
     printf("  metrics:   %s/metrics\n", b);
     printf("  database:  %s/diverge.db\n", srv->cfg.data_dir);
+    printf("  local SCM: %s/api/v1/local/comments (diverge local comment OWNER/REPO#N \"...\")\n", b);
     printf("  sandbox provider: %s\n", srv->cfg.sandbox_provider);
     printf("admin token: %s\n", srv->cfg.api_token_file);
     fflush(stdout);
@@ -244,6 +247,11 @@ static int parse_defaults(struct server *srv)
                 srv->cfg.default_budget_usd, err.msg);
         return 2;
     }
+    if (parse_count_flag(&srv->notifier_min_interval_ms, "--notifier-min-interval",
+                         srv->cfg.notifier_min_interval) != 0) {
+        return 2;
+    }
+    srv->notifier_min_interval_ms *= 1000;
     if (parse_count_flag(&srv->default_budget_tokens, "--default-budget-tokens",
                          srv->cfg.default_budget_tokens) != 0 ||
         parse_count_flag(&srv->default_max_iterations, "--default-max-iterations",
@@ -326,6 +334,15 @@ static int start_scm(struct server *srv, struct err *err)
                    NULL);
         }
     }
+    /* The offline provider needs no credentials: always there for `diverge local`. */
+    {
+        struct scm_provider *local = NULL;
+        rc = scm_local_new(&local, srv->store, err);
+        if (rc != E_OK) {
+            return rc;
+        }
+        scm_registry_add(&srv->scm, local);
+    }
     rc = scm_outbox_new(&srv->outbox, srv->store, &srv->scm, &oc, err);
     if (rc != E_OK) {
         return rc;
@@ -336,11 +353,19 @@ static int start_scm(struct server *srv, struct err *err)
     bc.default_max_iterations = srv->default_max_iterations;
     bc.min_fix = srv->min_fix;
     bc.min_budget = srv->min_budget;
-    return bot_new(&srv->bot, srv->store, &srv->scm, &bc, err);
+    rc = bot_new(&srv->bot, srv->store, &srv->scm, &bc, err);
+    if (rc == E_OK) {
+        struct scm_notifier_config nc = {.min_interval_ms = srv->notifier_min_interval_ms,
+                                         .manual = false};
+        rc = scm_notifier_new(&srv->notifier, srv->store, &srv->scm, &nc, err);
+    }
+    return rc;
 }
 
 static void stop_scm(struct server *srv)
 {
+    scm_notifier_free(srv->notifier);
+    srv->notifier = NULL;
     bot_free(srv->bot);
     srv->bot = NULL;
     scm_outbox_free(srv->outbox);

@@ -42,6 +42,7 @@ struct server_config {
     char *notifier_provider;      /* github | gitlab | none; NULL: every one with creds */
     char *github_min_fix;         /* permission tiers */
     char *github_min_budget;
+    char *notifier_min_interval;  /* seconds between spend-only sticky edits */
 };
 
 struct server {
@@ -55,11 +56,13 @@ struct server {
     struct scm_registry scm;       /* owned providers */
     struct scm_outbox *outbox;     /* owned */
     struct bot *bot;               /* owned */
+    struct scm_notifier *notifier; /* owned */
     int64_t default_budget_usd;    /* micro-dollars, parsed from the config */
     int64_t default_budget_tokens;
     int64_t default_max_iterations;
     enum scm_level min_fix;        /* permission tiers of the bot */
     enum scm_level min_budget;
+    int64_t notifier_min_interval_ms;
     atomic_bool shutting_down;     /* set on SIGTERM: watch streams end */
 };
 
@@ -120,6 +123,8 @@ int api_task_status_put(struct request *r);
 int api_task_token(struct request *r);
 int api_meter(struct request *r);
 int api_webhook_github(struct request *r);
+int api_local_comment(struct request *r);
+int api_local_thread(struct request *r);
 int api_env_list(struct request *r);
 int api_env_get(struct request *r);
 int api_discovery_api(struct request *r);

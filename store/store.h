@@ -114,6 +114,7 @@ struct task_event {
     const char *name;        /* metadata.name */
     enum task_phase phase;   /* status.phase after the change */
     bool suspended;          /* spec.suspended after the change */
+    bool from_scm;           /* made from a PR/MR comment (divergedev.com/provider is set) */
     const char *json;        /* the whole object as compact JSON text */
 };
 
@@ -359,6 +360,7 @@ struct outbox_entry {
     char *coalesce_key;                 /* owned or NULL: a newer entry with the same key
                                            replaces a pending older one */
     int64_t installation_id;            /* GitHub App installation, 0 when none */
+    int64_t not_before_ms;              /* do not send before (epoch ms); 0: now */
     int attempts;                       /* tries so far */
 };
 
@@ -370,6 +372,9 @@ int task_txn_outbox_add(int64_t *id_out, struct task_txn *tx, const struct outbo
  * same PR/MR. E_NOTFOUND when none is due; *wait_ms_out as for the inbox. */
 int task_store_outbox_next(struct outbox_entry *out, int64_t *wait_ms_out,
                            struct task_store *st, struct err *err);
+/* Puts back the entry handed out by task_store_outbox_next without trying it (e.g. the
+ * rate budget is spent): newer bodies may coalesce into it again. */
+void task_store_outbox_release(struct task_store *st);
 /* Records that entry ID succeeded, with RESULT (e.g. the new comment's id; may be NULL). */
 int task_store_outbox_done(struct task_store *st, int64_t id, const char *result,
                            struct err *err);
@@ -390,6 +395,54 @@ int64_t task_store_queue_gen(struct task_store *st, bool outbox);
  * woken) or TIMEOUT_MS passed. */
 void task_store_queue_wait(struct task_store *st, bool outbox, int64_t since_gen,
                            int64_t timeout_ms);
+
+/* --- sticky status comments (SPEC §6) ---------------------------------------------- */
+
+/* What was last queued and sent for one task's sticky comment on one PR/MR. */
+struct sticky_state {
+    char *comment_id;     /* owned; NULL until the comment exists */
+    char body_hash[17];   /* hash of the last body queued ("" when none) */
+    char phase[16];       /* the task phase of that body */
+    int64_t last_sent_ms; /* when the SCM last took a body, 0 never */
+};
+
+void sticky_state_cleanup(struct sticky_state *s);
+/* E_NOTFOUND when KEY has no state. */
+int task_store_sticky_get(struct sticky_state *out, struct task_store *st, const char *key,
+                          struct err *err);
+/* Records in the transaction that a body with HASH for PHASE was queued for KEY. */
+int task_txn_sticky_note(struct task_txn *tx, const char *key, const char *provider,
+                         const char *project, int64_t number, const char *ns, const char *name,
+                         const char *hash, const char *phase, struct err *err);
+/* Records that the SCM took a body for KEY: its COMMENT_ID and the time. */
+int task_store_sticky_sent(struct task_store *st, const char *key, const char *comment_id,
+                           struct err *err);
+/* Forgets KEY (tests simulate a lost row; a deleted task). */
+int task_store_sticky_forget(struct task_store *st, const char *key, struct err *err);
+/* The comment id of every sticky comment of one PR/MR, as "ns/name" -> id (new object). */
+int task_store_sticky_list(json_t **out, struct task_store *st, const char *provider,
+                           const char *project, int64_t number, struct err *err);
+
+/* --- the offline `local` SCM's threads ---------------------------------------------- */
+
+/* Adds a comment; *id_out gets its id. */
+int task_store_local_add(int64_t *id_out, struct task_store *st, const char *project,
+                         int64_t number, const char *author, const char *body, struct err *err);
+/* E_NOTFOUND when the comment is gone. */
+int task_store_local_update(struct task_store *st, const char *project, int64_t id,
+                            const char *body, struct err *err);
+int task_store_local_delete(struct task_store *st, const char *project, int64_t id,
+                            struct err *err);
+int task_store_local_react(struct task_store *st, const char *project, int64_t id,
+                           const char *author, const char *content, struct err *err);
+/* The thread: a new array of {id, author, body, createdAt, updatedAt, reactions[]}. */
+int task_store_local_thread(json_t **out, struct task_store *st, const char *project,
+                            int64_t number, struct err *err);
+int task_store_local_permission_set(struct task_store *st, const char *project,
+                                    const char *user, int level, struct err *err);
+/* *level_out 0 when unknown. */
+int task_store_local_permission_get(int *level_out, struct task_store *st, const char *project,
+                                    const char *user, struct err *err);
 
 static inline void task_store_close(struct task_store *st)
 {

@@ -21,6 +21,7 @@ struct event {
     char name[64];            /* metadata.name */
     enum task_phase phase;    /* status.phase */
     bool suspended;           /* spec.suspended */
+    bool from_scm;            /* the divergedev.com/provider annotation is set */
 };
 
 struct inbox_waiter;
@@ -57,6 +58,7 @@ struct sqlite_store {
     pthread_cond_t outbox_cv;         /* an outbox entry was added, or wake() */
     int64_t inbox_gen;                /* bumped on every inbox add (and wake) */
     int64_t outbox_gen;               /* bumped on every outbox add (and wake) */
+    int64_t outbox_inflight;          /* the entry being sent (never coalesced into), or 0 */
     pthread_mutex_t gc_mu;            /* the inbox group-commit queue (store_queue.c) */
     struct inbox_waiter *gc_head;     /* queued inbox adds, oldest first */
     struct inbox_waiter *gc_tail;

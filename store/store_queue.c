@@ -283,6 +283,9 @@ static int retry(struct task_store *st, const char *table, int64_t id, int64_t d
 
     pthread_mutex_lock(&s->mu);
     rc = run(s, sql, id, clock_now_ms(st->clock) + delay_ms, error, err);
+    if (strcmp(table, "outbox") == 0) {
+        s->outbox_inflight = 0;
+    }
     pthread_mutex_unlock(&s->mu);
     free(sql);
     return rc;
@@ -342,8 +345,8 @@ int task_txn_outbox_add(int64_t *id_out, struct task_txn *tx, const struct outbo
         /* A pending entry with the same key takes the newer body (and stays in its place
          * in the queue): a newer edit supersedes an older one not yet sent. */
         rc = sqlst_prepare(&q, s,
-                           "UPDATE outbox SET body=?2, next_ms=min(next_ms, ?3) WHERE "
-                           "coalesce_key=?1 AND state='pending' RETURNING id",
+                           "UPDATE outbox SET body=?2, next_ms=min(next_ms, max(?3, ?4)) WHERE "
+                           "coalesce_key=?1 AND state='pending' AND id<>?5 RETURNING id",
                            err);
         if (rc != E_OK) {
             return rc;
@@ -351,6 +354,9 @@ int task_txn_outbox_add(int64_t *id_out, struct task_txn *tx, const struct outbo
         sqlite3_bind_text(q, 1, e->coalesce_key, -1, SQLITE_STATIC);
         bind_opt(q, 2, e->body);
         sqlite3_bind_int64(q, 3, now);
+        sqlite3_bind_int64(q, 4, e->not_before_ms);
+        /* Never into the entry being sent: its newer body would be marked sent unsent. */
+        sqlite3_bind_int64(q, 5, s->outbox_inflight);
         if (sqlite3_step(q) == SQLITE_ROW) {
             if (id_out != NULL) {
                 *id_out = sqlite3_column_int64(q, 0);
@@ -365,7 +371,7 @@ int task_txn_outbox_add(int64_t *id_out, struct task_txn *tx, const struct outbo
     rc = sqlst_prepare(&q, s,
                        "INSERT INTO outbox(provider,kind,project,number,target,body,"
                        "coalesce_key,installation_id,next_ms,created_ms) "
-                       "VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?9)",
+                       "VALUES(?1,?2,?3,?4,?5,?6,?7,?8,max(?9,?10),?9)",
                        err);
     if (rc != E_OK) {
         return rc;
@@ -379,6 +385,7 @@ int task_txn_outbox_add(int64_t *id_out, struct task_txn *tx, const struct outbo
     bind_opt(q, 7, e->coalesce_key);
     sqlite3_bind_int64(q, 8, e->installation_id);
     sqlite3_bind_int64(q, 9, now);
+    sqlite3_bind_int64(q, 10, e->not_before_ms);
     rc = sqlst_step_done(s, q, "outbox add", err);
     sqlite3_finalize(q);
     if (rc == E_OK) {
@@ -416,6 +423,7 @@ int task_store_outbox_next(struct outbox_entry *out, int64_t *wait_ms_out,
         out->installation_id = sqlite3_column_int64(q, 9);
         out->attempts = sqlite3_column_int(q, 10);
         sqlite3_finalize(q);
+        s->outbox_inflight = out->id;
     }
     pthread_mutex_unlock(&s->mu);
     return rc;
@@ -430,6 +438,7 @@ int task_store_outbox_done(struct task_store *st, int64_t id, const char *result
     pthread_mutex_lock(&s->mu);
     rc = run(s, "UPDATE outbox SET state='done', result=?3, error=NULL WHERE id=?1 AND ?2=?2",
              id, 0, result, err);
+    s->outbox_inflight = 0;
     pthread_mutex_unlock(&s->mu);
     return rc;
 }
@@ -524,4 +533,13 @@ int task_store_totals(struct task_totals *out, struct task_store *st, struct err
     sqlite3_finalize(q);
     pthread_mutex_unlock(&s->mu);
     return rc;
+}
+
+void task_store_outbox_release(struct task_store *st)
+{
+    struct sqlite_store *s = to_sqlite(st);
+
+    pthread_mutex_lock(&s->mu);
+    s->outbox_inflight = 0;
+    pthread_mutex_unlock(&s->mu);
 }

@@ -76,6 +76,18 @@ static const char *const g_migrations[] = {
     " created_ms INTEGER NOT NULL) STRICT;"
     "CREATE INDEX outbox_pending ON outbox(state, provider, project, number, id);"
     "CREATE INDEX outbox_coalesce ON outbox(coalesce_key) WHERE state = 'pending';",
+    /* 4: sticky comment state, and the offline `local` SCM's threads. */
+    "CREATE TABLE sticky (key TEXT PRIMARY KEY, provider TEXT NOT NULL, project TEXT NOT NULL,"
+    " number INTEGER NOT NULL, namespace TEXT NOT NULL, name TEXT NOT NULL, comment_id TEXT,"
+    " body_hash TEXT, phase TEXT, last_sent_ms INTEGER NOT NULL DEFAULT 0) STRICT;"
+    "CREATE TABLE local_comments (id INTEGER PRIMARY KEY, project TEXT NOT NULL,"
+    " number INTEGER NOT NULL, author TEXT NOT NULL, body TEXT NOT NULL,"
+    " created_ms INTEGER NOT NULL, updated_ms INTEGER NOT NULL) STRICT;"
+    "CREATE INDEX local_comments_thread ON local_comments(project, number, id);"
+    "CREATE TABLE local_reactions (comment_id INTEGER NOT NULL, author TEXT NOT NULL,"
+    " content TEXT NOT NULL, PRIMARY KEY (comment_id, author, content)) STRICT;"
+    "CREATE TABLE local_permissions (project TEXT NOT NULL, user TEXT NOT NULL,"
+    " level INTEGER NOT NULL, PRIMARY KEY (project, user)) STRICT;",
 };
 
 static int migrate(struct sqlite_store *s, struct err *err)
@@ -195,6 +207,8 @@ void sqlst_event_fill(struct event *e, int64_t rv, enum task_event_type type, co
     snprintf(e->name, sizeof(e->name), "%s", v.name != NULL ? v.name : "");
     e->phase = v.phase;
     e->suspended = v.suspended;
+    e->from_scm = json_object_get(json_object_get(json_object_get(obj, "metadata"), "annotations"),
+                                  "divergedev.com/provider") != NULL;
 }
 
 void sqlst_publish(struct sqlite_store *s, struct event *ev)
@@ -610,7 +624,7 @@ static int sqlite_watch(int64_t *last_rv_out, struct task_store *st, const char 
         if (event_matches(e, ns)) {
             struct task_event ev = {.type = e->type, .rv = e->rv, .ns = e->ns, .name = e->name,
                                     .phase = e->phase, .suspended = e->suspended,
-                                    .json = e->json};
+                                    .from_scm = e->from_scm, .json = e->json};
             if (fn(&ev, userdata) != 0) {
                 break;
             }

@@ -1,0 +1,175 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The `local` SCM provider: PR threads kept in the database, so `diverge local` runs the
+ * whole pipeline (inbox, bot, controller, notifier, outbox) offline. Its bot account is
+ * SCM_LOCAL_BOT; a commenter's permission is what `diverge local comment --permission`
+ * said last. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "scm/scm.h"
+
+struct local_scm {
+    struct scm_provider base; /* must be first */
+    struct task_store *store; /* borrowed */
+};
+
+static struct local_scm *to_local(struct scm_provider *p)
+{
+    return container_of(p, struct local_scm, base);
+}
+
+static int parse_id(int64_t *out, const char *id, struct err *err)
+{
+    char *end = NULL;
+    long long v = strtoll(id != NULL ? id : "", &end, 10);
+
+    if (id == NULL || end == id || *end != '\0' || v <= 0) {
+        return err_set(err, E_NOTFOUND, "no comment %s", id != NULL ? id : "(none)");
+    }
+    *out = v;
+    return E_OK;
+}
+
+static int lc_react(struct scm_provider *p, const struct scm_ref *ref, const char *comment_id,
+                    const char *content, struct scm_result *res, struct err *err)
+{
+    int64_t id;
+    int rc = parse_id(&id, comment_id, err);
+
+    (void)res;
+    return rc != E_OK ? rc
+                      : task_store_local_react(to_local(p)->store, ref->project, id,
+                                               SCM_LOCAL_BOT, content, err);
+}
+
+static int lc_post(char **id_out, struct scm_provider *p, const struct scm_ref *ref,
+                   const char *body, struct scm_result *res, struct err *err)
+{
+    int64_t id = 0;
+    int rc = task_store_local_add(&id, to_local(p)->store, ref->project, ref->number,
+                                  SCM_LOCAL_BOT, body, err);
+
+    (void)res;
+    *id_out = rc == E_OK ? xasprintf("%lld", (long long)id) : NULL;
+    return rc;
+}
+
+static int lc_update(struct scm_provider *p, const struct scm_ref *ref, const char *comment_id,
+                     const char *body, struct scm_result *res, struct err *err)
+{
+    int64_t id;
+    int rc = parse_id(&id, comment_id, err);
+
+    (void)res;
+    return rc != E_OK ? rc : task_store_local_update(to_local(p)->store, ref->project, id, body, err);
+}
+
+static int lc_delete(struct scm_provider *p, const struct scm_ref *ref, const char *comment_id,
+                     struct scm_result *res, struct err *err)
+{
+    int64_t id;
+    int rc = parse_id(&id, comment_id, err);
+
+    (void)res;
+    return rc != E_OK ? rc : task_store_local_delete(to_local(p)->store, ref->project, id, err);
+}
+
+static int lc_list(struct scm_comment **out, size_t *n_out, struct scm_provider *p,
+                   const struct scm_ref *ref, struct scm_result *res, struct err *err)
+{
+    json_t *thread = NULL, *c;
+    size_t i;
+    int rc = task_store_local_thread(&thread, to_local(p)->store, ref->project, ref->number, err);
+
+    (void)res;
+    *out = NULL;
+    *n_out = 0;
+    if (rc == E_OK && json_array_size(thread) > 0) {
+        *out = xcalloc(json_array_size(thread), sizeof(**out));
+        json_array_foreach(thread, i, c)
+        {
+            struct scm_comment *sc = &(*out)[(*n_out)++];
+            sc->id = xasprintf("%lld", (long long)json_integer_value(json_object_get(c, "id")));
+            sc->author = xstrdup(json_string_value(json_object_get(c, "author")));
+            sc->by_bot = strcmp(sc->author, SCM_LOCAL_BOT) == 0;
+            sc->body = xstrdup(json_string_value(json_object_get(c, "body")));
+        }
+    }
+    json_decref(thread);
+    return rc;
+}
+
+static int lc_permission(enum scm_level *out, struct scm_provider *p, const struct scm_ref *ref,
+                         const char *user, int64_t user_id, struct scm_result *res,
+                         struct err *err)
+{
+    int level = 0;
+    int rc = task_store_local_permission_get(&level, to_local(p)->store, ref->project, user, err);
+
+    (void)user_id;
+    (void)res;
+    *out = (enum scm_level)level;
+    return rc;
+}
+
+static int lc_pull(struct scm_pull *out, struct scm_provider *p, const struct scm_ref *ref,
+                   struct scm_result *res, struct err *err)
+{
+    (void)p;
+    (void)res;
+    (void)err;
+    /* A local PR has no remote: the task records where it would come from. */
+    memset(out, 0, sizeof(*out));
+    out->head_ref = xasprintf("pr-%lld", (long long)ref->number);
+    out->clone_url = xasprintf("local://%s", ref->project);
+    return E_OK;
+}
+
+static int lc_file(char **out, size_t *len_out, struct scm_provider *p, const struct scm_ref *ref,
+                   const char *git_ref, const char *path, struct scm_result *res,
+                   struct err *err)
+{
+    (void)p;
+    (void)ref;
+    (void)git_ref;
+    (void)res;
+    *out = NULL;
+    *len_out = 0;
+    return err_set(err, E_NOTFOUND, "%s: local threads have no files", path);
+}
+
+static const char *lc_bot_login(struct scm_provider *p)
+{
+    (void)p;
+    return SCM_LOCAL_BOT;
+}
+
+static void lc_free(struct scm_provider *p)
+{
+    free(to_local(p));
+}
+
+static const struct scm_provider_ops local_ops = {
+    .name = "local",
+    .react = lc_react,
+    .post_comment = lc_post,
+    .update_comment = lc_update,
+    .delete_comment = lc_delete,
+    .list_comments = lc_list,
+    .permission_of = lc_permission,
+    .pull_info = lc_pull,
+    .file_at = lc_file,
+    .bot_login = lc_bot_login,
+    .free = lc_free,
+};
+
+int scm_local_new(struct scm_provider **out, struct task_store *store, struct err *err)
+{
+    struct local_scm *l = xcalloc(1, sizeof(*l));
+
+    (void)err;
+    l->base.ops = &local_ops;
+    l->store = store;
+    *out = &l->base;
+    return E_OK;
+}

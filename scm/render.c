@@ -1,0 +1,599 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Renders the sticky status comment (SPEC §6) from a task object. Invariant: every piece
+ * of text that does not come from this file goes through escape_line() or encode_url()
+ * with a byte cap, so a body can neither break out of its Markdown/HTML structure (close
+ * our HTML comments, inject tags or links, ping people) nor reach SCM_STICKY_MAX. */
+#include "scm/render.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "common/buf.h"
+#include "common/clock.h"
+#include "common/money.h"
+#include "store/store.h"
+
+/* Byte caps of the escaped fields. */
+enum {
+    CAP_OBJECTIVE = 4000,
+    CAP_GUIDANCE = 2000,
+    CAP_MESSAGE = 1000,
+    CAP_REASON = 120,
+    CAP_NAME = 100,     /* the task name in the heading (a DNS label: 63) */
+    CAP_BRANCH = 300,   /* the working branch */
+    CAP_URL_TEXT = 300, /* the repository link's text */
+    CAP_URL = 2048,     /* one link destination (repository, magic link, exit link) */
+    CAP_FIXED = 4096,   /* everything else: template text, numbers, the tag, the time */
+};
+
+/* A code span of CAP content bytes takes at most this much (fences and padding). */
+#define CODE_SPAN_MAX(cap_) (3 * (cap_) + 4)
+/* The exit URL is at most "?_diverge_env=clear" (19 bytes) longer than the preview URL. */
+#define EXIT_EXTRA 32
+
+_Static_assert(CAP_FIXED + CAP_OBJECTIVE + CAP_GUIDANCE + CAP_MESSAGE + CAP_REASON +
+                       CODE_SPAN_MAX(CAP_NAME) + CODE_SPAN_MAX(CAP_BRANCH) + CAP_URL_TEXT +
+                       3 * (CAP_URL + EXIT_EXTRA) <
+                   SCM_STICKY_MAX,
+               "the field caps must keep a sticky comment under GitHub's limit");
+
+/* The last line starts with this; scm_render_hash() skips it. No other line can start
+ * with '<': user text never starts a line and its '<' is escaped. */
+#define UPDATED_PREFIX "<sub>Last updated "
+#define ELLIPSIS "\xE2\x80\xA6"    /* U+2026 */
+#define REPLACEMENT "\xEF\xBF\xBD" /* U+FFFD, for bytes that are not UTF-8 */
+#define ZWJ "\xE2\x80\x8D"         /* U+200D: "@\u200Dname" is no mention */
+#define DIVERGE_ENV "_diverge_env"
+
+enum esc_mode {
+    ESC_TEXT, /* Markdown text: entities for <>&, backslashes for Markdown punctuation */
+    ESC_CODE, /* the inside of a code span: taken literally by Markdown */
+};
+
+/* Length of the well-formed UTF-8 sequence at P (N > 0 bytes left), or 0 when the bytes
+ * there are not one (RFC 3629: no overlongs, surrogates or code points past U+10FFFF). */
+static size_t utf8_seq_len(const unsigned char *p, size_t n)
+{
+    size_t len;
+    unsigned char lo = 0x80, hi = 0xBF;
+
+    if (p[0] < 0x80) {
+        return 1;
+    }
+    if (p[0] >= 0xC2 && p[0] <= 0xDF) {
+        len = 2;
+    } else if (p[0] >= 0xE0 && p[0] <= 0xEF) {
+        len = 3;
+        lo = p[0] == 0xE0 ? 0xA0 : 0x80;
+        hi = p[0] == 0xED ? 0x9F : 0xBF;
+    } else if (p[0] >= 0xF0 && p[0] <= 0xF4) {
+        len = 4;
+        lo = p[0] == 0xF0 ? 0x90 : 0x80;
+        hi = p[0] == 0xF4 ? 0x8F : 0xBF;
+    } else {
+        return 0;
+    }
+    if (n < len || p[1] < lo || p[1] > hi) {
+        return 0;
+    }
+    for (size_t i = 2; i < len; i++) {
+        if ((p[i] & 0xC0) != 0x80) {
+            return 0;
+        }
+    }
+    return len;
+}
+
+/* Writes the escaped form of the ASCII byte C into OUT (8 bytes); returns its length. */
+static size_t escape_ascii(char out[8], unsigned char c, enum esc_mode mode)
+{
+    static const struct {
+        unsigned char c;
+        const char *s;
+    } subst[] = {{'<', "&lt;"}, {'>', "&gt;"}, {'&', "&amp;"}, {'@', "@" ZWJ}};
+
+    if (c < 0x20 || c == 0x7F) {
+        out[0] = ' '; /* one line: newlines, tabs and other controls become spaces */
+        return 1;
+    }
+    if (mode == ESC_TEXT) {
+        for (size_t i = 0; i < ARRAY_LEN(subst); i++) {
+            if (subst[i].c == c) {
+                memcpy(out, subst[i].s, strlen(subst[i].s));
+                return strlen(subst[i].s);
+            }
+        }
+        /* Emphasis, code spans, links, strikethrough, table cells and escapes. */
+        if (strchr("\\`*_[]|~", c) != NULL) {
+            out[0] = '\\';
+            out[1] = (char)c;
+            return 2;
+        }
+    }
+    out[0] = (char)c;
+    return 1;
+}
+
+/* One output unit: the escape of the character at S[*i..n), advancing *i. Runs of spaces
+ * collapse into one, and *SPACE tells whether the output so far ends in a space. */
+static size_t escape_unit(char out[8], const char *s, size_t *i, size_t n, enum esc_mode mode,
+                          bool *space)
+{
+    const unsigned char *p = (const unsigned char *)s + *i;
+    size_t len = utf8_seq_len(p, n - *i);
+    bool was_space = *space;
+
+    *i += len > 0 ? len : 1;
+    *space = false;
+    if (len == 0) {
+        memcpy(out, REPLACEMENT, 3);
+        return 3;
+    }
+    if (len > 1) {
+        memcpy(out, p, len);
+        return len;
+    }
+    len = escape_ascii(out, p[0], mode);
+    *space = len == 1 && out[0] == ' ';
+    return *space && was_space ? 0 : len;
+}
+
+static bool is_blank(unsigned char c)
+{
+    return c <= 0x20 || c == 0x7F;
+}
+
+/* Returns S made safe as one line for MODE, at most CAP bytes: when the whole text does
+ * not fit it is cut at a character boundary and ends in "…". New string; caller frees. */
+static char *escape_line(const char *s, size_t cap, enum esc_mode mode)
+{
+    size_t n = strlen(s), i = 0, total = 0, len = 0, k;
+    bool space = true; /* true at the start: leading blanks are dropped */
+    char unit[8], *out;
+
+    while (n > 0 && is_blank((unsigned char)s[n - 1])) {
+        n--;
+    }
+    /* First pass: does the whole text fit? It stops at the cap, so a huge text costs
+     * no more than a short one. */
+    while (i < n && total <= cap) {
+        total += escape_unit(unit, s, &i, n, mode, &space);
+    }
+    out = xmalloc(cap + 1);
+    i = 0;
+    space = true;
+    while (i < n) {
+        k = escape_unit(unit, s, &i, n, mode, &space);
+        if (total > cap && len + k > cap - strlen(ELLIPSIS)) {
+            break;
+        }
+        memcpy(out + len, unit, k);
+        len += k;
+    }
+    if (total > cap) {
+        while (len > 0 && out[len - 1] == ' ') {
+            len--;
+        }
+        memcpy(out + len, ELLIPSIS, strlen(ELLIPSIS));
+        len += strlen(ELLIPSIS);
+    }
+    out[len] = '\0';
+    return out;
+}
+
+static bool is_http_url(const char *s)
+{
+    return strncasecmp(s, "http://", 7) == 0 || strncasecmp(s, "https://", 8) == 0;
+}
+
+/* Returns URL percent-encoded where Markdown or HTML would read a byte as structure
+ * (blanks, controls, non-ASCII, <>"'()\`{}|^), or NULL when the result would pass CAP
+ * bytes: a cut URL would be a wrong link. New string; caller frees. */
+static char *encode_url(const char *url, size_t cap)
+{
+    struct buf b;
+
+    buf_init(&b, cap);
+    for (const unsigned char *p = (const unsigned char *)url; *p != '\0'; p++) {
+        int rc = is_blank(*p) || *p >= 0x80 || strchr("<>\"'()\\`{}|^", *p) != NULL
+                     ? buf_printf(&b, "%%%02X", (unsigned)*p)
+                     : buf_append(&b, p, 1);
+        if (rc != E_OK) {
+            buf_cleanup(&b);
+            return NULL;
+        }
+    }
+    return buf_take(&b);
+}
+
+/* The body under construction. */
+struct sticky {
+    struct buf b; /* the body; capped below SCM_STICKY_MAX */
+    int rc;       /* the first append failure; E_OK while none */
+};
+
+static void put(struct sticky *r, const char *s)
+{
+    if (r->rc == E_OK) {
+        r->rc = buf_puts(&r->b, s);
+    }
+}
+
+/* Appends each string argument up to the terminating NULL. */
+static void put_all(struct sticky *r, ...) __attribute__((sentinel));
+static void put_all(struct sticky *r, ...)
+{
+    va_list ap;
+    const char *s;
+
+    va_start(ap, r);
+    while ((s = va_arg(ap, const char *)) != NULL) {
+        put(r, s);
+    }
+    va_end(ap);
+}
+
+/* Appends S as escaped Markdown text of at most CAP bytes. */
+static void put_text(struct sticky *r, const char *s, size_t cap)
+{
+    char *t = escape_line(s, cap, ESC_TEXT);
+
+    put(r, t);
+    free(t);
+}
+
+/* Appends S (at most CAP bytes of it) as a code span, or "—" when S is empty. */
+static void put_code(struct sticky *r, const char *s, size_t cap)
+{
+    char *t = escape_line(s, cap, ESC_CODE);
+    size_t run = 0, longest = 0;
+    char fence[CODE_SPAN_MAX(CAP_BRANCH)];
+
+    for (const char *p = t; *p != '\0'; p++) {
+        run = *p == '`' ? run + 1 : 0;
+        longest = run > longest ? run : longest;
+    }
+    ASSERT(longest + 1 < sizeof(fence));
+    memset(fence, '`', longest + 1);
+    fence[longest + 1] = '\0';
+    if (t[0] == '\0') {
+        put(r, "—");
+    } else {
+        /* Inside a fence longer than any backtick run the text is literal; the spaces
+         * (stripped by Markdown) let it start or end with a backtick. */
+        const char *pad = longest > 0 ? " " : "";
+        put_all(r, fence, pad, t, pad, fence, NULL);
+    }
+    free(t);
+}
+
+/* Writes V with thousands separators ("1,234,567") into OUT. */
+static void format_count(char out[32], int64_t v)
+{
+    char digits[24];
+    size_t n, o = 0;
+
+    snprintf(digits, sizeof(digits), "%" PRId64, v);
+    n = strlen(digits);
+    for (size_t i = 0; i < n; i++) {
+        out[o++] = digits[i];
+        if (digits[i] != '-' && (n - i - 1) % 3 == 0 && i + 1 < n) {
+            out[o++] = ',';
+        }
+    }
+    out[o] = '\0';
+}
+
+static const char *str_at(const json_t *obj, const char *key)
+{
+    const char *s = json_string_value(json_object_get(obj, key));
+
+    return s != NULL ? s : "";
+}
+
+static const char *badge(enum task_phase phase)
+{
+    /* Emoji defeat clang-format's alignment. */
+    /* clang-format off */
+    static const char *const badges[TASK_PHASE_COUNT] = {
+        [TASK_PENDING] = "⏳ Queued",   [TASK_PROVISIONING] = "🚀 Running",
+        [TASK_ACTIVE] = "🚀 Running",   [TASK_PAUSING] = "⏸️ Paused",
+        [TASK_PAUSED] = "⏸️ Paused",    [TASK_COMPLETED] = "✅ Completed",
+        [TASK_FAILED] = "❌ Failed",
+    };
+    /* clang-format on */
+
+    return phase < TASK_PHASE_COUNT ? badges[phase] : "⏳ Queued";
+}
+
+/* The repository: a link when it is an http(s) URL, else its text. */
+static void put_repo(struct sticky *r, const char *url)
+{
+    char *text = escape_line(url, CAP_URL_TEXT, ESC_TEXT);
+    char *dest = is_http_url(url) ? encode_url(url, CAP_URL) : NULL;
+
+    put(r, "- **Repository:** ");
+    if (dest != NULL) {
+        put_all(r, "[", text, "](", dest, ")", NULL);
+    } else {
+        put(r, text);
+    }
+    put(r, "\n");
+    free(text);
+    free(dest);
+}
+
+/* The magic link and the exit link, only for an http(s) previewUrl; a URL too long to
+ * link in full is left out rather than cut into a wrong link. */
+static void put_preview(struct sticky *r, const char *preview)
+{
+    char *exit_url, *dest, *exit_dest;
+
+    if (!is_http_url(preview) || strlen(preview) > CAP_URL) {
+        return;
+    }
+    exit_url = scm_render_exit_url(preview);
+    dest = encode_url(preview, CAP_URL);
+    exit_dest = encode_url(exit_url, CAP_URL + EXIT_EXTRA);
+    if (dest != NULL && exit_dest != NULL) {
+        put_all(r, "- **Preview:** [🔗 Magic Link](", dest, ") · [🚪 Exit Preview](", exit_dest,
+                ")\n", NULL);
+    }
+    free(exit_url);
+    free(dest);
+    free(exit_dest);
+}
+
+static void put_links(struct sticky *r, const json_t *spec, const json_t *status)
+{
+    const json_t *repo = json_object_get(spec, "repository");
+
+    put(r, "- **Branch:** ");
+    put_code(r, str_at(repo, "workingBranch"), CAP_BRANCH);
+    put(r, "\n");
+    if (str_at(repo, "url")[0] != '\0') {
+        put_repo(r, str_at(repo, "url"));
+    }
+    put_preview(r, str_at(status, "previewUrl"));
+}
+
+static void put_usage(struct sticky *r, const struct task_view *v)
+{
+    char used[MONEY_STR_MAX + 1], limit[MONEY_STR_MAX + 1], money[MONEY_STR_MAX];
+
+    put(r, "|  | Used | Budget |\n| --- | ---: | ---: |\n");
+    format_count(used, v->tokens_consumed);
+    format_count(limit, v->budget_tokens);
+    put_all(r, "| Tokens | ", used, " | ", v->budget_tokens > 0 ? limit : "default", " |\n", NULL);
+    /* Exact: micro-dollars formatted as a decimal string, never through a double. */
+    money_format(money, v->cost_usd);
+    snprintf(used, sizeof(used), "$%s", money);
+    money_format(money, v->budget_usd);
+    snprintf(limit, sizeof(limit), "$%s", money);
+    put_all(r, "| USD | ", used, " | ", v->budget_usd > 0 ? limit : "default", " |\n", NULL);
+    format_count(used, v->iteration);
+    format_count(limit, v->max_iterations);
+    put_all(r, "| Iterations | ", used, " | ", v->max_iterations > 0 ? limit : "—", " |\n", NULL);
+}
+
+struct reason_text {
+    const char *reason; /* status.reason */
+    const char *text;   /* Markdown */
+};
+
+static const struct reason_text g_pause_texts[] = {
+    {"BudgetExceeded", "budget exceeded. Add budget with `/diverge budget +$5`, then continue "
+                       "with `/diverge resume` (or both at once: `/diverge resume +$5`)."},
+    {"MaxIterationsExceeded", "maximum iterations reached. Raise `spec.maxIterations`, then "
+                              "continue with `/diverge resume`."},
+    {"Suspended", "paused by request. Continue with `/diverge resume`."},
+};
+
+static const struct reason_text g_fail_texts[] = {
+    {"Timeout", "timed out"},
+    {"RunnerFailed", "the agent runner failed"},
+    {"SandboxError", "sandbox error"},
+    {"BudgetExceeded", "budget exceeded"},
+    {"MaxIterationsExceeded", "maximum iterations reached"},
+};
+
+static const char *reason_text(const struct reason_text *t, size_t n, const char *reason)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(t[i].reason, reason) == 0) {
+            return t[i].text;
+        }
+    }
+    return NULL;
+}
+
+/* The state note: why a task is paused and how to continue, why it failed, or any
+ * other status message. */
+static void put_state(struct sticky *r, enum task_phase phase, const json_t *status)
+{
+    const char *reason = str_at(status, "reason"), *message = str_at(status, "message");
+    const char *known;
+
+    if (phase == TASK_PAUSING || phase == TASK_PAUSED) {
+        known = reason_text(g_pause_texts, ARRAY_LEN(g_pause_texts), reason);
+        put(r, "**Paused:** ");
+        if (known != NULL) {
+            put(r, known); /* the message would only repeat it */
+        } else {
+            put_text(r, reason[0] != '\0' ? reason : "paused", CAP_REASON);
+            put(r, message[0] != '\0' ? ": " : "");
+            put_text(r, message, CAP_MESSAGE);
+            put(r, ". Continue with `/diverge resume`.");
+        }
+        put(r, "\n\n");
+    } else if (phase == TASK_FAILED) {
+        known = reason_text(g_fail_texts, ARRAY_LEN(g_fail_texts), reason);
+        put(r, "**Failed:** ");
+        if (known != NULL) {
+            put(r, known);
+        } else {
+            put_text(r, reason[0] != '\0' ? reason : "no reason given", CAP_REASON);
+        }
+        put(r, message[0] != '\0' ? ": " : "");
+        put_text(r, message, CAP_MESSAGE);
+        put(r, "\n\n");
+    } else if (message[0] != '\0') {
+        put(r, "**Note:** ");
+        put_text(r, message, CAP_MESSAGE);
+        put(r, "\n\n");
+    }
+}
+
+static void put_body(struct sticky *r, const json_t *task, const struct task_view *v,
+                     int64_t now_ms)
+{
+    const json_t *spec = json_object_get(task, "spec");
+    const json_t *status = json_object_get(task, "status");
+    const json_t *ann = json_object_get(json_object_get(task, "metadata"), "annotations");
+    const char *guidance = str_at(ann, TASK_ANN_GUIDANCE);
+    char tag[SCM_RENDER_TAG_MAX], when[CLOCK_RFC3339_MAX];
+
+    scm_render_task_tag(tag, sizeof(tag), v->ns, v->name);
+    put_all(r, SCM_STICKY_MARKER "\n", tag, "\n\n### ", badge(v->phase), " · ", NULL);
+    put_code(r, v->name, CAP_NAME);
+    put(r, "\n\n**Objective:** ");
+    put_text(r, v->objective != NULL ? v->objective : "", CAP_OBJECTIVE);
+    put(r, "\n\n");
+    put_links(r, spec, status);
+    put(r, "\n");
+    put_usage(r, v);
+    put(r, "\n");
+    put_state(r, v->phase, status);
+    if (guidance[0] != '\0') {
+        put(r, "**Guidance:** ");
+        put_text(r, guidance, CAP_GUIDANCE);
+        put(r, "\n\n");
+    }
+    clock_rfc3339(when, now_ms);
+    put_all(r, UPDATED_PREFIX, when, "</sub>\n", NULL);
+}
+
+int scm_render_sticky(char **out, const json_t *task, int64_t now_ms, struct err *err)
+{
+    struct task_view v;
+    struct sticky r;
+
+    *out = NULL;
+    task_view_of(&v, task);
+    if (v.name == NULL || v.ns == NULL) {
+        return err_set(err, E_INVALID, "render sticky comment: task without name or namespace");
+    }
+    buf_init(&r.b, SCM_STICKY_MAX - 1);
+    r.rc = E_OK;
+    put_body(&r, task, &v, now_ms);
+    if (r.rc != E_OK) {
+        buf_cleanup(&r.b);
+        return err_set(err, r.rc, "sticky comment of %s/%s over %d bytes", v.ns, v.name,
+                       SCM_STICKY_MAX);
+    }
+    *out = buf_take(&r.b);
+    return E_OK;
+}
+
+/* Copies at most 63 bytes of S into OUT, with characters outside [A-Za-z0-9._-] as '_'. */
+static void tag_part(char out[64], const char *s)
+{
+    size_t i;
+
+    for (i = 0; i < 63 && s != NULL && s[i] != '\0'; i++) {
+        unsigned char c = (unsigned char)s[i];
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '.' || c == '_' || c == '-';
+        out[i] = ok ? (char)c : '_';
+    }
+    out[i] = '\0';
+}
+
+void scm_render_task_tag(char *out, size_t n, const char *ns, const char *name)
+{
+    char a[64], b[64];
+    int len;
+
+    if (n == 0) {
+        return;
+    }
+    tag_part(a, ns);
+    tag_part(b, name);
+    len = snprintf(out, n, "<!-- diverge-task: %s/%s -->", a, b);
+    if (len < 0 || (size_t)len >= n) {
+        out[0] = '\0'; /* never a cut line: it would leave an HTML comment open */
+    }
+}
+
+void scm_render_hash(char out[17], const char *body)
+{
+    uint64_t h = UINT64_C(0xcbf29ce484222325);
+    const char *line = body;
+
+    while (*line != '\0') {
+        const char *nl = strchr(line, '\n');
+        size_t len = nl != NULL ? (size_t)(nl - line) + 1 : strlen(line);
+
+        if (strncmp(line, UPDATED_PREFIX, strlen(UPDATED_PREFIX)) != 0) {
+            for (size_t i = 0; i < len; i++) {
+                h ^= (unsigned char)line[i];
+                h *= UINT64_C(0x100000001b3);
+            }
+        }
+        line += len;
+    }
+    snprintf(out, 17, "%016" PRIx64, h);
+}
+
+/* Appends the query parameter P[0..len) to B unless it is empty or a repeated
+ * _diverge_env; the first _diverge_env is set to "clear". *SEEN: whether one came. */
+static void exit_param(struct buf *b, const char *p, size_t len, bool *first, bool *seen)
+{
+    const char *eq = memchr(p, '=', len);
+    size_t klen = eq != NULL ? (size_t)(eq - p) : len;
+    bool is_env = klen == strlen(DIVERGE_ENV) && memcmp(p, DIVERGE_ENV, klen) == 0;
+
+    if (len == 0 || (is_env && *seen)) {
+        return;
+    }
+    (void)buf_puts(b, *first ? "" : "&");
+    *first = false;
+    if (is_env) {
+        *seen = true;
+        (void)buf_puts(b, DIVERGE_ENV "=clear");
+    } else {
+        (void)buf_append(b, p, len);
+    }
+}
+
+char *scm_render_exit_url(const char *preview)
+{
+    size_t end = strcspn(preview, "#");
+    const char *q = memchr(preview, '?', end), *p, *stop = preview + end;
+    bool first = true, seen = false;
+    struct buf b;
+
+    buf_init(&b, 0); /* uncapped: it never fails, hence the (void)s */
+    if (q == NULL) {
+        (void)buf_append(&b, preview, end);
+        (void)buf_puts(&b, "?" DIVERGE_ENV "=clear");
+    } else {
+        (void)buf_append(&b, preview, (size_t)(q - preview) + 1);
+        for (p = q + 1; p <= stop;) {
+            const char *amp = memchr(p, '&', (size_t)(stop - p));
+            const char *pend = amp != NULL ? amp : stop;
+            exit_param(&b, p, (size_t)(pend - p), &first, &seen);
+            p = pend + 1;
+        }
+        if (!seen) {
+            (void)buf_puts(&b, first ? DIVERGE_ENV "=clear" : "&" DIVERGE_ENV "=clear");
+        }
+    }
+    (void)buf_puts(&b, preview + end);
+    return buf_take(&b);
+}
