@@ -193,9 +193,13 @@ static char *status_table(struct bot *b, const struct bot_input *in)
     struct buf out;
 
     buf_init(&out, 0);
+    json_t *stickies = NULL;
+
     buf_printf(&out, "**Tasks of %s**\n\n| Task | Phase | Spend / budget | Tokens / budget | "
-                     "Preview |\n|---|---|---|---|---|\n",
+                     "Preview | Status comment |\n|---|---|---|---|---|---|\n",
                in->entry->project);
+    (void)task_store_sticky_list(&stickies, b->store, in->entry->provider, in->entry->project,
+                                 in->entry->number, NULL);
     if (task_store_list(&items, &rv, b->store, in->ns, NULL) == E_OK) {
         json_array_foreach(items, i, t)
         {
@@ -207,7 +211,19 @@ static char *status_table(struct bot *b, const struct bot_input *in)
             if (proj == NULL || strcmp(proj, in->entry->project) != 0) {
                 continue;
             }
-            buf_printf(&out, "| `%s` | %s | $%s / $%s | %lld / %lld | %s |\n",
+            char key[160], link[96];
+            const char *sticky;
+            snprintf(key, sizeof(key), "%s/%s", in->ns, json_string_value(json_object_get(md, "name")));
+            sticky = json_string_value(json_object_get(stickies, key));
+            if (sticky != NULL) {
+                /* An in-page anchor: it works on GitHub, GitHub Enterprise and GitLab. */
+                snprintf(link, sizeof(link), "[status](#%s%s)",
+                         strcmp(in->entry->provider, "gitlab") == 0 ? "note_" : "issuecomment-",
+                         sticky);
+            } else {
+                snprintf(link, sizeof(link), "—");
+            }
+            buf_printf(&out, "| `%s` | %s | $%s / $%s | %lld / %lld | %s | %s |\n",
                        json_string_value(json_object_get(md, "name")),
                        json_string_value(json_object_get(st, "phase")),
                        json_string_value(json_object_get(st, "costUSD")),
@@ -216,14 +232,15 @@ static char *status_table(struct bot *b, const struct bot_input *in)
                            : "-",
                        (long long)json_integer_value(json_object_get(st, "tokensConsumed")),
                        (long long)json_integer_value(json_object_get(spec, "budgetTokens")),
-                       prev != NULL && prev[0] != '\0' ? prev : "—");
+                       prev != NULL && prev[0] != '\0' ? prev : "—", link);
             shown++;
         }
         json_decref(items);
     }
     if (shown == 0) {
-        buf_puts(&out, "| — | no tasks yet | | | |\n");
+        buf_puts(&out, "| — | no tasks yet | | | | |\n");
     }
+    json_decref(stickies);
     return buf_take(&out);
 }
 

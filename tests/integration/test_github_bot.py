@@ -199,6 +199,13 @@ def test_help_status_errors_and_no_task():
             post_comment(gh, srv, "/diverge status", user="bob")
             wait(lambda: len(replies(gh)) >= 4, what="status reply")
             assert "fix-pr-7" in replies(gh)[3]["body"], replies(gh)[3]["body"]
+            # Its status-comment link, once the sticky comment exists.
+            sticky = wait(lambda: [c for c in gh.comments("octo/repo", 7)
+                                   if c["body"].startswith(MARKER)], what="sticky")
+            post_comment(gh, srv, "/diverge status", user="bob")
+            wait(lambda: len(replies(gh)) >= 5, what="second status reply")
+            assert "#issuecomment-%d" % sticky[0]["id"] in replies(gh)[4]["body"], \
+                replies(gh)[4]["body"]
             # Replies of the bot itself (our login) and sticky comments are never commands.
             before = len(replies(gh))
             post_comment(gh, srv, "/diverge help", user=BOT)  # itself a comment by the bot

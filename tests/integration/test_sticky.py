@@ -61,6 +61,11 @@ def test_one_comment_edited_at_each_phase():
                 wait(lambda: badge in stickies(gh)[0]["body"] and
                      ("Paused" in stickies(gh)[0]["body"]) == (phase == "Paused"),
                      what="badge " + badge)
+            # The preview links appear with status.previewUrl.
+            set_status(srv, "fix-pr-7", previewUrl="https://preview.test/?_diverge_env=agent-preview-fix-pr-7")
+            wait(lambda: "_diverge_env=clear" in stickies(gh)[0]["body"], what="preview links")
+            body = stickies(gh)[0]["body"]
+            assert "https://preview.test/?_diverge_env=agent-preview-fix-pr-7" in body, body
             # Spend shows up (throttled, but within the interval).
             set_status(srv, "fix-pr-7", tokensConsumed=4500, costUSD="0.0675")
             wait(lambda: "0.0675" in stickies(gh)[0]["body"], what="spend")
