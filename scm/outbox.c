@@ -14,13 +14,9 @@
 #include "scm/render.h"
 #include "scm/scm.h"
 
-#define WINDOW_MS 60000
-#define RATE_SLOTS 256 /* > any sane content_per_minute */
-
 struct rate_window {
     char provider[STORE_PROVIDER_MAX];
-    int64_t sent_ms[RATE_SLOTS]; /* ring of the last calls' times */
-    size_t next;
+    struct scm_rate rate;
 };
 
 struct scm_outbox {
@@ -74,22 +70,6 @@ static struct rate_window *window_of(struct scm_outbox *o, const char *provider)
         }
     }
     return &o->windows[0];
-}
-
-/* Milliseconds to wait before the next content-creating call to W (0: now). */
-static int64_t rate_wait(const struct scm_outbox *o, const struct rate_window *w, int64_t now)
-{
-    size_t cap = (size_t)o->cfg.content_per_minute;
-    /* The call CAP calls ago must be a full window old. */
-    int64_t oldest = w->sent_ms[(w->next + RATE_SLOTS - cap) % RATE_SLOTS];
-
-    return oldest != 0 && now - oldest < WINDOW_MS ? WINDOW_MS - (now - oldest) : 0;
-}
-
-static void rate_note(struct rate_window *w, int64_t now)
-{
-    w->sent_ms[w->next] = now;
-    w->next = (w->next + 1) % RATE_SLOTS;
 }
 
 static bool is_sticky(const struct outbox_entry *e)
@@ -210,13 +190,13 @@ static int64_t process(struct scm_outbox *o, struct outbox_entry *e)
         return 0;
     }
     if (content_creating(e)) {
-        wait = rate_wait(o, w, clock_now_ms(clk));
+        wait = scm_rate_wait(&w->rate, o->cfg.content_per_minute, clock_now_ms(clk));
         if (wait > 0) {
             bump(o, &o->stats.rate_waits);
             task_store_outbox_release(o->store);
             return wait;
         }
-        rate_note(w, clock_now_ms(clk));
+        scm_rate_note(&w->rate, clock_now_ms(clk));
     }
     rc = call(&result, p, e, &res, &err);
     bump(o, &o->stats.calls);
@@ -289,7 +269,7 @@ int scm_outbox_new(struct scm_outbox **out, struct task_store *store,
     o->store = store;
     o->reg = registry;
     o->cfg = *cfg;
-    if (o->cfg.content_per_minute <= 0 || o->cfg.content_per_minute >= RATE_SLOTS) {
+    if (o->cfg.content_per_minute <= 0 || o->cfg.content_per_minute >= SCM_RATE_SLOTS) {
         o->cfg.content_per_minute = 80;
     }
     pthread_mutex_init(&o->mu, NULL);

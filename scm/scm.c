@@ -83,3 +83,19 @@ void scm_registry_cleanup(struct scm_registry *r)
     }
     r->n = 0;
 }
+
+int64_t scm_rate_wait(const struct scm_rate *r, int cap, int64_t now_ms)
+{
+    /* The call CAP calls ago must be a full window old. */
+    int64_t oldest = r->sent_ms[(r->next + SCM_RATE_SLOTS - (size_t)cap) % SCM_RATE_SLOTS];
+
+    return oldest != 0 && now_ms - oldest < SCM_RATE_WINDOW_MS
+               ? SCM_RATE_WINDOW_MS - (now_ms - oldest)
+               : 0;
+}
+
+void scm_rate_note(struct scm_rate *r, int64_t now_ms)
+{
+    r->sent_ms[r->next] = now_ms;
+    r->next = (r->next + 1) % SCM_RATE_SLOTS;
+}

@@ -151,6 +151,22 @@ int scm_notifier_sync(struct scm_notifier *n, const json_t *task, struct err *er
 char *scm_sticky_key(const char *provider, const char *project, int64_t number, const char *ns,
                      const char *name);
 
+/* --- the per-minute budget of content-creating calls (pure) ------------------------- */
+
+#define SCM_RATE_WINDOW_MS 60000
+#define SCM_RATE_SLOTS 256 /* more than any sane per-minute cap */
+
+struct scm_rate {
+    int64_t sent_ms[SCM_RATE_SLOTS]; /* ring of the latest calls' times (0: none) */
+    size_t next;                     /* where the next call goes */
+};
+
+/* Milliseconds to wait before one more call keeps at most CAP calls in any window of
+ * SCM_RATE_WINDOW_MS (0: go now). CAP < SCM_RATE_SLOTS. */
+int64_t scm_rate_wait(const struct scm_rate *r, int cap, int64_t now_ms);
+/* Records a call made at NOW_MS. */
+void scm_rate_note(struct scm_rate *r, int64_t now_ms);
+
 /* --- the outbox worker ------------------------------------------------------------- */
 
 struct scm_outbox_config {

@@ -1,0 +1,69 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Unit tests of scm/: permission levels, the per-minute budget of content-creating calls
+ * (at most 80 per minute), and the outbox's retry delays (Retry-After, rate limits). */
+#include "scm/scm.h"
+#include "tests/t_check.h"
+
+TEST(levels)
+{
+    enum scm_level l;
+    CHECK_OK(scm_level_parse(&l, "maintain"));
+    CHECK_EQ_INT(l, SCM_LEVEL_MAINTAIN);
+    CHECK_OK(scm_level_parse(&l, "30"));
+    CHECK_EQ_INT(l, SCM_LEVEL_WRITE);
+    CHECK_EQ_INT(scm_level_parse(&l, "owner"), E_INVALID);
+    CHECK_EQ_STR(scm_level_name(SCM_LEVEL_ADMIN), "admin");
+}
+
+TEST(eighty_per_minute)
+{
+    struct scm_rate r;
+    int64_t t = 1000000, sent = 0, first_wait = -1;
+
+    memset(&r, 0, sizeof(r));
+    /* Offer a call every 100 ms for two minutes; count what goes out per window. */
+    for (int i = 0; i < 1200; i++, t += 100) {
+        int64_t w = scm_rate_wait(&r, 80, t);
+        if (w == 0) {
+            scm_rate_note(&r, t);
+            sent++;
+        } else if (first_wait < 0) {
+            first_wait = w;
+        }
+    }
+    /* 80 in the first minute, 80 in the second: never more. */
+    CHECK_EQ_INT(sent, 160);
+    CHECK(first_wait > 0 && first_wait <= 60000);
+    /* Any 60 s window holds at most 80 calls. */
+    for (size_t i = 0; i < SCM_RATE_SLOTS; i++) {
+        int64_t start = r.sent_ms[i], n = 0;
+        if (start == 0) {
+            continue;
+        }
+        for (size_t k = 0; k < SCM_RATE_SLOTS; k++) {
+            n += r.sent_ms[k] >= start && r.sent_ms[k] < start + 60000;
+        }
+        CHECK(n <= 80);
+    }
+}
+
+TEST(backoff_and_retry_after)
+{
+    struct scm_outbox_config cfg = SCM_OUTBOX_CONFIG_DEFAULTS;
+    struct scm_result none = {0}, ra = {.status = 403, .retry_after_ms = 2000, .rate_limited = true};
+    struct scm_result secondary = {.status = 403, .rate_limited = true};
+    struct scm_result slow503 = {.status = 503, .retry_after_ms = 30000};
+
+    CHECK_EQ_INT(scm_outbox_backoff(&cfg, 1, &none), 500);
+    CHECK_EQ_INT(scm_outbox_backoff(&cfg, 2, &none), 1000);
+    CHECK_EQ_INT(scm_outbox_backoff(&cfg, 4, &none), 4000);
+    CHECK_EQ_INT(scm_outbox_backoff(&cfg, 30, &none), 300000);
+    /* Retry-After wins over our backoff when rate limited: exactly when GitHub said. */
+    CHECK_EQ_INT(scm_outbox_backoff(&cfg, 5, &ra), 2000);
+    /* A secondary limit without a hint waits at least a minute. */
+    CHECK_EQ_INT(scm_outbox_backoff(&cfg, 1, &secondary), 60000);
+    /* A 503 asking for 30 s gets at least 30 s. */
+    CHECK_EQ_INT(scm_outbox_backoff(&cfg, 1, &slow503), 30000);
+}
+
+T_MAIN
