@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/jsonw.h"
 #include "common/secret.h"
 #include "store/store.h"
 #include "store/store_int.h"
@@ -301,7 +302,7 @@ int sqlst_write_obj(struct sqlite_store *s, const json_t *obj, bool is_new, bool
     if (rc != E_OK) {
         goto out;
     }
-    doc = json_dumps(obj, JSON_COMPACT);
+    doc = jsonw_dumps(obj);
     sqlite3_bind_text(st, 1, json_string_value(json_object_get(md, "namespace")), -1,
                       SQLITE_STATIC);
     sqlite3_bind_text(st, 2, json_string_value(json_object_get(md, "name")), -1, SQLITE_STATIC);

@@ -6,6 +6,7 @@
 #include "common/buf.h"
 #include "common/clock.h"
 #include "common/jsonscan.h"
+#include "common/jsonw.h"
 #include "common/money.h"
 #include "tests/t_check.h"
 
@@ -140,6 +141,23 @@ TEST(jsonscan_accepts_and_refuses)
     memset(deep + 600, ']', 600);
     CHECK_EQ_INT(jsonscan_check(deep, 1200, NULL), E_INVALID);
     CHECK_OK(jsonscan_check(deep + 100, 1000, NULL));
+}
+
+TEST(jsonw_matches_jansson_compact)
+{
+    static const char *const docs[] = {
+        "{}", "[]", "{\"a\":1,\"b\":[true,false,null,-7],\"c\":{\"d\":\"x\\ny\\t\\\"q\\\\\"}}",
+        "{\"u\":\"\\u0001\\u001f caf\\u00e9 \\u20ac /\",\"big\":9223372036854775807}",
+        "[{\"k\":[]},{\"k\":{}},\"\"]",
+    };
+    for (size_t i = 0; i < ARRAY_LEN(docs); i++) {
+        json_t *j = json_loads(docs[i], 0, NULL);
+        char *a = json_dumps(j, JSON_COMPACT), *b = jsonw_dumps(j);
+        CHECK_EQ_STR(b, a);
+        free(a);
+        free(b);
+        json_decref(j);
+    }
 }
 
 T_MAIN
