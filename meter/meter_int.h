@@ -16,7 +16,18 @@ struct verified_token {
     const char *ns;     /* borrowed from tok: its only namespace caveat */
     const char *name;   /* borrowed from tok: its only task_id caveat */
     int refs;           /* under the cache's mutex */
+    /* The last caveat check, reused while its inputs are the same. Touched only by the
+     * meter's committer thread. */
+    char *ck_repo, *ck_branch, *ck_model; /* owned; the context checked (NULL = none) */
+    struct token_grant ck_grant;          /* its result */
+    int64_t ck_until_ms;                  /* valid before this time (expires), or INT64_MAX */
+    bool ck_valid;
 };
+
+/* token_check_caveats() for VT in CTX, remembering the answer for the same repo, branch
+ * and model until the token's expiry. Committer thread only. */
+int token_cache_check(struct token_grant *out, struct verified_token *vt,
+                      const struct token_context *ctx);
 
 /* Verified tokens by their text. Only the signature is cached: revocation, expiry and
  * every other caveat are checked on each call, inside the transaction. */

@@ -18,6 +18,7 @@
 
 struct meter_job {
     const struct token *tok;    /* borrowed from the request thread; signature verified */
+    struct verified_token *vt;  /* borrowed: the cache entry holding tok */
     const char *ns;             /* borrowed from tok's namespace caveat */
     const char *name;           /* borrowed from tok's task_id caveat */
     int64_t max_iterations;     /* out: for the totals body */
@@ -235,7 +236,7 @@ static void read_state(struct meter_state *st, struct task_txn *tx, const json_t
         st->token_current = rec.active && strcmp(rec.token_id, token_identifier(j->tok)) == 0;
         free(rec.token);
     }
-    st->caveats_ok = token_check_caveats(&st->grant, j->tok, &ctx, NULL) == E_OK;
+    st->caveats_ok = token_cache_check(&st->grant, j->vt, &ctx) == E_OK;
     st->phase = v.phase;
     st->body_ok = j->body_ok;
     st->model_ok = st->grant.model_allowed &&
@@ -529,6 +530,7 @@ void meter_service_handle(int *status_out, char **body_out, struct meter_service
         return;
     }
     j.tok = vt->tok;
+    j.vt = vt;
     j.name = vt->name;
     j.ns = vt->ns;
     sem_init(&j.done, 0, 0);

@@ -9,6 +9,9 @@
 static void vt_free(struct verified_token *vt)
 {
     if (vt != NULL) {
+        free(vt->ck_repo);
+        free(vt->ck_branch);
+        free(vt->ck_model);
         token_free(vt->tok);
         free(vt->text);
         free(vt);
@@ -129,4 +132,44 @@ void token_cache_release(struct token_cache *c, struct verified_token *vt)
     pthread_mutex_lock(&c->mu);
     unref(vt);
     pthread_mutex_unlock(&c->mu);
+}
+
+static bool same(const char *a, const char *b)
+{
+    return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
+}
+
+static char *dup_opt(const char *s)
+{
+    return s != NULL ? xstrdup(s) : NULL;
+}
+
+int token_cache_check(struct token_grant *out, struct verified_token *vt,
+                      const struct token_context *ctx)
+{
+    int rc;
+
+    /* The caveats are a pure function of (token, task, namespace, repo, branch, model,
+     * time); task and namespace come from the token itself, time only matters for
+     * expires, so the answer stands while the rest is unchanged and unexpired. */
+    if (vt->ck_valid && ctx->now_ms < vt->ck_until_ms && same(vt->ck_repo, ctx->repo) &&
+        same(vt->ck_branch, ctx->branch) && same(vt->ck_model, ctx->model)) {
+        *out = vt->ck_grant;
+        return E_OK;
+    }
+    rc = token_check_caveats(out, vt->tok, ctx, NULL);
+    if (rc != E_OK) {
+        vt->ck_valid = false;
+        return rc;
+    }
+    free(vt->ck_repo);
+    free(vt->ck_branch);
+    free(vt->ck_model);
+    vt->ck_repo = dup_opt(ctx->repo);
+    vt->ck_branch = dup_opt(ctx->branch);
+    vt->ck_model = dup_opt(ctx->model);
+    vt->ck_grant = *out;
+    vt->ck_until_ms = out->has_expires ? out->expires_ms : INT64_MAX;
+    vt->ck_valid = true;
+    return E_OK;
 }
