@@ -54,6 +54,8 @@ struct sqlite_store {
     struct event ring[EVENT_RING];
     sqlite3_stmt *stmts[SQLST_COUNT]; /* owned; prepared on first use */
     json_t *cache;                    /* "ns/name" -> parsed task, for task_txn_get */
+    json_t *meter_ids;                /* task uid -> {request id: true}: every charged id,
+                                         loaded from the log on first use; NULL = unloaded */
     pthread_cond_t inbox_cv;          /* an inbox entry was added, or wake() */
     pthread_cond_t outbox_cv;         /* an outbox entry was added, or wake() */
     int64_t inbox_gen;                /* bumped on every inbox add (and wake) */

@@ -89,6 +89,11 @@ static const char *const g_migrations[] = {
     " content TEXT NOT NULL, PRIMARY KEY (comment_id, author, content)) STRICT;"
     "CREATE TABLE local_permissions (project TEXT NOT NULL, user TEXT NOT NULL,"
     " level INTEGER NOT NULL, PRIMARY KEY (project, user)) STRICT;",
+    /* 5: charged meter request ids as an append-only log (one hot page per commit instead
+     * of one B-tree leaf per task); uniqueness is kept by an in-memory index of it. */
+    "CREATE TABLE meter_log (id INTEGER PRIMARY KEY, task_uid TEXT NOT NULL,"
+    " request_id TEXT NOT NULL, charged_ms INTEGER NOT NULL, tokens INTEGER NOT NULL,"
+    " cost_micros INTEGER NOT NULL) STRICT;",
 };
 
 static int migrate(struct sqlite_store *s, struct err *err)
@@ -229,8 +234,9 @@ static const char *const g_stmt_sql[SQLST_COUNT] = {
                           "WHERE namespace=?1 AND name=?2",
     [SQLST_BUMP_RV] = "UPDATE meta SET value=?1 WHERE key='resource_version'",
     [SQLST_GET_TASK] = "SELECT doc FROM tasks WHERE namespace=?1 AND name=?2",
-    [SQLST_METER_SEEN] = "SELECT 1 FROM meter_requests WHERE task_uid=?1 AND request_id=?2",
-    [SQLST_METER_INSERT] = "INSERT OR IGNORE INTO meter_requests(task_uid,request_id,charged_ms,"
+    [SQLST_METER_SEEN] = "SELECT task_uid, request_id FROM meter_requests UNION ALL "
+                         "SELECT task_uid, request_id FROM meter_log",
+    [SQLST_METER_INSERT] = "INSERT INTO meter_log(task_uid,request_id,charged_ms,"
                            "tokens,cost_micros) VALUES(?1,?2,?3,?4,?5)",
     [SQLST_TOKEN_CURRENT] = "SELECT token_id, generation, state, token FROM tokens "
                             "WHERE namespace=?1 AND name=?2 ORDER BY generation DESC LIMIT 1",
@@ -519,6 +525,10 @@ static int sqlite_remove(json_t **out, struct task_store *st, const char *ns, co
         goto out;
     }
     s->rv++;
+    if (s->meter_ids != NULL) {
+        json_object_del(s->meter_ids,
+                        json_string_value(json_object_get(json_object_get(cur, "metadata"), "uid")));
+    }
     sqlst_set_rv(cur, s->rv);
     {
         struct event ev;
@@ -709,6 +719,7 @@ static void sqlite_close(struct task_store *st)
         sqlite3_finalize(s->stmts[i]);
     }
     json_decref(s->cache);
+    json_decref(s->meter_ids);
     sqlite3_close(s->db);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->changed);
@@ -749,6 +760,7 @@ int task_store_sqlite_open(struct task_store **out, const char *path, const stru
     pthread_mutex_init(&s->gc_mu, NULL);
     pthread_cond_init(&s->outbox_cv, NULL);
     s->cache = json_object();
+    s->meter_ids = NULL;
     rc = sqlite3_open_v2(path, &s->db,
                          SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
     if (rc != SQLITE_OK) {

@@ -47,6 +47,8 @@ int sqlst_txn(struct task_store *st, task_txn_fn fn, void *userdata, struct err 
         drop_events(&tx, 0);
         /* Cached objects may carry changes that were just undone. */
         json_object_clear(s->cache);
+        json_decref(s->meter_ids); /* may hold ids just rolled back: reload on next use */
+        s->meter_ids = NULL;
         goto out;
     }
     for (size_t i = 0; i < tx.nevents; i++) {
@@ -153,31 +155,81 @@ int task_txn_release(struct task_txn *tx, struct err *err)
 void task_txn_rollback_savepoint(struct task_txn *tx)
 {
     json_object_clear(tx->s->cache);
+    json_decref(tx->s->meter_ids);
+    tx->s->meter_ids = NULL;
     (void)run_stmt(tx, SQLST_ROLLBACK_TO, "rollback to savepoint", NULL);
     (void)run_stmt(tx, SQLST_RELEASE, "release savepoint", NULL);
     tx->s->rv = tx->rv_savepoint;
     drop_events(tx, tx->nevents_savepoint);
 }
 
+/* Loads every charged request id (both the old table and the log) into memory, once. */
+static int load_meter_ids(struct sqlite_store *s, struct err *err)
+{
+    sqlite3_stmt *st = NULL;
+    int rc, step;
+
+    if (s->meter_ids != NULL) {
+        return E_OK;
+    }
+    rc = sqlst_stmt(&st, s, SQLST_METER_SEEN, err);
+    if (rc != E_OK) {
+        return rc;
+    }
+    s->meter_ids = json_object();
+    while ((step = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *uid = (const char *)sqlite3_column_text(st, 0);
+        json_t *set = json_object_get(s->meter_ids, uid);
+        if (set == NULL) {
+            set = json_object();
+            json_object_set_new(s->meter_ids, uid, set);
+        }
+        json_object_set_new(set, (const char *)sqlite3_column_text(st, 1), json_true());
+    }
+    sqlite3_reset(st);
+    if (step != SQLITE_DONE) {
+        json_decref(s->meter_ids);
+        s->meter_ids = NULL;
+        return sqlst_db_err(s, step, "load meter ids", err);
+    }
+    return E_OK;
+}
+
 int task_txn_meter_claim(bool *fresh_out, struct task_txn *tx, const char *task_uid,
                          const char *request_id, int64_t tokens, int64_t cost_micros,
                          struct err *err)
 {
+    struct sqlite_store *s = tx->s;
     sqlite3_stmt *st = NULL;
-    int rc = sqlst_stmt(&st, tx->s, SQLST_METER_INSERT, err);
+    json_t *set;
+    int rc = load_meter_ids(s, err);
 
     *fresh_out = false;
     if (rc != E_OK) {
         return rc;
     }
+    set = json_object_get(s->meter_ids, task_uid);
+    if (set != NULL && json_object_get(set, request_id) != NULL) {
+        return E_OK; /* a retry */
+    }
+    rc = sqlst_stmt(&st, s, SQLST_METER_INSERT, err);
+    if (rc != E_OK) {
+        return rc;
+    }
     sqlite3_bind_text(st, 1, task_uid, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, request_id, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 3, clock_now_ms(tx->s->base.clock));
+    sqlite3_bind_int64(st, 3, clock_now_ms(s->base.clock));
     sqlite3_bind_int64(st, 4, tokens);
     sqlite3_bind_int64(st, 5, cost_micros);
-    rc = sqlst_step_done(tx->s, st, "record meter request", err);
-    /* INSERT OR IGNORE: no row changed means the id was there already. */
-    *fresh_out = rc == E_OK && sqlite3_changes(tx->s->db) > 0;
+    rc = sqlst_step_done(s, st, "record meter request", err);
+    if (rc == E_OK) {
+        if (set == NULL) {
+            set = json_object();
+            json_object_set_new(s->meter_ids, task_uid, set);
+        }
+        json_object_set_new(set, request_id, json_true());
+        *fresh_out = true;
+    }
     return rc;
 }
 

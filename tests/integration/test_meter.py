@@ -282,8 +282,10 @@ def test_kill9_mid_metering_never_overcharges():
             for n in names:
                 st, _, b = srv2.request("GET", NS + "/" + n)
                 uid = b["metadata"]["uid"]
-                recorded = {r[0] for r in con.execute(
-                    "SELECT request_id FROM meter_requests WHERE task_uid=?", (uid,))}
+                rows = [r[0] for r in con.execute(
+                    "SELECT request_id FROM meter_log WHERE task_uid=?", (uid,))]
+                assert len(rows) == len(set(rows)), "an id was recorded twice"
+                recorded = set(rows)
                 missing = acked[n] - recorded
                 assert not missing, (n, sorted(missing)[:5])
                 assert b["status"]["tokensConsumed"] == 7 * len(recorded), (n, b["status"])

@@ -432,4 +432,42 @@ TEST(txn_failure_rolls_back)
     task_store_close(st);
 }
 
+static int claim_ids(struct task_txn *tx, void *userdata)
+{
+    int *fresh = userdata;
+    bool f = false;
+    ASSERT(task_txn_meter_claim(&f, tx, "uid-9", "r1", 1, 1, NULL) == E_OK);
+    fresh[0] = f;
+    ASSERT(task_txn_meter_claim(&f, tx, "uid-9", "r1", 1, 1, NULL) == E_OK);
+    fresh[1] = f;
+    ASSERT(task_txn_meter_claim(&f, tx, "uid-8", "r1", 1, 1, NULL) == E_OK);
+    fresh[2] = f;
+    return E_OK;
+}
+
+TEST(meter_ids_survive_restart)
+{
+    char path[] = "/tmp/diverge-meter-XXXXXX";
+    int fd = mkstemp(path);
+    struct task_store *st = NULL;
+    int fresh[3] = {0};
+
+    ASSERT(fd >= 0);
+    close(fd);
+    CHECK_OK(task_store_sqlite_open(&st, path, clock_system(), NULL));
+    CHECK_OK(task_store_txn(st, claim_ids, fresh, NULL));
+    CHECK(fresh[0] && !fresh[1] && fresh[2]);
+    task_store_close(st);
+    CHECK_OK(task_store_sqlite_open(&st, path, clock_system(), NULL));
+    CHECK_OK(task_store_txn(st, claim_ids, fresh, NULL));
+    CHECK(!fresh[0] && !fresh[1] && !fresh[2]); /* every id is remembered after a restart */
+    task_store_close(st);
+    unlink(path);
+    char *wal = xasprintf("%s-wal", path), *shm = xasprintf("%s-shm", path);
+    unlink(wal);
+    unlink(shm);
+    free(wal);
+    free(shm);
+}
+
 T_MAIN
