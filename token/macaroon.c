@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/buf.h"
+#include "common/secret.h"
 #include "token/token.h"
 #include "token/token_int.h"
 
@@ -482,6 +483,6 @@ void token_print(FILE *f, const struct token *t)
     for (size_t i = 0; i < t->n_caveats; i++) {
         print_escaped(f, "caveat", t->caveats[i]);
     }
-    token_hex_encode(hex, t->sig, sizeof(t->sig));
+    secret_hex(hex, t->sig, sizeof(t->sig));
     fprintf(f, "signature: %s\n", hex);
 }

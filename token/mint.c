@@ -11,6 +11,7 @@
 #include "common/buf.h"
 #include "common/clock.h"
 #include "common/money.h"
+#include "common/secret.h"
 #include "token/token.h"
 #include "token/token_int.h"
 
@@ -98,7 +99,7 @@ static int make_identifier(char **out, const struct token_mint_opts *o, struct e
     if (RAND_bytes(rnd, sizeof(rnd)) != 1) {
         return err_set(err, E_FAIL, "no randomness for the token identifier");
     }
-    token_hex_encode(hex, rnd, sizeof(rnd));
+    secret_hex(hex, rnd, sizeof(rnd));
     *out = xasprintf("%s%s%s/%" PRId64 "/%s", has_ns ? o->ns : "", has_ns ? "/" : "", o->task,
                      o->generation, hex);
     return E_OK;

@@ -14,7 +14,7 @@
 int token_root_key_parse(unsigned char key_out[TOKEN_ROOT_KEY_LEN], const char *hex,
                          struct err *err)
 {
-    if (token_hex_decode(key_out, TOKEN_ROOT_KEY_LEN, hex, strlen(hex)) != E_OK) {
+    if (secret_unhex(key_out, TOKEN_ROOT_KEY_LEN, hex) != E_OK) {
         OPENSSL_cleanse(key_out, TOKEN_ROOT_KEY_LEN);
         return err_set(err, E_INVALID, "root key is not %d hex characters", KEY_HEX_LEN);
     }

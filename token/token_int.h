@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Helpers shared by the token/ sources only: base64 and hex codecs. Nothing outside
+/* Helpers shared by the token/ sources only: the base64 codec (hex: common/secret.h). Nothing outside
  * token/ includes this header. */
 #ifndef DIVERGE_TOKEN_TOKEN_INT_H
 #define DIVERGE_TOKEN_TOKEN_INT_H
@@ -18,11 +18,7 @@ void token_b64_encode(char **out, const unsigned char *data, size_t len);
  * *len_out bytes. Returns E_INVALID on malformed input. */
 int token_b64_decode(unsigned char **out, size_t *len_out, const char *s, size_t len);
 
-/* Writes DATA[0..len) as lower-case hex plus a NUL into OUT (2 * len + 1 bytes). */
-void token_hex_encode(char *out, const unsigned char *data, size_t len);
 
-/* Decodes exactly 2 * N hex digits from HEX into OUT[0..n); E_INVALID otherwise. */
-int token_hex_decode(unsigned char *out, size_t n, const char *hex, size_t hex_len);
 
 /* True when VALUE may follow "name = ": non-empty, no control characters, no leading or
  * trailing space. */

@@ -8,38 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/secret.h"
 #include "scm/github/github.h"
 
 #define SIG_PREFIX "sha256="
-
-static int hex_nibble(char c)
-{
-    if (c >= '0' && c <= '9') {
-        return c - '0';
-    }
-    if (c >= 'a' && c <= 'f') {
-        return c - 'a' + 10;
-    }
-    if (c >= 'A' && c <= 'F') {
-        return c - 'A' + 10;
-    }
-    return -1;
-}
-
-static int hex_decode32(unsigned char out[32], const char *s)
-{
-    if (strlen(s) != 64) {
-        return E_INVALID;
-    }
-    for (size_t i = 0; i < 32; i++) {
-        int hi = hex_nibble(s[2 * i]), lo = hex_nibble(s[2 * i + 1]);
-        if (hi < 0 || lo < 0) {
-            return E_INVALID;
-        }
-        out[i] = (unsigned char)(hi << 4 | lo);
-    }
-    return E_OK;
-}
 
 int github_webhook_verify(const char *secrets, const char *sig_header, const char *body,
                           size_t len, struct err *err)
@@ -50,7 +22,7 @@ int github_webhook_verify(const char *secrets, const char *sig_header, const cha
     bool ok = false;
 
     if (sig_header == NULL || strncmp(sig_header, SIG_PREFIX, strlen(SIG_PREFIX)) != 0 ||
-        hex_decode32(want, sig_header + strlen(SIG_PREFIX)) != E_OK) {
+        secret_unhex(want, sizeof(want), sig_header + strlen(SIG_PREFIX)) != E_OK) {
         return err_set(err, E_DENIED, "missing or malformed X-Hub-Signature-256");
     }
     while (p != NULL && *p != '\0') {
