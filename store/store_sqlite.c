@@ -373,38 +373,24 @@ static int sqlite_get(json_t **out, struct task_store *st, const char *ns, const
     return rc;
 }
 
+struct create_args {
+    json_t **out;
+    const json_t *obj;
+    struct err *err;
+};
+
+static int create_txn(struct task_txn *tx, void *userdata)
+{
+    struct create_args *a = userdata;
+    return task_txn_create(a->out, tx, a->obj, a->err);
+}
+
 static int sqlite_create(json_t **out, struct task_store *st, const json_t *obj, struct err *err)
 {
-    struct sqlite_store *s = to_sqlite(st);
-    json_t *doc = json_deep_copy(obj);
-    char *text = NULL;
-    json_t *md = json_object_get(doc, "metadata");
-    char uid[37], ts[CLOCK_RFC3339_MAX];
-    int rc;
+    struct create_args a = {.out = out, .obj = obj, .err = err};
 
     *out = NULL;
-    sqlst_new_uid(uid);
-    clock_rfc3339(ts, clock_now_ms(st->clock));
-    json_object_set_new(md, "uid", json_string(uid));
-    json_object_set_new(md, "creationTimestamp", json_string(ts));
-    json_object_set_new(md, "generation", json_integer(1));
-    pthread_mutex_lock(&s->mu);
-    sqlst_cache_forget(s, json_string_value(json_object_get(md, "namespace")),
-                       json_string_value(json_object_get(md, "name")));
-    sqlst_set_rv(doc, s->rv + 1);
-    rc = sqlst_write_obj(s, doc, true, false, &text, err);
-    if (rc == E_OK) {
-        struct event ev;
-        sqlst_event_fill(&ev, s->rv, TASK_EVENT_ADDED, doc, text);
-        sqlst_publish(s, &ev);
-    }
-    pthread_mutex_unlock(&s->mu);
-    if (rc == E_OK) {
-        *out = doc;
-        doc = NULL;
-    }
-    json_decref(doc);
-    return rc;
+    return sqlst_txn(st, create_txn, &a, err);
 }
 
 static int sqlite_mutate(json_t **out, struct task_store *st, const char *ns, const char *name,
