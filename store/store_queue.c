@@ -200,18 +200,22 @@ int task_store_inbox_add(bool *duplicate_out, struct task_store *st, const struc
     return w.rc;
 }
 
+/* How many pending rows one pick looks at, at most (a bound on a pathological backlog of
+ * many PRs all backing off; the rest is found on a later pick). */
+#define NEXT_SCAN_MAX 4096
+
 /* The oldest due pending row of TABLE whose PR has no older pending row; or the time to
- * the next due one. Caller holds mu. */
+ * the next due one. Walks the pending rows in arrival order (a partial index), so the
+ * usual pick is the first row. Caller holds mu. COLS starts with next_ms. */
 static int next_due(sqlite3_stmt **q_out, int64_t *wait_ms_out, struct sqlite_store *s,
                     const char *table, const char *cols, int64_t now, struct err *err)
 {
-    char *sql = xasprintf(
-        "SELECT %s FROM %s i WHERE state='pending' AND NOT EXISTS (SELECT 1 FROM %s j "
-        "WHERE j.state='pending' AND j.provider=i.provider AND j.project=i.project AND "
-        "j.number=i.number AND j.id<i.id) ORDER BY (next_ms > ?1), next_ms, id LIMIT 1",
-        cols, table, table);
+    char *sql = xasprintf("SELECT %s, provider || '/' || project || '#' || number FROM %s "
+                          "WHERE state='pending' ORDER BY id",
+                          cols, table);
     sqlite3_stmt *q = NULL;
-    int rc = sqlst_prepare(&q, s, sql, err), step;
+    json_t *seen = NULL;
+    int rc = sqlst_prepare(&q, s, sql, err), step, key_col, scanned = 0;
 
     free(sql);
     *q_out = NULL;
@@ -219,24 +223,33 @@ static int next_due(sqlite3_stmt **q_out, int64_t *wait_ms_out, struct sqlite_st
     if (rc != E_OK) {
         return rc;
     }
-    sqlite3_bind_int64(q, 1, now);
-    step = sqlite3_step(q);
-    if (step == SQLITE_DONE) {
-        sqlite3_finalize(q);
-        return E_NOTFOUND;
+    key_col = sqlite3_column_count(q) - 1;
+    seen = json_object();
+    while ((step = sqlite3_step(q)) == SQLITE_ROW && scanned++ < NEXT_SCAN_MAX) {
+        const char *key = (const char *)sqlite3_column_text(q, key_col);
+        int64_t next = sqlite3_column_int64(q, 0);
+        if (json_object_get(seen, key) != NULL) {
+            continue; /* an older entry of this PR goes first */
+        }
+        if (next <= now) {
+            json_decref(seen);
+            *q_out = q;
+            return E_OK;
+        }
+        json_object_set_new(seen, key, json_true());
+        if (*wait_ms_out < 0 || next - now < *wait_ms_out) {
+            *wait_ms_out = next - now;
+        }
     }
-    if (step != SQLITE_ROW) {
-        sqlite3_finalize(q);
+    json_decref(seen);
+    sqlite3_finalize(q);
+    if (step != SQLITE_ROW && step != SQLITE_DONE) {
         return sqlst_db_err(s, step, "queue next", err);
     }
-    /* Column 0 is always next_ms. */
-    if (sqlite3_column_int64(q, 0) > now) {
-        *wait_ms_out = sqlite3_column_int64(q, 0) - now;
-        sqlite3_finalize(q);
-        return E_NOTFOUND;
+    if (step == SQLITE_ROW && *wait_ms_out < 0) {
+        *wait_ms_out = 1000; /* the scan was cut short: look again soon */
     }
-    *q_out = q;
-    return E_OK;
+    return E_NOTFOUND;
 }
 
 int task_store_inbox_next(struct inbox_entry *out, int64_t *wait_ms_out, struct task_store *st,

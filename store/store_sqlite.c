@@ -94,6 +94,10 @@ static const char *const g_migrations[] = {
     "CREATE TABLE meter_log (id INTEGER PRIMARY KEY, task_uid TEXT NOT NULL,"
     " request_id TEXT NOT NULL, charged_ms INTEGER NOT NULL, tokens INTEGER NOT NULL,"
     " cost_micros INTEGER NOT NULL) STRICT;",
+    /* 6: the queues are walked in arrival order over their pending rows only. */
+    "DROP INDEX inbox_pending; DROP INDEX outbox_pending;"
+    "CREATE INDEX inbox_pending_id ON inbox(id) WHERE state = 'pending';"
+    "CREATE INDEX outbox_pending_id ON outbox(id) WHERE state = 'pending';",
 };
 
 static int migrate(struct sqlite_store *s, struct err *err)
