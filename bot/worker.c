@@ -329,100 +329,193 @@ static bool ignored(struct scm_provider *p, const struct inbox_entry *e)
            strstr(e->body, BOT_STICKY_MARKER) != NULL;
 }
 
-static int mark_done(struct task_txn *tx, void *userdata)
-{
-    return task_txn_inbox_done(tx, ((const struct inbox_entry *)userdata)->id, NULL);
-}
+#define BOT_BATCH 32 /* comments applied per transaction, at most */
 
-static void give_up(struct bot *b, const struct inbox_entry *e, const char *why)
-{
-    log_kv(LOG_ERROR, "comment_failed", "provider", e->provider, "project", e->project,
-           "comment", e->comment_id, "error", why, NULL);
-    (void)task_store_inbox_retry(b->store, e->id, 0, true, why, NULL);
-}
+/* What to do with one entry of a batch. */
+enum prep_kind {
+    PREP_SKIP,  /* nothing in the batch transaction (retried later, already recorded) */
+    PREP_DONE,  /* ignored: mark it done */
+    PREP_FAIL,  /* give up: mark it failed */
+    PREP_APPLY, /* apply IN */
+};
 
-static void process(struct bot *b, const struct inbox_entry *e)
-{
-    struct scm_provider *p = scm_registry_get(b->reg, e->provider);
+struct prepared {
+    struct inbox_entry e;     /* owned */
+    enum prep_kind kind;
     struct bot_input in;
-    struct gathered g;
-    struct err err = {0};
-    int rc;
+    struct gathered g;        /* owned */
+    char why[ERR_MSG_MAX];    /* for PREP_FAIL */
+};
 
+static void retry_later(struct bot *b, struct prepared *pr, const char *why)
+{
+    const struct inbox_entry *e = &pr->e;
+    char delay[32];
+    int64_t d = 1000LL << (e->attempts < 8 ? e->attempts : 8);
+
+    if (e->attempts + 1 >= b->cfg.max_attempts) {
+        pr->kind = PREP_FAIL;
+        snprintf(pr->why, sizeof(pr->why), "%s", why);
+        return;
+    }
+    snprintf(delay, sizeof(delay), "%lld", (long long)d);
+    log_kv(LOG_WARN, "comment_retry", "project", e->project, "comment", e->comment_id,
+           "delay_ms", delay, "error", why, NULL);
+    (void)task_store_inbox_retry(b->store, e->id, d, false, why, NULL);
+    pr->kind = PREP_SKIP;
+}
+
+/* Everything outside the transaction: the SCM calls of one entry. */
+static void prepare(struct bot *b, struct prepared *pr)
+{
+    const struct inbox_entry *e = &pr->e;
+    struct scm_provider *p = scm_registry_get(b->reg, e->provider);
+    struct err err = {0};
+
+    memset(&pr->in, 0, sizeof(pr->in));
+    memset(&pr->g, 0, sizeof(pr->g));
     if (p == NULL) {
-        give_up(b, e, "no provider configured for this comment");
+        pr->kind = PREP_FAIL;
+        snprintf(pr->why, sizeof(pr->why), "no provider configured for this comment");
         return;
     }
     if (ignored(p, e)) {
-        (void)task_store_txn(b->store, mark_done, (void *)(uintptr_t)e, NULL);
+        pr->kind = PREP_DONE;
         return;
     }
-    memset(&g, 0, sizeof(g));
-    memset(&in, 0, sizeof(in));
-    in.entry = e;
-    in.cfg = &b->cfg;
+    pr->in.entry = e;
+    pr->in.cfg = &b->cfg;
     if (b->ns_override != NULL) {
-        snprintf(in.ns, sizeof(in.ns), "%s", b->ns_override);
+        snprintf(pr->in.ns, sizeof(pr->in.ns), "%s", b->ns_override);
     } else {
-        bot_project_namespace(in.ns, e->project);
+        bot_project_namespace(pr->in.ns, e->project);
     }
-    snprintf(in.task, sizeof(in.task), "fix-%s-%lld",
+    snprintf(pr->in.task, sizeof(pr->in.task), "fix-%s-%lld",
              strcmp(e->provider, "gitlab") == 0 ? "mr" : "pr", (long long)e->number);
-    rc = gather(&g, b, p, e, &in, &err);
-    if (rc != E_OK) {
-        char delay[32];
-        if (e->attempts + 1 >= b->cfg.max_attempts) {
-            give_up(b, e, err.msg);
-        } else {
-            int64_t d = 1000LL << (e->attempts < 8 ? e->attempts : 8);
-            snprintf(delay, sizeof(delay), "%lld", (long long)d);
-            log_kv(LOG_WARN, "comment_retry", "project", e->project, "comment", e->comment_id,
-                   "delay_ms", delay, "error", err.msg, NULL);
-            (void)task_store_inbox_retry(b->store, e->id, d, false, err.msg, NULL);
-        }
-        gathered_cleanup(&g);
+    if (gather(&pr->g, b, p, e, &pr->in, &err) != E_OK) {
+        retry_later(b, pr, err.msg);
         return;
     }
-    in.cmds = g.cmds;
-    in.refusal = g.refusal;
-    in.pull = g.have_pull ? &g.pull : NULL;
-    in.agent = g.agent;
-    in.status_table = g.status;
-    rc = task_store_txn(b->store, bot_apply_txn, &in, &err);
-    if (rc == E_INVALID) {
-        /* The change itself was refused (e.g. an objective the task model rejects). */
+    pr->in.cmds = pr->g.cmds;
+    pr->in.refusal = pr->g.refusal;
+    pr->in.pull = pr->g.have_pull ? &pr->g.pull : NULL;
+    pr->in.agent = pr->g.agent;
+    pr->in.status_table = pr->g.status;
+    pr->kind = PREP_APPLY;
+}
+
+static int apply_one(struct task_txn *tx, struct prepared *pr, struct err *err)
+{
+    switch (pr->kind) {
+    case PREP_DONE:
+        return task_txn_inbox_done(tx, pr->e.id, err);
+    case PREP_FAIL:
+        log_kv(LOG_ERROR, "comment_failed", "provider", pr->e.provider, "project", pr->e.project,
+               "comment", pr->e.comment_id, "error", pr->why, NULL);
+        return task_txn_inbox_fail(tx, pr->e.id, pr->why, err);
+    case PREP_APPLY:
+        return bot_apply_txn(tx, &pr->in);
+    case PREP_SKIP:
+        break;
+    }
+    return E_OK;
+}
+
+struct batch {
+    struct prepared *items;
+    size_t n;
+};
+
+static int batch_txn(struct task_txn *tx, void *userdata)
+{
+    struct batch *bt = userdata;
+    struct err err = {0};
+
+    for (size_t i = 0; i < bt->n; i++) {
+        int rc = apply_one(tx, &bt->items[i], &err);
+        if (rc != E_OK) {
+            return rc;
+        }
+    }
+    return E_OK;
+}
+
+/* Applies one entry in its own transaction (after its batch failed): a refused change
+ * becomes a reply, any other failure a later retry. */
+static void apply_alone(struct bot *b, struct prepared *pr)
+{
+    struct batch one = {.items = pr, .n = 1};
+    struct err err = {0};
+    int rc = task_store_txn(b->store, batch_txn, &one, &err);
+
+    if (rc == E_INVALID && pr->kind == PREP_APPLY) {
         char *msg = xasprintf("@%s that would make the task invalid: %s. Nothing was changed.\n",
-                              e->author, err.msg);
-        in.refusal = msg;
-        rc = task_store_txn(b->store, bot_apply_txn, &in, &err);
+                              pr->e.author, err.msg);
+        pr->in.refusal = msg;
+        rc = task_store_txn(b->store, batch_txn, &one, &err);
         free(msg);
+        pr->in.refusal = pr->g.refusal;
     }
     if (rc != E_OK) {
-        (void)task_store_inbox_retry(b->store, e->id, 2000, e->attempts + 1 >= b->cfg.max_attempts,
-                                     err.msg, NULL);
-    } else {
-        char n[32];
-        snprintf(n, sizeof(n), "%zu", g.cmds != NULL ? g.cmds->len : 0);
-        log_kv(LOG_INFO, "comment_applied", "provider", e->provider, "project", e->project,
-               "comment", e->comment_id, "author", e->author, "commands", n, "task", in.task,
-               "refused", g.refusal != NULL ? "true" : "false", NULL);
+        (void)task_store_inbox_retry(b->store, pr->e.id, 2000,
+                                     pr->e.attempts + 1 >= b->cfg.max_attempts, err.msg, NULL);
     }
-    gathered_cleanup(&g);
+}
+
+static void log_applied(const struct prepared *pr)
+{
+    char n[32];
+
+    if (pr->kind != PREP_APPLY) {
+        return;
+    }
+    snprintf(n, sizeof(n), "%zu", pr->g.cmds != NULL ? pr->g.cmds->len : 0);
+    log_kv(LOG_INFO, "comment_applied", "provider", pr->e.provider, "project", pr->e.project,
+           "comment", pr->e.comment_id, "author", pr->e.author, "commands", n, "task",
+           pr->in.task, "refused", pr->g.refusal != NULL ? "true" : "false", NULL);
+}
+
+/* Up to BOT_BATCH due comments (one per PR, in order): SCM calls for each, then ONE
+ * transaction for all, so a burst of commands costs one fsync, not one each. */
+static void process_batch(struct bot *b, struct inbox_entry *entries, size_t n)
+{
+    struct prepared *items = xcalloc(n, sizeof(*items));
+    struct batch bt = {.items = items, .n = n};
+    struct err err = {0};
+
+    for (size_t i = 0; i < n; i++) {
+        items[i].e = entries[i];
+        prepare(b, &items[i]);
+    }
+    if (task_store_txn(b->store, batch_txn, &bt, &err) == E_OK) {
+        for (size_t i = 0; i < n; i++) {
+            log_applied(&items[i]);
+        }
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            apply_alone(b, &items[i]);
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        gathered_cleanup(&items[i].g);
+        inbox_entry_cleanup(&items[i].e);
+    }
+    free(items);
 }
 
 static void *run(void *arg)
 {
     struct bot *b = arg;
+    struct inbox_entry entries[BOT_BATCH];
 
     prctl(PR_SET_NAME, "bot", 0, 0, 0);
     while (!atomic_load(&b->stop)) {
-        struct inbox_entry e;
         int64_t gen = task_store_queue_gen(b->store, false);
         int64_t wait = -1;
+        size_t n = 0;
 
-        if (task_store_inbox_next(&e, &wait, b->store, NULL) == E_OK) {
-            process(b, &e);
-            inbox_entry_cleanup(&e);
+        if (task_store_inbox_next_batch(entries, BOT_BATCH, &n, &wait, b->store, NULL) == E_OK) {
+            process_batch(b, entries, n);
             continue;
         }
         task_store_queue_wait(b->store, false, gen, wait < 0 || wait > 1000 ? 1000 : wait);

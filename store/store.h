@@ -339,6 +339,12 @@ int task_store_inbox_add(bool *duplicate_out, struct task_store *st, const struc
  * then *wait_ms_out is the time until the next due one, or -1 when none is pending. */
 int task_store_inbox_next(struct inbox_entry *out, int64_t *wait_ms_out, struct task_store *st,
                           struct err *err);
+/* As task_store_inbox_next for up to MAX entries at once (distinct PRs), *n_out of them;
+ * each is cleaned up by the caller. */
+int task_store_inbox_next_batch(struct inbox_entry *out, size_t max, size_t *n_out,
+                                int64_t *wait_ms_out, struct task_store *st, struct err *err);
+/* Gives up on entry ID for good, inside a transaction, with ERROR. */
+int task_txn_inbox_fail(struct task_txn *tx, int64_t id, const char *error, struct err *err);
 /* After a transient failure: try entry ID again in DELAY_MS (attempts + 1); with FAILED,
  * give up on it for good (it stops blocking its PR). */
 int task_store_inbox_retry(struct task_store *st, int64_t id, int64_t delay_ms, bool failed,

@@ -204,40 +204,42 @@ int task_store_inbox_add(bool *duplicate_out, struct task_store *st, const struc
  * many PRs all backing off; the rest is found on a later pick). */
 #define NEXT_SCAN_MAX 4096
 
-/* The oldest due pending row of TABLE whose PR has no older pending row; or the time to
- * the next due one. Walks the pending rows in arrival order (a partial index), so the
- * usual pick is the first row. Caller holds mu. COLS starts with next_ms. */
-static int next_due(sqlite3_stmt **q_out, int64_t *wait_ms_out, struct sqlite_store *s,
-                    const char *table, const char *cols, int64_t now, struct err *err)
+typedef void (*row_fn)(sqlite3_stmt *q, size_t index, void *userdata);
+
+/* Hands up to MAX due pending rows of TABLE to FN, oldest first, each the oldest pending
+ * row of its PR (so at most one per PR, and never one that would overtake an older one of
+ * its PR); *n_out how many. When none is due: E_NOTFOUND, and *wait_ms_out the time to
+ * the next due one (-1 none). Walks the pending rows in arrival order (a partial index),
+ * so the usual pick is the first row. Caller holds mu. COLS starts with next_ms. */
+static int next_due(size_t *n_out, int64_t *wait_ms_out, struct sqlite_store *s,
+                    const char *table, const char *cols, int64_t now, size_t max, row_fn fn,
+                    void *userdata, struct err *err)
 {
     char *sql = xasprintf("SELECT %s, provider || '/' || project || '#' || number FROM %s "
                           "WHERE state='pending' ORDER BY id",
                           cols, table);
     sqlite3_stmt *q = NULL;
     json_t *seen = NULL;
-    int rc = sqlst_prepare(&q, s, sql, err), step, key_col, scanned = 0;
+    int rc = sqlst_prepare(&q, s, sql, err), step = SQLITE_DONE, key_col, scanned = 0;
 
     free(sql);
-    *q_out = NULL;
+    *n_out = 0;
     *wait_ms_out = -1;
     if (rc != E_OK) {
         return rc;
     }
     key_col = sqlite3_column_count(q) - 1;
     seen = json_object();
-    while ((step = sqlite3_step(q)) == SQLITE_ROW && scanned++ < NEXT_SCAN_MAX) {
+    while (*n_out < max && (step = sqlite3_step(q)) == SQLITE_ROW && scanned++ < NEXT_SCAN_MAX) {
         const char *key = (const char *)sqlite3_column_text(q, key_col);
         int64_t next = sqlite3_column_int64(q, 0);
         if (json_object_get(seen, key) != NULL) {
             continue; /* an older entry of this PR goes first */
         }
-        if (next <= now) {
-            json_decref(seen);
-            *q_out = q;
-            return E_OK;
-        }
         json_object_set_new(seen, key, json_true());
-        if (*wait_ms_out < 0 || next - now < *wait_ms_out) {
+        if (next <= now) {
+            fn(q, (*n_out)++, userdata);
+        } else if (*wait_ms_out < 0 || next - now < *wait_ms_out) {
             *wait_ms_out = next - now;
         }
     }
@@ -246,43 +248,58 @@ static int next_due(sqlite3_stmt **q_out, int64_t *wait_ms_out, struct sqlite_st
     if (step != SQLITE_ROW && step != SQLITE_DONE) {
         return sqlst_db_err(s, step, "queue next", err);
     }
+    if (*n_out > 0) {
+        return E_OK;
+    }
     if (step == SQLITE_ROW && *wait_ms_out < 0) {
         *wait_ms_out = 1000; /* the scan was cut short: look again soon */
     }
     return E_NOTFOUND;
 }
 
+#define INBOX_COLS                                                                               \
+    "next_ms, id, provider, delivery_id, project, number, comment_id, author, "                 \
+    "author_association, author_id, installation_id, body, extra, attempts"
+
+static void inbox_row(sqlite3_stmt *q, size_t index, void *userdata)
+{
+    struct inbox_entry *out = (struct inbox_entry *)userdata + index;
+
+    out->id = sqlite3_column_int64(q, 1);
+    snprintf(out->provider, sizeof(out->provider), "%s", sqlite3_column_text(q, 2));
+    out->delivery_id = col_dup(q, 3);
+    out->project = col_dup(q, 4);
+    out->number = sqlite3_column_int64(q, 5);
+    out->comment_id = col_dup(q, 6);
+    out->author = col_dup(q, 7);
+    out->author_association = col_dup(q, 8);
+    out->author_id = sqlite3_column_int64(q, 9);
+    out->installation_id = sqlite3_column_int64(q, 10);
+    out->body = col_dup(q, 11);
+    out->extra = col_dup(q, 12);
+    out->attempts = sqlite3_column_int(q, 13);
+}
+
+int task_store_inbox_next_batch(struct inbox_entry *out, size_t max, size_t *n_out,
+                                int64_t *wait_ms_out, struct task_store *st, struct err *err)
+{
+    struct sqlite_store *s = to_sqlite(st);
+    int rc;
+
+    memset(out, 0, max * sizeof(*out));
+    pthread_mutex_lock(&s->mu);
+    rc = next_due(n_out, wait_ms_out, s, "inbox", INBOX_COLS, clock_now_ms(st->clock), max,
+                  inbox_row, out, err);
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
 int task_store_inbox_next(struct inbox_entry *out, int64_t *wait_ms_out, struct task_store *st,
                           struct err *err)
 {
-    struct sqlite_store *s = to_sqlite(st);
-    sqlite3_stmt *q = NULL;
-    int rc;
+    size_t n = 0;
 
-    memset(out, 0, sizeof(*out));
-    pthread_mutex_lock(&s->mu);
-    rc = next_due(&q, wait_ms_out, s, "inbox",
-                  "next_ms, id, provider, delivery_id, project, number, comment_id, author, "
-                  "author_association, author_id, installation_id, body, extra, attempts",
-                  clock_now_ms(st->clock), err);
-    if (rc == E_OK) {
-        out->id = sqlite3_column_int64(q, 1);
-        snprintf(out->provider, sizeof(out->provider), "%s", sqlite3_column_text(q, 2));
-        out->delivery_id = col_dup(q, 3);
-        out->project = col_dup(q, 4);
-        out->number = sqlite3_column_int64(q, 5);
-        out->comment_id = col_dup(q, 6);
-        out->author = col_dup(q, 7);
-        out->author_association = col_dup(q, 8);
-        out->author_id = sqlite3_column_int64(q, 9);
-        out->installation_id = sqlite3_column_int64(q, 10);
-        out->body = col_dup(q, 11);
-        out->extra = col_dup(q, 12);
-        out->attempts = sqlite3_column_int(q, 13);
-        sqlite3_finalize(q);
-    }
-    pthread_mutex_unlock(&s->mu);
-    return rc;
+    return task_store_inbox_next_batch(out, 1, &n, wait_ms_out, st, err);
 }
 
 static int retry(struct task_store *st, const char *table, int64_t id, int64_t delay_ms,
@@ -308,6 +325,13 @@ int task_store_inbox_retry(struct task_store *st, int64_t id, int64_t delay_ms, 
                            const char *error, struct err *err)
 {
     return retry(st, "inbox", id, delay_ms, failed, error, err);
+}
+
+int task_txn_inbox_fail(struct task_txn *tx, int64_t id, const char *error, struct err *err)
+{
+    return run(sqlst_txn_store(tx),
+               "UPDATE inbox SET state='failed', attempts=attempts+1, error=?3 WHERE id=?1 AND ?2=?2",
+               id, 0, error, err);
 }
 
 int task_txn_inbox_done(struct task_txn *tx, int64_t id, struct err *err)
@@ -411,31 +435,36 @@ int task_txn_outbox_add(int64_t *id_out, struct task_txn *tx, const struct outbo
     return rc;
 }
 
+static void outbox_row(sqlite3_stmt *q, size_t index, void *userdata)
+{
+    struct outbox_entry *out = (struct outbox_entry *)userdata + index;
+
+    out->id = sqlite3_column_int64(q, 1);
+    snprintf(out->provider, sizeof(out->provider), "%s", sqlite3_column_text(q, 2));
+    snprintf(out->kind, sizeof(out->kind), "%s", sqlite3_column_text(q, 3));
+    out->project = col_dup(q, 4);
+    out->number = sqlite3_column_int64(q, 5);
+    out->target = col_dup(q, 6);
+    out->body = col_dup(q, 7);
+    out->coalesce_key = col_dup(q, 8);
+    out->installation_id = sqlite3_column_int64(q, 9);
+    out->attempts = sqlite3_column_int(q, 10);
+}
+
 int task_store_outbox_next(struct outbox_entry *out, int64_t *wait_ms_out,
                            struct task_store *st, struct err *err)
 {
     struct sqlite_store *s = to_sqlite(st);
-    sqlite3_stmt *q = NULL;
+    size_t n = 0;
     int rc;
 
     memset(out, 0, sizeof(*out));
     pthread_mutex_lock(&s->mu);
-    rc = next_due(&q, wait_ms_out, s, "outbox",
+    rc = next_due(&n, wait_ms_out, s, "outbox",
                   "next_ms, id, provider, kind, project, number, target, body, coalesce_key, "
                   "installation_id, attempts",
-                  clock_now_ms(st->clock), err);
+                  clock_now_ms(st->clock), 1, outbox_row, out, err);
     if (rc == E_OK) {
-        out->id = sqlite3_column_int64(q, 1);
-        snprintf(out->provider, sizeof(out->provider), "%s", sqlite3_column_text(q, 2));
-        snprintf(out->kind, sizeof(out->kind), "%s", sqlite3_column_text(q, 3));
-        out->project = col_dup(q, 4);
-        out->number = sqlite3_column_int64(q, 5);
-        out->target = col_dup(q, 6);
-        out->body = col_dup(q, 7);
-        out->coalesce_key = col_dup(q, 8);
-        out->installation_id = sqlite3_column_int64(q, 9);
-        out->attempts = sqlite3_column_int(q, 10);
-        sqlite3_finalize(q);
         s->outbox_inflight = out->id;
     }
     pthread_mutex_unlock(&s->mu);
