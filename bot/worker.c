@@ -440,9 +440,11 @@ static int batch_txn(struct task_txn *tx, void *userdata)
     return E_OK;
 }
 
+static void log_applied(const struct prepared *pr);
+
 /* Applies one entry in its own transaction (after its batch failed): a refused change
  * becomes a reply, any other failure a later retry. */
-static void apply_alone(struct bot *b, struct prepared *pr)
+static bool apply_alone(struct bot *b, struct prepared *pr)
 {
     struct batch one = {.items = pr, .n = 1};
     struct err err = {0};
@@ -459,7 +461,10 @@ static void apply_alone(struct bot *b, struct prepared *pr)
     if (rc != E_OK) {
         (void)task_store_inbox_retry(b->store, pr->e.id, 2000,
                                      pr->e.attempts + 1 >= b->cfg.max_attempts, err.msg, NULL);
+        return false;
     }
+    log_applied(pr);
+    return true;
 }
 
 static void log_applied(const struct prepared *pr)
@@ -475,7 +480,7 @@ static void log_applied(const struct prepared *pr)
            pr->in.task, "refused", pr->g.refusal != NULL ? "true" : "false", NULL);
 }
 
-/* Up to BOT_BATCH due comments (one per PR, in order): SCM calls for each, then ONE
+/* Up to BOT_BATCH due comments (in order per PR): SCM calls for each, then ONE
  * transaction for all, so a burst of commands costs one fsync, not one each. */
 static void process_batch(struct bot *b, struct inbox_entry *entries, size_t n)
 {
@@ -484,7 +489,19 @@ static void process_batch(struct bot *b, struct inbox_entry *entries, size_t n)
     struct err err = {0};
 
     for (size_t i = 0; i < n; i++) {
+        bool blocked = false;
         items[i].e = entries[i];
+        /* A later comment of a PR whose earlier one must wait waits too (it stays pending
+         * behind it: order per PR). */
+        for (size_t k = 0; k < i && !blocked; k++) {
+            blocked = items[k].kind == PREP_SKIP && items[k].e.number == entries[i].number &&
+                      strcmp(items[k].e.project, entries[i].project) == 0 &&
+                      strcmp(items[k].e.provider, entries[i].provider) == 0;
+        }
+        if (blocked) {
+            items[i].kind = PREP_SKIP;
+            continue;
+        }
         prepare(b, &items[i]);
     }
     if (task_store_txn(b->store, batch_txn, &bt, &err) == E_OK) {
@@ -493,7 +510,16 @@ static void process_batch(struct bot *b, struct inbox_entry *entries, size_t n)
         }
     } else {
         for (size_t i = 0; i < n; i++) {
-            apply_alone(b, &items[i]);
+            if (!apply_alone(b, &items[i])) {
+                /* Keep the PR's order: its later comments wait behind this one. */
+                for (size_t k = i + 1; k < n; k++) {
+                    if (items[k].e.number == items[i].e.number &&
+                        strcmp(items[k].e.project, items[i].e.project) == 0 &&
+                        strcmp(items[k].e.provider, items[i].e.provider) == 0) {
+                        items[k].kind = PREP_SKIP;
+                    }
+                }
+            }
         }
     }
     for (size_t i = 0; i < n; i++) {

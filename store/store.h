@@ -339,8 +339,9 @@ int task_store_inbox_add(bool *duplicate_out, struct task_store *st, const struc
  * then *wait_ms_out is the time until the next due one, or -1 when none is pending. */
 int task_store_inbox_next(struct inbox_entry *out, int64_t *wait_ms_out, struct task_store *st,
                           struct err *err);
-/* As task_store_inbox_next for up to MAX entries at once (distinct PRs), *n_out of them;
- * each is cleaned up by the caller. */
+/* As task_store_inbox_next for up to MAX entries at once, *n_out of them, in arrival
+ * order; entries of one PR come consecutively from its oldest pending one, so applying
+ * them in order keeps the PR's order. Each is cleaned up by the caller. */
 int task_store_inbox_next_batch(struct inbox_entry *out, size_t max, size_t *n_out,
                                 int64_t *wait_ms_out, struct task_store *st, struct err *err);
 /* Gives up on entry ID for good, inside a transaction, with ERROR. */

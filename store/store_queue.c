@@ -206,9 +206,9 @@ int task_store_inbox_add(bool *duplicate_out, struct task_store *st, const struc
 
 typedef void (*row_fn)(sqlite3_stmt *q, size_t index, void *userdata);
 
-/* Hands up to MAX due pending rows of TABLE to FN, oldest first, each the oldest pending
- * row of its PR (so at most one per PR, and never one that would overtake an older one of
- * its PR); *n_out how many. When none is due: E_NOTFOUND, and *wait_ms_out the time to
+/* Hands up to MAX due pending rows of TABLE to FN, oldest first, never one that would
+ * overtake an older pending row of its PR that is not handed out with it (rows of one PR
+ * come in order, consecutively from its oldest); *n_out how many. When none is due: E_NOTFOUND, and *wait_ms_out the time to
  * the next due one (-1 none). Walks the pending rows in arrival order (a partial index),
  * so the usual pick is the first row. Caller holds mu. COLS starts with next_ms. */
 static int next_due(size_t *n_out, int64_t *wait_ms_out, struct sqlite_store *s,
@@ -229,18 +229,28 @@ static int next_due(size_t *n_out, int64_t *wait_ms_out, struct sqlite_store *s,
         return rc;
     }
     key_col = sqlite3_column_count(q) - 1;
+    /* Per PR: true while every pending row of it so far was due and taken (the next one may
+     * follow it into this batch, in order); false once one was not (nothing after it may
+     * overtake it). */
     seen = json_object();
-    while (*n_out < max && (step = sqlite3_step(q)) == SQLITE_ROW && scanned++ < NEXT_SCAN_MAX) {
+    while (*n_out < max && scanned++ < NEXT_SCAN_MAX && (step = sqlite3_step(q)) == SQLITE_ROW) {
         const char *key = (const char *)sqlite3_column_text(q, key_col);
         int64_t next = sqlite3_column_int64(q, 0);
-        if (json_object_get(seen, key) != NULL) {
-            continue; /* an older entry of this PR goes first */
+        json_t *open = json_object_get(seen, key);
+        if (*n_out > 0 && scanned > (int)max + 256) {
+            break; /* enough found: the rest waits for the next pick */
         }
-        json_object_set_new(seen, key, json_true());
+        if (open != NULL && !json_is_true(open)) {
+            continue; /* an older entry of this PR waits: this one too */
+        }
         if (next <= now) {
             fn(q, (*n_out)++, userdata);
-        } else if (*wait_ms_out < 0 || next - now < *wait_ms_out) {
-            *wait_ms_out = next - now;
+            json_object_set_new(seen, key, json_true());
+        } else {
+            json_object_set_new(seen, key, json_false());
+            if (*wait_ms_out < 0 || next - now < *wait_ms_out) {
+                *wait_ms_out = next - now;
+            }
         }
     }
     json_decref(seen);
