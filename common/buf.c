@@ -23,6 +23,18 @@ void buf_cleanup(struct buf *b)
     b->cap = 0;
 }
 
+void buf_reserve(struct buf *b, size_t n)
+{
+    if (b->max != 0 && n > b->max) {
+        n = b->max;
+    }
+    if (n + 1 > b->cap) {
+        b->data = xrealloc(b->data, n + 1);
+        b->cap = n + 1;
+        b->data[b->len] = '\0';
+    }
+}
+
 int buf_append(struct buf *b, const void *data, size_t n)
 {
     if (b->max != 0 && (n > b->max || b->len > b->max - n)) {

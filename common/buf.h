@@ -19,6 +19,9 @@ struct buf {
 void buf_init(struct buf *b, size_t max);
 /* Releases B's memory; B may be reused after buf_init. */
 void buf_cleanup(struct buf *b);
+/* Makes room for N bytes in all (within the cap; more is ignored): one allocation when
+ * the final size is known up front. */
+void buf_reserve(struct buf *b, size_t n);
 /* Appends N bytes; E_TOOBIG when the cap would be exceeded (B unchanged). */
 int buf_append(struct buf *b, const void *data, size_t n);
 /* Appends a NUL-terminated string. */

@@ -2,8 +2,11 @@
 /* jsonscan_check: an iterative RFC 8259 validator (explicit stack, no recursion). */
 #include "common/jsonscan.h"
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 struct scan {
     const unsigned char *p;
@@ -180,18 +183,94 @@ static bool value_start(struct scan *s, char *stack, size_t *depth, bool *opened
     }
 }
 
-int jsonscan_check(const char *str, size_t n, struct err *err)
+/* The path of the value about to be scanned, for jsonscan_extract: object keys joined by
+ * '.', array elements never match. */
+struct pathing {
+    const struct jsonscan_path *paths; /* borrowed; NULL when only checking */
+    size_t npaths;
+    struct jsonscan_value *out;        /* one per path */
+    char buf[JSONSCAN_PATH_MAX];       /* the current path */
+    size_t len[JSONSCAN_MAX_DEPTH + 1];/* path length of each open container; SIZE_MAX: none */
+    size_t cur;                        /* length of the path of the next value; SIZE_MAX: none */
+};
+
+/* Sets the path of the next value: the container's path plus KEY[0..klen). */
+static void path_key(struct pathing *pg, size_t depth, const unsigned char *key, size_t klen)
+{
+    size_t base = pg->len[depth];
+
+    if (pg->paths == NULL) {
+        return;
+    }
+    if (base == SIZE_MAX || base + 1 + klen >= sizeof(pg->buf)) {
+        pg->cur = SIZE_MAX;
+        return;
+    }
+    if (base > 0) {
+        pg->buf[base++] = '.';
+    }
+    memcpy(pg->buf + base, key, klen);
+    pg->cur = base + klen;
+}
+
+/* The index of the requested path the next value has, or -1. */
+static int path_match(const struct pathing *pg)
+{
+    if (pg->paths == NULL || pg->cur == SIZE_MAX) {
+        return -1;
+    }
+    for (size_t i = 0; i < pg->npaths; i++) {
+        if (strlen(pg->paths[i].path) == pg->cur &&
+            memcmp(pg->paths[i].path, pg->buf, pg->cur) == 0) {
+            return (int)i;
+        }
+    }
+    return -1;
+}
+
+/* Scans one member name ("key":) of an object at DEPTH, setting the path of its value. */
+static bool member_name(struct scan *s, struct pathing *pg, size_t depth)
+{
+    const unsigned char *start = s->p + 1;
+
+    if (s->p >= s->end || *s->p != '"' || !string(s)) {
+        return false;
+    }
+    path_key(pg, depth, start, (size_t)(s->p - 1 - start));
+    skip_ws(s);
+    if (s->p >= s->end || *s->p != ':') {
+        return false;
+    }
+    s->p++;
+    skip_ws(s);
+    return true;
+}
+
+static int walk(const char *str, size_t n, struct pathing *pg, struct err *err)
 {
     struct scan s = {(const unsigned char *)str, (const unsigned char *)str + n};
     char stack[JSONSCAN_MAX_DEPTH];
     size_t depth = 0;
     bool opened, need_value = true;
 
+    pg->len[0] = 0;
+    pg->cur = 0;
     skip_ws(&s);
     for (;;) {
         if (need_value) {
+            const unsigned char *vstart = s.p;
+            int hit = path_match(pg);
             if (!value_start(&s, stack, &depth, &opened)) {
                 goto bad;
+            }
+            if (hit >= 0) {
+                pg->out[hit].start = (const char *)vstart;
+                pg->out[hit].len = opened ? 0 : (size_t)(s.p - vstart);
+                pg->out[hit].present = true;
+            }
+            if (opened) {
+                /* The new container's path: the value's path, or none inside arrays. */
+                pg->len[depth] = stack[depth - 1] == '{' ? pg->cur : SIZE_MAX;
             }
             need_value = false;
             skip_ws(&s);
@@ -203,18 +282,13 @@ int jsonscan_check(const char *str, size_t n, struct err *err)
                     depth--;
                     skip_ws(&s);
                 } else if (stack[depth - 1] == '{') {
-                    if (s.p >= s.end || *s.p != '"' || !string(&s)) {
+                    if (!member_name(&s, pg, depth)) {
                         goto bad;
                     }
-                    skip_ws(&s);
-                    if (s.p >= s.end || *s.p != ':') {
-                        goto bad;
-                    }
-                    s.p++;
-                    skip_ws(&s);
                     need_value = true;
                     continue;
                 } else {
+                    pg->cur = SIZE_MAX;
                     need_value = true;
                     continue;
                 }
@@ -239,15 +313,11 @@ int jsonscan_check(const char *str, size_t n, struct err *err)
         s.p++;
         skip_ws(&s);
         if (stack[depth - 1] == '{') {
-            if (s.p >= s.end || *s.p != '"' || !string(&s)) {
+            if (!member_name(&s, pg, depth)) {
                 goto bad;
             }
-            skip_ws(&s);
-            if (s.p >= s.end || *s.p != ':') {
-                goto bad;
-            }
-            s.p++;
-            skip_ws(&s);
+        } else {
+            pg->cur = SIZE_MAX;
         }
         need_value = true;
     }
@@ -257,4 +327,131 @@ int jsonscan_check(const char *str, size_t n, struct err *err)
 bad:
     return err_set(err, E_INVALID, "invalid JSON near byte %zu",
                    (size_t)(s.p - (const unsigned char *)str));
+}
+
+int jsonscan_check(const char *str, size_t n, struct err *err)
+{
+    struct pathing pg = {.paths = NULL};
+
+    return walk(str, n, &pg, err);
+}
+
+int jsonscan_extract(struct jsonscan_value *out, const char *str, size_t n,
+                     const struct jsonscan_path *paths, size_t npaths, struct err *err)
+{
+    struct pathing *pg = xcalloc(1, sizeof(*pg));
+    int rc;
+
+    memset(out, 0, npaths * sizeof(*out));
+    pg->paths = paths;
+    pg->npaths = npaths;
+    pg->out = out;
+    rc = walk(str, n, pg, err);
+    free(pg);
+    if (rc != E_OK) {
+        memset(out, 0, npaths * sizeof(*out));
+    }
+    return rc;
+}
+
+static int hexval(unsigned char c)
+{
+    return c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10;
+}
+
+static unsigned read_u4(const char *p)
+{
+    return (unsigned)(hexval((unsigned char)p[0]) << 12 | hexval((unsigned char)p[1]) << 8 |
+                      hexval((unsigned char)p[2]) << 4 | hexval((unsigned char)p[3]));
+}
+
+static size_t put_utf8(char *o, unsigned cp)
+{
+    if (cp < 0x80) {
+        o[0] = (char)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        o[0] = (char)(0xC0 | cp >> 6);
+        o[1] = (char)(0x80 | (cp & 0x3F));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        o[0] = (char)(0xE0 | cp >> 12);
+        o[1] = (char)(0x80 | (cp >> 6 & 0x3F));
+        o[2] = (char)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    o[0] = (char)(0xF0 | cp >> 18);
+    o[1] = (char)(0x80 | (cp >> 12 & 0x3F));
+    o[2] = (char)(0x80 | (cp >> 6 & 0x3F));
+    o[3] = (char)(0x80 | (cp & 0x3F));
+    return 4;
+}
+
+char *jsonscan_string(const struct jsonscan_value *v)
+{
+    const char *p, *end;
+    char *out, *o;
+
+    if (!v->present || v->len < 2 || v->start[0] != '"') {
+        return NULL;
+    }
+    p = v->start + 1;
+    end = v->start + v->len - 1;
+    out = xmalloc(v->len + 1);
+    o = out;
+    while (p < end) {
+        unsigned cp;
+        if (*p != '\\') {
+            *o++ = *p++;
+            continue;
+        }
+        switch (p[1]) {
+        case 'b': *o++ = '\b'; p += 2; continue;
+        case 'f': *o++ = '\f'; p += 2; continue;
+        case 'n': *o++ = '\n'; p += 2; continue;
+        case 'r': *o++ = '\r'; p += 2; continue;
+        case 't': *o++ = '\t'; p += 2; continue;
+        case 'u': break;
+        default: *o++ = p[1]; p += 2; continue; /* " \ / */
+        }
+        cp = read_u4(p + 2);
+        p += 6;
+        if (cp >= 0xD800 && cp <= 0xDBFF && end - p >= 6 && p[0] == '\\' && p[1] == 'u') {
+            unsigned lo = read_u4(p + 2);
+            if (lo >= 0xDC00 && lo <= 0xDFFF) {
+                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                p += 6;
+            }
+        }
+        if ((cp >= 0xD800 && cp <= 0xDFFF) || cp == 0) {
+            cp = 0xFFFD; /* a lone surrogate or NUL: never in our strings */
+        }
+        o += put_utf8(o, cp);
+    }
+    *o = '\0';
+    return out;
+}
+
+int jsonscan_int(int64_t *out, const struct jsonscan_value *v)
+{
+    char buf[32];
+    char *end = NULL;
+    long long x;
+
+    if (!v->present || v->len == 0 || v->len >= sizeof(buf) ||
+        memchr(v->start, '.', v->len) != NULL || memchr(v->start, 'e', v->len) != NULL ||
+        memchr(v->start, 'E', v->len) != NULL || v->start[0] == '"') {
+        return E_INVALID;
+    }
+    memcpy(buf, v->start, v->len);
+    buf[v->len] = '\0';
+    errno = 0;
+    x = strtoll(buf, &end, 10);
+    if (errno != 0 || *end != '\0') {
+        return E_INVALID;
+    }
+    *out = x;
+    return E_OK;
 }

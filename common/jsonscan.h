@@ -5,7 +5,10 @@
 #ifndef DIVERGE_COMMON_JSONSCAN_H
 #define DIVERGE_COMMON_JSONSCAN_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <string.h>
 
 #include "common/err.h"
 
@@ -15,5 +18,34 @@
  * whitespace) with valid UTF-8 strings, nesting at most JSONSCAN_MAX_DEPTH; else E_INVALID
  * with the byte offset in the message. */
 int jsonscan_check(const char *s, size_t n, struct err *err);
+
+#define JSONSCAN_PATH_MAX 256
+
+/* A value to pick out: object keys joined by '.' ("comment.user.login"); values inside
+ * arrays are never picked. */
+struct jsonscan_path {
+    const char *path;
+};
+
+/* Where a picked value is in the input (borrowed), or !present. */
+struct jsonscan_value {
+    bool present;       /* the path occurred (the last occurrence wins) */
+    const char *start;  /* its first byte */
+    size_t len;         /* its bytes for a scalar; 0 for an object or array */
+};
+
+/* As jsonscan_check, and fills OUT[i] for PATHS[i] (NPATHS of each): everything a webhook
+ * needs without building a tree. */
+int jsonscan_extract(struct jsonscan_value *out, const char *s, size_t n,
+                     const struct jsonscan_path *paths, size_t npaths, struct err *err);
+/* A picked string, unescaped, as a new string (caller frees); NULL when not a string. */
+char *jsonscan_string(const struct jsonscan_value *v);
+/* A picked integer; E_INVALID when not an integer that fits. */
+int jsonscan_int(int64_t *out, const struct jsonscan_value *v);
+/* Whether a picked value is the literal null. */
+static inline bool jsonscan_is_null(const struct jsonscan_value *v)
+{
+    return v->present && v->len == 4 && memcmp(v->start, "null", 4) == 0;
+}
 
 #endif

@@ -431,6 +431,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             r->too_big = true;
             return dispatch(r);
         }
+        if (cl != NULL && strtoull(cl, NULL, 10) <= body_cap(r)) {
+            buf_reserve(&r->body, (size_t)strtoull(cl, NULL, 10));
+        }
         return MHD_YES;
     }
     if (*upload_data_size > 0) {

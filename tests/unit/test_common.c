@@ -160,4 +160,28 @@ TEST(jsonw_matches_jansson_compact)
     }
 }
 
+TEST(jsonscan_extracts_paths)
+{
+    static const struct jsonscan_path paths[] = {{"a.b"}, {"a.n"}, {"x"}, {"arr"}, {"k"}, {"gone"}};
+    const char *doc = "{\"a\":{\"b\":\"h\\u00e9\\ud83d\\ude00\\n\\\"q\\\"\",\"n\":-42},"
+                      "\"arr\":[{\"x\":1}],\"x\":null,\"k\":1,\"k\":2}";
+    struct jsonscan_value v[ARRAY_LEN(paths)];
+    int64_t n = 0;
+    char *str;
+
+    CHECK_OK(jsonscan_extract(v, doc, strlen(doc), paths, ARRAY_LEN(paths), NULL));
+    str = jsonscan_string(&v[0]);
+    CHECK_EQ_STR(str, "h\xc3\xa9\xf0\x9f\x98\x80\n\"q\"");
+    free(str);
+    CHECK_OK(jsonscan_int(&n, &v[1]));
+    CHECK_EQ_INT(n, -42);
+    CHECK(jsonscan_is_null(&v[2])); /* the top-level x, not the one inside the array */
+    CHECK(v[3].present && v[3].len == 0 && v[3].start[0] == '[');
+    CHECK_OK(jsonscan_int(&n, &v[4]));
+    CHECK_EQ_INT(n, 2); /* the last duplicate wins, as in jansson */
+    CHECK(!v[5].present);
+    CHECK_EQ_INT(jsonscan_int(&n, &v[0]), E_INVALID);
+    CHECK_EQ_INT(jsonscan_extract(v, "{\"a\":", 5, paths, ARRAY_LEN(paths), NULL), E_INVALID);
+}
+
 T_MAIN
