@@ -36,6 +36,8 @@ test: test-unit test-asan test-fuzz
 
 bench: build
 	bash bench/run.sh $(BUILD)
+	bash bench/meter.sh $(BUILD)
+	bash bench/webhook.sh $(BUILD)
 
 clean:
 	rm -rf build build-asan build-fuzz
