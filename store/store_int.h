@@ -32,7 +32,7 @@ enum sqlst_stmt_id {
     SQLST_UPDATE_TASK,
     SQLST_BUMP_RV,
     SQLST_GET_TASK,
-    SQLST_METER_SEEN,
+    SQLST_METER_IDS,
     SQLST_METER_INSERT,
     SQLST_TOKEN_CURRENT,
     SQLST_TOKEN_INSERT,
@@ -81,6 +81,15 @@ struct sqlite_store *sqlst_txn_store(struct task_txn *tx);
 
 /* The txn op of the SQLite backend (store_txn.c). */
 int sqlst_txn(struct task_store *st, task_txn_fn fn, void *userdata, struct err *err);
+/* The backend behind ST (every task_store of this module is an sqlite_store). */
+static inline struct sqlite_store *sqlst_of(struct task_store *st)
+{
+    return container_of(st, struct sqlite_store, base);
+}
+
+/* A copy of text column COL (caller frees), or NULL for SQL NULL. */
+char *sqlst_col_dup(sqlite3_stmt *q, int col);
+
 /* Maps an SQLite result code to ours with a message naming WHAT. */
 int sqlst_db_err(struct sqlite_store *s, int rc, const char *what, struct err *err);
 /* Runs SQL (no results). */

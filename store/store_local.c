@@ -6,23 +6,6 @@
 
 #include "store/store_int.h"
 
-static struct sqlite_store *to_sqlite(struct task_store *st)
-{
-    return container_of(st, struct sqlite_store, base);
-}
-
-static char *col_dup(sqlite3_stmt *q, int col)
-{
-    const char *t = (const char *)sqlite3_column_text(q, col);
-    return t != NULL ? xstrdup(t) : NULL;
-}
-
-/* Prepares SQL under mu (the caller holds it); binds nothing. */
-static int prep(sqlite3_stmt **q, struct sqlite_store *s, const char *sql, struct err *err)
-{
-    return sqlst_prepare(q, s, sql, err);
-}
-
 void sticky_state_cleanup(struct sticky_state *s)
 {
     free(s->comment_id);
@@ -32,19 +15,19 @@ void sticky_state_cleanup(struct sticky_state *s)
 int task_store_sticky_get(struct sticky_state *out, struct task_store *st, const char *key,
                           struct err *err)
 {
-    struct sqlite_store *s = to_sqlite(st);
+    struct sqlite_store *s = sqlst_of(st);
     sqlite3_stmt *q = NULL;
     int rc, step;
 
     memset(out, 0, sizeof(*out));
     pthread_mutex_lock(&s->mu);
-    rc = prep(&q, s, "SELECT comment_id, body_hash, phase, last_sent_ms FROM sticky WHERE key=?1",
+    rc = sqlst_prepare(&q, s, "SELECT comment_id, body_hash, phase, last_sent_ms FROM sticky WHERE key=?1",
               err);
     if (rc == E_OK) {
         sqlite3_bind_text(q, 1, key, -1, SQLITE_STATIC);
         step = sqlite3_step(q);
         if (step == SQLITE_ROW) {
-            out->comment_id = col_dup(q, 0);
+            out->comment_id = sqlst_col_dup(q, 0);
             snprintf(out->body_hash, sizeof(out->body_hash), "%s",
                      sqlite3_column_text(q, 1) != NULL ? (const char *)sqlite3_column_text(q, 1)
                                                        : "");
@@ -69,7 +52,7 @@ int task_txn_sticky_note(struct task_txn *tx, const char *key, const char *provi
 {
     struct sqlite_store *s = sqlst_txn_store(tx);
     sqlite3_stmt *q = NULL;
-    int rc = prep(&q, s,
+    int rc = sqlst_prepare(&q, s,
                   "INSERT INTO sticky(key,provider,project,number,namespace,name,body_hash,phase) "
                   "VALUES(?1,?2,?3,?4,?5,?6,?7,?8) ON CONFLICT(key) DO UPDATE SET "
                   "body_hash=excluded.body_hash, phase=excluded.phase",
@@ -95,12 +78,12 @@ int task_txn_sticky_note(struct task_txn *tx, const char *key, const char *provi
 static int exec_key(struct task_store *st, const char *sql, const char *key, const char *a,
                     int64_t b, struct err *err)
 {
-    struct sqlite_store *s = to_sqlite(st);
+    struct sqlite_store *s = sqlst_of(st);
     sqlite3_stmt *q = NULL;
     int rc;
 
     pthread_mutex_lock(&s->mu);
-    rc = prep(&q, s, sql, err);
+    rc = sqlst_prepare(&q, s, sql, err);
     if (rc == E_OK) {
         sqlite3_bind_text(q, 1, key, -1, SQLITE_STATIC);
         if (a != NULL) {
@@ -130,13 +113,13 @@ int task_store_sticky_forget(struct task_store *st, const char *key, struct err 
 int task_store_sticky_list(json_t **out, struct task_store *st, const char *provider,
                            const char *project, int64_t number, struct err *err)
 {
-    struct sqlite_store *s = to_sqlite(st);
+    struct sqlite_store *s = sqlst_of(st);
     sqlite3_stmt *q = NULL;
     int rc;
 
     *out = json_object();
     pthread_mutex_lock(&s->mu);
-    rc = prep(&q, s,
+    rc = sqlst_prepare(&q, s,
               "SELECT namespace || '/' || name, comment_id FROM sticky WHERE provider=?1 AND "
               "project=?2 AND number=?3 AND comment_id IS NOT NULL",
               err);
@@ -159,14 +142,14 @@ int task_store_sticky_list(json_t **out, struct task_store *st, const char *prov
 int task_store_local_add(int64_t *id_out, struct task_store *st, const char *project,
                          int64_t number, const char *author, const char *body, struct err *err)
 {
-    struct sqlite_store *s = to_sqlite(st);
+    struct sqlite_store *s = sqlst_of(st);
     sqlite3_stmt *q = NULL;
     int64_t now = clock_now_ms(st->clock);
     int rc;
 
     *id_out = 0;
     pthread_mutex_lock(&s->mu);
-    rc = prep(&q, s,
+    rc = sqlst_prepare(&q, s,
               "INSERT INTO local_comments(project,number,author,body,created_ms,updated_ms) "
               "VALUES(?1,?2,?3,?4,?5,?5)",
               err);
@@ -188,12 +171,12 @@ int task_store_local_add(int64_t *id_out, struct task_store *st, const char *pro
 static int local_change(struct task_store *st, const char *sql, const char *project, int64_t id,
                         const char *text, struct err *err)
 {
-    struct sqlite_store *s = to_sqlite(st);
+    struct sqlite_store *s = sqlst_of(st);
     sqlite3_stmt *q = NULL;
     int rc;
 
     pthread_mutex_lock(&s->mu);
-    rc = prep(&q, s, sql, err);
+    rc = sqlst_prepare(&q, s, sql, err);
     if (rc == E_OK) {
         sqlite3_bind_text(q, 1, project, -1, SQLITE_STATIC);
         sqlite3_bind_int64(q, 2, id);
@@ -228,12 +211,12 @@ int task_store_local_delete(struct task_store *st, const char *project, int64_t 
 int task_store_local_react(struct task_store *st, const char *project, int64_t id,
                            const char *author, const char *content, struct err *err)
 {
-    struct sqlite_store *s = to_sqlite(st);
+    struct sqlite_store *s = sqlst_of(st);
     sqlite3_stmt *q = NULL;
     int rc;
 
     pthread_mutex_lock(&s->mu);
-    rc = prep(&q, s,
+    rc = sqlst_prepare(&q, s,
               "INSERT OR IGNORE INTO local_reactions(comment_id,author,content) SELECT id, ?3, ?4 "
               "FROM local_comments WHERE project=?1 AND id=?2",
               err);
@@ -252,13 +235,13 @@ int task_store_local_react(struct task_store *st, const char *project, int64_t i
 int task_store_local_thread(json_t **out, struct task_store *st, const char *project,
                             int64_t number, struct err *err)
 {
-    struct sqlite_store *s = to_sqlite(st);
+    struct sqlite_store *s = sqlst_of(st);
     sqlite3_stmt *q = NULL;
     int rc;
 
     *out = json_array();
     pthread_mutex_lock(&s->mu);
-    rc = prep(&q, s,
+    rc = sqlst_prepare(&q, s,
               "SELECT c.id, c.author, c.body, c.created_ms, c.updated_ms, "
               "(SELECT json_group_array(content) FROM local_reactions r WHERE r.comment_id=c.id) "
               "FROM local_comments c WHERE c.project=?1 AND c.number=?2 ORDER BY c.id",
@@ -288,12 +271,12 @@ int task_store_local_thread(json_t **out, struct task_store *st, const char *pro
 int task_store_local_permission_set(struct task_store *st, const char *project,
                                     const char *user, int level, struct err *err)
 {
-    struct sqlite_store *s = to_sqlite(st);
+    struct sqlite_store *s = sqlst_of(st);
     sqlite3_stmt *q = NULL;
     int rc;
 
     pthread_mutex_lock(&s->mu);
-    rc = prep(&q, s,
+    rc = sqlst_prepare(&q, s,
               "INSERT INTO local_permissions(project,user,level) VALUES(?1,?2,?3) "
               "ON CONFLICT(project,user) DO UPDATE SET level=excluded.level",
               err);
@@ -311,13 +294,13 @@ int task_store_local_permission_set(struct task_store *st, const char *project,
 int task_store_local_permission_get(int *level_out, struct task_store *st, const char *project,
                                     const char *user, struct err *err)
 {
-    struct sqlite_store *s = to_sqlite(st);
+    struct sqlite_store *s = sqlst_of(st);
     sqlite3_stmt *q = NULL;
     int rc;
 
     *level_out = 0;
     pthread_mutex_lock(&s->mu);
-    rc = prep(&q, s, "SELECT level FROM local_permissions WHERE project=?1 AND user=?2", err);
+    rc = sqlst_prepare(&q, s, "SELECT level FROM local_permissions WHERE project=?1 AND user=?2", err);
     if (rc == E_OK) {
         sqlite3_bind_text(q, 1, project, -1, SQLITE_STATIC);
         sqlite3_bind_text(q, 2, user, -1, SQLITE_STATIC);

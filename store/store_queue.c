@@ -29,17 +29,6 @@ void outbox_entry_cleanup(struct outbox_entry *e)
     memset(e, 0, sizeof(*e));
 }
 
-static struct sqlite_store *to_sqlite(struct task_store *st)
-{
-    return container_of(st, struct sqlite_store, base);
-}
-
-static char *col_dup(sqlite3_stmt *q, int col)
-{
-    const char *t = (const char *)sqlite3_column_text(q, col);
-    return t != NULL ? xstrdup(t) : NULL;
-}
-
 static void bind_opt(sqlite3_stmt *q, int idx, const char *v)
 {
     if (v != NULL) {
@@ -153,7 +142,7 @@ static void run_batch(struct sqlite_store *s, struct inbox_waiter *batch, struct
 int task_store_inbox_add(bool *duplicate_out, struct task_store *st, const struct inbox_entry *e,
                          struct err *err)
 {
-    struct sqlite_store *s = to_sqlite(st);
+    struct sqlite_store *s = sqlst_of(st);
     struct inbox_waiter w;
 
     memset(&w, 0, sizeof(w));
@@ -277,23 +266,23 @@ static void inbox_row(sqlite3_stmt *q, size_t index, void *userdata)
 
     out->id = sqlite3_column_int64(q, 1);
     snprintf(out->provider, sizeof(out->provider), "%s", sqlite3_column_text(q, 2));
-    out->delivery_id = col_dup(q, 3);
-    out->project = col_dup(q, 4);
+    out->delivery_id = sqlst_col_dup(q, 3);
+    out->project = sqlst_col_dup(q, 4);
     out->number = sqlite3_column_int64(q, 5);
-    out->comment_id = col_dup(q, 6);
-    out->author = col_dup(q, 7);
-    out->author_association = col_dup(q, 8);
+    out->comment_id = sqlst_col_dup(q, 6);
+    out->author = sqlst_col_dup(q, 7);
+    out->author_association = sqlst_col_dup(q, 8);
     out->author_id = sqlite3_column_int64(q, 9);
     out->installation_id = sqlite3_column_int64(q, 10);
-    out->body = col_dup(q, 11);
-    out->extra = col_dup(q, 12);
+    out->body = sqlst_col_dup(q, 11);
+    out->extra = sqlst_col_dup(q, 12);
     out->attempts = sqlite3_column_int(q, 13);
 }
 
 int task_store_inbox_next_batch(struct inbox_entry *out, size_t max, size_t *n_out,
                                 int64_t *wait_ms_out, struct task_store *st, struct err *err)
 {
-    struct sqlite_store *s = to_sqlite(st);
+    struct sqlite_store *s = sqlst_of(st);
     int rc;
 
     memset(out, 0, max * sizeof(*out));
@@ -315,7 +304,7 @@ int task_store_inbox_next(struct inbox_entry *out, int64_t *wait_ms_out, struct 
 static int retry(struct task_store *st, const char *table, int64_t id, int64_t delay_ms,
                  bool failed, const char *error, struct err *err)
 {
-    struct sqlite_store *s = to_sqlite(st);
+    struct sqlite_store *s = sqlst_of(st);
     char *sql = xasprintf("UPDATE %s SET attempts=attempts+1, next_ms=?2, error=?3, state=%s "
                           "WHERE id=?1",
                           table, failed ? "'failed'" : "'pending'");
@@ -353,7 +342,7 @@ int task_txn_inbox_done(struct task_txn *tx, int64_t id, struct err *err)
 static int count_pending(int64_t *out, struct task_store *st, const char *table,
                          struct err *err)
 {
-    struct sqlite_store *s = to_sqlite(st);
+    struct sqlite_store *s = sqlst_of(st);
     char *sql = xasprintf("SELECT count(*) FROM %s WHERE state='pending'", table);
     sqlite3_stmt *q = NULL;
     int rc;
@@ -452,11 +441,11 @@ static void outbox_row(sqlite3_stmt *q, size_t index, void *userdata)
     out->id = sqlite3_column_int64(q, 1);
     snprintf(out->provider, sizeof(out->provider), "%s", sqlite3_column_text(q, 2));
     snprintf(out->kind, sizeof(out->kind), "%s", sqlite3_column_text(q, 3));
-    out->project = col_dup(q, 4);
+    out->project = sqlst_col_dup(q, 4);
     out->number = sqlite3_column_int64(q, 5);
-    out->target = col_dup(q, 6);
-    out->body = col_dup(q, 7);
-    out->coalesce_key = col_dup(q, 8);
+    out->target = sqlst_col_dup(q, 6);
+    out->body = sqlst_col_dup(q, 7);
+    out->coalesce_key = sqlst_col_dup(q, 8);
     out->installation_id = sqlite3_column_int64(q, 9);
     out->attempts = sqlite3_column_int(q, 10);
 }
@@ -464,7 +453,7 @@ static void outbox_row(sqlite3_stmt *q, size_t index, void *userdata)
 int task_store_outbox_next(struct outbox_entry *out, int64_t *wait_ms_out,
                            struct task_store *st, struct err *err)
 {
-    struct sqlite_store *s = to_sqlite(st);
+    struct sqlite_store *s = sqlst_of(st);
     size_t n = 0;
     int rc;
 
@@ -484,7 +473,7 @@ int task_store_outbox_next(struct outbox_entry *out, int64_t *wait_ms_out,
 int task_store_outbox_done(struct task_store *st, int64_t id, const char *result,
                            struct err *err)
 {
-    struct sqlite_store *s = to_sqlite(st);
+    struct sqlite_store *s = sqlst_of(st);
     int rc;
 
     pthread_mutex_lock(&s->mu);
@@ -504,7 +493,7 @@ int task_store_outbox_retry(struct task_store *st, int64_t id, int64_t delay_ms,
 int task_store_outbox_result(char **out, char state_out[16], struct task_store *st, int64_t id,
                              struct err *err)
 {
-    struct sqlite_store *s = to_sqlite(st);
+    struct sqlite_store *s = sqlst_of(st);
     sqlite3_stmt *q = NULL;
     int rc, step;
 
@@ -517,7 +506,7 @@ int task_store_outbox_result(char **out, char state_out[16], struct task_store *
         step = sqlite3_step(q);
         if (step == SQLITE_ROW) {
             snprintf(state_out, 16, "%s", sqlite3_column_text(q, 0));
-            *out = col_dup(q, 1);
+            *out = sqlst_col_dup(q, 1);
         } else {
             rc = err_set(err, E_NOTFOUND, "no outbox entry %lld", (long long)id);
         }
@@ -534,7 +523,7 @@ int task_store_outbox_depth(int64_t *out, struct task_store *st, struct err *err
 
 int64_t task_store_queue_gen(struct task_store *st, bool outbox)
 {
-    struct sqlite_store *s = to_sqlite(st);
+    struct sqlite_store *s = sqlst_of(st);
     int64_t g;
 
     pthread_mutex_lock(&s->mu);
@@ -546,7 +535,7 @@ int64_t task_store_queue_gen(struct task_store *st, bool outbox)
 void task_store_queue_wait(struct task_store *st, bool outbox, int64_t since_gen,
                            int64_t timeout_ms)
 {
-    struct sqlite_store *s = to_sqlite(st);
+    struct sqlite_store *s = sqlst_of(st);
     struct timespec deadline;
 
     clock_gettime(CLOCK_REALTIME, &deadline);
@@ -568,7 +557,7 @@ void task_store_queue_wait(struct task_store *st, bool outbox, int64_t since_gen
 
 int task_store_totals(struct task_totals *out, struct task_store *st, struct err *err)
 {
-    struct sqlite_store *s = to_sqlite(st);
+    struct sqlite_store *s = sqlst_of(st);
     sqlite3_stmt *q = NULL;
     int rc;
 
@@ -589,7 +578,7 @@ int task_store_totals(struct task_totals *out, struct task_store *st, struct err
 
 void task_store_outbox_release(struct task_store *st)
 {
-    struct sqlite_store *s = to_sqlite(st);
+    struct sqlite_store *s = sqlst_of(st);
 
     pthread_mutex_lock(&s->mu);
     s->outbox_inflight = 0;

@@ -13,11 +13,6 @@
 #include "store/store.h"
 #include "store/store_int.h"
 
-static struct sqlite_store *to_sqlite(struct task_store *st)
-{
-    return container_of(st, struct sqlite_store, base);
-}
-
 int sqlst_db_err(struct sqlite_store *s, int rc, const char *what, struct err *err)
 {
     if (rc == SQLITE_BUSY || rc == SQLITE_LOCKED) {
@@ -162,6 +157,12 @@ int sqlst_prepare(sqlite3_stmt **out, struct sqlite_store *s, const char *sql, s
     return rc == SQLITE_OK ? E_OK : sqlst_db_err(s, rc, "prepare", err);
 }
 
+char *sqlst_col_dup(sqlite3_stmt *q, int col)
+{
+    const char *t = (const char *)sqlite3_column_text(q, col);
+    return t != NULL ? xstrdup(t) : NULL;
+}
+
 json_t *sqlst_column_json(sqlite3_stmt *st, int col)
 {
     const char *text = (const char *)sqlite3_column_text(st, col);
@@ -238,7 +239,7 @@ static const char *const g_stmt_sql[SQLST_COUNT] = {
                           "WHERE namespace=?1 AND name=?2",
     [SQLST_BUMP_RV] = "UPDATE meta SET value=?1 WHERE key='resource_version'",
     [SQLST_GET_TASK] = "SELECT doc FROM tasks WHERE namespace=?1 AND name=?2",
-    [SQLST_METER_SEEN] = "SELECT task_uid, request_id FROM meter_requests UNION ALL "
+    [SQLST_METER_IDS] = "SELECT task_uid, request_id FROM meter_requests UNION ALL "
                          "SELECT task_uid, request_id FROM meter_log",
     [SQLST_METER_INSERT] = "INSERT INTO meter_log(task_uid,request_id,charged_ms,"
                            "tokens,cost_micros) VALUES(?1,?2,?3,?4,?5)",
@@ -368,7 +369,7 @@ void sqlst_new_uid(char out[37])
 static int sqlite_get(json_t **out, struct task_store *st, const char *ns, const char *name,
                       struct err *err)
 {
-    struct sqlite_store *s = to_sqlite(st);
+    struct sqlite_store *s = sqlst_of(st);
     int rc;
 
     pthread_mutex_lock(&s->mu);
@@ -400,7 +401,7 @@ static int sqlite_create(json_t **out, struct task_store *st, const json_t *obj,
 static int sqlite_mutate(json_t **out, struct task_store *st, const char *ns, const char *name,
                          task_mutate_fn fn, void *userdata, struct err *err)
 {
-    struct sqlite_store *s = to_sqlite(st);
+    struct sqlite_store *s = sqlst_of(st);
     json_t *cur = NULL, *doc = NULL;
     char *text = NULL;
     int rc;
@@ -461,7 +462,7 @@ out:
 static int sqlite_remove(json_t **out, struct task_store *st, const char *ns, const char *name,
                          int64_t expect_rv, struct err *err)
 {
-    struct sqlite_store *s = to_sqlite(st);
+    struct sqlite_store *s = sqlst_of(st);
     struct task_view v;
     sqlite3_stmt *del = NULL;
     json_t *cur = NULL;
@@ -571,7 +572,7 @@ static int list_table(json_t **items_out, struct sqlite_store *s, const char *ta
 static int sqlite_list(json_t **items_out, int64_t *rv_out, struct task_store *st,
                        const char *ns, struct err *err)
 {
-    struct sqlite_store *s = to_sqlite(st);
+    struct sqlite_store *s = sqlst_of(st);
     int rc;
 
     pthread_mutex_lock(&s->mu);
@@ -590,7 +591,7 @@ static int sqlite_watch(int64_t *last_rv_out, struct task_store *st, const char 
                         int64_t since_rv, int timeout_ms, task_event_fn fn, void *userdata,
                         struct err *err)
 {
-    struct sqlite_store *s = to_sqlite(st);
+    struct sqlite_store *s = sqlst_of(st);
     struct timespec deadline;
     int64_t wake_gen;
     int rc = E_OK;
@@ -638,7 +639,7 @@ out:
 
 static void sqlite_wake(struct task_store *st)
 {
-    struct sqlite_store *s = to_sqlite(st);
+    struct sqlite_store *s = sqlst_of(st);
 
     pthread_mutex_lock(&s->mu);
     s->wake_gen++;
@@ -653,7 +654,7 @@ static void sqlite_wake(struct task_store *st)
 static int sqlite_count_phases(int64_t counts_out[TASK_PHASE_COUNT], struct task_store *st,
                                struct err *err)
 {
-    struct sqlite_store *s = to_sqlite(st);
+    struct sqlite_store *s = sqlst_of(st);
     sqlite3_stmt *q = NULL;
     int rc, step;
 
@@ -674,7 +675,7 @@ static int sqlite_count_phases(int64_t counts_out[TASK_PHASE_COUNT], struct task
 static int sqlite_env_list(json_t **items_out, struct task_store *st, const char *ns,
                            struct err *err)
 {
-    struct sqlite_store *s = to_sqlite(st);
+    struct sqlite_store *s = sqlst_of(st);
     int rc;
 
     pthread_mutex_lock(&s->mu);
@@ -686,7 +687,7 @@ static int sqlite_env_list(json_t **items_out, struct task_store *st, const char
 static int sqlite_env_get(json_t **out, struct task_store *st, const char *ns, const char *name,
                           struct err *err)
 {
-    struct sqlite_store *s = to_sqlite(st);
+    struct sqlite_store *s = sqlst_of(st);
     int rc;
 
     pthread_mutex_lock(&s->mu);
@@ -700,7 +701,7 @@ static int sqlite_env_get(json_t **out, struct task_store *st, const char *ns, c
 
 static void sqlite_close(struct task_store *st)
 {
-    struct sqlite_store *s = to_sqlite(st);
+    struct sqlite_store *s = sqlst_of(st);
 
     for (size_t i = 0; i < EVENT_RING; i++) {
         free(s->ring[i].json);

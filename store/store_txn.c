@@ -27,7 +27,7 @@ static void drop_events(struct task_txn *tx, size_t keep)
 
 int sqlst_txn(struct task_store *st, task_txn_fn fn, void *userdata, struct err *err)
 {
-    struct sqlite_store *s = container_of(st, struct sqlite_store, base);
+    struct sqlite_store *s = sqlst_of(st);
     struct task_txn tx = {.s = s};
     int rc;
 
@@ -172,7 +172,7 @@ static int load_meter_ids(struct sqlite_store *s, struct err *err)
     if (s->meter_ids != NULL) {
         return E_OK;
     }
-    rc = sqlst_stmt(&st, s, SQLST_METER_SEEN, err);
+    rc = sqlst_stmt(&st, s, SQLST_METER_IDS, err);
     if (rc != E_OK) {
         return rc;
     }
@@ -271,7 +271,7 @@ int task_txn_token_current(struct token_record *out, struct task_txn *tx, const 
 int task_store_token_current(struct token_record *out, struct task_store *st, const char *ns,
                              const char *name, struct err *err)
 {
-    struct sqlite_store *s = container_of(st, struct sqlite_store, base);
+    struct sqlite_store *s = sqlst_of(st);
     int rc;
 
     pthread_mutex_lock(&s->mu);
