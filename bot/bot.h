@@ -14,8 +14,6 @@
 #include "scm/scm.h"
 #include "store/store.h"
 
-#define BOT_STICKY_MARKER "<!-- diverge-agent-task -->"
-
 struct bot_config {
     const char *namespace_override;  /* --namespace; NULL: derived from the project */
     int64_t default_budget_usd;      /* micro-dollars, for tasks without agent.yaml values */

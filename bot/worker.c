@@ -13,6 +13,7 @@
 #include "bot/bot_apply.h"
 #include "common/log.h"
 #include "common/money.h"
+#include "scm/render.h"
 
 #define PERM_CACHE 256
 
@@ -326,7 +327,7 @@ static bool ignored(struct scm_provider *p, const struct inbox_entry *e)
 
     /* Never answer ourselves: our own account, or a comment carrying the sticky marker. */
     return (login != NULL && strcasecmp(login, e->author) == 0) ||
-           strstr(e->body, BOT_STICKY_MARKER) != NULL;
+           strstr(e->body, SCM_STICKY_MARKER) != NULL;
 }
 
 #define BOT_BATCH 32 /* comments applied per transaction, at most */
