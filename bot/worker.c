@@ -11,6 +11,7 @@
 #include <sys/prctl.h>
 
 #include "bot/bot_apply.h"
+#include "common/hash.h"
 #include "common/log.h"
 #include "common/money.h"
 #include "scm/render.h"
@@ -36,11 +37,10 @@ struct bot {
 void bot_project_namespace(char out[64], const char *project)
 {
     size_t n = 0;
-    uint64_t h = 1469598103934665603u;
+    uint64_t h = hash_fnv1a_str(project);
 
     for (const char *p = project; *p != '\0'; p++) {
         char c = *p;
-        h = (h ^ (unsigned char)c) * 1099511628211u;
         c = (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a') : c;
         if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'))) {
             c = '-';
@@ -125,7 +125,6 @@ static int level_of(enum scm_level *out, struct bot *b, struct scm_provider *p,
     int64_t now = clock_now_ms(clock_system());
     struct perm_entry *slot;
     char key[256];
-    uint64_t h = 1469598103934665603u;
     int rc;
 
     if (assoc != NULL && need <= SCM_LEVEL_WRITE &&
@@ -135,10 +134,7 @@ static int level_of(enum scm_level *out, struct bot *b, struct scm_provider *p,
         return E_OK;
     }
     snprintf(key, sizeof(key), "%s/%s/%s", e->provider, e->project, e->author);
-    for (const char *k = key; *k != '\0'; k++) {
-        h = (h ^ (unsigned char)*k) * 1099511628211u;
-    }
-    slot = &b->perms[h % PERM_CACHE];
+    slot = &b->perms[hash_fnv1a_str(key) % PERM_CACHE];
     if (slot->expires_ms > now && strcmp(slot->key, key) == 0) {
         *out = slot->level;
         return E_OK;

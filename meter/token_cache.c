@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/hash.h"
 #include "meter/meter_int.h"
 
 static void vt_free(struct verified_token *vt)
@@ -42,12 +43,7 @@ void token_cache_cleanup(struct token_cache *c)
 
 static size_t slot_of(const char *text)
 {
-    uint64_t h = 1469598103934665603u; /* FNV-1a */
-
-    for (; *text != '\0'; text++) {
-        h = (h ^ (unsigned char)*text) * 1099511628211u;
-    }
-    return (size_t)(h % METER_TOKEN_CACHE_SLOTS);
+    return (size_t)(hash_fnv1a_str(text) % METER_TOKEN_CACHE_SLOTS);
 }
 
 /* The value of the only caveat NAME of T; NULL when absent or repeated (a token naming

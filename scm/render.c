@@ -3,6 +3,7 @@
  * of text that does not come from this file goes through escape_line() or encode_url()
  * with a byte cap, so a body can neither break out of its Markdown/HTML structure (close
  * our HTML comments, inject tags or links, ping people) nor reach SCM_STICKY_MAX. */
+#include "common/hash.h"
 #include "scm/render.h"
 
 #include <inttypes.h>
@@ -532,7 +533,7 @@ void scm_render_task_tag(char *out, size_t n, const char *ns, const char *name)
 
 void scm_render_hash(char out[17], const char *body)
 {
-    uint64_t h = UINT64_C(0xcbf29ce484222325);
+    uint64_t h = HASH_FNV1A_INIT;
     const char *line = body;
 
     while (*line != '\0') {
@@ -540,10 +541,7 @@ void scm_render_hash(char out[17], const char *body)
         size_t len = nl != NULL ? (size_t)(nl - line) + 1 : strlen(line);
 
         if (strncmp(line, UPDATED_PREFIX, strlen(UPDATED_PREFIX)) != 0) {
-            for (size_t i = 0; i < len; i++) {
-                h ^= (unsigned char)line[i];
-                h *= UINT64_C(0x100000001b3);
-            }
+            h = hash_fnv1a(h, line, len);
         }
         line += len;
     }
