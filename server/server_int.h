@@ -135,8 +135,6 @@ int api_discovery_group(struct request *r);
 void metrics_observe(int route, int status, int64_t duration_ns);
 /* Renders the Prometheus text exposition into OUT. */
 void metrics_render(struct buf *out, struct server *srv);
-int metrics_route_count(void);
-const char *metrics_route_name(int route);
 
 /* --- routing (http.c) --- */
 struct MHD_Daemon;

@@ -424,8 +424,6 @@ int task_txn_sticky_note(struct task_txn *tx, const char *key, const char *provi
 /* Records that the SCM took a body for KEY: its COMMENT_ID and the time. */
 int task_store_sticky_sent(struct task_store *st, const char *key, const char *comment_id,
                            struct err *err);
-/* Forgets KEY (tests simulate a lost row; a deleted task). */
-int task_store_sticky_forget(struct task_store *st, const char *key, struct err *err);
 /* The comment id of every sticky comment of one PR/MR, as "ns/name" -> id (new object). */
 int task_store_sticky_list(json_t **out, struct task_store *st, const char *provider,
                            const char *project, int64_t number, struct err *err);

@@ -105,11 +105,6 @@ int task_store_sticky_sent(struct task_store *st, const char *key, const char *c
                     key, comment_id, clock_now_ms(st->clock), err);
 }
 
-int task_store_sticky_forget(struct task_store *st, const char *key, struct err *err)
-{
-    return exec_key(st, "DELETE FROM sticky WHERE key=?1 AND ?3=?3", key, NULL, 0, err);
-}
-
 int task_store_sticky_list(json_t **out, struct task_store *st, const char *provider,
                            const char *project, int64_t number, struct err *err)
 {
