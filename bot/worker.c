@@ -2,13 +2,10 @@
 /* The bot worker thread: takes the next inbox entry, gathers what applying it needs from
  * the SCM (permission, PR head, agent.yaml) outside any transaction, then applies it in
  * one transaction (bot_apply.c). SCM trouble retries the entry later, in order. */
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/prctl.h>
 
 #include "bot/bot_apply.h"
 #include "common/hash.h"
@@ -30,8 +27,7 @@ struct bot {
     struct bot_config cfg;
     char *ns_override;                 /* owned copy of cfg.namespace_override */
     struct perm_entry perms[PERM_CACHE];
-    atomic_bool stop;
-    pthread_t thread;
+    struct store_worker *worker;       /* owned: the thread applying the inbox */
 };
 
 void bot_project_namespace(char out[64], const char *project)
@@ -526,30 +522,30 @@ static void process_batch(struct bot *b, struct inbox_entry *entries, size_t n)
     free(items);
 }
 
-static void *run(void *arg)
+/* One inbox batch (the store worker's step): 0 when a batch was applied, else the ms
+ * until the next entry is due (-1: none queued). */
+static int64_t step(void *userdata)
 {
-    struct bot *b = arg;
+    struct bot *b = userdata;
     struct inbox_entry entries[BOT_BATCH];
+    int64_t wait = -1;
+    size_t n = 0;
 
-    prctl(PR_SET_NAME, "bot", 0, 0, 0);
-    while (!atomic_load(&b->stop)) {
-        int64_t gen = task_store_queue_gen(b->store, false);
-        int64_t wait = -1;
-        size_t n = 0;
-
-        if (task_store_inbox_next_batch(entries, BOT_BATCH, &n, &wait, b->store, NULL) == E_OK) {
-            process_batch(b, entries, n);
-            continue;
-        }
-        task_store_queue_wait(b->store, false, gen, wait < 0 || wait > 1000 ? 1000 : wait);
+    if (task_store_inbox_next_batch(entries, BOT_BATCH, &n, &wait, b->store, NULL) == E_OK) {
+        process_batch(b, entries, n);
+        return 0;
     }
-    return NULL;
+    return wait;
 }
+
+static const struct store_worker_config inbox = {
+    .name = "bot", .wake = STORE_WORKER_INBOX, .step = step};
 
 int bot_new(struct bot **out, struct task_store *store, const struct scm_registry *registry,
             const struct bot_config *cfg, struct err *err)
 {
     struct bot *b = xcalloc(1, sizeof(*b));
+    int rc;
 
     *out = NULL;
     b->store = store;
@@ -559,11 +555,11 @@ int bot_new(struct bot **out, struct task_store *store, const struct scm_registr
         b->ns_override = xstrdup(cfg->namespace_override);
     }
     b->cfg.namespace_override = NULL;
-    atomic_init(&b->stop, false);
-    if (pthread_create(&b->thread, NULL, run, b) != 0) {
+    rc = store_worker_start(&b->worker, store, &inbox, b, err);
+    if (rc != E_OK) {
         free(b->ns_override);
         free(b);
-        return err_set(err, E_FAIL, "cannot start the bot worker");
+        return rc;
     }
     *out = b;
     return E_OK;
@@ -574,9 +570,7 @@ void bot_free(struct bot *b)
     if (b == NULL) {
         return;
     }
-    atomic_store(&b->stop, true);
-    task_store_wake(b->store);
-    pthread_join(b->thread, NULL);
+    store_worker_stop(b->worker);
     free(b->ns_override);
     free(b);
 }

@@ -3,9 +3,6 @@
 #ifndef DIVERGE_CONTROLLER_CONTROLLER_INT_H
 #define DIVERGE_CONTROLLER_CONTROLLER_INT_H
 
-#include <pthread.h>
-#include <stdatomic.h>
-
 #include "controller/controller.h"
 
 struct controller {
@@ -15,9 +12,7 @@ struct controller {
     int64_t default_budget_usd;                 /* micro-dollars */
     int64_t default_budget_tokens;
     char *provider;                             /* owned: the sandbox provider name */
-    atomic_bool stop;                           /* set by controller_free */
-    bool started;                               /* thread is running */
-    pthread_t thread;
+    struct store_worker *worker;                /* owned; NULL in manual mode */
 };
 
 /* Writes TOKEN to the task's token file atomically, mode 0600. */

@@ -3,11 +3,8 @@
  * follows the store's change feed, renders the comment, and queues it in the durable
  * outbox under one coalescing key per task: a phase change goes out at once, a spend-only
  * change at most once per min_interval, an unchanged body never. */
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 
 #include "common/log.h"
 #include "scm/render.h"
@@ -17,9 +14,7 @@ struct scm_notifier {
     struct task_store *store;       /* borrowed */
     const struct scm_registry *reg; /* borrowed */
     struct scm_notifier_config cfg;
-    atomic_bool stop;
-    pthread_t thread;
-    bool started;
+    struct store_worker *worker;    /* owned; NULL in manual mode */
 };
 
 /* Where TASK's sticky comment lives; false when it was not made from a comment. */
@@ -124,28 +119,21 @@ static void sync_text(struct scm_notifier *n, const char *json)
     json_decref(task);
 }
 
-struct pending {
-    char **json; /* owned texts of changed tasks */
-    size_t n, cap;
-};
-
-static int collect(const struct task_event *ev, void *userdata)
+/* Changes the notifier follows: live tasks made from a PR/MR comment. */
+static bool wants(const struct task_event *ev, void *userdata)
 {
-    struct pending *p = userdata;
-
-    if (ev->type == TASK_EVENT_DELETED || !ev->from_scm) {
-        return 0;
-    }
-    if (p->n == p->cap) {
-        p->cap = p->cap == 0 ? 16 : p->cap * 2;
-        p->json = xrealloc(p->json, p->cap * sizeof(*p->json));
-    }
-    p->json[p->n++] = xstrdup(ev->json);
-    return 0;
+    (void)userdata;
+    return ev->type != TASK_EVENT_DELETED && ev->from_scm;
 }
 
-static int64_t resync(struct scm_notifier *n)
+static void apply(const struct task_event *ev, void *userdata)
 {
+    sync_text(userdata, ev->json);
+}
+
+static int64_t resync(void *userdata)
+{
+    struct scm_notifier *n = userdata;
     json_t *items = NULL, *t;
     int64_t rv = 0;
     size_t i;
@@ -164,46 +152,26 @@ static int64_t resync(struct scm_notifier *n)
     return rv;
 }
 
-static void *run(void *arg)
-{
-    struct scm_notifier *n = arg;
-    int64_t rv;
-
-    prctl(PR_SET_NAME, "notifier", 0, 0, 0);
-    rv = resync(n);
-    while (!atomic_load(&n->stop)) {
-        struct pending p = {0};
-        int64_t last = rv;
-        int rc = task_store_watch(&last, n->store, NULL, rv, 1000, collect, &p, NULL);
-
-        rv = rc == E_AGAIN ? resync(n) : last;
-        /* Only the newest state of each task matters: later texts win. */
-        for (size_t i = 0; i < p.n; i++) {
-            sync_text(n, p.json[i]);
-            free(p.json[i]);
-        }
-        free(p.json);
-    }
-    return NULL;
-}
+static const struct store_worker_config feed = {
+    .name = "notifier", .wake = STORE_WORKER_FEED, .resync = resync,
+    .wants = wants, .apply = apply};
 
 int scm_notifier_new(struct scm_notifier **out, struct task_store *store,
                      const struct scm_registry *registry, const struct scm_notifier_config *cfg,
                      struct err *err)
 {
     struct scm_notifier *n = xcalloc(1, sizeof(*n));
+    int rc = E_OK;
 
     *out = NULL;
-    n->store = store;
-    n->reg = registry;
-    n->cfg = *cfg;
-    atomic_init(&n->stop, false);
+    *n = (struct scm_notifier){.store = store, .reg = registry, .cfg = *cfg};
+    /* Manual mode (tests) has no thread: the caller drives scm_notifier_sync. */
     if (!cfg->manual) {
-        if (pthread_create(&n->thread, NULL, run, n) != 0) {
-            free(n);
-            return err_set(err, E_FAIL, "cannot start the notifier");
-        }
-        n->started = true;
+        rc = store_worker_start(&n->worker, store, &feed, n, err);
+    }
+    if (rc != E_OK) {
+        free(n);
+        return rc;
     }
     *out = n;
     return E_OK;
@@ -211,13 +179,7 @@ int scm_notifier_new(struct scm_notifier **out, struct task_store *store,
 
 void scm_notifier_free(struct scm_notifier *n)
 {
-    if (n == NULL) {
-        return;
-    }
-    atomic_store(&n->stop, true);
-    task_store_wake(n->store);
-    if (n->started) {
-        pthread_join(n->thread, NULL);
-    }
+    /* The worker goes first: it may be applying a change to N. */
+    store_worker_stop(n != NULL ? n->worker : NULL);
     free(n);
 }

@@ -3,11 +3,9 @@
  * retrying transient failures with exponential backoff (or the wait the SCM asked for)
  * and keeping content-creating calls under a per-minute budget per provider. */
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <time.h>
 
 #include "common/log.h"
@@ -24,8 +22,7 @@ struct scm_outbox {
     const struct scm_registry *reg;    /* borrowed */
     struct scm_outbox_config cfg;
     struct rate_window windows[SCM_PROVIDERS_MAX];
-    atomic_bool stop;
-    pthread_t thread;
+    struct store_worker *worker;       /* owned: the thread making the calls */
     pthread_mutex_t mu;                /* stats */
     struct scm_outbox_stats stats;
 };
@@ -233,37 +230,31 @@ static int64_t process(struct scm_outbox *o, struct outbox_entry *e)
     return 0;
 }
 
-static void *run(void *arg)
+/* One outbox entry (the store worker's step): 0 when it was sent (or failed for good),
+ * else the ms to wait: for the rate budget to free, or until the next entry is due. */
+static int64_t step(void *userdata)
 {
-    struct scm_outbox *o = arg;
+    struct scm_outbox *o = userdata;
+    struct outbox_entry e;
+    int64_t wait = -1;
 
-    prctl(PR_SET_NAME, "scm-outbox", 0, 0, 0);
-    while (!atomic_load(&o->stop)) {
-        struct outbox_entry e;
-        int64_t gen = task_store_queue_gen(o->store, true);
-        int64_t wait = -1;
-        int rc = task_store_outbox_next(&e, &wait, o->store, NULL);
-
-        if (rc == E_OK) {
-            int64_t rate = process(o, &e);
-            outbox_entry_cleanup(&e);
-            if (rate > 0) {
-                /* Out of budget: sleep until it frees (or we are stopped). */
-                task_store_queue_wait(o->store, true, task_store_queue_gen(o->store, true),
-                                      rate);
-            }
-            continue;
-        }
-        task_store_queue_wait(o->store, true, gen, wait < 0 || wait > 1000 ? 1000 : wait);
+    if (task_store_outbox_next(&e, &wait, o->store, NULL) == E_OK) {
+        int64_t rate = process(o, &e);
+        outbox_entry_cleanup(&e);
+        return rate > 0 ? rate : 0;
     }
-    return NULL;
+    return wait;
 }
+
+static const struct store_worker_config queue = {
+    .name = "scm-outbox", .wake = STORE_WORKER_OUTBOX, .step = step};
 
 int scm_outbox_new(struct scm_outbox **out, struct task_store *store,
                    const struct scm_registry *registry, const struct scm_outbox_config *cfg,
                    struct err *err)
 {
     struct scm_outbox *o = xcalloc(1, sizeof(*o));
+    int rc;
 
     *out = NULL;
     o->store = store;
@@ -273,11 +264,11 @@ int scm_outbox_new(struct scm_outbox **out, struct task_store *store,
         o->cfg.content_per_minute = 80;
     }
     pthread_mutex_init(&o->mu, NULL);
-    atomic_init(&o->stop, false);
-    if (pthread_create(&o->thread, NULL, run, o) != 0) {
+    rc = store_worker_start(&o->worker, store, &queue, o, err);
+    if (rc != E_OK) {
         pthread_mutex_destroy(&o->mu);
         free(o);
-        return err_set(err, E_FAIL, "cannot start the outbox worker");
+        return rc;
     }
     *out = o;
     return E_OK;
@@ -288,9 +279,7 @@ void scm_outbox_free(struct scm_outbox *o)
     if (o == NULL) {
         return;
     }
-    atomic_store(&o->stop, true);
-    task_store_wake(o->store);
-    pthread_join(o->thread, NULL);
+    store_worker_stop(o->worker);
     pthread_mutex_destroy(&o->mu);
     free(o);
 }

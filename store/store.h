@@ -456,4 +456,45 @@ static inline void task_store_close(struct task_store *st)
     }
 }
 
+/* --- background workers ------------------------------------------------------------- */
+
+/* The one shape of every background worker (bot, outbox, notifier, controller): a thread
+ * woken by store changes or a deadline that takes a batch, applies it and sleeps. A
+ * worker either drains a queue (STORE_WORKER_INBOX/OUTBOX: STEP is called until it says
+ * there is nothing to do, then the thread sleeps until the queue's counter moves or the
+ * wait STEP asked for passes) or follows the change feed (STORE_WORKER_FEED: RESYNC looks
+ * at everything and returns the resourceVersion it saw; of each batch of later events
+ * that WANTS keeps, APPLY gets the newest one of each task, in feed order; a feed that
+ * fell behind calls RESYNC again). */
+enum store_worker_wake {
+    STORE_WORKER_INBOX,
+    STORE_WORKER_OUTBOX,
+    STORE_WORKER_FEED,
+};
+
+struct store_worker_config {
+    const char *name;              /* thread name (at most 15 bytes shown), borrowed */
+    enum store_worker_wake wake;   /* what wakes the thread */
+    /* Queue workers: applies one batch; returns 0 to be called again at once, else the ms
+     * to sleep at most (-1: no deadline) before the next call. */
+    int64_t (*step)(void *userdata);
+    int64_t (*resync)(void *userdata); /* feed workers: returns the resourceVersion seen */
+    /* Feed workers: whether EV (borrowed) needs APPLY; NULL keeps every event. */
+    bool (*wants)(const struct task_event *ev, void *userdata);
+    /* Feed workers: applies EV (borrowed for the call; json and names are copies). */
+    void (*apply)(const struct task_event *ev, void *userdata);
+};
+
+struct store_worker;
+
+/* Starts the thread over STORE and CFG (both borrowed; they must outlive the worker); every
+ * callback gets USERDATA. On success *out is stopped and freed with store_worker_stop().
+ * E_FAIL when no thread can be made. */
+int store_worker_start(struct store_worker **out, struct task_store *store,
+                       const struct store_worker_config *cfg, void *userdata, struct err *err);
+/* True once store_worker_stop() was called: long batches check it between items. */
+bool store_worker_stopping(const struct store_worker *w);
+/* Asks the thread to stop, wakes it, waits for it and frees W; NULL is a no-op. */
+void store_worker_stop(struct store_worker *w);
+
 #endif
