@@ -336,10 +336,8 @@ out:
 /* Applies every job of the batch in one transaction. No savepoints on this hot path: when
  * one job fails, the whole transaction is rolled back and the committer runs the batch
  * again without that job (failures are rare; savepoints would cost every job). */
-static int apply_batch(struct task_txn *tx, void *userdata)
+static int apply_jobs(struct task_txn *tx, struct batch *b)
 {
-    struct batch *b = userdata;
-
     for (struct meter_job *j = b->jobs; j != NULL; j = j->next) {
         if (j->excluded) {
             continue;
@@ -355,6 +353,17 @@ static int apply_batch(struct task_txn *tx, void *userdata)
         }
     }
     return E_OK;
+}
+
+static int apply_batch(struct task_txn *tx, void *userdata)
+{
+    struct batch *b = userdata;
+    int rc = apply_jobs(tx, b);
+
+    /* The dirty documents are the store's cached objects, which other writers use once
+     * this transaction ends: drop our references while we still hold the writer lock. */
+    clear_dirty(b);
+    return rc;
 }
 
 static void fail_job(struct meter_job *j)
@@ -374,7 +383,6 @@ static void commit_batch(struct meter_service *m, struct meter_job *jobs)
         int rc;
         b.failed = NULL;
         rc = task_store_txn(m->store, apply_batch, &b, &b.err);
-        clear_dirty(&b);
         if (rc == E_OK) {
             free(b.dirty);
             return;

@@ -144,6 +144,7 @@ int task_store_inbox_add(bool *duplicate_out, struct task_store *st, const struc
 {
     struct sqlite_store *s = sqlst_of(st);
     struct inbox_waiter w;
+    bool lead;
 
     memset(&w, 0, sizeof(w));
     w.e = e;
@@ -159,8 +160,11 @@ int task_store_inbox_add(bool *duplicate_out, struct task_store *st, const struc
         s->gc_leader = true;
         w.lead = true;
     }
+    /* Read under the lock: a finishing leader may set w.lead (and post) at any time once
+     * it is released; after sem_wait the post orders that write before our read. */
+    lead = w.lead;
     pthread_mutex_unlock(&s->gc_mu);
-    if (!w.lead) {
+    if (!lead) {
         while (sem_wait(&w.done) != 0) {
         }
     }
