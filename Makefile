@@ -4,12 +4,15 @@ BUILD ?= build
 FUZZ_SECONDS ?= 10
 ARGS ?=
 
-.PHONY: all deps build run test test-unit test-asan test-fuzz bench clean
+.PHONY: all deps lint build run test test-unit test-asan test-tsan test-fuzz bench clean
 
 all: build
 
 deps:
 	@bash scripts/deps.sh
+
+lint:
+	@bash scripts/lint.sh
 
 build: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWERROR=ON >/dev/null
@@ -27,12 +30,20 @@ test-asan: deps
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 		UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(JOBS)
 
+# ThreadSanitizer over every test (unit and integration: the server's threads run under it);
+# halt_on_error makes the first race fail its test.
+test-tsan: deps
+	@cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DWERROR=ON -DSANITIZE=thread >/dev/null
+	@cmake --build build-tsan -j $(JOBS)
+	cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+		ctest --output-on-failure -j $(JOBS)
+
 test-fuzz: deps
 	@CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DWERROR=ON -DFUZZ=ON >/dev/null
 	@cmake --build build-fuzz -j $(JOBS)
 	@bash scripts/run_fuzz.sh build-fuzz $(FUZZ_SECONDS)
 
-test: test-unit test-asan test-fuzz
+test: lint test-unit test-asan test-tsan test-fuzz
 
 bench: build
 	bash bench/run.sh $(BUILD)
@@ -40,4 +51,4 @@ bench: build
 	bash bench/webhook.sh $(BUILD)
 
 clean:
-	rm -rf build build-asan build-fuzz
+	rm -rf build build-asan build-tsan build-fuzz

@@ -345,7 +345,10 @@ static bool build_request(struct conn *c)
             memcpy(o, s->p, s->n);
             o += s->n;
         } else if (s->kind == SEG_ID) {
-            o += sprintf(o, "%" PRIu64, id);
+            char num[24];
+            int k = snprintf(num, sizeof(num), "%" PRIu64, id);
+            memcpy(o, num, (size_t)k);
+            o += k;
         } else {
             memcpy(o, body_json, body_json_len);
             o += body_json_len;
@@ -728,8 +731,8 @@ int main(int argc, char **argv)
     while ((ch = getopt_long(argc, argv, "u:c:t:d:n:h", lo, NULL)) != -1) {
         switch (ch) {
         case 'u': opt.url = optarg; break;
-        case 'c': opt.connections = atoi(optarg); break;
-        case 't': opt.threads = atoi(optarg); break;
+        case 'c': opt.connections = (int)strtol(optarg, NULL, 10); break;
+        case 't': opt.threads = (int)strtol(optarg, NULL, 10); break;
         case 'd': opt.duration = atof(optarg); break;
         case 'W': opt.warmup = atof(optarg); break;
         case 'T': opt.timeout = atof(optarg); break;
