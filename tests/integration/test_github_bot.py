@@ -100,7 +100,7 @@ def test_fix_creates_task_reacts_and_dedups():
     gh = new_fake()
     gh.set_file("octo/repo", ".diverge/agent.yaml",
                 'version: "1"\nagent:\n  budgetUSD: "7.50"\n  budgetTokens: 300000\n'
-                '  maxIterations: 4\n  capabilities: ["claude-*"]\n', ref="feature-x")
+                '  maxIterations: 4\n  capabilities: ["claude-*"]\n')  # on the base, main
     try:
         with Server(server_args(gh), env=server_env()) as srv:
             cid, st, ans, payload = post_comment(gh, srv, "/diverge fix the N+1 query in checkout")
@@ -193,7 +193,7 @@ def test_help_status_errors_and_no_task():
             assert "fix" in replies(gh)[1]["body"] and "no task" in replies(gh)[1]["body"]
             post_comment(gh, srv, "/diverge budget +abc", user="carol")
             wait(lambda: len(replies(gh)) >= 3, what="parse error reply")
-            assert '"+abc"' in replies(gh)[2]["body"], replies(gh)[2]["body"]
+            assert '`+abc`' in replies(gh)[2]["body"], replies(gh)[2]["body"]
             post_comment(gh, srv, "/diverge fix the bug")
             wait(lambda: task(srv), what="task")
             post_comment(gh, srv, "/diverge status", user="bob")
