@@ -23,8 +23,9 @@ char slashcmd_lower(char c);
 bool slashcmd_ieq(const char *s, size_t n, const char *name);
 /* Writes S[0..n) (any bytes) into OUT (SIZE >= SLASHCMD_QUOTE_SIZE(MAX_CHARS) bytes) as a
  * code span safe in any reply: a backtick fence longer than any backtick run inside; valid
- * UTF-8 kept; control and invalid bytes as "\xNN" (so the span stays on one line); "@"
- * followed by U+200D (no mention, team ping or notification); "<", ">" and "&" as their
+ * UTF-8 kept, but line separators and bidi controls become U+FFFD and control and invalid
+ * bytes "\xNN" (so the span stays on one line, in order); "@" is followed by U+200D (no
+ * mention, team ping or notification); "<", ">" and "&" become their
  * fullwidth forms (entities would show literally inside a code span, and no renderer that
  * ignores the span can read HTML in it); at most MAX_CHARS characters, then "…". */
 void slashcmd_quote(char *out, size_t size, const char *s, size_t n, size_t max_chars);

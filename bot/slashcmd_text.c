@@ -80,6 +80,7 @@ static size_t utf8_len(const unsigned char *p, size_t n)
 
 #define ZWJ "\xE2\x80\x8D"      /* U+200D after "@": "@\u200Dteam" pings nobody */
 #define ELLIPSIS "\xE2\x80\xA6" /* U+2026 */
+#define REPLACEMENT "\xEF\xBF\xBD" /* U+FFFD */
 
 /* The escape of the ASCII or invalid byte C inside a quote; returns its length (<= 4). */
 static size_t quote_byte(char out[4], unsigned char c, bool valid)
@@ -108,6 +109,14 @@ static size_t quote_byte(char out[4], unsigned char c, bool valid)
     return 4;
 }
 
+/* Whether the 3-byte sequence at P is a line/paragraph separator or a bidi control
+ * (U+2028..U+202E, U+2066..U+2069), which could break the line or reorder the reply. */
+static bool is_layout_char(const unsigned char *p)
+{
+    return p[0] == 0xE2 && ((p[1] == 0x80 && p[2] >= 0xA8 && p[2] <= 0xAE) ||
+                            (p[1] == 0x81 && p[2] >= 0xA6 && p[2] <= 0xA9));
+}
+
 void slashcmd_quote(char *out, size_t size, const char *s, size_t n, size_t max_chars)
 {
     const unsigned char *p = (const unsigned char *)s;
@@ -119,7 +128,11 @@ void slashcmd_quote(char *out, size_t size, const char *s, size_t n, size_t max_
     while (i < n && chars < max_chars) {
         size_t k = utf8_len(p + i, n - i);
 
-        if (k > 1) {
+        if (k == 3 && is_layout_char(p + i)) {
+            memcpy(body + len, REPLACEMENT, strlen(REPLACEMENT));
+            len += strlen(REPLACEMENT);
+            i += k;
+        } else if (k > 1) {
             memcpy(body + len, p + i, k);
             len += k;
             i += k;

@@ -228,6 +228,10 @@ static const struct tcase cases[] = {
     {"argument_mention_html", B("/diverge pause @team<!--&"),
      FAILS(E_INVALID, "line 1: unexpected argument `@\xE2\x80\x8Dteam\xEF\xBC\x9C!--"
                       "\xEF\xBC\x86` to pause")},
+    {"argument_bidi_and_separators",
+     B("/diverge pause a\xE2\x80\xAE" "b\xE2\x80\xA8" "c\xE2\x81\xA6"),
+     FAILS(E_INVALID, "line 1: unexpected argument `a\xEF\xBF\xBD" "b\xEF\xBF\xBD"
+                      "c\xEF\xBF\xBD` to pause")},
     {"argument_binary", B("/diverge pause \x01\xff\x7f"),
      FAILS(E_INVALID, "line 1: unexpected argument `\\x01\\xff\\x7f` to pause")},
 
