@@ -9,6 +9,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "bot/slashcmd.h"
 #include "common/err.h"
 #include "scm/scm.h"
@@ -37,6 +39,29 @@ struct bot_config {
  * ("myorg/checkout-service" -> "myorg-checkout-service"); longer than 63: cut and
  * suffixed with a short hash. OUT has 64 bytes. */
 void bot_project_namespace(char out[64], const char *project);
+
+/* The name of the task PR/MR NUMBER of PROVIDER's PROJECT acts on (OUT has 64 bytes).
+ * In the project's own namespace it is SPEC's "fix-pr-<number>" (GitLab "fix-mr-<iid>").
+ * With SHARED_NS (--namespace: every project's tasks in one namespace) it is
+ * "fix-pr-<number>-<8 hex>", the hex being the low 32 bits of FNV-1a over
+ * "<provider>:<project>", so the PRs #N of two projects do not share one task. (SPEC §5
+ * names only the first form.) A name is never proof of ownership: see bot_task_belongs. */
+void bot_task_name(char out[64], const char *provider, const char *project, int64_t number,
+                   bool shared_ns);
+
+/* Whether TASK (a stored AgentTask) is the task of PR/MR NUMBER of PROVIDER's PROJECT:
+ * its divergedev.com/provider and divergedev.com/project annotations equal PROVIDER and
+ * PROJECT exactly and its divergedev.com/pr-number (GitLab: mr-iid) is NUMBER. A task
+ * without them (made through the API or the CLI), or made from another project whose
+ * namespace maps to the same DNS label, belongs to no comment here: commands refuse it. */
+bool bot_task_belongs(const json_t *task, const char *provider, const char *project,
+                      int64_t number);
+
+/* The longest objective (`fix`) and hint (`guide`) a comment may set, in bytes: the
+ * store's caps on spec.objective and the divergedev.com/guidance annotation. A longer one
+ * is refused with a reply and changes nothing. */
+#define BOT_OBJECTIVE_MAX 4096
+#define BOT_GUIDANCE_MAX 16384
 
 struct bot;
 

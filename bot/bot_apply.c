@@ -6,12 +6,61 @@
 #include <string.h>
 
 #include "bot/bot_apply.h"
+#include "common/hash.h"
 #include "common/money.h"
 
 #define ANN_PROVIDER "divergedev.com/provider"
 #define ANN_PROJECT "divergedev.com/project"
 #define ANN_PR "divergedev.com/pr-number"
 #define ANN_MR "divergedev.com/mr-iid"
+
+void bot_task_name(char out[64], const char *provider, const char *project, int64_t number,
+                   bool shared_ns)
+{
+    const char *kind = strcmp(provider, "gitlab") == 0 ? "mr" : "pr";
+    uint64_t h = hash_fnv1a(HASH_FNV1A_INIT, provider, strlen(provider));
+
+    if (!shared_ns) {
+        snprintf(out, 64, "fix-%s-%lld", kind, (long long)number);
+        return;
+    }
+    /* Not a security boundary (FNV is easy to collide on purpose): bot_task_belongs is.
+     * It only keeps honest projects apart; "fix-pr-" + 19 digits + "-" + 8 < 64. */
+    h = hash_fnv1a(h, ":", 1);
+    h = hash_fnv1a(h, project, strlen(project));
+    snprintf(out, 64, "fix-%s-%lld-%08x", kind, (long long)number, (unsigned)(h & 0xffffffffu));
+}
+
+bool bot_task_belongs(const json_t *task, const char *provider, const char *project,
+                      int64_t number)
+{
+    const json_t *ann = json_object_get(json_object_get(task, "metadata"), "annotations");
+    const char *prov = json_string_value(json_object_get(ann, ANN_PROVIDER));
+    const char *proj = json_string_value(json_object_get(ann, ANN_PROJECT));
+    const char *num = json_string_value(
+        json_object_get(ann, strcmp(provider, "gitlab") == 0 ? ANN_MR : ANN_PR));
+    char want[32];
+
+    snprintf(want, sizeof(want), "%lld", (long long)number);
+    return prov != NULL && proj != NULL && num != NULL && strcmp(prov, provider) == 0 &&
+           strcmp(proj, project) == 0 && strcmp(num, want) == 0;
+}
+
+/* The task IN names, fetched inside the transaction: E_NOTFOUND when absent, E_CONFLICT
+ * when it is another project's or PR's (never changed from here). */
+static int get_own_task(json_t **out, struct task_txn *tx, const struct bot_input *in,
+                        struct err *err)
+{
+    int rc = task_txn_get(out, tx, in->ns, in->task, err);
+
+    if (rc == E_OK && !bot_task_belongs(*out, in->entry->provider, in->entry->project,
+                                        in->entry->number)) {
+        json_decref(*out);
+        *out = NULL;
+        return err_set(err, E_CONFLICT, "the task belongs to another project or pull request");
+    }
+    return rc;
+}
 
 static int queue(struct task_txn *tx, const struct inbox_entry *e, const char *kind,
                  const char *target, const char *body, struct err *err)
@@ -97,7 +146,7 @@ static int apply_fix(struct task_txn *tx, struct bot_input *in, const char *obje
                      struct err *err)
 {
     json_t *doc = NULL, *raw, *norm = NULL;
-    int rc = task_txn_get(&doc, tx, in->ns, in->task, err);
+    int rc = get_own_task(&doc, tx, in, err);
 
     if (rc == E_OK) {
         /* The task exists: a new objective (and the PR head, which may have moved). */
@@ -158,7 +207,7 @@ static int apply_change(struct task_txn *tx, struct bot_input *in, const struct 
                         struct err *err)
 {
     json_t *doc = NULL, *spec, *md, *ann;
-    int rc = task_txn_get(&doc, tx, in->ns, in->task, err);
+    int rc = get_own_task(&doc, tx, in, err);
 
     if (rc != E_OK) {
         return rc;
@@ -239,21 +288,60 @@ static int apply_commands(struct task_txn *tx, struct bot_input *in, struct buf 
     return rc;
 }
 
+static bool changes_task(const struct slashcmd_list *cmds)
+{
+    for (size_t i = 0; i < cmds->len; i++) {
+        if (cmds->cmds[i].verb != SLASHCMD_STATUS && cmds->cmds[i].verb != SLASHCMD_HELP) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* When the comment would act on a task that exists but is not this PR's (a namespace two
+ * projects map to, a shared namespace, a task made through the API), *out is the refusal
+ * and nothing of the comment is applied. */
+static int foreign_refusal(char **out, struct task_txn *tx, const struct bot_input *in,
+                           struct err *err)
+{
+    json_t *doc = NULL;
+    int rc;
+
+    *out = NULL;
+    if (!changes_task(in->cmds)) {
+        return E_OK;
+    }
+    rc = get_own_task(&doc, tx, in, err);
+    json_decref(doc);
+    if (rc == E_CONFLICT) {
+        *out = bot_reply_foreign_task(in->entry->author, in->ns, in->task);
+        return E_OK;
+    }
+    return rc == E_NOTFOUND ? E_OK : rc;
+}
+
 int bot_apply_txn(struct task_txn *tx, void *userdata)
 {
     struct bot_input *in = userdata;
     const struct inbox_entry *e = in->entry;
     struct buf reply;
     struct err err = {0};
+    char *foreign = NULL;
     int rc = E_OK;
 
     buf_init(&reply, 0);
     in->accepted = false;
-    if (in->refusal != NULL) {
-        buf_puts(&reply, in->refusal);
+    if (in->refusal == NULL && in->cmds != NULL) {
+        rc = foreign_refusal(&foreign, tx, in, &err);
+    }
+    if (rc != E_OK) {
+        /* returned below */
+    } else if (in->refusal != NULL || foreign != NULL) {
+        buf_puts(&reply, in->refusal != NULL ? in->refusal : foreign);
     } else if (in->cmds != NULL) {
         rc = apply_commands(tx, in, &reply, &err);
     }
+    free(foreign);
     if (rc == E_OK && in->accepted) {
         rc = queue(tx, e, "react", e->comment_id, "+1", &err);
     }

@@ -98,6 +98,9 @@ struct verb_def {
 
 #define VERB_REST (-1)
 
+/* Every message holds at most one quoted argument and under 96 bytes of its own text. */
+_Static_assert(SHOW_MAX + 96 <= ERR_MSG_MAX, "a quoted argument must fit in an error message");
+
 static int handle_text(struct slashcmd *cmd, const struct verb_def *def, const struct cmd_args *a,
                        struct err *err);
 static int handle_amounts(struct slashcmd *cmd, const struct verb_def *def,
@@ -185,7 +188,7 @@ static int parse_tokens(int64_t *out, struct scan *sc, const char *t, int line, 
 
     for (size_t i = 0; i < nd; i++) {
         if (v > (INT64_MAX - (d[i] - '0')) / 10) {
-            return err_set(err, E_INVALID, "line %d: amount \"%s\" is too large", line, shown);
+            return err_set(err, E_INVALID, "line %d: amount %s is too large", line, shown);
         }
         v = v * 10 + (d[i] - '0');
     }
@@ -193,7 +196,7 @@ static int parse_tokens(int64_t *out, struct scan *sc, const char *t, int line, 
         mult = slashcmd_lower(suffix[0]) == 'k' ? INT64_C(1000) : INT64_C(1000000);
     }
     if (v > INT64_MAX / mult) {
-        return err_set(err, E_INVALID, "line %d: amount \"%s\" is too large", line, shown);
+        return err_set(err, E_INVALID, "line %d: amount %s is too large", line, shown);
     }
     *out = v * mult;
     return E_OK;
@@ -206,10 +209,10 @@ static int parse_usd(int64_t *out, const char *t, size_t n, int line, const char
     int rc = money_parse_n(out, NULL, t, n, &merr);
 
     if (rc == E_TOOBIG) {
-        return err_set(err, E_INVALID, "line %d: amount \"%s\" is too large", line, shown);
+        return err_set(err, E_INVALID, "line %d: amount %s is too large", line, shown);
     }
     if (rc != E_OK) {
-        return err_set(err, E_INVALID, "line %d: invalid amount \"%s\": %s", line, shown, merr.msg);
+        return err_set(err, E_INVALID, "line %d: invalid amount %s: %s", line, shown, merr.msg);
     }
     return E_OK;
 }
@@ -223,7 +226,7 @@ static int parse_amount(int64_t *v_out, bool *usd_out, struct scan *sc, const ch
     slashcmd_show_arg(shown, t, n);
     *usd_out = false;
     if (t[0] == '-') {
-        return err_set(err, E_INVALID, "line %d: invalid amount \"%s\": amounts cannot be negative",
+        return err_set(err, E_INVALID, "line %d: invalid amount %s: amounts cannot be negative",
                        line, shown);
     }
     if (pat_match(sc, PAT_TOKENS, t, n)) {
@@ -231,7 +234,7 @@ static int parse_amount(int64_t *v_out, bool *usd_out, struct scan *sc, const ch
     }
     if (pat_match(sc, PAT_SCALED_DECIMAL, t, n)) {
         return err_set(err, E_INVALID,
-                       "line %d: invalid amount \"%s\": tokens with k or M must be whole numbers",
+                       "line %d: invalid amount %s: tokens with k or M must be whole numbers",
                        line, shown);
     }
     /* USD is whatever is written with "$" or a decimal point; money_parse says if it is. */
@@ -239,7 +242,7 @@ static int parse_amount(int64_t *v_out, bool *usd_out, struct scan *sc, const ch
         *usd_out = true;
         return parse_usd(v_out, t, n, line, shown, err);
     }
-    return err_set(err, E_INVALID, "line %d: invalid amount \"%s\"", line, shown);
+    return err_set(err, E_INVALID, "line %d: invalid amount %s", line, shown);
 }
 
 static int add_amount(struct slashcmd *cmd, struct scan *sc, const char *t, size_t n, int line,
@@ -255,7 +258,7 @@ static int add_amount(struct slashcmd *cmd, struct scan *sc, const char *t, size
     }
     if (usd ? cmd->has_usd : cmd->has_tokens) {
         slashcmd_show_arg(shown, t, n);
-        return err_set(err, E_INVALID, "line %d: duplicate %s amount \"%s\"", line,
+        return err_set(err, E_INVALID, "line %d: duplicate %s amount %s", line,
                        usd ? "USD" : "token", shown);
     }
     if (usd) {
@@ -281,7 +284,7 @@ static int handle_amounts(struct slashcmd *cmd, const struct verb_def *def,
             char shown[SHOW_MAX];
 
             slashcmd_show_arg(shown, tok, tlen);
-            return err_set(err, E_INVALID, "line %d: unexpected argument \"%s\" to %s", a->line,
+            return err_set(err, E_INVALID, "line %d: unexpected argument %s to %s", a->line,
                            shown, def->name);
         }
         rc = add_amount(cmd, a->sc, tok, tlen, a->line, err);
@@ -322,7 +325,7 @@ static int parse_command(struct slashcmd *cmd, struct scan *sc, const char *rest
     def = verb_find(verb, vlen);
     if (def == NULL) {
         slashcmd_show_arg(shown, verb, vlen);
-        return err_set(err, E_INVALID, "line %d: unknown verb \"%s\"", line, shown);
+        return err_set(err, E_INVALID, "line %d: unknown verb %s", line, shown);
     }
     cmd->verb = def->verb;
     cmd->line = line;

@@ -48,7 +48,8 @@ struct slashcmd_list {
  *
  * A comment is taken whole or not at all: if any command line is invalid the result is
  * E_INVALID, *out stays NULL and ERR's message is "line N: <reason>", naming the bad
- * argument in double quotes (escaped and shortened, safe to echo) where there is one.
+ * argument as a Markdown code span (slashcmd_quote: escaped, no mention, no HTML, at most
+ * 80 characters; safe to echo in a reply) where there is one. The message fits ERR_MSG_MAX.
  * E_TOOBIG when LEN is over SLASHCMD_BODY_MAX, there are more than SLASHCMD_MAX_COMMANDS
  * commands, or a line trips the matcher's time/memory limits (never seen in practice; the
  * limits bound what one comment can cost). Thread-safe: the compiled patterns are shared

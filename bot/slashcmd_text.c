@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Byte-level helpers of the slash-command grammar: ASCII case folding, UTF-8 checks,
- * argument splitting, and safe echoing of bad arguments in error replies. */
+ * argument splitting, and safe quoting of user text in replies. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "bot/bot_int.h"
+#include "common/err.h"
 
 static bool is_ws(char c)
 {
@@ -76,49 +78,94 @@ static size_t utf8_len(const unsigned char *p, size_t n)
     return need + 1;
 }
 
-static bool is_plain_ascii(unsigned char c)
-{
-    return c >= 0x20 && c < 0x7F && c != '"' && c != '\\';
-}
+#define ZWJ "\xE2\x80\x8D"      /* U+200D after "@": "@\u200Dteam" pings nobody */
+#define ELLIPSIS "\xE2\x80\xA6" /* U+2026 */
+#define REPLACEMENT "\xEF\xBF\xBD" /* U+FFFD */
 
-/* Writes S[0..n) into OUT for a message: valid UTF-8 is kept, '"' and '\' are escaped,
- * control and invalid bytes become \xNN, and a long argument is cut with "...". */
-void slashcmd_show_arg(char out[SHOW_MAX], const char *s, size_t n)
+/* The escape of the ASCII or invalid byte C inside a quote; returns its length (<= 4). */
+static size_t quote_byte(char out[4], unsigned char c, bool valid)
 {
     static const char hex[] = "0123456789abcdef";
-    const unsigned char *p = (const unsigned char *)s;
-    size_t i = 0, o = 0, lim = n < SHOW_IN_MAX ? n : SHOW_IN_MAX;
+    static const struct {
+        unsigned char c;
+        const char *s;
+    } subst[] = {{'@', "@" ZWJ}, {'<', "\xEF\xBC\x9C"}, {'>', "\xEF\xBC\x9E"},
+                 {'&', "\xEF\xBC\x86"}};
 
-    while (i < lim) {
+    if (valid && c >= 0x20 && c < 0x7F) {
+        for (size_t i = 0; i < ARRAY_LEN(subst); i++) {
+            if (subst[i].c == c) {
+                memcpy(out, subst[i].s, strlen(subst[i].s));
+                return strlen(subst[i].s);
+            }
+        }
+        out[0] = (char)c;
+        return 1;
+    }
+    out[0] = '\\';
+    out[1] = 'x';
+    out[2] = hex[c >> 4];
+    out[3] = hex[c & 0xF];
+    return 4;
+}
+
+/* Whether the 3-byte sequence at P is a line/paragraph separator or a bidi control
+ * (U+2028..U+202E, U+2066..U+2069), which could break the line or reorder the reply. */
+static bool is_layout_char(const unsigned char *p)
+{
+    return p[0] == 0xE2 && ((p[1] == 0x80 && p[2] >= 0xA8 && p[2] <= 0xAE) ||
+                            (p[1] == 0x81 && p[2] >= 0xA6 && p[2] <= 0xA9));
+}
+
+void slashcmd_quote(char *out, size_t size, const char *s, size_t n, size_t max_chars)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i = 0, len = 0, chars = 0, run = 0, longest = 0, o = 0;
+    char *body = xmalloc(max_chars * 4 + sizeof(ELLIPSIS));
+    const char *pad;
+
+    ASSERT(size >= SLASHCMD_QUOTE_SIZE(max_chars));
+    while (i < n && chars < max_chars) {
         size_t k = utf8_len(p + i, n - i);
 
-        if (k > 1) {
-            if (i + k > lim) {
-                break; /* a character straddling the cut */
-            }
-            memcpy(out + o, p + i, k);
-            o += k;
+        if (k == 3 && is_layout_char(p + i)) {
+            memcpy(body + len, REPLACEMENT, strlen(REPLACEMENT));
+            len += strlen(REPLACEMENT);
             i += k;
-            continue;
-        }
-        if (is_plain_ascii(p[i])) {
-            out[o++] = (char)p[i];
-        } else if (p[i] == '"' || p[i] == '\\') {
-            out[o++] = '\\';
-            out[o++] = (char)p[i];
+        } else if (k > 1) {
+            memcpy(body + len, p + i, k);
+            len += k;
+            i += k;
         } else {
-            out[o++] = '\\';
-            out[o++] = 'x';
-            out[o++] = hex[p[i] >> 4];
-            out[o++] = hex[p[i] & 0xF];
+            len += quote_byte(body + len, p[i], k == 1);
+            i++;
         }
-        i++;
+        chars++;
     }
     if (i < n) {
-        memcpy(out + o, "...", 3);
-        o += 3;
+        memcpy(body + len, ELLIPSIS, strlen(ELLIPSIS));
+        len += strlen(ELLIPSIS);
     }
+    for (size_t k = 0; k < len; k++) {
+        run = body[k] == '`' ? run + 1 : 0;
+        longest = run > longest ? run : longest;
+    }
+    /* Markdown strips one space on each side when both are there: with a backtick at an
+     * edge the padding keeps it from joining the fence; an empty argument shows as "` `". */
+    pad = (len == 0 || body[0] == '`' || body[len - 1] == '`') ? " " : "";
+    ASSERT(2 * (longest + 1) + 2 * strlen(pad) + len < size);
+    memset(out + o, '`', longest + 1);
+    o += longest + 1;
+    o += (size_t)snprintf(out + o, size - o, "%s%.*s%s", pad, (int)len, body, pad);
+    memset(out + o, '`', longest + 1);
+    o += longest + 1;
     out[o] = '\0';
+    free(body);
+}
+
+void slashcmd_show_arg(char out[SHOW_MAX], const char *s, size_t n)
+{
+    slashcmd_quote(out, SHOW_MAX, s, n, SHOW_CHARS);
 }
 
 /* Objectives and hints end up in JSON, YAML and Markdown: valid UTF-8, and no control

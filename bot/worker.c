@@ -156,13 +156,15 @@ static bool has_verb(const struct slashcmd_list *cmds, enum slashcmd_verb v)
     return false;
 }
 
-/* The PR head: from the payload when it carried it (GitLab), else the SCM's API. */
+/* The PR head (and base branch): from the payload when it carried them (GitLab), else the
+ * SCM's API. */
 static int head_of(struct scm_pull *out, struct scm_provider *p, const struct inbox_entry *e,
                    struct err *err)
 {
     json_t *extra = e->extra != NULL ? json_loads(e->extra, 0, NULL) : NULL;
     const char *ref = json_string_value(json_object_get(extra, "head_ref"));
     const char *url = json_string_value(json_object_get(extra, "clone_url"));
+    const char *base = json_string_value(json_object_get(extra, "base_ref"));
     struct scm_ref sref = {.project = e->project, .number = e->number,
                            .installation_id = e->installation_id};
     int rc = E_OK;
@@ -171,6 +173,7 @@ static int head_of(struct scm_pull *out, struct scm_provider *p, const struct in
     if (ref != NULL && url != NULL) {
         out->head_ref = xstrdup(ref);
         out->clone_url = xstrdup(url);
+        out->base_ref = base != NULL ? xstrdup(base) : NULL;
     } else {
         rc = p->ops->pull_info(out, p, &sref, NULL, err);
     }
@@ -197,11 +200,14 @@ static char *status_table(struct bot *b, const struct bot_input *in)
         json_array_foreach(items, i, t)
         {
             const json_t *md = json_object_get(t, "metadata");
-            const char *proj = json_string_value(
-                json_object_get(json_object_get(md, "annotations"), "divergedev.com/project"));
+            const json_t *ann = json_object_get(md, "annotations");
+            const char *proj = json_string_value(json_object_get(ann, "divergedev.com/project"));
+            const char *prov = json_string_value(json_object_get(ann, "divergedev.com/provider"));
             const json_t *spec = json_object_get(t, "spec"), *st = json_object_get(t, "status");
             const char *prev = json_string_value(json_object_get(st, "previewUrl"));
-            if (proj == NULL || strcmp(proj, in->entry->project) != 0) {
+            /* Only this exact project's tasks: a namespace may hold other projects' too. */
+            if (proj == NULL || strcmp(proj, in->entry->project) != 0 || prov == NULL ||
+                strcmp(prov, in->entry->provider) != 0) {
                 continue;
             }
             char key[160], link[96];
@@ -264,8 +270,7 @@ static int gather(struct gathered *g, struct bot *b, struct scm_provider *p,
     int rc;
 
     if (slashcmd_parse(&g->cmds, e->body, strlen(e->body), &perr) != E_OK) {
-        g->refusal = xasprintf("@%s I could not read that command: %s. Nothing was changed.\n\n%s",
-                               e->author, perr.msg, slashcmd_help_markdown());
+        g->refusal = bot_reply_unreadable(e->author, perr.msg);
         return E_OK;
     }
     need = required_level(b, g->cmds);
@@ -282,6 +287,10 @@ static int gather(struct gathered *g, struct bot *b, struct scm_provider *p,
             return E_OK;
         }
     }
+    g->refusal = bot_reply_too_long(e->author, g->cmds);
+    if (g->refusal != NULL) {
+        return E_OK;
+    }
     if (has_verb(g->cmds, SLASHCMD_FIX)) {
         struct scm_ref ref = {.project = e->project, .number = e->number,
                               .installation_id = e->installation_id};
@@ -292,13 +301,16 @@ static int gather(struct gathered *g, struct bot *b, struct scm_provider *p,
             return rc == E_NOTFOUND ? E_FAIL : E_AGAIN;
         }
         g->have_pull = true;
-        rc = p->ops->file_at(&yaml, &ylen, p, &ref, g->pull.head_ref, ".diverge/agent.yaml",
-                             NULL, err);
+        /* The config comes from the base branch of the base repository (the one the
+         * comment is on), never from the head, which the PR's author controls: a change
+         * to it takes effect once merged (SPEC §5). No known base: server defaults. */
+        rc = g->pull.base_ref == NULL
+                 ? E_NOTFOUND
+                 : p->ops->file_at(&yaml, &ylen, p, &ref, g->pull.base_ref,
+                                   ".diverge/agent.yaml", NULL, err);
         if (rc == E_OK &&
             config_agent_load_mem(&g->agent, ".diverge/agent.yaml", yaml, ylen, &perr) != E_OK) {
-            g->refusal = xasprintf("@%s the repository's `.diverge/agent.yaml` on `%s` is not "
-                                   "valid: %s. Nothing was changed.\n",
-                                   e->author, g->pull.head_ref, perr.msg);
+            g->refusal = bot_reply_bad_agent_yaml(e->author, g->pull.base_ref, perr.msg);
         } else if (rc != E_OK && rc != E_NOTFOUND) {
             free(yaml);
             return E_AGAIN;
@@ -383,8 +395,7 @@ static void prepare(struct bot *b, struct prepared *pr)
     } else {
         bot_project_namespace(pr->in.ns, e->project);
     }
-    snprintf(pr->in.task, sizeof(pr->in.task), "fix-%s-%lld",
-             strcmp(e->provider, "gitlab") == 0 ? "mr" : "pr", (long long)e->number);
+    bot_task_name(pr->in.task, e->provider, e->project, e->number, b->ns_override != NULL);
     if (gather(&pr->g, b, p, e, &pr->in, &err) != E_OK) {
         retry_later(b, pr, err.msg);
         return;

@@ -55,6 +55,7 @@ void scm_comments_free(struct scm_comment *c, size_t n)
 void scm_pull_cleanup(struct scm_pull *p)
 {
     free(p->head_ref);
+    free(p->base_ref);
     free(p->clone_url);
     free(p->html_url);
     memset(p, 0, sizeof(*p));

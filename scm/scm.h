@@ -55,6 +55,7 @@ void scm_comments_free(struct scm_comment *c, size_t n);
 /* The head of a PR/MR. */
 struct scm_pull {
     char *head_ref;   /* owned: the source branch */
+    char *base_ref;   /* owned: the target branch (in the base repository), or NULL */
     char *clone_url;  /* owned: the head repository's clone URL */
     char *html_url;   /* owned: the PR's page, or NULL */
 };

@@ -24,10 +24,18 @@ enum github_event {
     GITHUB_EVENT_IGNORED,  /* anything else: answer 204 */
 };
 
+/* GitHub's naming rules: a login is 1 to 39 of [A-Za-z0-9-] not starting with '-' (with
+ * ALLOW_BOT, an App's "<slug>[bot]" too); a repository name 1 to 100 of [A-Za-z0-9._-],
+ * not "." or "..". */
+bool github_valid_login(const char *s, bool allow_bot);
+bool github_valid_repo_name(const char *s);
+
 /* Parses a delivery of EVENT (the X-GitHub-Event header) with id DELIVERY (may be NULL).
  * For a created issue_comment on a PR fills *entry_out (caller cleans it up with
  * inbox_entry_cleanup). *why_out (static text) says why an event is ignored. E_INVALID
- * (HTTP 400) for malformed JSON or missing fields. */
+ * (HTTP 400) for malformed JSON, missing fields, an issue.number outside 1..INT32_MAX, or
+ * names GitHub does not allow (repository owner, name, full_name = owner/name, comment
+ * author): nothing else the bot stores or calls can then carry a path or markup. */
 int github_webhook_parse(enum github_event *event_out, struct inbox_entry *entry_out,
                          const char **why_out, const char *event, const char *delivery,
                          const char *body, size_t len, struct err *err);

@@ -341,6 +341,7 @@ static int gh_pull_info(struct scm_pull *out, struct scm_provider *p, const stru
         const char *clone = json_string_value(
             json_object_get(json_object_get(head, "repo"), "clone_url"));
         const char *html = json_string_value(json_object_get(ans, "html_url"));
+        const char *br = json_string_value(json_object_get(json_object_get(ans, "base"), "ref"));
         if (clone == NULL) {
             /* The head fork was deleted: clone the base repository. */
             clone = json_string_value(json_object_get(
@@ -353,6 +354,7 @@ static int gh_pull_info(struct scm_pull *out, struct scm_provider *p, const stru
             out->head_ref = xstrdup(hr);
             out->clone_url = xstrdup(clone);
             out->html_url = html != NULL ? xstrdup(html) : NULL;
+            out->base_ref = br != NULL ? xstrdup(br) : NULL;
         }
     }
     json_decref(ans);

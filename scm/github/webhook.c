@@ -4,6 +4,7 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,6 +57,8 @@ enum field {
     F_USER_ID,
     F_ASSOCIATION,
     F_PROJECT,
+    F_OWNER,
+    F_REPO_NAME,
     F_INSTALLATION,
     F_COUNT,
 };
@@ -73,6 +76,8 @@ static const struct jsonscan_path g_fields[F_COUNT] = {
     [F_USER_ID] = {"comment.user.id"},
     [F_ASSOCIATION] = {"comment.author_association"},
     [F_PROJECT] = {"repository.full_name"},
+    [F_OWNER] = {"repository.owner.login"},
+    [F_REPO_NAME] = {"repository.name"},
     [F_INSTALLATION] = {"installation.id"},
 };
 
@@ -86,13 +91,89 @@ static bool is_object(const struct jsonscan_value *v)
     return v->present && v->start[0] == '{';
 }
 
+/* GitHub's rules for names, checked before anything is stored: these strings become paths
+ * of API calls, task annotations, namespaces and @mentions in replies. */
+#define LOGIN_MAX 39
+#define REPO_NAME_MAX 100
+#define BOT_SUFFIX "[bot]"
+
+static bool is_alnum(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
+
+/* An account login: 1 to 39 of [A-Za-z0-9-], not starting with '-'; with ALLOW_BOT an
+ * App's login may end in "[bot]". */
+bool github_valid_login(const char *s, bool allow_bot)
+{
+    size_t n = strlen(s), sl = strlen(BOT_SUFFIX);
+
+    if (allow_bot && n > sl && strcmp(s + n - sl, BOT_SUFFIX) == 0) {
+        n -= sl;
+    }
+    if (n == 0 || n > LOGIN_MAX || s[0] == '-') {
+        return false;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!is_alnum(s[i]) && s[i] != '-') {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* A repository name: 1 to 100 of [A-Za-z0-9._-], not "." or "..". */
+bool github_valid_repo_name(const char *s)
+{
+    size_t n = strlen(s);
+
+    if (n == 0 || n > REPO_NAME_MAX || strcmp(s, ".") == 0 || strcmp(s, "..") == 0) {
+        return false;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!is_alnum(s[i]) && s[i] != '-' && s[i] != '_' && s[i] != '.') {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* repository.full_name must be exactly owner.login "/" name, each valid. */
+static int check_repository(const char *full, const struct jsonscan_value *f, struct err *err)
+{
+    char *owner = jsonscan_string(&f[F_OWNER]);
+    char *name = jsonscan_string(&f[F_REPO_NAME]);
+    int rc = E_OK;
+
+    if (owner == NULL || name == NULL) {
+        rc = missing(err, owner == NULL ? "repository.owner.login" : "repository.name");
+    } else if (!github_valid_login(owner, false)) {
+        rc = err_set(err, E_INVALID, "repository.owner.login is not a valid GitHub login");
+    } else if (!github_valid_repo_name(name)) {
+        rc = err_set(err, E_INVALID, "repository.name is not a valid GitHub repository name");
+    } else if (strlen(full) != strlen(owner) + 1 + strlen(name) ||
+               strncmp(full, owner, strlen(owner)) != 0 || full[strlen(owner)] != '/' ||
+               strcmp(full + strlen(owner) + 1, name) != 0) {
+        rc = err_set(err, E_INVALID, "repository.full_name is not repository.owner.login/name");
+    }
+    free(owner);
+    free(name);
+    return rc;
+}
+
 static int parse_comment(struct inbox_entry *e, const struct jsonscan_value *f,
                          const char *delivery, struct err *err)
 {
     int64_t number = 0, id = 0, uid = 0, inst = 0;
+    int rc;
 
     if (jsonscan_int(&number, &f[F_NUMBER]) != E_OK) {
         return missing(err, "issue.number");
+    }
+    /* A PR number is positive and GitHub's are 32-bit; a negative one would give task
+     * names like "fix-pr--7" and API paths GitHub never serves. */
+    if (number < 1 || number > INT32_MAX) {
+        return err_set(err, E_INVALID, "issue.number is not a pull request number");
     }
     if (jsonscan_int(&id, &f[F_COMMENT_ID]) != E_OK) {
         return missing(err, "comment.id");
@@ -109,6 +190,13 @@ static int parse_comment(struct inbox_entry *e, const struct jsonscan_value *f,
     }
     if (e->author == NULL) {
         return missing(err, "comment.user.login");
+    }
+    rc = check_repository(e->project, f, err);
+    if (rc != E_OK) {
+        return rc;
+    }
+    if (!github_valid_login(e->author, true)) {
+        return err_set(err, E_INVALID, "comment.user.login is not a valid GitHub login");
     }
     e->delivery_id = delivery != NULL ? xstrdup(delivery) : NULL;
     e->number = number;

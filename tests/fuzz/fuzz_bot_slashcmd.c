@@ -80,7 +80,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         /* Echoed arguments are escaped: a message never carries a control byte. */
         for (const char *p = err.msg; *p != '\0'; p++) {
             FUZZ_CHECK((unsigned char)*p >= 0x20 && *p != 0x7F);
+            /* ...and quoted: no HTML, no mention (every '@' is followed by U+200D). */
+            FUZZ_CHECK(*p != '<' && *p != '>' && *p != '&');
+            FUZZ_CHECK(*p != '@' || strncmp(p + 1, "\xE2\x80\x8D", 3) == 0);
         }
+        /* Never cut by the message buffer (a cut could drop the closing fence). */
+        FUZZ_CHECK(strlen(err.msg) < ERR_MSG_MAX - 1);
         return 0;
     }
     FUZZ_CHECK(list != NULL && list->len <= SLASHCMD_MAX_COMMANDS);

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* libFuzzer target: GitHub webhook payloads. The parser must never crash, a parsed
- * comment must carry every field the bot relies on, and the no-allocation syntax scanner
+ * comment must carry every field the bot relies on, with a PR number and names GitHub
+ * allows, and the no-allocation syntax scanner
  * (common/jsonscan) must accept whatever jansson accepts. */
 #include <stddef.h>
 #include <stdint.h>
@@ -22,7 +23,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     if (github_webhook_parse(&ev, &e, &why, "issue_comment", "d", body, size, NULL) == E_OK &&
         ev == GITHUB_EVENT_COMMENT) {
+        const char *slash;
+        char *owner;
+
         ASSERT(e.project != NULL && e.comment_id != NULL && e.author != NULL && e.body != NULL);
+        /* Only names GitHub allows get through: they become API paths and mentions. */
+        ASSERT(e.number >= 1 && e.number <= INT32_MAX);
+        ASSERT(github_valid_login(e.author, true));
+        slash = strchr(e.project, '/');
+        ASSERT(slash != NULL && github_valid_repo_name(slash + 1));
+        owner = xstrndup(e.project, (size_t)(slash - e.project));
+        ASSERT(github_valid_login(owner, false));
+        free(owner);
     }
     inbox_entry_cleanup(&e);
     {

@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests of bot/: the slash-command grammar, as one table of comment -> commands or
- * error, plus the size caps, the prefilter, the help table and concurrent parsing. */
+ * error, plus the size caps, the prefilter, the help table and concurrent parsing; task
+ * names and ownership; the refusal replies (quoting, length caps). */
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "bot/bot_apply.h"
 #include "bot/slashcmd.h"
 #include "tests/t_check.h"
 
@@ -32,6 +34,8 @@ struct tcase {
 /* clang-format off */
 /* A body literal with its length, so NUL bytes inside work. */
 #define B(s_) .body = (s_), .len = sizeof(s_) - 1
+#define X10 "xxxxxxxxxx"
+#define X80 X10 X10 X10 X10 X10 X10 X10 X10
 #define NONE .rc = E_OK, .ncmds = 0
 #define WANT(n_, ...) .rc = E_OK, .ncmds = (n_), .cmds = {__VA_ARGS__}
 #define FAILS(rc_, msg_) .rc = (rc_), .msg = (msg_)
@@ -63,18 +67,18 @@ static const struct tcase cases[] = {
      FAILS(E_INVALID, "line 1: budget needs at least one amount")},
     {"pause", B("/diverge pause"), WANT(1, BARE(SLASHCMD_PAUSE, 1))},
     {"pause_extra_arg", B("/diverge pause now"),
-     FAILS(E_INVALID, "line 1: unexpected argument \"now\" to pause")},
+     FAILS(E_INVALID, "line 1: unexpected argument `now` to pause")},
     {"resume", B("/diverge resume"), WANT(1, BARE(SLASHCMD_RESUME, 1))},
     {"resume_amounts", B("/diverge resume +$5 +1000"),
      WANT(1, BOTH(SLASHCMD_RESUME, 5000000, 1000))},
     {"resume_three_args", B("/diverge resume $1 2 3"),
-     FAILS(E_INVALID, "line 1: unexpected argument \"3\" to resume")},
+     FAILS(E_INVALID, "line 1: unexpected argument `3` to resume")},
     {"status", B("/diverge status"), WANT(1, BARE(SLASHCMD_STATUS, 1))},
     {"status_extra_arg", B("/diverge status all"),
-     FAILS(E_INVALID, "line 1: unexpected argument \"all\" to status")},
+     FAILS(E_INVALID, "line 1: unexpected argument `all` to status")},
     {"help", B("/diverge help"), WANT(1, BARE(SLASHCMD_HELP, 1))},
     {"help_extra_arg", B("/diverge help me"),
-     FAILS(E_INVALID, "line 1: unexpected argument \"me\" to help")},
+     FAILS(E_INVALID, "line 1: unexpected argument `me` to help")},
 
     /* case and whitespace */
     {"upper_case", B("/DIVERGE FIX Objective Kept"),
@@ -88,7 +92,7 @@ static const struct tcase cases[] = {
     {"trailing_spaces", B("/diverge pause   "), WANT(1, BARE(SLASHCMD_PAUSE, 1))},
     {"nbsp_not_separator", B("/diverge\xc2\xa0pause"), NONE},
     {"lone_cr_separates", B("/diverge pause\rnow"),
-     FAILS(E_INVALID, "line 1: unexpected argument \"now\" to pause")},
+     FAILS(E_INVALID, "line 1: unexpected argument `now` to pause")},
 
     /* CRLF */
     {"crlf_single", B("/diverge pause\r\n"), WANT(1, BARE(SLASHCMD_PAUSE, 1))},
@@ -102,9 +106,9 @@ static const struct tcase cases[] = {
      WANT(3, TEXT(SLASHCMD_FIX, 1, "x"), {SLASHCMD_BUDGET, NULL, false, 0, true, 1000, 3},
           BARE(SLASHCMD_RESUME, 4))},
     {"one_bad_line_fails_all", B("/diverge pause\n/diverge bogus"),
-     FAILS(E_INVALID, "line 2: unknown verb \"bogus\"")},
+     FAILS(E_INVALID, "line 2: unknown verb `bogus`")},
     {"bad_amount_line_3", B("/diverge pause\n\n/diverge budget abc"),
-     FAILS(E_INVALID, "line 3: invalid amount \"abc\"")},
+     FAILS(E_INVALID, "line 3: invalid amount `abc`")},
     {"prose_around", B("Thanks!\n\n/diverge status\n\nbye"), WANT(1, BARE(SLASHCMD_STATUS, 3))},
     {"leading_blank_lines", B("\n\n/diverge help"), WANT(1, BARE(SLASHCMD_HELP, 3))},
 
@@ -152,15 +156,15 @@ static const struct tcase cases[] = {
     {"missing_verb", B("/diverge"), FAILS(E_INVALID, "line 1: missing verb after /diverge")},
     {"missing_verb_crlf", B("ok\r\n/diverge   \r\n"),
      FAILS(E_INVALID, "line 2: missing verb after /diverge")},
-    {"unknown_verb", B("/diverge deploy now"), FAILS(E_INVALID, "line 1: unknown verb \"deploy\"")},
+    {"unknown_verb", B("/diverge deploy now"), FAILS(E_INVALID, "line 1: unknown verb `deploy`")},
     {"unknown_verb_escaped", B("/diverge de\"p\\\x01"),
-     FAILS(E_INVALID, "line 1: unknown verb \"de\\\"p\\\\\\x01\"")},
-    {"verb_with_colon", B("/diverge fix: it"), FAILS(E_INVALID, "line 1: unknown verb \"fix:\"")},
+     FAILS(E_INVALID, "line 1: unknown verb `de\"p\\\\x01`")},
+    {"verb_with_colon", B("/diverge fix: it"), FAILS(E_INVALID, "line 1: unknown verb `fix:`")},
     {"unicode_verb_kept", B("/diverge f\xc3\xadx x"),
-     FAILS(E_INVALID, "line 1: unknown verb \"f\xc3\xadx\"")},
+     FAILS(E_INVALID, "line 1: unknown verb `f\xc3\xadx`")},
     {"invalid_utf8_verb", B("/diverge \xc3\x28"),
-     FAILS(E_INVALID, "line 1: unknown verb \"\\xc3(\"")},
-    {"nul_in_verb", B("/diverge pa\0use"), FAILS(E_INVALID, "line 1: unknown verb \"pa\\x00use\"")},
+     FAILS(E_INVALID, "line 1: unknown verb `\\xc3(`")},
+    {"nul_in_verb", B("/diverge pa\0use"), FAILS(E_INVALID, "line 1: unknown verb `pa\\x00use`")},
 
     /* amounts */
     {"usd_dollar", B("/diverge budget $15"), WANT(1, USD(SLASHCMD_BUDGET, 15000000))},
@@ -169,18 +173,18 @@ static const struct tcase cases[] = {
     {"usd_bare_decimal", B("/diverge budget 15.5"), WANT(1, USD(SLASHCMD_BUDGET, 15500000))},
     {"usd_six_decimals", B("/diverge budget $0.000001"), WANT(1, USD(SLASHCMD_BUDGET, 1))},
     {"usd_seven_decimals", B("/diverge budget $0.0000001"),
-     FAILS(E_INVALID, "line 1: invalid amount \"$0.0000001\": amount has more than 6 decimals")},
+     FAILS(E_INVALID, "line 1: invalid amount `$0.0000001`: amount has more than 6 decimals")},
     {"usd_max", B("/diverge budget $9223372036854.775807"),
      WANT(1, USD(SLASHCMD_BUDGET, INT64_MAX))},
     {"usd_overflow", B("/diverge budget $9223372036854.775808"),
-     FAILS(E_INVALID, "line 1: amount \"$9223372036854.775808\" is too large")},
+     FAILS(E_INVALID, "line 1: amount `$9223372036854.775808` is too large")},
     {"usd_dollar_alone", B("/diverge budget $"),
-     FAILS(E_INVALID, "line 1: invalid amount \"$\": amount is not a decimal number of dollars")},
+     FAILS(E_INVALID, "line 1: invalid amount `$`: amount is not a decimal number of dollars")},
     {"usd_trailing_dot", B("/diverge budget 1."),
      FAILS(E_INVALID,
-           "line 1: invalid amount \"1.\": amount needs digits after the decimal point")},
+           "line 1: invalid amount `1.`: amount needs digits after the decimal point")},
     {"usd_comma", B("/diverge budget $1,000"),
-     FAILS(E_INVALID, "line 1: invalid amount \"$1,000\": amount is not a decimal number of "
+     FAILS(E_INVALID, "line 1: invalid amount `$1,000`: amount is not a decimal number of "
                       "dollars")},
     {"tokens_plus", B("/diverge budget +2000000"), WANT(1, TOK(SLASHCMD_BUDGET, 2000000))},
     {"tokens_M", B("/diverge budget 2M"), WANT(1, TOK(SLASHCMD_BUDGET, 2000000))},
@@ -191,32 +195,45 @@ static const struct tcase cases[] = {
     {"tokens_max", B("/diverge budget 9223372036854775807"),
      WANT(1, TOK(SLASHCMD_BUDGET, INT64_MAX))},
     {"tokens_overflow", B("/diverge budget 9223372036854775808"),
-     FAILS(E_INVALID, "line 1: amount \"9223372036854775808\" is too large")},
+     FAILS(E_INVALID, "line 1: amount `9223372036854775808` is too large")},
     {"tokens_suffix_overflow", B("/diverge budget 9223372036854776k"),
-     FAILS(E_INVALID, "line 1: amount \"9223372036854776k\" is too large")},
+     FAILS(E_INVALID, "line 1: amount `9223372036854776k` is too large")},
     {"tokens_decimal_M", B("/diverge budget 1.5M"),
-     FAILS(E_INVALID, "line 1: invalid amount \"1.5M\": tokens with k or M must be whole numbers")},
-    {"tokens_suffix_G", B("/diverge budget 2G"), FAILS(E_INVALID, "line 1: invalid amount \"2G\"")},
-    {"double_plus", B("/diverge budget ++5"), FAILS(E_INVALID, "line 1: invalid amount \"++5\"")},
-    {"plus_alone", B("/diverge budget +"), FAILS(E_INVALID, "line 1: invalid amount \"+\"")},
-    {"word_amount", B("/diverge budget abc"), FAILS(E_INVALID, "line 1: invalid amount \"abc\"")},
+     FAILS(E_INVALID, "line 1: invalid amount `1.5M`: tokens with k or M must be whole numbers")},
+    {"tokens_suffix_G", B("/diverge budget 2G"), FAILS(E_INVALID, "line 1: invalid amount `2G`")},
+    {"double_plus", B("/diverge budget ++5"), FAILS(E_INVALID, "line 1: invalid amount `++5`")},
+    {"plus_alone", B("/diverge budget +"), FAILS(E_INVALID, "line 1: invalid amount `+`")},
+    {"word_amount", B("/diverge budget abc"), FAILS(E_INVALID, "line 1: invalid amount `abc`")},
     {"negative_tokens", B("/diverge budget -5"),
-     FAILS(E_INVALID, "line 1: invalid amount \"-5\": amounts cannot be negative")},
+     FAILS(E_INVALID, "line 1: invalid amount `-5`: amounts cannot be negative")},
     {"negative_usd", B("/diverge resume -$5"),
-     FAILS(E_INVALID, "line 1: invalid amount \"-$5\": amounts cannot be negative")},
+     FAILS(E_INVALID, "line 1: invalid amount `-$5`: amounts cannot be negative")},
     {"duplicate_usd", B("/diverge budget $1 $2"),
-     FAILS(E_INVALID, "line 1: duplicate USD amount \"$2\"")},
+     FAILS(E_INVALID, "line 1: duplicate USD amount `$2`")},
     {"duplicate_usd_forms", B("/diverge budget $1 1.50"),
-     FAILS(E_INVALID, "line 1: duplicate USD amount \"1.50\"")},
+     FAILS(E_INVALID, "line 1: duplicate USD amount `1.50`")},
     {"duplicate_tokens", B("/diverge resume 1k 2M"),
-     FAILS(E_INVALID, "line 1: duplicate token amount \"2M\"")},
-    {"long_argument_cut", B("/diverge budget xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"),
-     FAILS(E_INVALID,
-           "line 1: invalid amount \"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...\"")},
-    {"cut_inside_utf8",
-     B("/diverge budget xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\xc3\xa9"),
-     FAILS(E_INVALID,
-           "line 1: invalid amount \"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...\"")},
+     FAILS(E_INVALID, "line 1: duplicate token amount `2M`")},
+    /* At most 80 characters are echoed, cut between characters, then U+2026. */
+    {"long_argument_cut", B("/diverge budget " X80 "x"), FAILS(E_INVALID,
+     "line 1: invalid amount `" X80 "\xE2\x80\xA6`")},
+    {"argument_of_80_not_cut", B("/diverge budget " X80), FAILS(E_INVALID,
+     "line 1: invalid amount `" X80 "`")},
+    {"cut_after_utf8", B("/diverge budget " X10 X10 X10 X10 X10 X10 X10 "xxxxxxxxx\xc3\xa9yz"),
+     FAILS(E_INVALID, "line 1: invalid amount `" X10 X10 X10 X10 X10 X10 X10
+                      "xxxxxxxxx\xc3\xa9\xE2\x80\xA6`")},
+    /* Echoed arguments cannot end their code span, ping anyone or open HTML. */
+    {"argument_backticks", B("/diverge budget a``b`"),
+     FAILS(E_INVALID, "line 1: invalid amount ``` a``b` ```")},
+    {"argument_mention_html", B("/diverge pause @team<!--&"),
+     FAILS(E_INVALID, "line 1: unexpected argument `@\xE2\x80\x8Dteam\xEF\xBC\x9C!--"
+                      "\xEF\xBC\x86` to pause")},
+    {"argument_bidi_and_separators",
+     B("/diverge pause a\xE2\x80\xAE" "b\xE2\x80\xA8" "c\xE2\x81\xA6"),
+     FAILS(E_INVALID, "line 1: unexpected argument `a\xEF\xBF\xBD" "b\xEF\xBF\xBD"
+                      "c\xEF\xBF\xBD` to pause")},
+    {"argument_binary", B("/diverge pause \x01\xff\x7f"),
+     FAILS(E_INVALID, "line 1: unexpected argument `\\x01\\xff\\x7f` to pause")},
 
     /* text bytes */
     {"unicode_objective",
@@ -452,6 +469,195 @@ TEST(parallel_parsing)
         pthread_join(th[i], NULL);
         CHECK_EQ_INT(bad[i], 0);
     }
+}
+
+/* --- task identity (security review finding 2) --------------------------------------- */
+
+TEST(task_names)
+{
+    char a[64], b[64], ns1[64], ns2[64];
+
+    bot_task_name(a, "github", "octo/repo", 7, false);
+    CHECK_EQ_STR(a, "fix-pr-7");
+    bot_task_name(a, "gitlab", "grp/sub/proj", 12, false);
+    CHECK_EQ_STR(a, "fix-mr-12");
+    /* The SPEC mapping is lossy: these two projects share a namespace... */
+    bot_project_namespace(ns1, "octo/checkout-service");
+    bot_project_namespace(ns2, "octo-checkout/service");
+    CHECK_EQ_STR(ns1, "octo-checkout-service");
+    CHECK_EQ_STR(ns2, ns1);
+    bot_project_namespace(ns1, "myorg/checkout-service");
+    CHECK_EQ_STR(ns1, "myorg-checkout-service");
+    /* ...and in a shared namespace the names carry a hash of provider:project. */
+    bot_task_name(a, "github", "octo/checkout-service", 7, true);
+    bot_task_name(b, "github", "octo-checkout/service", 7, true);
+    CHECK(strncmp(a, "fix-pr-7-", 9) == 0 && strlen(a) == 17);
+    CHECK(strncmp(b, "fix-pr-7-", 9) == 0 && strlen(b) == 17);
+    CHECK(strcmp(a, b) != 0);
+    bot_task_name(b, "gitlab", "octo/checkout-service", 7, true);
+    CHECK(strncmp(b, "fix-mr-7-", 9) == 0 && strcmp(a + 9, b + 9) != 0);
+    bot_task_name(b, "github", "octo/checkout-service", 7, true);
+    CHECK_EQ_STR(a, b); /* stable */
+    bot_task_name(a, "github", "o/r", INT64_MAX, true);
+    CHECK(strlen(a) <= 63);
+}
+
+static json_t *task_with(const char *provider, const char *project, const char *pr,
+                         const char *mr)
+{
+    json_t *ann = json_object();
+    json_t *t = json_pack("{s:{s:s, s:o}}", "metadata", "name", "fix-pr-7", "annotations", ann);
+
+    if (provider != NULL) {
+        json_object_set_new(ann, "divergedev.com/provider", json_string(provider));
+    }
+    if (project != NULL) {
+        json_object_set_new(ann, "divergedev.com/project", json_string(project));
+    }
+    if (pr != NULL) {
+        json_object_set_new(ann, "divergedev.com/pr-number", json_string(pr));
+    }
+    if (mr != NULL) {
+        json_object_set_new(ann, "divergedev.com/mr-iid", json_string(mr));
+    }
+    return t;
+}
+
+TEST(task_ownership_decision)
+{
+    static const struct {
+        const char *provider, *project, *pr, *mr;
+        bool want;
+    } owners[] = {
+        {"github", "octo/checkout-service", "7", NULL, true},
+        {"github", "octo-checkout/service", "7", NULL, false}, /* same namespace, other repo */
+        {"github", "Octo/checkout-service", "7", NULL, false}, /* exact, not case-folded */
+        {"github", "octo/checkout-service", "8", NULL, false},
+        {"github", "octo/checkout-service", "07", NULL, false},
+        {"gitlab", "octo/checkout-service", "7", NULL, false},
+        {"github", "octo/checkout-service", NULL, "7", false},
+        {NULL, "octo/checkout-service", "7", NULL, false},
+        {"github", NULL, "7", NULL, false},
+        {NULL, NULL, NULL, NULL, false}, /* made by the CLI or the API */
+    };
+    for (size_t i = 0; i < ARRAY_LEN(owners); i++) {
+        json_t *t = task_with(owners[i].provider, owners[i].project, owners[i].pr, owners[i].mr);
+        if (bot_task_belongs(t, "github", "octo/checkout-service", 7) != owners[i].want) {
+            t_fail(__FILE__, __LINE__, "case %zu: want %d", i, owners[i].want);
+        }
+        json_decref(t);
+    }
+    {
+        json_t *t = task_with("gitlab", "grp/proj", NULL, "3");
+        CHECK(bot_task_belongs(t, "gitlab", "grp/proj", 3));
+        CHECK(!bot_task_belongs(t, "gitlab", "grp/proj", 4));
+        json_decref(t);
+        t = json_pack("{s:s}", "metadata", "x");
+        CHECK(!bot_task_belongs(t, "github", "octo/checkout-service", 7));
+        json_decref(t);
+    }
+}
+
+TEST(foreign_task_reply)
+{
+    char *r = bot_reply_foreign_task("eve", "octo-checkout-service", "fix-pr-7");
+
+    CHECK_EQ_STR(r, "@eve the task name `fix-pr-7` in namespace `octo-checkout-service` is held "
+                    "by a task of another project or pull request (or one not made from a "
+                    "comment), so this comment changed nothing. A server admin can remove or "
+                    "rename that task, or give the projects separate namespaces.\n");
+    free(r);
+}
+
+/* --- replies echo no markup (security review finding 10) ------------------------------ */
+
+static char *unreadable_reply(const char *author, const char *body)
+{
+    struct slashcmd_list *list = NULL;
+    struct err err = {0};
+
+    if (slashcmd_parse(&list, body, strlen(body), &err) == E_OK) {
+        slashcmd_list_free(list);
+        return NULL;
+    }
+    return bot_reply_unreadable(author, err.msg);
+}
+
+static void check_reply(const char *got, const char *head)
+{
+    size_t n = strlen(head);
+
+    if (got == NULL || strncmp(got, head, n) != 0 ||
+        strcmp(got + n, slashcmd_help_markdown()) != 0) {
+        t_fail(__FILE__, __LINE__, "reply \"%s\", want \"%s\" + help", got ? got : "(null)",
+               head);
+    }
+}
+
+TEST(replies_quote_arguments)
+{
+    char *r = unreadable_reply("eve", "/diverge @octo/security-team");
+    /* U+200D after '@': GitHub sees no team mention; the code span keeps it literal. */
+    check_reply(r, "@eve I could not read that command: line 1: unknown verb "
+                   "`@\xE2\x80\x8Docto/security-team`. Nothing was changed.\n\n");
+    free(r);
+    /* "<!--" cannot open an HTML comment that hides the rest of the reply. */
+    r = unreadable_reply("eve", "/diverge pause <!--");
+    check_reply(r, "@eve I could not read that command: line 1: unexpected argument "
+                   "`\xEF\xBC\x9C!--` to pause. Nothing was changed.\n\n");
+    CHECK(strstr(r, "<!--") == NULL);
+    free(r);
+    /* Long, binary, backticks and newlines-to-be: one line, one span, capped. */
+    r = unreadable_reply("eve", "/diverge pause ``x\x01\xff" X80 "@here");
+    check_reply(r, "@eve I could not read that command: line 1: unexpected argument "
+                   "``` ``x\\x01\\xff" X10 X10 X10 X10 X10 X10 X10 "xxxxx\xE2\x80\xA6 ``` to "
+                   "pause. Nothing was changed.\n\n");
+    CHECK(strstr(r, "@here") == NULL);
+    free(r);
+}
+
+TEST(agent_yaml_reply_quotes_branch_and_keys)
+{
+    char *r = bot_reply_bad_agent_yaml("alice", "main`@x<!--",
+                                       ".diverge/agent.yaml:3: @team<b>: not a number");
+
+    CHECK_EQ_STR(r, "@alice the repository's `.diverge/agent.yaml` on ``main`@\xE2\x80\x8Dx"
+                    "\xEF\xBC\x9C!--`` is not valid: `.diverge/agent.yaml:3: @\xE2\x80\x8Dteam"
+                    "\xEF\xBC\x9C" "b\xEF\xBC\x9E: not a number`. Nothing was changed.\n");
+    free(r);
+}
+
+/* --- length caps (issue 15 item 7) ------------------------------------------------------ */
+
+TEST(too_long_texts_refused)
+{
+    size_t n = 20 * 1024;
+    char *body = xmalloc(n + 1);
+    struct slashcmd_list *list = NULL;
+    char *r;
+
+    memset(body, 'g', n);
+    memcpy(body, "/diverge pause\n/diverge guide ", 30);
+    body[n] = '\0';
+    CHECK_OK(slashcmd_parse(&list, body, n, NULL));
+    r = bot_reply_too_long("alice", list);
+    CHECK_EQ_STR(r, "@alice the hint on line 2 is 20450 bytes long; at most 16384 are accepted. "
+                    "Nothing was changed.\n");
+    free(r);
+    slashcmd_list_free(list);
+    /* Exactly at the caps: accepted. */
+    memset(body, 'o', n);
+    memcpy(body, "/diverge fix ", 13);
+    CHECK_OK(slashcmd_parse(&list, body, 13 + BOT_OBJECTIVE_MAX, NULL));
+    CHECK(bot_reply_too_long("alice", list) == NULL);
+    slashcmd_list_free(list);
+    CHECK_OK(slashcmd_parse(&list, body, 14 + BOT_OBJECTIVE_MAX, NULL));
+    r = bot_reply_too_long("alice", list);
+    CHECK_EQ_STR(r, "@alice the objective on line 1 is 4097 bytes long; at most 4096 are "
+                    "accepted. Nothing was changed.\n");
+    free(r);
+    slashcmd_list_free(list);
+    free(body);
 }
 
 T_MAIN

@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include <jansson.h>
+
 #include "scm/github/github.h"
 #include "tests/t_check.h"
 
@@ -130,6 +132,121 @@ TEST(malformed_payloads)
         }
         inbox_entry_cleanup(&e);
     }
+}
+
+/* The derived PR fixture with one field replaced by VALUE (JSON text), re-serialized. */
+static char *mutated(const char *path, const char *value)
+{
+    size_t len = 0;
+    char *data = read_fixture("DERIVED.issue_comment.created.pr.with-installation.json", &len);
+    json_t *doc = json_loads(data, 0, NULL), *parent = doc;
+    json_t *v = json_loads(value, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+    char *copy = xstrdup(path), *key = copy, *dot, *out;
+
+    ASSERT(doc != NULL && v != NULL);
+    while ((dot = strchr(key, '.')) != NULL) {
+        *dot = '\0';
+        parent = json_object_get(parent, key);
+        key = dot + 1;
+    }
+    ASSERT(json_is_object(parent));
+    json_object_set_new(parent, key, v);
+    json_object_set_new(json_object_get(doc, "comment"), "body", json_string("/diverge help"));
+    out = json_dumps(doc, JSON_COMPACT);
+    json_decref(doc);
+    free(copy);
+    free(data);
+    return out;
+}
+
+static int parse_mutated(const char *path, const char *value, struct err *err)
+{
+    char *body = mutated(path, value);
+    enum github_event ev;
+    struct inbox_entry e;
+    const char *why;
+    int rc = github_webhook_parse(&ev, &e, &why, "issue_comment", "d-3", body, strlen(body), err);
+
+    if (rc == E_OK && ev != GITHUB_EVENT_COMMENT) {
+        rc = E_FAIL;
+    }
+    inbox_entry_cleanup(&e);
+    free(body);
+    return rc;
+}
+
+/* Numbers and names GitHub never sends are 400 before anything is stored (SPEC §5). */
+TEST(names_and_numbers_checked)
+{
+    static const struct {
+        const char *path, *value;
+        int want;
+    } cases[] = {
+        {"issue.number", "7", E_OK},
+        {"issue.number", "2147483647", E_OK},
+        {"issue.number", "-7", E_INVALID},
+        {"issue.number", "0", E_INVALID},
+        {"issue.number", "7.0", E_INVALID},
+        {"issue.number", "7e0", E_INVALID},
+        {"issue.number", "2147483648", E_INVALID},
+        {"issue.number", "\"7\"", E_INVALID},
+        {"repository.full_name", "\"../../etc/passwd\"", E_INVALID},
+        {"repository.full_name", "\"codertocat/hello-world\"", E_INVALID},
+        {"repository.full_name", "\"Codertocat/Hello-World/x\"", E_INVALID},
+        {"repository.full_name", "\"Codertocat\"", E_INVALID},
+        {"repository.full_name", "null", E_INVALID},
+        {"repository.name", "\"..\"", E_INVALID},
+        {"repository.name", "\".\"", E_INVALID},
+        {"repository.name", "\"a/b\"", E_INVALID},
+        {"repository.name", "\"\"", E_INVALID},
+        {"repository.owner.login", "\"-octo\"", E_INVALID},
+        {"repository.owner.login", "\"octo[bot]\"", E_INVALID},
+        {"repository.owner.login", "\"oct o\"", E_INVALID},
+        {"repository.owner", "{}", E_INVALID},
+        {"comment.user.login", "\"dependabot[bot]\"", E_OK},
+        {"comment.user.login", "\"a-b-c\"", E_OK},
+        {"comment.user.login", "\"-alice\"", E_INVALID},
+        {"comment.user.login", "\"alice@x\"", E_INVALID},
+        {"comment.user.login", "\"@octo/team\"", E_INVALID},
+        {"comment.user.login", "\"\"", E_INVALID},
+        {"comment.user.login", "\"a\\u0000b\"", E_INVALID},
+        {"comment.user.login", "\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"", E_INVALID},
+        {"comment.user.login", "\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"", E_OK},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        struct err err = {0};
+        int rc = parse_mutated(cases[i].path, cases[i].value, &err);
+        if (rc != cases[i].want) {
+            t_fail(__FILE__, __LINE__, "%s = %s: rc %d, want %d (%s)", cases[i].path,
+                   cases[i].value, rc, cases[i].want, err.msg);
+        }
+        /* The reason never echoes the bad value. */
+        if (rc == E_INVALID && strstr(err.msg, "passwd") != NULL) {
+            t_fail(__FILE__, __LINE__, "message echoes the payload: %s", err.msg);
+        }
+    }
+    /* The repository fields are all required. */
+    {
+        struct err err = {0};
+        CHECK_EQ_INT(parse_mutated("repository.name", "null", &err), E_INVALID);
+        CHECK_EQ_STR(err.msg, "payload field repository.name is missing or has the wrong type");
+    }
+}
+
+TEST(name_rules)
+{
+    CHECK(github_valid_login("a", false));
+    CHECK(github_valid_login("Octo-Cat-9", false));
+    CHECK(!github_valid_login("x[bot]", false));
+    CHECK(github_valid_login("x[bot]", true));
+    CHECK(!github_valid_login("[bot]", true));
+    CHECK(!github_valid_login("-[bot]", true));
+    CHECK(!github_valid_login("a_b", false));
+    CHECK(github_valid_repo_name(".github"));
+    CHECK(github_valid_repo_name("a..b"));
+    CHECK(github_valid_repo_name("under_score-dash.dot"));
+    CHECK(!github_valid_repo_name("caf\xc3\xa9"));
+    CHECK(!github_valid_repo_name("a b"));
 }
 
 T_MAIN
