@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* `diverge token inspect TOKEN`: prints a capability token's location, identifier,
- * caveats and signature fingerprint (SPEC §8). Decoding needs no key and no server; the signature is not checked. */
+ * caveats and signature fingerprint (SPEC §8). Decoding needs no key and no server; the
+ * signature is not checked. */
 #include <stdio.h>
 #include <string.h>
 
