@@ -93,6 +93,8 @@ static const char *const g_migrations[] = {
     "DROP INDEX inbox_pending; DROP INDEX outbox_pending;"
     "CREATE INDEX inbox_pending_id ON inbox(id) WHERE state = 'pending';"
     "CREATE INDEX outbox_pending_id ON outbox(id) WHERE state = 'pending';",
+    /* 7: the meter's id index is a bounded filter; a hit is confirmed here. */
+    "CREATE INDEX meter_log_id ON meter_log(task_uid, request_id);",
 };
 
 static int migrate(struct sqlite_store *s, struct err *err)
@@ -222,16 +224,6 @@ void sqlst_event_fill(struct event *e, int64_t rv, enum task_event_type type, co
                                   "divergedev.com/provider") != NULL;
 }
 
-void sqlst_publish(struct sqlite_store *s, struct event *ev)
-{
-    struct event *slot = &s->ring[ev->rv % EVENT_RING];
-
-    free(slot->json);
-    *slot = *ev;
-    ev->json = NULL;
-    pthread_cond_broadcast(&s->changed);
-}
-
 static const char *const g_stmt_sql[SQLST_COUNT] = {
     [SQLST_INSERT_TASK] = "INSERT INTO tasks(namespace,name,uid,resource_version,phase,doc) "
                           "VALUES(?1,?2,?3,?4,?5,?6)",
@@ -243,6 +235,8 @@ static const char *const g_stmt_sql[SQLST_COUNT] = {
                          "SELECT task_uid, request_id FROM meter_log",
     [SQLST_METER_INSERT] = "INSERT INTO meter_log(task_uid,request_id,charged_ms,"
                            "tokens,cost_micros) VALUES(?1,?2,?3,?4,?5)",
+    [SQLST_METER_SEEN] = "SELECT 1 FROM meter_log WHERE task_uid=?1 AND request_id=?2 UNION ALL "
+                         "SELECT 1 FROM meter_requests WHERE task_uid=?1 AND request_id=?2",
     [SQLST_TOKEN_CURRENT] = "SELECT token_id, generation, state, token FROM tokens "
                             "WHERE namespace=?1 AND name=?2 ORDER BY generation DESC LIMIT 1",
     [SQLST_TOKEN_INSERT] = "INSERT INTO tokens(namespace,name,generation,token_id,state,token,"
@@ -516,10 +510,6 @@ static int sqlite_remove(json_t **out, struct task_store *st, const char *ns, co
         goto out;
     }
     s->rv++;
-    if (s->meter_ids != NULL) {
-        json_object_del(s->meter_ids,
-                        json_string_value(json_object_get(json_object_get(cur, "metadata"), "uid")));
-    }
     sqlst_set_rv(cur, s->rv);
     {
         struct event ev;
@@ -710,7 +700,7 @@ static void sqlite_close(struct task_store *st)
         sqlite3_finalize(s->stmts[i]);
     }
     json_decref(s->cache);
-    json_decref(s->meter_ids);
+    sqlst_meter_index_free(s);
     sqlite3_close(s->db);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->changed);
@@ -751,7 +741,6 @@ int task_store_sqlite_open(struct task_store **out, const char *path, const stru
     pthread_mutex_init(&s->gc_mu, NULL);
     pthread_cond_init(&s->outbox_cv, NULL);
     s->cache = json_object();
-    s->meter_ids = NULL;
     rc = sqlite3_open_v2(path, &s->db,
                          SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
     if (rc != SQLITE_OK) {

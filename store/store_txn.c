@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/hash.h"
 #include "store/store_int.h"
 
 struct task_txn {
@@ -47,8 +48,8 @@ int sqlst_txn(struct task_store *st, task_txn_fn fn, void *userdata, struct err 
         drop_events(&tx, 0);
         /* Cached objects may carry changes that were just undone. */
         json_object_clear(s->cache);
-        json_decref(s->meter_ids); /* may hold ids just rolled back: reload on next use */
-        s->meter_ids = NULL;
+        /* The meter filter may hold ids just rolled back: harmless, a hit is confirmed in
+         * SQLite. */
         goto out;
     }
     for (size_t i = 0; i < tx.nevents; i++) {
@@ -59,6 +60,57 @@ out:
     pthread_mutex_unlock(&s->mu);
     free(tx.events);
     return rc;
+}
+
+/* --- the change-event ring --------------------------------------------------------------
+ * At most EVENT_RING events and STORE_EVENT_RING_BYTES of JSON (security review finding
+ * 7b: a copy of a large task per heartbeat): the oldest go first. An evicted slot is empty
+ * (rv 0), so a watcher that fell behind it gets "too old resource version" (410). */
+
+static void ring_drop(struct sqlite_store *s, struct event *slot)
+{
+    if (slot->json != NULL) {
+        s->ring_bytes -= slot->bytes;
+        free(slot->json);
+    }
+    memset(slot, 0, sizeof(*slot));
+}
+
+void sqlst_publish(struct sqlite_store *s, struct event *ev)
+{
+    struct event *slot = &s->ring[ev->rv % EVENT_RING];
+
+    ev->bytes = ev->json != NULL ? strlen(ev->json) : 0;
+    ring_drop(s, slot); /* the event EVENT_RING changes ago */
+    if (s->ring_oldest < ev->rv - EVENT_RING + 1) {
+        s->ring_oldest = ev->rv - EVENT_RING + 1;
+    }
+    /* ring_oldest only moves forward, so this loop is O(1) amortized. */
+    while (s->ring_bytes + ev->bytes > STORE_EVENT_RING_BYTES && s->ring_oldest < ev->rv) {
+        struct event *old = &s->ring[s->ring_oldest % EVENT_RING];
+        if (old->rv == s->ring_oldest) {
+            ring_drop(s, old);
+        }
+        s->ring_oldest++;
+    }
+    *slot = *ev;
+    s->ring_bytes += ev->bytes;
+    ev->json = NULL;
+    pthread_cond_broadcast(&s->changed);
+}
+
+void task_store_sqlite_mem(struct task_store_mem *out, struct task_store *st)
+{
+    struct sqlite_store *s = sqlst_of(st);
+
+    memset(out, 0, sizeof(*out));
+    pthread_mutex_lock(&s->mu);
+    out->meter_index_bytes = s->meter_filter != NULL ? STORE_METER_INDEX_BYTES : 0;
+    out->event_bytes = s->ring_bytes;
+    for (size_t i = 0; i < EVENT_RING; i++) {
+        out->events += s->ring[i].json != NULL;
+    }
+    pthread_mutex_unlock(&s->mu);
 }
 
 /* The cache holds at most this many parsed tasks; past it, it starts over. */
@@ -155,44 +207,123 @@ int task_txn_release(struct task_txn *tx, struct err *err)
 void task_txn_rollback_savepoint(struct task_txn *tx)
 {
     json_object_clear(tx->s->cache);
-    json_decref(tx->s->meter_ids);
-    tx->s->meter_ids = NULL;
     (void)run_stmt(tx, SQLST_ROLLBACK_TO, "rollback to savepoint", NULL);
     (void)run_stmt(tx, SQLST_RELEASE, "release savepoint", NULL);
     tx->s->rv = tx->rv_savepoint;
     drop_events(tx, tx->nevents_savepoint);
 }
 
-/* Loads every charged request id (both the old table and the log) into memory, once. */
-static int load_meter_ids(struct sqlite_store *s, struct err *err)
+/* --- the meter's request-id index -------------------------------------------------------
+ * Memory stays bounded however many ids a task token sends (security review finding 7a):
+ * the in-memory index is a fixed-size Bloom filter over (task uid, request id). "Not in
+ * the filter" is exact: never charged, so the common fresh id costs no read. "Maybe in
+ * it" is confirmed in SQLite (meter_log and the old meter_requests, both indexed on the
+ * pair), which stays the only truth: no retry is ever charged twice (SPEC §7 step 4).
+ * Bits are never cleared; a stale bit (a rolled-back claim, a deleted task) only costs a
+ * lookup. */
+
+#define METER_FILTER_WORDS (STORE_METER_INDEX_BYTES / sizeof(uint64_t))
+
+static uint64_t mix64(uint64_t x)
+{
+    /* splitmix64's finalizer: spreads FNV's weak high bits over the whole word. */
+    x ^= x >> 30;
+    x *= UINT64_C(0xbf58476d1ce4e5b9);
+    x ^= x >> 27;
+    x *= UINT64_C(0x94d049bb133111eb);
+    return x ^ (x >> 31);
+}
+
+/* The STORE_METER_FILTER_HASHES bit positions of (UID, ID), by double hashing. */
+static void filter_bits(uint64_t out[STORE_METER_FILTER_HASHES], const char *uid,
+                        const char *id)
+{
+    uint64_t h = hash_fnv1a(HASH_FNV1A_INIT, uid, strlen(uid) + 1); /* the NUL separates */
+    uint64_t h1, h2;
+
+    h = hash_fnv1a(h, id, strlen(id));
+    h1 = mix64(h);
+    h2 = mix64(h ^ UINT64_C(0x9e3779b97f4a7c15)) | 1;
+    for (int i = 0; i < STORE_METER_FILTER_HASHES; i++) {
+        out[i] = (h1 + (uint64_t)i * h2) % (METER_FILTER_WORDS * 64);
+    }
+}
+
+static void filter_add(uint64_t *filter, const char *uid, const char *id)
+{
+    uint64_t bits[STORE_METER_FILTER_HASHES];
+
+    filter_bits(bits, uid, id);
+    for (int i = 0; i < STORE_METER_FILTER_HASHES; i++) {
+        filter[bits[i] / 64] |= UINT64_C(1) << (bits[i] % 64);
+    }
+}
+
+static bool filter_maybe(const uint64_t *filter, const char *uid, const char *id)
+{
+    uint64_t bits[STORE_METER_FILTER_HASHES];
+
+    filter_bits(bits, uid, id);
+    for (int i = 0; i < STORE_METER_FILTER_HASHES; i++) {
+        if ((filter[bits[i] / 64] & (UINT64_C(1) << (bits[i] % 64))) == 0) {
+            return false;
+        }
+    }
+    return true;
+}
+
+void sqlst_meter_index_free(struct sqlite_store *s)
+{
+    free(s->meter_filter);
+    s->meter_filter = NULL;
+}
+
+/* Fills the filter from every charged id (both tables), once per process. */
+static int load_meter_filter(struct sqlite_store *s, struct err *err)
 {
     sqlite3_stmt *st = NULL;
     int rc, step;
 
-    if (s->meter_ids != NULL) {
+    if (s->meter_filter != NULL) {
         return E_OK;
     }
     rc = sqlst_stmt(&st, s, SQLST_METER_IDS, err);
     if (rc != E_OK) {
         return rc;
     }
-    s->meter_ids = json_object();
+    s->meter_filter = xcalloc(METER_FILTER_WORDS, sizeof(uint64_t));
     while ((step = sqlite3_step(st)) == SQLITE_ROW) {
-        const char *uid = (const char *)sqlite3_column_text(st, 0);
-        json_t *set = json_object_get(s->meter_ids, uid);
-        if (set == NULL) {
-            set = json_object();
-            json_object_set_new(s->meter_ids, uid, set);
-        }
-        json_object_set_new(set, (const char *)sqlite3_column_text(st, 1), json_true());
+        filter_add(s->meter_filter, (const char *)sqlite3_column_text(st, 0),
+                   (const char *)sqlite3_column_text(st, 1));
     }
     sqlite3_reset(st);
     if (step != SQLITE_DONE) {
-        json_decref(s->meter_ids);
-        s->meter_ids = NULL;
+        sqlst_meter_index_free(s);
         return sqlst_db_err(s, step, "load meter ids", err);
     }
     return E_OK;
+}
+
+/* Whether (UID, ID) is recorded in SQLite: the exact answer behind a filter hit. */
+static int meter_id_stored(bool *out, struct sqlite_store *s, const char *uid, const char *id,
+                           struct err *err)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = sqlst_stmt(&st, s, SQLST_METER_SEEN, err), step;
+
+    *out = false;
+    if (rc != E_OK) {
+        return rc;
+    }
+    sqlite3_bind_text(st, 1, uid, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, id, -1, SQLITE_STATIC);
+    step = sqlite3_step(st);
+    sqlite3_reset(st);
+    if (step == SQLITE_ROW) {
+        *out = true;
+        return E_OK;
+    }
+    return step == SQLITE_DONE ? E_OK : sqlst_db_err(s, step, "look up meter id", err);
 }
 
 int task_txn_meter_claim(bool *fresh_out, struct task_txn *tx, const char *task_uid,
@@ -201,16 +332,18 @@ int task_txn_meter_claim(bool *fresh_out, struct task_txn *tx, const char *task_
 {
     struct sqlite_store *s = tx->s;
     sqlite3_stmt *st = NULL;
-    json_t *set;
-    int rc = load_meter_ids(s, err);
+    bool stored = false;
+    int rc = load_meter_filter(s, err);
 
     *fresh_out = false;
     if (rc != E_OK) {
         return rc;
     }
-    set = json_object_get(s->meter_ids, task_uid);
-    if (set != NULL && json_object_get(set, request_id) != NULL) {
-        return E_OK; /* a retry */
+    if (filter_maybe(s->meter_filter, task_uid, request_id)) {
+        rc = meter_id_stored(&stored, s, task_uid, request_id, err);
+        if (rc != E_OK || stored) {
+            return rc; /* stored: a retry */
+        }
     }
     rc = sqlst_stmt(&st, s, SQLST_METER_INSERT, err);
     if (rc != E_OK) {
@@ -223,11 +356,7 @@ int task_txn_meter_claim(bool *fresh_out, struct task_txn *tx, const char *task_
     sqlite3_bind_int64(st, 5, cost_micros);
     rc = sqlst_step_done(s, st, "record meter request", err);
     if (rc == E_OK) {
-        if (set == NULL) {
-            set = json_object();
-            json_object_set_new(s->meter_ids, task_uid, set);
-        }
-        json_object_set_new(set, request_id, json_true());
+        filter_add(s->meter_filter, task_uid, request_id);
         *fresh_out = true;
     }
     return rc;
