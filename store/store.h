@@ -17,7 +17,8 @@
 #define TASK_KIND "AgentTask"
 #define TASK_ANN_GUIDANCE "divergedev.com/guidance"
 #define TASK_METER_RING 32 /* status.lastMeterRequestIds keeps this many ids */
-#define STORE_METER_INDEX_BYTES (4u << 20) /* memory of the meter's request-id index */
+#define STORE_METER_INDEX_IDS 8192        /* request ids the meter keeps in memory */
+#define STORE_METER_INDEX_BYTES (2u << 20) /* and at most about this many bytes of them */
 #define STORE_EVENT_RING_BYTES (64u << 20) /* JSON kept for watchers; oldest evicted (410) */
 #define TASK_OBJECTIVE_MAX 4096  /* bytes of spec.objective; longer is 422 */
 #define TASK_GUIDANCE_MAX 16384  /* bytes of the TASK_ANN_GUIDANCE annotation; longer is 422 */
@@ -288,14 +289,16 @@ int task_txn_release(struct task_txn *tx, struct err *err);
 void task_txn_rollback_savepoint(struct task_txn *tx);
 /* Records REQUEST_ID (with its amounts, for audits) as charged to the task with uid
  * TASK_UID, unless it was already: *fresh_out tells which (false = a retry). Every id
- * ever charged is remembered (in SQLite); memory stays STORE_METER_INDEX_BYTES. */
+ * ever charged is remembered (in SQLite); memory stays under STORE_METER_INDEX_IDS ids
+ * and about STORE_METER_INDEX_BYTES. */
 int task_txn_meter_claim(bool *fresh_out, struct task_txn *tx, const char *task_uid,
                          const char *request_id, int64_t tokens, int64_t cost_micros,
                          struct err *err);
 
 /* What the SQLite backend holds in memory for the meter and for watchers. */
 struct task_store_mem {
-    size_t meter_index_bytes; /* 0 before the first claim, then STORE_METER_INDEX_BYTES */
+    size_t meter_index_ids;   /* request ids in memory, < STORE_METER_INDEX_IDS */
+    size_t meter_index_bytes; /* their estimated bytes, < STORE_METER_INDEX_BYTES + one id */
     size_t event_bytes;       /* JSON of the events kept for watchers */
     size_t events;            /* events kept for watchers */
 };

@@ -12,7 +12,6 @@
 #include "store/store.h"
 
 #define EVENT_RING 4096
-#define STORE_METER_FILTER_HASHES 4 /* bits set per id in the meter filter */
 
 struct event {
     int64_t rv;               /* resourceVersion of this change; 0 = empty slot */
@@ -60,8 +59,9 @@ struct sqlite_store {
     int64_t ring_oldest;    /* no event older than this rv is in ring */
     sqlite3_stmt *stmts[SQLST_COUNT]; /* owned; prepared on first use */
     json_t *cache;                    /* "ns/name" -> parsed task, for task_txn_get */
-    uint64_t *meter_filter;           /* owned: Bloom filter of charged (task uid, request
-                                         id), STORE_METER_INDEX_BYTES; NULL = unloaded */
+    json_t *meter_ids;                /* "<task uid>\n<request id>" -> true: exactly the
+                                         ids of meter_log (store_txn.c); NULL = unloaded */
+    size_t meter_ids_bytes;           /* estimated memory of meter_ids */
     pthread_cond_t inbox_cv;          /* an inbox entry was added, or wake() */
     pthread_cond_t outbox_cv;         /* an outbox entry was added, or wake() */
     int64_t inbox_gen;                /* bumped on every inbox add (and wake) */
@@ -122,7 +122,8 @@ void sqlst_publish(struct sqlite_store *s, struct event *ev);
 int sqlst_write_obj(struct sqlite_store *s, const json_t *obj, bool is_new, bool in_txn,
                     char **json_out, struct err *err);
 
-/* Frees the meter's request-id filter (store_txn.c). Caller holds mu or owns S alone. */
+/* Forgets the meter's request-id index; the next claim reloads it from meter_log
+ * (store_txn.c). Caller holds mu. */
 void sqlst_meter_index_free(struct sqlite_store *s);
 
 /* The status of a new task: Pending, zero spend. New reference. */

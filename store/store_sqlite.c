@@ -93,8 +93,12 @@ static const char *const g_migrations[] = {
     "DROP INDEX inbox_pending; DROP INDEX outbox_pending;"
     "CREATE INDEX inbox_pending_id ON inbox(id) WHERE state = 'pending';"
     "CREATE INDEX outbox_pending_id ON outbox(id) WHERE state = 'pending';",
-    /* 7: the meter's id index is a bounded filter; a hit is confirmed here. */
-    "CREATE INDEX meter_log_id ON meter_log(task_uid, request_id);",
+    /* 7: meter_log is now only the recent tail of the charged ids (the meter's in-memory
+     * index holds exactly it); older ids live in meter_requests, keyed for lookups. */
+    "INSERT OR IGNORE INTO meter_requests(task_uid,request_id,charged_ms,tokens,cost_micros)"
+    " SELECT task_uid,request_id,charged_ms,tokens,cost_micros FROM meter_log"
+    " ORDER BY task_uid,request_id;"
+    "DELETE FROM meter_log;",
 };
 
 static int migrate(struct sqlite_store *s, struct err *err)
@@ -231,12 +235,10 @@ static const char *const g_stmt_sql[SQLST_COUNT] = {
                           "WHERE namespace=?1 AND name=?2",
     [SQLST_BUMP_RV] = "UPDATE meta SET value=?1 WHERE key='resource_version'",
     [SQLST_GET_TASK] = "SELECT doc FROM tasks WHERE namespace=?1 AND name=?2",
-    [SQLST_METER_IDS] = "SELECT task_uid, request_id FROM meter_requests UNION ALL "
-                         "SELECT task_uid, request_id FROM meter_log",
+    [SQLST_METER_IDS] = "SELECT task_uid, request_id FROM meter_log",
     [SQLST_METER_INSERT] = "INSERT INTO meter_log(task_uid,request_id,charged_ms,"
                            "tokens,cost_micros) VALUES(?1,?2,?3,?4,?5)",
-    [SQLST_METER_SEEN] = "SELECT 1 FROM meter_log WHERE task_uid=?1 AND request_id=?2 UNION ALL "
-                         "SELECT 1 FROM meter_requests WHERE task_uid=?1 AND request_id=?2",
+    [SQLST_METER_SEEN] = "SELECT 1 FROM meter_requests WHERE task_uid=?1 AND request_id=?2",
     [SQLST_TOKEN_CURRENT] = "SELECT token_id, generation, state, token FROM tokens "
                             "WHERE namespace=?1 AND name=?2 ORDER BY generation DESC LIMIT 1",
     [SQLST_TOKEN_INSERT] = "INSERT INTO tokens(namespace,name,generation,token_id,state,token,"
@@ -700,7 +702,7 @@ static void sqlite_close(struct task_store *st)
         sqlite3_finalize(s->stmts[i]);
     }
     json_decref(s->cache);
-    sqlst_meter_index_free(s);
+    json_decref(s->meter_ids);
     sqlite3_close(s->db);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->changed);
@@ -741,6 +743,7 @@ int task_store_sqlite_open(struct task_store **out, const char *path, const stru
     pthread_mutex_init(&s->gc_mu, NULL);
     pthread_cond_init(&s->outbox_cv, NULL);
     s->cache = json_object();
+    s->meter_ids = NULL;
     rc = sqlite3_open_v2(path, &s->db,
                          SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
     if (rc != SQLITE_OK) {

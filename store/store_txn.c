@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/hash.h"
 #include "store/store_int.h"
 
 struct task_txn {
@@ -48,8 +47,7 @@ int sqlst_txn(struct task_store *st, task_txn_fn fn, void *userdata, struct err 
         drop_events(&tx, 0);
         /* Cached objects may carry changes that were just undone. */
         json_object_clear(s->cache);
-        /* The meter filter may hold ids just rolled back: harmless, a hit is confirmed in
-         * SQLite. */
+        sqlst_meter_index_free(s); /* may hold ids just rolled back: reload on next use */
         goto out;
     }
     for (size_t i = 0; i < tx.nevents; i++) {
@@ -105,7 +103,8 @@ void task_store_sqlite_mem(struct task_store_mem *out, struct task_store *st)
 
     memset(out, 0, sizeof(*out));
     pthread_mutex_lock(&s->mu);
-    out->meter_index_bytes = s->meter_filter != NULL ? STORE_METER_INDEX_BYTES : 0;
+    out->meter_index_ids = json_object_size(s->meter_ids);
+    out->meter_index_bytes = s->meter_ids_bytes;
     out->event_bytes = s->ring_bytes;
     for (size_t i = 0; i < EVENT_RING; i++) {
         out->events += s->ring[i].json != NULL;
@@ -207,6 +206,7 @@ int task_txn_release(struct task_txn *tx, struct err *err)
 void task_txn_rollback_savepoint(struct task_txn *tx)
 {
     json_object_clear(tx->s->cache);
+    sqlst_meter_index_free(tx->s);
     (void)run_stmt(tx, SQLST_ROLLBACK_TO, "rollback to savepoint", NULL);
     (void)run_stmt(tx, SQLST_RELEASE, "release savepoint", NULL);
     tx->s->rv = tx->rv_savepoint;
@@ -214,99 +214,91 @@ void task_txn_rollback_savepoint(struct task_txn *tx)
 }
 
 /* --- the meter's request-id index -------------------------------------------------------
- * Memory stays bounded however many ids a task token sends (security review finding 7a):
- * the in-memory index is a fixed-size Bloom filter over (task uid, request id). "Not in
- * the filter" is exact: never charged, so the common fresh id costs no read. "Maybe in
- * it" is confirmed in SQLite (meter_log and the old meter_requests, both indexed on the
- * pair), which stays the only truth: no retry is ever charged twice (SPEC §7 step 4).
- * Bits are never cleared; a stale bit (a rolled-back claim, a deleted task) only costs a
- * lookup. */
+ * Every id ever charged is kept in SQLite, so no retry is ever charged twice (SPEC §7 step
+ * 4), but memory stays bounded however many ids a task token sends (security review
+ * finding 7a). Charges append to meter_log (one hot page per commit, no index to update);
+ * the in-memory index holds exactly the ids in meter_log. Once it reaches
+ * STORE_METER_INDEX_IDS ids or STORE_METER_INDEX_BYTES, the log moves, sorted, into
+ * meter_requests (a B-tree on (task uid, request id)) in the same transaction and the index
+ * starts empty. An id not in the index is looked up there before it is charged. */
 
-#define METER_FILTER_WORDS (STORE_METER_INDEX_BYTES / sizeof(uint64_t))
+#define METER_KEY_OVERHEAD 64 /* bytes per index entry beyond its key (hash table, node) */
 
-static uint64_t mix64(uint64_t x)
+static char *meter_key(const char *uid, const char *id)
 {
-    /* splitmix64's finalizer: spreads FNV's weak high bits over the whole word. */
-    x ^= x >> 30;
-    x *= UINT64_C(0xbf58476d1ce4e5b9);
-    x ^= x >> 27;
-    x *= UINT64_C(0x94d049bb133111eb);
-    return x ^ (x >> 31);
-}
-
-/* The STORE_METER_FILTER_HASHES bit positions of (UID, ID), by double hashing. */
-static void filter_bits(uint64_t out[STORE_METER_FILTER_HASHES], const char *uid,
-                        const char *id)
-{
-    uint64_t h = hash_fnv1a(HASH_FNV1A_INIT, uid, strlen(uid) + 1); /* the NUL separates */
-    uint64_t h1, h2;
-
-    h = hash_fnv1a(h, id, strlen(id));
-    h1 = mix64(h);
-    h2 = mix64(h ^ UINT64_C(0x9e3779b97f4a7c15)) | 1;
-    for (int i = 0; i < STORE_METER_FILTER_HASHES; i++) {
-        out[i] = (h1 + (uint64_t)i * h2) % (METER_FILTER_WORDS * 64);
-    }
-}
-
-static void filter_add(uint64_t *filter, const char *uid, const char *id)
-{
-    uint64_t bits[STORE_METER_FILTER_HASHES];
-
-    filter_bits(bits, uid, id);
-    for (int i = 0; i < STORE_METER_FILTER_HASHES; i++) {
-        filter[bits[i] / 64] |= UINT64_C(1) << (bits[i] % 64);
-    }
-}
-
-static bool filter_maybe(const uint64_t *filter, const char *uid, const char *id)
-{
-    uint64_t bits[STORE_METER_FILTER_HASHES];
-
-    filter_bits(bits, uid, id);
-    for (int i = 0; i < STORE_METER_FILTER_HASHES; i++) {
-        if ((filter[bits[i] / 64] & (UINT64_C(1) << (bits[i] % 64))) == 0) {
-            return false;
-        }
-    }
-    return true;
+    /* A uid is a UUID: the first '\n' ends it, so distinct pairs get distinct keys. */
+    return xasprintf("%s\n%s", uid, id);
 }
 
 void sqlst_meter_index_free(struct sqlite_store *s)
 {
-    free(s->meter_filter);
-    s->meter_filter = NULL;
+    json_decref(s->meter_ids);
+    s->meter_ids = NULL;
+    s->meter_ids_bytes = 0;
 }
 
-/* Fills the filter from every charged id (both tables), once per process. */
-static int load_meter_filter(struct sqlite_store *s, struct err *err)
+static void index_add(struct sqlite_store *s, const char *uid, const char *id)
+{
+    char *key = meter_key(uid, id);
+
+    json_object_set_new_nocheck(s->meter_ids, key, json_true());
+    s->meter_ids_bytes += strlen(key) + METER_KEY_OVERHEAD;
+    free(key);
+}
+
+/* Moves meter_log into meter_requests and empties the index. Inside the caller's
+ * transaction: a rollback undoes it and reloads the index. */
+static int meter_archive(struct sqlite_store *s, struct err *err)
+{
+    int rc = sqlst_exec(s,
+                        "INSERT OR IGNORE INTO meter_requests(task_uid,request_id,charged_ms,"
+                        "tokens,cost_micros) SELECT task_uid,request_id,charged_ms,tokens,"
+                        "cost_micros FROM meter_log ORDER BY task_uid,request_id;"
+                        "DELETE FROM meter_log;",
+                        err);
+
+    if (rc == E_OK) {
+        json_object_clear(s->meter_ids);
+        s->meter_ids_bytes = 0;
+    }
+    return rc;
+}
+
+static bool index_full(const struct sqlite_store *s)
+{
+    return json_object_size(s->meter_ids) >= STORE_METER_INDEX_IDS ||
+           s->meter_ids_bytes >= STORE_METER_INDEX_BYTES;
+}
+
+/* Loads the ids of meter_log (bounded: the log is archived whenever the index is full). */
+static int load_meter_ids(struct sqlite_store *s, struct err *err)
 {
     sqlite3_stmt *st = NULL;
     int rc, step;
 
-    if (s->meter_filter != NULL) {
+    if (s->meter_ids != NULL) {
         return E_OK;
     }
     rc = sqlst_stmt(&st, s, SQLST_METER_IDS, err);
     if (rc != E_OK) {
         return rc;
     }
-    s->meter_filter = xcalloc(METER_FILTER_WORDS, sizeof(uint64_t));
+    s->meter_ids = json_object();
     while ((step = sqlite3_step(st)) == SQLITE_ROW) {
-        filter_add(s->meter_filter, (const char *)sqlite3_column_text(st, 0),
-                   (const char *)sqlite3_column_text(st, 1));
+        index_add(s, (const char *)sqlite3_column_text(st, 0),
+                  (const char *)sqlite3_column_text(st, 1));
     }
     sqlite3_reset(st);
     if (step != SQLITE_DONE) {
         sqlst_meter_index_free(s);
         return sqlst_db_err(s, step, "load meter ids", err);
     }
-    return E_OK;
+    return index_full(s) ? meter_archive(s, err) : E_OK;
 }
 
-/* Whether (UID, ID) is recorded in SQLite: the exact answer behind a filter hit. */
-static int meter_id_stored(bool *out, struct sqlite_store *s, const char *uid, const char *id,
-                           struct err *err)
+/* Whether (UID, ID) is in the archive. */
+static int meter_archived(bool *out, struct sqlite_store *s, const char *uid, const char *id,
+                          struct err *err)
 {
     sqlite3_stmt *st = NULL;
     int rc = sqlst_stmt(&st, s, SQLST_METER_SEEN, err), step;
@@ -319,11 +311,9 @@ static int meter_id_stored(bool *out, struct sqlite_store *s, const char *uid, c
     sqlite3_bind_text(st, 2, id, -1, SQLITE_STATIC);
     step = sqlite3_step(st);
     sqlite3_reset(st);
-    if (step == SQLITE_ROW) {
-        *out = true;
-        return E_OK;
-    }
-    return step == SQLITE_DONE ? E_OK : sqlst_db_err(s, step, "look up meter id", err);
+    *out = step == SQLITE_ROW;
+    return step == SQLITE_ROW || step == SQLITE_DONE ? E_OK
+                                                     : sqlst_db_err(s, step, "look up meter id", err);
 }
 
 int task_txn_meter_claim(bool *fresh_out, struct task_txn *tx, const char *task_uid,
@@ -332,18 +322,23 @@ int task_txn_meter_claim(bool *fresh_out, struct task_txn *tx, const char *task_
 {
     struct sqlite_store *s = tx->s;
     sqlite3_stmt *st = NULL;
-    bool stored = false;
-    int rc = load_meter_filter(s, err);
+    bool archived = false;
+    char *key;
+    int rc = load_meter_ids(s, err);
 
     *fresh_out = false;
     if (rc != E_OK) {
         return rc;
     }
-    if (filter_maybe(s->meter_filter, task_uid, request_id)) {
-        rc = meter_id_stored(&stored, s, task_uid, request_id, err);
-        if (rc != E_OK || stored) {
-            return rc; /* stored: a retry */
-        }
+    key = meter_key(task_uid, request_id);
+    archived = json_object_get(s->meter_ids, key) != NULL;
+    free(key);
+    if (archived) {
+        return E_OK; /* a retry, still in the log */
+    }
+    rc = meter_archived(&archived, s, task_uid, request_id, err);
+    if (rc != E_OK || archived) {
+        return rc; /* archived: a retry */
     }
     rc = sqlst_stmt(&st, s, SQLST_METER_INSERT, err);
     if (rc != E_OK) {
@@ -355,11 +350,12 @@ int task_txn_meter_claim(bool *fresh_out, struct task_txn *tx, const char *task_
     sqlite3_bind_int64(st, 4, tokens);
     sqlite3_bind_int64(st, 5, cost_micros);
     rc = sqlst_step_done(s, st, "record meter request", err);
-    if (rc == E_OK) {
-        filter_add(s->meter_filter, task_uid, request_id);
-        *fresh_out = true;
+    if (rc != E_OK) {
+        return rc;
     }
-    return rc;
+    index_add(s, task_uid, request_id);
+    *fresh_out = true;
+    return index_full(s) ? meter_archive(s, err) : E_OK;
 }
 
 static int token_current(struct token_record *out, struct sqlite_store *s, const char *ns,

@@ -317,6 +317,37 @@ def test_budget_caveats_are_budgets_not_401():
         assert totals(srv, "badcav")[:2] == (0, "0.00")
 
 
+OBJECTIVE_MAX = 4096   # store/store.h TASK_OBJECTIVE_MAX
+GUIDANCE_MAX = 16384   # store/store.h TASK_GUIDANCE_MAX
+GUIDANCE = "divergedev.com/guidance"
+
+
+def test_objective_and_guidance_caps():
+    """Security review finding 7: the objective and the guidance (echoed in every meter
+    200, copied into every change event) are capped; one byte past is 422 with the field."""
+    with Server(ARGS) as srv:
+        st, _, b = srv.request("POST", NS, task_obj("cap1", objective="o" * (OBJECTIVE_MAX + 1)))
+        assert st == 422 and b["details"]["causes"][0]["field"] == "spec.objective", (st, b)
+        # Multi-byte characters count in bytes.
+        st, _, b = srv.request("POST", NS, task_obj("cap1", objective="\u00e9" * 2049))
+        assert st == 422 and b["details"]["causes"][0]["field"] == "spec.objective", (st, b)
+        obj = task_obj("cap2", objective="o" * OBJECTIVE_MAX)
+        obj["metadata"]["annotations"] = {GUIDANCE: "g" * (GUIDANCE_MAX + 1)}
+        st, _, b = srv.request("POST", NS, obj)
+        assert st == 422 and b["details"]["causes"][0]["field"] == \
+            "metadata.annotations." + GUIDANCE, (st, b)
+        tok = start_task(srv, "cap3", objective="o" * OBJECTIVE_MAX)
+        st, _, b = merge(srv, "cap3", {"metadata": {"annotations": {GUIDANCE: "g" * (GUIDANCE_MAX + 1)}}})
+        assert st == 422 and b["details"]["causes"][0]["field"] == \
+            "metadata.annotations." + GUIDANCE, (st, b)
+        st, _, b = merge(srv, "cap3", {"spec": {"objective": "o" * (OBJECTIVE_MAX + 1)}})
+        assert st == 422 and b["details"]["causes"][0]["field"] == "spec.objective", (st, b)
+        st, _, b = merge(srv, "cap3", {"metadata": {"annotations": {GUIDANCE: "g" * GUIDANCE_MAX}}})
+        assert st == 200, (st, b)
+        st, _, b = meter(srv, tok, call("c1"))
+        assert st == 200 and b["guidance"] == "g" * GUIDANCE_MAX, st
+
+
 def test_kill9_mid_metering_never_overcharges():
     srv = Server(ARGS).start()
     try:
@@ -359,8 +390,10 @@ def test_kill9_mid_metering_never_overcharges():
             for n in names:
                 st, _, b = srv2.request("GET", NS + "/" + n)
                 uid = b["metadata"]["uid"]
+                # The recent ids are in meter_log, older ones moved to meter_requests.
                 rows = [r[0] for r in con.execute(
-                    "SELECT request_id FROM meter_log WHERE task_uid=?", (uid,))]
+                    "SELECT request_id FROM meter_log WHERE task_uid=?1 UNION ALL "
+                    "SELECT request_id FROM meter_requests WHERE task_uid=?1", (uid,))]
                 assert len(rows) == len(set(rows)), "an id was recorded twice"
                 recorded = set(rows)
                 missing = acked[n] - recorded
@@ -392,4 +425,5 @@ if __name__ == "__main__":
                test_budget_exact_boundary_pauses_and_revokes, test_max_iterations_and_both_at_once,
                test_guidance_preview_and_caveat_budget, test_attenuated_token_narrows,
                test_request_id_rules_charge_nothing, test_budget_caveats_are_budgets_not_401,
+               test_objective_and_guidance_caps,
                test_kill9_mid_metering_never_overcharges])

@@ -552,27 +552,40 @@ static int claim_range(struct task_txn *tx, void *userdata)
     return E_OK;
 }
 
-/* The in-memory index stays STORE_METER_INDEX_BYTES after many distinct ids, while every
- * duplicate, however old, is still found (in SQLite) and never charged twice. */
+/* The in-memory index stays under STORE_METER_INDEX_IDS after many distinct ids, while
+ * every duplicate, however old (long moved out of memory), is still found in SQLite and
+ * never charged twice, also after a restart. */
 TEST(meter_index_bounded_duplicates_never_recharged)
 {
-    struct task_store *st = open_mem();
+    char path[] = "/tmp/diverge-meterix-XXXXXX";
+    int fd = mkstemp(path);
+    struct task_store *st = NULL;
     struct task_store_mem mem;
     struct claim_many c = {.uid = "uid-b"};
-    enum { N = 50000 };
+    enum { N = 5 * STORE_METER_INDEX_IDS + 17 };
 
-    task_store_sqlite_mem(&mem, st);
-    CHECK_EQ_INT(mem.meter_index_bytes, 0);
+    ASSERT(fd >= 0);
+    close(fd);
+    CHECK_OK(task_store_sqlite_open(&st, path, clock_system(), NULL));
     c.from = 0, c.to = 10;
     CHECK_OK(task_store_txn(st, claim_range, &c, NULL));
     CHECK_EQ_INT(c.fresh, 10);
     task_store_sqlite_mem(&mem, st);
-    CHECK_EQ_INT(mem.meter_index_bytes, STORE_METER_INDEX_BYTES);
-    c.from = 10, c.to = N;
+    CHECK_EQ_INT(mem.meter_index_ids, 10);
+    /* One at a time, as the meter does, then many per transaction. */
+    for (int i = 10; i < STORE_METER_INDEX_IDS + 10; i++) {
+        c.from = i, c.to = i + 1;
+        CHECK_OK(task_store_txn(st, claim_range, &c, NULL));
+        CHECK_EQ_INT(c.fresh, 1);
+        task_store_sqlite_mem(&mem, st);
+        CHECK(mem.meter_index_ids < STORE_METER_INDEX_IDS);
+    }
+    c.from = STORE_METER_INDEX_IDS + 10, c.to = N;
     CHECK_OK(task_store_txn(st, claim_range, &c, NULL));
-    CHECK_EQ_INT(c.fresh, N - 10);
+    CHECK_EQ_INT(c.fresh, N - STORE_METER_INDEX_IDS - 10);
     task_store_sqlite_mem(&mem, st);
-    CHECK_EQ_INT(mem.meter_index_bytes, STORE_METER_INDEX_BYTES);
+    CHECK(mem.meter_index_ids < STORE_METER_INDEX_IDS);
+    CHECK(mem.meter_index_bytes < STORE_METER_INDEX_BYTES);
     /* Every id again, the oldest first: none is fresh. */
     c.from = 0, c.to = N;
     CHECK_OK(task_store_txn(st, claim_range, &c, NULL));
@@ -581,6 +594,59 @@ TEST(meter_index_bounded_duplicates_never_recharged)
     c.uid = "uid-c", c.from = 0, c.to = 100;
     CHECK_OK(task_store_txn(st, claim_range, &c, NULL));
     CHECK_EQ_INT(c.fresh, 100);
+    task_store_close(st);
+    /* After a restart: still every one remembered. */
+    CHECK_OK(task_store_sqlite_open(&st, path, clock_system(), NULL));
+    c.uid = "uid-b", c.from = 0, c.to = N;
+    CHECK_OK(task_store_txn(st, claim_range, &c, NULL));
+    CHECK_EQ_INT(c.fresh, 0);
+    task_store_sqlite_mem(&mem, st);
+    CHECK(mem.meter_index_ids < STORE_METER_INDEX_IDS);
+    task_store_close(st);
+    unlink(path);
+    char *wal = xasprintf("%s-wal", path), *shm = xasprintf("%s-shm", path);
+    unlink(wal);
+    unlink(shm);
+    free(wal);
+    free(shm);
+}
+
+/* Long ids fill the index by bytes before they fill it by count. */
+#define METER_LONG_ID 256 /* bytes of each id, with its NUL */
+enum { LONG_IDS = STORE_METER_INDEX_IDS - 100 };
+
+static int claim_long(struct task_txn *tx, void *userdata)
+{
+    int *fresh = userdata;
+    char id[METER_LONG_ID];
+
+    *fresh = 0;
+    for (int i = 0; i < LONG_IDS; i++) {
+        bool f = false;
+        memset(id, 'x', sizeof(id));
+        snprintf(id + sizeof(id) - 8, 8, "%d", i);
+        if (task_txn_meter_claim(&f, tx, "uid-l", id, 1, 1, NULL) != E_OK) {
+            return E_FAIL;
+        }
+        *fresh += f;
+    }
+    return E_OK;
+}
+
+TEST(meter_index_bounded_by_bytes)
+{
+    struct task_store *st = open_mem();
+    struct task_store_mem mem;
+    int fresh = 0;
+
+    /* Fewer ids than the count cap, but with their keys more bytes than the byte cap. */
+    CHECK_OK(task_store_txn(st, claim_long, &fresh, NULL));
+    CHECK_EQ_INT(fresh, LONG_IDS);
+    task_store_sqlite_mem(&mem, st);
+    CHECK(mem.meter_index_bytes < STORE_METER_INDEX_BYTES);
+    CHECK(mem.meter_index_ids < (size_t)LONG_IDS);
+    CHECK_OK(task_store_txn(st, claim_long, &fresh, NULL));
+    CHECK_EQ_INT(fresh, 0);
     task_store_close(st);
 }
 
