@@ -17,8 +17,8 @@
 #define TASK_KIND "AgentTask"
 #define TASK_ANN_GUIDANCE "divergedev.com/guidance"
 #define TASK_METER_RING 32 /* status.lastMeterRequestIds keeps this many ids */
-#define STORE_METER_INDEX_IDS 8192        /* request ids the meter keeps in memory */
-#define STORE_METER_INDEX_BYTES (2u << 20) /* and at most about this many bytes of them */
+#define STORE_METER_INDEX_IDS 4096        /* request ids the meter keeps in memory */
+#define STORE_METER_INDEX_BYTES (1u << 20) /* and at most about this many bytes of them */
 #define STORE_EVENT_RING_BYTES (64u << 20) /* JSON kept for watchers; oldest evicted (410) */
 #define TASK_OBJECTIVE_MAX 4096  /* bytes of spec.objective; longer is 422 */
 #define TASK_GUIDANCE_MAX 16384  /* bytes of the TASK_ANN_GUIDANCE annotation; longer is 422 */
