@@ -312,8 +312,10 @@ static int meter_archived(bool *out, struct sqlite_store *s, const char *uid, co
     step = sqlite3_step(st);
     sqlite3_reset(st);
     *out = step == SQLITE_ROW;
-    return step == SQLITE_ROW || step == SQLITE_DONE ? E_OK
-                                                     : sqlst_db_err(s, step, "look up meter id", err);
+    if (step != SQLITE_ROW && step != SQLITE_DONE) {
+        return sqlst_db_err(s, step, "look up meter id", err);
+    }
+    return E_OK;
 }
 
 int task_txn_meter_claim(bool *fresh_out, struct task_txn *tx, const char *task_uid,
