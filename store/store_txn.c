@@ -326,9 +326,13 @@ int task_txn_meter_claim(bool *fresh_out, struct task_txn *tx, const char *task_
     sqlite3_stmt *st = NULL;
     bool archived = false;
     char *key;
-    int rc = load_meter_ids(s, err);
+    int rc;
 
     *fresh_out = false;
+    if (task_uid == NULL || request_id == NULL) {
+        return err_set(err, E_INVALID, "meter claim without a task uid or request id");
+    }
+    rc = load_meter_ids(s, err);
     if (rc != E_OK) {
         return rc;
     }
