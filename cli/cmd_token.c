@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* `diverge token inspect TOKEN`: prints a capability token's location, identifier and
- * caveats (SPEC §8). Decoding needs no key and no server; the signature is not checked. */
+/* `diverge token inspect TOKEN`: prints a capability token's location, identifier,
+ * caveats and signature fingerprint (SPEC §8). Decoding needs no key and no server; the
+ * signature is not checked. */
 #include <stdio.h>
 #include <string.h>
 
@@ -9,8 +10,9 @@
 
 #define TOKEN_USAGE                                                                                \
     "Usage: diverge token inspect TOKEN\n\n"                                                       \
-    "Prints a capability token's location, identifier and caveats (no secret is needed\n"         \
-    "or shown; the signature is not verified). TOKEN may be '-' to read it from stdin.\n"
+    "Prints a capability token's location, identifier, caveats and a fingerprint (a hash\n"      \
+    "of the signature, never the signature: no secret is needed or shown; the signature is\n"    \
+    "not verified). TOKEN may be '-' to read it from stdin.\n"
 
 int cli_token_main(int argc, char **argv)
 {

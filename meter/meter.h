@@ -13,7 +13,7 @@
 #include "store/store.h"
 #include "token/token.h"
 
-#define METER_REQUEST_ID_MAX 256 /* bytes of a requestId */
+#define METER_REQUEST_ID_MAX 256 /* bytes of a requestId (UTF-8, no control characters) */
 
 /* A parsed meter body. */
 struct meter_request {
@@ -27,9 +27,10 @@ struct meter_request {
 
 /* Parses BODY[0..len) into *out (caller storage; release with meter_request_cleanup even
  * on failure). Returns E_INVALID (HTTP 400) with a message for: not JSON or not an object,
- * duplicate keys, non-UTF-8, requestId missing/empty/too long/not a string, a negative,
- * non-numeric, fractional (tokens) or over-precise (> 6 decimals of cost) amount, and
- * numbers too large to add up. */
+ * duplicate keys, non-UTF-8, a requestId that is missing, not a string, empty or all
+ * whitespace, longer than METER_REQUEST_ID_MAX or holding a control character (NUL
+ * included), a negative, non-numeric, fractional (tokens) or over-precise (> 6 decimals of
+ * cost) amount, and numbers too large to add up. */
 int meter_request_parse(struct meter_request *out, const char *body, size_t len,
                         struct err *err);
 void meter_request_cleanup(struct meter_request *r);

@@ -2,6 +2,8 @@
 /* Parsing of meter bodies: strict types, exact money, never a charge from a bad body. */
 #include <jansson.h>
 #include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,6 +66,76 @@ int meter_cost_from_double(int64_t *micros_out, double cost, struct err *err)
         v *= 10; /* cannot overflow: cost <= 1e9 dollars = 1e15 micro-dollars */
     }
     *micros_out = v;
+    return E_OK;
+}
+
+/* Decodes one UTF-8 sequence at S[0..len) into *cp; returns its length, or 0 when it is
+ * malformed (overlong, surrogate, past U+10FFFF, truncated). */
+static size_t utf8_next(uint32_t *cp, const unsigned char *s, size_t len)
+{
+    size_t n;
+    uint32_t c = s[0], min;
+
+    if (c < 0x80) {
+        *cp = c;
+        return 1;
+    }
+    if (c >= 0xc2 && c <= 0xdf) {
+        n = 2, c &= 0x1f, min = 0x80;
+    } else if (c >= 0xe0 && c <= 0xef) {
+        n = 3, c &= 0x0f, min = 0x800;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        n = 4, c &= 0x07, min = 0x10000;
+    } else {
+        return 0;
+    }
+    if (len < n) {
+        return 0;
+    }
+    for (size_t i = 1; i < n; i++) {
+        if ((s[i] & 0xc0) != 0x80) {
+            return 0;
+        }
+        c = (c << 6) | (s[i] & 0x3f);
+    }
+    if (c < min || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff)) {
+        return 0;
+    }
+    *cp = c;
+    return n;
+}
+
+static bool is_space(uint32_t c)
+{
+    return c == 0x20 || c == 0xa0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200a) ||
+           c == 0x2028 || c == 0x2029 || c == 0x202f || c == 0x205f || c == 0x3000 ||
+           c == 0xfeff;
+}
+
+/* A requestId is 1..METER_REQUEST_ID_MAX bytes of valid UTF-8 without control characters
+ * (C0, DEL, C1: no NUL either), and not only whitespace (SPEC §7 step 2: an empty id). */
+static int check_request_id(const char *s, size_t len, struct err *err)
+{
+    bool blank = true;
+
+    if (len > METER_REQUEST_ID_MAX) {
+        return err_set(err, E_INVALID, "requestId is longer than %d bytes", METER_REQUEST_ID_MAX);
+    }
+    for (size_t i = 0; i < len;) {
+        uint32_t c = 0;
+        size_t n = utf8_next(&c, (const unsigned char *)s + i, len - i);
+        if (n == 0) {
+            return err_set(err, E_INVALID, "requestId is not valid UTF-8");
+        }
+        if (c < 0x20 || (c >= 0x7f && c <= 0x9f)) {
+            return err_set(err, E_INVALID, "requestId holds a control character");
+        }
+        blank = blank && is_space(c);
+        i += n;
+    }
+    if (blank) {
+        return err_set(err, E_INVALID, "requestId is required (a non-empty string)");
+    }
     return E_OK;
 }
 
@@ -132,12 +204,12 @@ int meter_request_parse(struct meter_request *out, const char *body, size_t len,
         goto out;
     }
     v = json_object_get(j, "requestId");
-    if (!json_is_string(v) || json_string_length(v) == 0) {
+    if (!json_is_string(v)) {
         rc = err_set(err, E_INVALID, "requestId is required (a non-empty string)");
         goto out;
     }
-    if (json_string_length(v) > METER_REQUEST_ID_MAX) {
-        rc = err_set(err, E_INVALID, "requestId is longer than %d bytes", METER_REQUEST_ID_MAX);
+    rc = check_request_id(json_string_value(v), json_string_length(v), err);
+    if (rc != E_OK) {
         goto out;
     }
     out->request_id = xstrdup(json_string_value(v));

@@ -17,6 +17,11 @@
 #define TASK_KIND "AgentTask"
 #define TASK_ANN_GUIDANCE "divergedev.com/guidance"
 #define TASK_METER_RING 32 /* status.lastMeterRequestIds keeps this many ids */
+#define STORE_METER_INDEX_IDS 4096        /* request ids the meter keeps in memory */
+#define STORE_METER_INDEX_BYTES (1u << 20) /* and at most about this many bytes of them */
+#define STORE_EVENT_RING_BYTES (64u << 20) /* JSON kept for watchers; oldest evicted (410) */
+#define TASK_OBJECTIVE_MAX 4096  /* bytes of spec.objective; longer is 422 */
+#define TASK_GUIDANCE_MAX 16384  /* bytes of the TASK_ANN_GUIDANCE annotation; longer is 422 */
 
 enum task_phase {
     TASK_PENDING,
@@ -43,7 +48,8 @@ bool task_name_valid(const char *s);
  * returns in *out a new normalized object (caller json_decref()s): metadata reduced to
  * name, namespace, labels and annotations (server fields are set by the store), spec
  * checked and defaulted, status reset to the Pending status. Returns E_INVALID with the
- * field path in err->field, E_CONFLICT... never. */
+ * field path in err->field (also for spec.objective over TASK_OBJECTIVE_MAX bytes and the
+ * guidance annotation over TASK_GUIDANCE_MAX bytes), E_CONFLICT... never. */
 int task_normalize_new(json_t **out, const json_t *obj, const char *ns, struct err *err);
 
 /* Validates an entire stored-shape object (metadata, spec, status) without changing
@@ -282,10 +288,22 @@ int task_txn_savepoint(struct task_txn *tx, struct err *err);
 int task_txn_release(struct task_txn *tx, struct err *err);
 void task_txn_rollback_savepoint(struct task_txn *tx);
 /* Records REQUEST_ID (with its amounts, for audits) as charged to the task with uid
- * TASK_UID, unless it was already: *fresh_out tells which (false = a retry). */
+ * TASK_UID, unless it was already: *fresh_out tells which (false = a retry). Every id
+ * ever charged is remembered (in SQLite); memory stays under STORE_METER_INDEX_IDS ids
+ * and about STORE_METER_INDEX_BYTES. */
 int task_txn_meter_claim(bool *fresh_out, struct task_txn *tx, const char *task_uid,
                          const char *request_id, int64_t tokens, int64_t cost_micros,
                          struct err *err);
+
+/* What the SQLite backend holds in memory for the meter and for watchers. */
+struct task_store_mem {
+    size_t meter_index_ids;   /* request ids in memory, < STORE_METER_INDEX_IDS */
+    size_t meter_index_bytes; /* their estimated bytes, < STORE_METER_INDEX_BYTES + one id */
+    size_t event_bytes;       /* JSON of the events kept for watchers */
+    size_t events;            /* events kept for watchers */
+};
+/* Fills *out for ST (a store from task_store_sqlite_open). Thread-safe. */
+void task_store_sqlite_mem(struct task_store_mem *out, struct task_store *st);
 /* The task's latest token; E_NOTFOUND when it never had one. Free out->token. */
 int task_txn_token_current(struct token_record *out, struct task_txn *tx, const char *ns,
                            const char *name, struct err *err);

@@ -17,6 +17,7 @@ struct event {
     int64_t rv;               /* resourceVersion of this change; 0 = empty slot */
     enum task_event_type type;
     char *json;               /* owned: the object as compact JSON */
+    size_t bytes;             /* strlen(json), counted in ring_bytes (set by publish) */
     char ns[64];              /* metadata.namespace (DNS label, <= 63) */
     char name[64];            /* metadata.name */
     enum task_phase phase;    /* status.phase */
@@ -34,6 +35,7 @@ enum sqlst_stmt_id {
     SQLST_GET_TASK,
     SQLST_METER_IDS,
     SQLST_METER_INSERT,
+    SQLST_METER_SEEN,
     SQLST_TOKEN_CURRENT,
     SQLST_TOKEN_INSERT,
     SQLST_TOKEN_REVOKE,
@@ -52,10 +54,14 @@ struct sqlite_store {
     int64_t rv;             /* latest resourceVersion */
     int64_t wake_gen;       /* bumped by wake() so waiters return */
     struct event ring[EVENT_RING];
+    size_t ring_bytes;      /* JSON bytes held by ring, <= STORE_EVENT_RING_BYTES but for
+                               the newest event alone */
+    int64_t ring_oldest;    /* no event older than this rv is in ring */
     sqlite3_stmt *stmts[SQLST_COUNT]; /* owned; prepared on first use */
     json_t *cache;                    /* "ns/name" -> parsed task, for task_txn_get */
-    json_t *meter_ids;                /* task uid -> {request id: true}: every charged id,
-                                         loaded from the log on first use; NULL = unloaded */
+    json_t *meter_ids;                /* "<task uid>\n<request id>" -> true: exactly the
+                                         ids of meter_log (store_txn.c); NULL = unloaded */
+    size_t meter_ids_bytes;           /* estimated memory of meter_ids */
     pthread_cond_t inbox_cv;          /* an inbox entry was added, or wake() */
     pthread_cond_t outbox_cv;         /* an outbox entry was added, or wake() */
     int64_t inbox_gen;                /* bumped on every inbox add (and wake) */
@@ -107,13 +113,18 @@ void sqlst_set_rv(json_t *obj, int64_t rv);
 /* Fills E for the change RV of OBJ (borrowed) whose JSON text is JSON (taken by E). */
 void sqlst_event_fill(struct event *e, int64_t rv, enum task_event_type type, const json_t *obj,
                       char *json);
-/* Moves EV (and its JSON) into the ring and wakes watchers. Caller holds mu. */
+/* Moves EV (and its JSON) into the ring, evicting the oldest events past EVENT_RING or
+ * STORE_EVENT_RING_BYTES, and wakes watchers. Caller holds mu. (store_txn.c) */
 void sqlst_publish(struct sqlite_store *s, struct event *ev);
 /* Writes OBJ (carrying rv s->rv + 1) and bumps the counter row, inside the caller's
  * transaction when IN_TXN, else in its own. Increments s->rv on success. *json_out (may be
  * NULL) gets the JSON text written, which the caller frees. */
 int sqlst_write_obj(struct sqlite_store *s, const json_t *obj, bool is_new, bool in_txn,
                     char **json_out, struct err *err);
+
+/* Forgets the meter's request-id index; the next claim reloads it from meter_log
+ * (store_txn.c). Caller holds mu. */
+void sqlst_meter_index_free(struct sqlite_store *s);
 
 /* The status of a new task: Pending, zero spend. New reference. */
 json_t *task_initial_status(void);

@@ -93,6 +93,12 @@ static const char *const g_migrations[] = {
     "DROP INDEX inbox_pending; DROP INDEX outbox_pending;"
     "CREATE INDEX inbox_pending_id ON inbox(id) WHERE state = 'pending';"
     "CREATE INDEX outbox_pending_id ON outbox(id) WHERE state = 'pending';",
+    /* 7: meter_log is now only the recent tail of the charged ids (the meter's in-memory
+     * index holds exactly it); older ids live in meter_requests, keyed for lookups. */
+    "INSERT OR IGNORE INTO meter_requests(task_uid,request_id,charged_ms,tokens,cost_micros)"
+    " SELECT task_uid,request_id,charged_ms,tokens,cost_micros FROM meter_log"
+    " ORDER BY task_uid,request_id;"
+    "DELETE FROM meter_log;",
 };
 
 static int migrate(struct sqlite_store *s, struct err *err)
@@ -222,16 +228,6 @@ void sqlst_event_fill(struct event *e, int64_t rv, enum task_event_type type, co
                                   "divergedev.com/provider") != NULL;
 }
 
-void sqlst_publish(struct sqlite_store *s, struct event *ev)
-{
-    struct event *slot = &s->ring[ev->rv % EVENT_RING];
-
-    free(slot->json);
-    *slot = *ev;
-    ev->json = NULL;
-    pthread_cond_broadcast(&s->changed);
-}
-
 static const char *const g_stmt_sql[SQLST_COUNT] = {
     [SQLST_INSERT_TASK] = "INSERT INTO tasks(namespace,name,uid,resource_version,phase,doc) "
                           "VALUES(?1,?2,?3,?4,?5,?6)",
@@ -239,10 +235,10 @@ static const char *const g_stmt_sql[SQLST_COUNT] = {
                           "WHERE namespace=?1 AND name=?2",
     [SQLST_BUMP_RV] = "UPDATE meta SET value=?1 WHERE key='resource_version'",
     [SQLST_GET_TASK] = "SELECT doc FROM tasks WHERE namespace=?1 AND name=?2",
-    [SQLST_METER_IDS] = "SELECT task_uid, request_id FROM meter_requests UNION ALL "
-                         "SELECT task_uid, request_id FROM meter_log",
+    [SQLST_METER_IDS] = "SELECT task_uid, request_id FROM meter_log",
     [SQLST_METER_INSERT] = "INSERT INTO meter_log(task_uid,request_id,charged_ms,"
                            "tokens,cost_micros) VALUES(?1,?2,?3,?4,?5)",
+    [SQLST_METER_SEEN] = "SELECT 1 FROM meter_requests WHERE task_uid=?1 AND request_id=?2",
     [SQLST_TOKEN_CURRENT] = "SELECT token_id, generation, state, token FROM tokens "
                             "WHERE namespace=?1 AND name=?2 ORDER BY generation DESC LIMIT 1",
     [SQLST_TOKEN_INSERT] = "INSERT INTO tokens(namespace,name,generation,token_id,state,token,"
@@ -516,10 +512,6 @@ static int sqlite_remove(json_t **out, struct task_store *st, const char *ns, co
         goto out;
     }
     s->rv++;
-    if (s->meter_ids != NULL) {
-        json_object_del(s->meter_ids,
-                        json_string_value(json_object_get(json_object_get(cur, "metadata"), "uid")));
-    }
     sqlst_set_rv(cur, s->rv);
     {
         struct event ev;

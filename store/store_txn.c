@@ -47,8 +47,7 @@ int sqlst_txn(struct task_store *st, task_txn_fn fn, void *userdata, struct err 
         drop_events(&tx, 0);
         /* Cached objects may carry changes that were just undone. */
         json_object_clear(s->cache);
-        json_decref(s->meter_ids); /* may hold ids just rolled back: reload on next use */
-        s->meter_ids = NULL;
+        sqlst_meter_index_free(s); /* may hold ids just rolled back: reload on next use */
         goto out;
     }
     for (size_t i = 0; i < tx.nevents; i++) {
@@ -59,6 +58,58 @@ out:
     pthread_mutex_unlock(&s->mu);
     free(tx.events);
     return rc;
+}
+
+/* --- the change-event ring --------------------------------------------------------------
+ * At most EVENT_RING events and STORE_EVENT_RING_BYTES of JSON (security review finding
+ * 7b: a copy of a large task per heartbeat): the oldest go first. An evicted slot is empty
+ * (rv 0), so a watcher that fell behind it gets "too old resource version" (410). */
+
+static void ring_drop(struct sqlite_store *s, struct event *slot)
+{
+    if (slot->json != NULL) {
+        s->ring_bytes -= slot->bytes;
+        free(slot->json);
+    }
+    memset(slot, 0, sizeof(*slot));
+}
+
+void sqlst_publish(struct sqlite_store *s, struct event *ev)
+{
+    struct event *slot = &s->ring[ev->rv % EVENT_RING];
+
+    ev->bytes = ev->json != NULL ? strlen(ev->json) : 0;
+    ring_drop(s, slot); /* the event EVENT_RING changes ago */
+    if (s->ring_oldest < ev->rv - EVENT_RING + 1) {
+        s->ring_oldest = ev->rv - EVENT_RING + 1;
+    }
+    /* ring_oldest only moves forward, so this loop is O(1) amortized. */
+    while (s->ring_bytes + ev->bytes > STORE_EVENT_RING_BYTES && s->ring_oldest < ev->rv) {
+        struct event *old = &s->ring[s->ring_oldest % EVENT_RING];
+        if (old->rv == s->ring_oldest) {
+            ring_drop(s, old);
+        }
+        s->ring_oldest++;
+    }
+    *slot = *ev;
+    s->ring_bytes += ev->bytes;
+    ev->json = NULL;
+    pthread_cond_broadcast(&s->changed);
+}
+
+void task_store_sqlite_mem(struct task_store_mem *out, struct task_store *st)
+{
+    struct sqlite_store *s = sqlst_of(st);
+
+    memset(out, 0, sizeof(*out));
+    pthread_mutex_lock(&s->mu);
+    out->meter_index_ids = json_object_size(s->meter_ids);
+    out->meter_index_bytes = s->meter_ids_bytes;
+    out->event_bytes = s->ring_bytes;
+    for (size_t i = 0; i < EVENT_RING; i++) {
+        out->events += s->ring[i].json != NULL;
+    }
+    pthread_mutex_unlock(&s->mu);
 }
 
 /* The cache holds at most this many parsed tasks; past it, it starts over. */
@@ -155,15 +206,71 @@ int task_txn_release(struct task_txn *tx, struct err *err)
 void task_txn_rollback_savepoint(struct task_txn *tx)
 {
     json_object_clear(tx->s->cache);
-    json_decref(tx->s->meter_ids);
-    tx->s->meter_ids = NULL;
+    sqlst_meter_index_free(tx->s);
     (void)run_stmt(tx, SQLST_ROLLBACK_TO, "rollback to savepoint", NULL);
     (void)run_stmt(tx, SQLST_RELEASE, "release savepoint", NULL);
     tx->s->rv = tx->rv_savepoint;
     drop_events(tx, tx->nevents_savepoint);
 }
 
-/* Loads every charged request id (both the old table and the log) into memory, once. */
+/* --- the meter's request-id index -------------------------------------------------------
+ * Every id ever charged is kept in SQLite, so no retry is ever charged twice (SPEC §7 step
+ * 4), but memory stays bounded however many ids a task token sends (security review
+ * finding 7a). Charges append to meter_log (one hot page per commit, no index to update);
+ * the in-memory index holds exactly the ids in meter_log. Once it reaches
+ * STORE_METER_INDEX_IDS ids or STORE_METER_INDEX_BYTES, the log moves, sorted, into
+ * meter_requests (a B-tree on (task uid, request id)) in the same transaction and the index
+ * starts empty. An id not in the index is looked up there before it is charged. */
+
+#define METER_KEY_OVERHEAD 64 /* bytes per index entry beyond its key (hash table, node) */
+
+static char *meter_key(const char *uid, const char *id)
+{
+    /* A uid is a UUID: the first '\n' ends it, so distinct pairs get distinct keys. */
+    return xasprintf("%s\n%s", uid, id);
+}
+
+void sqlst_meter_index_free(struct sqlite_store *s)
+{
+    json_decref(s->meter_ids);
+    s->meter_ids = NULL;
+    s->meter_ids_bytes = 0;
+}
+
+static void index_add(struct sqlite_store *s, const char *uid, const char *id)
+{
+    char *key = meter_key(uid, id);
+
+    json_object_set_new_nocheck(s->meter_ids, key, json_true());
+    s->meter_ids_bytes += strlen(key) + METER_KEY_OVERHEAD;
+    free(key);
+}
+
+/* Moves meter_log into meter_requests and empties the index. Inside the caller's
+ * transaction: a rollback undoes it and reloads the index. */
+static int meter_archive(struct sqlite_store *s, struct err *err)
+{
+    int rc = sqlst_exec(s,
+                        "INSERT OR IGNORE INTO meter_requests(task_uid,request_id,charged_ms,"
+                        "tokens,cost_micros) SELECT task_uid,request_id,charged_ms,tokens,"
+                        "cost_micros FROM meter_log ORDER BY task_uid,request_id;"
+                        "DELETE FROM meter_log;",
+                        err);
+
+    if (rc == E_OK) {
+        json_object_clear(s->meter_ids);
+        s->meter_ids_bytes = 0;
+    }
+    return rc;
+}
+
+static bool index_full(const struct sqlite_store *s)
+{
+    return json_object_size(s->meter_ids) >= STORE_METER_INDEX_IDS ||
+           s->meter_ids_bytes >= STORE_METER_INDEX_BYTES;
+}
+
+/* Loads the ids of meter_log (bounded: the log is archived whenever the index is full). */
 static int load_meter_ids(struct sqlite_store *s, struct err *err)
 {
     sqlite3_stmt *st = NULL;
@@ -178,19 +285,35 @@ static int load_meter_ids(struct sqlite_store *s, struct err *err)
     }
     s->meter_ids = json_object();
     while ((step = sqlite3_step(st)) == SQLITE_ROW) {
-        const char *uid = (const char *)sqlite3_column_text(st, 0);
-        json_t *set = json_object_get(s->meter_ids, uid);
-        if (set == NULL) {
-            set = json_object();
-            json_object_set_new(s->meter_ids, uid, set);
-        }
-        json_object_set_new(set, (const char *)sqlite3_column_text(st, 1), json_true());
+        index_add(s, (const char *)sqlite3_column_text(st, 0),
+                  (const char *)sqlite3_column_text(st, 1));
     }
     sqlite3_reset(st);
     if (step != SQLITE_DONE) {
-        json_decref(s->meter_ids);
-        s->meter_ids = NULL;
+        sqlst_meter_index_free(s);
         return sqlst_db_err(s, step, "load meter ids", err);
+    }
+    return index_full(s) ? meter_archive(s, err) : E_OK;
+}
+
+/* Whether (UID, ID) is in the archive. */
+static int meter_archived(bool *out, struct sqlite_store *s, const char *uid, const char *id,
+                          struct err *err)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = sqlst_stmt(&st, s, SQLST_METER_SEEN, err), step;
+
+    *out = false;
+    if (rc != E_OK) {
+        return rc;
+    }
+    sqlite3_bind_text(st, 1, uid, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, id, -1, SQLITE_STATIC);
+    step = sqlite3_step(st);
+    sqlite3_reset(st);
+    *out = step == SQLITE_ROW;
+    if (step != SQLITE_ROW && step != SQLITE_DONE) {
+        return sqlst_db_err(s, step, "look up meter id", err);
     }
     return E_OK;
 }
@@ -201,16 +324,27 @@ int task_txn_meter_claim(bool *fresh_out, struct task_txn *tx, const char *task_
 {
     struct sqlite_store *s = tx->s;
     sqlite3_stmt *st = NULL;
-    json_t *set;
-    int rc = load_meter_ids(s, err);
+    bool archived = false;
+    char *key;
+    int rc;
 
     *fresh_out = false;
+    if (task_uid == NULL || request_id == NULL) {
+        return err_set(err, E_INVALID, "meter claim without a task uid or request id");
+    }
+    rc = load_meter_ids(s, err);
     if (rc != E_OK) {
         return rc;
     }
-    set = json_object_get(s->meter_ids, task_uid);
-    if (set != NULL && json_object_get(set, request_id) != NULL) {
-        return E_OK; /* a retry */
+    key = meter_key(task_uid, request_id);
+    archived = json_object_get(s->meter_ids, key) != NULL;
+    free(key);
+    if (archived) {
+        return E_OK; /* a retry, still in the log */
+    }
+    rc = meter_archived(&archived, s, task_uid, request_id, err);
+    if (rc != E_OK || archived) {
+        return rc; /* archived: a retry */
     }
     rc = sqlst_stmt(&st, s, SQLST_METER_INSERT, err);
     if (rc != E_OK) {
@@ -222,15 +356,12 @@ int task_txn_meter_claim(bool *fresh_out, struct task_txn *tx, const char *task_
     sqlite3_bind_int64(st, 4, tokens);
     sqlite3_bind_int64(st, 5, cost_micros);
     rc = sqlst_step_done(s, st, "record meter request", err);
-    if (rc == E_OK) {
-        if (set == NULL) {
-            set = json_object();
-            json_object_set_new(s->meter_ids, task_uid, set);
-        }
-        json_object_set_new(set, request_id, json_true());
-        *fresh_out = true;
+    if (rc != E_OK) {
+        return rc;
     }
-    return rc;
+    index_add(s, task_uid, request_id);
+    *fresh_out = true;
+    return index_full(s) ? meter_archive(s, err) : E_OK;
 }
 
 static int token_current(struct token_record *out, struct sqlite_store *s, const char *ns,

@@ -327,6 +327,13 @@ static int check_metadata(const json_t *md, struct err *err)
     if (m != NULL && check_string_map(NULL, NULL, m, "metadata.annotations", err) != E_OK) {
         return E_INVALID;
     }
+    /* Every meter 200 echoes the guidance, and every event keeps a copy of the task. */
+    if (json_string_length(json_object_get(m, TASK_ANN_GUIDANCE)) > TASK_GUIDANCE_MAX) {
+        return err_set_field(err, E_INVALID, "metadata.annotations." TASK_ANN_GUIDANCE,
+                             "metadata.annotations." TASK_ANN_GUIDANCE
+                             ": longer than %d bytes",
+                             TASK_GUIDANCE_MAX);
+    }
     m = json_object_get(md, "labels");
     if (m != NULL && check_string_map(NULL, NULL, m, "metadata.labels", err) != E_OK) {
         return E_INVALID;
@@ -366,6 +373,10 @@ static int check_spec(json_t *spec, const char *name, struct err *err)
     obj = json_object_get(spec, "objective");
     if (!json_is_string(obj) || json_string_length(obj) == 0) {
         return err_set_field(err, E_INVALID, "spec.objective", "spec.objective: required");
+    }
+    if (json_string_length(obj) > TASK_OBJECTIVE_MAX) {
+        return err_set_field(err, E_INVALID, "spec.objective",
+                             "spec.objective: longer than %d bytes", TASK_OBJECTIVE_MAX);
     }
     spec_defaults(spec, name);
     return E_OK;

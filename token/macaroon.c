@@ -474,15 +474,29 @@ static void print_escaped(FILE *f, const char *label, const char *s)
     fputc('\n', f);
 }
 
+void token_fingerprint(char out[TOKEN_FINGERPRINT_MAX], const struct token *t)
+{
+    unsigned char digest[EVP_MAX_MD_SIZE];
+    char hex[2 * TOKEN_FINGERPRINT_BYTES + 1];
+    unsigned int n = 0;
+
+    /* SHA-256 cannot fail on a fixed 32-byte input short of a broken libcrypto. */
+    ASSERT(EVP_Digest(t->sig, sizeof(t->sig), digest, &n, EVP_sha256(), NULL) == 1 && n == 32);
+    secret_hex(hex, digest, TOKEN_FINGERPRINT_BYTES);
+    snprintf(out, TOKEN_FINGERPRINT_MAX, "sha256:%s", hex);
+    OPENSSL_cleanse(digest, sizeof(digest));
+}
+
 void token_print(FILE *f, const struct token *t)
 {
-    char hex[2 * TOKEN_SIG_LEN + 1];
+    char fp[TOKEN_FINGERPRINT_MAX];
 
     print_escaped(f, "location", t->location != NULL ? t->location : "");
     print_escaped(f, "identifier", t->identifier);
     for (size_t i = 0; i < t->n_caveats; i++) {
         print_escaped(f, "caveat", t->caveats[i]);
     }
-    secret_hex(hex, t->sig, sizeof(t->sig));
-    fprintf(f, "signature: %s\n", hex);
+    /* Never the signature itself: with the fields above it IS the token (SPEC §8). */
+    token_fingerprint(fp, t);
+    fprintf(f, "fingerprint: %s (a hash of the signature, not the signature)\n", fp);
 }

@@ -154,8 +154,16 @@ int token_mint_task(char **token_out, char **id_out,
                     const unsigned char root_key[TOKEN_ROOT_KEY_LEN],
                     const struct token_mint_opts *opts, struct err *err);
 
+#define TOKEN_FINGERPRINT_BYTES 8 /* bytes of SHA-256(signature) shown: 16 hex digits */
+#define TOKEN_FINGERPRINT_MAX 32  /* "sha256:" + 16 hex + NUL, rounded up */
+
+/* Writes "sha256:<first 16 hex digits of SHA-256(signature of T)>" to OUT: tells tokens
+ * apart without revealing the signature (which, with the caveats, rebuilds the token). */
+void token_fingerprint(char out[TOKEN_FINGERPRINT_MAX], const struct token *t);
+
 /* Prints T for humans to F: "location: …", "identifier: …", one "caveat: …" per caveat,
- * then "signature: <hex>" (public; the root key is never known here). Bytes outside
+ * then "fingerprint: sha256:<16 hex> (…)". Never the signature: location, identifier,
+ * caveats and signature are the whole bearer token (SPEC §8 "no secret"). Bytes outside
  * printable ASCII are written as \xNN. */
 void token_print(FILE *f, const struct token *t);
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* libFuzzer target: meter request bodies. A body either parses into a request with a
- * non-empty id and non-negative amounts, or is refused with a message; the decision over
+ * well-formed id and non-negative amounts, or is refused with a message; the decision over
  * the parsed request must keep totals monotonic and never below the previous ones. */
 #include <stddef.h>
 #include <stdint.h>
@@ -24,6 +24,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
     ASSERT(r.request_id != NULL && r.request_id[0] != '\0');
+    /* Bounded, no C0 control or DEL byte, not only spaces (SPEC §7 step 2). */
+    ASSERT(strlen(r.request_id) <= METER_REQUEST_ID_MAX);
+    ASSERT(r.request_id[strspn(r.request_id, " ")] != '\0');
+    for (const unsigned char *p = (const unsigned char *)r.request_id; *p != '\0'; p++) {
+        ASSERT(*p >= 0x20 && *p != 0x7f);
+    }
     ASSERT(r.tokens_used >= 0 && r.cost_micros >= 0 && r.iteration >= 0);
     memset(&st, 0, sizeof(st));
     st.task_found = st.token_current = st.caveats_ok = st.body_ok = st.model_ok = true;

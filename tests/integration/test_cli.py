@@ -359,9 +359,38 @@ def test_logs_unavailable_and_token():
         one_error_line(srv.cli("task", "token", "missing", cwd=d), 1, "not found")
 
 
+# SPEC §8 reference vector.
+REF_TOKEN = ("AgEHZGl2ZXJnZQIIdGFzay0xMjMAAhJ0YXNrX2lkID0gdGFzay0xMjMAAhNtYXhfY29zdF91c2QgPSA1Lj"
+             "AwAAAGINK-JhAmYkGspdMojx9f3ildDI80uEXIHF3q5jq8itwQ")
+REF_SIG = "d2be2610266241aca5d3288f1f5fde295d0c8f34b845c81c5deae63abc8adc10"
+
+
+def test_token_inspect_shows_no_signature():
+    """`token inspect` prints location, identifier, caveats and a fingerprint, never the
+    signature (security review finding 8: with it the output rebuilt a working token)."""
+    import base64
+    import hashlib
+    for arg, stdin in ((REF_TOKEN, None), ("-", REF_TOKEN + "\n")):
+        p = subprocess.run([DIVERGE_BIN, "token", "inspect", arg], capture_output=True,
+                           text=True, input=stdin, timeout=30)
+        assert p.returncode == 0 and p.stderr == "", p
+        lines = p.stdout.splitlines()
+        assert lines[:4] == ["location: diverge", "identifier: task-123",
+                             "caveat: task_id = task-123", "caveat: max_cost_usd = 5.00"], lines
+        fp = hashlib.sha256(bytes.fromhex(REF_SIG)).hexdigest()[:16]
+        assert len(lines) == 5 and lines[4].startswith("fingerprint: sha256:" + fp + " "), lines
+        assert "not the signature" in lines[4]
+        sig = bytes.fromhex(REF_SIG)
+        out = p.stdout.lower()
+        for enc in (REF_SIG, base64.b64encode(sig).decode().rstrip("="),
+                    base64.urlsafe_b64encode(sig).decode().rstrip("="), REF_TOKEN[-40:]):
+            assert enc.lower()[:16] not in out, enc
+        assert "signature:" not in p.stdout
+
+
 if __name__ == "__main__":
     run_tests([test_help_everywhere, test_usage_errors_exit_2, test_server_down_exit_3,
                test_init, test_create_without_agent_yaml, test_create_with_agent_yaml,
                test_list, test_status_formats, test_guide_pause_resume,
                test_concurrent_resumes_lose_no_bump, test_token_sources_and_auth,
-               test_logs_unavailable_and_token])
+               test_logs_unavailable_and_token, test_token_inspect_shows_no_signature])

@@ -240,6 +240,114 @@ def test_attenuated_token_narrows():
         assert meter(srv, r.stdout.strip(), call("n4"))[0] == 401  # repeated caveat narrows
 
 
+def test_request_id_rules_charge_nothing():
+    """SPEC §7 step 2: an empty, all-whitespace, over-long or control-character requestId
+    is 400 and charges nothing, like a missing one."""
+    with Server(ARGS) as srv:
+        tok = start_task(srv, "rid", budgetUSD="5.00")
+        bad = [{"requestId": ""}, {"requestId": " "}, {"requestId": "   "},
+               {"requestId": "\t"}, {"requestId": " \n "}, {"requestId": "\u00a0"},
+               {"requestId": "a\u0000b"}, {"requestId": "a\u0001"},
+               {"requestId": "a\u001b[2J"}, {"requestId": "a\u007f"},
+               {"requestId": "a" * 257}, {"requestId": "a" * 255 + "\u00e9"}]
+        for body in bad:
+            body.update({"tokensUsed": 5, "costUSD": 0.5})
+            st, _, b = meter(srv, tok, body)
+            assert st == 400 and b["reason"] == "BadRequest", (body["requestId"][:20], st, b)
+        t = totals(srv, "rid")
+        assert t[:2] == (0, "0.00") and t[2]["status"]["phase"] == "Active", t[2]["status"]
+        assert not t[2]["status"].get("lastMeterRequestIds"), t[2]["status"]
+        # 256 bytes exactly is fine.
+        st, _, b = meter(srv, tok, call("a" * 256, tokens=5, cost="0.5"))
+        assert st == 200 and b["totalCostUSD"] == 0.5, b
+
+
+def attenuate(tok, *caveats):
+    r = subprocess.run([TOKEN_TOOL, "attenuate", tok] + list(caveats), capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+def test_budget_caveats_are_budgets_not_401():
+    """SPEC §7 step 5, §8: max_cost_usd / max_tokens never fail verification. A positive
+    spec budget replaces them; where the spec field is unset or zero the (smallest) caveat
+    is the budget and crossing it is 429 with the task Paused, never 401."""
+    with Server(ARGS + ["--default-budget-usd", "0.30",
+                        "--default-budget-tokens", "1000"]) as srv:
+        # A $0.10 caveat on a $5.00 task stops at $5.00.
+        tok = attenuate(start_task(srv, "spec5", budgetUSD="5.00", budgetTokens=100000),
+                        "max_cost_usd = 0.10", "max_tokens = 10")
+        for i, cost in enumerate(["0.08", "0.08", "4.84"]):
+            st, _, b = meter(srv, tok, call("s%d" % i, tokens=50, cost=cost))
+            assert st == 200 and b["allowed"] is True, (i, st, b)
+        assert b["totalCostUSD"] == 5.0 and b["budgetUSD"] == 5.0, b
+        st, _, b = meter(srv, tok, call("s9", tokens=0, cost="0.01"))
+        assert st == 429 and b["reason"] == "budget exceeded", (st, b)
+        t = totals(srv, "spec5")[2]
+        assert t["status"]["phase"] == "Paused" and t["status"]["reason"] == "BudgetExceeded"
+        # budgetUSD "0": the default-minted caveat ($0.30) is the budget.
+        st, _, b = srv.request("POST", NS, task_obj("zero", budgetUSD="0", budgetTokens=0))
+        assert st == 201, b
+        wait_phase(srv, "zero", "Active")
+        st, _, tok = srv.request("GET", NS + "/zero/token")
+        tok = tok.strip()
+        st, _, b = meter(srv, tok, call("z1", tokens=10, cost="0.20"))
+        assert st == 200 and b["budgetUSD"] == 0.3 and b["budgetTokens"] == 1000, (st, b)
+        # An attenuated smaller caveat narrows it further: $0.25 is the budget now.
+        narrowed = attenuate(tok, "max_cost_usd = 0.25")
+        st, _, b = meter(srv, narrowed, call("z2", tokens=10, cost="0.06"))
+        assert st == 429 and b["reason"] == "budget exceeded", (st, b)
+        t = totals(srv, "zero")[2]
+        assert t["status"]["phase"] == "Paused" and t["status"]["reason"] == "BudgetExceeded"
+        assert t["spec"]["suspended"] is True and t["status"]["costUSD"] == "0.26"
+        st, _, b = meter(srv, tok, call("z3", tokens=0, cost="0"))
+        assert st == 401 and b["error"] == "token revoked", (st, b)
+        # Tokens alike: no spec budgetTokens, the 1000-token default caveat.
+        tok = start_task(srv, "toks", budgetUSD="5.00")
+        assert meter(srv, tok, call("t1", tokens=1000, cost="0"))[0] == 200
+        st, _, b = meter(srv, tok, call("t2", tokens=1, cost="0"))
+        assert st == 429 and b["reason"] == "budget exceeded", (st, b)
+        # A malformed budget caveat still fails verification: 401, nothing charged.
+        tok = start_task(srv, "badcav", budgetUSD="5.00")
+        for cav in ("max_cost_usd = abc", "max_cost_usd = $1", "max_cost_usd = -1",
+                    "max_cost_usd = 0.0000001", "max_tokens = 1e3", "max_tokens = -5"):
+            st, _, b = meter(srv, attenuate(tok, cav), call("m-" + cav))
+            assert st == 401 and b["reason"] == "Unauthorized", (cav, st, b)
+        assert totals(srv, "badcav")[:2] == (0, "0.00")
+
+
+OBJECTIVE_MAX = 4096   # store/store.h TASK_OBJECTIVE_MAX
+GUIDANCE_MAX = 16384   # store/store.h TASK_GUIDANCE_MAX
+GUIDANCE = "divergedev.com/guidance"
+
+
+def test_objective_and_guidance_caps():
+    """Security review finding 7: the objective and the guidance (echoed in every meter
+    200, copied into every change event) are capped; one byte past is 422 with the field."""
+    with Server(ARGS) as srv:
+        st, _, b = srv.request("POST", NS, task_obj("cap1", objective="o" * (OBJECTIVE_MAX + 1)))
+        assert st == 422 and b["details"]["causes"][0]["field"] == "spec.objective", (st, b)
+        # Multi-byte characters count in bytes.
+        st, _, b = srv.request("POST", NS, task_obj("cap1", objective="\u00e9" * 2049))
+        assert st == 422 and b["details"]["causes"][0]["field"] == "spec.objective", (st, b)
+        obj = task_obj("cap2", objective="o" * OBJECTIVE_MAX)
+        obj["metadata"]["annotations"] = {GUIDANCE: "g" * (GUIDANCE_MAX + 1)}
+        st, _, b = srv.request("POST", NS, obj)
+        assert st == 422 and b["details"]["causes"][0]["field"] == \
+            "metadata.annotations." + GUIDANCE, (st, b)
+        tok = start_task(srv, "cap3", objective="o" * OBJECTIVE_MAX)
+        st, _, b = merge(srv, "cap3", {"metadata": {"annotations": {GUIDANCE: "g" * (GUIDANCE_MAX + 1)}}})
+        assert st == 422 and b["details"]["causes"][0]["field"] == \
+            "metadata.annotations." + GUIDANCE, (st, b)
+        st, _, b = merge(srv, "cap3", {"spec": {"objective": "o" * (OBJECTIVE_MAX + 1)}})
+        assert st == 422 and b["details"]["causes"][0]["field"] == "spec.objective", (st, b)
+        st, _, b = merge(srv, "cap3", {"metadata": {"annotations": {GUIDANCE: "g" * GUIDANCE_MAX}}})
+        assert st == 200, (st, b)
+        st, _, b = meter(srv, tok, call("c1"))
+        assert st == 200 and b["guidance"] == "g" * GUIDANCE_MAX, st
+
+
 def test_kill9_mid_metering_never_overcharges():
     srv = Server(ARGS).start()
     try:
@@ -282,8 +390,10 @@ def test_kill9_mid_metering_never_overcharges():
             for n in names:
                 st, _, b = srv2.request("GET", NS + "/" + n)
                 uid = b["metadata"]["uid"]
+                # The recent ids are in meter_log, older ones moved to meter_requests.
                 rows = [r[0] for r in con.execute(
-                    "SELECT request_id FROM meter_log WHERE task_uid=?", (uid,))]
+                    "SELECT request_id FROM meter_log WHERE task_uid=?1 UNION ALL "
+                    "SELECT request_id FROM meter_requests WHERE task_uid=?1", (uid,))]
                 assert len(rows) == len(set(rows)), "an id was recorded twice"
                 recorded = set(rows)
                 missing = acked[n] - recorded
@@ -314,4 +424,6 @@ if __name__ == "__main__":
     run_tests([test_lifecycle_pause_resume_rotates_token, test_status_codes_in_order,
                test_budget_exact_boundary_pauses_and_revokes, test_max_iterations_and_both_at_once,
                test_guidance_preview_and_caveat_budget, test_attenuated_token_narrows,
+               test_request_id_rules_charge_nothing, test_budget_caveats_are_budgets_not_401,
+               test_objective_and_guidance_caps,
                test_kill9_mid_metering_never_overcharges])

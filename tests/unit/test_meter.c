@@ -4,7 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "meter/meter.h"
+#include "meter/meter_int.h"
 #include "tests/t_check.h"
 
 TEST(cost_from_double_is_exact)
@@ -252,6 +252,166 @@ TEST(iterations)
     r = req_of(1, 1, -1);
     meter_decide(&d, &st, &r);
     CHECK_EQ_INT(d.iteration, 3);
+}
+
+/* SPEC §7 step 2: an empty or all-whitespace requestId is like a missing one; ids are
+ * capped at METER_REQUEST_ID_MAX bytes of UTF-8 without control characters. */
+TEST(request_id_rules)
+{
+    static const char *const bad[] = {
+        "{\"requestId\":\"\"}",
+        "{\"requestId\":\" \"}",
+        "{\"requestId\":\"   \"}",
+        "{\"requestId\":\"\\t\"}",
+        "{\"requestId\":\" \\n \"}",
+        "{\"requestId\":\"\\u00a0\\u3000\"}",      /* Unicode spaces only */
+        "{\"requestId\":\"a\\u0000b\"}",           /* NUL inside */
+        "{\"requestId\":\"a\\u0001\"}",            /* C0 control */
+        "{\"requestId\":\"a\\u001b[2J\"}",         /* terminal escape */
+        "{\"requestId\":\"a\\u007f\"}",            /* DEL */
+        "{\"requestId\":\"a\\u0085\"}",            /* C1 control (NEL) */
+        "{\"requestId\":\"a\\r\\nb\"}",
+        "{\"requestId\":\"\xc3\"}",                /* truncated UTF-8 */
+        "{\"requestId\":\"\xed\xa0\x80\"}",        /* surrogate */
+    };
+    static const char *const good[] = {
+        "{\"requestId\":\" a \"}",
+        "{\"requestId\":\"caf\xc3\xa9-1\"}",
+        "{\"requestId\":\"\\u00e9\\ud83d\\ude00\"}",
+    };
+    struct meter_request r;
+    struct err err = {0};
+    char id[METER_REQUEST_ID_MAX + 2], *body;
+
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        int rc = meter_request_parse(&r, bad[i], strlen(bad[i]), &err);
+        if (rc != E_INVALID || r.request_id != NULL) {
+            t_fail(__FILE__, __LINE__, "bad id %zu: rc=%d", i, rc);
+        }
+        meter_request_cleanup(&r);
+    }
+    for (size_t i = 0; i < ARRAY_LEN(good); i++) {
+        int rc = meter_request_parse(&r, good[i], strlen(good[i]), &err);
+        if (rc != E_OK) {
+            t_fail(__FILE__, __LINE__, "good id %zu: rc=%d %s", i, rc, err.msg);
+        }
+        meter_request_cleanup(&r);
+    }
+    /* Exactly at the cap is accepted; one byte past it (also when the last character is
+     * multi-byte) is refused. */
+    memset(id, 'a', sizeof(id));
+    id[METER_REQUEST_ID_MAX] = '\0';
+    body = xasprintf("{\"requestId\":\"%s\"}", id);
+    CHECK_OK(meter_request_parse(&r, body, strlen(body), NULL));
+    CHECK_EQ_INT(strlen(r.request_id != NULL ? r.request_id : ""), METER_REQUEST_ID_MAX);
+    meter_request_cleanup(&r);
+    free(body);
+    id[METER_REQUEST_ID_MAX] = 'a';
+    id[METER_REQUEST_ID_MAX + 1] = '\0';
+    body = xasprintf("{\"requestId\":\"%s\"}", id);
+    CHECK_EQ_INT(meter_request_parse(&r, body, strlen(body), NULL), E_INVALID);
+    meter_request_cleanup(&r);
+    free(body);
+    id[METER_REQUEST_ID_MAX - 1] = '\0';
+    body = xasprintf("{\"requestId\":\"%s\\u00e9\"}", id); /* 255 + 2 bytes */
+    CHECK_EQ_INT(meter_request_parse(&r, body, strlen(body), NULL), E_INVALID);
+    meter_request_cleanup(&r);
+    free(body);
+}
+
+/* SPEC §7 step 5, §8: max_cost_usd / max_tokens are budgets, never a 401. A positive spec
+ * budget replaces them; otherwise the smallest caveat is the budget and crossing it is
+ * 429 "budget exceeded". */
+TEST(budget_caveats_are_budgets)
+{
+    struct meter_decision d;
+    struct meter_state st = base_state();
+    struct meter_request r;
+
+    /* A $0.10 caveat on a $5.00 task: $0.11 and $5.00 are fine, past $5.00 is 429. */
+    st.grant.max_cost_micros = 100000;
+    r = req_of(0, 110000, -1);
+    meter_decide(&d, &st, &r);
+    CHECK_EQ_INT(d.status, 200);
+    CHECK_EQ_INT(d.budget_usd, 5000000);
+    st.cost_micros = 4999999;
+    r = req_of(0, 1, -1);
+    meter_decide(&d, &st, &r);
+    CHECK_EQ_INT(d.status, 200);
+    st.cost_micros = 5000000;
+    meter_decide(&d, &st, &r);
+    CHECK_EQ_INT(d.status, 429);
+    CHECK_EQ_INT(d.outcome, METER_OVER_BUDGET);
+    /* Spec zero: the caveat is the budget, crossing it is 429, never 401. */
+    st = base_state();
+    st.spec_budget_usd = 0;
+    st.grant.max_cost_micros = 100000;
+    st.cost_micros = 100000;
+    r = req_of(0, 1, -1);
+    meter_decide(&d, &st, &r);
+    CHECK_EQ_INT(d.status, 429);
+    CHECK_EQ_STR(d.reason, "budget exceeded");
+    CHECK(d.has_budget_usd && d.budget_usd == 100000);
+    /* A zero caveat with no spec budget: any spend is over. */
+    st.grant.max_cost_micros = 0;
+    st.cost_micros = 0;
+    meter_decide(&d, &st, &r);
+    CHECK_EQ_INT(d.status, 429);
+    r = req_of(0, 0, -1);
+    meter_decide(&d, &st, &r);
+    CHECK_EQ_INT(d.status, 200);
+    /* Tokens alike: a 10-token caveat on a 200000-token task. */
+    st = base_state();
+    st.grant.max_tokens = 10;
+    r = req_of(200000, 0, -1);
+    meter_decide(&d, &st, &r);
+    CHECK_EQ_INT(d.status, 200);
+    st.spec_budget_tokens = 0;
+    r = req_of(11, 0, -1);
+    meter_decide(&d, &st, &r);
+    CHECK_EQ_INT(d.status, 429);
+    CHECK_EQ_STR(d.reason, "budget exceeded");
+}
+
+/* The verified-token cache hands back the caveat budgets (smallest of repeats) on a miss
+ * and on every hit, and never refuses a token for its budget caveats. */
+TEST(token_cache_carries_budgets)
+{
+    unsigned char key[TOKEN_ROOT_KEY_LEN] = {0};
+    struct token_mint_opts o = TOKEN_MINT_OPTS_DEFAULTS;
+    struct token_context ctx = {.task = "t", .ns = "default", .now_ms = 1};
+    struct token_cache c;
+    struct verified_token *vt = NULL;
+    struct token_grant g;
+    struct token *t = NULL;
+    char *text = NULL, *narrowed = NULL;
+
+    o.task = "t", o.ns = "default", o.max_cost_micros = 5000000, o.max_tokens = 1000;
+    CHECK_OK(token_mint_task(&text, NULL, key, &o, NULL));
+    CHECK_OK(token_decode(&t, text != NULL ? text : "", text != NULL ? strlen(text) : 0, NULL));
+    if (t == NULL) {
+        free(text);
+        return;
+    }
+    CHECK_OK(token_add_caveat(t, "max_cost_usd = 0.10", NULL));
+    CHECK_OK(token_add_caveat(t, "max_cost_usd = 0.50", NULL));
+    CHECK_OK(token_add_caveat(t, "max_tokens = 7", NULL));
+    token_encode(&narrowed, t);
+    token_cache_init(&c);
+    CHECK_OK(token_cache_get(&vt, &c, narrowed, key, NULL));
+    for (int round = 0; vt != NULL && round < 2; round++) { /* miss, then hit */
+        memset(&g, 0, sizeof(g));
+        CHECK_OK(token_cache_check(&g, vt, &ctx));
+        CHECK(g.has_max_cost && g.max_cost_micros == 100000);
+        CHECK(g.has_max_tokens && g.max_tokens == 7);
+    }
+    if (vt != NULL) {
+        token_cache_release(&c, vt);
+    }
+    token_cache_cleanup(&c);
+    token_free(t);
+    free(text);
+    free(narrowed);
 }
 
 T_MAIN

@@ -653,8 +653,16 @@ static const char PRINTED[] =
     "identifier: task-123\n"
     "caveat: task_id = task-123\n"
     "caveat: max_cost_usd = 5.00\n"
-    "signature: d2be2610266241aca5d3288f1f5fde295d0c8f34b845c81c5deae63abc8adc10\n"
+    "fingerprint: sha256:24db987f668df9a0 (a hash of the signature, not the signature)\n"
     "location: diverge\n";
+
+/* The reference signature in base64: on its own (standard, URL-safe) and as it sits
+ * inside REF_TOKEN. */
+static const char *const REF_SIG_B64[] = {
+    "0r4mECZiQayl0yiPH1/eKV0MjzS4RcgcXermOryK3BA",
+    "0r4mECZiQayl0yiPH1_eKV0MjzS4RcgcXermOryK3BA",
+    "JhAmYkGspdMojx9f3ildDI80uEXIHF3q5jq8itwQ",
+};
 
 TEST(print_shows_no_secret)
 {
@@ -672,6 +680,13 @@ TEST(print_shows_no_secret)
         f = NULL;
         CHECK(strncmp(text, PRINTED, strlen(PRINTED)) == 0);
         CHECK(strstr(text, "caveat: max_cost_usd = 5.00\ncaveat: repo = a\\x5cb\\x7f\n") != NULL);
+        /* Neither the signature's hex nor its base64 (the inspect output must not rebuild
+         * a working token, security review finding 8). */
+        CHECK(strstr(text, REF_SIG) == NULL);
+        CHECK(strstr(text, "signature:") == NULL);
+        for (size_t i = 0; i < ARRAY_LEN(REF_SIG_B64); i++) {
+            CHECK(strstr(text, REF_SIG_B64[i]) == NULL);
+        }
     }
     if (f != NULL) {
         fclose(f);
