@@ -60,8 +60,8 @@ bool bot_task_belongs(const json_t *task, const char *provider, const char *proj
 /* The longest objective (`fix`) and hint (`guide`) a comment may set, in bytes: the
  * store's caps on spec.objective and the divergedev.com/guidance annotation. A longer one
  * is refused with a reply and changes nothing. */
-#define BOT_OBJECTIVE_MAX 4096
-#define BOT_GUIDANCE_MAX 16384
+#define BOT_OBJECTIVE_MAX TASK_OBJECTIVE_MAX
+#define BOT_GUIDANCE_MAX TASK_GUIDANCE_MAX
 
 struct bot;
 
