@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The embedded task_store: one SQLite file in WAL mode with synchronous=FULL, so a write
  * is on disk before it is acknowledged. resourceVersion is one global counter (like etcd's
- * revision) bumped by every write; an in-memory ring of the latest events feeds watchers. */
+ * revision) bumped by every write; an in-memory ring of the latest events feeds watchers.
+ * Writes go through one connection (under mu); reads run on a pool of read-only
+ * connections (store_sqlite_read.c). */
 #include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
