@@ -459,7 +459,10 @@ static int hold_txn(struct task_txn *tx, void *userdata)
     pthread_mutex_lock(&h->mu);
     h->txn_open = true;
     pthread_cond_broadcast(&h->cv);
-    while (!h->read_done && pthread_cond_timedwait(&h->cv, &h->mu, &guard) == 0) {
+    while (!h->read_done) {
+        if (pthread_cond_timedwait(&h->cv, &h->mu, &guard) != 0) {
+            break;
+        }
     }
     h->done_while_open = h->read_done;
     pthread_mutex_unlock(&h->mu);
