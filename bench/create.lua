@@ -10,6 +10,8 @@ end
 function init(args)
     token = os.getenv("DIVERGE_API_TOKEN")
     counter = 0
+    -- A fresh sequence per run: a second run against the same server makes new names.
+    math.randomseed(os.time() * 100 + tid)
 end
 
 function request()

@@ -25,15 +25,6 @@ static void log_change(const char *what, const json_t *obj)
            json_string_value(json_object_get(status, "phase")), NULL);
 }
 
-static json_t *list_body(json_t *items, int64_t rv)
-{
-    char rvs[32];
-
-    snprintf(rvs, sizeof(rvs), "%lld", (long long)rv);
-    return json_pack("{s:s, s:s, s:{s:s}, s:o}", "apiVersion", TASK_API_VERSION, "kind",
-                     "AgentTaskList", "metadata", "resourceVersion", rvs, "items", items);
-}
-
 /* True when S is a non-empty decimal number that fits in int64. */
 static bool atoll_ok(const char *s)
 {
@@ -82,6 +73,17 @@ static int watch_event(const struct task_event *ev, void *userdata)
     (void)buf_puts(&w->pending, ev->json);
     (void)buf_puts(&w->pending, "}\n");
     return 0;
+}
+
+/* One object of the initial list, as a synthetic ADDED event. */
+static int watch_added(const char *json, size_t len, void *userdata)
+{
+    struct watch *w = userdata;
+
+    (void)buf_puts(&w->pending, "{\"type\":\"ADDED\",\"object\":");
+    (void)buf_append(&w->pending, json, len);
+    (void)buf_puts(&w->pending, "}\n");
+    return E_OK;
 }
 
 static long watch_read(void *cls, uint64_t pos, char *out, size_t max)
@@ -142,18 +144,12 @@ static int start_watch(struct request *r, const char *ns)
         w->deadline_ms = clock_now_ms(clock_system()) + strtoll(tq, NULL, 10) * 1000;
     }
     if (rvq == NULL || rvq[0] == '\0' || strcmp(rvq, "0") == 0) {
-        /* Kubernetes semantics: the current state as synthetic ADDED events first. */
-        json_t *items = NULL, *item;
-        size_t i;
-        if (task_store_list(&items, &w->rv, r->srv->store, ns, &err) != E_OK) {
+        /* Kubernetes semantics: the current state as synthetic ADDED events first. The
+         * list and w->rv come from one snapshot: streaming resumes right after it. */
+        if (task_store_list_text(&w->rv, r->srv->store, ns, watch_added, w, &err) != E_OK) {
             watch_free(w);
             return http_send_err(r, &err);
         }
-        json_array_foreach(items, i, item)
-        {
-            watch_line(w, "ADDED", item);
-        }
-        json_decref(items);
     } else if (atoll_ok(rvq)) {
         w->rv = strtoll(rvq, NULL, 10);
     } else {
@@ -165,19 +161,56 @@ static int start_watch(struct request *r, const char *ns)
 
 /* --- list, create, get ----------------------------------------------------------- */
 
+/* An AgentTaskList written from the stored JSON text of its items (no parse, no
+ * re-encoding: a list of 10,000 tasks is mostly a copy). */
+struct list_text {
+    struct buf out;
+    const int64_t *rv; /* the list's resourceVersion: set before the first item */
+    size_t n;          /* items so far */
+};
+
+static void list_text_head(struct list_text *l)
+{
+    (void)buf_printf(&l->out,
+                     "{\"apiVersion\":\"%s\",\"kind\":\"AgentTaskList\",\"metadata\":"
+                     "{\"resourceVersion\":\"%lld\"},\"items\":[",
+                     TASK_API_VERSION, (long long)*l->rv);
+}
+
+static int list_text_item(const char *json, size_t len, void *userdata)
+{
+    struct list_text *l = userdata;
+
+    if (l->n++ == 0) {
+        list_text_head(l);
+    } else {
+        (void)buf_puts(&l->out, ",");
+    }
+    return buf_append(&l->out, json, len);
+}
+
 static int list_ns(struct request *r, const char *ns)
 {
-    json_t *items = NULL;
     int64_t rv = 0;
+    struct list_text l = {.rv = &rv, .n = 0};
     struct err err = {0};
+    int ret;
 
     if (http_query_true(r, "watch")) {
         return start_watch(r, ns);
     }
-    if (task_store_list(&items, &rv, r->srv->store, ns, &err) != E_OK) {
+    buf_init(&l.out, 0);
+    if (task_store_list_text(&rv, r->srv->store, ns, list_text_item, &l, &err) != E_OK) {
+        buf_cleanup(&l.out);
         return http_send_err(r, &err);
     }
-    return http_send_json(r, 200, list_body(items, rv));
+    if (l.n == 0) {
+        list_text_head(&l);
+    }
+    (void)buf_puts(&l.out, "]}\n");
+    ret = http_send_text(r, 200, "application/json", l.out.data);
+    buf_cleanup(&l.out);
+    return ret;
 }
 
 int api_task_list(struct request *r)

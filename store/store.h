@@ -272,6 +272,15 @@ struct task_totals {
 /* Fills *out; E_FAIL on database errors. */
 int task_store_totals(struct task_totals *out, struct task_store *st, struct err *err);
 
+/* Called with one stored object as compact JSON text (LEN bytes, NUL-terminated, borrowed
+ * for the call). Return E_OK to go on, anything else to stop with that code. */
+typedef int (*task_text_fn)(const char *json, size_t len, void *userdata);
+/* As the list op, without parsing: FN gets each task of NS (NULL: every namespace) in
+ * namespace, name order, as stored; all from one snapshot whose resourceVersion is
+ * *rv_out (set before the first call). Never waits behind a write transaction. */
+int task_store_list_text(int64_t *rv_out, struct task_store *st, const char *ns,
+                         task_text_fn fn, void *userdata, struct err *err);
+
 /* --- inside a transaction (only valid during the task_txn_fn call) ------------------ */
 
 /* *out: a new reference to the stored task, SHARED with the store's cache of parsed tasks

@@ -26,6 +26,7 @@ struct event {
 };
 
 struct inbox_waiter;
+struct sqlst_readers; /* store_sqlite_read.c */
 
 /* Cached prepared statements of the hot paths. */
 enum sqlst_stmt_id {
@@ -71,6 +72,7 @@ struct sqlite_store {
     struct inbox_waiter *gc_head;     /* queued inbox adds, oldest first */
     struct inbox_waiter *gc_tail;
     bool gc_leader;                   /* a request is writing a batch */
+    struct sqlst_readers *readers;    /* owned: the read-only connections (GET, list) */
 };
 
 

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The embedded task_store: one SQLite file in WAL mode with synchronous=FULL, so a write
  * is on disk before it is acknowledged. resourceVersion is one global counter (like etcd's
- * revision) bumped by every write; an in-memory ring of the latest events feeds watchers. */
+ * revision) bumped by every write; an in-memory ring of the latest events feeds watchers.
+ * Writes go through one connection (under mu); reads run on a pool of read-only
+ * connections (store_sqlite_read.c). */
 #include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -12,6 +14,7 @@
 #include "common/secret.h"
 #include "store/store.h"
 #include "store/store_int.h"
+#include "store/store_sqlite_read.h"
 
 int sqlst_db_err(struct sqlite_store *s, int rc, const char *what, struct err *err)
 {
@@ -362,18 +365,6 @@ void sqlst_new_uid(char out[37])
 
 /* --- ops --------------------------------------------------------------------------- */
 
-static int sqlite_get(json_t **out, struct task_store *st, const char *ns, const char *name,
-                      struct err *err)
-{
-    struct sqlite_store *s = sqlst_of(st);
-    int rc;
-
-    pthread_mutex_lock(&s->mu);
-    rc = sqlst_read_obj(out, s, "tasks", ns, name, err);
-    pthread_mutex_unlock(&s->mu);
-    return rc;
-}
-
 struct create_args {
     json_t **out;
     const json_t *obj;
@@ -528,52 +519,6 @@ out:
     return rc;
 }
 
-static int list_table(json_t **items_out, struct sqlite_store *s, const char *table,
-                      const char *ns, struct err *err)
-{
-    sqlite3_stmt *st = NULL;
-    char *sql = xasprintf("SELECT doc FROM %s %s ORDER BY namespace, name", table,
-                          ns != NULL ? "WHERE namespace=?1" : "");
-    json_t *items = json_array();
-    int rc = sqlst_prepare(&st, s, sql, err), step;
-
-    free(sql);
-    *items_out = NULL;
-    if (rc != E_OK) {
-        json_decref(items);
-        return rc;
-    }
-    if (ns != NULL) {
-        sqlite3_bind_text(st, 1, ns, -1, SQLITE_STATIC);
-    }
-    while ((step = sqlite3_step(st)) == SQLITE_ROW) {
-        json_t *obj = sqlst_column_json(st, 0);
-        if (obj != NULL) {
-            json_array_append_new(items, obj);
-        }
-    }
-    sqlite3_finalize(st);
-    if (step != SQLITE_DONE) {
-        json_decref(items);
-        return sqlst_db_err(s, step, "list", err);
-    }
-    *items_out = items;
-    return E_OK;
-}
-
-static int sqlite_list(json_t **items_out, int64_t *rv_out, struct task_store *st,
-                       const char *ns, struct err *err)
-{
-    struct sqlite_store *s = sqlst_of(st);
-    int rc;
-
-    pthread_mutex_lock(&s->mu);
-    rc = list_table(items_out, s, "tasks", ns, err);
-    *rv_out = s->rv;
-    pthread_mutex_unlock(&s->mu);
-    return rc;
-}
-
 static bool event_matches(const struct event *e, const char *ns)
 {
     return ns == NULL || strcmp(e->ns, ns) == 0;
@@ -643,54 +588,6 @@ static void sqlite_wake(struct task_store *st)
     pthread_mutex_unlock(&s->mu);
 }
 
-static int sqlite_count_phases(int64_t counts_out[TASK_PHASE_COUNT], struct task_store *st,
-                               struct err *err)
-{
-    struct sqlite_store *s = sqlst_of(st);
-    sqlite3_stmt *q = NULL;
-    int rc, step;
-
-    memset(counts_out, 0, sizeof(int64_t) * TASK_PHASE_COUNT);
-    pthread_mutex_lock(&s->mu);
-    rc = sqlst_prepare(&q, s, "SELECT phase, count(*) FROM tasks GROUP BY phase", err);
-    while (rc == E_OK && (step = sqlite3_step(q)) == SQLITE_ROW) {
-        enum task_phase p;
-        if (task_phase_parse(&p, (const char *)sqlite3_column_text(q, 0)) == E_OK) {
-            counts_out[p] = sqlite3_column_int64(q, 1);
-        }
-    }
-    sqlite3_finalize(q);
-    pthread_mutex_unlock(&s->mu);
-    return rc;
-}
-
-static int sqlite_env_list(json_t **items_out, struct task_store *st, const char *ns,
-                           struct err *err)
-{
-    struct sqlite_store *s = sqlst_of(st);
-    int rc;
-
-    pthread_mutex_lock(&s->mu);
-    rc = list_table(items_out, s, "environments", ns, err);
-    pthread_mutex_unlock(&s->mu);
-    return rc;
-}
-
-static int sqlite_env_get(json_t **out, struct task_store *st, const char *ns, const char *name,
-                          struct err *err)
-{
-    struct sqlite_store *s = sqlst_of(st);
-    int rc;
-
-    pthread_mutex_lock(&s->mu);
-    rc = sqlst_read_obj(out, s, "environments", ns, name, err);
-    pthread_mutex_unlock(&s->mu);
-    if (rc == E_NOTFOUND) {
-        rc = err_set(err, E_NOTFOUND, "environments \"%s\" not found", name);
-    }
-    return rc;
-}
-
 static void sqlite_close(struct task_store *st)
 {
     struct sqlite_store *s = sqlst_of(st);
@@ -703,6 +600,7 @@ static void sqlite_close(struct task_store *st)
     }
     json_decref(s->cache);
     json_decref(s->meter_ids);
+    sqlst_readers_close(s); /* before the writer's connection: it checkpoints last */
     sqlite3_close(s->db);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->changed);
@@ -714,16 +612,16 @@ static void sqlite_close(struct task_store *st)
 
 static const struct task_store_ops sqlite_ops = {
     .name = "sqlite",
-    .get = sqlite_get,
+    .get = sqlst_read_get,
     .create = sqlite_create,
     .mutate = sqlite_mutate,
     .remove = sqlite_remove,
-    .list = sqlite_list,
+    .list = sqlst_read_list,
     .watch = sqlite_watch,
     .wake = sqlite_wake,
-    .count_phases = sqlite_count_phases,
-    .env_list = sqlite_env_list,
-    .env_get = sqlite_env_get,
+    .count_phases = sqlst_read_count_phases,
+    .env_list = sqlst_read_env_list,
+    .env_get = sqlst_read_env_get,
     .txn = sqlst_txn,
     .close = sqlite_close,
 };
@@ -761,6 +659,9 @@ int task_store_sqlite_open(struct task_store **out, const char *path, const stru
     }
     if (rc == E_OK) {
         rc = load_rv(s, err);
+    }
+    if (rc == E_OK) {
+        rc = sqlst_readers_open(s, path, err);
     }
 out:
     if (rc != E_OK) {

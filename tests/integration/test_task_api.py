@@ -317,6 +317,62 @@ def test_watch_streams_events():
         assert ev == [] and time.time() - t0 < 5
 
 
+def test_watch_started_during_concurrent_creates_sees_each_task_once():
+    """Watches started while creates stream in (their first list comes from a read
+    connection, beside the writer): the synthetic ADDED list and the events after its
+    resourceVersion name every task exactly once, none missed, none repeated."""
+    with Server() as srv:
+        for i in range(10):
+            assert srv.request("POST", NS, task_obj("pre%d" % i))[0] == 201
+        n = 300
+        acked = []
+        lock = threading.Lock()
+        watchers = []
+
+        def one(i):
+            st, _, body = srv.request("POST", NS, task_obj("c%d" % i), timeout=30)
+            assert st == 201, body
+            with lock:
+                acked.append(i)
+
+        def watch(events):
+            req = urllib.request.Request(srv.url + NS + "?watch=true",
+                                         headers={"Authorization": "Bearer " + srv.token})
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                while True:
+                    line = resp.readline()
+                    assert line, "the stream ended before the sentinel"
+                    ev = json.loads(line)
+                    events.append(ev)
+                    if ev["object"]["metadata"]["name"] == "sentinel":
+                        return
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=16) as ex:
+            futs = [ex.submit(one, i) for i in range(n)]
+            for start_at in (30, 100, 200):
+                deadline = time.time() + 30
+                while len(acked) < start_at and time.time() < deadline:
+                    time.sleep(0.001)
+                events = []
+                t = threading.Thread(target=watch, args=(events,))
+                t.start()
+                watchers.append((t, events))
+            [f.result() for f in futs]
+        # Every watcher started before this create, so each must reach it.
+        assert srv.request("POST", NS, task_obj("sentinel"))[0] == 201
+        want = {"pre%d" % i for i in range(10)} | {"c%d" % i for i in range(n)} | {"sentinel"}
+        for t, events in watchers:
+            t.join(60)
+            assert not t.is_alive()
+            added = {}
+            for ev in events:
+                if ev["type"] == "ADDED":
+                    name = ev["object"]["metadata"]["name"]
+                    added[name] = added.get(name, 0) + 1
+            assert set(added) == want, sorted(want ^ set(added))
+            assert all(c == 1 for c in added.values()), {k: c for k, c in added.items() if c != 1}
+
+
 def test_restart_keeps_everything_and_sigterm_is_graceful():
     srv = Server().start()
     try:
@@ -422,6 +478,7 @@ if __name__ == "__main__":
     run_tests([test_health_ready_metrics, test_create_get_list_roundtrip, test_status_codes,
                test_merge_patch_and_status_subresource, test_delete,
                test_stale_resource_version_race_exactly_one_conflict, test_watch_streams_events,
+               test_watch_started_during_concurrent_creates_sees_each_task_once,
                test_restart_keeps_everything_and_sigterm_is_graceful,
                test_kill9_during_200_concurrent_creates_loses_nothing_acknowledged,
                test_env_list_and_log_format, test_serve_flags_and_env])
