@@ -128,10 +128,22 @@ static int find_route(struct request *r, bool *path_known)
 
 /* --- responses ------------------------------------------------------------------- */
 
+/* Sent when an error or JSON body cannot be built (never an abort: the input that got us
+ * here may well be hostile). A metav1.Status that also carries "error", so both kinds of
+ * client read it. */
+static const char g_internal_body[] =
+    "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\","
+    "\"message\":\"internal error: the response could not be built\",\"reason\":"
+    "\"InternalError\",\"code\":500,\"error\":\"internal error: the response could not be "
+    "built\"}\n";
+
 static int queue(struct request *r, int status, struct MHD_Response *resp)
 {
     enum MHD_Result ret;
 
+    if (resp == NULL) {
+        return MHD_NO; /* MHD is out of memory: drop the connection */
+    }
     r->status = status;
     ret = MHD_queue_response(r->conn, (unsigned int)status, resp);
     MHD_destroy_response(resp);
@@ -150,12 +162,22 @@ int http_send_text(struct request *r, int status, const char *content_type, cons
 
 int http_send_json(struct request *r, int status, json_t *body)
 {
-    char *text = json_dumps(body, JSON_COMPACT);
+    char *text = body != NULL ? json_dumps(body, JSON_COMPACT) : NULL;
     struct MHD_Response *resp;
     size_t n;
 
     json_decref(body);
-    ASSERT(text != NULL);
+    if (text == NULL) {
+        /* json_pack refused a value (not UTF-8, say) or memory ran out. */
+        log_kv(LOG_ERROR, "response_build_failed", "route", http_route_name(r->route), NULL);
+        resp = MHD_create_response_from_buffer(strlen(g_internal_body),
+                                               (void *)(uintptr_t)g_internal_body,
+                                               MHD_RESPMEM_PERSISTENT);
+        if (resp != NULL) {
+            MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+        }
+        return queue(r, 500, resp);
+    }
     n = strlen(text);
     text[n] = '\0';
     /* Newline-terminated like kubectl output, so curl output reads well. */
@@ -207,13 +229,17 @@ static const char *reason_of(int status)
 int http_send_error(struct request *r, int status, const char *reason, const struct err *err,
                     const char *fmt, ...)
 {
-    char msg[ERR_MSG_MAX];
+    char tmp[2 * ERR_MSG_MAX], msg[ERR_MSG_MAX];
     va_list ap;
     json_t *body;
+    int n;
 
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
     va_end(ap);
+    /* Valid UTF-8 cut on a character boundary, whatever went into the format. */
+    n = n < 0 ? 0 : n;
+    err_utf8_copy(msg, sizeof(msg), tmp, (size_t)n < sizeof(tmp) ? (size_t)n : sizeof(tmp) - 1);
     if (reason == NULL) {
         reason = reason_of(status);
     }
@@ -223,7 +249,7 @@ int http_send_error(struct request *r, int status, const char *reason, const str
     body = json_pack("{s:s, s:s, s:{}, s:s, s:s, s:s, s:i, s:s}", "kind", "Status", "apiVersion",
                      "v1", "metadata", "status", "Failure", "message", msg, "reason", reason,
                      "code", status, "error", msg);
-    if (err != NULL && err->field[0] != '\0') {
+    if (body != NULL && err != NULL && err->field[0] != '\0') {
         json_object_set_new(body, "details",
                             json_pack("{s:s, s:[{s:s, s:s, s:s}]}", "kind", "agenttasks",
                                       "causes", "reason", "FieldValueInvalid", "message",
@@ -391,11 +417,11 @@ static enum MHD_Result dispatch(struct request *r)
     r->route = find_route(r, &path_known);
     if (r->route < 0) {
         if (path_known) {
+            /* Neither the method nor the path is echoed: both are request bytes. */
             return (enum MHD_Result)http_send_error(r, 405, NULL, NULL,
-                                                    "method %s not allowed on %s", r->method,
-                                                    r->url);
+                                                    "method not allowed on this path");
         }
-        return (enum MHD_Result)http_send_error(r, 404, NULL, NULL, "no such path: %s", r->url);
+        return (enum MHD_Result)http_send_error(r, 404, NULL, NULL, "no such path");
     }
     if (g_routes[r->route].auth == AUTH_ADMIN && !admin_ok(r)) {
         return (enum MHD_Result)http_send_error(r, 401, NULL, NULL,

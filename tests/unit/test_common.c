@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Unit tests of common/: money parsing and formatting, buf caps, RFC 3339. */
+/* Unit tests of common/: money parsing and formatting, buf caps, RFC 3339, JSON scanning,
+ * error messages as valid UTF-8, log line escaping, secret file checks. */
+#include <jansson.h>
 #include <stdbool.h>
 #include <stdlib.h>
 
@@ -182,6 +184,88 @@ TEST(jsonscan_extracts_paths)
     CHECK(!v[5].present);
     CHECK_EQ_INT(jsonscan_int(&n, &v[0]), E_INVALID);
     CHECK_EQ_INT(jsonscan_extract(v, "{\"a\":", 5, paths, ARRAY_LEN(paths), NULL), E_INVALID);
+}
+
+/* jansson refuses strings that are not valid UTF-8: the property the HTTP layer needs. */
+static bool utf8_valid(const char *s)
+{
+    json_t *j = json_string(s);
+    bool ok = j != NULL;
+
+    json_decref(j);
+    return ok;
+}
+
+TEST(err_utf8_char_len_refuses_malformed)
+{
+    static const struct {
+        const char *s;
+        size_t n, want;
+    } cases[] = {
+        {"a", 1, 1},
+        {"\xc3\xa9", 2, 2},
+        {"\xe2\x82\xac", 3, 3},
+        {"\xf0\x9f\x98\x80", 4, 4},
+        {"\xc3", 1, 0},             /* cut short */
+        {"\xf0\x9f\x98", 3, 0},     /* cut short */
+        {"\x80", 1, 0},             /* stray continuation byte */
+        {"\xc0\xaf", 2, 0},         /* overlong '/' */
+        {"\xe0\x80\xaf", 3, 0},     /* overlong '/' */
+        {"\xed\xa0\x80", 3, 0},     /* surrogate */
+        {"\xf4\x90\x80\x80", 4, 0}, /* past U+10FFFF */
+        {"\xff", 1, 0},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        CHECK_EQ_INT(err_utf8_char_len(cases[i].s, cases[i].n), cases[i].want);
+    }
+}
+
+TEST(err_set_replaces_invalid_bytes)
+{
+    struct err err = {0};
+
+    CHECK_EQ_INT(err_set(&err, E_NOTFOUND, "no such path: %s", "/\xff\xc3x"), E_NOTFOUND);
+    CHECK_EQ_STR(err.msg, "no such path: /\xef\xbf\xbd\xef\xbf\xbdx");
+    CHECK(utf8_valid(err.msg));
+    err_set_field(&err, E_INVALID, "spec.\xe9", "bad %s", "\xed\xa0\x80");
+    CHECK(utf8_valid(err.msg));
+    CHECK(utf8_valid(err.field));
+}
+
+TEST(err_set_cuts_long_messages_on_a_character_boundary)
+{
+    char path[2 + 2 * 300 + 1] = "/a";
+    char four[1 + 4 * 200 + 1] = "x";
+    struct err err = {0};
+
+    for (int i = 0; i < 300; i++) {
+        memcpy(path + 2 + 2 * i, "\xc3\xa9", 2);
+    }
+    path[sizeof(path) - 1] = '\0';
+    err_set(&err, E_NOTFOUND, "no such path: %s", path);
+    CHECK(utf8_valid(err.msg));
+    CHECK(strlen(err.msg) <= ERR_MSG_MAX - 1);
+    CHECK(strlen(err.msg) >= ERR_MSG_MAX - 2);
+    /* Every offset of a 4-byte character against the end of the buffer. */
+    for (int shift = 0; shift < 4; shift++) {
+        for (int i = 0; i < 200; i++) {
+            memcpy(four + 1 + 4 * i, "\xf0\x9f\x98\x80", 4);
+        }
+        four[sizeof(four) - 1] = '\0';
+        err_set(&err, E_INVALID, "%.*s%s", shift, "abc", four);
+        CHECK(utf8_valid(err.msg));
+        CHECK(strlen(err.msg) > ERR_MSG_MAX - 6);
+    }
+}
+
+TEST(err_utf8_copy_replacement_fits_or_stops)
+{
+    char out[6];
+
+    CHECK_EQ_INT(err_utf8_copy(out, sizeof(out), "ab\xff\xff", 4), 5);
+    CHECK_EQ_STR(out, "ab\xef\xbf\xbd");
+    CHECK_EQ_INT(err_utf8_copy(out, 1, "abc", 3), 0);
+    CHECK_EQ_STR(out, "");
 }
 
 T_MAIN
