@@ -3,12 +3,14 @@
  * error messages as valid UTF-8, log line escaping, secret file checks. */
 #include <jansson.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "common/buf.h"
 #include "common/clock.h"
 #include "common/jsonscan.h"
 #include "common/jsonw.h"
+#include "common/log.h"
 #include "common/money.h"
 #include "tests/t_check.h"
 
@@ -266,6 +268,94 @@ TEST(err_utf8_copy_replacement_fits_or_stops)
     CHECK_EQ_STR(out, "ab\xef\xbf\xbd");
     CHECK_EQ_INT(err_utf8_copy(out, 1, "abc", 3), 0);
     CHECK_EQ_STR(out, "");
+}
+
+/* Runs FN with the log going to a temporary file; returns what was written (caller frees). */
+static char *capture_log(enum log_format fmt, void (*fn)(void))
+{
+    FILE *f = tmpfile();
+    char *out = xcalloc(1, 1 << 20);
+    size_t n;
+
+    ASSERT(f != NULL);
+    log_set_format(fmt);
+    log_set_fd(fileno(f));
+    fn();
+    log_set_fd(-1);
+    log_set_format(LOG_FORMAT_TEXT);
+    rewind(f);
+    n = fread(out, 1, (1 << 20) - 1, f);
+    out[n] = '\0';
+    fclose(f);
+    return out;
+}
+
+static char g_long[5000 + 1];
+
+static void log_hostile(void)
+{
+    memset(g_long, 'a', sizeof(g_long) - 1);
+    /* A multi-byte character across the LOG_VALUE_MAX boundary. */
+    memcpy(g_long + LOG_VALUE_MAX - 1, "\xc3\xa9", 2);
+    log_kv(LOG_INFO, "request", "path", "/x\r2026-11-30T00:00:00Z info admin_login", "esc",
+           "\x1b[2J", "bad", "\xff\xfe", "c1", "\xc2\x9b" "31m", "del", "a\x7f" "b", "q",
+           "\"\\", "ok", "caf\xc3\xa9", NULL);
+    log_kv(LOG_WARN, "long", "path", g_long, "tail", "after", NULL);
+}
+
+TEST(log_json_lines_are_valid_json)
+{
+    char *out = capture_log(LOG_FORMAT_JSON, log_hostile);
+    char *line = out, *nl;
+    int lines = 0;
+
+    while ((nl = strchr(line, '\n')) != NULL) {
+        json_error_t jerr;
+        json_t *j = json_loadb(line, (size_t)(nl - line), 0, &jerr);
+        if (j == NULL) {
+            t_fail(__FILE__, __LINE__, "line %d is not JSON: %s", lines + 1, jerr.text);
+        } else if (lines == 0) {
+            CHECK_EQ_STR(json_string_value(json_object_get(j, "path")),
+                         "/x\r2026-11-30T00:00:00Z info admin_login");
+            CHECK_EQ_STR(json_string_value(json_object_get(j, "esc")), "\x1b[2J");
+            CHECK_EQ_STR(json_string_value(json_object_get(j, "bad")), "\xef\xbf\xbd\xef\xbf\xbd");
+            CHECK_EQ_STR(json_string_value(json_object_get(j, "q")), "\"\\");
+            CHECK_EQ_STR(json_string_value(json_object_get(j, "ok")), "caf\xc3\xa9");
+        } else {
+            const char *p = json_string_value(json_object_get(j, "path"));
+            size_t n = p != NULL ? strlen(p) : 0;
+            CHECK(n > strlen(LOG_TRUNCATED) && n <= LOG_VALUE_MAX + strlen(LOG_TRUNCATED));
+            CHECK(n > 0 && strcmp(p + n - strlen(LOG_TRUNCATED), LOG_TRUNCATED) == 0);
+            CHECK_EQ_STR(json_string_value(json_object_get(j, "tail")), "after");
+        }
+        json_decref(j);
+        lines++;
+        line = nl + 1;
+    }
+    CHECK_EQ_INT(lines, 2);
+    CHECK_EQ_STR(line, "");
+    free(out);
+}
+
+TEST(log_text_escapes_controls_and_bad_bytes)
+{
+    char *out = capture_log(LOG_FORMAT_TEXT, log_hostile);
+    char *nl = strchr(out, '\n');
+
+    CHECK(nl != NULL);
+    CHECK(strchr(out, '\r') == NULL);
+    CHECK(strchr(out, '\x1b') == NULL);
+    CHECK(strchr(out, '\x7f') == NULL);
+    CHECK(strstr(out, "\xc2\x9b") == NULL);
+    CHECK(strstr(out, "\xff") == NULL);
+    CHECK(strstr(out, "path=\"/x\\r2026-11-30T00:00:00Z info admin_login\"") != NULL);
+    CHECK(strstr(out, "esc=\"\\x1b[2J\"") != NULL);
+    CHECK(strstr(out, "bad=\"\\xff\\xfe\"") != NULL);
+    CHECK(strstr(out, "c1=\"\\xc2\\x9b31m\"") != NULL);
+    CHECK(strstr(out, "q=\"\\\"\\\\\"") != NULL);
+    CHECK(strstr(out, "ok=caf\xc3\xa9") != NULL);
+    CHECK(nl != NULL && strstr(nl + 1, LOG_TRUNCATED " tail=after\n") != NULL);
+    free(out);
 }
 
 T_MAIN
