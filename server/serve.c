@@ -165,6 +165,32 @@ out:
     return rc;
 }
 
+/* SPEC §2: the data dir holds the admin token and the macaroon root key, so it must be
+ * ours and writable by nobody else; otherwise another local user could have planted them. */
+static int check_data_dir(const char *dir, struct err *err)
+{
+    struct stat st;
+    unsigned uid = (unsigned)geteuid();
+
+    if (stat(dir, &st) != 0) {
+        return err_set(err, E_FAIL, "data dir %s: %s", dir, strerror(errno));
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        return err_set(err, E_DENIED, "data dir %s is not a directory", dir);
+    }
+    if ((unsigned)st.st_uid != uid) {
+        return err_set(err, E_DENIED,
+                       "data dir %s belongs to uid %u, not to the server's user: chown %u %s "
+                       "(or use another --data-dir)",
+                       dir, (unsigned)st.st_uid, uid, dir);
+    }
+    if ((st.st_mode & 022) != 0) {
+        return err_set(err, E_DENIED, "data dir %s is writable by others: chmod 700 %s", dir,
+                       dir);
+    }
+    return E_OK;
+}
+
 static int load_secrets(struct server *srv, struct err *err)
 {
     int rc;
@@ -394,6 +420,9 @@ static int run(struct server *srv)
     int sig, rc;
 
     rc = mkdir_p(srv->cfg.data_dir, &err);
+    if (rc == E_OK) {
+        rc = check_data_dir(srv->cfg.data_dir, &err);
+    }
     if (rc == E_OK) {
         rc = load_secrets(srv, &err);
     }

@@ -119,10 +119,98 @@ def test_kube_paths_with_bad_bytes_are_not_a_crash():
         assert_alive(srv)
 
 
+# --- item 9: the data dir and the secret files ------------------------------------
+
+
+def serve_refused(data_dir, extra=()):
+    """Runs `diverge serve` on DATA_DIR, expecting it to refuse to start; returns stderr."""
+    p = subprocess.run([DIVERGE_BIN, "serve", "--listen", "127.0.0.1:0", "--data-dir", data_dir,
+                        "--log-format", "json", "--sandbox-provider", "none"] + list(extra),
+                       capture_output=True, text=True, timeout=20)
+    assert p.returncode != 0, (p.returncode, p.stdout, p.stderr)
+    assert "listening on" not in p.stdout, p.stdout
+    return p.stderr
+
+
+def test_world_writable_data_dir_is_refused():
+    d = tempfile.mkdtemp(prefix="diverge-test-")
+    try:
+        os.chmod(d, 0o777)
+        err = serve_refused(d)
+        assert "data dir %s is writable by others: chmod 700 %s" % (d, d) in err, err
+        os.chmod(d, 0o770)
+        err = serve_refused(d)
+        assert "chmod 700" in err, err
+        assert not os.path.exists(os.path.join(d, "api-token")), os.listdir(d)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_data_dir_of_another_user_is_refused():
+    if os.geteuid() != 0:
+        print("skip: only root can give a directory away")
+        return
+    d = tempfile.mkdtemp(prefix="diverge-test-")
+    try:
+        os.chown(d, 65534, 65534)
+        err = serve_refused(d)
+        assert "belongs to uid 65534" in err and "chown 0 " + d in err, err
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_planted_secret_files_are_refused():
+    d = tempfile.mkdtemp(prefix="diverge-test-")
+    planted = tempfile.mkdtemp(prefix="diverge-planted-")
+    try:
+        # The review's attack: api-token and macaroon-root-key symlinked to 0644 files.
+        tok = os.path.join(planted, "tok")
+        with open(tok, "w") as f:
+            f.write("attacker-known-token\n")
+        os.chmod(tok, 0o644)
+        os.symlink(tok, os.path.join(d, "api-token"))
+        err = serve_refused(d)
+        assert "api-token is a symbolic link" in err, err
+        os.unlink(os.path.join(d, "api-token"))
+        # A 0644 key file in place, no symlink.
+        key = os.path.join(d, "macaroon-root-key")
+        with open(key, "w") as f:
+            f.write("00" * 32 + "\n")
+        os.chmod(key, 0o644)
+        err = serve_refused(d)
+        assert "macaroon-root-key is accessible by others: chmod 600 %s" % key in err, err
+        # Fixed as the message says: the server starts with that key.
+        os.chmod(key, 0o600)
+        with Server(["--sandbox-provider", "none"], data_dir=d) as srv:
+            assert_alive(srv)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+        shutil.rmtree(planted, ignore_errors=True)
+
+
+def test_good_existing_data_dir_still_works():
+    d = tempfile.mkdtemp(prefix="diverge-test-")
+    try:
+        with Server(["--sandbox-provider", "none"], data_dir=d) as srv:
+            token = srv.token
+            assert stat.S_IMODE(os.stat(d).st_mode) == 0o700
+        # Restart on the same, now populated, data dir: same token, still served.
+        with Server(["--sandbox-provider", "none"], data_dir=d) as srv:
+            assert srv.token == token
+            st, _, _ = srv.request("GET", NS)
+            assert st == 200, st
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 if __name__ == "__main__":
     run_tests([
         test_invalid_utf8_path_is_404_not_a_crash,
         test_long_utf8_path_is_404_not_a_crash,
         test_405_with_bad_bytes_is_not_a_crash,
         test_kube_paths_with_bad_bytes_are_not_a_crash,
+        test_world_writable_data_dir_is_refused,
+        test_data_dir_of_another_user_is_refused,
+        test_planted_secret_files_are_refused,
+        test_good_existing_data_dir_still_works,
     ])

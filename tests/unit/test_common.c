@@ -5,6 +5,8 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/buf.h"
 #include "common/clock.h"
@@ -12,6 +14,7 @@
 #include "common/jsonw.h"
 #include "common/log.h"
 #include "common/money.h"
+#include "common/secret.h"
 #include "tests/t_check.h"
 
 static int64_t parse(const char *s, int *rc_out)
@@ -356,6 +359,67 @@ TEST(log_text_escapes_controls_and_bad_bytes)
     CHECK(strstr(out, "ok=caf\xc3\xa9") != NULL);
     CHECK(nl != NULL && strstr(nl + 1, LOG_TRUNCATED " tail=after\n") != NULL);
     free(out);
+}
+
+static void write_file(const char *path, const char *text, mode_t mode)
+{
+    FILE *f = fopen(path, "w");
+
+    ASSERT(f != NULL);
+    fputs(text, f);
+    fclose(f);
+    ASSERT(chmod(path, mode) == 0);
+}
+
+TEST(secret_file_refuses_what_others_could_plant)
+{
+    char dir[] = "/tmp/test_common.XXXXXX", good[64], loose[64], link_[64], fifo[64], other[64];
+    char *s = NULL;
+    bool created = false;
+    struct err err = {0};
+    struct stat st;
+
+    ASSERT(mkdtemp(dir) != NULL);
+    snprintf(good, sizeof(good), "%s/good", dir);
+    snprintf(loose, sizeof(loose), "%s/loose", dir);
+    snprintf(link_, sizeof(link_), "%s/link", dir);
+    snprintf(fifo, sizeof(fifo), "%s/fifo", dir);
+    snprintf(other, sizeof(other), "%s/other", dir);
+
+    CHECK_OK(secret_file_load_or_create(&s, &created, good, 16, &err));
+    CHECK(created && s != NULL && strlen(s) == 32);
+    CHECK(stat(good, &st) == 0 && (st.st_mode & 0777) == 0600);
+    free(s);
+    CHECK_OK(secret_file_load_or_create(&s, &created, good, 16, &err));
+    CHECK(!created);
+    free(s);
+
+    write_file(loose, "planted\n", 0644);
+    CHECK_EQ_INT(secret_file_load_or_create(&s, NULL, loose, 16, &err), E_DENIED);
+    CHECK(s == NULL && strstr(err.msg, "chmod 600") != NULL);
+    CHECK(chmod(loose, 0620) == 0);
+    CHECK_EQ_INT(secret_file_load_or_create(&s, NULL, loose, 16, &err), E_DENIED);
+
+    CHECK(symlink(good, link_) == 0);
+    CHECK_EQ_INT(secret_file_load_or_create(&s, NULL, link_, 16, &err), E_DENIED);
+    CHECK(strstr(err.msg, "symbolic link") != NULL);
+
+    CHECK(mkfifo(fifo, 0600) == 0); /* must not block */
+    CHECK_EQ_INT(secret_file_load_or_create(&s, NULL, fifo, 16, &err), E_DENIED);
+    CHECK(strstr(err.msg, "not a regular file") != NULL);
+
+    if (geteuid() == 0) { /* only root can give a file away */
+        write_file(other, "planted\n", 0600);
+        CHECK(chown(other, 65534, 65534) == 0);
+        CHECK_EQ_INT(secret_file_load_or_create(&s, NULL, other, 16, &err), E_DENIED);
+        CHECK(strstr(err.msg, "chown 0") != NULL);
+        unlink(other);
+    }
+    unlink(good);
+    unlink(loose);
+    unlink(link_);
+    unlink(fifo);
+    rmdir(dir);
 }
 
 T_MAIN
