@@ -467,7 +467,7 @@ static int run(struct server *srv)
     /* Stop accepting, end watch streams, let requests in flight finish. */
     atomic_store(&srv->shutting_down, true);
     task_store_wake(srv->store);
-    http_stop(d);
+    http_stop(d, srv);
     stop_scm(srv);
     controller_free(srv->controller);
     meter_service_free(srv->meter);

@@ -3,9 +3,12 @@
 `diverge serve`: request bytes that are not UTF-8 never crash the server, slow clients
 cannot starve it, webhook deliveries without a signature are refused before their body
 is read, and a data dir or secret file that others could have planted is refused."""
+import hashlib
+import hmac
 import json
 import os
 import resource
+import select
 import shutil
 import socket
 import stat
@@ -203,6 +206,182 @@ def test_good_existing_data_dir_still_works():
         shutil.rmtree(d, ignore_errors=True)
 
 
+# --- item 5: webhook deliveries are refused before their body is read ---------------
+
+
+def post_head(path, length, headers=()):
+    h = b"".join(k + b": " + v + b"\r\n" for k, v in headers)
+    return (b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" +
+            b"Content-Length: " + str(length).encode() + b"\r\n" + h + b"\r\n")
+
+
+def early_answer(srv, head):
+    """Sends HEAD and 4 KiB of a 24 MiB body, then waits for the answer without sending
+    more: it must come although the body is nowhere near complete."""
+    return raw(srv, head + b"{" + b" " * 4095, timeout=5)
+
+
+BIG = 24 * 1024 * 1024
+GH = b"/api/v1/webhooks/github"
+
+
+def test_unsigned_webhook_refused_before_body():
+    with Server(ARGS) as srv:
+        doc = assert_json_error(*early_answer(srv, post_head(GH, BIG, [
+            (b"X-GitHub-Event", b"issue_comment"), (b"X-GitHub-Delivery", b"d1")])), 401)
+        assert "X-Hub-Signature-256" in doc["error"], doc
+        # A malformed signature is refused at once too.
+        assert_json_error(*early_answer(srv, post_head(GH, BIG, [
+            (b"X-GitHub-Event", b"issue_comment"), (b"X-Hub-Signature-256", b"sha1=00")])), 401)
+        # Signed, but no event header: 400 at once.
+        sig = b"sha256=" + b"0" * 64
+        assert_json_error(*early_answer(srv, post_head(GH, BIG, [
+            (b"X-Hub-Signature-256", sig)])), 400)
+        # Unknown webhook paths are 404 before any body byte.
+        assert_json_error(*early_answer(srv, post_head(b"/api/v1/webhooks/nope", BIG)), 404)
+        assert_json_error(*early_answer(srv, post_head(b"/api/v1/webhooks/gitlab/x", BIG)), 404)
+        assert_alive(srv)
+
+
+def test_webhook_without_secret_is_503_before_body():
+    with Server(["--sandbox-provider", "none"]) as srv:
+        assert_json_error(*early_answer(srv, post_head(GH, BIG, [
+            (b"X-GitHub-Event", b"ping"), (b"X-Hub-Signature-256", b"sha256=" + b"0" * 64)])),
+            503)
+
+
+def test_signed_delivery_hashed_as_it_streams():
+    body = json.dumps({"zen": "x" * 200000, "hook_id": 1}).encode()
+    good = b"sha256=" + hmac.new(b"s", body, hashlib.sha256).hexdigest().encode()
+    rotated = ARGS[:-1] + ["old-secret,s"]
+    with Server(rotated) as srv:
+        for sig, want in [(good, 200), (b"sha256=" + b"0" * 64, 401)]:
+            s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+            try:
+                s.sendall(post_head(GH, len(body), [
+                    (b"X-GitHub-Event", b"ping"), (b"X-Hub-Signature-256", sig),
+                    (b"Connection", b"close")]))
+                for i in range(0, len(body), 7777):  # many small pieces
+                    s.sendall(body[i:i + 7777])
+                st, _, b = read_response(s)
+            finally:
+                s.close()
+            assert st == want, (st, b)
+        # Chunked transfer encoding is hashed the same way.
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+        try:
+            s.sendall(b"POST " + GH + b" HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+                      b"X-GitHub-Event: ping\r\nX-Hub-Signature-256: " + good +
+                      b"\r\nConnection: close\r\n\r\n")
+            for i in range(0, len(body), 50000):
+                part = body[i:i + 50000]
+                s.sendall(b"%x\r\n" % len(part) + part + b"\r\n")
+            s.sendall(b"0\r\n\r\n")
+            st, _, b = read_response(s)
+        finally:
+            s.close()
+        assert st == 200, (st, b)
+
+
+# --- item 4: slow clients ------------------------------------------------------------
+
+
+def start_task_token(srv, name):
+    st, _, b = srv.request("POST", NS, task_obj(name, budgetUSD="5.00"))
+    assert st == 201, b
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        st, _, b = srv.request("GET", NS + "/" + name)
+        if st == 200 and b["status"].get("phase") == "Active":
+            break
+        time.sleep(0.02)
+    st, _, tok = srv.request("GET", NS + "/" + name + "/token")
+    assert st == 200, (st, tok)
+    return tok.strip()
+
+
+def meter_call(srv, token, rid):
+    body = json.dumps({"requestId": rid, "iteration": 1, "tokensUsed": 1, "costUSD": 0.0})
+    return srv.request("POST", "/api/v1/agenttask/meter", body, auth=False, timeout=5,
+                       headers={"Authorization": "Bearer " + token})
+
+
+def test_slow_clients_do_not_starve_health_and_meter():
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 1100  # past the server's total connection limit (1024)
+    if soft < want + 300 and hard > soft:
+        soft = min(hard, want + 300)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    n = min(want, soft - 300)  # leave room for the server's other files
+    assert n > 100, "fd limit too low for this test: %d" % soft
+    with Server(ARGS) as srv:  # the default whole-request deadline: longer than this test
+        token = start_task_token(srv, "slow")
+        socks = []
+        try:
+            for _ in range(n):
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                socks.append(s)
+                s.settimeout(5)
+                s.bind(("127.0.0.2", 0))
+                try:
+                    s.connect(("127.0.0.1", srv.port))
+                    s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Half: ")
+                except OSError:
+                    pass  # refused or reset: the per-address limit at work
+            assert_alive(srv)
+            st, _, b = meter_call(srv, token, "r-slow-1")
+            assert st == 200 and b["allowed"] is True, (st, b)
+            st, _, _ = srv.request("GET", "/readyz", auth=False, timeout=5)
+            assert st == 200, st
+        finally:
+            for s in socks:
+                s.close()
+        assert_alive(srv)
+
+
+def test_trickling_client_is_cut_at_the_request_deadline():
+    env = {"DIVERGE_REQUEST_DEADLINE_MS": "2000"}
+    with Server(ARGS, env=env) as srv:
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=5)
+        closed = False
+        try:
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+            for i in range(60):  # up to ~30 s: far past the 2 s deadline
+                r, _, _ = select.select([s], [], [], 0.5)
+                if r:
+                    closed = s.recv(4096) == b""
+                    break
+                s.sendall(b"X-Trickle-%d: y\r\n" % i)  # never idle: only a deadline helps
+        except (ConnectionResetError, BrokenPipeError):
+            closed = True
+        finally:
+            s.close()
+        assert closed, "the trickling connection was not cut"
+        assert_alive(srv)
+
+
+def test_watch_stream_outlives_the_request_deadline():
+    env = {"DIVERGE_REQUEST_DEADLINE_MS": "1000"}
+    with Server(ARGS, env=env) as srv:
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+        try:
+            s.sendall(get(NS.encode() + b"?watch=true", srv.token))
+            buf = b""
+            while b"\r\n\r\n" not in buf:
+                buf += s.recv(4096)
+            assert buf.startswith(b"HTTP/1.1 200"), buf
+            # Past the deadline twice over (the reaper checks every 250 ms); then an event.
+            time.sleep(2.5)
+            st, _, b = srv.request("POST", NS, task_obj("after-deadline"))
+            assert st == 201, b
+            while b"after-deadline" not in buf:
+                chunk = s.recv(4096)
+                assert chunk, "watch stream was cut: %r" % buf
+                buf += chunk
+        finally:
+            s.close()
+
+
 if __name__ == "__main__":
     run_tests([
         test_invalid_utf8_path_is_404_not_a_crash,
@@ -213,4 +392,10 @@ if __name__ == "__main__":
         test_data_dir_of_another_user_is_refused,
         test_planted_secret_files_are_refused,
         test_good_existing_data_dir_still_works,
+        test_unsigned_webhook_refused_before_body,
+        test_webhook_without_secret_is_503_before_body,
+        test_signed_delivery_hashed_as_it_streams,
+        test_slow_clients_do_not_starve_health_and_meter,
+        test_trickling_client_is_cut_at_the_request_deadline,
+        test_watch_stream_outlives_the_request_deadline,
     ])
