@@ -602,7 +602,8 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
 }
 
 /* libmicrohttpd's own messages go through log_kv, so stderr stays one line per entry. */
-static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+__attribute__((format(printf, 2, 0))) static void on_mhd_log(void *cls, const char *fmt,
+                                                               va_list ap)
 {
     char msg[512];
     size_t n;

@@ -53,6 +53,8 @@ struct server_config {
     char *notifier_min_interval;  /* seconds between spend-only sticky edits */
 };
 
+struct MHD_Daemon;
+
 struct server {
     struct server_config cfg;
     struct task_store *store;      /* owned */
@@ -73,6 +75,7 @@ struct server {
     int64_t notifier_min_interval_ms;
     atomic_bool shutting_down;     /* set on SIGTERM: watch streams end */
     struct http_guard *guard;      /* owned by http_start/http_stop */
+    struct MHD_Daemon *daemon;     /* owned; the running HTTP server */
 };
 
 /* One HTTP request; lives from the first access-handler call to the completion callback. */
@@ -150,8 +153,14 @@ void metrics_observe(int route, int status, int64_t duration_ns);
 /* Renders the Prometheus text exposition into OUT. */
 void metrics_render(struct buf *out, struct server *srv);
 
+/* --- in-process server (serve.c), for fuzzing and tests --- */
+/* Parses ARGV like `diverge serve` (ARGV[0] is skipped), starts everything it runs and
+ * returns at once; srv->cfg.listen then holds the bound address. Logging is left as it
+ * is. E_INVALID for bad flags (printed on stderr). Stop with server_stop(). */
+int server_start(struct server **out, int argc, char **argv, struct err *err);
+void server_stop(struct server *srv);
+
 /* --- routing (http.c) --- */
-struct MHD_Daemon;
 /* Starts the HTTP daemon on SRV->cfg.listen; *port_out gets the bound port. */
 int http_start(struct MHD_Daemon **out, uint16_t *port_out, struct server *srv, struct err *err);
 void http_stop(struct MHD_Daemon *d, struct server *srv);
