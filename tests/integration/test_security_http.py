@@ -358,6 +358,8 @@ def test_trickling_client_is_cut_at_the_request_deadline():
             s.close()
         assert closed, "the trickling connection was not cut"
         assert_alive(srv)
+        st, _, text = srv.request("GET", "/metrics", auth=False)
+        assert st == 200 and "diverge_http_request_deadline_exceeded_total 1\n" in text, text
 
 
 def test_watch_stream_outlives_the_request_deadline():
