@@ -650,10 +650,12 @@ int http_start(struct MHD_Daemon **out, uint16_t *port_out, struct server *srv, 
      * deadline (http_guard.c), connections per client address, connections in all. */
     d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD |
                              MHD_USE_ERROR_LOG | MHD_USE_ITC,
-                         0, NULL, NULL, on_request, srv, MHD_OPTION_SOCK_ADDR, &sa,
+                         0, NULL, NULL, on_request, srv,
+                         /* first, so that it sees the messages about the other options */
+                         MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
+                         MHD_OPTION_SOCK_ADDR, &sa,
                          MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
                          MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv->guard,
-                         MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
                          MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)SERVER_IDLE_TIMEOUT_S,
                          MHD_OPTION_CONNECTION_LIMIT, (unsigned int)SERVER_CONN_MAX,
                          MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned int)SERVER_PER_IP_CONN_MAX,
