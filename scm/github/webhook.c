@@ -5,6 +5,7 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/params.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,16 @@ struct github_webhook_mac {
     size_t n;               /* entries in ctx */
     unsigned char want[32]; /* the signature the sender claims */
 };
+
+/* One HMAC implementation fetched for the process (a provider lookup per delivery costs
+ * more than hashing a small payload); EVP_MAC objects may be shared between threads. */
+static EVP_MAC *g_hmac;
+static pthread_once_t g_hmac_once = PTHREAD_ONCE_INIT;
+
+static void fetch_hmac(void)
+{
+    g_hmac = EVP_MAC_fetch(NULL, "HMAC", NULL);
+}
 
 int github_webhook_mac_new(struct github_webhook_mac **out, const char *secrets,
                            const char *sig_header, struct err *err)
@@ -44,7 +55,8 @@ int github_webhook_mac_new(struct github_webhook_mac **out, const char *secrets,
         count += *c == ',';
     }
     m->ctx = xcalloc(count, sizeof(*m->ctx));
-    hmac = EVP_MAC_fetch(NULL, "HMAC", NULL);
+    pthread_once(&g_hmac_once, fetch_hmac);
+    hmac = g_hmac;
     params[0] = OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, (char *)(uintptr_t)"SHA256", 0);
     params[1] = OSSL_PARAM_construct_end();
     while (hmac != NULL && p != NULL && *p != '\0') {
@@ -59,7 +71,6 @@ int github_webhook_mac_new(struct github_webhook_mac **out, const char *secrets,
         }
         p = comma != NULL ? comma + 1 : NULL;
     }
-    EVP_MAC_free(hmac); /* each context keeps its own reference */
     *out = m;
     return E_OK;
 }
