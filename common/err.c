@@ -7,13 +7,84 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define UTF8_REPLACEMENT "\xef\xbf\xbd" /* U+FFFD */
+
+size_t err_utf8_char_len(const char *s, size_t n)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t len;
+    unsigned char lo = 0x80, hi = 0xbf; /* allowed range of the second byte */
+
+    if (n == 0) {
+        return 0;
+    }
+    if (u[0] < 0x80) {
+        return 1;
+    }
+    if (u[0] >= 0xc2 && u[0] <= 0xdf) {
+        len = 2;
+    } else if (u[0] >= 0xe0 && u[0] <= 0xef) {
+        len = 3;
+        lo = u[0] == 0xe0 ? 0xa0 : 0x80; /* no overlongs */
+        hi = u[0] == 0xed ? 0x9f : 0xbf; /* no surrogates */
+    } else if (u[0] >= 0xf0 && u[0] <= 0xf4) {
+        len = 4;
+        lo = u[0] == 0xf0 ? 0x90 : 0x80;
+        hi = u[0] == 0xf4 ? 0x8f : 0xbf; /* nothing past U+10FFFF */
+    } else {
+        return 0;
+    }
+    if (n < len || u[1] < lo || u[1] > hi) {
+        return 0;
+    }
+    for (size_t i = 2; i < len; i++) {
+        if (u[i] < 0x80 || u[i] > 0xbf) {
+            return 0;
+        }
+    }
+    return len;
+}
+
+size_t err_utf8_copy(char *dst, size_t cap, const char *src, size_t len)
+{
+    size_t out = 0, i = 0;
+
+    ASSERT(cap > 0);
+    while (i < len) {
+        size_t n = err_utf8_char_len(src + i, len - i);
+        const char *from = n > 0 ? src + i : UTF8_REPLACEMENT;
+        size_t width = n > 0 ? n : strlen(UTF8_REPLACEMENT);
+
+        if (out + width > cap - 1) {
+            break;
+        }
+        memcpy(dst + out, from, width);
+        out += width;
+        i += n > 0 ? n : 1;
+    }
+    dst[out] = '\0';
+    return out;
+}
+
 __attribute__((format(printf, 4, 0))) static void err_vset(struct err *err, int code,
                                                            const char *field, const char *fmt,
                                                            va_list ap)
 {
+    /* Twice the room: every source byte yields at least one output byte, so the copy
+     * below stops long before a character vsnprintf may have cut at the end of TMP. */
+    char tmp[2 * ERR_MSG_MAX];
+    int n;
+
     err->code = code;
-    vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
-    snprintf(err->field, sizeof(err->field), "%s", field != NULL ? field : "");
+    n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
+    if (n < 0) {
+        tmp[0] = '\0';
+        n = 0;
+    }
+    err_utf8_copy(err->msg, sizeof(err->msg), tmp,
+                  (size_t)n < sizeof(tmp) ? (size_t)n : sizeof(tmp) - 1);
+    err_utf8_copy(err->field, sizeof(err->field), field != NULL ? field : "",
+                  field != NULL ? strlen(field) : 0);
 }
 
 int err_set(struct err *err, int code, const char *fmt, ...)

@@ -25,12 +25,26 @@ struct err {
     char field[128];       /* optional field path (e.g. "spec.budgetUSD"), empty when none */
 };
 
-/* Records CODE and a printf-style message in ERR (which may be NULL); returns CODE. */
+/* Records CODE and a printf-style message in ERR (which may be NULL); returns CODE. The
+ * stored message is always valid UTF-8: bytes that are not (say, a percent-decoded request
+ * path) become U+FFFD, and a message longer than ERR_MSG_MAX - 1 bytes is cut on a
+ * character boundary, so it can always go into a JSON body or a log line. */
 int err_set(struct err *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* As err_set, also recording the field path FIELD the message is about. */
 int err_set_field(struct err *err, int code, const char *field, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+
+/* Length (1 to 4) of the well-formed UTF-8 character at S, of which N bytes are
+ * available; 0 when the bytes there are not one (stray continuation byte, overlong form,
+ * surrogate, beyond U+10FFFF, or cut short by N). */
+size_t err_utf8_char_len(const char *s, size_t n);
+
+/* Copies LEN bytes of SRC into DST (CAP bytes, CAP > 0) as valid UTF-8: every byte that
+ * does not start a well-formed character becomes U+FFFD, and when DST is full the copy
+ * stops before the first character that does not fit. DST is always NUL-terminated.
+ * Returns the bytes written, without the NUL. */
+size_t err_utf8_copy(char *dst, size_t cap, const char *src, size_t len);
 
 /* Clears ERR (may be NULL). */
 void err_clear(struct err *err);

@@ -3,7 +3,9 @@
 #include "common/log.h"
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -11,6 +13,12 @@
 #include "common/err.h"
 
 static enum log_format g_format = LOG_FORMAT_TEXT;
+static int g_fd = -1; /* -1: stderr */
+
+void log_set_fd(int fd)
+{
+    g_fd = fd;
+}
 
 void log_set_format(enum log_format fmt)
 {
@@ -30,17 +38,23 @@ int log_format_parse(enum log_format *out, const char *s)
     return E_INVALID;
 }
 
+/* The whole line, grown as needed: values are capped, so a line is bounded by the number
+ * of pairs the code passes. */
 struct line {
-    char buf[4096];
-    size_t len;
+    char *buf;  /* owned */
+    size_t len; /* bytes used */
+    size_t cap; /* bytes allocated */
 };
 
 static void put(struct line *l, const char *s, size_t n)
 {
-    size_t room = sizeof(l->buf) - 2 - l->len; /* keep room for "\n\0" */
-
-    if (n > room) {
-        n = room;
+    if (l->len + n + 2 > l->cap) { /* keep room for "\n" */
+        size_t cap = l->cap == 0 ? 512 : l->cap;
+        while (l->len + n + 2 > cap) {
+            cap *= 2;
+        }
+        l->buf = xrealloc(l->buf, cap);
+        l->cap = cap;
     }
     memcpy(l->buf + l->len, s, n);
     l->len += n;
@@ -51,47 +65,122 @@ static void puts_(struct line *l, const char *s)
     put(l, s, strlen(s));
 }
 
+/* Bytes of S to write: at most LOG_VALUE_MAX, cut on a character boundary (a malformed
+ * byte counts as one character). *cut_out says whether anything was left out. */
+static size_t value_len(const char *s, bool *cut_out)
+{
+    size_t n = 0, len = strlen(s);
+
+    *cut_out = false;
+    while (n < len) {
+        size_t c = err_utf8_char_len(s + n, len - n);
+        c = c > 0 ? c : 1;
+        if (n + c > LOG_VALUE_MAX) {
+            *cut_out = true;
+            break;
+        }
+        n += c;
+    }
+    return n;
+}
+
 static void put_json_str(struct line *l, const char *s)
 {
     char esc[8];
+    bool cut;
+    size_t len = value_len(s, &cut);
 
     put(l, "\"", 1);
-    for (; *s != '\0'; s++) {
-        unsigned char c = (unsigned char)*s;
+    for (size_t i = 0; i < len;) {
+        unsigned char c = (unsigned char)s[i];
+        size_t n = err_utf8_char_len(s + i, len - i);
+
+        if (n == 0) {
+            put(l, "\\ufffd", 6); /* not UTF-8: the replacement character */
+            i++;
+            continue;
+        }
         if (c == '"' || c == '\\') {
             esc[0] = '\\';
             esc[1] = (char)c;
             put(l, esc, 2);
-        } else if (c < 0x20) {
+        } else if (c < 0x20 || c == 0x7f) {
             snprintf(esc, sizeof(esc), "\\u%04x", c);
             put(l, esc, 6);
         } else {
-            put(l, s, 1);
+            put(l, s + i, n);
         }
+        i += n;
+    }
+    if (cut) {
+        puts_(l, LOG_TRUNCATED);
     }
     put(l, "\"", 1);
 }
 
+/* True when the character at S (N bytes, 0 when malformed) is written as \xNN in text:
+ * C0 controls, DEL, C1 controls (U+0080..U+009F, which some terminals obey) and bytes
+ * that are not UTF-8. */
+static bool text_escaped(const char *s, size_t n)
+{
+    unsigned char c = (unsigned char)s[0];
+
+    return n == 0 || c < 0x20 || c == 0x7f || (n == 2 && c == 0xc2 && (unsigned char)s[1] < 0xa0);
+}
+
+static bool text_needs_quotes(const char *s, size_t len)
+{
+    if (len == 0) {
+        return true;
+    }
+    for (size_t i = 0; i < len;) {
+        size_t n = err_utf8_char_len(s + i, len - i);
+        if (text_escaped(s + i, n) || s[i] == ' ' || s[i] == '"' || s[i] == '=' ||
+            s[i] == '\\') {
+            return true;
+        }
+        i += n > 0 ? n : 1;
+    }
+    return false;
+}
+
 static void put_text_val(struct line *l, const char *s)
 {
-    int quote = strpbrk(s, " \"=\t\n") != NULL || *s == '\0';
+    bool cut;
+    size_t len = value_len(s, &cut);
+    bool quote = text_needs_quotes(s, len);
+    char esc[8];
 
-    if (!quote) {
-        puts_(l, s);
-        return;
+    if (quote) {
+        put(l, "\"", 1);
     }
-    put(l, "\"", 1);
-    for (; *s != '\0'; s++) {
-        if (*s == '"' || *s == '\\') {
-            put(l, "\\", 1);
+    for (size_t i = 0; i < len;) {
+        size_t n = err_utf8_char_len(s + i, len - i);
+        unsigned char c = (unsigned char)s[i];
+
+        if (c == '"' || c == '\\') {
+            esc[0] = '\\';
+            esc[1] = (char)c;
+            put(l, esc, 2);
+        } else if (c == '\n' || c == '\r' || c == '\t') {
+            put(l, c == '\n' ? "\\n" : c == '\r' ? "\\r" : "\\t", 2);
+        } else if (text_escaped(s + i, n)) {
+            /* Byte by byte: a C1 control is two bytes, a malformed byte one. */
+            for (size_t k = 0; k < (n > 0 ? n : 1); k++) {
+                snprintf(esc, sizeof(esc), "\\x%02x", (unsigned char)s[i + k]);
+                put(l, esc, 4);
+            }
+        } else {
+            put(l, s + i, n);
         }
-        if (*s == '\n') {
-            put(l, "\\n", 2);
-            continue;
-        }
-        put(l, s, 1);
+        i += n > 0 ? n : 1;
     }
-    put(l, "\"", 1);
+    if (cut) {
+        puts_(l, LOG_TRUNCATED);
+    }
+    if (quote) {
+        put(l, "\"", 1);
+    }
 }
 
 static const char *level_name(enum log_level level)
@@ -102,7 +191,7 @@ static const char *level_name(enum log_level level)
 
 void log_kv(enum log_level level, const char *event, ...)
 {
-    struct line l = {.len = 0};
+    struct line l = {.buf = NULL, .len = 0, .cap = 0};
     char ts[96];
     struct timespec now;
     struct tm tm;
@@ -127,7 +216,7 @@ void log_kv(enum log_level level, const char *event, ...)
         puts_(&l, " ");
         puts_(&l, level_name(level));
         puts_(&l, " ");
-        puts_(&l, event);
+        put_text_val(&l, event);
     }
     va_start(ap, event);
     while ((k = va_arg(ap, const char *)) != NULL) {
@@ -142,7 +231,7 @@ void log_kv(enum log_level level, const char *event, ...)
             put_json_str(&l, v);
         } else {
             puts_(&l, " ");
-            puts_(&l, k);
+            put_text_val(&l, k);
             puts_(&l, "=");
             put_text_val(&l, v);
         }
@@ -152,6 +241,7 @@ void log_kv(enum log_level level, const char *event, ...)
         puts_(&l, "}");
     }
     l.buf[l.len++] = '\n';
-    w = write(STDERR_FILENO, l.buf, l.len);
+    w = write(g_fd >= 0 ? g_fd : STDERR_FILENO, l.buf, l.len);
     (void)w;
+    free(l.buf);
 }

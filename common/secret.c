@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Random bytes from the kernel and 0600 secret files. */
+/* Random bytes from the kernel and 0600 secret files (refused when another user could
+ * have planted or read them). */
 #include "common/secret.h"
 
 #include <errno.h>
@@ -115,20 +116,64 @@ out:
     return rc;
 }
 
+/* Opens the existing secret file PATH for reading, refusing anything another user could
+ * have planted or read: a symbolic link, a non-regular file (a FIFO would block: hence
+ * O_NONBLOCK), a file of another owner, or one with any group or other permission bit.
+ * ENOENT is returned as E_NOTFOUND without a message. */
+static int open_secret(int *fd_out, const char *path, struct err *err)
+{
+    struct stat st;
+    unsigned uid = (unsigned)geteuid();
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    int rc = E_OK;
+
+    *fd_out = -1;
+    if (fd < 0) {
+        if (errno == ENOENT) {
+            return E_NOTFOUND;
+        }
+        if (errno == ELOOP) {
+            return err_set(err, E_DENIED,
+                           "secret file %s is a symbolic link: replace it with a regular file "
+                           "(mode 600) or remove it to have one generated",
+                           path);
+        }
+        return err_set(err, E_FAIL, "open %s: %s", path, strerror(errno));
+    }
+    if (fstat(fd, &st) != 0) {
+        rc = err_set(err, E_FAIL, "stat %s: %s", path, strerror(errno));
+    } else if (!S_ISREG(st.st_mode)) {
+        rc = err_set(err, E_DENIED, "secret file %s is not a regular file", path);
+    } else if ((unsigned)st.st_uid != uid) {
+        rc = err_set(err, E_DENIED,
+                     "secret file %s belongs to uid %u, not to the server's user: chown %u %s",
+                     path, (unsigned)st.st_uid, uid, path);
+    } else if ((st.st_mode & 077) != 0) {
+        rc = err_set(err, E_DENIED, "secret file %s is accessible by others: chmod 600 %s", path,
+                     path);
+    }
+    if (rc != E_OK) {
+        close(fd);
+        return rc;
+    }
+    *fd_out = fd;
+    return E_OK;
+}
+
 int secret_file_load_or_create(char **out, bool *created_out, const char *path, size_t nbytes,
                                struct err *err)
 {
     char buf[1024];
-    FILE *f;
-    size_t n, start = 0;
-    int rc;
+    size_t n = 0, start = 0;
+    ssize_t got;
+    int fd = -1, rc;
 
     *out = NULL;
     if (created_out != NULL) {
         *created_out = false;
     }
-    f = fopen(path, "re");
-    if (f == NULL && errno == ENOENT) {
+    rc = open_secret(&fd, path, err);
+    if (rc == E_NOTFOUND) {
         rc = create_secret(path, nbytes, err);
         if (rc != E_OK && rc != E_AGAIN) { /* E_AGAIN: someone else created it first */
             return rc;
@@ -136,14 +181,30 @@ int secret_file_load_or_create(char **out, bool *created_out, const char *path, 
         if (rc == E_OK && created_out != NULL) {
             *created_out = true;
         }
-        f = fopen(path, "re");
+        rc = open_secret(&fd, path, err);
+        if (rc == E_NOTFOUND) {
+            return err_set(err, E_FAIL, "open %s: %s", path, strerror(ENOENT));
+        }
     }
-    if (f == NULL) {
-        return err_set(err, E_FAIL, "open %s: %s", path, strerror(errno));
+    if (rc != E_OK) {
+        return rc;
     }
-    n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
+    while (n < sizeof(buf) - 1 && (got = read(fd, buf + n, sizeof(buf) - 1 - n)) != 0) {
+        if (got < 0 && errno == EINTR) {
+            continue;
+        }
+        if (got < 0) {
+            rc = err_set(err, E_FAIL, "read %s: %s", path, strerror(errno));
+            break;
+        }
+        n += (size_t)got;
+    }
+    close(fd);
     buf[n] = '\0';
+    if (rc != E_OK) {
+        secret_wipe(buf, sizeof(buf));
+        return rc;
+    }
     while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ')) {
         buf[--n] = '\0';
     }

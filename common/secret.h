@@ -21,8 +21,10 @@ int secret_unhex(unsigned char *out, size_t n, const char *in);
 
 /* Reads the secret in PATH (surrounding whitespace trimmed) into *out (caller frees,
  * after wiping). When PATH does not exist, creates it (O_EXCL, mode 0600, fsync'd) with
- * NBYTES random bytes as hex, and *created_out (may be NULL) is set. E_FAIL on I/O
- * errors, E_INVALID when the file is empty. */
+ * NBYTES random bytes as hex, and *created_out (may be NULL) is set. PATH is opened with
+ * O_NOFOLLOW; E_DENIED (the message says how to fix it) when it is a symbolic link, not a
+ * regular file, owned by another user than the effective one, or has any group or other
+ * permission bit. E_FAIL on I/O errors, E_INVALID when the file is empty. */
 int secret_file_load_or_create(char **out, bool *created_out, const char *path, size_t nbytes,
                                struct err *err);
 

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* POST /api/v1/webhooks/github: verify the signature on the raw bytes, throw away what
+/* POST /api/v1/webhooks/github: refuse a delivery without a signature before its body is
+ * read, verify the signature on the raw bytes (hashed as they arrive), throw away what
  * cannot be a command as cheaply as possible, and commit the rest to the durable inbox
  * before answering 202. No outbound call happens here. */
 #include <microhttpd.h>
@@ -34,6 +35,32 @@ static int accepted(struct request *r, const struct inbox_entry *e)
     return http_send_json(r, 202, json_pack("{s:b}", "accepted", 1));
 }
 
+static bool github_configured(const struct request *r)
+{
+    return r->srv->cfg.github_webhook_secret != NULL && r->srv->cfg.github_webhook_secret[0] != '\0';
+}
+
+int api_webhook_github_begin(struct request *r)
+{
+    struct err err = {0};
+
+    if (!github_configured(r)) {
+        return http_send_error(r, 503, NULL, NULL,
+                               "GitHub webhooks are not configured (no --github-webhook-secret)");
+    }
+    if (http_header(r, "X-Hub-Signature-256") == NULL) {
+        return http_send_error(r, 401, NULL, NULL, "missing X-Hub-Signature-256");
+    }
+    if (http_header(r, "X-GitHub-Event") == NULL) {
+        return http_send_error(r, 400, NULL, NULL, "missing X-GitHub-Event header");
+    }
+    if (github_webhook_mac_new(&r->gh_mac, r->srv->cfg.github_webhook_secret,
+                               http_header(r, "X-Hub-Signature-256"), &err) != E_OK) {
+        return http_send_error(r, 401, NULL, NULL, "%s", err.msg);
+    }
+    return MHD_YES;
+}
+
 int api_webhook_github(struct request *r)
 {
     const char *event = http_header(r, "X-GitHub-Event");
@@ -45,13 +72,10 @@ int api_webhook_github(struct request *r)
     struct err err = {0};
     int ret;
 
-    if (r->srv->cfg.github_webhook_secret == NULL || r->srv->cfg.github_webhook_secret[0] == '\0') {
-        return http_send_error(r, 503, NULL, NULL,
-                               "GitHub webhooks are not configured (no --github-webhook-secret)");
-    }
-    if (github_webhook_verify(r->srv->cfg.github_webhook_secret,
-                              http_header(r, "X-Hub-Signature-256"), body, r->body.len,
-                              &err) != E_OK) {
+    /* api_webhook_github_begin answered every request without a secret or a well-formed
+     * signature header; the HMAC was computed as the body arrived. */
+    ASSERT(r->gh_mac != NULL);
+    if (github_webhook_mac_check(r->gh_mac, &err) != E_OK) {
         return http_send_error(r, 401, NULL, NULL, "%s", err.msg);
     }
     /* Cheap rejection: a well-formed delivery without "/diverge" anywhere holds no

@@ -11,6 +11,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "scm/github/github.h"
 #include "server/server_int.h"
 
 #define API_PREFIX "/apis/divergedev.com/v1alpha1"
@@ -29,6 +30,15 @@ struct route {
     route_fn handler;
     const char *name;    /* for logs and metrics */
     enum route_auth auth;
+};
+
+/* What some handlers add to their route: BEGIN runs once the headers are in, before any
+ * body byte is read (answering there, r->status set, refuses the request without reading
+ * its body); BODY_MAX replaces SERVER_BODY_MAX. */
+struct route_extra {
+    route_fn handler;
+    route_fn begin;  /* NULL: none */
+    size_t body_max; /* 0: SERVER_BODY_MAX */
 };
 
 static int route_healthz(struct request *r);
@@ -67,6 +77,20 @@ static const struct route g_routes[] = {
     {"GET", API_PREFIX "/namespaces/*/environments/*", api_env_get, "environments.get",
      AUTH_ADMIN},
 };
+
+static const struct route_extra g_route_extras[] = {
+    {api_webhook_github, api_webhook_github_begin, SERVER_WEBHOOK_BODY_MAX},
+};
+
+static const struct route_extra *extra_of(int route)
+{
+    for (size_t i = 0; route >= 0 && i < ARRAY_LEN(g_route_extras); i++) {
+        if (g_route_extras[i].handler == g_routes[route].handler) {
+            return &g_route_extras[i];
+        }
+    }
+    return NULL;
+}
 
 int http_route_count(void)
 {
@@ -128,10 +152,23 @@ static int find_route(struct request *r, bool *path_known)
 
 /* --- responses ------------------------------------------------------------------- */
 
+/* Sent when an error or JSON body cannot be built (never an abort: the input that got us
+ * here may well be hostile). A metav1.Status that also carries "error", so both kinds of
+ * client read it. */
+static const char g_internal_body[] =
+    "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\","
+    "\"message\":\"internal error: the response could not be built\",\"reason\":"
+    "\"InternalError\",\"code\":500,\"error\":\"internal error: the response could not be "
+    "built\"}\n";
+
 static int queue(struct request *r, int status, struct MHD_Response *resp)
 {
     enum MHD_Result ret;
 
+    if (resp == NULL) {
+        return MHD_NO; /* MHD is out of memory: drop the connection */
+    }
+    http_guard_answering(r->conn);
     r->status = status;
     ret = MHD_queue_response(r->conn, (unsigned int)status, resp);
     MHD_destroy_response(resp);
@@ -150,12 +187,22 @@ int http_send_text(struct request *r, int status, const char *content_type, cons
 
 int http_send_json(struct request *r, int status, json_t *body)
 {
-    char *text = json_dumps(body, JSON_COMPACT);
+    char *text = body != NULL ? json_dumps(body, JSON_COMPACT) : NULL;
     struct MHD_Response *resp;
     size_t n;
 
     json_decref(body);
-    ASSERT(text != NULL);
+    if (text == NULL) {
+        /* json_pack refused a value (not UTF-8, say) or memory ran out. */
+        log_kv(LOG_ERROR, "response_build_failed", "route", http_route_name(r->route), NULL);
+        resp = MHD_create_response_from_buffer(strlen(g_internal_body),
+                                               (void *)(uintptr_t)g_internal_body,
+                                               MHD_RESPMEM_PERSISTENT);
+        if (resp != NULL) {
+            MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+        }
+        return queue(r, 500, resp);
+    }
     n = strlen(text);
     text[n] = '\0';
     /* Newline-terminated like kubectl output, so curl output reads well. */
@@ -207,13 +254,17 @@ static const char *reason_of(int status)
 int http_send_error(struct request *r, int status, const char *reason, const struct err *err,
                     const char *fmt, ...)
 {
-    char msg[ERR_MSG_MAX];
+    char tmp[2 * ERR_MSG_MAX], msg[ERR_MSG_MAX];
     va_list ap;
     json_t *body;
+    int n;
 
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
     va_end(ap);
+    /* Valid UTF-8 cut on a character boundary, whatever went into the format. */
+    n = n < 0 ? 0 : n;
+    err_utf8_copy(msg, sizeof(msg), tmp, (size_t)n < sizeof(tmp) ? (size_t)n : sizeof(tmp) - 1);
     if (reason == NULL) {
         reason = reason_of(status);
     }
@@ -223,7 +274,7 @@ int http_send_error(struct request *r, int status, const char *reason, const str
     body = json_pack("{s:s, s:s, s:{}, s:s, s:s, s:s, s:i, s:s}", "kind", "Status", "apiVersion",
                      "v1", "metadata", "status", "Failure", "message", msg, "reason", reason,
                      "code", status, "error", msg);
-    if (err != NULL && err->field[0] != '\0') {
+    if (body != NULL && err != NULL && err->field[0] != '\0') {
         json_object_set_new(body, "details",
                             json_pack("{s:s, s:[{s:s, s:s, s:s}]}", "kind", "agenttasks",
                                       "causes", "reason", "FieldValueInvalid", "message",
@@ -373,33 +424,71 @@ static bool admin_ok(struct request *r)
     return token_equal(h + 7, r->srv->api_token);
 }
 
+/* The body cap of the request's route; only known routes ever get a body read. */
 static size_t body_cap(const struct request *r)
 {
-    return strncmp(r->url, "/api/v1/webhooks/", 17) == 0 ? SERVER_WEBHOOK_BODY_MAX
-                                                         : SERVER_BODY_MAX;
+    const struct route_extra *x = extra_of(r->route);
+
+    return x != NULL && x->body_max != 0 ? x->body_max : SERVER_BODY_MAX;
 }
 
-static enum MHD_Result dispatch(struct request *r)
+/* First call, the headers are in: route, authenticate, and refuse whatever can be refused
+ * before a single body byte is read (unknown path, wrong method, missing admin token,
+ * missing webhook signature, a declared length far over the cap). Nothing is reserved
+ * for a body before the request is authenticated. Returns the MHD result; r->status is
+ * set when the request was answered. */
+static enum MHD_Result begin_request(struct request *r)
 {
+    const char *cl = http_header(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    unsigned long long declared = cl != NULL ? strtoull(cl, NULL, 10) : 0;
+    const struct route *rt;
+    const struct route_extra *x;
     bool path_known;
+    int ret;
 
-    if (r->too_big) {
+    r->route = find_route(r, &path_known);
+    if (r->route < 0) {
+        /* Neither the method nor the path is echoed: both are request bytes. */
+        if (path_known) {
+            return (enum MHD_Result)http_send_error(r, 405, NULL, NULL,
+                                                    "method not allowed on this path");
+        }
+        return (enum MHD_Result)http_send_error(r, 404, NULL, NULL, "no such path");
+    }
+    rt = &g_routes[r->route];
+    buf_init(&r->body, body_cap(r));
+    if (rt->auth == AUTH_ADMIN && !admin_ok(r)) {
+        return (enum MHD_Result)http_send_error(r, 401, NULL, NULL,
+                                                "missing or wrong admin bearer token");
+    }
+    x = extra_of(r->route);
+    if (x != NULL && x->begin != NULL) {
+        ret = x->begin(r);
+        if (r->status != 0 || ret != MHD_YES) {
+            return (enum MHD_Result)ret;
+        }
+    }
+    if (declared > DISCARD_FACTOR * body_cap(r)) {
+        /* Far too big: refuse before reading the body. */
+        r->too_big = true;
         return (enum MHD_Result)http_send_error(r, 413, NULL, NULL,
                                                 "request body is larger than %zu bytes",
                                                 body_cap(r));
     }
-    r->route = find_route(r, &path_known);
-    if (r->route < 0) {
-        if (path_known) {
-            return (enum MHD_Result)http_send_error(r, 405, NULL, NULL,
-                                                    "method %s not allowed on %s", r->method,
-                                                    r->url);
-        }
-        return (enum MHD_Result)http_send_error(r, 404, NULL, NULL, "no such path: %s", r->url);
+    if (rt->auth == AUTH_ADMIN && declared <= body_cap(r)) {
+        buf_reserve(&r->body, (size_t)declared); /* one allocation, the sender is known */
     }
-    if (g_routes[r->route].auth == AUTH_ADMIN && !admin_ok(r)) {
-        return (enum MHD_Result)http_send_error(r, 401, NULL, NULL,
-                                                "missing or wrong admin bearer token");
+    return MHD_YES;
+}
+
+/* The whole body is in (or was too big): answer. */
+static enum MHD_Result dispatch(struct request *r)
+{
+    http_guard_answering(r->conn);
+    if (r->too_big) {
+        return (enum MHD_Result)http_send_error(r, 413, NULL, NULL,
+                                                "request body is larger than %zu bytes",
+                                                body_cap(r));
     }
     return (enum MHD_Result)g_routes[r->route].handler(r);
 }
@@ -413,7 +502,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 
     (void)version;
     if (r == NULL) {
-        const char *cl;
         r = xcalloc(1, sizeof(*r));
         r->srv = cls;
         r->conn = conn;
@@ -423,17 +511,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         r->start_ns = clock_mono_ns();
         r->param_store = xmalloc(strlen(url) + 1);
         r->kube_errors = strncmp(url, "/apis", 5) == 0 || strcmp(url, "/api") == 0;
-        buf_init(&r->body, body_cap(r));
         *con_cls = r;
-        cl = http_header(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
-        if (cl != NULL && strtoull(cl, NULL, 10) > DISCARD_FACTOR * body_cap(r)) {
-            /* Far too big: refuse before reading the body. */
-            r->too_big = true;
-            return dispatch(r);
-        }
-        if (cl != NULL && strtoull(cl, NULL, 10) <= body_cap(r)) {
-            buf_reserve(&r->body, (size_t)strtoull(cl, NULL, 10));
-        }
+        return begin_request(r);
+    }
+    if (r->status != 0) {
+        *upload_data_size = 0; /* already answered: drop whatever still comes */
         return MHD_YES;
     }
     if (*upload_data_size > 0) {
@@ -441,20 +523,20 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             r->too_big = true;
             buf_cleanup(&r->body);
         }
+        if (!r->too_big && r->gh_mac != NULL) {
+            github_webhook_mac_update(r->gh_mac, upload_data, *upload_data_size);
+        }
         if (r->too_big) {
             /* Read and discard a moderately oversized body so that simple clients, which
              * send it all before reading, see the 413 instead of a broken pipe. */
             r->discarded += *upload_data_size;
-            if (r->discarded > DISCARD_FACTOR * body_cap(r) && r->status == 0) {
+            if (r->discarded > DISCARD_FACTOR * body_cap(r)) {
                 *upload_data_size = 0;
                 return dispatch(r);
             }
         }
         *upload_data_size = 0;
         return MHD_YES;
-    }
-    if (r->status != 0) {
-        return MHD_YES; /* already answered (early 413) */
     }
     return dispatch(r);
 }
@@ -467,7 +549,6 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     char status[8], ms[32];
 
     (void)cls;
-    (void)conn;
     (void)toe;
     if (r == NULL) {
         return;
@@ -479,9 +560,11 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     log_kv(LOG_INFO, "request", "method", r->method, "path", r->url, "route",
            http_route_name(r->route), "status", status, "ms", ms, NULL);
     buf_cleanup(&r->body);
+    github_webhook_mac_free(r->gh_mac);
     free(r->param_store);
     free(r);
     *con_cls = NULL;
+    http_guard_request_done(conn);
 }
 
 static int parse_listen(struct sockaddr_in *sa, const char *listen, struct err *err)
@@ -512,6 +595,41 @@ static int parse_listen(struct sockaddr_in *sa, const char *listen, struct err *
     return E_OK;
 }
 
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    http_guard_notify(cls, conn, socket_context, (int)code);
+}
+
+/* libmicrohttpd's own messages go through log_kv, so stderr stays one line per entry. */
+__attribute__((format(printf, 2, 0))) static void on_mhd_log(void *cls, const char *fmt,
+                                                               va_list ap)
+{
+    char msg[512];
+    size_t n;
+
+    (void)cls;
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    n = strlen(msg);
+    while (n > 0 && (msg[n - 1] == '\n' || msg[n - 1] == '\r')) {
+        msg[--n] = '\0';
+    }
+    log_kv(LOG_WARN, "http_library", "message", msg, NULL);
+}
+
+static int64_t request_deadline_ms(void)
+{
+    const char *v = getenv("DIVERGE_REQUEST_DEADLINE_MS");
+    char *end = NULL;
+    long long ms;
+
+    if (v == NULL || v[0] == '\0') {
+        return SERVER_REQUEST_DEADLINE_MS;
+    }
+    ms = strtoll(v, &end, 10);
+    return *end == '\0' && ms > 0 ? ms : SERVER_REQUEST_DEADLINE_MS;
+}
+
 int http_start(struct MHD_Daemon **out, uint16_t *port_out, struct server *srv, struct err *err)
 {
     struct sockaddr_in sa;
@@ -520,19 +638,31 @@ int http_start(struct MHD_Daemon **out, uint16_t *port_out, struct server *srv, 
     int rc = parse_listen(&sa, srv->cfg.listen, err);
 
     *out = NULL;
+    if (rc == E_OK) {
+        rc = http_guard_new(&srv->guard, request_deadline_ms(), err);
+    }
     if (rc != E_OK) {
         return rc;
     }
     /* One thread per connection: watch streams and (later) group-committed meter calls
-     * block in their own thread without starving others. */
-    d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+     * block in their own thread without starving others. poll(), not select(): sockets
+     * past FD_SETSIZE work. Slow clients are bounded three ways: the whole-request
+     * deadline (http_guard.c), connections per client address, connections in all. */
+    d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD |
                              MHD_USE_ERROR_LOG | MHD_USE_ITC,
-                         0, NULL, NULL, on_request, srv, MHD_OPTION_SOCK_ADDR, &sa,
+                         0, NULL, NULL, on_request, srv,
+                         /* first, so that it sees the messages about the other options */
+                         MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
+                         MHD_OPTION_SOCK_ADDR, &sa,
                          MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
-                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)120,
-                         MHD_OPTION_CONNECTION_LIMIT, (unsigned int)1024,
+                         MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv->guard,
+                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)SERVER_IDLE_TIMEOUT_S,
+                         MHD_OPTION_CONNECTION_LIMIT, (unsigned int)SERVER_CONN_MAX,
+                         MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned int)SERVER_PER_IP_CONN_MAX,
                          MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned int)1024, MHD_OPTION_END);
     if (d == NULL) {
+        http_guard_free(srv->guard);
+        srv->guard = NULL;
         return err_set(err, E_FAIL, "cannot listen on %s (address in use?)", srv->cfg.listen);
     }
     info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
@@ -541,11 +671,13 @@ int http_start(struct MHD_Daemon **out, uint16_t *port_out, struct server *srv, 
     return E_OK;
 }
 
-void http_stop(struct MHD_Daemon *d)
+void http_stop(struct MHD_Daemon *d, struct server *srv)
 {
-    if (d == NULL) {
-        return;
+    if (d != NULL) {
+        (void)MHD_quiesce_daemon(d);
+        MHD_stop_daemon(d);
     }
-    (void)MHD_quiesce_daemon(d);
-    MHD_stop_daemon(d);
+    /* After the daemon: stopping it notifies every connection closed. */
+    http_guard_free(srv->guard);
+    srv->guard = NULL;
 }

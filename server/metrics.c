@@ -174,6 +174,12 @@ void metrics_render(struct buf *out, struct server *srv)
     }
     render_route(out, "none", &g_stats[MAX_ROUTES - 1]);
     render_pipeline(out, srv);
+    buf_printf(out,
+               "# HELP diverge_http_request_deadline_exceeded_total Connections shut down for "
+               "not sending a whole request within the deadline.\n"
+               "# TYPE diverge_http_request_deadline_exceeded_total counter\n"
+               "diverge_http_request_deadline_exceeded_total %lld\n",
+               http_guard_reaped(srv->guard));
     if (task_store_count_phases(counts, srv->store, NULL) == E_OK) {
         buf_puts(out, "# HELP diverge_tasks AgentTasks by phase.\n# TYPE diverge_tasks gauge\n");
         for (int p = 0; p < TASK_PHASE_COUNT; p++) {

@@ -165,6 +165,32 @@ out:
     return rc;
 }
 
+/* SPEC §2: the data dir holds the admin token and the macaroon root key, so it must be
+ * ours and writable by nobody else; otherwise another local user could have planted them. */
+static int check_data_dir(const char *dir, struct err *err)
+{
+    struct stat st;
+    unsigned uid = (unsigned)geteuid();
+
+    if (stat(dir, &st) != 0) {
+        return err_set(err, E_FAIL, "data dir %s: %s", dir, strerror(errno));
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        return err_set(err, E_DENIED, "data dir %s is not a directory", dir);
+    }
+    if ((unsigned)st.st_uid != uid) {
+        return err_set(err, E_DENIED,
+                       "data dir %s belongs to uid %u, not to the server's user: chown %u %s "
+                       "(or use another --data-dir)",
+                       dir, (unsigned)st.st_uid, uid, dir);
+    }
+    if ((st.st_mode & 022) != 0) {
+        return err_set(err, E_DENIED, "data dir %s is writable by others: chmod 700 %s", dir,
+                       dir);
+    }
+    return E_OK;
+}
+
 static int load_secrets(struct server *srv, struct err *err)
 {
     int rc;
@@ -385,24 +411,27 @@ static int wait_for_signal(void)
     return sig;
 }
 
-static int run(struct server *srv)
+/* Everything `serve` runs, from SRV->cfg: data dir, secrets, store, workers, HTTP. On
+ * failure whatever was started is stopped again. */
+static int start_all(struct server *srv, struct err *err)
 {
-    struct MHD_Daemon *d = NULL;
-    struct err err = {0};
     char *db = NULL;
     uint16_t port = 0;
-    int sig, rc;
+    int rc;
 
-    rc = mkdir_p(srv->cfg.data_dir, &err);
+    rc = mkdir_p(srv->cfg.data_dir, err);
     if (rc == E_OK) {
-        rc = load_secrets(srv, &err);
+        rc = check_data_dir(srv->cfg.data_dir, err);
+    }
+    if (rc == E_OK) {
+        rc = load_secrets(srv, err);
     }
     if (rc == E_OK) {
         db = xasprintf("%s/diverge.db", srv->cfg.data_dir);
-        rc = task_store_sqlite_open(&srv->store, db, clock_system(), &err);
+        rc = task_store_sqlite_open(&srv->store, db, clock_system(), err);
     }
     if (rc == E_OK) {
-        rc = meter_service_new(&srv->meter, srv->store, srv->root_key, &err);
+        rc = meter_service_new(&srv->meter, srv->store, srv->root_key, err);
     }
     if (rc == E_OK) {
         struct controller_config cc = {
@@ -412,40 +441,103 @@ static int run(struct server *srv)
             .default_budget_tokens = srv->default_budget_tokens,
             .sandbox_provider = srv->cfg.sandbox_provider,
         };
-        rc = controller_new(&srv->controller, srv->store, &cc, &err);
+        rc = controller_new(&srv->controller, srv->store, &cc, err);
     }
     if (rc == E_OK) {
-        rc = start_scm(srv, &err);
+        rc = start_scm(srv, err);
     }
     if (rc == E_OK) {
-        rc = http_start(&d, &port, srv, &err);
+        rc = http_start(&srv->daemon, &port, srv, err);
     }
     free(db);
     if (rc != E_OK) {
-        fprintf(stderr, "diverge: serve: %s\n", err.msg);
         stop_scm(srv);
         controller_free(srv->controller);
         meter_service_free(srv->meter);
         task_store_close(srv->store);
-        return 1;
+        srv->store = NULL;
+        return rc;
     }
     set_bound_listen(srv, port);
-    log_kv(LOG_INFO, "server_started", "listen", srv->cfg.listen, "data_dir", srv->cfg.data_dir,
-           "store", srv->cfg.store, NULL);
-    print_endpoints(srv);
-    sig = wait_for_signal();
-    log_kv(LOG_INFO, "server_stopping", "signal", sig == SIGTERM ? "SIGTERM" : "SIGINT", NULL);
-    /* Stop accepting, end watch streams, let requests in flight finish. */
+    return E_OK;
+}
+
+/* Stops accepting, ends watch streams, lets requests in flight finish, stops the rest. */
+static void stop_all(struct server *srv)
+{
     atomic_store(&srv->shutting_down, true);
     task_store_wake(srv->store);
-    http_stop(d);
+    http_stop(srv->daemon, srv);
+    srv->daemon = NULL;
     stop_scm(srv);
     controller_free(srv->controller);
     meter_service_free(srv->meter);
     task_store_close(srv->store);
     srv->store = NULL;
+}
+
+static int run(struct server *srv)
+{
+    struct err err = {0};
+    int sig;
+
+    if (start_all(srv, &err) != E_OK) {
+        fprintf(stderr, "diverge: serve: %s\n", err.msg);
+        return 1;
+    }
+    log_kv(LOG_INFO, "server_started", "listen", srv->cfg.listen, "data_dir", srv->cfg.data_dir,
+           "store", srv->cfg.store, NULL);
+    print_endpoints(srv);
+    sig = wait_for_signal();
+    log_kv(LOG_INFO, "server_stopping", "signal", sig == SIGTERM ? "SIGTERM" : "SIGINT", NULL);
+    stop_all(srv);
     log_kv(LOG_INFO, "server_stopped", NULL);
     return 0;
+}
+
+static void server_cleanup(struct server *srv)
+{
+    if (srv->api_token != NULL) {
+        secret_wipe(srv->api_token, strlen(srv->api_token));
+    }
+    free(srv->api_token);
+    srv->api_token = NULL;
+    secret_wipe(srv->root_key, sizeof(srv->root_key));
+    free(srv->base_url);
+    srv->base_url = NULL;
+    config_cleanup(&srv->cfg);
+}
+
+int server_start(struct server **out, int argc, char **argv, struct err *err)
+{
+    struct server *srv = xcalloc(1, sizeof(*srv));
+    int rc;
+
+    *out = NULL;
+    atomic_init(&srv->shutting_down, false);
+    rc = parse_flags(&srv->cfg, argc, argv) == 0 && parse_defaults(srv) == 0
+             ? E_OK
+             : err_set(err, E_INVALID, "bad serve flags");
+    if (rc == E_OK) {
+        rc = start_all(srv, err);
+    }
+    if (rc != E_OK) {
+        server_cleanup(srv);
+        free(srv);
+        return rc;
+    }
+    *out = srv;
+    return E_OK;
+}
+
+void server_stop(struct server *srv)
+{
+    if (srv == NULL) {
+        return;
+    }
+    stop_all(srv);
+    server_cleanup(srv);
+    free(srv);
 }
 
 int server_main(int argc, char **argv)
@@ -481,12 +573,6 @@ int server_main(int argc, char **argv)
     umask(077);
     atomic_init(&srv.shutting_down, false);
     rc = run(&srv);
-    if (srv.api_token != NULL) {
-        secret_wipe(srv.api_token, strlen(srv.api_token));
-    }
-    free(srv.api_token);
-    secret_wipe(srv.root_key, sizeof(srv.root_key));
-    free(srv.base_url);
-    config_cleanup(&srv.cfg);
+    server_cleanup(&srv);
     return rc;
 }

@@ -20,6 +20,14 @@
 #define SERVER_BODY_MAX (1024u * 1024u)            /* API and meter bodies */
 #define SERVER_WEBHOOK_BODY_MAX (25u * 1024u * 1024u) /* webhook deliveries */
 #define SERVER_ROUTE_PARAMS 4
+/* A client has this long to send a whole request (headers and body) on a connection,
+ * counted from the connection's start or the end of its previous response. Answers being
+ * sent (watch streams, logs) are not limited. DIVERGE_REQUEST_DEADLINE_MS overrides it
+ * (undocumented: for tests). */
+#define SERVER_REQUEST_DEADLINE_MS (30 * 1000)
+#define SERVER_CONN_MAX 1024       /* connections (one thread each) */
+#define SERVER_PER_IP_CONN_MAX 128 /* connections from one client address */
+#define SERVER_IDLE_TIMEOUT_S 120  /* libmicrohttpd's idle timeout */
 
 struct server_config {
     char *listen;          /* "host:port" */
@@ -45,6 +53,8 @@ struct server_config {
     char *notifier_min_interval;  /* seconds between spend-only sticky edits */
 };
 
+struct MHD_Daemon;
+
 struct server {
     struct server_config cfg;
     struct task_store *store;      /* owned */
@@ -64,6 +74,8 @@ struct server {
     enum scm_level min_budget;
     int64_t notifier_min_interval_ms;
     atomic_bool shutting_down;     /* set on SIGTERM: watch streams end */
+    struct http_guard *guard;      /* owned by http_start/http_stop */
+    struct MHD_Daemon *daemon;     /* owned; the running HTTP server */
 };
 
 /* One HTTP request; lives from the first access-handler call to the completion callback. */
@@ -81,6 +93,7 @@ struct request {
     int64_t start_ns;                         /* monotonic start */
     int status;                               /* status sent, for logs and metrics */
     bool kube_errors;                         /* errors as metav1.Status (under /apis/) */
+    struct github_webhook_mac *gh_mac;        /* owned; HMAC of the body as it arrives */
 };
 
 /* --- responses (http.c) --- each returns the MHD result of queueing. */
@@ -123,6 +136,10 @@ int api_task_status_put(struct request *r);
 int api_task_token(struct request *r);
 int api_meter(struct request *r);
 int api_webhook_github(struct request *r);
+/* Runs when the headers of a GitHub delivery are in, before any body byte is read:
+ * answers 503/401/400 at once when no secret is configured or the signature or event
+ * header is missing or malformed; else starts r->gh_mac and leaves r->status 0. */
+int api_webhook_github_begin(struct request *r);
 int api_local_comment(struct request *r);
 int api_local_thread(struct request *r);
 int api_env_list(struct request *r);
@@ -136,11 +153,34 @@ void metrics_observe(int route, int status, int64_t duration_ns);
 /* Renders the Prometheus text exposition into OUT. */
 void metrics_render(struct buf *out, struct server *srv);
 
+/* --- in-process server (serve.c), for fuzzing and tests --- */
+/* Parses ARGV like `diverge serve` (ARGV[0] is skipped), starts everything it runs and
+ * returns at once; srv->cfg.listen then holds the bound address. Logging is left as it
+ * is. E_INVALID for bad flags (printed on stderr). Stop with server_stop(). */
+int server_start(struct server **out, int argc, char **argv, struct err *err);
+void server_stop(struct server *srv);
+
 /* --- routing (http.c) --- */
-struct MHD_Daemon;
 /* Starts the HTTP daemon on SRV->cfg.listen; *port_out gets the bound port. */
 int http_start(struct MHD_Daemon **out, uint16_t *port_out, struct server *srv, struct err *err);
-void http_stop(struct MHD_Daemon *d);
+void http_stop(struct MHD_Daemon *d, struct server *srv);
+
+/* --- the whole-request deadline (http_guard.c) --- */
+struct MHD_Connection;
+struct http_guard;
+/* Starts the reaper thread: connections still receiving a request DEADLINE_MS after it
+ * began are shut down. Free with http_guard_free() after MHD_stop_daemon(). */
+int http_guard_new(struct http_guard **out, int64_t deadline_ms, struct err *err);
+void http_guard_free(struct http_guard *g);
+/* The MHD_OPTION_NOTIFY_CONNECTION callback (CLS is the guard); CODE is an
+ * enum MHD_ConnectionNotificationCode. */
+void http_guard_notify(void *cls, struct MHD_Connection *conn, void **socket_context, int code);
+/* The request on CONN is complete: no deadline while it is answered. */
+void http_guard_answering(struct MHD_Connection *conn);
+/* The response on CONN ended: the next request's clock starts now. */
+void http_guard_request_done(struct MHD_Connection *conn);
+/* Connections shut down so far for missing the deadline. */
+long long http_guard_reaped(struct http_guard *g);
 /* Name of ROUTE for logs and metrics ("tasks.get"); "none" for -1. */
 const char *http_route_name(int route);
 int http_route_count(void);

@@ -18,6 +18,19 @@
 int github_webhook_verify(const char *secrets, const char *sig_header, const char *body,
                           size_t len, struct err *err);
 
+/* The same check computed as the body streams in, so the server never keeps a second
+ * pass over a 25 MiB delivery: github_webhook_mac_new parses SIG_HEADER (E_DENIED when
+ * missing or malformed, *out stays NULL) and starts one HMAC per secret;
+ * github_webhook_mac_update feeds body bytes; github_webhook_mac_check ends it (E_DENIED
+ * when no secret matches; call it once). Free with github_webhook_mac_free (NULL is a
+ * no-op). */
+struct github_webhook_mac;
+int github_webhook_mac_new(struct github_webhook_mac **out, const char *secrets,
+                           const char *sig_header, struct err *err);
+void github_webhook_mac_update(struct github_webhook_mac *m, const void *data, size_t len);
+int github_webhook_mac_check(struct github_webhook_mac *m, struct err *err);
+void github_webhook_mac_free(struct github_webhook_mac *m);
+
 enum github_event {
     GITHUB_EVENT_PING,     /* answer 200 */
     GITHUB_EVENT_COMMENT,  /* a new comment on a pull request: *entry_out is filled */

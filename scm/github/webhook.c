@@ -1,9 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* GitHub deliveries: the signature is checked on the raw bytes before anything parses
  * them; then only what the bot needs is taken from the payload. */
+#include <openssl/core_names.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+#include <openssl/params.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,31 +18,113 @@
 
 #define SIG_PREFIX "sha256="
 
-int github_webhook_verify(const char *secrets, const char *sig_header, const char *body,
-                          size_t len, struct err *err)
-{
-    unsigned char want[32], got[EVP_MAX_MD_SIZE];
-    unsigned int got_len = 0;
-    const char *p = secrets;
-    bool ok = false;
+struct github_webhook_mac {
+    EVP_MAC_CTX **ctx;      /* owned; one HMAC-SHA256 per configured secret */
+    size_t n;               /* entries in ctx */
+    unsigned char want[32]; /* the signature the sender claims */
+};
 
-    if (sig_header == NULL || strncmp(sig_header, SIG_PREFIX, strlen(SIG_PREFIX)) != 0 ||
-        secret_unhex(want, sizeof(want), sig_header + strlen(SIG_PREFIX)) != E_OK) {
+/* One HMAC implementation fetched for the process (a provider lookup per delivery costs
+ * more than hashing a small payload); EVP_MAC objects may be shared between threads. */
+static EVP_MAC *g_hmac;
+static pthread_once_t g_hmac_once = PTHREAD_ONCE_INIT;
+
+static void fetch_hmac(void)
+{
+    g_hmac = EVP_MAC_fetch(NULL, "HMAC", NULL);
+}
+
+int github_webhook_mac_new(struct github_webhook_mac **out, const char *secrets,
+                           const char *sig_header, struct err *err)
+{
+    struct github_webhook_mac *m;
+    EVP_MAC *hmac;
+    OSSL_PARAM params[2];
+    const char *p = secrets;
+    size_t count = 1;
+
+    *out = NULL;
+    if (sig_header == NULL || strncmp(sig_header, SIG_PREFIX, strlen(SIG_PREFIX)) != 0) {
         return err_set(err, E_DENIED, "missing or malformed X-Hub-Signature-256");
     }
-    while (p != NULL && *p != '\0') {
+    m = xcalloc(1, sizeof(*m));
+    if (secret_unhex(m->want, sizeof(m->want), sig_header + strlen(SIG_PREFIX)) != E_OK) {
+        free(m);
+        return err_set(err, E_DENIED, "missing or malformed X-Hub-Signature-256");
+    }
+    for (const char *c = secrets != NULL ? secrets : ""; *c != '\0'; c++) {
+        count += *c == ',';
+    }
+    m->ctx = xcalloc(count, sizeof(*m->ctx));
+    pthread_once(&g_hmac_once, fetch_hmac);
+    hmac = g_hmac;
+    params[0] = OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, (char *)(uintptr_t)"SHA256", 0);
+    params[1] = OSSL_PARAM_construct_end();
+    while (hmac != NULL && p != NULL && *p != '\0') {
         const char *comma = strchr(p, ',');
         size_t n = comma != NULL ? (size_t)(comma - p) : strlen(p);
-        if (n > 0 && HMAC(EVP_sha256(), p, (int)n, (const unsigned char *)body, len, got,
-                          &got_len) != NULL) {
-            /* CRYPTO_memcmp, not memcmp: no early exit telling how much of a forgery was
-             * right. Every secret is tried, so timing does not tell which one matched. */
-            ok |= got_len == sizeof(want) && CRYPTO_memcmp(got, want, sizeof(want)) == 0;
+        EVP_MAC_CTX *ctx = n > 0 ? EVP_MAC_CTX_new(hmac) : NULL;
+
+        if (ctx != NULL && EVP_MAC_init(ctx, (const unsigned char *)p, n, params) == 1) {
+            m->ctx[m->n++] = ctx;
+        } else {
+            EVP_MAC_CTX_free(ctx);
         }
         p = comma != NULL ? comma + 1 : NULL;
     }
+    *out = m;
+    return E_OK;
+}
+
+void github_webhook_mac_update(struct github_webhook_mac *m, const void *data, size_t len)
+{
+    for (size_t i = 0; i < m->n; i++) {
+        (void)EVP_MAC_update(m->ctx[i], data, len);
+    }
+}
+
+int github_webhook_mac_check(struct github_webhook_mac *m, struct err *err)
+{
+    unsigned char got[EVP_MAX_MD_SIZE];
+    bool ok = false;
+
+    for (size_t i = 0; i < m->n; i++) {
+        size_t got_len = 0;
+        if (EVP_MAC_final(m->ctx[i], got, &got_len, sizeof(got)) == 1) {
+            /* CRYPTO_memcmp, not memcmp: no early exit telling how much of a forgery was
+             * right. Every secret is tried, so timing does not tell which one matched. */
+            ok |= got_len == sizeof(m->want) && CRYPTO_memcmp(got, m->want, sizeof(m->want)) == 0;
+        }
+    }
     OPENSSL_cleanse(got, sizeof(got));
     return ok ? E_OK : err_set(err, E_DENIED, "signature does not match any configured secret");
+}
+
+void github_webhook_mac_free(struct github_webhook_mac *m)
+{
+    if (m == NULL) {
+        return;
+    }
+    for (size_t i = 0; i < m->n; i++) {
+        EVP_MAC_CTX_free(m->ctx[i]); /* wipes the key schedule */
+    }
+    free(m->ctx);
+    free(m);
+}
+
+int github_webhook_verify(const char *secrets, const char *sig_header, const char *body,
+                          size_t len, struct err *err)
+{
+    struct github_webhook_mac *m = NULL;
+    int rc = github_webhook_mac_new(&m, secrets, sig_header, err);
+
+    if (rc != E_OK) {
+        return rc;
+    }
+    github_webhook_mac_update(m, body, len);
+    rc = github_webhook_mac_check(m, err);
+    github_webhook_mac_free(m);
+    return rc;
 }
 
 /* The fields the bot reads, picked in one pass over the delivery (no tree is built: most

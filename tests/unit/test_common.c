@@ -1,13 +1,20 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Unit tests of common/: money parsing and formatting, buf caps, RFC 3339. */
+/* Unit tests of common/: money parsing and formatting, buf caps, RFC 3339, JSON scanning,
+ * error messages as valid UTF-8, log line escaping, secret file checks. */
+#include <jansson.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/buf.h"
 #include "common/clock.h"
 #include "common/jsonscan.h"
 #include "common/jsonw.h"
+#include "common/log.h"
 #include "common/money.h"
+#include "common/secret.h"
 #include "tests/t_check.h"
 
 static int64_t parse(const char *s, int *rc_out)
@@ -182,6 +189,237 @@ TEST(jsonscan_extracts_paths)
     CHECK(!v[5].present);
     CHECK_EQ_INT(jsonscan_int(&n, &v[0]), E_INVALID);
     CHECK_EQ_INT(jsonscan_extract(v, "{\"a\":", 5, paths, ARRAY_LEN(paths), NULL), E_INVALID);
+}
+
+/* jansson refuses strings that are not valid UTF-8: the property the HTTP layer needs. */
+static bool utf8_valid(const char *s)
+{
+    json_t *j = json_string(s);
+    bool ok = j != NULL;
+
+    json_decref(j);
+    return ok;
+}
+
+TEST(err_utf8_char_len_refuses_malformed)
+{
+    static const struct {
+        const char *s;
+        size_t n, want;
+    } cases[] = {
+        {"a", 1, 1},
+        {"\xc3\xa9", 2, 2},
+        {"\xe2\x82\xac", 3, 3},
+        {"\xf0\x9f\x98\x80", 4, 4},
+        {"\xc3", 1, 0},             /* cut short */
+        {"\xf0\x9f\x98", 3, 0},     /* cut short */
+        {"\x80", 1, 0},             /* stray continuation byte */
+        {"\xc0\xaf", 2, 0},         /* overlong '/' */
+        {"\xe0\x80\xaf", 3, 0},     /* overlong '/' */
+        {"\xed\xa0\x80", 3, 0},     /* surrogate */
+        {"\xf4\x90\x80\x80", 4, 0}, /* past U+10FFFF */
+        {"\xff", 1, 0},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        CHECK_EQ_INT(err_utf8_char_len(cases[i].s, cases[i].n), cases[i].want);
+    }
+}
+
+TEST(err_set_replaces_invalid_bytes)
+{
+    struct err err = {0};
+
+    CHECK_EQ_INT(err_set(&err, E_NOTFOUND, "no such path: %s", "/\xff\xc3x"), E_NOTFOUND);
+    CHECK_EQ_STR(err.msg, "no such path: /\xef\xbf\xbd\xef\xbf\xbdx");
+    CHECK(utf8_valid(err.msg));
+    err_set_field(&err, E_INVALID, "spec.\xe9", "bad %s", "\xed\xa0\x80");
+    CHECK(utf8_valid(err.msg));
+    CHECK(utf8_valid(err.field));
+}
+
+TEST(err_set_cuts_long_messages_on_a_character_boundary)
+{
+    char path[2 + 2 * 300 + 1] = "/a";
+    char four[1 + 4 * 200 + 1] = "x";
+    struct err err = {0};
+
+    for (int i = 0; i < 300; i++) {
+        memcpy(path + 2 + 2 * i, "\xc3\xa9", 2);
+    }
+    path[sizeof(path) - 1] = '\0';
+    err_set(&err, E_NOTFOUND, "no such path: %s", path);
+    CHECK(utf8_valid(err.msg));
+    CHECK(strlen(err.msg) <= ERR_MSG_MAX - 1);
+    CHECK(strlen(err.msg) >= ERR_MSG_MAX - 2);
+    /* Every offset of a 4-byte character against the end of the buffer. */
+    for (int shift = 0; shift < 4; shift++) {
+        for (int i = 0; i < 200; i++) {
+            memcpy(four + 1 + 4 * i, "\xf0\x9f\x98\x80", 4);
+        }
+        four[sizeof(four) - 1] = '\0';
+        err_set(&err, E_INVALID, "%.*s%s", shift, "abc", four);
+        CHECK(utf8_valid(err.msg));
+        CHECK(strlen(err.msg) > ERR_MSG_MAX - 6);
+    }
+}
+
+TEST(err_utf8_copy_replacement_fits_or_stops)
+{
+    char out[6];
+
+    CHECK_EQ_INT(err_utf8_copy(out, sizeof(out), "ab\xff\xff", 4), 5);
+    CHECK_EQ_STR(out, "ab\xef\xbf\xbd");
+    CHECK_EQ_INT(err_utf8_copy(out, 1, "abc", 3), 0);
+    CHECK_EQ_STR(out, "");
+}
+
+/* Runs FN with the log going to a temporary file; returns what was written (caller frees). */
+static char *capture_log(enum log_format fmt, void (*fn)(void))
+{
+    FILE *f = tmpfile();
+    char *out = xcalloc(1, 1 << 20);
+    size_t n;
+
+    ASSERT(f != NULL);
+    log_set_format(fmt);
+    log_set_fd(fileno(f));
+    fn();
+    log_set_fd(-1);
+    log_set_format(LOG_FORMAT_TEXT);
+    rewind(f);
+    n = fread(out, 1, (1 << 20) - 1, f);
+    out[n] = '\0';
+    fclose(f);
+    return out;
+}
+
+static char g_long[5000 + 1];
+
+static void log_hostile(void)
+{
+    memset(g_long, 'a', sizeof(g_long) - 1);
+    /* A multi-byte character across the LOG_VALUE_MAX boundary. */
+    memcpy(g_long + LOG_VALUE_MAX - 1, "\xc3\xa9", 2);
+    log_kv(LOG_INFO, "request", "path", "/x\r2026-11-30T00:00:00Z info admin_login", "esc",
+           "\x1b[2J", "bad", "\xff\xfe", "c1", "\xc2\x9b" "31m", "del", "a\x7f" "b", "q",
+           "\"\\", "ok", "caf\xc3\xa9", NULL);
+    log_kv(LOG_WARN, "long", "path", g_long, "tail", "after", NULL);
+}
+
+TEST(log_json_lines_are_valid_json)
+{
+    char *out = capture_log(LOG_FORMAT_JSON, log_hostile);
+    char *line = out, *nl;
+    int lines = 0;
+
+    while ((nl = strchr(line, '\n')) != NULL) {
+        json_error_t jerr;
+        json_t *j = json_loadb(line, (size_t)(nl - line), 0, &jerr);
+        if (j == NULL) {
+            t_fail(__FILE__, __LINE__, "line %d is not JSON: %s", lines + 1, jerr.text);
+        } else if (lines == 0) {
+            CHECK_EQ_STR(json_string_value(json_object_get(j, "path")),
+                         "/x\r2026-11-30T00:00:00Z info admin_login");
+            CHECK_EQ_STR(json_string_value(json_object_get(j, "esc")), "\x1b[2J");
+            CHECK_EQ_STR(json_string_value(json_object_get(j, "bad")), "\xef\xbf\xbd\xef\xbf\xbd");
+            CHECK_EQ_STR(json_string_value(json_object_get(j, "q")), "\"\\");
+            CHECK_EQ_STR(json_string_value(json_object_get(j, "ok")), "caf\xc3\xa9");
+        } else {
+            const char *p = json_string_value(json_object_get(j, "path"));
+            size_t n = p != NULL ? strlen(p) : 0;
+            CHECK(n > strlen(LOG_TRUNCATED) && n <= LOG_VALUE_MAX + strlen(LOG_TRUNCATED));
+            CHECK(n > 0 && strcmp(p + n - strlen(LOG_TRUNCATED), LOG_TRUNCATED) == 0);
+            CHECK_EQ_STR(json_string_value(json_object_get(j, "tail")), "after");
+        }
+        json_decref(j);
+        lines++;
+        line = nl + 1;
+    }
+    CHECK_EQ_INT(lines, 2);
+    CHECK_EQ_STR(line, "");
+    free(out);
+}
+
+TEST(log_text_escapes_controls_and_bad_bytes)
+{
+    char *out = capture_log(LOG_FORMAT_TEXT, log_hostile);
+    char *nl = strchr(out, '\n');
+
+    CHECK(nl != NULL);
+    CHECK(strchr(out, '\r') == NULL);
+    CHECK(strchr(out, '\x1b') == NULL);
+    CHECK(strchr(out, '\x7f') == NULL);
+    CHECK(strstr(out, "\xc2\x9b") == NULL);
+    CHECK(strstr(out, "\xff") == NULL);
+    CHECK(strstr(out, "path=\"/x\\r2026-11-30T00:00:00Z info admin_login\"") != NULL);
+    CHECK(strstr(out, "esc=\"\\x1b[2J\"") != NULL);
+    CHECK(strstr(out, "bad=\"\\xff\\xfe\"") != NULL);
+    CHECK(strstr(out, "c1=\"\\xc2\\x9b31m\"") != NULL);
+    CHECK(strstr(out, "q=\"\\\"\\\\\"") != NULL);
+    CHECK(strstr(out, "ok=caf\xc3\xa9") != NULL);
+    CHECK(nl != NULL && strstr(nl + 1, LOG_TRUNCATED " tail=after\n") != NULL);
+    free(out);
+}
+
+static void write_file(const char *path, const char *text, mode_t mode)
+{
+    FILE *f = fopen(path, "w");
+
+    ASSERT(f != NULL);
+    fputs(text, f);
+    fclose(f);
+    ASSERT(chmod(path, mode) == 0);
+}
+
+TEST(secret_file_refuses_what_others_could_plant)
+{
+    char dir[] = "/tmp/test_common.XXXXXX", good[64], loose[64], link_[64], fifo[64], other[64];
+    char *s = NULL;
+    bool created = false;
+    struct err err = {0};
+    struct stat st;
+
+    ASSERT(mkdtemp(dir) != NULL);
+    snprintf(good, sizeof(good), "%s/good", dir);
+    snprintf(loose, sizeof(loose), "%s/loose", dir);
+    snprintf(link_, sizeof(link_), "%s/link", dir);
+    snprintf(fifo, sizeof(fifo), "%s/fifo", dir);
+    snprintf(other, sizeof(other), "%s/other", dir);
+
+    CHECK_OK(secret_file_load_or_create(&s, &created, good, 16, &err));
+    CHECK(created && s != NULL && strlen(s) == 32);
+    CHECK(stat(good, &st) == 0 && (st.st_mode & 0777) == 0600);
+    free(s);
+    CHECK_OK(secret_file_load_or_create(&s, &created, good, 16, &err));
+    CHECK(!created);
+    free(s);
+
+    write_file(loose, "planted\n", 0644);
+    CHECK_EQ_INT(secret_file_load_or_create(&s, NULL, loose, 16, &err), E_DENIED);
+    CHECK(s == NULL && strstr(err.msg, "chmod 600") != NULL);
+    CHECK(chmod(loose, 0620) == 0);
+    CHECK_EQ_INT(secret_file_load_or_create(&s, NULL, loose, 16, &err), E_DENIED);
+
+    CHECK(symlink(good, link_) == 0);
+    CHECK_EQ_INT(secret_file_load_or_create(&s, NULL, link_, 16, &err), E_DENIED);
+    CHECK(strstr(err.msg, "symbolic link") != NULL);
+
+    CHECK(mkfifo(fifo, 0600) == 0); /* must not block */
+    CHECK_EQ_INT(secret_file_load_or_create(&s, NULL, fifo, 16, &err), E_DENIED);
+    CHECK(strstr(err.msg, "not a regular file") != NULL);
+
+    if (geteuid() == 0) { /* only root can give a file away */
+        write_file(other, "planted\n", 0600);
+        CHECK(chown(other, 65534, 65534) == 0);
+        CHECK_EQ_INT(secret_file_load_or_create(&s, NULL, other, 16, &err), E_DENIED);
+        CHECK(strstr(err.msg, "chown 0") != NULL);
+        unlink(other);
+    }
+    unlink(good);
+    unlink(loose);
+    unlink(link_);
+    unlink(fifo);
+    rmdir(dir);
 }
 
 T_MAIN

@@ -715,6 +715,7 @@ TEST(root_key_file)
         fputs("000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\n", f);
         fclose(f);
     }
+    CHECK(chmod(bad, 0600) == 0); /* secret files with group or other bits are refused */
     CHECK_OK(token_root_key_load_or_create(k2, bad, NULL));
     ref_key(ref);
     CHECK(memcmp(k2, ref, sizeof(ref)) == 0);
