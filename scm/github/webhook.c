@@ -4,7 +4,6 @@
 #include <openssl/core_names.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
-#include <openssl/hmac.h>
 #include <openssl/params.h>
 #include <pthread.h>
 #include <stdint.h>
