@@ -48,8 +48,8 @@ static const char *const g_rd_sql[RD_STMT_COUNT] = {
     [RD_LIST_TASKS] = "SELECT doc FROM tasks ORDER BY namespace, name",
     [RD_LIST_TASKS_NS] = "SELECT doc FROM tasks WHERE namespace=?1 ORDER BY namespace, name",
     [RD_LIST_ENVS] = "SELECT doc FROM environments ORDER BY namespace, name",
-    [RD_LIST_ENVS_NS] = "SELECT doc FROM environments WHERE namespace=?1 "
-                        "ORDER BY namespace, name",
+    [RD_LIST_ENVS_NS] = ("SELECT doc FROM environments WHERE namespace=?1 "
+                         "ORDER BY namespace, name"),
     [RD_COUNT_PHASES] = "SELECT phase, count(*) FROM tasks GROUP BY phase",
 };
 
