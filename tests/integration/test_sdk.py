@@ -3,7 +3,8 @@
 examples against the real `diverge serve --sandbox-provider none` (SPEC §7, §9): exact
 totals, idempotent retries with one requestId, token file re-read, 401/403/429, retry
 after dropped connections, 503s and a refused connect, and HTTP over a unix socket (a
-stdlib front end forwards to the server, which has no unix listener yet)."""
+stdlib front end forwards to the server, which has no unix listener yet); the Node
+type declarations checked by TypeScript (npm, pinned)."""
 import decimal
 import json
 import os
@@ -384,6 +385,54 @@ def test_node_sdk_retries_and_unix_socket():
             shutil.rmtree(d, ignore_errors=True)
 
 
+TS_OK = r"""
+import { meterLLMUsage, LLMMeterError, METER_PATH, type MeterResult } from "@divergedev/sdk";
+const path: "/api/v1/agenttask/meter" = METER_PATH;
+async function step(): Promise<string | null> {
+  try {
+    const r: MeterResult = await meterLLMUsage({ model: "m", tokensUsed: 1, costUSD: "0.01" });
+    const cost: string = r.totalCostUSD;
+    return r.guidance ?? cost + path;
+  } catch (e) {
+    if (e instanceof LLMMeterError && (e.isBudgetExceeded || e.isMaxIterationsExceeded)) {
+      const s: number = e.status;
+      return e.reason + s;
+    }
+    throw e;
+  }
+}
+void step();
+"""
+TS_BAD = r"""
+import { meterLLMUsage } from "@divergedev/sdk";
+const r = await meterLLMUsage({ model: "m", tokensUsed: "1", costUSD: 0 });
+const cost: number = r.totalCostUSD;
+"""
+
+
+def test_node_type_declarations():
+    """index.d.ts is found through package.json "exports" (types condition) and types
+    the API: a correct program compiles under --strict, a wrong one does not."""
+    modules = npm_pin.install("typescript", "5.9.3")
+    tsc = os.path.join(modules, "typescript", "bin", "tsc")
+    with NodeProject() as node:
+        with open(os.path.join(node.dir, "package.json"), "w") as f:
+            json.dump({"type": "module"}, f)
+        opts = ["--strict", "--noEmit", "--module", "nodenext", "--moduleResolution",
+                "nodenext", "--target", "es2022"]
+        for name, text in (("ok.ts", TS_OK), ("bad.ts", TS_BAD)):
+            with open(os.path.join(node.dir, name), "w") as f:
+                f.write(text)
+        r = subprocess.run(["node", tsc] + opts + ["ok.ts"], cwd=node.dir,
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, (r.stdout, r.stderr)
+        r = subprocess.run(["node", tsc] + opts + ["bad.ts"], cwd=node.dir,
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode != 0, r.stdout
+        # both mistakes found: tokensUsed (line 3) and totalCostUSD (line 4) are typed
+        assert "bad.ts(3," in r.stdout and "bad.ts(4," in r.stdout, r.stdout
+
+
 # --- the examples, as written ----------------------------------------------------------
 
 
@@ -426,4 +475,4 @@ if __name__ == "__main__":
                test_python_retries_after_connection_refused,
                test_python_token_file_is_read_on_every_call, test_python_refusals,
                test_python_unix_socket, test_node_sdk, test_node_sdk_retries_and_unix_socket,
-               test_examples_run_as_written])
+               test_node_type_declarations, test_examples_run_as_written])
