@@ -26,10 +26,12 @@ TOOLS = {"diverge_create_task", "diverge_list_tasks", "diverge_task_status",
 class Mcp:
     """A `diverge mcp` child speaking newline-delimited JSON-RPC on its stdin/stdout."""
 
-    def __init__(self, srv=None, server_url=None, token=None, extra=()):
-        env = {k: v for k, v in os.environ.items() if not k.startswith("DIVERGE_")}
-        env["DIVERGE_SERVER"] = server_url or srv.url
-        env["DIVERGE_API_TOKEN"] = token if token is not None else srv.token
+    def __init__(self, srv=None, server_url=None, token=None, extra=(), env=None):
+        e = {k: v for k, v in os.environ.items() if not k.startswith("DIVERGE_")}
+        e["DIVERGE_SERVER"] = server_url or srv.url
+        e["DIVERGE_API_TOKEN"] = token if token is not None else srv.token
+        e.update(env or {})
+        env = {k: v for k, v in e.items() if v is not None}
         self.stderr = tempfile.TemporaryFile()
         self.proc = subprocess.Popen([DIVERGE_BIN, "mcp"] + list(extra), stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self.stderr, env=env)
@@ -250,6 +252,26 @@ def test_every_tool_against_the_server():
         assert get(srv, "mcp-one")["spec"]["budgetTokens"] == 203000
 
 
+def test_settings_like_diverge_task():
+    """--server/--token flags, the data dir's api-token, and -n as the default namespace."""
+    with Server(ARGS) as srv:
+        with Mcp(srv, extra=["-n", "team-c", "--server", srv.url],
+                 env={"DIVERGE_API_TOKEN": None, "DIVERGE_SERVER": None,
+                      "DIVERGE_DATA_DIR": srv.data_dir}) as m:
+            m.initialize()
+            res = m.ok("diverge_create_task", name="in-c", objective="x")
+            assert res["structuredContent"]["namespace"] == "team-c", res
+            res = m.ok("diverge_list_tasks")
+            assert res["structuredContent"]["namespace"] == "team-c", res
+            assert [t["name"] for t in res["structuredContent"]["tasks"]] == ["in-c"]
+            m.ok("diverge_task_status", name="in-c")
+            m.fails("diverge_task_status", "NotFound", name="in-c", namespace="default")
+        get(srv, "in-c", "team-c")
+        with Mcp(srv, extra=["--server", srv.url, "--token", "nope"]) as m:
+            m.initialize()
+            m.fails("diverge_list_tasks", "Unauthorized")
+
+
 def test_failures_are_tool_results():
     with Server(ARGS) as srv:
         with Mcp(srv) as m:
@@ -427,5 +449,6 @@ def test_official_mcp_sdk_client():
 
 if __name__ == "__main__":
     run_tests([test_initialize_negotiates_the_version, test_tools_list_has_the_schemas,
-               test_every_tool_against_the_server, test_failures_are_tool_results,
+               test_every_tool_against_the_server, test_settings_like_diverge_task,
+               test_failures_are_tool_results,
                test_protocol_errors_and_notifications, test_official_mcp_sdk_client])
