@@ -242,6 +242,33 @@ def test_python_unix_socket():
             shutil.rmtree(d, ignore_errors=True)
 
 
+def test_package_metadata():
+    """The distributions are what the docs say: diverge-sdk with no dependencies, and
+    @divergedev/sdk as ESM whose exports name the declarations and the module."""
+    py = os.path.join(SOURCE_DIR, "sdk", "python")
+    try:
+        import tomllib
+    except ImportError:  # Python < 3.11: the name is enough
+        tomllib = None
+    if tomllib is not None:
+        with open(os.path.join(py, "pyproject.toml"), "rb") as f:
+            meta = tomllib.load(f)
+        assert meta["project"]["name"] == "diverge-sdk", meta
+        assert meta["project"]["dependencies"] == [], meta
+        assert meta["tool"]["setuptools"]["packages"]["find"]["where"] == ["src"], meta
+    assert os.path.exists(os.path.join(py, "src", "diverge_sdk", "py.typed"))
+    assert diverge_sdk.meter_llm_usage is meter_llm_usage
+    node = os.path.join(SOURCE_DIR, "sdk", "node")
+    with open(os.path.join(node, "package.json")) as f:
+        pkg = json.load(f)
+    assert pkg["name"] == "@divergedev/sdk" and pkg["type"] == "module", pkg
+    assert not pkg.get("dependencies"), pkg
+    exp = pkg["exports"]["."]
+    assert list(exp) == ["types", "default"], exp  # "types" must come first
+    for rel in (exp["types"], exp["default"]):
+        assert os.path.exists(os.path.join(node, rel)), rel
+
+
 # --- Node ------------------------------------------------------------------------------
 
 NODE_DRIVER = r"""
@@ -474,5 +501,5 @@ if __name__ == "__main__":
                test_python_retries_reuse_the_request_id,
                test_python_retries_after_connection_refused,
                test_python_token_file_is_read_on_every_call, test_python_refusals,
-               test_python_unix_socket, test_node_sdk, test_node_sdk_retries_and_unix_socket,
+               test_python_unix_socket, test_package_metadata, test_node_sdk, test_node_sdk_retries_and_unix_socket,
                test_node_type_declarations, test_examples_run_as_written])
