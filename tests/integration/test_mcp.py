@@ -115,10 +115,13 @@ class Mcp:
         return self
 
     def __exit__(self, *exc):
-        self.close()
-        # stdout carried nothing but protocol messages, one JSON value per line.
-        for line in self.raw:
-            json.loads(line)
+        rc = self.close()
+        if exc[0] is None:
+            # A clean exit (under ASan also: no leak, no error report), and stdout
+            # carried nothing but protocol messages, one JSON value per line.
+            assert rc == 0, (rc, self.err())
+            for line in self.raw:
+                json.loads(line)
 
 
 def get(srv, name, ns="default"):
