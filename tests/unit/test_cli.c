@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/mcp.h"
 #include "tests/t_check.h"
 
 #define ALL_OPTS (~0u)
@@ -378,6 +379,120 @@ TEST(output_formats)
     CHECK_EQ_INT(o, CLI_OUTPUT_JSON);
     CHECK_EQ_INT(cli_output_parse(&o, "wide", &err), E_INVALID);
     CHECK_EQ_STR(err.msg, "unknown output format \"wide\" (want table, json or yaml)");
+}
+
+/* --- `diverge mcp`: the JSON-RPC handler, without stdio --- */
+
+/* The reply to LINE parsed, or NULL when there was none. */
+static json_t *mcp_reply(struct cli_mcp *m, const char *line)
+{
+    char *text = cli_mcp_handle(m, line, strlen(line));
+    json_t *j = text != NULL ? json_loads(text, 0, NULL) : NULL;
+
+    CHECK(text == NULL || j != NULL);
+    CHECK(text == NULL || strchr(text, '\n') == NULL); /* one line on the wire */
+    free(text);
+    return j;
+}
+
+static long long mcp_error_code(const json_t *r)
+{
+    return (long long)json_integer_value(json_object_get(json_object_get(r, "error"), "code"));
+}
+
+/* A context whose server refuses connections at once (nothing listens on port 1). */
+static void mcp_ctx(struct cli_ctx *ctx)
+{
+    memset(ctx, 0, sizeof(*ctx));
+    ctx->server = xstrdup("http://127.0.0.1:1");
+    ctx->ns = "default";
+}
+
+TEST(mcp_protocol_errors)
+{
+    struct cli_ctx ctx;
+    struct cli_mcp m;
+    json_t *r;
+
+    mcp_ctx(&ctx);
+    cli_mcp_init(&m, &ctx);
+    r = mcp_reply(&m, "{nope");
+    CHECK_EQ_INT(mcp_error_code(r), CLI_MCP_PARSE_ERROR);
+    CHECK(json_is_null(json_object_get(r, "id")));
+    json_decref(r);
+    r = mcp_reply(&m, "[]");
+    CHECK_EQ_INT(mcp_error_code(r), CLI_MCP_INVALID_REQUEST);
+    json_decref(r);
+    r = mcp_reply(&m, "{\"jsonrpc\":\"2.0\",\"id\":true,\"method\":\"ping\"}");
+    CHECK_EQ_INT(mcp_error_code(r), CLI_MCP_INVALID_REQUEST);
+    json_decref(r);
+    r = mcp_reply(&m, "{\"jsonrpc\":\"2.0\",\"id\":\"x\",\"method\":\"prompts/list\"}");
+    CHECK_EQ_INT(mcp_error_code(r), CLI_MCP_METHOD_NOT_FOUND);
+    CHECK_EQ_STR(json_string_value(json_object_get(r, "id")), "x");
+    json_decref(r);
+    /* notifications, responses and blank lines get nothing */
+    CHECK(mcp_reply(&m, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}") == NULL);
+    CHECK(m.initialized);
+    CHECK(mcp_reply(&m, "{\"jsonrpc\":\"2.0\",\"method\":\"whatever\"}") == NULL);
+    CHECK(mcp_reply(&m, "{\"jsonrpc\":\"2.0\",\"id\":4,\"result\":{}}") == NULL);
+    CHECK(mcp_reply(&m, " \t\r") == NULL);
+    /* over the line limit: refused without being parsed */
+    {
+        char *big = xmalloc(CLI_MCP_MAX_LINE + 2);
+        char *text;
+        memset(big, ' ', CLI_MCP_MAX_LINE + 1);
+        big[CLI_MCP_MAX_LINE + 1] = '\0';
+        text = cli_mcp_handle(&m, big, CLI_MCP_MAX_LINE + 1);
+        CHECK(text != NULL && strstr(text, "-32600") != NULL);
+        free(text);
+        CHECK(cli_mcp_handle(&m, big, CLI_MCP_MAX_LINE) == NULL); /* blank, at the limit */
+        free(big);
+    }
+    cli_ctx_cleanup(&ctx);
+}
+
+TEST(mcp_initialize_and_tools)
+{
+    struct cli_ctx ctx;
+    struct cli_mcp m;
+    json_t *r, *tools;
+
+    mcp_ctx(&ctx);
+    cli_mcp_init(&m, &ctx);
+    r = mcp_reply(&m, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\","
+                      "\"params\":{\"protocolVersion\":\"2024-11-05\"}}");
+    CHECK_EQ_STR(cli_json_str(r, "result.protocolVersion"), "2024-11-05");
+    CHECK_EQ_STR(m.version, "2024-11-05");
+    json_decref(r);
+    r = mcp_reply(&m, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"initialize\","
+                      "\"params\":{\"protocolVersion\":\"1.0\"}}");
+    CHECK_EQ_STR(cli_json_str(r, "result.protocolVersion"), "2025-06-18");
+    json_decref(r);
+    r = mcp_reply(&m, "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/list\"}");
+    tools = json_object_get(json_object_get(r, "result"), "tools");
+    CHECK_EQ_INT(json_array_size(tools), 6);
+    for (size_t i = 0; i < json_array_size(tools); i++) {
+        CHECK_EQ_STR(cli_json_str(json_array_get(tools, i), "inputSchema.type"), "object");
+    }
+    json_decref(r);
+    /* bad arguments: an isError result, no request made */
+    r = mcp_reply(&m, "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/call\",\"params\":"
+                      "{\"name\":\"diverge_create_task\",\"arguments\":{\"name\":\"a\","
+                      "\"objective\":\"o\",\"budgetUSD\":0.1}}}");
+    CHECK(json_is_true(cli_json_at(r, "result.isError")));
+    CHECK_EQ_STR(cli_json_str(r, "result.structuredContent.reason"), "Invalid");
+    json_decref(r);
+    /* the server is unreachable: also an isError result */
+    r = mcp_reply(&m, "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"tools/call\",\"params\":"
+                      "{\"name\":\"diverge_task_status\",\"arguments\":{\"name\":\"a\"}}}");
+    CHECK(json_is_true(cli_json_at(r, "result.isError")));
+    CHECK_EQ_STR(cli_json_str(r, "result.structuredContent.reason"), "Unreachable");
+    json_decref(r);
+    r = mcp_reply(&m, "{\"jsonrpc\":\"2.0\",\"id\":6,\"method\":\"tools/call\",\"params\":"
+                      "{\"name\":\"nope\"}}");
+    CHECK_EQ_INT(mcp_error_code(r), CLI_MCP_INVALID_PARAMS);
+    json_decref(r);
+    cli_ctx_cleanup(&ctx);
 }
 
 T_MAIN
