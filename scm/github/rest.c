@@ -15,14 +15,18 @@
 
 #define PAGE_SIZE 100
 #define MAX_PAGES 200 /* 20,000 comments: far past any real thread */
+/* Asking for the bot's login again after a failure: 1 s, doubled up to 5 min. */
+#define LOGIN_RETRY_MIN_MS 1000
+#define LOGIN_RETRY_MAX_MS 300000
 
 struct github {
     struct scm_provider base; /* must be first */
     char *api_url;            /* owned, without a trailing '/' */
     struct github_auth *auth; /* owned */
-    pthread_mutex_t mu;       /* guards bot_login */
-    char *bot_login;          /* owned; configured or asked once */
-    bool login_asked;
+    pthread_mutex_t mu;       /* guards the three fields below */
+    char *bot_login;          /* owned; configured or learnt once; never changes after */
+    int login_failures;       /* failed attempts to learn it so far */
+    int64_t login_next_ms;    /* epoch ms before which it is not asked again */
 };
 
 static struct github *to_github(struct scm_provider *p)
@@ -155,16 +159,26 @@ static int call(json_t **json_out, char **next_out, struct github *gh, const cha
     return rc;
 }
 
-static char *repo_url(struct github *gh, const char *project, const char *fmt_tail)
+static char *repo_url(struct github *gh, const char *project, const char *tail)
 {
-    return xasprintf("%s/repos/%s%s", gh->api_url, project, fmt_tail);
+    return scm_repo_url(gh->api_url, project, tail);
+}
+
+/* PREFIX, the percent-encoded ID (one path segment), SUFFIX: a new string. */
+static char *tail_with(const char *prefix, const char *id, const char *suffix)
+{
+    char *e = scm_path_escape(id, false);
+    char *t = xasprintf("%s%s%s", prefix, e, suffix);
+
+    free(e);
+    return t;
 }
 
 static int gh_react(struct scm_provider *p, const struct scm_ref *ref, const char *comment_id,
                     const char *content, struct scm_result *res, struct err *err)
 {
     struct github *gh = to_github(p);
-    char *tail = xasprintf("/issues/comments/%s/reactions", comment_id);
+    char *tail = tail_with("/issues/comments/", comment_id, "/reactions");
     char *url = repo_url(gh, ref->project, tail);
     json_t *body = json_pack("{s:s}", "content", content);
     int rc = call(NULL, NULL, gh, "POST", url, ref->installation_id, body, res, err);
@@ -205,7 +219,7 @@ static int gh_update_comment(struct scm_provider *p, const struct scm_ref *ref,
                              struct err *err)
 {
     struct github *gh = to_github(p);
-    char *tail = xasprintf("/issues/comments/%s", comment_id);
+    char *tail = tail_with("/issues/comments/", comment_id, "");
     char *url = repo_url(gh, ref->project, tail);
     json_t *body = json_pack("{s:s}", "body", text);
     int rc = call(NULL, NULL, gh, "PATCH", url, ref->installation_id, body, res, err);
@@ -220,7 +234,7 @@ static int gh_delete_comment(struct scm_provider *p, const struct scm_ref *ref,
                              const char *comment_id, struct scm_result *res, struct err *err)
 {
     struct github *gh = to_github(p);
-    char *tail = xasprintf("/issues/comments/%s", comment_id);
+    char *tail = tail_with("/issues/comments/", comment_id, "");
     char *url = repo_url(gh, ref->project, tail);
     int rc = call(NULL, NULL, gh, "DELETE", url, ref->installation_id, NULL, res, err);
 
@@ -275,7 +289,15 @@ static int gh_list_comments(struct scm_comment **out, size_t *n_out, struct scm_
         rc = call(&arr, &next, gh, "GET", url, ref->installation_id, NULL, res, err);
         free(url);
         url = next;
+        if (rc == E_OK && url != NULL && !scm_url_under(gh->api_url, url)) {
+            /* Our token goes to the configured API only, never where a Link points. */
+            log_kv(LOG_ERROR, "github_link_refused", "project", ref->project, "why",
+                   "rel=next leaves the configured api base", NULL);
+            rc = err_set(err, E_FAIL, "comments of %s#%lld: next page link leaves the api base",
+                         ref->project, (long long)ref->number);
+        }
         if (rc != E_OK) {
+            json_decref(arr);
             break;
         }
         json_array_foreach(arr, i, c)
@@ -298,8 +320,7 @@ static int gh_permission_of(enum scm_level *out, struct scm_provider *p,
                             struct scm_result *res, struct err *err)
 {
     struct github *gh = to_github(p);
-    char *esc = httpc_escape(user);
-    char *tail = xasprintf("/collaborators/%s/permission", esc);
+    char *tail = tail_with("/collaborators/", user, "/permission");
     char *url = repo_url(gh, ref->project, tail);
     json_t *ans = NULL;
     int rc = call(&ans, NULL, gh, "GET", url, ref->installation_id, NULL, res, err);
@@ -319,7 +340,6 @@ static int gh_permission_of(enum scm_level *out, struct scm_provider *p,
         }
     }
     json_decref(ans);
-    free(esc);
     free(tail);
     free(url);
     return rc;
@@ -390,7 +410,8 @@ static int gh_file_at(char **out, size_t *len_out, struct scm_provider *p,
 {
     struct github *gh = to_github(p);
     char *eref = httpc_escape(git_ref);
-    char *tail = xasprintf("/contents/%s?ref=%s", path, eref);
+    char *epath = scm_path_escape(path, true); /* the contents API keeps '/' in the path */
+    char *tail = xasprintf("/contents/%s?ref=%s", epath, eref);
     char *url = repo_url(gh, ref->project, tail);
     json_t *ans = NULL;
     int rc = call(&ans, NULL, gh, "GET", url, ref->installation_id, NULL, res, err);
@@ -407,7 +428,32 @@ static int gh_file_at(char **out, size_t *len_out, struct scm_provider *p,
     }
     json_decref(ans);
     free(eref);
+    free(epath);
     free(tail);
+    free(url);
+    return rc;
+}
+
+/* Asks GitHub who we are: GET /user with a PAT, GET /app with the app JWT for an app
+ * (whose comments are by "<slug>[bot]"). *out: new string. */
+static int ask_login(char **out, struct github *gh, struct err *err)
+{
+    bool app = github_auth_is_app(gh->auth);
+    char *url = xasprintf("%s/%s", gh->api_url, app ? "app" : "user");
+    json_t *ans = NULL;
+    const char *name;
+    int rc = call(&ans, NULL, gh, "GET", url, 0, NULL, NULL, err);
+
+    *out = NULL;
+    name = json_string_value(json_object_get(ans, app ? "slug" : "login"));
+    if (rc == E_OK && (name == NULL || name[0] == '\0')) {
+        rc = err_set(err, E_FAIL, "GET /%s: the answer names no %s", app ? "app" : "user",
+                     app ? "slug" : "login");
+    }
+    if (rc == E_OK) {
+        *out = app ? xasprintf("%s[bot]", name) : xstrdup(name);
+    }
+    json_decref(ans);
     free(url);
     return rc;
 }
@@ -415,19 +461,29 @@ static int gh_file_at(char **out, size_t *len_out, struct scm_provider *p,
 static const char *gh_bot_login(struct scm_provider *p)
 {
     struct github *gh = to_github(p);
+    int64_t now = clock_now_ms(clock_system());
     const char *login;
 
     pthread_mutex_lock(&gh->mu);
-    if (gh->bot_login == NULL && !gh->login_asked) {
-        json_t *ans = NULL;
-        char *url = xasprintf("%s/user", gh->api_url);
-        gh->login_asked = true;
-        if (call(&ans, NULL, gh, "GET", url, 0, NULL, NULL, NULL) == E_OK &&
-            json_string_value(json_object_get(ans, "login")) != NULL) {
-            gh->bot_login = xstrdup(json_string_value(json_object_get(ans, "login")));
+    if (gh->bot_login == NULL && now >= gh->login_next_ms) {
+        struct err err = {0};
+        char *got = NULL;
+        if (ask_login(&got, gh, &err) == E_OK) {
+            gh->bot_login = got;
+            log_kv(LOG_INFO, "github_bot_login", "login", got, NULL);
+        } else {
+            /* Unknown until asked again: meanwhile the notifier adopts and folds nothing. */
+            int64_t delay = LOGIN_RETRY_MIN_MS;
+            char d[32];
+            for (int i = 0; i < gh->login_failures && delay < LOGIN_RETRY_MAX_MS; i++) {
+                delay *= 2;
+            }
+            delay = delay < LOGIN_RETRY_MAX_MS ? delay : LOGIN_RETRY_MAX_MS;
+            gh->login_failures++;
+            gh->login_next_ms = now + delay;
+            snprintf(d, sizeof(d), "%lld", (long long)delay);
+            log_kv(LOG_WARN, "github_bot_login_unknown", "retry_ms", d, "error", err.msg, NULL);
         }
-        json_decref(ans);
-        free(url);
     }
     login = gh->bot_login;
     pthread_mutex_unlock(&gh->mu);
