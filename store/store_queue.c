@@ -410,9 +410,11 @@ int task_txn_outbox_add(int64_t *id_out, struct task_txn *tx, const struct outbo
     }
     if (e->coalesce_key != NULL) {
         /* A pending entry with the same key takes the newer body (and stays in its place
-         * in the queue): a newer edit supersedes an older one not yet sent. */
+         * in the queue): a newer edit supersedes an older one not yet sent. It may go out
+         * sooner, unless it waits after a failure: Retry-After and backoff still hold. */
         rc = sqlst_prepare(&q, s,
-                           "UPDATE outbox SET body=?2, next_ms=min(next_ms, max(?3, ?4)) WHERE "
+                           "UPDATE outbox SET body=?2, next_ms=CASE WHEN attempts > 0 THEN "
+                           "next_ms ELSE min(next_ms, max(?3, ?4)) END WHERE "
                            "coalesce_key=?1 AND state='pending' AND id<>?5 RETURNING id",
                            err);
         if (rc != E_OK) {
