@@ -7,6 +7,7 @@ login comes from GET /app and every sticky call uses the delivery's installation
 a pagination Link to another host never gets our token."""
 import json
 import os
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -15,10 +16,11 @@ import time
 
 from github_helpers import (BOT, SECRET, FakeGitHub, comment_payload, deliver, new_fake,
                             server_args, server_env, wait)
-from harness import Server, run_tests
+from harness import API, Server, run_tests
 from test_sticky import args, make_task
 
 MARKER = "<!-- diverge-agent-task -->"
+NS = API + "/namespaces/octo-repo/agenttasks"
 
 
 def comment(gh, srv, body, number, user="alice", installation=None):
@@ -98,10 +100,11 @@ def test_app_mode_uses_the_installation_token():
                                 body=MARKER + "\nold")
         env = {"DIVERGE_NOTIFIER_TOKEN": None, "GITHUB_TOKEN": None,
                "DIVERGE_GITHUB_APP_ID": None, "DIVERGE_GITHUB_APP_KEY_FILE": None}
-        with Server(["--sandbox-provider", "none", "--github-webhook-secret", SECRET,
-                     "--github-api-url", gh.url, "--notifier-min-interval", "1",
-                     "--github-app-id", "4242", "--github-app-key-file", key],
-                    env=env) as srv:
+        argv = ["--sandbox-provider", "none", "--github-webhook-secret", SECRET,
+                "--github-api-url", gh.url, "--notifier-min-interval", "1",
+                "--github-app-id", "4242", "--github-app-key-file", key]
+        srv = first = Server(argv, env=env).start()
+        try:
             comment(gh, srv, "/diverge fix it", 7, installation=77)
             wait(lambda: "Running" in gh.comment(legacy["id"])["body"], timeout=20,
                  what="sticky adopted and edited to Running")
@@ -131,8 +134,23 @@ def test_app_mode_uses_the_installation_token():
                 assert r["headers"]["authorization"].split(" ", 1)[1] in issued
                 assert 200 <= r["status"] < 300, (r["method"], r["path"], r["status"])
             assert len(bots_sticky(gh, 9, "diverge-app[bot]")) == 1
+            # After a restart the installation is still known (it is in the database).
+            srv.stop()
+            srv = Server(argv, env=env, data_dir=srv.data_dir).start()
+            st, _, b = srv.request("PATCH", NS + "/fix-pr-9/status",
+                                   {"status": {"tokensConsumed": 4321}},
+                                   headers={"Content-Type": "application/merge-patch+json"})
+            assert st == 200, b
+            wait(lambda: "4,321" in bots_sticky(gh, 9, "diverge-app[bot]")[0]["body"],
+                 timeout=20, what="sticky edited after a restart")
+            last = gh.find_requests("PATCH", r"/issues/comments/%d$" % sid)[-1]
+            assert last["headers"]["authorization"].split(" ", 1)[1] in gh.issued_tokens
+        finally:
+            srv.stop()
+            first.cleanup()
     finally:
         gh.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 class Listener:
