@@ -27,6 +27,8 @@ struct github {
     char *bot_login;          /* owned; configured or learnt once; never changes after */
     int login_failures;       /* failed attempts to learn it so far */
     int64_t login_next_ms;    /* epoch ms before which it is not asked again */
+    char *inst_project;       /* owned: the project of inst_id (App mode), or NULL */
+    int64_t inst_id;          /* its installation, asked from GitHub */
 };
 
 static struct github *to_github(struct scm_provider *p)
@@ -174,6 +176,38 @@ static char *tail_with(const char *prefix, const char *id, const char *suffix)
     return t;
 }
 
+/* The installation to call about REF as: the one its delivery named, else (an App with
+ * no id at hand, e.g. a task made through the API) GitHub's answer to
+ * GET /repos/{owner}/{repo}/installation, remembered for the last project asked. The app
+ * JWT alone may not touch a repository. A PAT ignores the id. */
+static int64_t installation_of(struct github *gh, const struct scm_ref *ref)
+{
+    int64_t id = 0;
+
+    if (ref->installation_id != 0 || !github_auth_is_app(gh->auth)) {
+        return ref->installation_id;
+    }
+    pthread_mutex_lock(&gh->mu);
+    if (gh->inst_project != NULL && strcmp(gh->inst_project, ref->project) == 0) {
+        id = gh->inst_id;
+    } else {
+        char *url = repo_url(gh, ref->project, "/installation");
+        json_t *ans = NULL;
+        if (call(&ans, NULL, gh, "GET", url, 0, NULL, NULL, NULL) == E_OK &&
+            json_is_integer(json_object_get(ans, "id")) &&
+            json_integer_value(json_object_get(ans, "id")) > 0) {
+            id = json_integer_value(json_object_get(ans, "id"));
+            free(gh->inst_project);
+            gh->inst_project = xstrdup(ref->project);
+            gh->inst_id = id;
+        }
+        json_decref(ans);
+        free(url);
+    }
+    pthread_mutex_unlock(&gh->mu);
+    return id;
+}
+
 static int gh_react(struct scm_provider *p, const struct scm_ref *ref, const char *comment_id,
                     const char *content, struct scm_result *res, struct err *err)
 {
@@ -181,7 +215,7 @@ static int gh_react(struct scm_provider *p, const struct scm_ref *ref, const cha
     char *tail = tail_with("/issues/comments/", comment_id, "/reactions");
     char *url = repo_url(gh, ref->project, tail);
     json_t *body = json_pack("{s:s}", "content", content);
-    int rc = call(NULL, NULL, gh, "POST", url, ref->installation_id, body, res, err);
+    int rc = call(NULL, NULL, gh, "POST", url, installation_of(gh, ref), body, res, err);
 
     json_decref(body);
     free(tail);
@@ -196,7 +230,7 @@ static int gh_post_comment(char **id_out, struct scm_provider *p, const struct s
     char *tail = xasprintf("/issues/%lld/comments", (long long)ref->number);
     char *url = repo_url(gh, ref->project, tail);
     json_t *body = json_pack("{s:s}", "body", text), *ans = NULL;
-    int rc = call(&ans, NULL, gh, "POST", url, ref->installation_id, body, res, err);
+    int rc = call(&ans, NULL, gh, "POST", url, installation_of(gh, ref), body, res, err);
 
     *id_out = NULL;
     if (rc == E_OK) {
@@ -222,7 +256,7 @@ static int gh_update_comment(struct scm_provider *p, const struct scm_ref *ref,
     char *tail = tail_with("/issues/comments/", comment_id, "");
     char *url = repo_url(gh, ref->project, tail);
     json_t *body = json_pack("{s:s}", "body", text);
-    int rc = call(NULL, NULL, gh, "PATCH", url, ref->installation_id, body, res, err);
+    int rc = call(NULL, NULL, gh, "PATCH", url, installation_of(gh, ref), body, res, err);
 
     json_decref(body);
     free(tail);
@@ -236,7 +270,7 @@ static int gh_delete_comment(struct scm_provider *p, const struct scm_ref *ref,
     struct github *gh = to_github(p);
     char *tail = tail_with("/issues/comments/", comment_id, "");
     char *url = repo_url(gh, ref->project, tail);
-    int rc = call(NULL, NULL, gh, "DELETE", url, ref->installation_id, NULL, res, err);
+    int rc = call(NULL, NULL, gh, "DELETE", url, installation_of(gh, ref), NULL, res, err);
 
     free(tail);
     free(url);
@@ -286,7 +320,7 @@ static int gh_list_comments(struct scm_comment **out, size_t *n_out, struct scm_
         json_t *arr = NULL, *c;
         char *next = NULL;
         size_t i;
-        rc = call(&arr, &next, gh, "GET", url, ref->installation_id, NULL, res, err);
+        rc = call(&arr, &next, gh, "GET", url, installation_of(gh, ref), NULL, res, err);
         free(url);
         url = next;
         if (rc == E_OK && url != NULL && !scm_url_under(gh->api_url, url)) {
@@ -323,7 +357,7 @@ static int gh_permission_of(enum scm_level *out, struct scm_provider *p,
     char *tail = tail_with("/collaborators/", user, "/permission");
     char *url = repo_url(gh, ref->project, tail);
     json_t *ans = NULL;
-    int rc = call(&ans, NULL, gh, "GET", url, ref->installation_id, NULL, res, err);
+    int rc = call(&ans, NULL, gh, "GET", url, installation_of(gh, ref), NULL, res, err);
     const char *role, *perm;
 
     (void)user_id;
@@ -352,7 +386,7 @@ static int gh_pull_info(struct scm_pull *out, struct scm_provider *p, const stru
     char *tail = xasprintf("/pulls/%lld", (long long)ref->number);
     char *url = repo_url(gh, ref->project, tail);
     json_t *ans = NULL;
-    int rc = call(&ans, NULL, gh, "GET", url, ref->installation_id, NULL, res, err);
+    int rc = call(&ans, NULL, gh, "GET", url, installation_of(gh, ref), NULL, res, err);
 
     memset(out, 0, sizeof(*out));
     if (rc == E_OK) {
@@ -414,7 +448,7 @@ static int gh_file_at(char **out, size_t *len_out, struct scm_provider *p,
     char *tail = xasprintf("/contents/%s?ref=%s", epath, eref);
     char *url = repo_url(gh, ref->project, tail);
     json_t *ans = NULL;
-    int rc = call(&ans, NULL, gh, "GET", url, ref->installation_id, NULL, res, err);
+    int rc = call(&ans, NULL, gh, "GET", url, installation_of(gh, ref), NULL, res, err);
 
     *out = NULL;
     *len_out = 0;
@@ -497,6 +531,7 @@ static void gh_free(struct scm_provider *p)
     github_auth_free(gh->auth);
     free(gh->api_url);
     free(gh->bot_login);
+    free(gh->inst_project);
     pthread_mutex_destroy(&gh->mu);
     free(gh);
 }

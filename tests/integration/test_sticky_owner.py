@@ -90,8 +90,10 @@ def test_app_mode_uses_the_installation_token():
     try:
         with open(key) as f:
             gh.set_app(4242, public_key_pem=f.read(), slug="diverge-app")
-        gh.add_installation(77, repos=["octo/repo"])
+        gh.add_installation(77, repos=["octo/repo", "octo/other"])
         gh.add_repo("octo/repo")
+        gh.add_repo("octo/other")
+        gh.add_pull("octo/other", 11, head_ref="feature-o")
         gh.add_pull("octo/repo", 7, head_ref="feature-x")
         gh.add_pull("octo/repo", 9, head_ref="feature-z")
         gh.set_permission("octo/repo", "alice", "write")
@@ -145,6 +147,20 @@ def test_app_mode_uses_the_installation_token():
                  timeout=20, what="sticky edited after a restart")
             last = gh.find_requests("PATCH", r"/issues/comments/%d$" % sid)[-1]
             assert last["headers"]["authorization"].split(" ", 1)[1] in gh.issued_tokens
+            # A task no delivery came for (made through the API): GitHub names the
+            # repository's installation.
+            obj = {"metadata": {"name": "api-made", "annotations": {
+                       "divergedev.com/provider": "github", "divergedev.com/project": "octo/other",
+                       "divergedev.com/pr-number": "11"}},
+                   "spec": {"objective": "from the API"}}
+            st, _, b = srv.request("POST", API + "/namespaces/octo-other/agenttasks", obj)
+            assert st == 201, b
+            wait(lambda: [c for c in gh.comments("octo/other", 11)
+                          if c["user"]["login"] == "diverge-app[bot]"], timeout=20,
+                 what="sticky of an API-made task")
+            assert gh.find_requests("GET", r"^/repos/octo/other/installation$")
+            for r in gh.find_requests(path_re=r"^/repos/octo/other/issues/"):
+                assert r["headers"]["authorization"].split(" ", 1)[1] in gh.issued_tokens
         finally:
             srv.stop()
             first.cleanup()
