@@ -94,7 +94,12 @@ int scm_notifier_sync(struct scm_notifier *n, const json_t *task, struct err *er
     e.target = st.comment_id;
     e.body = body;
     e.coalesce_key = key;
-    e.installation_id = 0;
+    /* A GitHub App answers as the installation the project's comments came through (the
+     * inbox keeps it durably); the app JWT alone may not touch comments. */
+    rc = task_store_inbox_installation(&e.installation_id, n->store, provider, project, err);
+    if (rc != E_OK) {
+        goto out;
+    }
     /* A phase change goes out now; a spend-only change waits out the interval. */
     e.not_before_ms = phase_changed ? 0 : st.last_sent_ms + n->cfg.min_interval_ms;
     a = (struct queue_args){.e = &e, .key = key, .provider = provider, .project = project,

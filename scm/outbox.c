@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "common/log.h"
@@ -74,43 +75,78 @@ static bool is_sticky(const struct outbox_entry *e)
     return e->coalesce_key != NULL && strncmp(e->coalesce_key, "sticky/", 7) == 0;
 }
 
-/* Whether comment C is this task's sticky comment: by the bot, the marker on its first
- * line, and the task's tag (the second line of BODY). */
-static bool is_ours(const struct scm_comment *c, const char *login, const char *tag)
+/* A sticky call waits this long while the bot's login is unknown (the provider itself
+ * asks for it again with backoff; until then nothing is created, adopted or folded). */
+#define LOGIN_WAIT_MS 1000
+/* The start of the task identity line (scm_render_task_tag). */
+#define TASK_TAG_PREFIX "<!-- diverge-task:"
+
+enum sticky_match {
+    STICKY_OTHER,  /* not ours to touch: another author, no marker, or another task's */
+    STICKY_OURS,   /* the bot's, with this task's identity line */
+    STICKY_LEGACY, /* the bot's marker comment naming no task (an older version's) */
+};
+
+/* What comment C is to the task whose identity line is TAG. Only the bot's own comments
+ * (LOGIN, compared as GitHub compares logins: ignoring case) with the marker as their
+ * first line count: anyone can write the marker, and `user.type: Bot` is any app. */
+static enum sticky_match match_of(const struct scm_comment *c, const char *login,
+                                  const char *tag)
 {
-    return (login == NULL || strcmp(c->author, login) == 0 || c->by_bot) &&
-           strncmp(c->body, SCM_STICKY_MARKER, strlen(SCM_STICKY_MARKER)) == 0 &&
-           tag[0] != '\0' && strstr(c->body, tag) != NULL;
+    size_t m = strlen(SCM_STICKY_MARKER);
+
+    if (strcasecmp(c->author, login) != 0 || strncmp(c->body, SCM_STICKY_MARKER, m) != 0 ||
+        (c->body[m] != '\0' && c->body[m] != '\n' && c->body[m] != '\r')) {
+        return STICKY_OTHER;
+    }
+    if (tag[0] != '\0' && strstr(c->body, tag) != NULL) {
+        return STICKY_OURS;
+    }
+    return strstr(c->body, TASK_TAG_PREFIX) == NULL ? STICKY_LEGACY : STICKY_OTHER;
 }
 
-/* Creates the task's sticky comment, or adopts the oldest one already there (after a crash
- * between "created at the SCM" and "id stored", or a lost database row) and folds later
- * duplicates away: never a second comment. *result_out: the comment id. */
-static int sticky(char **result_out, struct scm_provider *p, const struct scm_ref *ref,
-                  const char *body, struct scm_result *res, struct err *err)
+/* Creates the task's sticky comment, or adopts one already there and folds later
+ * duplicates away: never a second comment. Adopted is, of the bot's marker comments, the
+ * oldest with this task's identity line (after a crash between "created at the SCM" and
+ * "id stored", or a lost database row), else the oldest naming no task (written by an
+ * older version or another deployment); one naming another task never. *result_out: the
+ * comment id. *login_wait_out: nothing was done because the bot's login is unknown. */
+static int sticky(char **result_out, bool *login_wait_out, struct scm_provider *p,
+                  const struct scm_ref *ref, const char *body, struct scm_result *res,
+                  struct err *err)
 {
     const char *nl = strchr(body, '\n');
     const char *tag = nl != NULL ? nl + 1 : "";
     const char *tag_end = strchr(tag, '\n');
     size_t tag_len = tag_end != NULL ? (size_t)(tag_end - tag) : strlen(tag);
     const char *login = p->ops->bot_login(p);
-    char *tag_line = xstrndup(tag, tag_len);
+    char *tag_line = NULL;
     struct scm_comment *cs = NULL;
     size_t n = 0, keep = SIZE_MAX;
-    int rc = p->ops->list_comments(&cs, &n, p, ref, res, err);
+    enum sticky_match want = STICKY_OURS;
+    int rc;
 
     *result_out = NULL;
+    if (login == NULL) {
+        *login_wait_out = true;
+        return err_set(err, E_AGAIN, "the bot's login is not known yet");
+    }
+    rc = p->ops->list_comments(&cs, &n, p, ref, res, err);
     if (rc != E_OK) {
-        free(tag_line);
         return rc;
     }
-    for (size_t i = 0; i < n && rc == E_OK; i++) {
-        if (!is_ours(&cs[i], login, tag_line)) {
-            continue;
-        }
-        if (keep == SIZE_MAX) {
+    tag_line = xstrndup(tag, tag_len);
+    for (size_t i = 0; i < n && keep == SIZE_MAX; i++) {
+        keep = match_of(&cs[i], login, tag_line) == STICKY_OURS ? i : keep;
+    }
+    for (size_t i = 0; i < n && keep == SIZE_MAX; i++) {
+        if (match_of(&cs[i], login, tag_line) == STICKY_LEGACY) {
             keep = i;
-        } else {
+            want = STICKY_LEGACY;
+        }
+    }
+    for (size_t i = keep + 1; keep != SIZE_MAX && i < n && rc == E_OK; i++) {
+        if (match_of(&cs[i], login, tag_line) == want) {
             rc = p->ops->delete_comment(p, ref, cs[i].id, res, err);
             rc = rc == E_NOTFOUND ? E_OK : rc;
         }
@@ -130,8 +166,8 @@ static int sticky(char **result_out, struct scm_provider *p, const struct scm_re
     return rc;
 }
 
-static int call(char **result_out, struct scm_provider *p, const struct outbox_entry *e,
-                struct scm_result *res, struct err *err)
+static int call(char **result_out, bool *login_wait_out, struct scm_provider *p,
+                const struct outbox_entry *e, struct scm_result *res, struct err *err)
 {
     struct scm_ref ref = {.project = e->project, .number = e->number,
                           .installation_id = e->installation_id};
@@ -144,13 +180,13 @@ static int call(char **result_out, struct scm_provider *p, const struct outbox_e
         return p->ops->post_comment(result_out, p, &ref, e->body, res, err);
     }
     if (strcmp(e->kind, "sticky") == 0) {
-        return sticky(result_out, p, &ref, e->body, res, err);
+        return sticky(result_out, login_wait_out, p, &ref, e->body, res, err);
     }
     if (strcmp(e->kind, "edit") == 0) {
         int rc = p->ops->update_comment(p, &ref, e->target, e->body, res, err);
         if (rc == E_NOTFOUND && is_sticky(e)) {
             /* Someone deleted our sticky comment: make (or find) one again. */
-            return sticky(result_out, p, &ref, e->body, res, err);
+            return sticky(result_out, login_wait_out, p, &ref, e->body, res, err);
         }
         return rc;
     }
@@ -179,11 +215,18 @@ static int64_t process(struct scm_outbox *o, struct outbox_entry *e)
     char *result = NULL;
     char attempts[16], status[16];
     int64_t wait;
+    bool login_wait = false;
     int rc;
 
     if (p == NULL) {
         log_kv(LOG_ERROR, "outbox_no_provider", "provider", e->provider, NULL);
         (void)task_store_outbox_retry(o->store, e->id, 0, true, "provider not configured", NULL);
+        return 0;
+    }
+    if (strcmp(e->kind, "sticky") == 0 && p->ops->bot_login(p) == NULL) {
+        /* Not before the rate budget: a call that waits spends none of it. */
+        (void)task_store_outbox_defer(o->store, e->id, LOGIN_WAIT_MS,
+                                      "the bot's login is not known yet", NULL);
         return 0;
     }
     if (content_creating(e)) {
@@ -195,7 +238,12 @@ static int64_t process(struct scm_outbox *o, struct outbox_entry *e)
         }
         scm_rate_note(&w->rate, clock_now_ms(clk));
     }
-    rc = call(&result, p, e, &res, &err);
+    rc = call(&result, &login_wait, p, e, &res, &err);
+    if (login_wait) {
+        /* Not a failed call: it was not made. It waits, however long, and is never lost. */
+        (void)task_store_outbox_defer(o->store, e->id, LOGIN_WAIT_MS, err.msg, NULL);
+        return 0;
+    }
     bump(o, &o->stats.calls);
     snprintf(attempts, sizeof(attempts), "%d", e->attempts + 1);
     snprintf(status, sizeof(status), "%d", res.status);

@@ -49,6 +49,7 @@ _Static_assert(CAP_FIXED + CAP_OBJECTIVE + CAP_GUIDANCE + CAP_MESSAGE + CAP_REAS
 #define ELLIPSIS "\xE2\x80\xA6"    /* U+2026 */
 #define REPLACEMENT "\xEF\xBF\xBD" /* U+FFFD, for bytes that are not UTF-8 */
 #define ZWJ "\xE2\x80\x8D"         /* U+200D: "@\u200Dname" is no mention */
+#define ZWSP "\xE2\x80\x8B"        /* U+200B: "http:\u200B//", "w\u200Bww." are no autolinks */
 #define DIVERGE_ENV "_diverge_env"
 
 enum esc_mode {
@@ -120,8 +121,18 @@ static size_t escape_ascii(char out[8], unsigned char c, enum esc_mode mode)
     return 1;
 }
 
+/* Whether the ASCII text P[0..n) starts where GitHub would autolink a bare URL: the ':'
+ * of "scheme://" or the first 'w' of "www." (GFM extended autolinks; bare e-mail
+ * addresses are already broken by the ZWJ after '@'). */
+static bool autolink_at(const unsigned char *p, size_t n)
+{
+    return (n >= 3 && p[0] == ':' && p[1] == '/' && p[2] == '/') ||
+           (n >= 4 && strncasecmp((const char *)p, "www.", 4) == 0);
+}
+
 /* One output unit: the escape of the character at S[*i..n), advancing *i. Runs of spaces
- * collapse into one, and *SPACE tells whether the output so far ends in a space. */
+ * collapse into one, and *SPACE tells whether the output so far ends in a space. Text
+ * (ESC_TEXT) gets an invisible break wherever it would turn into a link. */
 static size_t escape_unit(char out[8], const char *s, size_t *i, size_t n, enum esc_mode mode,
                           bool *space)
 {
@@ -138,6 +149,11 @@ static size_t escape_unit(char out[8], const char *s, size_t *i, size_t n, enum 
     if (len > 1) {
         memcpy(out, p, len);
         return len;
+    }
+    if (mode == ESC_TEXT && autolink_at(p, n - (*i - 1))) {
+        out[0] = (char)p[0];
+        memcpy(out + 1, ZWSP, 3);
+        return 4;
     }
     len = escape_ascii(out, p[0], mode);
     *space = len == 1 && out[0] == ' ';

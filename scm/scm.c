@@ -2,6 +2,9 @@
 /* Shared pieces of the SCM interface: permission levels and the provider registry. */
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+
+#include "common/buf.h"
 
 #include "scm/scm.h"
 
@@ -99,4 +102,143 @@ void scm_rate_note(struct scm_rate *r, int64_t now_ms)
 {
     r->sent_ms[r->next] = now_ms;
     r->next = (r->next + 1) % SCM_RATE_SLOTS;
+}
+
+static bool unreserved(unsigned char c)
+{
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+           c == '-' || c == '.' || c == '_' || c == '~';
+}
+
+/* Appends the encoded segment S[0..n) to B. */
+static void escape_segment(struct buf *b, const char *s, size_t n)
+{
+    bool dots = n > 0;
+
+    for (size_t i = 0; i < n; i++) {
+        dots = dots && s[i] == '.';
+    }
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        /* The buffer has no cap: appends cannot fail. */
+        (void)(unreserved(c) && !dots ? buf_append(b, &c, 1)
+                                      : buf_printf(b, "%%%02X", (unsigned)c));
+    }
+}
+
+char *scm_path_escape(const char *s, bool keep_slash)
+{
+    struct buf b;
+    const char *seg = s;
+
+    buf_init(&b, 0);
+    for (;;) {
+        const char *slash = keep_slash ? strchr(seg, '/') : NULL;
+        size_t n = slash != NULL ? (size_t)(slash - seg) : strlen(seg);
+        escape_segment(&b, seg, n);
+        if (slash == NULL) {
+            break;
+        }
+        (void)buf_append(&b, "/", 1);
+        seg = slash + 1;
+    }
+    return buf_take(&b);
+}
+
+char *scm_repo_url(const char *api_base, const char *project, const char *tail)
+{
+    char *p = scm_path_escape(project, true);
+    char *url = xasprintf("%s/repos/%s%s", api_base, p, tail);
+
+    free(p);
+    return url;
+}
+
+/* The parts of an absolute http(s) URL; pointers into it. */
+struct url_parts {
+    const char *scheme; /* "http" or "https" */
+    size_t scheme_len;
+    const char *host; /* host or [v6], without the port */
+    size_t host_len;
+    char port[8];     /* the port, explicit or the scheme's default */
+    const char *path; /* from the first '/', '?' or '#' after the authority; may be "" */
+};
+
+static bool url_split(struct url_parts *u, const char *url)
+{
+    const char *sep = strstr(url, "://"), *auth, *end, *colon;
+    size_t port_len;
+
+    memset(u, 0, sizeof(*u));
+    if (sep == NULL) {
+        return false;
+    }
+    u->scheme = url;
+    u->scheme_len = (size_t)(sep - url);
+    if (!((u->scheme_len == 4 && strncasecmp(url, "http", 4) == 0) ||
+          (u->scheme_len == 5 && strncasecmp(url, "https", 5) == 0))) {
+        return false;
+    }
+    auth = sep + 3;
+    end = auth + strcspn(auth, "/?#");
+    if (memchr(auth, '@', (size_t)(end - auth)) != NULL ||
+        memchr(auth, '\\', (size_t)(end - auth)) != NULL) {
+        return false; /* user info: never sent credentials to whatever it hides */
+    }
+    colon = end;
+    if (auth < end && *auth == '[') {
+        const char *close = memchr(auth, ']', (size_t)(end - auth));
+        colon = close != NULL && close + 1 < end && close[1] == ':' ? close + 1 : end;
+    } else {
+        const char *c = memchr(auth, ':', (size_t)(end - auth));
+        colon = c != NULL ? c : end;
+    }
+    u->host = auth;
+    u->host_len = (size_t)(colon - auth);
+    port_len = colon < end ? (size_t)(end - colon - 1) : 0;
+    if (port_len >= sizeof(u->port) || u->host_len == 0) {
+        return false;
+    }
+    if (port_len > 0) {
+        memcpy(u->port, colon + 1, port_len);
+    } else {
+        snprintf(u->port, sizeof(u->port), "%s", u->scheme_len == 5 ? "443" : "80");
+    }
+    u->path = end;
+    return true;
+}
+
+static bool strcasestr_ascii(const char *hay, const char *needle)
+{
+    size_t n = strlen(needle);
+
+    for (; *hay != '\0'; hay++) {
+        if (strncasecmp(hay, needle, n) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+bool scm_url_under(const char *api_base, const char *url)
+{
+    struct url_parts b, u;
+    size_t blen;
+
+    if (!url_split(&b, api_base) || !url_split(&u, url) || b.scheme_len != u.scheme_len ||
+        strncasecmp(b.scheme, u.scheme, b.scheme_len) != 0 || b.host_len != u.host_len ||
+        strncasecmp(b.host, u.host, b.host_len) != 0 || strcmp(b.port, u.port) != 0) {
+        return false;
+    }
+    /* The base's path without a trailing '/'; the URL's must be it or go below it. */
+    blen = strcspn(b.path, "?#");
+    while (blen > 0 && b.path[blen - 1] == '/') {
+        blen--;
+    }
+    if (strstr(u.path, "/.") != NULL || strcasestr_ascii(u.path, "%2e")) {
+        return false; /* a dot segment, plain or encoded, could climb out of the base */
+    }
+    return strncmp(u.path, b.path, blen) == 0 &&
+           (u.path[blen] == '\0' || u.path[blen] == '/' || u.path[blen] == '?' ||
+            u.path[blen] == '#');
 }

@@ -62,6 +62,25 @@ struct scm_pull {
 
 void scm_pull_cleanup(struct scm_pull *p);
 
+/* --- URLs sent to an SCM's API (pure) ------------------------------------------------ */
+
+/* Percent-encodes S for a URL path: every byte but A-Z a-z 0-9 - . _ ~ becomes %XX, and a
+ * segment made only of dots ("." or "..") is encoded whole so it cannot climb the path.
+ * With KEEP_SLASH, '/' separates segments and stays ("owner/repo", ".diverge/agent.yaml");
+ * else it is encoded too. Returns a new string; caller frees. */
+char *scm_path_escape(const char *s, bool keep_slash);
+
+/* "<API_BASE>/repos/<owner>/<repo><TAIL>" with each segment of PROJECT percent-encoded
+ * (scm_path_escape with KEEP_SLASH). TAIL is appended as is: its variable parts must be
+ * encoded by the caller. New string; caller frees. */
+char *scm_repo_url(const char *api_base, const char *project, const char *tail);
+
+/* Whether URL (a link an SCM answered with, e.g. Link rel="next") stays under API_BASE:
+ * the same scheme, host and port (case-insensitive, default ports made explicit), no
+ * user info, and a path equal to the base's path or below it. Credentials for API_BASE
+ * may be sent to URL only when this is true. */
+bool scm_url_under(const char *api_base, const char *url);
+
 struct scm_provider;
 
 /* Every call returns E_OK, or: E_AGAIN (transient: unreachable, 5xx, rate limited — see
@@ -91,7 +110,8 @@ struct scm_provider_ops {
     int (*file_at)(char **out, size_t *len_out, struct scm_provider *p, const struct scm_ref *ref,
                    const char *git_ref, const char *path, struct scm_result *res,
                    struct err *err);
-    /* The bot's own login (configured, or asked once from the API); NULL when unknown. */
+    /* The bot's own login (configured, or learnt from the API, asked again with backoff
+     * after a failure); NULL while unknown. Once non-NULL it never changes. */
     const char *(*bot_login)(struct scm_provider *p);
     void (*free)(struct scm_provider *p);
 };

@@ -381,6 +381,10 @@ int task_store_inbox_retry(struct task_store *st, int64_t id, int64_t delay_ms, 
 int task_txn_inbox_done(struct task_txn *tx, int64_t id, struct err *err);
 /* Counts pending inbox entries. */
 int task_store_inbox_depth(int64_t *out, struct task_store *st, struct err *err);
+/* The GitHub App installation of the newest accepted comment of PROJECT at PROVIDER that
+ * carried one, in *out; 0 when none did. */
+int task_store_inbox_installation(int64_t *out, struct task_store *st, const char *provider,
+                                  const char *project, struct err *err);
 
 /* One call to make at an SCM, durable until it succeeded or failed for good. */
 struct outbox_entry {
@@ -412,6 +416,10 @@ void task_store_outbox_release(struct task_store *st);
 /* Records that entry ID succeeded, with RESULT (e.g. the new comment's id; may be NULL). */
 int task_store_outbox_done(struct task_store *st, int64_t id, const char *result,
                            struct err *err);
+/* Puts entry ID back to be tried again in DELAY_MS without counting an attempt (the call
+ * was not made: something it needs is not known yet), noting WHY (may be NULL). */
+int task_store_outbox_defer(struct task_store *st, int64_t id, int64_t delay_ms,
+                           const char *why, struct err *err);
 /* As task_store_inbox_retry, for the outbox. */
 int task_store_outbox_retry(struct task_store *st, int64_t id, int64_t delay_ms, bool failed,
                             const char *error, struct err *err);

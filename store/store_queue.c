@@ -200,17 +200,19 @@ int task_store_inbox_add(bool *duplicate_out, struct task_store *st, const struc
 typedef void (*row_fn)(sqlite3_stmt *q, size_t index, void *userdata);
 
 /* Hands up to MAX due pending rows of TABLE to FN, oldest first, never one that would
- * overtake an older pending row of its PR that is not handed out with it (rows of one PR
- * come in order, consecutively from its oldest); *n_out how many. When none is due: E_NOTFOUND, and *wait_ms_out the time to
+ * overtake an older pending row of its lane that is not handed out with it (rows of one
+ * lane come in order, consecutively from its oldest); *n_out how many. A lane is a PR/MR,
+ * split further by the SQL expression LANE (the outbox keeps each sticky comment in its own
+ * lane, so an edit throttled to later never holds back a reply or a reaction). When none is due: E_NOTFOUND, and *wait_ms_out the time to
  * the next due one (-1 none). Walks the pending rows in arrival order (a partial index),
  * so the usual pick is the first row. Caller holds mu. COLS starts with next_ms. */
 static int next_due(size_t *n_out, int64_t *wait_ms_out, struct sqlite_store *s,
-                    const char *table, const char *cols, int64_t now, size_t max, row_fn fn,
-                    void *userdata, struct err *err)
+                    const char *table, const char *cols, const char *lane, int64_t now,
+                    size_t max, row_fn fn, void *userdata, struct err *err)
 {
-    char *sql = xasprintf("SELECT %s, provider || '/' || project || '#' || number FROM %s "
+    char *sql = xasprintf("SELECT %s, provider || '/' || project || '#' || number || %s FROM %s "
                           "WHERE state='pending' ORDER BY id",
-                          cols, table);
+                          cols, lane, table);
     sqlite3_stmt *q = NULL;
     json_t *seen = NULL;
     int rc = sqlst_prepare(&q, s, sql, err), step = SQLITE_DONE, key_col, scanned = 0;
@@ -291,8 +293,8 @@ int task_store_inbox_next_batch(struct inbox_entry *out, size_t max, size_t *n_o
 
     memset(out, 0, max * sizeof(*out));
     pthread_mutex_lock(&s->mu);
-    rc = next_due(n_out, wait_ms_out, s, "inbox", INBOX_COLS, clock_now_ms(st->clock), max,
-                  inbox_row, out, err);
+    rc = next_due(n_out, wait_ms_out, s, "inbox", INBOX_COLS, "''", clock_now_ms(st->clock),
+                  max, inbox_row, out, err);
     pthread_mutex_unlock(&s->mu);
     return rc;
 }
@@ -368,6 +370,35 @@ int task_store_inbox_depth(int64_t *out, struct task_store *st, struct err *err)
     return count_pending(out, st, "inbox", err);
 }
 
+int task_store_inbox_installation(int64_t *out, struct task_store *st, const char *provider,
+                                  const char *project, struct err *err)
+{
+    struct sqlite_store *s = sqlst_of(st);
+    sqlite3_stmt *q = NULL;
+    int rc, step;
+
+    *out = 0;
+    pthread_mutex_lock(&s->mu);
+    /* The (provider, project, comment_id) unique index narrows this to the project. */
+    rc = sqlst_prepare(&q, s,
+                       "SELECT installation_id FROM inbox WHERE provider=?1 AND project=?2 AND "
+                       "installation_id<>0 ORDER BY id DESC LIMIT 1",
+                       err);
+    if (rc == E_OK) {
+        sqlite3_bind_text(q, 1, provider, -1, SQLITE_STATIC);
+        sqlite3_bind_text(q, 2, project, -1, SQLITE_STATIC);
+        step = sqlite3_step(q);
+        if (step == SQLITE_ROW) {
+            *out = sqlite3_column_int64(q, 0);
+        } else if (step != SQLITE_DONE) {
+            rc = sqlst_db_err(s, step, "inbox installation", err);
+        }
+        sqlite3_finalize(q);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
 /* --- outbox ------------------------------------------------------------------------ */
 
 int task_txn_outbox_add(int64_t *id_out, struct task_txn *tx, const struct outbox_entry *e,
@@ -383,9 +414,11 @@ int task_txn_outbox_add(int64_t *id_out, struct task_txn *tx, const struct outbo
     }
     if (e->coalesce_key != NULL) {
         /* A pending entry with the same key takes the newer body (and stays in its place
-         * in the queue): a newer edit supersedes an older one not yet sent. */
+         * in the queue): a newer edit supersedes an older one not yet sent. It may go out
+         * sooner, unless it waits after a failure: Retry-After and backoff still hold. */
         rc = sqlst_prepare(&q, s,
-                           "UPDATE outbox SET body=?2, next_ms=min(next_ms, max(?3, ?4)) WHERE "
+                           "UPDATE outbox SET body=?2, next_ms=CASE WHEN attempts > 0 THEN "
+                           "next_ms ELSE min(next_ms, max(?3, ?4)) END WHERE "
                            "coalesce_key=?1 AND state='pending' AND id<>?5 RETURNING id",
                            err);
         if (rc != E_OK) {
@@ -438,6 +471,11 @@ int task_txn_outbox_add(int64_t *id_out, struct task_txn *tx, const struct outbo
     return rc;
 }
 
+/* Sticky comments ("sticky/..." coalescing keys) each get a lane of their own; every other
+ * call of a PR/MR (reactions, replies) shares the PR's lane, in order. */
+#define OUTBOX_LANE                                                                             \
+    "CASE WHEN substr(coalesce_key, 1, 7) = 'sticky/' THEN ' ' || coalesce_key ELSE '' END"
+
 static void outbox_row(sqlite3_stmt *q, size_t index, void *userdata)
 {
     struct outbox_entry *out = (struct outbox_entry *)userdata + index;
@@ -466,7 +504,7 @@ int task_store_outbox_next(struct outbox_entry *out, int64_t *wait_ms_out,
     rc = next_due(&n, wait_ms_out, s, "outbox",
                   "next_ms, id, provider, kind, project, number, target, body, coalesce_key, "
                   "installation_id, attempts",
-                  clock_now_ms(st->clock), 1, outbox_row, out, err);
+                  OUTBOX_LANE, clock_now_ms(st->clock), 1, outbox_row, out, err);
     if (rc == E_OK) {
         s->outbox_inflight = out->id;
     }
@@ -483,6 +521,20 @@ int task_store_outbox_done(struct task_store *st, int64_t id, const char *result
     pthread_mutex_lock(&s->mu);
     rc = run(s, "UPDATE outbox SET state='done', result=?3, error=NULL WHERE id=?1 AND ?2=?2",
              id, 0, result, err);
+    s->outbox_inflight = 0;
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+int task_store_outbox_defer(struct task_store *st, int64_t id, int64_t delay_ms,
+                           const char *why, struct err *err)
+{
+    struct sqlite_store *s = sqlst_of(st);
+    int rc;
+
+    pthread_mutex_lock(&s->mu);
+    rc = run(s, "UPDATE outbox SET next_ms=?2, error=?3 WHERE id=?1 AND state='pending'", id,
+             clock_now_ms(st->clock) + delay_ms, why, err);
     s->outbox_inflight = 0;
     pthread_mutex_unlock(&s->mu);
     return rc;

@@ -326,6 +326,11 @@ int github_auth_from_config(struct github_auth **out, const char *api_url, const
     return github_auth_new_token(out, token, err);
 }
 
+bool github_auth_is_app(const struct github_auth *a)
+{
+    return a->key != NULL;
+}
+
 void github_auth_free(struct github_auth *a)
 {
     if (a == NULL) {

@@ -5,6 +5,7 @@
 #ifndef DIVERGE_SCM_GITHUB_AUTH_H
 #define DIVERGE_SCM_GITHUB_AUTH_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "common/clock.h"
@@ -52,6 +53,10 @@ int github_auth_new_token(struct github_auth **out, const char *token, struct er
  *   E_INVALID   only one of the app id and the key file is set, or as the constructors. */
 int github_auth_from_config(struct github_auth **out, const char *api_url, const char *app_id,
                             const char *key_file, const struct clock *clock, struct err *err);
+
+/* Whether A is a GitHub App (else a PAT): an app learns its login from GET /app, as
+ * "<slug>[bot]", since GET /user refuses app and installation tokens. */
+bool github_auth_is_app(const struct github_auth *a);
 
 /* Wipes every key and token A holds and frees it. NULL is a no-op. */
 void github_auth_free(struct github_auth *a);

@@ -15,14 +15,20 @@
 
 #define PAGE_SIZE 100
 #define MAX_PAGES 200 /* 20,000 comments: far past any real thread */
+/* Asking for the bot's login again after a failure: 1 s, doubled up to 5 min. */
+#define LOGIN_RETRY_MIN_MS 1000
+#define LOGIN_RETRY_MAX_MS 300000
 
 struct github {
     struct scm_provider base; /* must be first */
     char *api_url;            /* owned, without a trailing '/' */
     struct github_auth *auth; /* owned */
-    pthread_mutex_t mu;       /* guards bot_login */
-    char *bot_login;          /* owned; configured or asked once */
-    bool login_asked;
+    pthread_mutex_t mu;       /* guards the three fields below */
+    char *bot_login;          /* owned; configured or learnt once; never changes after */
+    int login_failures;       /* failed attempts to learn it so far */
+    int64_t login_next_ms;    /* epoch ms before which it is not asked again */
+    char *inst_project;       /* owned: the project of inst_id (App mode), or NULL */
+    int64_t inst_id;          /* its installation, asked from GitHub */
 };
 
 static struct github *to_github(struct scm_provider *p)
@@ -155,19 +161,61 @@ static int call(json_t **json_out, char **next_out, struct github *gh, const cha
     return rc;
 }
 
-static char *repo_url(struct github *gh, const char *project, const char *fmt_tail)
+static char *repo_url(struct github *gh, const char *project, const char *tail)
 {
-    return xasprintf("%s/repos/%s%s", gh->api_url, project, fmt_tail);
+    return scm_repo_url(gh->api_url, project, tail);
+}
+
+/* PREFIX, the percent-encoded ID (one path segment), SUFFIX: a new string. */
+static char *tail_with(const char *prefix, const char *id, const char *suffix)
+{
+    char *e = scm_path_escape(id, false);
+    char *t = xasprintf("%s%s%s", prefix, e, suffix);
+
+    free(e);
+    return t;
+}
+
+/* The installation to call about REF as: the one its delivery named, else (an App with
+ * no id at hand, e.g. a task made through the API) GitHub's answer to
+ * GET /repos/{owner}/{repo}/installation, remembered for the last project asked. The app
+ * JWT alone may not touch a repository. A PAT ignores the id. */
+static int64_t installation_of(struct github *gh, const struct scm_ref *ref)
+{
+    int64_t id = 0;
+
+    if (ref->installation_id != 0 || !github_auth_is_app(gh->auth)) {
+        return ref->installation_id;
+    }
+    pthread_mutex_lock(&gh->mu);
+    if (gh->inst_project != NULL && strcmp(gh->inst_project, ref->project) == 0) {
+        id = gh->inst_id;
+    } else {
+        char *url = repo_url(gh, ref->project, "/installation");
+        json_t *ans = NULL;
+        if (call(&ans, NULL, gh, "GET", url, 0, NULL, NULL, NULL) == E_OK &&
+            json_is_integer(json_object_get(ans, "id")) &&
+            json_integer_value(json_object_get(ans, "id")) > 0) {
+            id = json_integer_value(json_object_get(ans, "id"));
+            free(gh->inst_project);
+            gh->inst_project = xstrdup(ref->project);
+            gh->inst_id = id;
+        }
+        json_decref(ans);
+        free(url);
+    }
+    pthread_mutex_unlock(&gh->mu);
+    return id;
 }
 
 static int gh_react(struct scm_provider *p, const struct scm_ref *ref, const char *comment_id,
                     const char *content, struct scm_result *res, struct err *err)
 {
     struct github *gh = to_github(p);
-    char *tail = xasprintf("/issues/comments/%s/reactions", comment_id);
+    char *tail = tail_with("/issues/comments/", comment_id, "/reactions");
     char *url = repo_url(gh, ref->project, tail);
     json_t *body = json_pack("{s:s}", "content", content);
-    int rc = call(NULL, NULL, gh, "POST", url, ref->installation_id, body, res, err);
+    int rc = call(NULL, NULL, gh, "POST", url, installation_of(gh, ref), body, res, err);
 
     json_decref(body);
     free(tail);
@@ -182,7 +230,7 @@ static int gh_post_comment(char **id_out, struct scm_provider *p, const struct s
     char *tail = xasprintf("/issues/%lld/comments", (long long)ref->number);
     char *url = repo_url(gh, ref->project, tail);
     json_t *body = json_pack("{s:s}", "body", text), *ans = NULL;
-    int rc = call(&ans, NULL, gh, "POST", url, ref->installation_id, body, res, err);
+    int rc = call(&ans, NULL, gh, "POST", url, installation_of(gh, ref), body, res, err);
 
     *id_out = NULL;
     if (rc == E_OK) {
@@ -205,10 +253,10 @@ static int gh_update_comment(struct scm_provider *p, const struct scm_ref *ref,
                              struct err *err)
 {
     struct github *gh = to_github(p);
-    char *tail = xasprintf("/issues/comments/%s", comment_id);
+    char *tail = tail_with("/issues/comments/", comment_id, "");
     char *url = repo_url(gh, ref->project, tail);
     json_t *body = json_pack("{s:s}", "body", text);
-    int rc = call(NULL, NULL, gh, "PATCH", url, ref->installation_id, body, res, err);
+    int rc = call(NULL, NULL, gh, "PATCH", url, installation_of(gh, ref), body, res, err);
 
     json_decref(body);
     free(tail);
@@ -220,9 +268,9 @@ static int gh_delete_comment(struct scm_provider *p, const struct scm_ref *ref,
                              const char *comment_id, struct scm_result *res, struct err *err)
 {
     struct github *gh = to_github(p);
-    char *tail = xasprintf("/issues/comments/%s", comment_id);
+    char *tail = tail_with("/issues/comments/", comment_id, "");
     char *url = repo_url(gh, ref->project, tail);
-    int rc = call(NULL, NULL, gh, "DELETE", url, ref->installation_id, NULL, res, err);
+    int rc = call(NULL, NULL, gh, "DELETE", url, installation_of(gh, ref), NULL, res, err);
 
     free(tail);
     free(url);
@@ -272,10 +320,18 @@ static int gh_list_comments(struct scm_comment **out, size_t *n_out, struct scm_
         json_t *arr = NULL, *c;
         char *next = NULL;
         size_t i;
-        rc = call(&arr, &next, gh, "GET", url, ref->installation_id, NULL, res, err);
+        rc = call(&arr, &next, gh, "GET", url, installation_of(gh, ref), NULL, res, err);
         free(url);
         url = next;
+        if (rc == E_OK && url != NULL && !scm_url_under(gh->api_url, url)) {
+            /* Our token goes to the configured API only, never where a Link points. */
+            log_kv(LOG_ERROR, "github_link_refused", "project", ref->project, "why",
+                   "rel=next leaves the configured api base", NULL);
+            rc = err_set(err, E_FAIL, "comments of %s#%lld: next page link leaves the api base",
+                         ref->project, (long long)ref->number);
+        }
         if (rc != E_OK) {
+            json_decref(arr);
             break;
         }
         json_array_foreach(arr, i, c)
@@ -298,11 +354,10 @@ static int gh_permission_of(enum scm_level *out, struct scm_provider *p,
                             struct scm_result *res, struct err *err)
 {
     struct github *gh = to_github(p);
-    char *esc = httpc_escape(user);
-    char *tail = xasprintf("/collaborators/%s/permission", esc);
+    char *tail = tail_with("/collaborators/", user, "/permission");
     char *url = repo_url(gh, ref->project, tail);
     json_t *ans = NULL;
-    int rc = call(&ans, NULL, gh, "GET", url, ref->installation_id, NULL, res, err);
+    int rc = call(&ans, NULL, gh, "GET", url, installation_of(gh, ref), NULL, res, err);
     const char *role, *perm;
 
     (void)user_id;
@@ -319,7 +374,6 @@ static int gh_permission_of(enum scm_level *out, struct scm_provider *p,
         }
     }
     json_decref(ans);
-    free(esc);
     free(tail);
     free(url);
     return rc;
@@ -332,7 +386,7 @@ static int gh_pull_info(struct scm_pull *out, struct scm_provider *p, const stru
     char *tail = xasprintf("/pulls/%lld", (long long)ref->number);
     char *url = repo_url(gh, ref->project, tail);
     json_t *ans = NULL;
-    int rc = call(&ans, NULL, gh, "GET", url, ref->installation_id, NULL, res, err);
+    int rc = call(&ans, NULL, gh, "GET", url, installation_of(gh, ref), NULL, res, err);
 
     memset(out, 0, sizeof(*out));
     if (rc == E_OK) {
@@ -392,10 +446,11 @@ static int gh_file_at(char **out, size_t *len_out, struct scm_provider *p,
 {
     struct github *gh = to_github(p);
     char *eref = httpc_escape(git_ref);
-    char *tail = xasprintf("/contents/%s?ref=%s", path, eref);
+    char *epath = scm_path_escape(path, true); /* the contents API keeps '/' in the path */
+    char *tail = xasprintf("/contents/%s?ref=%s", epath, eref);
     char *url = repo_url(gh, ref->project, tail);
     json_t *ans = NULL;
-    int rc = call(&ans, NULL, gh, "GET", url, ref->installation_id, NULL, res, err);
+    int rc = call(&ans, NULL, gh, "GET", url, installation_of(gh, ref), NULL, res, err);
 
     *out = NULL;
     *len_out = 0;
@@ -409,7 +464,32 @@ static int gh_file_at(char **out, size_t *len_out, struct scm_provider *p,
     }
     json_decref(ans);
     free(eref);
+    free(epath);
     free(tail);
+    free(url);
+    return rc;
+}
+
+/* Asks GitHub who we are: GET /user with a PAT, GET /app with the app JWT for an app
+ * (whose comments are by "<slug>[bot]"). *out: new string. */
+static int ask_login(char **out, struct github *gh, struct err *err)
+{
+    bool app = github_auth_is_app(gh->auth);
+    char *url = xasprintf("%s/%s", gh->api_url, app ? "app" : "user");
+    json_t *ans = NULL;
+    const char *name;
+    int rc = call(&ans, NULL, gh, "GET", url, 0, NULL, NULL, err);
+
+    *out = NULL;
+    name = json_string_value(json_object_get(ans, app ? "slug" : "login"));
+    if (rc == E_OK && (name == NULL || name[0] == '\0')) {
+        rc = err_set(err, E_FAIL, "GET /%s: the answer names no %s", app ? "app" : "user",
+                     app ? "slug" : "login");
+    }
+    if (rc == E_OK) {
+        *out = app ? xasprintf("%s[bot]", name) : xstrdup(name);
+    }
+    json_decref(ans);
     free(url);
     return rc;
 }
@@ -417,19 +497,29 @@ static int gh_file_at(char **out, size_t *len_out, struct scm_provider *p,
 static const char *gh_bot_login(struct scm_provider *p)
 {
     struct github *gh = to_github(p);
+    int64_t now = clock_now_ms(clock_system());
     const char *login;
 
     pthread_mutex_lock(&gh->mu);
-    if (gh->bot_login == NULL && !gh->login_asked) {
-        json_t *ans = NULL;
-        char *url = xasprintf("%s/user", gh->api_url);
-        gh->login_asked = true;
-        if (call(&ans, NULL, gh, "GET", url, 0, NULL, NULL, NULL) == E_OK &&
-            json_string_value(json_object_get(ans, "login")) != NULL) {
-            gh->bot_login = xstrdup(json_string_value(json_object_get(ans, "login")));
+    if (gh->bot_login == NULL && now >= gh->login_next_ms) {
+        struct err err = {0};
+        char *got = NULL;
+        if (ask_login(&got, gh, &err) == E_OK) {
+            gh->bot_login = got;
+            log_kv(LOG_INFO, "github_bot_login", "login", got, NULL);
+        } else {
+            /* Unknown until asked again: meanwhile the notifier adopts and folds nothing. */
+            int64_t delay = LOGIN_RETRY_MIN_MS;
+            char d[32];
+            for (int i = 0; i < gh->login_failures && delay < LOGIN_RETRY_MAX_MS; i++) {
+                delay *= 2;
+            }
+            delay = delay < LOGIN_RETRY_MAX_MS ? delay : LOGIN_RETRY_MAX_MS;
+            gh->login_failures++;
+            gh->login_next_ms = now + delay;
+            snprintf(d, sizeof(d), "%lld", (long long)delay);
+            log_kv(LOG_WARN, "github_bot_login_unknown", "retry_ms", d, "error", err.msg, NULL);
         }
-        json_decref(ans);
-        free(url);
     }
     login = gh->bot_login;
     pthread_mutex_unlock(&gh->mu);
@@ -443,6 +533,7 @@ static void gh_free(struct scm_provider *p)
     github_auth_free(gh->auth);
     free(gh->api_url);
     free(gh->bot_login);
+    free(gh->inst_project);
     pthread_mutex_destroy(&gh->mu);
     free(gh);
 }

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """The sticky status comment (SPEC §6) against the fake GitHub: one comment per task,
 edited in place at each phase, never duplicated (lost responses, lost database rows, a
-marker comment on page 3 of a 250-comment thread), retried through rate limits and 500s,
+marker comment on page 3 of a 250-comment thread), adopting an older version's marker
+comment, retried through rate limits and 500s,
 re-created when a human deleted it; and the offline `diverge local` walk-through."""
 import os
 import sqlite3
@@ -146,6 +147,52 @@ def test_marker_on_page_three_is_found():
         gh.stop()
 
 
+def test_legacy_marker_comment_is_adopted():
+    """A marker comment of the bot that names no task (an older version's, or another
+    deployment's) is adopted; later ones like it are folded; one naming another task, and
+    marker comments by anyone else, are left alone."""
+    gh = new_fake()
+    try:
+        gh.add_comment("octo/repo", 7, user="someone", body=MARKER + "\nplanted, no task")
+        other = gh.add_comment("octo/repo", 7, user=BOT, body=MARKER +
+                               "\n<!-- diverge-task: octo-repo/fix-pr-9 -->\nother task")
+        legacy = gh.add_comment("octo/repo", 7, user=BOT, body=MARKER + "\n\nold status")
+        dup = gh.add_comment("octo/repo", 7, user=BOT, body=MARKER + "\nolder format")
+        with Server(args(gh), env=server_env()) as srv:
+            make_task(srv)
+            wait(lambda: "diverge-task: octo-repo/fix-pr-7" in gh.comment(legacy["id"])["body"],
+                 what="legacy comment adopted")
+            wait(lambda: gh.find_requests("DELETE", r"/issues/comments/%d$" % dup["id"]),
+                 what="second legacy comment folded")
+            set_status(srv, "fix-pr-7", phase="Active")
+            wait(lambda: "Running" in gh.comment(legacy["id"])["body"], what="adopted edit")
+            assert gh.find_requests("POST", r"/issues/7/comments$") == []
+            assert "other task" in gh.comment(other["id"])["body"]
+            deleted = [r["path"] for r in gh.find_requests("DELETE")]
+            assert deleted == ["/repos/octo/repo/issues/comments/%d" % dup["id"]], deleted
+            assert [c["user"]["login"] for c in gh.comments("octo/repo", 7)] == \
+                ["someone", BOT, BOT]
+    finally:
+        gh.stop()
+
+
+def test_own_task_line_is_preferred_over_legacy():
+    gh = new_fake()
+    try:
+        legacy = gh.add_comment("octo/repo", 7, user=BOT, body=MARKER + "\nlegacy")
+        own = gh.add_comment("octo/repo", 7, user=BOT, body=MARKER +
+                             "\n<!-- diverge-task: octo-repo/fix-pr-7 -->\nmine")
+        with Server(args(gh), env=server_env()) as srv:
+            make_task(srv)
+            wait(lambda: "mine" not in gh.comment(own["id"])["body"], what="own comment adopted")
+            time.sleep(0.5)
+            assert gh.comment(legacy["id"])["body"] == MARKER + "\nlegacy"
+            assert gh.find_requests("POST", r"/issues/7/comments$") == []
+            assert gh.find_requests("DELETE") == []
+    finally:
+        gh.stop()
+
+
 def test_rate_limits_errors_and_human_deletion():
     gh = new_fake()
     try:
@@ -210,4 +257,5 @@ def test_local_walkthrough():
 if __name__ == "__main__":
     run_tests([test_one_comment_edited_at_each_phase,
                test_lost_response_and_lost_row_never_duplicate, test_marker_on_page_three_is_found,
+               test_legacy_marker_comment_is_adopted, test_own_task_line_is_preferred_over_legacy,
                test_rate_limits_errors_and_human_deletion, test_local_walkthrough])

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests of scm/: permission levels, the per-minute budget of content-creating calls
- * (at most 80 per minute), and the outbox's retry delays (Retry-After, rate limits). */
+ * (at most 80 per minute), the outbox's retry delays (Retry-After, rate limits), and the
+ * URLs sent to an SCM (encoded path segments, pagination links kept to the API base). */
 #include "scm/scm.h"
 #include "tests/t_check.h"
 
@@ -64,6 +65,61 @@ TEST(backoff_and_retry_after)
     CHECK_EQ_INT(scm_outbox_backoff(&cfg, 1, &secondary), 60000);
     /* A 503 asking for 30 s gets at least 30 s. */
     CHECK_EQ_INT(scm_outbox_backoff(&cfg, 1, &slow503), 30000);
+}
+
+/* Checks one scm_path_escape() case. */
+static void check_escape(const char *in, bool keep_slash, const char *want)
+{
+    char *got = scm_path_escape(in, keep_slash);
+    CHECK_EQ_STR(got, want);
+    free(got);
+}
+
+TEST(path_segments_are_encoded)
+{
+    char *url;
+
+    check_escape("octo", false, "octo");
+    check_escape("A-z0.9_~", false, "A-z0.9_~");
+    check_escape("a b/c?d#e%f", false, "a%20b%2Fc%3Fd%23e%25f");
+    check_escape("..", false, "%2E%2E");
+    check_escape("", false, "");
+    check_escape("caf\xC3\xA9", false, "caf%C3%A9");
+    check_escape(".diverge/agent.yaml", true, ".diverge/agent.yaml");
+    check_escape("dir x/../a?b", true, "dir%20x/%2E%2E/a%3Fb");
+    url = scm_repo_url("https://api.github.com", "octo/re po", "/issues/7/comments");
+    CHECK_EQ_STR(url, "https://api.github.com/repos/octo/re%20po/issues/7/comments");
+    free(url);
+    url = scm_repo_url("http://127.0.0.1:9/api/v3", "o/../../admin", "");
+    CHECK_EQ_STR(url, "http://127.0.0.1:9/api/v3/repos/o/%2E%2E/%2E%2E/admin");
+    free(url);
+}
+
+TEST(links_stay_under_the_api_base)
+{
+    const char *gh = "https://api.github.com", *ghes = "http://127.0.0.1:8080/api/v3/";
+
+    CHECK(scm_url_under(gh, "https://api.github.com/repositories/1/issues/7/comments?page=2"));
+    CHECK(scm_url_under(gh, "HTTPS://API.GitHub.com:443/x"));
+    CHECK(scm_url_under(gh, "https://api.github.com"));
+    CHECK(!scm_url_under(gh, "http://api.github.com/x"));      /* scheme */
+    CHECK(!scm_url_under(gh, "https://api.github.com.evil/x")); /* host */
+    CHECK(!scm_url_under(gh, "https://api.github.com:444/x")); /* port */
+    CHECK(!scm_url_under(gh, "https://evil@api.github.com/x")); /* user info */
+    CHECK(!scm_url_under(gh, "https://api.github.com@evil.example/x"));
+    CHECK(!scm_url_under(gh, "//api.github.com/x"));
+    CHECK(!scm_url_under(gh, "/repositories/1"));
+    CHECK(!scm_url_under(gh, "ftp://api.github.com/x"));
+    CHECK(scm_url_under(ghes, "http://127.0.0.1:8080/api/v3/repos/o/r/issues/1/comments"));
+    CHECK(scm_url_under(ghes, "http://127.0.0.1:8080/api/v3?page=2"));
+    CHECK(!scm_url_under(ghes, "http://127.0.0.1:8081/api/v3/repos"));
+    CHECK(!scm_url_under(ghes, "http://127.0.0.1/api/v3/repos"));
+    CHECK(!scm_url_under(ghes, "http://127.0.0.1:8080/api/v30/repos"));
+    CHECK(!scm_url_under(ghes, "http://127.0.0.1:8080/other"));
+    CHECK(!scm_url_under(ghes, "http://127.0.0.1:8080/api/v3/../admin"));
+    CHECK(!scm_url_under(ghes, "http://127.0.0.1:8080/api/v3/%2E%2e/admin"));
+    CHECK(scm_url_under("http://[::1]:9", "http://[::1]:9/x"));
+    CHECK(!scm_url_under("http://[::1]:9", "http://[::1]:10/x"));
 }
 
 T_MAIN

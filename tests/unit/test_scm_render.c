@@ -10,6 +10,7 @@
 #include "tests/t_check.h"
 
 #define T0 INT64_C(1795946400000) /* 2026-11-29T10:00:00Z */
+#define ZWSP "\xE2\x80\x8B"            /* U+200B: breaks an autolink */
 
 static const char *const SPEC_EXAMPLE =
     "{\"apiVersion\":\"divergedev.com/v1alpha1\",\"kind\":\"AgentTask\","
@@ -323,7 +324,8 @@ TEST(escaping_user_text)
     body = render(t);
     line = line_of(body, "**Objective:**");
     CHECK_EQ_STR(line, "**Objective:** end --&gt; &lt;script&gt;alert(1)&lt;/script&gt; &amp; "
-                       "@\xE2\x80\x8Dsomeone /diverge pause \\[click\\](https://evil.example) "
+                       "@\xE2\x80\x8Dsomeone /diverge pause \\[click\\](https:" ZWSP
+                       "//evil.example) "
                        "\\*\\*bold\\*\\* \\`code\\` a\\|b");
     free(line);
     CHECK_HAS(body, "**Guidance:** ask @\xE2\x80\x8Doctocat &lt;!-- hi --&gt;\n");
@@ -337,6 +339,35 @@ TEST(escaping_user_text)
     set_at(json_object_get(t, "spec"), "repository", "workingBranch", json_string("a`b``c"));
     body = render(t);
     CHECK_HAS(body, "- **Branch:** ``` a`b``c ```\n");
+    free(body);
+    json_decref(t);
+}
+
+TEST(bare_urls_are_not_autolinked)
+{
+    json_t *t = example_task();
+    char *body;
+
+    set_at(t, "spec", "objective",
+           json_string("see https://evil.example/x, HTTP://Evil.example and www.evil.example"));
+    set_at(json_object_get(t, "spec"), "repository", "workingBranch",
+           json_string("https://branch.example"));
+    json_object_set_new(json_object_get(json_object_get(t, "metadata"), "annotations"),
+                        TASK_ANN_GUIDANCE, json_string("read wWw.guide.example/a now"));
+    set_at(t, "status", "previewUrl", json_string("https://preview.test/?_diverge_env=e1"));
+    body = render(t);
+    CHECK_HAS(body, "**Objective:** see https:" ZWSP "//evil.example/x, HTTP:" ZWSP
+                    "//Evil.example and w" ZWSP "ww.evil.example\n");
+    CHECK_HAS(body, "**Guidance:** read w" ZWSP "Ww.guide.example/a now\n");
+    CHECK_LACKS(body, "://evil");
+    CHECK_LACKS(body, "www.");
+    CHECK_LACKS(body, "wWw.");
+    /* A code span is never autolinked: the branch stays as it is. */
+    CHECK_HAS(body, "- **Branch:** `https://branch.example`\n");
+    /* Our own links still work: the destinations are untouched. */
+    CHECK_HAS(body, "[🔗 Magic Link](https://preview.test/?_diverge_env=e1) · "
+                    "[🚪 Exit Preview](https://preview.test/?_diverge_env=clear)\n");
+    CHECK_HAS(body, "](https://github.com/myorg/checkout-service)\n");
     free(body);
     json_decref(t);
 }
