@@ -55,7 +55,9 @@ int github_webhook_parse(enum github_event *event_out, struct inbox_entry *entry
 
 struct github_config {
     const char *api_url;   /* REST base, e.g. https://api.github.com */
-    const char *bot_login; /* the bot's login, or NULL to ask the API once */
+    /* The bot's login, or NULL: asked from the API (GET /user; App mode GET /app, giving
+     * <slug>[bot]), again with backoff after a failure, until known. */
+    const char *bot_login;
 };
 
 /* Creates the REST provider; takes ownership of AUTH. */
