@@ -46,6 +46,10 @@ void egress_hostport_format(char *out, size_t cap, const char *prefix, const cha
 void egress_pump(int a, int b, int stop_fd, const char *pending, size_t pending_len,
                  uint64_t *a_to_b, uint64_t *b_to_a);
 
+/* After accept() failed with ERRNO_: when descriptors or memory ran out, waits up to
+ * 100 ms (or until STOP_FD is readable) so the accept loop does not spin; else returns. */
+void egress_accept_backoff(int errno_, int stop_fd);
+
 /* Sets O_NONBLOCK on FD. */
 int egress_set_nonblock(int fd);
 

@@ -372,7 +372,8 @@ static void *accept_main(void *arg)
         }
         fd = accept4(p->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd < 0) {
-            continue; /* EAGAIN, ECONNABORTED, EMFILE: poll again */
+            egress_accept_backoff(errno, p->stop_rd);
+            continue;
         }
         c = xcalloc(1, sizeof(*c));
         c->p = p;

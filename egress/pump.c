@@ -25,6 +25,15 @@ int egress_set_nonblock(int fd)
     return E_OK;
 }
 
+void egress_accept_backoff(int errno_, int stop_fd)
+{
+    struct pollfd pfd = {.fd = stop_fd, .events = POLLIN};
+
+    if (errno_ == EMFILE || errno_ == ENFILE || errno_ == ENOBUFS || errno_ == ENOMEM) {
+        poll(&pfd, 1, 100);
+    }
+}
+
 struct dir {
     int from, to;
     char *buf;       /* PUMP_BUF bytes, owned by the pump */

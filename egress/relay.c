@@ -166,6 +166,7 @@ int egress_relay_run(struct egress_relay *r, struct err *err)
         }
         fd = accept4(r->listen_fd, NULL, NULL, SOCK_CLOEXEC);
         if (fd < 0) {
+            egress_accept_backoff(errno, r->stop_rd);
             continue;
         }
         c = xcalloc(1, sizeof(*c));
