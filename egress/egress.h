@@ -105,8 +105,9 @@ int egress_policy_add_rule(struct egress_policy *p, const char *rule, struct err
 int egress_policy_add_rules_csv(struct egress_policy *p, const char *s, struct err *err);
 
 /* Adds one of the server's own addresses, always refused (even under the loopback
- * exception); PORT 0 means every port. The server passes its listen address and port
- * and every address of its interfaces. */
+ * exception); PORT 0 means every port. The server passes its listen address and port as
+ * configured (an unspecified 0.0.0.0 or :: stands for every loopback address too) and
+ * every address of its interfaces (egress_policy_add_own_interfaces). */
 void egress_policy_add_own(struct egress_policy *p, const struct egress_addr *a, uint16_t port);
 
 /* Adds the addresses of every local interface (getifaddrs) as own addresses, every port,

@@ -427,7 +427,13 @@ static bool own_address(const struct egress_policy *p, const struct egress_addr 
 
     for (size_t i = 0; i < p->nown; i++) {
         struct egress_addr uo = egress_addr_unmap(&p->own[i].addr);
-        if ((p->own[i].port == 0 || p->own[i].port == port) && egress_addr_equal(&ua, &uo)) {
+        if (p->own[i].port != 0 && p->own[i].port != port) {
+            continue;
+        }
+        /* A listener on 0.0.0.0 or :: is reachable on every loopback address too. */
+        if (egress_addr_equal(&ua, &uo) ||
+            (egress_addr_classify(&uo) == EGRESS_ADDR_UNSPECIFIED &&
+             egress_addr_classify(&ua) == EGRESS_ADDR_LOOPBACK)) {
             return true;
         }
     }

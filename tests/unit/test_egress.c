@@ -249,6 +249,9 @@ static const struct {
     {"10.0.0.5", 443, "10.0.0.5", false, "private-address"},    /* only loopback is excepted */
     {"169.254.169.254", 80, "169.254.169.254", false, "link-local-address"},
     {"127.0.0.1", 5000, "127.0.0.1", false, "own-address"}, /* the server's own port */
+    {"127.0.0.3", 6000, "127.0.0.3", false, "own-address"}, /* server on 0.0.0.0:6000 */
+    {"[::1]", 6000, "::1", false, "own-address"},
+    {"127.0.0.3", 6001, "127.0.0.3", true, "127.0.0.3:6001"},
     {"rebind.test", 4000, "127.0.0.1", false, "loopback-address"}, /* names never excepted */
     {"metadata.test", 443, "169.254.169.254", false, "link-local-address"},
 };
@@ -276,7 +279,8 @@ static struct egress_policy *test_policy(void)
                                   "1.1.1.1:443",     "[2606:4700::1111]", "127.0.0.1:4000",
                                   "[::1]:4001",      "10.0.0.5:443",      "127.0.0.2",
                                   "metadata.test",   "rebind.test:4000",  "127.0.0.1:5000",
-                                  "169.254.169.254:80"};
+                                  "169.254.169.254:80", "127.0.0.3:6000", "[::1]:6000",
+                                  "127.0.0.3:6001"};
     struct egress_policy *p;
     struct egress_addr own;
 
@@ -288,6 +292,8 @@ static struct egress_policy *test_policy(void)
     egress_policy_add_own(p, &own, 0);
     CHECK_OK(egress_addr_parse(&own, "127.0.0.1"));
     egress_policy_add_own(p, &own, 5000);
+    CHECK_OK(egress_addr_parse(&own, "0.0.0.0"));
+    egress_policy_add_own(p, &own, 6000);
     return p;
 }
 
