@@ -109,12 +109,13 @@ uint16_t egress_relay_port(const struct egress_relay *r)
 
 static int connect_target(const struct egress_relay *r)
 {
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 
     if (fd < 0) {
         return -1;
     }
-    /* A local unix socket: connect does not wait on a network, only on the backlog. */
+    /* Non-blocking: a unix connect completes at once or fails (EAGAIN on a full backlog),
+     * so a stuck proxy cannot hold this thread past a stop. */
     if (connect(fd, (const struct sockaddr *)(const void *)&r->target, sizeof(r->target)) != 0) {
         close(fd);
         return -1;
