@@ -477,7 +477,12 @@ static int codec_of(struct request *r)
     return 0;
 }
 
-int api_connect_begin(struct request *r)
+/* The checks of the headers. They run once the body is in, not before: an answer sent
+ * while a client is still sending its body makes the server close the connection, and
+ * clients that write the whole body first (connect-node) then see a broken pipe instead
+ * of the error. The body is capped at SERVER_BODY_MAX all the same. Returns 0 when the
+ * request may go on, else the MHD result of the error sent. */
+static int check_headers(struct request *r)
 {
     const char *v;
 
@@ -504,7 +509,7 @@ int api_connect_begin(struct request *r)
         return connect_error(r, "unimplemented", 0,
                              "request compression is not supported: send identity");
     }
-    return MHD_YES;
+    return 0;
 }
 
 static int decode_request(json_t **out, struct request *r, const struct pb_message *msg,
@@ -539,10 +544,10 @@ int api_connect(struct request *r)
     json_t *req = NULL, *resp = NULL;
     struct err err = {0};
     struct buf out;
-    int ret;
+    int ret = check_headers(r);
 
-    if (m == NULL || codec_of(r) == 0) {
-        return connect_error(r, "internal", 0, "request was not checked"); /* not reached */
+    if (r->status != 0) {
+        return ret;
     }
     if (decode_request(&req, r, m->req, json, &err) != E_OK) {
         return connect_error(r, "invalid_argument", 0, "%s", err.msg);

@@ -73,7 +73,7 @@ static const struct route g_routes[] = {
     {"POST", "/api/v1/local/comments", api_local_comment, "local.comment", AUTH_ADMIN},
     {"GET", "/api/v1/local/threads/*/*/*", api_local_thread, "local.thread", AUTH_ADMIN},
     {"POST", "/api/v1/admission/validate", api_admission_validate, "admission", AUTH_NONE},
-    /* Admin auth in api_connect_begin: its 401 is a Connect error. */
+    /* Admin auth in api_connect: its 401 is a Connect error. */
     {"POST", "/divergedev.agenttask.v1.AgentTaskService/*", api_connect, "connect", AUTH_NONE},
     {"GET", API_PREFIX "/namespaces/*/environments", api_env_list, "environments.list",
      AUTH_ADMIN},
@@ -83,7 +83,6 @@ static const struct route g_routes[] = {
 
 static const struct route_extra g_route_extras[] = {
     {api_webhook_github, api_webhook_github_begin, SERVER_WEBHOOK_BODY_MAX},
-    {api_connect, api_connect_begin, 0},
 };
 
 static const struct route_extra *extra_of(int route)

@@ -149,10 +149,9 @@ int api_env_get(struct request *r);
 int api_discovery_api(struct request *r);
 int api_discovery_apis(struct request *r);
 int api_discovery_group(struct request *r);
-/* ConnectRPC (api_connect.c): BEGIN checks the admin token, method, content type and
- * protocol headers before the body is read; errors are Connect error JSON. */
+/* ConnectRPC (api_connect.c): checks the admin token itself, so that every error,
+ * 401 included, is Connect error JSON. */
 int api_connect(struct request *r);
-int api_connect_begin(struct request *r);
 /* The Kubernetes validating admission webhook for AgentTasks (api_admission.c). */
 int api_admission_validate(struct request *r);
 
