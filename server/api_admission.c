@@ -125,34 +125,87 @@ static int check_update(const struct review *r, const json_t *obj, struct err *e
     return rc;
 }
 
-/* Runs CHECK over a copy of R->object, removing each invalid field it reports and running
- * again, so that the causes name every invalid field (up to ADMISSION_ERRORS_MAX). A
- * missing required field ends the search: removing it changes nothing. */
+/* Required fields and a valid stand-in for each: after reporting one of them, the search
+ * for further invalid fields goes on with the stand-in in its place (removing it would
+ * only report it again). */
+static const struct {
+    const char *parent; /* "" for the top level */
+    const char *key;
+    const char *field;  /* parent.key */
+    const char *value;  /* JSON of the stand-in */
+} g_stand_ins[] = {
+    {"", "metadata", "metadata", "{}"},
+    {"metadata", "name", "metadata.name", "\"x\""},
+    {"", "spec", "spec", "{}"},
+    {"spec", "objective", "spec.objective", "\"x\""},
+    {"", "status", "status", "{}"},
+    {"status", "phase", "status.phase", "\"Pending\""},
+};
+
+/* Puts the stand-in of FIELD into DOC; false when FIELD has none or it cannot go in. */
+static bool stand_in(json_t *doc, const char *field)
+{
+    for (size_t i = 0; i < ARRAY_LEN(g_stand_ins); i++) {
+        json_t *parent = g_stand_ins[i].parent[0] != '\0'
+                             ? json_object_get(doc, g_stand_ins[i].parent)
+                             : doc;
+        if (strcmp(g_stand_ins[i].field, field) != 0 || !json_is_object(parent)) {
+            continue;
+        }
+        return json_object_set_new(parent, g_stand_ins[i].key,
+                                   json_loads(g_stand_ins[i].value, JSON_DECODE_ANY, NULL)) == 0;
+    }
+    return false;
+}
+
+/* Runs CHECK over a copy of R->object, taking out each invalid field it reports (or
+ * putting a stand-in in place of a required one) and running again, so that the causes
+ * name every invalid field (up to ADMISSION_ERRORS_MAX). */
+static bool has_cause(const json_t *causes, const char *field)
+{
+    const json_t *c;
+    size_t i;
+
+    json_array_foreach(causes, i, c)
+    {
+        if (strcmp(json_string_value(json_object_get(c, "field")), field) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
 static json_t *collect_causes(const struct review *r,
                               int (*check)(const struct review *, const json_t *, struct err *))
 {
     json_t *copy = json_deep_copy(r->object), *causes = json_array();
+    char stood[sizeof(((struct err *)NULL)->field)] = "";
 
-    for (int i = 0; i < ADMISSION_ERRORS_MAX; i++) {
+    /* Each round either records a new cause or puts a stand-in in for the last one. */
+    for (int i = 0; i < 2 * ADMISSION_ERRORS_MAX; i++) {
         struct err err = {0};
-        size_t j;
-        json_t *c;
-        bool seen = false;
 
-        if (check(r, copy, &err) == E_OK) {
+        if (json_array_size(causes) >= ADMISSION_ERRORS_MAX || check(r, copy, &err) == E_OK) {
             break;
         }
-        json_array_foreach(causes, j, c)
-        {
-            seen = seen || strcmp(json_string_value(json_object_get(c, "field")), err.field) == 0;
-        }
-        if (seen) {
-            break;
+        if (has_cause(causes, err.field)) {
+            /* Taking it out did not help: a required field, or one that must stay. */
+            if (strcmp(stood, err.field) == 0 || !stand_in(copy, err.field)) {
+                break;
+            }
+            snprintf(stood, sizeof(stood), "%s", err.field);
+            continue;
         }
         json_array_append_new(causes, json_pack("{s:s, s:s, s:s}", "reason", "FieldValueInvalid",
                                                 "message", err.msg, "field", err.field));
-        if (err.code != E_INVALID || err.field[0] == '\0' || !remove_path(copy, err.field)) {
+        if (err.code != E_INVALID || err.field[0] == '\0') {
             break;
+        }
+        if (!remove_path(copy, err.field)) {
+            if (!stand_in(copy, err.field)) {
+                break;
+            }
+            snprintf(stood, sizeof(stood), "%s", err.field);
         }
     }
     json_decref(copy);
