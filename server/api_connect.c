@@ -462,7 +462,8 @@ static int codec_of(struct request *r)
     while (n > 0 && (ct[n - 1] == ' ' || ct[n - 1] == '\t')) {
         n--;
     }
-    if (n == strlen(CT_PROTO) && strncasecmp(ct, CT_PROTO, n) == 0 && ct[strcspn(ct, ";")] == '\0') {
+    if (n == strlen(CT_PROTO) && strncasecmp(ct, CT_PROTO, n) == 0 &&
+        ct[strcspn(ct, ";")] == '\0') {
         return 2;
     }
     if (n == strlen(CT_JSON) && strncasecmp(ct, CT_JSON, n) == 0) {
@@ -480,36 +481,34 @@ static int codec_of(struct request *r)
 /* The checks of the headers. They run once the body is in, not before: an answer sent
  * while a client is still sending its body makes the server close the connection, and
  * clients that write the whole body first (connect-node) then see a broken pipe instead
- * of the error. The body is capped at SERVER_BODY_MAX all the same. Returns 0 when the
- * request may go on, else the MHD result of the error sent. */
-static int check_headers(struct request *r)
+ * of the error. The body is capped at SERVER_BODY_MAX all the same. Returns false when
+ * the request may go on, else true with *ret_out the MHD result of the error sent. */
+static bool refused(int *ret_out, struct request *r)
 {
     const char *v;
 
     if (!http_admin_ok(r)) {
-        return connect_error(r, "unauthenticated", 0, "missing or wrong admin bearer token");
-    }
-    if (method_of(r) == NULL) {
+        *ret_out =
+            connect_error(r, "unauthenticated", 0, "missing or wrong admin bearer token");
+    } else if (method_of(r) == NULL) {
         /* The method name is request bytes: not echoed. */
-        return connect_error(r, "unimplemented", 404,
-                             "no such method in divergedev.agenttask.v1.AgentTaskService");
+        *ret_out = connect_error(r, "unimplemented", 404,
+                                 "no such method in divergedev.agenttask.v1.AgentTaskService");
+    } else if (codec_of(r) == 0) {
+        *ret_out = connect_error(r, "unknown", 415,
+                                 "unsupported content type: use application/json or "
+                                 "application/proto");
+    } else if ((v = http_header(r, "Connect-Protocol-Version")) != NULL && strcmp(v, "1") != 0) {
+        *ret_out =
+            connect_error(r, "invalid_argument", 0, "connect-protocol-version must be 1");
+    } else if ((v = http_header(r, MHD_HTTP_HEADER_CONTENT_ENCODING)) != NULL &&
+               strcasecmp(v, "identity") != 0) {
+        *ret_out = connect_error(r, "unimplemented", 0,
+                                 "request compression is not supported: send identity");
+    } else {
+        return false;
     }
-    if (codec_of(r) == 0) {
-        return connect_error(r, "unknown", 415,
-                             "unsupported content type: use application/json or "
-                             "application/proto");
-    }
-    v = http_header(r, "Connect-Protocol-Version");
-    if (v != NULL && strcmp(v, "1") != 0) {
-        return connect_error(r, "invalid_argument", 0,
-                             "connect-protocol-version must be 1");
-    }
-    v = http_header(r, MHD_HTTP_HEADER_CONTENT_ENCODING);
-    if (v != NULL && strcasecmp(v, "identity") != 0) {
-        return connect_error(r, "unimplemented", 0,
-                             "request compression is not supported: send identity");
-    }
-    return 0;
+    return true;
 }
 
 static int decode_request(json_t **out, struct request *r, const struct pb_message *msg,
@@ -544,9 +543,9 @@ int api_connect(struct request *r)
     json_t *req = NULL, *resp = NULL;
     struct err err = {0};
     struct buf out;
-    int ret = check_headers(r);
+    int ret;
 
-    if (r->status != 0) {
+    if (refused(&ret, r)) {
         return ret;
     }
     if (decode_request(&req, r, m->req, json, &err) != E_OK) {
