@@ -72,6 +72,9 @@ static const struct route g_routes[] = {
     {"POST", "/api/v1/webhooks/github", api_webhook_github, "webhooks.github", AUTH_NONE},
     {"POST", "/api/v1/local/comments", api_local_comment, "local.comment", AUTH_ADMIN},
     {"GET", "/api/v1/local/threads/*/*/*", api_local_thread, "local.thread", AUTH_ADMIN},
+    {"POST", "/api/v1/admission/validate", api_admission_validate, "admission", AUTH_NONE},
+    /* Admin auth in api_connect: its 401 is a Connect error. */
+    {"POST", "/divergedev.agenttask.v1.AgentTaskService/*", api_connect, "connect", AUTH_NONE},
     {"GET", API_PREFIX "/namespaces/*/environments", api_env_list, "environments.list",
      AUTH_ADMIN},
     {"GET", API_PREFIX "/namespaces/*/environments/*", api_env_get, "environments.get",
@@ -422,6 +425,11 @@ static bool admin_ok(struct request *r)
         return false;
     }
     return token_equal(h + 7, r->srv->api_token);
+}
+
+bool http_admin_ok(struct request *r)
+{
+    return admin_ok(r);
 }
 
 /* The body cap of the request's route; only known routes ever get a body read. */

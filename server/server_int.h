@@ -108,6 +108,8 @@ int http_status_of(int code);
 /* Sends the error for an err from the store/model layers: status from http_status_of. */
 int http_send_err(struct request *r, const struct err *err);
 const char *http_query(struct request *r, const char *key);
+/* True when the request carries the admin bearer token (compared in constant time). */
+bool http_admin_ok(struct request *r);
 const char *http_header(struct request *r, const char *key);
 /* How many request headers are named KEY (case-insensitive). */
 int http_header_count(struct request *r, const char *key);
@@ -147,6 +149,11 @@ int api_env_get(struct request *r);
 int api_discovery_api(struct request *r);
 int api_discovery_apis(struct request *r);
 int api_discovery_group(struct request *r);
+/* ConnectRPC (api_connect.c): checks the admin token itself, so that every error,
+ * 401 included, is Connect error JSON. */
+int api_connect(struct request *r);
+/* The Kubernetes validating admission webhook for AgentTasks (api_admission.c). */
+int api_admission_validate(struct request *r);
 
 /* --- metrics (metrics.c) --- */
 void metrics_observe(int route, int status, int64_t duration_ns);
