@@ -15,7 +15,7 @@ import threading
 import time
 
 from harness import Server, run_tests, task_obj
-from runner_helpers import (DEMO_AGENT, METER, NS, FakeMeter, branch_log, make_bare_repo,
+from runner_helpers import (DEMO_AGENT, METER, NS, FakeMeter, branch_log, git, make_bare_repo,
                             run_runner, runner_env, show_file, usage_lines)
 
 ARGS = ["--sandbox-provider", "none"]
@@ -406,6 +406,39 @@ def test_fake_meter_restart_sends_each_line_once():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def test_existing_working_branch_is_continued():
+    tmp = tempfile.mkdtemp(prefix="runner-")
+    sock = os.path.join(tmp, "meter.sock")
+    meter = FakeMeter(sock)
+    try:
+        repo = make_bare_repo(tmp)
+        # The working branch already exists on the remote (a PR head) with a commit of
+        # its own: the runner tracks it and pushes a fast-forward on top.
+        src = os.path.join(tmp, "src")
+        git("checkout", "-q", "-b", "agent/cont", cwd=src)
+        with open(os.path.join(src, "notes.txt"), "w") as f:
+            f.write("work in progress\n")
+        git("add", "-A", cwd=src)
+        git("-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-q", "-m",
+            "wip", cwd=src)
+        git("push", "-q", repo[len("file://"):], "agent/cont", cwd=src)
+        env = runner_env(tmp, "cont", repo, DIVERGE_METER_SOCKET=sock,
+                         DIVERGE_MACAROON_TOKEN="t")
+        r = run_runner(env)
+        check_out(r, 0)
+        assert "exists on the remote" in r.stdout, r.stdout
+        bare = repo[len("file://"):]
+        parents = git("--git-dir", bare, "log", "-1", "--format=%P", "agent/cont").split()
+        wip = git("--git-dir", bare, "rev-parse", "agent/cont~1").strip()
+        assert len(parents) == 1 and parents[0] == wip, (parents, wip)
+        assert git("--git-dir", bare, "log", "-1", "--format=%s", "agent/cont~1").strip() == "wip"
+        assert show_file(repo, "agent/cont", "notes.txt") == "work in progress\n"
+        assert show_file(repo, "agent/cont", "greeting.txt") == "Hello, world!\n"
+    finally:
+        meter.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 if __name__ == "__main__":
     run_tests([test_demo_fails_then_passes_and_pushes,
                test_restart_continues_and_charges_each_line_once,
@@ -414,4 +447,5 @@ if __name__ == "__main__":
                test_rotated_token_file_is_read_again,
                test_fake_meter_socket_retry_guidance_preview,
                test_fake_meter_exit_codes,
-               test_fake_meter_restart_sends_each_line_once])
+               test_fake_meter_restart_sends_each_line_once,
+               test_existing_working_branch_is_continued])
