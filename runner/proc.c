@@ -3,6 +3,7 @@
  * here), stdin from /dev/null, output passed through to the task log and its tail kept. */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -152,27 +153,55 @@ static void write_all(int fd, const char *p, size_t n)
     }
 }
 
-/* Reads the child's output until every writer closed the pipe. */
-static void pump(const struct runner_spawn *sp, int rfd)
+/* Passes one read's bytes on; false at EOF or on an error other than "no data yet". */
+static bool pump_once(const struct runner_spawn *sp, int rfd, bool *more)
 {
     char chunk[8192];
+    ssize_t n = read(rfd, chunk, sizeof(chunk));
+
+    *more = false;
+    if (n < 0) {
+        return errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK;
+    }
+    if (n == 0) {
+        return false;
+    }
+    if (sp->capture != NULL) {
+        (void)buf_append(sp->capture, chunk, (size_t)n); /* over the cap: dropped */
+    }
+    if (sp->tail != NULL) {
+        write_all(STDOUT_FILENO, chunk, (size_t)n);
+        runner_tail_add(sp->tail, chunk, (size_t)n);
+    }
+    *more = true;
+    return true;
+}
+
+/* Passes the child's output on until the child exited and the pipe is drained. A
+ * background process the child left behind may keep the pipe open: once the child
+ * itself is gone, what is buffered is read and the rest is not waited for. Returns the
+ * child's wait status in *wst. */
+static int pump(int *wst, const struct runner_spawn *sp, int rfd, pid_t pid)
+{
+    bool open_pipe = fcntl(rfd, F_SETFL, O_NONBLOCK) == 0, more = false;
+    struct pollfd pfd = {.fd = rfd, .events = POLLIN};
+    pid_t w;
 
     for (;;) {
-        ssize_t n = read(rfd, chunk, sizeof(chunk));
-        if (n < 0 && errno == EINTR) {
-            continue;
+        if (open_pipe && poll(&pfd, 1, 100) > 0) {
+            open_pipe = pump_once(sp, rfd, &more);
         }
-        if (n <= 0) {
-            return;
+        w = waitpid(pid, wst, open_pipe ? WNOHANG : 0);
+        if (w == pid) {
+            break;
         }
-        if (sp->capture != NULL) {
-            (void)buf_append(sp->capture, chunk, (size_t)n); /* over the cap: dropped */
-        }
-        if (sp->tail != NULL) {
-            write_all(STDOUT_FILENO, chunk, (size_t)n);
-            runner_tail_add(sp->tail, chunk, (size_t)n);
+        if (w < 0 && errno != EINTR) {
+            return E_FAIL;
         }
     }
+    while (open_pipe && pump_once(sp, rfd, &more) && more) {
+    }
+    return E_OK;
 }
 
 int runner_spawn_run(int *status_out, const struct runner_spawn *sp, struct err *err)
@@ -204,13 +233,18 @@ int runner_spawn_run(int *status_out, const struct runner_spawn *sp, struct err 
         child_exec(sp, fds[1]);
     }
     if (piped) {
+        int prc;
         close(fds[1]);
-        pump(sp, fds[0]);
+        prc = pump(&wst, sp, fds[0], pid);
         close(fds[0]);
-    }
-    while (waitpid(pid, &wst, 0) < 0) {
-        if (errno != EINTR) {
+        if (prc != E_OK) {
             return err_set(err, E_FAIL, "waitpid: %s", strerror(errno));
+        }
+    } else {
+        while (waitpid(pid, &wst, 0) < 0) {
+            if (errno != EINTR) {
+                return err_set(err, E_FAIL, "waitpid: %s", strerror(errno));
+            }
         }
     }
     if (WIFEXITED(wst)) {

@@ -10,6 +10,7 @@ import http.server
 import json
 import os
 import shutil
+import signal
 import tempfile
 import threading
 import time
@@ -439,6 +440,33 @@ def test_existing_working_branch_is_continued():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def test_background_child_does_not_block():
+    tmp = tempfile.mkdtemp(prefix="runner-")
+    sock = os.path.join(tmp, "meter.sock")
+    meter = FakeMeter(sock)
+    try:
+        repo = make_bare_repo(tmp)
+        # The agent leaves a process behind that holds its stdout open (a dev server):
+        # the runner goes on once the agent itself exited.
+        env = runner_env(tmp, "bg", repo, DIVERGE_METER_SOCKET=sock, DIVERGE_MACAROON_TOKEN="t",
+                         DIVERGE_AGENT_CMD="sleep 60 & echo $! >> ../bg.pids; sh %s" % DEMO_AGENT)
+        r = run_runner(env, timeout=50)
+        check_out(r, 0)
+        assert "iteration 2/5: agent exit 0, verify exit 0" in r.stdout, r.stdout
+    finally:
+        try:
+            with open(os.path.join(tmp, "bg.pids")) as f:
+                for pid in f.read().split():
+                    try:
+                        os.kill(int(pid), signal.SIGTERM)
+                    except OSError:
+                        pass
+        except OSError:
+            pass
+        meter.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 if __name__ == "__main__":
     run_tests([test_demo_fails_then_passes_and_pushes,
                test_restart_continues_and_charges_each_line_once,
@@ -448,4 +476,5 @@ if __name__ == "__main__":
                test_fake_meter_socket_retry_guidance_preview,
                test_fake_meter_exit_codes,
                test_fake_meter_restart_sends_each_line_once,
-               test_existing_working_branch_is_continued])
+               test_existing_working_branch_is_continued,
+               test_background_child_does_not_block])
