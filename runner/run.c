@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "runner/runner_int.h"
@@ -108,6 +109,7 @@ static int meter_line(struct run *r, const char *line, size_t len, size_t advanc
 /* Meters every new usage line; *metered_out counts the lines sent. */
 static int meter_usage(struct run *r, long iteration, bool final, int *metered_out)
 {
+    struct stat sb;
     char *chunk;
     int fd, ret = -1;
 
@@ -118,6 +120,13 @@ static int meter_usage(struct run *r, long iteration, bool final, int *metered_o
     fd = open(r->cfg->usage_file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) {
         return -1; /* nothing written yet */
+    }
+    if (fstat(fd, &sb) == 0 && (uint64_t)sb.st_size < r->state.offset) {
+        /* Rewritten from scratch? Lines at offsets already metered would reuse their
+         * requestIds and never be charged: say so instead of guessing. */
+        runner_say("usage file is shorter (%lld bytes) than what was metered (%llu): "
+                   "append to it, never truncate it",
+                   (long long)sb.st_size, (unsigned long long)r->state.offset);
     }
     chunk = xmalloc(RUNNER_CHUNK);
     while (ret == -1) {
