@@ -204,6 +204,9 @@ static int setup(CURL *c, struct curl_slist **hdrs_out, const struct httpc_reque
     if (req->ca_file != NULL) {
         bad |= curl_easy_setopt(c, CURLOPT_CAINFO, req->ca_file) != CURLE_OK;
     }
+    if (req->unix_socket != NULL) {
+        bad |= curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, req->unix_socket) != CURLE_OK;
+    }
     return bad ? E_FAIL : E_OK;
 }
 

@@ -25,13 +25,15 @@ struct httpc_request {
     size_t max_body;            /* cap on the collected response body, bytes; 0: none */
     size_t max_headers;         /* cap on the kept response headers, bytes; 0: none */
     const char *ca_file;        /* PEM bundle to trust instead of the system's, or NULL */
+    const char *unix_socket;    /* connect to this unix socket path instead of the URL's
+                                   host and port (HTTP only), or NULL; borrowed */
 };
 
 #define HTTPC_REQUEST_DEFAULTS                                                                     \
     {                                                                                              \
         .method = "GET", .url = NULL, .headers = NULL, .body = NULL, .body_len = 0,                \
         .connect_timeout_ms = 5000, .timeout_ms = 30000, .max_body = 8u << 20,                     \
-        .max_headers = 64u << 10, .ca_file = NULL                                                  \
+        .max_headers = 64u << 10, .ca_file = NULL, .unix_socket = NULL                             \
     }
 
 /* What came back. Caller storage: httpc_response_init() before use (the request

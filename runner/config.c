@@ -1,0 +1,177 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The runner's environment (SPEC §9) checked once at start: a malformed value is exit 2
+ * with the variable's name, never a surprise half-way through a task. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "runner/runner.h"
+
+#define RUNNER_VALUE_MAX 4096 /* bytes of a branch, URL or path variable */
+
+static const char *get_opt(runner_getenv_fn get, void *ud, const char *name, const char *dflt)
+{
+    const char *v = get(name, ud);
+
+    return (v != NULL && *v != '\0') ? v : dflt;
+}
+
+static bool dns_label(const char *s)
+{
+    size_t n = strlen(s);
+
+    if (n == 0 || n > 63 || s[0] == '-' || s[n - 1] == '-') {
+        return false;
+    }
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-')) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* A value handed to git as an argument: not an option, no control characters. */
+static bool arg_ok(const char *s)
+{
+    size_t n = strlen(s);
+
+    if (n == 0 || n > RUNNER_VALUE_MAX || s[0] == '-') {
+        return false;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f) {
+            return false;
+        }
+    }
+    return true;
+}
+
+static int parse_long(long *out, const char *s, long min, long max)
+{
+    char *end = NULL;
+    long v;
+
+    if (s == NULL || *s < '0' || *s > '9') {
+        return E_INVALID;
+    }
+    v = strtol(s, &end, 10);
+    if (*end != '\0' || v < min || v > max) {
+        return E_INVALID;
+    }
+    *out = v;
+    return E_OK;
+}
+
+static int load_numbers(struct runner_config *c, runner_getenv_fn get, void *ud,
+                        struct err *err)
+{
+    const char *v;
+    long n = 8;
+
+    v = get_opt(get, ud, "DIVERGE_START_ITERATION", NULL);
+    if (v != NULL && parse_long(&c->start_iteration, v, 1, RUNNER_ITERATIONS_MAX) != E_OK) {
+        return err_set(err, E_INVALID, "DIVERGE_START_ITERATION must be 1 to %d",
+                       RUNNER_ITERATIONS_MAX);
+    }
+    v = get_opt(get, ud, "DIVERGE_MAX_ITERATIONS", NULL);
+    if (v != NULL && parse_long(&c->max_iterations, v, 1, RUNNER_ITERATIONS_MAX) != E_OK) {
+        return err_set(err, E_INVALID, "DIVERGE_MAX_ITERATIONS must be 1 to %d",
+                       RUNNER_ITERATIONS_MAX);
+    }
+    v = get_opt(get, ud, "DIVERGE_METER_ATTEMPTS", NULL);
+    if (v != NULL && parse_long(&n, v, 1, 100) != E_OK) {
+        return err_set(err, E_INVALID, "DIVERGE_METER_ATTEMPTS must be 1 to 100");
+    }
+    c->meter_attempts = (int)n;
+    return E_OK;
+}
+
+static int load_git(struct runner_config *c, runner_getenv_fn get, void *ud, struct err *err)
+{
+    const char *wb = get_opt(get, ud, "DIVERGE_WORKING_BRANCH", NULL);
+
+    c->repo_url = get_opt(get, ud, "DIVERGE_REPO_URL", NULL);
+    c->base_branch = get_opt(get, ud, "DIVERGE_BASE_BRANCH", "main");
+    c->push_url = get_opt(get, ud, "DIVERGE_PUSH_URL", NULL);
+    c->workspace = get_opt(get, ud, "DIVERGE_WORKSPACE_DIR", "/workspace");
+    c->working_branch = wb != NULL ? xstrdup(wb) : xasprintf("agent/%s", c->task);
+    if (c->repo_url == NULL || !arg_ok(c->repo_url)) {
+        return err_set(err, E_INVALID, "DIVERGE_REPO_URL is missing or malformed");
+    }
+    if (!arg_ok(c->base_branch)) {
+        return err_set(err, E_INVALID, "DIVERGE_BASE_BRANCH is malformed");
+    }
+    if (!arg_ok(c->working_branch)) {
+        return err_set(err, E_INVALID, "DIVERGE_WORKING_BRANCH is malformed");
+    }
+    if (c->push_url != NULL && !arg_ok(c->push_url)) {
+        return err_set(err, E_INVALID, "DIVERGE_PUSH_URL is malformed");
+    }
+    if (!arg_ok(c->workspace)) {
+        return err_set(err, E_INVALID, "DIVERGE_WORKSPACE_DIR is malformed");
+    }
+    return E_OK;
+}
+
+int runner_config_load(struct runner_config *out, runner_getenv_fn get, void *ud,
+                       struct err *err)
+{
+    struct runner_config *c = out;
+    int rc;
+
+    memset(c, 0, sizeof(*c));
+    c->start_iteration = 1;
+    c->max_iterations = 5;
+    c->meter_attempts = 8;
+    c->task = get_opt(get, ud, "DIVERGE_TASK_NAME", NULL);
+    if (c->task == NULL || !dns_label(c->task)) {
+        return err_set(err, E_INVALID, "DIVERGE_TASK_NAME is missing or not a DNS label");
+    }
+    c->ns = get_opt(get, ud, "DIVERGE_NAMESPACE", "default");
+    c->objective = get_opt(get, ud, "DIVERGE_OBJECTIVE", "agent task");
+    rc = load_git(c, get, ud, err);
+    if (rc != E_OK) {
+        return rc;
+    }
+    rc = load_numbers(c, get, ud, err);
+    if (rc != E_OK) {
+        return rc;
+    }
+    c->usage_file = get_opt(get, ud, "DIVERGE_USAGE_FILE", NULL);
+    c->state_file = c->usage_file != NULL ? xasprintf("%s.offset", c->usage_file) : NULL;
+    c->agent_cmd = get_opt(get, ud, "DIVERGE_AGENT_CMD", NULL);
+    if (c->agent_cmd == NULL) {
+        return err_set(err, E_INVALID, "DIVERGE_AGENT_CMD is missing");
+    }
+    c->verify_cmd = get_opt(get, ud, "DIVERGE_VERIFY_CMD", NULL);
+    c->token_env = get_opt(get, ud, "DIVERGE_MACAROON_TOKEN", NULL);
+    c->token_file = get_opt(get, ud, "DIVERGE_TOKEN_FILE", NULL);
+    if (c->token_env == NULL && c->token_file == NULL) {
+        return err_set(err, E_INVALID, "set DIVERGE_MACAROON_TOKEN or DIVERGE_TOKEN_FILE");
+    }
+    c->meter_socket = get_opt(get, ud, "DIVERGE_METER_SOCKET", NULL);
+    c->meter_url = get_opt(get, ud, "DIVERGE_METER_URL", NULL);
+    if (c->meter_socket == NULL && c->meter_url == NULL) {
+        return err_set(err, E_INVALID, "set DIVERGE_METER_SOCKET or DIVERGE_METER_URL");
+    }
+    c->preview_url = get_opt(get, ud, "DIVERGE_PREVIEW_URL", NULL);
+    c->preview_key = get_opt(get, ud, "DIVERGE_PREVIEW_HEADER_KEY", "x-diverge-env");
+    c->preview_value = get_opt(get, ud, "DIVERGE_PREVIEW_HEADER_VALUE", "");
+    if (strchr(c->preview_key, ':') != NULL || !arg_ok(c->preview_key) ||
+        (*c->preview_value != '\0' && !arg_ok(c->preview_value))) {
+        return err_set(err, E_INVALID, "DIVERGE_PREVIEW_HEADER_KEY or _VALUE is malformed");
+    }
+    c->author_name = get_opt(get, ud, "DIVERGE_GIT_AUTHOR_NAME", "diverge-agent");
+    c->author_email = get_opt(get, ud, "DIVERGE_GIT_AUTHOR_EMAIL", "agent@diverge.invalid");
+    c->network = get_opt(get, ud, "DIVERGE_SANDBOX_NETWORK", "none");
+    return E_OK;
+}
+
+void runner_config_cleanup(struct runner_config *c)
+{
+    free(c->working_branch);
+    free(c->state_file);
+    c->working_branch = NULL;
+    c->state_file = NULL;
+}

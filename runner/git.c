@@ -1,0 +1,218 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The runner's git steps (SPEC §9 steps 2 and 4): shallow clone of the base branch,
+ * checkout of the working branch, commit and push. Every value reaches git as one argv
+ * element after the options it belongs to; hooks are off (the agent can write them). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "runner/runner_int.h"
+
+extern char **environ;
+
+#define RUNNER_SUBJECT_MAX 200 /* bytes of the objective in the commit subject */
+
+/* Runs "git -C WS -c core.hooksPath=/dev/null ARGS..." with ENV; *status_out its exit
+ * status. CAPTURE (may be NULL) collects stdout. */
+static int git_run(int *status_out, const struct runner_config *cfg, char *const *env,
+                   struct buf *capture, const char *const *args, struct err *err)
+{
+    const char *argv[24];
+    size_t n = 0;
+    char *git = runner_which("git");
+    struct runner_spawn sp = {.argv = argv, .cwd = NULL, .envp = env, .capture = capture};
+    int rc;
+
+    if (git == NULL) {
+        return err_set(err, E_FAIL, "git not found on PATH");
+    }
+    argv[n++] = git;
+    if (cfg != NULL) {
+        argv[n++] = "-C";
+        argv[n++] = cfg->workspace;
+    }
+    argv[n++] = "-c";
+    argv[n++] = "core.hooksPath=/dev/null";
+    for (size_t i = 0; args[i] != NULL; i++) {
+        ASSERT(n < ARRAY_LEN(argv) - 1);
+        argv[n++] = args[i];
+    }
+    argv[n] = NULL;
+    rc = runner_spawn_run(status_out, &sp, err);
+    free(git);
+    return rc;
+}
+
+/* As git_run, and a non-zero exit status is E_FAIL naming STEP. */
+static int git_ok(const struct runner_config *cfg, char *const *env, const char *step,
+                  const char *const *args, struct err *err)
+{
+    int st = 0, rc = git_run(&st, cfg, env, NULL, args, err);
+
+    if (rc == E_OK && st != 0) {
+        rc = err_set(err, E_FAIL, "git %s failed (exit %d)", step, st);
+    }
+    return rc;
+}
+
+static char **git_env(const struct runner_config *cfg)
+{
+    static const char *const unset[] = {"GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE",
+                                        "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL",
+                                        "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL",
+                                        "DIVERGE_MACAROON_TOKEN", NULL};
+    char *set[6];
+    char **env;
+
+    set[0] = xasprintf("GIT_AUTHOR_NAME=%s", cfg->author_name);
+    set[1] = xasprintf("GIT_AUTHOR_EMAIL=%s", cfg->author_email);
+    set[2] = xasprintf("GIT_COMMITTER_NAME=%s", cfg->author_name);
+    set[3] = xasprintf("GIT_COMMITTER_EMAIL=%s", cfg->author_email);
+    set[4] = xstrdup("GIT_TERMINAL_PROMPT=0");
+    set[5] = NULL;
+    env = runner_env_build(environ, unset, (const char *const *)(uintptr_t)set);
+    for (size_t i = 0; set[i] != NULL; i++) {
+        free(set[i]);
+    }
+    return env;
+}
+
+/* Checks out the working branch: the local one when it exists (a restarted runner), else
+ * the remote's (tracked), else a new one from the base. */
+static int ensure_branch(const struct runner_config *cfg, char *const *env, struct err *err)
+{
+    const char *wb = cfg->working_branch;
+    char *ref = xasprintf("refs/heads/%s", wb);
+    char *remote_ref = xasprintf("refs/remotes/origin/%s", wb);
+    char *spec = xasprintf("+%s:%s", ref, remote_ref);
+    char *track = xasprintf("origin/%s", wb);
+    struct buf out;
+    int st = 0, rc;
+
+    buf_init(&out, RUNNER_CAPTURE_MAX);
+    rc = git_run(&st, cfg, env, &out,
+                 (const char *const[]){"rev-parse", "--verify", "--quiet", ref, NULL}, err);
+    if (rc != E_OK) {
+        goto out;
+    }
+    if (st == 0) {
+        rc = git_ok(cfg, env, "checkout", (const char *const[]){"checkout", "-q", wb, NULL}, err);
+        goto out;
+    }
+    rc = git_run(&st, cfg, env, &out,
+                 (const char *const[]){"ls-remote", "--exit-code", "--heads", "origin", ref, NULL},
+                 err);
+    if (rc != E_OK) {
+        goto out;
+    }
+    if (st == 0) {
+        runner_say("working branch %s exists on the remote: tracking it", wb);
+        /* A --branch clone fetches only the base: add the working branch to origin's
+         * refspecs, so it becomes a remote-tracking branch the new one can track. */
+        rc = git_ok(cfg, env, "remote",
+                    (const char *const[]){"remote", "set-branches", "--add", "origin", wb, NULL},
+                    err);
+        if (rc == E_OK) {
+            rc = git_ok(cfg, env, "fetch",
+                        (const char *const[]){"fetch", "-q", "--depth=50", "origin", spec, NULL},
+                        err);
+        }
+        if (rc == E_OK) {
+            rc = git_ok(cfg, env, "checkout",
+                        (const char *const[]){"checkout", "-q", "-b", wb, "--track", track, NULL},
+                        err);
+        }
+    } else if (st == 2) {
+        runner_say("creating working branch %s from %s", wb, cfg->base_branch);
+        rc = git_ok(cfg, env, "checkout", (const char *const[]){"checkout", "-q", "-b", wb, NULL},
+                    err);
+    } else {
+        rc = err_set(err, E_FAIL, "git ls-remote failed (exit %d)", st);
+    }
+out:
+    buf_cleanup(&out);
+    free(ref);
+    free(remote_ref);
+    free(spec);
+    free(track);
+    return rc;
+}
+
+int runner_git_prepare(const struct runner_config *cfg, struct err *err)
+{
+    char *dotgit = xasprintf("%s/.git", cfg->workspace);
+    char **env = git_env(cfg);
+    struct stat sb;
+    int rc = E_OK;
+
+    if (stat(dotgit, &sb) == 0) {
+        runner_say("workspace already holds a clone: continuing in it");
+    } else {
+        runner_say("cloning the repository (branch %s)", cfg->base_branch);
+        rc = git_ok(NULL, env, "clone",
+                    (const char *const[]){"clone", "-q", "--depth=50", "--branch",
+                                          cfg->base_branch, "--", cfg->repo_url, cfg->workspace,
+                                          NULL},
+                    err);
+    }
+    if (rc == E_OK) {
+        rc = ensure_branch(cfg, env, err);
+    }
+    runner_env_free(env);
+    free(dotgit);
+    return rc;
+}
+
+/* "fix(<task>): <first line of the objective, at most RUNNER_SUBJECT_MAX bytes>". */
+static char *commit_message(const struct runner_config *cfg)
+{
+    char subject[RUNNER_SUBJECT_MAX + 4];
+    size_t n = strcspn(cfg->objective, "\r\n");
+
+    err_utf8_copy(subject, RUNNER_SUBJECT_MAX + 1, cfg->objective,
+                  n > RUNNER_SUBJECT_MAX ? RUNNER_SUBJECT_MAX : n);
+    return xasprintf("fix(%s): %s", cfg->task, subject);
+}
+
+int runner_git_publish(const struct runner_config *cfg, struct err *err)
+{
+    char **env = git_env(cfg);
+    char *msg = commit_message(cfg);
+    char *dst = xasprintf("HEAD:refs/heads/%s", cfg->working_branch);
+    const char *remote = cfg->push_url != NULL ? cfg->push_url : "origin";
+    int st = 0, rc;
+
+    rc = git_ok(cfg, env, "add", (const char *const[]){"add", "-A", NULL}, err);
+    if (rc == E_OK) {
+        rc = git_run(&st, cfg, env, NULL,
+                     (const char *const[]){"diff", "--cached", "--quiet", NULL}, err);
+    }
+    if (rc == E_OK && st == 1) {
+        rc = git_ok(cfg, env, "commit",
+                    (const char *const[]){"-c", "commit.gpgsign=false", "commit", "-q", "-m", msg,
+                                          NULL},
+                    err);
+        if (rc == E_OK) {
+            runner_say("committed: %s", msg);
+        }
+    } else if (rc == E_OK && st == 0) {
+        runner_say("nothing to commit: pushing the branch as it is");
+    } else if (rc == E_OK) {
+        rc = err_set(err, E_FAIL, "git diff failed (exit %d)", st);
+    }
+    if (rc == E_OK) {
+        rc = git_ok(cfg, env, "push", (const char *const[]){"push", "-q", "--", remote, dst, NULL},
+                    err);
+    }
+    if (rc == E_OK) {
+        runner_say("pushed %s to %s", cfg->working_branch,
+                   cfg->push_url != NULL ? "the staging repository" : "origin");
+    }
+    runner_env_free(env);
+    free(msg);
+    free(dst);
+    return rc;
+}

@@ -1,0 +1,311 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The runner's side of SPEC §7: the token (env, else the file, read again for every
+ * call so a rotated token is used), one meter exchange over a unix socket or TCP with
+ * bounded retries of the same requestId, and the preview check. Never logs the token. */
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/httpc.h"
+#include "common/money.h"
+#include "runner/runner_int.h"
+#include "token/token.h"
+
+#define RUNNER_SOCKET_URL "http://localhost/api/v1/agenttask/meter"
+#define RUNNER_METER_TIMEOUT_MS 30000
+#define RUNNER_PREVIEW_TIMEOUT_MS 10000
+
+void runner_token_free(char *tok)
+{
+    if (tok != NULL) {
+        volatile char *p = tok;
+        while (*p != '\0') {
+            *p++ = '\0';
+        }
+        free(tok);
+    }
+}
+
+static bool is_space(char c)
+{
+    return c == ' ' || c == '\t' || c == '\r' || c == '\n';
+}
+
+/* A new copy of S[0..n) without surrounding whitespace; NULL when empty or it holds a
+ * control character (not a token). */
+static char *trimmed(const char *s, size_t n)
+{
+    while (n > 0 && is_space(s[n - 1])) {
+        n--;
+    }
+    while (n > 0 && is_space(*s)) {
+        s++;
+        n--;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if ((unsigned char)s[i] < 0x21 || s[i] == 0x7f) {
+            return NULL;
+        }
+    }
+    return n > 0 ? xstrndup(s, n) : NULL;
+}
+
+int runner_token_read(char **out, const struct runner_config *cfg, struct err *err)
+{
+    char buf[RUNNER_TOKEN_MAX + 1];
+    ssize_t n = 0, r;
+    int fd;
+
+    *out = NULL;
+    if (cfg->token_env != NULL) {
+        *out = trimmed(cfg->token_env, strlen(cfg->token_env));
+        return *out != NULL ? E_OK : err_set(err, E_FAIL, "DIVERGE_MACAROON_TOKEN is malformed");
+    }
+    /* No O_NOFOLLOW: mounted secrets are often symlinks. */
+    fd = open(cfg->token_file, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        return err_set(err, E_FAIL, "cannot open the token file: %s", strerror(errno));
+    }
+    while ((size_t)n < sizeof(buf) &&
+           ((r = read(fd, buf + n, sizeof(buf) - (size_t)n)) > 0 || (r < 0 && errno == EINTR))) {
+        n += r > 0 ? r : 0;
+    }
+    close(fd);
+    if ((size_t)n > RUNNER_TOKEN_MAX) {
+        return err_set(err, E_FAIL, "the token file is larger than %d bytes", RUNNER_TOKEN_MAX);
+    }
+    *out = trimmed(buf, (size_t)n);
+    memset(buf, 0, sizeof(buf));
+    return *out != NULL ? E_OK : err_set(err, E_FAIL, "the token file is empty or malformed");
+}
+
+char *runner_token_model(const char *token)
+{
+    struct token *t = NULL;
+    char *model = NULL;
+
+    if (token == NULL || token_decode(&t, token, strlen(token), NULL) != E_OK) {
+        return NULL;
+    }
+    for (size_t i = 0; i < token_caveat_count(t) && model == NULL; i++) {
+        const char *c = token_caveat(t, i);
+        const char *eq = strchr(c, '=');
+        size_t k;
+        if (eq == NULL || strncmp(c, "models", 6) != 0) {
+            continue;
+        }
+        for (k = 6; c + k < eq && c[k] == ' '; k++) {
+        }
+        if (c + k != eq) {
+            continue; /* another caveat whose name starts with "models" */
+        }
+        eq++;
+        while (*eq == ' ') {
+            eq++;
+        }
+        k = strcspn(eq, ", ");
+        if (k > 0 && k <= RUNNER_MODEL_MAX) {
+            model = xstrndup(eq, k);
+        }
+    }
+    token_free(t);
+    return model;
+}
+
+char *runner_meter_body(const struct runner_meter_call *call)
+{
+    char cost[MONEY_STR_MAX];
+    json_t *j;
+    char *s;
+
+    money_format(cost, call->cost_micros);
+    /* costUSD as the exact decimal string (the meter accepts it): no binary float. */
+    j = json_pack("{s:s, s:I, s:I, s:s}", "requestId", call->request_id, "iteration",
+                  (json_int_t)call->iteration, "tokensUsed", (json_int_t)call->tokens,
+                  "costUSD", cost);
+    ASSERT(j != NULL);
+    if (call->model != NULL) {
+        json_object_set_new(j, "model", json_string(call->model));
+    }
+    s = json_dumps(j, JSON_COMPACT);
+    ASSERT(s != NULL);
+    json_decref(j);
+    return s;
+}
+
+/* A copy of S fit for a log line: at most 300 bytes of valid UTF-8, controls as '?'. */
+static char *sanitised(const char *s)
+{
+    char tmp[301];
+
+    err_utf8_copy(tmp, sizeof(tmp), s, strlen(s));
+    for (char *p = tmp; *p != '\0'; p++) {
+        if ((unsigned char)*p < 0x20 || *p == 0x7f) {
+            *p = '?';
+        }
+    }
+    return xstrdup(tmp);
+}
+
+void runner_meter_answer_parse(struct runner_meter_answer *a, long status, const char *body,
+                               size_t len)
+{
+    json_t *j = body != NULL ? json_loadb(body, len, 0, NULL) : NULL;
+    const char *g, *r;
+
+    if (!json_is_object(j)) {
+        json_decref(j);
+        return;
+    }
+    g = json_string_value(json_object_get(j, "guidance"));
+    if (status == 200 && g != NULL && *g != '\0') {
+        char tmp[RUNNER_GUIDANCE_MAX + 1];
+        err_utf8_copy(tmp, sizeof(tmp), g, strlen(g));
+        free(a->guidance);
+        a->guidance = xstrdup(tmp);
+    }
+    r = json_string_value(json_object_get(j, "error"));
+    if (r == NULL) {
+        r = json_string_value(json_object_get(j, "reason"));
+    }
+    if (status != 200 && r != NULL) {
+        free(a->reason);
+        a->reason = sanitised(r);
+    }
+    json_decref(j);
+}
+
+void runner_meter_answer_cleanup(struct runner_meter_answer *a)
+{
+    free(a->guidance);
+    free(a->reason);
+    a->guidance = NULL;
+    a->reason = NULL;
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
+
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+/* One exchange with TOKEN. Returns the classification; fills A's status and texts. */
+static enum runner_meter_next exchange(struct runner_meter_answer *a,
+                                       const struct runner_config *cfg, const char *token,
+                                       const char *body, struct err *err)
+{
+    struct httpc_request req = HTTPC_REQUEST_DEFAULTS;
+    struct httpc_response resp;
+    char *auth = xasprintf("Authorization: Bearer %s", token);
+    const char *hdrs[] = {auth, "Content-Type: application/json", NULL};
+    int rc;
+
+    req.method = "POST";
+    req.url = cfg->meter_socket != NULL ? RUNNER_SOCKET_URL : cfg->meter_url;
+    req.unix_socket = cfg->meter_socket;
+    req.headers = hdrs;
+    req.body = body;
+    req.body_len = strlen(body);
+    req.timeout_ms = RUNNER_METER_TIMEOUT_MS;
+    req.max_body = RUNNER_ANSWER_MAX;
+    rc = httpc_request(&resp, &req, err);
+    a->status = rc == E_OK ? resp.status : 0;
+    if (rc == E_OK) {
+        runner_meter_answer_parse(a, resp.status, resp.body.data, resp.body.len);
+    }
+    httpc_response_cleanup(&resp);
+    runner_token_free(auth);
+    return runner_meter_classify(rc, a->status);
+}
+
+void runner_meter_send(struct runner_meter_answer *out, const struct runner_config *cfg,
+                       const struct runner_meter_call *call)
+{
+    char *body = runner_meter_body(call);
+    char *token = NULL, *again = NULL;
+    bool rotated_retry = false;
+    struct err err = {0};
+
+    memset(out, 0, sizeof(*out));
+    out->next = RUNNER_METER_RETRY;
+    for (int attempt = 1; attempt <= cfg->meter_attempts; attempt++) {
+        runner_token_free(token);
+        if (runner_token_read(&token, cfg, &err) != E_OK) {
+            runner_say("meter: %s", err.msg);
+            out->next = RUNNER_METER_UNAUTHORIZED;
+            break;
+        }
+        runner_meter_answer_cleanup(out);
+        err_clear(&err);
+        out->next = exchange(out, cfg, token, body, &err);
+        if (out->next == RUNNER_METER_UNAUTHORIZED && !rotated_retry && cfg->token_env == NULL &&
+            runner_token_read(&again, cfg, NULL) == E_OK && strcmp(again, token) != 0) {
+            /* The token was rotated while this call was on its way: use the new one. */
+            rotated_retry = true;
+            attempt--;
+            runner_token_free(again);
+            again = NULL;
+            continue;
+        }
+        runner_token_free(again);
+        again = NULL;
+        if (out->next != RUNNER_METER_RETRY) {
+            break;
+        }
+        if (out->status != 0) {
+            runner_say("meter: HTTP %ld for %s (attempt %d/%d)", out->status, call->request_id,
+                       attempt, cfg->meter_attempts);
+        } else {
+            runner_say("meter: unreachable for %s (attempt %d/%d): %s", call->request_id,
+                       attempt, cfg->meter_attempts, err.msg);
+        }
+        if (attempt < cfg->meter_attempts) {
+            sleep_ms(runner_backoff_ms(attempt));
+        }
+    }
+    runner_token_free(token);
+    free(body);
+}
+
+long runner_preview_check(const struct runner_config *cfg)
+{
+    struct httpc_request req = HTTPC_REQUEST_DEFAULTS;
+    struct httpc_response resp;
+    char *hdr = xasprintf("%s: %s", cfg->preview_key, cfg->preview_value);
+    const char *hdrs[] = {hdr, NULL};
+    struct err err = {0};
+    long status = -1;
+
+    req.url = cfg->preview_url;
+    req.headers = hdrs;
+    req.timeout_ms = RUNNER_PREVIEW_TIMEOUT_MS;
+    req.max_body = 1u << 20;
+    if (httpc_request(&resp, &req, &err) == E_OK) {
+        status = resp.status;
+    } else if (err.code != E_TOOBIG) {
+        runner_say("preview: %s", err.msg);
+    } else {
+        status = resp.status; /* a large page is still an answer */
+    }
+    httpc_response_cleanup(&resp);
+    free(hdr);
+    return status;
+}
+
+int runner_egress_relay_start(const struct runner_config *cfg, struct err *err)
+{
+    (void)err;
+    if (strcmp(cfg->network, "proxy") == 0) {
+        /* TODO(#9): the egress relay (127.0.0.1:3128 -> the server's per-task CONNECT
+         * proxy socket) is started here; the egress module provides it. */
+        runner_say("network proxy: the egress relay is not part of this runner build yet");
+    }
+    return E_OK;
+}

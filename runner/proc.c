@@ -1,0 +1,256 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Children of the runner: fork + execve with an argv array (no shell interpolates data
+ * here), stdin from /dev/null, output passed through to the task log and its tail kept. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "runner/runner_int.h"
+
+void runner_say(const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    fputs("diverge-agent-runner: ", stdout);
+    vfprintf(stdout, fmt, ap);
+    fputc('\n', stdout);
+    va_end(ap);
+    fflush(stdout);
+}
+
+void runner_tail_add(struct runner_tail *t, const char *data, size_t len)
+{
+    if (len >= sizeof(t->data)) {
+        data += len - RUNNER_TAIL_BYTES;
+        len = RUNNER_TAIL_BYTES;
+        t->len = 0;
+    }
+    if (t->len + len > sizeof(t->data)) {
+        /* Keep the newest RUNNER_TAIL_BYTES - len bytes (at least what fits). */
+        size_t keep = RUNNER_TAIL_BYTES > len ? RUNNER_TAIL_BYTES - len : 0;
+        if (keep > t->len) {
+            keep = t->len;
+        }
+        memmove(t->data, t->data + t->len - keep, keep);
+        t->len = keep;
+    }
+    memcpy(t->data + t->len, data, len);
+    t->len += len;
+}
+
+static bool name_in(const char *entry, const char *const *names)
+{
+    for (size_t i = 0; names != NULL && names[i] != NULL; i++) {
+        size_t n = strlen(names[i]);
+        if (strncmp(entry, names[i], n) == 0 && entry[n] == '=') {
+            return true;
+        }
+    }
+    return false;
+}
+
+char **runner_env_build(char *const *base, const char *const *unset, const char *const *set)
+{
+    size_t nb = 0, ns = 0, j = 0;
+    char **env;
+
+    while (base != NULL && base[nb] != NULL) {
+        nb++;
+    }
+    while (set != NULL && set[ns] != NULL) {
+        ns++;
+    }
+    env = xcalloc(nb + ns + 1, sizeof(*env));
+    for (size_t i = 0; i < nb; i++) {
+        if (!name_in(base[i], unset)) {
+            env[j++] = xstrdup(base[i]);
+        }
+    }
+    for (size_t i = 0; i < ns; i++) {
+        env[j++] = xstrdup(set[i]);
+    }
+    env[j] = NULL;
+    return env;
+}
+
+void runner_env_free(char **env)
+{
+    for (size_t i = 0; env != NULL && env[i] != NULL; i++) {
+        free(env[i]);
+    }
+    free(env);
+}
+
+char *runner_which(const char *prog)
+{
+    const char *path = getenv("PATH");
+    char *copy = xstrdup(path != NULL && *path != '\0' ? path : "/usr/bin:/bin");
+    char *found = NULL, *p = copy;
+
+    while (p != NULL && found == NULL) {
+        char *colon = strchr(p, ':');
+        char *cand;
+        if (colon != NULL) {
+            *colon = '\0';
+        }
+        if (*p == '/') {
+            cand = xasprintf("%s/%s", p, prog);
+            if (access(cand, X_OK) == 0) {
+                found = cand;
+            } else {
+                free(cand);
+            }
+        }
+        p = colon != NULL ? colon + 1 : NULL;
+    }
+    free(copy);
+    return found;
+}
+
+/* In the child: wire the descriptors, move, exec. Only async-signal-safe calls. */
+static void child_exec(const struct runner_spawn *sp, int wfd)
+{
+    int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+
+    if (devnull < 0 || dup2(devnull, STDIN_FILENO) < 0) {
+        _exit(127);
+    }
+    if (wfd >= 0) {
+        if (dup2(wfd, STDOUT_FILENO) < 0 || (sp->tail != NULL && dup2(wfd, STDERR_FILENO) < 0)) {
+            _exit(127);
+        }
+    }
+    signal(SIGPIPE, SIG_DFL);
+    if (sp->cwd != NULL && chdir(sp->cwd) != 0) {
+        _exit(127);
+    }
+    execve(sp->argv[0], (char *const *)(uintptr_t)sp->argv, sp->envp);
+    _exit(127);
+}
+
+static void write_all(int fd, const char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR) {
+            continue;
+        }
+        if (w <= 0) {
+            return;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+}
+
+/* Passes one read's bytes on; false at EOF or on an error other than "no data yet". */
+static bool pump_once(const struct runner_spawn *sp, int rfd, bool *more)
+{
+    char chunk[8192];
+    ssize_t n = read(rfd, chunk, sizeof(chunk));
+
+    *more = false;
+    if (n < 0) {
+        return errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK;
+    }
+    if (n == 0) {
+        return false;
+    }
+    if (sp->capture != NULL) {
+        (void)buf_append(sp->capture, chunk, (size_t)n); /* over the cap: dropped */
+    }
+    if (sp->tail != NULL) {
+        write_all(STDOUT_FILENO, chunk, (size_t)n);
+        runner_tail_add(sp->tail, chunk, (size_t)n);
+    }
+    *more = true;
+    return true;
+}
+
+/* Passes the child's output on until the child exited and the pipe is drained. A
+ * background process the child left behind may keep the pipe open: once the child
+ * itself is gone, what is buffered is read and the rest is not waited for. Returns the
+ * child's wait status in *wst. */
+static int pump(int *wst, const struct runner_spawn *sp, int rfd, pid_t pid)
+{
+    bool open_pipe = fcntl(rfd, F_SETFL, O_NONBLOCK) == 0, more = false;
+    struct pollfd pfd = {.fd = rfd, .events = POLLIN};
+    pid_t w;
+
+    for (;;) {
+        if (open_pipe && poll(&pfd, 1, 100) > 0) {
+            open_pipe = pump_once(sp, rfd, &more);
+        }
+        w = waitpid(pid, wst, open_pipe ? WNOHANG : 0);
+        if (w == pid) {
+            break;
+        }
+        if (w < 0 && errno != EINTR) {
+            return E_FAIL;
+        }
+    }
+    while (open_pipe && pump_once(sp, rfd, &more) && more) {
+    }
+    return E_OK;
+}
+
+int runner_spawn_run(int *status_out, const struct runner_spawn *sp, struct err *err)
+{
+    int fds[2] = {-1, -1}, wst = 0;
+    bool piped = sp->capture != NULL || sp->tail != NULL;
+    pid_t pid;
+
+    *status_out = 127;
+    if (piped && (pipe(fds) != 0 || fcntl(fds[0], F_SETFD, FD_CLOEXEC) != 0 ||
+                  fcntl(fds[1], F_SETFD, FD_CLOEXEC) != 0)) {
+        if (fds[0] >= 0) {
+            close(fds[0]);
+            close(fds[1]);
+        }
+        return err_set(err, E_FAIL, "pipe: %s", strerror(errno));
+    }
+    fflush(stdout);
+    fflush(stderr);
+    pid = fork();
+    if (pid < 0) {
+        if (piped) {
+            close(fds[0]);
+            close(fds[1]);
+        }
+        return err_set(err, E_FAIL, "fork: %s", strerror(errno));
+    }
+    if (pid == 0) {
+        child_exec(sp, fds[1]);
+    }
+    if (piped) {
+        int prc;
+        close(fds[1]);
+        prc = pump(&wst, sp, fds[0], pid);
+        close(fds[0]);
+        if (prc != E_OK) {
+            return err_set(err, E_FAIL, "waitpid: %s", strerror(errno));
+        }
+    } else {
+        while (waitpid(pid, &wst, 0) < 0) {
+            if (errno != EINTR) {
+                return err_set(err, E_FAIL, "waitpid: %s", strerror(errno));
+            }
+        }
+    }
+    if (WIFEXITED(wst)) {
+        *status_out = WEXITSTATUS(wst);
+    } else if (WIFSIGNALED(wst)) {
+        *status_out = 128 + WTERMSIG(wst);
+    }
+    return E_OK;
+}

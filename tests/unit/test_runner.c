@@ -1,0 +1,338 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Unit tests of the runner's pure parts: usage lines (exact money), request ids, the
+ * offset state, line splitting, meter answers and exit codes, the iteration verdict,
+ * DIVERGE_LAST_FAILURE, the environment. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "runner/runner.h"
+#include "runner/runner_int.h"
+#include "tests/t_check.h"
+#include "token/token.h"
+
+static int parse(struct runner_usage *u, const char *line)
+{
+    return runner_usage_parse(u, line, strlen(line), NULL);
+}
+
+TEST(usage_line_exact_money)
+{
+    struct runner_usage u;
+
+    CHECK_OK(parse(&u, "{\"model\":\"claude-3-7-sonnet\",\"tokensUsed\":1500,\"costUSD\":0.0225}"));
+    CHECK(u.has_model);
+    CHECK_EQ_STR(u.model, "claude-3-7-sonnet");
+    CHECK_EQ_INT(u.tokens, 1500);
+    CHECK_EQ_INT(u.cost_micros, 22500);
+    CHECK_OK(parse(&u, " {\"costUSD\":\"0.10\"}"));
+    CHECK_EQ_INT(u.cost_micros, 100000);
+    CHECK(!u.has_model);
+    CHECK_OK(parse(&u, "{\"costUSD\":2.5e-2,\"tokensUsed\":0}"));
+    CHECK_EQ_INT(u.cost_micros, 25000);
+    CHECK_OK(parse(&u, "{\"costUSD\":1E+3}"));
+    CHECK_EQ_INT(u.cost_micros, 1000000000);
+    CHECK_OK(parse(&u, "{\"costUSD\":0.1000000000}"));
+    CHECK_EQ_INT(u.cost_micros, 100000);
+    CHECK_OK(parse(&u, "{\"costUSD\":null,\"model\":null,\"extra\":[1,2]}"));
+    CHECK_EQ_INT(u.cost_micros, 0);
+    CHECK_OK(parse(&u, "{\"costUSD\":1000000000}"));
+    CHECK_EQ_INT(u.cost_micros, RUNNER_COST_MAX_MICROS);
+}
+
+TEST(usage_line_refused)
+{
+    static const char *const bad[] = {
+        "", "not json", "[]", "{", "{\"costUSD\":-0.01}", "{\"costUSD\":0.0000001}",
+        "{\"costUSD\":1e-7}", "{\"costUSD\":\"+1\"}", "{\"costUSD\":\"$1\"}",
+        "{\"costUSD\":1000000000.000001}", "{\"costUSD\":1e99999999}", "{\"costUSD\":true}",
+        "{\"costUSD\":{}}", "{\"tokensUsed\":-1}", "{\"tokensUsed\":1.5}",
+        "{\"tokensUsed\":\"5\"}", "{\"tokensUsed\":1000000000001}", "{\"model\":5}",
+        "{\"model\":\"\"}", "{\"model\":\"a\\u0000b\"}", "{\"model\":\"a\\nb\"}",
+        "{\"model\":\"x\"} trailing", "{\"model\":\"\xff\"}"};
+    struct runner_usage u;
+    char big[RUNNER_USAGE_LINE_MAX + 40];
+
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        if (parse(&u, bad[i]) != E_INVALID) {
+            t_fail(__FILE__, __LINE__, "accepted bad usage line %zu", i);
+        }
+        CHECK_EQ_INT(u.cost_micros, 0);
+    }
+    /* One past the line cap is refused; a long model one past its cap too. */
+    memset(big, ' ', sizeof(big));
+    memcpy(big, "{\"costUSD\":1}", 13);
+    CHECK_OK(runner_usage_parse(&u, big, RUNNER_USAGE_LINE_MAX, NULL));
+    CHECK_EQ_INT(runner_usage_parse(&u, big, RUNNER_USAGE_LINE_MAX + 1, NULL), E_INVALID);
+    big[0] = '\0';
+    snprintf(big, sizeof(big), "{\"model\":\"%0*d\"}", RUNNER_MODEL_MAX, 0);
+    CHECK_OK(parse(&u, big));
+    snprintf(big, sizeof(big), "{\"model\":\"%0*d\"}", RUNNER_MODEL_MAX + 1, 0);
+    CHECK_EQ_INT(parse(&u, big), E_INVALID);
+}
+
+TEST(cost_numbers)
+{
+    int64_t v = -1;
+
+    CHECK_OK(runner_cost_parse(&v, "0", 1));
+    CHECK_EQ_INT(v, 0);
+    CHECK_OK(runner_cost_parse(&v, "0.000001", 8));
+    CHECK_EQ_INT(v, 1);
+    CHECK_OK(runner_cost_parse(&v, "12.5", 4));
+    CHECK_EQ_INT(v, 12500000);
+    CHECK_OK(runner_cost_parse(&v, "0e5", 3));
+    CHECK_EQ_INT(v, 0);
+    CHECK_EQ_INT(runner_cost_parse(&v, "01", 2), E_INVALID);
+    CHECK_EQ_INT(runner_cost_parse(&v, "1.", 2), E_INVALID);
+    CHECK_EQ_INT(runner_cost_parse(&v, "1e", 2), E_INVALID);
+    CHECK_EQ_INT(runner_cost_parse(&v, "-0", 2), E_INVALID);
+}
+
+TEST(line_splitting)
+{
+    size_t len = 9, adv = 9;
+
+    CHECK(runner_usage_next(&len, &adv, "ab\ncd", 5, false));
+    CHECK_EQ_INT(len, 2);
+    CHECK_EQ_INT(adv, 3);
+    CHECK(!runner_usage_next(&len, &adv, "cd", 2, false)); /* unterminated: wait */
+    CHECK(runner_usage_next(&len, &adv, "cd", 2, true));   /* unless the agent is done */
+    CHECK_EQ_INT(adv, 2);
+    CHECK(!runner_usage_next(&len, &adv, "", 0, true));
+    CHECK(runner_usage_next(&len, &adv, "\n", 1, false));
+    CHECK_EQ_INT(len, 0);
+}
+
+TEST(request_ids)
+{
+    char id[RUNNER_REQUEST_ID_MAX + 1], small[8];
+
+    CHECK_OK(runner_request_id_usage(id, sizeof(id), "fix-it", 1234));
+    CHECK_EQ_STR(id, "fix-it-u1234");
+    CHECK_OK(runner_request_id_heartbeat(id, sizeof(id), "fix-it", 3, false));
+    CHECK_EQ_STR(id, "fix-it-i3-h");
+    CHECK_OK(runner_request_id_heartbeat(id, sizeof(id), "fix-it", 3, true));
+    CHECK_EQ_STR(id, "fix-it-i3-f");
+    CHECK_EQ_INT(runner_request_id_usage(small, sizeof(small), "fix-it", 1234), E_TOOBIG);
+}
+
+TEST(state_file_round_trip)
+{
+    struct runner_state st = {.offset = 987654321}, back;
+    char dir[] = "/tmp/runner-test-XXXXXX", *path, text[RUNNER_STATE_MAX];
+    size_t n;
+
+    snprintf(st.model, sizeof(st.model), "claude-3-7-sonnet");
+    n = runner_state_format(text, sizeof(text), &st);
+    CHECK_OK(runner_state_parse(&back, text, n));
+    CHECK_EQ_INT(back.offset, 987654321);
+    CHECK_EQ_STR(back.model, "claude-3-7-sonnet");
+    CHECK_EQ_INT(runner_state_parse(&back, "12", 2), E_INVALID);
+    CHECK_EQ_INT(runner_state_parse(&back, "x\n\n", 3), E_INVALID);
+    CHECK_EQ_INT(runner_state_parse(&back, "99999999999999999999\n\n", 22), E_INVALID);
+    CHECK_EQ_INT(runner_state_parse(&back, "1\nm\nextra\n", 10), E_INVALID);
+    CHECK(mkdtemp(dir) != NULL);
+    path = xasprintf("%s/usage.jsonl.offset", dir);
+    CHECK_OK(runner_state_load(&back, path, NULL)); /* missing: offset 0 */
+    CHECK_EQ_INT(back.offset, 0);
+    CHECK_OK(runner_state_save(path, &st, NULL));
+    CHECK_OK(runner_state_load(&back, path, NULL));
+    CHECK_EQ_INT(back.offset, 987654321);
+    CHECK_EQ_STR(back.model, "claude-3-7-sonnet");
+    unlink(path);
+    rmdir(dir);
+    free(path);
+}
+
+TEST(meter_answers_and_exit_codes)
+{
+    struct runner_meter_answer a = {0};
+    static const char ok[] = "{\"allowed\":true,\"guidance\":\"use the cache\"}";
+    static const char no[] = "{\"error\":\"model not\\nallowed\",\"reason\":\"Forbidden\"}";
+
+    CHECK_EQ_INT(runner_meter_classify(E_OK, 200), RUNNER_METER_CONTINUE);
+    CHECK_EQ_INT(runner_meter_classify(E_OK, 429), RUNNER_METER_PAUSED);
+    CHECK_EQ_INT(runner_meter_classify(E_OK, 403), RUNNER_METER_FORBIDDEN);
+    CHECK_EQ_INT(runner_meter_classify(E_OK, 401), RUNNER_METER_UNAUTHORIZED);
+    CHECK_EQ_INT(runner_meter_classify(E_OK, 503), RUNNER_METER_RETRY);
+    CHECK_EQ_INT(runner_meter_classify(E_AGAIN, 0), RUNNER_METER_RETRY);
+    CHECK_EQ_INT(runner_meter_classify(E_OK, 400), RUNNER_METER_PROTOCOL);
+    CHECK_EQ_INT(runner_meter_classify(E_TOOBIG, 200), RUNNER_METER_PROTOCOL);
+    CHECK_EQ_INT(runner_exit_for(RUNNER_METER_PAUSED), 0);
+    CHECK_EQ_INT(runner_exit_for(RUNNER_METER_FORBIDDEN), 3);
+    CHECK_EQ_INT(runner_exit_for(RUNNER_METER_UNAUTHORIZED), 4);
+    CHECK_EQ_INT(runner_exit_for(RUNNER_METER_RETRY), 5);
+    CHECK_EQ_INT(runner_exit_for(RUNNER_METER_PROTOCOL), 7);
+    CHECK_EQ_INT(runner_backoff_ms(1), 100);
+    CHECK_EQ_INT(runner_backoff_ms(3), 400);
+    CHECK_EQ_INT(runner_backoff_ms(30), 5000);
+    runner_meter_answer_parse(&a, 200, ok, strlen(ok));
+    CHECK_EQ_STR(a.guidance, "use the cache");
+    runner_meter_answer_parse(&a, 403, no, strlen(no));
+    CHECK_EQ_STR(a.reason, "model not?allowed"); /* one log line */
+    runner_meter_answer_parse(&a, 200, "junk", 4);
+    runner_meter_answer_cleanup(&a);
+}
+
+TEST(meter_body_is_exact)
+{
+    struct runner_meter_call c = {.request_id = "t-u0", .iteration = 2, .model = "m",
+                                  .tokens = 1500, .cost_micros = 22500};
+    char *body = runner_meter_body(&c);
+
+    CHECK_EQ_STR(body, "{\"requestId\":\"t-u0\",\"iteration\":2,\"tokensUsed\":1500,"
+                       "\"costUSD\":\"0.0225\",\"model\":\"m\"}");
+    free(body);
+}
+
+TEST(iteration_verdict_and_failure_text)
+{
+    struct runner_iteration it = {.iteration = 2, .agent_status = 0, .verify_ran = true,
+                                  .verify_status = 1};
+    char line[128], tail[4096];
+    char *text;
+    size_t n = 0;
+
+    CHECK(!runner_iteration_ok(&it));
+    runner_iteration_line(line, sizeof(line), &it, 5);
+    CHECK_EQ_STR(line, "iteration 2/5: agent exit 0, verify exit 1");
+    for (int i = 0; i < 30; i++) {
+        n += (size_t)snprintf(tail + n, sizeof(tail) - n, "line %d\n", i);
+    }
+    tail[3] = '\0'; /* a NUL in the output must not cut the text short */
+    text = runner_failure_text(&it, tail, n);
+    CHECK(strncmp(text, "iteration 2: the verify command failed (exit 1)", 47) == 0);
+    CHECK(strstr(text, "line 9\n") == NULL && strstr(text, "line 10\nline 11") != NULL);
+    CHECK(strstr(text, "line 29\n") != NULL);
+    free(text);
+    it.verify_status = 0;
+    CHECK(runner_iteration_ok(&it));
+    it.preview_ran = true;
+    it.preview_status = 503;
+    CHECK(!runner_iteration_ok(&it));
+    it.preview_status = 204;
+    CHECK(runner_iteration_ok(&it));
+    it.agent_status = 137;
+    CHECK(!runner_iteration_ok(&it));
+    text = runner_failure_text(&it, NULL, 0);
+    CHECK_EQ_STR(text, "iteration 2: the agent command failed (exit 137)");
+    free(text);
+}
+
+struct fake_env {
+    const char *const *kv; /* name, value, ..., NULL */
+};
+
+static const char *fake_get(const char *name, void *ud)
+{
+    const struct fake_env *e = ud;
+
+    for (size_t i = 0; e->kv[i] != NULL; i += 2) {
+        if (strcmp(e->kv[i], name) == 0) {
+            return e->kv[i + 1];
+        }
+    }
+    return NULL;
+}
+
+TEST(config_from_env)
+{
+    static const char *const good[] = {"DIVERGE_TASK_NAME", "fix-it", "DIVERGE_REPO_URL",
+                                       "file:///r.git", "DIVERGE_AGENT_CMD", "sh a.sh",
+                                       "DIVERGE_TOKEN_FILE", "/t", "DIVERGE_METER_URL",
+                                       "http://127.0.0.1:1/m", "DIVERGE_USAGE_FILE", "/u",
+                                       "DIVERGE_MAX_ITERATIONS", "3", NULL};
+    static const char *const badbranch[] = {"DIVERGE_TASK_NAME", "fix-it", "DIVERGE_REPO_URL",
+                                            "file:///r.git", "DIVERGE_AGENT_CMD", "x",
+                                            "DIVERGE_MACAROON_TOKEN", "t", "DIVERGE_METER_URL",
+                                            "u", "DIVERGE_WORKING_BRANCH", "--upload-pack=x",
+                                            NULL};
+    static const char *const badstart[] = {"DIVERGE_TASK_NAME", "fix-it", "DIVERGE_REPO_URL",
+                                           "file:///r.git", "DIVERGE_AGENT_CMD", "x",
+                                           "DIVERGE_MACAROON_TOKEN", "t", "DIVERGE_METER_URL",
+                                           "u", "DIVERGE_START_ITERATION", "0", NULL};
+    static const char *const nometer[] = {"DIVERGE_TASK_NAME", "fix-it", "DIVERGE_REPO_URL",
+                                          "file:///r.git", "DIVERGE_AGENT_CMD", "x",
+                                          "DIVERGE_MACAROON_TOKEN", "t", NULL};
+    struct fake_env e = {good};
+    struct runner_config c;
+    struct err err = {0};
+
+    CHECK_OK(runner_config_load(&c, fake_get, &e, &err));
+    CHECK_EQ_STR(c.working_branch, "agent/fix-it");
+    CHECK_EQ_STR(c.base_branch, "main");
+    CHECK_EQ_STR(c.workspace, "/workspace");
+    CHECK_EQ_STR(c.state_file, "/u.offset");
+    CHECK_EQ_INT(c.start_iteration, 1);
+    CHECK_EQ_INT(c.max_iterations, 3);
+    CHECK(c.token_env == NULL && c.push_url == NULL);
+    runner_config_cleanup(&c);
+    e.kv = badbranch;
+    CHECK_EQ_INT(runner_config_load(&c, fake_get, &e, &err), E_INVALID);
+    CHECK(strstr(err.msg, "DIVERGE_WORKING_BRANCH") != NULL);
+    runner_config_cleanup(&c);
+    e.kv = badstart;
+    CHECK_EQ_INT(runner_config_load(&c, fake_get, &e, &err), E_INVALID);
+    runner_config_cleanup(&c);
+    e.kv = nometer;
+    CHECK_EQ_INT(runner_config_load(&c, fake_get, &e, &err), E_INVALID);
+    runner_config_cleanup(&c);
+}
+
+TEST(env_build_and_tail)
+{
+    char a[] = "A=1", g[] = "DIVERGE_GUIDANCE=old", b[] = "B=2";
+    char *const base[] = {a, g, b, NULL};
+    const char *const unset[] = {"DIVERGE_GUIDANCE", NULL};
+    const char *const set[] = {"DIVERGE_GUIDANCE=new", NULL};
+    char **env = runner_env_build(base, unset, set);
+    struct runner_tail *t = xcalloc(1, sizeof(*t));
+    char *big = xmalloc(3 * RUNNER_TAIL_BYTES);
+
+    CHECK_EQ_STR(env[0], "A=1");
+    CHECK_EQ_STR(env[1], "B=2");
+    CHECK_EQ_STR(env[2], "DIVERGE_GUIDANCE=new");
+    CHECK(env[3] == NULL);
+    runner_env_free(env);
+    memset(big, 'a', 3 * RUNNER_TAIL_BYTES);
+    big[3 * RUNNER_TAIL_BYTES - 1] = 'z';
+    runner_tail_add(t, "hello", 5);
+    runner_tail_add(t, big, 3 * RUNNER_TAIL_BYTES);
+    CHECK_EQ_INT(t->len, RUNNER_TAIL_BYTES);
+    CHECK(t->data[t->len - 1] == 'z');
+    for (int i = 0; i < 5; i++) {
+        runner_tail_add(t, big + 2 * RUNNER_TAIL_BYTES + 1, RUNNER_TAIL_BYTES - 1);
+        CHECK(t->len <= 2 * RUNNER_TAIL_BYTES && t->data[t->len - 1] == 'z');
+    }
+    free(big);
+    free(t);
+}
+
+TEST(token_model_from_caveat)
+{
+    /* SPEC §8's reference token has no models caveat. */
+    static const char ref[] = "AgEHZGl2ZXJnZQIIdGFzay0xMjMAAhJ0YXNrX2lkID0gdGFzay0xMjMAAhNtYXhf"
+                              "Y29zdF91c2QgPSA1LjAwAAAGINK-JhAmYkGspdMojx9f3ildDI80uEXIHF3q5jq8"
+                              "itwQ";
+    char *m = runner_token_model(ref);
+
+    unsigned char key[TOKEN_ROOT_KEY_LEN] = {0};
+    struct token *t = NULL;
+    char *enc = NULL;
+
+    CHECK(m == NULL);
+    CHECK(runner_token_model("not a token") == NULL);
+    CHECK_OK(token_mint(&t, key, TOKEN_LOCATION, "task-1", NULL));
+    CHECK_OK(token_add_caveat(t, "modelsx = nope", NULL));
+    CHECK_OK(token_add_caveat(t, "models = claude-*,gpt-4o", NULL));
+    token_encode(&enc, t);
+    m = runner_token_model(enc);
+    CHECK_EQ_STR(m, "claude-*");
+    free(m);
+    free(enc);
+    token_free(t);
+}
+
+T_MAIN
