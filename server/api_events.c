@@ -22,13 +22,15 @@
  * Threads: libmicrohttpd runs one thread per connection here, so the read callback
  * waits in its own connection's thread only, and at most EVENTS_WAIT_MS at a time (a
  * callback returning 0 bytes at once would make that thread spin). Streams are capped
- * (503 past EVENTS_MAX); each ends within EVENTS_WAIT_MS of shutdown. */
+ * (503 past EVENTS_MAX); each ends within EVENTS_WAIT_MS of shutdown or of its client
+ * closing the connection. */
 #include <fcntl.h>
 #include <microhttpd.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -48,6 +50,7 @@ static atomic_int g_streams;
 
 struct events {
     struct server *srv;       /* borrowed */
+    int fd;                   /* the connection's socket (MHD's), -1: unknown */
     int64_t rv;               /* last resourceVersion sent */
     char *log_ns, *log_name;  /* owned; NULL: no ?task= */
     char *log_path;           /* owned */
@@ -55,6 +58,7 @@ struct events {
     unsigned long long off;   /* bytes of that file sent */
     bool ended;               /* `end` sent */
     int64_t end_at_ms;        /* the task is finished: send `end` at this time; 0: not yet */
+    int64_t ping_ms;          /* EVENTS_PING_MS */
     int64_t next_ping_ms;
     struct buf pending;       /* event text not yet written */
     size_t sent;              /* bytes of pending written */
@@ -289,6 +293,15 @@ static void maybe_end(struct events *e, int64_t now)
 
 /* --- the stream ------------------------------------------------------------------- */
 
+/* An SSE client sends nothing after its request: a readable end of stream means it left.
+ * Seen at once rather than at the next write, so its slot and thread are freed. */
+static bool client_gone(const struct events *e)
+{
+    char c;
+
+    return e->fd >= 0 && recv(e->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
 static void fill(struct events *e)
 {
     int64_t now = clock_now_ms(clock_system());
@@ -298,7 +311,7 @@ static void fill(struct events *e)
 
     if (now >= e->next_ping_ms) {
         (void)buf_puts(&e->pending, ": ping\n\n");
-        e->next_ping_ms = now + EVENTS_PING_MS;
+        e->next_ping_ms = now + e->ping_ms;
         return;
     }
     if (e->end_at_ms != 0 && !e->ended && e->end_at_ms - now < wait) {
@@ -336,6 +349,9 @@ static long events_read(void *cls, uint64_t pos, char *out, size_t max)
         if (atomic_load(&e->srv->shutting_down)) {
             return MHD_CONTENT_READER_END_OF_STREAM;
         }
+        if (client_gone(e)) {
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
         fill(e);
     }
     n = e->pending.len - e->sent;
@@ -359,17 +375,23 @@ static void events_free(void *cls)
     atomic_fetch_sub(&g_streams, 1);
 }
 
-static int events_max(void)
+/* A positive number from the environment (undocumented: for tests), else DEF. */
+static int env_int(const char *name, int def)
 {
-    const char *v = getenv("DIVERGE_EVENTS_MAX"); /* undocumented: for tests */
+    const char *v = getenv(name);
     char *end = NULL;
     long n;
 
     if (v == NULL || v[0] == '\0') {
-        return EVENTS_MAX_DEFAULT;
+        return def;
     }
     n = strtol(v, &end, 10);
-    return *end == '\0' && n > 0 && n < 100000 ? (int)n : EVENTS_MAX_DEFAULT;
+    return *end == '\0' && n > 0 && n < 1000000 ? (int)n : def;
+}
+
+static int events_max(void)
+{
+    return env_int("DIVERGE_EVENTS_MAX", EVENTS_MAX_DEFAULT);
 }
 
 /* Parses "R-I-O-F" into E. */
@@ -488,6 +510,7 @@ int api_events(struct request *r)
     const char *task = http_query(r, "task");
     const char *last_id = http_header(r, "Last-Event-ID");
     struct events *e;
+    const union MHD_ConnectionInfo *ci;
     int flag = F_SNAPSHOT;
     struct err err = {0};
 
@@ -507,6 +530,8 @@ int api_events(struct request *r)
     }
     e = xcalloc(1, sizeof(*e));
     e->srv = r->srv;
+    ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    e->fd = ci != NULL ? (int)ci->connect_fd : -1;
     buf_init(&e->pending, 0);
     if (task != NULL && !parse_task(e, task)) {
         events_free(e);
@@ -521,7 +546,8 @@ int api_events(struct request *r)
         events_free(e);
         return http_send_err(r, &err);
     }
-    e->next_ping_ms = clock_now_ms(clock_system()) + EVENTS_PING_MS;
+    e->ping_ms = env_int("DIVERGE_EVENTS_PING_MS", EVENTS_PING_MS);
+    e->next_ping_ms = clock_now_ms(clock_system()) + e->ping_ms;
     check_finished(e);
     return start_stream(r, e);
 }
