@@ -13,7 +13,8 @@ import tempfile
 import time
 
 import npm_pin
-from harness import API, BUILD_DIR, Server, run_tests, task_obj
+from harness import API, BUILD_DIR, run_tests, task_obj
+from test_events import Checked as Server
 
 NS = API + "/namespaces/%s/agenttasks"
 XSS = "<img src=x onerror=alert(1)>"

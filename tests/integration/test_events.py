@@ -154,8 +154,18 @@ def append(path, text):
         f.write(text)
 
 
-def server():
-    return Server(args=["--sandbox-provider", "none"])
+class Checked(Server):
+    """A server whose clean exit (status 0: no sanitizer report, no crash) is checked."""
+
+    def __exit__(self, exc_type, *exc):
+        rc = self.stop()
+        self.cleanup()
+        if exc_type is None:
+            assert rc == 0, "server exit status %r\n%s" % (rc, self.stderr()[-3000:])
+
+
+def server(env=None):
+    return Checked(args=["--sandbox-provider", "none"], env=env)
 
 
 def test_auth_headers_and_refusals():
@@ -329,7 +339,7 @@ def test_deleted_task_event():
 
 
 def test_subscriber_cap_is_503_and_slots_come_back():
-    with Server(args=["--sandbox-provider", "none"], env={"DIVERGE_EVENTS_MAX": "3"}) as srv:
+    with server(env={"DIVERGE_EVENTS_MAX": "3"}) as srv:
         subs = [SSE(srv) for _ in range(3)]
         assert all(x.status == 200 for x in subs)
         extra = SSE(srv)
@@ -369,8 +379,7 @@ def test_200_subscribers_and_the_api_keeps_answering():
 
 
 def test_ping_and_shutdown():
-    with Server(args=["--sandbox-provider", "none"],
-                env={"DIVERGE_EVENTS_PING_MS": "300"}) as srv:
+    with server(env={"DIVERGE_EVENTS_PING_MS": "300"}) as srv:
         s = SSE(srv)
         pings = 0
         while pings < 2:
