@@ -42,6 +42,7 @@
 #define EVENTS_WAIT_MS 1000    /* longest wait inside one read callback */
 #define EVENTS_LOG_POLL_MS 250 /* log file size checks while a log is tailed */
 #define EVENTS_LOG_CHUNK (64u * 1024u)
+#define EVENTS_LOG_CHUNKS 4 /* per read callback: a long log goes out in steps, never whole */
 #define EVENTS_END_GRACE_MS 500 /* last lines written right after the final phase */
 
 enum { F_LIVE = 0, F_END = 1, F_SNAPSHOT = 2 };
@@ -57,6 +58,7 @@ struct events {
     unsigned long long ino;   /* inode of the log file tailed, 0: none yet */
     unsigned long long off;   /* bytes of that file sent */
     bool ended;               /* `end` sent */
+    bool log_behind;          /* the log has more bytes than the last look sent */
     int64_t end_at_ms;        /* the task is finished: send `end` at this time; 0: not yet */
     int64_t ping_ms;          /* EVENTS_PING_MS */
     int64_t next_ping_ms;
@@ -268,8 +270,14 @@ static void log_poll(struct events *e)
         e->off = 0; /* truncated in place */
     }
     chunk = xmalloc(EVENTS_LOG_CHUNK);
-    while (e->off < (unsigned long long)st.st_size) {
-        ssize_t got = pread(fd, chunk, EVENTS_LOG_CHUNK, (off_t)e->off);
+    e->log_behind = false;
+    for (int i = 0; e->off < (unsigned long long)st.st_size; i++) {
+        ssize_t got;
+        if (i == EVENTS_LOG_CHUNKS) {
+            e->log_behind = true; /* the rest in the next step */
+            break;
+        }
+        got = pread(fd, chunk, EVENTS_LOG_CHUNK, (off_t)e->off);
         if (got <= 0 ||
             put_lines(e, chunk, (size_t)got, (size_t)got == EVENTS_LOG_CHUNK) == 0) {
             break; /* only a partial line so far */
@@ -285,6 +293,9 @@ static void maybe_end(struct events *e, int64_t now)
         return;
     }
     log_poll(e);
+    if (e->log_behind) {
+        return; /* the rest of the log first */
+    }
     e->ended = true;
     (void)buf_puts(&e->pending, "event: end\n");
     put_id(e, F_END);
@@ -319,6 +330,9 @@ static void fill(struct events *e)
     }
     if (e->next_ping_ms - now < wait) {
         wait = e->next_ping_ms - now;
+    }
+    if (e->log_behind) {
+        wait = 0; /* more of the log is waiting: no pause between steps */
     }
     if (task_store_watch(&last, e->srv->store, NULL, e->rv, (int)wait, on_change, e, &err) ==
         E_AGAIN) {

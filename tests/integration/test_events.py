@@ -324,6 +324,24 @@ def test_log_tail_resume_cap_and_end():
         s.close()
 
 
+def test_long_log_goes_out_whole_in_steps_then_end():
+    with server() as srv:
+        create(srv, "big")
+        lines = ["2026-11-30T10:00:00Z line %06d %s" % (i, "x" * (i % 97)) for i in range(30000)]
+        with open(log_path(srv, "big"), "w") as f:
+            f.write("\n".join(lines) + "\n")
+        set_phase(srv, "big", "Completed")  # finished before the stream opens
+        s = SSE(srv, path="/api/v1/events?task=default/big")
+        got = []
+        while True:
+            ev = s.next(kinds=("log", "end"))
+            if ev["event"] == "end":
+                break
+            got += ev["data"].split("\n")
+        assert got == lines, (len(got), len(lines))
+        s.close()
+
+
 def test_deleted_task_event():
     with server() as srv:
         create(srv, "gone")
@@ -396,6 +414,7 @@ def test_ping_and_shutdown():
 if __name__ == "__main__":
     run_tests([test_auth_headers_and_refusals, test_snapshot_then_changes_in_order,
                test_resume_across_burst_loses_and_repeats_nothing,
-               test_log_tail_resume_cap_and_end, test_deleted_task_event,
+               test_log_tail_resume_cap_and_end,
+               test_long_log_goes_out_whole_in_steps_then_end, test_deleted_task_event,
                test_subscriber_cap_is_503_and_slots_come_back,
                test_200_subscribers_and_the_api_keeps_answering, test_ping_and_shutdown])
