@@ -81,6 +81,9 @@ async function main() {
     await page.select("#f-phase", "Failed");
     out.filtered = (await rows()).map((r) => r.key);
     await page.select("#f-phase", "");
+    await page.select("#f-ns", "default");
+    out.filteredNs = (await rows()).map((r) => r.key);
+    await page.select("#f-ns", "");
 
     // The task page: spec, status, preview links, the live log.
     await page.click('#task-rows tr[data-key="' + job.logTask + '"] td.name a');
@@ -90,6 +93,24 @@ async function main() {
     await page.waitForFunction(
       (t) => Array.from(document.querySelectorAll("#log .line")).some((l) => l.textContent === t),
       {timeout: 15000}, job.appendLine);
+    // Untick "follow": the view stays where it is while lines arrive; tick it: it follows.
+    const more = [];
+    for (let i = 0; i < 200; i++) more.push("2026-11-30T10:00:05Z filler " + i);
+    fs.appendFileSync(job.logFile, more.join("\n") + "\n");
+    const lastLine = (t) => page.waitForFunction(
+      (x) => { const l = document.querySelector("#log .line:last-child");
+               return l && l.textContent === x; }, {timeout: 15000}, t);
+    await lastLine(more[more.length - 1]);
+    out.followedBottom = await page.$eval("#log", (p) => p.scrollTop + p.clientHeight >= p.scrollHeight - 2);
+    await page.click("#follow");
+    await page.$eval("#log", (p) => { p.scrollTop = 0; });
+    fs.appendFileSync(job.logFile, "2026-11-30T10:00:06Z paused view\n");
+    await lastLine("2026-11-30T10:00:06Z paused view");
+    out.pausedTop = await page.$eval("#log", (p) => p.scrollTop);
+    await page.click("#follow");
+    fs.appendFileSync(job.logFile, "2026-11-30T10:00:07Z following again\n");
+    await lastLine("2026-11-30T10:00:07Z following again");
+    out.followedAgain = await page.$eval("#log", (p) => p.scrollTop + p.clientHeight >= p.scrollHeight - 2);
     out.log = await page.$$eval("#log .line", (ls) => ls.map((l) => ({text: l.textContent,
                                                                       cls: l.className})));
     out.imgsInLog = await page.$$eval("#log img", (x) => x.length);

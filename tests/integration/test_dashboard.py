@@ -192,9 +192,12 @@ def test_browser():
     assert after["default/fix-checkout-latency"]["spend"] == "$2.50 / $5.00 · 50%"
     assert out["navigations"] == 1, out  # no reload
     assert out["filtered"] == ["payments/flaky-test"], out
+    assert out["filteredNs"] == ["default/fix-checkout-latency", "default/xss"], out
+    assert out["followedBottom"] and out["pausedTop"] == 0 and out["followedAgain"], out
     texts = [l["text"] for l in out["log"]]
     assert "2026-11-30T10:00:01Z agent says " + XSS in texts, texts
-    assert texts[-1] == job["appendLine"], texts
+    assert job["appendLine"] in texts, texts
+    assert texts[-1] == "2026-11-30T10:00:07Z following again", texts[-3:]
     cls = {l["text"].split(" ")[2]: l["cls"] for l in out["log"] if " egress " in l["text"]}
     assert "egress-denied" in cls["169.254.169.254:80"] and "egress" in cls["pypi.org:443"], cls
     assert out["title"] == "default/xss"
