@@ -553,7 +553,7 @@ int api_events(struct request *r)
     }
     if (last_id != NULL && last_id[0] != '\0' && !parse_last_id(e, &flag, last_id)) {
         events_free(e);
-        return http_send_error(r, 400, NULL, NULL, "Last-Event-ID is not an id of this stream");
+        return http_send_error(r, 400, NULL, NULL, "last event id is not one of this stream");
     }
     (void)buf_puts(&e->pending, "retry: 2000\n\n");
     if (flag == F_SNAPSHOT && snapshot(e, &err) != E_OK) {

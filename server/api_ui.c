@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/secret.h"
 #include "server/server_int.h"
 #include "server/ui_assets.h"
 
@@ -117,14 +118,16 @@ int api_ui_login(struct request *r)
     cookie = xasprintf("%s=%s; HttpOnly; SameSite=Strict; Path=/%s", UI_COOKIE,
                        r->srv->api_token, tls != NULL ? "; Secure" : "");
     resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+    if (resp != NULL) {
+        harden(resp);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_SET_COOKIE, cookie); /* MHD copies */
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, "/");
+    }
+    secret_wipe(cookie, strlen(cookie));
+    free(cookie);
     if (resp == NULL) {
-        free(cookie);
         return MHD_NO;
     }
-    harden(resp);
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_SET_COOKIE, cookie);
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, "/");
-    free(cookie);
     http_guard_answering(r->conn);
     r->status = 303;
     ret = MHD_queue_response(r->conn, MHD_HTTP_SEE_OTHER, resp);

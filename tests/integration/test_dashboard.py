@@ -91,7 +91,8 @@ def test_pages_headers_and_auth():
         # Login: cookie then 303 to /.
         st, h = no_redirect(srv, "/ui/login?token=" + srv.token)
         assert st == 303 and h["location"] == "/", (st, h)
-        assert h["set-cookie"] == "diverge_token=%s; HttpOnly; SameSite=Strict; Path=/" % srv.token, h
+        want = "diverge_token=%s; HttpOnly; SameSite=Strict; Path=/" % srv.token
+        assert h["set-cookie"] == want, h
         st, _, _ = srv.request("GET", "/", headers={"Cookie": "diverge_token=" + srv.token},
                                auth=False)
         assert st == 200
@@ -129,7 +130,8 @@ def test_browser():
     os.makedirs(out_dir, exist_ok=True)
     profile = tempfile.mkdtemp(prefix="diverge-chromium-")
     with Server(args=["--sandbox-provider", "none"]) as srv:
-        create(srv, "fix-checkout-latency", objective="Diagnose and fix N+1 query in /api/v1/checkout",
+        create(srv, "fix-checkout-latency",
+               objective="Diagnose and fix N+1 query in /api/v1/checkout",
                maxIterations=8, budgetUSD="5.00", budgetTokens=200000,
                repository={"url": "https://github.com/myorg/checkout-service"},
                annotations={"divergedev.com/provider": "github",

@@ -263,7 +263,8 @@ def test_log_tail_resume_cap_and_end():
         assert json.loads(s.next()["data"])["metadata"]["name"] == "lg"
         s.quiet(0.8, kinds=("log", "end"))  # no file yet: no log events
         lp = log_path(srv, "lg")
-        append(lp, "2026-11-30T10:00:00Z line one\n2026-11-30T10:00:01Z two <img src=x onerror=alert(1)>\n3 part")
+        append(lp, "2026-11-30T10:00:00Z line one\n"
+                   "2026-11-30T10:00:01Z two <img src=x onerror=alert(1)>\n3 part")
         ev = s.next(kinds=("log",))
         assert ev["data"].split("\n") == [
             "2026-11-30T10:00:00Z line one",
