@@ -79,6 +79,11 @@ static const struct route g_routes[] = {
      AUTH_ADMIN},
     {"GET", API_PREFIX "/namespaces/*/environments/*", api_env_get, "environments.get",
      AUTH_ADMIN},
+    /* Dashboard: admin token as bearer header or cookie, checked by the handlers. */
+    {"GET", "/", api_ui_index, "ui", AUTH_NONE},
+    {"GET", "/ui/login", api_ui_login, "ui.login", AUTH_NONE},
+    {"GET", "/ui/*", api_ui_file, "ui", AUTH_NONE},
+    {"GET", "/api/v1/events", api_events, "events", AUTH_NONE},
 };
 
 static const struct route_extra g_route_extras[] = {
@@ -430,6 +435,11 @@ static bool admin_ok(struct request *r)
 bool http_admin_ok(struct request *r)
 {
     return admin_ok(r);
+}
+
+bool http_admin_token_is(struct request *r, const char *token)
+{
+    return token_equal(token, r->srv->api_token);
 }
 
 /* The body cap of the request's route; only known routes ever get a body read. */

@@ -219,6 +219,7 @@ static void print_endpoints(const struct server *srv)
            srv->cfg.github_webhook_secret != NULL ? "" : " (off: no --github-webhook-secret)");
     printf("  health:    %s/healthz  %s/readyz\n", b, b);
     printf("  metrics:   %s/metrics\n", b);
+    printf("  dashboard: %s/ui/login?token=%s\n", b, srv->api_token);
     printf("  database:  %s/diverge.db\n", srv->cfg.data_dir);
     printf("  local SCM: %s/api/v1/local/comments (diverge local comment OWNER/REPO#N \"...\")\n", b);
     printf("  sandbox provider: %s\n", srv->cfg.sandbox_provider);

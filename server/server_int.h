@@ -110,6 +110,8 @@ int http_send_err(struct request *r, const struct err *err);
 const char *http_query(struct request *r, const char *key);
 /* True when the request carries the admin bearer token (compared in constant time). */
 bool http_admin_ok(struct request *r);
+/* True when TOKEN is the admin token (compared in constant time). */
+bool http_admin_token_is(struct request *r, const char *token);
 const char *http_header(struct request *r, const char *key);
 /* How many request headers are named KEY (case-insensitive). */
 int http_header_count(struct request *r, const char *key);
@@ -154,6 +156,14 @@ int api_discovery_group(struct request *r);
 int api_connect(struct request *r);
 /* The Kubernetes validating admission webhook for AgentTasks (api_admission.c). */
 int api_admission_validate(struct request *r);
+/* The dashboard (api_ui.c): each checks ui_auth_ok itself and answers a 401 page. */
+int api_ui_index(struct request *r);
+int api_ui_file(struct request *r);
+int api_ui_login(struct request *r);
+/* The admin token as a bearer header or as the diverge_token cookie of /ui/login. */
+bool ui_auth_ok(struct request *r);
+/* GET /api/v1/events, the dashboard's Server-Sent Events stream (api_events.c). */
+int api_events(struct request *r);
 
 /* --- metrics (metrics.c) --- */
 void metrics_observe(int route, int status, int64_t duration_ns);

@@ -1,0 +1,217 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The dashboard (SPEC §12): headers, auth, the login cookie, the embedded files, a login
+URL that never reaches the logs; then a real browser (Debian's chromium, headless, driven
+by a pinned puppeteer-core) that shows every task with phase and spend, follows a change
+without reload, renders hostile text as text, follows the log, and writes screenshots
+under the build dir (build/dashboard/)."""
+import http.client
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+
+import npm_pin
+from harness import API, BUILD_DIR, run_tests, task_obj
+from test_events import Checked as Server
+
+NS = API + "/namespaces/%s/agenttasks"
+XSS = "<img src=x onerror=alert(1)>"
+PUPPETEER = "25.16.0"
+
+
+def create(srv, name, ns="default", status=None, annotations=None, **spec):
+    obj = task_obj(name, ns=ns, **spec)
+    if annotations:
+        obj["metadata"]["annotations"] = annotations
+    st, _, body = srv.request("POST", NS % ns, obj)
+    assert st == 201, body
+    deadline = time.time() + 10
+    while time.time() < deadline:  # the controller (provider none) makes it Active
+        st, _, body = srv.request("GET", NS % ns + "/" + name)
+        if body["status"].get("phase") == "Active":
+            break
+        time.sleep(0.02)
+    if status:
+        st, _, body = srv.request("PATCH", NS % ns + "/" + name + "/status", {"status": status},
+                                  headers={"Content-Type": "application/merge-patch+json"})
+        assert st == 200, body
+    return body
+
+
+def no_redirect(srv, path):
+    host, port = srv.url[len("http://"):].split(":")
+    c = http.client.HTTPConnection(host, int(port), timeout=30)
+    c.request("GET", path)
+    r = c.getresponse()
+    r.read()
+    c.close()
+    return r.status, {k.lower(): v for k, v in r.getheaders()}
+
+
+def test_pages_headers_and_auth():
+    with Server(args=["--sandbox-provider", "none"]) as srv:
+        login = [l for l in srv.lines if l.strip().startswith("dashboard:")]
+        assert login == ["  dashboard: %s/ui/login?token=%s" % (srv.url, srv.token)], srv.lines
+        for path in ("/", "/ui/app.js", "/ui/app.css", "/ui/index.html"):
+            st, h, body = srv.request("GET", path, auth=False)
+            assert st == 401, (path, st)
+            assert h["content-type"].startswith("text/html"), h
+            assert "/ui/login?token=" in body and "api-token" in body, body
+        st, h, body = srv.request("GET", "/ui/login?token=wrong", auth=False)
+        assert st == 401 and "set-cookie" not in h, h
+        st, h, body = srv.request("GET", "/", headers={"Cookie": "diverge_token=" + srv.token[:-1]},
+                                  auth=False)
+        assert st == 401
+        st, h, body = srv.request("GET", "/")  # bearer
+        assert st == 200, st
+        assert h["content-security-policy"] == "default-src 'self'", h
+        assert h["x-content-type-options"] == "nosniff", h
+        assert h["content-type"] == "text/html; charset=utf-8", h
+        # No inline script or style, no third-party origin.
+        assert "<script src=\"/ui/app.js\"" in body and "<script>" not in body, body
+        assert "style=" not in body and "http" not in body.split("<body>")[1], body
+        assert " on" not in body.replace(" one", ""), body
+        for path, ctype in (("/ui/app.js", "text/javascript"), ("/ui/app.css", "text/css"),
+                            ("/ui/favicon.svg", "image/svg+xml")):
+            st, h, text = srv.request("GET", path)
+            assert st == 200 and h["content-type"].startswith(ctype), (path, h)
+            assert h["content-security-policy"] == "default-src 'self'"
+            with open(os.path.join(os.path.dirname(__file__), "..", "..", "ui",
+                                   path.split("/")[-1])) as f:
+                assert f.read() == text, path  # byte for byte what ui/ holds
+        st, _, _ = srv.request("GET", "/ui/nope.js")
+        assert st == 404
+        st, _, _ = srv.request("POST", "/")
+        assert st == 405
+        # The page never writes innerHTML: text goes in through textContent.
+        st, _, js = srv.request("GET", "/ui/app.js")
+        assert "innerHTML" not in js and "insertAdjacentHTML" not in js and "eval(" not in js
+        # Login: cookie then 303 to /.
+        st, h = no_redirect(srv, "/ui/login?token=" + srv.token)
+        assert st == 303 and h["location"] == "/", (st, h)
+        want = "diverge_token=%s; HttpOnly; SameSite=Strict; Path=/" % srv.token
+        assert h["set-cookie"] == want, h
+        st, _, _ = srv.request("GET", "/", headers={"Cookie": "diverge_token=" + srv.token},
+                               auth=False)
+        assert st == 200
+        # The cookie opens the dashboard only, never the task API (no CSRF surface there).
+        st, _, _ = srv.request("GET", NS % "default", auth=False,
+                               headers={"Cookie": "diverge_token=" + srv.token})
+        assert st == 401
+        srv.stop()
+        logged = srv.stderr()
+        assert "/ui/login" in logged and srv.token not in logged, "token in the logs"
+        assert "token=" not in logged
+
+
+def chromium_or_skip():
+    if os.path.exists("/usr/bin/chromium"):
+        return True
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    try:
+        subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", "chromium"],
+                       env=env, capture_output=True, timeout=1200)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    if not os.path.exists("/usr/bin/chromium"):
+        print("SKIP test_browser: Debian's chromium is not installed and apt-get could not "
+              "install it (apt-get install chromium)")
+        return False
+    return True
+
+
+def test_browser():
+    if not chromium_or_skip():
+        return
+    modules = npm_pin.install("puppeteer-core", PUPPETEER)
+    out_dir = os.path.join(BUILD_DIR, "dashboard")
+    os.makedirs(out_dir, exist_ok=True)
+    profile = tempfile.mkdtemp(prefix="diverge-chromium-")
+    with Server(args=["--sandbox-provider", "none"]) as srv:
+        create(srv, "fix-checkout-latency",
+               objective="Diagnose and fix N+1 query in /api/v1/checkout",
+               maxIterations=8, budgetUSD="5.00", budgetTokens=200000,
+               repository={"url": "https://github.com/myorg/checkout-service"},
+               annotations={"divergedev.com/provider": "github",
+                            "divergedev.com/project": "myorg/checkout-service",
+                            "divergedev.com/pr-number": "42"},
+               status={"iteration": 3, "tokensConsumed": 48000, "costUSD": "1.20",
+                       "previewUrl": "https://preview.example.test/?_diverge_env=env-42"})
+        create(srv, "xss", objective=XSS, budgetUSD="2.00",
+               status={"tokensConsumed": 1500, "costUSD": "0.0225",
+                       "previewUrl": "https://preview.example.test/?_diverge_env=env-7"})
+        create(srv, "flaky-test", ns="payments", objective="Quarantine the flaky retry test",
+               maxIterations=4, budgetUSD="3.00", budgetTokens=100000,
+               annotations={"divergedev.com/provider": "gitlab",
+                            "divergedev.com/project": "acme/payments",
+                            "divergedev.com/mr-iid": "7"},
+               status={"phase": "Failed", "reason": "BudgetExceeded", "iteration": 4,
+                       "tokensConsumed": 101000, "costUSD": "3.00"})
+        logdir = os.path.join(srv.data_dir, "logs", "default")
+        os.makedirs(logdir, exist_ok=True)
+        log_file = os.path.join(logdir, "xss.log")
+        with open(log_file, "w") as f:
+            f.write("2026-11-30T10:00:00Z [controller] provisioned\n")
+            f.write("2026-11-30T10:00:01Z agent says " + XSS + "\n")
+            f.write("2026-11-30T10:00:02Z egress pypi.org:443 allowed rule=pypi.org\n")
+            f.write("2026-11-30T10:00:03Z egress 169.254.169.254:80 denied reason=link-local\n")
+        job = {
+            "url": srv.url, "token": srv.token, "profile": profile,
+            "tasks": ["default/fix-checkout-latency", "default/xss", "payments/flaky-test"],
+            "change": {"ns": "default", "name": "fix-checkout-latency",
+                       "status": {"costUSD": "2.50", "tokensConsumed": 90000},
+                       "expectSpend": "$2.50 / $5.00 · 50%"},
+            "logTask": "default/xss", "logFile": log_file,
+            "appendLine": "2026-11-30T10:00:04Z live " + XSS,
+            "screenshots": [os.path.join(out_dir, "dashboard.png"),
+                            os.path.join(out_dir, "dashboard-task.png")],
+        }
+        env = dict(os.environ, NODE_PATH=modules)
+        r = subprocess.run(["node", os.path.join(os.path.dirname(__file__),
+                                                 "dashboard_browser.js"), json.dumps(job)],
+                           capture_output=True, text=True, env=env, timeout=240)
+        shutil.rmtree(profile, ignore_errors=True)
+        assert r.returncode == 0, r.stderr[-4000:]
+        out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["landed"] == "/", out
+    assert out["csp"] == "default-src 'self'", out
+    assert out["cookie"] == {"httpOnly": True, "sameSite": "Strict", "path": "/"}, out
+    rows = {r["key"]: r for r in out["rows"]}
+    assert sorted(rows) == sorted(job["tasks"]), rows
+    fc = rows["default/fix-checkout-latency"]
+    assert fc["phase"] == "Active" and fc["spend"] == "$1.20 / $5.00 · 24%", fc
+    assert fc["tokens"] == "48,000 / 200,000 · 24%" and fc["iteration"] == "3 / 8", fc
+    assert fc["pr"] == "https://github.com/myorg/checkout-service/pull/42", fc
+    assert rows["default/xss"]["objective"] == XSS, rows["default/xss"]
+    assert rows["default/xss"]["spend"] == "$0.02 / $2.00 · 1%", rows["default/xss"]
+    ft = rows["payments/flaky-test"]
+    assert ft["phase"] == "Failed" and ft["spend"] == "$3.00 / $3.00 · 100%", ft
+    assert ft["pr"] == "https://gitlab.com/acme/payments/-/merge_requests/7", ft
+    assert out["imgsInTable"] == 0 and out["imgsInLog"] == 0, out
+    after = {r["key"]: r for r in out["afterChange"]}
+    assert after["default/fix-checkout-latency"]["spend"] == "$2.50 / $5.00 · 50%"
+    assert out["navigations"] == 1, out  # no reload
+    assert out["filtered"] == ["payments/flaky-test"], out
+    assert out["filteredNs"] == ["default/fix-checkout-latency", "default/xss"], out
+    assert out["followedBottom"] and out["pausedTop"] == 0 and out["followedAgain"], out
+    texts = [l["text"] for l in out["log"]]
+    assert "2026-11-30T10:00:01Z agent says " + XSS in texts, texts
+    assert job["appendLine"] in texts, texts
+    assert texts[-1] == "2026-11-30T10:00:07Z following again", texts[-3:]
+    cls = {l["text"].split(" ")[2]: l["cls"] for l in out["log"] if " egress " in l["text"]}
+    assert "egress-denied" in cls["169.254.169.254:80"] and "egress" in cls["pypi.org:443"], cls
+    assert out["title"] == "default/xss"
+    assert out["preview"] == ["https://preview.example.test/?_diverge_env=env-7",
+                              "https://preview.example.test/?_diverge_env=clear"], out["preview"]
+    assert XSS in out["spec"], out["spec"]
+    assert out["dialogs"] == [], out["dialogs"]
+    assert out["consoleErrors"] == [] and out["pageErrors"] == [], out
+    for p in job["screenshots"]:
+        assert os.path.getsize(p) > 10000, p
+    print("screenshots: " + ", ".join(job["screenshots"]))
+
+
+if __name__ == "__main__":
+    run_tests([test_pages_headers_and_auth, test_browser])
