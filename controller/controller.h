@@ -15,36 +15,78 @@
 #include "token/token.h"
 
 struct controller_config {
-    const char *data_dir;             /* token files under <data-dir>/tokens/<ns>/<task>/ */
+    const char *data_dir;             /* tokens, workspaces, mirrors, staging, logs under it */
     const unsigned char *root_key;    /* TOKEN_ROOT_KEY_LEN bytes, copied */
     int64_t default_budget_usd;       /* micro-dollars, when spec.budgetUSD is unset */
     int64_t default_budget_tokens;    /* when spec.budgetTokens is unset */
-    const char *sandbox_provider;     /* "none" runs tasks; others are not built yet */
-    bool manual;                      /* no thread: the caller drives controller_reconcile */
+    const char *sandbox_provider;     /* none, process, local (agent-sandbox: not built) */
+    const char *meter_url;            /* DIVERGE_METER_URL given to sandboxes */
+    const char *runner_path;          /* NULL: DIVERGE_RUNNER_PATH, else next to /proc/self/exe */
+    const char *agent_cmd;            /* DIVERGE_AGENT_CMD (may be NULL) */
+    const char *verify_cmd;           /* DIVERGE_VERIFY_CMD (may be NULL) */
+    const char *sandbox_user;         /* local provider: host user; NULL: SPEC §2 default */
+    int64_t sandbox_memory;           /* bytes, 0: none */
+    int64_t sandbox_pids;             /* 0: none */
+    int64_t sandbox_cpus_milli;       /* 1000 = one CPU, 0: none */
+    size_t log_cap;                   /* task log cap in bytes; 0: CONTROLLER_LOG_CAP */
+    bool manual;                      /* no threads: the caller drives controller_reconcile */
 };
+
+#define CONTROLLER_LOG_CAP (10u << 20) /* default cap of a task log (SPEC §9) */
+
+struct controller;
 
 /* What one reconcile step does to a task. */
 enum controller_action {
     CONTROLLER_NOTHING,
-    CONTROLLER_ACTIVATE,  /* mint a fresh token, phase Active */
-    CONTROLLER_PAUSE,     /* revoke the token, phase Paused (reason Suspended) */
-    CONTROLLER_REVOKE,    /* finished task still holding an active token: revoke it */
-    CONTROLLER_WAIT,      /* no sandbox provider can run it: note why, stay Pending */
+    CONTROLLER_ACTIVATE,     /* provider none: mint a fresh token, phase Active */
+    CONTROLLER_PAUSE,        /* revoke the token, freeze the sandbox, phase Paused */
+    CONTROLLER_REVOKE,       /* finished task still holding an active token: revoke it */
+    CONTROLLER_WAIT,         /* no sandbox provider can run it: note why, stay Pending */
+    CONTROLLER_PROVISION,    /* mint, write the token file, mirror, staging, start → Active */
+    CONTROLLER_RESTART,      /* Active but nothing runs (server restart): fresh token, start */
+    CONTROLLER_THAW,         /* resume a frozen sandbox with a fresh token → Active */
+    CONTROLLER_RESUME_START, /* resume after the runner exited: new runner, next iteration */
+    CONTROLLER_COMPLETE,     /* runner exit 0 while Active: push the branch → Completed */
+    CONTROLLER_FAIL_RUNNER,  /* runner exit != 0 → Failed (RunnerFailed) */
+    CONTROLLER_TIMEOUT,      /* past sandbox.timeoutSeconds → stop, Failed (Timeout) */
+    CONTROLLER_FAIL_SANDBOX, /* cannot run a sandbox (probe, workspace gone) → SandboxError */
+    CONTROLLER_STOP,         /* finished task with something still running: stop, revoke */
+    CONTROLLER_ACTION_COUNT,
 };
 
-/* The pure decision: V is the task, TOKEN_ACTIVE whether its latest token is active,
- * CAN_RUN whether the configured sandbox provider can start it, WAITING_NOTED whether
- * the task already says why it waits. */
-enum controller_action controller_decide(const struct task_view *v, bool token_active,
-                                         bool can_run, bool waiting_noted);
+/* What the controller sees of a task besides its object. */
+struct controller_observed {
+    bool token_active;        /* its latest token is active */
+    bool runs_sandboxes;      /* the provider starts sandboxes (process, local) */
+    bool can_run;             /* the provider works on this host */
+    bool waiting_noted;       /* provider none/unbuilt: the task already says why it waits */
+    int sandbox;              /* enum sandbox_state of its sandbox */
+    int exit_code;            /* SANDBOX_EXITED: the runner's status */
+    bool timed_out;           /* active time is past sandbox.timeoutSeconds */
+    bool workspace_exists;    /* its workspace directory is there */
+};
+
+/* The pure decision: V is the task, O what is observed of it. */
+enum controller_action controller_decide(const struct task_view *v,
+                                         const struct controller_observed *o);
+/* "provision", "pause", ... */
+const char *controller_action_name(enum controller_action a);
+
+/* Path of the task log <data-dir>/logs/<ns>/<task>.log: new string, caller frees. */
+char *controller_log_path(const char *data_dir, const char *ns, const char *name);
+/* Why sandboxes cannot run here (with the fix), or NULL: borrowed from C. */
+const char *controller_sandbox_problem(const struct controller *c);
 
 struct controller;
 
-/* Starts the reconcile thread over STORE (borrowed). Every existing task is reconciled
- * first, so a restart resumes where the previous process stopped. */
+/* Starts the reconcile threads over STORE (borrowed). Every existing task is reconciled
+ * first, so a restart resumes where the previous process stopped (sandboxes that died
+ * with the previous server are started again). */
 int controller_new(struct controller **out, struct task_store *store,
                    const struct controller_config *cfg, struct err *err);
-/* Stops the thread; NULL is a no-op. */
+/* Stops the threads and every sandbox (they die with the server, SPEC §9); NULL is a
+ * no-op. */
 void controller_free(struct controller *c);
 
 /* Reconciles one task now (also used by tests). E_NOTFOUND when it is gone. */

@@ -12,8 +12,12 @@
  * nothing: this skips the stream of MODIFIED events every meter charge makes. */
 static bool wants(const struct task_event *ev, void *userdata)
 {
-    (void)userdata;
-    return ev->type != TASK_EVENT_DELETED && !(ev->phase == TASK_ACTIVE && !ev->suspended);
+    struct controller *c = userdata;
+
+    if (ev->type == TASK_EVENT_DELETED) {
+        return c->sandboxes != NULL; /* its sandbox must go */
+    }
+    return !(ev->phase == TASK_ACTIVE && !ev->suspended);
 }
 
 static void reconcile_one(struct controller *c, const char *ns, const char *name)
@@ -28,7 +32,19 @@ static void reconcile_one(struct controller *c, const char *ns, const char *name
 
 static void apply(const struct task_event *ev, void *userdata)
 {
-    reconcile_one(userdata, ev->ns, ev->name);
+    struct controller *c = userdata;
+
+    if (ev->type == TASK_EVENT_DELETED) {
+        char *log = controller_log_path(c->data_dir, ev->ns, ev->name);
+        pthread_mutex_lock(&c->lock);
+        controller_timer_set(c, ev->ns, ev->name, 0);
+        sandbox_stop(c->sandboxes, ev->ns, ev->name);
+        pthread_mutex_unlock(&c->lock);
+        controller_log_event(log, "[diverge] task deleted: sandbox stopped");
+        free(log);
+        return;
+    }
+    reconcile_one(c, ev->ns, ev->name);
 }
 
 /* Reconciles every task and rewrites the token files of tasks holding an active token. */
@@ -79,7 +95,24 @@ int controller_new(struct controller **out, struct task_store *store,
     c->default_budget_usd = cfg->default_budget_usd;
     c->default_budget_tokens = cfg->default_budget_tokens;
     c->provider = xstrdup(cfg->sandbox_provider);
-    if (!cfg->manual && (rc = store_worker_start(&c->worker, store, &feed, c, err)) != E_OK) {
+    c->meter_url = cfg->meter_url != NULL ? xstrdup(cfg->meter_url) : NULL;
+    c->agent_cmd = cfg->agent_cmd != NULL ? xstrdup(cfg->agent_cmd) : NULL;
+    c->verify_cmd = cfg->verify_cmd != NULL ? xstrdup(cfg->verify_cmd) : NULL;
+    c->log_cap = cfg->log_cap;
+    pthread_mutex_init(&c->lock, NULL);
+    pthread_mutex_init(&c->notes_lock, NULL);
+    pthread_cond_init(&c->notes_cond, NULL);
+    atomic_init(&c->stopping, false);
+    rc = controller_sandboxes_open(c, cfg, err);
+    if (rc == E_OK && !cfg->manual && c->sandboxes != NULL) {
+        rc = controller_tick_start(c, err);
+    }
+    if (rc == E_OK && !cfg->manual) {
+        rc = store_worker_start(&c->worker, store, &feed, c, err);
+    }
+    if (rc != E_OK) {
+        controller_tick_stop(c);
+        sandbox_provider_free(c->sandboxes);
         controller_destroy(c);
         return rc;
     }
@@ -91,6 +124,11 @@ void controller_free(struct controller *c)
 {
     if (c != NULL) {
         store_worker_stop(c->worker); /* no reconcile runs past this line */
+        controller_tick_stop(c);
+        /* Sandboxes die with the server (SPEC §9); the next one restarts them. */
+        sandbox_provider_free(c->sandboxes);
+        c->sandboxes = NULL;
+        controller_tick_stop(c); /* frees what exits queued meanwhile */
         controller_destroy(c);
     }
 }

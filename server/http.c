@@ -384,6 +384,11 @@ static int route_readyz(struct request *r)
     if (task_store_count_phases(counts, r->srv->store, NULL) != E_OK) {
         return http_send_error(r, 503, NULL, NULL, "database not available");
     }
+    if (controller_sandbox_problem(r->srv->controller) != NULL) {
+        /* Still ready for the API; tasks that need a sandbox fail with SandboxError. */
+        return http_send_json(r, 200, json_pack("{s:s, s:s}", "status", "ok", "sandbox",
+                                                controller_sandbox_problem(r->srv->controller)));
+    }
     return http_send_json(r, 200, json_pack("{s:s}", "status", "ok"));
 }
 

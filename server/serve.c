@@ -46,6 +46,18 @@ static const struct flag g_flags[] = {
     {"--sandbox-provider", "DIVERGE_SANDBOX_PROVIDER", "local", CFG(sandbox_provider),
      "local, process, none (no sandbox: an external agent meters with the task token) or "
      "agent-sandbox"},
+    {"--sandbox-user", "DIVERGE_SANDBOX_USER", NULL, CFG(sandbox_user),
+     "host user local sandboxes run as (default diverge-sandbox as root, else your own)"},
+    {"--sandbox-memory", "DIVERGE_SANDBOX_MEMORY", "2G", CFG(sandbox_memory),
+     "memory limit per sandbox (K, M, G suffixes; 0: none)"},
+    {"--sandbox-pids", "DIVERGE_SANDBOX_PIDS", "512", CFG(sandbox_pids),
+     "process limit per sandbox (0: none)"},
+    {"--sandbox-cpus", "DIVERGE_SANDBOX_CPUS", "1", CFG(sandbox_cpus),
+     "CPU limit per sandbox, e.g. 1 or 0.5 (0: none)"},
+    {"--agent-cmd", "DIVERGE_AGENT_CMD", NULL, CFG(agent_cmd),
+     "command the runner runs each iteration (DIVERGE_AGENT_CMD in the sandbox)"},
+    {"--verify-cmd", "DIVERGE_VERIFY_CMD", NULL, CFG(verify_cmd),
+     "command the runner verifies each iteration with (DIVERGE_VERIFY_CMD)"},
     {"--default-budget-usd", "DIVERGE_DEFAULT_BUDGET_USD", "5.00", CFG(default_budget_usd),
      "USD budget of tasks without spec.budgetUSD"},
     {"--default-budget-tokens", "DIVERGE_DEFAULT_BUDGET_TOKENS", "1000000",
@@ -222,6 +234,9 @@ static void print_endpoints(const struct server *srv)
     printf("  database:  %s/diverge.db\n", srv->cfg.data_dir);
     printf("  local SCM: %s/api/v1/local/comments (diverge local comment OWNER/REPO#N \"...\")\n", b);
     printf("  sandbox provider: %s\n", srv->cfg.sandbox_provider);
+    if (controller_sandbox_problem(srv->controller) != NULL) {
+        printf("  SANDBOXES CANNOT RUN: %s\n", controller_sandbox_problem(srv->controller));
+    }
     printf("admin token: %s\n", srv->cfg.api_token_file);
     fflush(stdout);
 }
@@ -262,6 +277,44 @@ static int parse_count_flag(int64_t *out, const char *flag, const char *v)
     return 0;
 }
 
+/* "2G", "512M", "1048576" → bytes; "1", "0.5" CPUs → milli-CPUs (MILLI). */
+static int parse_size_flag(int64_t *out, const char *flag, const char *v, bool milli)
+{
+    char *end = NULL;
+    long long n;
+    int64_t mult = 1, frac = 0, scale = 100;
+
+    errno = 0;
+    n = strtoll(v, &end, 10);
+    if (errno != 0 || end == v || n < 0 || n > (1LL << 40)) {
+        goto bad;
+    }
+    if (milli && *end == '.') {
+        for (end++; *end >= '0' && *end <= '9' && scale > 0; end++, scale /= 10) {
+            frac += (*end - '0') * scale;
+        }
+    }
+    if (!milli && *end != '\0' && end[1] == '\0') {
+        const char *units = "KMGT";
+        const char *u = strchr(units, *end == 'k' ? 'K' : *end);
+        if (u == NULL) {
+            goto bad;
+        }
+        for (const char *q = units; q <= u; q++) {
+            mult *= 1024;
+        }
+        end++;
+    }
+    if (*end != '\0') {
+        goto bad;
+    }
+    *out = milli ? (int64_t)n * 1000 + frac : (int64_t)n * mult;
+    return 0;
+bad:
+    fprintf(stderr, "diverge: serve: %s: cannot read %s\n", flag, v);
+    return 2;
+}
+
 static int parse_defaults(struct server *srv)
 {
     static const char *const providers[] = {"local", "process", "none", "agent-sandbox"};
@@ -282,6 +335,13 @@ static int parse_defaults(struct server *srv)
                          srv->cfg.default_budget_tokens) != 0 ||
         parse_count_flag(&srv->default_max_iterations, "--default-max-iterations",
                          srv->cfg.default_max_iterations) != 0) {
+        return 2;
+    }
+    if (parse_size_flag(&srv->sandbox_memory, "--sandbox-memory", srv->cfg.sandbox_memory,
+                        false) != 0 ||
+        parse_count_flag(&srv->sandbox_pids, "--sandbox-pids", srv->cfg.sandbox_pids) != 0 ||
+        parse_size_flag(&srv->sandbox_cpus_milli, "--sandbox-cpus", srv->cfg.sandbox_cpus,
+                        true) != 0) {
         return 2;
     }
     if (scm_level_parse(&srv->min_fix, srv->cfg.github_min_fix) != E_OK ||
@@ -411,6 +471,29 @@ static int wait_for_signal(void)
     return sig;
 }
 
+static int start_controller(struct server *srv, struct err *err)
+{
+    char *meter = xasprintf("%s/api/v1/agenttask/meter", srv->base_url);
+    struct controller_config cc = {
+        .data_dir = srv->cfg.data_dir,
+        .root_key = srv->root_key,
+        .default_budget_usd = srv->default_budget_usd,
+        .default_budget_tokens = srv->default_budget_tokens,
+        .sandbox_provider = srv->cfg.sandbox_provider,
+        .meter_url = meter,
+        .agent_cmd = srv->cfg.agent_cmd,
+        .verify_cmd = srv->cfg.verify_cmd,
+        .sandbox_user = srv->cfg.sandbox_user,
+        .sandbox_memory = srv->sandbox_memory,
+        .sandbox_pids = srv->sandbox_pids,
+        .sandbox_cpus_milli = srv->sandbox_cpus_milli,
+    };
+    int rc = controller_new(&srv->controller, srv->store, &cc, err);
+
+    free(meter);
+    return rc;
+}
+
 /* Everything `serve` runs, from SRV->cfg: data dir, secrets, store, workers, HTTP. On
  * failure whatever was started is stopped again. */
 static int start_all(struct server *srv, struct err *err)
@@ -434,20 +517,19 @@ static int start_all(struct server *srv, struct err *err)
         rc = meter_service_new(&srv->meter, srv->store, srv->root_key, err);
     }
     if (rc == E_OK) {
-        struct controller_config cc = {
-            .data_dir = srv->cfg.data_dir,
-            .root_key = srv->root_key,
-            .default_budget_usd = srv->default_budget_usd,
-            .default_budget_tokens = srv->default_budget_tokens,
-            .sandbox_provider = srv->cfg.sandbox_provider,
-        };
-        rc = controller_new(&srv->controller, srv->store, &cc, err);
-    }
-    if (rc == E_OK) {
         rc = start_scm(srv, err);
     }
     if (rc == E_OK) {
         rc = http_start(&srv->daemon, &port, srv, err);
+    }
+    if (rc == E_OK) {
+        /* After the listener: sandboxes get the meter URL with the bound port. */
+        set_bound_listen(srv, port);
+        rc = start_controller(srv, err);
+        if (rc != E_OK) {
+            http_stop(srv->daemon, srv);
+            srv->daemon = NULL;
+        }
     }
     free(db);
     if (rc != E_OK) {
@@ -458,7 +540,6 @@ static int start_all(struct server *srv, struct err *err)
         srv->store = NULL;
         return rc;
     }
-    set_bound_listen(srv, port);
     return E_OK;
 }
 

@@ -51,6 +51,9 @@ struct server_config {
     char *github_min_fix;         /* permission tiers */
     char *github_min_budget;
     char *notifier_min_interval;  /* seconds between spend-only sticky edits */
+    char *sandbox_user;           /* local sandboxes' host user; NULL: SPEC §2 default */
+    char *sandbox_memory, *sandbox_pids, *sandbox_cpus; /* per-sandbox limits */
+    char *agent_cmd, *verify_cmd; /* the runner's commands; NULL: none */
 };
 
 struct MHD_Daemon;
@@ -73,6 +76,9 @@ struct server {
     enum scm_level min_fix;        /* permission tiers of the bot */
     enum scm_level min_budget;
     int64_t notifier_min_interval_ms;
+    int64_t sandbox_memory;        /* bytes, 0: none */
+    int64_t sandbox_pids;          /* 0: none */
+    int64_t sandbox_cpus_milli;    /* 1000 = one CPU, 0: none */
     atomic_bool shutting_down;     /* set on SIGTERM: watch streams end */
     struct http_guard *guard;      /* owned by http_start/http_stop */
     struct MHD_Daemon *daemon;     /* owned; the running HTTP server */

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "controller/controller.h"
+#include "controller/sandbox.h"
 #include "tests/t_check.h"
 
 static struct task_view view(enum task_phase p, bool suspended)
@@ -40,10 +41,63 @@ TEST(decide_table)
     };
     for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
         struct task_view v = view(cases[i].phase, cases[i].suspended);
-        enum controller_action a =
-            controller_decide(&v, cases[i].token_active, cases[i].can_run, cases[i].noted);
+        struct controller_observed o = {.token_active = cases[i].token_active,
+                                        .can_run = cases[i].can_run,
+                                        .waiting_noted = cases[i].noted};
+        enum controller_action a = controller_decide(&v, &o);
         if (a != cases[i].want) {
             t_fail(__FILE__, __LINE__, "case %zu: got %d want %d", i, a, cases[i].want);
+        }
+    }
+}
+
+/* With a sandbox provider: one row per phase and observed sandbox state. */
+TEST(decide_sandbox_table)
+{
+    enum { A = SANDBOX_ABSENT, R = SANDBOX_RUNNING, P = SANDBOX_PAUSED, X = SANDBOX_EXITED };
+    static const struct {
+        enum task_phase phase;
+        bool suspended, token_active, can_run, timed_out, ws;
+        int sandbox, code;
+        enum controller_action want;
+    } cases[] = {
+        {TASK_PENDING, false, false, true, false, false, A, 0, CONTROLLER_PROVISION},
+        {TASK_PENDING, false, false, false, false, false, A, 0, CONTROLLER_FAIL_SANDBOX},
+        {TASK_PENDING, true, false, true, false, false, A, 0, CONTROLLER_PAUSE},
+        {TASK_PROVISIONING, false, false, true, false, true, A, 0, CONTROLLER_PROVISION},
+        {TASK_ACTIVE, false, true, true, false, true, R, 0, CONTROLLER_NOTHING},
+        {TASK_ACTIVE, false, true, true, true, true, R, 0, CONTROLLER_TIMEOUT},
+        {TASK_ACTIVE, false, true, true, false, true, X, 0, CONTROLLER_COMPLETE},
+        {TASK_ACTIVE, false, true, true, false, true, X, 2, CONTROLLER_FAIL_RUNNER},
+        {TASK_ACTIVE, false, true, true, false, true, A, 0, CONTROLLER_RESTART},
+        {TASK_ACTIVE, false, true, true, false, false, A, 0, CONTROLLER_FAIL_SANDBOX},
+        {TASK_ACTIVE, false, true, false, false, true, A, 0, CONTROLLER_FAIL_SANDBOX},
+        {TASK_ACTIVE, true, true, true, false, true, R, 0, CONTROLLER_PAUSE},
+        {TASK_PAUSING, true, true, true, false, true, R, 0, CONTROLLER_PAUSE},
+        {TASK_PAUSED, true, false, true, false, true, P, 0, CONTROLLER_NOTHING},
+        {TASK_PAUSED, true, true, true, false, true, R, 0, CONTROLLER_PAUSE},
+        {TASK_PAUSED, true, false, true, false, true, X, 0, CONTROLLER_NOTHING},
+        {TASK_PAUSED, false, false, true, false, true, P, 0, CONTROLLER_THAW},
+        {TASK_PAUSED, false, false, true, false, true, X, 0, CONTROLLER_RESUME_START},
+        {TASK_PAUSED, false, false, true, false, true, A, 0, CONTROLLER_RESUME_START},
+        {TASK_PAUSED, false, false, true, false, false, A, 0, CONTROLLER_FAIL_SANDBOX},
+        {TASK_COMPLETED, false, true, true, false, true, A, 0, CONTROLLER_REVOKE},
+        {TASK_FAILED, false, false, true, false, true, X, 1, CONTROLLER_STOP},
+        {TASK_FAILED, false, false, true, false, true, A, 0, CONTROLLER_NOTHING},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        struct task_view v = view(cases[i].phase, cases[i].suspended);
+        struct controller_observed o = {.token_active = cases[i].token_active,
+                                        .runs_sandboxes = true,
+                                        .can_run = cases[i].can_run,
+                                        .timed_out = cases[i].timed_out,
+                                        .workspace_exists = cases[i].ws,
+                                        .sandbox = cases[i].sandbox,
+                                        .exit_code = cases[i].code};
+        enum controller_action a = controller_decide(&v, &o);
+        if (a != cases[i].want) {
+            t_fail(__FILE__, __LINE__, "case %zu: got %s want %s", i, controller_action_name(a),
+                   controller_action_name(cases[i].want));
         }
     }
 }

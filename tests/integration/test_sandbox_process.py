@@ -1,0 +1,129 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The controller with `--sandbox-provider process` and a fake runner (DIVERGE_RUNNER_PATH):
+provision from a file:// bare repo, runner exit 0 → the server pushes the working branch
+→ Completed; pause freezes and resume thaws; timeout; runner failure; delete; kill -9 of
+serve mid-run → restarted on the same workspace; the mirror is reused by a second task."""
+import os
+import shutil
+import signal
+import tempfile
+
+from harness import API, Server, run_tests
+from sandbox_helpers import (FAKE_RUNNER, bare_repo, create, get, git, group_members,
+                             leader_pid, patch, proc_state, task, task_log, wait_log,
+                             wait_phase, wait_until)
+
+
+def server(agent_cmd, data_dir=None):
+    return Server(args=["--sandbox-provider", "process", "--agent-cmd", agent_cmd],
+                  env={"DIVERGE_RUNNER_PATH": FAKE_RUNNER}, data_dir=data_dir)
+
+
+def test_complete_pushes_working_branch():
+    repo = bare_repo()
+    with server("echo fixed > fixed.txt") as srv:
+        create(srv, task("t1", "file://" + repo))
+        body = wait_phase(srv, "t1", ("Completed", "Failed"))
+        log = task_log(srv, "t1")
+        assert body["status"]["phase"] == "Completed", (body["status"], log)
+        assert body["status"]["completionTime"]
+        assert "[diverge] provisioned" in log and "pushed refs/heads/agent/t1" in log, log
+        assert "fake runner: meter 1 -> 200" in log, log
+        assert "NO ISOLATION" in log
+        assert git("--git-dir", repo, "show", "agent/t1:fixed.txt") == "fixed\n"
+        msg = git("--git-dir", repo, "log", "-1", "--format=%s", "agent/t1")
+        assert msg.strip() == "fix(t1): fix the thing", msg
+        # main untouched
+        assert git("--git-dir", repo, "log", "--format=%s", "main").strip() == "initial"
+        # A second task on the same repository reuses the mirror.
+        create(srv, task("t2", "file://" + repo))
+        wait_phase(srv, "t2", "Completed")
+        assert "repository mirror fetched (reused)" in task_log(srv, "t2")
+        assert len(os.listdir(os.path.join(srv.data_dir, "mirrors"))) == 1
+        # The token is revoked once finished.
+        st, _, _ = srv.request("GET", API + "/namespaces/default/agenttasks/t1/token")
+        assert st in (200, 404, 409, 410), st
+    shutil.rmtree(os.path.dirname(repo), ignore_errors=True)
+
+
+def test_runner_failure_and_push_refusal():
+    repo = bare_repo()
+    with server("exit 3") as srv:
+        create(srv, task("f1", "file://" + repo))
+        body = wait_phase(srv, "f1", ("Completed", "Failed"))
+        assert body["status"]["phase"] == "Failed", body["status"]
+        assert body["status"]["reason"] == "RunnerFailed", body["status"]
+    with server("echo x > x.txt") as srv:
+        # workingBranch == baseBranch on a task not made from a PR comment: refused.
+        create(srv, task("f2", "file://" + repo,
+                         repository={"url": "file://" + repo, "workingBranch": "main"}))
+        body = wait_phase(srv, "f2", ("Completed", "Failed"))
+        assert body["status"]["phase"] == "Failed", body["status"]
+        assert "refusing to push" in task_log(srv, "f2")
+        assert git("--git-dir", repo, "log", "--format=%s", "main").strip() == "initial"
+    shutil.rmtree(os.path.dirname(repo), ignore_errors=True)
+
+
+def test_pause_freezes_resume_thaws_delete_stops():
+    with server("sleep 300") as srv:
+        create(srv, task("p1"))
+        wait_phase(srv, "p1", "Active")
+        wait_log(srv, "p1", "fake runner: meter 1 -> 200")
+        pid = wait_until(lambda: leader_pid(srv, "p1"), what="leader pid")
+        patch(srv, "p1", {"suspended": True})
+        wait_phase(srv, "p1", "Paused")
+        wait_until(lambda: all(s == "T" for _, s in group_members(pid)) and group_members(pid),
+                   what="every process stopped")
+        assert "paused (every process frozen" in task_log(srv, "p1")
+        patch(srv, "p1", {"suspended": False})
+        wait_phase(srv, "p1", "Active")
+        wait_until(lambda: all(s != "T" for _, s in group_members(pid)), what="thawed")
+        assert "resumed (thawed, fresh token)" in task_log(srv, "p1")
+        st, _, _ = srv.request("DELETE", API + "/namespaces/default/agenttasks/p1")
+        assert st == 200, st
+        wait_until(lambda: not group_members(pid), what="sandbox gone after delete")
+
+
+def test_timeout_kills_everything():
+    with server("sleep 300") as srv:
+        create(srv, task("to", sandbox={"timeoutSeconds": 2}))
+        wait_phase(srv, "to", "Active")
+        pid = wait_until(lambda: leader_pid(srv, "to"), what="leader pid")
+        body = wait_phase(srv, "to", ("Failed", "Completed"), timeout=30)
+        assert body["status"]["reason"] == "Timeout", body["status"]
+        assert not group_members(pid)
+        assert "timeout: sandbox.timeoutSeconds 2 passed" in task_log(srv, "to")
+
+
+def test_restart_after_kill9_continues():
+    repo = bare_repo()
+    ctl = tempfile.mkdtemp(prefix="diverge-ctl-")
+    cmd = "while [ ! -f %s/go ]; do sleep 0.1; done; echo done > done.txt" % ctl
+    srv = server(cmd).start()
+    try:
+        create(srv, task("r1", "file://" + repo))
+        wait_phase(srv, "r1", "Active")
+        wait_log(srv, "r1", "fake runner: meter 1 -> 200")
+        old = leader_pid(srv, "r1")
+        srv.kill()
+        srv2 = server(cmd, data_dir=srv.data_dir).start()
+        try:
+            wait_log(srv2, "r1", "restarted after server restart")
+            assert not group_members(old), "the old runner was left running"
+            open(os.path.join(ctl, "go"), "w").close()
+            body = wait_phase(srv2, "r1", ("Completed", "Failed"))
+            assert body["status"]["phase"] == "Completed", (body["status"], task_log(srv2, "r1"))
+            assert git("--git-dir", repo, "show", "agent/r1:done.txt") == "done\n"
+        finally:
+            srv2.cleanup()
+    finally:
+        srv.cleanup()
+        shutil.rmtree(srv.data_dir, ignore_errors=True)
+        shutil.rmtree(ctl, ignore_errors=True)
+        shutil.rmtree(os.path.dirname(repo), ignore_errors=True)
+
+
+if __name__ == "__main__":
+    run_tests([test_complete_pushes_working_branch, test_runner_failure_and_push_refusal,
+               test_pause_freezes_resume_thaws_delete_stops, test_timeout_kills_everything,
+               test_restart_after_kill9_continues])
