@@ -28,12 +28,34 @@ static int chown_one(const char *path, const struct stat *sb, int flag, struct F
     return lchown(path, g_chown_uid, g_chown_gid) == 0 ? 0 : -1;
 }
 
+/* Lets the sandbox user's group search (not list, not read) the directories from the
+ * data dir down to PATH's parent: bubblewrap, running as that user, resolves the bind
+ * sources by name. Files keep their owner-only modes. */
+static void reach(struct controller *c, const char *path)
+{
+    size_t base = strlen(c->data_dir);
+    char *p = xstrdup(path);
+
+    for (size_t i = base; p[i] != '\0'; i++) {
+        if (p[i] == '/' || i == base) {
+            char save = p[i];
+            p[i] = '\0';
+            if (chown(p, (uid_t)-1, c->sandbox_gid) == 0) {
+                (void)chmod(p, 0710);
+            }
+            p[i] = save;
+        }
+    }
+    free(p);
+}
+
 /* Gives PATH (recursively) to the sandbox user when the server runs as root. */
 static int give(struct controller *c, const char *path, struct err *err)
 {
     if (!c->chown_files) {
         return E_OK;
     }
+    reach(c, path);
     g_chown_uid = c->sandbox_uid;
     g_chown_gid = c->sandbox_gid;
     if (nftw(path, chown_one, 16, FTW_PHYS) != 0) {
@@ -139,6 +161,9 @@ static int prepare(struct controller *c, struct reconcile *r, struct paths *p, s
     }
     if (rc == E_OK) {
         rc = give(c, p->token_dir, err);
+    }
+    if (rc == E_OK && p->mirror != NULL) {
+        rc = give(c, p->mirror, err);
     }
     return rc;
 }

@@ -1,0 +1,74 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The local (bubblewrap) provider with the fake runner: isolation checked from inside the
+sandbox (not root, cannot read /root or the data dir's root key, cannot reach the
+server's TCP port, cannot make a user namespace), the working branch pushed from staging,
+pause by freezing. Skipped with a message when bubblewrap or user namespaces are missing."""
+import os
+import shutil
+import subprocess
+import sys
+
+from harness import Server, run_tests
+from sandbox_helpers import (FAKE_RUNNER, bare_repo, create, git, patch, task, task_log,
+                             wait_log, wait_phase)
+
+CHECKS = ("echo uid=$(id -u); "
+          "if ls /root >/dev/null 2>&1; then echo root=readable; else echo root=denied; fi; "
+          "if cat \"$KEYFILE\" >/dev/null 2>&1; then echo key=readable; else echo key=hidden; fi; "
+          "if curl -s -m 3 -o /dev/null \"$DIVERGE_METER_URL\"; then echo server=reachable; "
+          "else echo server=unreachable; fi; "
+          "if unshare -U true 2>/dev/null; then echo userns=allowed; else echo userns=denied; fi; "
+          "echo isolated > isolated.txt")
+
+
+def usable():
+    if shutil.which("bwrap") is None:
+        return "bubblewrap is not installed"
+    r = subprocess.run(["bwrap", "--unshare-all", "--ro-bind", "/usr", "/usr", "--symlink",
+                        "usr/lib64", "/lib64", "--symlink", "usr/lib", "/lib", "--", "/usr/bin/true"],
+                       capture_output=True)
+    if r.returncode != 0:
+        return "bubblewrap cannot create namespaces here: " + r.stderr.decode(errors="replace")
+    return None
+
+
+def test_isolation_from_inside():
+    repo = bare_repo()
+    os.chmod(os.path.dirname(repo), 0o755)
+    srv = Server(args=["--sandbox-provider", "local", "--agent-cmd", CHECKS],
+                 env={"DIVERGE_RUNNER_PATH": FAKE_RUNNER})
+    srv.env["KEYFILE"] = os.path.join(srv.data_dir, "macaroon-root-key")
+    with srv:
+        create(srv, task("iso", "file://" + repo))
+        body = wait_phase(srv, "iso", ("Completed", "Failed"), timeout=60)
+        log = task_log(srv, "iso")
+        assert body["status"]["phase"] == "Completed", (body["status"], log)
+        assert "sandbox local (bubblewrap)" in log, log
+        uid = [l for l in log.splitlines() if " uid=" in l]
+        assert uid and not uid[0].endswith("uid=0"), log
+        for want in ("root=denied", "key=hidden", "server=unreachable", "userns=denied"):
+            assert want in log, (want, log)
+        assert git("--git-dir", repo, "show", "agent/iso:isolated.txt") == "isolated\n"
+    shutil.rmtree(os.path.dirname(repo), ignore_errors=True)
+
+
+def test_pause_freezes():
+    with Server(args=["--sandbox-provider", "local", "--agent-cmd", "sleep 300"],
+                env={"DIVERGE_RUNNER_PATH": FAKE_RUNNER}) as srv:
+        create(srv, task("fz"))
+        wait_phase(srv, "fz", "Active")
+        wait_log(srv, "fz", "fake runner: meter")
+        patch(srv, "fz", {"suspended": True})
+        wait_phase(srv, "fz", "Paused")
+        assert "every process frozen" in task_log(srv, "fz"), task_log(srv, "fz")
+        patch(srv, "fz", {"suspended": False})
+        wait_phase(srv, "fz", "Active")
+        wait_log(srv, "fz", "resumed (thawed")
+
+
+if __name__ == "__main__":
+    why = usable()
+    if why:
+        print("SKIP test_sandbox_local: " + why)
+        sys.exit(0)
+    run_tests([test_isolation_from_inside, test_pause_freezes])
