@@ -66,6 +66,7 @@ static const struct route g_routes[] = {
      "tasks.status.patch", AUTH_ADMIN},
     {"PUT", API_PREFIX "/namespaces/*/agenttasks/*/status", api_task_status_put,
      "tasks.status.update", AUTH_ADMIN},
+    {"GET", API_PREFIX "/namespaces/*/agenttasks/*/log", api_task_log, "tasks.log", AUTH_ADMIN},
     {"GET", API_PREFIX "/namespaces/*/agenttasks/*/token", api_task_token, "tasks.token",
      AUTH_ADMIN},
     {"POST", "/api/v1/agenttask/meter", api_meter, "meter", AUTH_NONE},

@@ -140,6 +140,7 @@ int api_task_status_get(struct request *r);
 int api_task_status_patch(struct request *r);
 int api_task_status_put(struct request *r);
 int api_task_token(struct request *r);
+int api_task_log(struct request *r);
 int api_meter(struct request *r);
 int api_webhook_github(struct request *r);
 /* Runs when the headers of a GitHub delivery are in, before any body byte is read:

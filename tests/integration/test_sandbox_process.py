@@ -4,11 +4,13 @@ provision from a file:// bare repo, runner exit 0 → the server pushes the work
 → Completed; pause freezes and resume thaws; timeout; runner failure; delete; kill -9 of
 serve mid-run → restarted on the same workspace; the mirror is reused by a second task."""
 import os
+import re
 import shutil
-import signal
+import subprocess
 import tempfile
+import time
 
-from harness import API, Server, run_tests
+from harness import API, DIVERGE_BIN, Server, run_tests
 from sandbox_helpers import (FAKE_RUNNER, bare_repo, create, get, git, group_members,
                              leader_pid, patch, proc_state, task, task_log, wait_log,
                              wait_phase, wait_until)
@@ -123,7 +125,44 @@ def test_restart_after_kill9_continues():
         shutil.rmtree(os.path.dirname(repo), ignore_errors=True)
 
 
+def test_log_endpoint_and_cli_follow():
+    ctl = tempfile.mkdtemp(prefix="diverge-ctl-")
+    cmd = "echo agent-line-1; while [ ! -f %s/go ]; do sleep 0.1; done; echo agent-line-2" % ctl
+    with server(cmd) as srv:
+        create(srv, task("lg"))
+        wait_log(srv, "lg", "agent-line-1")
+        path = API + "/namespaces/default/agenttasks/lg/log"
+        st, hdrs, text = srv.request("GET", path)
+        assert st == 200 and hdrs["content-type"].startswith("text/plain"), (st, hdrs)
+        assert "agent-line-1" in text and "[diverge] provisioned" in text, text
+        # Every line starts with an RFC 3339 time.
+        for line in text.splitlines():
+            assert re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ ", line), line
+        st, _, tail = srv.request("GET", path + "?sinceBytes=%d" % (len(text.encode()) - 5))
+        assert st == 200 and tail == text[-5:], (tail, text[-5:])
+        st, _, _ = srv.request("GET", path + "?sinceBytes=-1")
+        assert st == 400
+        st, _, _ = srv.request("GET", API + "/namespaces/default/agenttasks/nope/log")
+        assert st == 404
+        st, _, _ = srv.request("GET", path, auth=False)
+        assert st == 401
+        # diverge task logs -f streams until the task finishes.
+        env = dict(os.environ, DIVERGE_SERVER=srv.url, DIVERGE_API_TOKEN=srv.token)
+        proc = subprocess.Popen([DIVERGE_BIN, "task", "logs", "lg", "-f"], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(0.3)
+        assert proc.poll() is None, "follow ended while the task runs"
+        open(os.path.join(ctl, "go"), "w").close()
+        out, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0, (proc.returncode, err)
+        assert "agent-line-1" in out and "agent-line-2" in out, out
+        assert get(srv, "lg")["status"]["phase"] == "Completed"
+        r = srv.cli("task", "logs", "lg")
+        assert r.returncode == 0 and "agent-line-2" in r.stdout, r
+    shutil.rmtree(ctl, ignore_errors=True)
+
+
 if __name__ == "__main__":
     run_tests([test_complete_pushes_working_branch, test_runner_failure_and_push_refusal,
                test_pause_freezes_resume_thaws_delete_stops, test_timeout_kills_everything,
-               test_restart_after_kill9_continues])
+               test_restart_after_kill9_continues, test_log_endpoint_and_cli_follow])
