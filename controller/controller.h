@@ -8,6 +8,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stddef.h>
 
 #include "common/clock.h"
 #include "common/err.h"
@@ -75,6 +76,16 @@ const char *controller_action_name(enum controller_action a);
 
 /* Path of the task log <data-dir>/logs/<ns>/<task>.log: new string, caller frees. */
 char *controller_log_path(const char *data_dir, const char *ns, const char *name);
+/* Appends TEXT[0..len) to the task log at PATH as one line with the RFC 3339 time in
+ * front (control characters replaced). When the file would pass CAP bytes (0:
+ * CONTROLLER_LOG_CAP) its oldest part is dropped first and a line says so. Thread-safe. */
+void controller_log_write(const char *path, size_t cap, const char *text, size_t len);
+
+/* Whether the server may push WORKING to the remote: a plain branch name, and never the
+ * base branch unless the task was made from a PR comment (FROM_SCM: the working branch
+ * is the PR head). */
+bool controller_push_allowed(const char *working, const char *base, bool from_scm);
+
 /* Why sandboxes cannot run here (with the fix), or NULL: borrowed from C. */
 const char *controller_sandbox_problem(const struct controller *c);
 

@@ -90,9 +90,6 @@ void controller_destroy(struct controller *c);
 /* mkdir -p of PATH's parent directories (and PATH itself when LAST), mode 0700. */
 int controller_mkdirs(const char *path, bool last);
 
-/* Task log (tasklog.c): appends TEXT[0..len) as one line with the time in front; CAP 0
- * is CONTROLLER_LOG_CAP. Thread-safe. */
-void controller_log_write(const char *path, size_t cap, const char *text, size_t len);
 void controller_log_event(const char *path, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
@@ -103,8 +100,6 @@ int controller_mirror(char **out, const char *data_dir, const char *url, const c
                       bool *fetched_out, struct err *err);
 /* Creates the staging bare repository PATH unless it exists. */
 int controller_staging(const char *path, const char *log_path, struct err *err);
-/* Whether the server may push WORKING (never the base branch unless FROM_SCM). */
-bool controller_push_allowed(const char *working, const char *base, bool from_scm);
 /* Pushes refs/heads/WORKING from STAGING to URL, never forced. */
 int controller_push(const char *staging, const char *url, const char *working,
                     const char *log_path, struct err *err);

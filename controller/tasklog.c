@@ -111,7 +111,7 @@ void controller_log_write(const char *path, size_t cap, const char *text, size_t
     clean(line + strlen(ts) + 1, len);
     pthread_mutex_lock(&g_log_lock);
     if (controller_mkdirs(path, false) == 0) {
-        fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+        fd = open(path, O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
         if (fd >= 0 && fstat(fd, &st) == 0 && (size_t)st.st_size + n > cap) {
             int cut = drop_oldest(fd, path, cap, st.st_size);
             close(fd);

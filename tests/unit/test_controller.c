@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests of controller/: the pure phase/token decision, and one reconcile pass on the
  * real SQLite store (":memory:") minting, pausing and re-minting tokens. */
+#include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "controller/controller.h"
@@ -100,6 +102,60 @@ TEST(decide_sandbox_table)
                    controller_action_name(cases[i].want));
         }
     }
+}
+
+TEST(push_allowed)
+{
+    CHECK(controller_push_allowed("agent/t", "main", false));
+    CHECK(!controller_push_allowed("main", "main", false));
+    CHECK(controller_push_allowed("main", "main", true)); /* PR head from a comment */
+    CHECK(!controller_push_allowed("-f", "main", false));
+    CHECK(!controller_push_allowed("a..b", "main", false));
+    CHECK(!controller_push_allowed("a:b", "main", false));
+    CHECK(!controller_push_allowed("", "main", false));
+    CHECK(!controller_push_allowed(NULL, "main", false));
+}
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    char *buf = xcalloc(1, 1 << 16);
+    if (f != NULL) {
+        (void)!fread(buf, 1, (1 << 16) - 1, f);
+        fclose(f);
+    }
+    return buf;
+}
+
+/* The log keeps under its cap by dropping its oldest part, says so, and stays line-aligned
+ * with a time in front of every line; control characters cannot forge lines. */
+TEST(task_log_cap)
+{
+    char dir[] = "/tmp/diverge-log-XXXXXX";
+    char *path = xasprintf("%s/logs/ns/t.log", mkdtemp(dir));
+    char line[64];
+    struct stat st;
+
+    for (int i = 0; i < 200; i++) {
+        int n = snprintf(line, sizeof(line), "line %03d of the runner", i);
+        controller_log_write(path, 2048, line, (size_t)n);
+        CHECK(stat(path, &st) == 0 && st.st_size <= 2048);
+    }
+    char *text = slurp(path);
+    CHECK(strstr(text, "older bytes dropped (log cap 2048)") != NULL);
+    CHECK(strstr(text, "line 199 of the runner\n") != NULL);
+    CHECK(strstr(text, "line 000 ") == NULL);
+    for (char *l = text; *l != '\0'; l = strchr(l, '\n') + 1) {
+        CHECK(strlen(l) > 21 && l[4] == '-' && l[10] == 'T' && l[19] == 'Z');
+    }
+    free(text);
+    const char *evil = "evil\n2026-01-01T00:00:00Z forged\x1b[2J";
+    controller_log_write(path, 0, evil, strlen(evil));
+    text = slurp(path);
+    CHECK(strstr(text, "evil?2026-01-01T00:00:00Z forged?[2J\n") != NULL);
+    free(text);
+    unlink(path);
+    free(path);
 }
 
 static json_t *phase_of(struct task_store *st, const char *name, const char *field)
