@@ -8,9 +8,9 @@ import shutil
 import subprocess
 import sys
 
-from harness import Server, run_tests
+from harness import API, Server, run_tests
 from sandbox_helpers import (FAKE_RUNNER, bare_repo, create, git, patch, task, task_log,
-                             wait_log, wait_phase)
+                             wait_log, wait_phase, wait_until)
 
 CHECKS = ("echo uid=$(id -u); "
           "if ls /root >/dev/null 2>&1; then echo root=readable; else echo root=denied; fi; "
@@ -52,18 +52,62 @@ def test_isolation_from_inside():
     shutil.rmtree(os.path.dirname(repo), ignore_errors=True)
 
 
-def test_pause_freezes():
-    with Server(args=["--sandbox-provider", "local", "--agent-cmd", "sleep 300"],
+def cgroup_dirs(name):
+    """(freezer dir, pids dir, v2) of the task's cgroups, or None without them."""
+    if os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+        d = "/sys/fs/cgroup/diverge/default." + name
+        return d, d, True
+    return ("/sys/fs/cgroup/freezer/diverge/default." + name,
+            "/sys/fs/cgroup/pids/diverge/default." + name, False)
+
+
+def read(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def test_pause_freezes_setsid_and_fork_bomb():
+    # A child that left the session and a fork bomb capped by the pids limit.
+    cmd = ("setsid sleep 300 & (i=0; while [ $i -lt 100 ]; do sleep 300 & i=$((i+1)); done) "
+           "2>/dev/null; echo bombed; exec sleep 300")
+    with Server(args=["--sandbox-provider", "local", "--agent-cmd", cmd, "--sandbox-pids", "40"],
                 env={"DIVERGE_RUNNER_PATH": FAKE_RUNNER}) as srv:
         create(srv, task("fz"))
         wait_phase(srv, "fz", "Active")
-        wait_log(srv, "fz", "fake runner: meter")
+        wait_log(srv, "fz", "bombed")
+        freezer, pids, v2 = cgroup_dirs("fz")
+        cg = os.geteuid() == 0 and os.path.isdir(freezer)
+        if cg:
+            assert int(read(os.path.join(pids, "pids.current")) or 0) <= 40
+            assert "pids limited" in task_log(srv, "fz"), task_log(srv, "fz")
         patch(srv, "fz", {"suspended": True})
         wait_phase(srv, "fz", "Paused")
         assert "every process frozen" in task_log(srv, "fz"), task_log(srv, "fz")
+        if cg:
+            if v2:
+                assert "frozen 1" in read(os.path.join(freezer, "cgroup.events"))
+            else:
+                assert read(os.path.join(freezer, "freezer.state")).strip() == "FROZEN"
+            procs = read(os.path.join(freezer, "cgroup.procs")).split()
+            # The setsid'd sleep is in the frozen cgroup too.
+            sids = set()
+            for p in procs:
+                stat = read("/proc/%s/stat" % p)
+                if stat:
+                    sids.add(stat.rsplit(")", 1)[1].split()[3])
+            assert len(sids) >= 2, sids
         patch(srv, "fz", {"suspended": False})
         wait_phase(srv, "fz", "Active")
         wait_log(srv, "fz", "resumed (thawed")
+        if cg:
+            assert read(os.path.join(freezer, "freezer.state")).strip() in ("THAWED", "") or v2
+        st, _, _ = srv.request("DELETE", API + "/namespaces/default/agenttasks/fz")
+        assert st == 200
+        if cg:
+            wait_until(lambda: not os.path.exists(freezer), what="cgroup removed")
 
 
 if __name__ == "__main__":
@@ -71,4 +115,4 @@ if __name__ == "__main__":
     if why:
         print("SKIP test_sandbox_local: " + why)
         sys.exit(0)
-    run_tests([test_isolation_from_inside, test_pause_freezes])
+    run_tests([test_isolation_from_inside, test_pause_freezes_setsid_and_fork_bomb])
