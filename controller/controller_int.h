@@ -70,6 +70,10 @@ struct reconcile {
  * left in R->fail_reason/fail_msg. */
 void controller_execute(struct controller *c, struct reconcile *r);
 
+/* Removes a deleted task's workspace, staging repo, state dir, token dir and paused-time
+ * record (its log stays). */
+void controller_forget_task(struct controller *c, const char *ns, const char *name);
+
 /* Whether A ends the task (Completed or Failed). */
 bool controller_finishes(enum controller_action a);
 

@@ -64,6 +64,31 @@ static int give(struct controller *c, const char *path, struct err *err)
     return E_OK;
 }
 
+static int remove_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    (void)remove(path);
+    return 0;
+}
+
+void controller_forget_task(struct controller *c, const char *ns, const char *name)
+{
+    char *dirs[] = {
+        xasprintf("%s/workspaces/%s/%s", c->data_dir, ns, name),
+        xasprintf("%s/staging/%s/%s.git", c->data_dir, ns, name),
+        xasprintf("%s/state/%s/%s", c->data_dir, ns, name),
+        xasprintf("%s/tokens/%s/%s", c->data_dir, ns, name),
+        xasprintf("%s/run/%s.%s.pause", c->data_dir, ns, name),
+    };
+
+    for (size_t i = 0; i < ARRAY_LEN(dirs); i++) {
+        (void)nftw(dirs[i], remove_one, 16, FTW_DEPTH | FTW_PHYS);
+        free(dirs[i]);
+    }
+}
+
 struct paths {
     char *workspace, *token_dir, *staging, *state, *mirror, *log;
 };

@@ -39,6 +39,7 @@ static void apply(const struct task_event *ev, void *userdata)
         pthread_mutex_lock(&c->lock);
         controller_timer_set(c, ev->ns, ev->name, 0);
         sandbox_stop(c->sandboxes, ev->ns, ev->name);
+        controller_forget_task(c, ev->ns, ev->name); /* a new task of that name starts clean */
         pthread_mutex_unlock(&c->lock);
         controller_log_event(log, "[diverge] task deleted: sandbox stopped");
         free(log);
@@ -123,8 +124,10 @@ int controller_new(struct controller **out, struct task_store *store,
 void controller_free(struct controller *c)
 {
     if (c != NULL) {
-        store_worker_stop(c->worker); /* no reconcile runs past this line */
+        /* First: no reconcile may read a sandbox killed by the shutdown as a failure. */
+        atomic_store(&c->stopping, true);
         controller_tick_stop(c);
+        store_worker_stop(c->worker); /* no reconcile runs past this line */
         /* Sandboxes die with the server (SPEC §9); the next one restarts them. */
         sandbox_provider_free(c->sandboxes);
         c->sandboxes = NULL;

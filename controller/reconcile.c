@@ -255,6 +255,11 @@ int controller_reconcile(struct controller *c, const char *ns, const char *name,
     int rc;
 
     pthread_mutex_lock(&c->lock);
+    if (atomic_load(&c->stopping)) {
+        /* Shutting down: sandboxes die with the server and must not read as failures. */
+        pthread_mutex_unlock(&c->lock);
+        return E_OK;
+    }
     rc = task_store_txn(c->store, reconcile_txn, &r, err);
     if (rc == E_OK && r.action == CONTROLLER_ACTIVATE) {
         rc = controller_write_token_file(c, ns, name, r.token, err);

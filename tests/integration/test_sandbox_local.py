@@ -110,9 +110,38 @@ def test_pause_freezes_setsid_and_fork_bomb():
             wait_until(lambda: not os.path.exists(freezer), what="cgroup removed")
 
 
+def test_restart_after_kill9():
+    # The first runner marks the workspace and waits; the one started after the restart
+    # finds the mark (same workspace) and finishes.
+    cmd = "if [ -f restarted ]; then exit 0; fi; touch restarted; exec sleep 300"
+    args = ["--sandbox-provider", "local", "--agent-cmd", cmd]
+    env = {"DIVERGE_RUNNER_PATH": FAKE_RUNNER}
+    srv = Server(args=args, env=env).start()
+    try:
+        create(srv, task("rs"))
+        wait_phase(srv, "rs", "Active")
+        wait_log(srv, "rs", "fake runner: meter")
+        freezer, _, _ = cgroup_dirs("rs")
+        srv.kill()
+        srv2 = Server(args=args, env=env, data_dir=srv.data_dir).start()
+        try:
+            body = wait_phase(srv2, "rs", ("Completed", "Failed"), timeout=60)
+            log = task_log(srv2, "rs")
+            assert "restarted after server restart" in log, log
+            assert body["status"]["phase"] == "Completed", (body["status"], log)
+            if os.geteuid() == 0 and os.path.isdir(os.path.dirname(freezer)):
+                wait_until(lambda: not os.path.exists(freezer), what="cgroup removed")
+        finally:
+            srv2.cleanup()
+    finally:
+        srv.cleanup()
+        shutil.rmtree(srv.data_dir, ignore_errors=True)
+
+
 if __name__ == "__main__":
     why = usable()
     if why:
         print("SKIP test_sandbox_local: " + why)
         sys.exit(0)
-    run_tests([test_isolation_from_inside, test_pause_freezes_setsid_and_fork_bomb])
+    run_tests([test_isolation_from_inside, test_pause_freezes_setsid_and_fork_bomb,
+               test_restart_after_kill9])

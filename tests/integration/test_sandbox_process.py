@@ -84,6 +84,8 @@ def test_pause_freezes_resume_thaws_delete_stops():
         st, _, _ = srv.request("DELETE", API + "/namespaces/default/agenttasks/p1")
         assert st == 200, st
         wait_until(lambda: not group_members(pid), what="sandbox gone after delete")
+        ws = os.path.join(srv.data_dir, "workspaces", "default", "p1")
+        wait_until(lambda: not os.path.exists(ws), what="workspace removed after delete")
 
 
 def test_timeout_kills_everything():
