@@ -155,7 +155,7 @@ static void args_free(struct argv_b *a)
 }
 
 /* The fixed part of the command line: namespaces, capabilities, the read-only root. */
-static void base_args(struct argv_b *a, const struct local_provider *lp)
+static void base_args(struct argv_b *a, const struct local_provider *lp, bool chdir_ws)
 {
     static const char *const etc[] = {"/etc/ld.so.cache", "/etc/alternatives", "/etc/ssl",
                                       "/etc/ca-certificates", "/etc/localtime",
@@ -198,8 +198,10 @@ static void base_args(struct argv_b *a, const struct local_provider *lp)
     arg(a, "/tmp");
     arg(a, "--dir");
     arg(a, "/diverge");
-    arg(a, "--chdir");
-    arg(a, SANDBOX_IN_WORKSPACE);
+    if (chdir_ws) {
+        arg(a, "--chdir");
+        arg(a, SANDBOX_IN_WORKSPACE);
+    }
 }
 
 /* Opens PATH as an O_PATH descriptor for --bind-fd, adding it to PL's kept ones. */
@@ -233,7 +235,7 @@ static int local_spawn(pid_t *pid_out, const struct sandbox_spec *s, int out_fd,
 
     plan_init(&pl, lp);
     pl.out_fd = out_fd;
-    base_args(&a, lp);
+    base_args(&a, lp, true);
     rc = bind_fd(&a, &pl, fds, &nfds, "--bind-fd", s->workspace, SANDBOX_IN_WORKSPACE, err);
     if (rc == E_OK) {
         rc = bind_fd(&a, &pl, fds, &nfds, "--bind-fd", s->usage_dir, SANDBOX_IN_STATE, err);
@@ -370,10 +372,7 @@ static int probe_bwrap(struct local_provider *lp, struct err *err)
 
     plan_init(&pl, lp);
     pl.out_fd = devnull;
-    base_args(&a, lp);
-    /* --chdir /workspace needs the directory: the probe has none. */
-    a.n -= 2;
-    a.v[a.n] = NULL;
+    base_args(&a, lp, false); /* the probe has no workspace to change to */
     arg(&a, "--");
     arg(&a, "/usr/bin/true");
     pl.argv = a.v;
