@@ -219,7 +219,7 @@ static int cg_freeze(struct sbx *x, void *ctx, struct err *err)
     int rc = E_OK;
 
     if (d == NULL || !put(d, lp->v2 ? "cgroup.freeze" : "freezer.state", lp->v2 ? "1" : "FROZEN")) {
-        kill(-x->pid, SIGSTOP); /* no cgroup: the process group */
+        sbx_signal_tree(x->pid, SIGSTOP); /* no cgroup: every process of the sandbox */
     } else {
         int i;
         for (i = 0; i < 500 && !file_has(state, lp->v2 ? "frozen 1" : "FROZEN"); i++) {
@@ -241,7 +241,7 @@ static int cg_thaw(struct sbx *x, void *ctx, struct err *err)
 
     (void)err;
     if (d == NULL || !put(d, lp->v2 ? "cgroup.freeze" : "freezer.state", lp->v2 ? "0" : "THAWED")) {
-        kill(-x->pid, SIGCONT);
+        sbx_signal_tree(x->pid, SIGCONT);
     }
     free(d);
     return E_OK;

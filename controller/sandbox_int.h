@@ -72,6 +72,9 @@ char *sbx_record_path(const struct sbx_set *set, const char *ns, const char *nam
 /* SIGKILLs every process whose process group is PGID and that started no earlier than
  * the leader did (STARTTIME, /proc/<pid>/stat field 22). */
 void sbx_kill_group(pid_t pgid, unsigned long long starttime);
+/* Sends SIG to ROOT and all its descendants, repeating until the set is stable (the
+ * pause fallback without a cgroup: it reaches into bubblewrap's pid namespace). */
+void sbx_signal_tree(pid_t root, int sig);
 /* /proc/<pid>/stat field 22, 0 when unknown. */
 unsigned long long sbx_starttime(pid_t pid);
 

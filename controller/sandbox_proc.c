@@ -153,6 +153,8 @@ static void kill_rest(struct sbx *x)
         x->set->hooks->kill_rest(x, x->set->ctx);
     }
     if (x->pid > 1) {
+        /* Descendants that left the group (setsid) while the leader still holds them. */
+        sbx_signal_tree(x->pid, SIGKILL);
         kill(-x->pid, SIGKILL);
         kill(-x->pid, SIGCONT);
     }
@@ -363,10 +365,93 @@ int sbx_launch(struct sbx_set *set, const struct sandbox_spec *s, sbx_spawn_fn s
     return E_OK;
 }
 
-/* Sends SIG to every process of X's group until the set of stopped ones is stable. */
+static pid_t ppid_of(pid_t pid)
+{
+    char path[64], buf[1024], *p;
+    ssize_t n;
+    int fd;
+
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        return -1;
+    }
+    n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0) {
+        return -1;
+    }
+    buf[n] = '\0';
+    p = strrchr(buf, ')');
+    p = p != NULL ? strchr(p + 2, ' ') : NULL; /* ") S ppid" */
+    return p != NULL ? (pid_t)strtol(p + 1, NULL, 10) : -1;
+}
+
+#define SBX_TREE_MAX 4096 /* processes of one sandbox signalled by the fallback */
+
+/* Adds to SEEN[*n..] every descendant of SEEN[0..*n) not in it yet, until none is new. */
+static void collect(pid_t *seen, size_t *n)
+{
+    size_t before;
+
+    do {
+        DIR *d = opendir("/proc");
+        struct dirent *e;
+        before = *n;
+        while (d != NULL && (e = readdir(d)) != NULL && *n < SBX_TREE_MAX) {
+            char *end = NULL;
+            long pid = strtol(e->d_name, &end, 10);
+            bool known = false, child = false;
+            if (end == e->d_name || *end != '\0' || pid <= 1) {
+                continue;
+            }
+            for (size_t i = 0; i < *n && !known; i++) {
+                known = seen[i] == (pid_t)pid;
+            }
+            pid_t pp = known ? -1 : ppid_of((pid_t)pid);
+            for (size_t i = 0; i < *n && !child && pp > 0; i++) {
+                child = seen[i] == pp;
+            }
+            if (child) {
+                seen[(*n)++] = (pid_t)pid;
+            }
+        }
+        if (d != NULL) {
+            closedir(d);
+        }
+    } while (*n != before);
+}
+
+/* Sends SIG to ROOT and every descendant (also those that left its session or process
+ * group, e.g. inside bubblewrap's pid namespace). The tree is read before any signal
+ * (a killed parent would hand its children to init) and read again until no new process
+ * shows up; the deepest get the signal first. */
+void sbx_signal_tree(pid_t root, int sig)
+{
+    static pid_t seen[SBX_TREE_MAX];
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    size_t n = 1, done = 0;
+
+    pthread_mutex_lock(&lock);
+    seen[0] = root;
+    for (int round = 0; round < 8; round++) {
+        collect(seen, &n);
+        if (n == done && round > 0) {
+            break;
+        }
+        for (size_t i = n; i > done; i--) {
+            kill(seen[i - 1], sig);
+        }
+        done = n;
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+/* Sends SIG to X's process group and to every descendant of its leader. */
 static void signal_group(struct sbx *x, int sig)
 {
     kill(-x->pid, sig);
+    sbx_signal_tree(x->pid, sig);
 }
 
 int sbx_suspend(struct sbx_set *set, const char *ns, const char *name, struct err *err)
@@ -431,15 +516,18 @@ void sbx_stop(struct sbx_set *set, const char *ns, const char *name)
 {
     struct sbx *x;
 
+    bool paused = false;
+
     pthread_mutex_lock(&set->lock);
     x = find(set, ns, name);
     if (x != NULL) {
         x->stopping = true;
+        paused = x->state == SANDBOX_PAUSED;
         unlink_sbx(set, x);
     }
     pthread_mutex_unlock(&set->lock);
     if (x != NULL) {
-        if (x->state == SANDBOX_PAUSED && set->hooks != NULL && set->hooks->thaw != NULL) {
+        if (paused && set->hooks != NULL && set->hooks->thaw != NULL) {
             (void)set->hooks->thaw(x, set->ctx, NULL); /* frozen tasks die only when thawed */
         }
         finish(x);
@@ -463,15 +551,16 @@ void sbx_set_cleanup(struct sbx_set *set)
     pthread_mutex_lock(&set->lock);
     for (x = set->head; x != NULL; x = x->next) {
         x->stopping = true;
+        /* Frozen processes take SIGKILL only once thawed. */
+        if (x->state == SANDBOX_PAUSED && set->hooks != NULL && set->hooks->thaw != NULL) {
+            (void)set->hooks->thaw(x, set->ctx, NULL);
+        }
     }
     x = set->head;
     set->head = NULL;
     pthread_mutex_unlock(&set->lock);
     while (x != NULL) {
         struct sbx *next = x->next;
-        if (x->state == SANDBOX_PAUSED && set->hooks != NULL && set->hooks->thaw != NULL) {
-            (void)set->hooks->thaw(x, set->ctx, NULL);
-        }
         finish(x);
         x = next;
     }

@@ -66,8 +66,24 @@ def test_runner_failure_and_push_refusal():
     shutil.rmtree(os.path.dirname(repo), ignore_errors=True)
 
 
+def by_cmdline(cmdline):
+    """States of the processes whose command line is CMDLINE (a list)."""
+    want = ("\0".join(cmdline) + "\0").encode()
+    out = []
+    for d in os.listdir("/proc"):
+        try:
+            with open("/proc/%s/cmdline" % d, "rb") as f:
+                if f.read() != want:
+                    continue
+            out.append(proc_state(int(d)))
+        except (OSError, ValueError):
+            continue
+    return [s for s in out if s and s != "Z"]
+
+
 def test_pause_freezes_resume_thaws_delete_stops():
-    with server("sleep 300") as srv:
+    # A child that left the process group and session is frozen and stopped too.
+    with server("setsid sleep 301 & sleep 300") as srv:
         create(srv, task("p1"))
         wait_phase(srv, "p1", "Active")
         wait_log(srv, "p1", "fake runner: meter 1 -> 200")
@@ -77,6 +93,7 @@ def test_pause_freezes_resume_thaws_delete_stops():
         wait_until(lambda: all(s == "T" for _, s in group_members(pid)) and group_members(pid),
                    what="every process stopped")
         assert "paused (every process frozen" in task_log(srv, "p1")
+        assert by_cmdline(["sleep", "301"]) == ["T"], by_cmdline(["sleep", "301"])
         patch(srv, "p1", {"suspended": False})
         wait_phase(srv, "p1", "Active")
         wait_until(lambda: all(s != "T" for _, s in group_members(pid)), what="thawed")
@@ -84,6 +101,7 @@ def test_pause_freezes_resume_thaws_delete_stops():
         st, _, _ = srv.request("DELETE", API + "/namespaces/default/agenttasks/p1")
         assert st == 200, st
         wait_until(lambda: not group_members(pid), what="sandbox gone after delete")
+        wait_until(lambda: not by_cmdline(["sleep", "301"]), what="setsid child gone")
         ws = os.path.join(srv.data_dir, "workspaces", "default", "p1")
         wait_until(lambda: not os.path.exists(ws), what="workspace removed after delete")
 
