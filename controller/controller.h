@@ -31,6 +31,7 @@ struct controller_config {
     int64_t sandbox_cpus_milli;       /* 1000 = one CPU, 0: none */
     size_t log_cap;                   /* task log cap in bytes; 0: CONTROLLER_LOG_CAP */
     bool manual;                      /* no threads: the caller drives controller_reconcile */
+    bool deferred;                    /* no threads until controller_start() */
 };
 
 #define CONTROLLER_LOG_CAP (10u << 20) /* default cap of a task log (SPEC §9) */
@@ -96,6 +97,9 @@ struct controller;
  * with the previous server are started again). */
 int controller_new(struct controller **out, struct task_store *store,
                    const struct controller_config *cfg, struct err *err);
+/* Starts the threads of a controller made with cfg.deferred, giving sandboxes METER_URL
+ * (NULL: the one from the config). E_FAIL when a thread cannot start (then free C). */
+int controller_start(struct controller *c, const char *meter_url, struct err *err);
 /* Stops the threads and every sandbox (they die with the server, SPEC §9); NULL is a
  * no-op. */
 void controller_free(struct controller *c);

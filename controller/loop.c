@@ -105,11 +105,8 @@ int controller_new(struct controller **out, struct task_store *store,
     pthread_cond_init(&c->notes_cond, NULL);
     atomic_init(&c->stopping, false);
     rc = controller_sandboxes_open(c, cfg, err);
-    if (rc == E_OK && !cfg->manual && c->sandboxes != NULL) {
-        rc = controller_tick_start(c, err);
-    }
-    if (rc == E_OK && !cfg->manual) {
-        rc = store_worker_start(&c->worker, store, &feed, c, err);
+    if (rc == E_OK && !cfg->manual && !cfg->deferred) {
+        rc = controller_start(c, NULL, err);
     }
     if (rc != E_OK) {
         controller_tick_stop(c);
@@ -119,6 +116,23 @@ int controller_new(struct controller **out, struct task_store *store,
     }
     *out = c;
     return E_OK;
+}
+
+int controller_start(struct controller *c, const char *meter_url, struct err *err)
+{
+    int rc = E_OK;
+
+    if (meter_url != NULL) {
+        free(c->meter_url);
+        c->meter_url = xstrdup(meter_url);
+    }
+    if (c->sandboxes != NULL) {
+        rc = controller_tick_start(c, err);
+    }
+    if (rc == E_OK) {
+        rc = store_worker_start(&c->worker, c->store, &feed, c, err);
+    }
+    return rc;
 }
 
 void controller_free(struct controller *c)

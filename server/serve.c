@@ -471,16 +471,17 @@ static int wait_for_signal(void)
     return sig;
 }
 
-static int start_controller(struct server *srv, struct err *err)
+/* The controller exists before the HTTP threads read srv->controller; it starts once the
+ * bound port (and so the meter URL sandboxes use) is known. */
+static int new_controller(struct server *srv, struct err *err)
 {
-    char *meter = xasprintf("%s/api/v1/agenttask/meter", srv->base_url);
     struct controller_config cc = {
         .data_dir = srv->cfg.data_dir,
         .root_key = srv->root_key,
         .default_budget_usd = srv->default_budget_usd,
         .default_budget_tokens = srv->default_budget_tokens,
         .sandbox_provider = srv->cfg.sandbox_provider,
-        .meter_url = meter,
+        .deferred = true,
         .agent_cmd = srv->cfg.agent_cmd,
         .verify_cmd = srv->cfg.verify_cmd,
         .sandbox_user = srv->cfg.sandbox_user,
@@ -488,7 +489,13 @@ static int start_controller(struct server *srv, struct err *err)
         .sandbox_pids = srv->sandbox_pids,
         .sandbox_cpus_milli = srv->sandbox_cpus_milli,
     };
-    int rc = controller_new(&srv->controller, srv->store, &cc, err);
+    return controller_new(&srv->controller, srv->store, &cc, err);
+}
+
+static int start_controller(struct server *srv, struct err *err)
+{
+    char *meter = xasprintf("%s/api/v1/agenttask/meter", srv->base_url);
+    int rc = controller_start(srv->controller, meter, err);
 
     free(meter);
     return rc;
@@ -515,6 +522,9 @@ static int start_all(struct server *srv, struct err *err)
     }
     if (rc == E_OK) {
         rc = meter_service_new(&srv->meter, srv->store, srv->root_key, err);
+    }
+    if (rc == E_OK) {
+        rc = new_controller(srv, err);
     }
     if (rc == E_OK) {
         rc = start_scm(srv, err);
