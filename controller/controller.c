@@ -224,6 +224,7 @@ void controller_destroy(struct controller *c)
     free(c->data_dir);
     free(c->provider);
     free(c->meter_url);
+    free(c->meter_socket);
     free(c->runner_path);
     free(c->agent_cmd);
     free(c->verify_cmd);

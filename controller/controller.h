@@ -98,8 +98,10 @@ struct controller;
 int controller_new(struct controller **out, struct task_store *store,
                    const struct controller_config *cfg, struct err *err);
 /* Starts the threads of a controller made with cfg.deferred, giving sandboxes METER_URL
- * (NULL: the one from the config). E_FAIL when a thread cannot start (then free C). */
-int controller_start(struct controller *c, const char *meter_url, struct err *err);
+ * (NULL: the one from the config) and the server's unix socket METER_SOCKET (may be NULL;
+ * made reachable for the sandbox user). E_FAIL when a thread cannot start (then free C). */
+int controller_start(struct controller *c, const char *meter_url, const char *meter_socket,
+                     struct err *err);
 /* Stops the threads and every sandbox (they die with the server, SPEC §9); NULL is a
  * no-op. */
 void controller_free(struct controller *c);

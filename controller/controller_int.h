@@ -30,6 +30,7 @@ struct controller {
     int64_t default_budget_tokens;
     char *provider;                             /* owned: the sandbox provider name */
     char *meter_url, *runner_path;              /* owned */
+    char *meter_socket;                         /* owned: the server's unix socket, or NULL */
     char *agent_cmd, *verify_cmd;               /* owned, may be NULL */
     size_t log_cap;                             /* task log cap */
     struct sandbox_provider *sandboxes;         /* owned; NULL for none/agent-sandbox */
@@ -73,6 +74,10 @@ void controller_execute(struct controller *c, struct reconcile *r);
 /* Removes a deleted task's workspace, staging repo, state dir, token dir and paused-time
  * record (its log stays). */
 void controller_forget_task(struct controller *c, const char *ns, const char *name);
+
+/* Lets the sandbox user connect to the socket PATH (group of the sandbox user, 0660, its
+ * directories searchable by that group) when the server runs as root. */
+void controller_expose_socket(struct controller *c, const char *path);
 
 /* Whether A ends the task (Completed or Failed). */
 bool controller_finishes(enum controller_action a);

@@ -49,6 +49,17 @@ static void reach(struct controller *c, const char *path)
     free(p);
 }
 
+void controller_expose_socket(struct controller *c, const char *path)
+{
+    if (!c->chown_files) {
+        return;
+    }
+    reach(c, path);
+    if (chown(path, (uid_t)-1, c->sandbox_gid) == 0) {
+        (void)chmod(path, 0660);
+    }
+}
+
 /* Gives PATH (recursively) to the sandbox user when the server runs as root. */
 static int give(struct controller *c, const char *path, struct err *err)
 {
@@ -91,6 +102,7 @@ void controller_forget_task(struct controller *c, const char *ns, const char *na
 
 struct paths {
     char *workspace, *token_dir, *staging, *state, *mirror, *log;
+    char *sock_dir; /* the meter socket's directory, or NULL */
 };
 
 static void paths_of(struct paths *p, struct controller *c, const char *ns, const char *name)
@@ -101,6 +113,11 @@ static void paths_of(struct paths *p, struct controller *c, const char *ns, cons
     p->state = xasprintf("%s/state/%s/%s", c->data_dir, ns, name);
     p->mirror = NULL;
     p->log = controller_log_path(c->data_dir, ns, name);
+    p->sock_dir = NULL;
+    if (c->meter_socket != NULL) {
+        p->sock_dir = xstrdup(c->meter_socket);
+        *strrchr(p->sock_dir, '/') = '\0';
+    }
 }
 
 static void paths_cleanup(struct paths *p)
@@ -111,6 +128,7 @@ static void paths_cleanup(struct paths *p)
     free(p->state);
     free(p->mirror);
     free(p->log);
+    free(p->sock_dir);
 }
 
 /* The environment of SPEC §9, with paths as the sandbox sees them. */
@@ -126,6 +144,10 @@ static size_t build_env(char **env, struct controller *c, const struct reconcile
     env[n++] = xasprintf("HOME=%s", state);
     env[n++] = xstrdup("LANG=C.UTF-8");
     env[n++] = xasprintf("DIVERGE_METER_URL=%s", c->meter_url != NULL ? c->meter_url : "");
+    if (c->meter_socket != NULL) {
+        env[n++] = inside ? xstrdup("DIVERGE_METER_SOCKET=" SANDBOX_IN_SOCK_DIR "/meter.sock")
+                          : xasprintf("DIVERGE_METER_SOCKET=%s", c->meter_socket);
+    }
     env[n++] = inside ? xasprintf("DIVERGE_TOKEN_FILE=%s/token", SANDBOX_IN_TOKEN_DIR)
                       : xasprintf("DIVERGE_TOKEN_FILE=%s/token", p->token_dir);
     env[n++] = xasprintf("DIVERGE_TASK_NAME=%s", r->name);
@@ -229,6 +251,7 @@ static void do_start(struct controller *c, struct reconcile *r, enum start_mode 
         s.mirror = p.mirror;
         s.staging = p.staging;
         s.usage_dir = p.state;
+        s.sock_dir = p.sock_dir;
         s.log_path = p.log;
         s.log_cap = c->log_cap;
         for (size_t i = 0; i <= n; i++) {

@@ -106,7 +106,7 @@ int controller_new(struct controller **out, struct task_store *store,
     atomic_init(&c->stopping, false);
     rc = controller_sandboxes_open(c, cfg, err);
     if (rc == E_OK && !cfg->manual && !cfg->deferred) {
-        rc = controller_start(c, NULL, err);
+        rc = controller_start(c, NULL, NULL, err);
     }
     if (rc != E_OK) {
         controller_tick_stop(c);
@@ -118,13 +118,18 @@ int controller_new(struct controller **out, struct task_store *store,
     return E_OK;
 }
 
-int controller_start(struct controller *c, const char *meter_url, struct err *err)
+int controller_start(struct controller *c, const char *meter_url, const char *meter_socket,
+                     struct err *err)
 {
     int rc = E_OK;
 
     if (meter_url != NULL) {
         free(c->meter_url);
         c->meter_url = xstrdup(meter_url);
+    }
+    if (meter_socket != NULL) {
+        c->meter_socket = xstrdup(meter_socket);
+        controller_expose_socket(c, meter_socket);
     }
     if (c->sandboxes != NULL) {
         rc = controller_tick_start(c, err);

@@ -21,6 +21,7 @@
 #define SANDBOX_IN_MIRROR "/diverge/mirror.git"
 #define SANDBOX_IN_STAGING "/diverge/staging.git"
 #define SANDBOX_IN_STATE "/diverge/state"
+#define SANDBOX_IN_SOCK_DIR "/diverge/sock"
 #define SANDBOX_IN_RUNNER "/diverge/bin/diverge-agent-runner"
 
 /* What to start. Every string is borrowed for the call. Paths are host paths. */
@@ -32,6 +33,7 @@ struct sandbox_spec {
     const char *mirror;        /* the repository mirror (read-only inside), or NULL */
     const char *staging;       /* the staging bare repo (writable inside), or NULL */
     const char *usage_dir;     /* per-task state dir outside the git tree, writable */
+    const char *sock_dir;      /* the server's meter socket directory (read-only), or NULL */
     const char *log_path;      /* the task log */
     size_t log_cap;            /* its cap in bytes, 0: CONTROLLER_LOG_CAP */
     const char *env[SANDBOX_ENV_MAX + 1]; /* "KEY=VALUE" as seen inside, NULL-terminated */

@@ -27,7 +27,7 @@
 #include "controller/sandbox_local_int.h"
 
 #define BWRAP_ARGS_MAX 128
-#define LOCAL_FDS 8
+#define LOCAL_FDS 10
 
 static struct local_provider *to_local(struct sandbox_provider *p)
 {
@@ -249,6 +249,9 @@ static int local_spawn(pid_t *pid_out, const struct sandbox_spec *s, int out_fd,
     if (rc == E_OK) {
         rc = bind_fd(&a, &pl, fds, &nfds, "--ro-bind-fd", s->token_dir, SANDBOX_IN_TOKEN_DIR,
                      err);
+    }
+    if (rc == E_OK && s->sock_dir != NULL) {
+        rc = bind_fd(&a, &pl, fds, &nfds, "--ro-bind-fd", s->sock_dir, SANDBOX_IN_SOCK_DIR, err);
     }
     if (rc == E_OK) {
         rc = bind_fd(&a, &pl, fds, &nfds, "--ro-bind-fd", s->runner_path, SANDBOX_IN_RUNNER,

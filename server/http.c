@@ -677,6 +677,35 @@ int http_start(struct MHD_Daemon **out, uint16_t *port_out, struct server *srv, 
     return E_OK;
 }
 
+int http_start_unix(struct MHD_Daemon **out, struct server *srv, int listen_fd, struct err *err)
+{
+    /* The same handlers and request deadline on a unix socket the sandboxes reach (SPEC
+     * §9); per-address limits do not apply to it (every peer has the same address). Stop
+     * it with http_stop_unix() before http_stop() frees the guard. */
+    *out = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD |
+                                MHD_USE_ERROR_LOG | MHD_USE_ITC,
+                            0, NULL, NULL, on_request, srv,
+                            MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
+                            MHD_OPTION_LISTEN_SOCKET, listen_fd,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
+                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv->guard,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)SERVER_IDLE_TIMEOUT_S,
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned int)SERVER_CONN_MAX,
+                            MHD_OPTION_END);
+    if (*out == NULL) {
+        return err_set(err, E_FAIL, "cannot serve the meter socket");
+    }
+    return E_OK;
+}
+
+void http_stop_unix(struct MHD_Daemon *d)
+{
+    if (d != NULL) {
+        (void)MHD_quiesce_daemon(d);
+        MHD_stop_daemon(d);
+    }
+}
+
 void http_stop(struct MHD_Daemon *d, struct server *srv)
 {
     if (d != NULL) {

@@ -277,44 +277,6 @@ static int parse_count_flag(int64_t *out, const char *flag, const char *v)
     return 0;
 }
 
-/* "2G", "512M", "1048576" → bytes; "1", "0.5" CPUs → milli-CPUs (MILLI). */
-static int parse_size_flag(int64_t *out, const char *flag, const char *v, bool milli)
-{
-    char *end = NULL;
-    long long n;
-    int64_t mult = 1, frac = 0, scale = 100;
-
-    errno = 0;
-    n = strtoll(v, &end, 10);
-    if (errno != 0 || end == v || n < 0 || n > (1LL << 40)) {
-        goto bad;
-    }
-    if (milli && *end == '.') {
-        for (end++; *end >= '0' && *end <= '9' && scale > 0; end++, scale /= 10) {
-            frac += (*end - '0') * scale;
-        }
-    }
-    if (!milli && *end != '\0' && end[1] == '\0') {
-        const char *units = "KMGT";
-        const char *u = strchr(units, *end == 'k' ? 'K' : *end);
-        if (u == NULL) {
-            goto bad;
-        }
-        for (const char *q = units; q <= u; q++) {
-            mult *= 1024;
-        }
-        end++;
-    }
-    if (*end != '\0') {
-        goto bad;
-    }
-    *out = milli ? (int64_t)n * 1000 + frac : (int64_t)n * mult;
-    return 0;
-bad:
-    fprintf(stderr, "diverge: serve: %s: cannot read %s\n", flag, v);
-    return 2;
-}
-
 static int parse_defaults(struct server *srv)
 {
     static const char *const providers[] = {"local", "process", "none", "agent-sandbox"};
@@ -337,10 +299,10 @@ static int parse_defaults(struct server *srv)
                          srv->cfg.default_max_iterations) != 0) {
         return 2;
     }
-    if (parse_size_flag(&srv->sandbox_memory, "--sandbox-memory", srv->cfg.sandbox_memory,
+    if (serve_parse_size(&srv->sandbox_memory, "--sandbox-memory", srv->cfg.sandbox_memory,
                         false) != 0 ||
         parse_count_flag(&srv->sandbox_pids, "--sandbox-pids", srv->cfg.sandbox_pids) != 0 ||
-        parse_size_flag(&srv->sandbox_cpus_milli, "--sandbox-cpus", srv->cfg.sandbox_cpus,
+        serve_parse_size(&srv->sandbox_cpus_milli, "--sandbox-cpus", srv->cfg.sandbox_cpus,
                         true) != 0) {
         return 2;
     }
@@ -471,36 +433,6 @@ static int wait_for_signal(void)
     return sig;
 }
 
-/* The controller exists before the HTTP threads read srv->controller; it starts once the
- * bound port (and so the meter URL sandboxes use) is known. */
-static int new_controller(struct server *srv, struct err *err)
-{
-    struct controller_config cc = {
-        .data_dir = srv->cfg.data_dir,
-        .root_key = srv->root_key,
-        .default_budget_usd = srv->default_budget_usd,
-        .default_budget_tokens = srv->default_budget_tokens,
-        .sandbox_provider = srv->cfg.sandbox_provider,
-        .deferred = true,
-        .agent_cmd = srv->cfg.agent_cmd,
-        .verify_cmd = srv->cfg.verify_cmd,
-        .sandbox_user = srv->cfg.sandbox_user,
-        .sandbox_memory = srv->sandbox_memory,
-        .sandbox_pids = srv->sandbox_pids,
-        .sandbox_cpus_milli = srv->sandbox_cpus_milli,
-    };
-    return controller_new(&srv->controller, srv->store, &cc, err);
-}
-
-static int start_controller(struct server *srv, struct err *err)
-{
-    char *meter = xasprintf("%s/api/v1/agenttask/meter", srv->base_url);
-    int rc = controller_start(srv->controller, meter, err);
-
-    free(meter);
-    return rc;
-}
-
 /* Everything `serve` runs, from SRV->cfg: data dir, secrets, store, workers, HTTP. On
  * failure whatever was started is stopped again. */
 static int start_all(struct server *srv, struct err *err)
@@ -524,7 +456,7 @@ static int start_all(struct server *srv, struct err *err)
         rc = meter_service_new(&srv->meter, srv->store, srv->root_key, err);
     }
     if (rc == E_OK) {
-        rc = new_controller(srv, err);
+        rc = serve_controller_new(srv, err);
     }
     if (rc == E_OK) {
         rc = start_scm(srv, err);
@@ -535,8 +467,9 @@ static int start_all(struct server *srv, struct err *err)
     if (rc == E_OK) {
         /* After the listener: sandboxes get the meter URL with the bound port. */
         set_bound_listen(srv, port);
-        rc = start_controller(srv, err);
+        rc = serve_sandbox_start(srv, err);
         if (rc != E_OK) {
+            serve_sandbox_stop(srv);
             http_stop(srv->daemon, srv);
             srv->daemon = NULL;
         }
@@ -558,6 +491,7 @@ static void stop_all(struct server *srv)
 {
     atomic_store(&srv->shutting_down, true);
     task_store_wake(srv->store);
+    serve_sandbox_stop(srv);
     http_stop(srv->daemon, srv);
     srv->daemon = NULL;
     stop_scm(srv);

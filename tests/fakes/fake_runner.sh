@@ -12,11 +12,16 @@ if [ ! -d .git ] && [ -n "${DIVERGE_REPO_URL:-}" ]; then
 fi
 meter() {
     it=$1
+    # Through the server's unix socket when there is one (sandboxes without network).
+    set -- "$DIVERGE_METER_URL"
+    if [ -n "${DIVERGE_METER_SOCKET:-}" ]; then
+        set -- --unix-socket "$DIVERGE_METER_SOCKET" "http://localhost/api/v1/agenttask/meter"
+    fi
     code=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $(cat "$DIVERGE_TOKEN_FILE")" \
         -H 'Content-Type: application/json' \
         -d "{\"requestId\":\"$DIVERGE_TASK_NAME-$it-$$\",\"iteration\":$it,\"tokensUsed\":10,\"costUSD\":0.01}" \
-        "$DIVERGE_METER_URL")
-    echo "fake runner: meter $it -> $code"
+        "$@")
+    echo "fake runner: meter $it -> $code${DIVERGE_METER_SOCKET:+ (unix socket)}"
 }
 meter "${DIVERGE_START_ITERATION:-1}"
 if [ "$code" = 429 ]; then exit 0; fi

@@ -46,6 +46,8 @@ def test_isolation_from_inside():
         assert "sandbox local (bubblewrap)" in log, log
         uid = [l for l in log.splitlines() if " uid=" in l]
         assert uid and not uid[0].endswith("uid=0"), log
+        # No network, yet the runner meters through the server's unix socket.
+        assert "meter 1 -> 200 (unix socket)" in log, log
         for want in ("root=denied", "key=hidden", "server=unreachable", "userns=denied"):
             assert want in log, (want, log)
         assert git("--git-dir", repo, "show", "agent/iso:isolated.txt") == "isolated\n"
