@@ -17,11 +17,36 @@
 #include <unistd.h>
 
 #include "common/hash.h"
+#include "common/secret.h"
 #include "controller/controller_int.h"
 
 extern char **environ;
 
 #define GIT_OUTPUT_MAX (64 * 1024) /* bytes of git output kept for the log */
+
+/* The server's GitHub token (DIVERGE_NOTIFIER_TOKEN, else GITHUB_TOKEN) for fetches and
+ * pushes of https://github.com remotes: handed to git by a fixed credential helper that
+ * reads it from git's environment, so it is never in an argv or a URL (and never in a
+ * sandbox, which gets only the mirror and staging paths). */
+static char **with_credentials(char **env, size_t n)
+{
+    const char *tok = getenv("DIVERGE_NOTIFIER_TOKEN");
+
+    if (tok == NULL || tok[0] == '\0') {
+        tok = getenv("GITHUB_TOKEN");
+    }
+    if (tok == NULL || tok[0] == '\0' || strpbrk(tok, "\r\n") != NULL) {
+        return env;
+    }
+    env = xrealloc(env, (n + 5) * sizeof(*env));
+    env[n++] = xasprintf("DIVERGE_GIT_TOKEN=%s", tok);
+    env[n++] = xstrdup("GIT_CONFIG_COUNT=1");
+    env[n++] = xstrdup("GIT_CONFIG_KEY_0=credential.https://github.com.helper");
+    env[n++] = xstrdup("GIT_CONFIG_VALUE_0=!f() { test \"$1\" = get || return 0; "
+                       "echo username=x-access-token; echo \"password=$DIVERGE_GIT_TOKEN\"; }; f");
+    env[n] = NULL;
+    return env;
+}
 
 static char **git_env(void)
 {
@@ -40,12 +65,16 @@ static char **git_env(void)
     }
     env[n++] = xstrdup("GIT_TERMINAL_PROMPT=0");
     env[n++] = xstrdup("LC_ALL=C");
-    return env;
+    env[n] = NULL;
+    return with_credentials(env, n);
 }
 
 static void env_free(char **env)
 {
     for (char **e = env; *e != NULL; e++) {
+        if (strncmp(*e, "DIVERGE_GIT_TOKEN=", 18) == 0) {
+            secret_wipe(*e, strlen(*e));
+        }
         free(*e);
     }
     free(env);
