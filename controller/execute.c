@@ -329,7 +329,6 @@ static void complete(struct controller *c, struct reconcile *r, const char *log)
     char *staging = xasprintf("%s/staging/%s/%s.git", c->data_dir, r->ns, r->name);
     struct err err = {0};
 
-    controller_log_event(log, "[diverge] runner exited with status 0");
     if (r->url != NULL) {
         if (!controller_push_allowed(r->working, r->base, r->from_scm)) {
             err_set(&err, E_DENIED, "refusing to push the working branch (it is the base "

@@ -217,10 +217,20 @@ static void *pump(void *arg)
         x->set->hooks->forget(x, x->set->ctx);
     }
     unlink(x->record);
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     pthread_mutex_lock(&x->set->lock);
-    x->exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    x->state = SANDBOX_EXITED;
     bool notify = !x->stopping;
+    pthread_mutex_unlock(&x->set->lock);
+    if (notify) {
+        /* Logged before the state changes: a reconcile of the exit comes after it. */
+        char line[80];
+        int n = snprintf(line, sizeof(line), "[diverge] runner exited (status %d)", code);
+        controller_log_write(x->log_path, x->log_cap, line, (size_t)n);
+    }
+    pthread_mutex_lock(&x->set->lock);
+    x->exit_code = code;
+    x->state = SANDBOX_EXITED;
+    notify = !x->stopping;
     pthread_mutex_unlock(&x->set->lock);
     if (notify && x->set->base->on_exit != NULL) {
         x->set->base->on_exit(x->ns, x->name, x->set->base->on_exit_userdata);

@@ -145,6 +145,27 @@ def test_restart_after_kill9_continues():
         shutil.rmtree(os.path.dirname(repo), ignore_errors=True)
 
 
+def test_budget_pause_then_resume_starts_next_iteration():
+    repo = bare_repo()
+    with server("echo more > more.txt") as srv:
+        # The fake runner's first heartbeat costs 0.01: over this budget → 429.
+        create(srv, task("bu", "file://" + repo, budgetUSD="0.005"))
+        body = wait_phase(srv, "bu", "Paused")
+        assert body["status"]["reason"] == "BudgetExceeded", body["status"]
+        wait_log(srv, "bu", "meter 1 -> 429")
+        wait_log(srv, "bu", "runner exited (status 0)")  # exit 0 on 429: stays Paused
+        time.sleep(0.3)
+        assert get(srv, "bu")["status"]["phase"] == "Paused"
+        assert "pushed" not in task_log(srv, "bu")
+        patch(srv, "bu", {"budgetUSD": "1.00", "suspended": False})
+        body = wait_phase(srv, "bu", ("Completed", "Failed"))
+        log = task_log(srv, "bu")
+        assert body["status"]["phase"] == "Completed", (body["status"], log)
+        assert "start iteration 2" in log and "meter 2 -> 200" in log, log
+        assert git("--git-dir", repo, "show", "agent/bu:more.txt") == "more\n"
+    shutil.rmtree(os.path.dirname(repo), ignore_errors=True)
+
+
 def test_log_endpoint_and_cli_follow():
     ctl = tempfile.mkdtemp(prefix="diverge-ctl-")
     cmd = "echo agent-line-1; while [ ! -f %s/go ]; do sleep 0.1; done; echo agent-line-2" % ctl
@@ -185,4 +206,5 @@ def test_log_endpoint_and_cli_follow():
 if __name__ == "__main__":
     run_tests([test_complete_pushes_working_branch, test_runner_failure_and_push_refusal,
                test_pause_freezes_resume_thaws_delete_stops, test_timeout_kills_everything,
-               test_restart_after_kill9_continues, test_log_endpoint_and_cli_follow])
+               test_restart_after_kill9_continues, test_log_endpoint_and_cli_follow,
+               test_budget_pause_then_resume_starts_next_iteration])
