@@ -87,9 +87,11 @@ static enum controller_action decide_paused(const struct task_view *v,
          * one paused by request is frozen. Either way the token goes. */
         return o->token_active ? CONTROLLER_PAUSE : CONTROLLER_NOTHING;
     }
-    if (o->sandbox == SANDBOX_PAUSED || o->sandbox == SANDBOX_RUNNING) {
+    if (o->sandbox == SANDBOX_PAUSED) {
         return CONTROLLER_THAW;
     }
+    /* Not frozen: the runner stopped on a 429 and exited, or is about to (thawing it would
+     * turn that exit into a completion). A new runner continues from the next iteration. */
     return decide_absent(o, true);
 }
 

@@ -166,6 +166,20 @@ def test_budget_pause_then_resume_starts_next_iteration():
     shutil.rmtree(os.path.dirname(repo), ignore_errors=True)
 
 
+def test_no_runner_fails_closed():
+    srv = Server(args=["--sandbox-provider", "process"],
+                 env={"DIVERGE_RUNNER_PATH": "/nonexistent/diverge-agent-runner"})
+    with srv:
+        assert any("SANDBOXES CANNOT RUN" in l for l in srv.lines), srv.lines
+        st, _, body = srv.request("GET", "/readyz", auth=False)
+        assert st == 200 and "cannot be executed" in body.get("sandbox", ""), body
+        create(srv, task("nr"))
+        body = wait_phase(srv, "nr", ("Failed", "Active", "Completed"))
+        assert body["status"]["phase"] == "Failed", body["status"]
+        assert body["status"]["reason"] == "SandboxError", body["status"]
+        assert "cannot be executed" in body["status"]["message"], body["status"]
+
+
 def test_log_endpoint_and_cli_follow():
     ctl = tempfile.mkdtemp(prefix="diverge-ctl-")
     cmd = "echo agent-line-1; while [ ! -f %s/go ]; do sleep 0.1; done; echo agent-line-2" % ctl
@@ -207,4 +221,5 @@ if __name__ == "__main__":
     run_tests([test_complete_pushes_working_branch, test_runner_failure_and_push_refusal,
                test_pause_freezes_resume_thaws_delete_stops, test_timeout_kills_everything,
                test_restart_after_kill9_continues, test_log_endpoint_and_cli_follow,
-               test_budget_pause_then_resume_starts_next_iteration])
+               test_budget_pause_then_resume_starts_next_iteration,
+               test_no_runner_fails_closed])

@@ -81,6 +81,7 @@ TEST(decide_sandbox_table)
         {TASK_PAUSED, true, false, true, false, true, X, 0, CONTROLLER_NOTHING},
         {TASK_PAUSED, false, false, true, false, true, P, 0, CONTROLLER_THAW},
         {TASK_PAUSED, false, false, true, false, true, X, 0, CONTROLLER_RESUME_START},
+        {TASK_PAUSED, false, false, true, false, true, R, 0, CONTROLLER_RESUME_START},
         {TASK_PAUSED, false, false, true, false, true, A, 0, CONTROLLER_RESUME_START},
         {TASK_PAUSED, false, false, true, false, false, A, 0, CONTROLLER_FAIL_SANDBOX},
         {TASK_COMPLETED, false, true, true, false, true, A, 0, CONTROLLER_REVOKE},
