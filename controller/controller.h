@@ -2,13 +2,16 @@
 /* The embedded controller: a reconcile loop driven by the store's change feed. It owns
  * the token lifecycle (mint on create/resume, revoke on pause/finish) and the phase
  * machine of SPEC §4. With sandbox provider "none" nothing is started: a task turns
- * Active once its token is minted, and an external agent meters with that token. */
+ * Active once its token is minted, and an external agent meters with that token. With
+ * "process" or "local" it mirrors the repository, starts the runner in a sandbox, freezes
+ * and thaws it, pushes the working branch from staging after a runner exit 0, and ends
+ * the task (SPEC §9); a second thread reconciles runner exits and timeouts. */
 #ifndef DIVERGE_CONTROLLER_CONTROLLER_H
 #define DIVERGE_CONTROLLER_CONTROLLER_H
 
 #include <stdbool.h>
-#include <stdint.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "common/clock.h"
 #include "common/err.h"

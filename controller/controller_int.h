@@ -109,7 +109,12 @@ int controller_mirror(char **out, const char *data_dir, const char *url, const c
                       bool *fetched_out, struct err *err);
 /* Creates the staging bare repository PATH unless it exists. */
 int controller_staging(const char *path, const char *log_path, struct err *err);
-/* Pushes refs/heads/WORKING from STAGING to URL, never forced. */
+/* Makes the staging repo STAGING (written by a sandbox that no longer runs) safe for the
+ * server's git: symlinks and special files removed, owned by the server's user again,
+ * hooks, alternates and grafts gone, config replaced by a fixed one. */
+int controller_staging_sanitize(const char *staging, struct err *err);
+/* Pushes refs/heads/WORKING from STAGING to URL, never forced, without hooks, after
+ * controller_staging_sanitize(). */
 int controller_push(const char *staging, const char *url, const char *working,
                     const char *log_path, struct err *err);
 

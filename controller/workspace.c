@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <poll.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -240,6 +241,59 @@ int controller_staging(const char *path, const char *log_path, struct err *err)
     return controller_git(log_path, argv, err);
 }
 
+static int tidy_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)ftw;
+    /* A bare repository holds only directories and regular files: anything else (a
+     * symlink to a host file, a fifo) is the sandbox's doing. */
+    if (flag == FTW_SL || flag == FTW_SLN || (!S_ISDIR(sb->st_mode) && !S_ISREG(sb->st_mode))) {
+        return unlink(path) == 0 ? 0 : -1;
+    }
+    /* Back to the server's user: git then works on it without "dubious ownership". */
+    return lchown(path, geteuid(), getegid()) == 0 || errno == EPERM ? 0 : -1;
+}
+
+static int remove_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path) == 0 ? 0 : -1;
+}
+
+int controller_staging_sanitize(const char *staging, struct err *err)
+{
+    static const char *const drop[] = {"objects/info/alternates", "objects/info/http-alternates",
+                                       "commondir", "info/grafts", "gitdir"};
+    static const char config[] = "[core]\n\trepositoryformatversion = 0\n\tbare = true\n";
+    char *p;
+    int fd, rc = E_OK;
+
+    if (nftw(staging, tidy_one, 16, FTW_PHYS | FTW_DEPTH) != 0) {
+        return err_set(err, E_FAIL, "clean the staging repository: %s", strerror(errno));
+    }
+    for (size_t i = 0; i < ARRAY_LEN(drop); i++) {
+        p = xasprintf("%s/%s", staging, drop[i]);
+        (void)unlink(p);
+        free(p);
+    }
+    p = xasprintf("%s/hooks", staging);
+    (void)nftw(p, remove_one, 16, FTW_PHYS | FTW_DEPTH);
+    free(p);
+    /* The sandbox wrote this config: replace it (url.*.insteadOf, core.hooksPath, ...). */
+    p = xasprintf("%s/config", staging);
+    (void)unlink(p);
+    fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0 || write(fd, config, sizeof(config) - 1) != (ssize_t)(sizeof(config) - 1)) {
+        rc = err_set(err, E_FAIL, "rewrite the staging repository's config: %s", strerror(errno));
+    }
+    if (fd >= 0) {
+        close(fd);
+    }
+    free(p);
+    return rc;
+}
+
 bool controller_push_allowed(const char *working, const char *base, bool from_scm)
 {
     if (working == NULL || working[0] == '\0' || working[0] == '-' ||
@@ -253,15 +307,20 @@ int controller_push(const char *staging, const char *url, const char *working,
                     const char *log_path, struct err *err)
 {
     char *ref = xasprintf("refs/heads/%s:refs/heads/%s", working, working);
-    const char *argv[] = {"git", "--git-dir", staging, "push", "--quiet", "--", url, ref, NULL};
+    const char *argv[] = {"git", "-c", "core.hooksPath=/dev/null", "--git-dir", staging,
+                          "push", "--no-verify", "--quiet", "--", url, ref, NULL};
     int rc;
 
     if (!url_ok(url)) {
         free(ref);
         return err_set(err, E_INVALID, "spec.repository.url cannot be pushed to");
     }
+    /* The sandbox wrote the staging repo: nothing of it but refs and objects is used. */
+    rc = controller_staging_sanitize(staging, err);
     /* Never "+": a push that is not a fast-forward is refused by the remote. */
-    rc = controller_git(log_path, argv, err);
+    if (rc == E_OK) {
+        rc = controller_git(log_path, argv, err);
+    }
     free(ref);
     return rc;
 }

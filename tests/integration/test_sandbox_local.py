@@ -54,6 +54,32 @@ def test_isolation_from_inside():
     shutil.rmtree(os.path.dirname(repo), ignore_errors=True)
 
 
+def test_hostile_staging_repo_runs_nothing_on_the_host():
+    """The sandbox owns its staging repo; the server pushes from it as root after the
+    runner exited. Hooks and config planted there must not run nor redirect the push."""
+    repo = bare_repo()
+    other = bare_repo()
+    for r in (repo, other):
+        os.chmod(os.path.dirname(r), 0o755)
+    marker = "/tmp/diverge-hook-ran-%d" % os.getpid()
+    cmd = ("echo ok > ok.txt; S=/diverge/staging.git; "
+           "printf '#!/bin/sh\\ntouch %s\\n' > $S/hooks/pre-push; chmod +x $S/hooks/pre-push; "
+           "git config --file $S/config url.file://%s.insteadOf file://%s; "
+           "echo /etc > $S/objects/info/alternates" % (marker, other, repo))
+    with Server(args=["--sandbox-provider", "local", "--agent-cmd", cmd],
+                env={"DIVERGE_RUNNER_PATH": FAKE_RUNNER}) as srv:
+        create(srv, task("hs", "file://" + repo))
+        body = wait_phase(srv, "hs", ("Completed", "Failed"), timeout=60)
+        log = task_log(srv, "hs")
+        assert "agent exited 0" in log, log
+        assert not os.path.exists(marker), "a hook of the staging repo ran on the host"
+        assert "agent/hs" not in git("--git-dir", other, "branch"), "the push was redirected"
+        assert body["status"]["phase"] == "Completed", (body["status"], log)
+        assert git("--git-dir", repo, "show", "agent/hs:ok.txt") == "ok\n"
+    for r in (repo, other):
+        shutil.rmtree(os.path.dirname(r), ignore_errors=True)
+
+
 def cgroup_dirs(name):
     """(freezer dir, pids dir, v2) of the task's cgroups, or None without them."""
     if os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
@@ -146,4 +172,4 @@ if __name__ == "__main__":
         print("SKIP test_sandbox_local: " + why)
         sys.exit(0)
     run_tests([test_isolation_from_inside, test_pause_freezes_setsid_and_fork_bomb,
-               test_restart_after_kill9])
+               test_restart_after_kill9, test_hostile_staging_repo_runs_nothing_on_the_host])
