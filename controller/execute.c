@@ -240,6 +240,9 @@ static void do_start(struct controller *c, struct reconcile *r, enum start_mode 
     if (mode == START_RESUME) {
         iteration = r->iteration + 1;
     }
+    /* Whatever an older run left goes first: nothing may write the workspace while it is
+     * prepared (and handed to the sandbox user). */
+    sandbox_stop(c->sandboxes, r->ns, r->name);
     rc = prepare(c, r, &p, &err);
     if (rc == E_OK) {
         n = build_env(env, c, r, &p, iteration);
@@ -257,7 +260,6 @@ static void do_start(struct controller *c, struct reconcile *r, enum start_mode 
         for (size_t i = 0; i <= n; i++) {
             s.env[i] = env[i];
         }
-        sandbox_stop(c->sandboxes, r->ns, r->name); /* whatever an older run left */
         if (mode == START_RESTART) {
             controller_log_event(p.log, "[diverge] restarted after server restart "
                                         "(iteration %lld)", (long long)iteration);
