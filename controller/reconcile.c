@@ -248,6 +248,27 @@ static void reconcile_cleanup(struct reconcile *r)
     free(r->fail_msg);
 }
 
+/* Pending → Provisioning while the workspace is prepared (a first clone can take a
+ * while): watchers and the sticky comment see that the task was picked up. */
+static int mark_provisioning(struct task_txn *tx, void *userdata)
+{
+    struct reconcile *r = userdata;
+    struct task_view v;
+    json_t *doc = NULL;
+    int rc = task_txn_get(&doc, tx, r->ns, r->name, NULL);
+
+    if (rc == E_OK) {
+        task_view_of(&v, doc);
+        if (v.phase == TASK_PENDING && !v.suspended) {
+            task_set_phase(doc, TASK_PROVISIONING, NULL, NULL);
+            rc = task_txn_put(tx, doc, NULL);
+            r->phase = TASK_PROVISIONING;
+        }
+        json_decref(doc);
+    }
+    return rc;
+}
+
 int controller_reconcile(struct controller *c, const char *ns, const char *name,
                          struct err *err)
 {
@@ -263,6 +284,9 @@ int controller_reconcile(struct controller *c, const char *ns, const char *name,
     rc = task_store_txn(c->store, reconcile_txn, &r, err);
     if (rc == E_OK && r.action == CONTROLLER_ACTIVATE) {
         rc = controller_write_token_file(c, ns, name, r.token, err);
+    }
+    if (rc == E_OK && r.action == CONTROLLER_PROVISION && r.phase == TASK_PENDING) {
+        rc = task_store_txn(c->store, mark_provisioning, &r, err);
     }
     if (rc == E_OK && r.action != CONTROLLER_NOTHING && r.action != CONTROLLER_ACTIVATE) {
         controller_execute(c, &r);

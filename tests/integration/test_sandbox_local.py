@@ -141,14 +141,14 @@ def test_pause_freezes_setsid_and_fork_bomb():
 def test_restart_after_kill9():
     # The first runner marks the workspace and waits; the one started after the restart
     # finds the mark (same workspace) and finishes.
-    cmd = "if [ -f restarted ]; then exit 0; fi; touch restarted; exec sleep 300"
+    cmd = "if [ -f restarted ]; then exit 0; fi; touch restarted; echo marked; exec sleep 300"
     args = ["--sandbox-provider", "local", "--agent-cmd", cmd]
     env = {"DIVERGE_RUNNER_PATH": FAKE_RUNNER}
     srv = Server(args=args, env=env).start()
     try:
         create(srv, task("rs"))
         wait_phase(srv, "rs", "Active")
-        wait_log(srv, "rs", "fake runner: meter")
+        wait_log(srv, "rs", "marked")
         freezer, _, _ = cgroup_dirs("rs")
         srv.kill()
         srv2 = Server(args=args, env=env, data_dir=srv.data_dir).start()
