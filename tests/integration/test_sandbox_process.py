@@ -88,6 +88,7 @@ def test_pause_freezes_resume_thaws_delete_stops():
         wait_phase(srv, "p1", "Active")
         wait_log(srv, "p1", "fake runner: meter 1 -> 200")
         pid = wait_until(lambda: leader_pid(srv, "p1"), what="leader pid")
+        wait_until(lambda: by_cmdline(["sleep", "301"]), what="the setsid child")
         patch(srv, "p1", {"suspended": True})
         wait_phase(srv, "p1", "Paused")
         wait_until(lambda: all(s == "T" for _, s in group_members(pid)) and group_members(pid),
