@@ -175,6 +175,15 @@ void local_cgroup_create(struct local_provider *lp, const char *ns, const char *
         freeze = freeze || lp->v2 || i == 0;
         free(d);
     }
+    bool any = false;
+    for (int i = 0; i < LOCAL_CG_MAX; i++) {
+        any = any || lp->cg_root[i] != NULL;
+    }
+    if (!any) {
+        snprintf(limits, limits_len, "no cgroup (the server is not root): memory, pids and "
+                                     "cpu not limited, pause by SIGSTOP of every process");
+        return;
+    }
     snprintf(limits, limits_len, "cgroup %s: memory %s, pids %s, cpu %s, pause by %s",
              lp->v2 ? "v2" : "v1", mem ? "limited" : "not limited",
              pids ? "limited" : "not limited", cpu ? "limited" : "not limited",
@@ -261,6 +270,9 @@ static void cg_kill(struct sbx *x, void *ctx)
 
         if (fd >= 0) {
             close(fd);
+        }
+        if (lp->v2 && d != NULL) {
+            (void)put(d, "cgroup.kill", "1"); /* Linux 5.14+: the whole subtree at once */
         }
         if (n > 0) {
             buf[n] = '\0';
