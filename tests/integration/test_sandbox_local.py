@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 
 from harness import API, Server, run_tests
 from sandbox_helpers import (FAKE_RUNNER, bare_repo, create, git, patch, task, task_log,
@@ -166,10 +167,74 @@ def test_restart_after_kill9():
         shutil.rmtree(srv.data_dir, ignore_errors=True)
 
 
+def states(cmdline):
+    want = ("\0".join(cmdline) + "\0").encode()
+    out = []
+    for d in os.listdir("/proc"):
+        try:
+            with open("/proc/%s/cmdline" % d, "rb") as f:
+                if f.read() != want:
+                    continue
+            with open("/proc/%s/stat" % d) as f:
+                out.append(f.read().rsplit(")", 1)[1].split()[0])
+        except OSError:
+            continue
+    return [s for s in out if s != "Z"]
+
+
+def test_unprivileged_server_pauses_by_sigstop():
+    """A server that is not root has no cgroup: pause stops every process of the sandbox
+    (also one that left the session, inside bubblewrap's pid namespace) with SIGSTOP."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        print("SKIP test_unprivileged_server_pauses_by_sigstop: needs root and setpriv")
+        return
+    import harness
+    top = tempfile.mkdtemp(prefix="diverge-unpriv-")
+    os.chmod(top, 0o755)
+    data = os.path.join(top, "data")
+    os.mkdir(data, 0o700)
+    os.chown(data, 65534, 65534)
+    wrapper = os.path.join(top, "diverge")
+    with open(wrapper, "w") as f:
+        f.write("#!/bin/sh\nexec setpriv --reuid=65534 --regid=65534 --clear-groups %s \"$@\"\n"
+                % harness.DIVERGE_BIN)
+    os.chmod(wrapper, 0o755)
+    saved = harness.DIVERGE_BIN
+    harness.DIVERGE_BIN = wrapper
+    cmd = "setsid sleep 302 & exec sleep 303"
+    srv = Server(args=["--sandbox-provider", "local", "--agent-cmd", cmd],
+                 env={"DIVERGE_RUNNER_PATH": FAKE_RUNNER}, data_dir=data)
+    try:
+        srv.start()
+        create(srv, task("up"))
+        wait_phase(srv, "up", "Active")
+        wait_until(lambda: states(["sleep", "302"]) and states(["sleep", "303"]),
+                   what="the agent's processes")
+        assert "no cgroup" in task_log(srv, "up"), task_log(srv, "up")
+        assert "uid 65534" in task_log(srv, "up"), task_log(srv, "up")
+        patch(srv, "up", {"suspended": True})
+        wait_phase(srv, "up", "Paused")
+        assert states(["sleep", "302"]) == ["T"] and states(["sleep", "303"]) == ["T"], (
+            states(["sleep", "302"]), states(["sleep", "303"]))
+        patch(srv, "up", {"suspended": False})
+        wait_phase(srv, "up", "Active")
+        wait_until(lambda: "T" not in states(["sleep", "302"]) + states(["sleep", "303"]),
+                   what="thawed")
+        st, _, _ = srv.request("DELETE", API + "/namespaces/default/agenttasks/up")
+        assert st == 200
+        wait_until(lambda: not states(["sleep", "302"]) and not states(["sleep", "303"]),
+                   what="every process gone")
+    finally:
+        harness.DIVERGE_BIN = saved
+        srv.cleanup()
+        shutil.rmtree(top, ignore_errors=True)
+
+
 if __name__ == "__main__":
     why = usable()
     if why:
         print("SKIP test_sandbox_local: " + why)
         sys.exit(0)
     run_tests([test_isolation_from_inside, test_pause_freezes_setsid_and_fork_bomb,
-               test_restart_after_kill9, test_hostile_staging_repo_runs_nothing_on_the_host])
+               test_restart_after_kill9, test_hostile_staging_repo_runs_nothing_on_the_host,
+               test_unprivileged_server_pauses_by_sigstop])
