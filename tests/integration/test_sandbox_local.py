@@ -15,10 +15,16 @@ from sandbox_helpers import (FAKE_RUNNER, bare_repo, create, git, patch, task, t
 
 CHECKS = ("echo uid=$(id -u); "
           "if ls /root >/dev/null 2>&1; then echo root=readable; else echo root=denied; fi; "
-          "if cat \"$KEYFILE\" >/dev/null 2>&1; then echo key=readable; else echo key=hidden; fi; "
+          "if cat {data}/macaroon-root-key >/dev/null 2>&1; then echo key=readable; "
+          "else echo key=hidden; fi; "
           "if curl -s -m 3 -o /dev/null \"$DIVERGE_METER_URL\"; then echo server=reachable; "
           "else echo server=unreachable; fi; "
           "if unshare -U true 2>/dev/null; then echo userns=allowed; else echo userns=denied; fi; "
+          "if ls {data} >/dev/null 2>&1; then echo datadir=visible; else echo datadir=hidden; fi; "
+          "if ls {data}/workspaces/default/other >/dev/null 2>&1; then echo other=visible; "
+          "else echo other=hidden; fi; "
+          "python3 -c 'import ctypes; l=ctypes.CDLL(None, use_errno=True); "
+          "r=l.ptrace(16, 1, 0, 0); print(\"ptrace=\" + (\"denied\" if r != 0 else \"allowed\"))'; "
           "echo isolated > isolated.txt")
 
 
@@ -36,10 +42,14 @@ def usable():
 def test_isolation_from_inside():
     repo = bare_repo()
     os.chmod(os.path.dirname(repo), 0o755)
-    srv = Server(args=["--sandbox-provider", "local", "--agent-cmd", CHECKS],
-                 env={"DIVERGE_RUNNER_PATH": FAKE_RUNNER})
-    srv.env["KEYFILE"] = os.path.join(srv.data_dir, "macaroon-root-key")
+    data = tempfile.mkdtemp(prefix="diverge-test-")
+    # The paths are written into the command: the sandbox gets no environment of ours.
+    cmd = CHECKS.replace("{data}", data)
+    srv = Server(args=["--sandbox-provider", "local", "--agent-cmd", cmd],
+                 env={"DIVERGE_RUNNER_PATH": FAKE_RUNNER}, data_dir=data)
     with srv:
+        # Another task's workspace, there on the host while this task runs.
+        os.makedirs(os.path.join(data, "workspaces", "default", "other"))
         create(srv, task("iso", "file://" + repo))
         body = wait_phase(srv, "iso", ("Completed", "Failed"), timeout=60)
         log = task_log(srv, "iso")
@@ -49,10 +59,16 @@ def test_isolation_from_inside():
         assert uid and not uid[0].endswith("uid=0"), log
         # No network, yet the runner meters through the server's unix socket.
         assert "meter 1 -> 200 (unix socket)" in log, log
-        for want in ("root=denied", "key=hidden", "server=unreachable", "userns=denied"):
+        for want in ("root=denied", "key=hidden", "server=unreachable", "userns=denied",
+                     "datadir=hidden", "other=hidden", "ptrace=denied"):
             assert want in log, (want, log)
         assert git("--git-dir", repo, "show", "agent/iso:isolated.txt") == "isolated\n"
+        # The same checks outside a sandbox do see them (the probes are not vacuous).
+        out = subprocess.run(["sh", "-c", cmd.split("; python3")[0]], capture_output=True,
+                             text=True, cwd=data).stdout
+        assert "key=readable" in out and "datadir=visible" in out and "other=visible" in out, out
     shutil.rmtree(os.path.dirname(repo), ignore_errors=True)
+    shutil.rmtree(data, ignore_errors=True)
 
 
 def test_hostile_staging_repo_runs_nothing_on_the_host():
