@@ -110,17 +110,18 @@ void controller_log_write(const char *path, size_t cap, const char *text, size_t
     snprintf(line, n + 1, "%s %.*s\n", ts, (int)len, text);
     clean(line + strlen(ts) + 1, len);
     pthread_mutex_lock(&g_log_lock);
-    if (controller_mkdirs(path, false) == 0) {
+    fd = open(path, O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0 && errno == ENOENT && controller_mkdirs(path, false) == 0) {
         fd = open(path, O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-        if (fd >= 0 && fstat(fd, &st) == 0 && (size_t)st.st_size + n > cap) {
-            int cut = drop_oldest(fd, path, cap, st.st_size);
-            close(fd);
-            fd = cut;
-        }
-        if (fd >= 0) {
-            (void)!write(fd, line, n);
-            close(fd);
-        }
+    }
+    if (fd >= 0 && fstat(fd, &st) == 0 && (size_t)st.st_size + n > cap) {
+        int cut = drop_oldest(fd, path, cap, st.st_size);
+        close(fd);
+        fd = cut;
+    }
+    if (fd >= 0) {
+        (void)!write(fd, line, n);
+        close(fd);
     }
     pthread_mutex_unlock(&g_log_lock);
     free(line);
