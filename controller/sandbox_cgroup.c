@@ -22,11 +22,15 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/hash.h"
 #include "common/log.h"
 #include "controller/controller_int.h"
 #include "controller/sandbox_local_int.h"
 
 #define LOCAL_USER "diverge-sandbox"
+
+static void cg_kill(struct sbx *x, void *ctx);
+static void cg_forget(struct sbx *x, void *ctx);
 
 static const char *const g_v1[LOCAL_CG_MAX] = {"freezer", "memory", "pids", "cpu"};
 
@@ -88,8 +92,50 @@ static bool exists(const char *p)
     return stat(p, &st) == 0;
 }
 
+static void enable_controllers(const char *dir)
+{
+    char *p = xasprintf("%s/cgroup.subtree_control", dir);
+    int fd = open(p, O_WRONLY | O_CLOEXEC);
+
+    if (fd >= 0) {
+        (void)!write(fd, "+memory +pids +cpu", 18);
+        close(fd);
+    }
+    free(p);
+}
+
+/* Kills whatever a previous server with this data dir left in its cgroups (frozen
+ * sandboxes ignore the parent-death signal until thawed) and removes them. */
+static void sweep(struct local_provider *lp)
+{
+    for (int i = 0; i < LOCAL_CG_MAX; i++) {
+        DIR *d = lp->cg_root[i] != NULL ? opendir(lp->cg_root[i]) : NULL;
+        struct dirent *e;
+        while (d != NULL && (e = readdir(d)) != NULL) {
+            char *dot = strchr(e->d_name, '.');
+            if (e->d_type != DT_DIR || dot == NULL || dot == e->d_name || e->d_name[0] == '.' ||
+                strncmp(e->d_name, "cgroup", 6) == 0) {
+                continue;
+            }
+            char *ns = xstrdup(e->d_name);
+            ns[dot - e->d_name] = '\0';
+            struct sbx tmp = {.ns = ns, .name = ns + (dot - e->d_name) + 1, .pid = -1};
+            cg_kill(&tmp, lp);
+            cg_forget(&tmp, lp);
+            free(ns);
+        }
+        if (d != NULL) {
+            closedir(d);
+        }
+    }
+}
+
 void local_cgroup_init(struct local_provider *lp, const struct sandbox_local_opts *o)
 {
+    /* One subtree per data dir: servers of different data dirs never touch each other's
+     * sandboxes, even for tasks of the same name. */
+    unsigned long long id = (unsigned long long)hash_fnv1a_str(o->state_dir);
+
     lp->memory = o->memory_bytes;
     lp->pids = o->pids;
     lp->cpus_milli = o->cpus_milli;
@@ -98,29 +144,33 @@ void local_cgroup_init(struct local_provider *lp, const struct sandbox_local_opt
     }
     if (exists("/sys/fs/cgroup/cgroup.controllers")) {
         lp->v2 = true;
-        lp->cg_root[0] = xstrdup("/sys/fs/cgroup/diverge");
+        mkdir("/sys/fs/cgroup/diverge", 0755);
+        enable_controllers("/sys/fs/cgroup/diverge");
+        lp->cg_root[0] = xasprintf("/sys/fs/cgroup/diverge/%016llx", id);
         mkdir(lp->cg_root[0], 0755);
-        /* Let children use the controllers. */
-        int fd = open("/sys/fs/cgroup/diverge/cgroup.subtree_control", O_WRONLY | O_CLOEXEC);
-        if (fd >= 0) {
-            (void)!write(fd, "+memory +pids +cpu", 18);
-            close(fd);
+        enable_controllers(lp->cg_root[0]);
+    } else {
+        for (int i = 0; i < LOCAL_CG_MAX; i++) {
+            char *base = xasprintf("/sys/fs/cgroup/%s", g_v1[i]);
+            if (exists(base)) {
+                char *top = xasprintf("%s/diverge", base);
+                mkdir(top, 0755);
+                lp->cg_root[i] = xasprintf("%s/%016llx", top, id);
+                mkdir(lp->cg_root[i], 0755);
+                free(top);
+            }
+            free(base);
         }
-        return;
     }
-    for (int i = 0; i < LOCAL_CG_MAX; i++) {
-        char *base = xasprintf("/sys/fs/cgroup/%s", g_v1[i]);
-        if (exists(base)) {
-            lp->cg_root[i] = xasprintf("%s/diverge", base);
-            mkdir(lp->cg_root[i], 0755);
-        }
-        free(base);
-    }
+    sweep(lp);
 }
 
 void local_cgroup_cleanup(struct local_provider *lp)
 {
     for (int i = 0; i < LOCAL_CG_MAX; i++) {
+        if (lp->cg_root[i] != NULL) {
+            (void)rmdir(lp->cg_root[i]); /* empty once every sandbox stopped */
+        }
         free(lp->cg_root[i]);
     }
 }
@@ -184,8 +234,8 @@ void local_cgroup_create(struct local_provider *lp, const char *ns, const char *
                                      "cpu not limited, pause by SIGSTOP of every process");
         return;
     }
-    snprintf(limits, limits_len, "cgroup %s: memory %s, pids %s, cpu %s, pause by %s",
-             lp->v2 ? "v2" : "v1", mem ? "limited" : "not limited",
+    snprintf(limits, limits_len, "cgroup %s %s/%s.%s: memory %s, pids %s, cpu %s, pause by %s",
+             lp->v2 ? "v2" : "v1", lp->cg_root[0] != NULL ? lp->cg_root[0] : "-", ns, name, mem ? "limited" : "not limited",
              pids ? "limited" : "not limited", cpu ? "limited" : "not limited",
              freeze ? "cgroup freezer" : "SIGSTOP");
 }

@@ -290,7 +290,7 @@ static int local_start(struct sandbox_provider *p, const struct sandbox_spec *s,
                        struct err *err)
 {
     struct local_provider *lp = to_local(p);
-    char limits[256];
+    char limits[512];
 
     if (lp->problem != NULL) {
         return err_set(err, E_FAIL, "%s", lp->problem);

@@ -105,6 +105,30 @@ char *sbx_record_path(const struct sbx_set *set, const char *ns, const char *nam
     return xasprintf("%s/%s.%s", set->state_dir, ns, name);
 }
 
+static void kill_recorded(struct sbx_set *set, const char *ns, const char *name);
+
+/* Kills what every record of a previous server names (a frozen or stopped sandbox, or one
+ * of a task deleted while no server ran): nothing of this server runs yet. */
+static void sweep_records(struct sbx_set *set)
+{
+    DIR *d = opendir(set->state_dir);
+    struct dirent *e;
+
+    while (d != NULL && (e = readdir(d)) != NULL) {
+        char *dot = strchr(e->d_name, '.');
+        if (dot == NULL || dot == e->d_name || strchr(dot + 1, '.') != NULL || dot[1] == '\0') {
+            continue; /* ".", "..", "<ns>.<task>.pause" */
+        }
+        char *ns = xstrdup(e->d_name);
+        ns[dot - e->d_name] = '\0';
+        kill_recorded(set, ns, ns + (dot - e->d_name) + 1);
+        free(ns);
+    }
+    if (d != NULL) {
+        closedir(d);
+    }
+}
+
 void sbx_set_init(struct sbx_set *set, struct sandbox_provider *base, const char *state_dir,
                   const struct sbx_hooks *hooks, void *ctx)
 {
@@ -115,6 +139,7 @@ void sbx_set_init(struct sbx_set *set, struct sandbox_provider *base, const char
     set->hooks = hooks;
     set->ctx = ctx;
     (void)controller_mkdirs(state_dir, true);
+    sweep_records(set);
 }
 
 static struct sbx *find(struct sbx_set *set, const char *ns, const char *name)

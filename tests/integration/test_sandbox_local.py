@@ -4,13 +4,14 @@ sandbox (not root, cannot read /root or the data dir's root key, cannot reach th
 server's TCP port, cannot make a user namespace), the working branch pushed from staging,
 pause by freezing. Skipped with a message when bubblewrap or user namespaces are missing."""
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 
 from harness import API, Server, run_tests
-from sandbox_helpers import (FAKE_RUNNER, bare_repo, create, git, patch, task, task_log,
+from sandbox_helpers import (FAKE_RUNNER, bare_repo, create, get, git, patch, task, task_log,
                              wait_log, wait_phase, wait_until)
 
 CHECKS = ("echo uid=$(id -u); "
@@ -97,13 +98,15 @@ def test_hostile_staging_repo_runs_nothing_on_the_host():
         shutil.rmtree(os.path.dirname(r), ignore_errors=True)
 
 
-def cgroup_dirs(name):
-    """(freezer dir, pids dir, v2) of the task's cgroups, or None without them."""
-    if os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
-        d = "/sys/fs/cgroup/diverge/default." + name
+def cgroup_dirs(srv, name):
+    """(freezer dir, pids dir, v2) of the task's cgroups from its log; dirs None without."""
+    m = re.search(r"cgroup (v1|v2) (/\S+): ", task_log(srv, name))
+    if not m:
+        return None, None, False
+    d = m.group(2)
+    if m.group(1) == "v2":
         return d, d, True
-    return ("/sys/fs/cgroup/freezer/diverge/default." + name,
-            "/sys/fs/cgroup/pids/diverge/default." + name, False)
+    return d, d.replace("/freezer/", "/pids/", 1), False
 
 
 def read(path):
@@ -123,8 +126,8 @@ def test_pause_freezes_setsid_and_fork_bomb():
         create(srv, task("fz"))
         wait_phase(srv, "fz", "Active")
         wait_log(srv, "fz", "bombed")
-        freezer, pids, v2 = cgroup_dirs("fz")
-        cg = os.geteuid() == 0 and os.path.isdir(freezer)
+        freezer, pids, v2 = cgroup_dirs(srv, "fz")
+        cg = freezer is not None and os.path.isdir(freezer)
         if cg:
             assert int(read(os.path.join(pids, "pids.current")) or 0) <= 40
             assert "pids limited" in task_log(srv, "fz"), task_log(srv, "fz")
@@ -166,7 +169,7 @@ def test_restart_after_kill9():
         create(srv, task("rs"))
         wait_phase(srv, "rs", "Active")
         wait_log(srv, "rs", "marked")
-        freezer, _, _ = cgroup_dirs("rs")
+        freezer, _, _ = cgroup_dirs(srv, "rs")
         srv.kill()
         srv2 = Server(args=args, env=env, data_dir=srv.data_dir).start()
         try:
@@ -174,8 +177,39 @@ def test_restart_after_kill9():
             log = task_log(srv2, "rs")
             assert "restarted after server restart" in log, log
             assert body["status"]["phase"] == "Completed", (body["status"], log)
-            if os.geteuid() == 0 and os.path.isdir(os.path.dirname(freezer)):
+            if freezer is not None:
                 wait_until(lambda: not os.path.exists(freezer), what="cgroup removed")
+        finally:
+            srv2.cleanup()
+    finally:
+        srv.cleanup()
+        shutil.rmtree(srv.data_dir, ignore_errors=True)
+
+
+def test_frozen_sandbox_swept_after_kill9():
+    """Frozen processes ignore the parent-death signal until thawed: the next server of
+    the data dir kills them; the task stays Paused and resumes with a new runner."""
+    cmd = "if [ -f restarted ]; then exit 0; fi; touch restarted; echo marked; exec sleep 300"
+    args = ["--sandbox-provider", "local", "--agent-cmd", cmd]
+    env = {"DIVERGE_RUNNER_PATH": FAKE_RUNNER}
+    srv = Server(args=args, env=env).start()
+    try:
+        create(srv, task("fk"))
+        wait_log(srv, "fk", "marked")
+        freezer, _, _ = cgroup_dirs(srv, "fk")
+        patch(srv, "fk", {"suspended": True})
+        wait_phase(srv, "fk", "Paused")
+        srv.kill()
+        if freezer is not None:
+            assert read(os.path.join(freezer, "cgroup.procs")).split(), "frozen procs expected"
+        srv2 = Server(args=args, env=env, data_dir=srv.data_dir).start()
+        try:
+            if freezer is not None:
+                wait_until(lambda: not os.path.exists(freezer), what="frozen cgroup swept")
+            assert get(srv2, "fk")["status"]["phase"] == "Paused"
+            patch(srv2, "fk", {"suspended": False})
+            body = wait_phase(srv2, "fk", ("Completed", "Failed"), timeout=60)
+            assert body["status"]["phase"] == "Completed", (body["status"], task_log(srv2, "fk"))
         finally:
             srv2.cleanup()
     finally:
@@ -253,4 +287,4 @@ if __name__ == "__main__":
         sys.exit(0)
     run_tests([test_isolation_from_inside, test_pause_freezes_setsid_and_fork_bomb,
                test_restart_after_kill9, test_hostile_staging_repo_runs_nothing_on_the_host,
-               test_unprivileged_server_pauses_by_sigstop])
+               test_unprivileged_server_pauses_by_sigstop, test_frozen_sandbox_swept_after_kill9])

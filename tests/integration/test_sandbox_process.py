@@ -167,6 +167,35 @@ def test_budget_pause_then_resume_starts_next_iteration():
     shutil.rmtree(os.path.dirname(repo), ignore_errors=True)
 
 
+def test_paused_sandbox_killed_by_restart_then_resumed():
+    ctl = tempfile.mkdtemp(prefix="diverge-ctl-")
+    cmd = "while [ ! -f %s/go ]; do sleep 0.1; done" % ctl
+    srv = server(cmd).start()
+    try:
+        create(srv, task("pk"))
+        wait_log(srv, "pk", "fake runner: meter 1 -> 200")
+        pid = leader_pid(srv, "pk")
+        patch(srv, "pk", {"suspended": True})
+        wait_phase(srv, "pk", "Paused")
+        srv.kill()  # (an orphaned stopped group also gets SIGHUP from the kernel)
+        srv2 = server(cmd, data_dir=srv.data_dir).start()
+        try:
+            # Nothing of the dead server's sandbox is left; the task stays Paused.
+            wait_until(lambda: not group_members(pid), what="stopped sandbox gone")
+            assert get(srv2, "pk")["status"]["phase"] == "Paused"
+            open(os.path.join(ctl, "go"), "w").close()
+            patch(srv2, "pk", {"suspended": False})
+            body = wait_phase(srv2, "pk", ("Completed", "Failed"))
+            assert body["status"]["phase"] == "Completed", (body["status"], task_log(srv2, "pk"))
+            assert "start iteration 2" in task_log(srv2, "pk")
+        finally:
+            srv2.cleanup()
+    finally:
+        srv.cleanup()
+        shutil.rmtree(srv.data_dir, ignore_errors=True)
+        shutil.rmtree(ctl, ignore_errors=True)
+
+
 def test_no_runner_fails_closed():
     srv = Server(args=["--sandbox-provider", "process"],
                  env={"DIVERGE_RUNNER_PATH": "/nonexistent/diverge-agent-runner"})
@@ -223,4 +252,4 @@ if __name__ == "__main__":
                test_pause_freezes_resume_thaws_delete_stops, test_timeout_kills_everything,
                test_restart_after_kill9_continues, test_log_endpoint_and_cli_follow,
                test_budget_pause_then_resume_starts_next_iteration,
-               test_no_runner_fails_closed])
+               test_no_runner_fails_closed, test_paused_sandbox_killed_by_restart_then_resumed])
