@@ -32,9 +32,13 @@ CHECKS = ("echo uid=$(id -u); "
 def usable():
     if shutil.which("bwrap") is None:
         return "bubblewrap is not installed"
-    r = subprocess.run(["bwrap", "--unshare-all", "--ro-bind", "/usr", "/usr", "--symlink",
-                        "usr/lib64", "/lib64", "--symlink", "usr/lib", "/lib", "--", "/usr/bin/true"],
-                       capture_output=True)
+    cmd = ["bwrap", "--unshare-all", "--unshare-user", "--disable-userns", "--ro-bind", "/usr",
+           "/usr", "--symlink", "usr/lib64", "/lib64", "--symlink", "usr/lib", "/lib", "--",
+           "/usr/bin/true"]
+    if os.geteuid() == 0 and shutil.which("setpriv"):
+        # As the server will run it: as an unprivileged user (root may pass where that fails).
+        cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] + cmd
+    r = subprocess.run(cmd, capture_output=True, cwd="/")
     if r.returncode != 0:
         return "bubblewrap cannot create namespaces here: " + r.stderr.decode(errors="replace")
     return None
