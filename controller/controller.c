@@ -13,19 +13,20 @@
 #include "common/log.h"
 #include "common/secret.h"
 #include "controller/controller_int.h"
+#include "controller/sandbox.h"
 
-#define WAITING_PREFIX "sandbox provider"
 
-enum controller_action controller_decide(const struct task_view *v, bool token_active,
-                                         bool can_run, bool waiting_noted)
+/* Provider none (or one this build cannot run): only the token lifecycle. */
+static enum controller_action decide_tokens_only(const struct task_view *v,
+                                                 const struct controller_observed *o)
 {
     switch (v->phase) {
     case TASK_PENDING:
         if (v->suspended) {
             return CONTROLLER_PAUSE;
         }
-        if (!can_run) {
-            return waiting_noted ? CONTROLLER_NOTHING : CONTROLLER_WAIT;
+        if (!o->can_run) {
+            return o->waiting_noted ? CONTROLLER_NOTHING : CONTROLLER_WAIT;
         }
         return CONTROLLER_ACTIVATE;
     case TASK_PROVISIONING:
@@ -34,43 +35,107 @@ enum controller_action controller_decide(const struct task_view *v, bool token_a
             return CONTROLLER_PAUSE;
         }
         /* Active without a usable token (e.g. restored from a backup): mint one. */
-        return token_active || !can_run ? CONTROLLER_NOTHING : CONTROLLER_ACTIVATE;
+        return o->token_active || !o->can_run ? CONTROLLER_NOTHING : CONTROLLER_ACTIVATE;
     case TASK_PAUSING:
         return CONTROLLER_PAUSE;
     case TASK_PAUSED:
         if (!v->suspended) {
-            return can_run ? CONTROLLER_ACTIVATE : CONTROLLER_NOTHING;
+            return o->can_run ? CONTROLLER_ACTIVATE : CONTROLLER_NOTHING;
         }
-        return token_active ? CONTROLLER_PAUSE : CONTROLLER_NOTHING;
+        return o->token_active ? CONTROLLER_PAUSE : CONTROLLER_NOTHING;
     case TASK_COMPLETED:
     case TASK_FAILED:
     case TASK_PHASE_COUNT:
         break;
     }
-    return token_active ? CONTROLLER_REVOKE : CONTROLLER_NOTHING;
+    return o->token_active ? CONTROLLER_REVOKE : CONTROLLER_NOTHING;
+}
+
+/* A task that should run but whose sandbox is not there. */
+static enum controller_action decide_absent(const struct controller_observed *o, bool resume)
+{
+    if (!o->can_run || !o->workspace_exists) {
+        return CONTROLLER_FAIL_SANDBOX;
+    }
+    return resume ? CONTROLLER_RESUME_START : CONTROLLER_RESTART;
+}
+
+static enum controller_action decide_active(const struct task_view *v,
+                                            const struct controller_observed *o)
+{
+    if (v->suspended) {
+        return CONTROLLER_PAUSE;
+    }
+    switch ((enum sandbox_state)o->sandbox) {
+    case SANDBOX_EXITED:
+        return o->exit_code == 0 ? CONTROLLER_COMPLETE : CONTROLLER_FAIL_RUNNER;
+    case SANDBOX_ABSENT:
+        return decide_absent(o, false);
+    case SANDBOX_PAUSED:
+        return CONTROLLER_THAW;
+    case SANDBOX_RUNNING:
+        break;
+    }
+    return o->timed_out ? CONTROLLER_TIMEOUT : CONTROLLER_NOTHING;
+}
+
+static enum controller_action decide_paused(const struct task_view *v,
+                                            const struct controller_observed *o)
+{
+    if (v->suspended) {
+        /* A task the meter paused (429) keeps running until its runner exits by itself;
+         * one paused by request is frozen. Either way the token goes. */
+        return o->token_active ? CONTROLLER_PAUSE : CONTROLLER_NOTHING;
+    }
+    if (o->sandbox == SANDBOX_PAUSED) {
+        return CONTROLLER_THAW;
+    }
+    /* Not frozen: the runner stopped on a 429 and exited, or is about to (thawing it would
+     * turn that exit into a completion). A new runner continues from the next iteration. */
+    return decide_absent(o, true);
+}
+
+enum controller_action controller_decide(const struct task_view *v,
+                                         const struct controller_observed *o)
+{
+    if (!o->runs_sandboxes) {
+        return decide_tokens_only(v, o);
+    }
+    switch (v->phase) {
+    case TASK_PENDING:
+    case TASK_PROVISIONING:
+        if (v->suspended) {
+            return CONTROLLER_PAUSE;
+        }
+        return o->can_run ? CONTROLLER_PROVISION : CONTROLLER_FAIL_SANDBOX;
+    case TASK_ACTIVE:
+        return decide_active(v, o);
+    case TASK_PAUSING:
+        return CONTROLLER_PAUSE;
+    case TASK_PAUSED:
+        return decide_paused(v, o);
+    case TASK_COMPLETED:
+    case TASK_FAILED:
+    case TASK_PHASE_COUNT:
+        break;
+    }
+    if (o->sandbox != SANDBOX_ABSENT) {
+        return CONTROLLER_STOP;
+    }
+    return o->token_active ? CONTROLLER_REVOKE : CONTROLLER_NOTHING;
+}
+
+const char *controller_action_name(enum controller_action a)
+{
+    static const char *const names[] = {
+        "nothing", "activate", "pause", "revoke", "wait", "provision", "restart", "thaw",
+        "resume-start", "complete", "fail-runner", "timeout", "fail-sandbox", "stop"};
+    return a < ARRAY_LEN(names) ? names[a] : "unknown";
 }
 
 char *controller_token_path(const struct controller *c, const char *ns, const char *name)
 {
     return xasprintf("%s/tokens/%s/%s/token", c->data_dir, ns, name);
-}
-
-static int mkdirs(const char *path)
-{
-    char *p = xstrdup(path);
-    int rc = 0;
-
-    for (char *s = p + 1; *s != '\0' && rc == 0; s++) {
-        if (*s == '/') {
-            *s = '\0';
-            if (mkdir(p, 0700) != 0 && errno != EEXIST) {
-                rc = -1;
-            }
-            *s = '/';
-        }
-    }
-    free(p);
-    return rc;
 }
 
 /* Writes TOKEN to the task's token file atomically (temp file, fsync, rename), 0600. */
@@ -86,7 +151,7 @@ int controller_write_token_file(struct controller *c, const char *ns, const char
     /* A unique temporary name: two reconciles of one task may write at the same time. */
     secret_random(&nonce, sizeof(nonce));
     tmp = xasprintf("%s.%08x.tmp", path, nonce);
-    if (mkdirs(path) != 0) {
+    if (controller_mkdirs(path, false) != 0) {
         rc = err_set(err, E_FAIL, "create the directory of %s: %s", path, strerror(errno));
         goto out;
     }
@@ -95,7 +160,11 @@ int controller_write_token_file(struct controller *c, const char *ns, const char
         rc = err_set(err, E_FAIL, "create %s: %s", tmp, strerror(errno));
         goto out;
     }
-    if (write(fd, token, len) != (ssize_t)len || fsync(fd) != 0) {
+    /* The sandbox reads it through a read-only bind: it must own it when we are root. */
+    if (c->chown_files && fchown(fd, c->sandbox_uid, c->sandbox_gid) != 0) {
+        rc = err_set(err, E_FAIL, "chown %s: %s", tmp, strerror(errno));
+    }
+    if (rc == E_OK && (write(fd, token, len) != (ssize_t)len || fsync(fd) != 0)) {
         rc = err_set(err, E_FAIL, "write %s: %s", tmp, strerror(errno));
     }
     close(fd);
@@ -123,7 +192,7 @@ static size_t string_list(const char **out, size_t max, const json_t *arr)
 }
 
 /* Mints the next-generation token for DOC from its spec and the server defaults. */
-static int mint_for(char **token_out, char **id_out, struct controller *c, const json_t *doc,
+int controller_mint_for(char **token_out, char **id_out, struct controller *c, const json_t *doc,
                     int64_t generation, int64_t now_ms, struct err *err)
 {
     const json_t *spec = json_object_get(doc, "spec");
@@ -150,137 +219,20 @@ static int mint_for(char **token_out, char **id_out, struct controller *c, const
     return token_mint_task(token_out, id_out, c->root_key, &o, err);
 }
 
-struct reconcile {
-    struct controller *c;
-    const char *ns, *name;
-    bool plan;                     /* decide (and mint) only; write nothing */
-    enum controller_action action; /* out */
-    char *token;                   /* owned: the token minted while planning */
-    char *id;                      /* owned: its identifier */
-    int64_t generation;            /* its generation */
-};
-
-static int reconcile_txn(struct task_txn *tx, void *userdata)
-{
-    struct reconcile *r = userdata;
-    struct controller *c = r->c;
-    struct token_record rec = {.generation = 0};
-    json_t *doc = NULL, *status;
-    struct task_view v;
-    struct err err = {0};
-    char ts[CLOCK_RFC3339_MAX];
-    bool has_token, waiting;
-    int64_t now = clock_now_ms(task_txn_clock(tx));
-    int rc = task_txn_get(&doc, tx, r->ns, r->name, &err);
-
-    if (rc != E_OK) {
-        return rc;
-    }
-    has_token = task_txn_token_current(&rec, tx, r->ns, r->name, &err) == E_OK;
-    task_view_of(&v, doc);
-    status = json_object_get(doc, "status");
-    waiting = json_is_string(json_object_get(status, "message")) &&
-              strncmp(json_string_value(json_object_get(status, "message")), WAITING_PREFIX,
-                      strlen(WAITING_PREFIX)) == 0;
-    r->action = controller_decide(&v, has_token && rec.active,
-                                  strcmp(c->provider, "none") == 0, waiting);
-    clock_rfc3339(ts, now);
-    if (r->plan) {
-        /* The token file must hold the new token before the task reads Active, so the
-         * token is minted and written first, then applied by a second transaction. */
-        if (r->action == CONTROLLER_ACTIVATE) {
-            r->generation = rec.generation + 1;
-            rc = mint_for(&r->token, &r->id, c, doc, r->generation, now, &err);
-        }
-        goto out;
-    }
-    switch (r->action) {
-    case CONTROLLER_NOTHING:
-        break;
-    case CONTROLLER_ACTIVATE:
-        if (r->token == NULL || r->generation != rec.generation + 1) {
-            /* Someone minted in between: plan again on the next event. */
-            rc = err_set(&err, E_AGAIN, "token generation moved on");
-            break;
-        }
-        rc = task_txn_token_revoke(tx, r->ns, r->name, &err);
-        if (rc == E_OK) {
-            rc = task_txn_token_add(tx, r->ns, r->name, r->generation, r->id, r->token, &err);
-        }
-        task_set_phase(doc, TASK_ACTIVE, NULL, NULL);
-        if (json_is_null(json_object_get(status, "startTime")) ||
-            json_object_get(status, "startTime") == NULL) {
-            json_object_set_new(status, "startTime", json_string(ts));
-        }
-        break;
-    case CONTROLLER_PAUSE:
-        rc = task_txn_token_revoke(tx, r->ns, r->name, &err);
-        if (v.phase != TASK_PAUSED) {
-            task_set_phase(doc, TASK_PAUSED, "Suspended", "paused by request");
-        }
-        break;
-    case CONTROLLER_REVOKE:
-        rc = task_txn_token_revoke(tx, r->ns, r->name, &err);
-        break;
-    case CONTROLLER_WAIT: {
-        char *msg = xasprintf(WAITING_PREFIX " \"%s\" cannot start sandboxes in this build; "
-                                             "run with --sandbox-provider none",
-                              c->provider);
-        task_set_phase(doc, TASK_PENDING, "", msg);
-        free(msg);
-        break;
-    }
-    }
-    if (rc == E_OK && r->action != CONTROLLER_NOTHING && r->action != CONTROLLER_REVOKE) {
-        rc = task_txn_put(tx, doc, &err);
-    }
-out:
-    if (rc != E_OK && rc != E_AGAIN) {
-        log_kv(LOG_ERROR, "reconcile_failed", "namespace", r->ns, "name", r->name, "error",
-               err.msg, NULL);
-    }
-    free(rec.token);
-    json_decref(doc);
-    return rc;
-}
-
-static const char *action_name(enum controller_action a)
-{
-    static const char *const names[] = {"nothing", "activate", "pause", "revoke", "wait"};
-    return names[a];
-}
-
-int controller_reconcile(struct controller *c, const char *ns, const char *name,
-                         struct err *err)
-{
-    struct reconcile r = {.c = c, .ns = ns, .name = name, .plan = true};
-    int rc = task_store_txn(c->store, reconcile_txn, &r, err);
-
-    if (rc == E_OK && r.action == CONTROLLER_ACTIVATE) {
-        rc = controller_write_token_file(c, ns, name, r.token, err);
-    }
-    if (rc == E_OK && r.action != CONTROLLER_NOTHING) {
-        r.plan = false;
-        rc = task_store_txn(c->store, reconcile_txn, &r, err);
-        if (rc == E_AGAIN) {
-            rc = E_OK; /* a newer change will be reconciled by its own event */
-        } else if (rc == E_OK) {
-            log_kv(LOG_INFO, "reconciled", "namespace", ns, "name", name, "action",
-                   action_name(r.action), NULL);
-        }
-    }
-    if (r.token != NULL) {
-        secret_wipe(r.token, strlen(r.token));
-        free(r.token);
-    }
-    free(r.id);
-    return rc;
-}
 
 void controller_destroy(struct controller *c)
 {
     secret_wipe(c->root_key, sizeof(c->root_key));
     free(c->data_dir);
     free(c->provider);
+    free(c->meter_url);
+    free(c->meter_socket);
+    free(c->runner_path);
+    free(c->agent_cmd);
+    free(c->verify_cmd);
+    free(c->problem);
+    pthread_mutex_destroy(&c->lock);
+    pthread_mutex_destroy(&c->notes_lock);
+    pthread_cond_destroy(&c->notes_cond);
     free(c);
 }

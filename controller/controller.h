@@ -2,11 +2,15 @@
 /* The embedded controller: a reconcile loop driven by the store's change feed. It owns
  * the token lifecycle (mint on create/resume, revoke on pause/finish) and the phase
  * machine of SPEC §4. With sandbox provider "none" nothing is started: a task turns
- * Active once its token is minted, and an external agent meters with that token. */
+ * Active once its token is minted, and an external agent meters with that token. With
+ * "process" or "local" it mirrors the repository, starts the runner in a sandbox, freezes
+ * and thaws it, pushes the working branch from staging after a runner exit 0, and ends
+ * the task (SPEC §9); a second thread reconciles runner exits and timeouts. */
 #ifndef DIVERGE_CONTROLLER_CONTROLLER_H
 #define DIVERGE_CONTROLLER_CONTROLLER_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "common/clock.h"
@@ -15,36 +19,94 @@
 #include "token/token.h"
 
 struct controller_config {
-    const char *data_dir;             /* token files under <data-dir>/tokens/<ns>/<task>/ */
+    const char *data_dir;             /* tokens, workspaces, mirrors, staging, logs under it */
     const unsigned char *root_key;    /* TOKEN_ROOT_KEY_LEN bytes, copied */
     int64_t default_budget_usd;       /* micro-dollars, when spec.budgetUSD is unset */
     int64_t default_budget_tokens;    /* when spec.budgetTokens is unset */
-    const char *sandbox_provider;     /* "none" runs tasks; others are not built yet */
-    bool manual;                      /* no thread: the caller drives controller_reconcile */
+    const char *sandbox_provider;     /* none, process, local (agent-sandbox: not built) */
+    const char *meter_url;            /* DIVERGE_METER_URL given to sandboxes */
+    const char *runner_path;          /* NULL: DIVERGE_RUNNER_PATH, else next to /proc/self/exe */
+    const char *agent_cmd;            /* DIVERGE_AGENT_CMD (may be NULL) */
+    const char *verify_cmd;           /* DIVERGE_VERIFY_CMD (may be NULL) */
+    const char *sandbox_user;         /* local provider: host user; NULL: SPEC §2 default */
+    int64_t sandbox_memory;           /* bytes, 0: none */
+    int64_t sandbox_pids;             /* 0: none */
+    int64_t sandbox_cpus_milli;       /* 1000 = one CPU, 0: none */
+    size_t log_cap;                   /* task log cap in bytes; 0: CONTROLLER_LOG_CAP */
+    bool manual;                      /* no threads: the caller drives controller_reconcile */
+    bool deferred;                    /* no threads until controller_start() */
 };
+
+#define CONTROLLER_LOG_CAP (10u << 20) /* default cap of a task log (SPEC §9) */
+
+struct controller;
 
 /* What one reconcile step does to a task. */
 enum controller_action {
     CONTROLLER_NOTHING,
-    CONTROLLER_ACTIVATE,  /* mint a fresh token, phase Active */
-    CONTROLLER_PAUSE,     /* revoke the token, phase Paused (reason Suspended) */
-    CONTROLLER_REVOKE,    /* finished task still holding an active token: revoke it */
-    CONTROLLER_WAIT,      /* no sandbox provider can run it: note why, stay Pending */
+    CONTROLLER_ACTIVATE,     /* provider none: mint a fresh token, phase Active */
+    CONTROLLER_PAUSE,        /* revoke the token, freeze the sandbox, phase Paused */
+    CONTROLLER_REVOKE,       /* finished task still holding an active token: revoke it */
+    CONTROLLER_WAIT,         /* no sandbox provider can run it: note why, stay Pending */
+    CONTROLLER_PROVISION,    /* mint, write the token file, mirror, staging, start → Active */
+    CONTROLLER_RESTART,      /* Active but nothing runs (server restart): fresh token, start */
+    CONTROLLER_THAW,         /* resume a frozen sandbox with a fresh token → Active */
+    CONTROLLER_RESUME_START, /* resume after the runner exited: new runner, next iteration */
+    CONTROLLER_COMPLETE,     /* runner exit 0 while Active: push the branch → Completed */
+    CONTROLLER_FAIL_RUNNER,  /* runner exit != 0 → Failed (RunnerFailed) */
+    CONTROLLER_TIMEOUT,      /* past sandbox.timeoutSeconds → stop, Failed (Timeout) */
+    CONTROLLER_FAIL_SANDBOX, /* cannot run a sandbox (probe, workspace gone) → SandboxError */
+    CONTROLLER_STOP,         /* finished task with something still running: stop, revoke */
+    CONTROLLER_ACTION_COUNT,
 };
 
-/* The pure decision: V is the task, TOKEN_ACTIVE whether its latest token is active,
- * CAN_RUN whether the configured sandbox provider can start it, WAITING_NOTED whether
- * the task already says why it waits. */
-enum controller_action controller_decide(const struct task_view *v, bool token_active,
-                                         bool can_run, bool waiting_noted);
+/* What the controller sees of a task besides its object. */
+struct controller_observed {
+    bool token_active;        /* its latest token is active */
+    bool runs_sandboxes;      /* the provider starts sandboxes (process, local) */
+    bool can_run;             /* the provider works on this host */
+    bool waiting_noted;       /* provider none/unbuilt: the task already says why it waits */
+    int sandbox;              /* enum sandbox_state of its sandbox */
+    int exit_code;            /* SANDBOX_EXITED: the runner's status */
+    bool timed_out;           /* active time is past sandbox.timeoutSeconds */
+    bool workspace_exists;    /* its workspace directory is there */
+};
+
+/* The pure decision: V is the task, O what is observed of it. */
+enum controller_action controller_decide(const struct task_view *v,
+                                         const struct controller_observed *o);
+/* "provision", "pause", ... */
+const char *controller_action_name(enum controller_action a);
+
+/* Path of the task log <data-dir>/logs/<ns>/<task>.log: new string, caller frees. */
+char *controller_log_path(const char *data_dir, const char *ns, const char *name);
+/* Appends TEXT[0..len) to the task log at PATH as one line with the RFC 3339 time in
+ * front (control characters replaced). When the file would pass CAP bytes (0:
+ * CONTROLLER_LOG_CAP) its oldest part is dropped first and a line says so. Thread-safe. */
+void controller_log_write(const char *path, size_t cap, const char *text, size_t len);
+
+/* Whether the server may push WORKING to the remote: a plain branch name, and never the
+ * base branch unless the task was made from a PR comment (FROM_SCM: the working branch
+ * is the PR head). */
+bool controller_push_allowed(const char *working, const char *base, bool from_scm);
+
+/* Why sandboxes cannot run here (with the fix), or NULL: borrowed from C. */
+const char *controller_sandbox_problem(const struct controller *c);
 
 struct controller;
 
-/* Starts the reconcile thread over STORE (borrowed). Every existing task is reconciled
- * first, so a restart resumes where the previous process stopped. */
+/* Starts the reconcile threads over STORE (borrowed). Every existing task is reconciled
+ * first, so a restart resumes where the previous process stopped (sandboxes that died
+ * with the previous server are started again). */
 int controller_new(struct controller **out, struct task_store *store,
                    const struct controller_config *cfg, struct err *err);
-/* Stops the thread; NULL is a no-op. */
+/* Starts the threads of a controller made with cfg.deferred, giving sandboxes METER_URL
+ * (NULL: the one from the config) and the server's unix socket METER_SOCKET (may be NULL;
+ * made reachable for the sandbox user). E_FAIL when a thread cannot start (then free C). */
+int controller_start(struct controller *c, const char *meter_url, const char *meter_socket,
+                     struct err *err);
+/* Stops the threads and every sandbox (they die with the server, SPEC §9); NULL is a
+ * no-op. */
 void controller_free(struct controller *c);
 
 /* Reconciles one task now (also used by tests). E_NOTFOUND when it is gone. */

@@ -3,7 +3,24 @@
 #ifndef DIVERGE_CONTROLLER_CONTROLLER_INT_H
 #define DIVERGE_CONTROLLER_CONTROLLER_INT_H
 
+#include <pthread.h>
+#include <stdatomic.h>
+
 #include "controller/controller.h"
+#include "controller/sandbox.h"
+
+/* A task whose active time is being counted (it has a live, unfrozen sandbox). */
+struct controller_timer {
+    char *ns, *name;          /* owned */
+    int64_t deadline_ms;      /* epoch ms; the task times out at this time */
+    struct controller_timer *next;
+};
+
+/* A task named by a sandbox's exit, waiting for the tick thread. */
+struct controller_note {
+    char *ns, *name;          /* owned */
+    struct controller_note *next;
+};
 
 struct controller {
     struct task_store *store;                   /* borrowed */
@@ -12,14 +29,111 @@ struct controller {
     int64_t default_budget_usd;                 /* micro-dollars */
     int64_t default_budget_tokens;
     char *provider;                             /* owned: the sandbox provider name */
+    char *meter_url, *runner_path;              /* owned */
+    char *meter_socket;                         /* owned: the server's unix socket, or NULL */
+    char *agent_cmd, *verify_cmd;               /* owned, may be NULL */
+    size_t log_cap;                             /* task log cap */
+    struct sandbox_provider *sandboxes;         /* owned; NULL for none/agent-sandbox */
+    char *problem;                              /* owned: why sandboxes cannot run, or NULL */
+    unsigned int sandbox_uid, sandbox_gid;      /* owner of what the sandbox writes */
+    bool chown_files;                           /* give files to sandbox_uid (server is root) */
+    pthread_mutex_t lock;                       /* one reconcile at a time */
+    pthread_mutex_t notes_lock;                 /* guards notes, timers, wake */
+    pthread_cond_t notes_cond;
+    struct controller_note *notes;              /* exits to reconcile */
+    struct controller_timer *timers;            /* running tasks with a timeout */
+    bool tick_running;
+    atomic_bool stopping;
+    pthread_t tick;
     struct store_worker *worker;                /* owned; NULL in manual mode */
 };
 
-/* Writes TOKEN to the task's token file atomically, mode 0600. */
+/* One reconcile of one task: planned in a transaction, executed outside (sandbox, git),
+ * applied in a second transaction. */
+struct reconcile {
+    struct controller *c;
+    const char *ns, *name;           /* borrowed */
+    bool plan;                       /* planning pass: decide (and mint) only */
+    enum controller_action action;   /* out of the plan */
+    enum task_phase phase;           /* the phase seen when planning */
+    char *token, *id;                /* owned: the token minted while planning */
+    int64_t generation;              /* its generation */
+    char *url, *base, *working;      /* owned copies of spec.repository (url may be NULL) */
+    char *objective;                 /* owned */
+    int64_t iteration, max_iterations, timeout_s, start_ms;
+    bool from_scm;                   /* made from a PR/MR comment */
+    int exit_code;                   /* the runner's, for FAIL_RUNNER */
+    const char *fail_reason;         /* set by execution when the task must fail */
+    char *fail_msg;                  /* owned */
+};
+
+/* Executes R's side effects (run.c) with C->lock held; failures that end the task are
+ * left in R->fail_reason/fail_msg. */
+void controller_execute(struct controller *c, struct reconcile *r);
+
+/* Removes a deleted task's workspace, staging repo, state dir, token dir and paused-time
+ * record (its log stays). */
+void controller_forget_task(struct controller *c, const char *ns, const char *name);
+
+/* Lets the sandbox user connect to the socket PATH (group of the sandbox user, 0660, its
+ * directories searchable by that group) when the server runs as root. */
+void controller_expose_socket(struct controller *c, const char *path);
+
+/* Whether A ends the task (Completed or Failed). */
+bool controller_finishes(enum controller_action a);
+
+/* Writes TOKEN to the task's token file atomically, mode 0600 (owned by the sandbox
+ * user when the server runs as root). */
 int controller_write_token_file(struct controller *c, const char *ns, const char *name,
                                 const char *token, struct err *err);
 
-/* Frees C's memory (the thread must not run). */
+/* Mints the next-generation token for DOC from its spec and the server defaults. */
+int controller_mint_for(char **token_out, char **id_out, struct controller *c, const json_t *doc,
+                        int64_t generation, int64_t now_ms, struct err *err);
+
+#define CONTROLLER_WAITING_PREFIX "sandbox provider"
+
+/* Frees C's memory (the threads must not run). */
 void controller_destroy(struct controller *c);
+
+/* mkdir -p of PATH's parent directories (and PATH itself when LAST), mode 0700. */
+int controller_mkdirs(const char *path, bool last);
+
+void controller_log_event(const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* git plumbing (workspace.c). ARGV starts with "git"; output goes to LOG_PATH. */
+int controller_git(const char *log_path, const char *const argv[], struct err *err);
+/* *out: the mirror of URL (new string); cloned once, fetched afterwards (*fetched_out). */
+int controller_mirror(char **out, const char *data_dir, const char *url, const char *log_path,
+                      bool *fetched_out, struct err *err);
+/* Creates the staging bare repository PATH unless it exists. */
+int controller_staging(const char *path, const char *log_path, struct err *err);
+/* Makes the staging repo STAGING (written by a sandbox that no longer runs) safe for the
+ * server's git: symlinks and special files removed, owned by the server's user again,
+ * hooks, alternates and grafts gone, config replaced by a fixed one. */
+int controller_staging_sanitize(const char *staging, struct err *err);
+/* Pushes refs/heads/WORKING from STAGING to URL, never forced, without hooks, after
+ * controller_staging_sanitize(). */
+int controller_push(const char *staging, const char *url, const char *working,
+                    const char *log_path, struct err *err);
+
+/* Paused-time bookkeeping (run.c): the active ms a task used so far. */
+int64_t controller_active_ms(struct controller *c, const char *ns, const char *name,
+                             int64_t start_ms, int64_t now_ms);
+/* Records that the task was paused (true) or resumed (false) at NOW_MS. */
+void controller_note_pause(struct controller *c, const char *ns, const char *name, bool paused,
+                           int64_t now_ms);
+/* Arms (DEADLINE_MS > 0) or disarms (0) the task's timeout timer. */
+void controller_timer_set(struct controller *c, const char *ns, const char *name,
+                          int64_t deadline_ms);
+/* Starts/stops the tick thread that reconciles exited and timed-out tasks. */
+int controller_tick_start(struct controller *c, struct err *err);
+void controller_tick_stop(struct controller *c);
+/* The sandbox provider's exit callback: queues NS/NAME for the tick thread. */
+void controller_on_exit(const char *ns, const char *name, void *userdata);
+/* Creates C's sandbox provider from CFG (and runs its probe). */
+int controller_sandboxes_open(struct controller *c, const struct controller_config *cfg,
+                              struct err *err);
 
 #endif

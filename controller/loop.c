@@ -12,8 +12,12 @@
  * nothing: this skips the stream of MODIFIED events every meter charge makes. */
 static bool wants(const struct task_event *ev, void *userdata)
 {
-    (void)userdata;
-    return ev->type != TASK_EVENT_DELETED && !(ev->phase == TASK_ACTIVE && !ev->suspended);
+    struct controller *c = userdata;
+
+    if (ev->type == TASK_EVENT_DELETED) {
+        return c->sandboxes != NULL; /* its sandbox must go */
+    }
+    return !(ev->phase == TASK_ACTIVE && !ev->suspended);
 }
 
 static void reconcile_one(struct controller *c, const char *ns, const char *name)
@@ -28,7 +32,20 @@ static void reconcile_one(struct controller *c, const char *ns, const char *name
 
 static void apply(const struct task_event *ev, void *userdata)
 {
-    reconcile_one(userdata, ev->ns, ev->name);
+    struct controller *c = userdata;
+
+    if (ev->type == TASK_EVENT_DELETED) {
+        char *log = controller_log_path(c->data_dir, ev->ns, ev->name);
+        pthread_mutex_lock(&c->lock);
+        controller_timer_set(c, ev->ns, ev->name, 0);
+        sandbox_stop(c->sandboxes, ev->ns, ev->name);
+        controller_forget_task(c, ev->ns, ev->name); /* a new task of that name starts clean */
+        pthread_mutex_unlock(&c->lock);
+        controller_log_event(log, "[diverge] task deleted: sandbox stopped");
+        free(log);
+        return;
+    }
+    reconcile_one(c, ev->ns, ev->name);
 }
 
 /* Reconciles every task and rewrites the token files of tasks holding an active token. */
@@ -79,7 +96,21 @@ int controller_new(struct controller **out, struct task_store *store,
     c->default_budget_usd = cfg->default_budget_usd;
     c->default_budget_tokens = cfg->default_budget_tokens;
     c->provider = xstrdup(cfg->sandbox_provider);
-    if (!cfg->manual && (rc = store_worker_start(&c->worker, store, &feed, c, err)) != E_OK) {
+    c->meter_url = cfg->meter_url != NULL ? xstrdup(cfg->meter_url) : NULL;
+    c->agent_cmd = cfg->agent_cmd != NULL ? xstrdup(cfg->agent_cmd) : NULL;
+    c->verify_cmd = cfg->verify_cmd != NULL ? xstrdup(cfg->verify_cmd) : NULL;
+    c->log_cap = cfg->log_cap;
+    pthread_mutex_init(&c->lock, NULL);
+    pthread_mutex_init(&c->notes_lock, NULL);
+    pthread_cond_init(&c->notes_cond, NULL);
+    atomic_init(&c->stopping, false);
+    rc = controller_sandboxes_open(c, cfg, err);
+    if (rc == E_OK && !cfg->manual && !cfg->deferred) {
+        rc = controller_start(c, NULL, NULL, err);
+    }
+    if (rc != E_OK) {
+        controller_tick_stop(c);
+        sandbox_provider_free(c->sandboxes);
         controller_destroy(c);
         return rc;
     }
@@ -87,10 +118,39 @@ int controller_new(struct controller **out, struct task_store *store,
     return E_OK;
 }
 
+int controller_start(struct controller *c, const char *meter_url, const char *meter_socket,
+                     struct err *err)
+{
+    int rc = E_OK;
+
+    if (meter_url != NULL) {
+        free(c->meter_url);
+        c->meter_url = xstrdup(meter_url);
+    }
+    if (meter_socket != NULL) {
+        c->meter_socket = xstrdup(meter_socket);
+        controller_expose_socket(c, meter_socket);
+    }
+    if (c->sandboxes != NULL) {
+        rc = controller_tick_start(c, err);
+    }
+    if (rc == E_OK) {
+        rc = store_worker_start(&c->worker, c->store, &feed, c, err);
+    }
+    return rc;
+}
+
 void controller_free(struct controller *c)
 {
     if (c != NULL) {
+        /* First: no reconcile may read a sandbox killed by the shutdown as a failure. */
+        atomic_store(&c->stopping, true);
+        controller_tick_stop(c);
         store_worker_stop(c->worker); /* no reconcile runs past this line */
+        /* Sandboxes die with the server (SPEC §9); the next one restarts them. */
+        sandbox_provider_free(c->sandboxes);
+        c->sandboxes = NULL;
+        controller_tick_stop(c); /* frees what exits queued meanwhile */
         controller_destroy(c);
     }
 }

@@ -66,6 +66,7 @@ static const struct route g_routes[] = {
      "tasks.status.patch", AUTH_ADMIN},
     {"PUT", API_PREFIX "/namespaces/*/agenttasks/*/status", api_task_status_put,
      "tasks.status.update", AUTH_ADMIN},
+    {"GET", API_PREFIX "/namespaces/*/agenttasks/*/log", api_task_log, "tasks.log", AUTH_ADMIN},
     {"GET", API_PREFIX "/namespaces/*/agenttasks/*/token", api_task_token, "tasks.token",
      AUTH_ADMIN},
     {"POST", "/api/v1/agenttask/meter", api_meter, "meter", AUTH_NONE},
@@ -392,6 +393,11 @@ static int route_readyz(struct request *r)
     if (task_store_count_phases(counts, r->srv->store, NULL) != E_OK) {
         return http_send_error(r, 503, NULL, NULL, "database not available");
     }
+    if (controller_sandbox_problem(r->srv->controller) != NULL) {
+        /* Still ready for the API; tasks that need a sandbox fail with SandboxError. */
+        return http_send_json(r, 200, json_pack("{s:s, s:s}", "status", "ok", "sandbox",
+                                                controller_sandbox_problem(r->srv->controller)));
+    }
     return http_send_json(r, 200, json_pack("{s:s}", "status", "ok"));
 }
 
@@ -687,6 +693,35 @@ int http_start(struct MHD_Daemon **out, uint16_t *port_out, struct server *srv, 
     *port_out = info != NULL ? info->port : ntohs(sa.sin_port);
     *out = d;
     return E_OK;
+}
+
+int http_start_unix(struct MHD_Daemon **out, struct server *srv, int listen_fd, struct err *err)
+{
+    /* The same handlers and request deadline on a unix socket the sandboxes reach (SPEC
+     * §9); per-address limits do not apply to it (every peer has the same address). Stop
+     * it with http_stop_unix() before http_stop() frees the guard. */
+    *out = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD |
+                                MHD_USE_ERROR_LOG | MHD_USE_ITC,
+                            0, NULL, NULL, on_request, srv,
+                            MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
+                            MHD_OPTION_LISTEN_SOCKET, listen_fd,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
+                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv->guard,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)SERVER_IDLE_TIMEOUT_S,
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned int)SERVER_CONN_MAX,
+                            MHD_OPTION_END);
+    if (*out == NULL) {
+        return err_set(err, E_FAIL, "cannot serve the meter socket");
+    }
+    return E_OK;
+}
+
+void http_stop_unix(struct MHD_Daemon *d)
+{
+    if (d != NULL) {
+        (void)MHD_quiesce_daemon(d);
+        MHD_stop_daemon(d);
+    }
 }
 
 void http_stop(struct MHD_Daemon *d, struct server *srv)

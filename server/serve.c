@@ -46,6 +46,18 @@ static const struct flag g_flags[] = {
     {"--sandbox-provider", "DIVERGE_SANDBOX_PROVIDER", "local", CFG(sandbox_provider),
      "local, process, none (no sandbox: an external agent meters with the task token) or "
      "agent-sandbox"},
+    {"--sandbox-user", "DIVERGE_SANDBOX_USER", NULL, CFG(sandbox_user),
+     "host user local sandboxes run as (default diverge-sandbox as root, else your own)"},
+    {"--sandbox-memory", "DIVERGE_SANDBOX_MEMORY", "2G", CFG(sandbox_memory),
+     "memory limit per sandbox (K, M, G suffixes; 0: none)"},
+    {"--sandbox-pids", "DIVERGE_SANDBOX_PIDS", "512", CFG(sandbox_pids),
+     "process limit per sandbox (0: none)"},
+    {"--sandbox-cpus", "DIVERGE_SANDBOX_CPUS", "1", CFG(sandbox_cpus),
+     "CPU limit per sandbox, e.g. 1 or 0.5 (0: none)"},
+    {"--agent-cmd", "DIVERGE_AGENT_CMD", NULL, CFG(agent_cmd),
+     "command the runner runs each iteration (DIVERGE_AGENT_CMD in the sandbox)"},
+    {"--verify-cmd", "DIVERGE_VERIFY_CMD", NULL, CFG(verify_cmd),
+     "command the runner verifies each iteration with (DIVERGE_VERIFY_CMD)"},
     {"--default-budget-usd", "DIVERGE_DEFAULT_BUDGET_USD", "5.00", CFG(default_budget_usd),
      "USD budget of tasks without spec.budgetUSD"},
     {"--default-budget-tokens", "DIVERGE_DEFAULT_BUDGET_TOKENS", "1000000",
@@ -223,6 +235,9 @@ static void print_endpoints(const struct server *srv)
     printf("  database:  %s/diverge.db\n", srv->cfg.data_dir);
     printf("  local SCM: %s/api/v1/local/comments (diverge local comment OWNER/REPO#N \"...\")\n", b);
     printf("  sandbox provider: %s\n", srv->cfg.sandbox_provider);
+    if (controller_sandbox_problem(srv->controller) != NULL) {
+        printf("  SANDBOXES CANNOT RUN: %s\n", controller_sandbox_problem(srv->controller));
+    }
     printf("admin token: %s\n", srv->cfg.api_token_file);
     fflush(stdout);
 }
@@ -283,6 +298,13 @@ static int parse_defaults(struct server *srv)
                          srv->cfg.default_budget_tokens) != 0 ||
         parse_count_flag(&srv->default_max_iterations, "--default-max-iterations",
                          srv->cfg.default_max_iterations) != 0) {
+        return 2;
+    }
+    if (serve_parse_size(&srv->sandbox_memory, "--sandbox-memory", srv->cfg.sandbox_memory,
+                        false) != 0 ||
+        parse_count_flag(&srv->sandbox_pids, "--sandbox-pids", srv->cfg.sandbox_pids) != 0 ||
+        serve_parse_size(&srv->sandbox_cpus_milli, "--sandbox-cpus", srv->cfg.sandbox_cpus,
+                        true) != 0) {
         return 2;
     }
     if (scm_level_parse(&srv->min_fix, srv->cfg.github_min_fix) != E_OK ||
@@ -435,20 +457,23 @@ static int start_all(struct server *srv, struct err *err)
         rc = meter_service_new(&srv->meter, srv->store, srv->root_key, err);
     }
     if (rc == E_OK) {
-        struct controller_config cc = {
-            .data_dir = srv->cfg.data_dir,
-            .root_key = srv->root_key,
-            .default_budget_usd = srv->default_budget_usd,
-            .default_budget_tokens = srv->default_budget_tokens,
-            .sandbox_provider = srv->cfg.sandbox_provider,
-        };
-        rc = controller_new(&srv->controller, srv->store, &cc, err);
+        rc = serve_controller_new(srv, err);
     }
     if (rc == E_OK) {
         rc = start_scm(srv, err);
     }
     if (rc == E_OK) {
         rc = http_start(&srv->daemon, &port, srv, err);
+    }
+    if (rc == E_OK) {
+        /* After the listener: sandboxes get the meter URL with the bound port. */
+        set_bound_listen(srv, port);
+        rc = serve_sandbox_start(srv, err);
+        if (rc != E_OK) {
+            serve_sandbox_stop(srv);
+            http_stop(srv->daemon, srv);
+            srv->daemon = NULL;
+        }
     }
     free(db);
     if (rc != E_OK) {
@@ -459,7 +484,6 @@ static int start_all(struct server *srv, struct err *err)
         srv->store = NULL;
         return rc;
     }
-    set_bound_listen(srv, port);
     return E_OK;
 }
 
@@ -468,6 +492,7 @@ static void stop_all(struct server *srv)
 {
     atomic_store(&srv->shutting_down, true);
     task_store_wake(srv->store);
+    serve_sandbox_stop(srv);
     http_stop(srv->daemon, srv);
     srv->daemon = NULL;
     stop_scm(srv);

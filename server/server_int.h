@@ -51,6 +51,9 @@ struct server_config {
     char *github_min_fix;         /* permission tiers */
     char *github_min_budget;
     char *notifier_min_interval;  /* seconds between spend-only sticky edits */
+    char *sandbox_user;           /* local sandboxes' host user; NULL: SPEC §2 default */
+    char *sandbox_memory, *sandbox_pids, *sandbox_cpus; /* per-sandbox limits */
+    char *agent_cmd, *verify_cmd; /* the runner's commands; NULL: none */
 };
 
 struct MHD_Daemon;
@@ -73,9 +76,14 @@ struct server {
     enum scm_level min_fix;        /* permission tiers of the bot */
     enum scm_level min_budget;
     int64_t notifier_min_interval_ms;
+    int64_t sandbox_memory;        /* bytes, 0: none */
+    int64_t sandbox_pids;          /* 0: none */
+    int64_t sandbox_cpus_milli;    /* 1000 = one CPU, 0: none */
     atomic_bool shutting_down;     /* set on SIGTERM: watch streams end */
     struct http_guard *guard;      /* owned by http_start/http_stop */
     struct MHD_Daemon *daemon;     /* owned; the running HTTP server */
+    struct MHD_Daemon *unix_daemon; /* owned; the same on the meter socket, or NULL */
+    char *meter_socket;            /* owned: its path, or NULL */
 };
 
 /* One HTTP request; lives from the first access-handler call to the completion callback. */
@@ -138,6 +146,7 @@ int api_task_status_get(struct request *r);
 int api_task_status_patch(struct request *r);
 int api_task_status_put(struct request *r);
 int api_task_token(struct request *r);
+int api_task_log(struct request *r);
 int api_meter(struct request *r);
 int api_webhook_github(struct request *r);
 /* Runs when the headers of a GitHub delivery are in, before any body byte is read:
@@ -181,6 +190,22 @@ void server_stop(struct server *srv);
 /* Starts the HTTP daemon on SRV->cfg.listen; *port_out gets the bound port. */
 int http_start(struct MHD_Daemon **out, uint16_t *port_out, struct server *srv, struct err *err);
 void http_stop(struct MHD_Daemon *d, struct server *srv);
+/* Serves every route on LISTEN_FD (a listening unix socket, taken over) too; needs the
+ * guard of a started http_start(). */
+int http_start_unix(struct MHD_Daemon **out, struct server *srv, int listen_fd, struct err *err);
+void http_stop_unix(struct MHD_Daemon *d);
+
+/* --- sandbox wiring (serve_sandbox.c) --- */
+/* Parses "2G"/"512M"/"1048576" (bytes) or, with MILLI, "1"/"0.5" CPUs into milli-CPUs;
+ * prints the usage error and returns 2 when it cannot. */
+int serve_parse_size(int64_t *out, const char *flag, const char *v, bool milli);
+/* Makes srv->controller (threads not started yet). */
+int serve_controller_new(struct server *srv, struct err *err);
+/* Opens the meter socket <data-dir>/sock/meter.sock and starts the controller's threads
+ * with the meter URL of the bound listener. */
+int serve_sandbox_start(struct server *srv, struct err *err);
+/* Stops serving the meter socket and removes it. */
+void serve_sandbox_stop(struct server *srv);
 
 /* --- the whole-request deadline (http_guard.c) --- */
 struct MHD_Connection;

@@ -351,9 +351,12 @@ def test_token_sources_and_auth():
 
 
 def test_logs_unavailable_and_token():
-    with Server() as srv, TempDir() as d:  # default provider: the task waits, no token
+    # A provider this build does not run: the task waits, no token, an empty log.
+    with Server(args=["--sandbox-provider", "agent-sandbox"]) as srv, TempDir() as d:
         srv.request("POST", NS, task_obj("a"))
-        one_error_line(srv.cli("task", "logs", "a", cwd=d), 1, "no sandbox logs")
+        r = srv.cli("task", "logs", "a", cwd=d)
+        assert r.returncode == 0 and r.stdout == "", (r.returncode, r.stdout, r.stderr)
+        one_error_line(srv.cli("task", "logs", "missing", cwd=d), 1, "not found")
         # Without a running sandbox provider the task has no token yet: exit 1, one line.
         one_error_line(srv.cli("task", "token", "a", cwd=d), 1, "no token")
         one_error_line(srv.cli("task", "token", "missing", cwd=d), 1, "not found")

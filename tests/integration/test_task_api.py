@@ -13,6 +13,10 @@ import urllib.request
 
 from harness import API, Server, run_tests, task_obj
 
+# Tasks must stay Pending in these tests: a provider this build does not run keeps them
+# there (local and process now start sandboxes, none activates at once).
+PENDING_ARGS = ["--sandbox-provider", "agent-sandbox"]
+
 NS = API + "/namespaces/default/agenttasks"
 
 
@@ -33,7 +37,7 @@ def create(srv, name, ns="default", **spec):
 
 
 def test_health_ready_metrics():
-    with Server() as srv:
+    with Server(args=PENDING_ARGS) as srv:
         st, _, body = srv.request("GET", "/healthz", auth=False)
         assert st == 200 and body["status"] == "ok", body
         st, _, _ = srv.request("GET", "/readyz", auth=False)
@@ -51,7 +55,7 @@ def test_health_ready_metrics():
 
 
 def test_create_get_list_roundtrip():
-    with Server() as srv:
+    with Server(args=PENDING_ARGS) as srv:
         spec = {"objective": "Diagnose and fix N+1 query in /api/v1/checkout", "draftPR": True,
                 "repository": {"url": "https://github.com/myorg/checkout-service",
                                "baseBranch": "main", "workingBranch": "fix/checkout-n-plus-1"},
@@ -96,7 +100,7 @@ def is_error(body, reason=None):
 
 
 def test_status_codes():
-    with Server() as srv:
+    with Server(args=PENDING_ARGS) as srv:
         # 401: no token, wrong token
         st, _, b = srv.request("GET", NS, auth=False)
         assert st == 401 and is_error(b, "Unauthorized")
@@ -177,7 +181,7 @@ def merge(srv, name, patch, sub=""):
 
 
 def test_merge_patch_and_status_subresource():
-    with Server() as srv:
+    with Server(args=PENDING_ARGS) as srv:
         create(srv, "p", budgetUSD="5.00", capabilities=["a"])
         st, _, b = merge(srv, "p", {"metadata": {"annotations": {"divergedev.com/guidance": "hint"}},
                                     "spec": {"budgetUSD": "20.00", "capabilities": None},
@@ -215,7 +219,7 @@ def test_merge_patch_and_status_subresource():
 
 
 def test_delete():
-    with Server() as srv:
+    with Server(args=PENDING_ARGS) as srv:
         create(srv, "d")
         st, _, b = srv.request("DELETE", NS + "/d", {"preconditions": {"resourceVersion": "999"}})
         assert st == 409
@@ -226,7 +230,7 @@ def test_delete():
 
 
 def test_stale_resource_version_race_exactly_one_conflict():
-    with Server() as srv:
+    with Server(args=PENDING_ARGS) as srv:
         create(srv, "race")
         for round_ in range(5):
             st, _, cur = srv.request("GET", NS + "/race")
@@ -279,7 +283,7 @@ def read_watch_until_deleted(srv, path, name, timeout=10):
 
 
 def test_watch_streams_events():
-    with Server() as srv:
+    with Server(args=PENDING_ARGS) as srv:
         create(srv, "w0")
         events = []
 
@@ -321,7 +325,7 @@ def test_watch_started_during_concurrent_creates_sees_each_task_once():
     """Watches started while creates stream in (their first list comes from a read
     connection, beside the writer): the synthetic ADDED list and the events after its
     resourceVersion name every task exactly once, none missed, none repeated."""
-    with Server() as srv:
+    with Server(args=PENDING_ARGS) as srv:
         for i in range(10):
             assert srv.request("POST", NS, task_obj("pre%d" % i))[0] == 201
         n = 300
@@ -374,7 +378,7 @@ def test_watch_started_during_concurrent_creates_sees_each_task_once():
 
 
 def test_restart_keeps_everything_and_sigterm_is_graceful():
-    srv = Server().start()
+    srv = Server(args=PENDING_ARGS).start()
     try:
         for i in range(5):
             create(srv, "r%d" % i)
@@ -382,7 +386,7 @@ def test_restart_keeps_everything_and_sigterm_is_graceful():
         rc = srv.stop()
         assert rc == 0, srv.stderr()
         assert "server_stopped" in srv.stderr()
-        srv2 = Server(data_dir=srv.data_dir).start()
+        srv2 = Server(args=PENDING_ARGS, data_dir=srv.data_dir).start()
         try:
             st, _, lst = srv2.request("GET", NS)
             assert [i["metadata"]["name"] for i in lst["items"]] == ["r%d" % i for i in range(5)]
@@ -404,7 +408,7 @@ def test_restart_keeps_everything_and_sigterm_is_graceful():
 
 
 def test_kill9_during_200_concurrent_creates_loses_nothing_acknowledged():
-    srv = Server().start()
+    srv = Server(args=PENDING_ARGS).start()
     try:
         acked = []
         lock = threading.Lock()
@@ -430,7 +434,7 @@ def test_kill9_during_200_concurrent_creates_loses_nothing_acknowledged():
         con = sqlite3.connect(db)
         assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         con.close()
-        srv2 = Server(data_dir=srv.data_dir).start()
+        srv2 = Server(args=PENDING_ARGS, data_dir=srv.data_dir).start()
         try:
             st, _, lst = srv2.request("GET", NS)
             names = {i["metadata"]["name"] for i in lst["items"]}

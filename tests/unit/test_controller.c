@@ -1,10 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests of controller/: the pure phase/token decision, and one reconcile pass on the
  * real SQLite store (":memory:") minting, pausing and re-minting tokens. */
+#include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "controller/controller.h"
+#include "controller/sandbox.h"
 #include "tests/t_check.h"
 
 static struct task_view view(enum task_phase p, bool suspended)
@@ -40,12 +43,120 @@ TEST(decide_table)
     };
     for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
         struct task_view v = view(cases[i].phase, cases[i].suspended);
-        enum controller_action a =
-            controller_decide(&v, cases[i].token_active, cases[i].can_run, cases[i].noted);
+        struct controller_observed o = {.token_active = cases[i].token_active,
+                                        .can_run = cases[i].can_run,
+                                        .waiting_noted = cases[i].noted};
+        enum controller_action a = controller_decide(&v, &o);
         if (a != cases[i].want) {
             t_fail(__FILE__, __LINE__, "case %zu: got %d want %d", i, a, cases[i].want);
         }
     }
+}
+
+/* With a sandbox provider: one row per phase and observed sandbox state. */
+TEST(decide_sandbox_table)
+{
+    enum { A = SANDBOX_ABSENT, R = SANDBOX_RUNNING, P = SANDBOX_PAUSED, X = SANDBOX_EXITED };
+    static const struct {
+        enum task_phase phase;
+        bool suspended, token_active, can_run, timed_out, ws;
+        int sandbox, code;
+        enum controller_action want;
+    } cases[] = {
+        {TASK_PENDING, false, false, true, false, false, A, 0, CONTROLLER_PROVISION},
+        {TASK_PENDING, false, false, false, false, false, A, 0, CONTROLLER_FAIL_SANDBOX},
+        {TASK_PENDING, true, false, true, false, false, A, 0, CONTROLLER_PAUSE},
+        {TASK_PROVISIONING, false, false, true, false, true, A, 0, CONTROLLER_PROVISION},
+        {TASK_ACTIVE, false, true, true, false, true, R, 0, CONTROLLER_NOTHING},
+        {TASK_ACTIVE, false, true, true, true, true, R, 0, CONTROLLER_TIMEOUT},
+        {TASK_ACTIVE, false, true, true, false, true, X, 0, CONTROLLER_COMPLETE},
+        {TASK_ACTIVE, false, true, true, false, true, X, 2, CONTROLLER_FAIL_RUNNER},
+        {TASK_ACTIVE, false, true, true, false, true, A, 0, CONTROLLER_RESTART},
+        {TASK_ACTIVE, false, true, true, false, false, A, 0, CONTROLLER_FAIL_SANDBOX},
+        {TASK_ACTIVE, false, true, false, false, true, A, 0, CONTROLLER_FAIL_SANDBOX},
+        {TASK_ACTIVE, true, true, true, false, true, R, 0, CONTROLLER_PAUSE},
+        {TASK_PAUSING, true, true, true, false, true, R, 0, CONTROLLER_PAUSE},
+        {TASK_PAUSED, true, false, true, false, true, P, 0, CONTROLLER_NOTHING},
+        {TASK_PAUSED, true, true, true, false, true, R, 0, CONTROLLER_PAUSE},
+        {TASK_PAUSED, true, false, true, false, true, X, 0, CONTROLLER_NOTHING},
+        {TASK_PAUSED, false, false, true, false, true, P, 0, CONTROLLER_THAW},
+        {TASK_PAUSED, false, false, true, false, true, X, 0, CONTROLLER_RESUME_START},
+        {TASK_PAUSED, false, false, true, false, true, R, 0, CONTROLLER_RESUME_START},
+        {TASK_PAUSED, false, false, true, false, true, A, 0, CONTROLLER_RESUME_START},
+        {TASK_PAUSED, false, false, true, false, false, A, 0, CONTROLLER_FAIL_SANDBOX},
+        {TASK_COMPLETED, false, true, true, false, true, A, 0, CONTROLLER_REVOKE},
+        {TASK_FAILED, false, false, true, false, true, X, 1, CONTROLLER_STOP},
+        {TASK_FAILED, false, false, true, false, true, A, 0, CONTROLLER_NOTHING},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        struct task_view v = view(cases[i].phase, cases[i].suspended);
+        struct controller_observed o = {.token_active = cases[i].token_active,
+                                        .runs_sandboxes = true,
+                                        .can_run = cases[i].can_run,
+                                        .timed_out = cases[i].timed_out,
+                                        .workspace_exists = cases[i].ws,
+                                        .sandbox = cases[i].sandbox,
+                                        .exit_code = cases[i].code};
+        enum controller_action a = controller_decide(&v, &o);
+        if (a != cases[i].want) {
+            t_fail(__FILE__, __LINE__, "case %zu: got %s want %s", i, controller_action_name(a),
+                   controller_action_name(cases[i].want));
+        }
+    }
+}
+
+TEST(push_allowed)
+{
+    CHECK(controller_push_allowed("agent/t", "main", false));
+    CHECK(!controller_push_allowed("main", "main", false));
+    CHECK(controller_push_allowed("main", "main", true)); /* PR head from a comment */
+    CHECK(!controller_push_allowed("-f", "main", false));
+    CHECK(!controller_push_allowed("a..b", "main", false));
+    CHECK(!controller_push_allowed("a:b", "main", false));
+    CHECK(!controller_push_allowed("", "main", false));
+    CHECK(!controller_push_allowed(NULL, "main", false));
+}
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    char *buf = xcalloc(1, 1 << 16);
+    if (f != NULL) {
+        (void)!fread(buf, 1, (1 << 16) - 1, f);
+        fclose(f);
+    }
+    return buf;
+}
+
+/* The log keeps under its cap by dropping its oldest part, says so, and stays line-aligned
+ * with a time in front of every line; control characters cannot forge lines. */
+TEST(task_log_cap)
+{
+    char dir[] = "/tmp/diverge-log-XXXXXX";
+    char *path = xasprintf("%s/logs/ns/t.log", mkdtemp(dir));
+    char line[64];
+    struct stat st;
+
+    for (int i = 0; i < 200; i++) {
+        int n = snprintf(line, sizeof(line), "line %03d of the runner", i);
+        controller_log_write(path, 2048, line, (size_t)n);
+        CHECK(stat(path, &st) == 0 && st.st_size <= 2048);
+    }
+    char *text = slurp(path);
+    CHECK(strstr(text, "older bytes dropped (log cap 2048)") != NULL);
+    CHECK(strstr(text, "line 199 of the runner\n") != NULL);
+    CHECK(strstr(text, "line 000 ") == NULL);
+    for (char *l = text; *l != '\0'; l = strchr(l, '\n') + 1) {
+        CHECK(strlen(l) > 21 && l[4] == '-' && l[10] == 'T' && l[19] == 'Z');
+    }
+    free(text);
+    const char *evil = "evil\n2026-01-01T00:00:00Z forged\x1b[2J";
+    controller_log_write(path, 0, evil, strlen(evil));
+    text = slurp(path);
+    CHECK(strstr(text, "evil?2026-01-01T00:00:00Z forged?[2J\n") != NULL);
+    free(text);
+    unlink(path);
+    free(path);
 }
 
 static json_t *phase_of(struct task_store *st, const char *name, const char *field)

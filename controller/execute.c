@@ -1,0 +1,401 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* What a reconcile does outside the store with a sandbox provider: prepare the workspace
+ * (token file, mirror, staging, state dir), start/freeze/thaw/stop the sandbox, and push
+ * the working branch from staging after a runner exit 0. Every step is logged to the task
+ * log; a failure that ends the task is left in the reconcile for the apply transaction. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "controller/controller_int.h"
+
+enum start_mode { START_FRESH, START_RESTART, START_RESUME };
+
+static uid_t g_chown_uid; /* nftw has no userdata: guarded by the controller lock */
+static gid_t g_chown_gid;
+
+static int chown_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return lchown(path, g_chown_uid, g_chown_gid) == 0 ? 0 : -1;
+}
+
+/* Lets the sandbox user's group search (not list, not read) the directories from the
+ * data dir down to PATH's parent: bubblewrap, running as that user, resolves the bind
+ * sources by name. Files keep their owner-only modes. */
+static void reach(struct controller *c, const char *path)
+{
+    size_t base = strlen(c->data_dir);
+    char *p = xstrdup(path);
+
+    for (size_t i = base; p[i] != '\0'; i++) {
+        if (p[i] == '/' || i == base) {
+            char save = p[i];
+            p[i] = '\0';
+            if (chown(p, (uid_t)-1, c->sandbox_gid) == 0) {
+                (void)chmod(p, 0710);
+            }
+            p[i] = save;
+        }
+    }
+    free(p);
+}
+
+void controller_expose_socket(struct controller *c, const char *path)
+{
+    if (!c->chown_files) {
+        return;
+    }
+    reach(c, path);
+    if (chown(path, (uid_t)-1, c->sandbox_gid) == 0) {
+        (void)chmod(path, 0660);
+    }
+}
+
+/* Gives PATH (recursively) to the sandbox user when the server runs as root. */
+static int give(struct controller *c, const char *path, struct err *err)
+{
+    if (!c->chown_files) {
+        return E_OK;
+    }
+    reach(c, path);
+    g_chown_uid = c->sandbox_uid;
+    g_chown_gid = c->sandbox_gid;
+    if (nftw(path, chown_one, 16, FTW_PHYS) != 0) {
+        return err_set(err, E_FAIL, "chown %s: %s", path, strerror(errno));
+    }
+    return E_OK;
+}
+
+static int remove_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    (void)remove(path);
+    return 0;
+}
+
+void controller_forget_task(struct controller *c, const char *ns, const char *name)
+{
+    char *dirs[] = {
+        xasprintf("%s/workspaces/%s/%s", c->data_dir, ns, name),
+        xasprintf("%s/staging/%s/%s.git", c->data_dir, ns, name),
+        xasprintf("%s/state/%s/%s", c->data_dir, ns, name),
+        xasprintf("%s/tokens/%s/%s", c->data_dir, ns, name),
+        xasprintf("%s/run/%s.%s.pause", c->data_dir, ns, name),
+    };
+
+    for (size_t i = 0; i < ARRAY_LEN(dirs); i++) {
+        (void)nftw(dirs[i], remove_one, 16, FTW_DEPTH | FTW_PHYS);
+        free(dirs[i]);
+    }
+}
+
+struct paths {
+    char *workspace, *token_dir, *staging, *state, *mirror, *log;
+    char *sock_dir; /* the meter socket's directory, or NULL */
+};
+
+static void paths_of(struct paths *p, struct controller *c, const char *ns, const char *name)
+{
+    p->workspace = xasprintf("%s/workspaces/%s/%s", c->data_dir, ns, name);
+    p->token_dir = xasprintf("%s/tokens/%s/%s", c->data_dir, ns, name);
+    p->staging = xasprintf("%s/staging/%s/%s.git", c->data_dir, ns, name);
+    p->state = xasprintf("%s/state/%s/%s", c->data_dir, ns, name);
+    p->mirror = NULL;
+    p->log = controller_log_path(c->data_dir, ns, name);
+    p->sock_dir = NULL;
+    if (c->meter_socket != NULL) {
+        p->sock_dir = xstrdup(c->meter_socket);
+        *strrchr(p->sock_dir, '/') = '\0';
+    }
+}
+
+static void paths_cleanup(struct paths *p)
+{
+    free(p->workspace);
+    free(p->token_dir);
+    free(p->staging);
+    free(p->state);
+    free(p->mirror);
+    free(p->log);
+    free(p->sock_dir);
+}
+
+/* The environment of SPEC §9, with paths as the sandbox sees them. */
+static size_t build_env(char **env, struct controller *c, const struct reconcile *r,
+                        const struct paths *p, int64_t start_iteration)
+{
+    bool inside = strcmp(c->provider, "local") == 0;
+    const char *ws = inside ? SANDBOX_IN_WORKSPACE : p->workspace;
+    const char *state = inside ? SANDBOX_IN_STATE : p->state;
+    size_t n = 0;
+
+    env[n++] = xstrdup("PATH=/usr/local/bin:/usr/bin:/bin");
+    env[n++] = xasprintf("HOME=%s", state);
+    env[n++] = xstrdup("LANG=C.UTF-8");
+    env[n++] = xasprintf("DIVERGE_METER_URL=%s", c->meter_url != NULL ? c->meter_url : "");
+    if (c->meter_socket != NULL) {
+        env[n++] = inside ? xstrdup("DIVERGE_METER_SOCKET=" SANDBOX_IN_SOCK_DIR "/meter.sock")
+                          : xasprintf("DIVERGE_METER_SOCKET=%s", c->meter_socket);
+    }
+    env[n++] = inside ? xasprintf("DIVERGE_TOKEN_FILE=%s/token", SANDBOX_IN_TOKEN_DIR)
+                      : xasprintf("DIVERGE_TOKEN_FILE=%s/token", p->token_dir);
+    env[n++] = xasprintf("DIVERGE_TASK_NAME=%s", r->name);
+    env[n++] = xasprintf("DIVERGE_NAMESPACE=%s", r->ns);
+    env[n++] = xasprintf("DIVERGE_OBJECTIVE=%s", r->objective);
+    if (p->mirror != NULL) {
+        env[n++] = xasprintf("DIVERGE_REPO_URL=file://%s", inside ? SANDBOX_IN_MIRROR : p->mirror);
+    }
+    env[n++] = xasprintf("DIVERGE_PUSH_URL=file://%s", inside ? SANDBOX_IN_STAGING : p->staging);
+    env[n++] = xasprintf("DIVERGE_BASE_BRANCH=%s", r->base != NULL ? r->base : "main");
+    env[n++] = xasprintf("DIVERGE_WORKING_BRANCH=%s", r->working != NULL ? r->working : "");
+    env[n++] = xasprintf("DIVERGE_MAX_ITERATIONS=%lld",
+                         (long long)(r->max_iterations > 0 ? r->max_iterations : 5));
+    env[n++] = xasprintf("DIVERGE_START_ITERATION=%lld", (long long)start_iteration);
+    env[n++] = xasprintf("DIVERGE_AGENT_CMD=%s", c->agent_cmd != NULL ? c->agent_cmd : "");
+    env[n++] = xasprintf("DIVERGE_VERIFY_CMD=%s", c->verify_cmd != NULL ? c->verify_cmd : "");
+    env[n++] = xasprintf("DIVERGE_WORKSPACE_DIR=%s", ws);
+    env[n++] = xasprintf("DIVERGE_USAGE_FILE=%s/usage.jsonl", state);
+    env[n] = NULL;
+    return n;
+}
+
+static void fail(struct reconcile *r, const char *reason, const struct err *err)
+{
+    r->fail_reason = reason;
+    free(r->fail_msg);
+    r->fail_msg = xstrdup(err->msg[0] != '\0' ? err->msg : "sandbox error");
+}
+
+/* Prepares everything the sandbox needs; E_OK or an error for SandboxError. */
+static int prepare(struct controller *c, struct reconcile *r, struct paths *p, struct err *err)
+{
+    bool fetched = false;
+    int rc = controller_write_token_file(c, r->ns, r->name, r->token, err);
+
+    if (rc == E_OK && (controller_mkdirs(p->workspace, true) != 0 ||
+                       controller_mkdirs(p->state, true) != 0)) {
+        rc = err_set(err, E_FAIL, "create the workspace: %s", strerror(errno));
+    }
+    if (rc == E_OK && r->url != NULL) {
+        rc = controller_mirror(&p->mirror, c->data_dir, r->url, p->log, &fetched, err);
+        if (rc == E_OK) {
+            controller_log_event(p->log, "[diverge] repository mirror %s",
+                                 fetched ? "fetched (reused)" : "cloned");
+        }
+    }
+    if (rc == E_OK) {
+        rc = controller_staging(p->staging, p->log, err);
+    }
+    if (rc == E_OK) {
+        rc = give(c, p->workspace, err);
+    }
+    if (rc == E_OK) {
+        rc = give(c, p->state, err);
+    }
+    if (rc == E_OK) {
+        rc = give(c, p->staging, err);
+    }
+    if (rc == E_OK) {
+        rc = give(c, p->token_dir, err);
+    }
+    if (rc == E_OK && p->mirror != NULL) {
+        rc = give(c, p->mirror, err);
+    }
+    return rc;
+}
+
+static void arm_timer(struct controller *c, const struct reconcile *r)
+{
+    int64_t now = clock_now_ms(clock_system());
+    int64_t start = r->start_ms > 0 ? r->start_ms : now;
+    int64_t used = controller_active_ms(c, r->ns, r->name, start, now);
+
+    controller_timer_set(c, r->ns, r->name,
+                         r->timeout_s > 0 ? now + r->timeout_s * 1000 - used : 0);
+}
+
+static void do_start(struct controller *c, struct reconcile *r, enum start_mode mode)
+{
+    struct sandbox_spec s;
+    struct paths p;
+    struct err err = {0};
+    char *env[SANDBOX_ENV_MAX + 1];
+    int64_t iteration = r->iteration > 0 ? r->iteration : 1;
+    size_t n;
+    int rc;
+
+    memset(&s, 0, sizeof(s));
+    paths_of(&p, c, r->ns, r->name);
+    if (mode == START_RESUME) {
+        iteration = r->iteration + 1;
+    }
+    /* Whatever an older run left goes first: nothing may write the workspace while it is
+     * prepared (and handed to the sandbox user). */
+    sandbox_stop(c->sandboxes, r->ns, r->name);
+    rc = prepare(c, r, &p, &err);
+    if (rc == E_OK) {
+        n = build_env(env, c, r, &p, iteration);
+        s.ns = r->ns;
+        s.name = r->name;
+        s.runner_path = c->runner_path;
+        s.workspace = p.workspace;
+        s.token_dir = p.token_dir;
+        s.mirror = p.mirror;
+        s.staging = p.staging;
+        s.usage_dir = p.state;
+        s.sock_dir = p.sock_dir;
+        s.log_path = p.log;
+        s.log_cap = c->log_cap;
+        for (size_t i = 0; i <= n; i++) {
+            s.env[i] = env[i];
+        }
+        if (mode == START_RESTART) {
+            controller_log_event(p.log, "[diverge] restarted after server restart "
+                                        "(iteration %lld)", (long long)iteration);
+        }
+        rc = sandbox_start(c->sandboxes, &s, &err);
+        for (size_t i = 0; i < n; i++) {
+            free(env[i]);
+        }
+    }
+    if (rc != E_OK) {
+        controller_log_event(p.log, "[diverge] failed: %s", err.msg);
+        fail(r, "SandboxError", &err);
+    } else {
+        controller_note_pause(c, r->ns, r->name, false, clock_now_ms(clock_system()));
+        arm_timer(c, r);
+        controller_log_event(p.log, "[diverge] %s (provider %s, iteration %lld)",
+                             mode == START_FRESH ? "provisioned" : mode == START_RESUME ? "resumed"
+                                                                                         : "started",
+                             c->provider, (long long)iteration);
+    }
+    paths_cleanup(&p);
+}
+
+static void thaw(struct controller *c, struct reconcile *r, const char *log)
+{
+    struct err err = {0};
+    int rc = controller_write_token_file(c, r->ns, r->name, r->token, &err);
+
+    if (rc == E_OK) {
+        rc = sandbox_resume(c->sandboxes, r->ns, r->name, &err);
+        if (rc == E_NOTFOUND) {
+            rc = E_OK; /* it was running: only the token changed */
+        }
+    }
+    if (rc != E_OK) {
+        controller_log_event(log, "[diverge] failed to resume: %s", err.msg);
+        fail(r, "SandboxError", &err);
+        sandbox_stop(c->sandboxes, r->ns, r->name);
+        return;
+    }
+    controller_note_pause(c, r->ns, r->name, false, clock_now_ms(clock_system()));
+    arm_timer(c, r);
+    controller_log_event(log, "[diverge] resumed (thawed, fresh token)");
+}
+
+static void do_pause(struct controller *c, struct reconcile *r, const char *log)
+{
+    struct sandbox_status st;
+    struct err err = {0};
+
+    controller_timer_set(c, r->ns, r->name, 0);
+    controller_note_pause(c, r->ns, r->name, true, clock_now_ms(clock_system()));
+    sandbox_status(&st, c->sandboxes, r->ns, r->name);
+    /* A task the meter paused keeps running until its runner stops by itself (exit 0 on
+     * 429); freezing it there would turn that exit into a completion after a thaw. */
+    if (r->phase == TASK_PAUSED || st.state != SANDBOX_RUNNING) {
+        controller_log_event(log, "[diverge] paused (token revoked)");
+        return;
+    }
+    if (sandbox_suspend(c->sandboxes, r->ns, r->name, &err) != E_OK) {
+        controller_log_event(log, "[diverge] freeze failed: %s", err.msg);
+        return;
+    }
+    controller_log_event(log, "[diverge] paused (every process frozen, token revoked)");
+}
+
+static void complete(struct controller *c, struct reconcile *r, const char *log)
+{
+    char *staging = xasprintf("%s/staging/%s/%s.git", c->data_dir, r->ns, r->name);
+    struct err err = {0};
+
+    if (r->url != NULL) {
+        if (!controller_push_allowed(r->working, r->base, r->from_scm)) {
+            err_set(&err, E_DENIED, "refusing to push the working branch (it is the base "
+                                    "branch or not a plain branch name)");
+        } else if (controller_push(staging, r->url, r->working, log, &err) == E_OK) {
+            controller_log_event(log, "[diverge] pushed refs/heads/%s", r->working);
+        }
+        if (err.code != E_OK) {
+            controller_log_event(log, "[diverge] push failed: %s", err.msg);
+            fail(r, "PushFailed", &err);
+        }
+    }
+    free(staging);
+}
+
+void controller_execute(struct controller *c, struct reconcile *r)
+{
+    char *log = controller_log_path(c->data_dir, r->ns, r->name);
+
+    switch (r->action) {
+    case CONTROLLER_PROVISION:
+        do_start(c, r, START_FRESH);
+        break;
+    case CONTROLLER_RESTART:
+        do_start(c, r, START_RESTART);
+        break;
+    case CONTROLLER_RESUME_START:
+        do_start(c, r, START_RESUME);
+        break;
+    case CONTROLLER_THAW:
+        thaw(c, r, log);
+        break;
+    case CONTROLLER_PAUSE:
+        if (c->sandboxes != NULL) {
+            do_pause(c, r, log);
+        }
+        break;
+    case CONTROLLER_COMPLETE:
+        complete(c, r, log);
+        break;
+    case CONTROLLER_FAIL_RUNNER:
+        controller_log_event(log, "[diverge] failed: the runner exited with status %d",
+                             r->exit_code);
+        break;
+    case CONTROLLER_TIMEOUT:
+        controller_log_event(log, "[diverge] timeout: sandbox.timeoutSeconds %lld passed; "
+                                  "stopping every process",
+                             (long long)r->timeout_s);
+        break;
+    case CONTROLLER_FAIL_SANDBOX:
+        controller_log_event(log, "[diverge] failed: %s",
+                             r->fail_msg != NULL ? r->fail_msg : "sandbox error");
+        break;
+    case CONTROLLER_NOTHING:
+    case CONTROLLER_ACTIVATE:
+    case CONTROLLER_REVOKE:
+    case CONTROLLER_WAIT:
+    case CONTROLLER_STOP:
+    case CONTROLLER_ACTION_COUNT:
+        break;
+    }
+    if (c->sandboxes != NULL && (controller_finishes(r->action) || r->action == CONTROLLER_STOP ||
+                                 r->fail_reason != NULL)) {
+        controller_timer_set(c, r->ns, r->name, 0);
+        sandbox_stop(c->sandboxes, r->ns, r->name);
+    }
+    free(log);
+}

@@ -1,0 +1,317 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* One reconcile: a planning transaction reads the task and decides (minting a token when
+ * the action needs one), the side effects run outside any transaction (token file,
+ * workspace, sandbox, push), and an applying transaction writes the outcome (phase, token
+ * index) unless the task moved on meanwhile. Reconciles are serialized by c->lock, so the
+ * sandbox of a task is only ever changed by one of them at a time. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common/log.h"
+#include "common/secret.h"
+#include "controller/controller_int.h"
+
+static bool needs_token(enum controller_action a)
+{
+    return a == CONTROLLER_ACTIVATE || a == CONTROLLER_PROVISION || a == CONTROLLER_RESTART ||
+           a == CONTROLLER_THAW || a == CONTROLLER_RESUME_START;
+}
+
+static bool finishes(enum controller_action a)
+{
+    return a == CONTROLLER_COMPLETE || a == CONTROLLER_FAIL_RUNNER || a == CONTROLLER_TIMEOUT ||
+           a == CONTROLLER_FAIL_SANDBOX;
+}
+
+static char *dup_or_null(const json_t *v)
+{
+    return json_is_string(v) && json_string_length(v) > 0 ? xstrdup(json_string_value(v)) : NULL;
+}
+
+/* Copies what execution needs out of DOC (the plan's transaction ends before it runs). */
+static void copy_spec(struct reconcile *r, const json_t *doc, const struct task_view *v)
+{
+    const json_t *spec = json_object_get(doc, "spec");
+    const json_t *repo = json_object_get(spec, "repository");
+    const json_t *status = json_object_get(doc, "status");
+    const json_t *ann = json_object_get(json_object_get(doc, "metadata"), "annotations");
+    const char *start = json_string_value(json_object_get(status, "startTime"));
+
+    r->url = dup_or_null(json_object_get(repo, "url"));
+    r->base = dup_or_null(json_object_get(repo, "baseBranch"));
+    r->working = dup_or_null(json_object_get(repo, "workingBranch"));
+    r->objective = xstrdup(v->objective != NULL ? v->objective : "");
+    r->iteration = v->iteration;
+    r->max_iterations = v->max_iterations;
+    r->timeout_s = json_integer_value(
+        json_object_get(json_object_get(spec, "sandbox"), "timeoutSeconds"));
+    r->from_scm = json_object_get(ann, "divergedev.com/provider") != NULL;
+    r->start_ms = 0;
+    if (start != NULL) {
+        (void)clock_parse_rfc3339(&r->start_ms, start);
+    }
+}
+
+static void observe(struct controller_observed *o, struct reconcile *r, const struct task_view *v,
+                    bool token_active, int64_t now)
+{
+    struct controller *c = r->c;
+    const char *msg = NULL;
+
+    memset(o, 0, sizeof(*o));
+    o->token_active = token_active;
+    o->runs_sandboxes = c->sandboxes != NULL;
+    o->can_run = c->problem == NULL && (c->sandboxes != NULL || strcmp(c->provider, "none") == 0);
+    (void)msg;
+    o->sandbox = SANDBOX_ABSENT;
+    if (c->sandboxes != NULL) {
+        struct sandbox_status st;
+        char *ws = xasprintf("%s/workspaces/%s/%s", c->data_dir, r->ns, r->name);
+        struct stat sb;
+        sandbox_status(&st, c->sandboxes, r->ns, r->name);
+        o->sandbox = (int)st.state;
+        o->exit_code = st.exit_code;
+        o->workspace_exists = stat(ws, &sb) == 0 && S_ISDIR(sb.st_mode);
+        free(ws);
+        if (r->timeout_s > 0 && r->start_ms > 0 && v->phase == TASK_ACTIVE) {
+            o->timed_out = controller_active_ms(c, r->ns, r->name, r->start_ms, now) >=
+                           r->timeout_s * 1000;
+        }
+    }
+}
+
+static void set_finished(json_t *doc, enum task_phase phase, const char *reason, const char *msg,
+                         const char *ts)
+{
+    task_set_phase(doc, phase, reason, msg);
+    json_object_set_new(json_object_get(doc, "status"), "completionTime", json_string(ts));
+}
+
+static int apply_start(struct reconcile *r, struct task_txn *tx, json_t *doc,
+                       const struct token_record *rec, const char *ts, struct err *err)
+{
+    json_t *status = json_object_get(doc, "status");
+    int rc;
+
+    if (r->token == NULL || r->generation != rec->generation + 1) {
+        /* Someone minted in between: plan again on the next event. */
+        return err_set(err, E_AGAIN, "token generation moved on");
+    }
+    rc = task_txn_token_revoke(tx, r->ns, r->name, err);
+    if (rc == E_OK) {
+        rc = task_txn_token_add(tx, r->ns, r->name, r->generation, r->id, r->token, err);
+    }
+    task_set_phase(doc, TASK_ACTIVE, NULL, NULL);
+    if (json_is_null(json_object_get(status, "startTime")) ||
+        json_object_get(status, "startTime") == NULL) {
+        json_object_set_new(status, "startTime", json_string(ts));
+    }
+    return rc;
+}
+
+/* Writes the outcome of R to DOC and the token index. *put_out: DOC must be stored. */
+static int apply(struct reconcile *r, struct task_txn *tx, json_t *doc,
+                 const struct token_record *rec, const struct task_view *v, const char *ts,
+                 bool *put_out, struct err *err)
+{
+    int rc = E_OK;
+
+    *put_out = true;
+    if (r->fail_reason != NULL) {
+        set_finished(doc, TASK_FAILED, r->fail_reason, r->fail_msg, ts);
+        return task_txn_token_revoke(tx, r->ns, r->name, err);
+    }
+    switch (r->action) {
+    case CONTROLLER_ACTIVATE:
+    case CONTROLLER_PROVISION:
+    case CONTROLLER_RESTART:
+    case CONTROLLER_THAW:
+    case CONTROLLER_RESUME_START:
+        return apply_start(r, tx, doc, rec, ts, err);
+    case CONTROLLER_PAUSE:
+        rc = task_txn_token_revoke(tx, r->ns, r->name, err);
+        if (v->phase != TASK_PAUSED) {
+            task_set_phase(doc, TASK_PAUSED, "Suspended", "paused by request");
+        } else {
+            *put_out = false;
+        }
+        return rc;
+    case CONTROLLER_WAIT: {
+        char *msg = xasprintf(CONTROLLER_WAITING_PREFIX " \"%s\" cannot start sandboxes in "
+                                                        "this build; run with --sandbox-provider "
+                                                        "none, process or local",
+                              r->c->provider);
+        task_set_phase(doc, TASK_PENDING, "", msg);
+        free(msg);
+        return E_OK;
+    }
+    case CONTROLLER_COMPLETE:
+        set_finished(doc, TASK_COMPLETED, "", r->url != NULL ? "pushed" : "", ts);
+        break;
+    case CONTROLLER_FAIL_RUNNER: {
+        char *msg = xasprintf("the runner exited with status %d", r->exit_code);
+        set_finished(doc, TASK_FAILED, "RunnerFailed", msg, ts);
+        free(msg);
+        break;
+    }
+    case CONTROLLER_TIMEOUT:
+        set_finished(doc, TASK_FAILED, "Timeout", "sandbox.timeoutSeconds passed", ts);
+        break;
+    case CONTROLLER_FAIL_SANDBOX:
+        set_finished(doc, TASK_FAILED, "SandboxError",
+                     r->fail_msg != NULL ? r->fail_msg : "the sandbox cannot run", ts);
+        break;
+    case CONTROLLER_REVOKE:
+    case CONTROLLER_STOP:
+    case CONTROLLER_NOTHING:
+    case CONTROLLER_ACTION_COUNT:
+        *put_out = false;
+        break;
+    }
+    return task_txn_token_revoke(tx, r->ns, r->name, err);
+}
+
+static int reconcile_txn(struct task_txn *tx, void *userdata)
+{
+    struct reconcile *r = userdata;
+    struct controller *c = r->c;
+    struct token_record rec = {.generation = 0};
+    struct controller_observed o;
+    json_t *doc = NULL, *status;
+    struct task_view v;
+    struct err err = {0};
+    char ts[CLOCK_RFC3339_MAX];
+    const char *msg;
+    bool has_token, put = false;
+    int64_t now = clock_now_ms(task_txn_clock(tx));
+    int rc = task_txn_get(&doc, tx, r->ns, r->name, &err);
+
+    if (rc != E_OK) {
+        return rc;
+    }
+    has_token = task_txn_token_current(&rec, tx, r->ns, r->name, &err) == E_OK;
+    task_view_of(&v, doc);
+    status = json_object_get(doc, "status");
+    clock_rfc3339(ts, now);
+    if (r->plan) {
+        msg = json_string_value(json_object_get(status, "message"));
+        copy_spec(r, doc, &v);
+        observe(&o, r, &v, has_token && rec.active, now);
+        o.waiting_noted = msg != NULL && strncmp(msg, CONTROLLER_WAITING_PREFIX,
+                                                 strlen(CONTROLLER_WAITING_PREFIX)) == 0;
+        r->action = controller_decide(&v, &o);
+        r->phase = v.phase;
+        r->exit_code = o.exit_code;
+        if (r->action == CONTROLLER_FAIL_SANDBOX) {
+            r->fail_msg = xstrdup(c->problem != NULL ? c->problem
+                                                     : "the task's workspace is gone");
+        }
+        /* The token file must hold the new token before the task reads Active, so the
+         * token is minted and written first, then applied by a second transaction. */
+        if (needs_token(r->action)) {
+            r->generation = rec.generation + 1;
+            rc = controller_mint_for(&r->token, &r->id, c, doc, r->generation, now, &err);
+        }
+        goto out;
+    }
+    if (v.phase != r->phase) {
+        rc = err_set(&err, E_AGAIN, "the task moved on");
+        goto out;
+    }
+    rc = apply(r, tx, doc, &rec, &v, ts, &put, &err);
+    if (rc == E_OK && put) {
+        rc = task_txn_put(tx, doc, &err);
+    }
+out:
+    if (rc != E_OK && rc != E_AGAIN) {
+        log_kv(LOG_ERROR, "reconcile_failed", "namespace", r->ns, "name", r->name, "error",
+               err.msg, NULL);
+    }
+    free(rec.token);
+    json_decref(doc);
+    return rc;
+}
+
+static void reconcile_cleanup(struct reconcile *r)
+{
+    if (r->token != NULL) {
+        secret_wipe(r->token, strlen(r->token));
+        free(r->token);
+    }
+    free(r->id);
+    free(r->url);
+    free(r->base);
+    free(r->working);
+    free(r->objective);
+    free(r->fail_msg);
+}
+
+/* Pending → Provisioning while the workspace is prepared (a first clone can take a
+ * while): watchers and the sticky comment see that the task was picked up. */
+static int mark_provisioning(struct task_txn *tx, void *userdata)
+{
+    struct reconcile *r = userdata;
+    struct task_view v;
+    json_t *doc = NULL;
+    int rc = task_txn_get(&doc, tx, r->ns, r->name, NULL);
+
+    if (rc == E_OK) {
+        task_view_of(&v, doc);
+        if (v.phase == TASK_PENDING && !v.suspended) {
+            task_set_phase(doc, TASK_PROVISIONING, NULL, NULL);
+            rc = task_txn_put(tx, doc, NULL);
+            r->phase = TASK_PROVISIONING;
+        }
+        json_decref(doc);
+    }
+    return rc;
+}
+
+int controller_reconcile(struct controller *c, const char *ns, const char *name,
+                         struct err *err)
+{
+    struct reconcile r = {.c = c, .ns = ns, .name = name, .plan = true};
+    int rc;
+
+    pthread_mutex_lock(&c->lock);
+    if (atomic_load(&c->stopping)) {
+        /* Shutting down: sandboxes die with the server and must not read as failures. */
+        pthread_mutex_unlock(&c->lock);
+        return E_OK;
+    }
+    rc = task_store_txn(c->store, reconcile_txn, &r, err);
+    if (rc == E_OK && r.action == CONTROLLER_ACTIVATE) {
+        rc = controller_write_token_file(c, ns, name, r.token, err);
+    }
+    if (rc == E_OK && r.action == CONTROLLER_PROVISION && r.phase == TASK_PENDING) {
+        rc = task_store_txn(c->store, mark_provisioning, &r, err);
+    }
+    if (rc == E_OK && r.action != CONTROLLER_NOTHING && r.action != CONTROLLER_ACTIVATE) {
+        controller_execute(c, &r);
+    }
+    if (rc == E_OK && r.action != CONTROLLER_NOTHING) {
+        r.plan = false;
+        rc = task_store_txn(c->store, reconcile_txn, &r, err);
+        if (rc == E_AGAIN) {
+            rc = E_OK; /* a newer change will be reconciled by its own event */
+        } else if (rc == E_OK) {
+            log_kv(LOG_INFO, "reconciled", "namespace", ns, "name", name, "action",
+                   controller_action_name(r.action), NULL);
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
+    reconcile_cleanup(&r);
+    return rc;
+}
+
+const char *controller_sandbox_problem(const struct controller *c)
+{
+    return c != NULL ? c->problem : NULL;
+}
+
+bool controller_finishes(enum controller_action a)
+{
+    return finishes(a);
+}

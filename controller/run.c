@@ -1,0 +1,271 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The side effects of a reconcile with a sandbox provider (workspace, token file, start,
+ * freeze, thaw, push, stop), the paused-time bookkeeping behind sandbox.timeoutSeconds,
+ * and the tick thread that reconciles tasks whose runner exited or whose time is up. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "controller/controller_int.h"
+
+/* --- paused time ------------------------------------------------------------------ */
+
+static char *pause_path(struct controller *c, const char *ns, const char *name)
+{
+    return xasprintf("%s/run/%s.%s.pause", c->data_dir, ns, name);
+}
+
+static void pause_read(struct controller *c, const char *ns, const char *name, int64_t *total,
+                       int64_t *since)
+{
+    char *path = pause_path(c, ns, name), buf[64] = {0};
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    long long a = 0, b = 0;
+
+    if (fd >= 0) {
+        if (read(fd, buf, sizeof(buf) - 1) > 0 && sscanf(buf, "%lld %lld", &a, &b) != 2) {
+            a = b = 0;
+        }
+        close(fd);
+    }
+    *total = a;
+    *since = b;
+    free(path);
+}
+
+int64_t controller_active_ms(struct controller *c, const char *ns, const char *name,
+                             int64_t start_ms, int64_t now_ms)
+{
+    int64_t total, since;
+
+    pause_read(c, ns, name, &total, &since);
+    if (since > 0) {
+        total += now_ms - since;
+    }
+    return now_ms - start_ms - total;
+}
+
+void controller_note_pause(struct controller *c, const char *ns, const char *name, bool paused,
+                           int64_t now_ms)
+{
+    char *path = pause_path(c, ns, name), buf[64];
+    int64_t total, since;
+    int fd, n;
+
+    pause_read(c, ns, name, &total, &since);
+    if (paused && since == 0) {
+        since = now_ms;
+    } else if (!paused && since > 0) {
+        total += now_ms - since;
+        since = 0;
+    }
+    n = snprintf(buf, sizeof(buf), "%lld %lld\n", (long long)total, (long long)since);
+    (void)controller_mkdirs(path, false);
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd >= 0) {
+        (void)!write(fd, buf, (size_t)n);
+        close(fd);
+    }
+    free(path);
+}
+
+/* --- timers and the tick thread --------------------------------------------------- */
+
+void controller_timer_set(struct controller *c, const char *ns, const char *name,
+                          int64_t deadline_ms)
+{
+    struct controller_timer **pp, *t = NULL;
+
+    pthread_mutex_lock(&c->notes_lock);
+    for (pp = &c->timers; *pp != NULL; pp = &(*pp)->next) {
+        if (strcmp((*pp)->ns, ns) == 0 && strcmp((*pp)->name, name) == 0) {
+            t = *pp;
+            break;
+        }
+    }
+    if (deadline_ms <= 0 && t != NULL) {
+        *pp = t->next;
+        free(t->ns);
+        free(t->name);
+        free(t);
+    } else if (deadline_ms > 0) {
+        if (t == NULL) {
+            t = xcalloc(1, sizeof(*t));
+            t->ns = xstrdup(ns);
+            t->name = xstrdup(name);
+            t->next = c->timers;
+            c->timers = t;
+        }
+        t->deadline_ms = deadline_ms;
+    }
+    pthread_mutex_unlock(&c->notes_lock);
+}
+
+void controller_on_exit(const char *ns, const char *name, void *userdata)
+{
+    struct controller *c = userdata;
+    struct controller_note *n = xcalloc(1, sizeof(*n));
+
+    n->ns = xstrdup(ns);
+    n->name = xstrdup(name);
+    pthread_mutex_lock(&c->notes_lock);
+    n->next = c->notes;
+    c->notes = n;
+    pthread_cond_signal(&c->notes_cond);
+    pthread_mutex_unlock(&c->notes_lock);
+}
+
+static void reconcile_note(struct controller *c, struct controller_note *n)
+{
+    struct err err = {0};
+
+    if (controller_reconcile(c, n->ns, n->name, &err) != E_OK && err.code != E_NOTFOUND) {
+        log_kv(LOG_WARN, "reconcile_error", "namespace", n->ns, "task", n->name, "error",
+               err.msg, NULL);
+    }
+}
+
+static void *tick(void *arg)
+{
+    struct controller *c = arg;
+
+    pthread_mutex_lock(&c->notes_lock);
+    while (!atomic_load(&c->stopping)) {
+        struct controller_note *todo = c->notes, *n;
+        int64_t now = clock_now_ms(clock_system());
+
+        c->notes = NULL;
+        /* Timed-out tasks are reconciled every tick until the reconcile disarms them. */
+        for (struct controller_timer *t = c->timers; t != NULL; t = t->next) {
+            if (t->deadline_ms <= now) {
+                n = xcalloc(1, sizeof(*n));
+                n->ns = xstrdup(t->ns);
+                n->name = xstrdup(t->name);
+                n->next = todo;
+                todo = n;
+            }
+        }
+        pthread_mutex_unlock(&c->notes_lock);
+        while (todo != NULL) {
+            n = todo;
+            todo = n->next;
+            if (!atomic_load(&c->stopping)) {
+                reconcile_note(c, n);
+            }
+            free(n->ns);
+            free(n->name);
+            free(n);
+        }
+        pthread_mutex_lock(&c->notes_lock);
+        if (c->notes == NULL && !atomic_load(&c->stopping)) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += 1;
+            pthread_cond_timedwait(&c->notes_cond, &c->notes_lock, &ts);
+        }
+    }
+    pthread_mutex_unlock(&c->notes_lock);
+    return NULL;
+}
+
+int controller_tick_start(struct controller *c, struct err *err)
+{
+    if (pthread_create(&c->tick, NULL, tick, c) != 0) {
+        return err_set(err, E_FAIL, "cannot start the sandbox tick thread");
+    }
+    c->tick_running = true;
+    return E_OK;
+}
+
+void controller_tick_stop(struct controller *c)
+{
+    struct controller_note *n;
+
+    atomic_store(&c->stopping, true);
+    pthread_mutex_lock(&c->notes_lock);
+    pthread_cond_broadcast(&c->notes_cond);
+    pthread_mutex_unlock(&c->notes_lock);
+    if (c->tick_running) {
+        pthread_join(c->tick, NULL);
+        c->tick_running = false;
+    }
+    while ((n = c->notes) != NULL) {
+        c->notes = n->next;
+        free(n->ns);
+        free(n->name);
+        free(n);
+    }
+    while (c->timers != NULL) {
+        struct controller_timer *t = c->timers;
+        c->timers = t->next;
+        free(t->ns);
+        free(t->name);
+        free(t);
+    }
+}
+
+/* --- provider ---------------------------------------------------------------------- */
+
+static char *default_runner_path(void)
+{
+    const char *env = getenv("DIVERGE_RUNNER_PATH");
+    char exe[4096];
+    ssize_t n;
+
+    if (env != NULL && env[0] != '\0') {
+        return xstrdup(env);
+    }
+    n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n <= 0) {
+        return xstrdup("diverge-agent-runner");
+    }
+    exe[n] = '\0';
+    return xasprintf("%s/diverge-agent-runner", dirname(exe));
+}
+
+int controller_sandboxes_open(struct controller *c, const struct controller_config *cfg,
+                              struct err *err)
+{
+    char *state = xasprintf("%s/run", c->data_dir);
+    int rc = E_OK;
+
+    c->runner_path = cfg->runner_path != NULL ? xstrdup(cfg->runner_path) : default_runner_path();
+    if (strcmp(c->provider, "process") == 0) {
+        rc = sandbox_process_new(&c->sandboxes, state, err);
+    } else if (strcmp(c->provider, "local") == 0) {
+        struct sandbox_local_opts o = {.user = cfg->sandbox_user,
+                                       .memory_bytes = cfg->sandbox_memory,
+                                       .pids = cfg->sandbox_pids,
+                                       .cpus_milli = cfg->sandbox_cpus_milli,
+                                       .state_dir = state};
+        rc = sandbox_local_new(&c->sandboxes, &o, err);
+    }
+    free(state);
+    if (rc != E_OK || c->sandboxes == NULL) {
+        return rc;
+    }
+    c->sandboxes->on_exit = controller_on_exit;
+    c->sandboxes->on_exit_userdata = c;
+    c->problem = sandbox_probe(c->sandboxes);
+    if (c->problem == NULL && access(c->runner_path, X_OK) != 0) {
+        c->problem = xasprintf("the runner %s cannot be executed (%s); build it next to "
+                               "diverge or set DIVERGE_RUNNER_PATH",
+                               c->runner_path, strerror(errno));
+    }
+    c->chown_files = sandbox_owner(c->sandboxes, &c->sandbox_uid, &c->sandbox_gid);
+    if (c->problem != NULL) {
+        log_kv(LOG_ERROR, "sandbox_unavailable", "provider", c->provider, "reason", c->problem,
+               NULL);
+        fprintf(stderr, "diverge: serve: sandboxes cannot run: %s\n", c->problem);
+    }
+    return E_OK;
+}

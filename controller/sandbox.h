@@ -1,0 +1,157 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The sandbox_provider interface (ARCHITECTURE.md): start, suspend, resume, status and
+ * stop of one sandbox per task, keyed by "<ns>/<task>". Backends: process (no isolation,
+ * development only) and local (bubblewrap + cgroups). Providers capture the runner's
+ * stdout/stderr into the task log line by line and reap their children; nothing they
+ * start outlives stop(). Every operation is thread-safe. */
+#ifndef DIVERGE_CONTROLLER_SANDBOX_H
+#define DIVERGE_CONTROLLER_SANDBOX_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/err.h"
+
+#define SANDBOX_ENV_MAX 48 /* environment entries given to a sandbox */
+
+/* Where the local provider shows things inside the sandbox. */
+#define SANDBOX_IN_WORKSPACE "/workspace"
+#define SANDBOX_IN_TOKEN_DIR "/etc/diverge/token"
+#define SANDBOX_IN_MIRROR "/diverge/mirror.git"
+#define SANDBOX_IN_STAGING "/diverge/staging.git"
+#define SANDBOX_IN_STATE "/diverge/state"
+#define SANDBOX_IN_SOCK_DIR "/diverge/sock"
+#define SANDBOX_IN_RUNNER "/diverge/bin/diverge-agent-runner"
+
+/* What to start. Every string is borrowed for the call. Paths are host paths. */
+struct sandbox_spec {
+    const char *ns, *name;     /* the task */
+    const char *runner_path;   /* the diverge-agent-runner binary */
+    const char *workspace;     /* <data-dir>/workspaces/<ns>/<task>, writable */
+    const char *token_dir;     /* the token file's directory, read-only inside */
+    const char *mirror;        /* the repository mirror (read-only inside), or NULL */
+    const char *staging;       /* the staging bare repo (writable inside), or NULL */
+    const char *usage_dir;     /* per-task state dir outside the git tree, writable */
+    const char *sock_dir;      /* the server's meter socket directory (read-only), or NULL */
+    const char *log_path;      /* the task log */
+    size_t log_cap;            /* its cap in bytes, 0: CONTROLLER_LOG_CAP */
+    const char *env[SANDBOX_ENV_MAX + 1]; /* "KEY=VALUE" as seen inside, NULL-terminated */
+};
+
+enum sandbox_state {
+    SANDBOX_ABSENT,  /* nothing runs for this task (never started, or stopped) */
+    SANDBOX_RUNNING,
+    SANDBOX_PAUSED,  /* every process frozen */
+    SANDBOX_EXITED,  /* the runner exited; nothing is left running */
+};
+
+struct sandbox_status {
+    enum sandbox_state state;
+    int exit_code;  /* SANDBOX_EXITED: the runner's exit status (128+N for signal N) */
+};
+
+/* Called from a provider thread when a sandbox's runner exited (NS, NAME borrowed). */
+typedef void (*sandbox_exit_fn)(const char *ns, const char *name, void *userdata);
+
+struct sandbox_provider;
+
+struct sandbox_provider_ops {
+    const char *name;
+    /* Starts S. E_CONFLICT when the task already has a live sandbox; E_FAIL (with the
+     * reason) when it cannot be started. */
+    int (*start)(struct sandbox_provider *p, const struct sandbox_spec *s, struct err *err);
+    /* Freezes every process of the sandbox (memory kept). E_NOTFOUND when none runs. */
+    int (*suspend)(struct sandbox_provider *p, const char *ns, const char *name,
+                   struct err *err);
+    /* Thaws a frozen sandbox. E_NOTFOUND when none is frozen. */
+    int (*resume)(struct sandbox_provider *p, const char *ns, const char *name,
+                  struct err *err);
+    /* The observed state (reaped children are reported once as EXITED, then stay so
+     * until stop or the next start). */
+    void (*status)(struct sandbox_status *out, struct sandbox_provider *p, const char *ns,
+                   const char *name);
+    /* Kills every process of the sandbox, waits for them and forgets it (a no-op when
+     * there is none). */
+    void (*stop)(struct sandbox_provider *p, const char *ns, const char *name);
+    /* Optional: why this provider cannot run sandboxes on this host (a new string with
+     * the fix), or NULL when it can. */
+    char *(*probe)(struct sandbox_provider *p);
+    /* Optional: the host user that must own what the sandbox writes; false when files
+     * stay the server's. */
+    bool (*owner)(struct sandbox_provider *p, unsigned int *uid_out, unsigned int *gid_out);
+    /* Stops every sandbox and frees P. */
+    void (*free)(struct sandbox_provider *p);
+};
+
+/* Every backend embeds this as its first member. */
+struct sandbox_provider {
+    const struct sandbox_provider_ops *ops;
+    sandbox_exit_fn on_exit; /* may be NULL */
+    void *on_exit_userdata;
+};
+
+static inline int sandbox_start(struct sandbox_provider *p, const struct sandbox_spec *s,
+                                struct err *err)
+{
+    return p->ops->start(p, s, err);
+}
+
+static inline int sandbox_suspend(struct sandbox_provider *p, const char *ns, const char *name,
+                                  struct err *err)
+{
+    return p->ops->suspend(p, ns, name, err);
+}
+
+static inline int sandbox_resume(struct sandbox_provider *p, const char *ns, const char *name,
+                                 struct err *err)
+{
+    return p->ops->resume(p, ns, name, err);
+}
+
+static inline void sandbox_status(struct sandbox_status *out, struct sandbox_provider *p,
+                                  const char *ns, const char *name)
+{
+    p->ops->status(out, p, ns, name);
+}
+
+static inline void sandbox_stop(struct sandbox_provider *p, const char *ns, const char *name)
+{
+    p->ops->stop(p, ns, name);
+}
+
+static inline char *sandbox_probe(struct sandbox_provider *p)
+{
+    return p->ops->probe != NULL ? p->ops->probe(p) : NULL;
+}
+
+static inline bool sandbox_owner(struct sandbox_provider *p, unsigned int *uid_out,
+                                 unsigned int *gid_out)
+{
+    return p->ops->owner != NULL && p->ops->owner(p, uid_out, gid_out);
+}
+
+static inline void sandbox_provider_free(struct sandbox_provider *p)
+{
+    if (p != NULL) {
+        p->ops->free(p);
+    }
+}
+
+/* Options of the local (bubblewrap) provider. */
+struct sandbox_local_opts {
+    const char *user;      /* host user the sandbox runs as; NULL: see SPEC §2 */
+    int64_t memory_bytes;  /* 0: no limit */
+    int64_t pids;          /* 0: no limit */
+    int64_t cpus_milli;    /* 1000 = one CPU; 0: no limit */
+    const char *state_dir; /* <data-dir>/run: records of live sandboxes (restart cleanup) */
+};
+
+/* The process provider: the runner as a plain child in its own process group. No
+ * isolation. STATE_DIR as in sandbox_local_opts. */
+int sandbox_process_new(struct sandbox_provider **out, const char *state_dir, struct err *err);
+/* The local provider. Never fails for a missing bubblewrap: probe() says why instead. */
+int sandbox_local_new(struct sandbox_provider **out, const struct sandbox_local_opts *o,
+                      struct err *err);
+
+#endif

@@ -1,0 +1,417 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The local provider's host side: the sandbox user, per-task cgroups (v2 unified, or the
+ * v1 freezer/memory/pids/cpu hierarchies) with limits, freeze/thaw/kill through them, and
+ * the seccomp filter (flatpak's deny list plus io_uring, ptrace, process_vm_*, and the
+ * TIOCSTI/TIOCLINUX ioctls matched on 32 bits). */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pwd.h>
+#include <sched.h>
+#include <seccomp.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/hash.h"
+#include "common/log.h"
+#include "controller/controller_int.h"
+#include "controller/sandbox_local_int.h"
+
+#define LOCAL_USER "diverge-sandbox"
+
+static void cg_kill(struct sbx *x, void *ctx);
+static void cg_forget(struct sbx *x, void *ctx);
+
+static const char *const g_v1[LOCAL_CG_MAX] = {"freezer", "memory", "pids", "cpu"};
+
+static int lookup(struct local_provider *lp, const char *name)
+{
+    struct passwd pw, *res = NULL;
+    char buf[4096];
+
+    if (getpwnam_r(name, &pw, buf, sizeof(buf), &res) != 0 || res == NULL) {
+        return E_NOTFOUND;
+    }
+    lp->uid = pw.pw_uid;
+    lp->gid = pw.pw_gid;
+    return E_OK;
+}
+
+int local_user(struct local_provider *lp, const char *name, struct err *err)
+{
+    bool root = geteuid() == 0;
+
+    if (!root && name == NULL) {
+        lp->uid = getuid();
+        lp->gid = getgid();
+        lp->drop = false;
+        return E_OK;
+    }
+    if (name == NULL) {
+        name = LOCAL_USER;
+    }
+    if (lookup(lp, name) != E_OK && root) {
+        const char *argv[] = {"useradd", "--system", "--no-create-home", "--home-dir",
+                              "/nonexistent", "--shell", "/usr/sbin/nologin", name, NULL};
+        pid_t pid;
+        int status = 0;
+        if (posix_spawnp(&pid, "useradd", NULL, NULL, (char *const *)(uintptr_t)argv,
+                         NULL) == 0) {
+            waitpid(pid, &status, 0);
+        }
+    }
+    if (lookup(lp, name) != E_OK) {
+        return err_set(err, E_FAIL, "the sandbox user %s does not exist: create it "
+                                    "(useradd --system %s) or pass --sandbox-user",
+                       name, name);
+    }
+    if (lp->uid == 0) {
+        return err_set(err, E_FAIL, "the sandbox user must not be root (its uid would map "
+                                    "to host root): pass another --sandbox-user");
+    }
+    if (!root && lp->uid != getuid()) {
+        return err_set(err, E_FAIL, "--sandbox-user needs the server to run as root");
+    }
+    lp->drop = root;
+    return E_OK;
+}
+
+static bool exists(const char *p)
+{
+    struct stat st;
+    return stat(p, &st) == 0;
+}
+
+static void enable_controllers(const char *dir)
+{
+    char *p = xasprintf("%s/cgroup.subtree_control", dir);
+    int fd = open(p, O_WRONLY | O_CLOEXEC);
+
+    if (fd >= 0) {
+        (void)!write(fd, "+memory +pids +cpu", 18);
+        close(fd);
+    }
+    free(p);
+}
+
+/* Kills whatever a previous server with this data dir left in its cgroups (frozen
+ * sandboxes ignore the parent-death signal until thawed) and removes them. */
+static void sweep(struct local_provider *lp)
+{
+    for (int i = 0; i < LOCAL_CG_MAX; i++) {
+        DIR *d = lp->cg_root[i] != NULL ? opendir(lp->cg_root[i]) : NULL;
+        struct dirent *e;
+        while (d != NULL && (e = readdir(d)) != NULL) {
+            char *dot = strchr(e->d_name, '.');
+            if (e->d_type != DT_DIR || dot == NULL || dot == e->d_name || e->d_name[0] == '.' ||
+                strncmp(e->d_name, "cgroup", 6) == 0) {
+                continue;
+            }
+            char *ns = xstrdup(e->d_name);
+            ns[dot - e->d_name] = '\0';
+            struct sbx tmp = {.ns = ns, .name = ns + (dot - e->d_name) + 1, .pid = -1};
+            cg_kill(&tmp, lp);
+            cg_forget(&tmp, lp);
+            free(ns);
+        }
+        if (d != NULL) {
+            closedir(d);
+        }
+    }
+}
+
+void local_cgroup_init(struct local_provider *lp, const struct sandbox_local_opts *o)
+{
+    /* One subtree per data dir: servers of different data dirs never touch each other's
+     * sandboxes, even for tasks of the same name. */
+    unsigned long long id = (unsigned long long)hash_fnv1a_str(o->state_dir);
+
+    lp->memory = o->memory_bytes;
+    lp->pids = o->pids;
+    lp->cpus_milli = o->cpus_milli;
+    if (geteuid() != 0) {
+        return; /* no delegated cgroup: SIGSTOP pauses, no limits */
+    }
+    if (exists("/sys/fs/cgroup/cgroup.controllers")) {
+        lp->v2 = true;
+        mkdir("/sys/fs/cgroup/diverge", 0755);
+        enable_controllers("/sys/fs/cgroup/diverge");
+        lp->cg_root[0] = xasprintf("/sys/fs/cgroup/diverge/%016llx", id);
+        mkdir(lp->cg_root[0], 0755);
+        enable_controllers(lp->cg_root[0]);
+    } else {
+        for (int i = 0; i < LOCAL_CG_MAX; i++) {
+            char *base = xasprintf("/sys/fs/cgroup/%s", g_v1[i]);
+            if (exists(base)) {
+                char *top = xasprintf("%s/diverge", base);
+                mkdir(top, 0755);
+                lp->cg_root[i] = xasprintf("%s/%016llx", top, id);
+                mkdir(lp->cg_root[i], 0755);
+                free(top);
+            }
+            free(base);
+        }
+    }
+    sweep(lp);
+}
+
+void local_cgroup_cleanup(struct local_provider *lp)
+{
+    for (int i = 0; i < LOCAL_CG_MAX; i++) {
+        if (lp->cg_root[i] != NULL) {
+            (void)rmdir(lp->cg_root[i]); /* empty once every sandbox stopped */
+        }
+        free(lp->cg_root[i]);
+    }
+}
+
+static char *cg_dir(struct local_provider *lp, int i, const char *ns, const char *name)
+{
+    return lp->cg_root[i] != NULL ? xasprintf("%s/%s.%s", lp->cg_root[i], ns, name) : NULL;
+}
+
+static bool put(const char *dir, const char *file, const char *value)
+{
+    char *p = xasprintf("%s/%s", dir, file);
+    int fd = open(p, O_WRONLY | O_CLOEXEC);
+    bool ok = fd >= 0 && write(fd, value, strlen(value)) == (ssize_t)strlen(value);
+
+    if (fd >= 0) {
+        close(fd);
+    }
+    free(p);
+    return ok;
+}
+
+void local_cgroup_create(struct local_provider *lp, const char *ns, const char *name,
+                         char *limits, size_t limits_len)
+{
+    char v[64];
+    bool mem = false, pids = false, cpu = false, freeze = false;
+
+    for (int i = 0; i < LOCAL_CG_MAX; i++) {
+        char *d = cg_dir(lp, i, ns, name);
+        if (d == NULL || (mkdir(d, 0755) != 0 && errno != EEXIST)) {
+            free(d);
+            continue;
+        }
+        if (lp->v2 || i == 1) {
+            snprintf(v, sizeof(v), "%lld", (long long)lp->memory);
+            mem = lp->memory > 0 && put(d, lp->v2 ? "memory.max" : "memory.limit_in_bytes", v);
+        }
+        if (lp->v2 || i == 2) {
+            snprintf(v, sizeof(v), "%lld", (long long)lp->pids);
+            pids = lp->pids > 0 && put(d, "pids.max", v);
+        }
+        if (lp->v2 || i == 3) {
+            snprintf(v, sizeof(v), "%lld", (long long)(lp->cpus_milli * 100));
+            if (lp->v2) {
+                snprintf(v, sizeof(v), "%lld 100000", (long long)(lp->cpus_milli * 100));
+                cpu = lp->cpus_milli > 0 && put(d, "cpu.max", v);
+            } else {
+                cpu = lp->cpus_milli > 0 && put(d, "cpu.cfs_quota_us", v);
+            }
+        }
+        freeze = freeze || lp->v2 || i == 0;
+        free(d);
+    }
+    bool any = false;
+    for (int i = 0; i < LOCAL_CG_MAX; i++) {
+        any = any || lp->cg_root[i] != NULL;
+    }
+    if (!any) {
+        snprintf(limits, limits_len, "no cgroup (the server is not root): memory, pids and "
+                                     "cpu not limited, pause by SIGSTOP of every process");
+        return;
+    }
+    snprintf(limits, limits_len, "cgroup %s %s/%s.%s: memory %s, pids %s, cpu %s, pause by %s",
+             lp->v2 ? "v2" : "v1", lp->cg_root[0] != NULL ? lp->cg_root[0] : "-", ns, name, mem ? "limited" : "not limited",
+             pids ? "limited" : "not limited", cpu ? "limited" : "not limited",
+             freeze ? "cgroup freezer" : "SIGSTOP");
+}
+
+void local_cgroup_join(int *fds, struct local_provider *lp, const char *ns, const char *name)
+{
+    for (int i = 0; i < LOCAL_CG_MAX; i++) {
+        char *d = cg_dir(lp, i, ns, name);
+        char *p = d != NULL ? xasprintf("%s/cgroup.procs", d) : NULL;
+        fds[i] = p != NULL ? open(p, O_WRONLY | O_CLOEXEC) : -1;
+        free(p);
+        free(d);
+    }
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {.tv_sec = 0, .tv_nsec = ms * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static bool file_has(const char *path, const char *text)
+{
+    char buf[512] = {0};
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+
+    if (fd >= 0) {
+        close(fd);
+    }
+    return n > 0 && strstr(buf, text) != NULL;
+}
+
+static int cg_freeze(struct sbx *x, void *ctx, struct err *err)
+{
+    struct local_provider *lp = ctx;
+    char *d = cg_dir(lp, 0, x->ns, x->name);
+    char *state = d != NULL ? xasprintf("%s/%s", d, lp->v2 ? "cgroup.events" : "freezer.state")
+                            : NULL;
+    int rc = E_OK;
+
+    if (d == NULL || !put(d, lp->v2 ? "cgroup.freeze" : "freezer.state", lp->v2 ? "1" : "FROZEN")) {
+        sbx_signal_tree(x->pid, SIGSTOP); /* no cgroup: every process of the sandbox */
+    } else {
+        int i;
+        for (i = 0; i < 500 && !file_has(state, lp->v2 ? "frozen 1" : "FROZEN"); i++) {
+            sleep_ms(2);
+        }
+        if (i == 500) {
+            rc = err_set(err, E_FAIL, "the sandbox did not freeze");
+        }
+    }
+    free(state);
+    free(d);
+    return rc;
+}
+
+static int cg_thaw(struct sbx *x, void *ctx, struct err *err)
+{
+    struct local_provider *lp = ctx;
+    char *d = cg_dir(lp, 0, x->ns, x->name);
+
+    (void)err;
+    if (d == NULL || !put(d, lp->v2 ? "cgroup.freeze" : "freezer.state", lp->v2 ? "0" : "THAWED")) {
+        sbx_signal_tree(x->pid, SIGCONT);
+    }
+    free(d);
+    return E_OK;
+}
+
+/* SIGKILLs every process of the task's cgroups (thawing them so the kill lands). */
+static void cg_kill(struct sbx *x, void *ctx)
+{
+    struct local_provider *lp = ctx;
+
+    for (int i = 0; i < LOCAL_CG_MAX; i++) {
+        char *d = cg_dir(lp, i, x->ns, x->name);
+        char *p = d != NULL ? xasprintf("%s/cgroup.procs", d) : NULL;
+        char buf[8192];
+        int fd = p != NULL ? open(p, O_RDONLY | O_CLOEXEC) : -1;
+        ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+
+        if (fd >= 0) {
+            close(fd);
+        }
+        if (lp->v2 && d != NULL) {
+            (void)put(d, "cgroup.kill", "1"); /* Linux 5.14+: the whole subtree at once */
+        }
+        if (n > 0) {
+            buf[n] = '\0';
+            for (char *s = buf; *s != '\0';) {
+                char *end = NULL;
+                long pid = strtol(s, &end, 10);
+                if (end == s) {
+                    break;
+                }
+                if (pid > 1) {
+                    kill((pid_t)pid, SIGKILL);
+                }
+                s = end + (*end != '\0');
+            }
+        }
+        if (i == 0 && d != NULL) {
+            (void)put(d, lp->v2 ? "cgroup.freeze" : "freezer.state", lp->v2 ? "0" : "THAWED");
+        }
+        free(p);
+        free(d);
+    }
+}
+
+static void cg_forget(struct sbx *x, void *ctx)
+{
+    struct local_provider *lp = ctx;
+
+    for (int i = 0; i < LOCAL_CG_MAX; i++) {
+        char *d = cg_dir(lp, i, x->ns, x->name);
+        for (int tries = 0; d != NULL && tries < 50 && rmdir(d) != 0 && errno == EBUSY; tries++) {
+            cg_kill(x, ctx);
+            sleep_ms(10);
+        }
+        free(d);
+    }
+}
+
+const struct sbx_hooks local_hooks = {
+    .kill_rest = cg_kill,
+    .freeze = cg_freeze,
+    .thaw = cg_thaw,
+    .forget = cg_forget,
+};
+
+int local_seccomp_fd(int *fd_out, struct err *err)
+{
+    static const char *const eperm[] = {
+        "syslog", "uselib", "acct", "modify_ldt", "quotactl", "add_key", "keyctl",
+        "request_key", "move_pages", "mbind", "get_mempolicy", "set_mempolicy",
+        "migrate_pages", "unshare", "setns", "mount", "umount", "umount2", "pivot_root",
+        "chroot", "perf_event_open", "ptrace", "process_vm_readv", "process_vm_writev",
+        "io_uring_setup", "io_uring_enter", "io_uring_register"};
+    static const char *const enosys[] = {"clone3", "open_tree", "move_mount", "fsopen",
+                                         "fsconfig", "fsmount", "fspick", "mount_setattr"};
+    scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+    int fd = -1, rc = E_OK;
+
+    *fd_out = -1;
+    if (ctx == NULL) {
+        return err_set(err, E_FAIL, "seccomp_init failed");
+    }
+    for (size_t i = 0; i < ARRAY_LEN(eperm); i++) {
+        int nr = seccomp_syscall_resolve_name(eperm[i]);
+        if (nr != __NR_SCMP_ERROR) {
+            (void)seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nr, 0);
+        }
+    }
+    for (size_t i = 0; i < ARRAY_LEN(enosys); i++) {
+        int nr = seccomp_syscall_resolve_name(enosys[i]);
+        if (nr != __NR_SCMP_ERROR) {
+            (void)seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), nr, 0);
+        }
+    }
+    /* clone with CLONE_NEWUSER; ioctl TIOCSTI/TIOCLINUX compared on the low 32 bits. */
+    (void)seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1,
+                           SCMP_A0(SCMP_CMP_MASKED_EQ, CLONE_NEWUSER, CLONE_NEWUSER));
+    (void)seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioctl), 1,
+                           SCMP_A1(SCMP_CMP_MASKED_EQ, 0xFFFFFFFFu, (scmp_datum_t)TIOCSTI));
+    (void)seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioctl), 1,
+                           SCMP_A1(SCMP_CMP_MASKED_EQ, 0xFFFFFFFFu, (scmp_datum_t)TIOCLINUX));
+    fd = memfd_create("diverge-seccomp", MFD_CLOEXEC);
+    if (fd < 0 || seccomp_export_bpf(ctx, fd) != 0 || lseek(fd, 0, SEEK_SET) != 0) {
+        rc = err_set(err, E_FAIL, "build the seccomp filter: %s", strerror(errno));
+        if (fd >= 0) {
+            close(fd);
+        }
+        fd = -1;
+    }
+    seccomp_release(ctx);
+    *fd_out = fd;
+    return rc;
+}

@@ -1,0 +1,425 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The `local` sandbox provider (SPEC §9): bubblewrap run as the sandbox user (never root),
+ * with new user/mount/pid/ipc/uts/net namespaces, no nested user namespaces, every
+ * capability dropped, a root of read-only binds (never / itself), a private /tmp, the
+ * workspace, state dir and staging repo writable, the token directory, mirror and runner
+ * read-only, a libseccomp filter, and cgroup limits where the host has them. Host paths
+ * under the 0700 data dir are handed over as descriptors (--bind-fd), so the sandbox user
+ * never needs to reach them by name. Pause freezes the cgroup (SIGSTOP without one). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "controller/controller_int.h"
+#include "controller/sandbox_int.h"
+#include "controller/sandbox_local_int.h"
+
+#define BWRAP_ARGS_MAX 128
+#define LOCAL_FDS 10
+
+static struct local_provider *to_local(struct sandbox_provider *p)
+{
+    return container_of(p, struct local_provider, base);
+}
+
+/* What the forked child does before exec: only async-signal-safe calls. */
+struct child_plan {
+    const char *path;              /* bwrap */
+    char *const *argv, *const *envp;
+    int out_fd;
+    int keep[LOCAL_FDS];           /* descriptors bwrap must inherit, -1 unused */
+    int procs[LOCAL_CG_MAX];       /* cgroup.procs files to join, -1 unused */
+    bool drop;                     /* switch to uid/gid first */
+    uid_t uid;
+    gid_t gid;
+};
+
+static void write_pid(int fd)
+{
+    char buf[24];
+    size_t n = sizeof(buf);
+    pid_t pid = getpid();
+
+    buf[--n] = '\n';
+    do {
+        buf[--n] = (char)('0' + pid % 10);
+        pid /= 10;
+    } while (pid > 0 && n > 0);
+    if (write(fd, buf + n, sizeof(buf) - n) < 0) {
+        _exit(125);
+    }
+}
+
+static void child(const struct child_plan *pl)
+{
+    sigset_t none;
+    int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    signal(SIGPIPE, SIG_DFL);
+    if (setpgid(0, 0) != 0 || devnull < 0 || dup2(devnull, 0) < 0 || dup2(pl->out_fd, 1) < 0 ||
+        dup2(pl->out_fd, 2) < 0) {
+        _exit(126);
+    }
+    /* Join the cgroups before anything of the sandbox exists. */
+    for (int i = 0; i < LOCAL_CG_MAX; i++) {
+        if (pl->procs[i] >= 0) {
+            write_pid(pl->procs[i]);
+        }
+    }
+    if (pl->drop) {
+        if (setgroups(1, &pl->gid) != 0 || setgid(pl->gid) != 0 || setuid(pl->uid) != 0 ||
+            getuid() != pl->uid || geteuid() != pl->uid || getgid() != pl->gid ||
+            setuid(0) == 0) {
+            _exit(127);
+        }
+    }
+    /* After the credential change, which clears it: die with the server's thread. */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    for (int i = 0; i < LOCAL_FDS; i++) {
+        if (pl->keep[i] >= 0) {
+            fcntl(pl->keep[i], F_SETFD, 0);
+        }
+    }
+    execve(pl->path, pl->argv, pl->envp);
+    _exit(127);
+}
+
+static int fork_exec(pid_t *pid_out, const struct child_plan *pl, struct err *err)
+{
+    pid_t pid = fork();
+
+    if (pid < 0) {
+        return err_set(err, E_FAIL, "fork: %s", strerror(errno));
+    }
+    if (pid == 0) {
+        child(pl);
+    }
+    setpgid(pid, pid); /* also from here: no race with a signal to the group */
+    *pid_out = pid;
+    return E_OK;
+}
+
+static void plan_init(struct child_plan *pl, struct local_provider *lp)
+{
+    memset(pl, 0, sizeof(*pl));
+    for (int i = 0; i < LOCAL_FDS; i++) {
+        pl->keep[i] = -1;
+    }
+    for (int i = 0; i < LOCAL_CG_MAX; i++) {
+        pl->procs[i] = -1;
+    }
+    pl->path = lp->bwrap;
+    pl->drop = lp->drop;
+    pl->uid = lp->uid;
+    pl->gid = lp->gid;
+}
+
+struct argv_b {
+    char *v[BWRAP_ARGS_MAX + 1];
+    size_t n;
+};
+
+static void arg(struct argv_b *a, const char *s)
+{
+    ASSERT(a->n < BWRAP_ARGS_MAX);
+    a->v[a->n++] = xstrdup(s);
+    a->v[a->n] = NULL;
+}
+
+static void argf(struct argv_b *a, int fd)
+{
+    char *s = xasprintf("%d", fd);
+    arg(a, s);
+    free(s);
+}
+
+static void args_free(struct argv_b *a)
+{
+    for (size_t i = 0; i < a->n; i++) {
+        free(a->v[i]);
+    }
+}
+
+/* The fixed part of the command line: namespaces, capabilities, the read-only root. */
+static void base_args(struct argv_b *a, const struct local_provider *lp, bool chdir_ws)
+{
+    static const char *const etc[] = {"/etc/ld.so.cache", "/etc/alternatives", "/etc/ssl",
+                                      "/etc/ca-certificates", "/etc/localtime",
+                                      "/etc/nsswitch.conf", "/etc/passwd", "/etc/group",
+                                      "/etc/gitconfig"};
+    static const char *const links[] = {"bin", "sbin", "lib", "lib64", "lib32", "libx32"};
+    struct stat st;
+
+    arg(a, lp->bwrap);
+    arg(a, "--unshare-all");
+    arg(a, "--unshare-user");
+    arg(a, "--disable-userns");
+    arg(a, "--die-with-parent");
+    arg(a, "--new-session");
+    arg(a, "--cap-drop");
+    arg(a, "ALL");
+    arg(a, "--ro-bind");
+    arg(a, "/usr");
+    arg(a, "/usr");
+    for (size_t i = 0; i < ARRAY_LEN(links); i++) {
+        char *host = xasprintf("/%s", links[i]), *target = xasprintf("usr/%s", links[i]);
+        if (lstat(host, &st) == 0) {
+            arg(a, S_ISLNK(st.st_mode) ? "--symlink" : "--ro-bind");
+            arg(a, S_ISLNK(st.st_mode) ? target : host);
+            arg(a, host);
+        }
+        free(host);
+        free(target);
+    }
+    for (size_t i = 0; i < ARRAY_LEN(etc); i++) {
+        arg(a, "--ro-bind-try");
+        arg(a, etc[i]);
+        arg(a, etc[i]);
+    }
+    arg(a, "--proc");
+    arg(a, "/proc");
+    arg(a, "--dev");
+    arg(a, "/dev");
+    arg(a, "--tmpfs");
+    arg(a, "/tmp");
+    arg(a, "--dir");
+    arg(a, "/diverge");
+    if (chdir_ws) {
+        arg(a, "--chdir");
+        arg(a, SANDBOX_IN_WORKSPACE);
+    }
+}
+
+/* Opens PATH as an O_PATH descriptor for --bind-fd, adding it to PL's kept ones. */
+static int bind_fd(struct argv_b *a, struct child_plan *pl, int *fds, size_t *nfds,
+                   const char *opt, const char *path, const char *dest, struct err *err)
+{
+    int fd = open(path, O_PATH | O_CLOEXEC);
+
+    if (fd < 0) {
+        return err_set(err, E_FAIL, "open %s: %s", path, strerror(errno));
+    }
+    ASSERT(*nfds < LOCAL_FDS);
+    fds[(*nfds)++] = fd;
+    pl->keep[*nfds - 1] = fd;
+    arg(a, opt);
+    argf(a, fd);
+    arg(a, dest);
+    return E_OK;
+}
+
+static int local_spawn(pid_t *pid_out, const struct sandbox_spec *s, int out_fd, void *ctx,
+                       struct err *err)
+{
+    struct sbx *x = ctx;
+    struct local_provider *lp = x->set->ctx;
+    struct child_plan pl;
+    struct argv_b a = {.n = 0};
+    int fds[LOCAL_FDS], seccomp_fd = -1;
+    size_t nfds = 0;
+    int rc;
+
+    plan_init(&pl, lp);
+    pl.out_fd = out_fd;
+    base_args(&a, lp, true);
+    rc = bind_fd(&a, &pl, fds, &nfds, "--bind-fd", s->workspace, SANDBOX_IN_WORKSPACE, err);
+    if (rc == E_OK) {
+        rc = bind_fd(&a, &pl, fds, &nfds, "--bind-fd", s->usage_dir, SANDBOX_IN_STATE, err);
+    }
+    if (rc == E_OK && s->staging != NULL) {
+        rc = bind_fd(&a, &pl, fds, &nfds, "--bind-fd", s->staging, SANDBOX_IN_STAGING, err);
+    }
+    if (rc == E_OK && s->mirror != NULL) {
+        rc = bind_fd(&a, &pl, fds, &nfds, "--ro-bind-fd", s->mirror, SANDBOX_IN_MIRROR, err);
+    }
+    if (rc == E_OK) {
+        rc = bind_fd(&a, &pl, fds, &nfds, "--ro-bind-fd", s->token_dir, SANDBOX_IN_TOKEN_DIR,
+                     err);
+    }
+    if (rc == E_OK && s->sock_dir != NULL) {
+        rc = bind_fd(&a, &pl, fds, &nfds, "--ro-bind-fd", s->sock_dir, SANDBOX_IN_SOCK_DIR, err);
+    }
+    if (rc == E_OK) {
+        rc = bind_fd(&a, &pl, fds, &nfds, "--ro-bind-fd", s->runner_path, SANDBOX_IN_RUNNER,
+                     err);
+    }
+    if (rc == E_OK) {
+        rc = local_seccomp_fd(&seccomp_fd, err);
+    }
+    if (rc == E_OK) {
+        pl.keep[nfds] = seccomp_fd;
+        arg(&a, "--seccomp");
+        argf(&a, seccomp_fd);
+        arg(&a, "--");
+        arg(&a, SANDBOX_IN_RUNNER);
+        local_cgroup_join(&pl.procs[0], lp, s->ns, s->name);
+        pl.argv = a.v;
+        pl.envp = (char *const *)(uintptr_t)s->env;
+        rc = fork_exec(pid_out, &pl, err);
+        for (int i = 0; i < LOCAL_CG_MAX; i++) {
+            if (pl.procs[i] >= 0) {
+                close(pl.procs[i]);
+            }
+        }
+    }
+    for (size_t i = 0; i < nfds; i++) {
+        close(fds[i]);
+    }
+    if (seccomp_fd >= 0) {
+        close(seccomp_fd);
+    }
+    args_free(&a);
+    return rc;
+}
+
+static int local_start(struct sandbox_provider *p, const struct sandbox_spec *s,
+                       struct err *err)
+{
+    struct local_provider *lp = to_local(p);
+    char limits[512];
+
+    if (lp->problem != NULL) {
+        return err_set(err, E_FAIL, "%s", lp->problem);
+    }
+    local_cgroup_create(lp, s->ns, s->name, limits, sizeof(limits));
+    controller_log_event(s->log_path, "[diverge] sandbox local (bubblewrap) as uid %u; %s",
+                         (unsigned)lp->uid, limits);
+    return sbx_launch(&lp->set, s, local_spawn, NULL, err);
+}
+
+static int local_suspend(struct sandbox_provider *p, const char *ns, const char *name,
+                         struct err *err)
+{
+    return sbx_suspend(&to_local(p)->set, ns, name, err);
+}
+
+static int local_resume(struct sandbox_provider *p, const char *ns, const char *name,
+                        struct err *err)
+{
+    return sbx_resume(&to_local(p)->set, ns, name, err);
+}
+
+static void local_status(struct sandbox_status *out, struct sandbox_provider *p,
+                         const char *ns, const char *name)
+{
+    sbx_status(out, &to_local(p)->set, ns, name);
+}
+
+static void local_stop(struct sandbox_provider *p, const char *ns, const char *name)
+{
+    sbx_stop(&to_local(p)->set, ns, name);
+}
+
+static char *local_probe(struct sandbox_provider *p)
+{
+    struct local_provider *lp = to_local(p);
+    return lp->problem != NULL ? xstrdup(lp->problem) : NULL;
+}
+
+static bool local_owner(struct sandbox_provider *p, unsigned int *uid_out,
+                        unsigned int *gid_out)
+{
+    struct local_provider *lp = to_local(p);
+
+    *uid_out = lp->uid;
+    *gid_out = lp->gid;
+    return lp->drop;
+}
+
+static void local_free(struct sandbox_provider *p)
+{
+    struct local_provider *lp = to_local(p);
+
+    sbx_set_cleanup(&lp->set);
+    free(lp->problem);
+    free(lp->bwrap);
+    local_cgroup_cleanup(lp);
+    free(lp);
+}
+
+static const struct sandbox_provider_ops local_ops = {
+    .name = "local",
+    .start = local_start,
+    .suspend = local_suspend,
+    .resume = local_resume,
+    .status = local_status,
+    .stop = local_stop,
+    .probe = local_probe,
+    .owner = local_owner,
+    .free = local_free,
+};
+
+/* Runs bwrap once with the sandbox's namespaces; E_OK when it works here. */
+static int probe_bwrap(struct local_provider *lp, struct err *err)
+{
+    struct child_plan pl;
+    struct argv_b a = {.n = 0};
+    static char path_env[] = "PATH=/usr/bin:/bin";
+    char *const envp[] = {path_env, NULL};
+    int devnull = open("/dev/null", O_WRONLY | O_CLOEXEC), status = 0, rc;
+    pid_t pid;
+
+    plan_init(&pl, lp);
+    pl.out_fd = devnull;
+    base_args(&a, lp, false); /* the probe has no workspace to change to */
+    arg(&a, "--");
+    arg(&a, "/usr/bin/true");
+    pl.argv = a.v;
+    pl.envp = envp;
+    rc = fork_exec(&pid, &pl, err);
+    if (rc == E_OK) {
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+        }
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+            rc = err_set(err, E_FAIL, "bubblewrap cannot create the sandbox's namespaces here "
+                                      "(exit %d): enable unprivileged user namespaces "
+                                      "(sysctl kernel.unprivileged_userns_clone=1, "
+                                      "user.max_user_namespaces>0; on Ubuntu also "
+                                      "kernel.apparmor_restrict_unprivileged_userns=0)",
+                         WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+        }
+    }
+    if (devnull >= 0) {
+        close(devnull);
+    }
+    args_free(&a);
+    return rc;
+}
+
+int sandbox_local_new(struct sandbox_provider **out, const struct sandbox_local_opts *o,
+                      struct err *err)
+{
+    struct local_provider *lp = xcalloc(1, sizeof(*lp));
+    struct err perr = {0};
+
+    (void)err;
+    lp->base.ops = &local_ops;
+    sbx_set_init(&lp->set, &lp->base, o->state_dir, &local_hooks, lp);
+    lp->bwrap = xstrdup(access("/usr/bin/bwrap", X_OK) == 0 ? "/usr/bin/bwrap" : "bwrap");
+    if (access(lp->bwrap, X_OK) != 0) {
+        lp->problem = xstrdup("bubblewrap is not installed: install it (apt-get install "
+                              "bubblewrap) or run with --sandbox-provider process (no "
+                              "isolation, development only)");
+    } else if (local_user(lp, o->user, &perr) != E_OK || probe_bwrap(lp, &perr) != E_OK) {
+        lp->problem = xstrdup(perr.msg);
+    }
+    if (lp->problem == NULL) {
+        local_cgroup_init(lp, o);
+    }
+    *out = &lp->base;
+    return E_OK;
+}

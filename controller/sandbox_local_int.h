@@ -1,0 +1,41 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The local provider's parts (controller/ only): its state, the sandbox user, cgroups
+ * and the seccomp filter. */
+#ifndef DIVERGE_CONTROLLER_SANDBOX_LOCAL_INT_H
+#define DIVERGE_CONTROLLER_SANDBOX_LOCAL_INT_H
+
+#include <sys/types.h>
+
+#include "controller/sandbox_int.h"
+
+#define LOCAL_CG_MAX 4 /* cgroup v1 hierarchies used: freezer, memory, pids, cpu */
+
+struct local_provider {
+    struct sandbox_provider base; /* must be first */
+    struct sbx_set set;
+    char *bwrap;                  /* owned: the bubblewrap binary */
+    char *problem;                /* owned: why sandboxes cannot run, or NULL */
+    bool drop;                    /* the server is root: switch to uid/gid in the child */
+    uid_t uid;
+    gid_t gid;
+    bool v2;                      /* unified cgroup hierarchy */
+    char *cg_root[LOCAL_CG_MAX];  /* owned: parent cgroup dirs (NULL: not available) */
+    int64_t memory, pids, cpus_milli; /* limits */
+};
+
+extern const struct sbx_hooks local_hooks;
+
+/* Resolves (and as root creates) the sandbox user NAME (NULL: SPEC §2 default). */
+int local_user(struct local_provider *lp, const char *name, struct err *err);
+/* Finds the cgroup hierarchies this host offers. */
+void local_cgroup_init(struct local_provider *lp, const struct sandbox_local_opts *o);
+void local_cgroup_cleanup(struct local_provider *lp);
+/* Creates the task's cgroups with the limits; LIMITS gets a sentence for the task log. */
+void local_cgroup_create(struct local_provider *lp, const char *ns, const char *name,
+                         char *limits, size_t limits_len);
+/* Opens the task's cgroup.procs files (write) into FDS[0..LOCAL_CG_MAX), -1 unused. */
+void local_cgroup_join(int *fds, struct local_provider *lp, const char *ns, const char *name);
+/* A memfd holding the seccomp BPF program for bwrap --seccomp. */
+int local_seccomp_fd(int *fd_out, struct err *err);
+
+#endif

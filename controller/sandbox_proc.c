@@ -1,0 +1,604 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The live-sandbox table shared by the providers. Each sandbox has one thread that pumps
+ * the leader's output into the task log line by line and reaps the leader through a
+ * pidfd; once it exited, whatever else is left of the sandbox is killed, so nothing
+ * outlives the runner. A record file per sandbox (leader pid and start time) lets the
+ * next server kill what a server killed with -9 left behind. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "controller/controller_int.h"
+#include "controller/sandbox_int.h"
+
+unsigned long long sbx_starttime(pid_t pid)
+{
+    char path[64], buf[1024], *p;
+    unsigned long long v = 0;
+    ssize_t n;
+    int fd;
+
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        return 0;
+    }
+    n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0) {
+        return 0;
+    }
+    buf[n] = '\0';
+    /* Fields after the command (which may hold spaces) start after the last ')'. */
+    p = strrchr(buf, ')');
+    for (int field = 2; p != NULL && field < 22; field++) {
+        p = strchr(p + 1, ' ');
+    }
+    if (p != NULL) {
+        v = strtoull(p + 1, NULL, 10);
+    }
+    return v;
+}
+
+static pid_t pgrp_of(pid_t pid)
+{
+    char path[64], buf[1024], *p;
+    ssize_t n;
+    int fd;
+
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        return -1;
+    }
+    n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0) {
+        return -1;
+    }
+    buf[n] = '\0';
+    p = strrchr(buf, ')');
+    /* ") S ppid pgrp": field 5 is the process group. */
+    for (int field = 2; p != NULL && field < 5; field++) {
+        p = strchr(p + 1, ' ');
+    }
+    return p != NULL ? (pid_t)strtol(p + 1, NULL, 10) : -1;
+}
+
+void sbx_kill_group(pid_t pgid, unsigned long long starttime)
+{
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+
+    if (d == NULL || pgid <= 1) {
+        if (d != NULL) {
+            closedir(d);
+        }
+        return;
+    }
+    while ((e = readdir(d)) != NULL) {
+        char *end = NULL;
+        long pid = strtol(e->d_name, &end, 10);
+        if (end == e->d_name || *end != '\0' || pid <= 1 || pid == (long)getpid()) {
+            continue;
+        }
+        if (pgrp_of((pid_t)pid) == pgid && sbx_starttime((pid_t)pid) >= starttime) {
+            kill((pid_t)pid, SIGKILL);
+            kill((pid_t)pid, SIGCONT);
+        }
+    }
+    closedir(d);
+}
+
+char *sbx_record_path(const struct sbx_set *set, const char *ns, const char *name)
+{
+    return xasprintf("%s/%s.%s", set->state_dir, ns, name);
+}
+
+static void kill_recorded(struct sbx_set *set, const char *ns, const char *name);
+
+/* Kills what every record of a previous server names (a frozen or stopped sandbox, or one
+ * of a task deleted while no server ran): nothing of this server runs yet. */
+static void sweep_records(struct sbx_set *set)
+{
+    DIR *d = opendir(set->state_dir);
+    struct dirent *e;
+
+    while (d != NULL && (e = readdir(d)) != NULL) {
+        char *dot = strchr(e->d_name, '.');
+        if (dot == NULL || dot == e->d_name || strchr(dot + 1, '.') != NULL || dot[1] == '\0') {
+            continue; /* ".", "..", "<ns>.<task>.pause" */
+        }
+        char *ns = xstrdup(e->d_name);
+        ns[dot - e->d_name] = '\0';
+        kill_recorded(set, ns, ns + (dot - e->d_name) + 1);
+        free(ns);
+    }
+    if (d != NULL) {
+        closedir(d);
+    }
+}
+
+void sbx_set_init(struct sbx_set *set, struct sandbox_provider *base, const char *state_dir,
+                  const struct sbx_hooks *hooks, void *ctx)
+{
+    memset(set, 0, sizeof(*set));
+    pthread_mutex_init(&set->lock, NULL);
+    set->base = base;
+    set->state_dir = xstrdup(state_dir);
+    set->hooks = hooks;
+    set->ctx = ctx;
+    (void)controller_mkdirs(state_dir, true);
+    sweep_records(set);
+}
+
+static struct sbx *find(struct sbx_set *set, const char *ns, const char *name)
+{
+    for (struct sbx *x = set->head; x != NULL; x = x->next) {
+        if (strcmp(x->ns, ns) == 0 && strcmp(x->name, name) == 0) {
+            return x;
+        }
+    }
+    return NULL;
+}
+
+/* Writes whole lines of BUF[0..*len) to the log, keeping a partial last line unless it
+ * fills the buffer (or FLUSH). */
+static void pump_lines(struct sbx *x, char *buf, size_t *len, bool flush)
+{
+    size_t start = 0;
+
+    for (size_t i = 0; i < *len; i++) {
+        if (buf[i] == '\n') {
+            controller_log_write(x->log_path, x->log_cap, buf + start, i - start);
+            start = i + 1;
+        }
+    }
+    if (start < *len && (flush || (start == 0 && *len == SBX_LINE_MAX))) {
+        controller_log_write(x->log_path, x->log_cap, buf + start, *len - start);
+        start = *len;
+    }
+    memmove(buf, buf + start, *len - start);
+    *len -= start;
+}
+
+static void kill_rest(struct sbx *x)
+{
+    if (x->set->hooks != NULL && x->set->hooks->kill_rest != NULL) {
+        x->set->hooks->kill_rest(x, x->set->ctx);
+    }
+    if (x->pid > 1) {
+        /* Descendants that left the group (setsid) while the leader still holds them. */
+        sbx_signal_tree(x->pid, SIGKILL);
+        kill(-x->pid, SIGKILL);
+        kill(-x->pid, SIGCONT);
+    }
+}
+
+/* The leader exited (seen without reaping it, so its process group id cannot be reused
+ * yet): kill the rest of the sandbox, then reap. */
+static int reap(struct sbx *x)
+{
+    siginfo_t info;
+    int status = 0;
+
+    memset(&info, 0, sizeof(info));
+    while (waitid(P_PID, (id_t)x->pid, &info, WEXITED | WNOWAIT) < 0 && errno == EINTR) {
+    }
+    pthread_mutex_lock(&x->set->lock);
+    kill_rest(x);
+    while (waitpid(x->pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    x->reaped = true;
+    pthread_mutex_unlock(&x->set->lock);
+    return status;
+}
+
+static void *pump(void *arg)
+{
+    struct sbx *x = arg;
+    char buf[SBX_LINE_MAX];
+    size_t len = 0;
+    bool exited = false, eof = false;
+    int status = 0, drain_rounds = 0;
+
+    while (!exited || !eof) {
+        struct pollfd p[2] = {{.fd = eof ? -1 : x->out_fd, .events = POLLIN},
+                              {.fd = exited ? -1 : x->pidfd, .events = POLLIN}};
+        int n = poll(p, 2, exited ? 100 : -1);
+
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n == 0 && exited && ++drain_rounds > 20) {
+            break; /* something outside kept the pipe open: give up on the rest */
+        }
+        if (!exited && (p[1].revents & (POLLIN | POLLHUP)) != 0) {
+            status = reap(x);
+            exited = true;
+        }
+        if (!eof && (p[0].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
+            ssize_t got = read(x->out_fd, buf + len, sizeof(buf) - len);
+            if (got <= 0) {
+                eof = got == 0 || (errno != EINTR && errno != EAGAIN);
+            } else {
+                len += (size_t)got;
+                pump_lines(x, buf, &len, false);
+            }
+        }
+    }
+    pump_lines(x, buf, &len, true);
+    if (x->set->hooks != NULL && x->set->hooks->forget != NULL) {
+        x->set->hooks->forget(x, x->set->ctx);
+    }
+    unlink(x->record);
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    pthread_mutex_lock(&x->set->lock);
+    bool notify = !x->stopping;
+    pthread_mutex_unlock(&x->set->lock);
+    if (notify) {
+        /* Logged before the state changes: a reconcile of the exit comes after it. */
+        char line[80];
+        int n = snprintf(line, sizeof(line), "[diverge] runner exited (status %d)", code);
+        controller_log_write(x->log_path, x->log_cap, line, (size_t)n);
+    }
+    pthread_mutex_lock(&x->set->lock);
+    x->exit_code = code;
+    x->state = SANDBOX_EXITED;
+    notify = !x->stopping;
+    pthread_mutex_unlock(&x->set->lock);
+    if (notify && x->set->base->on_exit != NULL) {
+        x->set->base->on_exit(x->ns, x->name, x->set->base->on_exit_userdata);
+    }
+    return NULL;
+}
+
+static void sbx_free(struct sbx *x)
+{
+    close(x->out_fd);
+    close(x->pidfd);
+    free(x->ns);
+    free(x->name);
+    free(x->log_path);
+    free(x->record);
+    free(x->ext);
+    free(x);
+}
+
+/* Unlinks X from the table (lock held). */
+static void unlink_sbx(struct sbx_set *set, struct sbx *x)
+{
+    for (struct sbx **pp = &set->head; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == x) {
+            *pp = x->next;
+            return;
+        }
+    }
+}
+
+/* Kills X, waits for its thread and frees it (X already unlinked). */
+static void finish(struct sbx *x)
+{
+    pthread_mutex_lock(&x->set->lock);
+    if (!x->reaped) {
+        kill_rest(x);
+    }
+    pthread_mutex_unlock(&x->set->lock);
+    pthread_join(x->thread, NULL);
+    sbx_free(x);
+}
+
+static void write_record(const struct sbx *x)
+{
+    char line[64];
+    int fd = open(x->record, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    int n = snprintf(line, sizeof(line), "%d %llu\n", (int)x->pid, sbx_starttime(x->pid));
+
+    if (fd >= 0) {
+        (void)!write(fd, line, (size_t)n);
+        close(fd);
+    }
+}
+
+/* Kills what the record of NS/NAME (from a previous server) names, and removes it. */
+static void kill_recorded(struct sbx_set *set, const char *ns, const char *name)
+{
+    char *path = sbx_record_path(set, ns, name);
+    char line[64] = {0};
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+
+    if (fd >= 0) {
+        if (read(fd, line, sizeof(line) - 1) > 0) {
+            char *end = NULL;
+            long pid = strtol(line, &end, 10);
+            unsigned long long st = end != NULL ? strtoull(end, NULL, 10) : 0;
+            sbx_kill_group((pid_t)pid, st);
+        }
+        close(fd);
+        unlink(path);
+    }
+    free(path);
+}
+
+int sbx_launch(struct sbx_set *set, const struct sandbox_spec *s, sbx_spawn_fn spawn, void *ext,
+               struct err *err)
+{
+    struct sbx *x, *old;
+    int pipefd[2];
+    pid_t pid = -1;
+    int rc;
+
+    pthread_mutex_lock(&set->lock);
+    old = find(set, s->ns, s->name);
+    if (old != NULL && old->state != SANDBOX_EXITED) {
+        pthread_mutex_unlock(&set->lock);
+        free(ext);
+        return err_set(err, E_CONFLICT, "a sandbox already runs for this task");
+    }
+    if (old != NULL) {
+        unlink_sbx(set, old);
+    }
+    pthread_mutex_unlock(&set->lock);
+    if (old != NULL) {
+        finish(old);
+    } else {
+        kill_recorded(set, s->ns, s->name);
+    }
+    if (pipe2(pipefd, O_CLOEXEC) != 0) {
+        free(ext);
+        return err_set(err, E_FAIL, "pipe: %s", strerror(errno));
+    }
+    x = xcalloc(1, sizeof(*x));
+    x->ns = xstrdup(s->ns);
+    x->name = xstrdup(s->name);
+    x->log_path = xstrdup(s->log_path);
+    x->log_cap = s->log_cap;
+    x->record = sbx_record_path(set, s->ns, s->name);
+    x->ext = ext;
+    x->set = set;
+    x->out_fd = pipefd[0];
+    x->pidfd = -1;
+    rc = spawn(&pid, s, pipefd[1], x, err);
+    close(pipefd[1]);
+    if (rc == E_OK) {
+        x->pid = pid;
+        x->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+        if (x->pidfd < 0) {
+            kill(-pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+            rc = err_set(err, E_FAIL, "pidfd_open: %s", strerror(errno));
+        }
+    }
+    if (rc == E_OK) {
+        write_record(x);
+        x->state = SANDBOX_RUNNING;
+        if (pthread_create(&x->thread, NULL, pump, x) != 0) {
+            kill(-pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+            unlink(x->record);
+            rc = err_set(err, E_FAIL, "cannot start the sandbox's log thread");
+        }
+    }
+    if (rc != E_OK) {
+        sbx_free(x);
+        return rc;
+    }
+    pthread_mutex_lock(&set->lock);
+    x->next = set->head;
+    set->head = x;
+    pthread_mutex_unlock(&set->lock);
+    return E_OK;
+}
+
+static pid_t ppid_of(pid_t pid)
+{
+    char path[64], buf[1024], *p;
+    ssize_t n;
+    int fd;
+
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        return -1;
+    }
+    n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0) {
+        return -1;
+    }
+    buf[n] = '\0';
+    p = strrchr(buf, ')');
+    p = p != NULL ? strchr(p + 2, ' ') : NULL; /* ") S ppid" */
+    return p != NULL ? (pid_t)strtol(p + 1, NULL, 10) : -1;
+}
+
+#define SBX_TREE_MAX 4096 /* processes of one sandbox signalled by the fallback */
+
+/* Adds to SEEN[*n..] every descendant of SEEN[0..*n) not in it yet, until none is new. */
+static void collect(pid_t *seen, size_t *n)
+{
+    size_t before;
+
+    do {
+        DIR *d = opendir("/proc");
+        struct dirent *e;
+        before = *n;
+        while (d != NULL && (e = readdir(d)) != NULL && *n < SBX_TREE_MAX) {
+            char *end = NULL;
+            long pid = strtol(e->d_name, &end, 10);
+            bool known = false, child = false;
+            if (end == e->d_name || *end != '\0' || pid <= 1) {
+                continue;
+            }
+            for (size_t i = 0; i < *n && !known; i++) {
+                known = seen[i] == (pid_t)pid;
+            }
+            pid_t pp = known ? -1 : ppid_of((pid_t)pid);
+            for (size_t i = 0; i < *n && !child && pp > 0; i++) {
+                child = seen[i] == pp;
+            }
+            if (child) {
+                seen[(*n)++] = (pid_t)pid;
+            }
+        }
+        if (d != NULL) {
+            closedir(d);
+        }
+    } while (*n != before);
+}
+
+/* Sends SIG to ROOT and every descendant (also those that left its session or process
+ * group, e.g. inside bubblewrap's pid namespace). The tree is read before any signal
+ * (a killed parent would hand its children to init) and read again until no new process
+ * shows up; the deepest get the signal first. */
+void sbx_signal_tree(pid_t root, int sig)
+{
+    static pid_t seen[SBX_TREE_MAX];
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    size_t n = 1, done = 0;
+
+    pthread_mutex_lock(&lock);
+    seen[0] = root;
+    for (int round = 0; round < 8; round++) {
+        collect(seen, &n);
+        if (n == done && round > 0) {
+            break;
+        }
+        for (size_t i = n; i > done; i--) {
+            kill(seen[i - 1], sig);
+        }
+        done = n;
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+/* Sends SIG to X's process group and to every descendant of its leader. */
+static void signal_group(struct sbx *x, int sig)
+{
+    kill(-x->pid, sig);
+    sbx_signal_tree(x->pid, sig);
+}
+
+int sbx_suspend(struct sbx_set *set, const char *ns, const char *name, struct err *err)
+{
+    struct sbx *x;
+    int rc = E_OK;
+
+    pthread_mutex_lock(&set->lock);
+    x = find(set, ns, name);
+    if (x == NULL || x->state == SANDBOX_EXITED) {
+        rc = err_set(err, E_NOTFOUND, "no sandbox runs for this task");
+    } else if (x->state == SANDBOX_RUNNING) {
+        if (set->hooks != NULL && set->hooks->freeze != NULL) {
+            rc = set->hooks->freeze(x, set->ctx, err);
+        } else {
+            signal_group(x, SIGSTOP);
+        }
+        if (rc == E_OK) {
+            x->state = SANDBOX_PAUSED;
+        }
+    }
+    pthread_mutex_unlock(&set->lock);
+    return rc;
+}
+
+int sbx_resume(struct sbx_set *set, const char *ns, const char *name, struct err *err)
+{
+    struct sbx *x;
+    int rc = E_OK;
+
+    pthread_mutex_lock(&set->lock);
+    x = find(set, ns, name);
+    if (x == NULL || x->state == SANDBOX_EXITED) {
+        rc = err_set(err, E_NOTFOUND, "no sandbox is paused for this task");
+    } else if (x->state == SANDBOX_PAUSED) {
+        if (set->hooks != NULL && set->hooks->thaw != NULL) {
+            rc = set->hooks->thaw(x, set->ctx, err);
+        } else {
+            signal_group(x, SIGCONT);
+        }
+        if (rc == E_OK) {
+            x->state = SANDBOX_RUNNING;
+        }
+    }
+    pthread_mutex_unlock(&set->lock);
+    return rc;
+}
+
+void sbx_status(struct sandbox_status *out, struct sbx_set *set, const char *ns,
+                const char *name)
+{
+    struct sbx *x;
+
+    pthread_mutex_lock(&set->lock);
+    x = find(set, ns, name);
+    out->state = x != NULL ? x->state : SANDBOX_ABSENT;
+    out->exit_code = x != NULL ? x->exit_code : 0;
+    pthread_mutex_unlock(&set->lock);
+}
+
+void sbx_stop(struct sbx_set *set, const char *ns, const char *name)
+{
+    struct sbx *x;
+
+    bool paused = false;
+
+    pthread_mutex_lock(&set->lock);
+    x = find(set, ns, name);
+    if (x != NULL) {
+        x->stopping = true;
+        paused = x->state == SANDBOX_PAUSED;
+        unlink_sbx(set, x);
+    }
+    pthread_mutex_unlock(&set->lock);
+    if (x != NULL) {
+        if (paused && set->hooks != NULL && set->hooks->thaw != NULL) {
+            (void)set->hooks->thaw(x, set->ctx, NULL); /* frozen tasks die only when thawed */
+        }
+        finish(x);
+        return;
+    }
+    kill_recorded(set, ns, name);
+    if (set->hooks != NULL && set->hooks->kill_rest != NULL) {
+        struct sbx tmp = {.ns = (char *)(uintptr_t)ns, .name = (char *)(uintptr_t)name,
+                          .pid = -1, .set = set};
+        set->hooks->kill_rest(&tmp, set->ctx);
+        if (set->hooks->forget != NULL) {
+            set->hooks->forget(&tmp, set->ctx);
+        }
+    }
+}
+
+void sbx_set_cleanup(struct sbx_set *set)
+{
+    struct sbx *x;
+
+    pthread_mutex_lock(&set->lock);
+    for (x = set->head; x != NULL; x = x->next) {
+        x->stopping = true;
+        /* Frozen processes take SIGKILL only once thawed. */
+        if (x->state == SANDBOX_PAUSED && set->hooks != NULL && set->hooks->thaw != NULL) {
+            (void)set->hooks->thaw(x, set->ctx, NULL);
+        }
+    }
+    x = set->head;
+    set->head = NULL;
+    pthread_mutex_unlock(&set->lock);
+    while (x != NULL) {
+        struct sbx *next = x->next;
+        finish(x);
+        x = next;
+    }
+    free(set->state_dir);
+    pthread_mutex_destroy(&set->lock);
+}

@@ -1,0 +1,326 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Repository plumbing outside the sandbox (SPEC §9): one mirror per repository URL under
+ * <data-dir>/mirrors (cloned once, fetched for later tasks), a writable staging bare repo
+ * per task that the runner pushes to, and the server's push of the working branch from
+ * staging to the real remote. git runs through posix_spawnp with argv arrays; its output
+ * goes to the task log. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <poll.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/hash.h"
+#include "common/secret.h"
+#include "controller/controller_int.h"
+
+extern char **environ;
+
+#define GIT_OUTPUT_MAX (64 * 1024) /* bytes of git output kept for the log */
+
+/* The server's GitHub token (DIVERGE_NOTIFIER_TOKEN, else GITHUB_TOKEN) for fetches and
+ * pushes of https://github.com remotes: handed to git by a fixed credential helper that
+ * reads it from git's environment, so it is never in an argv or a URL (and never in a
+ * sandbox, which gets only the mirror and staging paths). */
+static char **with_credentials(char **env, size_t n)
+{
+    const char *tok = getenv("DIVERGE_NOTIFIER_TOKEN");
+
+    if (tok == NULL || tok[0] == '\0') {
+        tok = getenv("GITHUB_TOKEN");
+    }
+    if (tok == NULL || tok[0] == '\0' || strpbrk(tok, "\r\n") != NULL) {
+        return env;
+    }
+    env = xrealloc(env, (n + 5) * sizeof(*env));
+    env[n++] = xasprintf("DIVERGE_GIT_TOKEN=%s", tok);
+    env[n++] = xstrdup("GIT_CONFIG_COUNT=1");
+    env[n++] = xstrdup("GIT_CONFIG_KEY_0=credential.https://github.com.helper");
+    env[n++] = xstrdup("GIT_CONFIG_VALUE_0=!f() { test \"$1\" = get || return 0; "
+                       "echo username=x-access-token; echo \"password=$DIVERGE_GIT_TOKEN\"; }; f");
+    env[n] = NULL;
+    return env;
+}
+
+static char **git_env(void)
+{
+    static const char *const keep[] = {"PATH=", "HOME=", "GIT_SSH_COMMAND=", "SSL_CERT_FILE=",
+                                       "SSL_CERT_DIR=", "HTTPS_PROXY=", "https_proxy=",
+                                       "GIT_CONFIG_GLOBAL=", "GIT_CONFIG_NOSYSTEM="};
+    size_t n = 0, cap = ARRAY_LEN(keep) + 4;
+    char **env = xcalloc(cap, sizeof(*env));
+
+    for (char **e = environ; *e != NULL; e++) {
+        for (size_t i = 0; i < ARRAY_LEN(keep) && n + 3 < cap; i++) {
+            if (strncmp(*e, keep[i], strlen(keep[i])) == 0) {
+                env[n++] = xstrdup(*e);
+            }
+        }
+    }
+    env[n++] = xstrdup("GIT_TERMINAL_PROMPT=0");
+    env[n++] = xstrdup("LC_ALL=C");
+    env[n] = NULL;
+    return with_credentials(env, n);
+}
+
+static void env_free(char **env)
+{
+    for (char **e = env; *e != NULL; e++) {
+        if (strncmp(*e, "DIVERGE_GIT_TOKEN=", 18) == 0) {
+            secret_wipe(*e, strlen(*e));
+        }
+        free(*e);
+    }
+    free(env);
+}
+
+int controller_git(const char *log_path, const char *const argv[], struct err *err)
+{
+    posix_spawn_file_actions_t fa;
+    char **env = git_env();
+    char buf[4096];
+    char *out = xmalloc(GIT_OUTPUT_MAX + 1);
+    size_t len = 0;
+    int pipefd[2], status = 0, rc;
+    pid_t pid;
+
+    if (pipe2(pipefd, O_CLOEXEC) != 0) {
+        free(out);
+        env_free(env);
+        return err_set(err, E_FAIL, "pipe: %s", strerror(errno));
+    }
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_adddup2(&fa, pipefd[1], 1);
+    posix_spawn_file_actions_adddup2(&fa, pipefd[1], 2);
+    rc = posix_spawnp(&pid, "git", &fa, NULL, (char *const *)(uintptr_t)argv, env);
+    posix_spawn_file_actions_destroy(&fa);
+    close(pipefd[1]);
+    env_free(env);
+    if (rc != 0) {
+        close(pipefd[0]);
+        free(out);
+        return err_set(err, E_FAIL, "start git: %s", strerror(rc));
+    }
+    for (;;) {
+        ssize_t got = read(pipefd[0], buf, sizeof(buf));
+        if (got < 0 && errno == EINTR) {
+            continue;
+        }
+        if (got <= 0) {
+            break;
+        }
+        size_t take = (size_t)got < GIT_OUTPUT_MAX - len ? (size_t)got : GIT_OUTPUT_MAX - len;
+        memcpy(out + len, buf, take);
+        len += take;
+    }
+    close(pipefd[0]);
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    for (size_t start = 0, i = 0; i <= len && log_path != NULL; i++) {
+        if (i == len || out[i] == '\n') {
+            if (i > start) {
+                char *line = xasprintf("[git] %.*s", (int)(i - start), out + start);
+                controller_log_write(log_path, 0, line, strlen(line));
+                free(line);
+            }
+            start = i + 1;
+        }
+    }
+    free(out);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        return err_set(err, E_FAIL, "git %s failed (exit %d)", argv[1],
+                       WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+    }
+    return E_OK;
+}
+
+static bool is_dir(const char *path)
+{
+    struct stat st;
+    return lstat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* Only URLs git can fetch without running anything: no "ext::", no option injection. */
+static bool url_ok(const char *url)
+{
+    static const char *const schemes[] = {"https://", "http://", "file://", "ssh://", "git://"};
+
+    if (url == NULL || url[0] == '-' || strlen(url) > 2048) {
+        return false;
+    }
+    for (size_t i = 0; i < ARRAY_LEN(schemes); i++) {
+        if (strncmp(url, schemes[i], strlen(schemes[i])) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+int controller_mirror(char **out, const char *data_dir, const char *url, const char *log_path,
+                      bool *fetched_out, struct err *err)
+{
+    char *dir, *tmp, *marker;
+    int rc = E_OK;
+
+    *out = NULL;
+    *fetched_out = false;
+    if (!url_ok(url)) {
+        return err_set(err, E_INVALID, "spec.repository.url: only https, http, ssh, git and "
+                                       "file URLs can be mirrored");
+    }
+    dir = xasprintf("%s/mirrors/%016llx.git", data_dir,
+                    (unsigned long long)hash_fnv1a_str(url));
+    marker = xasprintf("%s/diverge-url", dir);
+    if (is_dir(dir)) {
+        /* The URL is kept next to the mirror: a hash collision must never hand one
+         * repository's mirror to a task of another. */
+        char got[2100] = {0};
+        int fd = open(marker, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        ssize_t n = fd >= 0 ? read(fd, got, sizeof(got) - 1) : -1;
+        if (fd >= 0) {
+            close(fd);
+        }
+        if (n < 0 || strcmp(got, url) != 0) {
+            rc = err_set(err, E_FAIL, "the mirror directory %s belongs to another URL", dir);
+        } else {
+            const char *argv[] = {"git", "--git-dir", dir, "fetch", "--prune", "--quiet",
+                                  "origin", "+refs/heads/*:refs/heads/*", NULL};
+            rc = controller_git(log_path, argv, err);
+            *fetched_out = true;
+        }
+    } else {
+        unsigned int nonce = (unsigned int)getpid() ^ (unsigned int)clock_mono_ns();
+        tmp = xasprintf("%s.%08x.tmp", dir, nonce);
+        if (controller_mkdirs(dir, false) != 0) {
+            rc = err_set(err, E_FAIL, "create the mirrors directory: %s", strerror(errno));
+        } else {
+            const char *argv[] = {"git", "clone", "--mirror", "--quiet", "--", url, tmp, NULL};
+            rc = controller_git(log_path, argv, err);
+        }
+        if (rc == E_OK) {
+            char *tmp_marker = xasprintf("%s/diverge-url", tmp);
+            int fd = open(tmp_marker, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+            if (fd < 0 || write(fd, url, strlen(url)) != (ssize_t)strlen(url) ||
+                rename(tmp, dir) != 0) {
+                rc = err_set(err, E_FAIL, "store the mirror: %s", strerror(errno));
+            }
+            if (fd >= 0) {
+                close(fd);
+            }
+            free(tmp_marker);
+        }
+        free(tmp);
+    }
+    free(marker);
+    if (rc == E_OK) {
+        *out = dir;
+    } else {
+        free(dir);
+    }
+    return rc;
+}
+
+int controller_staging(const char *path, const char *log_path, struct err *err)
+{
+    const char *argv[] = {"git", "init", "--bare", "--quiet", path, NULL};
+
+    if (is_dir(path)) {
+        return E_OK;
+    }
+    if (controller_mkdirs(path, false) != 0) {
+        return err_set(err, E_FAIL, "create the staging directory: %s", strerror(errno));
+    }
+    return controller_git(log_path, argv, err);
+}
+
+static int tidy_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)ftw;
+    /* A bare repository holds only directories and regular files: anything else (a
+     * symlink to a host file, a fifo) is the sandbox's doing. */
+    if (flag == FTW_SL || flag == FTW_SLN || (!S_ISDIR(sb->st_mode) && !S_ISREG(sb->st_mode))) {
+        return unlink(path) == 0 ? 0 : -1;
+    }
+    /* Back to the server's user: git then works on it without "dubious ownership". */
+    return lchown(path, geteuid(), getegid()) == 0 || errno == EPERM ? 0 : -1;
+}
+
+static int remove_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path) == 0 ? 0 : -1;
+}
+
+int controller_staging_sanitize(const char *staging, struct err *err)
+{
+    static const char *const drop[] = {"objects/info/alternates", "objects/info/http-alternates",
+                                       "commondir", "info/grafts", "gitdir"};
+    static const char config[] = "[core]\n\trepositoryformatversion = 0\n\tbare = true\n";
+    char *p;
+    int fd, rc = E_OK;
+
+    if (nftw(staging, tidy_one, 16, FTW_PHYS | FTW_DEPTH) != 0) {
+        return err_set(err, E_FAIL, "clean the staging repository: %s", strerror(errno));
+    }
+    for (size_t i = 0; i < ARRAY_LEN(drop); i++) {
+        p = xasprintf("%s/%s", staging, drop[i]);
+        (void)unlink(p);
+        free(p);
+    }
+    p = xasprintf("%s/hooks", staging);
+    (void)nftw(p, remove_one, 16, FTW_PHYS | FTW_DEPTH);
+    free(p);
+    /* The sandbox wrote this config: replace it (url.*.insteadOf, core.hooksPath, ...). */
+    p = xasprintf("%s/config", staging);
+    (void)unlink(p);
+    fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0 || write(fd, config, sizeof(config) - 1) != (ssize_t)(sizeof(config) - 1)) {
+        rc = err_set(err, E_FAIL, "rewrite the staging repository's config: %s", strerror(errno));
+    }
+    if (fd >= 0) {
+        close(fd);
+    }
+    free(p);
+    return rc;
+}
+
+bool controller_push_allowed(const char *working, const char *base, bool from_scm)
+{
+    if (working == NULL || working[0] == '\0' || working[0] == '-' ||
+        strstr(working, "..") != NULL || strchr(working, ':') != NULL) {
+        return false;
+    }
+    return from_scm || base == NULL || strcmp(working, base) != 0;
+}
+
+int controller_push(const char *staging, const char *url, const char *working,
+                    const char *log_path, struct err *err)
+{
+    char *ref = xasprintf("refs/heads/%s:refs/heads/%s", working, working);
+    const char *argv[] = {"git", "-c", "core.hooksPath=/dev/null", "--git-dir", staging,
+                          "push", "--no-verify", "--quiet", "--", url, ref, NULL};
+    int rc;
+
+    if (!url_ok(url)) {
+        free(ref);
+        return err_set(err, E_INVALID, "spec.repository.url cannot be pushed to");
+    }
+    /* The sandbox wrote the staging repo: nothing of it but refs and objects is used. */
+    rc = controller_staging_sanitize(staging, err);
+    /* Never "+": a push that is not a fast-forward is refused by the remote. */
+    if (rc == E_OK) {
+        rc = controller_git(log_path, argv, err);
+    }
+    free(ref);
+    return rc;
+}

@@ -1,0 +1,142 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* `serve`'s sandbox wiring: the limit flags, the controller (made before the HTTP threads
+ * exist, started once the bound port is known) and the meter socket under the data dir
+ * that sandboxes without network meter through (SPEC §9, DIVERGE_METER_SOCKET). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "server/server_int.h"
+
+int serve_parse_size(int64_t *out, const char *flag, const char *v, bool milli)
+{
+    char *end = NULL;
+    long long n;
+    int64_t mult = 1, frac = 0, scale = 100;
+
+    errno = 0;
+    n = strtoll(v, &end, 10);
+    if (errno != 0 || end == v || n < 0 || n > (1LL << 40)) {
+        goto bad;
+    }
+    if (milli && *end == '.') {
+        for (end++; *end >= '0' && *end <= '9' && scale > 0; end++, scale /= 10) {
+            frac += (*end - '0') * scale;
+        }
+    }
+    if (!milli && *end != '\0' && end[1] == '\0') {
+        const char *units = "KMGT";
+        const char *u = strchr(units, *end == 'k' ? 'K' : *end);
+        if (u == NULL) {
+            goto bad;
+        }
+        for (const char *q = units; q <= u; q++) {
+            mult *= 1024;
+        }
+        end++;
+    }
+    if (*end != '\0') {
+        goto bad;
+    }
+    *out = milli ? (int64_t)n * 1000 + frac : (int64_t)n * mult;
+    return 0;
+bad:
+    fprintf(stderr, "diverge: serve: %s: cannot read %s\n", flag, v);
+    return 2;
+}
+
+int serve_controller_new(struct server *srv, struct err *err)
+{
+    struct controller_config cc = {
+        .data_dir = srv->cfg.data_dir,
+        .root_key = srv->root_key,
+        .default_budget_usd = srv->default_budget_usd,
+        .default_budget_tokens = srv->default_budget_tokens,
+        .sandbox_provider = srv->cfg.sandbox_provider,
+        .deferred = true,
+        .agent_cmd = srv->cfg.agent_cmd,
+        .verify_cmd = srv->cfg.verify_cmd,
+        .sandbox_user = srv->cfg.sandbox_user,
+        .sandbox_memory = srv->sandbox_memory,
+        .sandbox_pids = srv->sandbox_pids,
+        .sandbox_cpus_milli = srv->sandbox_cpus_milli,
+    };
+
+    return controller_new(&srv->controller, srv->store, &cc, err);
+}
+
+/* Listens on <data-dir>/sock/meter.sock; *fd_out the listening socket, or -1 when the path
+ * does not fit a socket address (then sandboxes meter over TCP only). */
+static int open_socket(int *fd_out, struct server *srv, struct err *err)
+{
+    char *dir = xasprintf("%s/sock", srv->cfg.data_dir);
+    char *path = xasprintf("%s/meter.sock", dir);
+    struct sockaddr_un sa;
+    int fd = -1, rc = E_OK;
+
+    *fd_out = -1;
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    if (strlen(path) >= sizeof(sa.sun_path)) {
+        log_kv(LOG_WARN, "meter_socket_skipped", "reason", "the data dir path is too long "
+                                                           "for a unix socket", NULL);
+        goto out;
+    }
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+        rc = err_set(err, E_FAIL, "create %s: %s", dir, strerror(errno));
+        goto out;
+    }
+    (void)unlink(path); /* a stale socket of a previous run */
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 || listen(fd, 128) != 0) {
+        rc = err_set(err, E_FAIL, "listen on %s: %s", path, strerror(errno));
+        if (fd >= 0) {
+            close(fd);
+        }
+        goto out;
+    }
+    *fd_out = fd;
+    srv->meter_socket = path;
+    path = NULL;
+out:
+    free(dir);
+    free(path);
+    return rc;
+}
+
+int serve_sandbox_start(struct server *srv, struct err *err)
+{
+    char *meter = xasprintf("%s/api/v1/agenttask/meter", srv->base_url);
+    int fd = -1;
+    int rc = open_socket(&fd, srv, err);
+
+    if (rc == E_OK && fd >= 0) {
+        rc = http_start_unix(&srv->unix_daemon, srv, fd, err);
+        if (rc != E_OK) {
+            close(fd);
+        }
+    }
+    if (rc == E_OK) {
+        rc = controller_start(srv->controller, meter, srv->meter_socket, err);
+    }
+    free(meter);
+    return rc;
+}
+
+void serve_sandbox_stop(struct server *srv)
+{
+    http_stop_unix(srv->unix_daemon);
+    srv->unix_daemon = NULL;
+    if (srv->meter_socket != NULL) {
+        (void)unlink(srv->meter_socket);
+        free(srv->meter_socket);
+        srv->meter_socket = NULL;
+    }
+}
