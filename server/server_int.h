@@ -51,6 +51,11 @@ struct server_config {
     char *github_min_fix;         /* permission tiers */
     char *github_min_budget;
     char *notifier_min_interval;  /* seconds between spend-only sticky edits */
+    char *gitlab_webhook_token;   /* expected X-Gitlab-Token(s), comma-separated */
+    char *gitlab_signing_secret;  /* Standard Webhooks whsec_<base64>, comma-separated */
+    char *gitlab_url;             /* GitLab base URL (API under /api/v4) */
+    char *gitlab_min_fix;         /* GitLab access levels of the tiers */
+    char *gitlab_min_budget;
 };
 
 struct MHD_Daemon;
@@ -72,6 +77,8 @@ struct server {
     int64_t default_max_iterations;
     enum scm_level min_fix;        /* permission tiers of the bot */
     enum scm_level min_budget;
+    enum scm_level gitlab_min_fix; /* GitLab's tiers */
+    enum scm_level gitlab_min_budget;
     int64_t notifier_min_interval_ms;
     atomic_bool shutting_down;     /* set on SIGTERM: watch streams end */
     struct http_guard *guard;      /* owned by http_start/http_stop */
@@ -142,6 +149,11 @@ int api_webhook_github(struct request *r);
  * answers 503/401/400 at once when no secret is configured or the signature or event
  * header is missing or malformed; else starts r->gh_mac and leaves r->status 0. */
 int api_webhook_github_begin(struct request *r);
+int api_webhook_gitlab(struct request *r);
+/* Runs when the headers of a GitLab delivery are in: 503 when neither a token nor a
+ * signing secret is configured, 401 at once when X-Gitlab-Token is wrong or neither it
+ * nor a well-formed, fresh Standard Webhooks header set is there (api_webhooks_gitlab.c). */
+int api_webhook_gitlab_begin(struct request *r);
 int api_local_comment(struct request *r);
 int api_local_thread(struct request *r);
 int api_env_list(struct request *r);

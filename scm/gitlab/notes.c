@@ -1,0 +1,102 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Note bodies made safe for GitLab (pure): never a lone emoji (GitLab turns it into an
+ * award), never over the body limit (the middle of a long body is cut). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/buf.h"
+#include "scm/gitlab/gitlab.h"
+
+#define CUT_LINE "\n\n… (cut: the note was longer than GitLab allows) …\n\n"
+#define AWARD_SUFFIX " (diverge)"
+/* A pictograph sequence (with skin tones, ZWJ joins, variation selectors) stays short. */
+#define EMOJI_SEQ_MAX 40
+
+static bool is_space(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+/* ":name:" with name of [a-z0-9_+-]. */
+static bool is_shortcode(const char *s, size_t n)
+{
+    if (n < 3 || s[0] != ':' || s[n - 1] != ':') {
+        return false;
+    }
+    for (size_t i = 1; i + 1 < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '+' ||
+              c == '-')) {
+            return false;
+        }
+    }
+    return true;
+}
+
+bool gitlab_note_is_award(const char *body)
+{
+    size_t a = 0, n = strlen(body);
+    bool wide = false;
+
+    while (a < n && is_space(body[a])) {
+        a++;
+    }
+    while (n > a && is_space(body[n - 1])) {
+        n--;
+    }
+    if (n == a) {
+        return false;
+    }
+    if (is_shortcode(body + a, n - a)) {
+        return true;
+    }
+    /* A short run of non-ASCII bytes with no space: one pictograph (sequence). Digits and
+     * '#'/'*' start keycap emoji. */
+    if (n - a > EMOJI_SEQ_MAX) {
+        return false;
+    }
+    for (size_t i = a; i < n; i++) {
+        unsigned char c = (unsigned char)body[i];
+        bool keycap = i == a && ((c >= '0' && c <= '9') || c == '#' || c == '*');
+        if (c < 0x80 && !keycap) {
+            return false;
+        }
+        wide = wide || c >= 0x80;
+    }
+    return wide;
+}
+
+/* The largest boundary <= AT that does not split a UTF-8 sequence of S. */
+static size_t utf8_floor(const char *s, size_t at)
+{
+    while (at > 0 && ((unsigned char)s[at] & 0xC0) == 0x80) {
+        at--;
+    }
+    return at;
+}
+
+char *gitlab_note_fit(const char *body, size_t max)
+{
+    size_t n = strlen(body), cut = strlen(CUT_LINE);
+    struct buf b;
+
+    if (gitlab_note_is_award(body)) {
+        return xasprintf("%s%s", body, AWARD_SUFFIX);
+    }
+    if (n <= max || max < cut + 2) {
+        return n <= max ? xstrdup(body) : xstrndup(body, utf8_floor(body, max));
+    }
+    {
+        size_t keep = max - cut, head = utf8_floor(body, keep / 2);
+        size_t tail = n - (keep - head);
+        /* Move the tail's start forward to a character boundary. */
+        while (tail < n && ((unsigned char)body[tail] & 0xC0) == 0x80) {
+            tail++;
+        }
+        buf_init(&b, 0);
+        (void)buf_append(&b, body, head);
+        (void)buf_append(&b, CUT_LINE, cut);
+        (void)buf_append(&b, body + tail, n - tail);
+        return buf_take(&b);
+    }
+}
