@@ -248,6 +248,8 @@ static int64_t process(struct scm_outbox *o, struct outbox_entry *e)
         /* Paced by the provider itself (GitLab: notes per minute and project): not made,
          * so no attempt is counted. */
         bump(o, &o->stats.rate_waits);
+        log_kv(LOG_INFO, "scm_call_paced", "provider", e->provider, "kind", e->kind, "project",
+               e->project, "error", err.msg, NULL);
         (void)task_store_outbox_defer(o->store, e->id, res.retry_after_ms, err.msg, NULL);
         free(result);
         return 0;
