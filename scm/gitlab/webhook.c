@@ -118,10 +118,10 @@ bool gitlab_sig_secrets_valid(const char *secrets)
     const char *p = secrets;
     bool any = false;
 
-    while (p != NULL && *p != '\0') {
+    while (p != NULL) {
         const char *comma = strchr(p, ',');
         size_t n = comma != NULL ? (size_t)(comma - p) : strlen(p);
-        if (secret_key(key, p, n) <= 0) {
+        if (secret_key(key, p, n) <= 0) { /* an empty entry too */
             OPENSSL_cleanse(key, sizeof(key));
             return false;
         }
