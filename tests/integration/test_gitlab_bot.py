@@ -3,6 +3,7 @@
 webhook's token and Standard Webhooks authentication, Note Hook processing rules, the two
 real payloads, deduplication, access levels, the task, the award and the replies."""
 import json
+import socket
 import time
 
 from gitlab_helpers import (ATLANTIS_FIXTURE, BOT, DOCS_FIXTURE, HOOK_TOKEN, NS, PROJECT,
@@ -252,6 +253,43 @@ def test_ignored_and_malformed_deliveries():
         gl.stop()
 
 
+def _head_only(srv, headers):
+    """Sends only the head of a POST with a large declared body; returns the status line
+    the server answered with before any body byte was sent."""
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+    try:
+        head = "POST /api/v1/webhooks/gitlab HTTP/1.1\r\nHost: x\r\nContent-Length: 5000000\r\n"
+        head += "".join("%s: %s\r\n" % kv for kv in headers.items()) + "\r\n"
+        s.sendall(head.encode())
+        return s.recv(4096).split(b"\r\n", 1)[0].decode()
+    finally:
+        s.close()
+
+
+def test_refused_before_the_body_and_size_cap():
+    gl = new_fake()
+    try:
+        with Server(server_args(gl), env=server_env()) as srv:
+            ev = {"X-Gitlab-Event": "Note Hook"}
+            assert " 401 " in _head_only(srv, ev)
+            assert " 401 " in _head_only(srv, dict(ev, **{"X-Gitlab-Token": "wrong"}))
+            # Two token headers are refused rather than guessed between.
+            s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+            s.sendall(("POST /api/v1/webhooks/gitlab HTTP/1.1\r\nHost: x\r\n"
+                       "X-Gitlab-Event: Note Hook\r\nX-Gitlab-Token: wrong\r\n"
+                       "X-Gitlab-Token: %s\r\nContent-Length: 2\r\n\r\n{}" % HOOK_TOKEN).encode())
+            assert b" 401 " in s.recv(4096).split(b"\r\n", 1)[0]
+            s.close()
+            # Over 25 MiB: 413, nothing stored.
+            big = b'{"object_kind": "note", "pad": "' + b"x" * (25 * 1024 * 1024) + b'"}'
+            st, _, _ = deliver(srv, big)
+            assert st == 413, st
+            time.sleep(0.3)
+            assert not gl.requests("POST")
+    finally:
+        gl.stop()
+
+
 def test_real_payloads():
     """The two published payloads, byte for byte apart from the note text: the docs one
     (current format) and atlantis' (older: no action, no user.id, and a DUPLICATE key
@@ -310,4 +348,5 @@ if __name__ == "__main__":
     run_tests([test_fix_end_to_end, test_duplicates_have_no_second_effect,
                test_auth_token_rotation_and_refusals, test_standard_webhooks_signatures,
                test_access_levels, test_configured_tiers, test_ignored_and_malformed_deliveries,
-               test_real_payloads, test_bot_and_marker_notes_are_ignored])
+               test_refused_before_the_body_and_size_cap, test_real_payloads,
+               test_bot_and_marker_notes_are_ignored])
