@@ -75,8 +75,10 @@ int gitlab_webhook_parse(enum gitlab_event *event_out, struct inbox_entry *entry
 /* Whether the whole of BODY (surrounding whitespace aside) is one emoji (":name:" or one
  * pictograph sequence): GitLab turns such a note into an award, so it is never sent. */
 bool gitlab_note_is_award(const char *body);
-/* BODY made fit to post (new string): longer than MAX bytes, the middle is cut (at UTF-8
- * boundaries) and replaced by a line saying so; a lone emoji gets a word added. */
+/* BODY made fit to post (new string): a line starting with '/' gets a backslash first
+ * (GitLab would run it as a quick action with the bot's rights); longer than MAX bytes,
+ * the middle is cut (at UTF-8 boundaries) and replaced by a line saying so; a lone emoji
+ * gets a word added. */
 char *gitlab_note_fit(const char *body, size_t max);
 
 struct gitlab_config {

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Note bodies made safe for GitLab (pure): never a lone emoji (GitLab turns it into an
- * award), never over the body limit (the middle of a long body is cut). */
+ * award), never a line GitLab would run as a quick action (`/merge`, `/close`, … at the
+ * start of a line run with the bot's rights), never over the body limit (the middle of a
+ * long body is cut). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -75,14 +77,44 @@ static size_t utf8_floor(const char *s, size_t at)
     return at;
 }
 
+/* BODY with every line that starts with '/' escaped as "\\/" (Markdown shows "/"; GitLab
+ * runs no quick action). New string. */
+static char *no_quick_actions(const char *body)
+{
+    struct buf b;
+    bool line_start = true;
+
+    buf_init(&b, 0);
+    for (const char *p = body; *p != '\0'; p++) {
+        if (line_start && *p == '/') {
+            (void)buf_append(&b, "\\", 1);
+        }
+        (void)buf_append(&b, p, 1);
+        line_start = *p == '\n' || *p == '\r';
+    }
+    return buf_take(&b);
+}
+
+static char *fit_len(const char *body, size_t max);
+
 char *gitlab_note_fit(const char *body, size_t max)
+{
+    char *safe = no_quick_actions(body), *out;
+
+    if (gitlab_note_is_award(safe)) {
+        out = xasprintf("%s%s", safe, AWARD_SUFFIX);
+    } else {
+        out = fit_len(safe, max);
+    }
+    free(safe);
+    return out;
+}
+
+static char *fit_len(const char *body, size_t max)
 {
     size_t n = strlen(body), cut = strlen(CUT_LINE);
     struct buf b;
 
-    if (gitlab_note_is_award(body)) {
-        return xasprintf("%s%s", body, AWARD_SUFFIX);
-    }
     if (n <= max || max < cut + 2) {
         return n <= max ? xstrdup(body) : xstrndup(body, utf8_floor(body, max));
     }

@@ -196,6 +196,31 @@ def test_access_levels():
         gl.stop()
 
 
+def test_colliding_namespace_task_is_not_touched():
+    """group/sub/project and group/sub-project share the namespace group-sub-project: a
+    command on the second project's MR !7 never changes the first project's fix-mr-7."""
+    gl = new_fake()
+    other = "group/sub-project"
+    gl.add_project(other)
+    gl.add_mr(other, 7, source="evil", target="main")
+    gl.set_access(other, "eve", "owner")
+    try:
+        with Server(server_args(gl), env=server_env()) as srv:
+            _, st, _ = post(gl, srv, "/diverge fix the cache", user="alice")
+            before = wait(lambda: get_task(srv), what="task of group/sub/project")
+            payload, note_id = note_from(gl, "/diverge budget +$5000\n/diverge fix run evil",
+                                         user="eve", project=other)
+            st, _, _ = deliver(srv, payload)
+            assert st == 202, st
+            wait(lambda: replies(gl, other, 7), what="refusal on the other project")
+            after = get_task(srv)
+            assert after["spec"] == before["spec"], (before["spec"], after["spec"])
+            assert after["metadata"]["annotations"]["divergedev.com/project"] == PROJECT
+            assert (note_id, "thumbsup", BOT) not in gl.awards
+    finally:
+        gl.stop()
+
+
 def test_configured_tiers():
     gl = new_fake()
     try:
@@ -347,6 +372,7 @@ def test_bot_and_marker_notes_are_ignored():
 if __name__ == "__main__":
     run_tests([test_fix_end_to_end, test_duplicates_have_no_second_effect,
                test_auth_token_rotation_and_refusals, test_standard_webhooks_signatures,
-               test_access_levels, test_configured_tiers, test_ignored_and_malformed_deliveries,
+               test_access_levels, test_colliding_namespace_task_is_not_touched,
+               test_configured_tiers, test_ignored_and_malformed_deliveries,
                test_refused_before_the_body_and_size_cap, test_real_payloads,
                test_bot_and_marker_notes_are_ignored])

@@ -324,6 +324,14 @@ TEST(lone_emoji_never_sent)
     free(s);
 }
 
+TEST(no_quick_actions)
+{
+    char *s = gitlab_note_fit("/merge\nok /close\n/approve me\r\n/unassign", GITLAB_NOTE_MAX);
+
+    CHECK_EQ_STR(s, "\\/merge\nok /close\n\\/approve me\r\n\\/unassign");
+    free(s);
+}
+
 TEST(long_note_cut_in_the_middle)
 {
     size_t n = 3 * 1000 * 1000;
