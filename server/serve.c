@@ -271,7 +271,13 @@ static void print_gitlab_endpoint(const struct server *srv)
 /* The GitLab provider, when a token is in the environment. */
 static int start_gitlab(struct server *srv, struct err *err)
 {
-    const char *token = gitlab_token_from_env();
+    bool hooks = srv->cfg.gitlab_webhook_token != NULL || srv->cfg.gitlab_signing_secret != NULL;
+    /* DIVERGE_NOTIFIER_TOKEN is also GitHub's: GitLab takes it only when GitLab alone is
+     * configured, so a GitHub token is never sent to a GitLab host. */
+    bool only_gitlab = (srv->cfg.notifier_provider != NULL &&
+                        strcmp(srv->cfg.notifier_provider, "gitlab") == 0) ||
+                       (hooks && srv->cfg.github_webhook_secret == NULL);
+    const char *token = gitlab_token_from_env(only_gitlab);
     struct scm_provider *gl = NULL;
     int rc;
 
@@ -279,7 +285,7 @@ static int start_gitlab(struct server *srv, struct err *err)
         return E_OK;
     }
     if (token == NULL) {
-        if (srv->cfg.gitlab_webhook_token != NULL || srv->cfg.gitlab_signing_secret != NULL) {
+        if (hooks) {
             log_kv(LOG_WARN, "gitlab_no_credentials", "hint",
                    "set DIVERGE_GITLAB_TOKEN or GITLAB_TOKEN: commands are accepted but cannot "
                    "be answered",

@@ -98,8 +98,9 @@ int gitlab_provider_new(struct scm_provider **out, const struct gitlab_config *c
 void gitlab_provider_note_delivery(struct scm_provider *p, const char *project, int64_t iid,
                                    const char *note_id, const char *event_uuid);
 
-/* The token from the environment: DIVERGE_GITLAB_TOKEN, else GITLAB_TOKEN, else
- * DIVERGE_NOTIFIER_TOKEN; NULL when none is set. Borrowed from the environment. */
-const char *gitlab_token_from_env(void);
+/* The token from the environment: DIVERGE_GITLAB_TOKEN, else GITLAB_TOKEN, else (with
+ * NOTIFIER_FALLBACK) DIVERGE_NOTIFIER_TOKEN; NULL when none is set. Borrowed from the
+ * environment. */
+const char *gitlab_token_from_env(bool notifier_fallback);
 
 #endif

@@ -221,6 +221,27 @@ def test_colliding_namespace_task_is_not_touched():
         gl.stop()
 
 
+def test_notifier_token_fallback():
+    """DIVERGE_NOTIFIER_TOKEN is GitHub's too: GitLab uses it only when GitLab alone is
+    configured, so a GitHub token never reaches a GitLab host."""
+    gl = new_fake()
+    env = dict(server_env(), DIVERGE_GITLAB_TOKEN=None, DIVERGE_NOTIFIER_TOKEN="glpat-test")
+    try:
+        both = server_args(gl, "--github-webhook-secret", "gh-secret")
+        both.remove("--notifier-provider")
+        both.remove("gitlab")
+        with Server(both, env=env) as srv:
+            _, st, _ = post(gl, srv, "/diverge help", user="alice")
+            assert st == 202, st
+            time.sleep(1.0)
+            assert not gl.log, [q["path"] for q in gl.log]
+        with Server(server_args(gl), env=env) as srv:  # --notifier-provider gitlab
+            _, st, _ = post(gl, srv, "/diverge help", user="alice")
+            wait(lambda: replies(gl), what="reply with the notifier token")
+    finally:
+        gl.stop()
+
+
 def test_configured_tiers():
     gl = new_fake()
     try:
@@ -373,6 +394,6 @@ if __name__ == "__main__":
     run_tests([test_fix_end_to_end, test_duplicates_have_no_second_effect,
                test_auth_token_rotation_and_refusals, test_standard_webhooks_signatures,
                test_access_levels, test_colliding_namespace_task_is_not_touched,
-               test_configured_tiers, test_ignored_and_malformed_deliveries,
+               test_notifier_token_fallback, test_configured_tiers, test_ignored_and_malformed_deliveries,
                test_refused_before_the_body_and_size_cap, test_real_payloads,
                test_bot_and_marker_notes_are_ignored])
