@@ -13,47 +13,8 @@
 #include "common/httpc.h"
 #include "common/log.h"
 #include "common/secret.h"
-#include "scm/gitlab/gitlab.h"
 
-#define PAGE_SIZE 100
-#define MAX_PAGES 200
-#define LOGIN_RETRY_MIN_MS 1000
-#define LOGIN_RETRY_MAX_MS 300000
-#define MEMO_MAX 64   /* deliveries remembered for X-Gitlab-Event-UUID */
-#define PACE_MAX 32   /* projects whose note creations are paced at once */
-#define UUID_MAX 128
-
-struct memo {
-    char project[256];
-    int64_t iid;
-    char note_id[24];
-    char uuid[UUID_MAX + 1];
-};
-
-struct pace {
-    char project[256];
-    struct scm_rate rate;
-};
-
-struct gitlab {
-    struct scm_provider base; /* must be first */
-    char *api;                /* owned: <url>/api/v4 */
-    char *token;              /* owned; NULL: no calls */
-    int notes_per_minute;
-    pthread_mutex_t mu;       /* guards everything below */
-    char *bot_login;
-    int login_failures;
-    int64_t login_next_ms;
-    struct memo memo[MEMO_MAX];
-    size_t memo_next;
-    struct pace pace[PACE_MAX];
-    size_t pace_next;
-};
-
-static struct gitlab *to_gitlab(struct scm_provider *p)
-{
-    return container_of(p, struct gitlab, base);
-}
+#include "scm/gitlab/gitlab_int.h"
 
 const char *gitlab_token_from_env(bool notifier_fallback)
 {
@@ -78,14 +39,14 @@ void gitlab_provider_note_delivery(struct scm_provider *p, const char *project, 
     struct memo *m;
 
     if (p == NULL || project == NULL || note_id == NULL || event_uuid == NULL ||
-        strcmp(p->ops->name, "gitlab") != 0 || strlen(event_uuid) > UUID_MAX ||
+        strcmp(p->ops->name, "gitlab") != 0 || strlen(event_uuid) > GITLAB_UUID_MAX ||
         strlen(project) >= sizeof(m->project) || strlen(note_id) >= sizeof(m->note_id)) {
         return;
     }
     gl = to_gitlab(p);
     pthread_mutex_lock(&gl->mu);
     m = &gl->memo[gl->memo_next];
-    gl->memo_next = (gl->memo_next + 1) % MEMO_MAX;
+    gl->memo_next = (gl->memo_next + 1) % GITLAB_MEMO_MAX;
     snprintf(m->project, sizeof(m->project), "%s", project);
     m->iid = iid;
     snprintf(m->note_id, sizeof(m->note_id), "%s", note_id);
@@ -95,13 +56,13 @@ void gitlab_provider_note_delivery(struct scm_provider *p, const char *project, 
 
 /* The X-Gitlab-Event-UUID line for a call about REF (and NOTE_ID when not NULL): the
  * newest remembered delivery of that note, else of that MR; NULL when none. New string. */
-static char *uuid_header(struct gitlab *gl, const struct scm_ref *ref, const char *note_id)
+char *gitlab_uuid_header(struct gitlab *gl, const struct scm_ref *ref, const char *note_id)
 {
     char *line = NULL;
 
     pthread_mutex_lock(&gl->mu);
-    for (size_t k = 0; k < MEMO_MAX && line == NULL; k++) {
-        const struct memo *m = &gl->memo[(gl->memo_next + MEMO_MAX - 1 - k) % MEMO_MAX];
+    for (size_t k = 0; k < GITLAB_MEMO_MAX && line == NULL; k++) {
+        const struct memo *m = &gl->memo[(gl->memo_next + GITLAB_MEMO_MAX - 1 - k) % GITLAB_MEMO_MAX];
         if (m->uuid[0] != '\0' && m->iid == ref->number && strcmp(m->project, ref->project) == 0 &&
             (note_id == NULL || strcmp(m->note_id, note_id) == 0)) {
             line = xasprintf("X-Gitlab-Event-UUID: %s", m->uuid);
@@ -112,18 +73,18 @@ static char *uuid_header(struct gitlab *gl, const struct scm_ref *ref, const cha
 }
 
 /* Milliseconds before one more note may be created on PROJECT (0: now, and it is counted). */
-static int64_t pace_take(struct gitlab *gl, const char *project)
+int64_t gitlab_pace_take(struct gitlab *gl, const char *project)
 {
     int64_t now = clock_now_ms(clock_system()), wait;
     struct pace *slot = NULL;
 
     pthread_mutex_lock(&gl->mu);
-    for (size_t i = 0; i < PACE_MAX && slot == NULL; i++) {
+    for (size_t i = 0; i < GITLAB_PACE_MAX && slot == NULL; i++) {
         slot = strcmp(gl->pace[i].project, project) == 0 ? &gl->pace[i] : NULL;
     }
     if (slot == NULL) {
         slot = &gl->pace[gl->pace_next];
-        gl->pace_next = (gl->pace_next + 1) % PACE_MAX;
+        gl->pace_next = (gl->pace_next + 1) % GITLAB_PACE_MAX;
         memset(slot, 0, sizeof(*slot));
         snprintf(slot->project, sizeof(slot->project), "%s", project);
     }
@@ -176,15 +137,8 @@ static int classify(struct scm_result *res, const struct httpc_response *r, cons
     return err_set(err, E_FAIL, "%s: GitLab answered %ld", what, st);
 }
 
-struct answer {
-    json_t *json;     /* parsed JSON body, or NULL */
-    char *raw;        /* with want_raw: the body bytes, NUL-terminated */
-    size_t raw_len;
-    long next_page;   /* x-next-page, 0 when none */
-    bool taken;       /* a 4xx saying the award already exists */
-};
 
-static void answer_cleanup(struct answer *a)
+void gitlab_answer_cleanup(struct answer *a)
 {
     json_decref(a->json);
     free(a->raw);
@@ -192,7 +146,7 @@ static void answer_cleanup(struct answer *a)
 }
 
 /* One REST call. UUID_LINE (may be NULL) is an X-Gitlab-Event-UUID header line. */
-static int call(struct answer *ans, struct gitlab *gl, const char *method, const char *url,
+int gitlab_call(struct answer *ans, struct gitlab *gl, const char *method, const char *url,
                 const json_t *body, const char *uuid_line, bool want_raw,
                 struct scm_result *res, struct err *err)
 {
@@ -237,7 +191,7 @@ static int call(struct answer *ans, struct gitlab *gl, const char *method, const
     if (rc == E_OK) {
         const char *np = httpc_response_header(&r, "x-next-page");
         long v = np != NULL ? strtol(np, NULL, 10) : 0;
-        ans->next_page = v > 0 && v <= MAX_PAGES ? v : 0;
+        ans->next_page = v > 0 && v <= GITLAB_MAX_PAGES ? v : 0;
     }
     httpc_response_cleanup(&r);
     secret_wipe(tok, strlen(tok));
@@ -247,7 +201,7 @@ static int call(struct answer *ans, struct gitlab *gl, const char *method, const
 }
 
 /* "<api>/projects/<id as one encoded segment><TAIL>": a new string. */
-static char *project_url(struct gitlab *gl, const char *project, const char *tail)
+char *gitlab_project_url(struct gitlab *gl, const char *project, const char *tail)
 {
     char *id = scm_path_escape(project, false);
     char *url = xasprintf("%s/projects/%s%s", gl->api, id, tail);
@@ -256,195 +210,19 @@ static char *project_url(struct gitlab *gl, const char *project, const char *tai
     return url;
 }
 
-static char *notes_url(struct gitlab *gl, const struct scm_ref *ref, const char *note_id,
+char *gitlab_notes_url(struct gitlab *gl, const struct scm_ref *ref, const char *note_id,
                        const char *suffix)
 {
     char *enote = note_id != NULL ? scm_path_escape(note_id, false) : NULL;
     char *tail = xasprintf("/merge_requests/%lld/notes%s%s%s", (long long)ref->number,
                            enote != NULL ? "/" : "", enote != NULL ? enote : "", suffix);
-    char *url = project_url(gl, ref->project, tail);
+    char *url = gitlab_project_url(gl, ref->project, tail);
 
     free(enote);
     free(tail);
     return url;
 }
 
-/* --- the provider operations ----------------------------------------------------------- */
-
-static const char *award_name(const char *content)
-{
-    static const struct {
-        const char *github, *gitlab;
-    } map[] = {{"+1", "thumbsup"}, {"-1", "thumbsdown"}, {"laugh", "laughing"},
-               {"hooray", "tada"},  {"confused", "confused"}, {"heart", "heart"},
-               {"rocket", "rocket"}, {"eyes", "eyes"}};
-
-    for (size_t i = 0; i < ARRAY_LEN(map); i++) {
-        if (strcmp(map[i].github, content) == 0) {
-            return map[i].gitlab;
-        }
-    }
-    return content;
-}
-
-static int gl_react(struct scm_provider *p, const struct scm_ref *ref, const char *comment_id,
-                    const char *content, struct scm_result *res, struct err *err)
-{
-    struct gitlab *gl = to_gitlab(p);
-    char *url = notes_url(gl, ref, comment_id, "/award_emoji");
-    char *uuid = uuid_header(gl, ref, comment_id);
-    json_t *body = json_pack("{s:s}", "name", award_name(content));
-    struct answer ans;
-    int rc = call(&ans, gl, "POST", url, body, uuid, false, res, err);
-
-    if (rc != E_OK && ans.taken) {
-        rc = E_OK; /* awarded before (a retry after a lost answer) */
-    }
-    answer_cleanup(&ans);
-    json_decref(body);
-    free(uuid);
-    free(url);
-    return rc;
-}
-
-static int gl_post_comment(char **id_out, struct scm_provider *p, const struct scm_ref *ref,
-                           const char *text, struct scm_result *res, struct err *err)
-{
-    struct gitlab *gl = to_gitlab(p);
-    int64_t wait = pace_take(gl, ref->project);
-    char *url, *uuid, *fit;
-    json_t *body;
-    struct answer ans;
-    int rc;
-
-    *id_out = NULL;
-    if (wait > 0) {
-        /* Not sent: GitLab.com allows so many note creations per minute and project. */
-        memset(res, 0, sizeof(*res));
-        res->retry_after_ms = wait;
-        res->rate_limited = true;
-        return err_set(err, E_AGAIN, "paced: %d notes per minute on %s", gl->notes_per_minute,
-                       ref->project);
-    }
-    url = notes_url(gl, ref, NULL, "");
-    uuid = uuid_header(gl, ref, NULL);
-    fit = gitlab_note_fit(text, GITLAB_NOTE_MAX);
-    body = json_pack("{s:s}", "body", fit);
-    rc = call(&ans, gl, "POST", url, body, uuid, false, res, err);
-    if (rc == E_OK) {
-        const json_t *id = json_object_get(ans.json, "id");
-        if (json_is_integer(id)) {
-            *id_out = xasprintf("%lld", (long long)json_integer_value(id));
-        } else {
-            rc = err_set(err, E_FAIL, "created note has no id");
-        }
-    }
-    answer_cleanup(&ans);
-    json_decref(body);
-    free(fit);
-    free(uuid);
-    free(url);
-    return rc;
-}
-
-static int gl_update_comment(struct scm_provider *p, const struct scm_ref *ref,
-                             const char *comment_id, const char *text, struct scm_result *res,
-                             struct err *err)
-{
-    struct gitlab *gl = to_gitlab(p);
-    char *url = notes_url(gl, ref, comment_id, "");
-    char *uuid = uuid_header(gl, ref, NULL);
-    char *fit = gitlab_note_fit(text, GITLAB_NOTE_MAX);
-    json_t *body = json_pack("{s:s}", "body", fit);
-    struct answer ans;
-    int rc = call(&ans, gl, "PUT", url, body, uuid, false, res, err);
-
-    answer_cleanup(&ans);
-    json_decref(body);
-    free(fit);
-    free(uuid);
-    free(url);
-    return rc;
-}
-
-static int gl_delete_comment(struct scm_provider *p, const struct scm_ref *ref,
-                             const char *comment_id, struct scm_result *res, struct err *err)
-{
-    struct gitlab *gl = to_gitlab(p);
-    char *url = notes_url(gl, ref, comment_id, "");
-    char *uuid = uuid_header(gl, ref, NULL);
-    struct answer ans;
-    int rc = call(&ans, gl, "DELETE", url, NULL, uuid, false, res, err);
-
-    answer_cleanup(&ans);
-    free(uuid);
-    free(url);
-    return rc;
-}
-
-static void add_note(struct scm_comment **list, size_t *n, size_t *cap, const json_t *c)
-{
-    const char *login = json_string_value(json_object_get(json_object_get(c, "author"), "username"));
-    const char *body = json_string_value(json_object_get(c, "body"));
-    struct scm_comment *sc;
-
-    if (!json_is_integer(json_object_get(c, "id"))) {
-        return;
-    }
-    if (*n == *cap) {
-        *cap = *cap == 0 ? 64 : *cap * 2;
-        *list = xrealloc(*list, *cap * sizeof(**list));
-    }
-    sc = &(*list)[(*n)++];
-    sc->id = xasprintf("%lld", (long long)json_integer_value(json_object_get(c, "id")));
-    sc->author = xstrdup(login != NULL ? login : "");
-    sc->by_bot = json_is_true(json_object_get(json_object_get(c, "author"), "bot"));
-    sc->body = xstrdup(body != NULL ? body : "");
-}
-
-static int gl_list_comments(struct scm_comment **out, size_t *n_out, struct scm_provider *p,
-                            const struct scm_ref *ref, struct scm_result *res, struct err *err)
-{
-    struct gitlab *gl = to_gitlab(p);
-    size_t cap = 0;
-    long page = 1;
-    int rc = E_OK;
-
-    *out = NULL;
-    *n_out = 0;
-    /* Every page, oldest first, following x-next-page: URLs are built here from the
-     * configured base, never taken from an answer, so the token goes nowhere else. */
-    for (int k = 0; page > 0 && k < MAX_PAGES && rc == E_OK; k++) {
-        char *suffix = xasprintf("?sort=asc&order_by=created_at&per_page=%d&page=%ld",
-                                 PAGE_SIZE, page);
-        char *url = notes_url(gl, ref, NULL, suffix);
-        struct answer ans;
-        size_t i;
-        json_t *c;
-
-        rc = call(&ans, gl, "GET", url, NULL, NULL, false, res, err);
-        if (rc == E_OK && !json_is_array(ans.json)) {
-            rc = err_set(err, E_FAIL, "notes of %s!%lld: the answer is not a list", ref->project,
-                         (long long)ref->number);
-        }
-        if (rc == E_OK) {
-            json_array_foreach(ans.json, i, c)
-            {
-                add_note(out, n_out, &cap, c);
-            }
-            page = ans.next_page > page ? ans.next_page : 0;
-        }
-        answer_cleanup(&ans);
-        free(url);
-        free(suffix);
-    }
-    if (rc != E_OK) {
-        scm_comments_free(*out, *n_out);
-        *out = NULL;
-        *n_out = 0;
-    }
-    return rc;
-}
 
 /* USER's numeric id from GET /users?username= (for payloads without one); 0 when none. */
 static int user_id_of(int64_t *out, struct gitlab *gl, const char *user, struct scm_result *res,
@@ -453,7 +231,7 @@ static int user_id_of(int64_t *out, struct gitlab *gl, const char *user, struct 
     char *e = httpc_escape(user);
     char *url = xasprintf("%s/users?username=%s", gl->api, e);
     struct answer ans;
-    int rc = call(&ans, gl, "GET", url, NULL, NULL, false, res, err);
+    int rc = gitlab_call(&ans, gl, "GET", url, NULL, NULL, false, res, err);
     const json_t *first = json_array_get(ans.json, 0);
 
     *out = 0;
@@ -463,7 +241,7 @@ static int user_id_of(int64_t *out, struct gitlab *gl, const char *user, struct 
                                                                   json_object_get(first, "id"))
                                                             : 0;
     }
-    answer_cleanup(&ans);
+    gitlab_answer_cleanup(&ans);
     free(url);
     free(e);
     return rc;
@@ -486,9 +264,9 @@ static int gl_permission_of(enum scm_level *out, struct scm_provider *p,
         }
     }
     tail = xasprintf("/members/all/%lld", (long long)user_id);
-    url = project_url(gl, ref->project, tail);
-    uuid = uuid_header(gl, ref, NULL);
-    rc = call(&ans, gl, "GET", url, NULL, uuid, false, res, err);
+    url = gitlab_project_url(gl, ref->project, tail);
+    uuid = gitlab_uuid_header(gl, ref, NULL);
+    rc = gitlab_call(&ans, gl, "GET", url, NULL, uuid, false, res, err);
     if (rc == E_NOTFOUND) {
         rc = E_OK; /* not a member */
     } else if (rc == E_OK) {
@@ -502,7 +280,7 @@ static int gl_permission_of(enum scm_level *out, struct scm_provider *p,
                                         : SCM_LEVEL_NONE;
         }
     }
-    answer_cleanup(&ans);
+    gitlab_answer_cleanup(&ans);
     free(uuid);
     free(url);
     free(tail);
@@ -514,9 +292,9 @@ static int gl_pull_info(struct scm_pull *out, struct scm_provider *p, const stru
 {
     struct gitlab *gl = to_gitlab(p);
     char *tail = xasprintf("/merge_requests/%lld", (long long)ref->number);
-    char *url = project_url(gl, ref->project, tail);
+    char *url = gitlab_project_url(gl, ref->project, tail);
     struct answer mr, proj;
-    int rc = call(&mr, gl, "GET", url, NULL, NULL, false, res, err);
+    int rc = gitlab_call(&mr, gl, "GET", url, NULL, NULL, false, res, err);
 
     memset(out, 0, sizeof(*out));
     memset(&proj, 0, sizeof(proj));
@@ -527,8 +305,8 @@ static int gl_pull_info(struct scm_pull *out, struct scm_provider *p, const stru
         const json_t *spid = json_object_get(mr.json, "source_project_id");
         char *purl = json_is_integer(spid) ? xasprintf("%s/projects/%lld", gl->api,
                                                        (long long)json_integer_value(spid))
-                                           : project_url(gl, ref->project, "");
-        rc = call(&proj, gl, "GET", purl, NULL, NULL, false, res, err);
+                                           : gitlab_project_url(gl, ref->project, "");
+        rc = gitlab_call(&proj, gl, "GET", purl, NULL, NULL, false, res, err);
         free(purl);
         const char *clone = json_string_value(json_object_get(proj.json, "http_url_to_repo"));
         if (rc == E_OK && (src == NULL || clone == NULL || !gitlab_valid_branch(src) ||
@@ -543,8 +321,8 @@ static int gl_pull_info(struct scm_pull *out, struct scm_provider *p, const stru
             out->html_url = web != NULL ? xstrdup(web) : NULL;
         }
     }
-    answer_cleanup(&mr);
-    answer_cleanup(&proj);
+    gitlab_answer_cleanup(&mr);
+    gitlab_answer_cleanup(&proj);
     free(tail);
     free(url);
     return rc;
@@ -558,10 +336,10 @@ static int gl_file_at(char **out, size_t *len_out, struct scm_provider *p,
     char *epath = scm_path_escape(path, false); /* the file path is one encoded segment */
     char *eref = httpc_escape(git_ref);
     char *tail = xasprintf("/repository/files/%s/raw?ref=%s", epath, eref);
-    char *url = project_url(gl, ref->project, tail);
-    char *uuid = uuid_header(gl, ref, NULL);
+    char *url = gitlab_project_url(gl, ref->project, tail);
+    char *uuid = gitlab_uuid_header(gl, ref, NULL);
     struct answer ans;
-    int rc = call(&ans, gl, "GET", url, NULL, uuid, true, res, err);
+    int rc = gitlab_call(&ans, gl, "GET", url, NULL, uuid, true, res, err);
 
     *out = NULL;
     *len_out = 0;
@@ -570,7 +348,7 @@ static int gl_file_at(char **out, size_t *len_out, struct scm_provider *p,
         *len_out = ans.raw_len;
         ans.raw = NULL;
     }
-    answer_cleanup(&ans);
+    gitlab_answer_cleanup(&ans);
     free(uuid);
     free(url);
     free(tail);
@@ -594,23 +372,23 @@ static const char *gl_bot_login(struct scm_provider *p)
         const char *name;
 
         /* Unlocked for the call would let two threads ask at once; asking is rare. */
-        rc = call(&ans, gl, "GET", url, NULL, NULL, false, NULL, &err);
+        rc = gitlab_call(&ans, gl, "GET", url, NULL, NULL, false, NULL, &err);
         name = json_string_value(json_object_get(ans.json, "username"));
         if (rc == E_OK && name != NULL && gitlab_valid_username(name)) {
             gl->bot_login = xstrdup(name);
             log_kv(LOG_INFO, "gitlab_bot_login", "login", name, NULL);
         } else {
-            int64_t delay = LOGIN_RETRY_MIN_MS;
-            for (int i = 0; i < gl->login_failures && delay < LOGIN_RETRY_MAX_MS; i++) {
+            int64_t delay = GITLAB_LOGIN_RETRY_MIN_MS;
+            for (int i = 0; i < gl->login_failures && delay < GITLAB_LOGIN_RETRY_MAX_MS; i++) {
                 delay *= 2;
             }
-            delay = delay < LOGIN_RETRY_MAX_MS ? delay : LOGIN_RETRY_MAX_MS;
+            delay = delay < GITLAB_LOGIN_RETRY_MAX_MS ? delay : GITLAB_LOGIN_RETRY_MAX_MS;
             gl->login_failures++;
             gl->login_next_ms = now + delay;
             log_kv(LOG_WARN, "gitlab_bot_login_unknown", "error",
                    rc != E_OK ? err.msg : "GET /user names no username", NULL);
         }
-        answer_cleanup(&ans);
+        gitlab_answer_cleanup(&ans);
         free(url);
     }
     login = gl->bot_login;
@@ -634,11 +412,11 @@ static void gl_free(struct scm_provider *p)
 
 static const struct scm_provider_ops gitlab_ops = {
     .name = "gitlab",
-    .react = gl_react,
-    .post_comment = gl_post_comment,
-    .update_comment = gl_update_comment,
-    .delete_comment = gl_delete_comment,
-    .list_comments = gl_list_comments,
+    .react = gitlab_op_react,
+    .post_comment = gitlab_op_post_comment,
+    .update_comment = gitlab_op_update_comment,
+    .delete_comment = gitlab_op_delete_comment,
+    .list_comments = gitlab_op_list_comments,
     .permission_of = gl_permission_of,
     .pull_info = gl_pull_info,
     .file_at = gl_file_at,

@@ -50,7 +50,7 @@ int gitlab_token_verify(const char *tokens, const char *header, struct err *err)
         p = comma + 1;
     }
     OPENSSL_cleanse(want, sizeof(want));
-    return ok ? E_OK : err_set(err, E_DENIED, "X-Gitlab-Token matches no configured token");
+    return ok ? E_OK : err_set(err, E_DENIED, "the X-Gitlab-Token matches no configured token");
 }
 
 /* --- Standard Webhooks ----------------------------------------------------------------- */
