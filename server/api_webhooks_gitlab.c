@@ -71,7 +71,8 @@ int api_webhook_gitlab_begin(struct request *r)
         if (http_header_count(r, "X-Gitlab-Token") != 1 ||
             gitlab_token_verify(c->gitlab_webhook_token, http_header(r, "X-Gitlab-Token"),
                                 &err) != E_OK) {
-            return http_send_error(r, 401, NULL, NULL, "the X-Gitlab-Token matches no configured token");
+            return http_send_error(r, 401, NULL, NULL,
+                                   "the X-Gitlab-Token matches no configured token");
         }
         break;
     case 2:

@@ -62,7 +62,8 @@ char *gitlab_uuid_header(struct gitlab *gl, const struct scm_ref *ref, const cha
 
     pthread_mutex_lock(&gl->mu);
     for (size_t k = 0; k < GITLAB_MEMO_MAX && line == NULL; k++) {
-        const struct memo *m = &gl->memo[(gl->memo_next + GITLAB_MEMO_MAX - 1 - k) % GITLAB_MEMO_MAX];
+        size_t at = (gl->memo_next + GITLAB_MEMO_MAX - 1 - k) % GITLAB_MEMO_MAX;
+        const struct memo *m = &gl->memo[at];
         if (m->uuid[0] != '\0' && m->iid == ref->number && strcmp(m->project, ref->project) == 0 &&
             (note_id == NULL || strcmp(m->note_id, note_id) == 0)) {
             line = xasprintf("X-Gitlab-Event-UUID: %s", m->uuid);

@@ -120,7 +120,8 @@ int gitlab_op_delete_comment(struct scm_provider *p, const struct scm_ref *ref,
 
 static void add_note(struct scm_comment **list, size_t *n, size_t *cap, const json_t *c)
 {
-    const char *login = json_string_value(json_object_get(json_object_get(c, "author"), "username"));
+    const json_t *author = json_object_get(c, "author");
+    const char *login = json_string_value(json_object_get(author, "username"));
     const char *body = json_string_value(json_object_get(c, "body"));
     struct scm_comment *sc;
 

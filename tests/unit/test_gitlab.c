@@ -60,7 +60,9 @@ TEST(standard_webhooks_vector)
     CHECK_EQ_INT(gitlab_sig_verify("whsec_b2xkLXNlY3JldA==", SW_ID, SW_TS, SW_SIG, b, n, SW_NOW,
                                    NULL),
                  E_DENIED);
-    CHECK_EQ_INT(gitlab_sig_verify(SW_SECRET, SW_ID, SW_TS, "v2,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=", b, n, SW_NOW, NULL),
+    CHECK_EQ_INT(gitlab_sig_verify(SW_SECRET, SW_ID, SW_TS,
+                                   "v2,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=", b, n, SW_NOW,
+                                   NULL),
                  E_DENIED);
     CHECK_EQ_INT(gitlab_sig_verify(SW_SECRET, SW_ID, "16142653x0", SW_SIG, b, n, SW_NOW, NULL),
                  E_DENIED);
@@ -209,7 +211,8 @@ TEST(fixtures_parse)
 TEST(duplicate_key_last_wins)
 {
     size_t len = 0;
-    char *data = fixture_with_note("note_hook.merge_request.atlantis.json", "/diverge fix it", &len);
+    char *data =
+        fixture_with_note("note_hook.merge_request.atlantis.json", "/diverge fix it", &len);
     const char *dup = "\"http_url\":\"https://example.com/gitlab-org/gitlab-test.git\",\n"
                       "      \"git_http_url\":\"https://example.com/gitlab-org/gitlab-test.git\"";
     char *at = data != NULL ? strstr(data, dup) : NULL, *v;
@@ -224,7 +227,8 @@ TEST(duplicate_key_last_wins)
         return;
     }
     /* The second (last) merge_request.source.git_http_url gets another value. */
-    v = xasprintf("%.*s\"http_url\":\"x\",\n      \"git_http_url\":\"https://example.com/last/wins.git\"%s",
+    v = xasprintf("%.*s\"http_url\":\"x\",\n      "
+                  "\"git_http_url\":\"https://example.com/last/wins.git\"%s",
                   (int)(at - data), data, at + strlen(dup));
     CHECK_OK(gitlab_webhook_parse(&ev, &e, &why, "Note Hook", NULL, NULL, v, strlen(v), NULL));
     CHECK_EQ_INT(ev, GITLAB_EVENT_NOTE);
@@ -278,7 +282,8 @@ TEST(note_rules)
     CHECK_OK(parse_variant(&ev, "Note Hook", "\"noteable_type\": \"MergeRequest\"",
                            "\"noteable_type\": \"Issue\""));
     CHECK_EQ_INT(ev, GITLAB_EVENT_IGNORED);
-    CHECK_OK(parse_variant(&ev, "Confidential Note Hook", "\"system\": false", "\"system\": false"));
+    CHECK_OK(parse_variant(&ev, "Confidential Note Hook", "\"system\": false",
+                           "\"system\": false"));
     CHECK_EQ_INT(ev, GITLAB_EVENT_IGNORED);
     CHECK_OK(parse_variant(&ev, "Push Hook", "\"system\": false", "\"system\": false"));
     CHECK_EQ_INT(ev, GITLAB_EVENT_IGNORED);
@@ -288,7 +293,8 @@ TEST(note_rules)
     CHECK_EQ_INT(parse_variant(&ev, "Note Hook", "\"username\": \"root\"",
                                "\"username\": \"ro ot\""),
                  E_INVALID);
-    CHECK_EQ_INT(parse_variant(&ev, "Note Hook", "\"path_with_namespace\":\"gitlab-org/gitlab-test\"",
+    CHECK_EQ_INT(parse_variant(&ev, "Note Hook",
+                               "\"path_with_namespace\":\"gitlab-org/gitlab-test\"",
                                "\"path_with_namespace\":\"gitlab-org/../x\""),
                  E_INVALID);
     CHECK_EQ_INT(parse_variant(&ev, "Note Hook", "\"source_branch\": \"master\"",
