@@ -23,6 +23,9 @@ struct bot_config {
     int64_t default_max_iterations;
     enum scm_level min_fix;          /* fix, guide, pause, resume without amounts */
     enum scm_level min_budget;       /* budget, resume with amounts */
+    /* GitLab's tiers (--gitlab-min-access-fix/-budget); SCM_LEVEL_NONE: as above. */
+    enum scm_level gitlab_min_fix;
+    enum scm_level gitlab_min_budget;
     int64_t permission_ttl_ms;       /* how long a looked-up permission is trusted */
     int max_attempts;                /* tries of an entry before giving up on it */
 };

@@ -69,9 +69,23 @@ void bot_project_namespace(char out[64], const char *project)
 
 /* --- permissions ------------------------------------------------------------------ */
 
-static enum scm_level required_level(const struct bot *b, const struct slashcmd_list *cmds)
+/* The tiers of PROVIDER's comments: GitLab's own when configured. */
+static void tiers_of(enum scm_level *fix, enum scm_level *budget, const struct bot *b,
+                     const char *provider)
 {
-    enum scm_level need = SCM_LEVEL_NONE;
+    bool gl = provider != NULL && strcmp(provider, "gitlab") == 0;
+
+    *fix = gl && b->cfg.gitlab_min_fix != SCM_LEVEL_NONE ? b->cfg.gitlab_min_fix : b->cfg.min_fix;
+    *budget = gl && b->cfg.gitlab_min_budget != SCM_LEVEL_NONE ? b->cfg.gitlab_min_budget
+                                                               : b->cfg.min_budget;
+}
+
+static enum scm_level required_level(const struct bot *b, const struct slashcmd_list *cmds,
+                                     const char *provider)
+{
+    enum scm_level need = SCM_LEVEL_NONE, min_fix, min_budget;
+
+    tiers_of(&min_fix, &min_budget, b, provider);
 
     for (size_t i = 0; i < cmds->len; i++) {
         const struct slashcmd *c = &cmds->cmds[i];
@@ -80,13 +94,13 @@ static enum scm_level required_level(const struct bot *b, const struct slashcmd_
         case SLASHCMD_FIX:
         case SLASHCMD_GUIDE:
         case SLASHCMD_PAUSE:
-            l = b->cfg.min_fix;
+            l = min_fix;
             break;
         case SLASHCMD_RESUME:
-            l = c->has_usd || c->has_tokens ? b->cfg.min_budget : b->cfg.min_fix;
+            l = c->has_usd || c->has_tokens ? min_budget : min_fix;
             break;
         case SLASHCMD_BUDGET:
-            l = b->cfg.min_budget;
+            l = min_budget;
             break;
         case SLASHCMD_STATUS:
         case SLASHCMD_HELP:
@@ -98,11 +112,11 @@ static enum scm_level required_level(const struct bot *b, const struct slashcmd_
 }
 
 static const char *first_needing(const struct slashcmd_list *cmds, enum scm_level need,
-                                 const struct bot *b)
+                                 const struct bot *b, const char *provider)
 {
     for (size_t i = 0; i < cmds->len; i++) {
         struct slashcmd_list one = {.cmds = &cmds->cmds[i], .len = 1};
-        if (required_level(b, &one) >= need) {
+        if (required_level(b, &one, provider) >= need) {
             return slashcmd_verb_name(cmds->cmds[i].verb);
         }
     }
@@ -273,7 +287,7 @@ static int gather(struct gathered *g, struct bot *b, struct scm_provider *p,
         g->refusal = bot_reply_unreadable(e->author, perr.msg);
         return E_OK;
     }
-    need = required_level(b, g->cmds);
+    need = required_level(b, g->cmds, e->provider);
     if (need > SCM_LEVEL_NONE) {
         rc = level_of(&have, b, p, e, need, err);
         if (rc != E_OK) {
@@ -282,8 +296,9 @@ static int gather(struct gathered *g, struct bot *b, struct scm_provider *p,
         if (have < need) {
             g->refusal = xasprintf("@%s `/diverge %s` needs the **%s** permission on %s "
                                    "(you have **%s**). Nothing was changed.\n",
-                                   e->author, first_needing(g->cmds, need, b),
-                                   scm_level_name(need), e->project, scm_level_name(have));
+                                   e->author, first_needing(g->cmds, need, b, e->provider),
+                                   scm_level_name_for(e->provider, need), e->project,
+                                   scm_level_name_for(e->provider, have));
             return E_OK;
         }
     }

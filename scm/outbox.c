@@ -244,6 +244,16 @@ static int64_t process(struct scm_outbox *o, struct outbox_entry *e)
         (void)task_store_outbox_defer(o->store, e->id, LOGIN_WAIT_MS, err.msg, NULL);
         return 0;
     }
+    if (rc == E_AGAIN && res.status == 0 && res.rate_limited && res.retry_after_ms > 0) {
+        /* Paced by the provider itself (GitLab: notes per minute and project): not made,
+         * so no attempt is counted. */
+        bump(o, &o->stats.rate_waits);
+        log_kv(LOG_INFO, "scm_call_paced", "provider", e->provider, "kind", e->kind, "project",
+               e->project, "error", err.msg, NULL);
+        (void)task_store_outbox_defer(o->store, e->id, res.retry_after_ms, err.msg, NULL);
+        free(result);
+        return 0;
+    }
     bump(o, &o->stats.calls);
     snprintf(attempts, sizeof(attempts), "%d", e->attempts + 1);
     snprintf(status, sizeof(status), "%d", res.status);

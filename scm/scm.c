@@ -26,6 +26,18 @@ const char *scm_level_name(enum scm_level level)
     return "none";
 }
 
+const char *scm_level_name_for(const char *provider, enum scm_level level)
+{
+    static const char *const gitlab[] = {"no access (0)", "Guest (10)",      "Reporter (20)",
+                                         "Developer (30)", "Maintainer (40)", "Owner (50)"};
+    int i = (int)level / 10;
+
+    if (provider == NULL || strcmp(provider, "gitlab") != 0 || i < 0 || i > 5) {
+        return scm_level_name(level);
+    }
+    return gitlab[i];
+}
+
 int scm_level_parse(enum scm_level *out, const char *s)
 {
     char *end = NULL;

@@ -25,6 +25,9 @@ enum scm_level {
 
 /* "write", "maintain", ... (GitHub words; GitLab levels print as "Developer (30)" etc.) */
 const char *scm_level_name(enum scm_level level);
+/* The level as PROVIDER names it: GitLab's role and number ("Developer (30)"), else
+ * scm_level_name. Static storage. */
+const char *scm_level_name_for(const char *provider, enum scm_level level);
 /* Parses a GitHub role word or a GitLab number; E_INVALID otherwise. */
 int scm_level_parse(enum scm_level *out, const char *s);
 

@@ -71,6 +71,7 @@ static const struct route g_routes[] = {
      AUTH_ADMIN},
     {"POST", "/api/v1/agenttask/meter", api_meter, "meter", AUTH_NONE},
     {"POST", "/api/v1/webhooks/github", api_webhook_github, "webhooks.github", AUTH_NONE},
+    {"POST", "/api/v1/webhooks/gitlab", api_webhook_gitlab, "webhooks.gitlab", AUTH_NONE},
     {"POST", "/api/v1/local/comments", api_local_comment, "local.comment", AUTH_ADMIN},
     {"GET", "/api/v1/local/threads/*/*/*", api_local_thread, "local.thread", AUTH_ADMIN},
     {"POST", "/api/v1/admission/validate", api_admission_validate, "admission", AUTH_NONE},
@@ -89,6 +90,7 @@ static const struct route g_routes[] = {
 
 static const struct route_extra g_route_extras[] = {
     {api_webhook_github, api_webhook_github_begin, SERVER_WEBHOOK_BODY_MAX},
+    {api_webhook_gitlab, api_webhook_gitlab_begin, SERVER_WEBHOOK_BODY_MAX},
 };
 
 static const struct route_extra *extra_of(int route)

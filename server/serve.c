@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include "common/money.h"
 #include "common/secret.h"
 #include "scm/github/github.h"
+#include "scm/gitlab/gitlab.h"
 #include "server/server.h"
 #include "server/server_int.h"
 
@@ -84,6 +86,16 @@ static const struct flag g_flags[] = {
      CFG(github_min_budget), "permission for budget and resume with amounts"},
     {"--notifier-min-interval", "DIVERGE_NOTIFIER_MIN_INTERVAL", "10", CFG(notifier_min_interval),
      "seconds between two spend-only edits of a sticky comment"},
+    {"--gitlab-webhook-token", "DIVERGE_GITLAB_WEBHOOK_TOKEN", NULL, CFG(gitlab_webhook_token),
+     "expected X-Gitlab-Token(s), comma-separated; with no signing secret either: 503"},
+    {"--gitlab-signing-secret", "DIVERGE_GITLAB_SIGNING_SECRET", NULL, CFG(gitlab_signing_secret),
+     "Standard Webhooks secret(s) whsec_<base64>, comma-separated"},
+    {"--gitlab-url", "DIVERGE_GITLAB_URL", "https://gitlab.com", CFG(gitlab_url),
+     "GitLab base URL (API under /api/v4); token DIVERGE_GITLAB_TOKEN or GITLAB_TOKEN"},
+    {"--gitlab-min-access-fix", "DIVERGE_GITLAB_MIN_ACCESS_FIX", "30", CFG(gitlab_min_fix),
+     "GitLab access level for fix, guide, pause, resume (30 Developer)"},
+    {"--gitlab-min-access-budget", "DIVERGE_GITLAB_MIN_ACCESS_BUDGET", "40",
+     CFG(gitlab_min_budget), "GitLab access level for budget and resume with amounts (40)"},
 };
 
 static char **field(struct server_config *cfg, const struct flag *f)
@@ -220,6 +232,94 @@ static int load_secrets(struct server *srv, struct err *err)
     return token_root_key_load_or_create(srv->root_key, srv->cfg.root_key_file, err);
 }
 
+static bool provider_wanted(const struct server *srv, const char *name);
+
+/* A GitLab access level: a number (0..50) or a role name. */
+static int gitlab_level_parse(enum scm_level *out, const char *s)
+{
+    static const struct {
+        const char *name;
+        enum scm_level level;
+    } roles[] = {{"guest", SCM_LEVEL_READ},         {"reporter", SCM_LEVEL_TRIAGE},
+                 {"developer", SCM_LEVEL_WRITE},    {"maintainer", SCM_LEVEL_MAINTAIN},
+                 {"owner", SCM_LEVEL_ADMIN}};
+
+    for (size_t i = 0; i < ARRAY_LEN(roles); i++) {
+        if (strcasecmp(roles[i].name, s) == 0) {
+            *out = roles[i].level;
+            return E_OK;
+        }
+    }
+    return s[0] >= '0' && s[0] <= '9' ? scm_level_parse(out, s) : E_INVALID;
+}
+
+/* The GitLab flags: tiers and the signing secret's form. 0, or 2 after a message. */
+static int gitlab_flags_check(struct server *srv)
+{
+    if (gitlab_level_parse(&srv->gitlab_min_fix, srv->cfg.gitlab_min_fix) != E_OK ||
+        gitlab_level_parse(&srv->gitlab_min_budget, srv->cfg.gitlab_min_budget) != E_OK ||
+        srv->gitlab_min_fix == SCM_LEVEL_NONE || srv->gitlab_min_budget == SCM_LEVEL_NONE) {
+        fprintf(stderr, "diverge: serve: GitLab access levels are 10, 20, 30, 40, 50 or guest, "
+                        "reporter, developer, maintainer, owner\n");
+        return 2;
+    }
+    if (srv->cfg.gitlab_signing_secret != NULL &&
+        !gitlab_sig_secrets_valid(srv->cfg.gitlab_signing_secret)) {
+        fprintf(stderr, "diverge: serve: --gitlab-signing-secret must be whsec_<base64>, "
+                        "comma-separated\n");
+        return 2;
+    }
+    return 0;
+}
+
+static void print_gitlab_endpoint(const struct server *srv)
+{
+    bool on = srv->cfg.gitlab_webhook_token != NULL || srv->cfg.gitlab_signing_secret != NULL;
+
+    printf("  GitLab webhook: %s/api/v1/webhooks/gitlab%s\n", srv->base_url,
+           on ? "" : " (off: no --gitlab-webhook-token or --gitlab-signing-secret)");
+}
+
+/* The GitLab provider, when a token is in the environment. */
+static int start_gitlab(struct server *srv, struct err *err)
+{
+    bool hooks = srv->cfg.gitlab_webhook_token != NULL || srv->cfg.gitlab_signing_secret != NULL;
+    /* DIVERGE_NOTIFIER_TOKEN is also GitHub's: GitLab takes it only when GitLab alone is
+     * configured, so a GitHub token is never sent to a GitLab host. */
+    bool only_gitlab = (srv->cfg.notifier_provider != NULL &&
+                        strcmp(srv->cfg.notifier_provider, "gitlab") == 0) ||
+                       (hooks && srv->cfg.github_webhook_secret == NULL);
+    const char *token = gitlab_token_from_env(only_gitlab);
+    struct scm_provider *gl = NULL;
+    int rc;
+
+    if (!provider_wanted(srv, "gitlab")) {
+        return E_OK;
+    }
+    if (token == NULL) {
+        if (hooks) {
+            log_kv(LOG_WARN, "gitlab_no_credentials", "hint",
+                   "set DIVERGE_GITLAB_TOKEN or GITLAB_TOKEN: commands are accepted but cannot "
+                   "be answered",
+                   NULL);
+        }
+        return E_OK;
+    }
+    {
+        /* DIVERGE_GITLAB_NOTES_PER_MINUTE (undocumented: for tests) lowers the pace. */
+        const char *pace = getenv("DIVERGE_GITLAB_NOTES_PER_MINUTE");
+        struct gitlab_config gc = {.url = srv->cfg.gitlab_url, .token = token,
+                                   .bot_login = srv->cfg.bot_login,
+                                   .notes_per_minute = pace != NULL ? (int)strtol(pace, NULL, 10)
+                                                                    : 0};
+        rc = gitlab_provider_new(&gl, &gc, err);
+    }
+    if (rc == E_OK) {
+        scm_registry_add(&srv->scm, gl);
+    }
+    return rc;
+}
+
 static void print_endpoints(const struct server *srv)
 {
     const char *b = srv->base_url;
@@ -229,6 +329,7 @@ static void print_endpoints(const struct server *srv)
     printf("  meter:     %s/api/v1/agenttask/meter\n", b);
     printf("  GitHub webhook: %s/api/v1/webhooks/github%s\n", b,
            srv->cfg.github_webhook_secret != NULL ? "" : " (off: no --github-webhook-secret)");
+    print_gitlab_endpoint(srv);
     printf("  health:    %s/healthz  %s/readyz\n", b, b);
     printf("  metrics:   %s/metrics\n", b);
     printf("  dashboard: %s/ui/login?token=%s\n", b, srv->api_token);
@@ -313,6 +414,9 @@ static int parse_defaults(struct server *srv)
                         "admin\n");
         return 2;
     }
+    if (gitlab_flags_check(srv) != 0) {
+        return 2;
+    }
     if (srv->cfg.namespace_ != NULL && !task_name_valid(srv->cfg.namespace_)) {
         fprintf(stderr, "diverge: serve: --namespace %s is not a DNS label\n", srv->cfg.namespace_);
         return 2;
@@ -383,6 +487,10 @@ static int start_scm(struct server *srv, struct err *err)
                    NULL);
         }
     }
+    rc = start_gitlab(srv, err);
+    if (rc != E_OK) {
+        return rc;
+    }
     /* The offline provider needs no credentials: always there for `diverge local`. */
     {
         struct scm_provider *local = NULL;
@@ -402,6 +510,8 @@ static int start_scm(struct server *srv, struct err *err)
     bc.default_max_iterations = srv->default_max_iterations;
     bc.min_fix = srv->min_fix;
     bc.min_budget = srv->min_budget;
+    bc.gitlab_min_fix = srv->gitlab_min_fix;
+    bc.gitlab_min_budget = srv->gitlab_min_budget;
     rc = bot_new(&srv->bot, srv->store, &srv->scm, &bc, err);
     if (rc == E_OK) {
         struct scm_notifier_config nc = {.min_interval_ms = srv->notifier_min_interval_ms,

@@ -54,6 +54,11 @@ struct server_config {
     char *sandbox_user;           /* local sandboxes' host user; NULL: SPEC §2 default */
     char *sandbox_memory, *sandbox_pids, *sandbox_cpus; /* per-sandbox limits */
     char *agent_cmd, *verify_cmd; /* the runner's commands; NULL: none */
+    char *gitlab_webhook_token;   /* expected X-Gitlab-Token(s), comma-separated */
+    char *gitlab_signing_secret;  /* Standard Webhooks whsec_<base64>, comma-separated */
+    char *gitlab_url;             /* GitLab base URL (API under /api/v4) */
+    char *gitlab_min_fix;         /* GitLab access levels of the tiers */
+    char *gitlab_min_budget;
 };
 
 struct MHD_Daemon;
@@ -75,6 +80,8 @@ struct server {
     int64_t default_max_iterations;
     enum scm_level min_fix;        /* permission tiers of the bot */
     enum scm_level min_budget;
+    enum scm_level gitlab_min_fix; /* GitLab's tiers */
+    enum scm_level gitlab_min_budget;
     int64_t notifier_min_interval_ms;
     int64_t sandbox_memory;        /* bytes, 0: none */
     int64_t sandbox_pids;          /* 0: none */
@@ -153,6 +160,11 @@ int api_webhook_github(struct request *r);
  * answers 503/401/400 at once when no secret is configured or the signature or event
  * header is missing or malformed; else starts r->gh_mac and leaves r->status 0. */
 int api_webhook_github_begin(struct request *r);
+int api_webhook_gitlab(struct request *r);
+/* Runs when the headers of a GitLab delivery are in: 503 when neither a token nor a
+ * signing secret is configured, 401 at once when X-Gitlab-Token is wrong or neither it
+ * nor a well-formed, fresh Standard Webhooks header set is there (api_webhooks_gitlab.c). */
+int api_webhook_gitlab_begin(struct request *r);
 int api_local_comment(struct request *r);
 int api_local_thread(struct request *r);
 int api_env_list(struct request *r);

@@ -26,8 +26,11 @@
  * usage: loadgen --url http://127.0.0.1:PORT/path [--connections 64] [--threads 2]
  *                [--duration 10] [--warmup 0] [--timeout 10] [--requests N]
  *                (--secret S --template FILE [--mode nocmd|cmd] [--body TEXT]
- *                 [--event issue_comment] [--bad-signature] [--full-hmac]
+ *                 [--event issue_comment] [--bad-signature] [--full-hmac] [--gitlab]
  *                 | --raw-get)
+ * --gitlab sends GitLab Note Hook deliveries instead: X-Gitlab-Event: Note Hook,
+ * X-Gitlab-Token: <secret> (with --bad-signature a wrong one), a unique
+ * X-Gitlab-Event-UUID, and no signature.
  * The last output line is machine-readable: RESULT key=value ...
  */
 #define _GNU_SOURCE
@@ -70,7 +73,7 @@ static struct {
     double duration, warmup, timeout;
     uint64_t requests; /* 0: unlimited */
     const char *secret, *template_path, *mode, *body_text, *event;
-    bool raw_get, bad_signature, full_hmac;
+    bool raw_get, bad_signature, full_hmac, gitlab;
     uint64_t id_base;
     bool id_base_set;
 } opt = {.connections = 64, .threads = 2, .duration = 10, .timeout = 10, .event = "issue_comment"};
@@ -356,11 +359,25 @@ static bool build_request(struct conn *c)
     }
     size_t blen = (size_t)(o - body);
     char sig[65];
+    char h[HDR_ROOM];
+    int hl;
+    if (opt.gitlab) { /* --gitlab: X-Gitlab-Token (the secret), a unique X-Gitlab-Event-UUID */
+        hl = snprintf(h, sizeof(h),
+                      "%.*sX-Gitlab-Event-UUID: %08" PRIx32 "-%04" PRIx16 "-4%03x-8%03" PRIx64
+                      "-%012" PRIx64 "\r\nX-Gitlab-Token: %s%s\r\nContent-Length: %zu\r\n\r\n",
+                      (int)hdr_const_len, hdr_const, nonce32, nonce16, (unsigned)(w->idx & 0xfff),
+                      (uint64_t)((seq >> 48) & 0xfff), (uint64_t)(seq & 0xffffffffffffULL),
+                      opt.secret, opt.bad_signature ? "x" : "", blen);
+        if (hl <= 0 || (size_t)hl >= sizeof(h)) die("request headers too long");
+        memcpy(body - hl, h, (size_t)hl);
+        c->wp = body - hl;
+        c->wleft = (size_t)hl + blen;
+        return true;
+    }
     sign_body(sig, body, blen);
     if (opt.bad_signature) sig[0] = sig[0] == '0' ? '1' : '0';
     sig[64] = '\0';
-    char h[HDR_ROOM];
-    int hl = snprintf(h, sizeof(h),
+    hl = snprintf(h, sizeof(h),
                       "%.*sX-GitHub-Delivery: %08" PRIx32 "-%04" PRIx16 "-4%03x-8%03" PRIx64
                       "-%012" PRIx64 "\r\nX-Hub-Signature-256: sha256=%s\r\n"
                       "Content-Length: %zu\r\n\r\n",
@@ -712,6 +729,7 @@ static void usage(int code)
             "               [--duration 10] [--warmup 0] [--timeout 10] [--requests N]\n"
             "               (--secret S --template FILE [--mode nocmd|cmd] [--body TEXT]\n"
             "                [--event issue_comment] [--id-base N] [--bad-signature] [--full-hmac]\n"
+            "                [--gitlab]\n"
             "               | --raw-get)\n"
             "Template placeholders: __COMMENT_ID__ (required; a run-unique integer), __BODY__\n"
             "(JSON-escaped comment text: \"/diverge help\" for --mode cmd, \"LGTM, thanks\" for nocmd).\n");
@@ -726,7 +744,8 @@ int main(int argc, char **argv)
         {"requests", 1, 0, 'n'},   {"secret", 1, 0, 's'},      {"template", 1, 0, 'f'},
         {"mode", 1, 0, 'm'},       {"body", 1, 0, 'b'},        {"event", 1, 0, 'e'},
         {"id-base", 1, 0, 'i'},    {"raw-get", 0, 0, 'g'},     {"bad-signature", 0, 0, 'B'},
-        {"full-hmac", 0, 0, 'F'},  {"help", 0, 0, 'h'},        {0, 0, 0, 0}};
+        {"full-hmac", 0, 0, 'F'},  {"help", 0, 0, 'h'},        {"gitlab", 0, 0, 'L'},
+        {0, 0, 0, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "u:c:t:d:n:h", lo, NULL)) != -1) {
         switch (ch) {
@@ -746,6 +765,7 @@ int main(int argc, char **argv)
         case 'g': opt.raw_get = true; break;
         case 'B': opt.bad_signature = true; break;
         case 'F': opt.full_hmac = true; break;
+        case 'L': opt.gitlab = true; break;
         case 'h': usage(0); break;
         default: usage(2);
         }
@@ -790,8 +810,10 @@ int main(int argc, char **argv)
                                          "POST %s HTTP/1.1\r\nHost: %s\r\n"
                                          "User-Agent: GitHub-Hookshot/loadgen\r\n"
                                          "Accept: */*\r\nContent-Type: application/json\r\n"
-                                         "X-GitHub-Event: %s\r\n",
-                                         path, host_hdr, opt.event);
+                                         "%s: %s\r\n",
+                                         path, host_hdr, opt.gitlab ? "X-Gitlab-Event" : "X-GitHub-Event",
+                                         opt.gitlab && strcmp(opt.event, "issue_comment") == 0
+                                             ? "Note Hook" : opt.event);
         if (hdr_const_len > HDR_ROOM - 300) die("URL or event too long");
     }
 
@@ -816,7 +838,7 @@ int main(int argc, char **argv)
             }
         }
     }
-    if (!opt.raw_get) { /* check the midstate HMAC against OpenSSL's one-shot HMAC() */
+    if (!opt.raw_get && !opt.gitlab) { /* check the midstate HMAC against OpenSSL's one-shot HMAC() */
         struct worker tw = {.idx = 0};
         struct conn tc = {.w = &tw, .buf = ws[0].conns[0].buf};
         build_request(&tc);

@@ -9,7 +9,7 @@
  * second the request target, then header lines up to an empty line, then the body. The
  * harness adds Host, Content-Length and Connection: close; a header line
  * "X-Hub-Signature-256: auto" is replaced by the body's real signature (secret "s"), so
- * signed deliveries reach the payload parser. */
+ * signed deliveries reach the payload parser; GitLab deliveries carry "X-Gitlab-Token: s". */
 #define _XOPEN_SOURCE 700 /* nftw */
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -75,7 +75,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
                                  "none",           "--github-webhook-secret",
                                  WEBHOOK_SECRET,   "--github-api-url",
                                  "http://127.0.0.1:9", "--bot-login",
-                                 "diverge-bot"};
+                                 "diverge-bot",    "--gitlab-webhook-token",
+                                 WEBHOOK_SECRET,   "--gitlab-url",
+                                 "http://127.0.0.1:9"};
     char *args[ARRAY_LEN(flags)];
     struct err err = {0};
     const char *colon;
@@ -88,6 +90,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     unsetenv("GITHUB_TOKEN");
     unsetenv("DIVERGE_NOTIFIER_TOKEN");
     unsetenv("DIVERGE_GITHUB_APP_ID");
+    unsetenv("DIVERGE_GITLAB_TOKEN");
+    unsetenv("GITLAB_TOKEN");
     ASSERT(mkdtemp(g_dir) != NULL);
     snprintf(data_dir, sizeof(data_dir), "%s/var", g_dir);
     devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
