@@ -9,6 +9,7 @@ PKGS=(
     libmicrohttpd-dev libjansson-dev libpcre2-dev libssl-dev
     libcurl4-openssl-dev libyaml-dev libsqlite3-dev sqlite3
     python3 curl
+    pmccabe clang-format
 )
 
 missing=()
