@@ -36,6 +36,35 @@ static struct github *to_github(struct scm_provider *p)
     return container_of(p, struct github, base);
 }
 
+/* Whether an answer with status ST is GitHub's rate limit: 429, or a 403 that says so. */
+static bool is_rate_limited(long st, const char *retry, const char *remaining,
+                            const struct httpc_response *r)
+{
+    if (st == 429) {
+        return true;
+    }
+    return st == 403 && (retry != NULL || (remaining != NULL && strcmp(remaining, "0") == 0) ||
+                         (r->body.data != NULL && strstr(r->body.data, "rate limit") != NULL));
+}
+
+/* Our code for a non-2xx, non-rate-limit status ST. */
+static int status_error(long st, const char *what, struct err *err)
+{
+    if (st >= 500) {
+        return err_set(err, E_AGAIN, "%s: GitHub answered %ld", what, st);
+    }
+    if (st == 404) {
+        return err_set(err, E_NOTFOUND, "%s: not found", what);
+    }
+    if (st == 401 || st == 403) {
+        return err_set(err, E_DENIED, "%s: GitHub answered %ld", what, st);
+    }
+    if (st == 422) {
+        return err_set(err, E_INVALID, "%s: GitHub refused it (422)", what);
+    }
+    return err_set(err, E_FAIL, "%s: GitHub answered %ld", what, st);
+}
+
 /* Fills RES from the answer and maps it to our codes. */
 static int classify(struct scm_result *res, const struct httpc_response *r, const char *what,
                     struct err *err)
@@ -55,26 +84,80 @@ static int classify(struct scm_result *res, const struct httpc_response *r, cons
         int64_t wait = strtoll(reset, NULL, 10) * 1000 - clock_now_ms(clock_system());
         res->retry_after_ms = wait > 0 ? wait : 1000;
     }
-    if (st == 429 || (st == 403 && (retry != NULL || (remaining != NULL &&
-                                                      strcmp(remaining, "0") == 0) ||
-                                    (r->body.data != NULL &&
-                                     strstr(r->body.data, "rate limit") != NULL)))) {
+    if (is_rate_limited(st, retry, remaining, r)) {
         res->rate_limited = true;
         return err_set(err, E_AGAIN, "%s: rate limited (HTTP %ld)", what, st);
     }
-    if (st >= 500) {
-        return err_set(err, E_AGAIN, "%s: GitHub answered %ld", what, st);
+    return status_error(st, what, err);
+}
+
+/* The rel="next" URL of R's Link header as a new string, or NULL. */
+static char *next_link(const struct httpc_response *r)
+{
+    const char *link = httpc_response_header(r, "link");
+    const char *rel = link != NULL ? strstr(link, "rel=\"next\"") : NULL;
+    const char *end = rel, *start;
+
+    if (rel == NULL) {
+        return NULL;
     }
-    if (st == 404) {
-        return err_set(err, E_NOTFOUND, "%s: not found", what);
+    /* <url>; rel="next": the URL is the <...> just before. */
+    while (end > link && *end != '>') {
+        end--;
     }
-    if (st == 401 || st == 403) {
-        return err_set(err, E_DENIED, "%s: GitHub answered %ld", what, st);
+    start = end;
+    while (start > link && *start != '<') {
+        start--;
     }
-    if (st == 422) {
-        return err_set(err, E_INVALID, "%s: GitHub refused it (422)", what);
+    if (*start == '<' && end > start) {
+        return xstrndup(start + 1, (size_t)(end - start - 1));
     }
-    return err_set(err, E_FAIL, "%s: GitHub answered %ld", what, st);
+    return NULL;
+}
+
+/* Frees a string that held a credential, wiping it first. */
+static void free_wiped(char *s)
+{
+    if (s != NULL) {
+        memset(s, 0, strlen(s));
+    }
+    free(s);
+}
+
+/* Sends METHOD URL with the installation's credentials and the JSON text BODY (may be
+ * NULL); *R is the answer, classified into RES. */
+static int send_request(struct httpc_response *r, struct github *gh, const char *method,
+                        const char *url, int64_t installation, const char *body,
+                        struct scm_result *res, struct err *err)
+{
+    struct httpc_request req = HTTPC_REQUEST_DEFAULTS;
+    char *auth = NULL, *authz;
+    const char *headers[6] = {"Accept: application/vnd.github+json",
+                              "X-GitHub-Api-Version: 2022-11-28",
+                              "Content-Type: application/json", NULL, NULL, NULL};
+    int rc;
+
+    rc = github_auth_header(&auth, gh->auth, installation, err);
+    if (rc != E_OK) {
+        return rc;
+    }
+    authz = xasprintf("Authorization: %s", auth);
+    headers[3] = authz;
+    req.method = method;
+    req.url = url;
+    req.headers = headers;
+    req.body = body;
+    req.body_len = body != NULL ? strlen(body) : 0;
+    rc = httpc_request(r, &req, err);
+    if (rc == E_OK) {
+        rc = classify(res, r, method, err);
+        if (r->status == 401) {
+            github_auth_invalidate(gh->auth, installation);
+        }
+    }
+    free_wiped(auth);
+    free_wiped(authz);
+    return rc;
 }
 
 /* One REST call. BODY (may be NULL) is JSON. On E_OK, *json_out (may be NULL) gets the
@@ -84,13 +167,9 @@ static int call(json_t **json_out, char **next_out, struct github *gh, const cha
                 const char *url, int64_t installation, const json_t *body,
                 struct scm_result *res, struct err *err)
 {
-    struct httpc_request req = HTTPC_REQUEST_DEFAULTS;
-    struct httpc_response r;
+    struct httpc_response r = {0}; /* stays empty when no request was sent */
     struct scm_result local = {0};
-    char *auth = NULL, *authz = NULL, *text = NULL;
-    const char *headers[6] = {"Accept: application/vnd.github+json",
-                              "X-GitHub-Api-Version: 2022-11-28",
-                              "Content-Type: application/json", NULL, NULL, NULL};
+    char *text = NULL;
     int rc;
 
     if (res == NULL) {
@@ -103,27 +182,10 @@ static int call(json_t **json_out, char **next_out, struct github *gh, const cha
     if (next_out != NULL) {
         *next_out = NULL;
     }
-    rc = github_auth_header(&auth, gh->auth, installation, err);
-    if (rc != E_OK) {
-        return rc;
-    }
-    authz = xasprintf("Authorization: %s", auth);
-    headers[3] = authz;
     if (body != NULL) {
         text = json_dumps(body, JSON_COMPACT);
     }
-    req.method = method;
-    req.url = url;
-    req.headers = headers;
-    req.body = text;
-    req.body_len = text != NULL ? strlen(text) : 0;
-    rc = httpc_request(&r, &req, err);
-    if (rc == E_OK) {
-        rc = classify(res, &r, method, err);
-        if (r.status == 401) {
-            github_auth_invalidate(gh->auth, installation);
-        }
-    }
+    rc = send_request(&r, gh, method, url, installation, text, res, err);
     if (rc == E_OK && json_out != NULL && r.body.len > 0) {
         *json_out = json_loadb(r.body.data, r.body.len, 0, NULL);
         if (*json_out == NULL) {
@@ -131,32 +193,9 @@ static int call(json_t **json_out, char **next_out, struct github *gh, const cha
         }
     }
     if (rc == E_OK && next_out != NULL) {
-        const char *link = httpc_response_header(&r, "link");
-        const char *rel = link != NULL ? strstr(link, "rel=\"next\"") : NULL;
-        if (rel != NULL) {
-            /* <url>; rel="next": the URL is the <...> just before. */
-            const char *end = rel, *start;
-            while (end > link && *end != '>') {
-                end--;
-            }
-            start = end;
-            while (start > link && *start != '<') {
-                start--;
-            }
-            if (*start == '<' && end > start) {
-                *next_out = xstrndup(start + 1, (size_t)(end - start - 1));
-            }
-        }
+        *next_out = next_link(&r);
     }
     httpc_response_cleanup(&r);
-    if (auth != NULL) {
-        memset(auth, 0, strlen(auth));
-    }
-    free(auth);
-    if (authz != NULL) {
-        memset(authz, 0, strlen(authz));
-    }
-    free(authz);
     free(text);
     return rc;
 }
