@@ -199,6 +199,29 @@ int task_store_inbox_add(bool *duplicate_out, struct task_store *st, const struc
 
 typedef void (*row_fn)(sqlite3_stmt *q, size_t index, void *userdata);
 
+/* One pending row of a next_due scan (lanes in SEEN): hands it to FN as number *N when it
+ * is due and its lane still open, else closes the lane and keeps the shortest wait. */
+static void take_row(sqlite3_stmt *q, int key_col, json_t *seen, int64_t now, size_t *n,
+                     int64_t *wait_ms, row_fn fn, void *userdata)
+{
+    const char *key = (const char *)sqlite3_column_text(q, key_col);
+    int64_t next = sqlite3_column_int64(q, 0);
+    json_t *open = json_object_get(seen, key);
+
+    if (open != NULL && !json_is_true(open)) {
+        return; /* an older entry of this PR waits: this one too */
+    }
+    if (next <= now) {
+        fn(q, (*n)++, userdata);
+        json_object_set_new(seen, key, json_true());
+        return;
+    }
+    json_object_set_new(seen, key, json_false());
+    if (*wait_ms < 0 || next - now < *wait_ms) {
+        *wait_ms = next - now;
+    }
+}
+
 /* Hands up to MAX due pending rows of TABLE to FN, oldest first, never one that would
  * overtake an older pending row of its lane that is not handed out with it (rows of one
  * lane come in order, consecutively from its oldest); *n_out how many. A lane is a PR/MR,
@@ -229,24 +252,10 @@ static int next_due(size_t *n_out, int64_t *wait_ms_out, struct sqlite_store *s,
      * overtake it). */
     seen = json_object();
     while (*n_out < max && scanned++ < NEXT_SCAN_MAX && (step = sqlite3_step(q)) == SQLITE_ROW) {
-        const char *key = (const char *)sqlite3_column_text(q, key_col);
-        int64_t next = sqlite3_column_int64(q, 0);
-        json_t *open = json_object_get(seen, key);
         if (*n_out > 0 && scanned > (int)max + 256) {
             break; /* enough found: the rest waits for the next pick */
         }
-        if (open != NULL && !json_is_true(open)) {
-            continue; /* an older entry of this PR waits: this one too */
-        }
-        if (next <= now) {
-            fn(q, (*n_out)++, userdata);
-            json_object_set_new(seen, key, json_true());
-        } else {
-            json_object_set_new(seen, key, json_false());
-            if (*wait_ms_out < 0 || next - now < *wait_ms_out) {
-                *wait_ms_out = next - now;
-            }
-        }
+        take_row(q, key_col, seen, now, n_out, wait_ms_out, fn, userdata);
     }
     json_decref(seen);
     sqlite3_finalize(q);
