@@ -30,37 +30,54 @@ struct bot {
     struct store_worker *worker;       /* owned: the thread applying the inbox */
 };
 
-void bot_project_namespace(char out[64], const char *project)
+/* C lower-cased, or '-' when it is not a letter or digit. */
+static char slug_char(char c)
+{
+    c = (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a') : c;
+    return ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')) ? c : '-';
+}
+
+/* Writes the slug of PROJECT into OUT (at most 63 bytes, not terminated): lower case, each
+ * run of other characters one dash, none leading. Returns its full length, maybe over 63. */
+static size_t slug(char out[64], const char *project)
 {
     size_t n = 0;
-    uint64_t h = hash_fnv1a_str(project);
+    char prev = '-'; /* no leading dash */
 
     for (const char *p = project; *p != '\0'; p++) {
-        char c = *p;
-        c = (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a') : c;
-        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'))) {
-            c = '-';
-        }
-        if (c == '-' && (n == 0 || out[n - 1] == '-')) {
-            continue; /* no leading or doubled dashes */
+        char c = slug_char(*p);
+        if (c == '-' && prev == '-') {
+            continue; /* no doubled dashes */
         }
         if (n < 63) {
             out[n] = c;
         }
         n++;
+        prev = c;
     }
+    return n;
+}
+
+static size_t trim_dashes(const char *s, size_t n)
+{
+    while (n > 0 && s[n - 1] == '-') {
+        n--;
+    }
+    return n;
+}
+
+void bot_project_namespace(char out[64], const char *project)
+{
+    size_t n = slug(out, project);
+    uint64_t h = hash_fnv1a_str(project);
+
     if (n > 63) {
         /* Too long: keep 56 characters and add a hash of the whole path. */
-        n = 56;
-        while (n > 0 && out[n - 1] == '-') {
-            n--;
-        }
+        n = trim_dashes(out, 56);
         snprintf(out + n, 64 - n, "-%06x", (unsigned)(h & 0xffffff));
         return;
     }
-    while (n > 0 && out[n - 1] == '-') {
-        n--;
-    }
+    n = trim_dashes(out, n);
     if (n == 0) {
         out[n++] = 'p';
     }
@@ -261,61 +278,84 @@ static void gathered_cleanup(struct gathered *g)
     free(g->status);
 }
 
+/* Refuses (through g->refusal) commands that need more permission than the author has.
+ * E_AGAIN: the SCM could not tell. */
+static int check_permission(struct gathered *g, struct bot *b, struct scm_provider *p,
+                            const struct inbox_entry *e, struct err *err)
+{
+    enum scm_level need = required_level(b, g->cmds), have = SCM_LEVEL_NONE;
+    int rc;
+
+    if (need <= SCM_LEVEL_NONE) {
+        return E_OK;
+    }
+    rc = level_of(&have, b, p, e, need, err);
+    if (rc != E_OK) {
+        return E_AGAIN;
+    }
+    if (have < need) {
+        g->refusal = xasprintf("@%s `/diverge %s` needs the **%s** permission on %s "
+                               "(you have **%s**). Nothing was changed.\n",
+                               e->author, first_needing(g->cmds, need, b), scm_level_name(need),
+                               e->project, scm_level_name(have));
+    }
+    return E_OK;
+}
+
+/* For `/diverge fix`: the PR's head and the agent.yaml of its base branch. E_AGAIN: try the
+ * entry again later; E_FAIL: the PR is gone. */
+static int gather_fix(struct gathered *g, struct scm_provider *p, const struct inbox_entry *e,
+                      struct err *err)
+{
+    struct scm_ref ref = {.project = e->project, .number = e->number,
+                          .installation_id = e->installation_id};
+    struct err perr = {0};
+    char *yaml = NULL;
+    size_t ylen = 0;
+    int rc = head_of(&g->pull, p, e, err);
+
+    if (rc != E_OK) {
+        return rc == E_NOTFOUND ? E_FAIL : E_AGAIN;
+    }
+    g->have_pull = true;
+    /* The config comes from the base branch of the base repository (the one the
+     * comment is on), never from the head, which the PR's author controls: a change
+     * to it takes effect once merged (SPEC §5). No known base: server defaults. */
+    rc = g->pull.base_ref == NULL ? E_NOTFOUND
+                                  : p->ops->file_at(&yaml, &ylen, p, &ref, g->pull.base_ref,
+                                                    ".diverge/agent.yaml", NULL, err);
+    if (rc == E_OK &&
+        config_agent_load_mem(&g->agent, ".diverge/agent.yaml", yaml, ylen, &perr) != E_OK) {
+        g->refusal = bot_reply_bad_agent_yaml(e->author, g->pull.base_ref, perr.msg);
+    }
+    free(yaml);
+    return rc == E_OK || rc == E_NOTFOUND ? E_OK : E_AGAIN;
+}
+
 /* Everything from the SCM before the transaction. E_AGAIN: try the entry again later. */
 static int gather(struct gathered *g, struct bot *b, struct scm_provider *p,
                   const struct inbox_entry *e, const struct bot_input *in, struct err *err)
 {
     struct err perr = {0};
-    enum scm_level need, have = SCM_LEVEL_NONE;
     int rc;
 
     if (slashcmd_parse(&g->cmds, e->body, strlen(e->body), &perr) != E_OK) {
         g->refusal = bot_reply_unreadable(e->author, perr.msg);
         return E_OK;
     }
-    need = required_level(b, g->cmds);
-    if (need > SCM_LEVEL_NONE) {
-        rc = level_of(&have, b, p, e, need, err);
-        if (rc != E_OK) {
-            return rc == E_AGAIN ? rc : E_AGAIN;
-        }
-        if (have < need) {
-            g->refusal = xasprintf("@%s `/diverge %s` needs the **%s** permission on %s "
-                                   "(you have **%s**). Nothing was changed.\n",
-                                   e->author, first_needing(g->cmds, need, b),
-                                   scm_level_name(need), e->project, scm_level_name(have));
-            return E_OK;
-        }
+    rc = check_permission(g, b, p, e, err);
+    if (rc != E_OK || g->refusal != NULL) {
+        return rc;
     }
     g->refusal = bot_reply_too_long(e->author, g->cmds);
     if (g->refusal != NULL) {
         return E_OK;
     }
     if (has_verb(g->cmds, SLASHCMD_FIX)) {
-        struct scm_ref ref = {.project = e->project, .number = e->number,
-                              .installation_id = e->installation_id};
-        char *yaml = NULL;
-        size_t ylen = 0;
-        rc = head_of(&g->pull, p, e, err);
+        rc = gather_fix(g, p, e, err);
         if (rc != E_OK) {
-            return rc == E_NOTFOUND ? E_FAIL : E_AGAIN;
+            return rc;
         }
-        g->have_pull = true;
-        /* The config comes from the base branch of the base repository (the one the
-         * comment is on), never from the head, which the PR's author controls: a change
-         * to it takes effect once merged (SPEC §5). No known base: server defaults. */
-        rc = g->pull.base_ref == NULL
-                 ? E_NOTFOUND
-                 : p->ops->file_at(&yaml, &ylen, p, &ref, g->pull.base_ref,
-                                   ".diverge/agent.yaml", NULL, err);
-        if (rc == E_OK &&
-            config_agent_load_mem(&g->agent, ".diverge/agent.yaml", yaml, ylen, &perr) != E_OK) {
-            g->refusal = bot_reply_bad_agent_yaml(e->author, g->pull.base_ref, perr.msg);
-        } else if (rc != E_OK && rc != E_NOTFOUND) {
-            free(yaml);
-            return E_AGAIN;
-        }
-        free(yaml);
     }
     if (g->refusal == NULL && has_verb(g->cmds, SLASHCMD_STATUS)) {
         g->status = status_table(b, in);
@@ -484,6 +524,40 @@ static void log_applied(const struct prepared *pr)
            pr->in.task, "refused", pr->g.refusal != NULL ? "true" : "false", NULL);
 }
 
+static bool same_pr(const struct inbox_entry *x, const struct inbox_entry *y)
+{
+    return x->number == y->number && strcmp(x->project, y->project) == 0 &&
+           strcmp(x->provider, y->provider) == 0;
+}
+
+/* Whether an earlier item of ITEMS[I]'s PR must wait (then this one waits behind it:
+ * order per PR). */
+static bool blocked_by_earlier(const struct prepared *items, size_t i)
+{
+    for (size_t k = 0; k < i; k++) {
+        if (items[k].kind == PREP_SKIP && same_pr(&items[k].e, &items[i].e)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* After the batch transaction failed: each item in its own transaction. */
+static void apply_each_alone(struct bot *b, struct prepared *items, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (apply_alone(b, &items[i])) {
+            continue;
+        }
+        /* Keep the PR's order: its later comments wait behind this one. */
+        for (size_t k = i + 1; k < n; k++) {
+            if (same_pr(&items[k].e, &items[i].e)) {
+                items[k].kind = PREP_SKIP;
+            }
+        }
+    }
+}
+
 /* Up to BOT_BATCH due comments (in order per PR): SCM calls for each, then ONE
  * transaction for all, so a burst of commands costs one fsync, not one each. */
 static void process_batch(struct bot *b, struct inbox_entry *entries, size_t n)
@@ -493,16 +567,8 @@ static void process_batch(struct bot *b, struct inbox_entry *entries, size_t n)
     struct err err = {0};
 
     for (size_t i = 0; i < n; i++) {
-        bool blocked = false;
         items[i].e = entries[i];
-        /* A later comment of a PR whose earlier one must wait waits too (it stays pending
-         * behind it: order per PR). */
-        for (size_t k = 0; k < i && !blocked; k++) {
-            blocked = items[k].kind == PREP_SKIP && items[k].e.number == entries[i].number &&
-                      strcmp(items[k].e.project, entries[i].project) == 0 &&
-                      strcmp(items[k].e.provider, entries[i].provider) == 0;
-        }
-        if (blocked) {
+        if (blocked_by_earlier(items, i)) {
             items[i].kind = PREP_SKIP;
             continue;
         }
@@ -513,18 +579,7 @@ static void process_batch(struct bot *b, struct inbox_entry *entries, size_t n)
             log_applied(&items[i]);
         }
     } else {
-        for (size_t i = 0; i < n; i++) {
-            if (!apply_alone(b, &items[i])) {
-                /* Keep the PR's order: its later comments wait behind this one. */
-                for (size_t k = i + 1; k < n; k++) {
-                    if (items[k].e.number == items[i].e.number &&
-                        strcmp(items[k].e.project, items[i].e.project) == 0 &&
-                        strcmp(items[k].e.provider, items[i].e.provider) == 0) {
-                        items[k].kind = PREP_SKIP;
-                    }
-                }
-            }
-        }
+        apply_each_alone(b, items, n);
     }
     for (size_t i = 0; i < n; i++) {
         gathered_cleanup(&items[i].g);
