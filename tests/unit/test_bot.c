@@ -257,6 +257,15 @@ static const struct tcase cases[] = {
     {"plain_text", B("LGTM, thanks"), NONE},
 };
 
+static bool cmd_matches(const struct slashcmd *c, const struct want *w)
+{
+    bool text_ok = (w->text == NULL) ? c->text == NULL
+                                     : (c->text != NULL && strcmp(c->text, w->text) == 0);
+
+    return c->verb == w->verb && text_ok && c->has_usd == w->has_usd && c->usd_micros == w->usd &&
+           c->has_tokens == w->has_tokens && c->tokens == w->tokens && c->line == w->line;
+}
+
 static void check_case(const struct tcase *tc)
 {
     struct slashcmd_list *list = NULL;
@@ -280,12 +289,8 @@ static void check_case(const struct tcase *tc)
     }
     for (size_t i = 0; i < list->len; i++) {
         const struct slashcmd *c = &list->cmds[i];
-        const struct want *w = &tc->cmds[i];
-        bool text_ok = (w->text == NULL) ? c->text == NULL
-                                         : (c->text != NULL && strcmp(c->text, w->text) == 0);
 
-        if (c->verb != w->verb || !text_ok || c->has_usd != w->has_usd || c->usd_micros != w->usd ||
-            c->has_tokens != w->has_tokens || c->tokens != w->tokens || c->line != w->line) {
+        if (!cmd_matches(c, &tc->cmds[i])) {
             t_fail(__FILE__, __LINE__,
                    "%s: command %zu is {%s, \"%s\", usd %d %lld, tokens %d %lld, line %d}",
                    tc->name, i, slashcmd_verb_name(c->verb), c->text ? c->text : "(null)",
