@@ -410,8 +410,9 @@ static int check_type_fields(const json_t *obj, struct err *err)
  * NULL) in place of MD's own, which must then equal it. */
 static int copy_metadata(json_t **out, const json_t *md, const char *ns, struct err *err)
 {
-    static const char *const kept[] = {"name", "labels", "annotations"};
+    static const char *const kept[] = {"labels", "annotations"}; /* after the namespace */
     const json_t *v = json_object_get(md, "namespace");
+    const json_t *name = json_object_get(md, "name");
     json_t *nmd;
 
     *out = NULL;
@@ -421,13 +422,16 @@ static int copy_metadata(json_t **out, const json_t *md, const char *ns, struct 
                              json_string_value(v), ns);
     }
     nmd = json_object();
+    if (name != NULL) {
+        json_object_set_new(nmd, "name", json_deep_copy(name));
+    }
+    json_object_set_new(nmd, "namespace", ns != NULL ? json_string(ns) : json_deep_copy(v));
     for (size_t i = 0; i < sizeof(kept) / sizeof(kept[0]); i++) {
         const json_t *k = json_object_get(md, kept[i]);
         if (k != NULL) {
             json_object_set_new(nmd, kept[i], json_deep_copy(k));
         }
     }
-    json_object_set_new(nmd, "namespace", ns != NULL ? json_string(ns) : json_deep_copy(v));
     *out = nmd;
     return E_OK;
 }

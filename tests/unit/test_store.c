@@ -62,6 +62,24 @@ TEST(defaults_and_money_canonical)
     json_decref(out);
 }
 
+/* The stored metadata keeps one key order (name, namespace, labels, annotations) whatever
+ * order the client sent: stored documents and API answers stay byte-stable. */
+TEST(normalize_metadata_key_order)
+{
+    json_t *out = NULL;
+    char *s;
+
+    CHECK_OK(normalize_str(&out,
+                           "{\"metadata\":{\"annotations\":{\"a\":\"b\"},\"labels\":{\"l\":\"m\"},"
+                           "\"name\":\"t\"},\"spec\":{\"objective\":\"x\"}}",
+                           NULL));
+    s = json_dumps(json_object_get(out, "metadata"), JSON_COMPACT);
+    CHECK_EQ_STR(s, "{\"name\":\"t\",\"namespace\":\"default\",\"labels\":{\"l\":\"m\"},"
+                    "\"annotations\":{\"a\":\"b\"}}");
+    free(s);
+    json_decref(out);
+}
+
 TEST(validation_errors_name_the_field)
 {
     static const struct {
