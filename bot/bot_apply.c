@@ -94,6 +94,28 @@ static json_t *string_list(char **items, size_t n)
     return arr;
 }
 
+/* Copies the capabilities, allowed tools and sandbox settings of agent.yaml A into SPEC. */
+static void add_agent_lists(json_t *spec, const struct config_agent *a)
+{
+    if (a->has_capabilities && a->n_capabilities > 0) {
+        json_object_set_new(spec, "capabilities", string_list(a->capabilities, a->n_capabilities));
+    }
+    if (a->has_allowed_tools && a->n_allowed_tools > 0) {
+        json_object_set_new(spec, "allowedTools",
+                            string_list(a->allowed_tools, a->n_allowed_tools));
+    }
+    if (a->sandbox_provider != NULL || a->has_sandbox_timeout) {
+        json_t *sb = json_object();
+        if (a->sandbox_provider != NULL) {
+            json_object_set_new(sb, "provider", json_string(a->sandbox_provider));
+        }
+        if (a->has_sandbox_timeout) {
+            json_object_set_new(sb, "timeoutSeconds", json_integer(a->sandbox_timeout_s));
+        }
+        json_object_set_new(spec, "sandbox", sb);
+    }
+}
+
 /* The spec of a new task made by `/diverge fix`: the PR head is both the branch to clone
  * and the one to push to; budgets and limits from agent.yaml, else the server defaults. */
 static json_t *new_task(const struct bot_input *in, const char *objective)
@@ -116,22 +138,8 @@ static json_t *new_task(const struct bot_input *in, const char *objective)
                      (json_int_t)(a != NULL && a->has_max_iterations
                                       ? a->max_iterations
                                       : cfg->default_max_iterations));
-    if (a != NULL && a->has_capabilities && a->n_capabilities > 0) {
-        json_object_set_new(spec, "capabilities", string_list(a->capabilities, a->n_capabilities));
-    }
-    if (a != NULL && a->has_allowed_tools && a->n_allowed_tools > 0) {
-        json_object_set_new(spec, "allowedTools",
-                            string_list(a->allowed_tools, a->n_allowed_tools));
-    }
-    if (a != NULL && (a->sandbox_provider != NULL || a->has_sandbox_timeout)) {
-        json_t *sb = json_object();
-        if (a->sandbox_provider != NULL) {
-            json_object_set_new(sb, "provider", json_string(a->sandbox_provider));
-        }
-        if (a->has_sandbox_timeout) {
-            json_object_set_new(sb, "timeoutSeconds", json_integer(a->sandbox_timeout_s));
-        }
-        json_object_set_new(spec, "sandbox", sb);
+    if (a != NULL) {
+        add_agent_lists(spec, a);
     }
     snprintf(num, sizeof(num), "%lld", (long long)in->entry->number);
     obj = json_pack("{s:s, s:s, s:{s:s, s:s, s:{s:s, s:s, s:s}}, s:o}", "apiVersion",

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Inside bot/: what the worker gathered about one comment, and the transaction that
- * applies it (bot_apply.c). */
+/* Inside bot/: the bot's state (worker.c), what it gathered about one comment (gather.c),
+ * and the transaction that applies it (bot_apply.c). */
 #ifndef DIVERGE_BOT_BOT_APPLY_H
 #define DIVERGE_BOT_BOT_APPLY_H
 
@@ -20,6 +20,42 @@ struct bot_input {
     char task[64];                       /* bot_task_name() */
     bool accepted;                       /* out: a task-changing command was applied */
 };
+
+/* The permission cache: one slot per hash of provider/project/user. */
+#define PERM_CACHE 256
+
+struct perm_entry {
+    char key[256];       /* provider/project/user */
+    enum scm_level level;
+    int64_t expires_ms;  /* 0 = empty slot */
+};
+
+struct bot {
+    struct task_store *store;          /* borrowed */
+    const struct scm_registry *reg;    /* borrowed */
+    struct bot_config cfg;
+    char *ns_override;                 /* owned copy of cfg.namespace_override */
+    struct perm_entry perms[PERM_CACHE];
+    struct store_worker *worker;       /* owned: the thread applying the inbox */
+};
+
+/* What the SCM told about one comment before its transaction. */
+struct gathered {
+    struct slashcmd_list *cmds;   /* owned; NULL when the comment did not parse */
+    char *refusal;                /* owned reply instead of applying anything, or NULL */
+    struct scm_pull pull;         /* the PR head, for fix */
+    bool have_pull;               /* pull is set */
+    struct config_agent *agent;   /* owned agent.yaml of the base branch, or NULL */
+    char *status;                 /* owned status table, or NULL */
+};
+
+
+/* Everything from the SCM before the transaction into G (cleaned up with
+ * bot_gathered_cleanup() whatever it returns). E_AGAIN: try the entry again later;
+ * E_FAIL: the PR is gone. */
+int bot_gather(struct gathered *g, struct bot *b, struct scm_provider *p,
+               const struct inbox_entry *e, const struct bot_input *in, struct err *err);
+void bot_gathered_cleanup(struct gathered *g);
 
 /* The task_txn_fn applying IN (struct bot_input *): task changes, the +1 reaction, one
  * reply comment, and the inbox entry marked done. */

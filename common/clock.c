@@ -69,44 +69,91 @@ static int digits(const char *s, int n, int *out)
     return E_OK;
 }
 
+/* The broken-down fields of an RFC 3339 timestamp. */
+struct rfc3339 {
+    int y, mo, d, h, mi, sec; /* as written; sec may be 60 (a leap second) */
+    int ms;                   /* the first three fraction digits */
+    int oh, om;               /* the offset from UTC, both negative west of it */
+};
+
+/* "YYYY-MM-DDTHH:MM:SS" at S (at least 19 bytes), range-checked. */
+static int parse_date_time(struct rfc3339 *t, const char *s)
+{
+    const struct {
+        int off, n;  /* where the field starts, how many digits */
+        int lo, hi;  /* its allowed range */
+        int *v;      /* where it goes */
+    } fields[] = {
+        {0, 4, 0, 9999, &t->y}, {5, 2, 1, 12, &t->mo}, {8, 2, 1, 31, &t->d},
+        {11, 2, 0, 23, &t->h},  {14, 2, 0, 59, &t->mi}, {17, 2, 0, 60, &t->sec},
+    };
+
+    if (s[4] != '-' || s[7] != '-' || (s[10] != 'T' && s[10] != 't') || s[13] != ':' ||
+        s[16] != ':') {
+        return E_INVALID;
+    }
+    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
+        if (digits(s + fields[i].off, fields[i].n, fields[i].v) != E_OK ||
+            *fields[i].v < fields[i].lo || *fields[i].v > fields[i].hi) {
+            return E_INVALID;
+        }
+    }
+    return E_OK;
+}
+
+/* An optional ".digits" at *P: milliseconds into T, *P advanced past it. */
+static int parse_fraction(struct rfc3339 *t, const char **p)
+{
+    const char *q = *p;
+    int scale = 100;
+
+    if (*q != '.') {
+        return E_OK;
+    }
+    q++;
+    if (*q < '0' || *q > '9') {
+        return E_INVALID;
+    }
+    for (; *q >= '0' && *q <= '9'; q++) {
+        t->ms += (*q - '0') * scale;
+        scale /= 10;
+    }
+    *p = q;
+    return E_OK;
+}
+
+/* "Z" or "+HH:MM"/"-HH:MM" ending the string at P. */
+static int parse_offset(struct rfc3339 *t, const char *p)
+{
+    if ((*p == 'Z' || *p == 'z') && p[1] == '\0') {
+        return E_OK;
+    }
+    if ((*p != '+' && *p != '-') || strlen(p) != 6 || digits(p + 1, 2, &t->oh) || p[3] != ':' ||
+        digits(p + 4, 2, &t->om)) {
+        return E_INVALID;
+    }
+    if (*p == '-') {
+        t->oh = -t->oh;
+        t->om = -t->om;
+    }
+    return E_OK;
+}
+
 int clock_parse_rfc3339(int64_t *ms_out, const char *s)
 {
-    int y, mo, d, h, mi, sec, oh = 0, om = 0, ms = 0, scale = 100;
+    struct rfc3339 t = {0};
     const char *p;
     int64_t secs;
 
-    if (strlen(s) < 20 || digits(s, 4, &y) || s[4] != '-' || digits(s + 5, 2, &mo) ||
-        s[7] != '-' || digits(s + 8, 2, &d) || (s[10] != 'T' && s[10] != 't') ||
-        digits(s + 11, 2, &h) || s[13] != ':' || digits(s + 14, 2, &mi) || s[16] != ':' ||
-        digits(s + 17, 2, &sec)) {
-        return E_INVALID;
-    }
-    if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 60) {
+    if (strlen(s) < 20 || parse_date_time(&t, s) != E_OK) {
         return E_INVALID;
     }
     p = s + 19;
-    if (*p == '.') {
-        p++;
-        if (*p < '0' || *p > '9') {
-            return E_INVALID;
-        }
-        for (; *p >= '0' && *p <= '9'; p++) {
-            ms += (*p - '0') * scale;
-            scale /= 10;
-        }
-    }
-    if ((*p == 'Z' || *p == 'z') && p[1] == '\0') {
-        oh = 0;
-    } else if ((*p == '+' || *p == '-') && strlen(p) == 6 && !digits(p + 1, 2, &oh) &&
-               p[3] == ':' && !digits(p + 4, 2, &om)) {
-        if (*p == '-') {
-            oh = -oh;
-            om = -om;
-        }
-    } else {
+    if (parse_fraction(&t, &p) != E_OK || parse_offset(&t, p) != E_OK) {
         return E_INVALID;
     }
-    secs = days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec - oh * 3600 - om * 60;
-    *ms_out = secs * 1000 + ms;
+    secs = days_from_civil(t.y, t.mo, t.d) * 86400 + t.h * 3600 + t.mi * 60 + t.sec -
+           t.oh * 3600 - t.om * 60;
+    *ms_out = secs * 1000 + t.ms;
     return E_OK;
 }

@@ -9,11 +9,32 @@
 
 #define UTF8_REPLACEMENT "\xef\xbf\xbd" /* U+FFFD */
 
+/* Well-formed lead bytes of multi-byte UTF-8 (Unicode Table 3-7): the range of the second
+ * byte excludes overlongs (E0, F0), surrogates (ED) and code points past U+10FFFF (F4). */
+static const struct utf8_lead {
+    unsigned char first, last; /* lead byte range */
+    unsigned char len;         /* sequence length */
+    unsigned char lo, hi;      /* allowed range of the second byte */
+} utf8_leads[] = {
+    {0xc2, 0xdf, 2, 0x80, 0xbf}, {0xe0, 0xe0, 3, 0xa0, 0xbf}, {0xe1, 0xec, 3, 0x80, 0xbf},
+    {0xed, 0xed, 3, 0x80, 0x9f}, {0xee, 0xef, 3, 0x80, 0xbf}, {0xf0, 0xf0, 4, 0x90, 0xbf},
+    {0xf1, 0xf3, 4, 0x80, 0xbf}, {0xf4, 0xf4, 4, 0x80, 0x8f},
+};
+
+static const struct utf8_lead *utf8_lead_of(unsigned char c)
+{
+    for (size_t i = 0; i < sizeof(utf8_leads) / sizeof(utf8_leads[0]); i++) {
+        if (c >= utf8_leads[i].first && c <= utf8_leads[i].last) {
+            return &utf8_leads[i];
+        }
+    }
+    return NULL;
+}
+
 size_t err_utf8_char_len(const char *s, size_t n)
 {
     const unsigned char *u = (const unsigned char *)s;
-    size_t len;
-    unsigned char lo = 0x80, hi = 0xbf; /* allowed range of the second byte */
+    const struct utf8_lead *lead;
 
     if (n == 0) {
         return 0;
@@ -21,28 +42,16 @@ size_t err_utf8_char_len(const char *s, size_t n)
     if (u[0] < 0x80) {
         return 1;
     }
-    if (u[0] >= 0xc2 && u[0] <= 0xdf) {
-        len = 2;
-    } else if (u[0] >= 0xe0 && u[0] <= 0xef) {
-        len = 3;
-        lo = u[0] == 0xe0 ? 0xa0 : 0x80; /* no overlongs */
-        hi = u[0] == 0xed ? 0x9f : 0xbf; /* no surrogates */
-    } else if (u[0] >= 0xf0 && u[0] <= 0xf4) {
-        len = 4;
-        lo = u[0] == 0xf0 ? 0x90 : 0x80;
-        hi = u[0] == 0xf4 ? 0x8f : 0xbf; /* nothing past U+10FFFF */
-    } else {
+    lead = utf8_lead_of(u[0]);
+    if (lead == NULL || n < lead->len || u[1] < lead->lo || u[1] > lead->hi) {
         return 0;
     }
-    if (n < len || u[1] < lo || u[1] > hi) {
-        return 0;
-    }
-    for (size_t i = 2; i < len; i++) {
+    for (size_t i = 2; i < lead->len; i++) {
         if (u[i] < 0x80 || u[i] > 0xbf) {
             return 0;
         }
     }
-    return len;
+    return lead->len;
 }
 
 size_t err_utf8_copy(char *dst, size_t cap, const char *src, size_t len)

@@ -28,33 +28,33 @@ static bool is_hex(unsigned char c)
 /* One UTF-8 sequence starting at s->p (first byte >= 0x80); advances past it. */
 static bool utf8(struct scan *s)
 {
-    unsigned char c = *s->p;
-    size_t need;
-    unsigned char lo = 0x80, hi = 0xBF;
+    size_t len = err_utf8_char_len((const char *)s->p, (size_t)(s->end - s->p));
 
-    if (c >= 0xC2 && c <= 0xDF) {
-        need = 1;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        need = 2;
-        lo = c == 0xE0 ? 0xA0 : 0x80;
-        hi = c == 0xED ? 0x9F : 0xBF; /* no surrogates */
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        need = 3;
-        lo = c == 0xF0 ? 0x90 : 0x80;
-        hi = c == 0xF4 ? 0x8F : 0xBF;
-    } else {
+    s->p += len;
+    return len > 0;
+}
+
+/* One escape sequence at s->p (a backslash); advances past it. */
+static bool escape(struct scan *s)
+{
+    unsigned char c;
+
+    if (s->end - s->p < 2) {
         return false;
     }
-    if ((size_t)(s->end - s->p) <= need) {
-        return false;
-    }
-    for (size_t i = 1; i <= need; i++) {
-        unsigned char b = s->p[i];
-        if (b < (i == 1 ? lo : 0x80) || b > (i == 1 ? hi : 0xBF)) {
+    c = s->p[1];
+    if (c == 'u') {
+        if (s->end - s->p < 6 || !is_hex(s->p[2]) || !is_hex(s->p[3]) || !is_hex(s->p[4]) ||
+            !is_hex(s->p[5])) {
             return false;
         }
+        s->p += 6;
+        return true;
     }
-    s->p += need + 1;
+    if (strchr("\"\\/bfnrt", c) == NULL || c == '\0') {
+        return false;
+    }
+    s->p += 2;
     return true;
 }
 
@@ -71,32 +71,16 @@ static bool string(struct scan *s)
             return false;
         }
         if (c == '\\') {
-            if (s->end - s->p < 2) {
+            if (!escape(s)) {
                 return false;
             }
-            c = s->p[1];
-            if (c == 'u') {
-                if (s->end - s->p < 6 || !is_hex(s->p[2]) || !is_hex(s->p[3]) ||
-                    !is_hex(s->p[4]) || !is_hex(s->p[5])) {
-                    return false;
-                }
-                s->p += 6;
-                continue;
-            }
-            if (c != '"' && c != '\\' && c != '/' && c != 'b' && c != 'f' && c != 'n' &&
-                c != 'r' && c != 't') {
-                return false;
-            }
-            s->p += 2;
-            continue;
-        }
-        if (c >= 0x80) {
+        } else if (c >= 0x80) {
             if (!utf8(s)) {
                 return false;
             }
-            continue;
+        } else {
+            s->p++;
         }
-        s->p++;
     }
     return false;
 }
@@ -246,52 +230,77 @@ static bool member_name(struct scan *s, struct pathing *pg, size_t depth)
     return true;
 }
 
+/* Sets up the next value inside the open container at DEPTH: an object member's name sets
+ * its path; array elements have none. */
+static bool next_slot(struct scan *s, struct pathing *pg, const char *stack, size_t depth)
+{
+    if (stack[depth - 1] == '{') {
+        return member_name(s, pg, depth);
+    }
+    pg->cur = SIZE_MAX;
+    return true;
+}
+
+/* Closes the container at *DEPTH when s->p is its closing bracket. */
+static bool try_close(struct scan *s, const char *stack, size_t *depth)
+{
+    if (s->p < s->end && *s->p == (stack[*depth - 1] == '{' ? '}' : ']')) {
+        s->p++;
+        (*depth)--;
+        skip_ws(s);
+        return true;
+    }
+    return false;
+}
+
+/* Scans one value, recording it when its path was requested. When it opens a non-empty
+ * container, also scans up to its first value and sets *NEED_VALUE. */
+static bool scan_value(struct scan *s, struct pathing *pg, char *stack, size_t *depth,
+                       bool *need_value)
+{
+    const unsigned char *vstart = s->p;
+    int hit = path_match(pg);
+    bool opened;
+
+    if (!value_start(s, stack, depth, &opened)) {
+        return false;
+    }
+    if (hit >= 0) {
+        pg->out[hit].start = (const char *)vstart;
+        pg->out[hit].len = opened ? 0 : (size_t)(s->p - vstart);
+        pg->out[hit].present = true;
+    }
+    if (opened) {
+        /* The new container's path: the value's path, or none inside arrays. */
+        pg->len[*depth] = stack[*depth - 1] == '{' ? pg->cur : SIZE_MAX;
+    }
+    *need_value = false;
+    skip_ws(s);
+    if (opened && !try_close(s, stack, depth)) {
+        /* The first member/element. */
+        *need_value = true;
+        return next_slot(s, pg, stack, *depth);
+    }
+    return true;
+}
+
 static int walk(const char *str, size_t n, struct pathing *pg, struct err *err)
 {
     struct scan s = {(const unsigned char *)str, (const unsigned char *)str + n};
     char stack[JSONSCAN_MAX_DEPTH];
     size_t depth = 0;
-    bool opened, need_value = true;
+    bool need_value = true;
 
     pg->len[0] = 0;
     pg->cur = 0;
     skip_ws(&s);
     for (;;) {
         if (need_value) {
-            const unsigned char *vstart = s.p;
-            int hit = path_match(pg);
-            if (!value_start(&s, stack, &depth, &opened)) {
+            if (!scan_value(&s, pg, stack, &depth, &need_value)) {
                 goto bad;
             }
-            if (hit >= 0) {
-                pg->out[hit].start = (const char *)vstart;
-                pg->out[hit].len = opened ? 0 : (size_t)(s.p - vstart);
-                pg->out[hit].present = true;
-            }
-            if (opened) {
-                /* The new container's path: the value's path, or none inside arrays. */
-                pg->len[depth] = stack[depth - 1] == '{' ? pg->cur : SIZE_MAX;
-            }
-            need_value = false;
-            skip_ws(&s);
-            if (opened) {
-                /* Empty container, or the first member/element. */
-                char close = stack[depth - 1] == '{' ? '}' : ']';
-                if (s.p < s.end && *s.p == close) {
-                    s.p++;
-                    depth--;
-                    skip_ws(&s);
-                } else if (stack[depth - 1] == '{') {
-                    if (!member_name(&s, pg, depth)) {
-                        goto bad;
-                    }
-                    need_value = true;
-                    continue;
-                } else {
-                    pg->cur = SIZE_MAX;
-                    need_value = true;
-                    continue;
-                }
+            if (need_value) {
+                continue;
             }
         }
         if (depth == 0) {
@@ -301,10 +310,7 @@ static int walk(const char *str, size_t n, struct pathing *pg, struct err *err)
         if (s.p >= s.end) {
             goto bad;
         }
-        if (*s.p == (stack[depth - 1] == '{' ? '}' : ']')) {
-            s.p++;
-            depth--;
-            skip_ws(&s);
+        if (try_close(&s, stack, &depth)) {
             continue;
         }
         if (*s.p != ',') {
@@ -312,12 +318,8 @@ static int walk(const char *str, size_t n, struct pathing *pg, struct err *err)
         }
         s.p++;
         skip_ws(&s);
-        if (stack[depth - 1] == '{') {
-            if (!member_name(&s, pg, depth)) {
-                goto bad;
-            }
-        } else {
-            pg->cur = SIZE_MAX;
+        if (!next_slot(&s, pg, stack, depth)) {
+            goto bad;
         }
         need_value = true;
     }
@@ -389,6 +391,39 @@ static size_t put_utf8(char *o, unsigned cp)
     return 4;
 }
 
+/* Decodes the \\uXXXX escape at *P (joining a surrogate pair) and advances *P past it.
+ * Lone surrogates and NUL become U+FFFD: never in our strings. */
+static unsigned unescape_u(const char **p, const char *end)
+{
+    unsigned cp = read_u4(*p + 2);
+
+    *p += 6;
+    if (cp >= 0xD800 && cp <= 0xDBFF && end - *p >= 6 && (*p)[0] == '\\' && (*p)[1] == 'u') {
+        unsigned lo = read_u4(*p + 2);
+        if (lo >= 0xDC00 && lo <= 0xDFFF) {
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+            *p += 6;
+        }
+    }
+    if ((cp >= 0xD800 && cp <= 0xDFFF) || cp == 0) {
+        cp = 0xFFFD;
+    }
+    return cp;
+}
+
+/* The byte a one-letter escape stands for (" \\ / map to themselves). */
+static char unescape_char(char c)
+{
+    switch (c) {
+    case 'b': return '\b';
+    case 'f': return '\f';
+    case 'n': return '\n';
+    case 'r': return '\r';
+    case 't': return '\t';
+    default: return c;
+    }
+}
+
 char *jsonscan_string(const struct jsonscan_value *v)
 {
     const char *p, *end;
@@ -402,33 +437,14 @@ char *jsonscan_string(const struct jsonscan_value *v)
     out = xmalloc(v->len + 1);
     o = out;
     while (p < end) {
-        unsigned cp;
         if (*p != '\\') {
             *o++ = *p++;
-            continue;
+        } else if (p[1] == 'u') {
+            o += put_utf8(o, unescape_u(&p, end));
+        } else {
+            *o++ = unescape_char(p[1]);
+            p += 2;
         }
-        switch (p[1]) {
-        case 'b': *o++ = '\b'; p += 2; continue;
-        case 'f': *o++ = '\f'; p += 2; continue;
-        case 'n': *o++ = '\n'; p += 2; continue;
-        case 'r': *o++ = '\r'; p += 2; continue;
-        case 't': *o++ = '\t'; p += 2; continue;
-        case 'u': break;
-        default: *o++ = p[1]; p += 2; continue; /* " \ / */
-        }
-        cp = read_u4(p + 2);
-        p += 6;
-        if (cp >= 0xD800 && cp <= 0xDBFF && end - p >= 6 && p[0] == '\\' && p[1] == 'u') {
-            unsigned lo = read_u4(p + 2);
-            if (lo >= 0xDC00 && lo <= 0xDFFF) {
-                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-                p += 6;
-            }
-        }
-        if ((cp >= 0xD800 && cp <= 0xDFFF) || cp == 0) {
-            cp = 0xFFFD; /* a lone surrogate or NUL: never in our strings */
-        }
-        o += put_utf8(o, cp);
     }
     *o = '\0';
     return out;

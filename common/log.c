@@ -144,35 +144,42 @@ static bool text_needs_quotes(const char *s, size_t len)
     return false;
 }
 
+/* Writes the character at S (N bytes, 0 when malformed) escaped as needed. */
+static void put_text_char(struct line *l, const char *s, size_t n)
+{
+    unsigned char c = (unsigned char)s[0];
+    char esc[8];
+
+    if (c == '"' || c == '\\') {
+        esc[0] = '\\';
+        esc[1] = (char)c;
+        put(l, esc, 2);
+    } else if (c == '\n' || c == '\r' || c == '\t') {
+        put(l, c == '\n' ? "\\n" : c == '\r' ? "\\r" : "\\t", 2);
+    } else if (text_escaped(s, n)) {
+        /* Byte by byte: a C1 control is two bytes, a malformed byte one. */
+        for (size_t k = 0; k < (n > 0 ? n : 1); k++) {
+            snprintf(esc, sizeof(esc), "\\x%02x", (unsigned char)s[k]);
+            put(l, esc, 4);
+        }
+    } else {
+        put(l, s, n);
+    }
+}
+
 static void put_text_val(struct line *l, const char *s)
 {
     bool cut;
     size_t len = value_len(s, &cut);
     bool quote = text_needs_quotes(s, len);
-    char esc[8];
 
     if (quote) {
         put(l, "\"", 1);
     }
     for (size_t i = 0; i < len;) {
         size_t n = err_utf8_char_len(s + i, len - i);
-        unsigned char c = (unsigned char)s[i];
 
-        if (c == '"' || c == '\\') {
-            esc[0] = '\\';
-            esc[1] = (char)c;
-            put(l, esc, 2);
-        } else if (c == '\n' || c == '\r' || c == '\t') {
-            put(l, c == '\n' ? "\\n" : c == '\r' ? "\\r" : "\\t", 2);
-        } else if (text_escaped(s + i, n)) {
-            /* Byte by byte: a C1 control is two bytes, a malformed byte one. */
-            for (size_t k = 0; k < (n > 0 ? n : 1); k++) {
-                snprintf(esc, sizeof(esc), "\\x%02x", (unsigned char)s[i + k]);
-                put(l, esc, 4);
-            }
-        } else {
-            put(l, s + i, n);
-        }
+        put_text_char(l, s + i, n);
         i += n > 0 ? n : 1;
     }
     if (cut) {

@@ -26,6 +26,24 @@ static int parse_digits(int64_t *acc, const char *p, const char *end, int limit_
     return E_OK;
 }
 
+/* Skips an optional '+' (reported through PLUS_OUT, which may be NULL) and then an optional
+ * '$' at P; returns where the digits start. */
+static const char *skip_prefix(const char *p, const char *end, bool *plus_out)
+{
+    bool plus = p < end && *p == '+';
+
+    if (plus_out != NULL) {
+        *plus_out = plus;
+    }
+    if (plus) {
+        p++;
+    }
+    if (p < end && *p == '$') {
+        p++;
+    }
+    return p;
+}
+
 int money_parse_n(int64_t *micros_out, bool *plus_out, const char *s, size_t len,
                   struct err *err)
 {
@@ -34,18 +52,7 @@ int money_parse_n(int64_t *micros_out, bool *plus_out, const char *s, size_t len
     int nwhole = 0, nfrac = 0, rc;
 
     *micros_out = 0;
-    if (plus_out != NULL) {
-        *plus_out = false;
-    }
-    if (p < end && *p == '+') {
-        if (plus_out != NULL) {
-            *plus_out = true;
-        }
-        p++;
-    }
-    if (p < end && *p == '$') {
-        p++;
-    }
+    p = skip_prefix(p, end, plus_out);
     dot = memchr(p, '.', (size_t)(end - p));
     rc = parse_digits(&whole, p, dot != NULL ? dot : end, -1, &nwhole, err);
     if (rc != E_OK) {

@@ -160,12 +160,54 @@ static int open_secret(int *fd_out, const char *path, struct err *err)
     return E_OK;
 }
 
+/* Reads FD into BUF (CAP bytes, NUL-terminated, at most CAP - 1 of them kept); *N_OUT is
+ * the length. */
+static int read_secret(char *buf, size_t cap, size_t *n_out, int fd, const char *path,
+                       struct err *err)
+{
+    size_t n = 0;
+    ssize_t got;
+    int rc = E_OK;
+
+    while (n < cap - 1 && (got = read(fd, buf + n, cap - 1 - n)) != 0) {
+        if (got < 0 && errno == EINTR) {
+            continue;
+        }
+        if (got < 0) {
+            rc = err_set(err, E_FAIL, "read %s: %s", path, strerror(errno));
+            break;
+        }
+        n += (size_t)got;
+    }
+    buf[n] = '\0';
+    *n_out = n;
+    return rc;
+}
+
+/* *OUT: a copy of BUF (N bytes) without surrounding blanks and newlines; E_INVALID when
+ * nothing is left. BUF is trimmed in place. */
+static int trimmed_dup(char **out, char *buf, size_t n, const char *path, struct err *err)
+{
+    size_t start = 0;
+
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ')) {
+        buf[--n] = '\0';
+    }
+    while (buf[start] == ' ' || buf[start] == '\n') {
+        start++;
+    }
+    if (buf[start] == '\0') {
+        return err_set(err, E_INVALID, "%s is empty", path);
+    }
+    *out = xstrdup(buf + start);
+    return E_OK;
+}
+
 int secret_file_load_or_create(char **out, bool *created_out, const char *path, size_t nbytes,
                                struct err *err)
 {
     char buf[1024];
-    size_t n = 0, start = 0;
-    ssize_t got;
+    size_t n = 0;
     int fd = -1, rc;
 
     *out = NULL;
@@ -189,33 +231,11 @@ int secret_file_load_or_create(char **out, bool *created_out, const char *path, 
     if (rc != E_OK) {
         return rc;
     }
-    while (n < sizeof(buf) - 1 && (got = read(fd, buf + n, sizeof(buf) - 1 - n)) != 0) {
-        if (got < 0 && errno == EINTR) {
-            continue;
-        }
-        if (got < 0) {
-            rc = err_set(err, E_FAIL, "read %s: %s", path, strerror(errno));
-            break;
-        }
-        n += (size_t)got;
-    }
+    rc = read_secret(buf, sizeof(buf), &n, fd, path, err);
     close(fd);
-    buf[n] = '\0';
-    if (rc != E_OK) {
-        secret_wipe(buf, sizeof(buf));
-        return rc;
+    if (rc == E_OK) {
+        rc = trimmed_dup(out, buf, n, path, err);
     }
-    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ')) {
-        buf[--n] = '\0';
-    }
-    while (buf[start] == ' ' || buf[start] == '\n') {
-        start++;
-    }
-    if (buf[start] == '\0') {
-        secret_wipe(buf, sizeof(buf));
-        return err_set(err, E_INVALID, "%s is empty", path);
-    }
-    *out = xstrdup(buf + start);
     secret_wipe(buf, sizeof(buf));
-    return E_OK;
+    return rc;
 }

@@ -109,10 +109,49 @@ static bool zero(const uint8_t *b, size_t n)
     return true;
 }
 
-static enum egress_addr_class classify6(const uint8_t *b)
+/* The IPv4 address an IPv6 address carries and routes to, or NULL: mapped ::ffff:0:0/96,
+ * IPv4-compatible ::/96, NAT64 64:ff9b::/96 and 6to4 2002:V4ADDR::/48. */
+static const uint8_t *embedded_v4(const uint8_t *b)
 {
     static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
     static const uint8_t nat64[12] = {0, 0x64, 0xff, 0x9b, 0, 0, 0, 0, 0, 0, 0, 0};
+
+    if (memcmp(b, mapped, 12) == 0 || zero(b, 12) || memcmp(b, nat64, 12) == 0) {
+        return b + 12;
+    }
+    if (b[0] == 0x20 && b[1] == 0x02) {
+        return b + 2;
+    }
+    return NULL;
+}
+
+/* Special-purpose IPv6 ranges that are not embedded IPv4, checked in order. */
+static const struct v6_range {
+    uint8_t prefix[4];           /* the first bytes of the range */
+    unsigned bits;               /* its prefix length, at most 32 */
+    enum egress_addr_class cls;
+} v6_ranges[] = {
+    {{0xff}, 8, EGRESS_ADDR_MULTICAST},
+    {{0xfe, 0x80}, 10, EGRESS_ADDR_LINK_LOCAL},
+    {{0xfc}, 7, EGRESS_ADDR_PRIVATE},                    /* ULA fc00::/7 */
+    {{0xfe, 0xc0}, 10, EGRESS_ADDR_PRIVATE},             /* site-local fec0::/10 */
+    {{0x00, 0x64, 0xff, 0x9b}, 32, EGRESS_ADDR_PRIVATE}, /* 64:ff9b:1::/48 local NAT64 etc. */
+    {{0x20, 0x01, 0x00, 0x00}, 32, EGRESS_ADDR_RESERVED}, /* Teredo 2001::/32 */
+    {{0x20, 0x01, 0x0d, 0xb8}, 32, EGRESS_ADDR_RESERVED}, /* documentation 2001:db8::/32 */
+};
+
+static bool in_range(const uint8_t *b, const struct v6_range *r)
+{
+    unsigned whole = r->bits / 8, rest = r->bits % 8;
+    uint8_t mask = (uint8_t)(0xff << (8 - rest));
+
+    return memcmp(b, r->prefix, whole) == 0 &&
+           (rest == 0 || (b[whole] & mask) == r->prefix[whole]);
+}
+
+static enum egress_addr_class classify6(const uint8_t *b)
+{
+    const uint8_t *v4;
 
     if (zero(b, 16)) {
         return EGRESS_ADDR_UNSPECIFIED;
@@ -120,27 +159,14 @@ static enum egress_addr_class classify6(const uint8_t *b)
     if (zero(b, 15) && b[15] == 1) {
         return EGRESS_ADDR_LOOPBACK;
     }
-    /* Mapped, IPv4-compatible (::/96) and NAT64 (64:ff9b::/96) reach the IPv4 inside. */
-    if (memcmp(b, mapped, 12) == 0 || zero(b, 12) || memcmp(b, nat64, 12) == 0) {
-        return classify4(b + 12);
+    v4 = embedded_v4(b);
+    if (v4 != NULL) {
+        return classify4(v4);
     }
-    if (b[0] == 0x20 && b[1] == 0x02) { /* 6to4 2002:V4ADDR::/48 */
-        return classify4(b + 2);
-    }
-    if (b[0] == 0xff) {
-        return EGRESS_ADDR_MULTICAST;
-    }
-    if (b[0] == 0xfe && (b[1] & 0xc0) == 0x80) {
-        return EGRESS_ADDR_LINK_LOCAL;
-    }
-    if ((b[0] & 0xfe) == 0xfc || (b[0] == 0xfe && (b[1] & 0xc0) == 0xc0)) {
-        return EGRESS_ADDR_PRIVATE; /* ULA fc00::/7, site-local fec0::/10 */
-    }
-    if (b[0] == 0x00 && b[1] == 0x64 && b[2] == 0xff && b[3] == 0x9b) {
-        return EGRESS_ADDR_PRIVATE; /* 64:ff9b:1::/48 local-use NAT64 and the rest */
-    }
-    if (b[0] == 0x20 && b[1] == 0x01 && ((b[2] == 0 && b[3] == 0) || (b[2] == 0x0d && b[3] == 0xb8))) {
-        return EGRESS_ADDR_RESERVED; /* Teredo 2001::/32, documentation 2001:db8::/32 */
+    for (size_t i = 0; i < sizeof(v6_ranges) / sizeof(v6_ranges[0]); i++) {
+        if (in_range(b, &v6_ranges[i])) {
+            return v6_ranges[i].cls;
+        }
     }
     if ((b[0] & 0xe0) != 0x20) {
         return EGRESS_ADDR_RESERVED; /* outside global unicast 2000::/3 (100::/64 etc.) */
@@ -201,6 +227,17 @@ static bool numeric_label(const char *s, size_t n)
     return true;
 }
 
+static bool name_char(char c)
+{
+    return islower((unsigned char)c) || isdigit((unsigned char)c) || c == '-' || c == '_';
+}
+
+/* One label of N bytes: 1 to 63 of them, no dash at either end. */
+static bool valid_label(const char *s, size_t n)
+{
+    return n > 0 && n <= 63 && s[0] != '-' && s[n - 1] != '-';
+}
+
 /* Checks the lower-cased name NAME (LEN bytes, no trailing dot) label by label. */
 static bool valid_name(const char *name, size_t len)
 {
@@ -212,27 +249,54 @@ static bool valid_name(const char *name, size_t len)
     }
     for (size_t i = 0; i <= len; i++) {
         if (i < len && name[i] != '.') {
-            char c = name[i];
-            if (!(islower((unsigned char)c) || isdigit((unsigned char)c) || c == '-' || c == '_')) {
+            if (!name_char(name[i])) {
                 return false;
             }
             continue;
         }
-        size_t n = i - start;
-        if (n == 0 || n > 63 || name[start] == '-' || name[i - 1] == '-') {
+        if (!valid_label(name + start, i - start)) {
             return false;
         }
         labels++;
-        last_numeric = numeric_label(name + start, n);
+        last_numeric = numeric_label(name + start, i - start);
         numeric += last_numeric;
         start = i + 1;
     }
     /* "127.1", "0x7f000001", "10.1.2" would reach an address no rule names; a real name
      * never ends in an all-digit label. */
-    if ((numeric == labels && labels <= 4) || last_numeric) {
-        return false;
+    return !((numeric == labels && labels <= 4) || last_numeric);
+}
+
+/* "[v6]" (the brackets already checked): the address inside into ADDR. */
+static int parse_bracketed(struct egress_addr *addr, const char *host, size_t len)
+{
+    char tmp[EGRESS_HOST_MAX + 2];
+
+    host++;
+    len -= 2;
+    if (len == 0 || len >= sizeof(tmp) || memchr(host, '\0', len) != NULL) {
+        return E_INVALID;
     }
-    return true;
+    memcpy(tmp, host, len);
+    tmp[len] = '\0';
+    if (inet_pton(AF_INET6, tmp, addr->bytes) != 1) {
+        return E_INVALID;
+    }
+    addr->family = 6;
+    return E_OK;
+}
+
+/* HOST (LEN bytes, 1 to EGRESS_HOST_MAX) lower-cased into TMP; E_INVALID on a NUL byte. */
+static int lower_copy(char *tmp, const char *host, size_t len)
+{
+    for (size_t i = 0; i < len; i++) {
+        tmp[i] = (char)tolower((unsigned char)host[i]);
+        if (host[i] == '\0') {
+            return E_INVALID;
+        }
+    }
+    tmp[len] = '\0';
+    return E_OK;
 }
 
 int egress_host_normalise(char *out, bool *is_ip_out, struct egress_addr *addr_out,
@@ -244,32 +308,17 @@ int egress_host_normalise(char *out, bool *is_ip_out, struct egress_addr *addr_o
     *is_ip_out = false;
     memset(addr_out, 0, sizeof(*addr_out));
     if (len >= 2 && host[0] == '[' && host[len - 1] == ']') {
-        host++;
-        len -= 2;
-        if (len == 0 || len >= sizeof(tmp) || memchr(host, '\0', len) != NULL) {
+        if (parse_bracketed(addr_out, host, len) != E_OK) {
             return E_INVALID;
         }
-        memcpy(tmp, host, len);
-        tmp[len] = '\0';
-        if (inet_pton(AF_INET6, tmp, addr_out->bytes) != 1) {
-            return E_INVALID;
-        }
-        addr_out->family = 6;
         goto ip;
     }
     if (len > 0 && host[len - 1] == '.') {
         len--; /* one trailing dot: the root label */
     }
-    if (len == 0 || len > EGRESS_HOST_MAX) {
+    if (len == 0 || len > EGRESS_HOST_MAX || lower_copy(tmp, host, len) != E_OK) {
         return E_INVALID;
     }
-    for (size_t i = 0; i < len; i++) {
-        tmp[i] = (char)tolower((unsigned char)host[i]);
-        if (host[i] == '\0') {
-            return E_INVALID;
-        }
-    }
-    tmp[len] = '\0';
     if (egress_addr_parse(addr_out, tmp) == E_OK) {
         goto ip;
     }

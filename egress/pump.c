@@ -95,6 +95,34 @@ static bool dir_finish(struct dir *d)
     return d->shut;
 }
 
+/* What to wait for: pfd[0] the A side, pfd[1] the B side, pfd[2] the stop descriptor. */
+static void fill_pollfds(struct pollfd pfd[3], const struct dir *ab, const struct dir *ba,
+                         int stop_fd)
+{
+    pfd[0].fd = ab->from;
+    pfd[0].events = (short)(dir_events_in(ab) | dir_events_out(ba));
+    pfd[1].fd = ab->to;
+    pfd[1].events = (short)(dir_events_in(ba) | dir_events_out(ab));
+    pfd[2].fd = stop_fd;
+    pfd[2].events = POLLIN;
+    for (int i = 0; i < 2; i++) {
+        if (pfd[i].events == 0) {
+            pfd[i].fd = -1; /* nothing wanted: do not spin on its POLLHUP */
+        }
+        pfd[i].revents = 0;
+    }
+    pfd[2].revents = 0;
+}
+
+/* Moves what poll reported ready; false when a side failed and the pump must end. */
+static bool move_ready(const struct pollfd pfd[3], struct dir *ab, struct dir *ba)
+{
+    return !((pfd[0].revents != 0 && dir_events_in(ab) && !dir_read(ab)) ||
+             (pfd[1].revents != 0 && dir_events_in(ba) && !dir_read(ba)) ||
+             (pfd[1].revents != 0 && dir_events_out(ab) && !dir_write(ab)) ||
+             (pfd[0].revents != 0 && dir_events_out(ba) && !dir_write(ba)));
+}
+
 static void pump_loop(struct dir *ab, struct dir *ba, int stop_fd)
 {
     for (;;) {
@@ -104,32 +132,14 @@ static void pump_loop(struct dir *ab, struct dir *ba, int stop_fd)
         if (done_ab && done_ba) {
             return;
         }
-        pfd[0].fd = ab->from;
-        pfd[0].events = (short)(dir_events_in(ab) | dir_events_out(ba));
-        pfd[1].fd = ab->to;
-        pfd[1].events = (short)(dir_events_in(ba) | dir_events_out(ab));
-        pfd[2].fd = stop_fd;
-        pfd[2].events = POLLIN;
-        for (int i = 0; i < 2; i++) {
-            if (pfd[i].events == 0) {
-                pfd[i].fd = -1; /* nothing wanted: do not spin on its POLLHUP */
-            }
-            pfd[i].revents = 0;
-        }
-        pfd[2].revents = 0;
+        fill_pollfds(pfd, ab, ba, stop_fd);
         if (poll(pfd, 3, -1) < 0) {
             if (errno == EINTR) {
                 continue;
             }
             return;
         }
-        if (pfd[2].revents != 0) {
-            return;
-        }
-        if ((pfd[0].revents != 0 && dir_events_in(ab) && !dir_read(ab)) ||
-            (pfd[1].revents != 0 && dir_events_in(ba) && !dir_read(ba)) ||
-            (pfd[1].revents != 0 && dir_events_out(ab) && !dir_write(ab)) ||
-            (pfd[0].revents != 0 && dir_events_out(ba) && !dir_write(ba))) {
+        if (pfd[2].revents != 0 || !move_ready(pfd, ab, ba)) {
             return;
         }
     }

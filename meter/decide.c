@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The metering decision (SPEC §7, checks in order), a pure function over plain structs. */
+#include <stdbool.h>
 #include <string.h>
 
 #include "meter/meter.h"
@@ -21,6 +22,43 @@ static void refuse(struct meter_decision *out, enum meter_outcome o, int status,
     out->reason = reason;
 }
 
+/* Checks 1-3 of SPEC §7: who is asking, for what task in what state, with what body and
+ * model. Returns whether it refused (OUT then says why). */
+static bool refused_request(struct meter_decision *out, const struct meter_state *st,
+                            const struct meter_request *req)
+{
+    if (!st->task_found) {
+        refuse(out, METER_UNAUTHORIZED, 401, "token's task does not exist");
+        return true;
+    }
+    if (!st->token_current) {
+        refuse(out, METER_UNAUTHORIZED, 401, "token revoked");
+        return true;
+    }
+    if (!st->caveats_ok) {
+        refuse(out, METER_UNAUTHORIZED, 401, "token caveat not satisfied");
+        return true;
+    }
+    if (st->phase != TASK_ACTIVE) {
+        refuse(out, METER_UNAUTHORIZED, 401, "task is not Active");
+        return true;
+    }
+    if (!st->body_ok || req == NULL) {
+        refuse(out, METER_BAD_REQUEST, 400, "bad request");
+        return true;
+    }
+    if (!st->model_ok) {
+        refuse(out, METER_FORBIDDEN, 403, "model not allowed");
+        return true;
+    }
+    return false;
+}
+
+static int64_t add_saturating(int64_t a, int64_t b)
+{
+    return a > INT64_MAX - b ? INT64_MAX : a + b;
+}
+
 void meter_decide(struct meter_decision *out, const struct meter_state *st,
                   const struct meter_request *req)
 {
@@ -30,31 +68,8 @@ void meter_decide(struct meter_decision *out, const struct meter_state *st,
     out->total_cost_micros = st->cost_micros;
     out->iteration = st->iteration;
     out->reason = "";
-    /* 1. Who is asking, for what task, in what state. */
-    if (!st->task_found) {
-        refuse(out, METER_UNAUTHORIZED, 401, "token's task does not exist");
-        return;
-    }
-    if (!st->token_current) {
-        refuse(out, METER_UNAUTHORIZED, 401, "token revoked");
-        return;
-    }
-    if (!st->caveats_ok) {
-        refuse(out, METER_UNAUTHORIZED, 401, "token caveat not satisfied");
-        return;
-    }
-    if (st->phase != TASK_ACTIVE) {
-        refuse(out, METER_UNAUTHORIZED, 401, "task is not Active");
-        return;
-    }
-    /* 2. The body. */
-    if (!st->body_ok || req == NULL) {
-        refuse(out, METER_BAD_REQUEST, 400, "bad request");
-        return;
-    }
-    /* 3. Models. */
-    if (!st->model_ok) {
-        refuse(out, METER_FORBIDDEN, 403, "model not allowed");
+    /* 1-3. Who is asking, for what task, in what state; the body; models. */
+    if (refused_request(out, st, req)) {
         return;
     }
     /* 4. Retries are free. */
@@ -65,12 +80,8 @@ void meter_decide(struct meter_decision *out, const struct meter_state *st,
     }
     /* 5. Charge (overflow is impossible: both deltas are capped far below INT64_MAX and a
      * task stops at its budget; saturate anyway rather than wrap). */
-    out->total_tokens = st->tokens_consumed > INT64_MAX - req->tokens_used
-                            ? INT64_MAX
-                            : st->tokens_consumed + req->tokens_used;
-    out->total_cost_micros = st->cost_micros > INT64_MAX - req->cost_micros
-                                 ? INT64_MAX
-                                 : st->cost_micros + req->cost_micros;
+    out->total_tokens = add_saturating(st->tokens_consumed, req->tokens_used);
+    out->total_cost_micros = add_saturating(st->cost_micros, req->cost_micros);
     if (req->has_iteration) {
         out->iteration = req->iteration;
     }

@@ -17,11 +17,42 @@
 /* The largest token count accepted in one call. */
 #define METER_TOKENS_MAX INT64_C(1000000000000)
 
+/* Writes into BUF the shortest "%.Ne" form of COST that reads back as the same double:
+ * the number as written (for up to 15 significant digits), e.g. 0.0225 -> "2.25e-02". */
+static void shortest_decimal(char buf[64], double cost)
+{
+    int p;
+
+    for (p = 1; p < 17; p++) {
+        snprintf(buf, 64, "%.*e", p - 1, cost);
+        if (strtod(buf, NULL) == cost) {
+            break;
+        }
+    }
+    snprintf(buf, 64, "%.*e", p - 1, cost);
+}
+
+/* The mantissa digits of BUF before E into DIGITS, without trailing zeros; returns how many. */
+static int mantissa_digits(char digits[32], const char *buf, const char *e)
+{
+    int nd = 0;
+
+    for (const char *c = buf; c < e; c++) {
+        if (*c >= '0' && *c <= '9') {
+            digits[nd++] = *c;
+        }
+    }
+    while (nd > 1 && digits[nd - 1] == '0') {
+        nd--;
+    }
+    return nd;
+}
+
 int meter_cost_from_double(int64_t *micros_out, double cost, struct err *err)
 {
     char buf[64], digits[32];
     const char *e;
-    int p, nd = 0;
+    int nd;
     long exp10;
     int64_t v = 0;
 
@@ -35,25 +66,10 @@ int meter_cost_from_double(int64_t *micros_out, double cost, struct err *err)
     if (cost == 0) {
         return E_OK;
     }
-    /* The shortest decimal that reads back as the same double is the number as written
-     * (for up to 15 significant digits), e.g. 0.0225 -> "2.25e-02". */
-    for (p = 1; p < 17; p++) {
-        snprintf(buf, sizeof(buf), "%.*e", p - 1, cost);
-        if (strtod(buf, NULL) == cost) {
-            break;
-        }
-    }
-    snprintf(buf, sizeof(buf), "%.*e", p - 1, cost);
+    shortest_decimal(buf, cost);
     e = strchr(buf, 'e');
     ASSERT(e != NULL);
-    for (const char *c = buf; c < e; c++) {
-        if (*c >= '0' && *c <= '9') {
-            digits[nd++] = *c;
-        }
-    }
-    while (nd > 1 && digits[nd - 1] == '0') {
-        nd--;
-    }
+    nd = mantissa_digits(digits, buf, e);
     /* value = digits * 10^(exponent - (nd - 1)); micro-dollars add 6 to the exponent. */
     exp10 = strtol(e + 1, NULL, 10) - (nd - 1) + 6;
     if (exp10 < 0) {

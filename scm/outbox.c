@@ -105,6 +105,52 @@ static enum sticky_match match_of(const struct scm_comment *c, const char *login
     return strstr(c->body, TASK_TAG_PREFIX) == NULL ? STICKY_LEGACY : STICKY_OTHER;
 }
 
+/* The task's identity line: the second line of BODY (a new string). */
+static char *tag_line_of(const char *body)
+{
+    const char *nl = strchr(body, '\n');
+    const char *tag = nl != NULL ? nl + 1 : "";
+    const char *tag_end = strchr(tag, '\n');
+
+    return xstrndup(tag, tag_end != NULL ? (size_t)(tag_end - tag) : strlen(tag));
+}
+
+/* The index in CS[N] of the comment to adopt, or SIZE_MAX; *WANT_OUT: the kind it is. */
+static size_t pick_sticky(enum sticky_match *want_out, const struct scm_comment *cs, size_t n,
+                          const char *login, const char *tag_line)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (match_of(&cs[i], login, tag_line) == STICKY_OURS) {
+            *want_out = STICKY_OURS;
+            return i;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (match_of(&cs[i], login, tag_line) == STICKY_LEGACY) {
+            *want_out = STICKY_LEGACY;
+            return i;
+        }
+    }
+    return SIZE_MAX;
+}
+
+/* Deletes the comments after CS[KEEP] that match like it does (already gone is fine). */
+static int fold_duplicates(struct scm_provider *p, const struct scm_ref *ref,
+                           const struct scm_comment *cs, size_t n, size_t keep,
+                           enum sticky_match want, const char *login, const char *tag_line,
+                           struct scm_result *res, struct err *err)
+{
+    int rc = E_OK;
+
+    for (size_t i = keep + 1; i < n && rc == E_OK; i++) {
+        if (match_of(&cs[i], login, tag_line) == want) {
+            rc = p->ops->delete_comment(p, ref, cs[i].id, res, err);
+            rc = rc == E_NOTFOUND ? E_OK : rc;
+        }
+    }
+    return rc;
+}
+
 /* Creates the task's sticky comment, or adopts one already there and folds later
  * duplicates away: never a second comment. Adopted is, of the bot's marker comments, the
  * oldest with this task's identity line (after a crash between "created at the SCM" and
@@ -115,14 +161,10 @@ static int sticky(char **result_out, bool *login_wait_out, struct scm_provider *
                   const struct scm_ref *ref, const char *body, struct scm_result *res,
                   struct err *err)
 {
-    const char *nl = strchr(body, '\n');
-    const char *tag = nl != NULL ? nl + 1 : "";
-    const char *tag_end = strchr(tag, '\n');
-    size_t tag_len = tag_end != NULL ? (size_t)(tag_end - tag) : strlen(tag);
     const char *login = p->ops->bot_login(p);
     char *tag_line = NULL;
     struct scm_comment *cs = NULL;
-    size_t n = 0, keep = SIZE_MAX;
+    size_t n = 0, keep;
     enum sticky_match want = STICKY_OURS;
     int rc;
 
@@ -135,32 +177,20 @@ static int sticky(char **result_out, bool *login_wait_out, struct scm_provider *
     if (rc != E_OK) {
         return rc;
     }
-    tag_line = xstrndup(tag, tag_len);
-    for (size_t i = 0; i < n && keep == SIZE_MAX; i++) {
-        keep = match_of(&cs[i], login, tag_line) == STICKY_OURS ? i : keep;
-    }
-    for (size_t i = 0; i < n && keep == SIZE_MAX; i++) {
-        if (match_of(&cs[i], login, tag_line) == STICKY_LEGACY) {
-            keep = i;
-            want = STICKY_LEGACY;
-        }
-    }
-    for (size_t i = keep + 1; keep != SIZE_MAX && i < n && rc == E_OK; i++) {
-        if (match_of(&cs[i], login, tag_line) == want) {
-            rc = p->ops->delete_comment(p, ref, cs[i].id, res, err);
-            rc = rc == E_NOTFOUND ? E_OK : rc;
-        }
-    }
-    if (rc == E_OK && keep != SIZE_MAX) {
-        if (strcmp(cs[keep].body, body) != 0) {
-            rc = p->ops->update_comment(p, ref, cs[keep].id, body, res, err);
-        }
-        if (rc == E_OK) {
-            *result_out = xstrdup(cs[keep].id);
-        }
-    } else if (rc == E_OK) {
+    tag_line = tag_line_of(body);
+    keep = pick_sticky(&want, cs, n, login, tag_line);
+    if (keep == SIZE_MAX) {
         rc = p->ops->post_comment(result_out, p, ref, body, res, err);
+        goto out;
     }
+    rc = fold_duplicates(p, ref, cs, n, keep, want, login, tag_line, res, err);
+    if (rc == E_OK && strcmp(cs[keep].body, body) != 0) {
+        rc = p->ops->update_comment(p, ref, cs[keep].id, body, res, err);
+    }
+    if (rc == E_OK) {
+        *result_out = xstrdup(cs[keep].id);
+    }
+out:
     scm_comments_free(cs, n);
     free(tag_line);
     return rc;

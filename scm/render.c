@@ -61,34 +61,7 @@ enum esc_mode {
  * there are not one (RFC 3629: no overlongs, surrogates or code points past U+10FFFF). */
 static size_t utf8_seq_len(const unsigned char *p, size_t n)
 {
-    size_t len;
-    unsigned char lo = 0x80, hi = 0xBF;
-
-    if (p[0] < 0x80) {
-        return 1;
-    }
-    if (p[0] >= 0xC2 && p[0] <= 0xDF) {
-        len = 2;
-    } else if (p[0] >= 0xE0 && p[0] <= 0xEF) {
-        len = 3;
-        lo = p[0] == 0xE0 ? 0xA0 : 0x80;
-        hi = p[0] == 0xED ? 0x9F : 0xBF;
-    } else if (p[0] >= 0xF0 && p[0] <= 0xF4) {
-        len = 4;
-        lo = p[0] == 0xF0 ? 0x90 : 0x80;
-        hi = p[0] == 0xF4 ? 0x8F : 0xBF;
-    } else {
-        return 0;
-    }
-    if (n < len || p[1] < lo || p[1] > hi) {
-        return 0;
-    }
-    for (size_t i = 2; i < len; i++) {
-        if ((p[i] & 0xC0) != 0x80) {
-            return 0;
-        }
-    }
-    return len;
+    return err_utf8_char_len((const char *)p, n);
 }
 
 /* Writes the escaped form of the ASCII byte C into OUT (8 bytes); returns its length. */

@@ -10,6 +10,7 @@ PKGS=(
     libcurl4-openssl-dev libyaml-dev libsqlite3-dev sqlite3
     python3 curl
     bubblewrap libseccomp-dev passwd
+    pmccabe clang-format
 )
 
 missing=()

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The source checks STYLE.md promises, run by `make test` before anything is built.
-# Today: banned calls (STYLE.md §8) in every C file, tests and bench included.
-# Still to come (issue 16): clang-format --dry-run --Werror and pmccabe complexity > 15.
+# Today: banned calls (STYLE.md §8) in every C file, tests and bench included, and
+# cyclomatic complexity over 15 (pmccabe) unless scripts/complexity-allow.txt lists it.
+# Still to come (issue 16): clang-format --dry-run --Werror.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,5 +16,52 @@ if hits=$(git ls-files -z --cached --others --exclude-standard -- '*.c' '*.h' | 
 fi
 if [ "$status" -eq 0 ]; then
     echo "lint: banned calls: none"
+fi
+
+# Complexity (STYLE.md §8): Debian's pmccabe over every C file, tracked or untracked and not
+# ignored. The measure is pmccabe's FIRST column, the modified McCabe complexity, in which a
+# whole switch counts once (a table-like switch is not penalised per case). Exceptions go in
+# scripts/complexity-allow.txt as `path function  # why`.
+max_cc=15
+allow=scripts/complexity-allow.txt
+if ! command -v pmccabe >/dev/null 2>&1; then
+    echo "lint: pmccabe not installed (scripts/deps.sh installs it)" >&2
+    exit 1
+fi
+mapfile -d '' cfiles < <(git ls-files -z --cached --others --exclude-standard -- '*.c')
+# pmccabe prints: modified  traditional  statements  first-line  lines  file(line): function
+if ! report=$(pmccabe "${cfiles[@]}"); then
+    echo "lint: pmccabe failed" >&2
+    exit 1
+fi
+offenders=$(printf '%s\n' "$report" | awk -F'\t' -v max="$max_cc" -v allow="$allow" '
+    BEGIN {
+        while ((getline line < allow) > 0) {
+            sub(/#.*/, "", line)
+            if (split(line, f, " ") >= 2) {
+                ok[f[1] " " f[2]] = 1
+            }
+        }
+    }
+    $1 + 0 > max {
+        where = $6
+        fn = where
+        sub(/^.*\): /, "", fn)
+        file = where
+        sub(/\(.*$/, "", file)
+        line = where
+        sub(/^[^(]*\(/, "", line)
+        sub(/\).*$/, "", line)
+        if (!((file " " fn) in ok)) {
+            printf "%s:%s: %s complexity %d (max %d)\n", file, line, fn, $1, max
+        }
+    }')
+if [ -n "$offenders" ]; then
+    echo "lint: functions over complexity $max_cc (STYLE.md §8; split them, or add" \
+        "\`path function  # why\` to $allow):" >&2
+    echo "$offenders" >&2
+    status=1
+else
+    echo "lint: complexity: nothing over $max_cc outside $allow"
 fi
 exit "$status"

@@ -241,19 +241,36 @@ static json_t *denial(const struct review *r, json_t *causes)
     return c;
 }
 
+/* Whether BODY is a JSON object whose string member KEY equals WANT. */
+static bool member_is(const json_t *body, const char *key, const char *want)
+{
+    const json_t *v = json_object_get(body, key);
+
+    return json_is_string(v) && strcmp(json_string_value(v), want) == 0;
+}
+
+/* The namespace under review: request.namespace, else the object's, else "default". */
+static const char *review_namespace(const json_t *req, const json_t *object)
+{
+    const json_t *ns = json_object_get(req, "namespace");
+    const char *name = json_is_string(ns) && json_string_length(ns) > 0 ? json_string_value(ns)
+                                                                         : NULL;
+
+    if (name == NULL) {
+        name = json_string_value(json_object_get(json_object_get(object, "metadata"), "namespace"));
+    }
+    return name == NULL || name[0] == '\0' ? "default" : name;
+}
+
 /* Reads the review; NULL when fine, else the reason it is malformed. */
 static const char *parse_review(struct review *out, const json_t *body)
 {
     const json_t *req = json_object_get(body, "request");
-    const json_t *ns = json_object_get(req, "namespace");
     const json_t *sub = json_object_get(req, "subResource");
 
     memset(out, 0, sizeof(*out));
-    if (!json_is_object(body) ||
-        !json_is_string(json_object_get(body, "apiVersion")) ||
-        strcmp(json_string_value(json_object_get(body, "apiVersion")), REVIEW_API_VERSION) != 0 ||
-        !json_is_string(json_object_get(body, "kind")) ||
-        strcmp(json_string_value(json_object_get(body, "kind")), "AdmissionReview") != 0) {
+    if (!json_is_object(body) || !member_is(body, "apiVersion", REVIEW_API_VERSION) ||
+        !member_is(body, "kind", "AdmissionReview")) {
         return "expected an AdmissionReview of apiVersion " REVIEW_API_VERSION;
     }
     if (!json_is_object(req)) {
@@ -270,14 +287,7 @@ static const char *parse_review(struct review *out, const json_t *body)
     out->object = json_object_get(req, "object");
     out->old = json_object_get(req, "oldObject");
     out->sub = json_is_string(sub) ? json_string_value(sub) : "";
-    out->ns = json_is_string(ns) && json_string_length(ns) > 0 ? json_string_value(ns) : NULL;
-    if (out->ns == NULL) {
-        out->ns = json_string_value(
-            json_object_get(json_object_get(out->object, "metadata"), "namespace"));
-    }
-    if (out->ns == NULL || out->ns[0] == '\0') {
-        out->ns = "default";
-    }
+    out->ns = review_namespace(req, out->object);
     return NULL;
 }
 
@@ -299,12 +309,36 @@ static json_t *review_of(json_t *response)
                      "AdmissionReview", "response", response);
 }
 
+/* For a CREATE or UPDATE of an AgentTask: NULL when the objects it needs are there, else
+ * what is missing. */
+static const char *check_objects(const struct review *rv, bool update)
+{
+    if (!json_is_object(rv->object)) {
+        return "request.object: required for CREATE and UPDATE";
+    }
+    if (update && !json_is_object(rv->old)) {
+        return "request.oldObject: required for UPDATE";
+    }
+    return NULL;
+}
+
+/* The reasons to deny a CREATE or UPDATE of an AgentTask (a JSON array, maybe empty). */
+static json_t *causes_of(const struct review *rv, bool create)
+{
+    if (!task_name_valid(rv->ns)) {
+        return json_pack("[{s:s, s:s, s:s}]", "reason", "FieldValueInvalid", "message",
+                         "metadata.namespace: must be a DNS label", "field",
+                         "metadata.namespace");
+    }
+    return collect_causes(rv, create ? check_create : check_update);
+}
+
 int api_admission_validate(struct request *r)
 {
     struct review rv;
     const char *bad;
     json_t *body, *causes = NULL, *resp;
-    bool create, update;
+    bool create, update, task;
     int ret;
 
     body = http_body_json(r, &ret);
@@ -314,24 +348,17 @@ int api_admission_validate(struct request *r)
     bad = parse_review(&rv, body);
     create = bad == NULL && strcmp(rv.operation, "CREATE") == 0;
     update = bad == NULL && strcmp(rv.operation, "UPDATE") == 0;
-    if (bad == NULL && is_agenttask(body) && (create || update)) {
-        if (!json_is_object(rv.object)) {
-            bad = "request.object: required for CREATE and UPDATE";
-        } else if (update && !json_is_object(rv.old)) {
-            bad = "request.oldObject: required for UPDATE";
-        }
+    task = bad == NULL && is_agenttask(body) && (create || update);
+    if (task) {
+        bad = check_objects(&rv, update);
     }
     if (bad != NULL) {
         ret = http_send_error(r, 400, NULL, NULL, "malformed AdmissionReview: %s", bad);
         json_decref(body);
         return ret;
     }
-    if (is_agenttask(body) && !task_name_valid(rv.ns) && (create || update)) {
-        causes = json_pack("[{s:s, s:s, s:s}]", "reason", "FieldValueInvalid", "message",
-                           "metadata.namespace: must be a DNS label", "field",
-                           "metadata.namespace");
-    } else if (is_agenttask(body) && (create || update)) {
-        causes = collect_causes(&rv, create ? check_create : check_update);
+    if (task) {
+        causes = causes_of(&rv, create);
     }
     if (causes != NULL && json_array_size(causes) > 0) {
         resp = denial(&rv, causes);

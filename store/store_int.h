@@ -76,6 +76,9 @@ struct sqlite_store {
 };
 
 
+/* Binds V to parameter IDX of Q (a copy), or NULL when V is NULL (store_queue.c). */
+void sqlst_bind_opt(sqlite3_stmt *q, int idx, const char *v);
+
 /* The cached statement ID, reset and unbound. Caller holds mu. */
 int sqlst_stmt(sqlite3_stmt **out, struct sqlite_store *s, enum sqlst_stmt_id id,
                struct err *err);

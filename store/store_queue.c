@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The durable inbox (comments accepted from SCMs, applied by the bot exactly once) and
  * outbox (calls to make at SCMs, retried until they succeed). Both hand out work in
- * arrival order per PR/MR, so commands and replies keep the reviewer's order. */
-#include <semaphore.h>
+ * arrival order per PR/MR, so commands and replies keep the reviewer's order. Adding to
+ * the inbox (a group commit) is in store_inbox.c. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,7 +29,7 @@ void outbox_entry_cleanup(struct outbox_entry *e)
     memset(e, 0, sizeof(*e));
 }
 
-static void bind_opt(sqlite3_stmt *q, int idx, const char *v)
+void sqlst_bind_opt(sqlite3_stmt *q, int idx, const char *v)
 {
     if (v != NULL) {
         sqlite3_bind_text(q, idx, v, -1, SQLITE_TRANSIENT);
@@ -50,7 +50,7 @@ static int run(struct sqlite_store *s, const char *sql, int64_t a, int64_t b, co
     }
     sqlite3_bind_int64(q, 1, a);
     sqlite3_bind_int64(q, 2, b);
-    bind_opt(q, 3, text);
+    sqlst_bind_opt(q, 3, text);
     rc = sqlst_step_done(s, q, "queue update", err);
     sqlite3_finalize(q);
     return rc;
@@ -58,146 +58,34 @@ static int run(struct sqlite_store *s, const char *sql, int64_t a, int64_t b, co
 
 /* --- inbox ------------------------------------------------------------------------ */
 
-/* Group commit of inbox inserts: concurrent webhook requests queue their entry; one of
- * them (the leader) writes every queued entry in ONE transaction, then hands leadership
- * to the next queued request. Each request still gets its own answer, after the fsync'd
- * COMMIT that holds its entry. */
-struct inbox_waiter {
-    const struct inbox_entry *e; /* borrowed */
-    bool dup;                    /* out */
-    int rc;                      /* out */
-    struct err err;              /* out */
-    bool lead;                   /* this request runs the next batch */
-    sem_t done;                  /* posted when answered or made leader */
-    struct inbox_waiter *next;
-};
-
-static int insert_one(struct sqlite_store *s, struct inbox_waiter *w, int64_t now)
-{
-    const struct inbox_entry *e = w->e;
-    sqlite3_stmt *q = NULL;
-    int rc = sqlst_stmt(&q, s, SQLST_INBOX_INSERT, &w->err);
-
-    if (rc != E_OK) {
-        return rc;
-    }
-    sqlite3_bind_text(q, 1, e->provider, -1, SQLITE_STATIC);
-    bind_opt(q, 2, e->delivery_id);
-    sqlite3_bind_text(q, 3, e->project, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(q, 4, e->number);
-    sqlite3_bind_text(q, 5, e->comment_id, -1, SQLITE_STATIC);
-    sqlite3_bind_text(q, 6, e->author, -1, SQLITE_STATIC);
-    bind_opt(q, 7, e->author_association);
-    sqlite3_bind_int64(q, 8, e->author_id);
-    sqlite3_bind_int64(q, 9, e->installation_id);
-    sqlite3_bind_text(q, 10, e->body, -1, SQLITE_STATIC);
-    bind_opt(q, 11, e->extra);
-    sqlite3_bind_int64(q, 12, now);
-    rc = sqlst_step_done(s, q, "inbox add", &w->err);
-    w->dup = rc == E_OK && sqlite3_changes(s->db) == 0;
-    return rc;
-}
-
-static void run_batch(struct sqlite_store *s, struct inbox_waiter *batch, struct inbox_waiter *self)
-{
-    int64_t now = clock_now_ms(s->base.clock);
-    struct err err = {0};
-    bool added = false;
-    int rc;
-
-    pthread_mutex_lock(&s->mu);
-    rc = sqlst_exec(s, "BEGIN IMMEDIATE", &err);
-    for (struct inbox_waiter *w = batch; w != NULL; w = w->next) {
-        w->rc = rc == E_OK ? insert_one(s, w, now) : rc;
-        added = added || (w->rc == E_OK && !w->dup);
-    }
-    if (rc == E_OK) {
-        rc = sqlst_exec(s, "COMMIT", &err);
-        if (rc != E_OK) {
-            (void)sqlst_exec(s, "ROLLBACK", NULL);
-        }
-    }
-    if (rc != E_OK) {
-        /* Nothing of this batch is durable: nobody is told otherwise. */
-        for (struct inbox_waiter *w = batch; w != NULL; w = w->next) {
-            w->rc = rc;
-            w->err = err;
-        }
-        added = false;
-    }
-    if (added) {
-        s->inbox_gen++;
-        pthread_cond_broadcast(&s->inbox_cv);
-    }
-    pthread_mutex_unlock(&s->mu);
-    for (struct inbox_waiter *w = batch; w != NULL;) {
-        struct inbox_waiter *next = w->next; /* W lives on its waiter's stack */
-        if (w != self) {
-            sem_post(&w->done);
-        }
-        w = next;
-    }
-}
-
-int task_store_inbox_add(bool *duplicate_out, struct task_store *st, const struct inbox_entry *e,
-                         struct err *err)
-{
-    struct sqlite_store *s = sqlst_of(st);
-    struct inbox_waiter w;
-    bool lead;
-
-    memset(&w, 0, sizeof(w));
-    w.e = e;
-    sem_init(&w.done, 0, 0);
-    pthread_mutex_lock(&s->gc_mu);
-    if (s->gc_tail != NULL) {
-        s->gc_tail->next = &w;
-    } else {
-        s->gc_head = &w;
-    }
-    s->gc_tail = &w;
-    if (!s->gc_leader) {
-        s->gc_leader = true;
-        w.lead = true;
-    }
-    /* Read under the lock: a finishing leader may set w.lead (and post) at any time once
-     * it is released; after sem_wait the post orders that write before our read. */
-    lead = w.lead;
-    pthread_mutex_unlock(&s->gc_mu);
-    if (!lead) {
-        while (sem_wait(&w.done) != 0) {
-        }
-    }
-    if (w.lead) {
-        struct inbox_waiter *batch;
-        pthread_mutex_lock(&s->gc_mu);
-        batch = s->gc_head;
-        s->gc_head = s->gc_tail = NULL;
-        pthread_mutex_unlock(&s->gc_mu);
-        run_batch(s, batch, &w);
-        /* Hand over: the oldest request that queued meanwhile leads the next batch. */
-        pthread_mutex_lock(&s->gc_mu);
-        if (s->gc_head != NULL) {
-            s->gc_head->lead = true;
-            sem_post(&s->gc_head->done);
-        } else {
-            s->gc_leader = false;
-        }
-        pthread_mutex_unlock(&s->gc_mu);
-    }
-    sem_destroy(&w.done);
-    *duplicate_out = w.dup;
-    if (w.rc != E_OK && err != NULL) {
-        *err = w.err;
-    }
-    return w.rc;
-}
-
 /* How many pending rows one pick looks at, at most (a bound on a pathological backlog of
  * many PRs all backing off; the rest is found on a later pick). */
 #define NEXT_SCAN_MAX 4096
 
 typedef void (*row_fn)(sqlite3_stmt *q, size_t index, void *userdata);
+
+/* One pending row of a next_due scan (lanes in SEEN): hands it to FN as number *N when it
+ * is due and its lane still open, else closes the lane and keeps the shortest wait. */
+static void take_row(sqlite3_stmt *q, int key_col, json_t *seen, int64_t now, size_t *n,
+                     int64_t *wait_ms, row_fn fn, void *userdata)
+{
+    const char *key = (const char *)sqlite3_column_text(q, key_col);
+    int64_t next = sqlite3_column_int64(q, 0);
+    json_t *open = json_object_get(seen, key);
+
+    if (open != NULL && !json_is_true(open)) {
+        return; /* an older entry of this PR waits: this one too */
+    }
+    if (next <= now) {
+        fn(q, (*n)++, userdata);
+        json_object_set_new(seen, key, json_true());
+        return;
+    }
+    json_object_set_new(seen, key, json_false());
+    if (*wait_ms < 0 || next - now < *wait_ms) {
+        *wait_ms = next - now;
+    }
+}
 
 /* Hands up to MAX due pending rows of TABLE to FN, oldest first, never one that would
  * overtake an older pending row of its lane that is not handed out with it (rows of one
@@ -229,24 +117,10 @@ static int next_due(size_t *n_out, int64_t *wait_ms_out, struct sqlite_store *s,
      * overtake it). */
     seen = json_object();
     while (*n_out < max && scanned++ < NEXT_SCAN_MAX && (step = sqlite3_step(q)) == SQLITE_ROW) {
-        const char *key = (const char *)sqlite3_column_text(q, key_col);
-        int64_t next = sqlite3_column_int64(q, 0);
-        json_t *open = json_object_get(seen, key);
         if (*n_out > 0 && scanned > (int)max + 256) {
             break; /* enough found: the rest waits for the next pick */
         }
-        if (open != NULL && !json_is_true(open)) {
-            continue; /* an older entry of this PR waits: this one too */
-        }
-        if (next <= now) {
-            fn(q, (*n_out)++, userdata);
-            json_object_set_new(seen, key, json_true());
-        } else {
-            json_object_set_new(seen, key, json_false());
-            if (*wait_ms_out < 0 || next - now < *wait_ms_out) {
-                *wait_ms_out = next - now;
-            }
-        }
+        take_row(q, key_col, seen, now, n_out, wait_ms_out, fn, userdata);
     }
     json_decref(seen);
     sqlite3_finalize(q);
@@ -425,7 +299,7 @@ int task_txn_outbox_add(int64_t *id_out, struct task_txn *tx, const struct outbo
             return rc;
         }
         sqlite3_bind_text(q, 1, e->coalesce_key, -1, SQLITE_STATIC);
-        bind_opt(q, 2, e->body);
+        sqlst_bind_opt(q, 2, e->body);
         sqlite3_bind_int64(q, 3, now);
         sqlite3_bind_int64(q, 4, e->not_before_ms);
         /* Never into the entry being sent: its newer body would be marked sent unsent. */
@@ -453,9 +327,9 @@ int task_txn_outbox_add(int64_t *id_out, struct task_txn *tx, const struct outbo
     sqlite3_bind_text(q, 2, e->kind, -1, SQLITE_STATIC);
     sqlite3_bind_text(q, 3, e->project, -1, SQLITE_STATIC);
     sqlite3_bind_int64(q, 4, e->number);
-    bind_opt(q, 5, e->target);
-    bind_opt(q, 6, e->body);
-    bind_opt(q, 7, e->coalesce_key);
+    sqlst_bind_opt(q, 5, e->target);
+    sqlst_bind_opt(q, 6, e->body);
+    sqlst_bind_opt(q, 7, e->coalesce_key);
     sqlite3_bind_int64(q, 8, e->installation_id);
     sqlite3_bind_int64(q, 9, now);
     sqlite3_bind_int64(q, 10, e->not_before_ms);

@@ -390,6 +390,52 @@ json_t *task_initial_status(void)
                      "completionTime");
 }
 
+/* apiVersion and kind, when present, must be ours. */
+static int check_type_fields(const json_t *obj, struct err *err)
+{
+    const json_t *v = json_object_get(obj, "apiVersion");
+
+    if (v != NULL && (!json_is_string(v) || strcmp(json_string_value(v), TASK_API_VERSION) != 0)) {
+        return err_set_field(err, E_INVALID, "apiVersion", "apiVersion: must be %s",
+                             TASK_API_VERSION);
+    }
+    v = json_object_get(obj, "kind");
+    if (v != NULL && (!json_is_string(v) || strcmp(json_string_value(v), TASK_KIND) != 0)) {
+        return err_set_field(err, E_INVALID, "kind", "kind: must be %s", TASK_KIND);
+    }
+    return E_OK;
+}
+
+/* *OUT: the parts of metadata MD a client may set, with the namespace NS of the URL (may be
+ * NULL) in place of MD's own, which must then equal it. */
+static int copy_metadata(json_t **out, const json_t *md, const char *ns, struct err *err)
+{
+    static const char *const kept[] = {"labels", "annotations"}; /* after the namespace */
+    const json_t *v = json_object_get(md, "namespace");
+    const json_t *name = json_object_get(md, "name");
+    json_t *nmd;
+
+    *out = NULL;
+    if (v != NULL && json_is_string(v) && ns != NULL && strcmp(json_string_value(v), ns) != 0) {
+        return err_set_field(err, E_INVALID, "metadata.namespace",
+                             "metadata.namespace: %s does not match the namespace of the URL %s",
+                             json_string_value(v), ns);
+    }
+    nmd = json_object();
+    if (name != NULL) {
+        json_object_set_new(nmd, "name", json_deep_copy(name));
+    }
+    json_object_set_new(nmd, "namespace", ns != NULL ? json_string(ns) : json_deep_copy(v));
+    for (size_t i = 0; i < sizeof(kept) / sizeof(kept[0]); i++) {
+        const json_t *k = json_object_get(md, kept[i]);
+        if (k != NULL) {
+            json_object_set_new(nmd, kept[i], json_deep_copy(k));
+        }
+    }
+    *out = nmd;
+    return E_OK;
+}
+
 int task_normalize_new(json_t **out, const json_t *obj, const char *ns, struct err *err)
 {
     const json_t *md, *v;
@@ -400,36 +446,17 @@ int task_normalize_new(json_t **out, const json_t *obj, const char *ns, struct e
     if (!json_is_object(obj)) {
         return err_set_field(err, E_INVALID, "", "the body must be an AgentTask object");
     }
-    v = json_object_get(obj, "apiVersion");
-    if (v != NULL && (!json_is_string(v) || strcmp(json_string_value(v), TASK_API_VERSION) != 0)) {
-        return err_set_field(err, E_INVALID, "apiVersion", "apiVersion: must be %s",
-                             TASK_API_VERSION);
-    }
-    v = json_object_get(obj, "kind");
-    if (v != NULL && (!json_is_string(v) || strcmp(json_string_value(v), TASK_KIND) != 0)) {
-        return err_set_field(err, E_INVALID, "kind", "kind: must be %s", TASK_KIND);
+    rc = check_type_fields(obj, err);
+    if (rc != E_OK) {
+        return rc;
     }
     md = json_object_get(obj, "metadata");
     if (!json_is_object(md)) {
         return err_set_field(err, E_INVALID, "metadata", "metadata: required");
     }
-    nmd = json_object();
-    if ((v = json_object_get(md, "name")) != NULL) {
-        json_object_set_new(nmd, "name", json_deep_copy(v));
-    }
-    v = json_object_get(md, "namespace");
-    if (v != NULL && json_is_string(v) && ns != NULL && strcmp(json_string_value(v), ns) != 0) {
-        json_decref(nmd);
-        return err_set_field(err, E_INVALID, "metadata.namespace",
-                             "metadata.namespace: %s does not match the namespace of the URL %s",
-                             json_string_value(v), ns);
-    }
-    json_object_set_new(nmd, "namespace", ns != NULL ? json_string(ns) : json_deep_copy(v));
-    if ((v = json_object_get(md, "labels")) != NULL) {
-        json_object_set_new(nmd, "labels", json_deep_copy(v));
-    }
-    if ((v = json_object_get(md, "annotations")) != NULL) {
-        json_object_set_new(nmd, "annotations", json_deep_copy(v));
+    rc = copy_metadata(&nmd, md, ns, err);
+    if (rc != E_OK) {
+        return rc;
     }
     doc = json_pack("{s:s, s:s, s:o}", "apiVersion", TASK_API_VERSION, "kind", TASK_KIND,
                     "metadata", nmd);

@@ -1,37 +1,29 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* GitHub credentials: App JWTs (RS256 over libcrypto), the installation-token exchange
+/* GitHub credentials: App JWTs (signed by auth_key.c), the installation-token exchange
  * and its per-installation cache, or a plain PAT. Invariant: at most one exchange per
  * installation is in flight, and every secret this file allocates is wiped before it is
  * freed. */
-#include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <openssl/crypto.h>
-#include <openssl/err.h>
 #include <openssl/evp.h>
-#include <openssl/pem.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "common/buf.h"
 #include "common/httpc.h"
 #include "scm/github/github_auth.h"
+#include "scm/github/github_int.h"
 
 #define APP_ID_MAX 128
 #define API_URL_MAX 2048
 #define TOKEN_MAX 4096
-#define KEY_MIN_BITS 2048
 #define EXCHANGE_MAX_BODY (64u * 1024u)
 #define EXCHANGE_TIMEOUT_MS 15000
 #define GH_MESSAGE_MAX 160
-
-static const char JWT_HEADER[] = "{\"alg\":\"RS256\",\"typ\":\"JWT\"}";
 
 /* The cached token of one installation. Lives in github_auth.inst; guarded by mu. */
 struct gh_install {
@@ -144,120 +136,6 @@ static int dup_api_url(char **out, const char *url, struct err *err)
     return E_OK;
 }
 
-/* Reads PATH whole into one allocation (never grown, so no stray copy of the key is
- * left in freed memory): *out is NUL-terminated, *len_out its length; caller wipes
- * and frees. */
-static int read_key_file(char **out, size_t *len_out, const char *path, struct err *err)
-{
-    struct stat st;
-    char *data = NULL;
-    size_t size, len = 0;
-    ssize_t n = 1;
-    int fd, rc = E_OK;
-
-    *out = NULL;
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || fstat(fd, &st) != 0) {
-        rc = err_set(err, errno == ENOENT ? E_NOTFOUND : E_FAIL, "github app key file %s: %s", path,
-                     strerror(errno));
-        goto out;
-    }
-    if (st.st_size < 0 || (uint64_t)st.st_size > GITHUB_AUTH_KEY_FILE_MAX) {
-        rc = err_set(err, E_TOOBIG, "github app key file %s: over %u bytes", path,
-                     GITHUB_AUTH_KEY_FILE_MAX);
-        goto out;
-    }
-    size = (size_t)st.st_size;
-    data = xmalloc(size + 1);
-    while (len < size && n != 0) {
-        n = read(fd, data + len, size - len);
-        if (n < 0 && errno != EINTR) {
-            rc = err_set(err, E_FAIL, "github app key file %s: %s", path, strerror(errno));
-            goto out;
-        }
-        len += n > 0 ? (size_t)n : 0;
-    }
-    data[len] = '\0';
-    *out = data;
-    *len_out = len;
-    data = NULL;
-out:
-    if (data != NULL) {
-        OPENSSL_cleanse(data, size + 1);
-        free(data);
-    }
-    if (fd >= 0) {
-        close(fd);
-    }
-    return rc;
-}
-
-/* Never prompts: an encrypted key is refused instead of blocking on a terminal. */
-static int no_passphrase(char *buf, int size, int rwflag, void *userdata)
-{
-    (void)buf;
-    (void)size;
-    (void)rwflag;
-    (void)userdata;
-    return 0;
-}
-
-static int parse_key(EVP_PKEY **out, const char *pem, size_t len, const char *path, struct err *err)
-{
-    EVP_PKEY *key = NULL;
-    BIO *bio = NULL;
-    int rc = E_OK;
-
-    *out = NULL;
-    bio = BIO_new_mem_buf(pem, (int)len);
-    if (bio == NULL) {
-        rc = err_set(err, E_FAIL, "github app key: cannot allocate a bio");
-        goto out;
-    }
-    /* PEM_read_bio_PrivateKey takes PKCS#1 and PKCS#8 alike. */
-    key = PEM_read_bio_PrivateKey(bio, NULL, no_passphrase, NULL);
-    if (key == NULL) {
-        rc = err_set(err, E_INVALID, "github app key file %s: not an unencrypted pem private key",
-                     path);
-        goto out;
-    }
-    if (EVP_PKEY_get_base_id(key) != EVP_PKEY_RSA) {
-        rc = err_set(err, E_INVALID, "github app key file %s: not an rsa key", path);
-        goto out;
-    }
-    if (EVP_PKEY_get_bits(key) < KEY_MIN_BITS) {
-        rc = err_set(err, E_INVALID, "github app key file %s: rsa key under %d bits", path,
-                     KEY_MIN_BITS);
-        goto out;
-    }
-    *out = key;
-    key = NULL;
-out:
-    ERR_clear_error(); /* leave nothing in this thread's OpenSSL error queue */
-    EVP_PKEY_free(key);
-    BIO_free(bio);
-    return rc;
-}
-
-static int load_key(EVP_PKEY **out, const char *path, struct err *err)
-{
-    char *pem = NULL;
-    size_t len = 0;
-    int rc;
-
-    *out = NULL;
-    if (path == NULL || path[0] == '\0') {
-        return err_set(err, E_INVALID, "github app key file not set");
-    }
-    rc = read_key_file(&pem, &len, path, err);
-    if (rc == E_OK) {
-        rc = parse_key(out, pem, len, path, err);
-        OPENSSL_cleanse(pem, len);
-    }
-    free(pem);
-    return rc;
-}
-
 int github_auth_new_app(struct github_auth **out, const char *api_url, const char *app_id,
                         const char *key_file, const struct clock *clock, struct err *err)
 {
@@ -273,7 +151,7 @@ int github_auth_new_app(struct github_auth **out, const char *api_url, const cha
         rc = dup_api_url(&url, api_url, err);
     }
     if (rc == E_OK) {
-        rc = load_key(&key, key_file, err);
+        rc = github_key_load(&key, key_file, err);
     }
     if (rc != E_OK) {
         goto out;
@@ -353,68 +231,10 @@ void github_auth_free(struct github_auth *a)
 
 /* ---- the app JWT ---- */
 
-/* Bytes the unpadded base64url form of N bytes takes, plus room for EVP_EncodeBlock's
- * padding and NUL. */
-static size_t b64url_room(size_t n)
-{
-    return 4 * ((n + 2) / 3) + 1;
-}
-
-/* Writes the unpadded base64url form of D[0..n) at DST (b64url_room(N) bytes) and
- * returns its length; DST is NUL-terminated. */
-static size_t b64url(char *dst, const void *d, size_t n)
-{
-    unsigned char *u = (unsigned char *)dst;
-    int len = EVP_EncodeBlock(u, d, (int)n);
-
-    while (len > 0 && u[len - 1] == '=') {
-        len--;
-    }
-    u[len] = '\0';
-    for (int i = 0; i < len; i++) {
-        u[i] = u[i] == '+' ? '-' : u[i] == '/' ? '_' : u[i];
-    }
-    return (size_t)len;
-}
-
-static int rs256_sign(unsigned char **sig_out, size_t *len_out, EVP_PKEY *key, const void *data,
-                      size_t len, struct err *err)
-{
-    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-    unsigned char *sig = NULL;
-    size_t sig_len = 0;
-    int rc = E_OK;
-
-    *sig_out = NULL;
-    /* RSA keys sign with PKCS#1 v1.5 padding unless told otherwise: RS256 exactly. */
-    if (ctx == NULL || EVP_DigestSignInit(ctx, NULL, EVP_sha256(), NULL, key) != 1 ||
-        EVP_DigestSign(ctx, NULL, &sig_len, data, len) != 1) {
-        rc = err_set(err, E_FAIL, "github app jwt: rs256 signing setup failed");
-        goto out;
-    }
-    sig = xmalloc(sig_len);
-    if (EVP_DigestSign(ctx, sig, &sig_len, data, len) != 1) {
-        rc = err_set(err, E_FAIL, "github app jwt: rs256 signing failed");
-        goto out;
-    }
-    *sig_out = sig;
-    *len_out = sig_len;
-    sig = NULL;
-out:
-    ERR_clear_error();
-    free(sig);
-    EVP_MD_CTX_free(ctx);
-    return rc;
-}
-
 int github_auth_app_jwt(char **jwt_out, struct github_auth *a, struct err *err)
 {
     char claims[APP_ID_MAX + 96];
-    unsigned char *sig = NULL;
-    size_t sig_len = 0, room, len;
-    char *jwt = NULL;
     int64_t now_s;
-    int rc;
 
     *jwt_out = NULL;
     if (a->key == NULL) {
@@ -423,26 +243,7 @@ int github_auth_app_jwt(char **jwt_out, struct github_auth *a, struct err *err)
     now_s = clock_now_ms(a->clock) / 1000;
     snprintf(claims, sizeof(claims), "{\"iat\":%" PRId64 ",\"exp\":%" PRId64 ",\"iss\":\"%s\"}",
              now_s - GITHUB_AUTH_JWT_BACKDATE_S, now_s + GITHUB_AUTH_JWT_LIFETIME_S, a->app_id);
-    /* One allocation of the final size: the signature is at most EVP_PKEY_get_size(). */
-    room = b64url_room(strlen(JWT_HEADER)) + b64url_room(strlen(claims)) +
-           b64url_room((size_t)EVP_PKEY_get_size(a->key));
-    jwt = xmalloc(room);
-    len = b64url(jwt, JWT_HEADER, strlen(JWT_HEADER));
-    jwt[len++] = '.';
-    len += b64url(jwt + len, claims, strlen(claims));
-    rc = rs256_sign(&sig, &sig_len, a->key, jwt, len, err);
-    if (rc != E_OK) {
-        goto out;
-    }
-    ASSERT(sig_len <= (size_t)EVP_PKEY_get_size(a->key));
-    jwt[len++] = '.';
-    b64url(jwt + len, sig, sig_len);
-    *jwt_out = jwt;
-    jwt = NULL;
-out:
-    free(sig);
-    free_secret(jwt);
-    return rc;
+    return github_jwt_rs256(jwt_out, a->key, claims, err);
 }
 
 /* ---- the installation token exchange ---- */

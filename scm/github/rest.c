@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The GitHub REST provider: reactions, comments (all pages), permissions, pull heads and
- * file contents, with GitHub's rate-limit signals turned into retry hints. */
+ * file contents. Each request goes through github_rest_call() (rest_call.c), which turns
+ * GitHub's rate-limit signals into retry hints. */
 #include <openssl/evp.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -12,6 +13,7 @@
 #include "common/httpc.h"
 #include "common/log.h"
 #include "scm/github/github.h"
+#include "scm/github/github_int.h"
 
 #define PAGE_SIZE 100
 #define MAX_PAGES 200 /* 20,000 comments: far past any real thread */
@@ -34,131 +36,6 @@ struct github {
 static struct github *to_github(struct scm_provider *p)
 {
     return container_of(p, struct github, base);
-}
-
-/* Fills RES from the answer and maps it to our codes. */
-static int classify(struct scm_result *res, const struct httpc_response *r, const char *what,
-                    struct err *err)
-{
-    const char *retry = httpc_response_header(r, "retry-after");
-    const char *remaining = httpc_response_header(r, "x-ratelimit-remaining");
-    const char *reset = httpc_response_header(r, "x-ratelimit-reset");
-    long st = r->status;
-
-    res->status = (int)st;
-    res->retry_after_ms = retry != NULL ? strtoll(retry, NULL, 10) * 1000 : 0;
-    if (st >= 200 && st < 300) {
-        return E_OK;
-    }
-    if (res->retry_after_ms == 0 && remaining != NULL && strcmp(remaining, "0") == 0 &&
-        reset != NULL) {
-        int64_t wait = strtoll(reset, NULL, 10) * 1000 - clock_now_ms(clock_system());
-        res->retry_after_ms = wait > 0 ? wait : 1000;
-    }
-    if (st == 429 || (st == 403 && (retry != NULL || (remaining != NULL &&
-                                                      strcmp(remaining, "0") == 0) ||
-                                    (r->body.data != NULL &&
-                                     strstr(r->body.data, "rate limit") != NULL)))) {
-        res->rate_limited = true;
-        return err_set(err, E_AGAIN, "%s: rate limited (HTTP %ld)", what, st);
-    }
-    if (st >= 500) {
-        return err_set(err, E_AGAIN, "%s: GitHub answered %ld", what, st);
-    }
-    if (st == 404) {
-        return err_set(err, E_NOTFOUND, "%s: not found", what);
-    }
-    if (st == 401 || st == 403) {
-        return err_set(err, E_DENIED, "%s: GitHub answered %ld", what, st);
-    }
-    if (st == 422) {
-        return err_set(err, E_INVALID, "%s: GitHub refused it (422)", what);
-    }
-    return err_set(err, E_FAIL, "%s: GitHub answered %ld", what, st);
-}
-
-/* One REST call. BODY (may be NULL) is JSON. On E_OK, *json_out (may be NULL) gets the
- * parsed answer (NULL for an empty body) and *next_out (may be NULL) the rel="next" URL of
- * a Link header (caller frees). */
-static int call(json_t **json_out, char **next_out, struct github *gh, const char *method,
-                const char *url, int64_t installation, const json_t *body,
-                struct scm_result *res, struct err *err)
-{
-    struct httpc_request req = HTTPC_REQUEST_DEFAULTS;
-    struct httpc_response r;
-    struct scm_result local = {0};
-    char *auth = NULL, *authz = NULL, *text = NULL;
-    const char *headers[6] = {"Accept: application/vnd.github+json",
-                              "X-GitHub-Api-Version: 2022-11-28",
-                              "Content-Type: application/json", NULL, NULL, NULL};
-    int rc;
-
-    if (res == NULL) {
-        res = &local;
-    }
-    memset(res, 0, sizeof(*res));
-    if (json_out != NULL) {
-        *json_out = NULL;
-    }
-    if (next_out != NULL) {
-        *next_out = NULL;
-    }
-    rc = github_auth_header(&auth, gh->auth, installation, err);
-    if (rc != E_OK) {
-        return rc;
-    }
-    authz = xasprintf("Authorization: %s", auth);
-    headers[3] = authz;
-    if (body != NULL) {
-        text = json_dumps(body, JSON_COMPACT);
-    }
-    req.method = method;
-    req.url = url;
-    req.headers = headers;
-    req.body = text;
-    req.body_len = text != NULL ? strlen(text) : 0;
-    rc = httpc_request(&r, &req, err);
-    if (rc == E_OK) {
-        rc = classify(res, &r, method, err);
-        if (r.status == 401) {
-            github_auth_invalidate(gh->auth, installation);
-        }
-    }
-    if (rc == E_OK && json_out != NULL && r.body.len > 0) {
-        *json_out = json_loadb(r.body.data, r.body.len, 0, NULL);
-        if (*json_out == NULL) {
-            rc = err_set(err, E_FAIL, "%s %s: the answer is not JSON", method, url);
-        }
-    }
-    if (rc == E_OK && next_out != NULL) {
-        const char *link = httpc_response_header(&r, "link");
-        const char *rel = link != NULL ? strstr(link, "rel=\"next\"") : NULL;
-        if (rel != NULL) {
-            /* <url>; rel="next": the URL is the <...> just before. */
-            const char *end = rel, *start;
-            while (end > link && *end != '>') {
-                end--;
-            }
-            start = end;
-            while (start > link && *start != '<') {
-                start--;
-            }
-            if (*start == '<' && end > start) {
-                *next_out = xstrndup(start + 1, (size_t)(end - start - 1));
-            }
-        }
-    }
-    httpc_response_cleanup(&r);
-    if (auth != NULL) {
-        memset(auth, 0, strlen(auth));
-    }
-    free(auth);
-    if (authz != NULL) {
-        memset(authz, 0, strlen(authz));
-    }
-    free(authz);
-    free(text);
-    return rc;
 }
 
 static char *repo_url(struct github *gh, const char *project, const char *tail)
@@ -193,7 +70,7 @@ static int64_t installation_of(struct github *gh, const struct scm_ref *ref)
     } else {
         char *url = repo_url(gh, ref->project, "/installation");
         json_t *ans = NULL;
-        if (call(&ans, NULL, gh, "GET", url, 0, NULL, NULL, NULL) == E_OK &&
+        if (github_rest_call(&ans, NULL, gh->auth, "GET", url, 0, NULL, NULL, NULL) == E_OK &&
             json_is_integer(json_object_get(ans, "id")) &&
             json_integer_value(json_object_get(ans, "id")) > 0) {
             id = json_integer_value(json_object_get(ans, "id"));
@@ -215,7 +92,8 @@ static int gh_react(struct scm_provider *p, const struct scm_ref *ref, const cha
     char *tail = tail_with("/issues/comments/", comment_id, "/reactions");
     char *url = repo_url(gh, ref->project, tail);
     json_t *body = json_pack("{s:s}", "content", content);
-    int rc = call(NULL, NULL, gh, "POST", url, installation_of(gh, ref), body, res, err);
+    int rc = github_rest_call(NULL, NULL, gh->auth, "POST", url, installation_of(gh, ref), body,
+                              res, err);
 
     json_decref(body);
     free(tail);
@@ -230,7 +108,8 @@ static int gh_post_comment(char **id_out, struct scm_provider *p, const struct s
     char *tail = xasprintf("/issues/%lld/comments", (long long)ref->number);
     char *url = repo_url(gh, ref->project, tail);
     json_t *body = json_pack("{s:s}", "body", text), *ans = NULL;
-    int rc = call(&ans, NULL, gh, "POST", url, installation_of(gh, ref), body, res, err);
+    int rc = github_rest_call(&ans, NULL, gh->auth, "POST", url, installation_of(gh, ref), body,
+                              res, err);
 
     *id_out = NULL;
     if (rc == E_OK) {
@@ -256,7 +135,8 @@ static int gh_update_comment(struct scm_provider *p, const struct scm_ref *ref,
     char *tail = tail_with("/issues/comments/", comment_id, "");
     char *url = repo_url(gh, ref->project, tail);
     json_t *body = json_pack("{s:s}", "body", text);
-    int rc = call(NULL, NULL, gh, "PATCH", url, installation_of(gh, ref), body, res, err);
+    int rc = github_rest_call(NULL, NULL, gh->auth, "PATCH", url, installation_of(gh, ref), body,
+                              res, err);
 
     json_decref(body);
     free(tail);
@@ -270,7 +150,8 @@ static int gh_delete_comment(struct scm_provider *p, const struct scm_ref *ref,
     struct github *gh = to_github(p);
     char *tail = tail_with("/issues/comments/", comment_id, "");
     char *url = repo_url(gh, ref->project, tail);
-    int rc = call(NULL, NULL, gh, "DELETE", url, installation_of(gh, ref), NULL, res, err);
+    int rc = github_rest_call(NULL, NULL, gh->auth, "DELETE", url, installation_of(gh, ref), NULL,
+                              res, err);
 
     free(tail);
     free(url);
@@ -320,7 +201,8 @@ static int gh_list_comments(struct scm_comment **out, size_t *n_out, struct scm_
         json_t *arr = NULL, *c;
         char *next = NULL;
         size_t i;
-        rc = call(&arr, &next, gh, "GET", url, installation_of(gh, ref), NULL, res, err);
+        rc = github_rest_call(&arr, &next, gh->auth, "GET", url, installation_of(gh, ref), NULL,
+                              res, err);
         free(url);
         url = next;
         if (rc == E_OK && url != NULL && !scm_url_under(gh->api_url, url)) {
@@ -357,7 +239,8 @@ static int gh_permission_of(enum scm_level *out, struct scm_provider *p,
     char *tail = tail_with("/collaborators/", user, "/permission");
     char *url = repo_url(gh, ref->project, tail);
     json_t *ans = NULL;
-    int rc = call(&ans, NULL, gh, "GET", url, installation_of(gh, ref), NULL, res, err);
+    int rc = github_rest_call(&ans, NULL, gh->auth, "GET", url, installation_of(gh, ref), NULL, res,
+                              err);
     const char *role, *perm;
 
     (void)user_id;
@@ -386,7 +269,8 @@ static int gh_pull_info(struct scm_pull *out, struct scm_provider *p, const stru
     char *tail = xasprintf("/pulls/%lld", (long long)ref->number);
     char *url = repo_url(gh, ref->project, tail);
     json_t *ans = NULL;
-    int rc = call(&ans, NULL, gh, "GET", url, installation_of(gh, ref), NULL, res, err);
+    int rc = github_rest_call(&ans, NULL, gh->auth, "GET", url, installation_of(gh, ref), NULL, res,
+                              err);
 
     memset(out, 0, sizeof(*out));
     if (rc == E_OK) {
@@ -450,7 +334,8 @@ static int gh_file_at(char **out, size_t *len_out, struct scm_provider *p,
     char *tail = xasprintf("/contents/%s?ref=%s", epath, eref);
     char *url = repo_url(gh, ref->project, tail);
     json_t *ans = NULL;
-    int rc = call(&ans, NULL, gh, "GET", url, installation_of(gh, ref), NULL, res, err);
+    int rc = github_rest_call(&ans, NULL, gh->auth, "GET", url, installation_of(gh, ref), NULL, res,
+                              err);
 
     *out = NULL;
     *len_out = 0;
@@ -478,7 +363,7 @@ static int ask_login(char **out, struct github *gh, struct err *err)
     char *url = xasprintf("%s/%s", gh->api_url, app ? "app" : "user");
     json_t *ans = NULL;
     const char *name;
-    int rc = call(&ans, NULL, gh, "GET", url, 0, NULL, NULL, err);
+    int rc = github_rest_call(&ans, NULL, gh->auth, "GET", url, 0, NULL, NULL, err);
 
     *out = NULL;
     name = json_string_value(json_object_get(ans, app ? "slug" : "login"));

@@ -291,23 +291,13 @@ static int parse_comment(struct inbox_entry *e, const struct jsonscan_value *f,
     return E_OK;
 }
 
-int github_webhook_parse(enum github_event *event_out, struct inbox_entry *entry_out,
-                         const char **why_out, const char *event, const char *delivery,
-                         const char *body, size_t len, struct err *err)
+/* Extracts the fields of BODY (LEN bytes) into F; BODY must be a JSON object. Duplicate keys
+ * are tolerated like GitHub's own consumers do: the last one wins. */
+static int scan_payload(struct jsonscan_value *f, const char *body, size_t len, struct err *err)
 {
-    struct jsonscan_value f[F_COUNT];
     struct err jerr = {0};
-    char *action = NULL, *type = NULL;
     size_t i = 0;
-    int rc = E_OK;
 
-    *event_out = GITHUB_EVENT_IGNORED;
-    *why_out = "";
-    memset(entry_out, 0, sizeof(*entry_out));
-    if (event == NULL) {
-        return err_set(err, E_INVALID, "missing X-GitHub-Event header");
-    }
-    /* Duplicate keys are tolerated like GitHub's own consumers do: the last one wins. */
     while (i < len && (body[i] == ' ' || body[i] == '\t' || body[i] == '\n' || body[i] == '\r')) {
         i++;
     }
@@ -315,6 +305,50 @@ int github_webhook_parse(enum github_event *event_out, struct inbox_entry *entry
         body[i] != '{') {
         return err_set(err, E_INVALID, "payload is not a JSON object: %s",
                        jerr.msg[0] != '\0' ? jerr.msg : "wrong type");
+    }
+    return E_OK;
+}
+
+/* For a created comment: sets *WHY_OUT when it is not a command (not on a pull request, or
+ * by a bot); E_INVALID when the issue or comment object is missing. */
+static int comment_filter(const char **why_out, const struct jsonscan_value *f, struct err *err)
+{
+    char *type;
+    bool bot;
+
+    if (!is_object(&f[F_ISSUE]) || !is_object(&f[F_COMMENT])) {
+        return missing(err, is_object(&f[F_ISSUE]) ? "comment" : "issue");
+    }
+    if (!f[F_PULL].present || jsonscan_is_null(&f[F_PULL])) {
+        *why_out = "comment on an issue, not a pull request";
+        return E_OK;
+    }
+    type = jsonscan_string(&f[F_USER_TYPE]);
+    bot = type != NULL && strcmp(type, "Bot") == 0;
+    free(type);
+    if (bot) {
+        *why_out = "comment by a bot";
+    }
+    return E_OK;
+}
+
+int github_webhook_parse(enum github_event *event_out, struct inbox_entry *entry_out,
+                         const char **why_out, const char *event, const char *delivery,
+                         const char *body, size_t len, struct err *err)
+{
+    struct jsonscan_value f[F_COUNT];
+    char *action = NULL;
+    int rc;
+
+    *event_out = GITHUB_EVENT_IGNORED;
+    *why_out = "";
+    memset(entry_out, 0, sizeof(*entry_out));
+    if (event == NULL) {
+        return err_set(err, E_INVALID, "missing X-GitHub-Event header");
+    }
+    rc = scan_payload(f, body, len, err);
+    if (rc != E_OK) {
+        return rc;
     }
     if (strcmp(event, "ping") == 0) {
         *event_out = GITHUB_EVENT_PING;
@@ -330,20 +364,12 @@ int github_webhook_parse(enum github_event *event_out, struct inbox_entry *entry
     }
     if (strcmp(action, "created") != 0) {
         *why_out = "only created comments are commands";
-        goto out;
+    } else {
+        rc = comment_filter(why_out, f, err);
     }
-    if (!is_object(&f[F_ISSUE]) || !is_object(&f[F_COMMENT])) {
-        rc = missing(err, is_object(&f[F_ISSUE]) ? "comment" : "issue");
-        goto out;
-    }
-    if (!f[F_PULL].present || jsonscan_is_null(&f[F_PULL])) {
-        *why_out = "comment on an issue, not a pull request";
-        goto out;
-    }
-    type = jsonscan_string(&f[F_USER_TYPE]);
-    if (type != NULL && strcmp(type, "Bot") == 0) {
-        *why_out = "comment by a bot";
-        goto out;
+    free(action);
+    if (rc != E_OK || (*why_out)[0] != '\0') {
+        return rc;
     }
     rc = parse_comment(entry_out, f, delivery, err);
     if (rc == E_OK) {
@@ -351,8 +377,5 @@ int github_webhook_parse(enum github_event *event_out, struct inbox_entry *entry
     } else {
         inbox_entry_cleanup(entry_out);
     }
-out:
-    free(action);
-    free(type);
     return rc;
 }

@@ -123,6 +123,30 @@ static int cmd_mint_task(int argc, char **argv)
     return rc;
 }
 
+/* Sets the context field NAME (N bytes) of CTX to V; -1 when there is no such field. */
+static int set_context(struct token_context *ctx, const char *name, size_t n, const char *v)
+{
+    const struct {
+        const char *name;
+        const char **field;
+    } fields[] = {{"task", &ctx->task},
+                  {"ns", &ctx->ns},
+                  {"repo", &ctx->repo},
+                  {"branch", &ctx->branch},
+                  {"model", &ctx->model}};
+
+    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
+        if (n == strlen(fields[i].name) && strncmp(name, fields[i].name, n) == 0) {
+            *fields[i].field = v;
+            return 0;
+        }
+    }
+    if (n == 3 && strncmp(name, "now", n) == 0) {
+        return clock_parse_rfc3339(&ctx->now_ms, v) == E_OK ? 0 : -1;
+    }
+    return -1;
+}
+
 /* Fills CTX from "name=value" arguments; returns how many were context arguments. */
 static int parse_context(struct token_context *ctx, int argc, char **argv)
 {
@@ -130,25 +154,30 @@ static int parse_context(struct token_context *ctx, int argc, char **argv)
         char *eq = strchr(argv[i], '=');
         const char *v = eq != NULL ? eq + 1 : "";
         size_t n = eq != NULL ? (size_t)(eq - argv[i]) : 0;
-        if (n == 4 && strncmp(argv[i], "task", n) == 0) {
-            ctx->task = v;
-        } else if (n == 2 && strncmp(argv[i], "ns", n) == 0) {
-            ctx->ns = v;
-        } else if (n == 4 && strncmp(argv[i], "repo", n) == 0) {
-            ctx->repo = v;
-        } else if (n == 6 && strncmp(argv[i], "branch", n) == 0) {
-            ctx->branch = v;
-        } else if (n == 5 && strncmp(argv[i], "model", n) == 0) {
-            ctx->model = v;
-        } else if (n == 3 && strncmp(argv[i], "now", n) == 0) {
-            if (clock_parse_rfc3339(&ctx->now_ms, v) != E_OK) {
-                return -1;
-            }
-        } else {
+        if (set_context(ctx, argv[i], n, v) != 0) {
             return -1;
         }
     }
     return argc;
+}
+
+/* Prints the outcome of cmd_verify: RC, the denial in ERR or (FULL: a context was given)
+ * the limits in G. */
+static void print_verdict(int rc, bool full, const struct token_grant *g, const struct err *err)
+{
+    char money[MONEY_STR_MAX];
+
+    if (rc == EXIT_DENIED && err->msg[0] != '\0') {
+        printf("denied: %s\n", err->msg);
+    } else if (rc == 0 && !full) {
+        printf("ok\n");
+    } else if (rc == 0) {
+        money_format(money, g->max_cost_micros);
+        printf("ok max_cost_usd=%s max_tokens=%lld models_restricted=%d model_allowed=%d\n",
+               g->has_max_cost ? money : "none",
+               g->has_max_tokens ? (long long)g->max_tokens : -1LL, g->models_restricted,
+               g->model_allowed);
+    }
 }
 
 /* verify KEYHEX TOKEN: the signature only. verify KEYHEX TOKEN name=value...: the full
@@ -158,9 +187,8 @@ static int cmd_verify(int argc, char **argv)
     struct token_context ctx = {.now_ms = clock_now_ms(clock_system())};
     unsigned char key[TOKEN_ROOT_KEY_LEN];
     struct token *t = NULL;
-    struct token_grant g;
+    struct token_grant g = {0};
     struct err err = {0};
-    char money[MONEY_STR_MAX];
     int rc = load_key(key, argv[0]);
 
     if (rc == 0 && parse_context(&ctx, argc - 2, argv + 2) < 0) {
@@ -174,16 +202,7 @@ static int cmd_verify(int argc, char **argv)
     } else if (rc == 0 && argc > 2 && token_verify(&g, t, key, &ctx, &err) != E_OK) {
         rc = EXIT_DENIED;
     }
-    if (rc == EXIT_DENIED && err.msg[0] != '\0') {
-        printf("denied: %s\n", err.msg);
-    } else if (rc == 0 && argc == 2) {
-        printf("ok\n");
-    } else if (rc == 0) {
-        money_format(money, g.max_cost_micros);
-        printf("ok max_cost_usd=%s max_tokens=%lld models_restricted=%d model_allowed=%d\n",
-               g.has_max_cost ? money : "none", g.has_max_tokens ? (long long)g.max_tokens : -1LL,
-               g.models_restricted, g.model_allowed);
-    }
+    print_verdict(rc, argc > 2, &g, &err);
     token_free(t);
     return rc;
 }

@@ -80,31 +80,45 @@ static bool has(const char *hay, const char *needle)
         }                                                                                          \
     } while (0)
 
+/* Decodes the multi-byte sequence at P: returns its continuation byte count (0: bad lead
+ * byte) and sets *CP, or returns -1 when a continuation byte is wrong. */
+static int utf8_decode(const unsigned char *p, unsigned *cp)
+{
+    unsigned n;
+
+    if ((*p & 0xE0) == 0xC0) {
+        n = 1, *cp = *p & 0x1Fu;
+    } else if ((*p & 0xF0) == 0xE0) {
+        n = 2, *cp = *p & 0x0Fu;
+    } else if ((*p & 0xF8) == 0xF0) {
+        n = 3, *cp = *p & 0x07u;
+    } else {
+        return 0;
+    }
+    for (unsigned i = 1; i <= n; i++) {
+        if ((p[i] & 0xC0) != 0x80) {
+            return -1;
+        }
+        *cp = *cp << 6 | (p[i] & 0x3Fu);
+    }
+    return (int)n;
+}
+
 /* Strict UTF-8 (RFC 3629), written independently of the renderer's decoder. */
 static bool utf8_valid(const char *s)
 {
     const unsigned char *p = (const unsigned char *)s;
 
     while (*p != '\0') {
-        unsigned cp, n, i;
+        unsigned cp = 0;
+        int n;
         if (*p < 0x80) {
             p++;
             continue;
         }
-        if ((*p & 0xE0) == 0xC0) {
-            n = 1, cp = *p & 0x1Fu;
-        } else if ((*p & 0xF0) == 0xE0) {
-            n = 2, cp = *p & 0x0Fu;
-        } else if ((*p & 0xF8) == 0xF0) {
-            n = 3, cp = *p & 0x07u;
-        } else {
+        n = utf8_decode(p, &cp);
+        if (n <= 0) {
             return false;
-        }
-        for (i = 1; i <= n; i++) {
-            if ((p[i] & 0xC0) != 0x80) {
-                return false;
-            }
-            cp = cp << 6 | (p[i] & 0x3Fu);
         }
         if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) ||
             cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {

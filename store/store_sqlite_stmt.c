@@ -1,0 +1,240 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The statement helpers of the SQLite task_store (declared in store_int.h): SQLite codes into
+ * ours, the cached prepared statements of the hot paths, and reading and writing a task row
+ * with its event. Callers hold the store's mu. */
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/jsonw.h"
+#include "common/secret.h"
+#include "store/store.h"
+#include "store/store_int.h"
+
+int sqlst_db_err(struct sqlite_store *s, int rc, const char *what, struct err *err)
+{
+    if (rc == SQLITE_BUSY || rc == SQLITE_LOCKED) {
+        return err_set(err, E_AGAIN, "%s: database busy", what);
+    }
+    return err_set(err, E_FAIL, "%s: %s", what, sqlite3_errmsg(s->db));
+}
+
+int sqlst_exec(struct sqlite_store *s, const char *sql, struct err *err)
+{
+    char *msg = NULL;
+    int rc = sqlite3_exec(s->db, sql, NULL, NULL, &msg);
+
+    if (rc != SQLITE_OK) {
+        int code = err_set(err, rc == SQLITE_BUSY ? E_AGAIN : E_FAIL, "sqlite: %s",
+                           msg != NULL ? msg : sqlite3_errstr(rc));
+        sqlite3_free(msg);
+        return code;
+    }
+    return E_OK;
+}
+
+/* --- small statement helpers ------------------------------------------------------- */
+
+int sqlst_prepare(sqlite3_stmt **out, struct sqlite_store *s, const char *sql, struct err *err)
+{
+    int rc = sqlite3_prepare_v2(s->db, sql, -1, out, NULL);
+    return rc == SQLITE_OK ? E_OK : sqlst_db_err(s, rc, "prepare", err);
+}
+
+char *sqlst_col_dup(sqlite3_stmt *q, int col)
+{
+    const char *t = (const char *)sqlite3_column_text(q, col);
+    return t != NULL ? xstrdup(t) : NULL;
+}
+
+json_t *sqlst_column_json(sqlite3_stmt *st, int col)
+{
+    const char *text = (const char *)sqlite3_column_text(st, col);
+    return text != NULL ? json_loads(text, 0, NULL) : NULL;
+}
+
+/* Reads one object; E_NOTFOUND when absent. Caller holds mu. */
+int sqlst_read_obj(json_t **out, struct sqlite_store *s, const char *table, const char *ns,
+                    const char *name, struct err *err)
+{
+    sqlite3_stmt *st = NULL;
+    char *sql = xasprintf("SELECT doc FROM %s WHERE namespace=?1 AND name=?2", table);
+    int rc = sqlst_prepare(&st, s, sql, err), step;
+
+    *out = NULL;
+    free(sql);
+    if (rc != E_OK) {
+        return rc;
+    }
+    sqlite3_bind_text(st, 1, ns, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
+    step = sqlite3_step(st);
+    if (step == SQLITE_ROW) {
+        *out = sqlst_column_json(st, 0);
+        rc = *out != NULL ? E_OK : err_set(err, E_FAIL, "stored object %s/%s is corrupt", ns, name);
+    } else if (step == SQLITE_DONE) {
+        rc = err_set(err, E_NOTFOUND, "agenttasks \"%s\" not found", name);
+    } else {
+        rc = sqlst_db_err(s, step, "read", err);
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+void sqlst_set_rv(json_t *obj, int64_t rv)
+{
+    char buf[32];
+
+    snprintf(buf, sizeof(buf), "%lld", (long long)rv);
+    json_object_set_new(json_object_get(obj, "metadata"), "resourceVersion", json_string(buf));
+}
+
+void sqlst_event_fill(struct event *e, int64_t rv, enum task_event_type type, const json_t *obj,
+                      char *json)
+{
+    struct task_view v;
+
+    task_view_of(&v, obj);
+    e->rv = rv;
+    e->type = type;
+    e->json = json;
+    snprintf(e->ns, sizeof(e->ns), "%s", v.ns != NULL ? v.ns : "");
+    snprintf(e->name, sizeof(e->name), "%s", v.name != NULL ? v.name : "");
+    e->phase = v.phase;
+    e->suspended = v.suspended;
+    e->from_scm = json_object_get(json_object_get(json_object_get(obj, "metadata"), "annotations"),
+                                  "divergedev.com/provider") != NULL;
+}
+
+static const char *const g_stmt_sql[SQLST_COUNT] = {
+    [SQLST_INSERT_TASK] = "INSERT INTO tasks(namespace,name,uid,resource_version,phase,doc) "
+                          "VALUES(?1,?2,?3,?4,?5,?6)",
+    [SQLST_UPDATE_TASK] = "UPDATE tasks SET uid=?3, resource_version=?4, phase=?5, doc=?6 "
+                          "WHERE namespace=?1 AND name=?2",
+    [SQLST_BUMP_RV] = "UPDATE meta SET value=?1 WHERE key='resource_version'",
+    [SQLST_GET_TASK] = "SELECT doc FROM tasks WHERE namespace=?1 AND name=?2",
+    [SQLST_METER_IDS] = "SELECT task_uid, request_id FROM meter_log",
+    [SQLST_METER_INSERT] = "INSERT INTO meter_log(task_uid,request_id,charged_ms,"
+                           "tokens,cost_micros) VALUES(?1,?2,?3,?4,?5)",
+    [SQLST_METER_SEEN] = "SELECT 1 FROM meter_requests WHERE task_uid=?1 AND request_id=?2",
+    [SQLST_TOKEN_CURRENT] = "SELECT token_id, generation, state, token FROM tokens "
+                            "WHERE namespace=?1 AND name=?2 ORDER BY generation DESC LIMIT 1",
+    [SQLST_TOKEN_INSERT] = "INSERT INTO tokens(namespace,name,generation,token_id,state,token,"
+                           "created_ms) VALUES(?1,?2,?3,?4,'active',?5,?6)",
+    [SQLST_TOKEN_REVOKE] = "UPDATE tokens SET state='revoked', revoked_ms=?3 "
+                           "WHERE namespace=?1 AND name=?2 AND state='active'",
+    [SQLST_SAVEPOINT] = "SAVEPOINT job",
+    [SQLST_RELEASE] = "RELEASE job",
+    [SQLST_ROLLBACK_TO] = "ROLLBACK TO job",
+    [SQLST_INBOX_INSERT] = "INSERT OR IGNORE INTO inbox(provider,delivery_id,project,number,"
+                           "comment_id,author,author_association,author_id,installation_id,"
+                           "body,extra,next_ms,received_ms) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,"
+                           "?10,?11,?12,?12)",
+};
+
+int sqlst_stmt(sqlite3_stmt **out, struct sqlite_store *s, enum sqlst_stmt_id id,
+               struct err *err)
+{
+    int rc;
+
+    *out = NULL;
+    if (s->stmts[id] == NULL) {
+        rc = sqlite3_prepare_v3(s->db, g_stmt_sql[id], -1, SQLITE_PREPARE_PERSISTENT,
+                                &s->stmts[id], NULL);
+        if (rc != SQLITE_OK) {
+            return sqlst_db_err(s, rc, "prepare", err);
+        }
+    }
+    sqlite3_reset(s->stmts[id]);
+    sqlite3_clear_bindings(s->stmts[id]);
+    *out = s->stmts[id];
+    return E_OK;
+}
+
+int sqlst_step_done(struct sqlite_store *s, sqlite3_stmt *st, const char *what, struct err *err)
+{
+    int step = sqlite3_step(st);
+
+    sqlite3_reset(st);
+    if (step == SQLITE_DONE) {
+        return E_OK;
+    }
+    if (step == SQLITE_CONSTRAINT) {
+        return err_set(err, E_CONFLICT, "%s: already exists", what);
+    }
+    return sqlst_db_err(s, step, what, err);
+}
+
+int sqlst_write_obj(struct sqlite_store *s, const json_t *obj, bool is_new, bool in_txn,
+                    char **json_out, struct err *err)
+{
+    const json_t *md = json_object_get(obj, "metadata");
+    const json_t *status = json_object_get(obj, "status");
+    sqlite3_stmt *st = NULL, *bump = NULL;
+    char *doc = NULL;
+    int rc;
+
+    if (!in_txn) {
+        rc = sqlst_exec(s, "BEGIN IMMEDIATE", err);
+        if (rc != E_OK) {
+            return rc;
+        }
+    }
+    rc = sqlst_stmt(&st, s, is_new ? SQLST_INSERT_TASK : SQLST_UPDATE_TASK, err);
+    if (rc == E_OK) {
+        rc = sqlst_stmt(&bump, s, SQLST_BUMP_RV, err);
+    }
+    if (rc != E_OK) {
+        goto out;
+    }
+    doc = jsonw_dumps(obj);
+    sqlite3_bind_text(st, 1, json_string_value(json_object_get(md, "namespace")), -1,
+                      SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, json_string_value(json_object_get(md, "name")), -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, json_string_value(json_object_get(md, "uid")), -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 4, s->rv + 1);
+    sqlite3_bind_text(st, 5, json_string_value(json_object_get(status, "phase")), -1,
+                      SQLITE_STATIC);
+    sqlite3_bind_text(st, 6, doc, -1, SQLITE_STATIC);
+    rc = sqlst_step_done(s, st, "write task", err);
+    if (rc == E_CONFLICT) {
+        rc = err_set(err, E_CONFLICT, "agenttasks \"%s\" already exists",
+                     json_string_value(json_object_get(md, "name")));
+    }
+    if (rc != E_OK) {
+        goto out;
+    }
+    sqlite3_bind_int64(bump, 1, s->rv + 1);
+    rc = sqlst_step_done(s, bump, "bump resourceVersion", err);
+out:
+    if (!in_txn && rc == E_OK) {
+        rc = sqlst_exec(s, "COMMIT", err);
+    }
+    if (rc != E_OK) {
+        if (!in_txn) {
+            (void)sqlst_exec(s, "ROLLBACK", NULL);
+        }
+        free(doc);
+        return rc;
+    }
+    s->rv++;
+    if (json_out != NULL) {
+        *json_out = doc;
+    } else {
+        free(doc);
+    }
+    return E_OK;
+}
+
+void sqlst_new_uid(char out[37])
+{
+    unsigned char b[16];
+
+    secret_random(b, sizeof(b));
+    b[6] = (unsigned char)((b[6] & 0x0f) | 0x40); /* version 4 */
+    b[8] = (unsigned char)((b[8] & 0x3f) | 0x80); /* RFC 4122 variant */
+    snprintf(out, 37, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+             b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12],
+             b[13], b[14], b[15]);
+}

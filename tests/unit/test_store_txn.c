@@ -1,0 +1,419 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Unit tests of store/'s transactions (savepoints, events, tokens, rollback) and of its
+ * bounded state: the meter id index, the objective and guidance caps, the event ring. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "store/store.h"
+#include "tests/t_check.h"
+#include "tests/unit/store_fixture.h"
+
+struct txn_ud {
+    int step;
+};
+
+static int txn_work(struct task_txn *tx, void *userdata)
+{
+    struct txn_ud *u = userdata;
+    json_t *doc = NULL;
+    bool seen = true;
+    struct token_record rec;
+    struct err err = {0};
+
+    CHECK_OK(task_txn_get(&doc, tx, "default", "a", &err));
+    json_t *again = NULL;
+    CHECK_OK(task_txn_get(&again, tx, "default", "a", &err));
+    CHECK(again == doc); /* the cached parse */
+    json_decref(again);
+    /* Job 1: charged and kept. */
+    CHECK_OK(task_txn_savepoint(tx, &err));
+    json_object_set_new(json_object_get(doc, "status"), "iteration", json_integer(1));
+    CHECK_OK(task_txn_put(tx, doc, &err));
+    CHECK_OK(task_txn_meter_claim(&seen, tx, "uid-1", "req-1", 10, 20, &err));
+    CHECK(seen); /* fresh */
+    CHECK_OK(task_txn_release(tx, &err));
+    /* Job 2: undone. */
+    CHECK_OK(task_txn_savepoint(tx, &err));
+    json_object_set_new(json_object_get(doc, "status"), "iteration", json_integer(2));
+    CHECK_OK(task_txn_put(tx, doc, &err));
+    CHECK_OK(task_txn_meter_claim(&seen, tx, "uid-1", "req-2", 10, 20, &err));
+    task_txn_rollback_savepoint(tx);
+    CHECK_OK(task_txn_meter_claim(&seen, tx, "uid-1", "req-1", 1, 1, &err));
+    CHECK(!seen); /* kept: a retry */
+    CHECK_OK(task_txn_meter_claim(&seen, tx, "uid-1", "req-2", 1, 1, &err));
+    CHECK(seen); /* rolled back: fresh again */
+    /* Token index. */
+    CHECK_EQ_INT(task_txn_token_current(&rec, tx, "default", "a", &err), E_NOTFOUND);
+    CHECK_OK(task_txn_token_add(tx, "default", "a", 1, "id-1", "tok-1", &err));
+    CHECK_OK(task_txn_token_current(&rec, tx, "default", "a", &err));
+    CHECK(rec.active);
+    CHECK_EQ_STR(rec.token_id, "id-1");
+    free(rec.token);
+    CHECK_OK(task_txn_token_revoke(tx, "default", "a", &err));
+    CHECK_OK(task_txn_token_current(&rec, tx, "default", "a", &err));
+    CHECK(!rec.active);
+    free(rec.token);
+    CHECK_OK(task_txn_token_add(tx, "default", "a", 2, "id-2", "tok-2", &err));
+    json_decref(doc);
+    u->step = 1;
+    return E_OK;
+}
+
+TEST(txn_savepoints_events_tokens)
+{
+    struct task_store *st = open_mem();
+    json_t *a = new_task("a"), *o = NULL;
+    struct txn_ud u = {0};
+    struct token_record rec;
+    int counts[3] = {0};
+    int64_t last = 0;
+    struct err err = {0};
+
+    CHECK_OK(task_store_create(&o, st, a, &err));
+    json_decref(o);
+    CHECK_OK(task_store_txn(st, txn_work, &u, &err));
+    CHECK_EQ_INT(u.step, 1);
+    CHECK_OK(task_store_get(&o, st, "default", "a", &err));
+    CHECK_EQ_INT(json_integer_value(json_object_get(json_object_get(o, "status"), "iteration")), 1);
+    CHECK_EQ_STR(json_string_value(json_object_get(json_object_get(o, "metadata"), "resourceVersion")),
+                 "2");
+    json_decref(o);
+    /* One ADDED, one MODIFIED: the rolled-back job left no event. */
+    CHECK_OK(task_store_watch(&last, st, NULL, 0, 10, count_events, counts, &err));
+    CHECK_EQ_INT(counts[TASK_EVENT_ADDED], 1);
+    CHECK_EQ_INT(counts[TASK_EVENT_MODIFIED], 1);
+    CHECK_EQ_INT(last, 2);
+    CHECK_OK(task_store_token_current(&rec, st, "default", "a", &err));
+    CHECK_EQ_INT(rec.generation, 2);
+    CHECK(rec.active);
+    free(rec.token);
+    /* Deleting the task revokes its token. */
+    CHECK_OK(task_store_remove(NULL, st, "default", "a", 0, &err));
+    CHECK_OK(task_store_token_current(&rec, st, "default", "a", &err));
+    CHECK(!rec.active);
+    free(rec.token);
+    json_decref(a);
+    task_store_close(st);
+}
+
+static int txn_fail(struct task_txn *tx, void *userdata)
+{
+    json_t *doc = NULL;
+    (void)userdata;
+    ASSERT(task_txn_get(&doc, tx, "default", "a", NULL) == E_OK);
+    json_object_set_new(json_object_get(doc, "spec"), "objective", json_string("lost"));
+    ASSERT(task_txn_put(tx, doc, NULL) == E_OK);
+    json_decref(doc);
+    return E_INVALID;
+}
+
+TEST(txn_failure_rolls_back)
+{
+    struct task_store *st = open_mem();
+    json_t *a = new_task("a"), *o = NULL;
+    struct err err = {0};
+    int counts[3] = {0};
+    int64_t last = 0;
+
+    CHECK_OK(task_store_create(&o, st, a, &err));
+    json_decref(o);
+    CHECK_EQ_INT(task_store_txn(st, txn_fail, NULL, &err), E_INVALID);
+    CHECK_OK(task_store_get(&o, st, "default", "a", &err));
+    CHECK_EQ_STR(json_string_value(json_object_get(json_object_get(o, "spec"), "objective")), "x");
+    json_decref(o);
+    CHECK_OK(task_store_watch(&last, st, NULL, 0, 10, count_events, counts, &err));
+    CHECK_EQ_INT(last, 1);
+    json_t *b = new_task("b");
+    CHECK_OK(task_store_create(&o, st, b, &err));
+    CHECK_EQ_STR(json_string_value(json_object_get(json_object_get(o, "metadata"), "resourceVersion")),
+                 "2");
+    json_decref(o);
+    json_decref(b);
+    json_decref(a);
+    task_store_close(st);
+}
+
+static int claim_ids(struct task_txn *tx, void *userdata)
+{
+    int *fresh = userdata;
+    bool f = false;
+    ASSERT(task_txn_meter_claim(&f, tx, "uid-9", "r1", 1, 1, NULL) == E_OK);
+    fresh[0] = f;
+    ASSERT(task_txn_meter_claim(&f, tx, "uid-9", "r1", 1, 1, NULL) == E_OK);
+    fresh[1] = f;
+    ASSERT(task_txn_meter_claim(&f, tx, "uid-8", "r1", 1, 1, NULL) == E_OK);
+    fresh[2] = f;
+    return E_OK;
+}
+
+TEST(meter_ids_survive_restart)
+{
+    char path[] = "/tmp/diverge-meter-XXXXXX";
+    int fd = mkstemp(path);
+    struct task_store *st = NULL;
+    int fresh[3] = {0};
+
+    ASSERT(fd >= 0);
+    close(fd);
+    CHECK_OK(task_store_sqlite_open(&st, path, clock_system(), NULL));
+    CHECK_OK(task_store_txn(st, claim_ids, fresh, NULL));
+    CHECK(fresh[0] && !fresh[1] && fresh[2]);
+    task_store_close(st);
+    CHECK_OK(task_store_sqlite_open(&st, path, clock_system(), NULL));
+    CHECK_OK(task_store_txn(st, claim_ids, fresh, NULL));
+    CHECK(!fresh[0] && !fresh[1] && !fresh[2]); /* every id is remembered after a restart */
+    task_store_close(st);
+    unlink(path);
+    char *wal = xasprintf("%s-wal", path), *shm = xasprintf("%s-shm", path);
+    unlink(wal);
+    unlink(shm);
+    free(wal);
+    free(shm);
+}
+
+/* ==== Bounded memory from a task token (security review finding 7). ==================== */
+
+/* One past TASK_OBJECTIVE_MAX / TASK_GUIDANCE_MAX is 422 naming the field, on create and
+ * after a patch; exactly at the limit is fine. */
+static json_t *task_with(size_t objective_len, size_t guidance_len)
+{
+    json_t *t = json_pack("{s:{s:s}, s:{}}", "metadata", "name", "a", "spec");
+    char *obj = xmalloc(objective_len + 1), *g = xmalloc(guidance_len + 1);
+
+    memset(obj, 'o', objective_len);
+    obj[objective_len] = '\0';
+    memset(g, 'g', guidance_len);
+    g[guidance_len] = '\0';
+    json_object_set_new(json_object_get(t, "spec"), "objective", json_string(obj));
+    if (guidance_len > 0) {
+        json_object_set_new(json_object_get(t, "metadata"), "annotations",
+                            json_pack("{s:s}", TASK_ANN_GUIDANCE, g));
+    }
+    free(obj);
+    free(g);
+    return t;
+}
+
+TEST(objective_and_guidance_caps)
+{
+    static const struct {
+        size_t objective, guidance;
+        const char *field; /* NULL = valid */
+    } cases[] = {
+        {TASK_OBJECTIVE_MAX, TASK_GUIDANCE_MAX, NULL},
+        {TASK_OBJECTIVE_MAX + 1, 0, "spec.objective"},
+        {1, TASK_GUIDANCE_MAX + 1, "metadata.annotations." TASK_ANN_GUIDANCE},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        json_t *in = task_with(cases[i].objective, cases[i].guidance), *out = NULL;
+        struct err err = {0};
+        int rc = task_normalize_new(&out, in, "default", &err);
+        if (cases[i].field == NULL ? rc != E_OK
+                                   : rc != E_INVALID || strcmp(err.field, cases[i].field) != 0) {
+            t_fail(__FILE__, __LINE__, "case %zu: rc=%d field=\"%s\" (%s)", i, rc, err.field,
+                   err.msg);
+        }
+        json_decref(in);
+        json_decref(out);
+    }
+    /* A patch that grows the guidance past the cap is refused the same way. */
+    {
+        json_t *in = task_with(1, 0), *doc = NULL, *patch = task_with(1, TASK_GUIDANCE_MAX + 1);
+        struct err err = {0};
+        CHECK_OK(task_normalize_new(&doc, in, "default", &err));
+        json_object_del(patch, "spec");
+        CHECK_EQ_INT(task_apply_merge_patch(doc, patch, TASK_PATCH_MAIN, &err), E_INVALID);
+        CHECK_EQ_STR(err.field, "metadata.annotations." TASK_ANN_GUIDANCE);
+        json_decref(in);
+        json_decref(doc);
+        json_decref(patch);
+    }
+}
+
+struct claim_many {
+    int from, to;     /* ids "r<from>" .. "r<to - 1>" */
+    const char *uid;
+    int fresh;        /* out: how many were fresh */
+};
+
+static int claim_range(struct task_txn *tx, void *userdata)
+{
+    struct claim_many *c = userdata;
+    char id[32];
+
+    c->fresh = 0;
+    for (int i = c->from; i < c->to; i++) {
+        bool f = false;
+        snprintf(id, sizeof(id), "r%d", i);
+        if (task_txn_meter_claim(&f, tx, c->uid, id, 1, 1, NULL) != E_OK) {
+            return E_FAIL;
+        }
+        c->fresh += f;
+    }
+    return E_OK;
+}
+
+/* The in-memory index stays under STORE_METER_INDEX_IDS after many distinct ids, while
+ * every duplicate, however old (long moved out of memory), is still found in SQLite and
+ * never charged twice, also after a restart. */
+TEST(meter_index_bounded_duplicates_never_recharged)
+{
+    char path[] = "/tmp/diverge-meterix-XXXXXX";
+    int fd = mkstemp(path);
+    struct task_store *st = NULL;
+    struct task_store_mem mem;
+    struct claim_many c = {.uid = "uid-b"};
+    enum { N = 5 * STORE_METER_INDEX_IDS + 17 };
+
+    ASSERT(fd >= 0);
+    close(fd);
+    CHECK_OK(task_store_sqlite_open(&st, path, clock_system(), NULL));
+    c.from = 0, c.to = 10;
+    CHECK_OK(task_store_txn(st, claim_range, &c, NULL));
+    CHECK_EQ_INT(c.fresh, 10);
+    task_store_sqlite_mem(&mem, st);
+    CHECK_EQ_INT(mem.meter_index_ids, 10);
+    /* One at a time, as the meter does, then many per transaction. */
+    for (int i = 10; i < STORE_METER_INDEX_IDS + 10; i++) {
+        c.from = i, c.to = i + 1;
+        CHECK_OK(task_store_txn(st, claim_range, &c, NULL));
+        CHECK_EQ_INT(c.fresh, 1);
+        task_store_sqlite_mem(&mem, st);
+        CHECK(mem.meter_index_ids < STORE_METER_INDEX_IDS);
+    }
+    c.from = STORE_METER_INDEX_IDS + 10, c.to = N;
+    CHECK_OK(task_store_txn(st, claim_range, &c, NULL));
+    CHECK_EQ_INT(c.fresh, N - STORE_METER_INDEX_IDS - 10);
+    task_store_sqlite_mem(&mem, st);
+    CHECK(mem.meter_index_ids < STORE_METER_INDEX_IDS);
+    CHECK(mem.meter_index_bytes < STORE_METER_INDEX_BYTES);
+    /* Every id again, the oldest first: none is fresh. */
+    c.from = 0, c.to = N;
+    CHECK_OK(task_store_txn(st, claim_range, &c, NULL));
+    CHECK_EQ_INT(c.fresh, 0);
+    /* The same ids for another task are its own. */
+    c.uid = "uid-c", c.from = 0, c.to = 100;
+    CHECK_OK(task_store_txn(st, claim_range, &c, NULL));
+    CHECK_EQ_INT(c.fresh, 100);
+    task_store_close(st);
+    /* After a restart: still every one remembered. */
+    CHECK_OK(task_store_sqlite_open(&st, path, clock_system(), NULL));
+    c.uid = "uid-b", c.from = 0, c.to = N;
+    CHECK_OK(task_store_txn(st, claim_range, &c, NULL));
+    CHECK_EQ_INT(c.fresh, 0);
+    task_store_sqlite_mem(&mem, st);
+    CHECK(mem.meter_index_ids < STORE_METER_INDEX_IDS);
+    task_store_close(st);
+    unlink(path);
+    char *wal = xasprintf("%s-wal", path), *shm = xasprintf("%s-shm", path);
+    unlink(wal);
+    unlink(shm);
+    free(wal);
+    free(shm);
+}
+
+/* Long ids fill the index by bytes before they fill it by count. */
+#define METER_LONG_ID 256 /* bytes of each id, with its NUL */
+enum { LONG_IDS = STORE_METER_INDEX_IDS - 100 };
+
+static int claim_long(struct task_txn *tx, void *userdata)
+{
+    int *fresh = userdata;
+    char id[METER_LONG_ID];
+
+    *fresh = 0;
+    for (int i = 0; i < LONG_IDS; i++) {
+        bool f = false;
+        memset(id, 'x', sizeof(id));
+        snprintf(id + sizeof(id) - 8, 8, "%d", i);
+        if (task_txn_meter_claim(&f, tx, "uid-l", id, 1, 1, NULL) != E_OK) {
+            return E_FAIL;
+        }
+        *fresh += f;
+    }
+    return E_OK;
+}
+
+TEST(meter_index_bounded_by_bytes)
+{
+    struct task_store *st = open_mem();
+    struct task_store_mem mem;
+    int fresh = 0;
+
+    /* Fewer ids than the count cap, but with their keys more bytes than the byte cap. */
+    CHECK_OK(task_store_txn(st, claim_long, &fresh, NULL));
+    CHECK_EQ_INT(fresh, LONG_IDS);
+    task_store_sqlite_mem(&mem, st);
+    CHECK(mem.meter_index_bytes < STORE_METER_INDEX_BYTES);
+    CHECK(mem.meter_index_ids < (size_t)LONG_IDS);
+    CHECK_OK(task_store_txn(st, claim_long, &fresh, NULL));
+    CHECK_EQ_INT(fresh, 0);
+    task_store_close(st);
+}
+
+static int put_n(struct task_txn *tx, void *userdata)
+{
+    int *n = userdata;
+    json_t *doc = NULL;
+
+    if (task_txn_get(&doc, tx, "default", "big", NULL) != E_OK) {
+        return E_FAIL;
+    }
+    for (int i = 0; i < *n; i++) {
+        json_object_set_new(json_object_get(doc, "status"), "iteration", json_integer(i));
+        if (task_txn_put(tx, doc, NULL) != E_OK) {
+            json_decref(doc);
+            return E_FAIL;
+        }
+    }
+    json_decref(doc);
+    return E_OK;
+}
+
+static int count_only(const struct task_event *ev, void *ud)
+{
+    (void)ev;
+    (*(int *)ud)++;
+    return 0;
+}
+
+/* The event ring keeps at most STORE_EVENT_RING_BYTES of JSON: with 1 MiB tasks the oldest
+ * events go, a watcher behind them gets E_AGAIN (410), a recent one still gets its feed. */
+TEST(event_ring_bounded_by_bytes)
+{
+    struct task_store *st = open_mem();
+    struct task_store_mem mem;
+    size_t big = 1u << 20;
+    int n = (int)(STORE_EVENT_RING_BYTES / big) + 8, got = 0;
+    char *label = xmalloc(big + 1);
+    json_t *t = new_task("big"), *o = NULL;
+    int64_t last = 0;
+    struct err err = {0};
+
+    memset(label, 'x', big);
+    label[big] = '\0';
+    json_object_set_new(json_object_get(t, "metadata"), "labels",
+                        json_pack("{s:s}", "pad", label));
+    free(label);
+    CHECK_OK(task_store_create(&o, st, t, &err));
+    json_decref(o);
+    CHECK_OK(task_store_txn(st, put_n, &n, &err));
+    task_store_sqlite_mem(&mem, st);
+    CHECK(mem.event_bytes <= STORE_EVENT_RING_BYTES);
+    CHECK(mem.event_bytes > STORE_EVENT_RING_BYTES - 2 * big);
+    CHECK(mem.events < (size_t)n && mem.events > 0);
+    /* From the start: too old. */
+    CHECK_EQ_INT(task_store_watch(&last, st, NULL, 0, 10, count_only, &got, &err), E_AGAIN);
+    CHECK_EQ_INT(got, 0);
+    /* From the newest few: the feed. */
+    CHECK_OK(task_store_watch(&last, st, NULL, n + 1 - 5, 10, count_only, &got, &err));
+    CHECK_EQ_INT(got, 5);
+    CHECK_EQ_INT(last, n + 1);
+    json_decref(t);
+    task_store_close(st);
+}
+
+T_MAIN
