@@ -71,7 +71,8 @@ int scm_notifier_sync(struct scm_notifier *n, const json_t *task, struct err *er
         return E_OK;
     }
     task_view_of(&v, task);
-    rc = scm_render_sticky(&body, task, clock_now_ms(clock_system()), err);
+    rc = scm_render_sticky_dashboard(&body, task, n->cfg.dashboard_url,
+                                     clock_now_ms(clock_system()), err);
     if (rc != E_OK) {
         return rc;
     }

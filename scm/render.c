@@ -39,7 +39,7 @@ enum {
 
 _Static_assert(CAP_FIXED + CAP_OBJECTIVE + CAP_GUIDANCE + CAP_MESSAGE + CAP_REASON +
                        CODE_SPAN_MAX(CAP_NAME) + CODE_SPAN_MAX(CAP_BRANCH) + CAP_URL_TEXT +
-                       3 * (CAP_URL + EXIT_EXTRA) <
+                       3 * (CAP_URL + EXIT_EXTRA) + CAP_URL + 4 * CAP_NAME <
                    SCM_STICKY_MAX,
                "the field caps must keep a sticky comment under GitHub's limit");
 
@@ -439,8 +439,47 @@ static void put_state(struct sticky *r, enum task_phase phase, const json_t *sta
     }
 }
 
+/* Whether URL may go into a Markdown link as is: http(s), and nothing that could end the
+ * link or start markup. It comes from the operator's --public-url, but is checked anyway. */
+static bool plain_http_url(const char *url)
+{
+    if (url == NULL || strlen(url) > CAP_URL ||
+        (strncmp(url, "http://", 7) != 0 && strncmp(url, "https://", 8) != 0)) {
+        return false;
+    }
+    for (const unsigned char *p = (const unsigned char *)url; *p != '\0'; p++) {
+        if (*p <= ' ' || *p >= 0x7f || strchr("\"'<>()[]`\\", *p) != NULL) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* "- **Task page:** [ns/name](<dashboard>/#/task/ns/name)"; names are DNS labels. */
+static void put_dashboard(struct sticky *r, const char *dashboard, const struct task_view *v)
+{
+    size_t n;
+
+    if (!plain_http_url(dashboard)) {
+        return;
+    }
+    n = strlen(dashboard);
+    while (n > 0 && dashboard[n - 1] == '/') {
+        n--;
+    }
+    put(r, "- **Task page:** [");
+    put_text(r, v->ns, CAP_NAME);
+    put(r, "/");
+    put_text(r, v->name, CAP_NAME);
+    put(r, "](");
+    if (r->rc == E_OK) {
+        r->rc = buf_append(&r->b, dashboard, n);
+    }
+    put_all(r, "/#/task/", v->ns, "/", v->name, ")\n", NULL);
+}
+
 static void put_body(struct sticky *r, const json_t *task, const struct task_view *v,
-                     int64_t now_ms)
+                     const char *dashboard, int64_t now_ms)
 {
     const json_t *spec = json_object_get(task, "spec");
     const json_t *status = json_object_get(task, "status");
@@ -455,6 +494,7 @@ static void put_body(struct sticky *r, const json_t *task, const struct task_vie
     put_text(r, v->objective != NULL ? v->objective : "", CAP_OBJECTIVE);
     put(r, "\n\n");
     put_links(r, spec, status);
+    put_dashboard(r, dashboard, v);
     put(r, "\n");
     put_usage(r, v);
     put(r, "\n");
@@ -470,6 +510,12 @@ static void put_body(struct sticky *r, const json_t *task, const struct task_vie
 
 int scm_render_sticky(char **out, const json_t *task, int64_t now_ms, struct err *err)
 {
+    return scm_render_sticky_dashboard(out, task, NULL, now_ms, err);
+}
+
+int scm_render_sticky_dashboard(char **out, const json_t *task, const char *dashboard_url,
+                                int64_t now_ms, struct err *err)
+{
     struct task_view v;
     struct sticky r;
 
@@ -480,7 +526,7 @@ int scm_render_sticky(char **out, const json_t *task, int64_t now_ms, struct err
     }
     buf_init(&r.b, SCM_STICKY_MAX - 1);
     r.rc = E_OK;
-    put_body(&r, task, &v, now_ms);
+    put_body(&r, task, &v, dashboard_url, now_ms);
     if (r.rc != E_OK) {
         buf_cleanup(&r.b);
         return err_set(err, r.rc, "sticky comment of %s/%s over %d bytes", v.ns, v.name,

@@ -25,6 +25,13 @@
  * E_TOOBIG only if the field caps were wrong (a bug: they are checked at compile time). */
 int scm_render_sticky(char **out, const json_t *task, int64_t now_ms, struct err *err);
 
+/* As scm_render_sticky, with a "Task page" link to the task on the dashboard at
+ * DASHBOARD_URL (the server's --public-url: `<url>/#/task/<namespace>/<name>`). NULL, or
+ * a URL that is not plain http(s) (whitespace, quotes, brackets or parentheses in it),
+ * renders no link. */
+int scm_render_sticky_dashboard(char **out, const json_t *task, const char *dashboard_url,
+                                int64_t now_ms, struct err *err);
+
 /* Writes the task identity line that follows the marker, used to find a task's comment
  * among several: "<!-- diverge-task: <namespace>/<name> -->". Characters other than
  * [A-Za-z0-9._-] become '_' and each part is cut at 63 bytes, so the line always closes

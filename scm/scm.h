@@ -158,6 +158,8 @@ int scm_local_new(struct scm_provider **out, struct task_store *store, struct er
 struct scm_notifier_config {
     int64_t min_interval_ms; /* spend-only edits at most this often per task (10 s) */
     bool manual;             /* no thread: tests call scm_notifier_sync */
+    const char *dashboard_url; /* borrowed; --public-url when set: each sticky links the
+                                  task's dashboard page; NULL: no link */
 };
 
 struct scm_notifier;

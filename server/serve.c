@@ -514,8 +514,13 @@ static int start_scm(struct server *srv, struct err *err)
     bc.gitlab_min_budget = srv->gitlab_min_budget;
     rc = bot_new(&srv->bot, srv->store, &srv->scm, &bc, err);
     if (rc == E_OK) {
+        /* The sticky comment links the task's dashboard page only when --public-url
+         * says where people reach the server (SPEC §12); the listen address may not be. */
+        const char *pub = srv->cfg.public_url;
         struct scm_notifier_config nc = {.min_interval_ms = srv->notifier_min_interval_ms,
-                                         .manual = false};
+                                         .manual = false,
+                                         .dashboard_url = pub != NULL && pub[0] != '\0' ? pub
+                                                                                         : NULL};
         rc = scm_notifier_new(&srv->notifier, srv->store, &srv->scm, &nc, err);
     }
     return rc;

@@ -213,5 +213,32 @@ def test_browser():
     print("screenshots: " + ", ".join(job["screenshots"]))
 
 
+def test_sticky_links_the_task_page_with_public_url():
+    """With --public-url the sticky comment links the task's dashboard page (SPEC §12)."""
+    for public, want in (("http://diverge.example:8080/", True), (None, False)):
+        args = ["--sandbox-provider", "none"]
+        if public:
+            args += ["--public-url", public]
+        with Server(args=args) as srv:
+            st, _, _ = srv.request("POST", "/api/v1/local/comments", {
+                "project": "myorg/checkout", "number": 7, "author": "alice",
+                "permission": "admin", "body": "/diverge fix the N+1 query"})
+            assert st == 202, st
+            sticky = ""
+            deadline = time.time() + 20
+            while time.time() < deadline and "diverge-agent-task" not in sticky:
+                st, _, thread = srv.request("GET", "/api/v1/local/threads/myorg/checkout/7")
+                assert st == 200, st
+                for c in thread["comments"]:
+                    if c.get("body", "").startswith("<!-- diverge-agent-task -->"):
+                        sticky = c["body"]
+                time.sleep(0.05)
+            assert sticky, "no sticky comment"
+            link = ("- **Task page:** [myorg-checkout/fix-pr-7]"
+                    "(http://diverge.example:8080/#/task/myorg-checkout/fix-pr-7)")
+            assert (link in sticky) == want, sticky
+
+
 if __name__ == "__main__":
-    run_tests([test_pages_headers_and_auth, test_browser])
+    run_tests([test_pages_headers_and_auth, test_sticky_links_the_task_page_with_public_url,
+               test_browser])

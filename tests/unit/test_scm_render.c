@@ -453,6 +453,35 @@ TEST(every_field_huge_stays_under_limit)
     json_decref(t);
 }
 
+static char *render_linked(const json_t *t, const char *dashboard)
+{
+    char *body = NULL;
+    struct err err = {0};
+
+    ASSERT(scm_render_sticky_dashboard(&body, t, dashboard, 1795860000000, &err) == E_OK);
+    return body;
+}
+
+TEST(dashboard_link_only_with_a_plain_http_public_url)
+{
+    json_t *t = example_task();
+    char *with = render_linked(t, "https://diverge.example.com/"), *none = render_linked(t, NULL);
+    char *bad = render_linked(t, "https://x.example/)[y](javascript:alert(1)");
+    char *not_http = render_linked(t, "javascript:alert(1)");
+
+    CHECK_HAS(with, "- **Task page:** [default/fix-checkout-latency]"
+                    "(https://diverge.example.com/#/task/default/fix-checkout-latency)\n");
+    CHECK_LACKS(none, "Task page");
+    CHECK_LACKS(bad, "Task page");
+    CHECK_LACKS(not_http, "Task page");
+    CHECK(utf8_valid(with));
+    free(with);
+    free(none);
+    free(bad);
+    free(not_http);
+    json_decref(t);
+}
+
 TEST(invalid_utf8_is_replaced)
 {
     json_t *t = example_task();
