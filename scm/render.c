@@ -3,7 +3,6 @@
  * of text that does not come from this file goes through escape_line() or encode_url()
  * with a byte cap, so a body can neither break out of its Markdown/HTML structure (close
  * our HTML comments, inject tags or links, ping people) nor reach SCM_STICKY_MAX. */
-#include "common/hash.h"
 #include "scm/render.h"
 
 #include <inttypes.h>
@@ -17,6 +16,7 @@
 #include "common/buf.h"
 #include "common/clock.h"
 #include "common/money.h"
+#include "scm/render_int.h"
 #include "store/store.h"
 
 /* Byte caps of the escaped fields. */
@@ -43,14 +43,10 @@ _Static_assert(CAP_FIXED + CAP_OBJECTIVE + CAP_GUIDANCE + CAP_MESSAGE + CAP_REAS
                    SCM_STICKY_MAX,
                "the field caps must keep a sticky comment under GitHub's limit");
 
-/* The last line starts with this; scm_render_hash() skips it. No other line can start
- * with '<': user text never starts a line and its '<' is escaped. */
-#define UPDATED_PREFIX "<sub>Last updated "
 #define ELLIPSIS "\xE2\x80\xA6"    /* U+2026 */
 #define REPLACEMENT "\xEF\xBF\xBD" /* U+FFFD, for bytes that are not UTF-8 */
 #define ZWJ "\xE2\x80\x8D"         /* U+200D: "@\u200Dname" is no mention */
 #define ZWSP "\xE2\x80\x8B"        /* U+200B: "http:\u200B//", "w\u200Bww." are no autolinks */
-#define DIVERGE_ENV "_diverge_env"
 
 enum esc_mode {
     ESC_TEXT, /* Markdown text: entities for <>&, backslashes for Markdown punctuation */
@@ -534,99 +530,4 @@ int scm_render_sticky_dashboard(char **out, const json_t *task, const char *dash
     }
     *out = buf_take(&r.b);
     return E_OK;
-}
-
-/* Copies at most 63 bytes of S into OUT, with characters outside [A-Za-z0-9._-] as '_'. */
-static void tag_part(char out[64], const char *s)
-{
-    size_t i;
-
-    for (i = 0; i < 63 && s != NULL && s[i] != '\0'; i++) {
-        unsigned char c = (unsigned char)s[i];
-        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                  c == '.' || c == '_' || c == '-';
-        out[i] = ok ? (char)c : '_';
-    }
-    out[i] = '\0';
-}
-
-void scm_render_task_tag(char *out, size_t n, const char *ns, const char *name)
-{
-    char a[64], b[64];
-    int len;
-
-    if (n == 0) {
-        return;
-    }
-    tag_part(a, ns);
-    tag_part(b, name);
-    len = snprintf(out, n, "<!-- diverge-task: %s/%s -->", a, b);
-    if (len < 0 || (size_t)len >= n) {
-        out[0] = '\0'; /* never a cut line: it would leave an HTML comment open */
-    }
-}
-
-void scm_render_hash(char out[17], const char *body)
-{
-    uint64_t h = HASH_FNV1A_INIT;
-    const char *line = body;
-
-    while (*line != '\0') {
-        const char *nl = strchr(line, '\n');
-        size_t len = nl != NULL ? (size_t)(nl - line) + 1 : strlen(line);
-
-        if (strncmp(line, UPDATED_PREFIX, strlen(UPDATED_PREFIX)) != 0) {
-            h = hash_fnv1a(h, line, len);
-        }
-        line += len;
-    }
-    snprintf(out, 17, "%016" PRIx64, h);
-}
-
-/* Appends the query parameter P[0..len) to B unless it is empty or a repeated
- * _diverge_env; the first _diverge_env is set to "clear". *SEEN: whether one came. */
-static void exit_param(struct buf *b, const char *p, size_t len, bool *first, bool *seen)
-{
-    const char *eq = memchr(p, '=', len);
-    size_t klen = eq != NULL ? (size_t)(eq - p) : len;
-    bool is_env = klen == strlen(DIVERGE_ENV) && memcmp(p, DIVERGE_ENV, klen) == 0;
-
-    if (len == 0 || (is_env && *seen)) {
-        return;
-    }
-    (void)buf_puts(b, *first ? "" : "&");
-    *first = false;
-    if (is_env) {
-        *seen = true;
-        (void)buf_puts(b, DIVERGE_ENV "=clear");
-    } else {
-        (void)buf_append(b, p, len);
-    }
-}
-
-char *scm_render_exit_url(const char *preview)
-{
-    size_t end = strcspn(preview, "#");
-    const char *q = memchr(preview, '?', end), *p, *stop = preview + end;
-    bool first = true, seen = false;
-    struct buf b;
-
-    buf_init(&b, 0); /* uncapped: it never fails, hence the (void)s */
-    if (q == NULL) {
-        (void)buf_append(&b, preview, end);
-        (void)buf_puts(&b, "?" DIVERGE_ENV "=clear");
-    } else {
-        (void)buf_append(&b, preview, (size_t)(q - preview) + 1);
-        for (p = q + 1; p <= stop;) {
-            const char *amp = memchr(p, '&', (size_t)(stop - p));
-            const char *pend = amp != NULL ? amp : stop;
-            exit_param(&b, p, (size_t)(pend - p), &first, &seen);
-            p = pend + 1;
-        }
-        if (!seen) {
-            (void)buf_puts(&b, first ? DIVERGE_ENV "=clear" : "&" DIVERGE_ENV "=clear");
-        }
-    }
-    (void)buf_puts(&b, preview + end);
-    return buf_take(&b);
 }
