@@ -193,51 +193,93 @@ static bool put(const char *dir, const char *file, const char *value)
     return ok;
 }
 
+/* What local_cgroup_create managed to set up, for the limits description. */
+struct cg_applied {
+    bool mem;    /* a memory limit was written */
+    bool pids;   /* a pids limit was written */
+    bool cpu;    /* a cpu quota was written */
+    bool freeze; /* a freezer cgroup exists */
+};
+
+static bool cg_limit_memory(struct local_provider *lp, const char *d)
+{
+    char v[64];
+
+    snprintf(v, sizeof(v), "%lld", (long long)lp->memory);
+    return lp->memory > 0 && put(d, lp->v2 ? "memory.max" : "memory.limit_in_bytes", v);
+}
+
+static bool cg_limit_pids(struct local_provider *lp, const char *d)
+{
+    char v[64];
+
+    snprintf(v, sizeof(v), "%lld", (long long)lp->pids);
+    return lp->pids > 0 && put(d, "pids.max", v);
+}
+
+static bool cg_limit_cpu(struct local_provider *lp, const char *d)
+{
+    char v[64];
+
+    if (lp->v2) {
+        snprintf(v, sizeof(v), "%lld 100000", (long long)(lp->cpus_milli * 100));
+        return lp->cpus_milli > 0 && put(d, "cpu.max", v);
+    }
+    snprintf(v, sizeof(v), "%lld", (long long)(lp->cpus_milli * 100));
+    return lp->cpus_milli > 0 && put(d, "cpu.cfs_quota_us", v);
+}
+
+/* Writes the limits that controller I (every one under v2) is in charge of into D. */
+static void cg_limit_dir(struct cg_applied *a, struct local_provider *lp, int i, const char *d)
+{
+    if (lp->v2 || i == 1) {
+        a->mem = cg_limit_memory(lp, d);
+    }
+    if (lp->v2 || i == 2) {
+        a->pids = cg_limit_pids(lp, d);
+    }
+    if (lp->v2 || i == 3) {
+        a->cpu = cg_limit_cpu(lp, d);
+    }
+    a->freeze = a->freeze || lp->v2 || i == 0;
+}
+
+static bool cg_any(const struct local_provider *lp)
+{
+    for (int i = 0; i < LOCAL_CG_MAX; i++) {
+        if (lp->cg_root[i] != NULL) {
+            return true;
+        }
+    }
+    return false;
+}
+
+static const char *limited(bool on)
+{
+    return on ? "limited" : "not limited";
+}
+
 void local_cgroup_create(struct local_provider *lp, const char *ns, const char *name,
                          char *limits, size_t limits_len)
 {
-    char v[64];
-    bool mem = false, pids = false, cpu = false, freeze = false;
+    struct cg_applied a = {0};
 
     for (int i = 0; i < LOCAL_CG_MAX; i++) {
         char *d = cg_dir(lp, i, ns, name);
-        if (d == NULL || (mkdir(d, 0755) != 0 && errno != EEXIST)) {
-            free(d);
-            continue;
+        if (d != NULL && (mkdir(d, 0755) == 0 || errno == EEXIST)) {
+            cg_limit_dir(&a, lp, i, d);
         }
-        if (lp->v2 || i == 1) {
-            snprintf(v, sizeof(v), "%lld", (long long)lp->memory);
-            mem = lp->memory > 0 && put(d, lp->v2 ? "memory.max" : "memory.limit_in_bytes", v);
-        }
-        if (lp->v2 || i == 2) {
-            snprintf(v, sizeof(v), "%lld", (long long)lp->pids);
-            pids = lp->pids > 0 && put(d, "pids.max", v);
-        }
-        if (lp->v2 || i == 3) {
-            snprintf(v, sizeof(v), "%lld", (long long)(lp->cpus_milli * 100));
-            if (lp->v2) {
-                snprintf(v, sizeof(v), "%lld 100000", (long long)(lp->cpus_milli * 100));
-                cpu = lp->cpus_milli > 0 && put(d, "cpu.max", v);
-            } else {
-                cpu = lp->cpus_milli > 0 && put(d, "cpu.cfs_quota_us", v);
-            }
-        }
-        freeze = freeze || lp->v2 || i == 0;
         free(d);
     }
-    bool any = false;
-    for (int i = 0; i < LOCAL_CG_MAX; i++) {
-        any = any || lp->cg_root[i] != NULL;
-    }
-    if (!any) {
+    if (!cg_any(lp)) {
         snprintf(limits, limits_len, "no cgroup (the server is not root): memory, pids and "
                                      "cpu not limited, pause by SIGSTOP of every process");
         return;
     }
     snprintf(limits, limits_len, "cgroup %s %s/%s.%s: memory %s, pids %s, cpu %s, pause by %s",
-             lp->v2 ? "v2" : "v1", lp->cg_root[0] != NULL ? lp->cg_root[0] : "-", ns, name, mem ? "limited" : "not limited",
-             pids ? "limited" : "not limited", cpu ? "limited" : "not limited",
-             freeze ? "cgroup freezer" : "SIGSTOP");
+             lp->v2 ? "v2" : "v1", lp->cg_root[0] != NULL ? lp->cg_root[0] : "-", ns, name,
+             limited(a.mem), limited(a.pids), limited(a.cpu),
+             a.freeze ? "cgroup freezer" : "SIGSTOP");
 }
 
 void local_cgroup_join(int *fds, struct local_provider *lp, const char *ns, const char *name)
@@ -306,6 +348,40 @@ static int cg_thaw(struct sbx *x, void *ctx, struct err *err)
     return E_OK;
 }
 
+/* Reads D/cgroup.procs (D may be NULL) into BUF as a string; false if there was nothing. */
+static bool cg_read_procs(char *buf, size_t size, const char *d)
+{
+    char *p = d != NULL ? xasprintf("%s/cgroup.procs", d) : NULL;
+    int fd = p != NULL ? open(p, O_RDONLY | O_CLOEXEC) : -1;
+    ssize_t n = fd >= 0 ? read(fd, buf, size - 1) : -1;
+
+    if (fd >= 0) {
+        close(fd);
+    }
+    free(p);
+    if (n <= 0) {
+        return false;
+    }
+    buf[n] = '\0';
+    return true;
+}
+
+/* SIGKILLs every pid (except 0 and 1) of a newline-separated list. */
+static void kill_pid_list(const char *list)
+{
+    for (const char *s = list; *s != '\0';) {
+        char *end = NULL;
+        long pid = strtol(s, &end, 10);
+        if (end == s) {
+            break;
+        }
+        if (pid > 1) {
+            kill((pid_t)pid, SIGKILL);
+        }
+        s = end + (*end != '\0');
+    }
+}
+
 /* SIGKILLs every process of the task's cgroups (thawing them so the kill lands). */
 static void cg_kill(struct sbx *x, void *ctx)
 {
@@ -313,35 +389,18 @@ static void cg_kill(struct sbx *x, void *ctx)
 
     for (int i = 0; i < LOCAL_CG_MAX; i++) {
         char *d = cg_dir(lp, i, x->ns, x->name);
-        char *p = d != NULL ? xasprintf("%s/cgroup.procs", d) : NULL;
         char buf[8192];
-        int fd = p != NULL ? open(p, O_RDONLY | O_CLOEXEC) : -1;
-        ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+        bool listed = cg_read_procs(buf, sizeof(buf), d);
 
-        if (fd >= 0) {
-            close(fd);
-        }
         if (lp->v2 && d != NULL) {
             (void)put(d, "cgroup.kill", "1"); /* Linux 5.14+: the whole subtree at once */
         }
-        if (n > 0) {
-            buf[n] = '\0';
-            for (char *s = buf; *s != '\0';) {
-                char *end = NULL;
-                long pid = strtol(s, &end, 10);
-                if (end == s) {
-                    break;
-                }
-                if (pid > 1) {
-                    kill((pid_t)pid, SIGKILL);
-                }
-                s = end + (*end != '\0');
-            }
+        if (listed) {
+            kill_pid_list(buf);
         }
         if (i == 0 && d != NULL) {
             (void)put(d, lp->v2 ? "cgroup.freeze" : "freezer.state", lp->v2 ? "0" : "THAWED");
         }
-        free(p);
         free(d);
     }
 }

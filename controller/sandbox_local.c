@@ -62,7 +62,9 @@ static void write_pid(int fd)
     }
 }
 
-static void child(const struct child_plan *pl)
+/* Resets signals, starts a process group and wires stdin to /dev/null, stdout and stderr
+ * to OUT_FD; exits 126 on failure. */
+static void child_stdio(const struct child_plan *pl)
 {
     sigset_t none;
     int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -74,6 +76,20 @@ static void child(const struct child_plan *pl)
         dup2(pl->out_fd, 2) < 0) {
         _exit(126);
     }
+}
+
+/* setgroups, setgid, setuid, then verifies that root cannot come back; exits 127 if not. */
+static void child_drop(const struct child_plan *pl)
+{
+    if (setgroups(1, &pl->gid) != 0 || setgid(pl->gid) != 0 || setuid(pl->uid) != 0 ||
+        getuid() != pl->uid || geteuid() != pl->uid || getgid() != pl->gid || setuid(0) == 0) {
+        _exit(127);
+    }
+}
+
+static void child(const struct child_plan *pl)
+{
+    child_stdio(pl);
     /* Join the cgroups before anything of the sandbox exists. */
     for (int i = 0; i < LOCAL_CG_MAX; i++) {
         if (pl->procs[i] >= 0) {
@@ -81,11 +97,7 @@ static void child(const struct child_plan *pl)
         }
     }
     if (pl->drop) {
-        if (setgroups(1, &pl->gid) != 0 || setgid(pl->gid) != 0 || setuid(pl->uid) != 0 ||
-            getuid() != pl->uid || geteuid() != pl->uid || getgid() != pl->gid ||
-            setuid(0) == 0) {
-            _exit(127);
-        }
+        child_drop(pl);
     }
     /* After the credential change, which clears it: die with the server's thread. */
     prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -222,6 +234,46 @@ static int bind_fd(struct argv_b *a, struct child_plan *pl, int *fds, size_t *nf
     return E_OK;
 }
 
+/* Binds every host path of S into the sandbox by descriptor (optional ones when set). */
+static int bind_spec(struct argv_b *a, struct child_plan *pl, int *fds, size_t *nfds,
+                     const struct sandbox_spec *s, struct err *err)
+{
+    const struct {
+        const char *opt;  /* bwrap option */
+        const char *path; /* borrowed: host path, NULL when unset */
+        const char *dest; /* path inside the sandbox */
+        bool optional;    /* NULL path: skip rather than fail */
+    } binds[] = {
+        {"--bind-fd", s->workspace, SANDBOX_IN_WORKSPACE, false},
+        {"--bind-fd", s->usage_dir, SANDBOX_IN_STATE, false},
+        {"--bind-fd", s->staging, SANDBOX_IN_STAGING, true},
+        {"--ro-bind-fd", s->mirror, SANDBOX_IN_MIRROR, true},
+        {"--ro-bind-fd", s->token_dir, SANDBOX_IN_TOKEN_DIR, false},
+        {"--ro-bind-fd", s->sock_dir, SANDBOX_IN_SOCK_DIR, true},
+        {"--ro-bind-fd", s->runner_path, SANDBOX_IN_RUNNER, false},
+    };
+
+    for (size_t i = 0; i < ARRAY_LEN(binds); i++) {
+        if (binds[i].optional && binds[i].path == NULL) {
+            continue;
+        }
+        int rc = bind_fd(a, pl, fds, nfds, binds[i].opt, binds[i].path, binds[i].dest, err);
+        if (rc != E_OK) {
+            return rc;
+        }
+    }
+    return E_OK;
+}
+
+static void close_all(const int *fds, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (fds[i] >= 0) {
+            close(fds[i]);
+        }
+    }
+}
+
 static int local_spawn(pid_t *pid_out, const struct sandbox_spec *s, int out_fd, void *ctx,
                        struct err *err)
 {
@@ -236,27 +288,7 @@ static int local_spawn(pid_t *pid_out, const struct sandbox_spec *s, int out_fd,
     plan_init(&pl, lp);
     pl.out_fd = out_fd;
     base_args(&a, lp, true);
-    rc = bind_fd(&a, &pl, fds, &nfds, "--bind-fd", s->workspace, SANDBOX_IN_WORKSPACE, err);
-    if (rc == E_OK) {
-        rc = bind_fd(&a, &pl, fds, &nfds, "--bind-fd", s->usage_dir, SANDBOX_IN_STATE, err);
-    }
-    if (rc == E_OK && s->staging != NULL) {
-        rc = bind_fd(&a, &pl, fds, &nfds, "--bind-fd", s->staging, SANDBOX_IN_STAGING, err);
-    }
-    if (rc == E_OK && s->mirror != NULL) {
-        rc = bind_fd(&a, &pl, fds, &nfds, "--ro-bind-fd", s->mirror, SANDBOX_IN_MIRROR, err);
-    }
-    if (rc == E_OK) {
-        rc = bind_fd(&a, &pl, fds, &nfds, "--ro-bind-fd", s->token_dir, SANDBOX_IN_TOKEN_DIR,
-                     err);
-    }
-    if (rc == E_OK && s->sock_dir != NULL) {
-        rc = bind_fd(&a, &pl, fds, &nfds, "--ro-bind-fd", s->sock_dir, SANDBOX_IN_SOCK_DIR, err);
-    }
-    if (rc == E_OK) {
-        rc = bind_fd(&a, &pl, fds, &nfds, "--ro-bind-fd", s->runner_path, SANDBOX_IN_RUNNER,
-                     err);
-    }
+    rc = bind_spec(&a, &pl, fds, &nfds, s, err);
     if (rc == E_OK) {
         rc = local_seccomp_fd(&seccomp_fd, err);
     }
@@ -270,15 +302,9 @@ static int local_spawn(pid_t *pid_out, const struct sandbox_spec *s, int out_fd,
         pl.argv = a.v;
         pl.envp = (char *const *)(uintptr_t)s->env;
         rc = fork_exec(pid_out, &pl, err);
-        for (int i = 0; i < LOCAL_CG_MAX; i++) {
-            if (pl.procs[i] >= 0) {
-                close(pl.procs[i]);
-            }
-        }
+        close_all(pl.procs, LOCAL_CG_MAX);
     }
-    for (size_t i = 0; i < nfds; i++) {
-        close(fds[i]);
-    }
+    close_all(fds, nfds);
     if (seccomp_fd >= 0) {
         close(seccomp_fd);
     }

@@ -204,9 +204,24 @@ static int reap(struct sbx *x)
     return status;
 }
 
-static void *pump(void *arg)
+/* Reads what the output pipe has into BUF[*len..] and logs the whole lines; true at end of
+ * file (or on an error other than EINTR/EAGAIN). */
+static bool pump_read(struct sbx *x, char *buf, size_t *len)
 {
-    struct sbx *x = arg;
+    ssize_t got = read(x->out_fd, buf + *len, SBX_LINE_MAX - *len);
+
+    if (got <= 0) {
+        return got == 0 || (errno != EINTR && errno != EAGAIN);
+    }
+    *len += (size_t)got;
+    pump_lines(x, buf, len, false);
+    return false;
+}
+
+/* Logs the sandbox's output until the leader exited (and was reaped) and the pipe is at
+ * end of file; returns the leader's wait status. */
+static int pump_until_exit(struct sbx *x)
+{
     char buf[SBX_LINE_MAX];
     size_t len = 0;
     bool exited = false, eof = false;
@@ -228,16 +243,17 @@ static void *pump(void *arg)
             exited = true;
         }
         if (!eof && (p[0].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
-            ssize_t got = read(x->out_fd, buf + len, sizeof(buf) - len);
-            if (got <= 0) {
-                eof = got == 0 || (errno != EINTR && errno != EAGAIN);
-            } else {
-                len += (size_t)got;
-                pump_lines(x, buf, &len, false);
-            }
+            eof = pump_read(x, buf, &len);
         }
     }
     pump_lines(x, buf, &len, true);
+    return status;
+}
+
+/* The sandbox is gone: drop its record, log the exit, publish the exit code and tell the
+ * owner, unless it is being stopped on purpose. */
+static void pump_finish(struct sbx *x, int status)
+{
     if (x->set->hooks != NULL && x->set->hooks->forget != NULL) {
         x->set->hooks->forget(x, x->set->ctx);
     }
@@ -260,6 +276,13 @@ static void *pump(void *arg)
     if (notify && x->set->base->on_exit != NULL) {
         x->set->base->on_exit(x->ns, x->name, x->set->base->on_exit_userdata);
     }
+}
+
+static void *pump(void *arg)
+{
+    struct sbx *x = arg;
+
+    pump_finish(x, pump_until_exit(x));
     return NULL;
 }
 
@@ -424,36 +447,50 @@ static pid_t ppid_of(pid_t pid)
 
 #define SBX_TREE_MAX 4096 /* processes of one sandbox signalled by the fallback */
 
+/* True if PID is not in SEEN[0..N) but its parent is. */
+static bool is_new_child(const pid_t *seen, size_t n, pid_t pid)
+{
+    bool known = false, child = false;
+
+    for (size_t i = 0; i < n && !known; i++) {
+        known = seen[i] == pid;
+    }
+    pid_t pp = known ? -1 : ppid_of(pid);
+    for (size_t i = 0; i < n && !child && pp > 0; i++) {
+        child = seen[i] == pp;
+    }
+    return child;
+}
+
+/* One pass over /proc: appends to SEEN every new child of a process in it. */
+static void collect_pass(pid_t *seen, size_t *n)
+{
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+
+    while (d != NULL && (e = readdir(d)) != NULL && *n < SBX_TREE_MAX) {
+        char *end = NULL;
+        long pid = strtol(e->d_name, &end, 10);
+        if (end == e->d_name || *end != '\0' || pid <= 1) {
+            continue;
+        }
+        if (is_new_child(seen, *n, (pid_t)pid)) {
+            seen[(*n)++] = (pid_t)pid;
+        }
+    }
+    if (d != NULL) {
+        closedir(d);
+    }
+}
+
 /* Adds to SEEN[*n..] every descendant of SEEN[0..*n) not in it yet, until none is new. */
 static void collect(pid_t *seen, size_t *n)
 {
     size_t before;
 
     do {
-        DIR *d = opendir("/proc");
-        struct dirent *e;
         before = *n;
-        while (d != NULL && (e = readdir(d)) != NULL && *n < SBX_TREE_MAX) {
-            char *end = NULL;
-            long pid = strtol(e->d_name, &end, 10);
-            bool known = false, child = false;
-            if (end == e->d_name || *end != '\0' || pid <= 1) {
-                continue;
-            }
-            for (size_t i = 0; i < *n && !known; i++) {
-                known = seen[i] == (pid_t)pid;
-            }
-            pid_t pp = known ? -1 : ppid_of((pid_t)pid);
-            for (size_t i = 0; i < *n && !child && pp > 0; i++) {
-                child = seen[i] == pp;
-            }
-            if (child) {
-                seen[(*n)++] = (pid_t)pid;
-            }
-        }
-        if (d != NULL) {
-            closedir(d);
-        }
+        collect_pass(seen, n);
     } while (*n != before);
 }
 

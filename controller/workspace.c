@@ -81,50 +81,58 @@ static void env_free(char **env)
     free(env);
 }
 
-int controller_git(const char *log_path, const char *const argv[], struct err *err)
+/* Starts git with ARGV and a filtered environment, stdin /dev/null and stdout and stderr
+ * into a pipe whose read end goes to *FD_OUT. */
+static int git_start(pid_t *pid_out, int *fd_out, const char *const argv[], struct err *err)
 {
     posix_spawn_file_actions_t fa;
-    char **env = git_env();
-    char buf[4096];
-    char *out = xmalloc(GIT_OUTPUT_MAX + 1);
-    size_t len = 0;
-    int pipefd[2], status = 0, rc;
-    pid_t pid;
+    char **env;
+    int pipefd[2], rc;
 
     if (pipe2(pipefd, O_CLOEXEC) != 0) {
-        free(out);
-        env_free(env);
         return err_set(err, E_FAIL, "pipe: %s", strerror(errno));
     }
+    env = git_env();
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
     posix_spawn_file_actions_adddup2(&fa, pipefd[1], 1);
     posix_spawn_file_actions_adddup2(&fa, pipefd[1], 2);
-    rc = posix_spawnp(&pid, "git", &fa, NULL, (char *const *)(uintptr_t)argv, env);
+    rc = posix_spawnp(pid_out, "git", &fa, NULL, (char *const *)(uintptr_t)argv, env);
     posix_spawn_file_actions_destroy(&fa);
     close(pipefd[1]);
     env_free(env);
     if (rc != 0) {
         close(pipefd[0]);
-        free(out);
         return err_set(err, E_FAIL, "start git: %s", strerror(rc));
     }
+    *fd_out = pipefd[0];
+    return E_OK;
+}
+
+/* Reads FD to its end, keeping the first CAP bytes in OUT; returns how many were kept. */
+static size_t read_capped(char *out, size_t cap, int fd)
+{
+    char buf[4096];
+    size_t len = 0;
+
     for (;;) {
-        ssize_t got = read(pipefd[0], buf, sizeof(buf));
+        ssize_t got = read(fd, buf, sizeof(buf));
         if (got < 0 && errno == EINTR) {
             continue;
         }
         if (got <= 0) {
-            break;
+            return len;
         }
-        size_t take = (size_t)got < GIT_OUTPUT_MAX - len ? (size_t)got : GIT_OUTPUT_MAX - len;
+        size_t take = (size_t)got < cap - len ? (size_t)got : cap - len;
         memcpy(out + len, buf, take);
         len += take;
     }
-    close(pipefd[0]);
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    for (size_t start = 0, i = 0; i <= len && log_path != NULL; i++) {
+}
+
+/* Writes each non-empty line of OUT[0..len) to the task log as "[git] line". */
+static void log_git_lines(const char *log_path, const char *out, size_t len)
+{
+    for (size_t start = 0, i = 0; i <= len; i++) {
         if (i == len || out[i] == '\n') {
             if (i > start) {
                 char *line = xasprintf("[git] %.*s", (int)(i - start), out + start);
@@ -133,6 +141,27 @@ int controller_git(const char *log_path, const char *const argv[], struct err *e
             }
             start = i + 1;
         }
+    }
+}
+
+int controller_git(const char *log_path, const char *const argv[], struct err *err)
+{
+    char *out;
+    size_t len;
+    int fd = -1, status = 0, rc;
+    pid_t pid = -1;
+
+    rc = git_start(&pid, &fd, argv, err);
+    if (rc != E_OK) {
+        return rc;
+    }
+    out = xmalloc(GIT_OUTPUT_MAX + 1);
+    len = read_capped(out, GIT_OUTPUT_MAX, fd);
+    close(fd);
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (log_path != NULL) {
+        log_git_lines(log_path, out, len);
     }
     free(out);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {

@@ -379,11 +379,11 @@ static int parse_count_flag(int64_t *out, const char *flag, const char *v)
     return 0;
 }
 
-static int parse_defaults(struct server *srv)
+/* The numeric flags: default budgets and iterations, the notifier interval and the
+ * sandbox limits. Returns 2 after telling stderr what is wrong. */
+static int parse_numbers(struct server *srv)
 {
-    static const char *const providers[] = {"local", "process", "none", "agent-sandbox"};
     struct err err = {0};
-    size_t i;
 
     if (money_parse(&srv->default_budget_usd, NULL, srv->cfg.default_budget_usd, &err) != E_OK) {
         fprintf(stderr, "diverge: serve: --default-budget-usd %s: %s\n",
@@ -408,6 +408,27 @@ static int parse_defaults(struct server *srv)
                         true) != 0) {
         return 2;
     }
+    return 0;
+}
+
+static bool one_of(const char *v, const char *const *names, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(v, names[i]) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+static int parse_defaults(struct server *srv)
+{
+    static const char *const providers[] = {"local", "process", "none", "agent-sandbox"};
+    static const char *const notifiers[] = {"github", "gitlab", "none"};
+
+    if (parse_numbers(srv) != 0) {
+        return 2;
+    }
     if (scm_level_parse(&srv->min_fix, srv->cfg.github_min_fix) != E_OK ||
         scm_level_parse(&srv->min_budget, srv->cfg.github_min_budget) != E_OK) {
         fprintf(stderr, "diverge: serve: permission tiers are read, triage, write, maintain or "
@@ -421,16 +442,13 @@ static int parse_defaults(struct server *srv)
         fprintf(stderr, "diverge: serve: --namespace %s is not a DNS label\n", srv->cfg.namespace_);
         return 2;
     }
-    if (srv->cfg.notifier_provider != NULL && strcmp(srv->cfg.notifier_provider, "github") != 0 &&
-        strcmp(srv->cfg.notifier_provider, "gitlab") != 0 &&
-        strcmp(srv->cfg.notifier_provider, "none") != 0) {
+    if (srv->cfg.notifier_provider != NULL &&
+        !one_of(srv->cfg.notifier_provider, notifiers, ARRAY_LEN(notifiers))) {
         fprintf(stderr, "diverge: serve: --notifier-provider is github, gitlab or none\n");
         return 2;
     }
-    for (i = 0; i < ARRAY_LEN(providers); i++) {
-        if (strcmp(srv->cfg.sandbox_provider, providers[i]) == 0) {
-            return 0;
-        }
+    if (one_of(srv->cfg.sandbox_provider, providers, ARRAY_LEN(providers))) {
+        return 0;
     }
     fprintf(stderr, "diverge: serve: --sandbox-provider must be local, process, none or "
                     "agent-sandbox, not %s\n",

@@ -14,34 +14,64 @@
 #include "common/log.h"
 #include "server/server_int.h"
 
+/* Reads ".d", ".dd" or ".ddd" at *P as thousandths, moving *P past the digits taken;
+ * 0 (and *P unchanged) without a dot. */
+static int64_t parse_thousandths(const char **p)
+{
+    const char *s = *p;
+    int64_t frac = 0, scale = 100;
+
+    if (*s != '.') {
+        return 0;
+    }
+    for (s++; *s >= '0' && *s <= '9' && scale > 0; s++, scale /= 10) {
+        frac += (*s - '0') * scale;
+    }
+    *p = s;
+    return frac;
+}
+
+/* Reads a final one-letter binary unit (k/K, M, G, T) at *P, moving *P past it: its
+ * multiplier, 1 when *P is not a single last character, 0 for an unknown letter. */
+static int64_t parse_unit(const char **p)
+{
+    const char *units = "KMGT";
+    const char *u;
+    int64_t mult = 1;
+
+    if (**p == '\0' || (*p)[1] != '\0') {
+        return 1;
+    }
+    u = strchr(units, **p == 'k' ? 'K' : **p);
+    if (u == NULL) {
+        return 0;
+    }
+    for (const char *q = units; q <= u; q++) {
+        mult *= 1024;
+    }
+    (*p)++;
+    return mult;
+}
+
 int serve_parse_size(int64_t *out, const char *flag, const char *v, bool milli)
 {
     char *end = NULL;
+    const char *rest;
     long long n;
-    int64_t mult = 1, frac = 0, scale = 100;
+    int64_t mult = 1, frac = 0;
 
     errno = 0;
     n = strtoll(v, &end, 10);
     if (errno != 0 || end == v || n < 0 || n > (1LL << 40)) {
         goto bad;
     }
-    if (milli && *end == '.') {
-        for (end++; *end >= '0' && *end <= '9' && scale > 0; end++, scale /= 10) {
-            frac += (*end - '0') * scale;
-        }
+    rest = end;
+    if (milli) {
+        frac = parse_thousandths(&rest);
+    } else {
+        mult = parse_unit(&rest);
     }
-    if (!milli && *end != '\0' && end[1] == '\0') {
-        const char *units = "KMGT";
-        const char *u = strchr(units, *end == 'k' ? 'K' : *end);
-        if (u == NULL) {
-            goto bad;
-        }
-        for (const char *q = units; q <= u; q++) {
-            mult *= 1024;
-        }
-        end++;
-    }
-    if (*end != '\0') {
+    if (mult == 0 || *rest != '\0') {
         goto bad;
     }
     *out = milli ? (int64_t)n * 1000 + frac : (int64_t)n * mult;
