@@ -22,150 +22,6 @@
 #include "common/version.h"
 #define VERSION DIVERGE_VERSION
 
-struct flag {
-    const char *name;    /* "--listen" */
-    const char *env;     /* "DIVERGE_LISTEN" */
-    const char *def;     /* default, NULL when none */
-    size_t offset;       /* of the char * field in struct server_config */
-    const char *help;
-};
-
-#define CFG(field_) offsetof(struct server_config, field_)
-
-static const struct flag g_flags[] = {
-    {"--listen", "DIVERGE_LISTEN", "127.0.0.1:8080", CFG(listen), "address:port of the HTTP server"},
-    {"--data-dir", "DIVERGE_DATA_DIR", "./var", CFG(data_dir),
-     "SQLite database, generated secrets, workspaces and logs"},
-    {"--public-url", "DIVERGE_PUBLIC_URL", NULL, CFG(public_url),
-     "base URL that sandboxes and links use (default http://<listen>)"},
-    {"--macaroon-root-key-file", "DIVERGE_MACAROON_ROOT_KEY_FILE", NULL, CFG(root_key_file),
-     "64 hex chars; generated 0600 when absent (default <data-dir>/macaroon-root-key)"},
-    {"--api-token-file", "DIVERGE_API_TOKEN_FILE", NULL, CFG(api_token_file),
-     "admin bearer token; generated 0600 when absent (default <data-dir>/api-token)"},
-    {"--store", "DIVERGE_STORE", "sqlite", CFG(store), "sqlite (embedded)"},
-    {"--log-format", "DIVERGE_LOG_FORMAT", NULL, CFG(log_format),
-     "text or json (default text on a terminal, else json)"},
-    {"--sandbox-provider", "DIVERGE_SANDBOX_PROVIDER", "local", CFG(sandbox_provider),
-     "local, process, none (no sandbox: an external agent meters with the task token) or "
-     "agent-sandbox"},
-    {"--sandbox-user", "DIVERGE_SANDBOX_USER", NULL, CFG(sandbox_user),
-     "host user local sandboxes run as (default diverge-sandbox as root, else your own)"},
-    {"--sandbox-memory", "DIVERGE_SANDBOX_MEMORY", "2G", CFG(sandbox_memory),
-     "memory limit per sandbox (K, M, G suffixes; 0: none)"},
-    {"--sandbox-pids", "DIVERGE_SANDBOX_PIDS", "512", CFG(sandbox_pids),
-     "process limit per sandbox (0: none)"},
-    {"--sandbox-cpus", "DIVERGE_SANDBOX_CPUS", "1", CFG(sandbox_cpus),
-     "CPU limit per sandbox, e.g. 1 or 0.5 (0: none)"},
-    {"--agent-cmd", "DIVERGE_AGENT_CMD", NULL, CFG(agent_cmd),
-     "command the runner runs each iteration (DIVERGE_AGENT_CMD in the sandbox)"},
-    {"--verify-cmd", "DIVERGE_VERIFY_CMD", NULL, CFG(verify_cmd),
-     "command the runner verifies each iteration with (DIVERGE_VERIFY_CMD)"},
-    {"--default-budget-usd", "DIVERGE_DEFAULT_BUDGET_USD", "5.00", CFG(default_budget_usd),
-     "USD budget of tasks without spec.budgetUSD"},
-    {"--default-budget-tokens", "DIVERGE_DEFAULT_BUDGET_TOKENS", "1000000",
-     CFG(default_budget_tokens), "token budget of tasks without spec.budgetTokens"},
-    {"--default-max-iterations", "DIVERGE_DEFAULT_MAX_ITERATIONS", "5",
-     CFG(default_max_iterations), "maxIterations of tasks made from comments"},
-    {"--github-webhook-secret", "DIVERGE_GITHUB_WEBHOOK_SECRET", NULL, CFG(github_webhook_secret),
-     "HMAC secret(s) of GitHub deliveries, comma-separated; none: deliveries get 503"},
-    {"--github-api-url", "DIVERGE_GITHUB_API_URL", "https://api.github.com", CFG(github_api_url),
-     "GitHub REST base (Enterprise: https://HOST/api/v3)"},
-    {"--github-app-id", "DIVERGE_GITHUB_APP_ID", NULL, CFG(github_app_id),
-     "GitHub App id (with --github-app-key-file); else DIVERGE_NOTIFIER_TOKEN or GITHUB_TOKEN"},
-    {"--github-app-key-file", "DIVERGE_GITHUB_APP_KEY_FILE", NULL, CFG(github_app_key_file),
-     "GitHub App private key (PEM)"},
-    {"--bot-login", "DIVERGE_BOT_LOGIN", NULL, CFG(bot_login),
-     "the bot's own login, whose comments are ignored (default: asked from the API)"},
-    {"--namespace", "DIVERGE_NAMESPACE", NULL, CFG(namespace_),
-     "namespace of tasks made from comments (default: the project path as a DNS label)"},
-    {"--notifier-provider", "DIVERGE_NOTIFIER_PROVIDER", NULL, CFG(notifier_provider),
-     "github, gitlab or none (default: every provider with credentials)"},
-    {"--github-min-permission-fix", "DIVERGE_GITHUB_MIN_PERMISSION_FIX", "write",
-     CFG(github_min_fix), "permission for fix, guide, pause, resume"},
-    {"--github-min-permission-budget", "DIVERGE_GITHUB_MIN_PERMISSION_BUDGET", "maintain",
-     CFG(github_min_budget), "permission for budget and resume with amounts"},
-    {"--notifier-min-interval", "DIVERGE_NOTIFIER_MIN_INTERVAL", "10", CFG(notifier_min_interval),
-     "seconds between two spend-only edits of a sticky comment"},
-    {"--gitlab-webhook-token", "DIVERGE_GITLAB_WEBHOOK_TOKEN", NULL, CFG(gitlab_webhook_token),
-     "expected X-Gitlab-Token(s), comma-separated; with no signing secret either: 503"},
-    {"--gitlab-signing-secret", "DIVERGE_GITLAB_SIGNING_SECRET", NULL, CFG(gitlab_signing_secret),
-     "Standard Webhooks secret(s) whsec_<base64>, comma-separated"},
-    {"--gitlab-url", "DIVERGE_GITLAB_URL", "https://gitlab.com", CFG(gitlab_url),
-     "GitLab base URL (API under /api/v4); token DIVERGE_GITLAB_TOKEN or GITLAB_TOKEN"},
-    {"--gitlab-min-access-fix", "DIVERGE_GITLAB_MIN_ACCESS_FIX", "30", CFG(gitlab_min_fix),
-     "GitLab access level for fix, guide, pause, resume (30 Developer)"},
-    {"--gitlab-min-access-budget", "DIVERGE_GITLAB_MIN_ACCESS_BUDGET", "40",
-     CFG(gitlab_min_budget), "GitLab access level for budget and resume with amounts (40)"},
-};
-
-static char **field(struct server_config *cfg, const struct flag *f)
-{
-    return (char **)(void *)((char *)cfg + f->offset);
-}
-
-static void usage(FILE *out)
-{
-    fprintf(out, "usage: diverge serve [flags]\n\nRuns the Diverge server (task API, metering, "
-                 "webhooks) with the embedded SQLite store.\nEvery flag has an environment "
-                 "variable; flags win.\n\nflags:\n");
-    for (size_t i = 0; i < ARRAY_LEN(g_flags); i++) {
-        fprintf(out, "  %-26s %s (env %s%s%s)\n", g_flags[i].name, g_flags[i].help,
-                g_flags[i].env, g_flags[i].def != NULL ? ", default " : "",
-                g_flags[i].def != NULL ? g_flags[i].def : "");
-    }
-}
-
-static void config_cleanup(struct server_config *cfg)
-{
-    for (size_t i = 0; i < ARRAY_LEN(g_flags); i++) {
-        char **p = field(cfg, &g_flags[i]);
-        free(*p);
-        *p = NULL;
-    }
-}
-
-/* Returns 0, or 2 after printing a usage error, or -1 after printing help. */
-static int parse_flags(struct server_config *cfg, int argc, char **argv)
-{
-    for (size_t i = 0; i < ARRAY_LEN(g_flags); i++) {
-        const char *v = getenv(g_flags[i].env);
-        if (v == NULL || v[0] == '\0') {
-            v = g_flags[i].def;
-        }
-        *field(cfg, &g_flags[i]) = v != NULL ? xstrdup(v) : NULL;
-    }
-    for (int a = 1; a < argc; a++) {
-        const char *arg = argv[a], *eq = strchr(arg, '='), *val;
-        size_t nlen = eq != NULL ? (size_t)(eq - arg) : strlen(arg);
-        size_t i;
-
-        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
-            usage(stdout);
-            return -1;
-        }
-        for (i = 0; i < ARRAY_LEN(g_flags); i++) {
-            if (strlen(g_flags[i].name) == nlen && strncmp(g_flags[i].name, arg, nlen) == 0) {
-                break;
-            }
-        }
-        if (i == ARRAY_LEN(g_flags)) {
-            fprintf(stderr, "diverge: serve: unknown flag %s (see diverge serve --help)\n", arg);
-            return 2;
-        }
-        if (eq != NULL) {
-            val = eq + 1;
-        } else if (a + 1 < argc) {
-            val = argv[++a];
-        } else {
-            fprintf(stderr, "diverge: serve: %s needs a value\n", g_flags[i].name);
-            return 2;
-        }
-        free(*field(cfg, &g_flags[i]));
-        *field(cfg, &g_flags[i]) = xstrdup(val);
-    }
-    return 0;
-}
-
 static int mkdir_p(const char *path, struct err *err)
 {
     char *p = xstrdup(path);
@@ -664,7 +520,7 @@ static void server_cleanup(struct server *srv)
     secret_wipe(srv->root_key, sizeof(srv->root_key));
     free(srv->base_url);
     srv->base_url = NULL;
-    config_cleanup(&srv->cfg);
+    serve_config_cleanup(&srv->cfg);
 }
 
 int server_start(struct server **out, int argc, char **argv, struct err *err)
@@ -674,7 +530,7 @@ int server_start(struct server **out, int argc, char **argv, struct err *err)
 
     *out = NULL;
     atomic_init(&srv->shutting_down, false);
-    rc = parse_flags(&srv->cfg, argc, argv) == 0 && parse_defaults(srv) == 0
+    rc = serve_parse_flags(&srv->cfg, argc, argv) == 0 && parse_defaults(srv) == 0
              ? E_OK
              : err_set(err, E_INVALID, "bad serve flags");
     if (rc == E_OK) {
@@ -706,7 +562,7 @@ int server_main(int argc, char **argv)
     int rc;
 
     memset(&srv, 0, sizeof(srv));
-    rc = parse_flags(&srv.cfg, argc, argv);
+    rc = serve_parse_flags(&srv.cfg, argc, argv);
     if (rc == 0) {
         rc = setup_logging(&srv.cfg);
     }
@@ -719,7 +575,7 @@ int server_main(int argc, char **argv)
         rc = 2;
     }
     if (rc != 0) {
-        config_cleanup(&srv.cfg);
+        serve_config_cleanup(&srv.cfg);
         return rc < 0 ? 0 : rc;
     }
     /* Block the stop signals in every thread; the main thread takes them with sigwait. */

@@ -207,6 +207,12 @@ void http_stop(struct MHD_Daemon *d, struct server *srv);
 int http_start_unix(struct MHD_Daemon **out, struct server *srv, int listen_fd, struct err *err);
 void http_stop_unix(struct MHD_Daemon *d);
 
+/* Fills CFG from ARGV and the environment (flags win; SPEC §2). Returns 0, -1 after
+ * --help (printed), or 2 on a usage error (said on stderr). */
+int serve_parse_flags(struct server_config *cfg, int argc, char **argv);
+/* Frees the strings serve_parse_flags() stored in CFG. */
+void serve_config_cleanup(struct server_config *cfg);
+
 /* --- sandbox wiring (serve_sandbox.c) --- */
 /* Parses "2G"/"512M"/"1048576" (bytes) or, with MILLI, "1"/"0.5" CPUs into milli-CPUs;
  * prints the usage error and returns 2 when it cannot. */
