@@ -1,0 +1,171 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* What the sandbox table reads from /proc: a process's start time, parent and process
+ * group (fields of /proc/<pid>/stat), and the walks that signal a whole process group or
+ * a whole process tree, also processes that left the leader's session. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "controller/sandbox_int.h"
+
+/* Field FIELD (1-based, as in proc(5): 4 ppid, 5 pgrp, 22 starttime) of
+ * /proc/<PID>/stat, parsed from the text after the command's last ')' (the command may
+ * hold spaces and parentheses). *OK_OUT is false when the process is gone. */
+static unsigned long long stat_field(pid_t pid, int field, bool *ok_out)
+{
+    char path[64], buf[1024], *p;
+    ssize_t n;
+    int fd;
+
+    *ok_out = false;
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        return 0;
+    }
+    n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0) {
+        return 0;
+    }
+    buf[n] = '\0';
+    p = strrchr(buf, ')');
+    /* p is at ") S ...": field 3 follows the first space, field k the (k-2)th. */
+    for (int f = 2; p != NULL && f < field; f++) {
+        p = strchr(p + 1, ' ');
+    }
+    if (p == NULL) {
+        return 0;
+    }
+    *ok_out = true;
+    return strtoull(p + 1, NULL, 10);
+}
+
+unsigned long long sbx_starttime(pid_t pid)
+{
+    bool ok;
+    unsigned long long v = stat_field(pid, 22, &ok);
+
+    return ok ? v : 0;
+}
+
+static pid_t pgrp_of(pid_t pid)
+{
+    bool ok;
+    unsigned long long v = stat_field(pid, 5, &ok);
+
+    return ok ? (pid_t)v : -1;
+}
+
+static pid_t ppid_of(pid_t pid)
+{
+    bool ok;
+    unsigned long long v = stat_field(pid, 4, &ok);
+
+    return ok ? (pid_t)v : -1;
+}
+
+void sbx_kill_group(pid_t pgid, unsigned long long starttime)
+{
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+
+    if (d == NULL || pgid <= 1) {
+        if (d != NULL) {
+            closedir(d);
+        }
+        return;
+    }
+    while ((e = readdir(d)) != NULL) {
+        char *end = NULL;
+        long pid = strtol(e->d_name, &end, 10);
+        if (end == e->d_name || *end != '\0' || pid <= 1 || pid == (long)getpid()) {
+            continue;
+        }
+        if (pgrp_of((pid_t)pid) == pgid && sbx_starttime((pid_t)pid) >= starttime) {
+            kill((pid_t)pid, SIGKILL);
+            kill((pid_t)pid, SIGCONT);
+        }
+    }
+    closedir(d);
+}
+
+#define SBX_TREE_MAX 4096 /* processes of one sandbox signalled by the fallback */
+
+/* True if PID is not in SEEN[0..N) but its parent is. */
+static bool is_new_child(const pid_t *seen, size_t n, pid_t pid)
+{
+    bool known = false, child = false;
+
+    for (size_t i = 0; i < n && !known; i++) {
+        known = seen[i] == pid;
+    }
+    pid_t pp = known ? -1 : ppid_of(pid);
+    for (size_t i = 0; i < n && !child && pp > 0; i++) {
+        child = seen[i] == pp;
+    }
+    return child;
+}
+
+/* One pass over /proc: appends to SEEN every new child of a process in it. */
+static void collect_pass(pid_t *seen, size_t *n)
+{
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+
+    while (d != NULL && (e = readdir(d)) != NULL && *n < SBX_TREE_MAX) {
+        char *end = NULL;
+        long pid = strtol(e->d_name, &end, 10);
+        if (end == e->d_name || *end != '\0' || pid <= 1) {
+            continue;
+        }
+        if (is_new_child(seen, *n, (pid_t)pid)) {
+            seen[(*n)++] = (pid_t)pid;
+        }
+    }
+    if (d != NULL) {
+        closedir(d);
+    }
+}
+
+/* Adds to SEEN[*n..] every descendant of SEEN[0..*n) not in it yet, until none is new. */
+static void collect(pid_t *seen, size_t *n)
+{
+    size_t before;
+
+    do {
+        before = *n;
+        collect_pass(seen, n);
+    } while (*n != before);
+}
+
+/* Sends SIG to ROOT and every descendant (also those that left its session or process
+ * group, e.g. inside bubblewrap's pid namespace). The tree is read before any signal
+ * (a killed parent would hand its children to init) and read again until no new process
+ * shows up; the deepest get the signal first. */
+void sbx_signal_tree(pid_t root, int sig)
+{
+    static pid_t seen[SBX_TREE_MAX];
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    size_t n = 1, done = 0;
+
+    pthread_mutex_lock(&lock);
+    seen[0] = root;
+    for (int round = 0; round < 8; round++) {
+        collect(seen, &n);
+        if (n == done && round > 0) {
+            break;
+        }
+        for (size_t i = n; i > done; i--) {
+            kill(seen[i - 1], sig);
+        }
+        done = n;
+    }
+    pthread_mutex_unlock(&lock);
+}
