@@ -67,6 +67,13 @@ const char *cli_json_str(const json_t *obj, const char *path);
 /* The member at the dotted PATH, borrowed, or NULL. */
 const json_t *cli_json_at(const json_t *obj, const char *path);
 
+/* A decimal-string or integer member at PATH of OBJ as text (integers written into TMP),
+ * "-" when absent or of another type. */
+const char *cli_text_or_dash(char tmp[32], const json_t *obj, const char *path);
+
+/* TASK's spec.budgetUSD in micro-dollars; 0 (the server default applies) when absent. */
+int64_t cli_spec_usd(const json_t *task);
+
 /* `task` subverbs. ARGS holds the positionals after the subverb and every option. */
 int cli_task_init(struct cli_ctx *ctx, const struct cli_args *args);
 int cli_task_create(struct cli_ctx *ctx, const struct cli_args *args);

@@ -138,16 +138,8 @@ json_t *cli_mcp_summary(const json_t *task)
 /* MEMBER of S as text: strings as they are, integers in decimal, else "-". */
 const char *cli_mcp_member_text(char tmp[32], const json_t *s, const char *member)
 {
-    const json_t *v = json_object_get(s, member);
-
-    if (json_is_string(v) && *json_string_value(v) != '\0') {
-        return json_string_value(v);
-    }
-    if (json_is_integer(v)) {
-        snprintf(tmp, 32, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
-        return tmp;
-    }
-    return "-";
+    /* Summary members are plain names, so the dotted-path lookup finds them as is. */
+    return cli_text_or_dash(tmp, s, member);
 }
 
 /* One human line for the task summary S: what `diverge task status` shows first. */

@@ -249,22 +249,6 @@ static json_t *run_pause(const struct cli_ctx *base, const json_t *args)
                             "paused");
 }
 
-/* spec.budgetUSD in micro-dollars; 0 (the server default applies) when absent. */
-static int64_t spec_usd(const json_t *task)
-{
-    const json_t *v = cli_json_at(task, "spec.budgetUSD");
-    int64_t micros = 0;
-
-    if (json_is_string(v) && money_parse(&micros, NULL, json_string_value(v), NULL) == E_OK) {
-        return micros;
-    }
-    if (json_is_integer(v) && json_integer_value(v) > 0 &&
-        json_integer_value(v) <= INT64_MAX / MONEY_MICROS_PER_USD) {
-        return json_integer_value(v) * MONEY_MICROS_PER_USD;
-    }
-    return 0;
-}
-
 /* The merge patch resuming TASK with the bumps USD and TOKENS (-1: none) added to the
  * effective budgets, guarded by the resourceVersion read. New in *out. */
 static int resume_patch(json_t **out, const json_t *task, int64_t usd, int64_t tokens,
@@ -282,7 +266,7 @@ static int resume_patch(json_t **out, const json_t *task, int64_t usd, int64_t t
         json_object_set_new(patch, "metadata", json_pack("{s:O}", "resourceVersion", rv));
     }
     if (usd >= 0) {
-        rc = cli_budget_bump(&v, spec_usd(task), CLI_DEFAULT_BUDGET_USD_MICROS, usd, err);
+        rc = cli_budget_bump(&v, cli_spec_usd(task), CLI_DEFAULT_BUDGET_USD_MICROS, usd, err);
         money_format(money, v);
         json_object_set_new(spec, "budgetUSD", json_string(money));
     }

@@ -61,8 +61,7 @@ int cli_parse_tokens(int64_t *out, const char *s, bool allow_plus, struct err *e
     return E_OK;
 }
 
-/* A decimal-string or integer member as text, "-" when absent. */
-static const char *text_or_dash(char tmp[32], const json_t *obj, const char *path)
+const char *cli_text_or_dash(char tmp[32], const json_t *obj, const char *path)
 {
     const json_t *v = cli_json_at(obj, path);
 
@@ -116,8 +115,8 @@ static void add_list_row(struct cli_table *t, const json_t *item, bool all)
     row[n++] = cli_json_str(item, "metadata.name");
     row[n++] = phase != NULL && *phase != '\0' ? phase : "-";
     row[n++] = iter;
-    row[n++] = text_or_dash(cost, item, "status.costUSD");
-    row[n++] = text_or_dash(budget, item, "spec.budgetUSD");
+    row[n++] = cli_text_or_dash(cost, item, "status.costUSD");
+    row[n++] = cli_text_or_dash(budget, item, "spec.budgetUSD");
     row[n++] = tokens;
     row[n++] = age;
     cli_table_add(t, row);
@@ -201,8 +200,8 @@ static void print_status(const json_t *t)
 
     ratio(iter, t, "status.iteration", "spec.maxIterations");
     ratio(tokens, t, "status.tokensConsumed", "spec.budgetTokens");
-    snprintf(cost, sizeof(cost), "%s/%s", text_or_dash(a, t, "status.costUSD"),
-             text_or_dash(b, t, "spec.budgetUSD"));
+    snprintf(cost, sizeof(cost), "%s/%s", cli_text_or_dash(a, t, "status.costUSD"),
+             cli_text_or_dash(b, t, "spec.budgetUSD"));
     age_of(age, t);
     snprintf(created, sizeof(created), "%s (%s ago)", ts != NULL ? ts : "-", age);
     {
@@ -344,8 +343,7 @@ static int parse_bumps(struct bumps *b, const struct cli_args *args)
     return CLI_EXIT_OK;
 }
 
-/* spec.budgetUSD in micro-dollars; 0 (so the server default applies) when absent. */
-static int64_t spec_usd(const json_t *task)
+int64_t cli_spec_usd(const json_t *task)
 {
     const json_t *v = cli_json_at(task, "spec.budgetUSD");
     int64_t micros = 0;
@@ -379,7 +377,7 @@ static int resume_patch(json_t **out, char summary[128], const json_t *task, con
                             json_pack("{s:s}", "resourceVersion", json_string_value(rv)));
     }
     if (b->usd) {
-        rc = cli_budget_bump(&usd, spec_usd(task), CLI_DEFAULT_BUDGET_USD_MICROS, b->usd_micros,
+        rc = cli_budget_bump(&usd, cli_spec_usd(task), CLI_DEFAULT_BUDGET_USD_MICROS, b->usd_micros,
                              err);
         money_format(money, usd);
         json_object_set_new(spec, "budgetUSD", json_string(money));
