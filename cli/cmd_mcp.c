@@ -101,51 +101,93 @@ static bool valid_id(const json_t *id)
     return json_is_string(id) || json_is_integer(id);
 }
 
+static json_t *do_ping(struct cli_mcp *m, const json_t *id, const json_t *params)
+{
+    (void)m;
+    (void)params;
+    return rpc_result(id, json_object());
+}
+
+static json_t *do_tools_list(struct cli_mcp *m, const json_t *id, const json_t *params)
+{
+    (void)m;
+    (void)params;
+    return rpc_result(id, cli_mcp_tools_list());
+}
+
+/* The request methods we answer; anything else gets "method not found". */
+static const struct {
+    const char *name;
+    json_t *(*handler)(struct cli_mcp *m, const json_t *id, const json_t *params);
+} mcp_methods[] = {
+    {.name = "initialize", .handler = do_initialize},
+    {.name = "ping", .handler = do_ping},
+    {.name = "tools/list", .handler = do_tools_list},
+    {.name = "tools/call", .handler = do_tools_call},
+};
+
+/* True for a response object (a result or error with a valid id and no method). */
+static bool is_response(const json_t *msg, const json_t *id)
+{
+    return json_object_get(msg, "method") == NULL && valid_id(id) &&
+           (json_object_get(msg, "result") != NULL || json_object_get(msg, "error") != NULL);
+}
+
+/* True when MSG (an object) is a well-formed JSON-RPC 2.0 request or notification. */
+static bool is_request_shape(const json_t *msg)
+{
+    const json_t *id = json_object_get(msg, "id"), *params = json_object_get(msg, "params");
+    const char *version = json_string_value(json_object_get(msg, "jsonrpc"));
+
+    return version != NULL && strcmp(version, "2.0") == 0 &&
+           json_string_value(json_object_get(msg, "method")) != NULL &&
+           (id == NULL || valid_id(id)) &&
+           (params == NULL || json_is_object(params) || json_is_array(params));
+}
+
+/* A notification: acted on where it matters, never answered. */
+static void handle_notification(struct cli_mcp *m, const char *method)
+{
+    if (strcmp(method, "notifications/initialized") == 0) {
+        m->initialized = true;
+    }
+}
+
+static json_t *dispatch(struct cli_mcp *m, const char *method, const json_t *id,
+                        const json_t *params)
+{
+    for (size_t i = 0; i < ARRAY_LEN(mcp_methods); i++) {
+        if (strcmp(method, mcp_methods[i].name) == 0) {
+            return mcp_methods[i].handler(m, id, params);
+        }
+    }
+    return rpc_error(id, CLI_MCP_METHOD_NOT_FOUND, "method not found");
+}
+
 /* Handles one message object (or anything else found where one should be). Returns the
  * reply, or NULL for none. */
 static json_t *handle_message(struct cli_mcp *m, const json_t *msg)
 {
-    const json_t *id = json_object_get(msg, "id"), *params = json_object_get(msg, "params");
-    const char *version = json_string_value(json_object_get(msg, "jsonrpc"));
+    const json_t *id = json_object_get(msg, "id");
     const char *method = json_string_value(json_object_get(msg, "method"));
-    bool ok_shape;
 
     if (!json_is_object(msg)) {
         return rpc_error(NULL, CLI_MCP_INVALID_REQUEST,
                          "invalid request: a message must be a JSON-RPC 2.0 object");
     }
-    if (json_object_get(msg, "method") == NULL && valid_id(id) &&
-        (json_object_get(msg, "result") != NULL || json_object_get(msg, "error") != NULL)) {
-        return NULL; /* a response; we send no requests, so it answers nothing of ours */
+    if (is_response(msg, id)) {
+        return NULL; /* we send no requests, so it answers nothing of ours */
     }
-    ok_shape = version != NULL && strcmp(version, "2.0") == 0 && method != NULL &&
-               (id == NULL || valid_id(id)) &&
-               (params == NULL || json_is_object(params) || json_is_array(params));
-    if (!ok_shape) {
+    if (!is_request_shape(msg)) {
         return rpc_error(valid_id(id) ? id : NULL, CLI_MCP_INVALID_REQUEST,
                          "invalid request: need jsonrpc \"2.0\", a method string, a string or "
                          "integer id, and object params");
     }
     if (id == NULL) {
-        /* A notification: acted on where it matters, never answered. */
-        if (strcmp(method, "notifications/initialized") == 0) {
-            m->initialized = true;
-        }
+        handle_notification(m, method);
         return NULL;
     }
-    if (strcmp(method, "initialize") == 0) {
-        return do_initialize(m, id, params);
-    }
-    if (strcmp(method, "ping") == 0) {
-        return rpc_result(id, json_object());
-    }
-    if (strcmp(method, "tools/list") == 0) {
-        return rpc_result(id, cli_mcp_tools_list());
-    }
-    if (strcmp(method, "tools/call") == 0) {
-        return do_tools_call(m, id, params);
-    }
-    return rpc_error(id, CLI_MCP_METHOD_NOT_FOUND, "method not found");
+    return dispatch(m, method, id, json_object_get(msg, "params"));
 }
 
 /* A batch (JSON-RPC 2.0; MCP 2025-03-26): the replies as an array, NULL when none. */
@@ -238,52 +280,83 @@ static int answer(struct cli_mcp *m, struct buf *line, bool overlong)
     return rc;
 }
 
+/* The line being read: its bytes so far, or, once it grew past the limit, only the fact. */
+struct line_reader {
+    struct buf line;
+    bool overlong;
+};
+
+/* Adds SEG bytes at P to the line being read, dropping the line once it grows too long. */
+static void take_segment(struct line_reader *r, const char *p, size_t seg)
+{
+    if (!r->overlong && r->line.len + seg > CLI_MCP_MAX_LINE) {
+        r->overlong = true; /* keep nothing more of this line */
+        buf_cleanup(&r->line);
+        buf_init(&r->line, 0);
+    }
+    if (!r->overlong) {
+        buf_append(&r->line, p, seg);
+    }
+}
+
+/* Splits the N bytes at DATA into lines, answering each complete one. E_FAIL when stdout
+ * is gone. */
+static int feed(struct cli_mcp *m, struct line_reader *r, const char *data, size_t n)
+{
+    size_t off = 0;
+    int rc = E_OK;
+
+    while (rc == E_OK && off < n) {
+        const char *nl = memchr(data + off, '\n', n - off);
+        size_t seg = (nl != NULL ? (size_t)(nl - data) : n) - off;
+
+        take_segment(r, data + off, seg);
+        off += seg;
+        if (nl != NULL) {
+            off++;
+            rc = answer(m, &r->line, r->overlong);
+            r->overlong = false;
+        }
+    }
+    return rc;
+}
+
+/* read(2) retried on EINTR: the byte count, 0 at end of input, -1 on error (reported). */
+static ssize_t read_some(int fd, char *data, size_t size)
+{
+    for (;;) {
+        ssize_t n = read(fd, data, size);
+
+        if (n >= 0) {
+            return n;
+        }
+        if (errno != EINTR) {
+            cli_errorf("mcp: reading stdin: %s", strerror(errno));
+            return -1;
+        }
+    }
+}
+
 /* Reads lines from FD until end of input (or stdout closes), answering each. */
 static int serve_fd(struct cli_mcp *m, int fd)
 {
     static char chunk[64 * 1024];
-    struct buf line;
-    bool overlong = false;
+    struct line_reader r = {.overlong = false};
     int rc = E_OK;
 
-    buf_init(&line, 0);
+    buf_init(&r.line, 0);
     while (rc == E_OK) {
-        ssize_t n = read(fd, chunk, sizeof(chunk));
-        size_t off = 0;
+        ssize_t n = read_some(fd, chunk, sizeof(chunk));
 
-        if (n < 0 && errno == EINTR) {
-            continue;
-        }
         if (n <= 0) {
-            if (n < 0) {
-                cli_errorf("mcp: reading stdin: %s", strerror(errno));
-            }
             break;
         }
-        while (rc == E_OK && off < (size_t)n) {
-            const char *nl = memchr(chunk + off, '\n', (size_t)n - off);
-            size_t seg = (nl != NULL ? (size_t)(nl - chunk) : (size_t)n) - off;
-
-            if (!overlong && line.len + seg > CLI_MCP_MAX_LINE) {
-                overlong = true; /* keep nothing more of this line */
-                buf_cleanup(&line);
-                buf_init(&line, 0);
-            }
-            if (!overlong) {
-                buf_append(&line, chunk + off, seg);
-            }
-            off += seg;
-            if (nl != NULL) {
-                off++;
-                rc = answer(m, &line, overlong);
-                overlong = false;
-            }
-        }
+        rc = feed(m, &r, chunk, (size_t)n);
     }
-    if (rc == E_OK && (line.len > 0 || overlong)) {
-        rc = answer(m, &line, overlong); /* a last line without its newline */
+    if (rc == E_OK && (r.line.len > 0 || r.overlong)) {
+        rc = answer(m, &r.line, r.overlong); /* a last line without its newline */
     }
-    buf_cleanup(&line);
+    buf_cleanup(&r.line);
     return rc;
 }
 

@@ -157,34 +157,66 @@ bool cli_yaml_needs_quotes(const char *s)
     return false;
 }
 
+/* The escape for the ASCII byte C, or NULL when it goes out as it is. ESC (SIZE bytes, at
+ * least 5) holds a \xNN escape. */
+static const char *ascii_escape(unsigned char c, char *esc, size_t size)
+{
+    switch (c) {
+    case '"':
+        return "\\\"";
+    case '\\':
+        return "\\\\";
+    case '\n':
+        return "\\n";
+    case '\t':
+        return "\\t";
+    default:
+        break;
+    }
+    if (c < 0x20 || c == 0x7f) {
+        snprintf(esc, size, "\\x%02X", c);
+        return esc;
+    }
+    return NULL;
+}
+
+/* The escape for the UTF-8 line break (NEL, LS, PS) or byte order mark at P, its length in
+ * *LEN; NULL when P starts none of them. */
+static const char *unicode_escape(const unsigned char *p, size_t *len)
+{
+    if (p[0] == 0xC2 && p[1] == 0x85) {
+        *len = 2;
+        return "\\N";
+    }
+    if (p[0] == 0xE2 && p[1] == 0x80 && (p[2] == 0xA8 || p[2] == 0xA9)) {
+        *len = 3;
+        return p[2] == 0xA8 ? "\\L" : "\\P";
+    }
+    if (p[0] == 0xEF && p[1] == 0xBB && p[2] == 0xBF) {
+        *len = 3;
+        return "\\uFEFF";
+    }
+    return NULL;
+}
+
 /* Double-quoted YAML scalar; the escapes are those of JSON plus YAML's own line breaks. */
 static void put_quoted(struct buf *b, const char *s)
 {
     put(b, "\"", 1);
-    for (const unsigned char *p = (const unsigned char *)s; *p != '\0'; p++) {
+    for (const unsigned char *p = (const unsigned char *)s; *p != '\0';) {
         char esc[8];
-        if (*p == '"' || *p == '\\') {
-            put(b, "\\", 1);
-            put(b, (const char *)p, 1);
-        } else if (*p == '\n') {
-            puts_(b, "\\n");
-        } else if (*p == '\t') {
-            puts_(b, "\\t");
-        } else if (*p < 0x20 || *p == 0x7f) {
-            snprintf(esc, sizeof(esc), "\\x%02X", *p);
-            puts_(b, esc);
-        } else if (p[0] == 0xC2 && p[1] == 0x85) {
-            puts_(b, "\\N");
-            p += 1;
-        } else if (p[0] == 0xE2 && p[1] == 0x80 && (p[2] == 0xA8 || p[2] == 0xA9)) {
-            puts_(b, p[2] == 0xA8 ? "\\L" : "\\P");
-            p += 2;
-        } else if (p[0] == 0xEF && p[1] == 0xBB && p[2] == 0xBF) {
-            puts_(b, "\\uFEFF");
-            p += 2;
+        size_t len = 1;
+        const char *e = ascii_escape(*p, esc, sizeof(esc));
+
+        if (e == NULL) {
+            e = unicode_escape(p, &len);
+        }
+        if (e != NULL) {
+            puts_(b, e);
         } else {
             put(b, (const char *)p, 1);
         }
+        p += len;
     }
     put(b, "\"", 1);
 }

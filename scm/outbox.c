@@ -233,6 +233,100 @@ static void bump(struct scm_outbox *o, int64_t *field)
     pthread_mutex_unlock(&o->mu);
 }
 
+/* Sets aside an entry that cannot be sent now: its provider is not configured (it fails
+ * for good) or it is a sticky call before the bot's login is known (it waits). True when
+ * it did. */
+static bool set_aside(struct scm_outbox *o, const struct outbox_entry *e,
+                      struct scm_provider *p)
+{
+    if (p == NULL) {
+        log_kv(LOG_ERROR, "outbox_no_provider", "provider", e->provider, NULL);
+        (void)task_store_outbox_retry(o->store, e->id, 0, true, "provider not configured", NULL);
+        return true;
+    }
+    if (strcmp(e->kind, "sticky") == 0 && p->ops->bot_login(p) == NULL) {
+        /* Not before the rate budget: a call that waits spends none of it. */
+        (void)task_store_outbox_defer(o->store, e->id, LOGIN_WAIT_MS,
+                                      "the bot's login is not known yet", NULL);
+        return true;
+    }
+    return false;
+}
+
+/* Takes one call from W's rate budget when E creates content. Returns the ms to wait
+ * when the budget is spent (the entry goes back), else 0. */
+static int64_t spend_rate_budget(struct scm_outbox *o, const struct outbox_entry *e,
+                                 struct rate_window *w)
+{
+    const struct clock *clk = clock_system();
+    int64_t wait;
+
+    if (!content_creating(e)) {
+        return 0;
+    }
+    wait = scm_rate_wait(&w->rate, o->cfg.content_per_minute, clock_now_ms(clk));
+    if (wait > 0) {
+        bump(o, &o->stats.rate_waits);
+        task_store_outbox_release(o->store);
+        return wait;
+    }
+    scm_rate_note(&w->rate, clock_now_ms(clk));
+    return 0;
+}
+
+/* True when the provider itself paced the call (GitLab: notes per minute and project). */
+static bool provider_paced(int rc, const struct scm_result *res)
+{
+    return rc == E_AGAIN && res->status == 0 && res->rate_limited && res->retry_after_ms > 0;
+}
+
+/* A call the provider paced: not made, so no attempt is counted. */
+static void record_paced(struct scm_outbox *o, const struct outbox_entry *e,
+                         const struct scm_result *res, const struct err *err)
+{
+    bump(o, &o->stats.rate_waits);
+    log_kv(LOG_INFO, "scm_call_paced", "provider", e->provider, "kind", e->kind, "project",
+           e->project, "error", err->msg, NULL);
+    (void)task_store_outbox_defer(o->store, e->id, res->retry_after_ms, err->msg, NULL);
+}
+
+/* A call that succeeded; RESULT (may be NULL) is what it returned. */
+static void record_done(struct scm_outbox *o, const struct outbox_entry *e, const char *result,
+                        const char *status, const char *attempts)
+{
+    if (is_sticky(e)) {
+        (void)task_store_sticky_sent(o->store, e->coalesce_key,
+                                     result != NULL ? result : e->target, NULL);
+    }
+    (void)task_store_outbox_done(o->store, e->id, result, NULL);
+    log_kv(LOG_INFO, "scm_call", "provider", e->provider, "kind", e->kind, "project",
+           e->project, "status", status, "attempt", attempts, NULL);
+}
+
+/* A call that failed with RC: retried with backoff while it may be, else given up. */
+static void record_failure(struct scm_outbox *o, const struct outbox_entry *e, int rc,
+                           const struct scm_result *res, const struct err *err,
+                           const char *status, const char *attempts)
+{
+    bump(o, &o->stats.failures);
+    if (res->rate_limited) {
+        bump(o, &o->stats.rate_waits);
+    }
+    if (rc == E_AGAIN && e->attempts + 1 < o->cfg.max_attempts) {
+        int64_t delay = scm_outbox_backoff(&o->cfg, e->attempts + 1, res);
+        char d[32];
+        snprintf(d, sizeof(d), "%lld", (long long)delay);
+        log_kv(LOG_WARN, "scm_call_retry", "provider", e->provider, "kind", e->kind, "project",
+               e->project, "status", status, "attempt", attempts, "delay_ms", d, "error",
+               err->msg, NULL);
+        (void)task_store_outbox_retry(o->store, e->id, delay, false, err->msg, NULL);
+        return;
+    }
+    log_kv(LOG_ERROR, "scm_call_failed", "provider", e->provider, "kind", e->kind, "project",
+           e->project, "status", status, "attempt", attempts, "error", err->msg, NULL);
+    (void)task_store_outbox_retry(o->store, e->id, 0, true, err->msg, NULL);
+}
+
 /* Makes the call of E and records what happened. Returns the ms to wait before the next
  * call (rate budget), else 0. */
 static int64_t process(struct scm_outbox *o, struct outbox_entry *e)
@@ -240,7 +334,6 @@ static int64_t process(struct scm_outbox *o, struct outbox_entry *e)
     struct scm_provider *p = scm_registry_get(o->reg, e->provider);
     struct scm_result res = {0};
     struct err err = {0};
-    const struct clock *clk = clock_system();
     struct rate_window *w = window_of(o, e->provider);
     char *result = NULL;
     char attempts[16], status[16];
@@ -248,25 +341,12 @@ static int64_t process(struct scm_outbox *o, struct outbox_entry *e)
     bool login_wait = false;
     int rc;
 
-    if (p == NULL) {
-        log_kv(LOG_ERROR, "outbox_no_provider", "provider", e->provider, NULL);
-        (void)task_store_outbox_retry(o->store, e->id, 0, true, "provider not configured", NULL);
+    if (set_aside(o, e, p)) {
         return 0;
     }
-    if (strcmp(e->kind, "sticky") == 0 && p->ops->bot_login(p) == NULL) {
-        /* Not before the rate budget: a call that waits spends none of it. */
-        (void)task_store_outbox_defer(o->store, e->id, LOGIN_WAIT_MS,
-                                      "the bot's login is not known yet", NULL);
-        return 0;
-    }
-    if (content_creating(e)) {
-        wait = scm_rate_wait(&w->rate, o->cfg.content_per_minute, clock_now_ms(clk));
-        if (wait > 0) {
-            bump(o, &o->stats.rate_waits);
-            task_store_outbox_release(o->store);
-            return wait;
-        }
-        scm_rate_note(&w->rate, clock_now_ms(clk));
+    wait = spend_rate_budget(o, e, w);
+    if (wait > 0) {
+        return wait;
     }
     rc = call(&result, &login_wait, p, e, &res, &err);
     if (login_wait) {
@@ -274,13 +354,8 @@ static int64_t process(struct scm_outbox *o, struct outbox_entry *e)
         (void)task_store_outbox_defer(o->store, e->id, LOGIN_WAIT_MS, err.msg, NULL);
         return 0;
     }
-    if (rc == E_AGAIN && res.status == 0 && res.rate_limited && res.retry_after_ms > 0) {
-        /* Paced by the provider itself (GitLab: notes per minute and project): not made,
-         * so no attempt is counted. */
-        bump(o, &o->stats.rate_waits);
-        log_kv(LOG_INFO, "scm_call_paced", "provider", e->provider, "kind", e->kind, "project",
-               e->project, "error", err.msg, NULL);
-        (void)task_store_outbox_defer(o->store, e->id, res.retry_after_ms, err.msg, NULL);
+    if (provider_paced(rc, &res)) {
+        record_paced(o, e, &res, &err);
         free(result);
         return 0;
     }
@@ -288,33 +363,11 @@ static int64_t process(struct scm_outbox *o, struct outbox_entry *e)
     snprintf(attempts, sizeof(attempts), "%d", e->attempts + 1);
     snprintf(status, sizeof(status), "%d", res.status);
     if (rc == E_OK) {
-        if (is_sticky(e)) {
-            (void)task_store_sticky_sent(o->store, e->coalesce_key,
-                                         result != NULL ? result : e->target, NULL);
-        }
-        (void)task_store_outbox_done(o->store, e->id, result, NULL);
-        log_kv(LOG_INFO, "scm_call", "provider", e->provider, "kind", e->kind, "project",
-               e->project, "status", status, "attempt", attempts, NULL);
-        free(result);
-        return 0;
+        record_done(o, e, result, status, attempts);
+    } else {
+        record_failure(o, e, rc, &res, &err, status, attempts);
     }
-    bump(o, &o->stats.failures);
-    if (res.rate_limited) {
-        bump(o, &o->stats.rate_waits);
-    }
-    if (rc == E_AGAIN && e->attempts + 1 < o->cfg.max_attempts) {
-        int64_t delay = scm_outbox_backoff(&o->cfg, e->attempts + 1, &res);
-        char d[32];
-        snprintf(d, sizeof(d), "%lld", (long long)delay);
-        log_kv(LOG_WARN, "scm_call_retry", "provider", e->provider, "kind", e->kind, "project",
-               e->project, "status", status, "attempt", attempts, "delay_ms", d, "error",
-               err.msg, NULL);
-        (void)task_store_outbox_retry(o->store, e->id, delay, false, err.msg, NULL);
-        return 0;
-    }
-    log_kv(LOG_ERROR, "scm_call_failed", "provider", e->provider, "kind", e->kind, "project",
-           e->project, "status", status, "attempt", attempts, "error", err.msg, NULL);
-    (void)task_store_outbox_retry(o->store, e->id, 0, true, err.msg, NULL);
+    free(result);
     return 0;
 }
 

@@ -176,10 +176,47 @@ struct url_parts {
     const char *path; /* from the first '/', '?' or '#' after the authority; may be "" */
 };
 
+/* True for the scheme "http" or "https" (any case), the LEN bytes at S. */
+static bool http_scheme(const char *s, size_t len)
+{
+    return (len == 4 && strncasecmp(s, "http", 4) == 0) ||
+           (len == 5 && strncasecmp(s, "https", 5) == 0);
+}
+
+/* The ':' before the port in the authority [AUTH, END), or END when it names no port. */
+static const char *port_colon(const char *auth, const char *end)
+{
+    size_t n = (size_t)(end - auth);
+    const char *c;
+
+    if (auth < end && *auth == '[') {
+        const char *close = memchr(auth, ']', n);
+        return close != NULL && close + 1 < end && close[1] == ':' ? close + 1 : end;
+    }
+    c = memchr(auth, ':', n);
+    return c != NULL ? c : end;
+}
+
+/* Sets U's port to what follows COLON up to END, or the scheme's default when COLON is
+ * END. False when it does not fit. */
+static bool set_port(struct url_parts *u, const char *colon, const char *end)
+{
+    size_t len = colon < end ? (size_t)(end - colon - 1) : 0;
+
+    if (len >= sizeof(u->port)) {
+        return false;
+    }
+    if (len > 0) {
+        memcpy(u->port, colon + 1, len);
+    } else {
+        snprintf(u->port, sizeof(u->port), "%s", u->scheme_len == 5 ? "443" : "80");
+    }
+    return true;
+}
+
 static bool url_split(struct url_parts *u, const char *url)
 {
     const char *sep = strstr(url, "://"), *auth, *end, *colon;
-    size_t port_len;
 
     memset(u, 0, sizeof(*u));
     if (sep == NULL) {
@@ -187,8 +224,7 @@ static bool url_split(struct url_parts *u, const char *url)
     }
     u->scheme = url;
     u->scheme_len = (size_t)(sep - url);
-    if (!((u->scheme_len == 4 && strncasecmp(url, "http", 4) == 0) ||
-          (u->scheme_len == 5 && strncasecmp(url, "https", 5) == 0))) {
+    if (!http_scheme(url, u->scheme_len)) {
         return false;
     }
     auth = sep + 3;
@@ -197,24 +233,11 @@ static bool url_split(struct url_parts *u, const char *url)
         memchr(auth, '\\', (size_t)(end - auth)) != NULL) {
         return false; /* user info: never sent credentials to whatever it hides */
     }
-    colon = end;
-    if (auth < end && *auth == '[') {
-        const char *close = memchr(auth, ']', (size_t)(end - auth));
-        colon = close != NULL && close + 1 < end && close[1] == ':' ? close + 1 : end;
-    } else {
-        const char *c = memchr(auth, ':', (size_t)(end - auth));
-        colon = c != NULL ? c : end;
-    }
+    colon = port_colon(auth, end);
     u->host = auth;
     u->host_len = (size_t)(colon - auth);
-    port_len = colon < end ? (size_t)(end - colon - 1) : 0;
-    if (port_len >= sizeof(u->port) || u->host_len == 0) {
+    if (u->host_len == 0 || !set_port(u, colon, end)) {
         return false;
-    }
-    if (port_len > 0) {
-        memcpy(u->port, colon + 1, port_len);
-    } else {
-        snprintf(u->port, sizeof(u->port), "%s", u->scheme_len == 5 ? "443" : "80");
     }
     u->path = end;
     return true;
@@ -232,25 +255,42 @@ static bool strcasestr_ascii(const char *hay, const char *needle)
     return false;
 }
 
+/* True when A and B have the same scheme, host and port (case-insensitively). */
+static bool same_origin(const struct url_parts *a, const struct url_parts *b)
+{
+    return a->scheme_len == b->scheme_len &&
+           strncasecmp(a->scheme, b->scheme, a->scheme_len) == 0 &&
+           a->host_len == b->host_len && strncasecmp(a->host, b->host, a->host_len) == 0 &&
+           strcmp(a->port, b->port) == 0;
+}
+
+/* The length of PATH without its query, fragment and trailing '/'s. */
+static size_t base_path_len(const char *path)
+{
+    size_t len = strcspn(path, "?#");
+
+    while (len > 0 && path[len - 1] == '/') {
+        len--;
+    }
+    return len;
+}
+
+/* True when PATH is the base path (its first BLEN bytes of BASE) or goes below it. */
+static bool path_under(const char *path, const char *base, size_t blen)
+{
+    if (strstr(path, "/.") != NULL || strcasestr_ascii(path, "%2e")) {
+        return false; /* a dot segment, plain or encoded, could climb out of the base */
+    }
+    return strncmp(path, base, blen) == 0 &&
+           (path[blen] == '\0' || path[blen] == '/' || path[blen] == '?' || path[blen] == '#');
+}
+
 bool scm_url_under(const char *api_base, const char *url)
 {
     struct url_parts b, u;
-    size_t blen;
 
-    if (!url_split(&b, api_base) || !url_split(&u, url) || b.scheme_len != u.scheme_len ||
-        strncasecmp(b.scheme, u.scheme, b.scheme_len) != 0 || b.host_len != u.host_len ||
-        strncasecmp(b.host, u.host, b.host_len) != 0 || strcmp(b.port, u.port) != 0) {
+    if (!url_split(&b, api_base) || !url_split(&u, url) || !same_origin(&b, &u)) {
         return false;
     }
-    /* The base's path without a trailing '/'; the URL's must be it or go below it. */
-    blen = strcspn(b.path, "?#");
-    while (blen > 0 && b.path[blen - 1] == '/') {
-        blen--;
-    }
-    if (strstr(u.path, "/.") != NULL || strcasestr_ascii(u.path, "%2e")) {
-        return false; /* a dot segment, plain or encoded, could climb out of the base */
-    }
-    return strncmp(u.path, b.path, blen) == 0 &&
-           (u.path[blen] == '\0' || u.path[blen] == '/' || u.path[blen] == '?' ||
-            u.path[blen] == '#');
+    return path_under(u.path, b.path, base_path_len(b.path));
 }
