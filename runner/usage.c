@@ -64,8 +64,7 @@ static bool parse_exponent(long *e, const char *s, size_t len, size_t *i)
 }
 
 /* Appends the digits at S[*i..len) to DIG, counting them in *count; false when too many. */
-static bool push_digits(char *dig, size_t *nd, long *count, const char *s, size_t len,
-                        size_t *i)
+static bool push_digits(char *dig, size_t *nd, long *count, const char *s, size_t len, size_t *i)
 {
     for (; *i < len && is_digit(s[*i]); (*i)++, (*count)++) {
         if (!push_digit(dig, nd, s[*i])) {
@@ -78,8 +77,7 @@ static bool push_digits(char *dig, size_t *nd, long *count, const char *s, size_
 /* Parses the integer and fraction parts of S (S[0] is a digit) into the significant
  * digits DIG and the number of fraction digits *frac; *i ends after them. False when
  * malformed or too long. */
-static bool parse_mantissa(char *dig, size_t *nd, long *frac, const char *s, size_t len,
-                           size_t *i)
+static bool parse_mantissa(char *dig, size_t *nd, long *frac, const char *s, size_t len, size_t *i)
 {
     long whole = 0;
 
@@ -222,8 +220,7 @@ static int parse_cost_value(struct runner_usage *out, const struct jsonscan_valu
     return E_OK;
 }
 
-static int parse_tokens(struct runner_usage *out, const struct jsonscan_value *v,
-                        struct err *err)
+static int parse_tokens(struct runner_usage *out, const struct jsonscan_value *v, struct err *err)
 {
     if (!v->present || jsonscan_is_null(v)) {
         return E_OK;
