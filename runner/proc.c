@@ -204,20 +204,67 @@ static int pump(int *wst, const struct runner_spawn *sp, int rfd, pid_t pid)
     return E_OK;
 }
 
-int runner_spawn_run(int *status_out, const struct runner_spawn *sp, struct err *err)
+/* Opens the output pipe, both ends close-on-exec; on failure nothing is left open. */
+static int open_cloexec_pipe(int fds[2], struct err *err)
 {
-    int fds[2] = {-1, -1}, wst = 0;
-    bool piped = sp->capture != NULL || sp->tail != NULL;
-    pid_t pid;
-
-    *status_out = 127;
-    if (piped && (pipe(fds) != 0 || fcntl(fds[0], F_SETFD, FD_CLOEXEC) != 0 ||
-                  fcntl(fds[1], F_SETFD, FD_CLOEXEC) != 0)) {
+    if (pipe(fds) != 0 || fcntl(fds[0], F_SETFD, FD_CLOEXEC) != 0 ||
+        fcntl(fds[1], F_SETFD, FD_CLOEXEC) != 0) {
         if (fds[0] >= 0) {
             close(fds[0]);
             close(fds[1]);
         }
         return err_set(err, E_FAIL, "pipe: %s", strerror(errno));
+    }
+    return E_OK;
+}
+
+/* Waits for PID, passing its output on from the read end FDS[0] when PIPED (both ends
+ * are closed here). Stores the wait status in *wst. */
+static int wait_child(int *wst, const struct runner_spawn *sp, int fds[2], bool piped, pid_t pid,
+                      struct err *err)
+{
+    if (piped) {
+        int prc;
+        close(fds[1]);
+        prc = pump(wst, sp, fds[0], pid);
+        close(fds[0]);
+        if (prc != E_OK) {
+            return err_set(err, E_FAIL, "waitpid: %s", strerror(errno));
+        }
+        return E_OK;
+    }
+    while (waitpid(pid, wst, 0) < 0) {
+        if (errno != EINTR) {
+            return err_set(err, E_FAIL, "waitpid: %s", strerror(errno));
+        }
+    }
+    return E_OK;
+}
+
+/* The shell's convention: the exit code, 128 + the signal, else 127. */
+static int exit_code_of(int wst)
+{
+    if (WIFEXITED(wst)) {
+        return WEXITSTATUS(wst);
+    }
+    if (WIFSIGNALED(wst)) {
+        return 128 + WTERMSIG(wst);
+    }
+    return 127;
+}
+
+int runner_spawn_run(int *status_out, const struct runner_spawn *sp, struct err *err)
+{
+    int fds[2] = {-1, -1}, wst = 0, rc;
+    bool piped = sp->capture != NULL || sp->tail != NULL;
+    pid_t pid;
+
+    *status_out = 127;
+    if (piped) {
+        rc = open_cloexec_pipe(fds, err);
+        if (rc != E_OK) {
+            return rc;
+        }
     }
     fflush(stdout);
     fflush(stderr);
@@ -232,25 +279,10 @@ int runner_spawn_run(int *status_out, const struct runner_spawn *sp, struct err 
     if (pid == 0) {
         child_exec(sp, fds[1]);
     }
-    if (piped) {
-        int prc;
-        close(fds[1]);
-        prc = pump(&wst, sp, fds[0], pid);
-        close(fds[0]);
-        if (prc != E_OK) {
-            return err_set(err, E_FAIL, "waitpid: %s", strerror(errno));
-        }
-    } else {
-        while (waitpid(pid, &wst, 0) < 0) {
-            if (errno != EINTR) {
-                return err_set(err, E_FAIL, "waitpid: %s", strerror(errno));
-            }
-        }
+    rc = wait_child(&wst, sp, fds, piped, pid, err);
+    if (rc != E_OK) {
+        return rc;
     }
-    if (WIFEXITED(wst)) {
-        *status_out = WEXITSTATUS(wst);
-    } else if (WIFSIGNALED(wst)) {
-        *status_out = 128 + WTERMSIG(wst);
-    }
+    *status_out = exit_code_of(wst);
     return E_OK;
 }

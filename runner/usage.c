@@ -63,44 +63,47 @@ static bool parse_exponent(long *e, const char *s, size_t len, size_t *i)
     return true;
 }
 
-int runner_cost_parse(int64_t *micros_out, const char *s, size_t len)
+/* Appends the digits at S[*i..len) to DIG, counting them in *count; false when too many. */
+static bool push_digits(char *dig, size_t *nd, long *count, const char *s, size_t len, size_t *i)
 {
-    char dig[COST_DIGITS_MAX];
-    size_t nd = 0, i = 0;
-    long frac = 0, e = 0, scale;
+    for (; *i < len && is_digit(s[*i]); (*i)++, (*count)++) {
+        if (!push_digit(dig, nd, s[*i])) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Parses the integer and fraction parts of S (S[0] is a digit) into the significant
+ * digits DIG and the number of fraction digits *frac; *i ends after them. False when
+ * malformed or too long. */
+static bool parse_mantissa(char *dig, size_t *nd, long *frac, const char *s, size_t len, size_t *i)
+{
+    long whole = 0;
+
+    if (s[0] == '0') {
+        *i = 1;
+    } else if (!push_digits(dig, nd, &whole, s, len, i)) {
+        return false;
+    }
+    if (*i < len && s[*i] == '.') {
+        (*i)++;
+        if (*i >= len || !is_digit(s[*i])) {
+            return false;
+        }
+        if (!push_digits(dig, nd, frac, s, len, i)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* The value of the ND > 0 digits DIG times 10^SCALE, in *micros_out when it is a whole
+ * number of micro-dollars no larger than RUNNER_COST_MAX_MICROS. */
+static int digits_to_micros(int64_t *micros_out, const char *dig, size_t nd, long scale)
+{
     int64_t v = 0;
 
-    *micros_out = 0;
-    if (len == 0 || !is_digit(s[0])) {
-        return E_INVALID; /* also refuses a minus sign: amounts are non-negative */
-    }
-    if (s[0] == '0') {
-        i = 1;
-    } else {
-        for (; i < len && is_digit(s[i]); i++) {
-            if (!push_digit(dig, &nd, s[i])) {
-                return E_INVALID;
-            }
-        }
-    }
-    if (i < len && s[i] == '.') {
-        i++;
-        if (i >= len || !is_digit(s[i])) {
-            return E_INVALID;
-        }
-        for (; i < len && is_digit(s[i]); i++, frac++) {
-            if (!push_digit(dig, &nd, s[i])) {
-                return E_INVALID;
-            }
-        }
-    }
-    if (!parse_exponent(&e, s, len, &i) || i != len) {
-        return E_INVALID;
-    }
-    if (nd == 0) {
-        return E_OK;
-    }
-    scale = e - frac + 6;
     while (nd > 0 && dig[nd - 1] == '0') {
         nd--;
         scale++;
@@ -119,6 +122,28 @@ int runner_cost_parse(int64_t *micros_out, const char *s, size_t len)
     }
     *micros_out = v;
     return E_OK;
+}
+
+int runner_cost_parse(int64_t *micros_out, const char *s, size_t len)
+{
+    char dig[COST_DIGITS_MAX];
+    size_t nd = 0, i = 0;
+    long frac = 0, e = 0;
+
+    *micros_out = 0;
+    if (len == 0 || !is_digit(s[0])) {
+        return E_INVALID; /* also refuses a minus sign: amounts are non-negative */
+    }
+    if (!parse_mantissa(dig, &nd, &frac, s, len, &i)) {
+        return E_INVALID;
+    }
+    if (!parse_exponent(&e, s, len, &i) || i != len) {
+        return E_INVALID;
+    }
+    if (nd == 0) {
+        return E_OK;
+    }
+    return digits_to_micros(micros_out, dig, nd, e - frac + 6);
 }
 
 /* Whether the raw string text S[0..len) holds the escape "\u0000". */
@@ -195,21 +220,41 @@ static int parse_cost_value(struct runner_usage *out, const struct jsonscan_valu
     return E_OK;
 }
 
+static int parse_tokens(struct runner_usage *out, const struct jsonscan_value *v, struct err *err)
+{
+    if (!v->present || jsonscan_is_null(v)) {
+        return E_OK;
+    }
+    if (jsonscan_int(&out->tokens, v) != E_OK || out->tokens < 0 ||
+        out->tokens > RUNNER_TOKENS_MAX) {
+        out->tokens = 0;
+        return err_set(err, E_INVALID, "tokensUsed must be a non-negative integer");
+    }
+    return E_OK;
+}
+
+/* Whether LINE[0..len) starts, after blanks, with '{'. */
+static bool starts_object(const char *line, size_t len)
+{
+    size_t i = 0;
+
+    while (i < len && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r')) {
+        i++;
+    }
+    return i < len && line[i] == '{';
+}
+
 int runner_usage_parse(struct runner_usage *out, const char *line, size_t len, struct err *err)
 {
     static const struct jsonscan_path paths[] = {{"model"}, {"tokensUsed"}, {"costUSD"}};
     struct jsonscan_value v[3];
-    size_t i = 0;
     int rc;
 
     memset(out, 0, sizeof(*out));
     if (len > RUNNER_USAGE_LINE_MAX) {
         return err_set(err, E_INVALID, "usage line longer than %d bytes", RUNNER_USAGE_LINE_MAX);
     }
-    while (i < len && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r')) {
-        i++;
-    }
-    if (i >= len || line[i] != '{') {
+    if (!starts_object(line, len)) {
         return err_set(err, E_INVALID, "usage line is not a JSON object");
     }
     memset(v, 0, sizeof(v));
@@ -218,12 +263,8 @@ int runner_usage_parse(struct runner_usage *out, const char *line, size_t len, s
         return err_set(err, E_INVALID, "usage line is not valid JSON");
     }
     rc = parse_model(out, &v[0], err);
-    if (rc == E_OK && v[1].present && !jsonscan_is_null(&v[1])) {
-        if (jsonscan_int(&out->tokens, &v[1]) != E_OK || out->tokens < 0 ||
-            out->tokens > RUNNER_TOKENS_MAX) {
-            out->tokens = 0;
-            rc = err_set(err, E_INVALID, "tokensUsed must be a non-negative integer");
-        }
+    if (rc == E_OK) {
+        rc = parse_tokens(out, &v[1], err);
     }
     if (rc == E_OK) {
         rc = parse_cost_value(out, &v[2], err);

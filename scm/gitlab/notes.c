@@ -35,10 +35,29 @@ static bool is_shortcode(const char *s, size_t n)
     return true;
 }
 
+/* Whether S[0..n) (n > 0) is one short run of non-ASCII bytes with no space: one pictograph
+ * (sequence). A leading digit, '#' or '*' starts a keycap emoji. */
+static bool is_pictograph(const char *s, size_t n)
+{
+    bool wide = false;
+
+    if (n > EMOJI_SEQ_MAX) {
+        return false;
+    }
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        bool keycap = i == 0 && ((c >= '0' && c <= '9') || c == '#' || c == '*');
+        if (c < 0x80 && !keycap) {
+            return false;
+        }
+        wide = wide || c >= 0x80;
+    }
+    return wide;
+}
+
 bool gitlab_note_is_award(const char *body)
 {
     size_t a = 0, n = strlen(body);
-    bool wide = false;
 
     while (a < n && is_space(body[a])) {
         a++;
@@ -49,23 +68,7 @@ bool gitlab_note_is_award(const char *body)
     if (n == a) {
         return false;
     }
-    if (is_shortcode(body + a, n - a)) {
-        return true;
-    }
-    /* A short run of non-ASCII bytes with no space: one pictograph (sequence). Digits and
-     * '#'/'*' start keycap emoji. */
-    if (n - a > EMOJI_SEQ_MAX) {
-        return false;
-    }
-    for (size_t i = a; i < n; i++) {
-        unsigned char c = (unsigned char)body[i];
-        bool keycap = i == a && ((c >= '0' && c <= '9') || c == '#' || c == '*');
-        if (c < 0x80 && !keycap) {
-            return false;
-        }
-        wide = wide || c >= 0x80;
-    }
-    return wide;
+    return is_shortcode(body + a, n - a) || is_pictograph(body + a, n - a);
 }
 
 /* The largest boundary <= AT that does not split a UTF-8 sequence of S. */

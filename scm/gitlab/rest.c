@@ -146,6 +146,36 @@ void gitlab_answer_cleanup(struct answer *a)
     memset(a, 0, sizeof(*a));
 }
 
+/* Whether R is a 4xx answer saying the thing "has already been taken". */
+static bool already_taken(const struct httpc_response *r)
+{
+    return r->status >= 400 && r->status < 500 && r->body.data != NULL &&
+           strstr(r->body.data, "already been taken") != NULL;
+}
+
+/* Fills ANS from the successful answer R: the raw body when WANT_RAW, else its JSON (when
+ * there is a body), and the next page number. */
+static int take_answer(struct answer *ans, const struct httpc_response *r, bool want_raw,
+                       const char *method, struct err *err)
+{
+    const char *np;
+    long v;
+
+    if (want_raw) {
+        ans->raw = xstrndup(r->body.data != NULL ? r->body.data : "", r->body.len);
+        ans->raw_len = r->body.len;
+    } else if (r->body.len > 0) {
+        ans->json = json_loadb(r->body.data, r->body.len, 0, NULL);
+        if (ans->json == NULL) {
+            return err_set(err, E_FAIL, "%s: the answer is not JSON", method);
+        }
+    }
+    np = httpc_response_header(r, "x-next-page");
+    v = np != NULL ? strtol(np, NULL, 10) : 0;
+    ans->next_page = v > 0 && v <= GITLAB_MAX_PAGES ? v : 0;
+    return E_OK;
+}
+
 /* One REST call. UUID_LINE (may be NULL) is an X-Gitlab-Event-UUID header line. */
 int gitlab_call(struct answer *ans, struct gitlab *gl, const char *method, const char *url,
                 const json_t *body, const char *uuid_line, bool want_raw,
@@ -177,22 +207,12 @@ int gitlab_call(struct answer *ans, struct gitlab *gl, const char *method, const
     rc = httpc_request(&r, &req, err);
     if (rc == E_OK) {
         rc = classify(res, &r, method, err);
-        ans->taken = r.status >= 400 && r.status < 500 && r.body.data != NULL &&
-                     strstr(r.body.data, "already been taken") != NULL;
+        ans->taken = already_taken(&r);
     } else {
         rc = E_AGAIN;
     }
-    if (rc == E_OK && want_raw) {
-        ans->raw = xstrndup(r.body.data != NULL ? r.body.data : "", r.body.len);
-        ans->raw_len = r.body.len;
-    } else if (rc == E_OK && r.body.len > 0) {
-        ans->json = json_loadb(r.body.data, r.body.len, 0, NULL);
-        rc = ans->json != NULL ? E_OK : err_set(err, E_FAIL, "%s: the answer is not JSON", method);
-    }
     if (rc == E_OK) {
-        const char *np = httpc_response_header(&r, "x-next-page");
-        long v = np != NULL ? strtol(np, NULL, 10) : 0;
-        ans->next_page = v > 0 && v <= GITLAB_MAX_PAGES ? v : 0;
+        rc = take_answer(ans, &r, want_raw, method, err);
     }
     httpc_response_cleanup(&r);
     secret_wipe(tok, strlen(tok));

@@ -79,23 +79,35 @@ int gitlab_sig_precheck(const char *id, const char *ts, const char *sig, int64_t
     return E_OK;
 }
 
+static bool is_alnum(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
+
+/* Whether S[0..n) (n >= 2) is base64 text whose only '=' are padding in the last two
+ * places; their number goes to *pad. */
+static bool b64_valid(const char *s, size_t n, size_t *pad)
+{
+    *pad = 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        bool ok = is_alnum(c) || c == '+' || c == '/' || (c == '=' && i >= n - 2);
+        if (!ok || (c != '=' && i > 0 && s[i - 1] == '=')) {
+            return false;
+        }
+        *pad += c == '=';
+    }
+    return true;
+}
+
 /* Decodes standard base64 S[0..n) (padding required) into OUT (cap bytes); -1 on error. */
 static long b64_decode(unsigned char *out, size_t cap, const char *s, size_t n)
 {
     int len;
     size_t pad = 0;
 
-    if (n == 0 || n % 4 != 0 || n / 4 * 3 > cap) {
+    if (n == 0 || n % 4 != 0 || n / 4 * 3 > cap || !b64_valid(s, n, &pad)) {
         return -1;
-    }
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-                  c == '+' || c == '/' || (c == '=' && i >= n - 2);
-        if (!ok || (c != '=' && i > 0 && s[i - 1] == '=')) {
-            return -1;
-        }
-        pad += c == '=';
     }
     len = EVP_DecodeBlock(out, (const unsigned char *)s, (int)n);
     return len < 0 ? -1 : (long)len - (long)pad;
@@ -208,11 +220,6 @@ int gitlab_sig_verify(const char *secrets, const char *id, const char *ts, const
 
 /* --- names ------------------------------------------------------------------------------ */
 
-static bool is_alnum(char c)
-{
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
-}
-
 static bool ends_with(const char *s, size_t n, const char *suffix)
 {
     size_t m = strlen(suffix);
@@ -220,14 +227,25 @@ static bool ends_with(const char *s, size_t n, const char *suffix)
     return n >= m && memcmp(s + n - m, suffix, m) == 0;
 }
 
+static bool is_segment_char(char c)
+{
+    return is_alnum(c) || c == '_' || c == '-' || c == '.';
+}
+
+/* GitLab's rules for the length and the ends of a path segment S[0..n). */
+static bool segment_ends_valid(const char *s, size_t n)
+{
+    return n > 0 && n <= NAME_MAX_LEN && (is_alnum(s[0]) || s[0] == '_') && s[n - 1] != '.' &&
+           !ends_with(s, n, ".git") && !ends_with(s, n, ".atom");
+}
+
 bool gitlab_valid_path_segment(const char *s, size_t n)
 {
-    if (n == 0 || n > NAME_MAX_LEN || !(is_alnum(s[0]) || s[0] == '_') || s[n - 1] == '.' ||
-        ends_with(s, n, ".git") || ends_with(s, n, ".atom")) {
+    if (!segment_ends_valid(s, n)) {
         return false;
     }
     for (size_t i = 0; i < n; i++) {
-        if (!is_alnum(s[i]) && s[i] != '_' && s[i] != '-' && s[i] != '.') {
+        if (!is_segment_char(s[i])) {
             return false;
         }
         if (s[i] == '.' && i + 1 < n && s[i + 1] == '.') {
@@ -259,19 +277,41 @@ bool gitlab_valid_username(const char *s)
     return gitlab_valid_path_segment(s, strlen(s));
 }
 
+/* git's rules (check-ref-format) for the length and the ends of the branch name S[0..n). */
+static bool branch_ends_valid(const char *s, size_t n)
+{
+    return n > 0 && n <= NAME_MAX_LEN && s[0] != '-' && s[0] != '/' && s[0] != '.' &&
+           s[n - 1] != '/' && s[n - 1] != '.' && !ends_with(s, n, ".lock") && strcmp(s, "@") != 0;
+}
+
+/* Whether S holds a sequence git refuses anywhere in a ref name. */
+static bool branch_has_bad_sequence(const char *s)
+{
+    static const char *const bad[] = {"..", "@{", "//", "/."};
+
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        if (strstr(s, bad[i]) != NULL) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* A byte git allows in a ref name: no control character, space, DEL or "~^:?*[\\". */
+static bool is_branch_char(unsigned char c)
+{
+    return c > 0x20 && c != 0x7f && strchr("~^:?*[\\", (int)c) == NULL;
+}
+
 bool gitlab_valid_branch(const char *s)
 {
     size_t n = strlen(s);
 
-    if (n == 0 || n > NAME_MAX_LEN || s[0] == '-' || s[0] == '/' || s[n - 1] == '/' ||
-        s[n - 1] == '.' || ends_with(s, n, ".lock") || strstr(s, "..") != NULL ||
-        strstr(s, "@{") != NULL || strstr(s, "//") != NULL || strstr(s, "/.") != NULL ||
-        s[0] == '.' || strcmp(s, "@") == 0) {
+    if (!branch_ends_valid(s, n) || branch_has_bad_sequence(s)) {
         return false;
     }
     for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c <= 0x20 || c == 0x7f || strchr("~^:?*[\\", (int)c) != NULL) {
+        if (!is_branch_char((unsigned char)s[i])) {
             return false;
         }
     }
@@ -404,20 +444,25 @@ static int parse_mr(struct inbox_entry *e, const struct jsonscan_value *f, const
     return rc;
 }
 
-static int parse_note(struct inbox_entry *e, const struct jsonscan_value *f, const char *delivery,
-                      const char *uuid, struct err *err)
+/* The merge request iid and the note id of the payload F. */
+static int note_ids(int64_t *iid_out, int64_t *id_out, const struct jsonscan_value *f,
+                    struct err *err)
 {
-    int64_t iid = 0, id = 0, uid = 0;
-
-    if (jsonscan_int(&iid, &f[F_IID]) != E_OK) {
+    if (jsonscan_int(iid_out, &f[F_IID]) != E_OK) {
         return missing(err, "merge_request.iid");
     }
-    if (iid < 1 || iid > INT32_MAX) {
+    if (*iid_out < 1 || *iid_out > INT32_MAX) {
         return err_set(err, E_INVALID, "merge_request.iid is not a merge request iid");
     }
-    if (jsonscan_int(&id, &f[F_NOTE_ID]) != E_OK || id < 1) {
+    if (jsonscan_int(id_out, &f[F_NOTE_ID]) != E_OK || *id_out < 1) {
         return missing(err, "object_attributes.id");
     }
+    return E_OK;
+}
+
+/* The provider, project, note body and author of the payload F into E, names checked. */
+static int note_names(struct inbox_entry *e, const struct jsonscan_value *f, struct err *err)
+{
     snprintf(e->provider, sizeof(e->provider), "gitlab");
     e->project = jsonscan_string(&f[F_PROJECT]);
     e->body = jsonscan_string(&f[F_NOTE]);
@@ -437,14 +482,37 @@ static int parse_note(struct inbox_entry *e, const struct jsonscan_value *f, con
     if (!gitlab_valid_username(e->author)) {
         return err_set(err, E_INVALID, "user.username is not a valid GitLab username");
     }
+    return E_OK;
+}
+
+/* The note author's user id, or 0 when the payload F has none. */
+static int64_t note_author_id(const struct jsonscan_value *f)
+{
+    int64_t uid = 0;
+
+    if (jsonscan_int(&uid, &f[F_USER_ID]) == E_OK && uid >= 1) {
+        return uid;
+    }
+    /* Older payloads carry no user.id: the note's author_id is the same person. */
+    return jsonscan_int(&uid, &f[F_AUTHOR_ID]) == E_OK && uid > 0 ? uid : 0;
+}
+
+static int parse_note(struct inbox_entry *e, const struct jsonscan_value *f, const char *delivery,
+                      const char *uuid, struct err *err)
+{
+    int64_t iid = 0, id = 0;
+    int rc = note_ids(&iid, &id, f, err);
+
+    if (rc == E_OK) {
+        rc = note_names(e, f, err);
+    }
+    if (rc != E_OK) {
+        return rc;
+    }
     e->delivery_id = delivery != NULL ? xstrdup(delivery) : NULL;
     e->number = iid;
     e->comment_id = xasprintf("%lld", (long long)id);
-    if (jsonscan_int(&uid, &f[F_USER_ID]) != E_OK || uid < 1) {
-        /* Older payloads carry no user.id: the note's author_id is the same person. */
-        uid = jsonscan_int(&uid, &f[F_AUTHOR_ID]) == E_OK && uid > 0 ? uid : 0;
-    }
-    e->author_id = uid;
+    e->author_id = note_author_id(f);
     return parse_mr(e, f, uuid, err);
 }
 
@@ -475,47 +543,36 @@ static const char *ignored_note(const struct jsonscan_value *f, struct err *err,
     return why;
 }
 
-int gitlab_webhook_parse(enum gitlab_event *event_out, struct inbox_entry *entry_out,
-                         const char **why_out, const char *event, const char *delivery,
-                         const char *event_uuid, const char *body, size_t len, struct err *err)
+/* Whether BODY[0..len) starts, after white space, with '{'. */
+static bool starts_object(const char *body, size_t len)
 {
-    struct jsonscan_value f[F_COUNT];
-    struct err jerr = {0};
-    char *kind = NULL;
     size_t i = 0;
-    int rc = E_OK;
 
-    *event_out = GITLAB_EVENT_IGNORED;
-    *why_out = "";
-    memset(entry_out, 0, sizeof(*entry_out));
-    if (event == NULL) {
-        return err_set(err, E_INVALID, "missing X-Gitlab-Event header");
-    }
     while (i < len && (body[i] == ' ' || body[i] == '\t' || body[i] == '\n' || body[i] == '\r')) {
         i++;
     }
-    if (jsonscan_extract(f, body, len, g_fields, F_COUNT, &jerr) != E_OK || i >= len ||
-        body[i] != '{') {
-        return err_set(err, E_INVALID, "payload is not a JSON object: %s",
-                       jerr.msg[0] != '\0' ? jerr.msg : "wrong type");
-    }
-    if (strcmp(event, "Note Hook") != 0) {
-        *why_out = strcmp(event, "Confidential Note Hook") == 0 ? "confidential note"
-                                                                : "event not handled";
-        return E_OK;
-    }
-    kind = jsonscan_string(&f[F_KIND]);
+    return i < len && body[i] == '{';
+}
+
+/* A Note Hook's payload F: a command in *entry_out, or why it is none in *why_out. */
+static int parse_note_hook(enum gitlab_event *event_out, struct inbox_entry *entry_out,
+                           const char **why_out, const struct jsonscan_value *f,
+                           const char *delivery, const char *event_uuid, struct err *err)
+{
+    char *kind = jsonscan_string(&f[F_KIND]);
+    const char *why;
+    int rc = E_OK;
+
     if (kind == NULL || strcmp(kind, "note") != 0) {
         free(kind);
         return err_set(err, E_INVALID, "a Note Hook payload must have object_kind note");
     }
     free(kind);
-    *why_out = ignored_note(f, err, &rc);
-    if (rc != E_OK || *why_out != NULL) {
-        *why_out = *why_out != NULL ? *why_out : "";
+    why = ignored_note(f, err, &rc);
+    if (rc != E_OK || why != NULL) {
+        *why_out = why != NULL ? why : "";
         return rc;
     }
-    *why_out = "";
     rc = parse_note(entry_out, f, delivery, event_uuid, err);
     if (rc == E_OK) {
         *event_out = GITLAB_EVENT_NOTE;
@@ -524,4 +581,30 @@ int gitlab_webhook_parse(enum gitlab_event *event_out, struct inbox_entry *entry
         memset(entry_out, 0, sizeof(*entry_out));
     }
     return rc;
+}
+
+int gitlab_webhook_parse(enum gitlab_event *event_out, struct inbox_entry *entry_out,
+                         const char **why_out, const char *event, const char *delivery,
+                         const char *event_uuid, const char *body, size_t len, struct err *err)
+{
+    struct jsonscan_value f[F_COUNT];
+    struct err jerr = {0};
+
+    *event_out = GITLAB_EVENT_IGNORED;
+    *why_out = "";
+    memset(entry_out, 0, sizeof(*entry_out));
+    if (event == NULL) {
+        return err_set(err, E_INVALID, "missing X-Gitlab-Event header");
+    }
+    if (jsonscan_extract(f, body, len, g_fields, F_COUNT, &jerr) != E_OK ||
+        !starts_object(body, len)) {
+        return err_set(err, E_INVALID, "payload is not a JSON object: %s",
+                       jerr.msg[0] != '\0' ? jerr.msg : "wrong type");
+    }
+    if (strcmp(event, "Note Hook") != 0) {
+        *why_out = strcmp(event, "Confidential Note Hook") == 0 ? "confidential note"
+                                                                : "event not handled";
+        return E_OK;
+    }
+    return parse_note_hook(event_out, entry_out, why_out, f, delivery, event_uuid, err);
 }
