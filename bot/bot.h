@@ -17,25 +17,24 @@
 #include "store/store.h"
 
 struct bot_config {
-    const char *namespace_override;  /* --namespace; NULL: derived from the project */
-    int64_t default_budget_usd;      /* micro-dollars, for tasks without agent.yaml values */
+    const char *namespace_override; /* --namespace; NULL: derived from the project */
+    int64_t default_budget_usd;     /* micro-dollars, for tasks without agent.yaml values */
     int64_t default_budget_tokens;
     int64_t default_max_iterations;
-    enum scm_level min_fix;          /* fix, guide, pause, resume without amounts */
-    enum scm_level min_budget;       /* budget, resume with amounts */
+    enum scm_level min_fix;    /* fix, guide, pause, resume without amounts */
+    enum scm_level min_budget; /* budget, resume with amounts */
     /* GitLab's tiers (--gitlab-min-access-fix/-budget); SCM_LEVEL_NONE: as above. */
     enum scm_level gitlab_min_fix;
     enum scm_level gitlab_min_budget;
-    int64_t permission_ttl_ms;       /* how long a looked-up permission is trusted */
-    int max_attempts;                /* tries of an entry before giving up on it */
+    int64_t permission_ttl_ms; /* how long a looked-up permission is trusted */
+    int max_attempts;          /* tries of an entry before giving up on it */
 };
 
-#define BOT_CONFIG_DEFAULTS                                                                     \
-    {                                                                                           \
-        .namespace_override = NULL, .default_budget_usd = 5000000,                              \
-        .default_budget_tokens = 1000000, .default_max_iterations = 5,                          \
-        .min_fix = SCM_LEVEL_WRITE, .min_budget = SCM_LEVEL_MAINTAIN,                           \
-        .permission_ttl_ms = 180000, .max_attempts = 10,                                        \
+#define BOT_CONFIG_DEFAULTS                                                                        \
+    {                                                                                              \
+        .namespace_override = NULL, .default_budget_usd = 5000000,                                 \
+        .default_budget_tokens = 1000000, .default_max_iterations = 5, .min_fix = SCM_LEVEL_WRITE, \
+        .min_budget = SCM_LEVEL_MAINTAIN, .permission_ttl_ms = 180000, .max_attempts = 10,         \
     }
 
 /* The namespace of a project's tasks (SPEC §2): the path as a DNS label

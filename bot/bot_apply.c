@@ -31,14 +31,13 @@ void bot_task_name(char out[64], const char *provider, const char *project, int6
     snprintf(out, 64, "fix-%s-%lld-%08x", kind, (long long)number, (unsigned)(h & 0xffffffffu));
 }
 
-bool bot_task_belongs(const json_t *task, const char *provider, const char *project,
-                      int64_t number)
+bool bot_task_belongs(const json_t *task, const char *provider, const char *project, int64_t number)
 {
     const json_t *ann = json_object_get(json_object_get(task, "metadata"), "annotations");
     const char *prov = json_string_value(json_object_get(ann, ANN_PROVIDER));
     const char *proj = json_string_value(json_object_get(ann, ANN_PROJECT));
-    const char *num = json_string_value(
-        json_object_get(ann, strcmp(provider, "gitlab") == 0 ? ANN_MR : ANN_PR));
+    const char *num =
+        json_string_value(json_object_get(ann, strcmp(provider, "gitlab") == 0 ? ANN_MR : ANN_PR));
     char want[32];
 
     snprintf(want, sizeof(want), "%lld", (long long)number);
@@ -53,8 +52,8 @@ static int get_own_task(json_t **out, struct task_txn *tx, const struct bot_inpu
 {
     int rc = task_txn_get(out, tx, in->ns, in->task, err);
 
-    if (rc == E_OK && !bot_task_belongs(*out, in->entry->provider, in->entry->project,
-                                        in->entry->number)) {
+    if (rc == E_OK &&
+        !bot_task_belongs(*out, in->entry->provider, in->entry->project, in->entry->number)) {
         json_decref(*out);
         *out = NULL;
         return err_set(err, E_CONFLICT, "the task belongs to another project or pull request");
@@ -126,27 +125,25 @@ static json_t *new_task(const struct bot_input *in, const char *objective)
     bool gitlab = strcmp(in->entry->provider, "gitlab") == 0;
     json_t *spec, *obj;
 
-    money_format(money, a != NULL && a->has_budget_usd ? a->budget_usd_micros
-                                                       : cfg->default_budget_usd);
-    spec = json_pack("{s:s, s:{s:s, s:s, s:s}, s:s, s:I, s:I}", "objective", objective,
-                     "repository", "url", in->pull->clone_url, "baseBranch",
-                     in->pull->head_ref, "workingBranch", in->pull->head_ref, "budgetUSD",
-                     money, "budgetTokens",
-                     (json_int_t)(a != NULL && a->has_budget_tokens ? a->budget_tokens
-                                                                    : cfg->default_budget_tokens),
-                     "maxIterations",
-                     (json_int_t)(a != NULL && a->has_max_iterations
-                                      ? a->max_iterations
-                                      : cfg->default_max_iterations));
+    money_format(money,
+                 a != NULL && a->has_budget_usd ? a->budget_usd_micros : cfg->default_budget_usd);
+    spec =
+        json_pack("{s:s, s:{s:s, s:s, s:s}, s:s, s:I, s:I}", "objective", objective, "repository",
+                  "url", in->pull->clone_url, "baseBranch", in->pull->head_ref, "workingBranch",
+                  in->pull->head_ref, "budgetUSD", money, "budgetTokens",
+                  (json_int_t)(a != NULL && a->has_budget_tokens ? a->budget_tokens
+                                                                 : cfg->default_budget_tokens),
+                  "maxIterations",
+                  (json_int_t)(a != NULL && a->has_max_iterations ? a->max_iterations
+                                                                  : cfg->default_max_iterations));
     if (a != NULL) {
         add_agent_lists(spec, a);
     }
     snprintf(num, sizeof(num), "%lld", (long long)in->entry->number);
     obj = json_pack("{s:s, s:s, s:{s:s, s:s, s:{s:s, s:s, s:s}}, s:o}", "apiVersion",
-                    TASK_API_VERSION, "kind", TASK_KIND, "metadata", "name", in->task,
-                    "namespace", in->ns, "annotations", ANN_PROVIDER, in->entry->provider,
-                    ANN_PROJECT, in->entry->project, gitlab ? ANN_MR : ANN_PR, num, "spec",
-                    spec);
+                    TASK_API_VERSION, "kind", TASK_KIND, "metadata", "name", in->task, "namespace",
+                    in->ns, "annotations", ANN_PROVIDER, in->entry->provider, ANN_PROJECT,
+                    in->entry->project, gitlab ? ANN_MR : ANN_PR, num, "spec", spec);
     return obj;
 }
 
@@ -204,9 +201,9 @@ static void bump(json_t *spec, const struct slashcmd *c, const struct bot_config
         if (cur <= 0) {
             cur = cfg->default_budget_tokens;
         }
-        json_object_set_new(spec, "budgetTokens",
-                            json_integer(cur > INT64_MAX - c->tokens ? INT64_MAX
-                                                                     : cur + c->tokens));
+        json_object_set_new(
+            spec, "budgetTokens",
+            json_integer(cur > INT64_MAX - c->tokens ? INT64_MAX : cur + c->tokens));
     }
 }
 
@@ -257,8 +254,8 @@ static void reply_no_task(struct buf *reply, const struct bot_input *in, const s
     buf_printf(reply,
                "@%s there is no task on this %s yet, so `/diverge %s` changed nothing; "
                "`/diverge fix <objective>` starts one.\n\n",
-               in->entry->author, strcmp(in->entry->provider, "gitlab") == 0 ? "merge request"
-                                                                              : "pull request",
+               in->entry->author,
+               strcmp(in->entry->provider, "gitlab") == 0 ? "merge request" : "pull request",
                slashcmd_verb_name(c->verb));
 }
 

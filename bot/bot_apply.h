@@ -9,46 +9,45 @@
 #include "common/config.h"
 
 struct bot_input {
-    const struct inbox_entry *entry;     /* the comment */
+    const struct inbox_entry *entry; /* the comment */
     const struct bot_config *cfg;
-    const struct slashcmd_list *cmds;    /* NULL when the comment did not parse */
-    const char *refusal;                 /* reply instead of applying anything, or NULL */
-    const struct scm_pull *pull;         /* the PR head, for fix; NULL otherwise */
-    const struct config_agent *agent;    /* .diverge/agent.yaml on the base branch, or NULL */
-    const char *status_table;            /* for status, or NULL */
-    char ns[64];                         /* the project's namespace */
-    char task[64];                       /* bot_task_name() */
-    bool accepted;                       /* out: a task-changing command was applied */
+    const struct slashcmd_list *cmds; /* NULL when the comment did not parse */
+    const char *refusal;              /* reply instead of applying anything, or NULL */
+    const struct scm_pull *pull;      /* the PR head, for fix; NULL otherwise */
+    const struct config_agent *agent; /* .diverge/agent.yaml on the base branch, or NULL */
+    const char *status_table;         /* for status, or NULL */
+    char ns[64];                      /* the project's namespace */
+    char task[64];                    /* bot_task_name() */
+    bool accepted;                    /* out: a task-changing command was applied */
 };
 
 /* The permission cache: one slot per hash of provider/project/user. */
 #define PERM_CACHE 256
 
 struct perm_entry {
-    char key[256];       /* provider/project/user */
+    char key[256]; /* provider/project/user */
     enum scm_level level;
-    int64_t expires_ms;  /* 0 = empty slot */
+    int64_t expires_ms; /* 0 = empty slot */
 };
 
 struct bot {
-    struct task_store *store;          /* borrowed */
-    const struct scm_registry *reg;    /* borrowed */
+    struct task_store *store;       /* borrowed */
+    const struct scm_registry *reg; /* borrowed */
     struct bot_config cfg;
-    char *ns_override;                 /* owned copy of cfg.namespace_override */
+    char *ns_override; /* owned copy of cfg.namespace_override */
     struct perm_entry perms[PERM_CACHE];
-    struct store_worker *worker;       /* owned: the thread applying the inbox */
+    struct store_worker *worker; /* owned: the thread applying the inbox */
 };
 
 /* What the SCM told about one comment before its transaction. */
 struct gathered {
-    struct slashcmd_list *cmds;   /* owned; NULL when the comment did not parse */
-    char *refusal;                /* owned reply instead of applying anything, or NULL */
-    struct scm_pull pull;         /* the PR head, for fix */
-    bool have_pull;               /* pull is set */
-    struct config_agent *agent;   /* owned agent.yaml of the base branch, or NULL */
-    char *status;                 /* owned status table, or NULL */
+    struct slashcmd_list *cmds; /* owned; NULL when the comment did not parse */
+    char *refusal;              /* owned reply instead of applying anything, or NULL */
+    struct scm_pull pull;       /* the PR head, for fix */
+    bool have_pull;             /* pull is set */
+    struct config_agent *agent; /* owned agent.yaml of the base branch, or NULL */
+    char *status;               /* owned status table, or NULL */
 };
-
 
 /* Everything from the SCM before the transaction into G (cleaned up with
  * bot_gathered_cleanup() whatever it returns). E_AGAIN: try the entry again later;

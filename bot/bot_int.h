@@ -12,7 +12,7 @@
  * most CHARS characters: each takes at most 4 bytes, and each backtick among them (1 byte)
  * adds at most 2 to the fences, so CHARS * 4, plus the two shortest fences, two padding
  * spaces, an ellipsis (3) and a NUL. */
-#define SLASHCMD_QUOTE_SIZE(chars_) ((chars_) * 4 + 2 + 2 + 3 + 1)
+#define SLASHCMD_QUOTE_SIZE(chars_) ((chars_)*4 + 2 + 2 + 3 + 1)
 /* Arguments echoed in a message: at most this many characters. */
 #define SHOW_CHARS 80
 #define SHOW_MAX SLASHCMD_QUOTE_SIZE(SHOW_CHARS)

@@ -71,8 +71,8 @@ static int level_of(enum scm_level *out, struct bot *b, struct scm_provider *p,
                     const struct inbox_entry *e, enum scm_level need, struct err *err)
 {
     const char *assoc = e->author_association;
-    struct scm_ref ref = {.project = e->project, .number = e->number,
-                          .installation_id = e->installation_id};
+    struct scm_ref ref = {
+        .project = e->project, .number = e->number, .installation_id = e->installation_id};
     int64_t now = clock_now_ms(clock_system());
     struct perm_entry *slot;
     char key[256];
@@ -120,8 +120,8 @@ static int head_of(struct scm_pull *out, struct scm_provider *p, const struct in
     const char *ref = json_string_value(json_object_get(extra, "head_ref"));
     const char *url = json_string_value(json_object_get(extra, "clone_url"));
     const char *base = json_string_value(json_object_get(extra, "base_ref"));
-    struct scm_ref sref = {.project = e->project, .number = e->number,
-                           .installation_id = e->installation_id};
+    struct scm_ref sref = {
+        .project = e->project, .number = e->number, .installation_id = e->installation_id};
     int rc = E_OK;
 
     memset(out, 0, sizeof(*out));
@@ -146,8 +146,9 @@ static char *status_table(struct bot *b, const struct bot_input *in)
     buf_init(&out, 0);
     json_t *stickies = NULL;
 
-    buf_printf(&out, "**Tasks of %s**\n\n| Task | Phase | Spend / budget | Tokens / budget | "
-                     "Preview | Status comment |\n|---|---|---|---|---|---|\n",
+    buf_printf(&out,
+               "**Tasks of %s**\n\n| Task | Phase | Spend / budget | Tokens / budget | "
+               "Preview | Status comment |\n|---|---|---|---|---|---|\n",
                in->entry->project);
     (void)task_store_sticky_list(&stickies, b->store, in->entry->provider, in->entry->project,
                                  in->entry->number, NULL);
@@ -167,7 +168,8 @@ static char *status_table(struct bot *b, const struct bot_input *in)
             }
             char key[160], link[96];
             const char *sticky;
-            snprintf(key, sizeof(key), "%s/%s", in->ns, json_string_value(json_object_get(md, "name")));
+            snprintf(key, sizeof(key), "%s/%s", in->ns,
+                     json_string_value(json_object_get(md, "name")));
             sticky = json_string_value(json_object_get(stickies, key));
             if (sticky != NULL) {
                 /* An in-page anchor: it works on GitHub, GitHub Enterprise and GitLab. */
@@ -207,7 +209,6 @@ void bot_gathered_cleanup(struct gathered *g)
     free(g->status);
 }
 
-
 /* Refuses (through g->refusal) commands that need more permission than the author has.
  * E_AGAIN: the SCM could not tell. */
 static int check_permission(struct gathered *g, struct bot *b, struct scm_provider *p,
@@ -238,8 +239,8 @@ static int check_permission(struct gathered *g, struct bot *b, struct scm_provid
 static int gather_fix(struct gathered *g, struct scm_provider *p, const struct inbox_entry *e,
                       struct err *err)
 {
-    struct scm_ref ref = {.project = e->project, .number = e->number,
-                          .installation_id = e->installation_id};
+    struct scm_ref ref = {
+        .project = e->project, .number = e->number, .installation_id = e->installation_id};
     struct err perr = {0};
     char *yaml = NULL;
     size_t ylen = 0;
@@ -264,7 +265,7 @@ static int gather_fix(struct gathered *g, struct scm_provider *p, const struct i
 }
 
 int bot_gather(struct gathered *g, struct bot *b, struct scm_provider *p,
-                  const struct inbox_entry *e, const struct bot_input *in, struct err *err)
+               const struct inbox_entry *e, const struct bot_input *in, struct err *err)
 {
     struct err perr = {0};
     int rc;

@@ -234,8 +234,8 @@ static int parse_amount(int64_t *v_out, bool *usd_out, struct scan *sc, const ch
     }
     if (pat_match(sc, PAT_SCALED_DECIMAL, t, n)) {
         return err_set(err, E_INVALID,
-                       "line %d: invalid amount %s: tokens with k or M must be whole numbers",
-                       line, shown);
+                       "line %d: invalid amount %s: tokens with k or M must be whole numbers", line,
+                       shown);
     }
     /* USD is whatever is written with "$" or a decimal point; money_parse says if it is. */
     if (memchr(t, '$', n) != NULL || memchr(t, '.', n) != NULL) {
@@ -284,8 +284,8 @@ static int handle_amounts(struct slashcmd *cmd, const struct verb_def *def,
             char shown[SHOW_MAX];
 
             slashcmd_show_arg(shown, tok, tlen);
-            return err_set(err, E_INVALID, "line %d: unexpected argument %s to %s", a->line,
-                           shown, def->name);
+            return err_set(err, E_INVALID, "line %d: unexpected argument %s to %s", a->line, shown,
+                           def->name);
         }
         rc = add_amount(cmd, a->sc, tok, tlen, a->line, err);
         if (rc != E_OK) {

@@ -78,8 +78,8 @@ static size_t utf8_len(const unsigned char *p, size_t n)
     return need + 1;
 }
 
-#define ZWJ "\xE2\x80\x8D"      /* U+200D after "@": "@\u200Dteam" pings nobody */
-#define ELLIPSIS "\xE2\x80\xA6" /* U+2026 */
+#define ZWJ "\xE2\x80\x8D"         /* U+200D after "@": "@\u200Dteam" pings nobody */
+#define ELLIPSIS "\xE2\x80\xA6"    /* U+2026 */
 #define REPLACEMENT "\xEF\xBF\xBD" /* U+FFFD */
 
 /* The escape of the ASCII or invalid byte C inside a quote; returns its length (<= 4). */
@@ -89,8 +89,8 @@ static size_t quote_byte(char out[4], unsigned char c, bool valid)
     static const struct {
         unsigned char c;
         const char *s;
-    } subst[] = {{'@', "@" ZWJ}, {'<', "\xEF\xBC\x9C"}, {'>', "\xEF\xBC\x9E"},
-                 {'&', "\xEF\xBC\x86"}};
+    } subst[] = {
+        {'@', "@" ZWJ}, {'<', "\xEF\xBC\x9C"}, {'>', "\xEF\xBC\x9E"}, {'&', "\xEF\xBC\x86"}};
 
     if (valid && c >= 0x20 && c < 0x7F) {
         for (size_t i = 0; i < ARRAY_LEN(subst); i++) {

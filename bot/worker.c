@@ -88,11 +88,11 @@ enum prep_kind {
 };
 
 struct prepared {
-    struct inbox_entry e;     /* owned */
+    struct inbox_entry e; /* owned */
     enum prep_kind kind;
     struct bot_input in;
-    struct gathered g;        /* owned */
-    char why[ERR_MSG_MAX];    /* for PREP_FAIL */
+    struct gathered g;     /* owned */
+    char why[ERR_MSG_MAX]; /* for PREP_FAIL */
 };
 
 static void retry_later(struct bot *b, struct prepared *pr, const char *why)
@@ -107,8 +107,8 @@ static void retry_later(struct bot *b, struct prepared *pr, const char *why)
         return;
     }
     snprintf(delay, sizeof(delay), "%lld", (long long)d);
-    log_kv(LOG_WARN, "comment_retry", "project", e->project, "comment", e->comment_id,
-           "delay_ms", delay, "error", why, NULL);
+    log_kv(LOG_WARN, "comment_retry", "project", e->project, "comment", e->comment_id, "delay_ms",
+           delay, "error", why, NULL);
     (void)task_store_inbox_retry(b->store, e->id, d, false, why, NULL);
     pr->kind = PREP_SKIP;
 }
@@ -223,8 +223,8 @@ static void log_applied(const struct prepared *pr)
     }
     snprintf(n, sizeof(n), "%zu", pr->g.cmds != NULL ? pr->g.cmds->len : 0);
     log_kv(LOG_INFO, "comment_applied", "provider", pr->e.provider, "project", pr->e.project,
-           "comment", pr->e.comment_id, "author", pr->e.author, "commands", n, "task",
-           pr->in.task, "refused", pr->g.refusal != NULL ? "true" : "false", NULL);
+           "comment", pr->e.comment_id, "author", pr->e.author, "commands", n, "task", pr->in.task,
+           "refused", pr->g.refusal != NULL ? "true" : "false", NULL);
 }
 
 static bool same_pr(const struct inbox_entry *x, const struct inbox_entry *y)

@@ -42,9 +42,9 @@ void cli_ctx_cleanup(struct cli_ctx *ctx);
 /* One call of the task API. PATH starts with "/" and is appended to the server URL.
  * BODY (may be NULL) is sent as CONTENT_TYPE. On a 2xx answer *obj_out is the parsed JSON
  * (caller json_decref()s) and *raw_out, when RAW_OUT is not NULL, the body text (caller
- * free()s). With OBJ_OUT NULL the answer is text (RAW_OUT required) and is not parsed. Errors carry the server's own message in ERR:
- *   E_AGAIN unreachable; E_NOTFOUND 404; E_CONFLICT 409; E_DENIED 401/403;
- *   E_INVALID 400/422; E_FAIL anything else (also a 2xx that is not JSON). */
+ * free()s). With OBJ_OUT NULL the answer is text (RAW_OUT required) and is not parsed. Errors carry
+ * the server's own message in ERR: E_AGAIN unreachable; E_NOTFOUND 404; E_CONFLICT 409; E_DENIED
+ * 401/403; E_INVALID 400/422; E_FAIL anything else (also a 2xx that is not JSON). */
 int cli_api_call(json_t **obj_out, char **raw_out, const struct cli_ctx *ctx, const char *method,
                  const char *path, const char *content_type, const json_t *body, struct err *err);
 

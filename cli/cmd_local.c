@@ -16,19 +16,18 @@ static int cmd_comment(struct cli_ctx *ctx, const struct cli_args *args);
 static int cmd_thread(struct cli_ctx *ctx, const struct cli_args *args);
 
 static const struct cli_cmd local_cmds[] = {
-    {"comment", 2, 2, NULL, cmd_comment,
-     CLI_OPT_BIT(CLI_OPT_AS) | CLI_OPT_BIT(CLI_OPT_PERMISSION),
+    {"comment", 2, 2, NULL, cmd_comment, CLI_OPT_BIT(CLI_OPT_AS) | CLI_OPT_BIT(CLI_OPT_PERMISSION),
      "Usage: diverge local comment OWNER/REPO#N \"<text>\" [--as USER] [--permission P]\n\n"
      "Posts a comment on a local pull request; `/diverge ...` lines in it are commands.\n\n"
      "Options:\n"
      "  --as USER           the commenter (default $USER, else \"you\")\n"
      "  --permission P      the commenter's permission: none, read, triage, write,\n"
-     "                      maintain or admin (default admin: it is your repository)\n\n"
-     LOCAL_USAGE_TAIL},
+     "                      maintain or admin (default admin: it is your "
+     "repository)\n\n" LOCAL_USAGE_TAIL},
     {"thread", 1, 1, NULL, cmd_thread, 0,
      "Usage: diverge local thread OWNER/REPO#N\n\n"
-     "Prints the thread: your comments, the bot's replies and its sticky status comment.\n\n"
-     LOCAL_USAGE_TAIL},
+     "Prints the thread: your comments, the bot's replies and its sticky status "
+     "comment.\n\n" LOCAL_USAGE_TAIL},
 };
 
 static const char local_usage[] =
@@ -81,9 +80,9 @@ static int cmd_comment(struct cli_ctx *ctx, const struct cli_args *args)
     if (as == NULL || as[0] == '\0') {
         as = getenv("USER") != NULL && getenv("USER")[0] != '\0' ? getenv("USER") : "you";
     }
-    body = json_pack("{s:s, s:I, s:s, s:s, s:s}", "project", project, "number",
-                     (json_int_t)number, "body", args->pos[1], "author", as, "permission",
-                     perm != NULL ? perm : "admin");
+    body =
+        json_pack("{s:s, s:I, s:s, s:s, s:s}", "project", project, "number", (json_int_t)number,
+                  "body", args->pos[1], "author", as, "permission", perm != NULL ? perm : "admin");
     rc = cli_api_call(&ans, &raw, ctx, "POST", "/api/v1/local/comments", "application/json", body,
                       &err);
     json_decref(body);

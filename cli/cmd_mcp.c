@@ -18,10 +18,10 @@
 static const char *const mcp_versions[] = {"2025-06-18", "2025-03-26", "2024-11-05"};
 
 #define MCP_INSTRUCTIONS                                                                           \
-    "Diverge runs autonomous coding agents as AgentTasks with budgets. Create a task with "      \
-    "diverge_create_task, watch it with diverge_task_status or diverge_list_tasks, steer it "    \
-    "with diverge_guide_task, and stop or continue it with diverge_pause_task and "              \
-    "diverge_resume_task (which can raise the budget). Money amounts are decimal strings "       \
+    "Diverge runs autonomous coding agents as AgentTasks with budgets. Create a task with "        \
+    "diverge_create_task, watch it with diverge_task_status or diverge_list_tasks, steer it "      \
+    "with diverge_guide_task, and stop or continue it with diverge_pause_task and "                \
+    "diverge_resume_task (which can raise the budget). Money amounts are decimal strings "         \
     "such as \"5.00\"."
 
 void cli_mcp_init(struct cli_mcp *m, const struct cli_ctx *ctx)
@@ -33,8 +33,8 @@ void cli_mcp_init(struct cli_mcp *m, const struct cli_ctx *ctx)
 /* An error reply. ID (borrowed) may be NULL: the reply then carries "id": null. */
 static json_t *rpc_error(const json_t *id, int code, const char *message)
 {
-    json_t *r = json_pack("{s:s, s:O?, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", id, "error",
-                          "code", code, "message", message);
+    json_t *r = json_pack("{s:s, s:O?, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", id, "error", "code",
+                          code, "message", message);
     ASSERT(r != NULL);
     return r;
 }
@@ -65,8 +65,8 @@ static json_t *do_initialize(struct cli_mcp *m, const json_t *id, const json_t *
     snprintf(m->version, sizeof(m->version), "%s", chosen);
     result = json_pack("{s:s, s:{s:{s:b}}, s:{s:s, s:s, s:s}, s:s}", "protocolVersion", chosen,
                        "capabilities", "tools", "listChanged", 0, "serverInfo", "name", "diverge",
-                       "title", "Diverge agent tasks", "version", DIVERGE_VERSION,
-                       "instructions", MCP_INSTRUCTIONS);
+                       "title", "Diverge agent tasks", "version", DIVERGE_VERSION, "instructions",
+                       MCP_INSTRUCTIONS);
     ASSERT(result != NULL);
     return rpc_result(id, result);
 }
@@ -232,8 +232,8 @@ char *cli_mcp_handle(struct cli_mcp *m, const char *line, size_t len)
     char *text;
 
     if (len > CLI_MCP_MAX_LINE) {
-        reply = rpc_error(NULL, CLI_MCP_INVALID_REQUEST,
-                          "invalid request: message longer than 1 MiB");
+        reply =
+            rpc_error(NULL, CLI_MCP_INVALID_REQUEST, "invalid request: message longer than 1 MiB");
     } else if (is_blank(line, len)) {
         return NULL;
     } else {

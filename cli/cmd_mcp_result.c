@@ -20,8 +20,11 @@ static void utf8_clean(char *s)
     unsigned char *p = (unsigned char *)s;
 
     while (*p != 0) {
-        size_t n = *p < 0x80 ? 1 : (*p & 0xe0) == 0xc0 ? 2 : (*p & 0xf0) == 0xe0 ? 3
-                                : (*p & 0xf8) == 0xf0 ? 4 : 0;
+        size_t n = *p < 0x80             ? 1
+                   : (*p & 0xe0) == 0xc0 ? 2
+                   : (*p & 0xf0) == 0xe0 ? 3
+                   : (*p & 0xf8) == 0xf0 ? 4
+                                         : 0;
         bool ok = n > 0;
 
         for (size_t i = 1; ok && i < n; i++) {
@@ -47,8 +50,8 @@ json_t *cli_mcp_result(bool is_error, char *text, json_t *structured)
     json_t *r;
 
     utf8_clean(text);
-    r = json_pack("{s:[{s:s, s:s}], s:b}", "content", "type", "text", "text", text,
-                          "isError", is_error);
+    r = json_pack("{s:[{s:s, s:s}], s:b}", "content", "type", "text", "text", text, "isError",
+                  is_error);
 
     ASSERT(r != NULL);
     if (structured != NULL) {
@@ -153,17 +156,18 @@ static char *summary_line(const json_t *s)
     guidance = guidance != NULL && *guidance != '\0' ? guidance : NULL;
     preview = preview != NULL && *preview != '\0' ? preview : NULL;
 
-    return xasprintf("task %s/%s: phase %s%s%s%s, iteration %s/%s, tokens %s/%s, cost %s/%s "
-                     "USD%s%s%s%s",
-                     cli_mcp_member_text(a[0], s, "namespace"), cli_mcp_member_text(a[1], s, "name"),
-                     cli_mcp_member_text(a[2], s, "phase"), reason != NULL && *reason ? " (" : "",
-                     reason != NULL ? reason : "", reason != NULL && *reason ? ")" : "",
-                     cli_mcp_member_text(a[3], s, "iteration"), cli_mcp_member_text(a[4], s, "maxIterations"),
-                     cli_mcp_member_text(a[5], s, "tokensConsumed"),
-                     cli_mcp_member_text(a[6], s, "budgetTokens"), cli_mcp_member_text(a[0], s, "costUSD"),
-                     cli_mcp_member_text(a[1], s, "budgetUSD"), guidance != NULL ? ", guidance: " : "",
-                     guidance != NULL ? guidance : "", preview != NULL ? ", preview: " : "",
-                     preview != NULL ? preview : "");
+    return xasprintf(
+        "task %s/%s: phase %s%s%s%s, iteration %s/%s, tokens %s/%s, cost %s/%s "
+        "USD%s%s%s%s",
+        cli_mcp_member_text(a[0], s, "namespace"), cli_mcp_member_text(a[1], s, "name"),
+        cli_mcp_member_text(a[2], s, "phase"), reason != NULL && *reason ? " (" : "",
+        reason != NULL ? reason : "", reason != NULL && *reason ? ")" : "",
+        cli_mcp_member_text(a[3], s, "iteration"), cli_mcp_member_text(a[4], s, "maxIterations"),
+        cli_mcp_member_text(a[5], s, "tokensConsumed"),
+        cli_mcp_member_text(a[6], s, "budgetTokens"), cli_mcp_member_text(a[0], s, "costUSD"),
+        cli_mcp_member_text(a[1], s, "budgetUSD"), guidance != NULL ? ", guidance: " : "",
+        guidance != NULL ? guidance : "", preview != NULL ? ", preview: " : "",
+        preview != NULL ? preview : "");
 }
 
 /* The success result for one task: VERB (e.g. "created") and the summary. Takes
@@ -257,7 +261,8 @@ json_t *cli_mcp_opt_count(int64_t *out, const json_t *args, const char *key, boo
         *out = json_integer_value(v);
         return NULL;
     }
-    if (json_is_string(v) && cli_parse_tokens(out, json_string_value(v), allow_plus, NULL) == E_OK) {
+    if (json_is_string(v) &&
+        cli_parse_tokens(out, json_string_value(v), allow_plus, NULL) == E_OK) {
         return NULL;
     }
     return cli_mcp_bad_arg(key, "must be a non-negative integer");
@@ -280,13 +285,13 @@ json_t *cli_mcp_opt_money(int64_t *out, const json_t *args, const char *key, boo
         *out = json_integer_value(v) * MONEY_MICROS_PER_USD;
         return NULL;
     }
-    if (json_is_string(v) &&
-        money_parse(out, &plus, json_string_value(v), NULL) == E_OK && (allow_plus || !plus)) {
+    if (json_is_string(v) && money_parse(out, &plus, json_string_value(v), NULL) == E_OK &&
+        (allow_plus || !plus)) {
         return NULL;
     }
     *out = -1;
     return cli_mcp_bad_arg(key, allow_plus ? "must be a decimal string such as \"+15.00\""
-                                    : "must be a decimal string such as \"5.00\"");
+                                           : "must be a decimal string such as \"5.00\"");
 }
 
 #define REPO_PROBLEM                                                                               \

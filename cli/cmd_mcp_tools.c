@@ -24,7 +24,7 @@
     "\"pattern\":\"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$\",\"description\":\"task name (a DNS "          \
     "label)\"}"
 #define S_OBJ(props_, required_)                                                                   \
-    "{\"type\":\"object\",\"properties\":{" props_ "},\"required\":[" required_ "],"              \
+    "{\"type\":\"object\",\"properties\":{" props_ "},\"required\":[" required_ "],"               \
     "\"additionalProperties\":false}"
 
 struct tool_def {
@@ -40,7 +40,7 @@ struct tool_def {
 
 static json_t *run_create(const struct cli_ctx *base, const json_t *args)
 {
-    static const char *const known[] = {"namespace",     "name",       "objective", "budgetUSD",
+    static const char *const known[] = {"namespace",    "name",          "objective",  "budgetUSD",
                                         "budgetTokens", "maxIterations", "repository", NULL};
     const char *name = NULL, *objective = NULL;
     int64_t usd = -1, tokens = -1, iters = -1;
@@ -50,8 +50,9 @@ static json_t *run_create(const struct cli_ctx *base, const json_t *args)
     char money[MONEY_STR_MAX], *path;
     int rc;
 
-    bad = cli_mcp_check_known(args, known, "namespace, name, objective, budgetUSD, budgetTokens, "
-                                   "maxIterations, repository");
+    bad = cli_mcp_check_known(args, known,
+                              "namespace, name, objective, budgetUSD, budgetTokens, "
+                              "maxIterations, repository");
     bad = bad != NULL ? bad : cli_mcp_with_namespace(&ctx, base, args);
     bad = bad != NULL ? bad : cli_mcp_req_string(&name, args, "name");
     bad = bad != NULL ? bad : cli_mcp_req_string(&objective, args, "objective");
@@ -92,7 +93,7 @@ static json_t *run_create(const struct cli_ctx *base, const json_t *args)
 static json_t *run_list(const struct cli_ctx *base, const json_t *args)
 {
     static const char *const known[] = {"namespace", "allNamespaces", NULL};
-    static const char *const head[] = {"NAMESPACE", "NAME", "PHASE", "ITERATION",
+    static const char *const head[] = {"NAMESPACE", "NAME",   "PHASE", "ITERATION",
                                        "COST",      "BUDGET", "TOKENS"};
     const json_t *all = json_object_get(args, "allNamespaces"), *item;
     json_t *bad, *list = NULL, *tasks, *r;
@@ -150,8 +151,9 @@ static json_t *run_list(const struct cli_ctx *base, const json_t *args)
         cli_table_render(&b, &t);
     }
     cli_table_cleanup(&t);
-    r = cli_mcp_result(false, buf_take(&b),
-               json_pack("{s:o, s:I}", "tasks", tasks, "count", (json_int_t)json_array_size(tasks)));
+    r = cli_mcp_result(
+        false, buf_take(&b),
+        json_pack("{s:o, s:I}", "tasks", tasks, "count", (json_int_t)json_array_size(tasks)));
     if (!json_is_true(all)) {
         json_object_set_new(json_object_get(r, "structuredContent"), "namespace",
                             json_string(ctx.ns));
@@ -245,8 +247,7 @@ static json_t *run_pause(const struct cli_ctx *base, const json_t *args)
     if (bad != NULL) {
         return bad;
     }
-    return patch_and_report(&ctx, name, json_pack("{s:{s:b}}", "spec", "suspended", 1),
-                            "paused");
+    return patch_and_report(&ctx, name, json_pack("{s:{s:b}}", "spec", "suspended", 1), "paused");
 }
 
 /* The merge patch resuming TASK with the bumps USD and TOKENS (-1: none) added to the
@@ -391,11 +392,11 @@ json_t *cli_mcp_tools_list(void)
         json_t *schema = json_loads(tools[i].schema, 0, &jerr);
 
         ASSERT(schema != NULL);
-        json_array_append_new(
-            list, json_pack("{s:s, s:s, s:s, s:o, s:{s:b, s:b}}", "name", tools[i].name, "title",
-                            tools[i].title, "description", tools[i].description, "inputSchema",
-                            schema, "annotations", "readOnlyHint", tools[i].read_only,
-                            "openWorldHint", 0));
+        json_array_append_new(list,
+                              json_pack("{s:s, s:s, s:s, s:o, s:{s:b, s:b}}", "name", tools[i].name,
+                                        "title", tools[i].title, "description",
+                                        tools[i].description, "inputSchema", schema, "annotations",
+                                        "readOnlyHint", tools[i].read_only, "openWorldHint", 0));
     }
     return json_pack("{s:o}", "tools", list);
 }

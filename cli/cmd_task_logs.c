@@ -35,8 +35,8 @@ static int follow(const struct cli_ctx *ctx, const char *path, struct err *err)
     if (rc == E_AGAIN) {
         rc = err_set(err, E_AGAIN, "cannot reach the server at %s: %s", ctx->server, herr.msg);
     } else if (rc == E_OK && (resp.status < 200 || resp.status > 299)) {
-        json_t *j = json_loadb(resp.body.data != NULL ? resp.body.data : "", resp.body.len, 0,
-                               NULL);
+        json_t *j =
+            json_loadb(resp.body.data != NULL ? resp.body.data : "", resp.body.len, 0, NULL);
         const char *msg = json_string_value(json_object_get(j, "message"));
         rc = err_set(err, resp.status == 404 ? E_NOTFOUND : E_FAIL, "%s",
                      msg != NULL ? msg : "the server refused the log request");

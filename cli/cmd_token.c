@@ -10,8 +10,8 @@
 
 #define TOKEN_USAGE                                                                                \
     "Usage: diverge token inspect TOKEN\n\n"                                                       \
-    "Prints a capability token's location, identifier, caveats and a fingerprint (a hash\n"      \
-    "of the signature, never the signature: no secret is needed or shown; the signature is\n"    \
+    "Prints a capability token's location, identifier, caveats and a fingerprint (a hash\n"        \
+    "of the signature, never the signature: no secret is needed or shown; the signature is\n"      \
     "not verified). TOKEN may be '-' to read it from stdin.\n"
 
 int cli_token_main(int argc, char **argv)

@@ -83,11 +83,11 @@ json_t *cli_mcp_opt_money(int64_t *out, const json_t *args, const char *key, boo
 json_t *cli_mcp_opt_repository(json_t **out, const json_t *args);
 
 #define CLI_MCP_USAGE                                                                              \
-    "Usage: diverge mcp\n\n"                                                                    \
-    "Serves the Model Context Protocol on stdin/stdout (JSON-RPC 2.0, one message per\n"        \
-    "line) for IDE assistants and agents. Tools: diverge_create_task, diverge_list_tasks,\n"    \
-    "diverge_task_status, diverge_guide_task, diverge_pause_task, diverge_resume_task.\n"       \
-    "They call the task API of --server with --token, like `diverge task`; -n sets the\n"      \
+    "Usage: diverge mcp\n\n"                                                                       \
+    "Serves the Model Context Protocol on stdin/stdout (JSON-RPC 2.0, one message per\n"           \
+    "line) for IDE assistants and agents. Tools: diverge_create_task, diverge_list_tasks,\n"       \
+    "diverge_task_status, diverge_guide_task, diverge_pause_task, diverge_resume_task.\n"          \
+    "They call the task API of --server with --token, like `diverge task`; -n sets the\n"          \
     "namespace used when a call names none. Diagnostics go to stderr.\n" CLI_GLOBAL_HELP
 
 /* `diverge mcp`: serves stdin/stdout until end of input. Exit code. */

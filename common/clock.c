@@ -80,11 +80,11 @@ struct rfc3339 {
 static int parse_date_time(struct rfc3339 *t, const char *s)
 {
     const struct {
-        int off, n;  /* where the field starts, how many digits */
-        int lo, hi;  /* its allowed range */
-        int *v;      /* where it goes */
+        int off, n; /* where the field starts, how many digits */
+        int lo, hi; /* its allowed range */
+        int *v;     /* where it goes */
     } fields[] = {
-        {0, 4, 0, 9999, &t->y}, {5, 2, 1, 12, &t->mo}, {8, 2, 1, 31, &t->d},
+        {0, 4, 0, 9999, &t->y}, {5, 2, 1, 12, &t->mo},  {8, 2, 1, 31, &t->d},
         {11, 2, 0, 23, &t->h},  {14, 2, 0, 59, &t->mi}, {17, 2, 0, 60, &t->sec},
     };
 
@@ -152,8 +152,8 @@ int clock_parse_rfc3339(int64_t *ms_out, const char *s)
     if (parse_fraction(&t, &p) != E_OK || parse_offset(&t, p) != E_OK) {
         return E_INVALID;
     }
-    secs = days_from_civil(t.y, t.mo, t.d) * 86400 + t.h * 3600 + t.mi * 60 + t.sec -
-           t.oh * 3600 - t.om * 60;
+    secs = days_from_civil(t.y, t.mo, t.d) * 86400 + t.h * 3600 + t.mi * 60 + t.sec - t.oh * 3600 -
+           t.om * 60;
     *ms_out = secs * 1000 + t.ms;
     return E_OK;
 }

@@ -75,9 +75,8 @@ size_t err_utf8_copy(char *dst, size_t cap, const char *src, size_t len)
     return out;
 }
 
-__attribute__((format(printf, 4, 0))) static void err_vset(struct err *err, int code,
-                                                           const char *field, const char *fmt,
-                                                           va_list ap)
+__attribute__((format(printf, 4, 0))) static void
+err_vset(struct err *err, int code, const char *field, const char *fmt, va_list ap)
 {
     /* Twice the room: every source byte yields at least one output byte, so the copy
      * below stops long before a character vsnprintf may have cut at the end of TMP. */

@@ -66,7 +66,8 @@ void assert_fail(const char *expr, const char *file, int line) __attribute__((no
 #define ASSERT(expr_) ((expr_) ? (void)0 : assert_fail(#expr_, __FILE__, __LINE__))
 
 #ifndef container_of
-#define container_of(ptr_, type_, member_) ((type_ *)(void *)((char *)(ptr_) - offsetof(type_, member_)))
+#define container_of(ptr_, type_, member_)                                                         \
+    ((type_ *)(void *)((char *)(ptr_)-offsetof(type_, member_)))
 #endif
 
 #define ARRAY_LEN(a_) (sizeof(a_) / sizeof((a_)[0]))

@@ -172,10 +172,10 @@ static bool value_start(struct scan *s, char *stack, size_t *depth, bool *opened
 struct pathing {
     const struct jsonscan_path *paths; /* borrowed; NULL when only checking */
     size_t npaths;
-    struct jsonscan_value *out;        /* one per path */
-    char buf[JSONSCAN_PATH_MAX];       /* the current path */
-    size_t len[JSONSCAN_MAX_DEPTH + 1];/* path length of each open container; SIZE_MAX: none */
-    size_t cur;                        /* length of the path of the next value; SIZE_MAX: none */
+    struct jsonscan_value *out;         /* one per path */
+    char buf[JSONSCAN_PATH_MAX];        /* the current path */
+    size_t len[JSONSCAN_MAX_DEPTH + 1]; /* path length of each open container; SIZE_MAX: none */
+    size_t cur;                         /* length of the path of the next value; SIZE_MAX: none */
 };
 
 /* Sets the path of the next value: the container's path plus KEY[0..klen). */
@@ -415,12 +415,18 @@ static unsigned unescape_u(const char **p, const char *end)
 static char unescape_char(char c)
 {
     switch (c) {
-    case 'b': return '\b';
-    case 'f': return '\f';
-    case 'n': return '\n';
-    case 'r': return '\r';
-    case 't': return '\t';
-    default: return c;
+    case 'b':
+        return '\b';
+    case 'f':
+        return '\f';
+    case 'n':
+        return '\n';
+    case 'r':
+        return '\r';
+    case 't':
+        return '\t';
+    default:
+        return c;
     }
 }
 

@@ -29,9 +29,9 @@ struct jsonscan_path {
 
 /* Where a picked value is in the input (borrowed), or !present. */
 struct jsonscan_value {
-    bool present;       /* the path occurred (the last occurrence wins) */
-    const char *start;  /* its first byte */
-    size_t len;         /* its bytes for a scalar; 0 for an object or array */
+    bool present;      /* the path occurred (the last occurrence wins) */
+    const char *start; /* its first byte */
+    size_t len;        /* its bytes for a scalar; 0 for an object or array */
 };
 
 /* As jsonscan_check, and fills OUT[i] for PATHS[i] (NPATHS of each): everything a webhook

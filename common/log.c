@@ -135,8 +135,7 @@ static bool text_needs_quotes(const char *s, size_t len)
     }
     for (size_t i = 0; i < len;) {
         size_t n = err_utf8_char_len(s + i, len - i);
-        if (text_escaped(s + i, n) || s[i] == ' ' || s[i] == '"' || s[i] == '=' ||
-            s[i] == '\\') {
+        if (text_escaped(s + i, n) || s[i] == ' ' || s[i] == '"' || s[i] == '=' || s[i] == '\\') {
             return true;
         }
         i += n > 0 ? n : 1;
@@ -209,8 +208,7 @@ void log_kv(enum log_level level, const char *event, ...)
     clock_gettime(CLOCK_REALTIME, &now);
     gmtime_r(&now.tv_sec, &tm);
     snprintf(ts, sizeof(ts), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900,
-             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-             now.tv_nsec / 1000000);
+             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, now.tv_nsec / 1000000);
     if (g_format == LOG_FORMAT_JSON) {
         puts_(&l, "{\"ts\":\"");
         puts_(&l, ts);

@@ -20,7 +20,7 @@ enum log_level {
     LOG_ERROR,
 };
 
-#define LOG_VALUE_MAX 2048           /* bytes of one value (or event name) written */
+#define LOG_VALUE_MAX 2048             /* bytes of one value (or event name) written */
 #define LOG_TRUNCATED "...[truncated]" /* appended to a value cut at LOG_VALUE_MAX */
 
 /* Picks the output format; the default before any call is text. */

@@ -44,8 +44,7 @@ static const char *skip_prefix(const char *p, const char *end, bool *plus_out)
     return p;
 }
 
-int money_parse_n(int64_t *micros_out, bool *plus_out, const char *s, size_t len,
-                  struct err *err)
+int money_parse_n(int64_t *micros_out, bool *plus_out, const char *s, size_t len, struct err *err)
 {
     const char *p = s, *end = s + len, *dot;
     int64_t whole = 0, frac = 0;

@@ -21,8 +21,7 @@
 int money_parse(int64_t *micros_out, bool *plus_out, const char *s, struct err *err);
 
 /* As money_parse but over S[0..len). */
-int money_parse_n(int64_t *micros_out, bool *plus_out, const char *s, size_t len,
-                  struct err *err);
+int money_parse_n(int64_t *micros_out, bool *plus_out, const char *s, size_t len, struct err *err);
 
 /* Writes MICROS as a decimal with at least two and at most six decimals ("5.00",
  * "0.0675", "12.345678") into OUT (MONEY_STR_MAX bytes). Negative amounts get '-'. */

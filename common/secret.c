@@ -104,7 +104,8 @@ static int create_secret(const char *path, size_t nbytes, struct err *err)
     }
     close(fd);
     if (rc == E_OK && link(tmp, path) != 0) {
-        rc = errno == EEXIST ? E_AGAIN : err_set(err, E_FAIL, "create %s: %s", path, strerror(errno));
+        rc = errno == EEXIST ? E_AGAIN
+                             : err_set(err, E_FAIL, "create %s: %s", path, strerror(errno));
     }
     unlink(tmp);
 out:

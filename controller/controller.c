@@ -15,7 +15,6 @@
 #include "controller/controller_int.h"
 #include "controller/sandbox.h"
 
-
 /* Provider none (or one this build cannot run): only the token lifecycle. */
 static enum controller_action decide_tokens_only(const struct task_view *v,
                                                  const struct controller_observed *o)
@@ -128,8 +127,8 @@ enum controller_action controller_decide(const struct task_view *v,
 const char *controller_action_name(enum controller_action a)
 {
     static const char *const names[] = {
-        "nothing", "activate", "pause", "revoke", "wait", "provision", "restart", "thaw",
-        "resume-start", "complete", "fail-runner", "timeout", "fail-sandbox", "stop"};
+        "nothing", "activate",     "pause",    "revoke",      "wait",    "provision",    "restart",
+        "thaw",    "resume-start", "complete", "fail-runner", "timeout", "fail-sandbox", "stop"};
     return a < ARRAY_LEN(names) ? names[a] : "unknown";
 }
 
@@ -140,7 +139,7 @@ char *controller_token_path(const struct controller *c, const char *ns, const ch
 
 /* Writes TOKEN to the task's token file atomically (temp file, fsync, rename), 0600. */
 int controller_write_token_file(struct controller *c, const char *ns, const char *name,
-                            const char *token, struct err *err)
+                                const char *token, struct err *err)
 {
     char *path = controller_token_path(c, ns, name);
     unsigned int nonce;
@@ -193,7 +192,7 @@ static size_t string_list(const char **out, size_t max, const json_t *arr)
 
 /* Mints the next-generation token for DOC from its spec and the server defaults. */
 int controller_mint_for(char **token_out, char **id_out, struct controller *c, const json_t *doc,
-                    int64_t generation, int64_t now_ms, struct err *err)
+                        int64_t generation, int64_t now_ms, struct err *err)
 {
     const json_t *spec = json_object_get(doc, "spec");
     const json_t *repo = json_object_get(spec, "repository");
@@ -218,7 +217,6 @@ int controller_mint_for(char **token_out, char **id_out, struct controller *c, c
     o.expires_ms = timeout > 0 ? now_ms + (int64_t)timeout * 1000 : 0;
     return token_mint_task(token_out, id_out, c->root_key, &o, err);
 }
-
 
 void controller_destroy(struct controller *c)
 {

@@ -19,22 +19,22 @@
 #include "token/token.h"
 
 struct controller_config {
-    const char *data_dir;             /* tokens, workspaces, mirrors, staging, logs under it */
-    const unsigned char *root_key;    /* TOKEN_ROOT_KEY_LEN bytes, copied */
-    int64_t default_budget_usd;       /* micro-dollars, when spec.budgetUSD is unset */
-    int64_t default_budget_tokens;    /* when spec.budgetTokens is unset */
-    const char *sandbox_provider;     /* none, process, local (agent-sandbox: not built) */
-    const char *meter_url;            /* DIVERGE_METER_URL given to sandboxes */
-    const char *runner_path;          /* NULL: DIVERGE_RUNNER_PATH, else next to /proc/self/exe */
-    const char *agent_cmd;            /* DIVERGE_AGENT_CMD (may be NULL) */
-    const char *verify_cmd;           /* DIVERGE_VERIFY_CMD (may be NULL) */
-    const char *sandbox_user;         /* local provider: host user; NULL: SPEC §2 default */
-    int64_t sandbox_memory;           /* bytes, 0: none */
-    int64_t sandbox_pids;             /* 0: none */
-    int64_t sandbox_cpus_milli;       /* 1000 = one CPU, 0: none */
-    size_t log_cap;                   /* task log cap in bytes; 0: CONTROLLER_LOG_CAP */
-    bool manual;                      /* no threads: the caller drives controller_reconcile */
-    bool deferred;                    /* no threads until controller_start() */
+    const char *data_dir;          /* tokens, workspaces, mirrors, staging, logs under it */
+    const unsigned char *root_key; /* TOKEN_ROOT_KEY_LEN bytes, copied */
+    int64_t default_budget_usd;    /* micro-dollars, when spec.budgetUSD is unset */
+    int64_t default_budget_tokens; /* when spec.budgetTokens is unset */
+    const char *sandbox_provider;  /* none, process, local (agent-sandbox: not built) */
+    const char *meter_url;         /* DIVERGE_METER_URL given to sandboxes */
+    const char *runner_path;       /* NULL: DIVERGE_RUNNER_PATH, else next to /proc/self/exe */
+    const char *agent_cmd;         /* DIVERGE_AGENT_CMD (may be NULL) */
+    const char *verify_cmd;        /* DIVERGE_VERIFY_CMD (may be NULL) */
+    const char *sandbox_user;      /* local provider: host user; NULL: SPEC §2 default */
+    int64_t sandbox_memory;        /* bytes, 0: none */
+    int64_t sandbox_pids;          /* 0: none */
+    int64_t sandbox_cpus_milli;    /* 1000 = one CPU, 0: none */
+    size_t log_cap;                /* task log cap in bytes; 0: CONTROLLER_LOG_CAP */
+    bool manual;                   /* no threads: the caller drives controller_reconcile */
+    bool deferred;                 /* no threads until controller_start() */
 };
 
 #define CONTROLLER_LOG_CAP (10u << 20) /* default cap of a task log (SPEC §9) */
@@ -62,14 +62,14 @@ enum controller_action {
 
 /* What the controller sees of a task besides its object. */
 struct controller_observed {
-    bool token_active;        /* its latest token is active */
-    bool runs_sandboxes;      /* the provider starts sandboxes (process, local) */
-    bool can_run;             /* the provider works on this host */
-    bool waiting_noted;       /* provider none/unbuilt: the task already says why it waits */
-    int sandbox;              /* enum sandbox_state of its sandbox */
-    int exit_code;            /* SANDBOX_EXITED: the runner's status */
-    bool timed_out;           /* active time is past sandbox.timeoutSeconds */
-    bool workspace_exists;    /* its workspace directory is there */
+    bool token_active;     /* its latest token is active */
+    bool runs_sandboxes;   /* the provider starts sandboxes (process, local) */
+    bool can_run;          /* the provider works on this host */
+    bool waiting_noted;    /* provider none/unbuilt: the task already says why it waits */
+    int sandbox;           /* enum sandbox_state of its sandbox */
+    int exit_code;         /* SANDBOX_EXITED: the runner's status */
+    bool timed_out;        /* active time is past sandbox.timeoutSeconds */
+    bool workspace_exists; /* its workspace directory is there */
 };
 
 /* The pure decision: V is the task, O what is observed of it. */
@@ -110,8 +110,7 @@ int controller_start(struct controller *c, const char *meter_url, const char *me
 void controller_free(struct controller *c);
 
 /* Reconciles one task now (also used by tests). E_NOTFOUND when it is gone. */
-int controller_reconcile(struct controller *c, const char *ns, const char *name,
-                         struct err *err);
+int controller_reconcile(struct controller *c, const char *ns, const char *name, struct err *err);
 
 /* Path of the task's token file: new string, caller frees. */
 char *controller_token_path(const struct controller *c, const char *ns, const char *name);

@@ -11,14 +11,14 @@
 
 /* A task whose active time is being counted (it has a live, unfrozen sandbox). */
 struct controller_timer {
-    char *ns, *name;          /* owned */
-    int64_t deadline_ms;      /* epoch ms; the task times out at this time */
+    char *ns, *name;     /* owned */
+    int64_t deadline_ms; /* epoch ms; the task times out at this time */
     struct controller_timer *next;
 };
 
 /* A task named by a sandbox's exit, waiting for the tick thread. */
 struct controller_note {
-    char *ns, *name;          /* owned */
+    char *ns, *name; /* owned */
     struct controller_note *next;
 };
 
@@ -28,43 +28,43 @@ struct controller {
     unsigned char root_key[TOKEN_ROOT_KEY_LEN]; /* wiped on free */
     int64_t default_budget_usd;                 /* micro-dollars */
     int64_t default_budget_tokens;
-    char *provider;                             /* owned: the sandbox provider name */
-    char *meter_url, *runner_path;              /* owned */
-    char *meter_socket;                         /* owned: the server's unix socket, or NULL */
-    char *agent_cmd, *verify_cmd;               /* owned, may be NULL */
-    size_t log_cap;                             /* task log cap */
-    struct sandbox_provider *sandboxes;         /* owned; NULL for none/agent-sandbox */
-    char *problem;                              /* owned: why sandboxes cannot run, or NULL */
-    unsigned int sandbox_uid, sandbox_gid;      /* owner of what the sandbox writes */
-    bool chown_files;                           /* give files to sandbox_uid (server is root) */
-    pthread_mutex_t lock;                       /* one reconcile at a time */
-    pthread_mutex_t notes_lock;                 /* guards notes, timers, wake */
+    char *provider;                        /* owned: the sandbox provider name */
+    char *meter_url, *runner_path;         /* owned */
+    char *meter_socket;                    /* owned: the server's unix socket, or NULL */
+    char *agent_cmd, *verify_cmd;          /* owned, may be NULL */
+    size_t log_cap;                        /* task log cap */
+    struct sandbox_provider *sandboxes;    /* owned; NULL for none/agent-sandbox */
+    char *problem;                         /* owned: why sandboxes cannot run, or NULL */
+    unsigned int sandbox_uid, sandbox_gid; /* owner of what the sandbox writes */
+    bool chown_files;                      /* give files to sandbox_uid (server is root) */
+    pthread_mutex_t lock;                  /* one reconcile at a time */
+    pthread_mutex_t notes_lock;            /* guards notes, timers, wake */
     pthread_cond_t notes_cond;
-    struct controller_note *notes;              /* exits to reconcile */
-    struct controller_timer *timers;            /* running tasks with a timeout */
+    struct controller_note *notes;   /* exits to reconcile */
+    struct controller_timer *timers; /* running tasks with a timeout */
     bool tick_running;
     atomic_bool stopping;
     pthread_t tick;
-    struct store_worker *worker;                /* owned; NULL in manual mode */
+    struct store_worker *worker; /* owned; NULL in manual mode */
 };
 
 /* One reconcile of one task: planned in a transaction, executed outside (sandbox, git),
  * applied in a second transaction. */
 struct reconcile {
     struct controller *c;
-    const char *ns, *name;           /* borrowed */
-    bool plan;                       /* planning pass: decide (and mint) only */
-    enum controller_action action;   /* out of the plan */
-    enum task_phase phase;           /* the phase seen when planning */
-    char *token, *id;                /* owned: the token minted while planning */
-    int64_t generation;              /* its generation */
-    char *url, *base, *working;      /* owned copies of spec.repository (url may be NULL) */
-    char *objective;                 /* owned */
+    const char *ns, *name;         /* borrowed */
+    bool plan;                     /* planning pass: decide (and mint) only */
+    enum controller_action action; /* out of the plan */
+    enum task_phase phase;         /* the phase seen when planning */
+    char *token, *id;              /* owned: the token minted while planning */
+    int64_t generation;            /* its generation */
+    char *url, *base, *working;    /* owned copies of spec.repository (url may be NULL) */
+    char *objective;               /* owned */
     int64_t iteration, max_iterations, timeout_s, start_ms;
-    bool from_scm;                   /* made from a PR/MR comment */
-    int exit_code;                   /* the runner's, for FAIL_RUNNER */
-    const char *fail_reason;         /* set by execution when the task must fail */
-    char *fail_msg;                  /* owned */
+    bool from_scm;           /* made from a PR/MR comment */
+    int exit_code;           /* the runner's, for FAIL_RUNNER */
+    const char *fail_reason; /* set by execution when the task must fail */
+    char *fail_msg;          /* owned */
 };
 
 /* Executes R's side effects (run.c) with C->lock held; failures that end the task are
@@ -115,8 +115,8 @@ int controller_staging(const char *path, const char *log_path, struct err *err);
 int controller_staging_sanitize(const char *staging, struct err *err);
 /* Pushes refs/heads/WORKING from STAGING to URL, never forced, without hooks, after
  * controller_staging_sanitize(). */
-int controller_push(const char *staging, const char *url, const char *working,
-                    const char *log_path, struct err *err);
+int controller_push(const char *staging, const char *url, const char *working, const char *log_path,
+                    struct err *err);
 
 /* Paused-time bookkeeping (run.c): the active ms a task used so far. */
 int64_t controller_active_ms(struct controller *c, const char *ns, const char *name,

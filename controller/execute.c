@@ -183,8 +183,8 @@ static int prepare(struct controller *c, struct reconcile *r, struct paths *p, s
     bool fetched = false;
     int rc = controller_write_token_file(c, r->ns, r->name, r->token, err);
 
-    if (rc == E_OK && (controller_mkdirs(p->workspace, true) != 0 ||
-                       controller_mkdirs(p->state, true) != 0)) {
+    if (rc == E_OK &&
+        (controller_mkdirs(p->workspace, true) != 0 || controller_mkdirs(p->state, true) != 0)) {
         rc = err_set(err, E_FAIL, "create the workspace: %s", strerror(errno));
     }
     if (rc == E_OK && r->url != NULL) {
@@ -261,8 +261,10 @@ static void do_start(struct controller *c, struct reconcile *r, enum start_mode 
             s.env[i] = env[i];
         }
         if (mode == START_RESTART) {
-            controller_log_event(p.log, "[diverge] restarted after server restart "
-                                        "(iteration %lld)", (long long)iteration);
+            controller_log_event(p.log,
+                                 "[diverge] restarted after server restart "
+                                 "(iteration %lld)",
+                                 (long long)iteration);
         }
         rc = sandbox_start(c->sandboxes, &s, &err);
         for (size_t i = 0; i < n; i++) {
@@ -276,8 +278,9 @@ static void do_start(struct controller *c, struct reconcile *r, enum start_mode 
         controller_note_pause(c, r->ns, r->name, false, clock_now_ms(clock_system()));
         arm_timer(c, r);
         controller_log_event(p.log, "[diverge] %s (provider %s, iteration %lld)",
-                             mode == START_FRESH ? "provisioned" : mode == START_RESUME ? "resumed"
-                                                                                         : "started",
+                             mode == START_FRESH    ? "provisioned"
+                             : mode == START_RESUME ? "resumed"
+                                                    : "started",
                              c->provider, (long long)iteration);
     }
     paths_cleanup(&p);
@@ -333,8 +336,9 @@ static void complete(struct controller *c, struct reconcile *r, const char *log)
 
     if (r->url != NULL) {
         if (!controller_push_allowed(r->working, r->base, r->from_scm)) {
-            err_set(&err, E_DENIED, "refusing to push the working branch (it is the base "
-                                    "branch or not a plain branch name)");
+            err_set(&err, E_DENIED,
+                    "refusing to push the working branch (it is the base "
+                    "branch or not a plain branch name)");
         } else if (controller_push(staging, r->url, r->working, log, &err) == E_OK) {
             controller_log_event(log, "[diverge] pushed refs/heads/%s", r->working);
         }
@@ -376,8 +380,9 @@ void controller_execute(struct controller *c, struct reconcile *r)
                              r->exit_code);
         break;
     case CONTROLLER_TIMEOUT:
-        controller_log_event(log, "[diverge] timeout: sandbox.timeoutSeconds %lld passed; "
-                                  "stopping every process",
+        controller_log_event(log,
+                             "[diverge] timeout: sandbox.timeoutSeconds %lld passed; "
+                             "stopping every process",
                              (long long)r->timeout_s);
         break;
     case CONTROLLER_FAIL_SANDBOX:

@@ -25,8 +25,7 @@ static void reconcile_one(struct controller *c, const char *ns, const char *name
     struct err err = {0};
 
     if (controller_reconcile(c, ns, name, &err) != E_OK && err.code != E_NOTFOUND) {
-        log_kv(LOG_WARN, "reconcile_error", "namespace", ns, "task", name, "error", err.msg,
-               NULL);
+        log_kv(LOG_WARN, "reconcile_error", "namespace", ns, "task", name, "error", err.msg, NULL);
     }
 }
 
@@ -79,9 +78,11 @@ static int64_t resync(void *userdata)
     return rv;
 }
 
-static const struct store_worker_config feed = {
-    .name = "controller", .wake = STORE_WORKER_FEED, .resync = resync,
-    .wants = wants, .apply = apply};
+static const struct store_worker_config feed = {.name = "controller",
+                                                .wake = STORE_WORKER_FEED,
+                                                .resync = resync,
+                                                .wants = wants,
+                                                .apply = apply};
 
 int controller_new(struct controller **out, struct task_store *store,
                    const struct controller_config *cfg, struct err *err)

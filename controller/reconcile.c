@@ -45,8 +45,8 @@ static void copy_spec(struct reconcile *r, const json_t *doc, const struct task_
     r->objective = xstrdup(v->objective != NULL ? v->objective : "");
     r->iteration = v->iteration;
     r->max_iterations = v->max_iterations;
-    r->timeout_s = json_integer_value(
-        json_object_get(json_object_get(spec, "sandbox"), "timeoutSeconds"));
+    r->timeout_s =
+        json_integer_value(json_object_get(json_object_get(spec, "sandbox"), "timeoutSeconds"));
     r->from_scm = json_object_get(ann, "divergedev.com/provider") != NULL;
     r->start_ms = 0;
     if (start != NULL) {
@@ -76,8 +76,8 @@ static void observe(struct controller_observed *o, struct reconcile *r, const st
         o->workspace_exists = stat(ws, &sb) == 0 && S_ISDIR(sb.st_mode);
         free(ws);
         if (r->timeout_s > 0 && r->start_ms > 0 && v->phase == TASK_ACTIVE) {
-            o->timed_out = controller_active_ms(c, r->ns, r->name, r->start_ms, now) >=
-                           r->timeout_s * 1000;
+            o->timed_out =
+                controller_active_ms(c, r->ns, r->name, r->start_ms, now) >= r->timeout_s * 1000;
         }
     }
 }
@@ -205,8 +205,7 @@ static int reconcile_txn(struct task_txn *tx, void *userdata)
         r->phase = v.phase;
         r->exit_code = o.exit_code;
         if (r->action == CONTROLLER_FAIL_SANDBOX) {
-            r->fail_msg = xstrdup(c->problem != NULL ? c->problem
-                                                     : "the task's workspace is gone");
+            r->fail_msg = xstrdup(c->problem != NULL ? c->problem : "the task's workspace is gone");
         }
         /* The token file must hold the new token before the task reads Active, so the
          * token is minted and written first, then applied by a second transaction. */
@@ -226,8 +225,8 @@ static int reconcile_txn(struct task_txn *tx, void *userdata)
     }
 out:
     if (rc != E_OK && rc != E_AGAIN) {
-        log_kv(LOG_ERROR, "reconcile_failed", "namespace", r->ns, "name", r->name, "error",
-               err.msg, NULL);
+        log_kv(LOG_ERROR, "reconcile_failed", "namespace", r->ns, "name", r->name, "error", err.msg,
+               NULL);
     }
     free(rec.token);
     json_decref(doc);
@@ -269,8 +268,7 @@ static int mark_provisioning(struct task_txn *tx, void *userdata)
     return rc;
 }
 
-int controller_reconcile(struct controller *c, const char *ns, const char *name,
-                         struct err *err)
+int controller_reconcile(struct controller *c, const char *ns, const char *name, struct err *err)
 {
     struct reconcile r = {.c = c, .ns = ns, .name = name, .plan = true};
     int rc;

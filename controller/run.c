@@ -129,8 +129,8 @@ static void reconcile_note(struct controller *c, struct controller_note *n)
     struct err err = {0};
 
     if (controller_reconcile(c, n->ns, n->name, &err) != E_OK && err.code != E_NOTFOUND) {
-        log_kv(LOG_WARN, "reconcile_error", "namespace", n->ns, "task", n->name, "error",
-               err.msg, NULL);
+        log_kv(LOG_WARN, "reconcile_error", "namespace", n->ns, "task", n->name, "error", err.msg,
+               NULL);
     }
 }
 

@@ -26,29 +26,29 @@
 
 /* What to start. Every string is borrowed for the call. Paths are host paths. */
 struct sandbox_spec {
-    const char *ns, *name;     /* the task */
-    const char *runner_path;   /* the diverge-agent-runner binary */
-    const char *workspace;     /* <data-dir>/workspaces/<ns>/<task>, writable */
-    const char *token_dir;     /* the token file's directory, read-only inside */
-    const char *mirror;        /* the repository mirror (read-only inside), or NULL */
-    const char *staging;       /* the staging bare repo (writable inside), or NULL */
-    const char *usage_dir;     /* per-task state dir outside the git tree, writable */
-    const char *sock_dir;      /* the server's meter socket directory (read-only), or NULL */
-    const char *log_path;      /* the task log */
-    size_t log_cap;            /* its cap in bytes, 0: CONTROLLER_LOG_CAP */
+    const char *ns, *name;   /* the task */
+    const char *runner_path; /* the diverge-agent-runner binary */
+    const char *workspace;   /* <data-dir>/workspaces/<ns>/<task>, writable */
+    const char *token_dir;   /* the token file's directory, read-only inside */
+    const char *mirror;      /* the repository mirror (read-only inside), or NULL */
+    const char *staging;     /* the staging bare repo (writable inside), or NULL */
+    const char *usage_dir;   /* per-task state dir outside the git tree, writable */
+    const char *sock_dir;    /* the server's meter socket directory (read-only), or NULL */
+    const char *log_path;    /* the task log */
+    size_t log_cap;          /* its cap in bytes, 0: CONTROLLER_LOG_CAP */
     const char *env[SANDBOX_ENV_MAX + 1]; /* "KEY=VALUE" as seen inside, NULL-terminated */
 };
 
 enum sandbox_state {
-    SANDBOX_ABSENT,  /* nothing runs for this task (never started, or stopped) */
+    SANDBOX_ABSENT, /* nothing runs for this task (never started, or stopped) */
     SANDBOX_RUNNING,
-    SANDBOX_PAUSED,  /* every process frozen */
-    SANDBOX_EXITED,  /* the runner exited; nothing is left running */
+    SANDBOX_PAUSED, /* every process frozen */
+    SANDBOX_EXITED, /* the runner exited; nothing is left running */
 };
 
 struct sandbox_status {
     enum sandbox_state state;
-    int exit_code;  /* SANDBOX_EXITED: the runner's exit status (128+N for signal N) */
+    int exit_code; /* SANDBOX_EXITED: the runner's exit status (128+N for signal N) */
 };
 
 /* Called from a provider thread when a sandbox's runner exited (NS, NAME borrowed). */
@@ -62,11 +62,9 @@ struct sandbox_provider_ops {
      * reason) when it cannot be started. */
     int (*start)(struct sandbox_provider *p, const struct sandbox_spec *s, struct err *err);
     /* Freezes every process of the sandbox (memory kept). E_NOTFOUND when none runs. */
-    int (*suspend)(struct sandbox_provider *p, const char *ns, const char *name,
-                   struct err *err);
+    int (*suspend)(struct sandbox_provider *p, const char *ns, const char *name, struct err *err);
     /* Thaws a frozen sandbox. E_NOTFOUND when none is frozen. */
-    int (*resume)(struct sandbox_provider *p, const char *ns, const char *name,
-                  struct err *err);
+    int (*resume)(struct sandbox_provider *p, const char *ns, const char *name, struct err *err);
     /* The observed state (reaped children are reported once as EXITED, then stay so
      * until stop or the next start). */
     void (*status)(struct sandbox_status *out, struct sandbox_provider *p, const char *ns,

@@ -61,23 +61,25 @@ int local_user(struct local_provider *lp, const char *name, struct err *err)
         name = LOCAL_USER;
     }
     if (lookup(lp, name) != E_OK && root) {
-        const char *argv[] = {"useradd", "--system", "--no-create-home", "--home-dir",
-                              "/nonexistent", "--shell", "/usr/sbin/nologin", name, NULL};
+        const char *argv[] = {"useradd",           "--system",     "--no-create-home",
+                              "--home-dir",        "/nonexistent", "--shell",
+                              "/usr/sbin/nologin", name,           NULL};
         pid_t pid;
         int status = 0;
-        if (posix_spawnp(&pid, "useradd", NULL, NULL, (char *const *)(uintptr_t)argv,
-                         NULL) == 0) {
+        if (posix_spawnp(&pid, "useradd", NULL, NULL, (char *const *)(uintptr_t)argv, NULL) == 0) {
             waitpid(pid, &status, 0);
         }
     }
     if (lookup(lp, name) != E_OK) {
-        return err_set(err, E_FAIL, "the sandbox user %s does not exist: create it "
-                                    "(useradd --system %s) or pass --sandbox-user",
+        return err_set(err, E_FAIL,
+                       "the sandbox user %s does not exist: create it "
+                       "(useradd --system %s) or pass --sandbox-user",
                        name, name);
     }
     if (lp->uid == 0) {
-        return err_set(err, E_FAIL, "the sandbox user must not be root (its uid would map "
-                                    "to host root): pass another --sandbox-user");
+        return err_set(err, E_FAIL,
+                       "the sandbox user must not be root (its uid would map "
+                       "to host root): pass another --sandbox-user");
     }
     if (!root && lp->uid != getuid()) {
         return err_set(err, E_FAIL, "--sandbox-user needs the server to run as root");
@@ -259,8 +261,8 @@ static const char *limited(bool on)
     return on ? "limited" : "not limited";
 }
 
-void local_cgroup_create(struct local_provider *lp, const char *ns, const char *name,
-                         char *limits, size_t limits_len)
+void local_cgroup_create(struct local_provider *lp, const char *ns, const char *name, char *limits,
+                         size_t limits_len)
 {
     struct cg_applied a = {0};
 
@@ -272,8 +274,9 @@ void local_cgroup_create(struct local_provider *lp, const char *ns, const char *
         free(d);
     }
     if (!cg_any(lp)) {
-        snprintf(limits, limits_len, "no cgroup (the server is not root): memory, pids and "
-                                     "cpu not limited, pause by SIGSTOP of every process");
+        snprintf(limits, limits_len,
+                 "no cgroup (the server is not root): memory, pids and "
+                 "cpu not limited, pause by SIGSTOP of every process");
         return;
     }
     snprintf(limits, limits_len, "cgroup %s %s/%s.%s: memory %s, pids %s, cpu %s, pause by %s",
@@ -315,8 +318,8 @@ static int cg_freeze(struct sbx *x, void *ctx, struct err *err)
 {
     struct local_provider *lp = ctx;
     char *d = cg_dir(lp, 0, x->ns, x->name);
-    char *state = d != NULL ? xasprintf("%s/%s", d, lp->v2 ? "cgroup.events" : "freezer.state")
-                            : NULL;
+    char *state =
+        d != NULL ? xasprintf("%s/%s", d, lp->v2 ? "cgroup.events" : "freezer.state") : NULL;
     int rc = E_OK;
 
     if (d == NULL || !put(d, lp->v2 ? "cgroup.freeze" : "freezer.state", lp->v2 ? "1" : "FROZEN")) {
@@ -428,14 +431,17 @@ const struct sbx_hooks local_hooks = {
 
 int local_seccomp_fd(int *fd_out, struct err *err)
 {
-    static const char *const eperm[] = {
-        "syslog", "uselib", "acct", "modify_ldt", "quotactl", "add_key", "keyctl",
-        "request_key", "move_pages", "mbind", "get_mempolicy", "set_mempolicy",
-        "migrate_pages", "unshare", "setns", "mount", "umount", "umount2", "pivot_root",
-        "chroot", "perf_event_open", "ptrace", "process_vm_readv", "process_vm_writev",
-        "io_uring_setup", "io_uring_enter", "io_uring_register"};
-    static const char *const enosys[] = {"clone3", "open_tree", "move_mount", "fsopen",
-                                         "fsconfig", "fsmount", "fspick", "mount_setattr"};
+    static const char *const eperm[] = {"syslog",         "uselib",           "acct",
+                                        "modify_ldt",     "quotactl",         "add_key",
+                                        "keyctl",         "request_key",      "move_pages",
+                                        "mbind",          "get_mempolicy",    "set_mempolicy",
+                                        "migrate_pages",  "unshare",          "setns",
+                                        "mount",          "umount",           "umount2",
+                                        "pivot_root",     "chroot",           "perf_event_open",
+                                        "ptrace",         "process_vm_readv", "process_vm_writev",
+                                        "io_uring_setup", "io_uring_enter",   "io_uring_register"};
+    static const char *const enosys[] = {"clone3",   "open_tree", "move_mount", "fsopen",
+                                         "fsconfig", "fsmount",   "fspick",     "mount_setattr"};
     scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
     int fd = -1, rc = E_OK;
 

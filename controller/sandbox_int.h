@@ -16,8 +16,8 @@ struct sbx;
 
 /* Starts the sandbox's leader process with stdout and stderr on OUT_FD (and stdin on
  * /dev/null), in its own process group; *pid_out its pid. CTX is the provider's. */
-typedef int (*sbx_spawn_fn)(pid_t *pid_out, const struct sandbox_spec *s, int out_fd,
-                            void *ctx, struct err *err);
+typedef int (*sbx_spawn_fn)(pid_t *pid_out, const struct sandbox_spec *s, int out_fd, void *ctx,
+                            struct err *err);
 /* Provider hooks on a sandbox: kill everything that is left (after the leader exited or
  * on stop), freeze, thaw. Optional; NULL uses the process group. */
 struct sbx_hooks {
@@ -28,30 +28,30 @@ struct sbx_hooks {
 };
 
 struct sbx {
-    char *ns, *name;        /* owned */
-    pid_t pid;              /* the leader (also the process group id) */
-    int pidfd;              /* readable once the leader exited */
-    int out_fd;             /* read end of the output pipe */
+    char *ns, *name; /* owned */
+    pid_t pid;       /* the leader (also the process group id) */
+    int pidfd;       /* readable once the leader exited */
+    int out_fd;      /* read end of the output pipe */
     enum sandbox_state state;
     int exit_code;
-    bool stopping;          /* stop() asked: no exit callback */
-    bool reaped;            /* the leader was reaped: its pid may be reused */
-    char *log_path;         /* owned */
+    bool stopping;  /* stop() asked: no exit callback */
+    bool reaped;    /* the leader was reaped: its pid may be reused */
+    char *log_path; /* owned */
     size_t log_cap;
-    char *record;           /* owned: the state-dir record of this sandbox */
-    void *ext;              /* the provider's per-sandbox data, owned by the provider */
+    char *record; /* owned: the state-dir record of this sandbox */
+    void *ext;    /* the provider's per-sandbox data, owned by the provider */
     pthread_t thread;
-    struct sbx_set *set;    /* back pointer */
+    struct sbx_set *set; /* back pointer */
     struct sbx *next;
 };
 
 struct sbx_set {
     pthread_mutex_t lock;
-    struct sbx *head;                /* guarded by lock */
-    struct sandbox_provider *base;   /* for on_exit */
-    char *state_dir;                 /* owned */
-    const struct sbx_hooks *hooks;   /* borrowed */
-    void *ctx;                       /* the provider */
+    struct sbx *head;              /* guarded by lock */
+    struct sandbox_provider *base; /* for on_exit */
+    char *state_dir;               /* owned */
+    const struct sbx_hooks *hooks; /* borrowed */
+    void *ctx;                     /* the provider */
 };
 
 void sbx_set_init(struct sbx_set *set, struct sandbox_provider *base, const char *state_dir,
@@ -59,12 +59,11 @@ void sbx_set_init(struct sbx_set *set, struct sandbox_provider *base, const char
 /* Stops every sandbox and frees the table. */
 void sbx_set_cleanup(struct sbx_set *set);
 /* Starts S through SPAWN; EXT (may be NULL) is stored in the record. */
-int sbx_launch(struct sbx_set *set, const struct sandbox_spec *s, sbx_spawn_fn spawn,
-               void *ext, struct err *err);
+int sbx_launch(struct sbx_set *set, const struct sandbox_spec *s, sbx_spawn_fn spawn, void *ext,
+               struct err *err);
 int sbx_suspend(struct sbx_set *set, const char *ns, const char *name, struct err *err);
 int sbx_resume(struct sbx_set *set, const char *ns, const char *name, struct err *err);
-void sbx_status(struct sandbox_status *out, struct sbx_set *set, const char *ns,
-                const char *name);
+void sbx_status(struct sandbox_status *out, struct sbx_set *set, const char *ns, const char *name);
 /* Stops the sandbox; with none known, kills what a previous server left (its record). */
 void sbx_stop(struct sbx_set *set, const char *ns, const char *name);
 /* The path of a sandbox's record file: new string. */

@@ -36,12 +36,12 @@ static struct local_provider *to_local(struct sandbox_provider *p)
 
 /* What the forked child does before exec: only async-signal-safe calls. */
 struct child_plan {
-    const char *path;              /* bwrap */
+    const char *path; /* bwrap */
     char *const *argv, *const *envp;
     int out_fd;
-    int keep[LOCAL_FDS];           /* descriptors bwrap must inherit, -1 unused */
-    int procs[LOCAL_CG_MAX];       /* cgroup.procs files to join, -1 unused */
-    bool drop;                     /* switch to uid/gid first */
+    int keep[LOCAL_FDS];     /* descriptors bwrap must inherit, -1 unused */
+    int procs[LOCAL_CG_MAX]; /* cgroup.procs files to join, -1 unused */
+    bool drop;               /* switch to uid/gid first */
     uid_t uid;
     gid_t gid;
 };
@@ -169,10 +169,10 @@ static void args_free(struct argv_b *a)
 /* The fixed part of the command line: namespaces, capabilities, the read-only root. */
 static void base_args(struct argv_b *a, const struct local_provider *lp, bool chdir_ws)
 {
-    static const char *const etc[] = {"/etc/ld.so.cache", "/etc/alternatives", "/etc/ssl",
-                                      "/etc/ca-certificates", "/etc/localtime",
-                                      "/etc/nsswitch.conf", "/etc/passwd", "/etc/group",
-                                      "/etc/gitconfig"};
+    static const char *const etc[] = {
+        "/etc/ld.so.cache",     "/etc/alternatives", "/etc/ssl",
+        "/etc/ca-certificates", "/etc/localtime",    "/etc/nsswitch.conf",
+        "/etc/passwd",          "/etc/group",        "/etc/gitconfig"};
     static const char *const links[] = {"bin", "sbin", "lib", "lib64", "lib32", "libx32"};
     struct stat st;
 
@@ -217,8 +217,8 @@ static void base_args(struct argv_b *a, const struct local_provider *lp, bool ch
 }
 
 /* Opens PATH as an O_PATH descriptor for --bind-fd, adding it to PL's kept ones. */
-static int bind_fd(struct argv_b *a, struct child_plan *pl, int *fds, size_t *nfds,
-                   const char *opt, const char *path, const char *dest, struct err *err)
+static int bind_fd(struct argv_b *a, struct child_plan *pl, int *fds, size_t *nfds, const char *opt,
+                   const char *path, const char *dest, struct err *err)
 {
     int fd = open(path, O_PATH | O_CLOEXEC);
 
@@ -312,8 +312,7 @@ static int local_spawn(pid_t *pid_out, const struct sandbox_spec *s, int out_fd,
     return rc;
 }
 
-static int local_start(struct sandbox_provider *p, const struct sandbox_spec *s,
-                       struct err *err)
+static int local_start(struct sandbox_provider *p, const struct sandbox_spec *s, struct err *err)
 {
     struct local_provider *lp = to_local(p);
     char limits[512];
@@ -339,8 +338,8 @@ static int local_resume(struct sandbox_provider *p, const char *ns, const char *
     return sbx_resume(&to_local(p)->set, ns, name, err);
 }
 
-static void local_status(struct sandbox_status *out, struct sandbox_provider *p,
-                         const char *ns, const char *name)
+static void local_status(struct sandbox_status *out, struct sandbox_provider *p, const char *ns,
+                         const char *name)
 {
     sbx_status(out, &to_local(p)->set, ns, name);
 }
@@ -356,8 +355,7 @@ static char *local_probe(struct sandbox_provider *p)
     return lp->problem != NULL ? xstrdup(lp->problem) : NULL;
 }
 
-static bool local_owner(struct sandbox_provider *p, unsigned int *uid_out,
-                        unsigned int *gid_out)
+static bool local_owner(struct sandbox_provider *p, unsigned int *uid_out, unsigned int *gid_out)
 {
     struct local_provider *lp = to_local(p);
 
@@ -411,11 +409,12 @@ static int probe_bwrap(struct local_provider *lp, struct err *err)
         while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
         }
         if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-            rc = err_set(err, E_FAIL, "bubblewrap cannot create the sandbox's namespaces here "
-                                      "(exit %d): enable unprivileged user namespaces "
-                                      "(sysctl kernel.unprivileged_userns_clone=1, "
-                                      "user.max_user_namespaces>0; on Ubuntu also "
-                                      "kernel.apparmor_restrict_unprivileged_userns=0)",
+            rc = err_set(err, E_FAIL,
+                         "bubblewrap cannot create the sandbox's namespaces here "
+                         "(exit %d): enable unprivileged user namespaces "
+                         "(sysctl kernel.unprivileged_userns_clone=1, "
+                         "user.max_user_namespaces>0; on Ubuntu also "
+                         "kernel.apparmor_restrict_unprivileged_userns=0)",
                          WIFEXITED(status) ? WEXITSTATUS(status) : -1);
         }
     }

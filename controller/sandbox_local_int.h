@@ -13,13 +13,13 @@
 struct local_provider {
     struct sandbox_provider base; /* must be first */
     struct sbx_set set;
-    char *bwrap;                  /* owned: the bubblewrap binary */
-    char *problem;                /* owned: why sandboxes cannot run, or NULL */
-    bool drop;                    /* the server is root: switch to uid/gid in the child */
+    char *bwrap;   /* owned: the bubblewrap binary */
+    char *problem; /* owned: why sandboxes cannot run, or NULL */
+    bool drop;     /* the server is root: switch to uid/gid in the child */
     uid_t uid;
     gid_t gid;
-    bool v2;                      /* unified cgroup hierarchy */
-    char *cg_root[LOCAL_CG_MAX];  /* owned: parent cgroup dirs (NULL: not available) */
+    bool v2;                          /* unified cgroup hierarchy */
+    char *cg_root[LOCAL_CG_MAX];      /* owned: parent cgroup dirs (NULL: not available) */
     int64_t memory, pids, cpus_milli; /* limits */
 };
 
@@ -31,8 +31,8 @@ int local_user(struct local_provider *lp, const char *name, struct err *err);
 void local_cgroup_init(struct local_provider *lp, const struct sandbox_local_opts *o);
 void local_cgroup_cleanup(struct local_provider *lp);
 /* Creates the task's cgroups with the limits; LIMITS gets a sentence for the task log. */
-void local_cgroup_create(struct local_provider *lp, const char *ns, const char *name,
-                         char *limits, size_t limits_len);
+void local_cgroup_create(struct local_provider *lp, const char *ns, const char *name, char *limits,
+                         size_t limits_len);
 /* Opens the task's cgroup.procs files (write) into FDS[0..LOCAL_CG_MAX), -1 unused. */
 void local_cgroup_join(int *fds, struct local_provider *lp, const char *ns, const char *name);
 /* A memfd holding the seccomp BPF program for bwrap --seccomp. */

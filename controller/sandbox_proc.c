@@ -397,8 +397,7 @@ int sbx_resume(struct sbx_set *set, const char *ns, const char *name, struct err
     return rc;
 }
 
-void sbx_status(struct sandbox_status *out, struct sbx_set *set, const char *ns,
-                const char *name)
+void sbx_status(struct sandbox_status *out, struct sbx_set *set, const char *ns, const char *name)
 {
     struct sbx *x;
 
@@ -432,8 +431,8 @@ void sbx_stop(struct sbx_set *set, const char *ns, const char *name)
     }
     kill_recorded(set, ns, name);
     if (set->hooks != NULL && set->hooks->kill_rest != NULL) {
-        struct sbx tmp = {.ns = (char *)(uintptr_t)ns, .name = (char *)(uintptr_t)name,
-                          .pid = -1, .set = set};
+        struct sbx tmp = {
+            .ns = (char *)(uintptr_t)ns, .name = (char *)(uintptr_t)name, .pid = -1, .set = set};
         set->hooks->kill_rest(&tmp, set->ctx);
         if (set->hooks->forget != NULL) {
             set->hooks->forget(&tmp, set->ctx);

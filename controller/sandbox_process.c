@@ -50,8 +50,7 @@ static int spawn_runner(pid_t *pid_out, const struct sandbox_spec *s, int out_fd
     posix_spawnattr_setsigdefault(&attr, &all);
     posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
                                         POSIX_SPAWN_SETSIGDEF);
-    rc = posix_spawn(pid_out, s->runner_path, &fa, &attr, argv,
-                     (char *const *)(uintptr_t)s->env);
+    rc = posix_spawn(pid_out, s->runner_path, &fa, &attr, argv, (char *const *)(uintptr_t)s->env);
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&attr);
     if (rc != 0) {
@@ -60,8 +59,7 @@ static int spawn_runner(pid_t *pid_out, const struct sandbox_spec *s, int out_fd
     return E_OK;
 }
 
-static int process_start(struct sandbox_provider *p, const struct sandbox_spec *s,
-                         struct err *err)
+static int process_start(struct sandbox_provider *p, const struct sandbox_spec *s, struct err *err)
 {
     controller_log_event(s->log_path,
                          "[diverge] WARNING: sandbox provider \"process\": NO ISOLATION, the "
@@ -81,8 +79,8 @@ static int process_resume(struct sandbox_provider *p, const char *ns, const char
     return sbx_resume(&to_process(p)->set, ns, name, err);
 }
 
-static void process_status(struct sandbox_status *out, struct sandbox_provider *p,
-                           const char *ns, const char *name)
+static void process_status(struct sandbox_status *out, struct sandbox_provider *p, const char *ns,
+                           const char *name)
 {
     sbx_status(out, &to_process(p)->set, ns, name);
 }

@@ -51,9 +51,15 @@ static char **with_credentials(char **env, size_t n)
 
 static char **git_env(void)
 {
-    static const char *const keep[] = {"PATH=", "HOME=", "GIT_SSH_COMMAND=", "SSL_CERT_FILE=",
-                                       "SSL_CERT_DIR=", "HTTPS_PROXY=", "https_proxy=",
-                                       "GIT_CONFIG_GLOBAL=", "GIT_CONFIG_NOSYSTEM="};
+    static const char *const keep[] = {"PATH=",
+                                       "HOME=",
+                                       "GIT_SSH_COMMAND=",
+                                       "SSL_CERT_FILE=",
+                                       "SSL_CERT_DIR=",
+                                       "HTTPS_PROXY=",
+                                       "https_proxy=",
+                                       "GIT_CONFIG_GLOBAL=",
+                                       "GIT_CONFIG_NOSYSTEM="};
     size_t n = 0, cap = ARRAY_LEN(keep) + 4;
     char **env = xcalloc(cap, sizeof(*env));
 
@@ -202,11 +208,11 @@ int controller_mirror(char **out, const char *data_dir, const char *url, const c
     *out = NULL;
     *fetched_out = false;
     if (!url_ok(url)) {
-        return err_set(err, E_INVALID, "spec.repository.url: only https, http, ssh, git and "
-                                       "file URLs can be mirrored");
+        return err_set(err, E_INVALID,
+                       "spec.repository.url: only https, http, ssh, git and "
+                       "file URLs can be mirrored");
     }
-    dir = xasprintf("%s/mirrors/%016llx.git", data_dir,
-                    (unsigned long long)hash_fnv1a_str(url));
+    dir = xasprintf("%s/mirrors/%016llx.git", data_dir, (unsigned long long)hash_fnv1a_str(url));
     marker = xasprintf("%s/diverge-url", dir);
     if (is_dir(dir)) {
         /* The URL is kept next to the mirror: a hash collision must never hand one
@@ -220,8 +226,9 @@ int controller_mirror(char **out, const char *data_dir, const char *url, const c
         if (n < 0 || strcmp(got, url) != 0) {
             rc = err_set(err, E_FAIL, "the mirror directory %s belongs to another URL", dir);
         } else {
-            const char *argv[] = {"git", "--git-dir", dir, "fetch", "--prune", "--quiet",
-                                  "origin", "+refs/heads/*:refs/heads/*", NULL};
+            const char *argv[] = {"git",     "--git-dir", dir,      "fetch",
+                                  "--prune", "--quiet",   "origin", "+refs/heads/*:refs/heads/*",
+                                  NULL};
             rc = controller_git(log_path, argv, err);
             *fetched_out = true;
         }
@@ -332,12 +339,14 @@ bool controller_push_allowed(const char *working, const char *base, bool from_sc
     return from_scm || base == NULL || strcmp(working, base) != 0;
 }
 
-int controller_push(const char *staging, const char *url, const char *working,
-                    const char *log_path, struct err *err)
+int controller_push(const char *staging, const char *url, const char *working, const char *log_path,
+                    struct err *err)
 {
     char *ref = xasprintf("refs/heads/%s:refs/heads/%s", working, working);
-    const char *argv[] = {"git", "-c", "core.hooksPath=/dev/null", "--git-dir", staging,
-                          "push", "--no-verify", "--quiet", "--", url, ref, NULL};
+    const char *argv[] = {"git",         "-c",      "core.hooksPath=/dev/null",
+                          "--git-dir",   staging,   "push",
+                          "--no-verify", "--quiet", "--",
+                          url,           ref,       NULL};
     int rc;
 
     if (!url_ok(url)) {

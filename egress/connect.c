@@ -42,8 +42,7 @@ static bool tchar(char c)
 
 /* Checks the request line LINE (LEN bytes, no CRLF): E_OK for a CONNECT with its target
  * in *TARGET and *TARGET_LEN, E_DENIED for another method, E_INVALID otherwise. */
-static int parse_request_line(const char **target, size_t *target_len, const char *line,
-                              size_t len)
+static int parse_request_line(const char **target, size_t *target_len, const char *line, size_t len)
 {
     const char *sp1 = memchr(line, ' ', len), *sp2;
     size_t mlen, rest;
@@ -82,8 +81,8 @@ static int parse_target(struct egress_connect_req *out, const char *t, size_t le
     const char *host, *port;
     size_t host_len, port_len;
 
-    if (egress_split_hostport(&host, &host_len, &port, &port_len, t, len) != E_OK ||
-        port == NULL || egress_port_parse(&out->port, port, port_len) != E_OK) {
+    if (egress_split_hostport(&host, &host_len, &port, &port_len, t, len) != E_OK || port == NULL ||
+        egress_port_parse(&out->port, port, port_len) != E_OK) {
         return E_INVALID; /* CONNECT's authority-form always names the port */
     }
     return egress_host_normalise(out->host, &out->is_ip, &out->addr, host, host_len);
@@ -140,8 +139,8 @@ size_t egress_event_format(char *out, const struct egress_event *ev)
         snprintf(out + body, EGRESS_LINE_MAX - body, "egress %s allowed rule=%s", ev->hostport,
                  ev->rule);
     } else {
-        snprintf(out + body, EGRESS_LINE_MAX - body, "egress %s denied reason=%s%s%s",
-                 ev->hostport, ev->reason, ev->rule[0] != '\0' ? " rule=" : "", ev->rule);
+        snprintf(out + body, EGRESS_LINE_MAX - body, "egress %s denied reason=%s%s%s", ev->hostport,
+                 ev->reason, ev->rule[0] != '\0' ? " rule=" : "", ev->rule);
     }
     return body;
 }

@@ -15,13 +15,13 @@
 #include "common/clock.h"
 #include "common/err.h"
 
-#define EGRESS_HOST_MAX 253        /* bytes of a normalised host name (DNS limit) */
-#define EGRESS_HOSTPORT_MAX 300    /* bytes of "host:port" / "[v6]:port" / "*.x:port", NUL incl. */
-#define EGRESS_DEFAULT_PORT 443    /* port of a rule that names none */
-#define EGRESS_ADDRS_MAX 16        /* resolved addresses checked (and tried) per request */
-#define EGRESS_HEADER_MAX 8192     /* bytes of a CONNECT request head, CRLFCRLF included */
-#define EGRESS_RULES_MAX 256       /* rules per policy */
-#define EGRESS_LINE_MAX 512        /* bytes of one formatted egress log line, NUL incl. */
+#define EGRESS_HOST_MAX 253     /* bytes of a normalised host name (DNS limit) */
+#define EGRESS_HOSTPORT_MAX 300 /* bytes of "host:port" / "[v6]:port" / "*.x:port", NUL incl. */
+#define EGRESS_DEFAULT_PORT 443 /* port of a rule that names none */
+#define EGRESS_ADDRS_MAX 16     /* resolved addresses checked (and tried) per request */
+#define EGRESS_HEADER_MAX 8192  /* bytes of a CONNECT request head, CRLFCRLF included */
+#define EGRESS_RULES_MAX 256    /* rules per policy */
+#define EGRESS_LINE_MAX 512     /* bytes of one formatted egress log line, NUL incl. */
 
 /* An IP address: FAMILY is 4 or 6; BYTES holds 4 or 16 bytes in network order. */
 struct egress_addr {
@@ -167,15 +167,15 @@ enum egress_event_kind {
 
 struct egress_event {
     enum egress_event_kind kind;
-    int64_t time_ms;        /* wall clock, epoch ms */
-    const char *hostport;   /* "host:port", "[v6]:port", or "-" when the request had none */
+    int64_t time_ms;      /* wall clock, epoch ms */
+    const char *hostport; /* "host:port", "[v6]:port", or "-" when the request had none */
     bool allowed;
-    const char *rule;       /* canonical rule text, or "" */
-    const char *reason;     /* X-Proxy-Error token when denied (or connect failure), else "" */
-    uint64_t bytes_out;     /* CLOSE: sandbox → remote */
-    uint64_t bytes_in;      /* CLOSE: remote → sandbox */
-    const char *line;       /* the whole egress line, RFC 3339 time first, no newline */
-    const char *body;       /* LINE after its time and space, for logs that add their own */
+    const char *rule;   /* canonical rule text, or "" */
+    const char *reason; /* X-Proxy-Error token when denied (or connect failure), else "" */
+    uint64_t bytes_out; /* CLOSE: sandbox → remote */
+    uint64_t bytes_in;  /* CLOSE: remote → sandbox */
+    const char *line;   /* the whole egress line, RFC 3339 time first, no newline */
+    const char *body;   /* LINE after its time and space, for logs that add their own */
 };
 
 /* Called for every event, from the proxy's threads (possibly concurrently): must be
@@ -187,7 +187,8 @@ typedef void (*egress_log_fn)(const struct egress_event *ev, void *userdata);
  * offset of the body. Example lines:
  *   2026-11-30T08:00:00Z egress api.github.com:443 allowed rule=*.github.com:443
  *   2026-11-30T08:00:00Z egress localhost:3000 denied reason=blocked-by-allowlist
- *   2026-11-30T08:00:09Z egress api.github.com:443 closed rule=*.github.com:443 bytes_out=517 bytes_in=4242 */
+ *   2026-11-30T08:00:09Z egress api.github.com:443 closed rule=*.github.com:443 bytes_out=517
+ * bytes_in=4242 */
 size_t egress_event_format(char *out, const struct egress_event *ev);
 
 /* Resolver hook (tests): fills up to MAX addresses of HOST into OUT, *N_OUT of them.
@@ -196,26 +197,26 @@ typedef int (*egress_resolve_fn)(struct egress_addr *out, size_t max, size_t *n_
                                  const char *host, void *userdata);
 
 struct egress_proxy_opts {
-    const char *socket_path;        /* unix socket to create (removed on stop); required */
-    unsigned socket_mode;           /* chmod of the socket after bind */
+    const char *socket_path;            /* unix socket to create (removed on stop); required */
+    unsigned socket_mode;               /* chmod of the socket after bind */
     const struct egress_policy *policy; /* copied at open; required */
-    egress_log_fn log;              /* may be NULL */
+    egress_log_fn log;                  /* may be NULL */
     void *log_userdata;
-    unsigned max_tunnels;           /* concurrent connections; more get 503 */
-    int header_timeout_ms;          /* deadline for the whole request head (408) */
-    int connect_timeout_ms;         /* deadline for the upstream connect (502) */
-    size_t header_max;              /* request head cap (431), at most EGRESS_HEADER_MAX */
-    egress_resolve_fn resolve;      /* NULL: getaddrinfo */
+    unsigned max_tunnels;      /* concurrent connections; more get 503 */
+    int header_timeout_ms;     /* deadline for the whole request head (408) */
+    int connect_timeout_ms;    /* deadline for the upstream connect (502) */
+    size_t header_max;         /* request head cap (431), at most EGRESS_HEADER_MAX */
+    egress_resolve_fn resolve; /* NULL: getaddrinfo */
     void *resolve_userdata;
-    const struct clock *clock;      /* NULL: clock_system() */
+    const struct clock *clock; /* NULL: clock_system() */
 };
 
-#define EGRESS_PROXY_OPTS_DEFAULTS                                                          \
-    {                                                                                      \
-        .socket_path = NULL, .socket_mode = 0600, .policy = NULL, .log = NULL,             \
-        .log_userdata = NULL, .max_tunnels = 32, .header_timeout_ms = 10000,               \
-        .connect_timeout_ms = 10000, .header_max = EGRESS_HEADER_MAX, .resolve = NULL,     \
-        .resolve_userdata = NULL, .clock = NULL                                            \
+#define EGRESS_PROXY_OPTS_DEFAULTS                                                                 \
+    {                                                                                              \
+        .socket_path = NULL, .socket_mode = 0600, .policy = NULL, .log = NULL,                     \
+        .log_userdata = NULL, .max_tunnels = 32, .header_timeout_ms = 10000,                       \
+        .connect_timeout_ms = 10000, .header_max = EGRESS_HEADER_MAX, .resolve = NULL,             \
+        .resolve_userdata = NULL, .clock = NULL                                                    \
     }
 
 struct egress_proxy;
@@ -235,7 +236,7 @@ void egress_proxy_stop(struct egress_proxy *p);
  * socket per accepted connection, bytes copied both ways (half-closes passed on). */
 struct egress_relay;
 
-#define EGRESS_RELAY_PORT 3128   /* where HTTPS_PROXY points inside the sandbox */
+#define EGRESS_RELAY_PORT 3128    /* where HTTPS_PROXY points inside the sandbox */
 #define EGRESS_RELAY_CONNS_MAX 64 /* concurrent relayed connections; more are closed */
 
 /* Binds LISTEN_IP:PORT (IPv4 or IPv6 literal; PORT 0 picks one, see egress_relay_port)

@@ -32,8 +32,8 @@ int egress_port_parse(uint16_t *out, const char *s, size_t n);
 /* Splits "host", "host:port", "[v6]" or "[v6]:port" (LEN bytes at S, not NUL-terminated):
  * *HOST, *HOST_LEN (brackets kept), *PORT, *PORT_LEN (NULL/0 when absent). E_INVALID for
  * more than one colon outside brackets or junk after "]". */
-int egress_split_hostport(const char **host, size_t *host_len, const char **port,
-                          size_t *port_len, const char *s, size_t len);
+int egress_split_hostport(const char **host, size_t *host_len, const char **port, size_t *port_len,
+                          const char *s, size_t len);
 
 /* Writes PREFIX HOST :PORT, HOST in brackets when BRACKETS. */
 void egress_hostport_format(char *out, size_t cap, const char *prefix, const char *host,

@@ -81,7 +81,7 @@ static enum egress_addr_class classify4(const uint8_t *b)
         {0x64400000u, 10, EGRESS_ADDR_CGNAT},
         {0xa9fe0000u, 16, EGRESS_ADDR_LINK_LOCAL}, /* 169.254.169.254 metadata inside */
         {0xe0000000u, 4, EGRESS_ADDR_MULTICAST},
-        {0xf0000000u, 4, EGRESS_ADDR_RESERVED}, /* incl. 255.255.255.255 */
+        {0xf0000000u, 4, EGRESS_ADDR_RESERVED},  /* incl. 255.255.255.255 */
         {0xc0000000u, 24, EGRESS_ADDR_RESERVED}, /* 192.0.0/24 protocol assignments */
         {0xc0000200u, 24, EGRESS_ADDR_RESERVED}, /* TEST-NET-1 */
         {0xc6336400u, 24, EGRESS_ADDR_RESERVED}, /* TEST-NET-2 */
@@ -127,15 +127,15 @@ static const uint8_t *embedded_v4(const uint8_t *b)
 
 /* Special-purpose IPv6 ranges that are not embedded IPv4, checked in order. */
 static const struct v6_range {
-    uint8_t prefix[4];           /* the first bytes of the range */
-    unsigned bits;               /* its prefix length, at most 32 */
+    uint8_t prefix[4]; /* the first bytes of the range */
+    unsigned bits;     /* its prefix length, at most 32 */
     enum egress_addr_class cls;
 } v6_ranges[] = {
     {{0xff}, 8, EGRESS_ADDR_MULTICAST},
     {{0xfe, 0x80}, 10, EGRESS_ADDR_LINK_LOCAL},
-    {{0xfc}, 7, EGRESS_ADDR_PRIVATE},                    /* ULA fc00::/7 */
-    {{0xfe, 0xc0}, 10, EGRESS_ADDR_PRIVATE},             /* site-local fec0::/10 */
-    {{0x00, 0x64, 0xff, 0x9b}, 32, EGRESS_ADDR_PRIVATE}, /* 64:ff9b:1::/48 local NAT64 etc. */
+    {{0xfc}, 7, EGRESS_ADDR_PRIVATE},                     /* ULA fc00::/7 */
+    {{0xfe, 0xc0}, 10, EGRESS_ADDR_PRIVATE},              /* site-local fec0::/10 */
+    {{0x00, 0x64, 0xff, 0x9b}, 32, EGRESS_ADDR_PRIVATE},  /* 64:ff9b:1::/48 local NAT64 etc. */
     {{0x20, 0x01, 0x00, 0x00}, 32, EGRESS_ADDR_RESERVED}, /* Teredo 2001::/32 */
     {{0x20, 0x01, 0x0d, 0xb8}, 32, EGRESS_ADDR_RESERVED}, /* documentation 2001:db8::/32 */
 };
@@ -145,8 +145,7 @@ static bool in_range(const uint8_t *b, const struct v6_range *r)
     unsigned whole = r->bits / 8, rest = r->bits % 8;
     uint8_t mask = (uint8_t)(0xff << (8 - rest));
 
-    return memcmp(b, r->prefix, whole) == 0 &&
-           (rest == 0 || (b[whole] & mask) == r->prefix[whole]);
+    return memcmp(b, r->prefix, whole) == 0 && (rest == 0 || (b[whole] & mask) == r->prefix[whole]);
 }
 
 static enum egress_addr_class classify6(const uint8_t *b)
@@ -354,8 +353,8 @@ int egress_port_parse(uint16_t *out, const char *s, size_t n)
     return E_OK;
 }
 
-int egress_split_hostport(const char **host, size_t *host_len, const char **port,
-                          size_t *port_len, const char *s, size_t len)
+int egress_split_hostport(const char **host, size_t *host_len, const char **port, size_t *port_len,
+                          const char *s, size_t len)
 {
     const char *colon = NULL;
 
@@ -419,8 +418,7 @@ int egress_rule_parse(struct egress_rule *out, const char *s, size_t len, struct
     if (egress_host_normalise(out->host, &is_ip, &out->addr, host, host_len) != E_OK ||
         (suffix && is_ip)) {
         memset(out, 0, sizeof(*out));
-        return err_set(err, E_INVALID,
-                       "allowed host: not a host name, *.suffix or ip literal");
+        return err_set(err, E_INVALID, "allowed host: not a host name, *.suffix or ip literal");
     }
     out->kind = suffix ? EGRESS_RULE_SUFFIX : is_ip ? EGRESS_RULE_IP : EGRESS_RULE_EXACT;
     egress_hostport_format(out->text, sizeof(out->text), suffix ? "*." : "", out->host,
@@ -480,9 +478,8 @@ static bool own_address(const struct egress_policy *p, const struct egress_addr 
             continue;
         }
         /* A listener on 0.0.0.0 or :: is reachable on every loopback address too. */
-        if (egress_addr_equal(&ua, &uo) ||
-            (egress_addr_classify(&uo) == EGRESS_ADDR_UNSPECIFIED &&
-             egress_addr_classify(&ua) == EGRESS_ADDR_LOOPBACK)) {
+        if (egress_addr_equal(&ua, &uo) || (egress_addr_classify(&uo) == EGRESS_ADDR_UNSPECIFIED &&
+                                            egress_addr_classify(&ua) == EGRESS_ADDR_LOOPBACK)) {
             return true;
         }
     }

@@ -22,11 +22,11 @@
 #include "egress/egress_int.h"
 
 struct egress_proxy {
-    struct egress_policy *policy; /* owned copy */
+    struct egress_policy *policy;  /* owned copy */
     struct egress_proxy_opts opts; /* socket_path and policy point at owned copies */
-    char *socket_path;            /* owned */
+    char *socket_path;             /* owned */
     int listen_fd;
-    int stop_rd, stop_wr;         /* stop pipe: readable once stopping */
+    int stop_rd, stop_wr; /* stop pipe: readable once stopping */
     pthread_t accept_thread;
     struct egress_workers *workers; /* owned */
 };

@@ -19,9 +19,9 @@
 
 struct egress_relay {
     int listen_fd;
-    uint16_t port;            /* bound TCP port */
-    struct sockaddr_un target; /* the proxy's unix socket */
-    int stop_rd, stop_wr;     /* stop pipe: readable once stopping */
+    uint16_t port;                  /* bound TCP port */
+    struct sockaddr_un target;      /* the proxy's unix socket */
+    int stop_rd, stop_wr;           /* stop pipe: readable once stopping */
     struct egress_workers *workers; /* owned while running */
 };
 
@@ -209,8 +209,7 @@ void egress_relay_free(struct egress_relay *r)
     free(r);
 }
 
-int egress_relay_serve(const char *listen_ip, uint16_t port, const char *unix_path,
-                       struct err *err)
+int egress_relay_serve(const char *listen_ip, uint16_t port, const char *unix_path, struct err *err)
 {
     struct egress_relay *r = NULL;
     int rc = egress_relay_open(&r, listen_ip, port, unix_path, err);

@@ -10,12 +10,10 @@ void meter_effective_budgets(struct meter_decision *out, const struct meter_stat
     out->has_budget_usd = st->spec_budget_usd > 0 || st->grant.has_max_cost;
     out->budget_usd = st->spec_budget_usd > 0 ? st->spec_budget_usd : st->grant.max_cost_micros;
     out->has_budget_tokens = st->spec_budget_tokens > 0 || st->grant.has_max_tokens;
-    out->budget_tokens =
-        st->spec_budget_tokens > 0 ? st->spec_budget_tokens : st->grant.max_tokens;
+    out->budget_tokens = st->spec_budget_tokens > 0 ? st->spec_budget_tokens : st->grant.max_tokens;
 }
 
-static void refuse(struct meter_decision *out, enum meter_outcome o, int status,
-                   const char *reason)
+static void refuse(struct meter_decision *out, enum meter_outcome o, int status, const char *reason)
 {
     out->outcome = o;
     out->status = status;

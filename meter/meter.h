@@ -31,8 +31,7 @@ struct meter_request {
  * whitespace, longer than METER_REQUEST_ID_MAX or holding a control character (NUL
  * included), a negative, non-numeric, fractional (tokens) or over-precise (> 6 decimals of
  * cost) amount, and numbers too large to add up. */
-int meter_request_parse(struct meter_request *out, const char *body, size_t len,
-                        struct err *err);
+int meter_request_parse(struct meter_request *out, const char *body, size_t len, struct err *err);
 void meter_request_cleanup(struct meter_request *r);
 
 /* Converts a JSON real COST (dollars) to exact micro-dollars through its shortest
@@ -42,13 +41,13 @@ int meter_cost_from_double(int64_t *micros_out, double cost, struct err *err);
 
 /* Everything the decision needs, read inside the transaction. */
 struct meter_state {
-    bool task_found;         /* the token's task exists */
-    bool token_current;      /* the presented token is the task's active token */
-    bool caveats_ok;         /* every caveat held (signature checked before) */
-    enum task_phase phase;   /* status.phase */
-    bool body_ok;            /* the body parsed */
-    bool model_ok;           /* spec.capabilities and every models caveat allow the model */
-    bool seen;               /* requestId already charged to this task */
+    bool task_found;            /* the token's task exists */
+    bool token_current;         /* the presented token is the task's active token */
+    bool caveats_ok;            /* every caveat held (signature checked before) */
+    enum task_phase phase;      /* status.phase */
+    bool body_ok;               /* the body parsed */
+    bool model_ok;              /* spec.capabilities and every models caveat allow the model */
+    bool seen;                  /* requestId already charged to this task */
     int64_t spec_budget_usd;    /* spec.budgetUSD micro-dollars, 0 = unset */
     int64_t spec_budget_tokens; /* spec.budgetTokens, 0 = unset */
     int64_t max_iterations;     /* spec.maxIterations, 0 = unset */
@@ -70,15 +69,15 @@ enum meter_outcome {
 
 struct meter_decision {
     enum meter_outcome outcome;
-    int status;                  /* HTTP status */
-    const char *reason;          /* static message, "" when allowed */
-    int64_t total_tokens;        /* after this call */
-    int64_t total_cost_micros;   /* after this call */
-    int64_t iteration;           /* after this call */
-    bool has_budget_usd;         /* an effective USD budget exists */
-    int64_t budget_usd;          /* effective USD budget, micro-dollars */
-    bool has_budget_tokens;      /* an effective token budget exists */
-    int64_t budget_tokens;       /* effective token budget */
+    int status;                /* HTTP status */
+    const char *reason;        /* static message, "" when allowed */
+    int64_t total_tokens;      /* after this call */
+    int64_t total_cost_micros; /* after this call */
+    int64_t iteration;         /* after this call */
+    bool has_budget_usd;       /* an effective USD budget exists */
+    int64_t budget_usd;        /* effective USD budget, micro-dollars */
+    bool has_budget_tokens;    /* an effective token budget exists */
+    int64_t budget_tokens;     /* effective token budget */
 };
 
 /* The effective budgets (SPEC §7): the spec field when positive, else the smallest

@@ -11,11 +11,11 @@
 
 /* A presented token whose signature verified, shared by the requests that present it. */
 struct verified_token {
-    char *text;         /* owned: the encoded token exactly as presented */
-    struct token *tok;  /* owned: decoded, signature verified */
-    const char *ns;     /* borrowed from tok: its only namespace caveat */
-    const char *name;   /* borrowed from tok: its only task_id caveat */
-    int refs;           /* under the cache's mutex */
+    char *text;        /* owned: the encoded token exactly as presented */
+    struct token *tok; /* owned: decoded, signature verified */
+    const char *ns;    /* borrowed from tok: its only namespace caveat */
+    const char *name;  /* borrowed from tok: its only task_id caveat */
+    int refs;          /* under the cache's mutex */
     /* The last caveat check, reused while its inputs are the same. Touched only by the
      * meter's committer thread. */
     char *ck_repo, *ck_branch, *ck_model; /* owned; the context checked (NULL = none) */

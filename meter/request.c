@@ -123,9 +123,8 @@ static size_t utf8_next(uint32_t *cp, const unsigned char *s, size_t len)
 
 static bool is_space(uint32_t c)
 {
-    return c == 0x20 || c == 0xa0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200a) ||
-           c == 0x2028 || c == 0x2029 || c == 0x202f || c == 0x205f || c == 0x3000 ||
-           c == 0xfeff;
+    return c == 0x20 || c == 0xa0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200a) || c == 0x2028 ||
+           c == 0x2029 || c == 0x202f || c == 0x205f || c == 0x3000 || c == 0xfeff;
 }
 
 /* A requestId is 1..METER_REQUEST_ID_MAX bytes of valid UTF-8 without control characters
@@ -203,8 +202,7 @@ static int parse_count(int64_t *out, bool *has_out, const json_t *v, const char 
     return E_OK;
 }
 
-int meter_request_parse(struct meter_request *out, const char *body, size_t len,
-                        struct err *err)
+int meter_request_parse(struct meter_request *out, const char *body, size_t len, struct err *err)
 {
     json_error_t jerr;
     json_t *j, *v;

@@ -17,16 +17,16 @@
 #include "meter/meter_int.h"
 
 struct meter_job {
-    const struct token *tok;    /* borrowed from the request thread; signature verified */
-    struct verified_token *vt;  /* borrowed: the cache entry holding tok */
-    const char *ns;             /* borrowed from tok's namespace caveat */
-    const char *name;           /* borrowed from tok's task_id caveat */
-    int64_t max_iterations;     /* out: for the totals body */
-    char *guidance;             /* out: owned copy of the guidance annotation */
-    char *preview;              /* out: owned copy of status.previewUrl */
-    struct meter_decision d;    /* out: the decision, when it carries totals */
-    bool totals;                /* out: answer with the totals body (built by the caller) */
-    struct meter_request req;   /* parsed body (when body_ok) */
+    const struct token *tok;   /* borrowed from the request thread; signature verified */
+    struct verified_token *vt; /* borrowed: the cache entry holding tok */
+    const char *ns;            /* borrowed from tok's namespace caveat */
+    const char *name;          /* borrowed from tok's task_id caveat */
+    int64_t max_iterations;    /* out: for the totals body */
+    char *guidance;            /* out: owned copy of the guidance annotation */
+    char *preview;             /* out: owned copy of status.previewUrl */
+    struct meter_decision d;   /* out: the decision, when it carries totals */
+    bool totals;               /* out: answer with the totals body (built by the caller) */
+    struct meter_request req;  /* parsed body (when body_ok) */
     bool body_ok;
     char body_err[ERR_MSG_MAX]; /* why the body was refused */
     bool excluded;              /* failed alone: answered 503, left out of the retry */
@@ -38,15 +38,15 @@ struct meter_job {
 };
 
 struct meter_service {
-    struct task_store *store;                  /* borrowed */
+    struct task_store *store; /* borrowed */
     unsigned char root_key[TOKEN_ROOT_KEY_LEN];
-    pthread_mutex_t mu;                        /* guards the queue, done flags, stats */
-    pthread_cond_t work;                       /* jobs queued or stopping */
-    struct meter_job *head, *tail;             /* queued jobs */
+    pthread_mutex_t mu;            /* guards the queue, done flags, stats */
+    pthread_cond_t work;           /* jobs queued or stopping */
+    struct meter_job *head, *tail; /* queued jobs */
     bool stop;
     pthread_t thread;
     int64_t batches, requests;
-    struct token_cache tokens;                 /* verified tokens by text */
+    struct token_cache tokens; /* verified tokens by text */
 };
 
 /* --- response bodies --------------------------------------------------------------- */
@@ -75,8 +75,8 @@ static char *error_body(const char *msg, const char *reason)
 }
 
 /* Money goes out as a JSON number written from the exact decimal, never via a double. */
-static char *totals_body(const struct meter_decision *d, const char *guidance,
-                         const char *preview, int64_t max_iter)
+static char *totals_body(const struct meter_decision *d, const char *guidance, const char *preview,
+                         int64_t max_iter)
 {
     bool allowed = d->outcome == METER_ALLOWED || d->outcome == METER_DUPLICATE;
     char cost[MONEY_STR_MAX], budget[MONEY_STR_MAX];
@@ -207,8 +207,8 @@ static int charge(struct batch *b, struct task_txn *tx, json_t *doc, const struc
         if (rc != E_OK) {
             return rc;
         }
-        log_kv(LOG_INFO, "task_paused", "namespace", j->ns, "name", j->name, "reason",
-               d->reason, "cost", cost, NULL);
+        log_kv(LOG_INFO, "task_paused", "namespace", j->ns, "name", j->name, "reason", d->reason,
+               "cost", cost, NULL);
     }
     mark_dirty(b, doc);
     return E_OK;
@@ -290,11 +290,9 @@ static int apply_job(struct batch *b, struct task_txn *tx, struct meter_job *j, 
         /* Every later outcome charges, so remember the id now; an id already there is a
          * retry (SPEC §7 step 4). */
         bool fresh = false;
-        rc = task_txn_meter_claim(&fresh, tx,
-                                  json_string_value(json_object_get(
-                                      json_object_get(doc, "metadata"), "uid")),
-                                  j->req.request_id, j->req.tokens_used, j->req.cost_micros,
-                                  err);
+        rc = task_txn_meter_claim(
+            &fresh, tx, json_string_value(json_object_get(json_object_get(doc, "metadata"), "uid")),
+            j->req.request_id, j->req.tokens_used, j->req.cost_micros, err);
         if (rc != E_OK) {
             goto out;
         }
@@ -520,13 +518,11 @@ void meter_service_handle(int *status_out, char **body_out, struct meter_service
 
     memset(&j, 0, sizeof(j));
     if (auth == NULL || auth_count == 0) {
-        respond(status_out, body_out, 401, "missing Authorization: Bearer <token>",
-                "Unauthorized");
+        respond(status_out, body_out, 401, "missing Authorization: Bearer <token>", "Unauthorized");
         return;
     }
     if (auth_count > 1) {
-        respond(status_out, body_out, 401, "more than one Authorization header",
-                "Unauthorized");
+        respond(status_out, body_out, 401, "more than one Authorization header", "Unauthorized");
         return;
     }
     if (strncmp(auth, "Bearer ", 7) != 0) {

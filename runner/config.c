@@ -63,8 +63,7 @@ static int parse_long(long *out, const char *s, long min, long max)
     return E_OK;
 }
 
-static int load_numbers(struct runner_config *c, runner_getenv_fn get, void *ud,
-                        struct err *err)
+static int load_numbers(struct runner_config *c, runner_getenv_fn get, void *ud, struct err *err)
 {
     const char *v;
     long n = 8;
@@ -114,8 +113,7 @@ static int load_git(struct runner_config *c, runner_getenv_fn get, void *ud, str
     return E_OK;
 }
 
-int runner_config_load(struct runner_config *out, runner_getenv_fn get, void *ud,
-                       struct err *err)
+int runner_config_load(struct runner_config *out, runner_getenv_fn get, void *ud, struct err *err)
 {
     struct runner_config *c = out;
     int rc;

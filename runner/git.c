@@ -60,10 +60,15 @@ static int git_ok(const struct runner_config *cfg, char *const *env, const char 
 
 static char **git_env(const struct runner_config *cfg)
 {
-    static const char *const unset[] = {"GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE",
-                                        "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL",
-                                        "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL",
-                                        "DIVERGE_MACAROON_TOKEN", NULL};
+    static const char *const unset[] = {"GIT_DIR",
+                                        "GIT_WORK_TREE",
+                                        "GIT_INDEX_FILE",
+                                        "GIT_AUTHOR_NAME",
+                                        "GIT_AUTHOR_EMAIL",
+                                        "GIT_COMMITTER_NAME",
+                                        "GIT_COMMITTER_EMAIL",
+                                        "DIVERGE_MACAROON_TOKEN",
+                                        NULL};
     char *set[6];
     char **env;
 
@@ -153,9 +158,8 @@ int runner_git_prepare(const struct runner_config *cfg, struct err *err)
     } else {
         runner_say("cloning the repository (branch %s)", cfg->base_branch);
         rc = git_ok(NULL, env, "clone",
-                    (const char *const[]){"clone", "-q", "--depth=50", "--branch",
-                                          cfg->base_branch, "--", cfg->repo_url, cfg->workspace,
-                                          NULL},
+                    (const char *const[]){"clone", "-q", "--depth=50", "--branch", cfg->base_branch,
+                                          "--", cfg->repo_url, cfg->workspace, NULL},
                     err);
     }
     if (rc == E_OK) {
@@ -191,10 +195,10 @@ int runner_git_publish(const struct runner_config *cfg, struct err *err)
                      (const char *const[]){"diff", "--cached", "--quiet", NULL}, err);
     }
     if (rc == E_OK && st == 1) {
-        rc = git_ok(cfg, env, "commit",
-                    (const char *const[]){"-c", "commit.gpgsign=false", "commit", "-q", "-m", msg,
-                                          NULL},
-                    err);
+        rc = git_ok(
+            cfg, env, "commit",
+            (const char *const[]){"-c", "commit.gpgsign=false", "commit", "-q", "-m", msg, NULL},
+            err);
         if (rc == E_OK) {
             runner_say("committed: %s", msg);
         }

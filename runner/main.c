@@ -19,8 +19,9 @@ int main(int argc, char **argv)
     int ex;
 
     if (argc > 1) {
-        fprintf(stderr, "usage: %s (configured by DIVERGE_* environment variables; see "
-                        "README-runner.md)\n",
+        fprintf(stderr,
+                "usage: %s (configured by DIVERGE_* environment variables; see "
+                "README-runner.md)\n",
                 argv[0]);
         return RUNNER_EXIT_CONFIG;
     }

@@ -126,8 +126,8 @@ char *runner_meter_body(const struct runner_meter_call *call)
     money_format(cost, call->cost_micros);
     /* costUSD as the exact decimal string (the meter accepts it): no binary float. */
     j = json_pack("{s:s, s:I, s:I, s:s}", "requestId", call->request_id, "iteration",
-                  (json_int_t)call->iteration, "tokensUsed", (json_int_t)call->tokens,
-                  "costUSD", cost);
+                  (json_int_t)call->iteration, "tokensUsed", (json_int_t)call->tokens, "costUSD",
+                  cost);
     ASSERT(j != NULL);
     if (call->model != NULL) {
         json_object_set_new(j, "model", json_string(call->model));
@@ -263,8 +263,8 @@ void runner_meter_send(struct runner_meter_answer *out, const struct runner_conf
             runner_say("meter: HTTP %ld for %s (attempt %d/%d)", out->status, call->request_id,
                        attempt, cfg->meter_attempts);
         } else {
-            runner_say("meter: unreachable for %s (attempt %d/%d): %s", call->request_id,
-                       attempt, cfg->meter_attempts, err.msg);
+            runner_say("meter: unreachable for %s (attempt %d/%d): %s", call->request_id, attempt,
+                       cfg->meter_attempts, err.msg);
         }
         if (attempt < cfg->meter_attempts) {
             sleep_ms(runner_backoff_ms(attempt));

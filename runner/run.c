@@ -74,15 +74,14 @@ static int meter_one(struct run *r, const struct runner_meter_call *call, uint64
 }
 
 /* Meters one usage line at OFFSET (LEN bytes, ADVANCE with its newline). */
-static int meter_line(struct run *r, const char *line, size_t len, size_t advance,
-                      uint64_t offset, long iteration, int *sent)
+static int meter_line(struct run *r, const char *line, size_t len, size_t advance, uint64_t offset,
+                      long iteration, int *sent)
 {
     struct runner_usage u;
     struct runner_meter_call call;
     char rid[RUNNER_REQUEST_ID_MAX + 1];
     struct err err = {0};
     size_t k = 0;
-
 
     while (k < len && (line[k] == ' ' || line[k] == '\t' || line[k] == '\r')) {
         k++;
@@ -297,8 +296,7 @@ enum runner_exit runner_run(const struct runner_config *cfg)
         runner_say("workspace: %s", err.msg);
         return RUNNER_EXIT_GIT;
     }
-    last = cfg->start_iteration > cfg->max_iterations ? cfg->max_iterations
-                                                       : cfg->start_iteration;
+    last = cfg->start_iteration > cfg->max_iterations ? cfg->max_iterations : cfg->start_iteration;
     for (i = cfg->start_iteration; i <= cfg->max_iterations && !ok; i++) {
         ret = heartbeat(&r, i, false);
         if (ret != -1) {

@@ -12,9 +12,9 @@
 
 #include "common/err.h"
 
-#define RUNNER_USAGE_LINE_MAX 4096  /* bytes of one usage line, newline excluded */
-#define RUNNER_MODEL_MAX 256        /* bytes of a model name in a usage line */
-#define RUNNER_TOKENS_MAX INT64_C(1000000000000)      /* tokensUsed of one line */
+#define RUNNER_USAGE_LINE_MAX 4096               /* bytes of one usage line, newline excluded */
+#define RUNNER_MODEL_MAX 256                     /* bytes of a model name in a usage line */
+#define RUNNER_TOKENS_MAX INT64_C(1000000000000) /* tokensUsed of one line */
 #define RUNNER_COST_MAX_MICROS INT64_C(1000000000000000) /* $1e9: costUSD of one line */
 #define RUNNER_REQUEST_ID_MAX 256   /* bytes of a requestId (the meter's limit) */
 #define RUNNER_STATE_MAX 1024       /* bytes of the offset state file */
@@ -39,10 +39,10 @@ enum runner_exit {
 
 /* One usage line {"model":…,"tokensUsed":…,"costUSD":…} the agent appended. */
 struct runner_usage {
-    bool has_model;                    /* "model" was a string */
-    char model[RUNNER_MODEL_MAX + 1];  /* NUL-terminated when has_model */
-    int64_t tokens;                    /* tokensUsed, 0..RUNNER_TOKENS_MAX; 0 when absent */
-    int64_t cost_micros;               /* costUSD exactly, micro-dollars; 0 when absent */
+    bool has_model;                   /* "model" was a string */
+    char model[RUNNER_MODEL_MAX + 1]; /* NUL-terminated when has_model */
+    int64_t tokens;                   /* tokensUsed, 0..RUNNER_TOKENS_MAX; 0 when absent */
+    int64_t cost_micros;              /* costUSD exactly, micro-dollars; 0 when absent */
 };
 
 /* Parses the usage line LINE[0..len) (no newline; untrusted bytes). costUSD may be a JSON
@@ -51,8 +51,7 @@ struct runner_usage {
  * not one JSON object, a non-integer tokensUsed, a model that is not a string of at most
  * RUNNER_MODEL_MAX bytes without control characters, and a line over
  * RUNNER_USAGE_LINE_MAX bytes. Other keys are ignored. */
-int runner_usage_parse(struct runner_usage *out, const char *line, size_t len,
-                       struct err *err);
+int runner_usage_parse(struct runner_usage *out, const char *line, size_t len, struct err *err);
 
 /* Converts the JSON number text S[0..len) ("0.0225", "2.25e-2", "3") to exact
  * micro-dollars; E_INVALID for a negative, malformed or over-precise number or one

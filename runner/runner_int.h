@@ -12,10 +12,10 @@
 #include "common/err.h"
 #include "runner/runner.h"
 
-#define RUNNER_TAIL_BYTES (16u << 10)   /* output kept for DIVERGE_LAST_FAILURE */
-#define RUNNER_CAPTURE_MAX (64u << 10)  /* stdout of a git command kept (rev-parse etc.) */
-#define RUNNER_TOKEN_MAX 8192           /* bytes of a token (env or file) */
-#define RUNNER_ANSWER_MAX (64u << 10)   /* bytes of a meter answer read */
+#define RUNNER_TAIL_BYTES (16u << 10)  /* output kept for DIVERGE_LAST_FAILURE */
+#define RUNNER_CAPTURE_MAX (64u << 10) /* stdout of a git command kept (rev-parse etc.) */
+#define RUNNER_TOKEN_MAX 8192          /* bytes of a token (env or file) */
+#define RUNNER_ANSWER_MAX (64u << 10)  /* bytes of a meter answer read */
 
 /* The last RUNNER_TAIL_BYTES bytes a child wrote, contiguous. */
 struct runner_tail {
@@ -29,10 +29,10 @@ void runner_tail_add(struct runner_tail *t, const char *data, size_t len);
  * and verify commands are run as "/bin/sh", "-c", CMD by design: they are the sandbox's
  * own commands). */
 struct runner_spawn {
-    const char *const *argv; /* NULL-terminated; borrowed */
-    const char *cwd;         /* directory to run in, or NULL */
-    char *const *envp;       /* the child's environment; borrowed */
-    struct buf *capture;     /* stdout collected here (capped) instead of passed on, or NULL */
+    const char *const *argv;  /* NULL-terminated; borrowed */
+    const char *cwd;          /* directory to run in, or NULL */
+    char *const *envp;        /* the child's environment; borrowed */
+    struct buf *capture;      /* stdout collected here (capped) instead of passed on, or NULL */
     struct runner_tail *tail; /* stdout+stderr passed to our stdout and kept here, or NULL */
 };
 

@@ -302,8 +302,7 @@ int runner_request_id_usage(char *out, size_t cap, const char *task, uint64_t of
     return (n < 0 || (size_t)n >= cap || (size_t)n > RUNNER_REQUEST_ID_MAX) ? E_TOOBIG : E_OK;
 }
 
-int runner_request_id_heartbeat(char *out, size_t cap, const char *task, long iteration,
-                                bool final)
+int runner_request_id_heartbeat(char *out, size_t cap, const char *task, long iteration, bool final)
 {
     int n = snprintf(out, cap, "%s-i%ld-%s", task, iteration, final ? "f" : "h");
 

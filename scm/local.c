@@ -38,16 +38,16 @@ static int lc_react(struct scm_provider *p, const struct scm_ref *ref, const cha
 
     (void)res;
     return rc != E_OK ? rc
-                      : task_store_local_react(to_local(p)->store, ref->project, id,
-                                               SCM_LOCAL_BOT, content, err);
+                      : task_store_local_react(to_local(p)->store, ref->project, id, SCM_LOCAL_BOT,
+                                               content, err);
 }
 
 static int lc_post(char **id_out, struct scm_provider *p, const struct scm_ref *ref,
                    const char *body, struct scm_result *res, struct err *err)
 {
     int64_t id = 0;
-    int rc = task_store_local_add(&id, to_local(p)->store, ref->project, ref->number,
-                                  SCM_LOCAL_BOT, body, err);
+    int rc = task_store_local_add(&id, to_local(p)->store, ref->project, ref->number, SCM_LOCAL_BOT,
+                                  body, err);
 
     (void)res;
     *id_out = rc == E_OK ? xasprintf("%lld", (long long)id) : NULL;
@@ -61,7 +61,8 @@ static int lc_update(struct scm_provider *p, const struct scm_ref *ref, const ch
     int rc = parse_id(&id, comment_id, err);
 
     (void)res;
-    return rc != E_OK ? rc : task_store_local_update(to_local(p)->store, ref->project, id, body, err);
+    return rc != E_OK ? rc
+                      : task_store_local_update(to_local(p)->store, ref->project, id, body, err);
 }
 
 static int lc_delete(struct scm_provider *p, const struct scm_ref *ref, const char *comment_id,
@@ -100,8 +101,7 @@ static int lc_list(struct scm_comment **out, size_t *n_out, struct scm_provider 
 }
 
 static int lc_permission(enum scm_level *out, struct scm_provider *p, const struct scm_ref *ref,
-                         const char *user, int64_t user_id, struct scm_result *res,
-                         struct err *err)
+                         const char *user, int64_t user_id, struct scm_result *res, struct err *err)
 {
     int level = 0;
     int rc = task_store_local_permission_get(&level, to_local(p)->store, ref->project, user, err);
@@ -126,8 +126,7 @@ static int lc_pull(struct scm_pull *out, struct scm_provider *p, const struct sc
 }
 
 static int lc_file(char **out, size_t *len_out, struct scm_provider *p, const struct scm_ref *ref,
-                   const char *git_ref, const char *path, struct scm_result *res,
-                   struct err *err)
+                   const char *git_ref, const char *path, struct scm_result *res, struct err *err)
 {
     (void)p;
     (void)ref;

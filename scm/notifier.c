@@ -14,7 +14,7 @@ struct scm_notifier {
     struct task_store *store;       /* borrowed */
     const struct scm_registry *reg; /* borrowed */
     struct scm_notifier_config cfg;
-    struct store_worker *worker;    /* owned; NULL in manual mode */
+    struct store_worker *worker; /* owned; NULL in manual mode */
 };
 
 /* Where TASK's sticky comment lives; false when it was not made from a comment. */
@@ -51,8 +51,8 @@ static int queue_txn(struct task_txn *tx, void *userdata)
     int rc = task_txn_outbox_add(NULL, tx, a->e, NULL);
 
     return rc != E_OK ? rc
-                      : task_txn_sticky_note(tx, a->key, a->provider, a->project, a->number,
-                                             a->ns, a->name, a->hash, a->phase, NULL);
+                      : task_txn_sticky_note(tx, a->key, a->provider, a->project, a->number, a->ns,
+                                             a->name, a->hash, a->phase, NULL);
 }
 
 int scm_notifier_sync(struct scm_notifier *n, const json_t *task, struct err *err)
@@ -67,7 +67,8 @@ int scm_notifier_sync(struct scm_notifier *n, const json_t *task, struct err *er
     bool phase_changed;
     int rc;
 
-    if (!target_of(&provider, &project, &number, task) || scm_registry_get(n->reg, provider) == NULL) {
+    if (!target_of(&provider, &project, &number, task) ||
+        scm_registry_get(n->reg, provider) == NULL) {
         return E_OK;
     }
     task_view_of(&v, task);
@@ -103,9 +104,15 @@ int scm_notifier_sync(struct scm_notifier *n, const json_t *task, struct err *er
     }
     /* A phase change goes out now; a spend-only change waits out the interval. */
     e.not_before_ms = phase_changed ? 0 : st.last_sent_ms + n->cfg.min_interval_ms;
-    a = (struct queue_args){.e = &e, .key = key, .provider = provider, .project = project,
-                            .ns = v.ns, .name = v.name, .hash = hash,
-                            .phase = task_phase_name(v.phase), .number = number};
+    a = (struct queue_args){.e = &e,
+                            .key = key,
+                            .provider = provider,
+                            .project = project,
+                            .ns = v.ns,
+                            .name = v.name,
+                            .hash = hash,
+                            .phase = task_phase_name(v.phase),
+                            .number = number};
     rc = task_store_txn(n->store, queue_txn, &a, err);
 out:
     sticky_state_cleanup(&st);
@@ -158,9 +165,11 @@ static int64_t resync(void *userdata)
     return rv;
 }
 
-static const struct store_worker_config feed = {
-    .name = "notifier", .wake = STORE_WORKER_FEED, .resync = resync,
-    .wants = wants, .apply = apply};
+static const struct store_worker_config feed = {.name = "notifier",
+                                                .wake = STORE_WORKER_FEED,
+                                                .resync = resync,
+                                                .wants = wants,
+                                                .apply = apply};
 
 int scm_notifier_new(struct scm_notifier **out, struct task_store *store,
                      const struct scm_registry *registry, const struct scm_notifier_config *cfg,

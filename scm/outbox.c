@@ -19,12 +19,12 @@ struct rate_window {
 };
 
 struct scm_outbox {
-    struct task_store *store;          /* borrowed */
-    const struct scm_registry *reg;    /* borrowed */
+    struct task_store *store;       /* borrowed */
+    const struct scm_registry *reg; /* borrowed */
     struct scm_outbox_config cfg;
     struct rate_window windows[SCM_PROVIDERS_MAX];
-    struct store_worker *worker;       /* owned: the thread making the calls */
-    pthread_mutex_t mu;                /* stats */
+    struct store_worker *worker; /* owned: the thread making the calls */
+    pthread_mutex_t mu;          /* stats */
     struct scm_outbox_stats stats;
 };
 
@@ -90,8 +90,7 @@ enum sticky_match {
 /* What comment C is to the task whose identity line is TAG. Only the bot's own comments
  * (LOGIN, compared as GitHub compares logins: ignoring case) with the marker as their
  * first line count: anyone can write the marker, and `user.type: Bot` is any app. */
-static enum sticky_match match_of(const struct scm_comment *c, const char *login,
-                                  const char *tag)
+static enum sticky_match match_of(const struct scm_comment *c, const char *login, const char *tag)
 {
     size_t m = strlen(SCM_STICKY_MARKER);
 
@@ -199,8 +198,8 @@ out:
 static int call(char **result_out, bool *login_wait_out, struct scm_provider *p,
                 const struct outbox_entry *e, struct scm_result *res, struct err *err)
 {
-    struct scm_ref ref = {.project = e->project, .number = e->number,
-                          .installation_id = e->installation_id};
+    struct scm_ref ref = {
+        .project = e->project, .number = e->number, .installation_id = e->installation_id};
 
     *result_out = NULL;
     if (strcmp(e->kind, "react") == 0) {
@@ -236,8 +235,7 @@ static void bump(struct scm_outbox *o, int64_t *field)
 /* Sets aside an entry that cannot be sent now: its provider is not configured (it fails
  * for good) or it is a sticky call before the bot's login is known (it waits). True when
  * it did. */
-static bool set_aside(struct scm_outbox *o, const struct outbox_entry *e,
-                      struct scm_provider *p)
+static bool set_aside(struct scm_outbox *o, const struct outbox_entry *e, struct scm_provider *p)
 {
     if (p == NULL) {
         log_kv(LOG_ERROR, "outbox_no_provider", "provider", e->provider, NULL);
@@ -295,18 +293,18 @@ static void record_done(struct scm_outbox *o, const struct outbox_entry *e, cons
                         const char *status, const char *attempts)
 {
     if (is_sticky(e)) {
-        (void)task_store_sticky_sent(o->store, e->coalesce_key,
-                                     result != NULL ? result : e->target, NULL);
+        (void)task_store_sticky_sent(o->store, e->coalesce_key, result != NULL ? result : e->target,
+                                     NULL);
     }
     (void)task_store_outbox_done(o->store, e->id, result, NULL);
-    log_kv(LOG_INFO, "scm_call", "provider", e->provider, "kind", e->kind, "project",
-           e->project, "status", status, "attempt", attempts, NULL);
+    log_kv(LOG_INFO, "scm_call", "provider", e->provider, "kind", e->kind, "project", e->project,
+           "status", status, "attempt", attempts, NULL);
 }
 
 /* A call that failed with RC: retried with backoff while it may be, else given up. */
 static void record_failure(struct scm_outbox *o, const struct outbox_entry *e, int rc,
-                           const struct scm_result *res, const struct err *err,
-                           const char *status, const char *attempts)
+                           const struct scm_result *res, const struct err *err, const char *status,
+                           const char *attempts)
 {
     bump(o, &o->stats.failures);
     if (res->rate_limited) {
@@ -317,8 +315,8 @@ static void record_failure(struct scm_outbox *o, const struct outbox_entry *e, i
         char d[32];
         snprintf(d, sizeof(d), "%lld", (long long)delay);
         log_kv(LOG_WARN, "scm_call_retry", "provider", e->provider, "kind", e->kind, "project",
-               e->project, "status", status, "attempt", attempts, "delay_ms", d, "error",
-               err->msg, NULL);
+               e->project, "status", status, "attempt", attempts, "delay_ms", d, "error", err->msg,
+               NULL);
         (void)task_store_outbox_retry(o->store, e->id, delay, false, err->msg, NULL);
         return;
     }

@@ -12,8 +12,8 @@ static const struct {
     enum scm_level level;
     const char *name;
 } g_levels[] = {
-    {SCM_LEVEL_NONE, "none"},     {SCM_LEVEL_READ, "read"},         {SCM_LEVEL_TRIAGE, "triage"},
-    {SCM_LEVEL_WRITE, "write"},   {SCM_LEVEL_MAINTAIN, "maintain"}, {SCM_LEVEL_ADMIN, "admin"},
+    {SCM_LEVEL_NONE, "none"},   {SCM_LEVEL_READ, "read"},         {SCM_LEVEL_TRIAGE, "triage"},
+    {SCM_LEVEL_WRITE, "write"}, {SCM_LEVEL_MAINTAIN, "maintain"}, {SCM_LEVEL_ADMIN, "admin"},
 };
 
 const char *scm_level_name(enum scm_level level)
@@ -28,7 +28,7 @@ const char *scm_level_name(enum scm_level level)
 
 const char *scm_level_name_for(const char *provider, enum scm_level level)
 {
-    static const char *const gitlab[] = {"no access (0)", "Guest (10)",      "Reporter (20)",
+    static const char *const gitlab[] = {"no access (0)",  "Guest (10)",      "Reporter (20)",
                                          "Developer (30)", "Maintainer (40)", "Owner (50)"};
     int i = (int)level / 10;
 
@@ -118,8 +118,8 @@ void scm_rate_note(struct scm_rate *r, int64_t now_ms)
 
 static bool unreserved(unsigned char c)
 {
-    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-           c == '-' || c == '.' || c == '_' || c == '~';
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
+           c == '.' || c == '_' || c == '~';
 }
 
 /* Appends the encoded segment S[0..n) to B. */
@@ -259,9 +259,8 @@ static bool strcasestr_ascii(const char *hay, const char *needle)
 static bool same_origin(const struct url_parts *a, const struct url_parts *b)
 {
     return a->scheme_len == b->scheme_len &&
-           strncasecmp(a->scheme, b->scheme, a->scheme_len) == 0 &&
-           a->host_len == b->host_len && strncasecmp(a->host, b->host, a->host_len) == 0 &&
-           strcmp(a->port, b->port) == 0;
+           strncasecmp(a->scheme, b->scheme, a->scheme_len) == 0 && a->host_len == b->host_len &&
+           strncasecmp(a->host, b->host, a->host_len) == 0 && strcmp(a->port, b->port) == 0;
 }
 
 /* The length of PATH without its query, fragment and trailing '/'s. */

@@ -33,9 +33,9 @@ int scm_level_parse(enum scm_level *out, const char *s);
 
 /* Which PR/MR a call is about. Strings borrowed. */
 struct scm_ref {
-    const char *project;      /* "owner/repo" or the GitLab path */
-    int64_t number;           /* PR number or MR iid */
-    int64_t installation_id;  /* GitHub App installation; 0 when none */
+    const char *project;     /* "owner/repo" or the GitLab path */
+    int64_t number;          /* PR number or MR iid */
+    int64_t installation_id; /* GitHub App installation; 0 when none */
 };
 
 /* What an SCM answered, for retry decisions. */
@@ -47,20 +47,20 @@ struct scm_result {
 
 /* One comment of a PR/MR thread. */
 struct scm_comment {
-    char *id;        /* owned */
-    char *author;    /* owned: login */
-    bool by_bot;     /* the author is a bot account */
-    char *body;      /* owned */
+    char *id;     /* owned */
+    char *author; /* owned: login */
+    bool by_bot;  /* the author is a bot account */
+    char *body;   /* owned */
 };
 
 void scm_comments_free(struct scm_comment *c, size_t n);
 
 /* The head of a PR/MR. */
 struct scm_pull {
-    char *head_ref;   /* owned: the source branch */
-    char *base_ref;   /* owned: the target branch (in the base repository), or NULL */
-    char *clone_url;  /* owned: the head repository's clone URL */
-    char *html_url;   /* owned: the PR's page, or NULL */
+    char *head_ref;  /* owned: the source branch */
+    char *base_ref;  /* owned: the target branch (in the base repository), or NULL */
+    char *clone_url; /* owned: the head repository's clone URL */
+    char *html_url;  /* owned: the PR's page, or NULL */
 };
 
 void scm_pull_cleanup(struct scm_pull *p);
@@ -95,11 +95,10 @@ struct scm_provider_ops {
     /* *id_out: the new comment's id (caller frees). */
     int (*post_comment)(char **id_out, struct scm_provider *p, const struct scm_ref *ref,
                         const char *body, struct scm_result *res, struct err *err);
-    int (*update_comment)(struct scm_provider *p, const struct scm_ref *ref,
-                          const char *comment_id, const char *body, struct scm_result *res,
-                          struct err *err);
-    int (*delete_comment)(struct scm_provider *p, const struct scm_ref *ref,
-                          const char *comment_id, struct scm_result *res, struct err *err);
+    int (*update_comment)(struct scm_provider *p, const struct scm_ref *ref, const char *comment_id,
+                          const char *body, struct scm_result *res, struct err *err);
+    int (*delete_comment)(struct scm_provider *p, const struct scm_ref *ref, const char *comment_id,
+                          struct scm_result *res, struct err *err);
     /* Every comment of the thread, all pages, oldest first. */
     int (*list_comments)(struct scm_comment **out, size_t *n_out, struct scm_provider *p,
                          const struct scm_ref *ref, struct scm_result *res, struct err *err);
@@ -111,8 +110,7 @@ struct scm_provider_ops {
                      struct scm_result *res, struct err *err);
     /* The file PATH at GIT_REF; E_NOTFOUND when absent. *out: owned bytes, NUL-terminated. */
     int (*file_at)(char **out, size_t *len_out, struct scm_provider *p, const struct scm_ref *ref,
-                   const char *git_ref, const char *path, struct scm_result *res,
-                   struct err *err);
+                   const char *git_ref, const char *path, struct scm_result *res, struct err *err);
     /* The bot's own login (configured, or learnt from the API, asked again with backoff
      * after a failure); NULL while unknown. Once non-NULL it never changes. */
     const char *(*bot_login)(struct scm_provider *p);
@@ -156,8 +154,8 @@ int scm_local_new(struct scm_provider **out, struct task_store *store, struct er
 /* --- the sticky-comment notifier (scm/notifier.c) ---------------------------------- */
 
 struct scm_notifier_config {
-    int64_t min_interval_ms; /* spend-only edits at most this often per task (10 s) */
-    bool manual;             /* no thread: tests call scm_notifier_sync */
+    int64_t min_interval_ms;   /* spend-only edits at most this often per task (10 s) */
+    bool manual;               /* no thread: tests call scm_notifier_sync */
     const char *dashboard_url; /* borrowed; --public-url when set: each sticky links the
                                   task's dashboard page; NULL: no link */
 };
@@ -196,16 +194,16 @@ void scm_rate_note(struct scm_rate *r, int64_t now_ms);
 /* --- the outbox worker ------------------------------------------------------------- */
 
 struct scm_outbox_config {
-    int max_attempts;            /* give up after this many tries (default 12) */
-    int64_t base_backoff_ms;     /* first retry delay, doubled each time (default 500) */
-    int64_t max_backoff_ms;      /* cap of the delay (default 5 min) */
-    int content_per_minute;      /* content-creating calls per minute and provider (80) */
+    int max_attempts;        /* give up after this many tries (default 12) */
+    int64_t base_backoff_ms; /* first retry delay, doubled each time (default 500) */
+    int64_t max_backoff_ms;  /* cap of the delay (default 5 min) */
+    int content_per_minute;  /* content-creating calls per minute and provider (80) */
 };
 
-#define SCM_OUTBOX_CONFIG_DEFAULTS                                                              \
-    {                                                                                           \
-        .max_attempts = 12, .base_backoff_ms = 500, .max_backoff_ms = 300000,                   \
-        .content_per_minute = 80,                                                               \
+#define SCM_OUTBOX_CONFIG_DEFAULTS                                                                 \
+    {                                                                                              \
+        .max_attempts = 12, .base_backoff_ms = 500, .max_backoff_ms = 300000,                      \
+        .content_per_minute = 80,                                                                  \
     }
 
 struct scm_outbox;
@@ -222,9 +220,9 @@ int64_t scm_outbox_backoff(const struct scm_outbox_config *cfg, int attempts,
                            const struct scm_result *res);
 
 struct scm_outbox_stats {
-    int64_t calls;          /* calls made */
-    int64_t failures;       /* calls that failed (retried or not) */
-    int64_t rate_waits;     /* times a call waited for the rate budget or a rate limit */
+    int64_t calls;      /* calls made */
+    int64_t failures;   /* calls that failed (retried or not) */
+    int64_t rate_waits; /* times a call waited for the rate budget or a rate limit */
 };
 void scm_outbox_stats(struct scm_outbox_stats *out, struct scm_outbox *o);
 

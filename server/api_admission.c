@@ -19,9 +19,9 @@
 /* One AdmissionReview request, borrowed from the parsed body. */
 struct review {
     const char *uid;
-    const char *operation;  /* CREATE, UPDATE, DELETE, CONNECT */
-    const char *ns;         /* request.namespace, else the object's, else "default" */
-    const char *sub;        /* request.subResource; "" for the main resource */
+    const char *operation; /* CREATE, UPDATE, DELETE, CONNECT */
+    const char *ns;        /* request.namespace, else the object's, else "default" */
+    const char *sub;       /* request.subResource; "" for the main resource */
     const json_t *object;
     const json_t *old;
 };
@@ -131,24 +131,20 @@ static int check_update(const struct review *r, const json_t *obj, struct err *e
 static const struct {
     const char *parent; /* "" for the top level */
     const char *key;
-    const char *field;  /* parent.key */
-    const char *value;  /* JSON of the stand-in */
+    const char *field; /* parent.key */
+    const char *value; /* JSON of the stand-in */
 } g_stand_ins[] = {
-    {"", "metadata", "metadata", "{}"},
-    {"metadata", "name", "metadata.name", "\"x\""},
-    {"", "spec", "spec", "{}"},
-    {"spec", "objective", "spec.objective", "\"x\""},
-    {"", "status", "status", "{}"},
-    {"status", "phase", "status.phase", "\"Pending\""},
+    {"", "metadata", "metadata", "{}"}, {"metadata", "name", "metadata.name", "\"x\""},
+    {"", "spec", "spec", "{}"},         {"spec", "objective", "spec.objective", "\"x\""},
+    {"", "status", "status", "{}"},     {"status", "phase", "status.phase", "\"Pending\""},
 };
 
 /* Puts the stand-in of FIELD into DOC; false when FIELD has none or it cannot go in. */
 static bool stand_in(json_t *doc, const char *field)
 {
     for (size_t i = 0; i < ARRAY_LEN(g_stand_ins); i++) {
-        json_t *parent = g_stand_ins[i].parent[0] != '\0'
-                             ? json_object_get(doc, g_stand_ins[i].parent)
-                             : doc;
+        json_t *parent =
+            g_stand_ins[i].parent[0] != '\0' ? json_object_get(doc, g_stand_ins[i].parent) : doc;
         if (strcmp(g_stand_ins[i].field, field) != 0 || !json_is_object(parent)) {
             continue;
         }
@@ -234,9 +230,9 @@ static json_t *denial(const struct review *r, json_t *causes)
     }
     details = json_pack("{s:s, s:s, s:s, s:o}", "name", name, "group", TASK_GROUP, "kind",
                         "agenttasks", "causes", causes);
-    c = json_pack("{s:s, s:b, s:{s:s, s:s, s:s, s:i, s:o}}", "uid", r->uid, "allowed", 0,
-                  "status", "status", "Failure", "message", msg.data, "reason", "Invalid", "code",
-                  422, "details", details);
+    c = json_pack("{s:s, s:b, s:{s:s, s:s, s:s, s:i, s:o}}", "uid", r->uid, "allowed", 0, "status",
+                  "status", "Failure", "message", msg.data, "reason", "Invalid", "code", 422,
+                  "details", details);
     buf_cleanup(&msg);
     return c;
 }
@@ -253,8 +249,8 @@ static bool member_is(const json_t *body, const char *key, const char *want)
 static const char *review_namespace(const json_t *req, const json_t *object)
 {
     const json_t *ns = json_object_get(req, "namespace");
-    const char *name = json_is_string(ns) && json_string_length(ns) > 0 ? json_string_value(ns)
-                                                                         : NULL;
+    const char *name =
+        json_is_string(ns) && json_string_length(ns) > 0 ? json_string_value(ns) : NULL;
 
     if (name == NULL) {
         name = json_string_value(json_object_get(json_object_get(object, "metadata"), "namespace"));
@@ -296,8 +292,7 @@ static bool is_agenttask(const json_t *body)
 {
     const json_t *kind = json_object_get(json_object_get(body, "request"), "kind");
 
-    return json_is_object(kind) &&
-           json_is_string(json_object_get(kind, "group")) &&
+    return json_is_object(kind) && json_is_string(json_object_get(kind, "group")) &&
            strcmp(json_string_value(json_object_get(kind, "group")), TASK_GROUP) == 0 &&
            json_is_string(json_object_get(kind, "kind")) &&
            strcmp(json_string_value(json_object_get(kind, "kind")), TASK_KIND) == 0;
@@ -305,8 +300,8 @@ static bool is_agenttask(const json_t *body)
 
 static json_t *review_of(json_t *response)
 {
-    return json_pack("{s:s, s:s, s:o}", "apiVersion", REVIEW_API_VERSION, "kind",
-                     "AdmissionReview", "response", response);
+    return json_pack("{s:s, s:s, s:o}", "apiVersion", REVIEW_API_VERSION, "kind", "AdmissionReview",
+                     "response", response);
 }
 
 /* For a CREATE or UPDATE of an AgentTask: NULL when the objects it needs are there, else
@@ -327,8 +322,7 @@ static json_t *causes_of(const struct review *rv, bool create)
 {
     if (!task_name_valid(rv->ns)) {
         return json_pack("[{s:s, s:s, s:s}]", "reason", "FieldValueInvalid", "message",
-                         "metadata.namespace: must be a DNS label", "field",
-                         "metadata.namespace");
+                         "metadata.namespace: must be a DNS label", "field", "metadata.namespace");
     }
     return collect_causes(rv, create ? check_create : check_update);
 }

@@ -27,10 +27,12 @@ static const struct {
     const char *code;
     int status;
 } g_codes[] = {
-    {"invalid_argument", 400}, {"failed_precondition", 400}, {"unauthenticated", 401},
-    {"permission_denied", 403}, {"not_found", 404},          {"already_exists", 409},
-    {"aborted", 409},           {"unimplemented", 501},      {"internal", 500},
-    {"unavailable", 503},       {"unknown", 500},
+    {"invalid_argument", 400}, {"failed_precondition", 400},
+    {"unauthenticated", 401},  {"permission_denied", 403},
+    {"not_found", 404},        {"already_exists", 409},
+    {"aborted", 409},          {"unimplemented", 501},
+    {"internal", 500},         {"unavailable", 503},
+    {"unknown", 500},
 };
 
 static int connect_error(struct request *r, const char *code, int status, const char *fmt, ...)
@@ -89,8 +91,7 @@ static int send_err(struct request *r, const struct err *err)
     return connect_error(r, code, 0, "%s", err->msg);
 }
 
-static int send_bytes(struct request *r, int status, const char *ct, const void *data,
-                      size_t len)
+static int send_bytes(struct request *r, int status, const char *ct, const void *data, size_t len)
 {
     struct MHD_Response *resp =
         MHD_create_response_from_buffer(len, (void *)(uintptr_t)data, MHD_RESPMEM_MUST_COPY);
@@ -217,8 +218,7 @@ static void log_change(const char *what, const json_t *obj)
 
 /* --- the methods ------------------------------------------------------------------- */
 
-typedef int (*method_fn)(json_t **resp_out, struct server *srv, const json_t *req,
-                         struct err *err);
+typedef int (*method_fn)(json_t **resp_out, struct server *srv, const json_t *req, struct err *err);
 
 static int m_create(json_t **resp_out, struct server *srv, const json_t *req, struct err *err)
 {
@@ -305,9 +305,9 @@ static int m_list(json_t **resp_out, struct server *srv, const json_t *req, stru
 
 /* A change made through the task API's merge patch, inside one store transaction. */
 struct change {
-    struct server *srv;  /* borrowed */
-    const json_t *req;   /* borrowed */
-    json_t *patch;       /* owned; NULL: built by the callback (resume) */
+    struct server *srv; /* borrowed */
+    const json_t *req;  /* borrowed */
+    json_t *patch;      /* owned; NULL: built by the callback (resume) */
 };
 
 static int apply_change(json_t *doc, struct err *err, void *userdata)
@@ -316,8 +316,8 @@ static int apply_change(json_t *doc, struct err *err, void *userdata)
     return task_apply_merge_patch(doc, c->patch, TASK_PATCH_MAIN, err);
 }
 
-static int run_change(json_t **resp_out, struct server *srv, const json_t *req,
-                      task_mutate_fn fn, struct change *c, const char *what, struct err *err)
+static int run_change(json_t **resp_out, struct server *srv, const json_t *req, task_mutate_fn fn,
+                      struct change *c, const char *what, struct err *err)
 {
     const char *ns, *name;
     json_t *stored = NULL;
@@ -352,8 +352,8 @@ static int m_guide(json_t **resp_out, struct server *srv, const json_t *req, str
 
 static int m_pause(json_t **resp_out, struct server *srv, const json_t *req, struct err *err)
 {
-    struct change c = {.srv = srv, .req = req,
-                       .patch = json_pack("{s:{s:b}}", "spec", "suspended", 1)};
+    struct change c = {
+        .srv = srv, .req = req, .patch = json_pack("{s:{s:b}}", "spec", "suspended", 1)};
 
     return run_change(resp_out, srv, req, apply_change, &c, "paused", err);
 }
@@ -378,11 +378,10 @@ static int apply_resume(json_t *doc, struct err *err, void *userdata)
         struct err perr = {0};
         if (money_parse(&bump, NULL, budget, &perr) != E_OK) {
             return err_set_field(err, E_INVALID, "budget",
-                                 "budget: %s (expected USD to add, such as \"+15.00\")",
-                                 perr.msg);
+                                 "budget: %s (expected USD to add, such as \"+15.00\")", perr.msg);
         }
-        rc = money_add(&sum, v.budget_usd > 0 ? v.budget_usd : c->srv->default_budget_usd,
-                       bump, err);
+        rc = money_add(&sum, v.budget_usd > 0 ? v.budget_usd : c->srv->default_budget_usd, bump,
+                       err);
         if (rc != E_OK) {
             return rc;
         }
@@ -393,8 +392,7 @@ static int apply_resume(json_t *doc, struct err *err, void *userdata)
         if (json_integer_value(tokens) < 0) {
             return err_set_field(err, E_INVALID, "tokens", "tokens: must not be negative");
         }
-        rc = money_add(&sum,
-                       v.budget_tokens > 0 ? v.budget_tokens : c->srv->default_budget_tokens,
+        rc = money_add(&sum, v.budget_tokens > 0 ? v.budget_tokens : c->srv->default_budget_tokens,
                        json_integer_value(tokens), err);
         if (rc != E_OK) {
             return err_set_field(err, E_INVALID, "tokens", "tokens: the sum is too large");
@@ -488,8 +486,7 @@ static bool refused(int *ret_out, struct request *r)
     const char *v;
 
     if (!http_admin_ok(r)) {
-        *ret_out =
-            connect_error(r, "unauthenticated", 0, "missing or wrong admin bearer token");
+        *ret_out = connect_error(r, "unauthenticated", 0, "missing or wrong admin bearer token");
     } else if (method_of(r) == NULL) {
         /* The method name is request bytes: not echoed. */
         *ret_out = connect_error(r, "unimplemented", 404,
@@ -499,8 +496,7 @@ static bool refused(int *ret_out, struct request *r)
                                  "unsupported content type: use application/json or "
                                  "application/proto");
     } else if ((v = http_header(r, "Connect-Protocol-Version")) != NULL && strcmp(v, "1") != 0) {
-        *ret_out =
-            connect_error(r, "invalid_argument", 0, "connect-protocol-version must be 1");
+        *ret_out = connect_error(r, "invalid_argument", 0, "connect-protocol-version must be 1");
     } else if ((v = http_header(r, MHD_HTTP_HEADER_CONTENT_ENCODING)) != NULL &&
                strcasecmp(v, "identity") != 0) {
         *ret_out = connect_error(r, "unimplemented", 0,
@@ -511,8 +507,8 @@ static bool refused(int *ret_out, struct request *r)
     return true;
 }
 
-static int decode_request(json_t **out, struct request *r, const struct pb_message *msg,
-                          bool json, struct err *err)
+static int decode_request(json_t **out, struct request *r, const struct pb_message *msg, bool json,
+                          struct err *err)
 {
     json_error_t jerr;
     json_t *in;
@@ -528,8 +524,7 @@ static int decode_request(json_t **out, struct request *r, const struct pb_messa
     in = json_loadb(r->body.data, r->body.len, JSON_REJECT_DUPLICATES, &jerr);
     if (in == NULL) {
         /* jansson's text may quote the input: only the position is reported. */
-        return err_set(err, E_INVALID, "invalid JSON at line %d column %d", jerr.line,
-                       jerr.column);
+        return err_set(err, E_INVALID, "invalid JSON at line %d column %d", jerr.line, jerr.column);
     }
     rc = pb_json_read(out, msg, in, err);
     json_decref(in);

@@ -42,7 +42,7 @@
 #define EVENTS_WAIT_MS 1000    /* longest wait inside one read callback */
 #define EVENTS_LOG_POLL_MS 250 /* log file size checks while a log is tailed */
 #define EVENTS_LOG_CHUNK (64u * 1024u)
-#define EVENTS_LOG_CHUNKS 4 /* per read callback: a long log goes out in steps, never whole */
+#define EVENTS_LOG_CHUNKS 4     /* per read callback: a long log goes out in steps, never whole */
 #define EVENTS_END_GRACE_MS 500 /* last lines written right after the final phase */
 
 enum { F_LIVE = 0, F_END = 1, F_SNAPSHOT = 2 };
@@ -50,20 +50,20 @@ enum { F_LIVE = 0, F_END = 1, F_SNAPSHOT = 2 };
 static atomic_int g_streams;
 
 struct events {
-    struct server *srv;       /* borrowed */
-    int fd;                   /* the connection's socket (MHD's), -1: unknown */
-    int64_t rv;               /* last resourceVersion sent */
-    char *log_ns, *log_name;  /* owned; NULL: no ?task= */
-    char *log_path;           /* owned */
-    unsigned long long ino;   /* inode of the log file tailed, 0: none yet */
-    unsigned long long off;   /* bytes of that file sent */
-    bool ended;               /* `end` sent */
-    bool log_behind;          /* the log has more bytes than the last look sent */
-    int64_t end_at_ms;        /* the task is finished: send `end` at this time; 0: not yet */
-    int64_t ping_ms;          /* EVENTS_PING_MS */
+    struct server *srv;      /* borrowed */
+    int fd;                  /* the connection's socket (MHD's), -1: unknown */
+    int64_t rv;              /* last resourceVersion sent */
+    char *log_ns, *log_name; /* owned; NULL: no ?task= */
+    char *log_path;          /* owned */
+    unsigned long long ino;  /* inode of the log file tailed, 0: none yet */
+    unsigned long long off;  /* bytes of that file sent */
+    bool ended;              /* `end` sent */
+    bool log_behind;         /* the log has more bytes than the last look sent */
+    int64_t end_at_ms;       /* the task is finished: send `end` at this time; 0: not yet */
+    int64_t ping_ms;         /* EVENTS_PING_MS */
     int64_t next_ping_ms;
-    struct buf pending;       /* event text not yet written */
-    size_t sent;              /* bytes of pending written */
+    struct buf pending; /* event text not yet written */
+    size_t sent;        /* bytes of pending written */
 };
 
 static void put_id(struct events *e, int flag)
@@ -278,8 +278,7 @@ static void log_poll(struct events *e)
             break;
         }
         got = pread(fd, chunk, EVENTS_LOG_CHUNK, (off_t)e->off);
-        if (got <= 0 ||
-            put_lines(e, chunk, (size_t)got, (size_t)got == EVENTS_LOG_CHUNK) == 0) {
+        if (got <= 0 || put_lines(e, chunk, (size_t)got, (size_t)got == EVENTS_LOG_CHUNK) == 0) {
             break; /* only a partial line so far */
         }
     }
@@ -500,8 +499,8 @@ static bool origin_ok(struct request *r)
 
 static int start_stream(struct request *r, struct events *e)
 {
-    struct MHD_Response *resp = MHD_create_response_from_callback(
-        MHD_SIZE_UNKNOWN, 4096, events_read, e, events_free);
+    struct MHD_Response *resp =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, events_read, e, events_free);
     enum MHD_Result ret;
 
     if (resp == NULL) {

@@ -12,8 +12,8 @@
 
 static bool project_char(char c)
 {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '-' || c == '_' || c == '.' || c == '/';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+           c == '_' || c == '.' || c == '/';
 }
 
 static bool project_valid(const char *p)
@@ -67,8 +67,7 @@ static const char *read_comment(struct local_comment *c, const json_t *body)
 }
 
 /* Feeds comment ID to the inbox as a webhook would. */
-static int to_inbox(struct request *r, const struct local_comment *c, int64_t id,
-                    struct err *err)
+static int to_inbox(struct request *r, const struct local_comment *c, int64_t id, struct err *err)
 {
     struct inbox_entry e;
     bool dup = false;
@@ -106,8 +105,8 @@ int api_local_comment(struct request *r)
         json_decref(body);
         return ret;
     }
-    if (task_store_local_permission_set(r->srv->store, c.project, c.author, (int)c.level,
-                                        &err) != E_OK ||
+    if (task_store_local_permission_set(r->srv->store, c.project, c.author, (int)c.level, &err) !=
+            E_OK ||
         task_store_local_add(&id, r->srv->store, c.project, c.number, c.author, c.text, &err) !=
             E_OK) {
         json_decref(body);
@@ -119,8 +118,8 @@ int api_local_comment(struct request *r)
         return http_send_err(r, &err);
     }
     json_decref(body);
-    return http_send_json(r, 202, json_pack("{s:I, s:b}", "id", (json_int_t)id, "command",
-                                            command));
+    return http_send_json(r, 202,
+                          json_pack("{s:I, s:b}", "id", (json_int_t)id, "command", command));
 }
 
 int api_local_thread(struct request *r)
@@ -141,8 +140,9 @@ int api_local_thread(struct request *r)
         json_decref(comments);
         return http_send_err(r, &err);
     }
-    ret = http_send_json(r, 200, json_pack("{s:s, s:I, s:o}", "project", project, "number",
-                                           (json_int_t)number, "comments", comments));
+    ret = http_send_json(r, 200,
+                         json_pack("{s:s, s:I, s:o}", "project", project, "number",
+                                   (json_int_t)number, "comments", comments));
     free(project);
     return ret;
 }

@@ -17,11 +17,11 @@
 #define LOG_FOLLOW_POLL_MS 100                         /* how often a follower looks */
 
 struct follow {
-    struct server *srv;  /* borrowed */
-    char *ns, *name;     /* owned */
-    char *path;          /* owned: the log file */
-    uint64_t off;        /* next byte of the file to send */
-    bool done;           /* the task finished: send the rest, then end */
+    struct server *srv; /* borrowed */
+    char *ns, *name;    /* owned */
+    char *path;         /* owned: the log file */
+    uint64_t off;       /* next byte of the file to send */
+    bool done;          /* the task finished: send the rest, then end */
 };
 
 static bool finished(struct follow *f)

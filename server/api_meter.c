@@ -16,10 +16,9 @@ int api_meter(struct request *r)
     if (atomic_load(&r->srv->shutting_down)) {
         return http_send_error(r, 503, NULL, NULL, "shutting down; retry");
     }
-    meter_service_handle(&status, &body, r->srv->meter,
-                         http_header(r, MHD_HTTP_HEADER_AUTHORIZATION),
-                         http_header_count(r, MHD_HTTP_HEADER_AUTHORIZATION), r->body.data,
-                         r->body.len);
+    meter_service_handle(
+        &status, &body, r->srv->meter, http_header(r, MHD_HTTP_HEADER_AUTHORIZATION),
+        http_header_count(r, MHD_HTTP_HEADER_AUTHORIZATION), r->body.data, r->body.len);
     ret = http_send_text(r, status, "application/json", body);
     free(body);
     return ret;

@@ -432,8 +432,8 @@ int api_task_delete(struct request *r)
         }
         json_decref(opts);
     }
-    if (task_store_remove(&last, r->srv->store, r->params[PARAM_NS], r->params[PARAM_NAME],
-                          expect, &err) != E_OK) {
+    if (task_store_remove(&last, r->srv->store, r->params[PARAM_NS], r->params[PARAM_NAME], expect,
+                          &err) != E_OK) {
         return http_send_err(r, &err);
     }
     log_change("deleted", last);
@@ -460,8 +460,8 @@ int api_env_get(struct request *r)
     json_t *obj = NULL;
     struct err err = {0};
 
-    if (task_store_env_get(&obj, r->srv->store, r->params[PARAM_NS], r->params[PARAM_NAME],
-                           &err) != E_OK) {
+    if (task_store_env_get(&obj, r->srv->store, r->params[PARAM_NS], r->params[PARAM_NAME], &err) !=
+        E_OK) {
         return http_send_err(r, &err);
     }
     return http_send_json(r, 200, obj);
@@ -476,12 +476,12 @@ int api_discovery_api(struct request *r)
 
 int api_discovery_apis(struct request *r)
 {
-    return http_send_json(
-        r, 200,
-        json_pack("{s:s, s:s, s:[{s:s, s:[{s:s, s:s}], s:{s:s, s:s}}]}", "kind", "APIGroupList",
-                  "apiVersion", "v1", "groups", "name", "divergedev.com", "versions",
-                  "groupVersion", TASK_API_VERSION, "version", "v1alpha1", "preferredVersion",
-                  "groupVersion", TASK_API_VERSION, "version", "v1alpha1"));
+    return http_send_json(r, 200,
+                          json_pack("{s:s, s:s, s:[{s:s, s:[{s:s, s:s}], s:{s:s, s:s}}]}", "kind",
+                                    "APIGroupList", "apiVersion", "v1", "groups", "name",
+                                    "divergedev.com", "versions", "groupVersion", TASK_API_VERSION,
+                                    "version", "v1alpha1", "preferredVersion", "groupVersion",
+                                    TASK_API_VERSION, "version", "v1alpha1"));
 }
 
 int api_discovery_group(struct request *r)
@@ -490,10 +490,10 @@ int api_discovery_group(struct request *r)
         r, 200,
         json_pack("{s:s, s:s, s:s, s:[{s:s, s:s, s:b, s:s, s:[s,s,s,s,s,s,s], s:[s]},"
                   " {s:s, s:s, s:b, s:s, s:[s,s,s]}]}",
-                  "kind", "APIResourceList", "apiVersion", "v1", "groupVersion",
-                  TASK_API_VERSION, "resources", "name", "agenttasks", "singularName",
-                  "agenttask", "namespaced", 1, "kind", "AgentTask", "verbs", "create", "delete",
-                  "get", "list", "patch", "update", "watch", "shortNames", "at", "name",
-                  "agenttasks/status", "singularName", "", "namespaced", 1, "kind", "AgentTask",
-                  "verbs", "get", "patch", "update"));
+                  "kind", "APIResourceList", "apiVersion", "v1", "groupVersion", TASK_API_VERSION,
+                  "resources", "name", "agenttasks", "singularName", "agenttask", "namespaced", 1,
+                  "kind", "AgentTask", "verbs", "create", "delete", "get", "list", "patch",
+                  "update", "watch", "shortNames", "at", "name", "agenttasks/status",
+                  "singularName", "", "namespaced", 1, "kind", "AgentTask", "verbs", "get", "patch",
+                  "update"));
 }

@@ -66,8 +66,7 @@ static int send_static(struct request *r, int status, const char *type, const vo
 
 static int send_login_page(struct request *r)
 {
-    return send_static(r, 401, "text/html; charset=utf-8", g_login_page,
-                       sizeof(g_login_page) - 1);
+    return send_static(r, 401, "text/html; charset=utf-8", g_login_page, sizeof(g_login_page) - 1);
 }
 
 static const struct ui_asset *asset(const char *path)
@@ -115,8 +114,8 @@ int api_ui_login(struct request *r)
         return send_login_page(r);
     }
     tls = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_PROTOCOL);
-    cookie = xasprintf("%s=%s; HttpOnly; SameSite=Strict; Path=/%s", UI_COOKIE,
-                       r->srv->api_token, tls != NULL ? "; Secure" : "");
+    cookie = xasprintf("%s=%s; HttpOnly; SameSite=Strict; Path=/%s", UI_COOKIE, r->srv->api_token,
+                       tls != NULL ? "; Secure" : "");
     resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
     if (resp != NULL) {
         harden(resp);

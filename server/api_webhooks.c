@@ -37,7 +37,8 @@ static int accepted(struct request *r, const struct inbox_entry *e)
 
 static bool github_configured(const struct request *r)
 {
-    return r->srv->cfg.github_webhook_secret != NULL && r->srv->cfg.github_webhook_secret[0] != '\0';
+    return r->srv->cfg.github_webhook_secret != NULL &&
+           r->srv->cfg.github_webhook_secret[0] != '\0';
 }
 
 int api_webhook_github_begin(struct request *r)
@@ -87,8 +88,7 @@ int api_webhook_github(struct request *r)
         }
         return http_send_text(r, 204, "application/json", "");
     }
-    if (github_webhook_parse(&kind, &e, &why, event, delivery, body, r->body.len, &err) !=
-        E_OK) {
+    if (github_webhook_parse(&kind, &e, &why, event, delivery, body, r->body.len, &err) != E_OK) {
         return http_send_error(r, 400, NULL, NULL, "%s", err.msg);
     }
     switch (kind) {

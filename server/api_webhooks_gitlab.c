@@ -69,8 +69,8 @@ int api_webhook_gitlab_begin(struct request *r)
     switch (auth_kind(r)) {
     case 1:
         if (http_header_count(r, "X-Gitlab-Token") != 1 ||
-            gitlab_token_verify(c->gitlab_webhook_token, http_header(r, "X-Gitlab-Token"),
-                                &err) != E_OK) {
+            gitlab_token_verify(c->gitlab_webhook_token, http_header(r, "X-Gitlab-Token"), &err) !=
+                E_OK) {
             return http_send_error(r, 401, NULL, NULL,
                                    "the X-Gitlab-Token matches no configured token");
         }
@@ -121,9 +121,8 @@ static int accept_note(struct request *r, const struct inbox_entry *e)
     if (dup) {
         return http_send_json(r, 200, json_pack("{s:b}", "duplicate", 1));
     }
-    gitlab_provider_note_delivery(scm_registry_get(&r->srv->scm, "gitlab"), e->project,
-                                  e->number, e->comment_id,
-                                  http_header(r, "X-Gitlab-Event-UUID"));
+    gitlab_provider_note_delivery(scm_registry_get(&r->srv->scm, "gitlab"), e->project, e->number,
+                                  e->comment_id, http_header(r, "X-Gitlab-Event-UUID"));
     snprintf(num, sizeof(num), "%lld", (long long)e->number);
     log_kv(LOG_INFO, "comment_accepted", "provider", e->provider, "project", e->project, "number",
            num, "comment", e->comment_id, "author", e->author, NULL);

@@ -39,8 +39,7 @@ static int read_int64(int64_t *out, const json_t *v)
     if (json_is_real(v)) {
         double d = json_real_value(v);
         /* -2^63 <= d < 2^63 before the cast: outside that it is undefined. */
-        if (d >= -9223372036854775808.0 && d < 9223372036854775808.0 &&
-            (double)(int64_t)d == d) {
+        if (d >= -9223372036854775808.0 && d < 9223372036854775808.0 && (double)(int64_t)d == d) {
             *out = (int64_t)d;
             return E_OK;
         }
@@ -101,8 +100,8 @@ static int read_value(json_t **out, const struct pb_field *f, const json_t *v, c
     return err_set_field(err, E_INVALID, path, "%s: unsupported type", path);
 }
 
-static int read_member(json_t *obj, const struct pb_field *f, const json_t *v,
-                       const char *prefix, int depth, struct err *err)
+static int read_member(json_t *obj, const struct pb_field *f, const json_t *v, const char *prefix,
+                       int depth, struct err *err)
 {
     char path[256], ipath[300];
     json_t *val = NULL, *arr;
@@ -160,8 +159,8 @@ static int read_message(json_t **out, const struct pb_message *msg, const json_t
         const struct pb_field *f = field_by_key(msg, key);
         if (f == NULL) {
             /* The key itself is request bytes: not quoted. */
-            rc = err_set_field(err, E_INVALID, path, "%s%sunknown field in %s",
-                               path, path[0] != '\0' ? ": " : "", msg->full_name);
+            rc = err_set_field(err, E_INVALID, path, "%s%sunknown field in %s", path,
+                               path[0] != '\0' ? ": " : "", msg->full_name);
             break;
         }
         if (json_object_get(obj, f->json_name) != NULL) {
@@ -186,8 +185,7 @@ static int read_message(json_t **out, const struct pb_message *msg, const json_t
     return E_OK;
 }
 
-int pb_json_read(json_t **out, const struct pb_message *msg, const json_t *in,
-                 struct err *err)
+int pb_json_read(json_t **out, const struct pb_message *msg, const json_t *in, struct err *err)
 {
     return read_message(out, msg, in, "", 0, err);
 }

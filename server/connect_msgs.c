@@ -5,7 +5,7 @@
 #include "server/connect_pb.h"
 
 #define PKG "divergedev.agenttask.v1."
-#define MSG(var_, name_, fields_)                                                                \
+#define MSG(var_, name_, fields_)                                                                  \
     const struct pb_message var_ = {PKG name_, fields_, ARRAY_LEN(fields_)}
 
 static const struct pb_field g_repository[] = {
@@ -88,7 +88,7 @@ static const struct pb_field g_task_resp[] = {
 MSG(connect_msg_task_resp, "TaskResponse", g_task_resp);
 
 const struct pb_message *const connect_request_msgs[] = {
-    &connect_msg_create_req, &connect_msg_get_req,    &connect_msg_list_req,
-    &connect_msg_guide_req,  &connect_msg_pause_req,  &connect_msg_resume_req,
-    &connect_msg_task_resp,  &connect_msg_list_resp,  NULL,
+    &connect_msg_create_req, &connect_msg_get_req,   &connect_msg_list_req,
+    &connect_msg_guide_req,  &connect_msg_pause_req, &connect_msg_resume_req,
+    &connect_msg_task_resp,  &connect_msg_list_resp, NULL,
 };

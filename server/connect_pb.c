@@ -172,8 +172,8 @@ static int decode_message_field(json_t *obj, const struct pb_field *f, struct re
             json_object_set_new(obj, f->json_name, cur);
         }
         if (json_array_size(cur) >= PB_REPEATED_MAX) {
-            return err_set(err, E_INVALID, "protobuf: %s has more than %d elements",
-                           f->json_name, PB_REPEATED_MAX);
+            return err_set(err, E_INVALID, "protobuf: %s has more than %d elements", f->json_name,
+                           PB_REPEATED_MAX);
         }
         item = json_object();
         json_array_append_new(cur, item);
@@ -337,9 +337,8 @@ static int encode_field(struct buf *out, const struct pb_field *f, const json_t 
         if (json_integer_value(v) == 0 && !keep_zero) {
             return E_OK;
         }
-        return put_tag(out, f) != E_OK
-                   ? E_TOOBIG
-                   : put_varint(out, (uint64_t)(int64_t)json_integer_value(v));
+        return put_tag(out, f) != E_OK ? E_TOOBIG
+                                       : put_varint(out, (uint64_t)(int64_t)json_integer_value(v));
     case PB_BOOL:
         if (!json_is_boolean(v)) {
             break;
@@ -391,8 +390,7 @@ static int encode_message(struct buf *out, const struct pb_message *msg, const j
     return E_OK;
 }
 
-int pb_encode(struct buf *out, const struct pb_message *msg, const json_t *obj,
-              struct err *err)
+int pb_encode(struct buf *out, const struct pb_message *msg, const json_t *obj, struct err *err)
 {
     return encode_message(out, msg, obj, 0, err);
 }

@@ -14,8 +14,8 @@
 #include "common/buf.h"
 #include "common/err.h"
 
-#define PB_DEPTH_MAX 16        /* nesting of messages (and groups being skipped) */
-#define PB_REPEATED_MAX 10000  /* elements of one repeated field */
+#define PB_DEPTH_MAX 16       /* nesting of messages (and groups being skipped) */
+#define PB_REPEATED_MAX 10000 /* elements of one repeated field */
 
 enum pb_type {
     PB_STRING, /* UTF-8 without NUL bytes */
@@ -30,16 +30,16 @@ enum pb_type {
 struct pb_message;
 
 struct pb_field {
-    uint32_t number;                 /* field number */
+    uint32_t number; /* field number */
     enum pb_type type;
-    unsigned flags;                  /* PB_REPEATED | PB_OPTIONAL */
-    const char *json_name;           /* lowerCamelCase (or json_name); the canonical key */
-    const char *proto_name;          /* snake_case, also accepted in JSON input */
+    unsigned flags;                   /* PB_REPEATED | PB_OPTIONAL */
+    const char *json_name;            /* lowerCamelCase (or json_name); the canonical key */
+    const char *proto_name;           /* snake_case, also accepted in JSON input */
     const struct pb_message *message; /* PB_MESSAGE: the field's type */
 };
 
 struct pb_message {
-    const char *full_name;        /* "divergedev.agenttask.v1.Task" */
+    const char *full_name;         /* "divergedev.agenttask.v1.Task" */
     const struct pb_field *fields; /* sorted by number */
     size_t nfields;
 };
@@ -61,15 +61,13 @@ int pb_decode(json_t **out, const struct pb_message *msg, const void *data, size
 /* Appends the protobuf binary form of the canonical object OBJ (borrowed) of MSG to OUT:
  * fields in number order, default values left out except for PB_OPTIONAL fields present.
  * E_INVALID when OBJ is not canonical; E_TOOBIG when OUT's cap is reached. */
-int pb_encode(struct buf *out, const struct pb_message *msg, const json_t *obj,
-              struct err *err);
+int pb_encode(struct buf *out, const struct pb_message *msg, const json_t *obj, struct err *err);
 
 /* Reads the proto3 JSON form IN (borrowed) of MSG into *out, a new canonical object.
  * Keys may be json names or proto names; null means the default; int64 may be a JSON
  * number (integral) or a decimal string. E_INVALID naming the field path for unknown
  * fields, wrong types or a field given twice; the message never quotes the input. */
-int pb_json_read(json_t **out, const struct pb_message *msg, const json_t *in,
-                 struct err *err);
+int pb_json_read(json_t **out, const struct pb_message *msg, const json_t *in, struct err *err);
 
 /* Returns the proto3 JSON form (new object) of the canonical object OBJ of MSG: json
  * names, int64 as decimal strings, default values left out (PB_OPTIONAL fields present

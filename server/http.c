@@ -29,7 +29,7 @@ struct route {
     const char *method;
     const char *pattern; /* '*' matches one non-empty path segment */
     route_fn handler;
-    const char *name;    /* for logs and metrics */
+    const char *name; /* for logs and metrics */
     enum route_auth auth;
 };
 
@@ -78,10 +78,8 @@ static const struct route g_routes[] = {
     {"POST", "/api/v1/admission/validate", api_admission_validate, "admission", AUTH_NONE},
     /* Admin auth in api_connect: its 401 is a Connect error. */
     {"POST", "/divergedev.agenttask.v1.AgentTaskService/*", api_connect, "connect", AUTH_NONE},
-    {"GET", API_PREFIX "/namespaces/*/environments", api_env_list, "environments.list",
-     AUTH_ADMIN},
-    {"GET", API_PREFIX "/namespaces/*/environments/*", api_env_get, "environments.get",
-     AUTH_ADMIN},
+    {"GET", API_PREFIX "/namespaces/*/environments", api_env_list, "environments.list", AUTH_ADMIN},
+    {"GET", API_PREFIX "/namespaces/*/environments/*", api_env_get, "environments.get", AUTH_ADMIN},
     /* Dashboard: admin token as bearer header or cookie, checked by the handlers. */
     {"GET", "/", api_ui_index, "ui", AUTH_NONE},
     {"GET", "/ui/login", api_ui_login, "ui.login", AUTH_NONE},
@@ -181,8 +179,9 @@ static int route_readyz(struct request *r)
     }
     if (controller_sandbox_problem(r->srv->controller) != NULL) {
         /* Still ready for the API; tasks that need a sandbox fail with SandboxError. */
-        return http_send_json(r, 200, json_pack("{s:s, s:s}", "status", "ok", "sandbox",
-                                                controller_sandbox_problem(r->srv->controller)));
+        return http_send_json(r, 200,
+                              json_pack("{s:s, s:s}", "status", "ok", "sandbox",
+                                        controller_sandbox_problem(r->srv->controller)));
     }
     return http_send_json(r, 200, json_pack("{s:s}", "status", "ok"));
 }
@@ -281,9 +280,8 @@ static enum MHD_Result begin_request(struct request *r)
     if (declared > DISCARD_FACTOR * body_cap(r)) {
         /* Far too big: refuse before reading the body. */
         r->too_big = true;
-        return (enum MHD_Result)http_send_error(r, 413, NULL, NULL,
-                                                "request body is larger than %zu bytes",
-                                                body_cap(r));
+        return (enum MHD_Result)http_send_error(
+            r, 413, NULL, NULL, "request body is larger than %zu bytes", body_cap(r));
     }
     if (rt->auth == AUTH_ADMIN && declared <= body_cap(r)) {
         buf_reserve(&r->body, (size_t)declared); /* one allocation, the sender is known */
@@ -296,17 +294,15 @@ static enum MHD_Result dispatch(struct request *r)
 {
     http_guard_answering(r->conn);
     if (r->too_big) {
-        return (enum MHD_Result)http_send_error(r, 413, NULL, NULL,
-                                                "request body is larger than %zu bytes",
-                                                body_cap(r));
+        return (enum MHD_Result)http_send_error(
+            r, 413, NULL, NULL, "request body is larger than %zu bytes", body_cap(r));
     }
     return (enum MHD_Result)g_routes[r->route].handler(r);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_data_size,
-                                  void **con_cls)
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls)
 {
     struct request *r = *con_cls;
 
@@ -412,8 +408,7 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
 }
 
 /* libmicrohttpd's own messages go through log_kv, so stderr stays one line per entry. */
-__attribute__((format(printf, 2, 0))) static void on_mhd_log(void *cls, const char *fmt,
-                                                               va_list ap)
+__attribute__((format(printf, 2, 0))) static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 {
     char msg[512];
     size_t n;
@@ -462,8 +457,7 @@ int http_start(struct MHD_Daemon **out, uint16_t *port_out, struct server *srv, 
                              MHD_USE_ERROR_LOG | MHD_USE_ITC,
                          0, NULL, NULL, on_request, srv,
                          /* first, so that it sees the messages about the other options */
-                         MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
-                         MHD_OPTION_SOCK_ADDR, &sa,
+                         MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL, MHD_OPTION_SOCK_ADDR, &sa,
                          MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
                          MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv->guard,
                          MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)SERVER_IDLE_TIMEOUT_S,
@@ -488,14 +482,12 @@ int http_start_unix(struct MHD_Daemon **out, struct server *srv, int listen_fd, 
      * it with http_stop_unix() before http_stop() frees the guard. */
     *out = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD |
                                 MHD_USE_ERROR_LOG | MHD_USE_ITC,
-                            0, NULL, NULL, on_request, srv,
-                            MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
-                            MHD_OPTION_LISTEN_SOCKET, listen_fd,
-                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
-                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv->guard,
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)SERVER_IDLE_TIMEOUT_S,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned int)SERVER_CONN_MAX,
-                            MHD_OPTION_END);
+                            0, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log,
+                            NULL, MHD_OPTION_LISTEN_SOCKET, listen_fd, MHD_OPTION_NOTIFY_COMPLETED,
+                            on_completed, srv, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
+                            srv->guard, MHD_OPTION_CONNECTION_TIMEOUT,
+                            (unsigned int)SERVER_IDLE_TIMEOUT_S, MHD_OPTION_CONNECTION_LIMIT,
+                            (unsigned int)SERVER_CONN_MAX, MHD_OPTION_END);
     if (*out == NULL) {
         return err_set(err, E_FAIL, "cannot serve the meter socket");
     }

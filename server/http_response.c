@@ -39,9 +39,8 @@ static int queue(struct request *r, int status, struct MHD_Response *resp)
 
 int http_send_text(struct request *r, int status, const char *content_type, const char *text)
 {
-    struct MHD_Response *resp =
-        MHD_create_response_from_buffer(strlen(text), (void *)(uintptr_t)text,
-                                        MHD_RESPMEM_MUST_COPY);
+    struct MHD_Response *resp = MHD_create_response_from_buffer(
+        strlen(text), (void *)(uintptr_t)text, MHD_RESPMEM_MUST_COPY);
 
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
     return queue(r, status, resp);
@@ -57,9 +56,8 @@ int http_send_json(struct request *r, int status, json_t *body)
     if (text == NULL) {
         /* json_pack refused a value (not UTF-8, say) or memory ran out. */
         log_kv(LOG_ERROR, "response_build_failed", "route", http_route_name(r->route), NULL);
-        resp = MHD_create_response_from_buffer(strlen(g_internal_body),
-                                               (void *)(uintptr_t)g_internal_body,
-                                               MHD_RESPMEM_PERSISTENT);
+        resp = MHD_create_response_from_buffer(
+            strlen(g_internal_body), (void *)(uintptr_t)g_internal_body, MHD_RESPMEM_PERSISTENT);
         if (resp != NULL) {
             MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
         }
@@ -99,11 +97,10 @@ static const char *reason_of(int status)
         int status;
         const char *reason;
     } table[] = {
-        {400, "BadRequest"},    {401, "Unauthorized"},   {403, "Forbidden"},
-        {404, "NotFound"},      {405, "MethodNotAllowed"}, {409, "Conflict"},
-        {410, "Expired"},       {413, "RequestEntityTooLarge"},
-        {415, "UnsupportedMediaType"}, {422, "Invalid"}, {429, "TooManyRequests"},
-        {503, "ServiceUnavailable"},
+        {400, "BadRequest"}, {401, "Unauthorized"},          {403, "Forbidden"},
+        {404, "NotFound"},   {405, "MethodNotAllowed"},      {409, "Conflict"},
+        {410, "Expired"},    {413, "RequestEntityTooLarge"}, {415, "UnsupportedMediaType"},
+        {422, "Invalid"},    {429, "TooManyRequests"},       {503, "ServiceUnavailable"},
     };
     for (size_t i = 0; i < ARRAY_LEN(table); i++) {
         if (table[i].status == status) {
@@ -138,9 +135,9 @@ int http_send_error(struct request *r, int status, const char *reason, const str
                      "code", status, "error", msg);
     if (body != NULL && err != NULL && err->field[0] != '\0') {
         json_object_set_new(body, "details",
-                            json_pack("{s:s, s:[{s:s, s:s, s:s}]}", "kind", "agenttasks",
-                                      "causes", "reason", "FieldValueInvalid", "message",
-                                      err->msg, "field", err->field));
+                            json_pack("{s:s, s:[{s:s, s:s, s:s}]}", "kind", "agenttasks", "causes",
+                                      "reason", "FieldValueInvalid", "message", err->msg, "field",
+                                      err->field));
     }
     return http_send_json(r, status, body);
 }
@@ -218,12 +215,12 @@ json_t *http_body_json(struct request *r, int *mhd_ret_out)
     return j;
 }
 
-int http_send_stream(struct request *r, int status, const char *content_type,
-                     http_stream_fn read, void *cls, void (*free_cls)(void *))
+int http_send_stream(struct request *r, int status, const char *content_type, http_stream_fn read,
+                     void *cls, void (*free_cls)(void *))
 {
-    struct MHD_Response *resp = MHD_create_response_from_callback(
-        MHD_SIZE_UNKNOWN, 4096, (MHD_ContentReaderCallback)read, cls,
-        (MHD_ContentReaderFreeCallback)free_cls);
+    struct MHD_Response *resp =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, (MHD_ContentReaderCallback)read,
+                                          cls, (MHD_ContentReaderFreeCallback)free_cls);
 
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
     return queue(r, status, resp);

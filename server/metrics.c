@@ -64,8 +64,8 @@ static void render_route(struct buf *out, const char *name, const struct route_s
             buf_printf(out, "diverge_http_requests_total{route=\"%s\",code=\"%d\"} %lld\n", name,
                        g_codes[c], n);
         } else {
-            buf_printf(out, "diverge_http_requests_total{route=\"%s\",code=\"other\"} %lld\n",
-                       name, n);
+            buf_printf(out, "diverge_http_requests_total{route=\"%s\",code=\"other\"} %lld\n", name,
+                       n);
         }
         total += n;
     }
@@ -75,9 +75,9 @@ static void render_route(struct buf *out, const char *name, const struct route_s
     for (size_t b = 0; b <= NUM_BUCKETS; b++) {
         cum += atomic_load(&s->bucket[b]);
         if (b < NUM_BUCKETS) {
-            buf_printf(out,
-                       "diverge_http_request_duration_seconds_bucket{route=\"%s\",le=\"%g\"} %lld\n",
-                       name, g_buckets[b], cum);
+            buf_printf(
+                out, "diverge_http_request_duration_seconds_bucket{route=\"%s\",le=\"%g\"} %lld\n",
+                name, g_buckets[b], cum);
         } else {
             buf_printf(out,
                        "diverge_http_request_duration_seconds_bucket{route=\"%s\",le=\"+Inf\"} "
@@ -100,39 +100,43 @@ static void render_pipeline(struct buf *out, struct server *srv)
     int64_t inbox = 0, outbox = 0;
 
     if (task_store_totals(&totals, srv->store, NULL) == E_OK) {
-        buf_printf(out, "# HELP diverge_spend_usd Spend recorded by the meter, all tasks.\n"
-                        "# TYPE diverge_spend_usd gauge\ndiverge_spend_usd %.6f\n"
-                        "# HELP diverge_tokens_consumed Tokens recorded by the meter.\n"
-                        "# TYPE diverge_tokens_consumed gauge\ndiverge_tokens_consumed %lld\n",
+        buf_printf(out,
+                   "# HELP diverge_spend_usd Spend recorded by the meter, all tasks.\n"
+                   "# TYPE diverge_spend_usd gauge\ndiverge_spend_usd %.6f\n"
+                   "# HELP diverge_tokens_consumed Tokens recorded by the meter.\n"
+                   "# TYPE diverge_tokens_consumed gauge\ndiverge_tokens_consumed %lld\n",
                    totals.cost_usd, (long long)totals.tokens);
     }
     (void)task_store_inbox_depth(&inbox, srv->store, NULL);
     (void)task_store_outbox_depth(&outbox, srv->store, NULL);
-    buf_printf(out, "# HELP diverge_inbox_pending Accepted comments not applied yet.\n"
-                    "# TYPE diverge_inbox_pending gauge\ndiverge_inbox_pending %lld\n"
-                    "# HELP diverge_outbox_pending SCM calls not made yet.\n"
-                    "# TYPE diverge_outbox_pending gauge\ndiverge_outbox_pending %lld\n",
+    buf_printf(out,
+               "# HELP diverge_inbox_pending Accepted comments not applied yet.\n"
+               "# TYPE diverge_inbox_pending gauge\ndiverge_inbox_pending %lld\n"
+               "# HELP diverge_outbox_pending SCM calls not made yet.\n"
+               "# TYPE diverge_outbox_pending gauge\ndiverge_outbox_pending %lld\n",
                (long long)inbox, (long long)outbox);
     if (srv->outbox != NULL) {
         scm_outbox_stats(&os, srv->outbox);
     }
-    buf_printf(out, "# HELP diverge_scm_calls_total SCM API calls made by the outbox.\n"
-                    "# TYPE diverge_scm_calls_total counter\ndiverge_scm_calls_total %lld\n"
-                    "# HELP diverge_scm_call_failures_total SCM API calls that failed.\n"
-                    "# TYPE diverge_scm_call_failures_total counter\n"
-                    "diverge_scm_call_failures_total %lld\n"
-                    "# HELP diverge_scm_rate_limit_waits_total Waits for SCM rate limits.\n"
-                    "# TYPE diverge_scm_rate_limit_waits_total counter\n"
-                    "diverge_scm_rate_limit_waits_total %lld\n",
+    buf_printf(out,
+               "# HELP diverge_scm_calls_total SCM API calls made by the outbox.\n"
+               "# TYPE diverge_scm_calls_total counter\ndiverge_scm_calls_total %lld\n"
+               "# HELP diverge_scm_call_failures_total SCM API calls that failed.\n"
+               "# TYPE diverge_scm_call_failures_total counter\n"
+               "diverge_scm_call_failures_total %lld\n"
+               "# HELP diverge_scm_rate_limit_waits_total Waits for SCM rate limits.\n"
+               "# TYPE diverge_scm_rate_limit_waits_total counter\n"
+               "diverge_scm_rate_limit_waits_total %lld\n",
                (long long)os.calls, (long long)os.failures, (long long)os.rate_waits);
     if (srv->meter != NULL) {
         meter_service_stats(&ms, srv->meter);
     }
-    buf_printf(out, "# HELP diverge_meter_commits_total Meter group commits (transactions).\n"
-                    "# TYPE diverge_meter_commits_total counter\ndiverge_meter_commits_total %lld\n"
-                    "# HELP diverge_meter_requests_total Meter calls answered by the committer.\n"
-                    "# TYPE diverge_meter_requests_total counter\n"
-                    "diverge_meter_requests_total %lld\n",
+    buf_printf(out,
+               "# HELP diverge_meter_commits_total Meter group commits (transactions).\n"
+               "# TYPE diverge_meter_commits_total counter\ndiverge_meter_commits_total %lld\n"
+               "# HELP diverge_meter_requests_total Meter calls answered by the committer.\n"
+               "# TYPE diverge_meter_requests_total counter\n"
+               "diverge_meter_requests_total %lld\n",
                (long long)ms.batches, (long long)ms.requests);
 }
 

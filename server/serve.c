@@ -65,8 +65,7 @@ static int check_data_dir(const char *dir, struct err *err)
                        dir, (unsigned)st.st_uid, uid, dir);
     }
     if ((st.st_mode & 022) != 0) {
-        return err_set(err, E_DENIED, "data dir %s is writable by others: chmod 700 %s", dir,
-                       dir);
+        return err_set(err, E_DENIED, "data dir %s is writable by others: chmod 700 %s", dir, dir);
     }
     return E_OK;
 }
@@ -96,8 +95,10 @@ static int gitlab_level_parse(enum scm_level *out, const char *s)
     static const struct {
         const char *name;
         enum scm_level level;
-    } roles[] = {{"guest", SCM_LEVEL_READ},         {"reporter", SCM_LEVEL_TRIAGE},
-                 {"developer", SCM_LEVEL_WRITE},    {"maintainer", SCM_LEVEL_MAINTAIN},
+    } roles[] = {{"guest", SCM_LEVEL_READ},
+                 {"reporter", SCM_LEVEL_TRIAGE},
+                 {"developer", SCM_LEVEL_WRITE},
+                 {"maintainer", SCM_LEVEL_MAINTAIN},
                  {"owner", SCM_LEVEL_ADMIN}};
 
     for (size_t i = 0; i < ARRAY_LEN(roles); i++) {
@@ -142,9 +143,9 @@ static int start_gitlab(struct server *srv, struct err *err)
     bool hooks = srv->cfg.gitlab_webhook_token != NULL || srv->cfg.gitlab_signing_secret != NULL;
     /* DIVERGE_NOTIFIER_TOKEN is also GitHub's: GitLab takes it only when GitLab alone is
      * configured, so a GitHub token is never sent to a GitLab host. */
-    bool only_gitlab = (srv->cfg.notifier_provider != NULL &&
-                        strcmp(srv->cfg.notifier_provider, "gitlab") == 0) ||
-                       (hooks && srv->cfg.github_webhook_secret == NULL);
+    bool only_gitlab =
+        (srv->cfg.notifier_provider != NULL && strcmp(srv->cfg.notifier_provider, "gitlab") == 0) ||
+        (hooks && srv->cfg.github_webhook_secret == NULL);
     const char *token = gitlab_token_from_env(only_gitlab);
     struct scm_provider *gl = NULL;
     int rc;
@@ -164,10 +165,11 @@ static int start_gitlab(struct server *srv, struct err *err)
     {
         /* DIVERGE_GITLAB_NOTES_PER_MINUTE (undocumented: for tests) lowers the pace. */
         const char *pace = getenv("DIVERGE_GITLAB_NOTES_PER_MINUTE");
-        struct gitlab_config gc = {.url = srv->cfg.gitlab_url, .token = token,
+        struct gitlab_config gc = {.url = srv->cfg.gitlab_url,
+                                   .token = token,
                                    .bot_login = srv->cfg.bot_login,
-                                   .notes_per_minute = pace != NULL ? (int)strtol(pace, NULL, 10)
-                                                                    : 0};
+                                   .notes_per_minute =
+                                       pace != NULL ? (int)strtol(pace, NULL, 10) : 0};
         rc = gitlab_provider_new(&gl, &gc, err);
     }
     if (rc == E_OK) {
@@ -190,7 +192,8 @@ static void print_endpoints(const struct server *srv)
     printf("  metrics:   %s/metrics\n", b);
     printf("  dashboard: %s/ui/login?token=%s\n", b, srv->api_token);
     printf("  database:  %s/diverge.db\n", srv->cfg.data_dir);
-    printf("  local SCM: %s/api/v1/local/comments (diverge local comment OWNER/REPO#N \"...\")\n", b);
+    printf("  local SCM: %s/api/v1/local/comments (diverge local comment OWNER/REPO#N \"...\")\n",
+           b);
     printf("  sandbox provider: %s\n", srv->cfg.sandbox_provider);
     if (controller_sandbox_problem(srv->controller) != NULL) {
         printf("  SANDBOXES CANNOT RUN: %s\n", controller_sandbox_problem(srv->controller));
@@ -258,10 +261,10 @@ static int parse_numbers(struct server *srv)
         return 2;
     }
     if (serve_parse_size(&srv->sandbox_memory, "--sandbox-memory", srv->cfg.sandbox_memory,
-                        false) != 0 ||
+                         false) != 0 ||
         parse_count_flag(&srv->sandbox_pids, "--sandbox-pids", srv->cfg.sandbox_pids) != 0 ||
-        serve_parse_size(&srv->sandbox_cpus_milli, "--sandbox-cpus", srv->cfg.sandbox_cpus,
-                        true) != 0) {
+        serve_parse_size(&srv->sandbox_cpus_milli, "--sandbox-cpus", srv->cfg.sandbox_cpus, true) !=
+            0) {
         return 2;
     }
     return 0;
@@ -306,8 +309,9 @@ static int parse_defaults(struct server *srv)
     if (one_of(srv->cfg.sandbox_provider, providers, ARRAY_LEN(providers))) {
         return 0;
     }
-    fprintf(stderr, "diverge: serve: --sandbox-provider must be local, process, none or "
-                    "agent-sandbox, not %s\n",
+    fprintf(stderr,
+            "diverge: serve: --sandbox-provider must be local, process, none or "
+            "agent-sandbox, not %s\n",
             srv->cfg.sandbox_provider);
     return 2;
 }
@@ -393,8 +397,8 @@ static int start_scm(struct server *srv, struct err *err)
         const char *pub = srv->cfg.public_url;
         struct scm_notifier_config nc = {.min_interval_ms = srv->notifier_min_interval_ms,
                                          .manual = false,
-                                         .dashboard_url = pub != NULL && pub[0] != '\0' ? pub
-                                                                                         : NULL};
+                                         .dashboard_url =
+                                             pub != NULL && pub[0] != '\0' ? pub : NULL};
         rc = scm_notifier_new(&srv->notifier, srv->store, &srv->scm, &nc, err);
     }
     return rc;

@@ -9,17 +9,18 @@
 #include "server/server_int.h"
 
 struct flag {
-    const char *name;    /* "--listen" */
-    const char *env;     /* "DIVERGE_LISTEN" */
-    const char *def;     /* default, NULL when none */
-    size_t offset;       /* of the char * field in struct server_config */
+    const char *name; /* "--listen" */
+    const char *env;  /* "DIVERGE_LISTEN" */
+    const char *def;  /* default, NULL when none */
+    size_t offset;    /* of the char * field in struct server_config */
     const char *help;
 };
 
 #define CFG(field_) offsetof(struct server_config, field_)
 
 static const struct flag g_flags[] = {
-    {"--listen", "DIVERGE_LISTEN", "127.0.0.1:8080", CFG(listen), "address:port of the HTTP server"},
+    {"--listen", "DIVERGE_LISTEN", "127.0.0.1:8080", CFG(listen),
+     "address:port of the HTTP server"},
     {"--data-dir", "DIVERGE_DATA_DIR", "./var", CFG(data_dir),
      "SQLite database, generated secrets, workspaces and logs"},
     {"--public-url", "DIVERGE_PUBLIC_URL", NULL, CFG(public_url),
@@ -50,8 +51,8 @@ static const struct flag g_flags[] = {
      "USD budget of tasks without spec.budgetUSD"},
     {"--default-budget-tokens", "DIVERGE_DEFAULT_BUDGET_TOKENS", "1000000",
      CFG(default_budget_tokens), "token budget of tasks without spec.budgetTokens"},
-    {"--default-max-iterations", "DIVERGE_DEFAULT_MAX_ITERATIONS", "5",
-     CFG(default_max_iterations), "maxIterations of tasks made from comments"},
+    {"--default-max-iterations", "DIVERGE_DEFAULT_MAX_ITERATIONS", "5", CFG(default_max_iterations),
+     "maxIterations of tasks made from comments"},
     {"--github-webhook-secret", "DIVERGE_GITHUB_WEBHOOK_SECRET", NULL, CFG(github_webhook_secret),
      "HMAC secret(s) of GitHub deliveries, comma-separated; none: deliveries get 503"},
     {"--github-api-url", "DIVERGE_GITHUB_API_URL", "https://api.github.com", CFG(github_api_url),
@@ -80,8 +81,8 @@ static const struct flag g_flags[] = {
      "GitLab base URL (API under /api/v4); token DIVERGE_GITLAB_TOKEN or GITLAB_TOKEN"},
     {"--gitlab-min-access-fix", "DIVERGE_GITLAB_MIN_ACCESS_FIX", "30", CFG(gitlab_min_fix),
      "GitLab access level for fix, guide, pause, resume (30 Developer)"},
-    {"--gitlab-min-access-budget", "DIVERGE_GITLAB_MIN_ACCESS_BUDGET", "40",
-     CFG(gitlab_min_budget), "GitLab access level for budget and resume with amounts (40)"},
+    {"--gitlab-min-access-budget", "DIVERGE_GITLAB_MIN_ACCESS_BUDGET", "40", CFG(gitlab_min_budget),
+     "GitLab access level for budget and resume with amounts (40)"},
 };
 
 static char **field(struct server_config *cfg, const struct flag *f)
@@ -95,8 +96,8 @@ static void usage(FILE *out)
                  "webhooks) with the embedded SQLite store.\nEvery flag has an environment "
                  "variable; flags win.\n\nflags:\n");
     for (size_t i = 0; i < ARRAY_LEN(g_flags); i++) {
-        fprintf(out, "  %-26s %s (env %s%s%s)\n", g_flags[i].name, g_flags[i].help,
-                g_flags[i].env, g_flags[i].def != NULL ? ", default " : "",
+        fprintf(out, "  %-26s %s (env %s%s%s)\n", g_flags[i].name, g_flags[i].help, g_flags[i].env,
+                g_flags[i].def != NULL ? ", default " : "",
                 g_flags[i].def != NULL ? g_flags[i].def : "");
     }
 }

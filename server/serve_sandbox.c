@@ -114,8 +114,10 @@ static int open_socket(int *fd_out, struct server *srv, struct err *err)
     memset(&sa, 0, sizeof(sa));
     sa.sun_family = AF_UNIX;
     if (strlen(path) >= sizeof(sa.sun_path)) {
-        log_kv(LOG_WARN, "meter_socket_skipped", "reason", "the data dir path is too long "
-                                                           "for a unix socket", NULL);
+        log_kv(LOG_WARN, "meter_socket_skipped", "reason",
+               "the data dir path is too long "
+               "for a unix socket",
+               NULL);
         goto out;
     }
     memcpy(sa.sun_path, path, strlen(path) + 1);

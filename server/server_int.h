@@ -17,7 +17,7 @@
 #include "meter/meter.h"
 #include "store/store.h"
 
-#define SERVER_BODY_MAX (1024u * 1024u)            /* API and meter bodies */
+#define SERVER_BODY_MAX (1024u * 1024u)               /* API and meter bodies */
 #define SERVER_WEBHOOK_BODY_MAX (25u * 1024u * 1024u) /* webhook deliveries */
 #define SERVER_ROUTE_PARAMS 4
 /* A client has this long to send a whole request (headers and body) on a connection,
@@ -30,13 +30,13 @@
 #define SERVER_IDLE_TIMEOUT_S 120  /* libmicrohttpd's idle timeout */
 
 struct server_config {
-    char *listen;          /* "host:port" */
-    char *data_dir;        /* created 0700 when absent */
-    char *public_url;      /* NULL: http://<bound listen address> */
-    char *root_key_file;   /* NULL: <data-dir>/macaroon-root-key */
-    char *api_token_file;  /* NULL: <data-dir>/api-token */
-    char *store;           /* "sqlite" */
-    char *log_format;      /* "text" | "json"; NULL: text on a terminal */
+    char *listen;                 /* "host:port" */
+    char *data_dir;               /* created 0700 when absent */
+    char *public_url;             /* NULL: http://<bound listen address> */
+    char *root_key_file;          /* NULL: <data-dir>/macaroon-root-key */
+    char *api_token_file;         /* NULL: <data-dir>/api-token */
+    char *store;                  /* "sqlite" */
+    char *log_format;             /* "text" | "json"; NULL: text on a terminal */
     char *sandbox_provider;       /* local | process | none | agent-sandbox */
     char *default_budget_usd;     /* decimal dollars for tasks without spec.budgetUSD */
     char *default_budget_tokens;  /* tokens for tasks without spec.budgetTokens */
@@ -45,19 +45,19 @@ struct server_config {
     char *github_api_url;         /* REST base */
     char *github_app_id;          /* GitHub App auth, with github_app_key_file */
     char *github_app_key_file;
-    char *bot_login;              /* the bot's own login; NULL: asked from the API */
-    char *namespace_;             /* namespace of comment-made tasks; NULL: per project */
-    char *notifier_provider;      /* github | gitlab | none; NULL: every one with creds */
-    char *github_min_fix;         /* permission tiers */
+    char *bot_login;         /* the bot's own login; NULL: asked from the API */
+    char *namespace_;        /* namespace of comment-made tasks; NULL: per project */
+    char *notifier_provider; /* github | gitlab | none; NULL: every one with creds */
+    char *github_min_fix;    /* permission tiers */
     char *github_min_budget;
-    char *notifier_min_interval;  /* seconds between spend-only sticky edits */
-    char *sandbox_user;           /* local sandboxes' host user; NULL: SPEC §2 default */
+    char *notifier_min_interval; /* seconds between spend-only sticky edits */
+    char *sandbox_user;          /* local sandboxes' host user; NULL: SPEC §2 default */
     char *sandbox_memory, *sandbox_pids, *sandbox_cpus; /* per-sandbox limits */
-    char *agent_cmd, *verify_cmd; /* the runner's commands; NULL: none */
-    char *gitlab_webhook_token;   /* expected X-Gitlab-Token(s), comma-separated */
-    char *gitlab_signing_secret;  /* Standard Webhooks whsec_<base64>, comma-separated */
-    char *gitlab_url;             /* GitLab base URL (API under /api/v4) */
-    char *gitlab_min_fix;         /* GitLab access levels of the tiers */
+    char *agent_cmd, *verify_cmd;                       /* the runner's commands; NULL: none */
+    char *gitlab_webhook_token;  /* expected X-Gitlab-Token(s), comma-separated */
+    char *gitlab_signing_secret; /* Standard Webhooks whsec_<base64>, comma-separated */
+    char *gitlab_url;            /* GitLab base URL (API under /api/v4) */
+    char *gitlab_min_fix;        /* GitLab access levels of the tiers */
     char *gitlab_min_budget;
 };
 
@@ -78,37 +78,37 @@ struct server {
     int64_t default_budget_usd;    /* micro-dollars, parsed from the config */
     int64_t default_budget_tokens;
     int64_t default_max_iterations;
-    enum scm_level min_fix;        /* permission tiers of the bot */
+    enum scm_level min_fix; /* permission tiers of the bot */
     enum scm_level min_budget;
     enum scm_level gitlab_min_fix; /* GitLab's tiers */
     enum scm_level gitlab_min_budget;
     int64_t notifier_min_interval_ms;
-    int64_t sandbox_memory;        /* bytes, 0: none */
-    int64_t sandbox_pids;          /* 0: none */
-    int64_t sandbox_cpus_milli;    /* 1000 = one CPU, 0: none */
-    atomic_bool shutting_down;     /* set on SIGTERM: watch streams end */
-    struct http_guard *guard;      /* owned by http_start/http_stop */
-    struct MHD_Daemon *daemon;     /* owned; the running HTTP server */
+    int64_t sandbox_memory;         /* bytes, 0: none */
+    int64_t sandbox_pids;           /* 0: none */
+    int64_t sandbox_cpus_milli;     /* 1000 = one CPU, 0: none */
+    atomic_bool shutting_down;      /* set on SIGTERM: watch streams end */
+    struct http_guard *guard;       /* owned by http_start/http_stop */
+    struct MHD_Daemon *daemon;      /* owned; the running HTTP server */
     struct MHD_Daemon *unix_daemon; /* owned; the same on the meter socket, or NULL */
-    char *meter_socket;            /* owned: its path, or NULL */
+    char *meter_socket;             /* owned: its path, or NULL */
 };
 
 /* One HTTP request; lives from the first access-handler call to the completion callback. */
 struct request {
-    struct server *srv;                       /* borrowed */
-    struct MHD_Connection *conn;              /* borrowed */
-    const char *method;                       /* borrowed from MHD */
-    const char *url;                          /* borrowed from MHD (path only) */
-    struct buf body;                          /* capped request body */
-    bool too_big;                             /* body went over its cap */
-    size_t discarded;                         /* bytes of an oversized body thrown away */
-    int route;                                /* index into the route table, -1 none */
-    const char *params[SERVER_ROUTE_PARAMS];  /* path parameters, owned (param_store) */
-    char *param_store;                        /* owned copy of the path, split */
-    int64_t start_ns;                         /* monotonic start */
-    int status;                               /* status sent, for logs and metrics */
-    bool kube_errors;                         /* errors as metav1.Status (under /apis/) */
-    struct github_webhook_mac *gh_mac;        /* owned; HMAC of the body as it arrives */
+    struct server *srv;                      /* borrowed */
+    struct MHD_Connection *conn;             /* borrowed */
+    const char *method;                      /* borrowed from MHD */
+    const char *url;                         /* borrowed from MHD (path only) */
+    struct buf body;                         /* capped request body */
+    bool too_big;                            /* body went over its cap */
+    size_t discarded;                        /* bytes of an oversized body thrown away */
+    int route;                               /* index into the route table, -1 none */
+    const char *params[SERVER_ROUTE_PARAMS]; /* path parameters, owned (param_store) */
+    char *param_store;                       /* owned copy of the path, split */
+    int64_t start_ns;                        /* monotonic start */
+    int status;                              /* status sent, for logs and metrics */
+    bool kube_errors;                        /* errors as metav1.Status (under /apis/) */
+    struct github_webhook_mac *gh_mac;       /* owned; HMAC of the body as it arrives */
 };
 
 /* --- responses (http.c) --- each returns the MHD result of queueing. */
@@ -136,8 +136,8 @@ json_t *http_body_json(struct request *r, int *mhd_ret_out);
 /* Starts a streaming chunked response; READ is called in the connection's thread and may
  * block. Returns the MHD result. */
 typedef long (*http_stream_fn)(void *cls, uint64_t pos, char *buf, size_t max);
-int http_send_stream(struct request *r, int status, const char *content_type,
-                     http_stream_fn read, void *cls, void (*free_cls)(void *));
+int http_send_stream(struct request *r, int status, const char *content_type, http_stream_fn read,
+                     void *cls, void (*free_cls)(void *));
 
 /* --- handlers (api_tasks.c, server.c) --- */
 typedef int (*route_fn)(struct request *r);

@@ -6,7 +6,7 @@
 #include <stddef.h>
 
 struct ui_asset {
-    const char *path;         /* relative to ui/: "index.html", "app.js" */
+    const char *path; /* relative to ui/: "index.html", "app.js" */
     const char *content_type;
     const unsigned char *data; /* LEN bytes (and a NUL after them) */
     size_t len;

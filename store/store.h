@@ -16,12 +16,12 @@
 #define TASK_API_VERSION "divergedev.com/v1alpha1"
 #define TASK_KIND "AgentTask"
 #define TASK_ANN_GUIDANCE "divergedev.com/guidance"
-#define TASK_METER_RING 32 /* status.lastMeterRequestIds keeps this many ids */
-#define STORE_METER_INDEX_IDS 4096        /* request ids the meter keeps in memory */
+#define TASK_METER_RING 32                 /* status.lastMeterRequestIds keeps this many ids */
+#define STORE_METER_INDEX_IDS 4096         /* request ids the meter keeps in memory */
 #define STORE_METER_INDEX_BYTES (1u << 20) /* and at most about this many bytes of them */
 #define STORE_EVENT_RING_BYTES (64u << 20) /* JSON kept for watchers; oldest evicted (410) */
-#define TASK_OBJECTIVE_MAX 4096  /* bytes of spec.objective; longer is 422 */
-#define TASK_GUIDANCE_MAX 16384  /* bytes of the TASK_ANN_GUIDANCE annotation; longer is 422 */
+#define TASK_OBJECTIVE_MAX 4096            /* bytes of spec.objective; longer is 422 */
+#define TASK_GUIDANCE_MAX 16384 /* bytes of the TASK_ANN_GUIDANCE annotation; longer is 422 */
 
 enum task_phase {
     TASK_PENDING,
@@ -76,18 +76,18 @@ json_t *json_merge_patch(json_t *target, json_t *patch);
 
 /* The typed view of a normalized object: strings are borrowed from the object. */
 struct task_view {
-    const char *name;           /* metadata.name */
-    const char *ns;             /* metadata.namespace */
-    int64_t resource_version;   /* metadata.resourceVersion, 0 when unset */
-    const char *objective;      /* spec.objective */
-    int64_t budget_usd;         /* spec.budgetUSD micro-dollars, 0 when unset */
-    int64_t budget_tokens;      /* spec.budgetTokens, 0 when unset */
-    int64_t max_iterations;     /* spec.maxIterations, 0 when unset */
-    bool suspended;             /* spec.suspended */
-    enum task_phase phase;      /* status.phase */
-    int64_t iteration;          /* status.iteration */
-    int64_t tokens_consumed;    /* status.tokensConsumed */
-    int64_t cost_usd;           /* status.costUSD micro-dollars */
+    const char *name;         /* metadata.name */
+    const char *ns;           /* metadata.namespace */
+    int64_t resource_version; /* metadata.resourceVersion, 0 when unset */
+    const char *objective;    /* spec.objective */
+    int64_t budget_usd;       /* spec.budgetUSD micro-dollars, 0 when unset */
+    int64_t budget_tokens;    /* spec.budgetTokens, 0 when unset */
+    int64_t max_iterations;   /* spec.maxIterations, 0 when unset */
+    bool suspended;           /* spec.suspended */
+    enum task_phase phase;    /* status.phase */
+    int64_t iteration;        /* status.iteration */
+    int64_t tokens_consumed;  /* status.tokensConsumed */
+    int64_t cost_usd;         /* status.costUSD micro-dollars */
 };
 
 /* Fills V from the normalized object OBJ (which must outlive V). */
@@ -115,13 +115,13 @@ typedef int (*task_mutate_fn)(json_t *doc, struct err *err, void *userdata);
 /* One change of the feed. Everything is borrowed for the length of the callback. */
 struct task_event {
     enum task_event_type type;
-    int64_t rv;              /* resourceVersion of the change */
-    const char *ns;          /* metadata.namespace */
-    const char *name;        /* metadata.name */
-    enum task_phase phase;   /* status.phase after the change */
-    bool suspended;          /* spec.suspended after the change */
-    bool from_scm;           /* made from a PR/MR comment (divergedev.com/provider is set) */
-    const char *json;        /* the whole object as compact JSON text */
+    int64_t rv;            /* resourceVersion of the change */
+    const char *ns;        /* metadata.namespace */
+    const char *name;      /* metadata.name */
+    enum task_phase phase; /* status.phase after the change */
+    bool suspended;        /* spec.suspended after the change */
+    bool from_scm;         /* made from a PR/MR comment (divergedev.com/provider is set) */
+    const char *json;      /* the whole object as compact JSON text */
 };
 
 /* Called for each change event since a resourceVersion. Return non-zero to stop. */
@@ -136,10 +136,10 @@ typedef int (*task_txn_fn)(struct task_txn *tx, void *userdata);
 /* One row of the token index (the embedded analogue of the diverge-agenttask-tokens
  * Secret): which token a task holds and whether it is still good. */
 struct token_record {
-    char token_id[160];  /* the macaroon identifier */
-    int64_t generation;  /* 1 for the first mint, +1 on every re-mint */
-    bool active;         /* false once revoked */
-    char *token;         /* owned: the serialized token; free() it */
+    char token_id[160]; /* the macaroon identifier */
+    int64_t generation; /* 1 for the first mint, +1 on every re-mint */
+    bool active;        /* false once revoked */
+    char *token;        /* owned: the serialized token; free() it */
 };
 
 struct task_store_ops {
@@ -265,8 +265,8 @@ static inline int task_store_txn(struct task_store *st, task_txn_fn fn, void *us
 
 /* Totals over every task, for metrics. */
 struct task_totals {
-    double cost_usd;        /* sum of status.costUSD (a float: for display only) */
-    int64_t tokens;         /* sum of status.tokensConsumed */
+    double cost_usd; /* sum of status.costUSD (a float: for display only) */
+    int64_t tokens;  /* sum of status.tokensConsumed */
 };
 
 /* Fills *out; E_FAIL on database errors. */
@@ -278,8 +278,8 @@ typedef int (*task_text_fn)(const char *json, size_t len, void *userdata);
 /* As the list op, without parsing: FN gets each task of NS (NULL: every namespace) in
  * namespace, name order, as stored; all from one snapshot whose resourceVersion is
  * *rv_out (set before the first call). Never waits behind a write transaction. */
-int task_store_list_text(int64_t *rv_out, struct task_store *st, const char *ns,
-                         task_text_fn fn, void *userdata, struct err *err);
+int task_store_list_text(int64_t *rv_out, struct task_store *st, const char *ns, task_text_fn fn,
+                         void *userdata, struct err *err);
 
 /* --- inside a transaction (only valid during the task_txn_fn call) ------------------ */
 
@@ -320,8 +320,7 @@ int task_txn_token_current(struct token_record *out, struct task_txn *tx, const 
 int task_txn_token_add(struct task_txn *tx, const char *ns, const char *name, int64_t generation,
                        const char *token_id, const char *token, struct err *err);
 /* Revokes every active token of the task (a no-op when none is active). */
-int task_txn_token_revoke(struct task_txn *tx, const char *ns, const char *name,
-                          struct err *err);
+int task_txn_token_revoke(struct task_txn *tx, const char *ns, const char *name, struct err *err);
 /* The store's clock (for timestamps written inside a transaction). */
 const struct clock *task_txn_clock(struct task_txn *tx);
 
@@ -339,19 +338,19 @@ int task_txn_create(json_t **out, struct task_txn *tx, const json_t *obj, struct
 
 /* One accepted comment, waiting to be applied by the bot. */
 struct inbox_entry {
-    int64_t id;                         /* arrival order, set by the store */
-    char provider[STORE_PROVIDER_MAX];  /* "github", "gitlab", "local" */
-    char *delivery_id;                  /* owned; NULL when the provider sent none */
-    char *project;                      /* owned; "owner/repo" or the GitLab path */
-    int64_t number;                     /* PR number or MR iid */
-    char *comment_id;                   /* owned */
-    char *author;                       /* owned: the commenter's login */
-    char *author_association;           /* owned; GitHub's, NULL elsewhere */
-    int64_t author_id;                  /* the commenter's numeric id, 0 when unknown */
-    int64_t installation_id;            /* GitHub App installation, 0 when none */
-    char *body;                         /* owned: the comment text */
-    char *extra;                        /* owned JSON object text of provider details, or NULL */
-    int attempts;                       /* tries so far */
+    int64_t id;                        /* arrival order, set by the store */
+    char provider[STORE_PROVIDER_MAX]; /* "github", "gitlab", "local" */
+    char *delivery_id;                 /* owned; NULL when the provider sent none */
+    char *project;                     /* owned; "owner/repo" or the GitLab path */
+    int64_t number;                    /* PR number or MR iid */
+    char *comment_id;                  /* owned */
+    char *author;                      /* owned: the commenter's login */
+    char *author_association;          /* owned; GitHub's, NULL elsewhere */
+    int64_t author_id;                 /* the commenter's numeric id, 0 when unknown */
+    int64_t installation_id;           /* GitHub App installation, 0 when none */
+    char *body;                        /* owned: the comment text */
+    char *extra;                       /* owned JSON object text of provider details, or NULL */
+    int attempts;                      /* tries so far */
 };
 
 /* Frees E's strings (E itself is caller storage). */
@@ -388,18 +387,18 @@ int task_store_inbox_installation(int64_t *out, struct task_store *st, const cha
 
 /* One call to make at an SCM, durable until it succeeded or failed for good. */
 struct outbox_entry {
-    int64_t id;                         /* set by the store */
-    char provider[STORE_PROVIDER_MAX];  /* "github", "gitlab", "local" */
-    char kind[16];                      /* "react", "comment", "edit", "delete" */
-    char *project;                      /* owned */
-    int64_t number;                     /* PR number or MR iid */
-    char *target;                       /* owned: comment id for react/edit/delete, else NULL */
-    char *body;                         /* owned: reaction content or comment text */
-    char *coalesce_key;                 /* owned or NULL: a newer entry with the same key
-                                           replaces a pending older one */
-    int64_t installation_id;            /* GitHub App installation, 0 when none */
-    int64_t not_before_ms;              /* do not send before (epoch ms); 0: now */
-    int attempts;                       /* tries so far */
+    int64_t id;                        /* set by the store */
+    char provider[STORE_PROVIDER_MAX]; /* "github", "gitlab", "local" */
+    char kind[16];                     /* "react", "comment", "edit", "delete" */
+    char *project;                     /* owned */
+    int64_t number;                    /* PR number or MR iid */
+    char *target;                      /* owned: comment id for react/edit/delete, else NULL */
+    char *body;                        /* owned: reaction content or comment text */
+    char *coalesce_key;                /* owned or NULL: a newer entry with the same key
+                                          replaces a pending older one */
+    int64_t installation_id;           /* GitHub App installation, 0 when none */
+    int64_t not_before_ms;             /* do not send before (epoch ms); 0: now */
+    int attempts;                      /* tries so far */
 };
 
 void outbox_entry_cleanup(struct outbox_entry *e);
@@ -408,18 +407,17 @@ int task_txn_outbox_add(int64_t *id_out, struct task_txn *tx, const struct outbo
                         struct err *err);
 /* The next call to make: the oldest due pending entry with no older pending entry of the
  * same PR/MR. E_NOTFOUND when none is due; *wait_ms_out as for the inbox. */
-int task_store_outbox_next(struct outbox_entry *out, int64_t *wait_ms_out,
-                           struct task_store *st, struct err *err);
+int task_store_outbox_next(struct outbox_entry *out, int64_t *wait_ms_out, struct task_store *st,
+                           struct err *err);
 /* Puts back the entry handed out by task_store_outbox_next without trying it (e.g. the
  * rate budget is spent): newer bodies may coalesce into it again. */
 void task_store_outbox_release(struct task_store *st);
 /* Records that entry ID succeeded, with RESULT (e.g. the new comment's id; may be NULL). */
-int task_store_outbox_done(struct task_store *st, int64_t id, const char *result,
-                           struct err *err);
+int task_store_outbox_done(struct task_store *st, int64_t id, const char *result, struct err *err);
 /* Puts entry ID back to be tried again in DELAY_MS without counting an attempt (the call
  * was not made: something it needs is not known yet), noting WHY (may be NULL). */
-int task_store_outbox_defer(struct task_store *st, int64_t id, int64_t delay_ms,
-                           const char *why, struct err *err);
+int task_store_outbox_defer(struct task_store *st, int64_t id, int64_t delay_ms, const char *why,
+                            struct err *err);
 /* As task_store_inbox_retry, for the outbox. */
 int task_store_outbox_retry(struct task_store *st, int64_t id, int64_t delay_ms, bool failed,
                             const char *error, struct err *err);
@@ -478,8 +476,8 @@ int task_store_local_react(struct task_store *st, const char *project, int64_t i
 /* The thread: a new array of {id, author, body, createdAt, updatedAt, reactions[]}. */
 int task_store_local_thread(json_t **out, struct task_store *st, const char *project,
                             int64_t number, struct err *err);
-int task_store_local_permission_set(struct task_store *st, const char *project,
-                                    const char *user, int level, struct err *err);
+int task_store_local_permission_set(struct task_store *st, const char *project, const char *user,
+                                    int level, struct err *err);
 /* *level_out 0 when unknown. */
 int task_store_local_permission_get(int *level_out, struct task_store *st, const char *project,
                                     const char *user, struct err *err);
@@ -508,8 +506,8 @@ enum store_worker_wake {
 };
 
 struct store_worker_config {
-    const char *name;              /* thread name (at most 15 bytes shown), borrowed */
-    enum store_worker_wake wake;   /* what wakes the thread */
+    const char *name;            /* thread name (at most 15 bytes shown), borrowed */
+    enum store_worker_wake wake; /* what wakes the thread */
     /* Queue workers: applies one batch; returns 0 to be called again at once, else the ms
      * to sleep at most (-1: no deadline) before the next call. */
     int64_t (*step)(void *userdata);

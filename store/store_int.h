@@ -14,15 +14,15 @@
 #define EVENT_RING 4096
 
 struct event {
-    int64_t rv;               /* resourceVersion of this change; 0 = empty slot */
+    int64_t rv; /* resourceVersion of this change; 0 = empty slot */
     enum task_event_type type;
-    char *json;               /* owned: the object as compact JSON */
-    size_t bytes;             /* strlen(json), counted in ring_bytes (set by publish) */
-    char ns[64];              /* metadata.namespace (DNS label, <= 63) */
-    char name[64];            /* metadata.name */
-    enum task_phase phase;    /* status.phase */
-    bool suspended;           /* spec.suspended */
-    bool from_scm;            /* the divergedev.com/provider annotation is set */
+    char *json;            /* owned: the object as compact JSON */
+    size_t bytes;          /* strlen(json), counted in ring_bytes (set by publish) */
+    char ns[64];           /* metadata.namespace (DNS label, <= 63) */
+    char name[64];         /* metadata.name */
+    enum task_phase phase; /* status.phase */
+    bool suspended;        /* spec.suspended */
+    bool from_scm;         /* the divergedev.com/provider annotation is set */
 };
 
 struct inbox_waiter;
@@ -55,9 +55,9 @@ struct sqlite_store {
     int64_t rv;             /* latest resourceVersion */
     int64_t wake_gen;       /* bumped by wake() so waiters return */
     struct event ring[EVENT_RING];
-    size_t ring_bytes;      /* JSON bytes held by ring, <= STORE_EVENT_RING_BYTES but for
-                               the newest event alone */
-    int64_t ring_oldest;    /* no event older than this rv is in ring */
+    size_t ring_bytes;                /* JSON bytes held by ring, <= STORE_EVENT_RING_BYTES but for
+                                         the newest event alone */
+    int64_t ring_oldest;              /* no event older than this rv is in ring */
     sqlite3_stmt *stmts[SQLST_COUNT]; /* owned; prepared on first use */
     json_t *cache;                    /* "ns/name" -> parsed task, for task_txn_get */
     json_t *meter_ids;                /* "<task uid>\n<request id>" -> true: exactly the
@@ -71,17 +71,15 @@ struct sqlite_store {
     pthread_mutex_t gc_mu;            /* the inbox group-commit queue (store_queue.c) */
     struct inbox_waiter *gc_head;     /* queued inbox adds, oldest first */
     struct inbox_waiter *gc_tail;
-    bool gc_leader;                   /* a request is writing a batch */
-    struct sqlst_readers *readers;    /* owned: the read-only connections (GET, list) */
+    bool gc_leader;                /* a request is writing a batch */
+    struct sqlst_readers *readers; /* owned: the read-only connections (GET, list) */
 };
-
 
 /* Binds V to parameter IDX of Q (a copy), or NULL when V is NULL (store_queue.c). */
 void sqlst_bind_opt(sqlite3_stmt *q, int idx, const char *v);
 
 /* The cached statement ID, reset and unbound. Caller holds mu. */
-int sqlst_stmt(sqlite3_stmt **out, struct sqlite_store *s, enum sqlst_stmt_id id,
-               struct err *err);
+int sqlst_stmt(sqlite3_stmt **out, struct sqlite_store *s, enum sqlst_stmt_id id, struct err *err);
 /* Steps a statement that returns no rows and resets it; E_CONFLICT on a constraint. */
 int sqlst_step_done(struct sqlite_store *s, sqlite3_stmt *st, const char *what, struct err *err);
 /* Forgets the cached parse of one task (after any write outside task_txn_put). */

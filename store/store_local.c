@@ -21,8 +21,8 @@ int task_store_sticky_get(struct sticky_state *out, struct task_store *st, const
 
     memset(out, 0, sizeof(*out));
     pthread_mutex_lock(&s->mu);
-    rc = sqlst_prepare(&q, s, "SELECT comment_id, body_hash, phase, last_sent_ms FROM sticky WHERE key=?1",
-              err);
+    rc = sqlst_prepare(
+        &q, s, "SELECT comment_id, body_hash, phase, last_sent_ms FROM sticky WHERE key=?1", err);
     if (rc == E_OK) {
         sqlite3_bind_text(q, 1, key, -1, SQLITE_STATIC);
         step = sqlite3_step(q);
@@ -52,11 +52,12 @@ int task_txn_sticky_note(struct task_txn *tx, const char *key, const char *provi
 {
     struct sqlite_store *s = sqlst_txn_store(tx);
     sqlite3_stmt *q = NULL;
-    int rc = sqlst_prepare(&q, s,
-                  "INSERT INTO sticky(key,provider,project,number,namespace,name,body_hash,phase) "
-                  "VALUES(?1,?2,?3,?4,?5,?6,?7,?8) ON CONFLICT(key) DO UPDATE SET "
-                  "body_hash=excluded.body_hash, phase=excluded.phase",
-                  err);
+    int rc = sqlst_prepare(
+        &q, s,
+        "INSERT INTO sticky(key,provider,project,number,namespace,name,body_hash,phase) "
+        "VALUES(?1,?2,?3,?4,?5,?6,?7,?8) ON CONFLICT(key) DO UPDATE SET "
+        "body_hash=excluded.body_hash, phase=excluded.phase",
+        err);
 
     if (rc != E_OK) {
         return rc;
@@ -100,8 +101,9 @@ static int exec_key(struct task_store *st, const char *sql, const char *key, con
 int task_store_sticky_sent(struct task_store *st, const char *key, const char *comment_id,
                            struct err *err)
 {
-    return exec_key(st, "UPDATE sticky SET comment_id=coalesce(?2, comment_id), last_sent_ms=?3 "
-                        "WHERE key=?1",
+    return exec_key(st,
+                    "UPDATE sticky SET comment_id=coalesce(?2, comment_id), last_sent_ms=?3 "
+                    "WHERE key=?1",
                     key, comment_id, clock_now_ms(st->clock), err);
 }
 
@@ -114,10 +116,11 @@ int task_store_sticky_list(json_t **out, struct task_store *st, const char *prov
 
     *out = json_object();
     pthread_mutex_lock(&s->mu);
-    rc = sqlst_prepare(&q, s,
-              "SELECT namespace || '/' || name, comment_id FROM sticky WHERE provider=?1 AND "
-              "project=?2 AND number=?3 AND comment_id IS NOT NULL",
-              err);
+    rc = sqlst_prepare(
+        &q, s,
+        "SELECT namespace || '/' || name, comment_id FROM sticky WHERE provider=?1 AND "
+        "project=?2 AND number=?3 AND comment_id IS NOT NULL",
+        err);
     if (rc == E_OK) {
         sqlite3_bind_text(q, 1, provider, -1, SQLITE_STATIC);
         sqlite3_bind_text(q, 2, project, -1, SQLITE_STATIC);
@@ -144,10 +147,11 @@ int task_store_local_add(int64_t *id_out, struct task_store *st, const char *pro
 
     *id_out = 0;
     pthread_mutex_lock(&s->mu);
-    rc = sqlst_prepare(&q, s,
-              "INSERT INTO local_comments(project,number,author,body,created_ms,updated_ms) "
-              "VALUES(?1,?2,?3,?4,?5,?5)",
-              err);
+    rc = sqlst_prepare(
+        &q, s,
+        "INSERT INTO local_comments(project,number,author,body,created_ms,updated_ms) "
+        "VALUES(?1,?2,?3,?4,?5,?5)",
+        err);
     if (rc == E_OK) {
         sqlite3_bind_text(q, 1, project, -1, SQLITE_STATIC);
         sqlite3_bind_int64(q, 2, number);
@@ -192,12 +196,12 @@ static int local_change(struct task_store *st, const char *sql, const char *proj
 int task_store_local_update(struct task_store *st, const char *project, int64_t id,
                             const char *body, struct err *err)
 {
-    return local_change(st, "UPDATE local_comments SET body=?3, updated_ms=?4 WHERE project=?1 AND id=?2",
-                        project, id, body, err);
+    return local_change(
+        st, "UPDATE local_comments SET body=?3, updated_ms=?4 WHERE project=?1 AND id=?2", project,
+        id, body, err);
 }
 
-int task_store_local_delete(struct task_store *st, const char *project, int64_t id,
-                            struct err *err)
+int task_store_local_delete(struct task_store *st, const char *project, int64_t id, struct err *err)
 {
     return local_change(st, "DELETE FROM local_comments WHERE project=?1 AND id=?2 AND ?4=?4",
                         project, id, NULL, err);
@@ -211,10 +215,11 @@ int task_store_local_react(struct task_store *st, const char *project, int64_t i
     int rc;
 
     pthread_mutex_lock(&s->mu);
-    rc = sqlst_prepare(&q, s,
-              "INSERT OR IGNORE INTO local_reactions(comment_id,author,content) SELECT id, ?3, ?4 "
-              "FROM local_comments WHERE project=?1 AND id=?2",
-              err);
+    rc = sqlst_prepare(
+        &q, s,
+        "INSERT OR IGNORE INTO local_reactions(comment_id,author,content) SELECT id, ?3, ?4 "
+        "FROM local_comments WHERE project=?1 AND id=?2",
+        err);
     if (rc == E_OK) {
         sqlite3_bind_text(q, 1, project, -1, SQLITE_STATIC);
         sqlite3_bind_int64(q, 2, id);
@@ -236,11 +241,12 @@ int task_store_local_thread(json_t **out, struct task_store *st, const char *pro
 
     *out = json_array();
     pthread_mutex_lock(&s->mu);
-    rc = sqlst_prepare(&q, s,
-              "SELECT c.id, c.author, c.body, c.created_ms, c.updated_ms, "
-              "(SELECT json_group_array(content) FROM local_reactions r WHERE r.comment_id=c.id) "
-              "FROM local_comments c WHERE c.project=?1 AND c.number=?2 ORDER BY c.id",
-              err);
+    rc = sqlst_prepare(
+        &q, s,
+        "SELECT c.id, c.author, c.body, c.created_ms, c.updated_ms, "
+        "(SELECT json_group_array(content) FROM local_reactions r WHERE r.comment_id=c.id) "
+        "FROM local_comments c WHERE c.project=?1 AND c.number=?2 ORDER BY c.id",
+        err);
     if (rc == E_OK) {
         sqlite3_bind_text(q, 1, project, -1, SQLITE_STATIC);
         sqlite3_bind_int64(q, 2, number);
@@ -249,13 +255,13 @@ int task_store_local_thread(json_t **out, struct task_store *st, const char *pro
             json_t *reactions = sqlst_column_json(q, 5);
             clock_rfc3339(created, sqlite3_column_int64(q, 3));
             clock_rfc3339(updated, sqlite3_column_int64(q, 4));
-            json_array_append_new(
-                *out, json_pack("{s:I, s:s, s:s, s:s, s:s, s:o}", "id",
-                                (json_int_t)sqlite3_column_int64(q, 0), "author",
-                                (const char *)sqlite3_column_text(q, 1), "body",
-                                (const char *)sqlite3_column_text(q, 2), "createdAt", created,
-                                "updatedAt", updated, "reactions",
-                                reactions != NULL ? reactions : json_array()));
+            json_array_append_new(*out,
+                                  json_pack("{s:I, s:s, s:s, s:s, s:s, s:o}", "id",
+                                            (json_int_t)sqlite3_column_int64(q, 0), "author",
+                                            (const char *)sqlite3_column_text(q, 1), "body",
+                                            (const char *)sqlite3_column_text(q, 2), "createdAt",
+                                            created, "updatedAt", updated, "reactions",
+                                            reactions != NULL ? reactions : json_array()));
         }
         sqlite3_finalize(q);
     }
@@ -263,8 +269,8 @@ int task_store_local_thread(json_t **out, struct task_store *st, const char *pro
     return rc;
 }
 
-int task_store_local_permission_set(struct task_store *st, const char *project,
-                                    const char *user, int level, struct err *err)
+int task_store_local_permission_set(struct task_store *st, const char *project, const char *user,
+                                    int level, struct err *err)
 {
     struct sqlite_store *s = sqlst_of(st);
     sqlite3_stmt *q = NULL;
@@ -272,9 +278,9 @@ int task_store_local_permission_set(struct task_store *st, const char *project,
 
     pthread_mutex_lock(&s->mu);
     rc = sqlst_prepare(&q, s,
-              "INSERT INTO local_permissions(project,user,level) VALUES(?1,?2,?3) "
-              "ON CONFLICT(project,user) DO UPDATE SET level=excluded.level",
-              err);
+                       "INSERT INTO local_permissions(project,user,level) VALUES(?1,?2,?3) "
+                       "ON CONFLICT(project,user) DO UPDATE SET level=excluded.level",
+                       err);
     if (rc == E_OK) {
         sqlite3_bind_text(q, 1, project, -1, SQLITE_STATIC);
         sqlite3_bind_text(q, 2, user, -1, SQLITE_STATIC);
@@ -295,7 +301,8 @@ int task_store_local_permission_get(int *level_out, struct task_store *st, const
 
     *level_out = 0;
     pthread_mutex_lock(&s->mu);
-    rc = sqlst_prepare(&q, s, "SELECT level FROM local_permissions WHERE project=?1 AND user=?2", err);
+    rc = sqlst_prepare(&q, s, "SELECT level FROM local_permissions WHERE project=?1 AND user=?2",
+                       err);
     if (rc == E_OK) {
         sqlite3_bind_text(q, 1, project, -1, SQLITE_STATIC);
         sqlite3_bind_text(q, 2, user, -1, SQLITE_STATIC);

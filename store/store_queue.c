@@ -91,12 +91,13 @@ static void take_row(sqlite3_stmt *q, int key_col, json_t *seen, int64_t now, si
  * overtake an older pending row of its lane that is not handed out with it (rows of one
  * lane come in order, consecutively from its oldest); *n_out how many. A lane is a PR/MR,
  * split further by the SQL expression LANE (the outbox keeps each sticky comment in its own
- * lane, so an edit throttled to later never holds back a reply or a reaction). When none is due: E_NOTFOUND, and *wait_ms_out the time to
- * the next due one (-1 none). Walks the pending rows in arrival order (a partial index),
- * so the usual pick is the first row. Caller holds mu. COLS starts with next_ms. */
-static int next_due(size_t *n_out, int64_t *wait_ms_out, struct sqlite_store *s,
-                    const char *table, const char *cols, const char *lane, int64_t now,
-                    size_t max, row_fn fn, void *userdata, struct err *err)
+ * lane, so an edit throttled to later never holds back a reply or a reaction). When none is due:
+ * E_NOTFOUND, and *wait_ms_out the time to the next due one (-1 none). Walks the pending rows in
+ * arrival order (a partial index), so the usual pick is the first row. Caller holds mu. COLS starts
+ * with next_ms. */
+static int next_due(size_t *n_out, int64_t *wait_ms_out, struct sqlite_store *s, const char *table,
+                    const char *cols, const char *lane, int64_t now, size_t max, row_fn fn,
+                    void *userdata, struct err *err)
 {
     char *sql = xasprintf("SELECT %s, provider || '/' || project || '#' || number || %s FROM %s "
                           "WHERE state='pending' ORDER BY id",
@@ -136,8 +137,8 @@ static int next_due(size_t *n_out, int64_t *wait_ms_out, struct sqlite_store *s,
     return E_NOTFOUND;
 }
 
-#define INBOX_COLS                                                                               \
-    "next_ms, id, provider, delivery_id, project, number, comment_id, author, "                 \
+#define INBOX_COLS                                                                                 \
+    "next_ms, id, provider, delivery_id, project, number, comment_id, author, "                    \
     "author_association, author_id, installation_id, body, extra, attempts"
 
 static void inbox_row(sqlite3_stmt *q, size_t index, void *userdata)
@@ -167,8 +168,8 @@ int task_store_inbox_next_batch(struct inbox_entry *out, size_t max, size_t *n_o
 
     memset(out, 0, max * sizeof(*out));
     pthread_mutex_lock(&s->mu);
-    rc = next_due(n_out, wait_ms_out, s, "inbox", INBOX_COLS, "''", clock_now_ms(st->clock),
-                  max, inbox_row, out, err);
+    rc = next_due(n_out, wait_ms_out, s, "inbox", INBOX_COLS, "''", clock_now_ms(st->clock), max,
+                  inbox_row, out, err);
     pthread_mutex_unlock(&s->mu);
     return rc;
 }
@@ -208,9 +209,10 @@ int task_store_inbox_retry(struct task_store *st, int64_t id, int64_t delay_ms, 
 
 int task_txn_inbox_fail(struct task_txn *tx, int64_t id, const char *error, struct err *err)
 {
-    return run(sqlst_txn_store(tx),
-               "UPDATE inbox SET state='failed', attempts=attempts+1, error=?3 WHERE id=?1 AND ?2=?2",
-               id, 0, error, err);
+    return run(
+        sqlst_txn_store(tx),
+        "UPDATE inbox SET state='failed', attempts=attempts+1, error=?3 WHERE id=?1 AND ?2=?2", id,
+        0, error, err);
 }
 
 int task_txn_inbox_done(struct task_txn *tx, int64_t id, struct err *err)
@@ -219,8 +221,7 @@ int task_txn_inbox_done(struct task_txn *tx, int64_t id, struct err *err)
                id, 0, NULL, err);
 }
 
-static int count_pending(int64_t *out, struct task_store *st, const char *table,
-                         struct err *err)
+static int count_pending(int64_t *out, struct task_store *st, const char *table, struct err *err)
 {
     struct sqlite_store *s = sqlst_of(st);
     char *sql = xasprintf("SELECT count(*) FROM %s WHERE state='pending'", table);
@@ -347,7 +348,7 @@ int task_txn_outbox_add(int64_t *id_out, struct task_txn *tx, const struct outbo
 
 /* Sticky comments ("sticky/..." coalescing keys) each get a lane of their own; every other
  * call of a PR/MR (reactions, replies) shares the PR's lane, in order. */
-#define OUTBOX_LANE                                                                             \
+#define OUTBOX_LANE                                                                                \
     "CASE WHEN substr(coalesce_key, 1, 7) = 'sticky/' THEN ' ' || coalesce_key ELSE '' END"
 
 static void outbox_row(sqlite3_stmt *q, size_t index, void *userdata)
@@ -366,8 +367,8 @@ static void outbox_row(sqlite3_stmt *q, size_t index, void *userdata)
     out->attempts = sqlite3_column_int(q, 10);
 }
 
-int task_store_outbox_next(struct outbox_entry *out, int64_t *wait_ms_out,
-                           struct task_store *st, struct err *err)
+int task_store_outbox_next(struct outbox_entry *out, int64_t *wait_ms_out, struct task_store *st,
+                           struct err *err)
 {
     struct sqlite_store *s = sqlst_of(st);
     size_t n = 0;
@@ -386,22 +387,21 @@ int task_store_outbox_next(struct outbox_entry *out, int64_t *wait_ms_out,
     return rc;
 }
 
-int task_store_outbox_done(struct task_store *st, int64_t id, const char *result,
-                           struct err *err)
+int task_store_outbox_done(struct task_store *st, int64_t id, const char *result, struct err *err)
 {
     struct sqlite_store *s = sqlst_of(st);
     int rc;
 
     pthread_mutex_lock(&s->mu);
-    rc = run(s, "UPDATE outbox SET state='done', result=?3, error=NULL WHERE id=?1 AND ?2=?2",
-             id, 0, result, err);
+    rc = run(s, "UPDATE outbox SET state='done', result=?3, error=NULL WHERE id=?1 AND ?2=?2", id,
+             0, result, err);
     s->outbox_inflight = 0;
     pthread_mutex_unlock(&s->mu);
     return rc;
 }
 
-int task_store_outbox_defer(struct task_store *st, int64_t id, int64_t delay_ms,
-                           const char *why, struct err *err)
+int task_store_outbox_defer(struct task_store *st, int64_t id, int64_t delay_ms, const char *why,
+                            struct err *err)
 {
     struct sqlite_store *s = sqlst_of(st);
     int rc;
@@ -477,8 +477,7 @@ void task_store_queue_wait(struct task_store *st, bool outbox, int64_t since_gen
     }
     pthread_mutex_lock(&s->mu);
     while ((outbox ? s->outbox_gen : s->inbox_gen) == since_gen) {
-        if (pthread_cond_timedwait(outbox ? &s->outbox_cv : &s->inbox_cv, &s->mu, &deadline) !=
-            0) {
+        if (pthread_cond_timedwait(outbox ? &s->outbox_cv : &s->inbox_cv, &s->mu, &deadline) != 0) {
             break;
         }
     }

@@ -122,8 +122,8 @@ static int migrate(struct sqlite_store *s, struct err *err)
 static int load_rv(struct sqlite_store *s, struct err *err)
 {
     sqlite3_stmt *st = NULL;
-    int rc = sqlite3_prepare_v2(s->db, "SELECT value FROM meta WHERE key='resource_version'",
-                                -1, &st, NULL);
+    int rc = sqlite3_prepare_v2(s->db, "SELECT value FROM meta WHERE key='resource_version'", -1,
+                                &st, NULL);
 
     if (rc != SQLITE_OK) {
         return sqlst_db_err(s, rc, "read resourceVersion", err);
@@ -332,9 +332,14 @@ static int sqlite_watch(int64_t *last_rv_out, struct task_store *st, const char 
         }
         *last_rv_out = rv;
         if (event_matches(e, ns)) {
-            struct task_event ev = {.type = e->type, .rv = e->rv, .ns = e->ns, .name = e->name,
-                                    .phase = e->phase, .suspended = e->suspended,
-                                    .from_scm = e->from_scm, .json = e->json};
+            struct task_event ev = {.type = e->type,
+                                    .rv = e->rv,
+                                    .ns = e->ns,
+                                    .name = e->name,
+                                    .phase = e->phase,
+                                    .suspended = e->suspended,
+                                    .from_scm = e->from_scm,
+                                    .json = e->json};
             if (fn(&ev, userdata) != 0) {
                 break;
             }
@@ -424,7 +429,7 @@ int task_store_sqlite_open(struct task_store **out, const char *path, const stru
     /* WAL + synchronous=FULL: a committed transaction is fsync'd before COMMIT returns, so
      * an acknowledged write survives kill -9 and power loss. */
     rc = sqlst_exec(s, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;",
-              err);
+                    err);
     if (rc == E_OK) {
         rc = migrate(s, err);
     }

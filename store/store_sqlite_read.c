@@ -60,11 +60,11 @@ struct reader {
 };
 
 struct sqlst_readers {
-    pthread_mutex_t mu;           /* guards free */
-    pthread_cond_t freed;         /* a connection came back to the pool */
-    struct reader *free;          /* idle connections */
-    bool shared;                  /* conns[0] is the writer's connection, used under s->mu */
-    size_t n;                     /* connections opened */
+    pthread_mutex_t mu;   /* guards free */
+    pthread_cond_t freed; /* a connection came back to the pool */
+    struct reader *free;  /* idle connections */
+    bool shared;          /* conns[0] is the writer's connection, used under s->mu */
+    size_t n;             /* connections opened */
     struct reader conns[READERS];
 };
 
@@ -246,8 +246,8 @@ static int rd_list(int64_t *rv_out, struct sqlite_store *s, bool envs, const cha
     return rc;
 }
 
-int task_store_list_text(int64_t *rv_out, struct task_store *st, const char *ns,
-                         task_text_fn fn, void *userdata, struct err *err)
+int task_store_list_text(int64_t *rv_out, struct task_store *st, const char *ns, task_text_fn fn,
+                         void *userdata, struct err *err)
 {
     *rv_out = 0;
     return rd_list(rv_out, sqlst_of(st), false, ns, fn, userdata, err);
@@ -291,8 +291,7 @@ int sqlst_read_list(json_t **items_out, int64_t *rv_out, struct task_store *st, 
     return list_json(items_out, rv_out, sqlst_of(st), false, ns, err);
 }
 
-int sqlst_read_env_list(json_t **items_out, struct task_store *st, const char *ns,
-                        struct err *err)
+int sqlst_read_env_list(json_t **items_out, struct task_store *st, const char *ns, struct err *err)
 {
     return list_json(items_out, NULL, sqlst_of(st), true, ns, err);
 }

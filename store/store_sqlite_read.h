@@ -18,8 +18,7 @@ int sqlst_read_list(json_t **items_out, int64_t *rv_out, struct task_store *st, 
                     struct err *err);
 int sqlst_read_count_phases(int64_t counts_out[TASK_PHASE_COUNT], struct task_store *st,
                             struct err *err);
-int sqlst_read_env_list(json_t **items_out, struct task_store *st, const char *ns,
-                        struct err *err);
+int sqlst_read_env_list(json_t **items_out, struct task_store *st, const char *ns, struct err *err);
 int sqlst_read_env_get(json_t **out, struct task_store *st, const char *ns, const char *name,
                        struct err *err);
 

@@ -56,7 +56,7 @@ json_t *sqlst_column_json(sqlite3_stmt *st, int col)
 
 /* Reads one object; E_NOTFOUND when absent. Caller holds mu. */
 int sqlst_read_obj(json_t **out, struct sqlite_store *s, const char *table, const char *ns,
-                    const char *name, struct err *err)
+                   const char *name, struct err *err)
 {
     sqlite3_stmt *st = NULL;
     char *sql = xasprintf("SELECT doc FROM %s WHERE namespace=?1 AND name=?2", table);
@@ -133,15 +133,14 @@ static const char *const g_stmt_sql[SQLST_COUNT] = {
                            "?10,?11,?12,?12)",
 };
 
-int sqlst_stmt(sqlite3_stmt **out, struct sqlite_store *s, enum sqlst_stmt_id id,
-               struct err *err)
+int sqlst_stmt(sqlite3_stmt **out, struct sqlite_store *s, enum sqlst_stmt_id id, struct err *err)
 {
     int rc;
 
     *out = NULL;
     if (s->stmts[id] == NULL) {
-        rc = sqlite3_prepare_v3(s->db, g_stmt_sql[id], -1, SQLITE_PREPARE_PERSISTENT,
-                                &s->stmts[id], NULL);
+        rc = sqlite3_prepare_v3(s->db, g_stmt_sql[id], -1, SQLITE_PREPARE_PERSISTENT, &s->stmts[id],
+                                NULL);
         if (rc != SQLITE_OK) {
             return sqlst_db_err(s, rc, "prepare", err);
         }
@@ -234,7 +233,7 @@ void sqlst_new_uid(char out[37])
     secret_random(b, sizeof(b));
     b[6] = (unsigned char)((b[6] & 0x0f) | 0x40); /* version 4 */
     b[8] = (unsigned char)((b[8] & 0x3f) | 0x80); /* RFC 4122 variant */
-    snprintf(out, 37, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-             b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12],
-             b[13], b[14], b[15]);
+    snprintf(out, 37, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+             b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+             b[14], b[15]);
 }

@@ -9,12 +9,12 @@
 #include "store/store_int.h"
 
 struct task_txn {
-    struct sqlite_store *s;          /* borrowed; mu held for the whole transaction */
-    int64_t rv_begin;                /* s->rv at BEGIN: restored on rollback */
-    int64_t rv_savepoint;            /* s->rv at the open savepoint */
-    struct event *events;            /* owned: held back until COMMIT */
+    struct sqlite_store *s; /* borrowed; mu held for the whole transaction */
+    int64_t rv_begin;       /* s->rv at BEGIN: restored on rollback */
+    int64_t rv_savepoint;   /* s->rv at the open savepoint */
+    struct event *events;   /* owned: held back until COMMIT */
     size_t nevents, capevents;
-    size_t nevents_savepoint;        /* events before the open savepoint */
+    size_t nevents_savepoint; /* events before the open savepoint */
 };
 
 static void drop_events(struct task_txn *tx, size_t keep)
@@ -429,8 +429,7 @@ int task_txn_token_add(struct task_txn *tx, const char *ns, const char *name, in
     return sqlst_step_done(tx->s, st, "add token", err);
 }
 
-int task_txn_token_revoke(struct task_txn *tx, const char *ns, const char *name,
-                          struct err *err)
+int task_txn_token_revoke(struct task_txn *tx, const char *ns, const char *name, struct err *err)
 {
     sqlite3_stmt *st = NULL;
     int rc = sqlst_stmt(&st, tx->s, SQLST_TOKEN_REVOKE, err);

@@ -71,8 +71,7 @@ static int check_string(json_t *parent, const char *key, json_t *v, const char *
     return E_OK;
 }
 
-static int check_bool(json_t *parent, const char *key, json_t *v, const char *path,
-                      struct err *err)
+static int check_bool(json_t *parent, const char *key, json_t *v, const char *path, struct err *err)
 {
     (void)parent;
     (void)key;
@@ -211,8 +210,8 @@ static int check_provider(json_t *parent, const char *key, json_t *v, const char
                          "%s: must be one of local, process, none, agent-sandbox", path);
 }
 
-static int check_rules(json_t *obj, const char *path, const struct field_rule *rules,
-                       size_t nrules, struct err *err);
+static int check_rules(json_t *obj, const char *path, const struct field_rule *rules, size_t nrules,
+                       struct err *err);
 
 static const struct field_rule g_repo_rules[] = {
     {"url", check_string},
@@ -225,8 +224,7 @@ static const struct field_rule g_sandbox_rules[] = {
     {"timeoutSeconds", check_count},
 };
 
-static int check_repo(json_t *parent, const char *key, json_t *v, const char *path,
-                      struct err *err)
+static int check_repo(json_t *parent, const char *key, json_t *v, const char *path, struct err *err)
 {
     (void)parent;
     (void)key;
@@ -242,16 +240,11 @@ static int check_sandbox(json_t *parent, const char *key, json_t *v, const char 
 }
 
 static const struct field_rule g_spec_rules[] = {
-    {"objective", check_string},
-    {"draftPR", check_bool},
-    {"repository", check_repo},
-    {"maxIterations", check_count},
-    {"budgetUSD", check_money},
-    {"budgetTokens", check_count},
-    {"capabilities", check_string_list},
-    {"allowedTools", check_string_list},
-    {"sandbox", check_sandbox},
-    {"suspended", check_bool},
+    {"objective", check_string},         {"draftPR", check_bool},
+    {"repository", check_repo},          {"maxIterations", check_count},
+    {"budgetUSD", check_money},          {"budgetTokens", check_count},
+    {"capabilities", check_string_list}, {"allowedTools", check_string_list},
+    {"sandbox", check_sandbox},          {"suspended", check_bool},
 };
 
 static const struct field_rule g_status_rules[] = {
@@ -269,8 +262,8 @@ static const struct field_rule g_status_rules[] = {
 
 /* Checks every member of OBJ against RULES; unknown members are errors (a typo such as
  * "budget" for "budgetUSD" must not be silently dropped). */
-static int check_rules(json_t *obj, const char *path, const struct field_rule *rules,
-                       size_t nrules, struct err *err)
+static int check_rules(json_t *obj, const char *path, const struct field_rule *rules, size_t nrules,
+                       struct err *err)
 {
     const char *key;
     json_t *v;
@@ -330,8 +323,7 @@ static int check_metadata(const json_t *md, struct err *err)
     /* Every meter 200 echoes the guidance, and every event keeps a copy of the task. */
     if (json_string_length(json_object_get(m, TASK_ANN_GUIDANCE)) > TASK_GUIDANCE_MAX) {
         return err_set_field(err, E_INVALID, "metadata.annotations." TASK_ANN_GUIDANCE,
-                             "metadata.annotations." TASK_ANN_GUIDANCE
-                             ": longer than %d bytes",
+                             "metadata.annotations." TASK_ANN_GUIDANCE ": longer than %d bytes",
                              TASK_GUIDANCE_MAX);
     }
     m = json_object_get(md, "labels");
@@ -385,8 +377,8 @@ static int check_spec(json_t *spec, const char *name, struct err *err)
 json_t *task_initial_status(void)
 {
     return json_pack("{s:s, s:s, s:s, s:i, s:i, s:s, s:[], s:s, s:n, s:n}", "phase", "Pending",
-                     "reason", "", "message", "", "iteration", 0, "tokensConsumed", 0,
-                     "costUSD", "0.00", "lastMeterRequestIds", "previewUrl", "", "startTime",
+                     "reason", "", "message", "", "iteration", 0, "tokensConsumed", 0, "costUSD",
+                     "0.00", "lastMeterRequestIds", "previewUrl", "", "startTime",
                      "completionTime");
 }
 

@@ -72,8 +72,7 @@ static int check_identity(const json_t *doc, const json_t *pmd, struct err *err)
     return E_OK;
 }
 
-int task_apply_merge_patch(json_t *doc, json_t *patch, enum task_patch_scope scope,
-                           struct err *err)
+int task_apply_merge_patch(json_t *doc, json_t *patch, enum task_patch_scope scope, struct err *err)
 {
     json_t *pmd;
     json_t *dmd = json_object_get(doc, "metadata");

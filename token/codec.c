@@ -96,4 +96,3 @@ int token_b64_decode(unsigned char **out, size_t *len_out, const char *s, size_t
     *len_out = o;
     return E_OK;
 }
-

@@ -31,8 +31,8 @@ int token_root_key_load_or_create(unsigned char key_out[TOKEN_ROOT_KEY_LEN], con
         return rc == E_INVALID ? err_set(err, E_INVALID, "root key file %s is empty", path) : rc;
     }
     if (token_root_key_parse(key_out, hex, NULL) != E_OK) {
-        rc = err_set(err, E_INVALID, "root key file %s is not %d hex characters", path,
-                     KEY_HEX_LEN);
+        rc =
+            err_set(err, E_INVALID, "root key file %s is not %d hex characters", path, KEY_HEX_LEN);
     }
     OPENSSL_cleanse(hex, strlen(hex));
     free(hex);

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Helpers shared by the token/ sources only: the base64 codec (hex: common/secret.h). Nothing outside
- * token/ includes this header. */
+/* Helpers shared by the token/ sources only: the base64 codec (hex: common/secret.h). Nothing
+ * outside token/ includes this header. */
 #ifndef DIVERGE_TOKEN_TOKEN_INT_H
 #define DIVERGE_TOKEN_TOKEN_INT_H
 
@@ -17,8 +17,6 @@ void token_b64_encode(char **out, const unsigned char *data, size_t len);
  * has exactly one unpadded encoding per alphabet. *out (caller frees with free()) holds
  * *len_out bytes. Returns E_INVALID on malformed input. */
 int token_b64_decode(unsigned char **out, size_t *len_out, const char *s, size_t len);
-
-
 
 /* True when VALUE may follow "name = ": non-empty, no control characters, no leading or
  * trailing space. */

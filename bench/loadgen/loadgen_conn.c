@@ -21,7 +21,8 @@ static void rec_latency(struct stats *s, uint64_t ns)
     if (s->nlat == s->caplat) {
         s->caplat = s->caplat ? s->caplat * 2 : 65536;
         s->lat = realloc(s->lat, s->caplat * sizeof(*s->lat));
-        if (s->lat == NULL) die("out of memory");
+        if (s->lat == NULL)
+            die("out of memory");
     }
     s->lat[s->nlat++] = ns;
 }
@@ -30,7 +31,8 @@ static void conn_open(struct conn *c)
 {
     int fd = socket(addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     int one = 1;
-    if (fd < 0) die("socket: %s", strerror(errno));
+    if (fd < 0)
+        die("socket: %s", strerror(errno));
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     c->fd = fd;
     c->st = C_CONNECTING;
@@ -40,7 +42,8 @@ static void conn_open(struct conn *c)
         c->w->s.e_connect++;
     }
     struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, .data.ptr = c};
-    if (epoll_ctl(c->w->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) die("epoll_ctl: %s", strerror(errno));
+    if (epoll_ctl(c->w->epfd, EPOLL_CTL_ADD, fd, &ev) != 0)
+        die("epoll_ctl: %s", strerror(errno));
 }
 
 static void conn_reopen(struct conn *c)
@@ -50,7 +53,10 @@ static void conn_reopen(struct conn *c)
     conn_open(c);
 }
 
-static bool measuring(uint64_t t) { return t >= g_measure_ns; }
+static bool measuring(uint64_t t)
+{
+    return t >= g_measure_ns;
+}
 
 static void conn_send_next(struct conn *c);
 
@@ -60,7 +66,8 @@ static void response_done(struct conn *c)
     uint64_t t = now_ns();
     if (measuring(c->t0)) {
         w->s.done++;
-        if (c->status >= 100 && c->status < 600) w->s.status[c->status]++;
+        if (c->status >= 100 && c->status < 600)
+            w->s.status[c->status]++;
         rec_latency(&w->s, t - c->t0);
     }
     c->busy = false;
@@ -76,15 +83,19 @@ static void conn_write(struct conn *c)
     while (c->wleft > 0) {
         ssize_t n = write(c->fd, c->wp, c->wleft);
         if (n < 0) {
-            if (errno == EAGAIN) return;
-            if (errno == EINTR) continue;
-            if (measuring(c->t0)) c->w->s.e_write++;
+            if (errno == EAGAIN)
+                return;
+            if (errno == EINTR)
+                continue;
+            if (measuring(c->t0))
+                c->w->s.e_write++;
             conn_reopen(c);
             return;
         }
         c->wp += n;
         c->wleft -= (size_t)n;
-        if (measuring(c->t0)) c->w->s.bytes_out += (uint64_t)n;
+        if (measuring(c->t0))
+            c->w->s.bytes_out += (uint64_t)n;
     }
     c->st = C_READING;
 }
@@ -112,7 +123,8 @@ static bool hdr_has(const char *v, size_t n, const char *tok)
 {
     size_t tl = strlen(tok);
     for (size_t i = 0; i + tl <= n; i++)
-        if (strncasecmp(v + i, tok, tl) == 0) return true;
+        if (strncasecmp(v + i, tok, tl) == 0)
+            return true;
     return false;
 }
 
@@ -126,8 +138,10 @@ struct framing {
 static int parse_status_line(struct conn *c, size_t hlen)
 {
     const char *p = c->rbuf;
-    if (hlen < 12 || memcmp(p, "HTTP/1.", 7) != 0 || p[8] != ' ') return -1;
-    if (p[9] < '1' || p[9] > '5' || p[10] < '0' || p[10] > '9' || p[11] < '0' || p[11] > '9') return -1;
+    if (hlen < 12 || memcmp(p, "HTTP/1.", 7) != 0 || p[8] != ' ')
+        return -1;
+    if (p[9] < '1' || p[9] > '5' || p[10] < '0' || p[10] > '9' || p[11] < '0' || p[11] > '9')
+        return -1;
     c->status = (p[9] - '0') * 100 + (p[10] - '0') * 10 + (p[11] - '0');
     c->close_after = p[7] == '0';
     return 0;
@@ -137,19 +151,23 @@ static int parse_status_line(struct conn *c, size_t hlen)
 static void header_line(struct conn *c, struct framing *f, const char *ls, size_t ll)
 {
     const char *colon = memchr(ls, ':', ll);
-    if (colon == NULL) return;
+    if (colon == NULL)
+        return;
     size_t nl = (size_t)(colon - ls);
     const char *v = colon + 1;
     size_t vl = ll - nl - 1;
-    while (vl > 0 && (*v == ' ' || *v == '\t')) v++, vl--;
+    while (vl > 0 && (*v == ' ' || *v == '\t'))
+        v++, vl--;
     if (nl == 14 && strncasecmp(ls, "content-length", 14) == 0) {
         f->have_cl = true;
         f->cl = strtoull(v, NULL, 10);
     } else if (nl == 17 && strncasecmp(ls, "transfer-encoding", 17) == 0) {
         f->chunked = hdr_has(v, vl, "chunked");
     } else if (nl == 10 && strncasecmp(ls, "connection", 10) == 0) {
-        if (hdr_has(v, vl, "close")) c->close_after = true;
-        if (hdr_has(v, vl, "keep-alive")) c->close_after = false;
+        if (hdr_has(v, vl, "close"))
+            c->close_after = true;
+        if (hdr_has(v, vl, "keep-alive"))
+            c->close_after = false;
     }
 }
 
@@ -157,7 +175,8 @@ static void header_line(struct conn *c, struct framing *f, const char *ls, size_
 static int set_framing(struct conn *c, const struct framing *f)
 {
     if (c->status < 200 || c->status == 204 || c->status == 304) {
-        if (c->status < 200) return -1;
+        if (c->status < 200)
+            return -1;
         c->remaining = 0;
         c->rs = R_BODY_CL;
     } else if (f->chunked) {
@@ -177,14 +196,17 @@ static int parse_head(struct conn *c, size_t hlen)
 {
     const char *p = c->rbuf, *end = c->rbuf + hlen;
     struct framing f = {0};
-    if (parse_status_line(c, hlen) != 0) return -1;
+    if (parse_status_line(c, hlen) != 0)
+        return -1;
     const char *line = memchr(p, '\n', (size_t)(end - p));
     while (line != NULL && line + 1 < end) {
         const char *ls = line + 1;
         const char *le = memchr(ls, '\n', (size_t)(end - ls));
-        if (le == NULL) le = end;
+        if (le == NULL)
+            le = end;
         size_t ll = (size_t)(le - ls);
-        if (ll > 0 && ls[ll - 1] == '\r') ll--;
+        if (ll > 0 && ls[ll - 1] == '\r')
+            ll--;
         header_line(c, &f, ls, ll);
         line = le < end ? le : NULL;
     }
@@ -198,9 +220,11 @@ enum step { STEP_MORE, STEP_WAIT, STEP_DONE, STEP_ERROR };
 static enum step step_head(struct conn *c, const char *p, size_t avail, size_t *off)
 {
     const char *e = memmem(p, avail, "\r\n\r\n", 4);
-    if (e == NULL) return c->rlen == RBUF ? STEP_ERROR : STEP_WAIT;
+    if (e == NULL)
+        return c->rlen == RBUF ? STEP_ERROR : STEP_WAIT;
     size_t hl = (size_t)(e - p) + 4;
-    if (*off != 0 || parse_head(c, hl) != 0) return STEP_ERROR;
+    if (*off != 0 || parse_head(c, hl) != 0)
+        return STEP_ERROR;
     *off += hl;
     return c->rs == R_BODY_CL && c->remaining == 0 ? STEP_DONE : STEP_MORE;
 }
@@ -211,8 +235,10 @@ static enum step step_counted(struct conn *c, size_t avail, size_t *off)
     size_t take = avail < c->remaining ? avail : (size_t)c->remaining;
     *off += take;
     c->remaining -= take;
-    if (c->remaining > 0) return STEP_WAIT;
-    if (c->rs == R_BODY_CL) return STEP_DONE;
+    if (c->remaining > 0)
+        return STEP_WAIT;
+    if (c->rs == R_BODY_CL)
+        return STEP_DONE;
     if (c->rs == R_CHUNK_DATA) {
         c->rs = R_CHUNK_CRLF;
         c->remaining = 2;
@@ -226,13 +252,16 @@ static enum step step_counted(struct conn *c, size_t avail, size_t *off)
 static enum step step_line(struct conn *c, char *p, size_t avail, size_t *off)
 {
     char *e = memmem(p, avail, "\r\n", 2);
-    if (e == NULL) return avail > 1024 ? STEP_ERROR : STEP_WAIT;
+    if (e == NULL)
+        return avail > 1024 ? STEP_ERROR : STEP_WAIT;
     size_t ll = (size_t)(e - p);
     *off += ll + 2;
-    if (c->rs == R_TRAILER) return ll == 0 ? STEP_DONE : STEP_MORE;
+    if (c->rs == R_TRAILER)
+        return ll == 0 ? STEP_DONE : STEP_MORE;
     char *endp;
     unsigned long long n = strtoull(p, &endp, 16);
-    if (endp == p) return STEP_ERROR;
+    if (endp == p)
+        return STEP_ERROR;
     if (n == 0) {
         c->rs = R_TRAILER;
     } else {
@@ -247,13 +276,17 @@ static enum step parse_step(struct conn *c, size_t *off)
     char *p = c->rbuf + *off;
     size_t avail = c->rlen - *off;
     switch (c->rs) {
-    case R_HDR: return step_head(c, p, avail, off);
+    case R_HDR:
+        return step_head(c, p, avail, off);
     case R_BODY_CL:
     case R_CHUNK_DATA:
-    case R_CHUNK_CRLF: return step_counted(c, avail, off);
+    case R_CHUNK_CRLF:
+        return step_counted(c, avail, off);
     case R_CHUNK_SIZE:
-    case R_TRAILER: return step_line(c, p, avail, off);
-    case R_UNTIL_CLOSE: break;
+    case R_TRAILER:
+        return step_line(c, p, avail, off);
+    case R_UNTIL_CLOSE:
+        break;
     }
     *off = c->rlen; /* R_UNTIL_CLOSE: everything until EOF */
     return STEP_WAIT;
@@ -266,7 +299,8 @@ static int parse(struct conn *c)
     enum step s;
     while ((s = parse_step(c, &off)) == STEP_MORE) {
     }
-    if (s == STEP_ERROR) return -1;
+    if (s == STEP_ERROR)
+        return -1;
     if (off > 0) {
         memmove(c->rbuf, c->rbuf + off, c->rlen - off);
         c->rlen -= off;
@@ -284,7 +318,8 @@ static void on_eof(struct conn *c)
         response_done(c);
         return;
     }
-    if (c->busy && measuring(c->t0)) c->w->s.e_closed++;
+    if (c->busy && measuring(c->t0))
+        c->w->s.e_closed++;
     conn_reopen(c);
 }
 
@@ -298,7 +333,8 @@ static bool on_data(struct conn *c, size_t n)
     }
     int r = parse(c);
     if (r < 0) {
-        if (measuring(c->t0)) c->w->s.e_parse++;
+        if (measuring(c->t0))
+            c->w->s.e_parse++;
         conn_reopen(c);
         return false;
     }
@@ -317,9 +353,12 @@ static void conn_read(struct conn *c)
     for (;;) {
         ssize_t n = read(c->fd, c->rbuf + c->rlen, RBUF - c->rlen);
         if (n < 0) {
-            if (errno == EAGAIN) return;
-            if (errno == EINTR) continue;
-            if (c->busy && measuring(c->t0)) c->w->s.e_read++;
+            if (errno == EAGAIN)
+                return;
+            if (errno == EINTR)
+                continue;
+            if (c->busy && measuring(c->t0))
+                c->w->s.e_read++;
             conn_reopen(c);
             return;
         }
@@ -327,14 +366,16 @@ static void conn_read(struct conn *c)
             on_eof(c);
             return;
         }
-        if (!on_data(c, (size_t)n)) return;
+        if (!on_data(c, (size_t)n))
+            return;
     }
 }
 
 static void on_event(struct conn *c, uint32_t ev)
 {
     if (c->st == C_CONNECTING) {
-        if (!(ev & (EPOLLOUT | EPOLLERR | EPOLLHUP))) return;
+        if (!(ev & (EPOLLOUT | EPOLLERR | EPOLLHUP)))
+            return;
         int err = 0;
         socklen_t l = sizeof(err);
         getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &l);
@@ -350,7 +391,8 @@ static void on_event(struct conn *c, uint32_t ev)
         return;
     }
     int fd = c->fd;
-    if (c->st == C_WRITING && (ev & (EPOLLOUT | EPOLLERR | EPOLLHUP))) conn_write(c);
+    if (c->st == C_WRITING && (ev & (EPOLLOUT | EPOLLERR | EPOLLHUP)))
+        conn_write(c);
     if (c->fd == fd && c->st != C_CONNECTING && (ev & (EPOLLIN | EPOLLRDHUP | EPOLLERR | EPOLLHUP)))
         conn_read(c);
 }
@@ -360,9 +402,11 @@ static void on_event(struct conn *c, uint32_t ev)
 /* Whether W has used its request quota and has nothing in flight. */
 static bool quota_done(const struct worker *w)
 {
-    if (w->limit == 0 || w->seq < w->limit) return false;
+    if (w->limit == 0 || w->seq < w->limit)
+        return false;
     for (int i = 0; i < w->nconns; i++)
-        if (w->conns[i].busy) return false;
+        if (w->conns[i].busy)
+            return false;
     return true;
 }
 
@@ -372,7 +416,8 @@ static void reap_timeouts(struct worker *w, uint64_t t, uint64_t tmo)
     for (int i = 0; i < w->nconns; i++) {
         struct conn *c = &w->conns[i];
         if (c->busy && t - c->t0 > tmo) {
-            if (measuring(c->t0)) w->s.e_timeout++;
+            if (measuring(c->t0))
+                w->s.e_timeout++;
             conn_reopen(c);
         }
     }
@@ -384,14 +429,18 @@ void *worker_main(void *arg)
     struct epoll_event evs[256];
     uint64_t last_check = now_ns();
     uint64_t tmo = (uint64_t)(opt.timeout * 1e9);
-    for (int i = 0; i < w->nconns; i++) conn_open(&w->conns[i]);
+    for (int i = 0; i < w->nconns; i++)
+        conn_open(&w->conns[i]);
     for (;;) {
         uint64_t t = now_ns();
-        if (t >= g_end_ns || g_stop || quota_done(w)) break;
+        if (t >= g_end_ns || g_stop || quota_done(w))
+            break;
         int ms = (int)((g_end_ns - t) / 1000000u);
-        if (ms > 100) ms = 100;
+        if (ms > 100)
+            ms = 100;
         int n = epoll_wait(w->epfd, evs, 256, ms);
-        for (int i = 0; i < n; i++) on_event(evs[i].data.ptr, evs[i].events);
+        for (int i = 0; i < n; i++)
+            on_event(evs[i].data.ptr, evs[i].events);
         t = now_ns();
         if (t - last_check > 100000000u) {
             last_check = t;

@@ -41,9 +41,9 @@ uint64_t now_ns(void);
 /* --- template and signing (loadgen_template.c) -------------------------------------- */
 
 extern char *tmpl;
-extern size_t const_prefix; /* bytes of the template before the first placeholder */
-extern size_t body_max;     /* the longest body a request can have */
-extern size_t mid_aligned;  /* template bytes already in the HMAC midstate */
+extern size_t const_prefix;  /* bytes of the template before the first placeholder */
+extern size_t body_max;      /* the longest body a request can have */
+extern size_t mid_aligned;   /* template bytes already in the HMAC midstate */
 extern char hdr_const[1024]; /* request line .. X-GitHub-Event */
 extern size_t hdr_const_len;
 extern char raw_req[2600];
@@ -63,7 +63,15 @@ void hmac_setup(void);
 /* --- connections (loadgen_conn.c) ---------------------------------------------------- */
 
 enum cstate { C_CONNECTING, C_WRITING, C_READING };
-enum rstate { R_HDR, R_BODY_CL, R_CHUNK_SIZE, R_CHUNK_DATA, R_CHUNK_CRLF, R_TRAILER, R_UNTIL_CLOSE };
+enum rstate {
+    R_HDR,
+    R_BODY_CL,
+    R_CHUNK_SIZE,
+    R_CHUNK_DATA,
+    R_CHUNK_CRLF,
+    R_TRAILER,
+    R_UNTIL_CLOSE
+};
 
 struct stats {
     uint64_t done, bytes_out;

@@ -50,7 +50,8 @@ void json_escape(const char *s)
     size_t o = 0;
     for (; *s != '\0'; s++) {
         unsigned char c = (unsigned char)*s;
-        if (o + 7 >= sizeof(body_json)) die("--body is too long");
+        if (o + 7 >= sizeof(body_json))
+            die("--body is too long");
         if (c == '"' || c == '\\') {
             body_json[o++] = '\\';
             body_json[o++] = (char)c;
@@ -72,19 +73,23 @@ static void read_template(void)
 {
     FILE *f = fopen(opt.template_path, "rb");
     long n;
-    if (f == NULL) die("cannot open %s: %s", opt.template_path, strerror(errno));
+    if (f == NULL)
+        die("cannot open %s: %s", opt.template_path, strerror(errno));
     if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0)
         die("cannot size %s", opt.template_path);
     tmpl = malloc((size_t)n + 1);
-    if (tmpl == NULL || fread(tmpl, 1, (size_t)n, f) != (size_t)n) die("cannot read %s", opt.template_path);
+    if (tmpl == NULL || fread(tmpl, 1, (size_t)n, f) != (size_t)n)
+        die("cannot read %s", opt.template_path);
     fclose(f);
     tmpl_len = (size_t)n;
-    while (tmpl_len > 0 && (tmpl[tmpl_len - 1] == '\n' || tmpl[tmpl_len - 1] == '\r')) tmpl_len--;
+    while (tmpl_len > 0 && (tmpl[tmpl_len - 1] == '\n' || tmpl[tmpl_len - 1] == '\r'))
+        tmpl_len--;
     tmpl[tmpl_len] = '\0';
 }
 
 /* The first placeholder in [p, end), or NULL; *kind and *len say which it is. */
-static const char *next_placeholder(const char *p, const char *end, enum seg_kind *kind, size_t *len)
+static const char *next_placeholder(const char *p, const char *end, enum seg_kind *kind,
+                                    size_t *len)
 {
     const char *a = memmem(p, (size_t)(end - p), "__COMMENT_ID__", 14);
     const char *b = memmem(p, (size_t)(end - p), "__BODY__", 8);
@@ -120,8 +125,10 @@ void load_template(void)
             add_seg(SEG_LIT, p, (size_t)(end - p));
             break;
         }
-        if (q > p) add_seg(SEG_LIT, p, (size_t)(q - p));
-        if (const_prefix == SIZE_MAX) const_prefix = (size_t)(q - tmpl);
+        if (q > p)
+            add_seg(SEG_LIT, p, (size_t)(q - p));
+        if (const_prefix == SIZE_MAX)
+            const_prefix = (size_t)(q - tmpl);
         add_seg(k, NULL, 0);
         have_id |= k == SEG_ID;
         p = q + plen;
@@ -129,7 +136,8 @@ void load_template(void)
     if (!have_id)
         die("template %s has no __COMMENT_ID__ placeholder: requests would not be unique",
             opt.template_path);
-    if (const_prefix == SIZE_MAX) const_prefix = tmpl_len;
+    if (const_prefix == SIZE_MAX)
+        const_prefix = tmpl_len;
 }
 
 void hmac_setup(void)
@@ -142,12 +150,14 @@ void hmac_setup(void)
     } else {
         memcpy(key_block, opt.secret, klen);
     }
-    for (int i = 0; i < 64; i++) pad[i] = key_block[i] ^ 0x36;
+    for (int i = 0; i < 64; i++)
+        pad[i] = key_block[i] ^ 0x36;
     SHA256_Init(&inner_mid);
     SHA256_Update(&inner_mid, pad, 64);
     mid_aligned = opt.full_hmac ? 0 : const_prefix & ~(size_t)63;
     SHA256_Update(&inner_mid, tmpl, mid_aligned); /* the body starts with these bytes */
-    for (int i = 0; i < 64; i++) pad[i] = key_block[i] ^ 0x5c;
+    for (int i = 0; i < 64; i++)
+        pad[i] = key_block[i] ^ 0x5c;
     SHA256_Init(&outer_mid);
     SHA256_Update(&outer_mid, pad, 64);
 }
@@ -176,7 +186,8 @@ static size_t fill_body(char *body, uint64_t id)
     for (size_t i = 0; i < nsegs; i++) {
         const struct seg *s = &segs[i];
         if (s->kind == SEG_LIT) {
-            if (s->p + s->n <= tmpl + const_prefix) continue; /* part of the prefix */
+            if (s->p + s->n <= tmpl + const_prefix)
+                continue; /* part of the prefix */
             memcpy(o, s->p, s->n);
             o += s->n;
         } else if (s->kind == SEG_ID) {
@@ -204,7 +215,8 @@ static bool gitlab_headers(struct conn *c, char *body, size_t blen, uint64_t seq
                       (int)hdr_const_len, hdr_const, nonce32, nonce16, (unsigned)(w->idx & 0xfff),
                       (uint64_t)((seq >> 48) & 0xfff), (uint64_t)(seq & 0xffffffffffffULL),
                       opt.secret, opt.bad_signature ? "x" : "", blen);
-    if (hl <= 0 || (size_t)hl >= sizeof(h)) die("request headers too long");
+    if (hl <= 0 || (size_t)hl >= sizeof(h))
+        die("request headers too long");
     memcpy(body - hl, h, (size_t)hl);
     c->wp = body - hl;
     c->wleft = (size_t)hl + blen;
@@ -214,7 +226,8 @@ static bool gitlab_headers(struct conn *c, char *body, size_t blen, uint64_t seq
 bool build_request(struct conn *c)
 {
     struct worker *w = c->w;
-    if (w->limit != 0 && w->seq >= w->limit) return false;
+    if (w->limit != 0 && w->seq >= w->limit)
+        return false;
     uint64_t seq = w->seq++;
     c->seq = seq;
     if (opt.raw_get) {
@@ -231,16 +244,19 @@ bool build_request(struct conn *c)
     }
     char sig[65];
     sign_body(sig, body, blen);
-    if (opt.bad_signature) sig[0] = sig[0] == '0' ? '1' : '0';
+    if (opt.bad_signature)
+        sig[0] = sig[0] == '0' ? '1' : '0';
     sig[64] = '\0';
     char h[HDR_ROOM];
-    int hl = snprintf(h, sizeof(h),
-                      "%.*sX-GitHub-Delivery: %08" PRIx32 "-%04" PRIx16 "-4%03x-8%03" PRIx64
-                      "-%012" PRIx64 "\r\nX-Hub-Signature-256: sha256=%s\r\n"
-                      "Content-Length: %zu\r\n\r\n",
-                      (int)hdr_const_len, hdr_const, nonce32, nonce16, (unsigned)(w->idx & 0xfff),
-                      (uint64_t)((seq >> 48) & 0xfff), (uint64_t)(seq & 0xffffffffffffULL), sig, blen);
-    if (hl <= 0 || (size_t)hl >= sizeof(h)) die("request headers too long");
+    int hl =
+        snprintf(h, sizeof(h),
+                 "%.*sX-GitHub-Delivery: %08" PRIx32 "-%04" PRIx16 "-4%03x-8%03" PRIx64
+                 "-%012" PRIx64 "\r\nX-Hub-Signature-256: sha256=%s\r\n"
+                 "Content-Length: %zu\r\n\r\n",
+                 (int)hdr_const_len, hdr_const, nonce32, nonce16, (unsigned)(w->idx & 0xfff),
+                 (uint64_t)((seq >> 48) & 0xfff), (uint64_t)(seq & 0xffffffffffffULL), sig, blen);
+    if (hl <= 0 || (size_t)hl >= sizeof(h))
+        die("request headers too long");
     memcpy(body - hl, h, (size_t)hl);
     c->wp = body - hl;
     c->wleft = (size_t)hl + blen;

@@ -15,8 +15,8 @@
 /* Checks SIG_HEADER ("sha256=<hex>") against HMAC-SHA256 of BODY[0..len) under each of
  * the comma-separated SECRETS, in constant time per secret, before anything parses the
  * body. E_DENIED when missing, malformed or matching no secret. */
-int github_webhook_verify(const char *secrets, const char *sig_header, const char *body,
-                          size_t len, struct err *err);
+int github_webhook_verify(const char *secrets, const char *sig_header, const char *body, size_t len,
+                          struct err *err);
 
 /* The same check computed as the body streams in, so the server never keeps a second
  * pass over a 25 MiB delivery: github_webhook_mac_new parses SIG_HEADER (E_DENIED when
@@ -32,9 +32,9 @@ int github_webhook_mac_check(struct github_webhook_mac *m, struct err *err);
 void github_webhook_mac_free(struct github_webhook_mac *m);
 
 enum github_event {
-    GITHUB_EVENT_PING,     /* answer 200 */
-    GITHUB_EVENT_COMMENT,  /* a new comment on a pull request: *entry_out is filled */
-    GITHUB_EVENT_IGNORED,  /* anything else: answer 204 */
+    GITHUB_EVENT_PING,    /* answer 200 */
+    GITHUB_EVENT_COMMENT, /* a new comment on a pull request: *entry_out is filled */
+    GITHUB_EVENT_IGNORED, /* anything else: answer 204 */
 };
 
 /* GitHub's naming rules: a login is 1 to 39 of [A-Za-z0-9-] not starting with '-' (with
@@ -54,7 +54,7 @@ int github_webhook_parse(enum github_event *event_out, struct inbox_entry *entry
                          const char *body, size_t len, struct err *err);
 
 struct github_config {
-    const char *api_url;   /* REST base, e.g. https://api.github.com */
+    const char *api_url; /* REST base, e.g. https://api.github.com */
     /* The bot's login, or NULL: asked from the API (GET /user; App mode GET /app, giving
      * <slug>[bot]), again with backoff after a failure, until known. */
     const char *bot_login;

@@ -28,7 +28,7 @@ int github_jwt_rs256(char **jwt_out, EVP_PKEY *key, const char *claims, struct e
  * and *next_out (may be NULL) the rel="next" URL of a Link header (caller frees both).
  * E_AGAIN: rate limited or GitHub failed; E_NOTFOUND, E_DENIED, E_INVALID (422), E_FAIL. */
 int github_rest_call(json_t **json_out, char **next_out, struct github_auth *auth,
-                     const char *method, const char *url, int64_t installation,
-                     const json_t *body, struct scm_result *res, struct err *err);
+                     const char *method, const char *url, int64_t installation, const json_t *body,
+                     struct scm_result *res, struct err *err);
 
 #endif

@@ -186,8 +186,7 @@ static int gh_list_comments(struct scm_comment **out, size_t *n_out, struct scm_
                             const struct scm_ref *ref, struct scm_result *res, struct err *err)
 {
     struct github *gh = to_github(p);
-    char *tail = xasprintf("/issues/%lld/comments?per_page=%d", (long long)ref->number,
-                           PAGE_SIZE);
+    char *tail = xasprintf("/issues/%lld/comments?per_page=%d", (long long)ref->number, PAGE_SIZE);
     char *url = repo_url(gh, ref->project, tail);
     size_t cap = 0;
     int rc = E_OK;
@@ -231,9 +230,9 @@ static int gh_list_comments(struct scm_comment **out, size_t *n_out, struct scm_
     return rc;
 }
 
-static int gh_permission_of(enum scm_level *out, struct scm_provider *p,
-                            const struct scm_ref *ref, const char *user, int64_t user_id,
-                            struct scm_result *res, struct err *err)
+static int gh_permission_of(enum scm_level *out, struct scm_provider *p, const struct scm_ref *ref,
+                            const char *user, int64_t user_id, struct scm_result *res,
+                            struct err *err)
 {
     struct github *gh = to_github(p);
     char *tail = tail_with("/collaborators/", user, "/permission");
@@ -276,8 +275,8 @@ static int gh_pull_info(struct scm_pull *out, struct scm_provider *p, const stru
     if (rc == E_OK) {
         const json_t *head = json_object_get(ans, "head");
         const char *hr = json_string_value(json_object_get(head, "ref"));
-        const char *clone = json_string_value(
-            json_object_get(json_object_get(head, "repo"), "clone_url"));
+        const char *clone =
+            json_string_value(json_object_get(json_object_get(head, "repo"), "clone_url"));
         const char *html = json_string_value(json_object_get(ans, "html_url"));
         const char *br = json_string_value(json_object_get(json_object_get(ans, "base"), "ref"));
         if (clone == NULL) {
@@ -451,9 +450,8 @@ int github_provider_new(struct scm_provider **out, const struct github_config *c
         gh->api_url[n - 1] = '\0';
     }
     gh->auth = auth;
-    gh->bot_login = cfg->bot_login != NULL && cfg->bot_login[0] != '\0'
-                        ? xstrdup(cfg->bot_login)
-                        : NULL;
+    gh->bot_login =
+        cfg->bot_login != NULL && cfg->bot_login[0] != '\0' ? xstrdup(cfg->bot_login) : NULL;
     pthread_mutex_init(&gh->mu, NULL);
     *out = &gh->base;
     return E_OK;

@@ -102,15 +102,18 @@ static void free_wiped(char *s)
 
 /* Sends METHOD URL with the installation's credentials and the JSON text BODY (may be
  * NULL); *R is the answer, classified into RES. */
-static int send_request(struct httpc_response *r, struct github_auth *gh_auth,
-                        const char *method, const char *url, int64_t installation,
-                        const char *body, struct scm_result *res, struct err *err)
+static int send_request(struct httpc_response *r, struct github_auth *gh_auth, const char *method,
+                        const char *url, int64_t installation, const char *body,
+                        struct scm_result *res, struct err *err)
 {
     struct httpc_request req = HTTPC_REQUEST_DEFAULTS;
     char *auth = NULL, *authz;
     const char *headers[6] = {"Accept: application/vnd.github+json",
                               "X-GitHub-Api-Version: 2022-11-28",
-                              "Content-Type: application/json", NULL, NULL, NULL};
+                              "Content-Type: application/json",
+                              NULL,
+                              NULL,
+                              NULL};
     int rc;
 
     rc = github_auth_header(&auth, gh_auth, installation, err);
@@ -137,8 +140,8 @@ static int send_request(struct httpc_response *r, struct github_auth *gh_auth,
 }
 
 int github_rest_call(json_t **json_out, char **next_out, struct github_auth *auth,
-                     const char *method, const char *url, int64_t installation,
-                     const json_t *body, struct scm_result *res, struct err *err)
+                     const char *method, const char *url, int64_t installation, const json_t *body,
+                     struct scm_result *res, struct err *err)
 {
     struct httpc_response r = {0}; /* stays empty when no request was sent */
     struct scm_result local = {0};

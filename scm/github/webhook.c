@@ -57,7 +57,8 @@ int github_webhook_mac_new(struct github_webhook_mac **out, const char *secrets,
     m->ctx = xcalloc(count, sizeof(*m->ctx));
     pthread_once(&g_hmac_once, fetch_hmac);
     hmac = g_hmac;
-    params[0] = OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, (char *)(uintptr_t)"SHA256", 0);
+    params[0] =
+        OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, (char *)(uintptr_t) "SHA256", 0);
     params[1] = OSSL_PARAM_construct_end();
     while (hmac != NULL && p != NULL && *p != '\0') {
         const char *comma = strchr(p, ',');
@@ -111,8 +112,8 @@ void github_webhook_mac_free(struct github_webhook_mac *m)
     free(m);
 }
 
-int github_webhook_verify(const char *secrets, const char *sig_header, const char *body,
-                          size_t len, struct err *err)
+int github_webhook_verify(const char *secrets, const char *sig_header, const char *body, size_t len,
+                          struct err *err)
 {
     struct github_webhook_mac *m = NULL;
     int rc = github_webhook_mac_new(&m, secrets, sig_header, err);

@@ -54,8 +54,8 @@ bool gitlab_valid_username(const char *s);
 bool gitlab_valid_branch(const char *s);
 
 enum gitlab_event {
-    GITLAB_EVENT_NOTE,     /* a new note on a merge request: *entry_out is filled */
-    GITLAB_EVENT_IGNORED,  /* anything else: answer 204 */
+    GITLAB_EVENT_NOTE,    /* a new note on a merge request: *entry_out is filled */
+    GITLAB_EVENT_IGNORED, /* anything else: answer 204 */
 };
 
 /* Parses a delivery of EVENT (X-Gitlab-Event) whose delivery id is DELIVERY (may be NULL)
@@ -82,10 +82,10 @@ bool gitlab_note_is_award(const char *body);
 char *gitlab_note_fit(const char *body, size_t max);
 
 struct gitlab_config {
-    const char *url;        /* base, e.g. https://gitlab.com (the API is under /api/v4) */
-    const char *token;      /* PRIVATE-TOKEN; NULL: calls fail with E_DENIED */
-    const char *bot_login;  /* the bot's username, or NULL: asked from GET /user */
-    int notes_per_minute;   /* note creations per minute and project; 0: 60 */
+    const char *url;       /* base, e.g. https://gitlab.com (the API is under /api/v4) */
+    const char *token;     /* PRIVATE-TOKEN; NULL: calls fail with E_DENIED */
+    const char *bot_login; /* the bot's username, or NULL: asked from GET /user */
+    int notes_per_minute;  /* note creations per minute and project; 0: 60 */
 };
 
 /* Creates the REST provider (copies CFG's strings). */

@@ -16,8 +16,8 @@
 #define GITLAB_MAX_PAGES 200
 #define GITLAB_LOGIN_RETRY_MIN_MS 1000
 #define GITLAB_LOGIN_RETRY_MAX_MS 300000
-#define GITLAB_MEMO_MAX 64   /* deliveries remembered for X-Gitlab-Event-UUID */
-#define GITLAB_PACE_MAX 32   /* projects whose note creations are paced at once */
+#define GITLAB_MEMO_MAX 64 /* deliveries remembered for X-Gitlab-Event-UUID */
+#define GITLAB_PACE_MAX 32 /* projects whose note creations are paced at once */
 #define GITLAB_UUID_MAX 128
 
 struct memo {
@@ -37,7 +37,7 @@ struct gitlab {
     char *api;                /* owned: <url>/api/v4 */
     char *token;              /* owned; NULL: no calls */
     int notes_per_minute;
-    pthread_mutex_t mu;       /* guards everything below */
+    pthread_mutex_t mu; /* guards everything below */
     char *bot_login;
     int login_failures;
     int64_t login_next_ms;
@@ -53,11 +53,11 @@ static inline struct gitlab *to_gitlab(struct scm_provider *p)
 }
 
 struct answer {
-    json_t *json;     /* parsed JSON body, or NULL */
-    char *raw;        /* with want_raw: the body bytes, NUL-terminated */
+    json_t *json; /* parsed JSON body, or NULL */
+    char *raw;    /* with want_raw: the body bytes, NUL-terminated */
     size_t raw_len;
-    long next_page;   /* x-next-page, 0 when none */
-    bool taken;       /* a 4xx saying the award already exists */
+    long next_page; /* x-next-page, 0 when none */
+    bool taken;     /* a 4xx saying the award already exists */
 };
 
 void gitlab_answer_cleanup(struct answer *a);
@@ -65,8 +65,8 @@ void gitlab_answer_cleanup(struct answer *a);
  * X-Gitlab-Event-UUID header line; with WANT_RAW the answer's bytes are kept in ans->raw
  * instead of parsed. RES may be NULL. Errors as the scm_provider_ops. */
 int gitlab_call(struct answer *ans, struct gitlab *gl, const char *method, const char *url,
-                const json_t *body, const char *uuid_line, bool want_raw,
-                struct scm_result *res, struct err *err);
+                const json_t *body, const char *uuid_line, bool want_raw, struct scm_result *res,
+                struct err *err);
 /* "<api>/projects/<PROJECT as one encoded segment><TAIL>" (new string). */
 char *gitlab_project_url(struct gitlab *gl, const char *project, const char *tail);
 /* The notes URL of REF's MR, with "/<NOTE_ID>" when not NULL, then SUFFIX (new string). */

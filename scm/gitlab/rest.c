@@ -138,7 +138,6 @@ static int classify(struct scm_result *res, const struct httpc_response *r, cons
     return err_set(err, E_FAIL, "%s: GitLab answered %ld", what, st);
 }
 
-
 void gitlab_answer_cleanup(struct answer *a)
 {
     json_decref(a->json);
@@ -178,15 +177,15 @@ static int take_answer(struct answer *ans, const struct httpc_response *r, bool 
 
 /* One REST call. UUID_LINE (may be NULL) is an X-Gitlab-Event-UUID header line. */
 int gitlab_call(struct answer *ans, struct gitlab *gl, const char *method, const char *url,
-                const json_t *body, const char *uuid_line, bool want_raw,
-                struct scm_result *res, struct err *err)
+                const json_t *body, const char *uuid_line, bool want_raw, struct scm_result *res,
+                struct err *err)
 {
     struct httpc_request req = HTTPC_REQUEST_DEFAULTS;
     struct httpc_response r;
     struct scm_result local = {0};
     char *tok = NULL, *text = NULL;
-    const char *headers[5] = {"Accept: application/json", "Content-Type: application/json",
-                              NULL, NULL, NULL};
+    const char *headers[5] = {"Accept: application/json", "Content-Type: application/json", NULL,
+                              NULL, NULL};
     int rc;
 
     res = res != NULL ? res : &local;
@@ -244,7 +243,6 @@ char *gitlab_notes_url(struct gitlab *gl, const struct scm_ref *ref, const char 
     return url;
 }
 
-
 /* USER's numeric id from GET /users?username= (for payloads without one); 0 when none. */
 static int user_id_of(int64_t *out, struct gitlab *gl, const char *user, struct scm_result *res,
                       struct err *err)
@@ -258,9 +256,9 @@ static int user_id_of(int64_t *out, struct gitlab *gl, const char *user, struct 
     *out = 0;
     if (rc == E_OK && json_is_integer(json_object_get(first, "id"))) {
         const char *name = json_string_value(json_object_get(first, "username"));
-        *out = name != NULL && strcasecmp(name, user) == 0 ? json_integer_value(
-                                                                  json_object_get(first, "id"))
-                                                            : 0;
+        *out = name != NULL && strcasecmp(name, user) == 0
+                   ? json_integer_value(json_object_get(first, "id"))
+                   : 0;
     }
     gitlab_answer_cleanup(&ans);
     free(url);
@@ -268,9 +266,9 @@ static int user_id_of(int64_t *out, struct gitlab *gl, const char *user, struct 
     return rc;
 }
 
-static int gl_permission_of(enum scm_level *out, struct scm_provider *p,
-                            const struct scm_ref *ref, const char *user, int64_t user_id,
-                            struct scm_result *res, struct err *err)
+static int gl_permission_of(enum scm_level *out, struct scm_provider *p, const struct scm_ref *ref,
+                            const char *user, int64_t user_id, struct scm_result *res,
+                            struct err *err)
 {
     struct gitlab *gl = to_gitlab(p);
     char *tail, *url, *uuid;
@@ -445,15 +443,14 @@ static const struct scm_provider_ops gitlab_ops = {
     .free = gl_free,
 };
 
-int gitlab_provider_new(struct scm_provider **out, const struct gitlab_config *cfg,
-                        struct err *err)
+int gitlab_provider_new(struct scm_provider **out, const struct gitlab_config *cfg, struct err *err)
 {
     struct gitlab *gl;
     size_t n;
 
     *out = NULL;
-    if (cfg->url == NULL || (strncmp(cfg->url, "https://", 8) != 0 &&
-                             strncmp(cfg->url, "http://", 7) != 0)) {
+    if (cfg->url == NULL ||
+        (strncmp(cfg->url, "https://", 8) != 0 && strncmp(cfg->url, "http://", 7) != 0)) {
         return err_set(err, E_INVALID, "the GitLab url must be http(s)");
     }
     gl = xcalloc(1, sizeof(*gl));
@@ -464,8 +461,8 @@ int gitlab_provider_new(struct scm_provider **out, const struct gitlab_config *c
     }
     gl->api = xasprintf("%.*s/api/v4", (int)n, cfg->url);
     gl->token = cfg->token != NULL && cfg->token[0] != '\0' ? xstrdup(cfg->token) : NULL;
-    gl->bot_login = cfg->bot_login != NULL && cfg->bot_login[0] != '\0' ? xstrdup(cfg->bot_login)
-                                                                         : NULL;
+    gl->bot_login =
+        cfg->bot_login != NULL && cfg->bot_login[0] != '\0' ? xstrdup(cfg->bot_login) : NULL;
     gl->notes_per_minute = cfg->notes_per_minute > 0 && cfg->notes_per_minute < SCM_RATE_SLOTS
                                ? cfg->notes_per_minute
                                : GITLAB_NOTES_PER_MINUTE;

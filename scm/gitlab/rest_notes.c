@@ -11,8 +11,8 @@ static const char *award_name(const char *content)
 {
     static const struct {
         const char *github, *gitlab;
-    } map[] = {{"+1", "thumbsup"}, {"-1", "thumbsdown"}, {"laugh", "laughing"},
-               {"hooray", "tada"},  {"confused", "confused"}, {"heart", "heart"},
+    } map[] = {{"+1", "thumbsup"},   {"-1", "thumbsdown"},     {"laugh", "laughing"},
+               {"hooray", "tada"},   {"confused", "confused"}, {"heart", "heart"},
                {"rocket", "rocket"}, {"eyes", "eyes"}};
 
     for (size_t i = 0; i < ARRAY_LEN(map); i++) {
@@ -152,8 +152,8 @@ int gitlab_op_list_comments(struct scm_comment **out, size_t *n_out, struct scm_
     /* Every page, oldest first, following x-next-page: URLs are built here from the
      * configured base, never taken from an answer, so the token goes nowhere else. */
     for (int k = 0; page > 0 && k < GITLAB_MAX_PAGES && rc == E_OK; k++) {
-        char *suffix = xasprintf("?sort=asc&order_by=created_at&per_page=%d&page=%ld",
-                                 GITLAB_PAGE_SIZE, page);
+        char *suffix =
+            xasprintf("?sort=asc&order_by=created_at&per_page=%d&page=%ld", GITLAB_PAGE_SIZE, page);
         char *url = gitlab_notes_url(gl, ref, NULL, suffix);
         struct answer ans;
         size_t i;

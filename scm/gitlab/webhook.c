@@ -19,8 +19,8 @@
 
 #define WHSEC_PREFIX "whsec_"
 #define SIG_PREFIX "v1,"
-#define KEY_MAX 256        /* bytes of a decoded signing key */
-#define SIG_B64_LEN 44     /* base64 of 32 bytes */
+#define KEY_MAX 256    /* bytes of a decoded signing key */
+#define SIG_B64_LEN 44 /* base64 of 32 bytes */
 #define PATH_SEGMENTS_MAX 21
 #define NAME_MAX_LEN 255
 
@@ -166,8 +166,8 @@ static bool sig_listed(const char *sig, const char *want)
 }
 
 /* MAC = HMAC-SHA256(KEY, ID "." TS "." BODY); false when OpenSSL failed. */
-static bool hmac_sign(unsigned char mac[32], const unsigned char *key, size_t klen,
-                      const char *id, const char *ts, const char *body, size_t len)
+static bool hmac_sign(unsigned char mac[32], const unsigned char *key, size_t klen, const char *id,
+                      const char *ts, const char *body, size_t len)
 {
     EVP_MAC *hmac = EVP_MAC_fetch(NULL, "HMAC", NULL);
     EVP_MAC_CTX *ctx = hmac != NULL ? EVP_MAC_CTX_new(hmac) : NULL;
@@ -175,8 +175,8 @@ static bool hmac_sign(unsigned char mac[32], const unsigned char *key, size_t kl
     size_t mlen = 0;
     bool ok;
 
-    params[0] = OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST,
-                                                 (char *)(uintptr_t) "SHA256", 0);
+    params[0] =
+        OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, (char *)(uintptr_t) "SHA256", 0);
     params[1] = OSSL_PARAM_construct_end();
     ok = ctx != NULL && EVP_MAC_init(ctx, key, klen, params) == 1 &&
          EVP_MAC_update(ctx, (const unsigned char *)id, strlen(id)) == 1 &&
@@ -410,8 +410,7 @@ static int parse_mr(struct inbox_entry *e, const struct jsonscan_value *f, const
                     struct err *err)
 {
     struct mr_strings m = {jsonscan_string(&f[F_SOURCE_BRANCH]),
-                           jsonscan_string(&f[F_TARGET_BRANCH]),
-                           jsonscan_string(&f[F_SOURCE_HTTP]),
+                           jsonscan_string(&f[F_TARGET_BRANCH]), jsonscan_string(&f[F_SOURCE_HTTP]),
                            jsonscan_string(&f[F_PROJECT_HTTP])};
     const char *clone = m.clone != NULL ? m.clone : m.clone_alt;
     int64_t pid = 0;

@@ -28,8 +28,7 @@ static void fuzz_connect(const char *s, size_t n)
     bool is_ip;
     int rc = egress_connect_parse(&req, s, n, EGRESS_HEADER_MAX);
 
-    FUZZ_CHECK(rc == E_OK || rc == E_AGAIN || rc == E_TOOBIG || rc == E_DENIED ||
-               rc == E_INVALID);
+    FUZZ_CHECK(rc == E_OK || rc == E_AGAIN || rc == E_TOOBIG || rc == E_DENIED || rc == E_INVALID);
     if (rc != E_OK) {
         return;
     }

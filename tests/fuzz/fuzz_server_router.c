@@ -69,14 +69,22 @@ static void stop_server(void)
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     char data_dir[sizeof(g_dir) + 8];
-    const char *const flags[] = {"serve",          "--listen",
-                                 "127.0.0.1:0",    "--data-dir",
-                                 data_dir,         "--sandbox-provider",
-                                 "none",           "--github-webhook-secret",
-                                 WEBHOOK_SECRET,   "--github-api-url",
-                                 "http://127.0.0.1:9", "--bot-login",
-                                 "diverge-bot",    "--gitlab-webhook-token",
-                                 WEBHOOK_SECRET,   "--gitlab-url",
+    const char *const flags[] = {"serve",
+                                 "--listen",
+                                 "127.0.0.1:0",
+                                 "--data-dir",
+                                 data_dir,
+                                 "--sandbox-provider",
+                                 "none",
+                                 "--github-webhook-secret",
+                                 WEBHOOK_SECRET,
+                                 "--github-api-url",
+                                 "http://127.0.0.1:9",
+                                 "--bot-login",
+                                 "diverge-bot",
+                                 "--gitlab-webhook-token",
+                                 WEBHOOK_SECRET,
+                                 "--gitlab-url",
                                  "http://127.0.0.1:9"};
     char *args[ARRAY_LEN(flags)];
     struct err err = {0};
@@ -232,7 +240,7 @@ static void build_request(struct buf *req, const char *p, const char *end)
 static int connect_server(void)
 {
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(g_port)};
-    struct timeval tv = {.tv_sec = 2, .tv_usec = 0}; /* a stream may hold its headers */
+    struct timeval tv = {.tv_sec = 2, .tv_usec = 0};  /* a stream may hold its headers */
     struct linger lg = {.l_onoff = 1, .l_linger = 0}; /* RST on close: no TIME_WAIT pile-up */
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 

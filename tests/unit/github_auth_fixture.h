@@ -71,7 +71,7 @@ static inline int64_t fake_now(void *userdata)
 }
 
 static inline int new_app(struct github_auth **out, const char *url, const char *key,
-                   const struct clock *c, struct err *err)
+                          const struct clock *c, struct err *err)
 {
     char *path = fixture(key);
     int rc = github_auth_new_app(out, url, APP_ID, path, c, err);

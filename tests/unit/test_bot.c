@@ -181,8 +181,7 @@ static const struct tcase cases[] = {
     {"usd_dollar_alone", B("/diverge budget $"),
      FAILS(E_INVALID, "line 1: invalid amount `$`: amount is not a decimal number of dollars")},
     {"usd_trailing_dot", B("/diverge budget 1."),
-     FAILS(E_INVALID,
-           "line 1: invalid amount `1.`: amount needs digits after the decimal point")},
+     FAILS(E_INVALID, "line 1: invalid amount `1.`: amount needs digits after the decimal point")},
     {"usd_comma", B("/diverge budget $1,000"),
      FAILS(E_INVALID, "line 1: invalid amount `$1,000`: amount is not a decimal number of "
                       "dollars")},
@@ -215,10 +214,10 @@ static const struct tcase cases[] = {
     {"duplicate_tokens", B("/diverge resume 1k 2M"),
      FAILS(E_INVALID, "line 1: duplicate token amount `2M`")},
     /* At most 80 characters are echoed, cut between characters, then U+2026. */
-    {"long_argument_cut", B("/diverge budget " X80 "x"), FAILS(E_INVALID,
-     "line 1: invalid amount `" X80 "\xE2\x80\xA6`")},
-    {"argument_of_80_not_cut", B("/diverge budget " X80), FAILS(E_INVALID,
-     "line 1: invalid amount `" X80 "`")},
+    {"long_argument_cut", B("/diverge budget " X80 "x"),
+     FAILS(E_INVALID, "line 1: invalid amount `" X80 "\xE2\x80\xA6`")},
+    {"argument_of_80_not_cut", B("/diverge budget " X80),
+     FAILS(E_INVALID, "line 1: invalid amount `" X80 "`")},
     {"cut_after_utf8", B("/diverge budget " X10 X10 X10 X10 X10 X10 X10 "xxxxxxxxx\xc3\xa9yz"),
      FAILS(E_INVALID, "line 1: invalid amount `" X10 X10 X10 X10 X10 X10 X10
                       "xxxxxxxxx\xc3\xa9\xE2\x80\xA6`")},
@@ -229,8 +228,11 @@ static const struct tcase cases[] = {
      FAILS(E_INVALID, "line 1: unexpected argument `@\xE2\x80\x8Dteam\xEF\xBC\x9C!--"
                       "\xEF\xBC\x86` to pause")},
     {"argument_bidi_and_separators",
-     B("/diverge pause a\xE2\x80\xAE" "b\xE2\x80\xA8" "c\xE2\x81\xA6"),
-     FAILS(E_INVALID, "line 1: unexpected argument `a\xEF\xBF\xBD" "b\xEF\xBF\xBD"
+     B("/diverge pause a\xE2\x80\xAE"
+       "b\xE2\x80\xA8"
+       "c\xE2\x81\xA6"),
+     FAILS(E_INVALID, "line 1: unexpected argument `a\xEF\xBF\xBD"
+                      "b\xEF\xBF\xBD"
                       "c\xEF\xBF\xBD` to pause")},
     {"argument_binary", B("/diverge pause \x01\xff\x7f"),
      FAILS(E_INVALID, "line 1: unexpected argument `\\x01\\xff\\x7f` to pause")},
@@ -259,8 +261,8 @@ static const struct tcase cases[] = {
 
 static bool cmd_matches(const struct slashcmd *c, const struct want *w)
 {
-    bool text_ok = (w->text == NULL) ? c->text == NULL
-                                     : (c->text != NULL && strcmp(c->text, w->text) == 0);
+    bool text_ok =
+        (w->text == NULL) ? c->text == NULL : (c->text != NULL && strcmp(c->text, w->text) == 0);
 
     return c->verb == w->verb && text_ok && c->has_usd == w->has_usd && c->usd_micros == w->usd &&
            c->has_tokens == w->has_tokens && c->tokens == w->tokens && c->line == w->line;

@@ -44,8 +44,7 @@ TEST(task_names)
     CHECK(strlen(a) <= 63);
 }
 
-static json_t *task_with(const char *provider, const char *project, const char *pr,
-                         const char *mr)
+static json_t *task_with(const char *provider, const char *project, const char *pr, const char *mr)
 {
     json_t *ann = json_object();
     json_t *t = json_pack("{s:{s:s, s:o}}", "metadata", "name", "fix-pr-7", "annotations", ann);
@@ -131,8 +130,7 @@ static void check_reply(const char *got, const char *head)
 
     if (got == NULL || strncmp(got, head, n) != 0 ||
         strcmp(got + n, slashcmd_help_markdown()) != 0) {
-        t_fail(__FILE__, __LINE__, "reply \"%s\", want \"%s\" + help", got ? got : "(null)",
-               head);
+        t_fail(__FILE__, __LINE__, "reply \"%s\", want \"%s\" + help", got ? got : "(null)", head);
     }
 }
 
@@ -165,7 +163,8 @@ TEST(agent_yaml_reply_quotes_branch_and_keys)
 
     CHECK_EQ_STR(r, "@alice the repository's `.diverge/agent.yaml` on ``main`@\xE2\x80\x8Dx"
                     "\xEF\xBC\x9C!--`` is not valid: `.diverge/agent.yaml:3: @\xE2\x80\x8Dteam"
-                    "\xEF\xBC\x9C" "b\xEF\xBC\x9E: not a number`. Nothing was changed.\n");
+                    "\xEF\xBC\x9C"
+                    "b\xEF\xBC\x9E: not a number`. Nothing was changed.\n");
     free(r);
 }
 

@@ -30,9 +30,16 @@ TEST(money_parse_forms)
         const char *in;
         int64_t want;
     } ok[] = {
-        {"5.00", 5000000},   {"0.0225", 22500},  {"+15.00", 15000000}, {"$5", 5000000},
-        {"+$15", 15000000},  {"$15.00", 15000000}, {"0", 0},          {"0.000001", 1},
-        {"12.345678", 12345678}, {"9223372036854.775807", INT64_MAX},
+        {"5.00", 5000000},
+        {"0.0225", 22500},
+        {"+15.00", 15000000},
+        {"$5", 5000000},
+        {"+$15", 15000000},
+        {"$15.00", 15000000},
+        {"0", 0},
+        {"0.000001", 1},
+        {"12.345678", 12345678},
+        {"9223372036854.775807", INT64_MAX},
     };
     for (size_t i = 0; i < ARRAY_LEN(ok); i++) {
         int rc;
@@ -48,11 +55,20 @@ TEST(money_parse_errors)
         const char *in;
         int want;
     } bad[] = {
-        {"", E_INVALID},          {"$", E_INVALID},        {"1.0000001", E_INVALID},
-        {"-1", E_INVALID},        {"1e3", E_INVALID},      {"1.", E_INVALID},
-        {".5", E_INVALID},        {" 1", E_INVALID},       {"1 ", E_INVALID},
-        {"abc", E_INVALID},       {"1.2.3", E_INVALID},    {"++1", E_INVALID},
-        {"9223372036854.775808", E_TOOBIG}, {"99999999999999999999", E_TOOBIG},
+        {"", E_INVALID},
+        {"$", E_INVALID},
+        {"1.0000001", E_INVALID},
+        {"-1", E_INVALID},
+        {"1e3", E_INVALID},
+        {"1.", E_INVALID},
+        {".5", E_INVALID},
+        {" 1", E_INVALID},
+        {"1 ", E_INVALID},
+        {"abc", E_INVALID},
+        {"1.2.3", E_INVALID},
+        {"++1", E_INVALID},
+        {"9223372036854.775808", E_TOOBIG},
+        {"99999999999999999999", E_TOOBIG},
     };
     for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
         int rc;
@@ -78,8 +94,8 @@ TEST(money_plus_flag)
 TEST(money_format_roundtrip)
 {
     char out[MONEY_STR_MAX];
-    static const char *const strs[] = {"5.00", "0.0675", "0.0225", "12.345678", "0.00",
-                                       "1000000.10", "9223372036854.775807"};
+    static const char *const strs[] = {
+        "5.00", "0.0675", "0.0225", "12.345678", "0.00", "1000000.10", "9223372036854.775807"};
     for (size_t i = 0; i < ARRAY_LEN(strs); i++) {
         int64_t v;
         CHECK_OK(money_parse(&v, NULL, strs[i], NULL));
@@ -124,13 +140,39 @@ TEST(rfc3339)
 TEST(jsonscan_accepts_and_refuses)
 {
     static const char *const good[] = {
-        "{}", "[]", " {\"a\" : [1, -2.5e+3, true, false, null, \"x\\u00e9\\n\"]} ", "0",
-        "\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\"", "[[[]]]", "{\"a\":{\"b\":{}}}",
+        "{}",
+        "[]",
+        " {\"a\" : [1, -2.5e+3, true, false, null, \"x\\u00e9\\n\"]} ",
+        "0",
+        "\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\"",
+        "[[[]]]",
+        "{\"a\":{\"b\":{}}}",
     };
     static const char *const bad[] = {
-        "", " ", "{", "}", "[1,]", "{\"a\":}", "{\"a\" 1}", "{a:1}", "01", "1.", "-",
-        "1e", "tru", "nul", "\"abc", "\"\\x\"", "\"\\u12g4\"", "\"\x01\"", "{} {}",
-        "\"\xff\"", "\"\xc3\"", "\"\xed\xa0\x80\"", "[1 2]", "{\"a\":1,}",
+        "",
+        " ",
+        "{",
+        "}",
+        "[1,]",
+        "{\"a\":}",
+        "{\"a\" 1}",
+        "{a:1}",
+        "01",
+        "1.",
+        "-",
+        "1e",
+        "tru",
+        "nul",
+        "\"abc",
+        "\"\\x\"",
+        "\"\\u12g4\"",
+        "\"\x01\"",
+        "{} {}",
+        "\"\xff\"",
+        "\"\xc3\"",
+        "\"\xed\xa0\x80\"",
+        "[1 2]",
+        "{\"a\":1,}",
     };
     for (size_t i = 0; i < ARRAY_LEN(good); i++) {
         if (jsonscan_check(good[i], strlen(good[i]), NULL) != E_OK) {
@@ -153,7 +195,9 @@ TEST(jsonscan_accepts_and_refuses)
 TEST(jsonw_matches_jansson_compact)
 {
     static const char *const docs[] = {
-        "{}", "[]", "{\"a\":1,\"b\":[true,false,null,-7],\"c\":{\"d\":\"x\\ny\\t\\\"q\\\\\"}}",
+        "{}",
+        "[]",
+        "{\"a\":1,\"b\":[true,false,null,-7],\"c\":{\"d\":\"x\\ny\\t\\\"q\\\\\"}}",
         "{\"u\":\"\\u0001\\u001f caf\\u00e9 \\u20ac /\",\"big\":9223372036854775807}",
         "[{\"k\":[]},{\"k\":{}},\"\"]",
     };
@@ -301,8 +345,13 @@ static void log_hostile(void)
     /* A multi-byte character across the LOG_VALUE_MAX boundary. */
     memcpy(g_long + LOG_VALUE_MAX - 1, "\xc3\xa9", 2);
     log_kv(LOG_INFO, "request", "path", "/x\r2026-11-30T00:00:00Z info admin_login", "esc",
-           "\x1b[2J", "bad", "\xff\xfe", "c1", "\xc2\x9b" "31m", "del", "a\x7f" "b", "q",
-           "\"\\", "ok", "caf\xc3\xa9", NULL);
+           "\x1b[2J", "bad", "\xff\xfe", "c1",
+           "\xc2\x9b"
+           "31m",
+           "del",
+           "a\x7f"
+           "b",
+           "q", "\"\\", "ok", "caf\xc3\xa9", NULL);
     log_kv(LOG_WARN, "long", "path", g_long, "tail", "after", NULL);
 }
 

@@ -181,13 +181,14 @@ TEST(reconcile_mints_pauses_and_reminted)
     struct controller *c = NULL;
     unsigned char key[TOKEN_ROOT_KEY_LEN] = {0};
     char dir[] = "/tmp/diverge-ctrl-XXXXXX";
-    struct controller_config cfg = {.data_dir = mkdtemp(dir), .root_key = key,
+    struct controller_config cfg = {.data_dir = mkdtemp(dir),
+                                    .root_key = key,
                                     .default_budget_usd = 5000000,
                                     .default_budget_tokens = 1000000,
                                     .sandbox_provider = "none",
                                     .manual = true};
-    json_t *in = json_loads("{\"metadata\":{\"name\":\"t\"},\"spec\":{\"objective\":\"x\"}}", 0,
-                            NULL);
+    json_t *in =
+        json_loads("{\"metadata\":{\"name\":\"t\"},\"spec\":{\"objective\":\"x\"}}", 0, NULL);
     json_t *obj = NULL, *stored = NULL, *ph;
     struct token_record rec;
     struct err err = {0};

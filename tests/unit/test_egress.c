@@ -275,12 +275,11 @@ static size_t parse_answers(struct egress_addr *out, const char *list)
 
 static struct egress_policy *test_policy(void)
 {
-    static const char *rules[] = {"*.github.com",    "example.com:8443", "api.test",
-                                  "1.1.1.1:443",     "[2606:4700::1111]", "127.0.0.1:4000",
-                                  "[::1]:4001",      "10.0.0.5:443",      "127.0.0.2",
-                                  "metadata.test",   "rebind.test:4000",  "127.0.0.1:5000",
-                                  "169.254.169.254:80", "127.0.0.3:6000", "[::1]:6000",
-                                  "127.0.0.3:6001"};
+    static const char *rules[] = {
+        "*.github.com",       "example.com:8443", "api.test",         "1.1.1.1:443",
+        "[2606:4700::1111]",  "127.0.0.1:4000",   "[::1]:4001",       "10.0.0.5:443",
+        "127.0.0.2",          "metadata.test",    "rebind.test:4000", "127.0.0.1:5000",
+        "169.254.169.254:80", "127.0.0.3:6000",   "[::1]:6000",       "127.0.0.3:6001"};
     struct egress_policy *p;
     struct egress_addr own;
 
@@ -314,9 +313,8 @@ TEST(decide_table)
         egress_decide(&d, p, host, is_ip, &addr, decide_cases[i].port, addrs, n);
         got = d.allowed ? (d.rule != NULL ? d.rule->text : "(null)") : d.reason;
         if (d.allowed != decide_cases[i].allowed || strcmp(got, decide_cases[i].why) != 0) {
-            t_fail(__FILE__, __LINE__, "case %zu %s:%u: %s %s, want %s %s", i,
-                   decide_cases[i].host, (unsigned)decide_cases[i].port,
-                   d.allowed ? "allowed" : "denied", got,
+            t_fail(__FILE__, __LINE__, "case %zu %s:%u: %s %s, want %s %s", i, decide_cases[i].host,
+                   (unsigned)decide_cases[i].port, d.allowed ? "allowed" : "denied", got,
                    decide_cases[i].allowed ? "allowed" : "denied", decide_cases[i].why);
         }
     }
@@ -380,12 +378,12 @@ static const struct {
     unsigned port;
     size_t head_len;
 } connect_cases[] = {
-    {"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n", E_OK, "example.com",
-     443, 59},
+    {"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n", E_OK, "example.com", 443,
+     59},
     {"CONNECT Example.COM.:8443 HTTP/1.0\r\n\r\nEARLY", E_OK, "example.com", 8443, 38},
     {"CONNECT [::1]:443 HTTP/1.1\r\n\r\n", E_OK, "::1", 443, 30},
-    {"CONNECT 127.0.0.1:4000 HTTP/1.1\r\nProxy-Connection: keep-alive\r\n\r\n", E_OK,
-     "127.0.0.1", 4000, 65},
+    {"CONNECT 127.0.0.1:4000 HTTP/1.1\r\nProxy-Connection: keep-alive\r\n\r\n", E_OK, "127.0.0.1",
+     4000, 65},
     {"CONNECT example.com:443 HTTP/1.1\r\nHost: x", E_AGAIN, NULL, 0, 0},
     {"CONNECT example.com:443 HTTP/1.1", E_AGAIN, NULL, 0, 0},
     {"CONN", E_AGAIN, NULL, 0, 0},
@@ -461,7 +459,8 @@ TEST(event_lines)
                               .reason = ""};
     size_t body = egress_event_format(line, &ev);
 
-    CHECK_EQ_STR(line, "2026-11-30T08:00:00Z egress api.github.com:443 allowed rule=*.github.com:443");
+    CHECK_EQ_STR(line,
+                 "2026-11-30T08:00:00Z egress api.github.com:443 allowed rule=*.github.com:443");
     CHECK_EQ_STR(line + body, "egress api.github.com:443 allowed rule=*.github.com:443");
     ev.kind = EGRESS_EVENT_CLOSE;
     ev.bytes_out = 517;
@@ -479,7 +478,8 @@ TEST(event_lines)
     ev.rule = "api.test:443";
     ev.reason = "link-local-address";
     egress_event_format(line, &ev);
-    CHECK_EQ_STR(line + body, "egress localhost:3000 denied reason=link-local-address rule=api.test:443");
+    CHECK_EQ_STR(line + body,
+                 "egress localhost:3000 denied reason=link-local-address rule=api.test:443");
 }
 
 T_MAIN

@@ -337,8 +337,10 @@ TEST(proxy_denies_names)
     CHECK(strstr(head, "X-Proxy-Error: loopback-address\r\n") != NULL);
     CHECK_EQ_INT(echo_accepted(&f.echo), 0);
     fixture_close(&f);
-    snprintf(line, sizeof(line), "egress rebind.test:%u denied reason=loopback-address "
-             "rule=rebind.test:%u", (unsigned)f.echo.port, (unsigned)f.echo.port);
+    snprintf(line, sizeof(line),
+             "egress rebind.test:%u denied reason=loopback-address "
+             "rule=rebind.test:%u",
+             (unsigned)f.echo.port, (unsigned)f.echo.port);
     CHECK(log_has(line));
 }
 

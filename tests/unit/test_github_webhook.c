@@ -22,7 +22,8 @@ TEST(documented_signature_vector)
     CHECK_EQ_INT(github_webhook_verify(DOC_SECRET, sig, "Hello, World?", 13, NULL), E_DENIED);
     CHECK_EQ_INT(github_webhook_verify(DOC_SECRET, NULL, body, strlen(body), NULL), E_DENIED);
     CHECK_EQ_INT(github_webhook_verify(DOC_SECRET, "sha1=abc", body, strlen(body), NULL), E_DENIED);
-    CHECK_EQ_INT(github_webhook_verify(DOC_SECRET, "sha256=zz", body, strlen(body), NULL), E_DENIED);
+    CHECK_EQ_INT(github_webhook_verify(DOC_SECRET, "sha256=zz", body, strlen(body), NULL),
+                 E_DENIED);
     CHECK_EQ_INT(github_webhook_verify("", sig, body, strlen(body), NULL), E_DENIED);
 }
 
@@ -116,7 +117,8 @@ TEST(malformed_payloads)
         "{\"action\":\"created\",\"issue\":{\"number\":1,\"pull_request\":{}},"
         "\"comment\":{\"id\":5,\"body\":\"x\"},\"repository\":{\"full_name\":\"a/b\"}}",
         "{\"action\":\"created\",\"issue\":{\"number\":\"1\",\"pull_request\":{}},"
-        "\"comment\":{\"id\":5,\"body\":\"x\",\"user\":{\"login\":\"u\"}},\"repository\":{\"full_name\":\"a/b\"}}",
+        "\"comment\":{\"id\":5,\"body\":\"x\",\"user\":{\"login\":\"u\"}},\"repository\":{\"full_"
+        "name\":\"a/b\"}}",
         "{\"action\":\"created\",\"issue\":{\"number\":1,\"pull_request\":{}},"
         "\"comment\":{\"id\":5,\"body\":\"x\",\"user\":{\"login\":\"u\"}}}",
     };
@@ -125,8 +127,8 @@ TEST(malformed_payloads)
         struct inbox_entry e;
         const char *why;
         struct err err = {0};
-        int rc = github_webhook_parse(&ev, &e, &why, "issue_comment", NULL, bad[i],
-                                      strlen(bad[i]), &err);
+        int rc = github_webhook_parse(&ev, &e, &why, "issue_comment", NULL, bad[i], strlen(bad[i]),
+                                      &err);
         if (rc != E_INVALID) {
             t_fail(__FILE__, __LINE__, "payload %zu: rc %d", i, rc);
         }

@@ -41,8 +41,8 @@ TEST(standard_webhooks_vector)
     /* Rotation: any configured secret; several signatures: any of them. */
     CHECK_OK(gitlab_sig_verify("whsec_b2xkLXNlY3JldA==," SW_SECRET, SW_ID, SW_TS, SW_SIG, b, n,
                                SW_NOW, NULL));
-    CHECK_OK(gitlab_sig_verify(SW_SECRET, SW_ID, SW_TS, "v1,bm9wZQ== v2,x " SW_SIG, b, n,
-                               SW_NOW, NULL));
+    CHECK_OK(
+        gitlab_sig_verify(SW_SECRET, SW_ID, SW_TS, "v1,bm9wZQ== v2,x " SW_SIG, b, n, SW_NOW, NULL));
     /* The window is +-300 s. */
     CHECK_OK(gitlab_sig_verify(SW_SECRET, SW_ID, SW_TS, SW_SIG, b, n, SW_NOW + 300, NULL));
     CHECK_OK(gitlab_sig_verify(SW_SECRET, SW_ID, SW_TS, SW_SIG, b, n, SW_NOW - 300, NULL));
@@ -57,9 +57,9 @@ TEST(standard_webhooks_vector)
                  E_DENIED);
     CHECK_EQ_INT(gitlab_sig_verify(SW_SECRET, SW_ID, SW_TS, SW_SIG, b, n - 1, SW_NOW, NULL),
                  E_DENIED);
-    CHECK_EQ_INT(gitlab_sig_verify("whsec_b2xkLXNlY3JldA==", SW_ID, SW_TS, SW_SIG, b, n, SW_NOW,
-                                   NULL),
-                 E_DENIED);
+    CHECK_EQ_INT(
+        gitlab_sig_verify("whsec_b2xkLXNlY3JldA==", SW_ID, SW_TS, SW_SIG, b, n, SW_NOW, NULL),
+        E_DENIED);
     CHECK_EQ_INT(gitlab_sig_verify(SW_SECRET, SW_ID, SW_TS,
                                    "v2,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=", b, n, SW_NOW,
                                    NULL),
@@ -186,8 +186,8 @@ TEST(fixtures_parse)
             t_fail(__FILE__, __LINE__, "cannot read fixture %s", cases[i].file);
             continue;
         }
-        CHECK_OK(gitlab_webhook_parse(&ev, &e, &why, "Note Hook", "d-1", "uuid-1", data, len,
-                                      NULL));
+        CHECK_OK(
+            gitlab_webhook_parse(&ev, &e, &why, "Note Hook", "d-1", "uuid-1", data, len, NULL));
         CHECK_EQ_INT(ev, GITLAB_EVENT_NOTE);
         CHECK_EQ_STR(e.provider, "gitlab");
         CHECK_EQ_STR(e.project, cases[i].project);
@@ -244,12 +244,11 @@ TEST(duplicate_key_last_wins)
 /* The docs fixture with REPLACE (a JSON fragment of object_attributes) spliced in after
  * its "object_attributes": { — later keys of the same name win over it, so the fragment
  * replaces nothing present later; used for keys the fixture does not set later. */
-static int parse_variant(enum gitlab_event *ev, const char *event, const char *from,
-                         const char *to)
+static int parse_variant(enum gitlab_event *ev, const char *event, const char *from, const char *to)
 {
     size_t len = 0;
-    char *data = fixture_with_note("note_hook.merge_request.gitlab-docs.json", "/diverge help",
-                                   &len);
+    char *data =
+        fixture_with_note("note_hook.merge_request.gitlab-docs.json", "/diverge help", &len);
     char *at = data != NULL ? strstr(data, from) : NULL, *v;
     struct inbox_entry e;
     const char *why = NULL;
@@ -282,17 +281,17 @@ TEST(note_rules)
     CHECK_OK(parse_variant(&ev, "Note Hook", "\"noteable_type\": \"MergeRequest\"",
                            "\"noteable_type\": \"Issue\""));
     CHECK_EQ_INT(ev, GITLAB_EVENT_IGNORED);
-    CHECK_OK(parse_variant(&ev, "Confidential Note Hook", "\"system\": false",
-                           "\"system\": false"));
+    CHECK_OK(
+        parse_variant(&ev, "Confidential Note Hook", "\"system\": false", "\"system\": false"));
     CHECK_EQ_INT(ev, GITLAB_EVENT_IGNORED);
     CHECK_OK(parse_variant(&ev, "Push Hook", "\"system\": false", "\"system\": false"));
     CHECK_EQ_INT(ev, GITLAB_EVENT_IGNORED);
     /* Missing or invalid fields: 400. */
     CHECK_EQ_INT(parse_variant(&ev, "Note Hook", "\"iid\": 1", "\"iid\": 0"), E_INVALID);
     CHECK_EQ_INT(parse_variant(&ev, "Note Hook", "\"iid\": 1", "\"iid\": \"1\""), E_INVALID);
-    CHECK_EQ_INT(parse_variant(&ev, "Note Hook", "\"username\": \"root\"",
-                               "\"username\": \"ro ot\""),
-                 E_INVALID);
+    CHECK_EQ_INT(
+        parse_variant(&ev, "Note Hook", "\"username\": \"root\"", "\"username\": \"ro ot\""),
+        E_INVALID);
     CHECK_EQ_INT(parse_variant(&ev, "Note Hook",
                                "\"path_with_namespace\":\"gitlab-org/gitlab-test\"",
                                "\"path_with_namespace\":\"gitlab-org/../x\""),
@@ -300,9 +299,9 @@ TEST(note_rules)
     CHECK_EQ_INT(parse_variant(&ev, "Note Hook", "\"source_branch\": \"master\"",
                                "\"source_branch\": \"-x\""),
                  E_INVALID);
-    CHECK_EQ_INT(parse_variant(&ev, "Note Hook", "\"object_kind\": \"note\"",
-                               "\"object_kind\": \"push\""),
-                 E_INVALID);
+    CHECK_EQ_INT(
+        parse_variant(&ev, "Note Hook", "\"object_kind\": \"note\"", "\"object_kind\": \"push\""),
+        E_INVALID);
     CHECK_EQ_INT(parse_variant(&ev, "Note Hook", "\"object_kind\": \"note\"", "\"object_kind\": ["),
                  E_INVALID);
     CHECK_EQ_INT(parse_variant(&ev, NULL, "\"system\": false", "\"system\": false"), E_INVALID);

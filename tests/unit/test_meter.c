@@ -14,11 +14,13 @@ TEST(cost_from_double_is_exact)
         int64_t want;
         int rc;
     } cases[] = {
-        {0.0225, 22500, E_OK},   {0.0675, 67500, E_OK},     {1.5, 1500000, E_OK},
-        {0.000001, 1, E_OK},     {0, 0, E_OK},              {12345.678901, 12345678901, E_OK},
-        {0.1, 100000, E_OK},     {0.3, 300000, E_OK},       {1e-7, 0, E_INVALID},
-        {0.0000015, 0, E_INVALID}, {-0.01, 0, E_INVALID},   {1e300, 0, E_INVALID},
-        {5.00, 5000000, E_OK},   {999999999.999999, 999999999999999, E_OK},
+        {0.0225, 22500, E_OK}, {0.0675, 67500, E_OK},
+        {1.5, 1500000, E_OK},  {0.000001, 1, E_OK},
+        {0, 0, E_OK},          {12345.678901, 12345678901, E_OK},
+        {0.1, 100000, E_OK},   {0.3, 300000, E_OK},
+        {1e-7, 0, E_INVALID},  {0.0000015, 0, E_INVALID},
+        {-0.01, 0, E_INVALID}, {1e300, 0, E_INVALID},
+        {5.00, 5000000, E_OK}, {999999999.999999, 999999999999999, E_OK},
     };
     for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
         int64_t v = -1;
@@ -142,33 +144,54 @@ TEST(decision_table)
     struct meter_request r = req_of(1500, 22500, 1);
 
     /* 401s, in order */
-    st = base_state(); st.task_found = false; meter_decide(&d, &st, &r);
+    st = base_state();
+    st.task_found = false;
+    meter_decide(&d, &st, &r);
     CHECK_EQ_INT(d.status, 401);
-    st = base_state(); st.token_current = false; meter_decide(&d, &st, &r);
+    st = base_state();
+    st.token_current = false;
+    meter_decide(&d, &st, &r);
     CHECK_EQ_INT(d.status, 401);
     CHECK_EQ_STR(d.reason, "token revoked");
-    st = base_state(); st.caveats_ok = false; meter_decide(&d, &st, &r);
+    st = base_state();
+    st.caveats_ok = false;
+    meter_decide(&d, &st, &r);
     CHECK_EQ_INT(d.status, 401);
     for (int p = 0; p < TASK_PHASE_COUNT; p++) {
-        st = base_state(); st.phase = (enum task_phase)p; meter_decide(&d, &st, &r);
+        st = base_state();
+        st.phase = (enum task_phase)p;
+        meter_decide(&d, &st, &r);
         CHECK_EQ_INT(d.status, p == TASK_ACTIVE ? 200 : 401);
     }
     /* 401 beats 400 beats 403 */
-    st = base_state(); st.token_current = false; st.body_ok = false; st.model_ok = false;
+    st = base_state();
+    st.token_current = false;
+    st.body_ok = false;
+    st.model_ok = false;
     meter_decide(&d, &st, NULL);
     CHECK_EQ_INT(d.status, 401);
-    st = base_state(); st.body_ok = false; st.model_ok = false; meter_decide(&d, &st, NULL);
+    st = base_state();
+    st.body_ok = false;
+    st.model_ok = false;
+    meter_decide(&d, &st, NULL);
     CHECK_EQ_INT(d.status, 400);
-    st = base_state(); st.model_ok = false; st.seen = true; meter_decide(&d, &st, &r);
+    st = base_state();
+    st.model_ok = false;
+    st.seen = true;
+    meter_decide(&d, &st, &r);
     CHECK_EQ_INT(d.status, 403);
     /* idempotent retry: nothing added */
-    st = base_state(); st.seen = true; st.tokens_consumed = 10; st.cost_micros = 20;
+    st = base_state();
+    st.seen = true;
+    st.tokens_consumed = 10;
+    st.cost_micros = 20;
     meter_decide(&d, &st, &r);
     CHECK_EQ_INT(d.outcome, METER_DUPLICATE);
     CHECK_EQ_INT(d.total_tokens, 10);
     CHECK_EQ_INT(d.total_cost_micros, 20);
     /* charge */
-    st = base_state(); meter_decide(&d, &st, &r);
+    st = base_state();
+    meter_decide(&d, &st, &r);
     CHECK_EQ_INT(d.outcome, METER_ALLOWED);
     CHECK_EQ_INT(d.total_tokens, 1500);
     CHECK_EQ_INT(d.total_cost_micros, 22500);
@@ -264,15 +287,15 @@ TEST(request_id_rules)
         "{\"requestId\":\"   \"}",
         "{\"requestId\":\"\\t\"}",
         "{\"requestId\":\" \\n \"}",
-        "{\"requestId\":\"\\u00a0\\u3000\"}",      /* Unicode spaces only */
-        "{\"requestId\":\"a\\u0000b\"}",           /* NUL inside */
-        "{\"requestId\":\"a\\u0001\"}",            /* C0 control */
-        "{\"requestId\":\"a\\u001b[2J\"}",         /* terminal escape */
-        "{\"requestId\":\"a\\u007f\"}",            /* DEL */
-        "{\"requestId\":\"a\\u0085\"}",            /* C1 control (NEL) */
+        "{\"requestId\":\"\\u00a0\\u3000\"}", /* Unicode spaces only */
+        "{\"requestId\":\"a\\u0000b\"}",      /* NUL inside */
+        "{\"requestId\":\"a\\u0001\"}",       /* C0 control */
+        "{\"requestId\":\"a\\u001b[2J\"}",    /* terminal escape */
+        "{\"requestId\":\"a\\u007f\"}",       /* DEL */
+        "{\"requestId\":\"a\\u0085\"}",       /* C1 control (NEL) */
         "{\"requestId\":\"a\\r\\nb\"}",
-        "{\"requestId\":\"\xc3\"}",                /* truncated UTF-8 */
-        "{\"requestId\":\"\xed\xa0\x80\"}",        /* surrogate */
+        "{\"requestId\":\"\xc3\"}",         /* truncated UTF-8 */
+        "{\"requestId\":\"\xed\xa0\x80\"}", /* surrogate */
     };
     static const char *const good[] = {
         "{\"requestId\":\" a \"}",

@@ -43,14 +43,29 @@ TEST(usage_line_exact_money)
 
 TEST(usage_line_refused)
 {
-    static const char *const bad[] = {
-        "", "not json", "[]", "{", "{\"costUSD\":-0.01}", "{\"costUSD\":0.0000001}",
-        "{\"costUSD\":1e-7}", "{\"costUSD\":\"+1\"}", "{\"costUSD\":\"$1\"}",
-        "{\"costUSD\":1000000000.000001}", "{\"costUSD\":1e99999999}", "{\"costUSD\":true}",
-        "{\"costUSD\":{}}", "{\"tokensUsed\":-1}", "{\"tokensUsed\":1.5}",
-        "{\"tokensUsed\":\"5\"}", "{\"tokensUsed\":1000000000001}", "{\"model\":5}",
-        "{\"model\":\"\"}", "{\"model\":\"a\\u0000b\"}", "{\"model\":\"a\\nb\"}",
-        "{\"model\":\"x\"} trailing", "{\"model\":\"\xff\"}"};
+    static const char *const bad[] = {"",
+                                      "not json",
+                                      "[]",
+                                      "{",
+                                      "{\"costUSD\":-0.01}",
+                                      "{\"costUSD\":0.0000001}",
+                                      "{\"costUSD\":1e-7}",
+                                      "{\"costUSD\":\"+1\"}",
+                                      "{\"costUSD\":\"$1\"}",
+                                      "{\"costUSD\":1000000000.000001}",
+                                      "{\"costUSD\":1e99999999}",
+                                      "{\"costUSD\":true}",
+                                      "{\"costUSD\":{}}",
+                                      "{\"tokensUsed\":-1}",
+                                      "{\"tokensUsed\":1.5}",
+                                      "{\"tokensUsed\":\"5\"}",
+                                      "{\"tokensUsed\":1000000000001}",
+                                      "{\"model\":5}",
+                                      "{\"model\":\"\"}",
+                                      "{\"model\":\"a\\u0000b\"}",
+                                      "{\"model\":\"a\\nb\"}",
+                                      "{\"model\":\"x\"} trailing",
+                                      "{\"model\":\"\xff\"}"};
     struct runner_usage u;
     char big[RUNNER_USAGE_LINE_MAX + 40];
 
@@ -178,8 +193,8 @@ TEST(meter_answers_and_exit_codes)
 
 TEST(meter_body_is_exact)
 {
-    struct runner_meter_call c = {.request_id = "t-u0", .iteration = 2, .model = "m",
-                                  .tokens = 1500, .cost_micros = 22500};
+    struct runner_meter_call c = {
+        .request_id = "t-u0", .iteration = 2, .model = "m", .tokens = 1500, .cost_micros = 22500};
     char *body = runner_meter_body(&c);
 
     CHECK_EQ_STR(body, "{\"requestId\":\"t-u0\",\"iteration\":2,\"tokensUsed\":1500,"
@@ -189,8 +204,8 @@ TEST(meter_body_is_exact)
 
 TEST(iteration_verdict_and_failure_text)
 {
-    struct runner_iteration it = {.iteration = 2, .agent_status = 0, .verify_ran = true,
-                                  .verify_status = 1};
+    struct runner_iteration it = {
+        .iteration = 2, .agent_status = 0, .verify_ran = true, .verify_status = 1};
     char line[128], tail[4096];
     char *text;
     size_t n = 0;
@@ -239,23 +254,56 @@ static const char *fake_get(const char *name, void *ud)
 
 TEST(config_from_env)
 {
-    static const char *const good[] = {"DIVERGE_TASK_NAME", "fix-it", "DIVERGE_REPO_URL",
-                                       "file:///r.git", "DIVERGE_AGENT_CMD", "sh a.sh",
-                                       "DIVERGE_TOKEN_FILE", "/t", "DIVERGE_METER_URL",
-                                       "http://127.0.0.1:1/m", "DIVERGE_USAGE_FILE", "/u",
-                                       "DIVERGE_MAX_ITERATIONS", "3", NULL};
-    static const char *const badbranch[] = {"DIVERGE_TASK_NAME", "fix-it", "DIVERGE_REPO_URL",
-                                            "file:///r.git", "DIVERGE_AGENT_CMD", "x",
-                                            "DIVERGE_MACAROON_TOKEN", "t", "DIVERGE_METER_URL",
-                                            "u", "DIVERGE_WORKING_BRANCH", "--upload-pack=x",
+    static const char *const good[] = {"DIVERGE_TASK_NAME",
+                                       "fix-it",
+                                       "DIVERGE_REPO_URL",
+                                       "file:///r.git",
+                                       "DIVERGE_AGENT_CMD",
+                                       "sh a.sh",
+                                       "DIVERGE_TOKEN_FILE",
+                                       "/t",
+                                       "DIVERGE_METER_URL",
+                                       "http://127.0.0.1:1/m",
+                                       "DIVERGE_USAGE_FILE",
+                                       "/u",
+                                       "DIVERGE_MAX_ITERATIONS",
+                                       "3",
+                                       NULL};
+    static const char *const badbranch[] = {"DIVERGE_TASK_NAME",
+                                            "fix-it",
+                                            "DIVERGE_REPO_URL",
+                                            "file:///r.git",
+                                            "DIVERGE_AGENT_CMD",
+                                            "x",
+                                            "DIVERGE_MACAROON_TOKEN",
+                                            "t",
+                                            "DIVERGE_METER_URL",
+                                            "u",
+                                            "DIVERGE_WORKING_BRANCH",
+                                            "--upload-pack=x",
                                             NULL};
-    static const char *const badstart[] = {"DIVERGE_TASK_NAME", "fix-it", "DIVERGE_REPO_URL",
-                                           "file:///r.git", "DIVERGE_AGENT_CMD", "x",
-                                           "DIVERGE_MACAROON_TOKEN", "t", "DIVERGE_METER_URL",
-                                           "u", "DIVERGE_START_ITERATION", "0", NULL};
-    static const char *const nometer[] = {"DIVERGE_TASK_NAME", "fix-it", "DIVERGE_REPO_URL",
-                                          "file:///r.git", "DIVERGE_AGENT_CMD", "x",
-                                          "DIVERGE_MACAROON_TOKEN", "t", NULL};
+    static const char *const badstart[] = {"DIVERGE_TASK_NAME",
+                                           "fix-it",
+                                           "DIVERGE_REPO_URL",
+                                           "file:///r.git",
+                                           "DIVERGE_AGENT_CMD",
+                                           "x",
+                                           "DIVERGE_MACAROON_TOKEN",
+                                           "t",
+                                           "DIVERGE_METER_URL",
+                                           "u",
+                                           "DIVERGE_START_ITERATION",
+                                           "0",
+                                           NULL};
+    static const char *const nometer[] = {"DIVERGE_TASK_NAME",
+                                          "fix-it",
+                                          "DIVERGE_REPO_URL",
+                                          "file:///r.git",
+                                          "DIVERGE_AGENT_CMD",
+                                          "x",
+                                          "DIVERGE_MACAROON_TOKEN",
+                                          "t",
+                                          NULL};
     struct fake_env e = {good};
     struct runner_config c;
     struct err err = {0};

@@ -51,7 +51,8 @@ TEST(eighty_per_minute)
 TEST(backoff_and_retry_after)
 {
     struct scm_outbox_config cfg = SCM_OUTBOX_CONFIG_DEFAULTS;
-    struct scm_result none = {0}, ra = {.status = 403, .retry_after_ms = 2000, .rate_limited = true};
+    struct scm_result none = {0},
+                      ra = {.status = 403, .retry_after_ms = 2000, .rate_limited = true};
     struct scm_result secondary = {.status = 403, .rate_limited = true};
     struct scm_result slow503 = {.status = 503, .retry_after_ms = 30000};
 
@@ -102,9 +103,9 @@ TEST(links_stay_under_the_api_base)
     CHECK(scm_url_under(gh, "https://api.github.com/repositories/1/issues/7/comments?page=2"));
     CHECK(scm_url_under(gh, "HTTPS://API.GitHub.com:443/x"));
     CHECK(scm_url_under(gh, "https://api.github.com"));
-    CHECK(!scm_url_under(gh, "http://api.github.com/x"));      /* scheme */
+    CHECK(!scm_url_under(gh, "http://api.github.com/x"));       /* scheme */
     CHECK(!scm_url_under(gh, "https://api.github.com.evil/x")); /* host */
-    CHECK(!scm_url_under(gh, "https://api.github.com:444/x")); /* port */
+    CHECK(!scm_url_under(gh, "https://api.github.com:444/x"));  /* port */
     CHECK(!scm_url_under(gh, "https://evil@api.github.com/x")); /* user info */
     CHECK(!scm_url_under(gh, "https://api.github.com@evil.example/x"));
     CHECK(!scm_url_under(gh, "//api.github.com/x"));

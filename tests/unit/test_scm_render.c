@@ -10,7 +10,7 @@
 #include "tests/t_check.h"
 
 #define T0 INT64_C(1795946400000) /* 2026-11-29T10:00:00Z */
-#define ZWSP "\xE2\x80\x8B"            /* U+200B: breaks an autolink */
+#define ZWSP "\xE2\x80\x8B"       /* U+200B: breaks an autolink */
 
 static const char *const SPEC_EXAMPLE =
     "{\"apiVersion\":\"divergedev.com/v1alpha1\",\"kind\":\"AgentTask\","
@@ -337,10 +337,10 @@ TEST(escaping_user_text)
                         TASK_ANN_GUIDANCE, json_string("ask @octocat <!-- hi -->"));
     body = render(t);
     line = line_of(body, "**Objective:**");
-    CHECK_EQ_STR(line, "**Objective:** end --&gt; &lt;script&gt;alert(1)&lt;/script&gt; &amp; "
-                       "@\xE2\x80\x8Dsomeone /diverge pause \\[click\\](https:" ZWSP
-                       "//evil.example) "
-                       "\\*\\*bold\\*\\* \\`code\\` a\\|b");
+    CHECK_EQ_STR(line,
+                 "**Objective:** end --&gt; &lt;script&gt;alert(1)&lt;/script&gt; &amp; "
+                 "@\xE2\x80\x8Dsomeone /diverge pause \\[click\\](https:" ZWSP "//evil.example) "
+                 "\\*\\*bold\\*\\* \\`code\\` a\\|b");
     free(line);
     CHECK_HAS(body, "**Guidance:** ask @\xE2\x80\x8Doctocat &lt;!-- hi --&gt;\n");
     CHECK_LACKS(body, "<script");

@@ -48,13 +48,13 @@ TEST(decode_known_bytes)
 
 TEST(unknown_fields_of_every_wire_type_are_skipped)
 {
-    static const char in[] = "\xa8\x06\x05"                 /* 101 varint */
+    static const char in[] = "\xa8\x06\x05"                             /* 101 varint */
                              "\xb1\x06\x01\x02\x03\x04\x05\x06\x07\x08" /* 102 i64 */
-                             "\xba\x06\x02xy"               /* 103 len */
-                             "\xc5\x06\x01\x02\x03\x04"     /* 104 i32 */
+                             "\xba\x06\x02xy"                           /* 103 len */
+                             "\xc5\x06\x01\x02\x03\x04"                 /* 104 i32 */
                              "\xcb\x06\xd3\x06\xd4\x06\x08\x01\xcc\x06" /* 105 group{106{}} */
-                             "\x12\x01n"                    /* name (2) */
-                             "\x38\x05";                    /* iteration (7) as varint */
+                             "\x12\x01n"                                /* name (2) */
+                             "\x38\x05"; /* iteration (7) as varint */
     json_t *t = NULL;
 
     CHECK_OK(decode(&t, &connect_msg_get_req, BYTES(in)));
@@ -92,23 +92,27 @@ TEST(malformed_input_is_refused)
         const char *data;
         size_t len;
     } bad[] = {
-        {"\x38", 1},                                 /* truncated varint */
-        {"\x38\x80\x80", 3},                         /* truncated varint */
-        {"\x38\xff\xff\xff\xff\xff\xff\xff\xff\xff\x02", 11}, /* > 64 bits */
+        {"\x38", 1},                                              /* truncated varint */
+        {"\x38\x80\x80", 3},                                      /* truncated varint */
+        {"\x38\xff\xff\xff\xff\xff\xff\xff\xff\xff\x02", 11},     /* > 64 bits */
         {"\x38\xff\xff\xff\xff\xff\xff\xff\xff\xff\x80\x01", 12}, /* 11 bytes */
-        {"\x0a\x05" "ab", 4},                        /* length past the end */
-        {"\x0a\xff\xff\xff\xff\x0f", 6},             /* huge length */
-        {"\x00\x01", 2},                             /* field number 0 */
-        {"\x0e", 1},                                 /* wire type 6 */
-        {"\x0f", 1},                                 /* wire type 7 */
-        {"\xcc\x06", 2},                             /* end group without start */
-        {"\xcb\x06\xd4\x06", 4},                     /* mismatched end group */
-        {"\xcb\x06", 2},                             /* group never ended */
-        {"\xb1\x06\x01\x02", 4},                     /* truncated i64 */
-        {"\xc5\x06\x01", 3},                         /* truncated i32 */
-        {"\x0a\x02\xc3\x28", 4},                     /* not UTF-8 */
-        {"\x0a\x03" "a\0b", 5},                      /* NUL in a string */
-        {"\x80\x80\x80\x80\x80\x01", 6},             /* tag past 32 bits */
+        {"\x0a\x05"
+         "ab",
+         4},                             /* length past the end */
+        {"\x0a\xff\xff\xff\xff\x0f", 6}, /* huge length */
+        {"\x00\x01", 2},                 /* field number 0 */
+        {"\x0e", 1},                     /* wire type 6 */
+        {"\x0f", 1},                     /* wire type 7 */
+        {"\xcc\x06", 2},                 /* end group without start */
+        {"\xcb\x06\xd4\x06", 4},         /* mismatched end group */
+        {"\xcb\x06", 2},                 /* group never ended */
+        {"\xb1\x06\x01\x02", 4},         /* truncated i64 */
+        {"\xc5\x06\x01", 3},             /* truncated i32 */
+        {"\x0a\x02\xc3\x28", 4},         /* not UTF-8 */
+        {"\x0a\x03"
+         "a\0b",
+         5},                             /* NUL in a string */
+        {"\x80\x80\x80\x80\x80\x01", 6}, /* tag past 32 bits */
     };
 
     for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
@@ -152,10 +156,10 @@ TEST(empty_input_is_the_empty_message)
 
 TEST(encode_round_trips_and_omits_defaults)
 {
-    json_t *in = json_pack("{s:[{s:s, s:s, s:I, s:I, s:b, s:{s:s}, s:s}, {s:s}]}", "tasks",
-                           "name", "a", "costUSD", "0.05", "iteration", (json_int_t)3,
-                           "budgetTokens", (json_int_t)-7, "suspended", 1, "repository", "url",
-                           "u", "phase", "", "name", "b");
+    json_t *in =
+        json_pack("{s:[{s:s, s:s, s:I, s:I, s:b, s:{s:s}, s:s}, {s:s}]}", "tasks", "name", "a",
+                  "costUSD", "0.05", "iteration", (json_int_t)3, "budgetTokens", (json_int_t)-7,
+                  "suspended", 1, "repository", "url", "u", "phase", "", "name", "b");
     json_t *back = NULL;
     struct buf out;
     struct err err = {0};
@@ -174,8 +178,8 @@ TEST(encode_round_trips_and_omits_defaults)
 
 TEST(optional_zero_is_sent)
 {
-    json_t *in = json_pack("{s:I, s:I}", "budgetTokens", (json_int_t)0, "maxIterations",
-                           (json_int_t)0);
+    json_t *in =
+        json_pack("{s:I, s:I}", "budgetTokens", (json_int_t)0, "maxIterations", (json_int_t)0);
     struct buf out;
     struct err err = {0};
 
@@ -246,9 +250,9 @@ TEST(json_read_names_the_field)
     CHECK_EQ_INT(json_read(&t, &connect_msg_create_req, "{\"repository\":{\"url\":5}}", &err),
                  E_INVALID);
     CHECK_EQ_STR(err.field, "repository.url");
-    CHECK_EQ_INT(json_read(&t, &connect_msg_list_resp, "{\"tasks\":[{},{\"iteration\":\"x\"}]}",
-                           &err),
-                 E_INVALID);
+    CHECK_EQ_INT(
+        json_read(&t, &connect_msg_list_resp, "{\"tasks\":[{},{\"iteration\":\"x\"}]}", &err),
+        E_INVALID);
     CHECK_EQ_STR(err.field, "tasks[1].iteration");
 }
 

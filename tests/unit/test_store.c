@@ -88,12 +88,14 @@ TEST(validation_errors_name_the_field)
     } cases[] = {
         {"{\"metadata\":{\"name\":\"Bad_Name\"},\"spec\":{\"objective\":\"x\"}}", "metadata.name"},
         {"{\"metadata\":{\"name\":\"a-\"},\"spec\":{\"objective\":\"x\"}}", "metadata.name"},
-        {"{\"metadata\":{\"name\":\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"},"
+        {"{\"metadata\":{\"name\":"
+         "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"},"
          "\"spec\":{\"objective\":\"x\"}}",
          "metadata.name"},
         {"{\"metadata\":{\"name\":\"a\"},\"spec\":{}}", "spec.objective"},
         {"{\"metadata\":{\"name\":\"a\"}}", "spec"},
-        {"{\"metadata\":{\"name\":\"a\"},\"spec\":{\"objective\":\"x\",\"budgetUSD\":\"1.0000001\"}}",
+        {"{\"metadata\":{\"name\":\"a\"},\"spec\":{\"objective\":\"x\",\"budgetUSD\":\"1.0000001\"}"
+         "}",
          "spec.budgetUSD"},
         {"{\"metadata\":{\"name\":\"a\"},\"spec\":{\"objective\":\"x\",\"budgetUSD\":1.5}}",
          "spec.budgetUSD"},
@@ -107,9 +109,11 @@ TEST(validation_errors_name_the_field)
          "spec.budget"},
         {"{\"metadata\":{\"name\":\"a\"},\"spec\":{\"objective\":\"x\",\"capabilities\":[1]}}",
          "spec.capabilities[0]"},
-        {"{\"metadata\":{\"name\":\"a\"},\"spec\":{\"objective\":\"x\",\"sandbox\":{\"provider\":\"vm\"}}}",
+        {"{\"metadata\":{\"name\":\"a\"},\"spec\":{\"objective\":\"x\",\"sandbox\":{\"provider\":"
+         "\"vm\"}}}",
          "spec.sandbox.provider"},
-        {"{\"metadata\":{\"name\":\"a\"},\"spec\":{\"objective\":\"x\",\"repository\":{\"url\":3}}}",
+        {"{\"metadata\":{\"name\":\"a\"},\"spec\":{\"objective\":\"x\",\"repository\":{\"url\":3}}"
+         "}",
          "spec.repository.url"},
         {"{\"metadata\":{\"name\":\"a\",\"annotations\":{\"k\":1}},\"spec\":{\"objective\":\"x\"}}",
          "metadata.annotations[k]"},
@@ -149,9 +153,9 @@ TEST(store_create_get_conflict)
     struct err err = {0};
 
     CHECK_OK(task_store_create(&stored, st, t, &err));
-    CHECK_EQ_STR(json_string_value(json_object_get(json_object_get(stored, "metadata"),
-                                                   "resourceVersion")),
-                 "1");
+    CHECK_EQ_STR(
+        json_string_value(json_object_get(json_object_get(stored, "metadata"), "resourceVersion")),
+        "1");
     CHECK_EQ_INT(task_store_create(&dup, st, t, &err), E_CONFLICT);
     CHECK_OK(task_store_get(&got, st, "default", "a", &err));
     CHECK(json_equal(got, stored));
@@ -167,13 +171,16 @@ TEST(store_stale_patch_conflicts)
     struct task_store *st = open_mem();
     json_t *t = new_task("a"), *stored = NULL, *after = NULL;
     struct err err = {0};
-    struct patch_ud p1 = {load("{\"metadata\":{\"resourceVersion\":\"1\"},\"spec\":{\"objective\":\"y\"}}"),
-                          TASK_PATCH_MAIN};
+    struct patch_ud p1 = {
+        load("{\"metadata\":{\"resourceVersion\":\"1\"},\"spec\":{\"objective\":\"y\"}}"),
+        TASK_PATCH_MAIN};
 
     CHECK_OK(task_store_create(&stored, st, t, &err));
     CHECK_OK(task_store_mutate(&after, st, "default", "a", apply_patch, &p1, &err));
-    CHECK_EQ_STR(json_string_value(json_object_get(json_object_get(after, "spec"), "objective")), "y");
-    CHECK_EQ_INT(json_integer_value(json_object_get(json_object_get(after, "metadata"), "generation")), 2);
+    CHECK_EQ_STR(json_string_value(json_object_get(json_object_get(after, "spec"), "objective")),
+                 "y");
+    CHECK_EQ_INT(
+        json_integer_value(json_object_get(json_object_get(after, "metadata"), "generation")), 2);
     /* The same patch again carries the now stale resourceVersion "1". */
     CHECK_EQ_INT(task_store_mutate(NULL, st, "default", "a", apply_patch, &p1, &err), E_CONFLICT);
     json_decref(p1.patch);
@@ -259,8 +266,8 @@ TEST(restart_keeps_everything)
     task_store_close(st);
     CHECK_OK(task_store_sqlite_open(&st, path, clock_system(), &err));
     CHECK_OK(task_store_get(&o, st, "default", "a", &err));
-    CHECK_EQ_STR(json_string_value(json_object_get(json_object_get(o, "metadata"), "resourceVersion")),
-                 "1");
+    CHECK_EQ_STR(
+        json_string_value(json_object_get(json_object_get(o, "metadata"), "resourceVersion")), "1");
     CHECK_OK(task_store_count_phases(counts, st, &err));
     CHECK_EQ_INT(counts[TASK_PENDING], 1);
     json_decref(o);

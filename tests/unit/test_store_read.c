@@ -109,7 +109,7 @@ TEST(read_pool_sees_every_committed_write)
 /* A reader thread runs while the test holds a write transaction open. */
 struct held_txn {
     struct task_store *st;
-    json_t *b;                /* created inside the held transaction */
+    json_t *b; /* created inside the held transaction */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool txn_open;            /* the writer holds its transaction */

@@ -78,8 +78,8 @@ TEST(txn_savepoints_events_tokens)
     CHECK_EQ_INT(u.step, 1);
     CHECK_OK(task_store_get(&o, st, "default", "a", &err));
     CHECK_EQ_INT(json_integer_value(json_object_get(json_object_get(o, "status"), "iteration")), 1);
-    CHECK_EQ_STR(json_string_value(json_object_get(json_object_get(o, "metadata"), "resourceVersion")),
-                 "2");
+    CHECK_EQ_STR(
+        json_string_value(json_object_get(json_object_get(o, "metadata"), "resourceVersion")), "2");
     json_decref(o);
     /* One ADDED, one MODIFIED: the rolled-back job left no event. */
     CHECK_OK(task_store_watch(&last, st, NULL, 0, 10, count_events, counts, &err));
@@ -128,8 +128,8 @@ TEST(txn_failure_rolls_back)
     CHECK_EQ_INT(last, 1);
     json_t *b = new_task("b");
     CHECK_OK(task_store_create(&o, st, b, &err));
-    CHECK_EQ_STR(json_string_value(json_object_get(json_object_get(o, "metadata"), "resourceVersion")),
-                 "2");
+    CHECK_EQ_STR(
+        json_string_value(json_object_get(json_object_get(o, "metadata"), "resourceVersion")), "2");
     json_decref(o);
     json_decref(b);
     json_decref(a);
@@ -234,9 +234,9 @@ TEST(objective_and_guidance_caps)
 }
 
 struct claim_many {
-    int from, to;     /* ids "r<from>" .. "r<to - 1>" */
+    int from, to; /* ids "r<from>" .. "r<to - 1>" */
     const char *uid;
-    int fresh;        /* out: how many were fresh */
+    int fresh; /* out: how many were fresh */
 };
 
 static int claim_range(struct task_txn *tx, void *userdata)
@@ -395,8 +395,7 @@ TEST(event_ring_bounded_by_bytes)
 
     memset(label, 'x', big);
     label[big] = '\0';
-    json_object_set_new(json_object_get(t, "metadata"), "labels",
-                        json_pack("{s:s}", "pad", label));
+    json_object_set_new(json_object_get(t, "metadata"), "labels", json_pack("{s:s}", "pad", label));
     free(label);
     CHECK_OK(task_store_create(&o, st, t, &err));
     json_decref(o);

@@ -16,9 +16,9 @@
 struct seen {
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int resyncs;        /* feed: resync calls */
-    int listed;         /* feed: tasks seen by the first resync */
-    int steps_done;     /* queue: entries marked done */
+    int resyncs;         /* feed: resync calls */
+    int listed;          /* feed: tasks seen by the first resync */
+    int steps_done;      /* queue: entries marked done */
     char applied[8][64]; /* feed: "name=objective" in apply order */
     int n_applied;
     struct task_store *st;
@@ -188,15 +188,17 @@ static void record(const struct task_event *ev, void *userdata)
     json_decref(doc);
 }
 
-static const struct store_worker_config follow = {
-    .name = "test-feed", .wake = STORE_WORKER_FEED, .resync = count_resync,
-    .wants = not_skipped, .apply = record};
+static const struct store_worker_config follow = {.name = "test-feed",
+                                                  .wake = STORE_WORKER_FEED,
+                                                  .resync = count_resync,
+                                                  .wants = not_skipped,
+                                                  .apply = record};
 
 static void create(struct task_store *st, const char *name)
 {
     json_t *in = NULL, *norm = NULL, *out = NULL;
-    char *text = xasprintf("{\"metadata\":{\"name\":\"%s\"},\"spec\":{\"objective\":\"x1\"}}",
-                           name);
+    char *text =
+        xasprintf("{\"metadata\":{\"name\":\"%s\"},\"spec\":{\"objective\":\"x1\"}}", name);
 
     in = json_loads(text, 0, NULL);
     ASSERT(task_normalize_new(&norm, in, "default", NULL) == E_OK);
