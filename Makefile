@@ -11,7 +11,7 @@ all: build
 deps:
 	@bash scripts/deps.sh
 
-lint:
+lint: deps
 	@bash scripts/lint.sh
 
 build: deps

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The source checks STYLE.md promises, run by `make test` before anything is built.
-# Today: banned calls (STYLE.md §8) in every C file, tests and bench included, and
-# cyclomatic complexity over 15 (pmccabe) unless scripts/complexity-allow.txt lists it.
-# Still to come (issue 16): clang-format --dry-run --Werror.
+# Banned calls (STYLE.md §8) in every C file, tests and bench included; the layout
+# clang-format decides (.clang-format, `clang-format --dry-run --Werror`); cyclomatic
+# complexity over 15 (pmccabe) unless scripts/complexity-allow.txt lists it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,6 +16,27 @@ if hits=$(git ls-files -z --cached --others --exclude-standard -- '*.c' '*.h' | 
 fi
 if [ "$status" -eq 0 ]; then
     echo "lint: banned calls: none"
+fi
+
+# Layout (STYLE.md §8): clang-format (Debian's 14) with the repository's .clang-format.
+# `clang-format -i FILE` fixes a file.
+if ! command -v clang-format >/dev/null 2>&1; then
+    echo "lint: clang-format not installed (scripts/deps.sh installs it)" >&2
+    exit 1
+fi
+mapfile -d '' fmtfiles < <(git ls-files -z --cached --others --exclude-standard -- '*.c' '*.h')
+unformatted=()
+for f in "${fmtfiles[@]}"; do
+    if [ -f "$f" ] && ! clang-format --dry-run --Werror "$f" >/dev/null 2>&1; then
+        unformatted+=("$f")
+    fi
+done
+if [ "${#unformatted[@]}" -gt 0 ]; then
+    echo "lint: not clang-formatted (run clang-format -i on them):" >&2
+    printf '  %s\n' "${unformatted[@]}" >&2
+    status=1
+else
+    echo "lint: clang-format: ${#fmtfiles[@]} files clean"
 fi
 
 # Complexity (STYLE.md §8): Debian's pmccabe over every C file, tracked or untracked and not
