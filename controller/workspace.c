@@ -25,26 +25,67 @@ extern char **environ;
 
 #define GIT_OUTPUT_MAX (64 * 1024) /* bytes of git output kept for the log */
 
-/* The server's GitHub token (DIVERGE_NOTIFIER_TOKEN, else GITHUB_TOKEN) for fetches and
- * pushes of https://github.com remotes: handed to git by a fixed credential helper that
- * reads it from git's environment, so it is never in an argv or a URL (and never in a
- * sandbox, which gets only the mirror and staging paths). */
+/* A token from the first of the environment variables NAMES that is set, or NULL. A token
+ * with a line break could add lines to git's credential answer: never used. */
+static const char *env_token(const char *const *names, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const char *v = getenv(names[i]);
+        if (v != NULL && v[0] != '\0') {
+            return strpbrk(v, "\r\n") == NULL ? v : NULL;
+        }
+    }
+    return NULL;
+}
+
+/* Appends credential helper number *K for URL_PREFIX (git's credential.<url>.helper),
+ * answering USER and the password in the environment variable VAR. */
+static size_t add_helper(char **env, size_t n, int *k, const char *url_prefix, const char *user,
+                         const char *var)
+{
+    env[n++] = xasprintf("GIT_CONFIG_KEY_%d=credential.%s.helper", *k, url_prefix);
+    env[n++] = xasprintf("GIT_CONFIG_VALUE_%d=!f() { test \"$1\" = get || return 0; "
+                         "echo username=%s; echo \"password=$%s\"; }; f",
+                         *k, user, var);
+    (*k)++;
+    return n;
+}
+
+/* The server's SCM tokens for fetches and pushes of https remotes, handed to git by fixed
+ * credential helpers that read them from git's environment, so a token is never in an
+ * argv or a URL (and never in a sandbox, which gets only the mirror and staging paths):
+ * GitHub (DIVERGE_NOTIFIER_TOKEN, else GITHUB_TOKEN) for https://github.com as
+ * x-access-token; GitLab (DIVERGE_GITLAB_TOKEN, else GITLAB_TOKEN) for the GitLab base URL
+ * (DIVERGE_GITLAB_URL, which --gitlab-url sets; default https://gitlab.com) as oauth2. */
 static char **with_credentials(char **env, size_t n)
 {
-    const char *tok = getenv("DIVERGE_NOTIFIER_TOKEN");
+    static const char *const gh_vars[] = {"DIVERGE_NOTIFIER_TOKEN", "GITHUB_TOKEN"};
+    static const char *const gl_vars[] = {"DIVERGE_GITLAB_TOKEN", "GITLAB_TOKEN"};
+    const char *gh = env_token(gh_vars, ARRAY_LEN(gh_vars));
+    const char *gl = env_token(gl_vars, ARRAY_LEN(gl_vars));
+    const char *gl_url = getenv("DIVERGE_GITLAB_URL");
+    int k = 0;
 
-    if (tok == NULL || tok[0] == '\0') {
-        tok = getenv("GITHUB_TOKEN");
+    if (gl_url == NULL || gl_url[0] == '\0') {
+        gl_url = "https://gitlab.com";
     }
-    if (tok == NULL || tok[0] == '\0' || strpbrk(tok, "\r\n") != NULL) {
+    /* The URL becomes part of a git config key: nothing that could end or split it. */
+    if (strpbrk(gl_url, " \t\r\n\"'\\") != NULL) {
+        gl = NULL;
+    }
+    if (gh == NULL && gl == NULL) {
         return env;
     }
-    env = xrealloc(env, (n + 5) * sizeof(*env));
-    env[n++] = xasprintf("DIVERGE_GIT_TOKEN=%s", tok);
-    env[n++] = xstrdup("GIT_CONFIG_COUNT=1");
-    env[n++] = xstrdup("GIT_CONFIG_KEY_0=credential.https://github.com.helper");
-    env[n++] = xstrdup("GIT_CONFIG_VALUE_0=!f() { test \"$1\" = get || return 0; "
-                       "echo username=x-access-token; echo \"password=$DIVERGE_GIT_TOKEN\"; }; f");
+    env = xrealloc(env, (n + 8) * sizeof(*env));
+    if (gh != NULL) {
+        env[n++] = xasprintf("DIVERGE_GIT_TOKEN=%s", gh);
+        n = add_helper(env, n, &k, "https://github.com", "x-access-token", "DIVERGE_GIT_TOKEN");
+    }
+    if (gl != NULL) {
+        env[n++] = xasprintf("DIVERGE_GIT_GITLAB_TOKEN=%s", gl);
+        n = add_helper(env, n, &k, gl_url, "oauth2", "DIVERGE_GIT_GITLAB_TOKEN");
+    }
+    env[n++] = xasprintf("GIT_CONFIG_COUNT=%d", k);
     env[n] = NULL;
     return env;
 }

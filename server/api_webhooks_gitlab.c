@@ -114,6 +114,10 @@ static int accept_note(struct request *r, const struct inbox_entry *e)
     struct err err = {0};
     char num[32];
 
+    /* Remembered before the entry is queued: the bot may take it (and call the API for
+     * it) the moment it is in the inbox. */
+    gitlab_provider_note_delivery(scm_registry_get(&r->srv->scm, "gitlab"), e->project, e->number,
+                                  e->comment_id, http_header(r, "X-Gitlab-Event-UUID"));
     if (task_store_inbox_add(&dup, r->srv->store, e, &err) != E_OK) {
         return http_send_error(r, 503, NULL, NULL, "could not store the delivery: %s; retry",
                                err.msg);
@@ -121,8 +125,6 @@ static int accept_note(struct request *r, const struct inbox_entry *e)
     if (dup) {
         return http_send_json(r, 200, json_pack("{s:b}", "duplicate", 1));
     }
-    gitlab_provider_note_delivery(scm_registry_get(&r->srv->scm, "gitlab"), e->project, e->number,
-                                  e->comment_id, http_header(r, "X-Gitlab-Event-UUID"));
     snprintf(num, sizeof(num), "%lld", (long long)e->number);
     log_kv(LOG_INFO, "comment_accepted", "provider", e->provider, "project", e->project, "number",
            num, "comment", e->comment_id, "author", e->author, NULL);

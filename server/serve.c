@@ -126,6 +126,12 @@ static int gitlab_flags_check(struct server *srv)
                         "comma-separated\n");
         return 2;
     }
+    /* The controller's git credential helper finds the GitLab base URL where it finds the
+     * token: in the environment (set here, before any thread starts; the flag wins). */
+    if (srv->cfg.gitlab_url != NULL && setenv("DIVERGE_GITLAB_URL", srv->cfg.gitlab_url, 1) != 0) {
+        fprintf(stderr, "diverge: serve: cannot set DIVERGE_GITLAB_URL\n");
+        return 2;
+    }
     return 0;
 }
 
