@@ -78,12 +78,6 @@ static int64_t resync(void *userdata)
     return rv;
 }
 
-static const struct store_worker_config feed = {.name = "controller",
-                                                .wake = STORE_WORKER_FEED,
-                                                .resync = resync,
-                                                .wants = wants,
-                                                .apply = apply};
-
 int controller_new(struct controller **out, struct task_store *store,
                    const struct controller_config *cfg, struct err *err)
 {
@@ -122,6 +116,12 @@ int controller_new(struct controller **out, struct task_store *store,
 int controller_start(struct controller *c, const char *meter_url, const char *meter_socket,
                      struct err *err)
 {
+    /* Reconciles run on the store's change feed: every task at start, then each change. */
+    static const struct store_worker_config feed = {.name = "controller",
+                                                    .wake = STORE_WORKER_FEED,
+                                                    .resync = resync,
+                                                    .wants = wants,
+                                                    .apply = apply};
     int rc = E_OK;
 
     if (meter_url != NULL) {
