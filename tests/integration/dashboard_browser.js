@@ -4,7 +4,14 @@
 // result line on stdout: what the DOM showed, console errors, dialogs.
 "use strict";
 const fs = require("fs");
-const puppeteer = require("puppeteer-core");
+const { pathToFileURL } = require("url");
+
+// puppeteer-core is an ES module: found through NODE_PATH with require.resolve, loaded
+// with import() (require() of an ES module needs Node 20.19+; this works on 18 too).
+async function loadPuppeteer() {
+  const mod = await import(pathToFileURL(require.resolve("puppeteer-core")).href);
+  return mod.default || mod;
+}
 
 const job = JSON.parse(process.argv[2]);
 const API = job.url + "/apis/divergedev.com/v1alpha1/namespaces/";
@@ -20,6 +27,7 @@ async function patchStatus(ns, name, status) {
 }
 
 async function main() {
+  const puppeteer = await loadPuppeteer();
   const out = {consoleErrors: [], pageErrors: [], dialogs: [], failed: []};
   const browser = await puppeteer.launch({
     executablePath: "/usr/bin/chromium",
