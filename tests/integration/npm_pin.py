@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """Installs a pinned npm package into the build's cache folder (once) for tests that use
-real third-party data or code. A missing node/npm is installed with apt-get; a
+real third-party data or code, with install scripts off (npm 11 skips them by default,
+Debian's npm 9 would run them, and some try to download from outside the npm registry,
+which is not reachable here). A missing node/npm is installed with apt-get; a
 TLS-intercepting proxy whose CA is not trusted here is retried with --strict-ssl=false
 (npm still checks the tarball's integrity)."""
 import json
@@ -34,7 +36,8 @@ def install(package, version):
     ensure_node()
     os.makedirs(prefix, exist_ok=True)
     cmd = ["npm", "install", "--prefix", prefix, "%s@%s" % (package, version), "--no-audit",
-           "--no-fund", "--no-save"]
+           "--no-fund", "--no-save",
+           "--ignore-scripts"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if r.returncode != 0 and ("CERT" in r.stderr or "certificate" in r.stderr):
         r = subprocess.run(cmd + ["--strict-ssl=false"], capture_output=True, text=True,
@@ -60,7 +63,8 @@ def install_many(name, packages):
         pass
     ensure_node()
     os.makedirs(prefix, exist_ok=True)
-    cmd = ["npm", "install", "--prefix", prefix, "--no-audit", "--no-fund", "--no-save"]
+    cmd = ["npm", "install", "--prefix", prefix, "--no-audit", "--no-fund", "--no-save",
+           "--ignore-scripts"]
     cmd += ["%s@%s" % (p, v) for p, v in sorted(packages.items())]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     if r.returncode != 0 and ("CERT" in r.stderr or "certificate" in r.stderr):
