@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "runner/runner.h"
+#include "store/store.h"
 
 #define RUNNER_VALUE_MAX 4096 /* bytes of a branch, URL or path variable */
 
@@ -13,22 +14,6 @@ static const char *get_opt(runner_getenv_fn get, void *ud, const char *name, con
     const char *v = get(name, ud);
 
     return (v != NULL && *v != '\0') ? v : dflt;
-}
-
-static bool dns_label(const char *s)
-{
-    size_t n = strlen(s);
-
-    if (n == 0 || n > 63 || s[0] == '-' || s[n - 1] == '-') {
-        return false;
-    }
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-')) {
-            return false;
-        }
-    }
-    return true;
 }
 
 /* A value handed to git as an argument: not an option, no control characters. */
@@ -123,7 +108,7 @@ int runner_config_load(struct runner_config *out, runner_getenv_fn get, void *ud
     c->max_iterations = 5;
     c->meter_attempts = 8;
     c->task = get_opt(get, ud, "DIVERGE_TASK_NAME", NULL);
-    if (c->task == NULL || !dns_label(c->task)) {
+    if (c->task == NULL || !task_name_valid(c->task)) {
         return err_set(err, E_INVALID, "DIVERGE_TASK_NAME is missing or not a DNS label");
     }
     c->ns = get_opt(get, ud, "DIVERGE_NAMESPACE", "default");
