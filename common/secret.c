@@ -240,3 +240,14 @@ int secret_file_load_or_create(char **out, bool *created_out, const char *path, 
     secret_wipe(buf, sizeof(buf));
     return rc;
 }
+
+const char *secret_env_first(const char *const *names, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const char *v = getenv(names[i]);
+        if (v != NULL && v[0] != '\0') {
+            return v;
+        }
+    }
+    return NULL;
+}

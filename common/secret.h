@@ -31,4 +31,8 @@ int secret_file_load_or_create(char **out, bool *created_out, const char *path, 
 /* Overwrites N bytes at P with zeros in a way the compiler keeps. */
 void secret_wipe(void *p, size_t n);
 
+/* The value of the first of the N environment variables NAMES that is set and non-empty
+ * (borrowed from the environment), or NULL: how tokens are found (SPEC §2 "X, else Y"). */
+const char *secret_env_first(const char *const *names, size_t n);
+
 #endif

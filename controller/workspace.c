@@ -29,13 +29,9 @@ extern char **environ;
  * with a line break could add lines to git's credential answer: never used. */
 static const char *env_token(const char *const *names, size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
-        const char *v = getenv(names[i]);
-        if (v != NULL && v[0] != '\0') {
-            return strpbrk(v, "\r\n") == NULL ? v : NULL;
-        }
-    }
-    return NULL;
+    const char *v = secret_env_first(names, n);
+
+    return v != NULL && strpbrk(v, "\r\n") == NULL ? v : NULL;
 }
 
 /* Appends credential helper number *K for URL_PREFIX (git's credential.<url>.helper),

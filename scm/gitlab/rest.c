@@ -21,13 +21,7 @@ const char *gitlab_token_from_env(bool notifier_fallback)
     static const char *const names[] = {"DIVERGE_GITLAB_TOKEN", "GITLAB_TOKEN",
                                         "DIVERGE_NOTIFIER_TOKEN"};
 
-    for (size_t i = 0; i < ARRAY_LEN(names) - (notifier_fallback ? 0 : 1); i++) {
-        const char *v = getenv(names[i]);
-        if (v != NULL && v[0] != '\0') {
-            return v;
-        }
-    }
-    return NULL;
+    return secret_env_first(names, ARRAY_LEN(names) - (notifier_fallback ? 0 : 1));
 }
 
 /* --- deliveries and pacing -------------------------------------------------------------- */
