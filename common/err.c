@@ -75,22 +75,25 @@ size_t err_utf8_copy(char *dst, size_t cap, const char *src, size_t len)
     return out;
 }
 
-__attribute__((format(printf, 4, 0))) static void
-err_vset(struct err *err, int code, const char *field, const char *fmt, va_list ap)
+void err_vformat(char msg[ERR_MSG_MAX], const char *fmt, va_list ap)
 {
     /* Twice the room: every source byte yields at least one output byte, so the copy
      * below stops long before a character vsnprintf may have cut at the end of TMP. */
     char tmp[2 * ERR_MSG_MAX];
-    int n;
+    int n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
 
-    err->code = code;
-    n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
     if (n < 0) {
         tmp[0] = '\0';
         n = 0;
     }
-    err_utf8_copy(err->msg, sizeof(err->msg), tmp,
-                  (size_t)n < sizeof(tmp) ? (size_t)n : sizeof(tmp) - 1);
+    err_utf8_copy(msg, ERR_MSG_MAX, tmp, (size_t)n < sizeof(tmp) ? (size_t)n : sizeof(tmp) - 1);
+}
+
+__attribute__((format(printf, 4, 0))) static void
+err_vset(struct err *err, int code, const char *field, const char *fmt, va_list ap)
+{
+    err->code = code;
+    err_vformat(err->msg, fmt, ap);
     err_utf8_copy(err->field, sizeof(err->field), field != NULL ? field : "",
                   field != NULL ? strlen(field) : 0);
 }

@@ -4,6 +4,7 @@
 #ifndef DIVERGE_COMMON_ERR_H
 #define DIVERGE_COMMON_ERR_H
 
+#include <stdarg.h>
 #include <stddef.h>
 
 enum err_code {
@@ -45,6 +46,11 @@ size_t err_utf8_char_len(const char *s, size_t n);
  * stops before the first character that does not fit. DST is always NUL-terminated.
  * Returns the bytes written, without the NUL. */
 size_t err_utf8_copy(char *dst, size_t cap, const char *src, size_t len);
+
+/* Formats FMT/AP into MSG as valid UTF-8 of at most ERR_MSG_MAX - 1 bytes, cut on a
+ * character boundary (as err_set stores its message); building it cannot fail. */
+void err_vformat(char msg[ERR_MSG_MAX], const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0)));
 
 /* Clears ERR (may be NULL). */
 void err_clear(struct err *err);

@@ -40,15 +40,12 @@ static int connect_error(struct request *r, const char *code, int status, const 
 
 static int connect_error(struct request *r, const char *code, int status, const char *fmt, ...)
 {
-    char tmp[2 * ERR_MSG_MAX], msg[ERR_MSG_MAX];
+    char msg[ERR_MSG_MAX];
     va_list ap;
-    int n;
 
     va_start(ap, fmt);
-    n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
+    err_vformat(msg, fmt, ap);
     va_end(ap);
-    n = n < 0 ? 0 : n;
-    err_utf8_copy(msg, sizeof(msg), tmp, (size_t)n < sizeof(tmp) ? (size_t)n : sizeof(tmp) - 1);
     if (status == 0) {
         status = 500;
         for (size_t i = 0; i < ARRAY_LEN(g_codes); i++) {

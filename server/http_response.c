@@ -113,17 +113,14 @@ static const char *reason_of(int status)
 int http_send_error(struct request *r, int status, const char *reason, const struct err *err,
                     const char *fmt, ...)
 {
-    char tmp[2 * ERR_MSG_MAX], msg[ERR_MSG_MAX];
+    char msg[ERR_MSG_MAX];
     va_list ap;
     json_t *body;
-    int n;
 
     va_start(ap, fmt);
-    n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
-    va_end(ap);
     /* Valid UTF-8 cut on a character boundary, whatever went into the format. */
-    n = n < 0 ? 0 : n;
-    err_utf8_copy(msg, sizeof(msg), tmp, (size_t)n < sizeof(tmp) ? (size_t)n : sizeof(tmp) - 1);
+    err_vformat(msg, fmt, ap);
+    va_end(ap);
     if (reason == NULL) {
         reason = reason_of(status);
     }
