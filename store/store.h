@@ -21,6 +21,9 @@
 #define STORE_METER_INDEX_BYTES (1u << 20) /* and at most about this many bytes of them */
 #define STORE_EVENT_RING_BYTES (64u << 20) /* JSON kept for watchers; oldest evicted (410) */
 #define TASK_OBJECTIVE_MAX 4096            /* bytes of spec.objective; longer is 422 */
+#define TASK_COMMAND_MAX 4096              /* bytes of spec.runner.command / verifyCommand */
+#define TASK_ALLOWED_HOSTS_MAX 64          /* entries of spec.sandbox.allowedHosts */
+#define TASK_ALLOWED_HOST_MAX 270          /* bytes of one entry (253-byte name, ":65535") */
 #define TASK_GUIDANCE_MAX 16384 /* bytes of the TASK_ANN_GUIDANCE annotation; longer is 422 */
 
 enum task_phase {

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* AgentTask validation and normalization (SPEC §4). The invariant: every object that
  * reaches a store backend passed task_validate(), so readers may trust its types. */
+#include <ctype.h>
 #include <string.h>
 
 #include "common/money.h"
@@ -210,8 +211,87 @@ static int check_provider(json_t *parent, const char *key, json_t *v, const char
                          "%s: must be one of local, process, none, agent-sandbox", path);
 }
 
+static int check_network(json_t *parent, const char *key, json_t *v, const char *path,
+                         struct err *err)
+{
+    (void)parent;
+    (void)key;
+    if (json_is_string(v) &&
+        (strcmp(json_string_value(v), "none") == 0 || strcmp(json_string_value(v), "proxy") == 0)) {
+        return E_OK;
+    }
+    return err_set_field(err, E_INVALID, path, "%s: must be none or proxy", path);
+}
+
+/* One allowlist entry: a host name, "*.suffix" or an IP literal ("[v6]" with a port),
+ * optionally ":port". The egress module parses it fully; here only the shape and size. */
+static bool allowed_host_shape_ok(const char *s, size_t len)
+{
+    if (len == 0 || len > TASK_ALLOWED_HOST_MAX) {
+        return false;
+    }
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == 0 || (!isalnum(c) && strchr(".-*:[]_", c) == NULL)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+static int check_allowed_hosts(json_t *parent, const char *key, json_t *v, const char *path,
+                               struct err *err)
+{
+    size_t i;
+    json_t *item;
+
+    (void)parent;
+    (void)key;
+    if (!json_is_array(v) || json_array_size(v) > TASK_ALLOWED_HOSTS_MAX) {
+        return err_set_field(err, E_INVALID, path, "%s: must be a list of at most %d hosts", path,
+                             TASK_ALLOWED_HOSTS_MAX);
+    }
+    json_array_foreach(v, i, item)
+    {
+        if (!json_is_string(item) ||
+            !allowed_host_shape_ok(json_string_value(item), json_string_length(item))) {
+            char p[160];
+            snprintf(p, sizeof(p), "%s[%zu]", path, i);
+            return err_set_field(err, E_INVALID, p,
+                                 "%s: must be a host, *.suffix or IP literal, optionally :port", p);
+        }
+    }
+    return E_OK;
+}
+
+static int check_command(json_t *parent, const char *key, json_t *v, const char *path,
+                         struct err *err)
+{
+    (void)parent;
+    (void)key;
+    if (!json_is_string(v) || json_string_length(v) > TASK_COMMAND_MAX ||
+        strlen(json_string_value(v)) != json_string_length(v)) {
+        return err_set_field(err, E_INVALID, path, "%s: must be a string of at most %d bytes", path,
+                             TASK_COMMAND_MAX);
+    }
+    return E_OK;
+}
+
 static int check_rules(json_t *obj, const char *path, const struct field_rule *rules, size_t nrules,
                        struct err *err);
+
+static const struct field_rule g_runner_rules[] = {
+    {"command", check_command},
+    {"verifyCommand", check_command},
+};
+
+static int check_runner(json_t *parent, const char *key, json_t *v, const char *path,
+                        struct err *err)
+{
+    (void)parent;
+    (void)key;
+    return check_rules(v, path, g_runner_rules, ARRAY_LEN(g_runner_rules), err);
+}
 
 static const struct field_rule g_repo_rules[] = {
     {"url", check_string},
@@ -222,6 +302,8 @@ static const struct field_rule g_repo_rules[] = {
 static const struct field_rule g_sandbox_rules[] = {
     {"provider", check_provider},
     {"timeoutSeconds", check_count},
+    {"network", check_network},
+    {"allowedHosts", check_allowed_hosts},
 };
 
 static int check_repo(json_t *parent, const char *key, json_t *v, const char *path, struct err *err)
@@ -240,11 +322,17 @@ static int check_sandbox(json_t *parent, const char *key, json_t *v, const char 
 }
 
 static const struct field_rule g_spec_rules[] = {
-    {"objective", check_string},         {"draftPR", check_bool},
-    {"repository", check_repo},          {"maxIterations", check_count},
-    {"budgetUSD", check_money},          {"budgetTokens", check_count},
-    {"capabilities", check_string_list}, {"allowedTools", check_string_list},
-    {"sandbox", check_sandbox},          {"suspended", check_bool},
+    {"objective", check_string},
+    {"draftPR", check_bool},
+    {"repository", check_repo},
+    {"maxIterations", check_count},
+    {"budgetUSD", check_money},
+    {"budgetTokens", check_count},
+    {"capabilities", check_string_list},
+    {"allowedTools", check_string_list},
+    {"sandbox", check_sandbox},
+    {"suspended", check_bool},
+    {"runner", check_runner},
 };
 
 static const struct field_rule g_status_rules[] = {

@@ -62,6 +62,41 @@ TEST(defaults_and_money_canonical)
     json_decref(out);
 }
 
+/* spec.runner and spec.sandbox.network/allowedHosts (SPEC section 10, from agent.yaml):
+ * accepted in their documented shapes, anything else is 422 naming the field. */
+TEST(runner_and_network_fields)
+{
+    json_t *out = NULL;
+    struct err err = {0};
+
+    CHECK_OK(
+        normalize_str(&out,
+                      "{\"metadata\":{\"name\":\"t\"},\"spec\":{\"objective\":\"x\","
+                      "\"runner\":{\"command\":\"make fix\",\"verifyCommand\":\"make test\"},"
+                      "\"sandbox\":{\"network\":\"proxy\",\"allowedHosts\":"
+                      "[\"api.anthropic.com\",\"*.pypi.org:443\",\"127.0.0.1:9\",\"[::1]:8\"]}}}",
+                      &err));
+    json_decref(out);
+    static const char *const bad[][2] = {
+        {"\"sandbox\":{\"network\":\"host\"}", "spec.sandbox.network"},
+        {"\"sandbox\":{\"allowedHosts\":\"a.com\"}", "spec.sandbox.allowedHosts"},
+        {"\"sandbox\":{\"allowedHosts\":[\"a b\"]}", "spec.sandbox.allowedHosts[0]"},
+        {"\"sandbox\":{\"allowedHosts\":[\"\"]}", "spec.sandbox.allowedHosts[0]"},
+        {"\"sandbox\":{\"allowedHosts\":[\"a/b\"]}", "spec.sandbox.allowedHosts[0]"},
+        {"\"runner\":{\"command\":7}", "spec.runner.command"},
+        {"\"runner\":{\"shell\":\"sh\"}", "spec.runner.shell"},
+        {"\"runner\":{\"verifyCommand\":[]}", "spec.runner.verifyCommand"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char doc[512];
+        struct err e = {0};
+        snprintf(doc, sizeof(doc),
+                 "{\"metadata\":{\"name\":\"t\"},\"spec\":{\"objective\":\"x\",%s}}", bad[i][0]);
+        CHECK_EQ_INT(normalize_str(&out, doc, &e), E_INVALID);
+        CHECK_EQ_STR(e.field, bad[i][1]);
+    }
+}
+
 /* The stored metadata keeps one key order (name, namespace, labels, annotations) whatever
  * order the client sent: stored documents and API answers stay byte-stable. */
 TEST(normalize_metadata_key_order)
