@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 
 #include "common/httpc.h"
 #include "common/money.h"
+#include "egress/egress.h"
 #include "runner/runner_int.h"
 #include "token/token.h"
 
@@ -299,13 +301,35 @@ long runner_preview_check(const struct runner_config *cfg)
     return status;
 }
 
+static struct egress_relay *g_relay; /* lives until the runner exits */
+
+static void *relay_main(void *arg)
+{
+    struct err err = {0};
+
+    if (egress_relay_run(arg, &err) != E_OK) {
+        runner_say("egress relay: %s", err.msg);
+    }
+    return NULL;
+}
+
 int runner_egress_relay_start(const struct runner_config *cfg, struct err *err)
 {
-    (void)err;
-    if (strcmp(cfg->network, "proxy") == 0) {
-        /* TODO(#9): the egress relay (127.0.0.1:3128 -> the server's per-task CONNECT
-         * proxy socket) is started here; the egress module provides it. */
-        runner_say("network proxy: the egress relay is not part of this runner build yet");
+    pthread_t t;
+    int rc;
+
+    if (strcmp(cfg->network, "proxy") != 0) {
+        return E_OK;
     }
+    rc = egress_relay_open(&g_relay, "127.0.0.1", EGRESS_RELAY_PORT, cfg->egress_socket, err);
+    if (rc != E_OK) {
+        return rc;
+    }
+    if (pthread_create(&t, NULL, relay_main, g_relay) != 0) {
+        return err_set(err, E_FAIL, "cannot start the egress relay thread");
+    }
+    pthread_detach(t);
+    runner_say("network proxy: relaying 127.0.0.1:%u to the server's egress proxy",
+               (unsigned)EGRESS_RELAY_PORT);
     return E_OK;
 }

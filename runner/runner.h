@@ -161,7 +161,9 @@ struct runner_config {
     const char *preview_value; /* DIVERGE_PREVIEW_HEADER_VALUE or "" */
     const char *author_name;   /* DIVERGE_GIT_AUTHOR_NAME or "diverge-agent" */
     const char *author_email;  /* DIVERGE_GIT_AUTHOR_EMAIL or "agent@diverge.invalid" */
-    const char *network;       /* DIVERGE_SANDBOX_NETWORK or "none" */
+    const char *network;       /* DIVERGE_SANDBOX_NETWORK: "none" (default) or "proxy" */
+    const char *egress_socket; /* DIVERGE_EGRESS_SOCKET: the server's per-task CONNECT
+                                  proxy socket (required with network proxy) */
 };
 
 /* Looks up NAME in an environment; NULL when unset. */
