@@ -196,6 +196,47 @@ def test_proxy_gone_when_task_deleted_and_per_task_network():
         shutil.rmtree(data, ignore_errors=True)
 
 
+def test_proxy_restarted_after_kill9():
+    """serve killed with a sandbox running: the next server sweeps the dead proxy's socket
+    and starts a new proxy with the restarted sandbox, which reaches the allowed host."""
+    allowed, denied = Listener(), Listener()
+    top, bare = probe_repo(allowed.port, denied.port)
+    cmd = ("if [ -f restarted ]; then exec python3 probe.py %d %d; fi; touch restarted; "
+           "echo marked; exec sleep 300" % (allowed.port, denied.port))
+    args = ["--sandbox-provider", "local", "--sandbox-network", "proxy",
+            "--sandbox-allow-host", "127.0.0.1:%d" % allowed.port, "--agent-cmd", cmd]
+    srv = Server(args=args).start()
+    data = srv.data_dir
+    try:
+        create(srv, task("rk", "file://" + bare))
+        wait_log(srv, "rk", "marked", timeout=60)
+        old = egress_dirs(data)
+        assert len(old) == 1 and len(socket_files(data)) == 1, old
+        srv.kill()
+        assert egress_dirs(data) == old  # a killed server cannot clean up
+        srv2 = Server(args=args, data_dir=data).start()
+        try:
+            body = wait_phase(srv2, "rk", ("Completed", "Failed"), timeout=90)
+            log = task_log(srv2, "rk")
+            assert body["status"]["phase"] == "Completed", (body["status"], log)
+            after = log.split("restarted after server restart", 1)
+            assert len(after) == 2, log
+            # A proxy for the first sandbox, a new one for the restarted sandbox.
+            assert log.count("network proxy: egress only through the server's proxy") == 2, log
+            assert "probe proxy-allowed 200 pong" in after[1], log
+            assert "probe proxy-denied-port 403" in after[1], log
+            assert allowed.lines == [b"ping\n"] and denied.peers == []
+            wait_until(lambda: egress_dirs(data) == [], what="every proxy socket removed")
+        finally:
+            srv2.cleanup()
+    finally:
+        allowed.close()
+        denied.close()
+        srv.cleanup()
+        shutil.rmtree(top, ignore_errors=True)
+        shutil.rmtree(data, ignore_errors=True)
+
+
 def test_bad_network_flags_refused():
     for args, env in ((["--sandbox-network", "open"], {}),
                       (["--sandbox-allow-host", "exa mple.com"], {}),
@@ -215,4 +256,5 @@ if __name__ == "__main__":
         print("SKIP test_sandbox_egress: " + why)
         sys.exit(0)
     run_tests([test_bad_network_flags_refused, test_proxy_mode_from_inside,
-               test_proxy_gone_when_task_deleted_and_per_task_network])
+               test_proxy_gone_when_task_deleted_and_per_task_network,
+               test_proxy_restarted_after_kill9])
