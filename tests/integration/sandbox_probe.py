@@ -3,12 +3,13 @@
 cloned into /workspace): probes the network from there and prints one `probe ...` line
 per check into the task log. Only loopback addresses and `.invalid` names, never DNS.
 
-usage: python3 sandbox_probe.py ALLOWED_PORT DENIED_PORT"""
+usage: python3 sandbox_probe.py ALLOWED_PORT DENIED_PORT [SERVER_PORT]"""
 import os
 import socket
 import sys
 
 ALLOWED, DENIED = int(sys.argv[1]), int(sys.argv[2])
+SERVER = int(sys.argv[3]) if len(sys.argv) > 3 else 0
 
 
 def say(*parts):
@@ -75,7 +76,10 @@ def main():
         say("proxy-allowed", st, xerr)
     for name, target in (("proxy-denied-port", "127.0.0.1:%d" % DENIED),
                          ("proxy-localhost", "localhost:%d" % ALLOWED),
-                         ("proxy-invalid-name", "nowhere.invalid:443")):
+                         ("proxy-invalid-name", "nowhere.invalid:443"),
+                         ("proxy-server", "127.0.0.1:%d" % SERVER)):
+        if name == "proxy-server" and not SERVER:
+            continue
         st, xerr, s = connect_via_proxy(target)
         if s is not None:
             s.close()

@@ -82,6 +82,18 @@ def probe_repo(allowed, denied):
     return top, bare
 
 
+def add_file(bare, name, text):
+    """Commits NAME with TEXT on main of BARE."""
+    work = tempfile.mkdtemp(prefix="diverge-egress-work-")
+    git("clone", "-q", bare, work)
+    with open(os.path.join(work, name), "w") as f:
+        f.write(text)
+    git("add", name, cwd=work)
+    git("commit", "-q", "-m", "add " + name, cwd=work)
+    git("push", "-q", "origin", "main", cwd=work)
+    shutil.rmtree(work, ignore_errors=True)
+
+
 def egress_dirs(data):
     root = os.path.join(data, "egress")
     return sorted(os.listdir(root)) if os.path.isdir(root) else []
@@ -95,14 +107,19 @@ def test_proxy_mode_from_inside():
     allowed, denied = Listener(), Listener()
     top, bare = probe_repo(allowed.port, denied.port)
     data = tempfile.mkdtemp(prefix="diverge-test-")
-    cmd = "python3 probe.py %d %d" % (allowed.port, denied.port)
+    # The server's port is known once it runs: the probe reads it from a file committed
+    # to the repository then.
     srv = Server(args=["--sandbox-provider", "local", "--sandbox-network", "proxy",
                        "--sandbox-allow-host", "127.0.0.1:%d" % allowed.port,
                        "--sandbox-allow-host", "*.example.invalid",
-                       "--agent-cmd", cmd], data_dir=data)
+                       "--agent-cmd", "python3 probe.py %d %d $(cat server-port)" % (
+                           allowed.port, denied.port)], data_dir=data)
     try:
         with srv:
-            create(srv, task("egr", "file://" + bare))
+            # The server's own port, even when a task lists it, stays refused.
+            add_file(bare, "server-port", "%d\n" % srv.port)
+            create(srv, task("egr", "file://" + bare,
+                             sandbox={"allowedHosts": ["127.0.0.1:%d" % srv.port]}))
             body = wait_phase(srv, "egr", ("Completed", "Failed"), timeout=90)
             log = task_log(srv, "egr")
             assert body["status"]["phase"] == "Completed", (body["status"], log)
@@ -124,7 +141,8 @@ def test_proxy_mode_from_inside():
             # Without the proxy nothing of the host is reachable (own network namespace).
             assert any(p.startswith("direct-allowed refused") for p in probes), log
             assert any(p.startswith("direct-denied refused") for p in probes), log
-            for name in ("proxy-denied-port", "proxy-localhost", "proxy-invalid-name"):
+            for name in ("proxy-denied-port", "proxy-localhost", "proxy-invalid-name",
+                         "proxy-server"):
                 line = [p for p in probes if p.startswith(name + " ")]
                 assert line and line[0].startswith(name + " 403 x-proxy-error="), (name, log)
                 assert "x-proxy-error=<none>" not in line[0], (name, log)
@@ -139,7 +157,9 @@ def test_proxy_mode_from_inside():
             assert "egress 127.0.0.1:%d denied" % denied.port in log, log
             assert "egress localhost:%d denied" % allowed.port in log, log
             assert "egress nowhere.invalid:443 denied" in log, log
-            assert "network proxy: egress only through the server's proxy (2 allowlist rules)" \
+            assert "egress 127.0.0.1:%d denied reason=own-address" % srv.port in log, log
+            assert "proxy-server 403 x-proxy-error=own-address" in probes, log
+            assert "network proxy: egress only through the server's proxy (3 allowlist rules)" \
                 in log, log
             # The work was pushed; the proxy went with the sandbox.
             assert git("--git-dir", bare, "show", "agent/egr:probe-done.txt") == "done\n"
