@@ -298,8 +298,11 @@ int controller_egress_open(struct sandbox_egress **out, struct controller *c,
     env[*n] = NULL;
     controller_log_event(log_path,
                          "[diverge] network proxy: egress only through the server's proxy "
-                         "(%zu allowlist rule%s)",
-                         rules, rules == 1 ? "" : "s");
+                         "(%zu allowlist rule%s)%s",
+                         rules, rules == 1 ? "" : "s",
+                         inside ? ""
+                                : "; WARNING: provider process has no network isolation and "
+                                  "the runner's relay binds the host's 127.0.0.1:3128");
     *out = e;
     return E_OK;
 }

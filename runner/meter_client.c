@@ -301,7 +301,8 @@ long runner_preview_check(const struct runner_config *cfg)
     return status;
 }
 
-static struct egress_relay *g_relay; /* lives until the runner exits */
+static struct egress_relay *g_relay; /* the running relay, or NULL */
+static pthread_t g_relay_thread;
 
 static void *relay_main(void *arg)
 {
@@ -315,21 +316,33 @@ static void *relay_main(void *arg)
 
 int runner_egress_relay_start(const struct runner_config *cfg, struct err *err)
 {
-    pthread_t t;
+    struct egress_relay *r = NULL;
     int rc;
 
     if (strcmp(cfg->network, "proxy") != 0) {
         return E_OK;
     }
-    rc = egress_relay_open(&g_relay, "127.0.0.1", EGRESS_RELAY_PORT, cfg->egress_socket, err);
+    rc = egress_relay_open(&r, "127.0.0.1", EGRESS_RELAY_PORT, cfg->egress_socket, err);
     if (rc != E_OK) {
         return rc;
     }
-    if (pthread_create(&t, NULL, relay_main, g_relay) != 0) {
+    if (pthread_create(&g_relay_thread, NULL, relay_main, r) != 0) {
+        egress_relay_free(r);
         return err_set(err, E_FAIL, "cannot start the egress relay thread");
     }
-    pthread_detach(t);
+    g_relay = r;
     runner_say("network proxy: relaying 127.0.0.1:%u to the server's egress proxy",
                (unsigned)EGRESS_RELAY_PORT);
     return E_OK;
+}
+
+void runner_egress_relay_stop(void)
+{
+    if (g_relay == NULL) {
+        return;
+    }
+    egress_relay_stop(g_relay);
+    pthread_join(g_relay_thread, NULL); /* every relayed connection closed and joined */
+    egress_relay_free(g_relay);
+    g_relay = NULL;
 }

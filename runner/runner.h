@@ -182,4 +182,8 @@ void runner_config_cleanup(struct runner_config *c);
  * never prints the token. */
 enum runner_exit runner_run(const struct runner_config *cfg);
 
+/* Stops the egress relay runner_run started in `proxy` mode (its connections closed, its
+ * threads joined); a no-op without one. */
+void runner_egress_relay_stop(void);
+
 #endif
