@@ -257,6 +257,46 @@ def test_proxy_restarted_after_kill9():
         shutil.rmtree(data, ignore_errors=True)
 
 
+def test_proxy_stops_with_runner_and_starts_on_resume():
+    """The runner stops on a 429 (budget): its sandbox and proxy go; the task resumed with
+    more budget gets a new runner and a new proxy, which reaches the allowed host."""
+    allowed, denied = Listener(), Listener()
+    top, bare = probe_repo(allowed.port, denied.port)
+    # First run: one usage line over the budget (the runner stops on the 429); the next
+    # runner finds the mark in the state dir and probes.
+    cmd = ("if [ -f \"$DIVERGE_USAGE_FILE.mark\" ]; then exec python3 probe.py %d %d; fi; "
+           "touch \"$DIVERGE_USAGE_FILE.mark\"; "
+           "printf '{\"model\":\"m\",\"tokensUsed\":10,\"costUSD\":0.05}\\n' "
+           ">> \"$DIVERGE_USAGE_FILE\"" % (allowed.port, denied.port))
+    srv = Server(args=["--sandbox-provider", "local", "--sandbox-network", "proxy",
+                       "--sandbox-allow-host", "127.0.0.1:%d" % allowed.port,
+                       "--agent-cmd", cmd])
+    try:
+        with srv:
+            create(srv, task("bud", "file://" + bare, budgetUSD="0.03"))
+            body = wait_phase(srv, "bud", "Paused", timeout=90)
+            assert body["status"]["reason"] == "BudgetExceeded", body["status"]
+            wait_log(srv, "bud", "runner exited (status 0)")
+            # The runner is gone: so is its proxy.
+            wait_until(lambda: egress_dirs(srv.data_dir) == [], what="the proxy removed")
+            assert allowed.peers == []
+            st, _, b = srv.request("PATCH", NS + "bud",
+                                   {"spec": {"suspended": False, "budgetUSD": "1.00"}},
+                                   headers={"Content-Type": "application/merge-patch+json"})
+            assert st == 200, b
+            body = wait_phase(srv, "bud", ("Completed", "Failed"), timeout=90)
+            log = task_log(srv, "bud")
+            assert body["status"]["phase"] == "Completed", (body["status"], log)
+            assert log.count("network proxy: egress only through the server's proxy") == 2, log
+            assert "probe proxy-allowed 200 pong" in log.split("resumed", 1)[1], log
+            assert allowed.lines == [b"ping\n"] and denied.peers == []
+            wait_until(lambda: egress_dirs(srv.data_dir) == [], what="the proxy removed")
+    finally:
+        allowed.close()
+        denied.close()
+        shutil.rmtree(top, ignore_errors=True)
+
+
 def test_bad_network_flags_refused():
     for args, env in ((["--sandbox-network", "open"], {}),
                       (["--sandbox-allow-host", "exa mple.com"], {}),
@@ -277,4 +317,5 @@ if __name__ == "__main__":
         sys.exit(0)
     run_tests([test_bad_network_flags_refused, test_proxy_mode_from_inside,
                test_proxy_gone_when_task_deleted_and_per_task_network,
-               test_proxy_restarted_after_kill9])
+               test_proxy_restarted_after_kill9,
+               test_proxy_stops_with_runner_and_starts_on_resume])
