@@ -33,6 +33,8 @@ struct controller_config {
     int64_t sandbox_pids;          /* 0: none */
     int64_t sandbox_cpus_milli;    /* 1000 = one CPU, 0: none */
     size_t log_cap;                /* task log cap in bytes; 0: CONTROLLER_LOG_CAP */
+    const char *network;           /* none (NULL) or proxy: without spec.sandbox.network */
+    const char *allow_hosts;       /* comma list of egress rules (proxy mode), or NULL */
     bool manual;                   /* no threads: the caller drives controller_reconcile */
     bool deferred;                 /* no threads until controller_start() */
 };
@@ -105,6 +107,11 @@ int controller_new(struct controller **out, struct task_store *store,
  * made reachable for the sandbox user). E_FAIL when a thread cannot start (then free C). */
 int controller_start(struct controller *c, const char *meter_url, const char *meter_socket,
                      struct err *err);
+/* Adds the server's listener LISTEN ("host:port", "[v6]:port"; a name is resolved) and
+ * every address of the host's interfaces to the addresses egress proxies always refuse.
+ * Call before controller_start. E_INVALID / E_FAIL. */
+int controller_egress_own(struct controller *c, const char *listen, struct err *err);
+
 /* Stops the threads and every sandbox (they die with the server, SPEC §9); NULL is a
  * no-op. */
 void controller_free(struct controller *c);

@@ -46,6 +46,11 @@ struct controller {
     atomic_bool stopping;
     pthread_t tick;
     struct store_worker *worker; /* owned; NULL in manual mode */
+
+    /* Egress (sandbox_egress.c): --sandbox-network proxy (tasks may say otherwise), and
+     * the --sandbox-allow-host rules plus the server's own addresses (owned). */
+    bool network_proxy;
+    struct egress_policy *egress_policy;
 };
 
 /* One reconcile of one task: planned in a transaction, executed outside (sandbox, git),
@@ -60,6 +65,7 @@ struct reconcile {
     int64_t generation;            /* its generation */
     char *url, *base, *working;    /* owned copies of spec.repository (url may be NULL) */
     char *objective;               /* owned */
+    json_t *sandbox;               /* owned copy of spec.sandbox (network), or NULL */
     int64_t iteration, max_iterations, timeout_s, start_ms;
     bool from_scm;           /* made from a PR/MR comment */
     int exit_code;           /* the runner's, for FAIL_RUNNER */
@@ -92,6 +98,23 @@ int controller_mint_for(char **token_out, char **id_out, struct controller *c, c
                         int64_t generation, int64_t now_ms, struct err *err);
 
 #define CONTROLLER_WAITING_PREFIX "sandbox provider"
+
+/* --- egress (sandbox_egress.c) --- */
+/* Reads the network flags of CFG into C (E_INVALID with the reason for bad ones) and
+ * removes proxy sockets a previous server left. */
+int controller_egress_init(struct controller *c, const struct controller_config *cfg,
+                           struct err *err);
+/* Frees what controller_egress_init made. */
+void controller_egress_cleanup(struct controller *c);
+/* For a sandbox start of R: the task's network (spec.sandbox.network, else the server's);
+ * in `proxy` mode opens the task's egress proxy (allowlist: the server's rules plus
+ * spec.sandbox.allowedHosts) into *OUT and appends the proxy variables to ENV (*N
+ * entries, new strings, NULL-terminated; at most CONTROLLER_EGRESS_ENV_MAX more), with
+ * paths as the provider shows them. *OUT stays NULL in `none` mode. */
+int controller_egress_open(struct sandbox_egress **out, struct controller *c,
+                           const struct reconcile *r, const char *log_path, char **env, size_t *n,
+                           struct err *err);
+#define CONTROLLER_EGRESS_ENV_MAX 11
 
 /* Frees C's memory (the threads must not run). */
 void controller_destroy(struct controller *c);

@@ -246,6 +246,7 @@ static void do_start(struct controller *c, struct reconcile *r, enum start_mode 
     rc = prepare(c, r, &p, &err);
     if (rc == E_OK) {
         n = build_env(env, c, r, &p, iteration);
+        rc = controller_egress_open(&s.egress, c, r, p.log, env, &n, &err);
         s.ns = r->ns;
         s.name = r->name;
         s.runner_path = c->runner_path;
@@ -266,7 +267,9 @@ static void do_start(struct controller *c, struct reconcile *r, enum start_mode 
                                  "(iteration %lld)",
                                  (long long)iteration);
         }
-        rc = sandbox_start(c->sandboxes, &s, &err);
+        if (rc == E_OK) {
+            rc = sandbox_start(c->sandboxes, &s, &err); /* takes s.egress over */
+        }
         for (size_t i = 0; i < n; i++) {
             free(env[i]);
         }

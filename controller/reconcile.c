@@ -48,6 +48,7 @@ static void copy_spec(struct reconcile *r, const json_t *doc, const struct task_
     r->timeout_s =
         json_integer_value(json_object_get(json_object_get(spec, "sandbox"), "timeoutSeconds"));
     r->from_scm = json_object_get(ann, "divergedev.com/provider") != NULL;
+    r->sandbox = json_deep_copy(json_object_get(spec, "sandbox")); /* network, allowedHosts */
     r->start_ms = 0;
     if (start != NULL) {
         (void)clock_parse_rfc3339(&r->start_ms, start);
@@ -245,6 +246,7 @@ static void reconcile_cleanup(struct reconcile *r)
     free(r->working);
     free(r->objective);
     free(r->fail_msg);
+    json_decref(r->sandbox);
 }
 
 /* Pending → Provisioning while the workspace is prepared (a first clone can take a

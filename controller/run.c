@@ -235,9 +235,13 @@ static char *default_runner_path(void)
 int controller_sandboxes_open(struct controller *c, const struct controller_config *cfg,
                               struct err *err)
 {
-    char *state = xasprintf("%s/run", c->data_dir);
-    int rc = E_OK;
+    char *state;
+    int rc = controller_egress_init(c, cfg, err);
 
+    if (rc != E_OK) {
+        return rc;
+    }
+    state = xasprintf("%s/run", c->data_dir);
     c->runner_path = cfg->runner_path != NULL ? xstrdup(cfg->runner_path) : default_runner_path();
     if (strcmp(c->provider, "process") == 0) {
         rc = sandbox_process_new(&c->sandboxes, state, err);

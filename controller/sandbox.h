@@ -23,6 +23,24 @@
 #define SANDBOX_IN_STATE "/diverge/state"
 #define SANDBOX_IN_SOCK_DIR "/diverge/sock"
 #define SANDBOX_IN_RUNNER "/diverge/bin/diverge-agent-runner"
+#define SANDBOX_IN_EGRESS_DIR "/diverge/egress" /* the task's egress proxy socket dir */
+#define SANDBOX_EGRESS_SOCKET "proxy.sock"      /* the socket's name in that dir */
+
+/* The egress proxy of a task in network `proxy` mode (SPEC §9 "Network"): the server's
+ * CONNECT proxy on a unix socket in a directory of its own under the data dir. A started
+ * sandbox owns it: the provider stops it (socket and directory removed, threads joined)
+ * when the runner exits, when the sandbox is stopped, and when start() fails. */
+struct egress_proxy;
+
+struct sandbox_egress {
+    struct egress_proxy *proxy; /* owned */
+    char *dir;                  /* owned: the socket's directory (read-only inside) */
+    char *log_path;             /* owned: the task log, where egress lines go */
+    size_t log_cap;
+};
+
+/* Stops E's proxy, removes its socket and directory and frees E. NULL is a no-op. */
+void sandbox_egress_free(struct sandbox_egress *e);
 
 /* What to start. Every string is borrowed for the call. Paths are host paths. */
 struct sandbox_spec {
@@ -36,6 +54,8 @@ struct sandbox_spec {
     const char *sock_dir;    /* the server's meter socket directory (read-only), or NULL */
     const char *log_path;    /* the task log */
     size_t log_cap;          /* its cap in bytes, 0: CONTROLLER_LOG_CAP */
+    /* network proxy: the task's egress proxy, taken over by start(); else NULL */
+    struct sandbox_egress *egress;
     const char *env[SANDBOX_ENV_MAX + 1]; /* "KEY=VALUE" as seen inside, NULL-terminated */
 };
 

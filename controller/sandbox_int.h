@@ -40,6 +40,9 @@ struct sbx {
     size_t log_cap;
     char *record; /* owned: the state-dir record of this sandbox */
     void *ext;    /* the provider's per-sandbox data, owned by the provider */
+    /* owned, or NULL: freed by the pump thread when the runner exits, else after that
+     * thread is joined */
+    struct sandbox_egress *egress;
     pthread_t thread;
     struct sbx_set *set; /* back pointer */
     struct sbx *next;

@@ -27,7 +27,7 @@
 #include "controller/sandbox_local_int.h"
 
 #define BWRAP_ARGS_MAX 128
-#define LOCAL_FDS 10
+#define LOCAL_FDS 11
 
 static struct local_provider *to_local(struct sandbox_provider *p)
 {
@@ -250,6 +250,7 @@ static int bind_spec(struct argv_b *a, struct child_plan *pl, int *fds, size_t *
         {"--ro-bind-fd", s->mirror, SANDBOX_IN_MIRROR, true},
         {"--ro-bind-fd", s->token_dir, SANDBOX_IN_TOKEN_DIR, false},
         {"--ro-bind-fd", s->sock_dir, SANDBOX_IN_SOCK_DIR, true},
+        {"--ro-bind-fd", s->egress != NULL ? s->egress->dir : NULL, SANDBOX_IN_EGRESS_DIR, true},
         {"--ro-bind-fd", s->runner_path, SANDBOX_IN_RUNNER, false},
     };
 
@@ -318,6 +319,7 @@ static int local_start(struct sandbox_provider *p, const struct sandbox_spec *s,
     char limits[512];
 
     if (lp->problem != NULL) {
+        sandbox_egress_free(s->egress);
         return err_set(err, E_FAIL, "%s", lp->problem);
     }
     local_cgroup_create(lp, s->ns, s->name, limits, sizeof(limits));

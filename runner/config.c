@@ -98,6 +98,22 @@ static int load_git(struct runner_config *c, runner_getenv_fn get, void *ud, str
     return E_OK;
 }
 
+/* DIVERGE_SANDBOX_NETWORK (none or proxy) and, for proxy, DIVERGE_EGRESS_SOCKET. */
+static int network_config(struct runner_config *c, runner_getenv_fn get, void *ud, struct err *err)
+{
+    c->network = get_opt(get, ud, "DIVERGE_SANDBOX_NETWORK", "none");
+    c->egress_socket = get_opt(get, ud, "DIVERGE_EGRESS_SOCKET", NULL);
+    if (strcmp(c->network, "none") != 0 && strcmp(c->network, "proxy") != 0) {
+        return err_set(err, E_INVALID, "DIVERGE_SANDBOX_NETWORK must be none or proxy");
+    }
+    if (strcmp(c->network, "proxy") == 0 && c->egress_socket == NULL) {
+        return err_set(err, E_INVALID,
+                       "DIVERGE_SANDBOX_NETWORK=proxy needs DIVERGE_EGRESS_SOCKET (the "
+                       "server's egress proxy socket)");
+    }
+    return E_OK;
+}
+
 int runner_config_load(struct runner_config *out, runner_getenv_fn get, void *ud, struct err *err)
 {
     struct runner_config *c = out;
@@ -147,8 +163,7 @@ int runner_config_load(struct runner_config *out, runner_getenv_fn get, void *ud
     }
     c->author_name = get_opt(get, ud, "DIVERGE_GIT_AUTHOR_NAME", "diverge-agent");
     c->author_email = get_opt(get, ud, "DIVERGE_GIT_AUTHOR_EMAIL", "agent@diverge.invalid");
-    c->network = get_opt(get, ud, "DIVERGE_SANDBOX_NETWORK", "none");
-    return E_OK;
+    return network_config(c, get, ud, err);
 }
 
 void runner_config_cleanup(struct runner_config *c)

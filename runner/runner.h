@@ -161,7 +161,9 @@ struct runner_config {
     const char *preview_value; /* DIVERGE_PREVIEW_HEADER_VALUE or "" */
     const char *author_name;   /* DIVERGE_GIT_AUTHOR_NAME or "diverge-agent" */
     const char *author_email;  /* DIVERGE_GIT_AUTHOR_EMAIL or "agent@diverge.invalid" */
-    const char *network;       /* DIVERGE_SANDBOX_NETWORK or "none" */
+    const char *network;       /* DIVERGE_SANDBOX_NETWORK: "none" (default) or "proxy" */
+    const char *egress_socket; /* DIVERGE_EGRESS_SOCKET: the server's per-task CONNECT
+                                  proxy socket (required with network proxy) */
 };
 
 /* Looks up NAME in an environment; NULL when unset. */
@@ -179,5 +181,9 @@ void runner_config_cleanup(struct runner_config *c);
 /* Runs the whole runner (SPEC §9) and returns its exit code. Logs to stdout/stderr;
  * never prints the token. */
 enum runner_exit runner_run(const struct runner_config *cfg);
+
+/* Stops the egress relay runner_run started in `proxy` mode (its connections closed, its
+ * threads joined); a no-op without one. */
+void runner_egress_relay_stop(void);
 
 #endif

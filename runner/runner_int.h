@@ -108,8 +108,10 @@ void runner_meter_send(struct runner_meter_answer *out, const struct runner_conf
  * could not be reached. */
 long runner_preview_check(const struct runner_config *cfg);
 
-/* The relay for DIVERGE_SANDBOX_NETWORK=proxy (127.0.0.1:3128 inside the sandbox to the
- * server's per-task CONNECT proxy socket) belongs to the egress work of issue 9. */
+/* With DIVERGE_SANDBOX_NETWORK=proxy: listens on 127.0.0.1:3128 (EGRESS_RELAY_PORT, where
+ * HTTPS_PROXY points inside the sandbox) and relays every connection to the server's
+ * per-task CONNECT proxy at DIVERGE_EGRESS_SOCKET, on a thread of its own until the
+ * runner exits. E_FAIL when the port cannot be bound. A no-op in `none` mode. */
 int runner_egress_relay_start(const struct runner_config *cfg, struct err *err);
 
 /* Prints one progress line to stdout (flushed), as the task log shows it. */

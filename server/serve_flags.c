@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The flags of `diverge serve` (SPEC §2): one table of flag, environment variable, default
  * and help; flags win over the environment; --help prints the table. */
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "egress/egress.h"
 #include "server/server_int.h"
 
 struct flag {
@@ -15,6 +17,10 @@ struct flag {
     size_t offset;    /* of the char * field in struct server_config */
     const char *help;
 };
+
+/* The repeatable flag: its values are comma-joined (the first one on the command line
+ * replaces the environment's list). */
+#define REPEATABLE_FLAG "--sandbox-allow-host"
 
 #define CFG(field_) offsetof(struct server_config, field_)
 
@@ -43,6 +49,11 @@ static const struct flag g_flags[] = {
      "process limit per sandbox (0: none)"},
     {"--sandbox-cpus", "DIVERGE_SANDBOX_CPUS", "1", CFG(sandbox_cpus),
      "CPU limit per sandbox, e.g. 1 or 0.5 (0: none)"},
+    {"--sandbox-network", "DIVERGE_SANDBOX_NETWORK", "none", CFG(sandbox_network),
+     "none (loopback only) or proxy (egress only through the server's allowlisting proxy)"},
+    {"--sandbox-allow-host", "DIVERGE_SANDBOX_ALLOW_HOSTS", NULL, CFG(sandbox_allow_hosts),
+     "host, *.suffix or IP literal, optionally :port (default 443), that proxy mode lets "
+     "sandboxes reach; repeatable (env: comma list)"},
     {"--agent-cmd", "DIVERGE_AGENT_CMD", NULL, CFG(agent_cmd),
      "command the runner runs each iteration (DIVERGE_AGENT_CMD in the sandbox)"},
     {"--verify-cmd", "DIVERGE_VERIFY_CMD", NULL, CFG(verify_cmd),
@@ -111,9 +122,54 @@ void serve_config_cleanup(struct server_config *cfg)
     }
 }
 
+/* --sandbox-network and --sandbox-allow-host: 0, or 2 after saying what is wrong. */
+static int check_network(const struct server_config *cfg)
+{
+    struct egress_policy *p;
+    struct err err = {0};
+    int rc;
+
+    if (strcmp(cfg->sandbox_network, "none") != 0 && strcmp(cfg->sandbox_network, "proxy") != 0) {
+        fprintf(stderr, "diverge: serve: --sandbox-network must be none or proxy\n");
+        return 2;
+    }
+    if (cfg->sandbox_allow_hosts == NULL) {
+        return 0;
+    }
+    egress_policy_new(&p);
+    rc = egress_policy_add_rules_csv(p, cfg->sandbox_allow_hosts, &err);
+    egress_policy_free(p);
+    if (rc != E_OK) {
+        fprintf(stderr,
+                "diverge: serve: --sandbox-allow-host / DIVERGE_SANDBOX_ALLOW_HOSTS: %s (a host, "
+                "*.suffix or IP literal, [v6] with a port, optionally :port)\n",
+                err.msg);
+        return 2;
+    }
+    return 0;
+}
+
+/* Stores VAL into F's field: replaces it, or for a repeatable flag seen before on the
+ * command line, appends it after a comma. */
+static void set_value(struct server_config *cfg, const struct flag *f, const char *val, bool seen)
+{
+    char **p = field(cfg, f);
+    char *v;
+
+    if (seen && *p != NULL && strcmp(f->name, REPEATABLE_FLAG) == 0) {
+        v = xasprintf("%s,%s", *p, val);
+    } else {
+        v = xstrdup(val);
+    }
+    free(*p);
+    *p = v;
+}
+
 /* Returns 0, or 2 after printing a usage error, or -1 after printing help. */
 int serve_parse_flags(struct server_config *cfg, int argc, char **argv)
 {
+    bool seen[ARRAY_LEN(g_flags)] = {false};
+
     for (size_t i = 0; i < ARRAY_LEN(g_flags); i++) {
         const char *v = getenv(g_flags[i].env);
         if (v == NULL || v[0] == '\0') {
@@ -147,8 +203,8 @@ int serve_parse_flags(struct server_config *cfg, int argc, char **argv)
             fprintf(stderr, "diverge: serve: %s needs a value\n", g_flags[i].name);
             return 2;
         }
-        free(*field(cfg, &g_flags[i]));
-        *field(cfg, &g_flags[i]) = xstrdup(val);
+        set_value(cfg, &g_flags[i], val, seen[i]);
+        seen[i] = true;
     }
-    return 0;
+    return check_network(cfg);
 }

@@ -96,6 +96,8 @@ int serve_controller_new(struct server *srv, struct err *err)
         .sandbox_memory = srv->sandbox_memory,
         .sandbox_pids = srv->sandbox_pids,
         .sandbox_cpus_milli = srv->sandbox_cpus_milli,
+        .network = srv->cfg.sandbox_network,
+        .allow_hosts = srv->cfg.sandbox_allow_hosts,
     };
 
     return controller_new(&srv->controller, srv->store, &cc, err);
@@ -154,6 +156,10 @@ int serve_sandbox_start(struct server *srv, struct err *err)
         if (rc != E_OK) {
             close(fd);
         }
+    }
+    if (rc == E_OK) {
+        /* Egress proxies never connect back to the server itself. */
+        rc = controller_egress_own(srv->controller, srv->cfg.listen, err);
     }
     if (rc == E_OK) {
         rc = controller_start(srv->controller, meter, srv->meter_socket, err);

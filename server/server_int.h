@@ -52,6 +52,8 @@ struct server_config {
     char *github_min_budget;
     char *notifier_min_interval; /* seconds between spend-only sticky edits */
     char *sandbox_user;          /* local sandboxes' host user; NULL: SPEC §2 default */
+    char *sandbox_network;       /* none | proxy (SPEC §9 "Network") */
+    char *sandbox_allow_hosts;   /* egress rules, comma-joined (--sandbox-allow-host) */
     char *sandbox_memory, *sandbox_pids, *sandbox_cpus; /* per-sandbox limits */
     char *agent_cmd, *verify_cmd;                       /* the runner's commands; NULL: none */
     char *gitlab_webhook_token;  /* expected X-Gitlab-Token(s), comma-separated */

@@ -6,6 +6,7 @@ pause by freezing. Skipped with a message when bubblewrap or user namespaces are
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -20,6 +21,10 @@ CHECKS = ("echo uid=$(id -u); "
           "else echo key=hidden; fi; "
           "if curl -s -m 3 -o /dev/null \"$DIVERGE_METER_URL\"; then echo server=reachable; "
           "else echo server=unreachable; fi; "
+          "curl -s -m 3 -o /dev/null http://127.0.0.1:{port}/; "
+          "if [ $? -eq 7 ]; then echo host=unreachable; else echo host=reachable; fi; "
+          "echo proxyenv=${HTTPS_PROXY:-}${HTTP_PROXY:-}${ALL_PROXY:-}${https_proxy:-}"
+          "${http_proxy:-}${all_proxy:-}${DIVERGE_EGRESS_SOCKET:-}; "
           "if unshare -U true 2>/dev/null; then echo userns=allowed; else echo userns=denied; fi; "
           "if ls {data} >/dev/null 2>&1; then echo datadir=visible; else echo datadir=hidden; fi; "
           "if ls {data}/workspaces/default/other >/dev/null 2>&1; then echo other=visible; "
@@ -49,7 +54,12 @@ def test_isolation_from_inside():
     os.chmod(os.path.dirname(repo), 0o755)
     data = tempfile.mkdtemp(prefix="diverge-test-")
     # The paths are written into the command: the sandbox gets no environment of ours.
-    cmd = CHECKS.replace("{data}", data)
+    # Another loopback port of the host (not the server's): a listener that answers HTTP.
+    host = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    host.bind(("127.0.0.1", 0))
+    host.listen(8)
+    host.settimeout(0)
+    cmd = CHECKS.replace("{data}", data).replace("{port}", str(host.getsockname()[1]))
     srv = Server(args=["--sandbox-provider", "local", "--agent-cmd", cmd],
                  env={"DIVERGE_RUNNER_PATH": FAKE_RUNNER}, data_dir=data)
     with srv:
@@ -62,6 +72,21 @@ def test_isolation_from_inside():
         assert "sandbox local (bubblewrap)" in log, log
         uid = [l for l in log.splitlines() if " uid=" in l]
         assert uid and not uid[0].endswith("uid=0"), log
+        # ... and it is the sandbox user's (as the provider logged it).
+        as_uid = re.search(r"sandbox local \(bubblewrap\) as uid (\d+)", log)
+        assert as_uid and uid[0].endswith("uid=" + as_uid.group(1)), log
+        if os.geteuid() == 0:
+            import pwd
+            assert int(as_uid.group(1)) == pwd.getpwnam("diverge-sandbox").pw_uid, log
+        # The host's loopback listener saw no connection; no proxy variables in none mode.
+        try:
+            host.accept()
+            reached = True
+        except BlockingIOError:
+            reached = False
+        assert not reached and "host=unreachable" in log, log
+        assert re.search(r" proxyenv=$", log, re.M), log
+        assert "network proxy" not in log, log
         # No network, yet the runner meters through the server's unix socket.
         assert "meter 1 -> 200 (unix socket)" in log, log
         for want in ("root=denied", "key=hidden", "server=unreachable", "userns=denied",
@@ -72,6 +97,8 @@ def test_isolation_from_inside():
         out = subprocess.run(["sh", "-c", cmd.split("; python3")[0]], capture_output=True,
                              text=True, cwd=data).stdout
         assert "key=readable" in out and "datadir=visible" in out and "other=visible" in out, out
+        assert "host=reachable" in out, out
+    host.close()
     shutil.rmtree(os.path.dirname(repo), ignore_errors=True)
     shutil.rmtree(data, ignore_errors=True)
 

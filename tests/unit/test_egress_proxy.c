@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -131,12 +132,15 @@ static void log_reset(void)
     pthread_mutex_unlock(&g_log.mu);
 }
 
+static atomic_int g_lookups; /* names the proxy asked the resolver for */
+
 /* Answers 127.0.0.1 for every name: a broken policy could only reach loopback. */
 static int resolve_loopback(struct egress_addr *out, size_t max, size_t *n_out, const char *host,
                             void *userdata)
 {
     (void)host;
     (void)userdata;
+    atomic_fetch_add(&g_lookups, 1);
     *n_out = 0;
     if (max > 0 && egress_addr_parse(&out[0], "127.0.0.1") == E_OK) {
         *n_out = 1;
@@ -342,6 +346,33 @@ TEST(proxy_denies_names)
              "rule=rebind.test:%u",
              (unsigned)f.echo.port, (unsigned)f.echo.port);
     CHECK(log_has(line));
+}
+
+/* A name outside the allowlist is refused before any lookup: an unresolvable `.invalid`
+ * name, `localhost`, a suffix rule's apex, a name that differs only by a trailing dot or
+ * case from nothing listed. The listed name is looked up (the counter works). */
+TEST(proxy_never_resolves_unlisted_names)
+{
+    static const char *const unlisted[] = {"nowhere.invalid:443", "NOWHERE.invalid.:443",
+                                           "localhost:443", "test:443", "x.rebind.test:443"};
+    struct fixture f;
+    char req[128], head[512];
+
+    fixture_open(&f, 4, 10000);
+    atomic_store(&g_lookups, 0);
+    for (size_t i = 0; i < sizeof(unlisted) / sizeof(unlisted[0]); i++) {
+        snprintf(req, sizeof(req), "CONNECT %s HTTP/1.1\r\n\r\n", unlisted[i]);
+        request(&f, req, head, sizeof(head));
+        CHECK(strncmp(head, "HTTP/1.1 403 Forbidden\r\n", 24) == 0);
+        CHECK(strstr(head, "X-Proxy-Error: blocked-by-allowlist\r\n") != NULL);
+    }
+    CHECK_EQ_INT(atomic_load(&g_lookups), 0);
+    snprintf(req, sizeof(req), "CONNECT rebind.test:%u HTTP/1.1\r\n\r\n", (unsigned)f.echo.port);
+    request(&f, req, head, sizeof(head));
+    CHECK_EQ_INT(atomic_load(&g_lookups), 1);
+    CHECK_EQ_INT(echo_accepted(&f.echo), 0);
+    fixture_close(&f);
+    CHECK(log_has("egress nowhere.invalid:443 denied reason=blocked-by-allowlist"));
 }
 
 TEST(proxy_refuses_bad_requests)

@@ -329,6 +329,69 @@ TEST(config_from_env)
     runner_config_cleanup(&c);
 }
 
+/* DIVERGE_SANDBOX_NETWORK: none by default; proxy needs DIVERGE_EGRESS_SOCKET; nothing
+ * else is accepted. */
+TEST(config_network)
+{
+    static const char *const proxy[] = {"DIVERGE_TASK_NAME",
+                                        "fix-it",
+                                        "DIVERGE_REPO_URL",
+                                        "file:///r.git",
+                                        "DIVERGE_AGENT_CMD",
+                                        "x",
+                                        "DIVERGE_MACAROON_TOKEN",
+                                        "t",
+                                        "DIVERGE_METER_URL",
+                                        "u",
+                                        "DIVERGE_SANDBOX_NETWORK",
+                                        "proxy",
+                                        "DIVERGE_EGRESS_SOCKET",
+                                        "/diverge/egress/proxy.sock",
+                                        NULL};
+    static const char *const nosock[] = {"DIVERGE_TASK_NAME",
+                                         "fix-it",
+                                         "DIVERGE_REPO_URL",
+                                         "file:///r.git",
+                                         "DIVERGE_AGENT_CMD",
+                                         "x",
+                                         "DIVERGE_MACAROON_TOKEN",
+                                         "t",
+                                         "DIVERGE_METER_URL",
+                                         "u",
+                                         "DIVERGE_SANDBOX_NETWORK",
+                                         "proxy",
+                                         NULL};
+    static const char *const bad[] = {"DIVERGE_TASK_NAME",
+                                      "fix-it",
+                                      "DIVERGE_REPO_URL",
+                                      "file:///r.git",
+                                      "DIVERGE_AGENT_CMD",
+                                      "x",
+                                      "DIVERGE_MACAROON_TOKEN",
+                                      "t",
+                                      "DIVERGE_METER_URL",
+                                      "u",
+                                      "DIVERGE_SANDBOX_NETWORK",
+                                      "open",
+                                      NULL};
+    struct fake_env e = {proxy};
+    struct runner_config c;
+    struct err err = {0};
+
+    CHECK_OK(runner_config_load(&c, fake_get, &e, &err));
+    CHECK_EQ_STR(c.network, "proxy");
+    CHECK_EQ_STR(c.egress_socket, "/diverge/egress/proxy.sock");
+    runner_config_cleanup(&c);
+    e.kv = nosock;
+    CHECK_EQ_INT(runner_config_load(&c, fake_get, &e, &err), E_INVALID);
+    CHECK(strstr(err.msg, "DIVERGE_EGRESS_SOCKET") != NULL);
+    runner_config_cleanup(&c);
+    e.kv = bad;
+    CHECK_EQ_INT(runner_config_load(&c, fake_get, &e, &err), E_INVALID);
+    CHECK(strstr(err.msg, "DIVERGE_SANDBOX_NETWORK") != NULL);
+    runner_config_cleanup(&c);
+}
+
 TEST(env_build_and_tail)
 {
     char a[] = "A=1", g[] = "DIVERGE_GUIDANCE=old", b[] = "B=2";
