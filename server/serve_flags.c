@@ -43,6 +43,8 @@ static const struct flag g_flags[] = {
      "process limit per sandbox (0: none)"},
     {"--sandbox-cpus", "DIVERGE_SANDBOX_CPUS", "1", CFG(sandbox_cpus),
      "CPU limit per sandbox, e.g. 1 or 0.5 (0: none)"},
+    {"--preview-base-url", "DIVERGE_PREVIEW_BASE_URL", NULL, CFG(preview_base_url),
+     "base URL of the preview router; no linked preview Environments without it"},
     {"--agent-cmd", "DIVERGE_AGENT_CMD", NULL, CFG(agent_cmd),
      "command the runner runs each iteration (DIVERGE_AGENT_CMD in the sandbox)"},
     {"--verify-cmd", "DIVERGE_VERIFY_CMD", NULL, CFG(verify_cmd),

@@ -96,6 +96,8 @@ int serve_controller_new(struct server *srv, struct err *err)
         .sandbox_memory = srv->sandbox_memory,
         .sandbox_pids = srv->sandbox_pids,
         .sandbox_cpus_milli = srv->sandbox_cpus_milli,
+        .preview_base_url = srv->cfg.preview_base_url,
+        .github_api_url = srv->cfg.github_api_url,
     };
 
     return controller_new(&srv->controller, srv->store, &cc, err);
