@@ -102,6 +102,9 @@ enum controller_env_state {
 /* "agent-preview-<task>" when TASK gets a linked preview (spec.repository.url set,
  * preview-enabled not "false", BASE_URL configured), else NULL. New string. */
 char *controller_preview_env_name(const json_t *task, const char *base_url);
+/* Whether BASE_URL can be --preview-base-url: http(s), a host, printable ASCII, no query
+ * or fragment. */
+bool controller_preview_base_valid(const char *base_url);
 /* "<BASE_URL without trailing '/'>/?_diverge_env=<ENV>". New string. */
 char *controller_preview_url(const char *base_url, const char *env);
 /* The Environment's state after action A (FAILED: execution failed the task). */

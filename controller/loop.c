@@ -85,6 +85,13 @@ int controller_new(struct controller **out, struct task_store *store,
     int rc;
 
     *out = NULL;
+    if (cfg->preview_base_url != NULL && cfg->preview_base_url[0] != '\0' &&
+        !controller_preview_base_valid(cfg->preview_base_url)) {
+        free(c);
+        return err_set(err, E_INVALID,
+                       "--preview-base-url must be an http:// or https:// URL with a host and "
+                       "no query or fragment");
+    }
     c->store = store;
     c->data_dir = xstrdup(cfg->data_dir);
     memcpy(c->root_key, cfg->root_key, TOKEN_ROOT_KEY_LEN);

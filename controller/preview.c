@@ -41,6 +41,24 @@ char *controller_preview_env_name(const json_t *task, const char *base_url)
     return xasprintf(CONTROLLER_PREVIEW_PREFIX "%s", name);
 }
 
+bool controller_preview_base_valid(const char *base_url)
+{
+    size_t scheme = strncasecmp(base_url, "https://", 8) == 0  ? 8
+                    : strncasecmp(base_url, "http://", 7) == 0 ? 7
+                                                               : 0;
+    const char *host = base_url + scheme;
+
+    if (scheme == 0 || host[0] == '\0' || host[0] == '/' || strpbrk(base_url, "?# ") != NULL) {
+        return false;
+    }
+    for (const char *c = base_url; *c != '\0'; c++) {
+        if ((unsigned char)*c < 0x21 || (unsigned char)*c > 0x7e) {
+            return false;
+        }
+    }
+    return true;
+}
+
 char *controller_preview_url(const char *base_url, const char *env)
 {
     size_t n = strlen(base_url);

@@ -354,14 +354,14 @@ static int gh_file_at(char **out, size_t *len_out, struct scm_provider *p,
     return rc;
 }
 
-/* The web URL of the pull request of PROJECT from OWNER:HEAD (open or not), or NULL. */
+/* The web URL of the open pull request of PROJECT from OWNER:HEAD, or NULL. */
 static char *find_pull(struct github *gh, const struct scm_ref *ref, const char *head,
                        struct scm_result *res, struct err *err)
 {
     size_t olen = strcspn(ref->project, "/");
     char *label = xasprintf("%.*s:%s", (int)olen, ref->project, head);
     char *elabel = httpc_escape(label);
-    char *tail = xasprintf("/pulls?state=all&head=%s", elabel);
+    char *tail = xasprintf("/pulls?state=open&head=%s", elabel);
     char *url = repo_url(gh, ref->project, tail), *found = NULL;
     json_t *ans = NULL;
     int rc = github_rest_call(&ans, NULL, gh->auth, "GET", url, installation_of(gh, ref), NULL, res,

@@ -9,9 +9,10 @@ repository."""
 import json
 import os
 import shutil
+import subprocess
 import tempfile
 
-from harness import API, Server, run_tests
+from harness import API, DIVERGE_BIN, Server, run_tests
 from github_helpers import TOKEN, new_fake
 from sandbox_helpers import (FAKE_RUNNER, bare_repo, create, get, git, patch, task,
                              task_log, wait_log, wait_phase, wait_until)
@@ -125,6 +126,19 @@ def test_no_preview_without_base_url_or_when_disabled():
         assert st == 200 and env["status"]["phase"] == "Released", env
         assert "divergedev.com/sandbox-ip" not in env["metadata"]["annotations"], env
     shutil.rmtree(os.path.dirname(repo), ignore_errors=True)
+
+
+def test_bad_preview_base_url_refused():
+    data = tempfile.mkdtemp(prefix="diverge-test-")
+    try:
+        r = subprocess.run([DIVERGE_BIN, "serve", "--listen", "127.0.0.1:0", "--data-dir", data,
+                            "--sandbox-provider", "none", "--preview-base-url",
+                            "ftp://preview.example"], capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode != 0, (r.returncode, r.stdout, r.stderr)
+        assert "--preview-base-url must be an http:// or https:// URL" in r.stderr, r.stderr
+    finally:
+        shutil.rmtree(data, ignore_errors=True)
 
 
 def gitconfig_redirect(tmp, web_url, bare):
@@ -242,6 +256,7 @@ def test_draft_pr_local_thread():
 if __name__ == "__main__":
     run_tests([test_preview_environment_lifecycle,
                test_no_preview_without_base_url_or_when_disabled,
+               test_bad_preview_base_url_refused,
                test_draft_pr_github_once_across_restart,
                test_draft_pr_github_422_links_existing,
                test_draft_pr_local_thread])

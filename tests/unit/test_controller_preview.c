@@ -59,6 +59,19 @@ TEST(preview_url)
     free(u);
 }
 
+TEST(preview_base_valid)
+{
+    CHECK(controller_preview_base_valid("https://preview.example.com"));
+    CHECK(controller_preview_base_valid("http://127.0.0.1:9/p/"));
+    CHECK(!controller_preview_base_valid("ftp://x"));
+    CHECK(!controller_preview_base_valid("preview.example.com"));
+    CHECK(!controller_preview_base_valid("https://"));
+    CHECK(!controller_preview_base_valid("https:///p"));
+    CHECK(!controller_preview_base_valid("https://x/?a=b"));
+    CHECK(!controller_preview_base_valid("https://x/#f"));
+    CHECK(!controller_preview_base_valid("https://x/\n"));
+}
+
 TEST(preview_state_table)
 {
     static const struct {
@@ -256,7 +269,9 @@ TEST(draft_pr_request_shape)
     req = controller_draft_pr_request(t);
     const char *title = json_string_value(json_object_get(req, "title"));
     CHECK(title != NULL && strlen(title) <= 240 && strlen(title) > 200);
-    CHECK(json_string(title) != NULL); /* valid UTF-8 */
+    json_t *valid = json_string(title); /* NULL for invalid UTF-8 */
+    CHECK(valid != NULL);
+    json_decref(valid);
     CHECK((strlen(title) - strlen("fix(t1): ")) % 2 == 0);
     json_decref(req);
     json_object_set_new(json_object_get(t, "spec"), "objective",
