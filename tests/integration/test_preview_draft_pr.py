@@ -141,6 +141,43 @@ def test_bad_preview_base_url_refused():
         shutil.rmtree(data, ignore_errors=True)
 
 
+def test_sticky_comment_shows_preview_link():
+    """A task made from a PR comment (provider annotations) gets its preview; the sticky
+    comment carries the magic link and the exit link (SPEC §6), and its draftPR opens
+    nothing (the PR exists)."""
+    gh = new_fake()
+    try:
+        with Server(["--sandbox-provider", "none", "--github-api-url", gh.url,
+                     "--preview-base-url", "https://preview.example.com"],
+                    env={"DIVERGE_NOTIFIER_TOKEN": TOKEN, "GITHUB_TOKEN": None}) as srv:
+            obj = {"apiVersion": "divergedev.com/v1alpha1", "kind": "AgentTask",
+                   "metadata": {"name": "fix-pr-7", "annotations": {
+                       "divergedev.com/provider": "github",
+                       "divergedev.com/project": "octo/repo",
+                       "divergedev.com/pr-number": "7"}},
+                   "spec": {"objective": "fix it", "draftPR": True,
+                            "repository": {"url": "https://github.com/octo/repo.git",
+                                           "workingBranch": "feature-x"}}}
+            st, _, b = srv.request("POST", API + "/namespaces/octo-repo/agenttasks", obj)
+            assert st == 201, b
+            link = "https://preview.example.com/?_diverge_env=agent-preview-fix-pr-7"
+
+            def sticky_with_link():
+                return [c for c in gh.comments("octo/repo", 7)
+                        if c["body"].startswith("<!-- diverge-agent-task -->") and
+                        link in c["body"]]
+            sticky = wait_until(sticky_with_link, what="the sticky comment's preview link")
+            assert "_diverge_env=clear" in sticky[0]["body"], sticky[0]["body"]
+            st, _, env = srv.request("GET", API + "/namespaces/octo-repo/environments/"
+                                     "agent-preview-fix-pr-7")
+            assert st == 200, env
+            # provider none: no sandbox, so no sandbox-ip
+            assert "divergedev.com/sandbox-ip" not in env["metadata"]["annotations"], env
+        assert not gh.find_requests(method="POST", path_re=r"/pulls$")
+    finally:
+        gh.stop()
+
+
 def gitconfig_redirect(tmp, web_url, bare):
     """A global git config that sends WEB_URL (the fake GitHub's repository URL) to the
     bare repository BARE: the server mirrors and pushes with git, offline."""
@@ -174,6 +211,7 @@ def test_draft_pr_github_once_across_restart():
             assert git("--git-dir", repo, "show", "agent/dp1:fixed.txt") == "fixed\n"
             wait_log(srv, "dp1", "draft pull request queued (github octo/repo)")
             gh.wait_for_request(method="POST", path_re=r"/pulls$")
+            srv.kill()  # a crash right after completion, the PR still queued
         gh.clear_injections()
         # Restarted right after completion: the queued PR is opened once.
         with server("true", "--github-api-url", gh.url, data_dir=data, env=env) as srv:
@@ -217,12 +255,22 @@ def test_draft_pr_github_422_links_existing():
             assert url == existing["html_url"], (url, existing["html_url"])
             assert gh.find_requests(method="POST", path_re=r"/pulls$", status=422)
             assert len(gh.pulls("octo/repo")) == 2  # #7 of new_fake and #31
+            posts = len(gh.find_requests(method="POST", path_re=r"/pulls$"))
+            # A lost response: GitHub made the PR but answered 502; the retry's 422 links
+            # the one it made, no second PR.
+            gh.inject(method="POST", path_re=r"/pulls$", status=502, apply=True, times=1)
+            create(srv, draft_task("dp4", web))
+            wait_phase(srv, "dp4", "Completed")
+            url4 = wait_until(lambda: pr_link(srv, "dp4"), what="the lost-response PR link")
+            mine = [p for p in gh.pulls("octo/repo") if p["head"]["ref"] == "agent/dp4"]
+            assert len(mine) == 1 and mine[0]["html_url"] == url4, (mine, url4)
             # A task made from a PR comment never opens one; a task without draftPR neither.
             t = task("dp3", web)
             create(srv, t)
             wait_phase(srv, "dp3", "Completed")
             assert "draft pull request" not in task_log(srv, "dp3")
-        assert len(gh.find_requests(method="POST", path_re=r"/pulls$")) == 1
+        assert posts == 1, posts
+        assert len(gh.find_requests(method="POST", path_re=r"/pulls$")) == 3  # 1 + 502 + 422
     finally:
         gh.stop()
         shutil.rmtree(tmp, ignore_errors=True)
@@ -257,6 +305,7 @@ if __name__ == "__main__":
     run_tests([test_preview_environment_lifecycle,
                test_no_preview_without_base_url_or_when_disabled,
                test_bad_preview_base_url_refused,
+               test_sticky_comment_shows_preview_link,
                test_draft_pr_github_once_across_restart,
                test_draft_pr_github_422_links_existing,
                test_draft_pr_local_thread])
