@@ -293,6 +293,8 @@ def test_draft_pr_local_thread():
         assert "fix(dl1): fix the thing" in items[0]["body"], items
         assert "`agent/dl1` → `main`" in items[0]["body"], items
         wait_log(srv, "dl1", "draft pull request: local://local/repo#1")
+        r = srv.cli("local", "thread", "local/repo#1")
+        assert r.returncode == 0 and "fix(dl1): fix the thing" in r.stdout, (r.stdout, r.stderr)
         # A second task on the same repository gets the next thread.
         create(srv, draft_task("dl2", "file://" + repo))
         wait_phase(srv, "dl2", "Completed")
