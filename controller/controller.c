@@ -230,6 +230,8 @@ void controller_destroy(struct controller *c)
     free(c->verify_cmd);
     free(c->problem);
     controller_egress_cleanup(c);
+    free(c->preview_base);
+    free(c->github_api_url);
     pthread_mutex_destroy(&c->lock);
     pthread_mutex_destroy(&c->notes_lock);
     pthread_cond_destroy(&c->notes_cond);

@@ -35,6 +35,8 @@ struct controller_config {
     size_t log_cap;                /* task log cap in bytes; 0: CONTROLLER_LOG_CAP */
     const char *network;           /* none (NULL) or proxy: without spec.sandbox.network */
     const char *allow_hosts;       /* comma list of egress rules (proxy mode), or NULL */
+    const char *preview_base_url;  /* --preview-base-url; NULL: no linked previews */
+    const char *github_api_url;    /* --github-api-url: which https repositories are GitHub's */
     bool manual;                   /* no threads: the caller drives controller_reconcile */
     bool deferred;                 /* no threads until controller_start() */
 };
@@ -79,6 +81,50 @@ enum controller_action controller_decide(const struct task_view *v,
                                          const struct controller_observed *o);
 /* "provision", "pause", ... */
 const char *controller_action_name(enum controller_action a);
+
+/* --- linked preview Environment and draft PR (preview.c): pure decisions ------------- */
+
+#define CONTROLLER_PREVIEW_PREFIX "agent-preview-"
+#define CONTROLLER_PREVIEW_HEADER "x-diverge-env"
+#define CONTROLLER_ANN_PREVIEW_ENABLED "divergedev.com/preview-enabled"
+#define CONTROLLER_ANN_PREVIEW_ENV "divergedev.com/preview-environment"
+#define CONTROLLER_ANN_PREVIEW_URL "divergedev.com/preview-url"
+#define CONTROLLER_ANN_SANDBOX_IP "divergedev.com/sandbox-ip"
+#define CONTROLLER_ANN_HIBERNATED "divergedev.com/hibernated"
+#define CONTROLLER_SANDBOX_IP "127.0.0.1" /* local sandboxes: loopback of their own host */
+
+/* What an action does to the task's Environment. */
+enum controller_env_state {
+    CONTROLLER_ENV_KEEP,       /* nothing */
+    CONTROLLER_ENV_RUNNING,    /* the sandbox runs: sandbox-ip set, hibernated removed */
+    CONTROLLER_ENV_HIBERNATED, /* paused: hibernated "true", sandbox-ip removed */
+    CONTROLLER_ENV_RELEASED,   /* the task finished: no sandbox, kept until the task goes */
+};
+
+/* "agent-preview-<task>" when TASK gets a linked preview (spec.repository.url set,
+ * preview-enabled not "false", BASE_URL configured), else NULL. New string. */
+char *controller_preview_env_name(const json_t *task, const char *base_url);
+/* Whether BASE_URL can be --preview-base-url: http(s), a host, printable ASCII, no query
+ * or fragment. */
+bool controller_preview_base_valid(const char *base_url);
+/* "<BASE_URL without trailing '/'>/?_diverge_env=<ENV>". New string. */
+char *controller_preview_url(const char *base_url, const char *env);
+/* The Environment's state after action A (FAILED: execution failed the task). */
+enum controller_env_state controller_preview_state(enum controller_action a, bool failed);
+/* The Environment ENV of TASK in STATE (new object); OLD (may be NULL) is the stored one,
+ * whose other annotations are kept. SANDBOX_IP (may be NULL) is annotated while running. */
+json_t *controller_preview_env(const json_t *task, const json_t *old, const char *env,
+                               const char *url, enum controller_env_state state,
+                               const char *sandbox_ip);
+/* Where the draft PR of the completed TASK goes (spec.draftPR true, a repository, not made
+ * from a PR comment): "github" and "owner/repo" for https://<GitHub web host>/owner/repo
+ * (github.com for api.github.com, else the host of GITHUB_API_URL), "local" and
+ * "local/<repository directory name>" for file:// repositories. False (both NULL) else. */
+bool controller_draft_pr_target(char **provider_out, char **project_out, const json_t *task,
+                                const char *github_api_url);
+/* The draft PR request of TASK (new object): title "fix(<task>): <objective's first
+ * line>", head, base, body, draft true, and "key", the marker line its body carries. */
+json_t *controller_draft_pr_request(const json_t *task);
 
 /* Path of the task log <data-dir>/logs/<ns>/<task>.log: new string, caller frees. */
 char *controller_log_path(const char *data_dir, const char *ns, const char *name);

@@ -33,6 +33,8 @@ struct controller {
     char *meter_socket;                    /* owned: the server's unix socket, or NULL */
     char *agent_cmd, *verify_cmd;          /* owned, may be NULL */
     size_t log_cap;                        /* task log cap */
+    char *preview_base;                    /* owned, or NULL: no linked previews */
+    char *github_api_url;                  /* owned, or NULL */
     struct sandbox_provider *sandboxes;    /* owned; NULL for none/agent-sandbox */
     char *problem;                         /* owned: why sandboxes cannot run, or NULL */
     unsigned int sandbox_uid, sandbox_gid; /* owner of what the sandbox writes */
@@ -71,6 +73,10 @@ struct reconcile {
     int exit_code;           /* the runner's, for FAIL_RUNNER */
     const char *fail_reason; /* set by execution when the task must fail */
     char *fail_msg;          /* owned */
+    char *preview_env;       /* owned: the task's preview Environment, or NULL */
+    char *preview_url;       /* owned: its previewUrl, or NULL */
+    char *pr_url;            /* owned: a finished task's pull-request-url annotation */
+    char *draft_pr;          /* owned: "<provider> <project>" of a queued draft PR */
 };
 
 /* Executes R's side effects (run.c) with C->lock held; failures that end the task are

@@ -92,6 +92,7 @@ void controller_forget_task(struct controller *c, const char *ns, const char *na
         xasprintf("%s/state/%s/%s", c->data_dir, ns, name),
         xasprintf("%s/tokens/%s/%s", c->data_dir, ns, name),
         xasprintf("%s/run/%s.%s.pause", c->data_dir, ns, name),
+        xasprintf("%s/run/%s.%s.pr", c->data_dir, ns, name),
     };
 
     for (size_t i = 0; i < ARRAY_LEN(dirs); i++) {
@@ -131,6 +132,17 @@ static void paths_cleanup(struct paths *p)
     free(p->sock_dir);
 }
 
+/* The preview variables of SPEC §4 at ENV[N] when the task has a linked preview. */
+static size_t preview_env(char **env, size_t n, const struct reconcile *r)
+{
+    if (r->preview_url != NULL) {
+        env[n++] = xasprintf("DIVERGE_PREVIEW_URL=%s", r->preview_url);
+        env[n++] = xstrdup("DIVERGE_PREVIEW_HEADER_KEY=" CONTROLLER_PREVIEW_HEADER);
+        env[n++] = xasprintf("DIVERGE_PREVIEW_HEADER_VALUE=%s", r->preview_env);
+    }
+    return n;
+}
+
 /* The environment of SPEC §9, with paths as the sandbox sees them. */
 static size_t build_env(char **env, struct controller *c, const struct reconcile *r,
                         const struct paths *p, int64_t start_iteration)
@@ -166,6 +178,7 @@ static size_t build_env(char **env, struct controller *c, const struct reconcile
     env[n++] = xasprintf("DIVERGE_VERIFY_CMD=%s", c->verify_cmd != NULL ? c->verify_cmd : "");
     env[n++] = xasprintf("DIVERGE_WORKSPACE_DIR=%s", ws);
     env[n++] = xasprintf("DIVERGE_USAGE_FILE=%s/usage.jsonl", state);
+    n = preview_env(env, n, r);
     env[n] = NULL;
     return n;
 }

@@ -85,6 +85,13 @@ int controller_new(struct controller **out, struct task_store *store,
     int rc;
 
     *out = NULL;
+    if (cfg->preview_base_url != NULL && cfg->preview_base_url[0] != '\0' &&
+        !controller_preview_base_valid(cfg->preview_base_url)) {
+        free(c);
+        return err_set(err, E_INVALID,
+                       "--preview-base-url must be an http:// or https:// URL with a host and "
+                       "no query or fragment");
+    }
     c->store = store;
     c->data_dir = xstrdup(cfg->data_dir);
     memcpy(c->root_key, cfg->root_key, TOKEN_ROOT_KEY_LEN);
@@ -95,6 +102,10 @@ int controller_new(struct controller **out, struct task_store *store,
     c->agent_cmd = cfg->agent_cmd != NULL ? xstrdup(cfg->agent_cmd) : NULL;
     c->verify_cmd = cfg->verify_cmd != NULL ? xstrdup(cfg->verify_cmd) : NULL;
     c->log_cap = cfg->log_cap;
+    c->preview_base = cfg->preview_base_url != NULL && cfg->preview_base_url[0] != '\0'
+                          ? xstrdup(cfg->preview_base_url)
+                          : NULL;
+    c->github_api_url = cfg->github_api_url != NULL ? xstrdup(cfg->github_api_url) : NULL;
     pthread_mutex_init(&c->lock, NULL);
     pthread_mutex_init(&c->notes_lock, NULL);
     pthread_cond_init(&c->notes_cond, NULL);

@@ -4,10 +4,12 @@
  * workspace, sandbox, push), and an applying transaction writes the outcome (phase, token
  * index) unless the task moved on meanwhile. Reconciles are serialized by c->lock, so the
  * sandbox of a task is only ever changed by one of them at a time. */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/log.h"
 #include "common/secret.h"
@@ -52,6 +54,12 @@ static void copy_spec(struct reconcile *r, const json_t *doc, const struct task_
     r->start_ms = 0;
     if (start != NULL) {
         (void)clock_parse_rfc3339(&r->start_ms, start);
+    }
+    r->preview_env = controller_preview_env_name(doc, r->c->preview_base);
+    r->preview_url =
+        r->preview_env != NULL ? controller_preview_url(r->c->preview_base, r->preview_env) : NULL;
+    if (v->phase == TASK_COMPLETED || v->phase == TASK_FAILED) {
+        r->pr_url = dup_or_null(json_object_get(ann, TASK_ANN_PULL_REQUEST_URL));
     }
 }
 
@@ -112,10 +120,90 @@ static int apply_start(struct reconcile *r, struct task_txn *tx, json_t *doc,
     return rc;
 }
 
+static json_t *annotations_of(json_t *doc)
+{
+    json_t *md = json_object_get(doc, "metadata");
+    json_t *ann = json_object_get(md, "annotations");
+
+    if (!json_is_object(ann)) {
+        ann = json_object();
+        json_object_set_new(md, "annotations", ann);
+    }
+    return ann;
+}
+
+/* Creates or updates the task's linked preview Environment for R's outcome and, when it
+ * runs, writes the task's output annotations and status.previewUrl (SPEC §4). */
+static int apply_preview(struct reconcile *r, struct task_txn *tx, json_t *doc, struct err *err)
+{
+    enum controller_env_state st = controller_preview_state(r->action, r->fail_reason != NULL);
+    json_t *old = NULL, *env, *ann;
+    int rc;
+
+    if (r->preview_env == NULL || st == CONTROLLER_ENV_KEEP) {
+        return E_OK;
+    }
+    rc = task_txn_env_get(&old, tx, r->ns, r->preview_env, err);
+    if (rc != E_OK && rc != E_NOTFOUND) {
+        return rc;
+    }
+    if (old == NULL && st != CONTROLLER_ENV_RUNNING) {
+        return E_OK; /* never created: nothing to hibernate or release */
+    }
+    env = controller_preview_env(doc, old, r->preview_env, r->preview_url, st,
+                                 r->c->sandboxes != NULL ? CONTROLLER_SANDBOX_IP : NULL);
+    json_decref(old);
+    rc = task_txn_env_put(tx, env, err);
+    json_decref(env);
+    if (rc == E_OK && st == CONTROLLER_ENV_RUNNING) {
+        ann = annotations_of(doc);
+        json_object_set_new(ann, CONTROLLER_ANN_PREVIEW_ENV, json_string(r->preview_env));
+        json_object_set_new(ann, CONTROLLER_ANN_PREVIEW_URL, json_string(r->preview_url));
+        json_object_set_new(json_object_get(doc, "status"), "previewUrl",
+                            json_string(r->preview_url));
+    }
+    return rc;
+}
+
+/* Queues the draft PR of a task that completed (SPEC §4 draftPR) in the transaction that
+ * completes it: exactly once, and kept across restarts by the outbox. */
+static int queue_draft_pr(struct reconcile *r, struct task_txn *tx, const json_t *doc,
+                          struct err *err)
+{
+    struct outbox_entry e;
+    char *provider = NULL, *project = NULL, *target;
+    json_t *req;
+    int rc;
+
+    if (!controller_draft_pr_target(&provider, &project, doc, r->c->github_api_url)) {
+        return E_OK;
+    }
+    memset(&e, 0, sizeof(e));
+    req = controller_draft_pr_request(doc);
+    target = xasprintf("%s/%s", r->ns, r->name);
+    snprintf(e.provider, sizeof(e.provider), "%s", provider);
+    snprintf(e.kind, sizeof(e.kind), "pull");
+    e.project = project;
+    e.target = target;
+    e.body = json_dumps(req, JSON_COMPACT);
+    e.coalesce_key = xasprintf("pull/%s", target);
+    rc = task_txn_outbox_add(NULL, tx, &e, err);
+    if (rc == E_OK) {
+        r->draft_pr = xasprintf("%s %s", provider, project);
+    }
+    free(e.body);
+    free(e.coalesce_key);
+    free(target);
+    json_decref(req);
+    free(provider);
+    free(project);
+    return rc;
+}
+
 /* Writes the outcome of R to DOC and the token index. *put_out: DOC must be stored. */
-static int apply(struct reconcile *r, struct task_txn *tx, json_t *doc,
-                 const struct token_record *rec, const struct task_view *v, const char *ts,
-                 bool *put_out, struct err *err)
+static int apply_phase(struct reconcile *r, struct task_txn *tx, json_t *doc,
+                       const struct token_record *rec, const struct task_view *v, const char *ts,
+                       bool *put_out, struct err *err)
 {
     int rc = E_OK;
 
@@ -172,6 +260,21 @@ static int apply(struct reconcile *r, struct task_txn *tx, json_t *doc,
         break;
     }
     return task_txn_token_revoke(tx, r->ns, r->name, err);
+}
+
+static int apply(struct reconcile *r, struct task_txn *tx, json_t *doc,
+                 const struct token_record *rec, const struct task_view *v, const char *ts,
+                 bool *put_out, struct err *err)
+{
+    int rc = apply_phase(r, tx, doc, rec, v, ts, put_out, err);
+
+    if (rc == E_OK) {
+        rc = apply_preview(r, tx, doc, err);
+    }
+    if (rc == E_OK && r->action == CONTROLLER_COMPLETE && r->fail_reason == NULL) {
+        rc = queue_draft_pr(r, tx, doc, err);
+    }
+    return rc;
 }
 
 static int reconcile_txn(struct task_txn *tx, void *userdata)
@@ -247,6 +350,43 @@ static void reconcile_cleanup(struct reconcile *r)
     free(r->objective);
     free(r->fail_msg);
     json_decref(r->sandbox);
+    free(r->preview_env);
+    free(r->preview_url);
+    free(r->pr_url);
+    free(r->draft_pr);
+}
+
+/* Logs that the draft PR of a task that just completed was queued. */
+static void log_draft_pr(struct controller *c, const struct reconcile *r)
+{
+    if (r->draft_pr != NULL) {
+        char *log = controller_log_path(c->data_dir, r->ns, r->name);
+        controller_log_event(log, "[diverge] draft pull request queued (%s)", r->draft_pr);
+        free(log);
+    }
+}
+
+/* Logs a finished task's draft PR once (the outbox set the annotation; a marker file
+ * under <data-dir>/run keeps restarts from logging it again). */
+static void log_pull_request(struct controller *c, const struct reconcile *r)
+{
+    char *marker;
+    int fd;
+
+    if (r->pr_url == NULL) {
+        return;
+    }
+    marker = xasprintf("%s/run/%s.%s.pr", c->data_dir, r->ns, r->name);
+
+    (void)controller_mkdirs(marker, false);
+    fd = open(marker, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd >= 0) {
+        char *log = controller_log_path(c->data_dir, r->ns, r->name);
+        close(fd);
+        controller_log_event(log, "[diverge] draft pull request: %s", r->pr_url);
+        free(log);
+    }
+    free(marker);
 }
 
 /* Pending → Provisioning while the workspace is prepared (a first clone can take a
@@ -282,6 +422,9 @@ int controller_reconcile(struct controller *c, const char *ns, const char *name,
         return E_OK;
     }
     rc = task_store_txn(c->store, reconcile_txn, &r, err);
+    if (rc == E_OK) {
+        log_pull_request(c, &r);
+    }
     if (rc == E_OK && r.action == CONTROLLER_ACTIVATE) {
         rc = controller_write_token_file(c, ns, name, r.token, err);
     }
@@ -297,6 +440,7 @@ int controller_reconcile(struct controller *c, const char *ns, const char *name,
         if (rc == E_AGAIN) {
             rc = E_OK; /* a newer change will be reconciled by its own event */
         } else if (rc == E_OK) {
+            log_draft_pr(c, &r);
             log_kv(LOG_INFO, "reconciled", "namespace", ns, "name", name, "action",
                    controller_action_name(r.action), NULL);
         }

@@ -137,6 +137,26 @@ static int lc_file(char **out, size_t *len_out, struct scm_provider *p, const st
     return err_set(err, E_NOTFOUND, "%s: local threads have no files", path);
 }
 
+/* A local PR is a new thread of the project whose first comment, by the bot, describes
+ * it; PR->key in that comment finds it again, so a retried call opens no second one. */
+static int lc_open_pull(char **url_out, struct scm_provider *p, const struct scm_ref *ref,
+                        const struct scm_new_pull *pr, struct scm_result *res, struct err *err)
+{
+    char *body = xasprintf("%s**%s**\n\n`%s` → `%s`\n\n%s%s%s",
+                           pr->draft ? "📝 Draft pull request: " : "Pull request: ", pr->title,
+                           pr->head, pr->base, pr->body, strstr(pr->body, pr->key) ? "" : "\n",
+                           strstr(pr->body, pr->key) ? "" : pr->key);
+    int64_t number = 0;
+    bool existed = false;
+    int rc = task_store_local_open_pull(&number, &existed, to_local(p)->store, ref->project,
+                                        pr->key, SCM_LOCAL_BOT, body, err);
+
+    (void)res;
+    *url_out = rc == E_OK ? xasprintf("local://%s#%lld", ref->project, (long long)number) : NULL;
+    free(body);
+    return rc;
+}
+
 static const char *lc_bot_login(struct scm_provider *p)
 {
     (void)p;
@@ -158,6 +178,7 @@ static const struct scm_provider_ops local_ops = {
     .permission_of = lc_permission,
     .pull_info = lc_pull,
     .file_at = lc_file,
+    .open_pull = lc_open_pull,
     .bot_login = lc_bot_login,
     .free = lc_free,
 };

@@ -53,7 +53,7 @@ static bool content_creating(const struct outbox_entry *e)
 {
     return strcmp(e->kind, "react") == 0 || strcmp(e->kind, "comment") == 0 ||
            strcmp(e->kind, "edit") == 0 || strcmp(e->kind, "delete") == 0 ||
-           strcmp(e->kind, "sticky") == 0;
+           strcmp(e->kind, "sticky") == 0 || strcmp(e->kind, "pull") == 0;
 }
 
 static struct rate_window *window_of(struct scm_outbox *o, const char *provider)
@@ -195,6 +195,68 @@ out:
     return rc;
 }
 
+/* A "pull" entry: BODY is the request (title, head, base, body, draft, key). */
+static int open_pull(char **result_out, struct scm_provider *p, const struct scm_ref *ref,
+                     const char *body, struct scm_result *res, struct err *err)
+{
+    json_t *req = json_loads(body != NULL ? body : "", 0, NULL);
+    struct scm_new_pull pr = {
+        .title = json_string_value(json_object_get(req, "title")),
+        .head = json_string_value(json_object_get(req, "head")),
+        .base = json_string_value(json_object_get(req, "base")),
+        .body = json_string_value(json_object_get(req, "body")),
+        .draft = json_is_true(json_object_get(req, "draft")),
+        .key = json_string_value(json_object_get(req, "key")),
+    };
+    int rc;
+
+    if (p->ops->open_pull == NULL) {
+        rc = err_set(err, E_INVALID, "%s cannot open pull requests", p->ops->name);
+    } else if (pr.title == NULL || pr.head == NULL || pr.base == NULL || pr.body == NULL ||
+               pr.key == NULL) {
+        rc = err_set(err, E_INVALID, "malformed pull request entry");
+    } else {
+        rc = p->ops->open_pull(result_out, p, ref, &pr, res, err);
+    }
+    json_decref(req);
+    return rc;
+}
+
+static int set_pr_annotation(json_t *doc, struct err *err, void *userdata)
+{
+    json_t *md = json_object_get(doc, "metadata");
+    json_t *ann = json_object_get(md, "annotations");
+    const char *cur;
+
+    (void)err;
+    if (!json_is_object(ann)) {
+        ann = json_object();
+        json_object_set_new(md, "annotations", ann);
+    }
+    cur = json_string_value(json_object_get(ann, TASK_ANN_PULL_REQUEST_URL));
+    if (cur != NULL && strcmp(cur, userdata) == 0) {
+        return TASK_MUTATE_UNCHANGED;
+    }
+    json_object_set_new(ann, TASK_ANN_PULL_REQUEST_URL, json_string(userdata));
+    return E_OK;
+}
+
+/* Links the opened PR URL in the task "ns/name" TARGET (gone meanwhile: nothing). */
+static void link_pull(struct task_store *store, const char *target, const char *url)
+{
+    const char *slash = target != NULL ? strchr(target, '/') : NULL;
+    char *ns, *copy;
+
+    if (slash == NULL || url == NULL) {
+        return;
+    }
+    ns = xstrndup(target, (size_t)(slash - target));
+    copy = xstrdup(url);
+    (void)task_store_mutate(NULL, store, ns, slash + 1, set_pr_annotation, copy, NULL);
+    free(copy);
+    free(ns);
+}
+
 static int call(char **result_out, bool *login_wait_out, struct scm_provider *p,
                 const struct outbox_entry *e, struct scm_result *res, struct err *err)
 {
@@ -221,6 +283,9 @@ static int call(char **result_out, bool *login_wait_out, struct scm_provider *p,
     }
     if (strcmp(e->kind, "delete") == 0) {
         return p->ops->delete_comment(p, &ref, e->target, res, err);
+    }
+    if (strcmp(e->kind, "pull") == 0) {
+        return open_pull(result_out, p, &ref, e->body, res, err);
     }
     return err_set(err, E_INVALID, "unknown outbox call kind %s", e->kind);
 }
@@ -295,6 +360,9 @@ static void record_done(struct scm_outbox *o, const struct outbox_entry *e, cons
     if (is_sticky(e)) {
         (void)task_store_sticky_sent(o->store, e->coalesce_key, result != NULL ? result : e->target,
                                      NULL);
+    }
+    if (strcmp(e->kind, "pull") == 0) {
+        link_pull(o->store, e->target, result);
     }
     (void)task_store_outbox_done(o->store, e->id, result, NULL);
     log_kv(LOG_INFO, "scm_call", "provider", e->provider, "kind", e->kind, "project", e->project,

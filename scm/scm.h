@@ -84,6 +84,13 @@ char *scm_repo_url(const char *api_base, const char *project, const char *tail);
  * may be sent to URL only when this is true. */
 bool scm_url_under(const char *api_base, const char *url);
 
+/* A pull request to open. Strings borrowed. */
+struct scm_new_pull {
+    const char *title, *head, *base, *body;
+    bool draft;
+    const char *key; /* a line BODY carries, by which the PR is found again (local) */
+};
+
 struct scm_provider;
 
 /* Every call returns E_OK, or: E_AGAIN (transient: unreachable, 5xx, rate limited — see
@@ -111,6 +118,11 @@ struct scm_provider_ops {
     /* The file PATH at GIT_REF; E_NOTFOUND when absent. *out: owned bytes, NUL-terminated. */
     int (*file_at)(char **out, size_t *len_out, struct scm_provider *p, const struct scm_ref *ref,
                    const char *git_ref, const char *path, struct scm_result *res, struct err *err);
+    /* Opens the pull request PR in REF->project (REF->number unused); *url_out: its web
+     * URL (caller frees). When one from PR->head exists already it is found and returned
+     * instead. NULL for providers that cannot (the call fails for good). */
+    int (*open_pull)(char **url_out, struct scm_provider *p, const struct scm_ref *ref,
+                     const struct scm_new_pull *pr, struct scm_result *res, struct err *err);
     /* The bot's own login (configured, or learnt from the API, asked again with backoff
      * after a failure); NULL while unknown. Once non-NULL it never changes. */
     const char *(*bot_login)(struct scm_provider *p);

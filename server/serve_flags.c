@@ -54,6 +54,8 @@ static const struct flag g_flags[] = {
     {"--sandbox-allow-host", "DIVERGE_SANDBOX_ALLOW_HOSTS", NULL, CFG(sandbox_allow_hosts),
      "host, *.suffix or IP literal, optionally :port (default 443), that proxy mode lets "
      "sandboxes reach; repeatable (env: comma list)"},
+    {"--preview-base-url", "DIVERGE_PREVIEW_BASE_URL", NULL, CFG(preview_base_url),
+     "base URL of the preview router; no linked preview Environments without it"},
     {"--agent-cmd", "DIVERGE_AGENT_CMD", NULL, CFG(agent_cmd),
      "command the runner runs each iteration (DIVERGE_AGENT_CMD in the sandbox)"},
     {"--verify-cmd", "DIVERGE_VERIFY_CMD", NULL, CFG(verify_cmd),

@@ -98,6 +98,8 @@ int serve_controller_new(struct server *srv, struct err *err)
         .sandbox_cpus_milli = srv->sandbox_cpus_milli,
         .network = srv->cfg.sandbox_network,
         .allow_hosts = srv->cfg.sandbox_allow_hosts,
+        .preview_base_url = srv->cfg.preview_base_url,
+        .github_api_url = srv->cfg.github_api_url,
     };
 
     return controller_new(&srv->controller, srv->store, &cc, err);

@@ -56,6 +56,7 @@ struct server_config {
     char *sandbox_allow_hosts;   /* egress rules, comma-joined (--sandbox-allow-host) */
     char *sandbox_memory, *sandbox_pids, *sandbox_cpus; /* per-sandbox limits */
     char *agent_cmd, *verify_cmd;                       /* the runner's commands; NULL: none */
+    char *preview_base_url;      /* the preview router; NULL: no linked previews */
     char *gitlab_webhook_token;  /* expected X-Gitlab-Token(s), comma-separated */
     char *gitlab_signing_secret; /* Standard Webhooks whsec_<base64>, comma-separated */
     char *gitlab_url;            /* GitLab base URL (API under /api/v4) */

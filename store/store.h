@@ -16,6 +16,8 @@
 #define TASK_API_VERSION "divergedev.com/v1alpha1"
 #define TASK_KIND "AgentTask"
 #define TASK_ANN_GUIDANCE "divergedev.com/guidance"
+/* The draft PR opened for a completed task (written by the outbox; not in SPEC §4). */
+#define TASK_ANN_PULL_REQUEST_URL "divergedev.com/pull-request-url"
 #define TASK_METER_RING 32                 /* status.lastMeterRequestIds keeps this many ids */
 #define STORE_METER_INDEX_IDS 4096         /* request ids the meter keeps in memory */
 #define STORE_METER_INDEX_BYTES (1u << 20) /* and at most about this many bytes of them */
@@ -327,6 +329,19 @@ int task_txn_token_revoke(struct task_txn *tx, const char *ns, const char *name,
 /* The store's clock (for timestamps written inside a transaction). */
 const struct clock *task_txn_clock(struct task_txn *tx);
 
+/* Linked preview Environments (SPEC §4), written with the task that owns them. An
+ * Environment is a Kubernetes-shaped object whose metadata.ownerReferences[0].uid is its
+ * task's uid: deleting the task deletes it in the same transaction. */
+#define TASK_ENV_KIND "Environment"
+/* *out: a new reference to the stored Environment NS/NAME; E_NOTFOUND. */
+int task_txn_env_get(json_t **out, struct task_txn *tx, const char *ns, const char *name,
+                     struct err *err);
+/* Creates or replaces ENV (by its metadata.namespace/name); uid and creationTimestamp are
+ * kept from the stored one (else set), metadata.resourceVersion is bumped (set in ENV). */
+int task_txn_env_put(struct task_txn *tx, json_t *env, struct err *err);
+/* Deletes the Environment NS/NAME (a no-op when absent). */
+int task_txn_env_delete(struct task_txn *tx, const char *ns, const char *name, struct err *err);
+
 /* Outside a transaction: the task's latest token record. E_NOTFOUND. */
 int task_store_token_current(struct token_record *out, struct task_store *st, const char *ns,
                              const char *name, struct err *err);
@@ -469,6 +484,13 @@ int task_store_sticky_list(json_t **out, struct task_store *st, const char *prov
 /* Adds a comment; *id_out gets its id. */
 int task_store_local_add(int64_t *id_out, struct task_store *st, const char *project,
                          int64_t number, const char *author, const char *body, struct err *err);
+/* Opens a local pull request thread in PROJECT whose first comment, by AUTHOR, is BODY
+ * (which contains MARKER), numbered after the project's last thread; when a comment of
+ * PROJECT already contains MARKER nothing is added and *existed_out is set. *number_out:
+ * the thread's number. */
+int task_store_local_open_pull(int64_t *number_out, bool *existed_out, struct task_store *st,
+                               const char *project, const char *marker, const char *author,
+                               const char *body, struct err *err);
 /* E_NOTFOUND when the comment is gone. */
 int task_store_local_update(struct task_store *st, const char *project, int64_t id,
                             const char *body, struct err *err);

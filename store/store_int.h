@@ -129,6 +129,11 @@ int sqlst_write_obj(struct sqlite_store *s, const json_t *obj, bool is_new, bool
  * (store_txn.c). Caller holds mu. */
 void sqlst_meter_index_free(struct sqlite_store *s);
 
+/* Deletes the Environments of NS whose owner is the task with uid OWNER_UID (inside the
+ * caller's transaction; store_env.c). */
+int sqlst_env_delete_owned(struct sqlite_store *s, const char *ns, const char *owner_uid,
+                           struct err *err);
+
 /* The status of a new task: Pending, zero spend. New reference. */
 json_t *task_initial_status(void);
 

@@ -166,6 +166,73 @@ int task_store_local_add(int64_t *id_out, struct task_store *st, const char *pro
     return rc;
 }
 
+/* The thread of PROJECT holding a comment that contains MARKER: *number_out, or 0. */
+static int local_find(int64_t *number_out, struct sqlite_store *s, const char *project,
+                      const char *marker, struct err *err)
+{
+    sqlite3_stmt *q = NULL;
+    int rc = sqlst_prepare(&q, s,
+                           "SELECT number FROM local_comments WHERE project=?1 AND"
+                           " instr(body, ?2) > 0 ORDER BY id LIMIT 1",
+                           err),
+        step;
+
+    *number_out = 0;
+    if (rc != E_OK) {
+        return rc;
+    }
+    sqlite3_bind_text(q, 1, project, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 2, marker, -1, SQLITE_STATIC);
+    step = sqlite3_step(q);
+    if (step == SQLITE_ROW) {
+        *number_out = sqlite3_column_int64(q, 0);
+    } else if (step != SQLITE_DONE) {
+        rc = sqlst_db_err(s, step, "find local pull request", err);
+    }
+    sqlite3_finalize(q);
+    return rc;
+}
+
+int task_store_local_open_pull(int64_t *number_out, bool *existed_out, struct task_store *st,
+                               const char *project, const char *marker, const char *author,
+                               const char *body, struct err *err)
+{
+    struct sqlite_store *s = sqlst_of(st);
+    sqlite3_stmt *q = NULL;
+    int rc;
+
+    *existed_out = false;
+    pthread_mutex_lock(&s->mu);
+    rc = local_find(number_out, s, project, marker, err);
+    if (rc == E_OK && *number_out > 0) {
+        *existed_out = true;
+        goto out;
+    }
+    if (rc == E_OK) {
+        /* The next free thread number of the project (under mu: no other writer). */
+        rc = sqlst_prepare(
+            &q, s,
+            "INSERT INTO local_comments(project,number,author,body,created_ms,updated_ms)"
+            " SELECT ?1, COALESCE(MAX(number),0)+1, ?2, ?3, ?4, ?4 FROM local_comments"
+            " WHERE project=?1",
+            err);
+    }
+    if (rc == E_OK) {
+        sqlite3_bind_text(q, 1, project, -1, SQLITE_STATIC);
+        sqlite3_bind_text(q, 2, author, -1, SQLITE_STATIC);
+        sqlite3_bind_text(q, 3, body, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(q, 4, clock_now_ms(st->clock));
+        rc = sqlst_step_done(s, q, "local pull request", err);
+        sqlite3_finalize(q);
+    }
+    if (rc == E_OK) {
+        rc = local_find(number_out, s, project, marker, err);
+    }
+out:
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
 /* Runs SQL with ?1 project, ?2 id, ?3 text, ?4 now; E_NOTFOUND when no row changed. */
 static int local_change(struct task_store *st, const char *sql, const char *project, int64_t id,
                         const char *text, struct err *err)

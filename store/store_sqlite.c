@@ -217,6 +217,27 @@ out:
     return rc;
 }
 
+/* Inside the delete of task NS/NAME (CUR): its linked preview Environment goes with it
+ * (owner reference, SPEC §4) and its tokens stop working at once. */
+static int remove_dependents(struct sqlite_store *s, const json_t *cur, const char *ns,
+                             const char *name, struct err *err)
+{
+    const char *uid = json_string_value(json_object_get(json_object_get(cur, "metadata"), "uid"));
+    sqlite3_stmt *rev = NULL;
+    int rc = uid != NULL ? sqlst_env_delete_owned(s, ns, uid, err) : E_OK;
+
+    if (rc == E_OK) {
+        rc = sqlst_stmt(&rev, s, SQLST_TOKEN_REVOKE, err);
+    }
+    if (rc == E_OK) {
+        sqlite3_bind_text(rev, 1, ns, -1, SQLITE_STATIC);
+        sqlite3_bind_text(rev, 2, name, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(rev, 3, clock_now_ms(s->base.clock));
+        rc = sqlst_step_done(s, rev, "revoke tokens", err);
+    }
+    return rc;
+}
+
 static int sqlite_remove(json_t **out, struct task_store *st, const char *ns, const char *name,
                          int64_t expect_rv, struct err *err)
 {
@@ -256,15 +277,7 @@ static int sqlite_remove(json_t **out, struct task_store *st, const char *ns, co
         rc = sqlst_exec(s, "UPDATE meta SET value=value+1 WHERE key='resource_version'", err);
     }
     if (rc == E_OK) {
-        /* A deleted task's tokens stop working at once. */
-        sqlite3_stmt *rev = NULL;
-        rc = sqlst_stmt(&rev, s, SQLST_TOKEN_REVOKE, err);
-        if (rc == E_OK) {
-            sqlite3_bind_text(rev, 1, ns, -1, SQLITE_STATIC);
-            sqlite3_bind_text(rev, 2, name, -1, SQLITE_STATIC);
-            sqlite3_bind_int64(rev, 3, clock_now_ms(st->clock));
-            rc = sqlst_step_done(s, rev, "revoke tokens", err);
-        }
+        rc = remove_dependents(s, cur, ns, name, err);
     }
     if (rc == E_OK) {
         rc = sqlst_exec(s, "COMMIT", err);

@@ -354,6 +354,63 @@ static int gh_file_at(char **out, size_t *len_out, struct scm_provider *p,
     return rc;
 }
 
+/* The web URL of the open pull request of PROJECT from OWNER:HEAD, or NULL. */
+static char *find_pull(struct github *gh, const struct scm_ref *ref, const char *head,
+                       struct scm_result *res, struct err *err)
+{
+    size_t olen = strcspn(ref->project, "/");
+    char *label = xasprintf("%.*s:%s", (int)olen, ref->project, head);
+    char *elabel = httpc_escape(label);
+    char *tail = xasprintf("/pulls?state=open&head=%s", elabel);
+    char *url = repo_url(gh, ref->project, tail), *found = NULL;
+    json_t *ans = NULL;
+    int rc = github_rest_call(&ans, NULL, gh->auth, "GET", url, installation_of(gh, ref), NULL, res,
+                              err);
+
+    if (rc == E_OK && json_is_array(ans) && json_array_size(ans) > 0) {
+        const char *html = json_string_value(json_object_get(json_array_get(ans, 0), "html_url"));
+        found = html != NULL ? xstrdup(html) : NULL;
+    }
+    json_decref(ans);
+    free(label);
+    free(elabel);
+    free(tail);
+    free(url);
+    return found;
+}
+
+/* POST /repos/{o}/{r}/pulls; a 422 (the PR exists, e.g. a retry after a crash) links the
+ * one that is there instead of failing. */
+static int gh_open_pull(char **url_out, struct scm_provider *p, const struct scm_ref *ref,
+                        const struct scm_new_pull *pr, struct scm_result *res, struct err *err)
+{
+    struct github *gh = to_github(p);
+    char *url = repo_url(gh, ref->project, "/pulls");
+    json_t *body = json_pack("{s:s, s:s, s:s, s:s, s:b}", "title", pr->title, "head", pr->head,
+                             "base", pr->base, "body", pr->body, "draft", pr->draft),
+           *ans = NULL;
+    int rc = github_rest_call(&ans, NULL, gh->auth, "POST", url, installation_of(gh, ref), body,
+                              res, err);
+    const char *html = json_string_value(json_object_get(ans, "html_url"));
+
+    *url_out = NULL;
+    if (rc == E_OK) {
+        *url_out = html != NULL ? xstrdup(html) : NULL;
+        rc = html != NULL ? E_OK : err_set(err, E_FAIL, "the created pull request has no html_url");
+    } else if (rc == E_INVALID) {
+        struct err ferr = {0};
+        *url_out = find_pull(gh, ref, pr->head, res, &ferr);
+        if (*url_out != NULL) {
+            log_kv(LOG_INFO, "github_pull_exists", "project", ref->project, "url", *url_out, NULL);
+            rc = E_OK;
+        }
+    }
+    json_decref(ans);
+    json_decref(body);
+    free(url);
+    return rc;
+}
+
 /* Asks GitHub who we are: GET /user with a PAT, GET /app with the app JWT for an app
  * (whose comments are by "<slug>[bot]"). *out: new string. */
 static int ask_login(char **out, struct github *gh, struct err *err)
@@ -432,6 +489,7 @@ static const struct scm_provider_ops github_ops = {
     .permission_of = gh_permission_of,
     .pull_info = gh_pull_info,
     .file_at = gh_file_at,
+    .open_pull = gh_open_pull,
     .bot_login = gh_bot_login,
     .free = gh_free,
 };

@@ -8,6 +8,8 @@ and 6) with GitHub's paths, status codes, headers and JSON shapes:
     GET    /rate_limit
     GET    /repos/{o}/{r}
     GET    /repos/{o}/{r}/pulls/{n}
+    GET    /repos/{o}/{r}/pulls?head=OWNER:BRANCH&base=&state=open|closed|all
+    POST   /repos/{o}/{r}/pulls                          (422 when one exists for the head)
     GET    /repos/{o}/{r}/issues/{n}
     GET    /repos/{o}/{r}/contents/{path}?ref=R           (Accept: ...raw gives the bytes)
     GET    /repos/{o}/{r}/collaborators/{user}/permission
@@ -69,6 +71,8 @@ DOC = {
     "user": DOCS + "/users/users#get-the-authenticated-user",
     "repo": DOCS + "/repos/repos#get-a-repository",
     "pull": DOCS + "/pulls/pulls#get-a-pull-request",
+    "list_pulls": DOCS + "/pulls/pulls#list-pull-requests",
+    "create_pull": DOCS + "/pulls/pulls#create-a-pull-request",
     "issue": DOCS + "/issues/issues#get-an-issue",
     "contents": DOCS + "/repos/contents#get-repository-content",
     "permission": DOCS + "/collaborators/collaborators#get-repository-permissions-for-a-user",
@@ -1017,6 +1021,8 @@ class FakeGitHub:
     ROUTES = [
         ("GET", r"", "get_repo"),
         ("GET", r"/pulls/(\d+)", "get_pull"),
+        ("GET", r"/pulls", "list_pulls"),
+        ("POST", r"/pulls", "create_pull"),
         ("GET", r"/issues/(\d+)", "get_issue"),
         ("GET", r"/issues/(\d+)/comments", "list_comments"),
         ("POST", r"/issues/(\d+)/comments", "create_comment"),
@@ -1208,6 +1214,61 @@ class FakeGitHub:
         if issue is None or not issue["pull"]:
             raise Reject(404, doc=DOC["pull"])
         return 200, self._pull_json(issue), {}
+
+    def _pulls_of(self, r):
+        return [i for (k, _), i in sorted(self._issues.items(), key=lambda x: x[0][1])
+                if k == r["full_name"].lower() and i["pull"]]
+
+    def _head_label(self, issue):
+        return "%s:%s" % (issue["pull"]["head_repo"].split("/")[0], issue["pull"]["head_ref"])
+
+    def _r_list_pulls(self, r, ident, groups, query, *a):
+        state = query.get("state", "open")
+        out = []
+        for i in self._pulls_of(r):
+            if state != "all" and i["state"] != state:
+                continue
+            if query.get("head") and self._head_label(i).lower() != query["head"].lower():
+                continue
+            if query.get("base") and i["pull"]["base_ref"] != query["base"]:
+                continue
+            out.append(self._pull_json(i))
+        return 200, out, {}
+
+    def _r_create_pull(self, r, ident, groups, query, ql, hdrs, body):
+        doc = DOC["create_pull"]
+        for f in ("title", "head", "base"):
+            if not isinstance(body.get(f), str) or not body[f]:
+                raise Reject(422, "Invalid request.\n\n\"%s\" wasn't supplied." % f, doc)
+        head = body["head"]
+        owner, _, ref = head.rpartition(":")
+        owner = owner or r["full_name"].split("/")[0]
+        label = "%s:%s" % (owner, ref)
+        for i in self._pulls_of(r):
+            if i["state"] == "open" and self._head_label(i).lower() == label.lower():
+                raise Reject(422, "Validation Failed", doc, errors=[
+                    {"resource": "PullRequest", "code": "custom",
+                     "message": "A pull request already exists for %s." % label}])
+        if body["base"] == ref and owner.lower() == r["full_name"].split("/")[0].lower():
+            raise Reject(422, "Validation Failed", doc, errors=[
+                {"resource": "PullRequest", "code": "custom",
+                 "message": "No commits between %s and %s" % (body["base"], ref)}])
+        if ref not in r["branches"]:
+            self._set_branch(r, ref, {})  # the server pushed it over git, not this API
+        if body["base"] not in r["branches"]:
+            self._set_branch(r, body["base"], {})
+        number = max([n for (k, n) in self._issues if k == r["full_name"].lower()] + [0]) + 1
+        self._new_issue(r, number, body["title"], ident["login"], "open", body.get("body"),
+                        pull={"head_repo": r["full_name"], "head_ref": ref,
+                              "base_ref": body["base"], "draft": bool(body.get("draft")),
+                              "id": self._take("pull")})
+        j = self._pull_json(self._issues[(r["full_name"].lower(), number)])
+        return 201, j, {"Location": j["url"]}
+
+    def pulls(self, repo):
+        """The pull requests of REPO as GitHub's JSON, by number."""
+        with self._lock:
+            return [self._pull_json(i) for i in self._pulls_of(self._repo(repo))]
 
     def _r_get_issue(self, r, ident, groups, *a):
         issue = self._issue(r, int(groups[0]))
