@@ -9,6 +9,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import time
 
 from harness import API, DIVERGE_BIN, Server, run_tests, task_obj
 
@@ -47,6 +48,18 @@ def ok(p):
 def get(srv, name, ns="default"):
     st, _, body = srv.request("GET", API + "/namespaces/%s/agenttasks/%s" % (ns, name))
     return st, body
+
+
+def wait_active(srv, name, ns="default", timeout=20):
+    """The controller moves a new task Pending -> Active (provider none) in the background;
+    tests that compare two reads wait for that first, so the task stays put between them."""
+    deadline = time.monotonic() + timeout
+    while True:
+        st, body = get(srv, name, ns)
+        if st == 200 and body.get("status", {}).get("phase") == "Active":
+            return body
+        assert time.monotonic() < deadline, (st, body)
+        time.sleep(0.05)
 
 
 class TempDir:
@@ -248,6 +261,7 @@ def test_status_formats():
         srv.request("POST", NS, task_obj(
             "st", objective="fix: it", budgetUSD="2.50", budgetTokens=1000, maxIterations=8,
             repository={"url": "https://github.com/o/r", "baseBranch": "main"}))
+        wait_active(srv, "st")
         out = ok(srv.cli("task", "status", "st", cwd=d))
         fields = {}
         for line in out.splitlines():
