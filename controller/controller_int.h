@@ -60,6 +60,7 @@ struct reconcile {
     int64_t generation;            /* its generation */
     char *url, *base, *working;    /* owned copies of spec.repository (url may be NULL) */
     char *objective;               /* owned */
+    char *agent_cmd, *verify_cmd;  /* owned: spec.runner.command/verifyCommand, or NULL */
     int64_t iteration, max_iterations, timeout_s, start_ms;
     bool from_scm;           /* made from a PR/MR comment */
     int exit_code;           /* the runner's, for FAIL_RUNNER */

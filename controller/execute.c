@@ -162,8 +162,13 @@ static size_t build_env(char **env, struct controller *c, const struct reconcile
     env[n++] = xasprintf("DIVERGE_MAX_ITERATIONS=%lld",
                          (long long)(r->max_iterations > 0 ? r->max_iterations : 5));
     env[n++] = xasprintf("DIVERGE_START_ITERATION=%lld", (long long)start_iteration);
-    env[n++] = xasprintf("DIVERGE_AGENT_CMD=%s", c->agent_cmd != NULL ? c->agent_cmd : "");
-    env[n++] = xasprintf("DIVERGE_VERIFY_CMD=%s", c->verify_cmd != NULL ? c->verify_cmd : "");
+    /* The task's own commands (spec.runner, from agent.yaml) over the server's defaults. */
+    env[n++] = xasprintf("DIVERGE_AGENT_CMD=%s", r->agent_cmd != NULL   ? r->agent_cmd
+                                                 : c->agent_cmd != NULL ? c->agent_cmd
+                                                                        : "");
+    env[n++] = xasprintf("DIVERGE_VERIFY_CMD=%s", r->verify_cmd != NULL   ? r->verify_cmd
+                                                  : c->verify_cmd != NULL ? c->verify_cmd
+                                                                          : "");
     env[n++] = xasprintf("DIVERGE_WORKSPACE_DIR=%s", ws);
     env[n++] = xasprintf("DIVERGE_USAGE_FILE=%s/usage.jsonl", state);
     env[n] = NULL;
