@@ -79,5 +79,8 @@ static int cmd_help(struct cli_ctx *ctx, const struct cli_args *args)
 
 int main(int argc, char **argv)
 {
+    if (argc > 0 && argv[0] != NULL && argv[0][0] != '\0') {
+        cli_program = argv[0];
+    }
     return cli_dispatch(commands, ARRAY_LEN(commands), "", usage, argc - 1, argv + 1);
 }
