@@ -135,7 +135,7 @@ static int cmd_comment(struct cli_ctx *ctx, const struct cli_args *args)
         printf("comment %lld posted on %s#%lld\n",
                (long long)json_integer_value(json_object_get(ans, "id")), project, number);
         if (json_is_true(json_object_get(ans, "command"))) {
-            printf("the bot answers in the thread: diverge local thread %s#%lld\n", project,
+            printf("the bot answers in the thread: %s local thread %s#%lld\n", cli_program, project,
                    number);
         }
     }
