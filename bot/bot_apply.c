@@ -83,40 +83,20 @@ int bot_queue_reply(struct task_txn *tx, const struct inbox_entry *e, const char
     return queue(tx, e, "comment", NULL, text, err);
 }
 
-static json_t *string_list(char **items, size_t n)
+/* The branch a comment-made task clones: the PR head (GitHub, GitLab: the head may live in
+ * a fork that lacks the base branch), except for a `local` PR bound to a repository by
+ * `diverge local pr open`, which names its base (--base) in that same repository. */
+static const char *clone_base(const struct bot_input *in)
 {
-    json_t *arr = json_array();
-
-    for (size_t i = 0; i < n; i++) {
-        json_array_append_new(arr, json_string(items[i]));
+    if (strcmp(in->entry->provider, "local") == 0 && in->pull->base_ref != NULL) {
+        return in->pull->base_ref;
     }
-    return arr;
+    return in->pull->head_ref;
 }
 
-/* Copies the capabilities, allowed tools and sandbox settings of agent.yaml A into SPEC. */
-static void add_agent_lists(json_t *spec, const struct config_agent *a)
-{
-    if (a->has_capabilities && a->n_capabilities > 0) {
-        json_object_set_new(spec, "capabilities", string_list(a->capabilities, a->n_capabilities));
-    }
-    if (a->has_allowed_tools && a->n_allowed_tools > 0) {
-        json_object_set_new(spec, "allowedTools",
-                            string_list(a->allowed_tools, a->n_allowed_tools));
-    }
-    if (a->sandbox_provider != NULL || a->has_sandbox_timeout) {
-        json_t *sb = json_object();
-        if (a->sandbox_provider != NULL) {
-            json_object_set_new(sb, "provider", json_string(a->sandbox_provider));
-        }
-        if (a->has_sandbox_timeout) {
-            json_object_set_new(sb, "timeoutSeconds", json_integer(a->sandbox_timeout_s));
-        }
-        json_object_set_new(spec, "sandbox", sb);
-    }
-}
-
-/* The spec of a new task made by `/diverge fix`: the PR head is both the branch to clone
- * and the one to push to; budgets and limits from agent.yaml, else the server defaults. */
+/* The spec of a new task made by `/diverge fix`: the PR head is the branch to push to
+ * (and, but for local PRs, the one to clone); budgets and limits from agent.yaml, else
+ * the server defaults. */
 static json_t *new_task(const struct bot_input *in, const char *objective)
 {
     const struct config_agent *a = in->agent;
@@ -129,16 +109,15 @@ static json_t *new_task(const struct bot_input *in, const char *objective)
                  a != NULL && a->has_budget_usd ? a->budget_usd_micros : cfg->default_budget_usd);
     spec =
         json_pack("{s:s, s:{s:s, s:s, s:s}, s:s, s:I, s:I}", "objective", objective, "repository",
-                  "url", in->pull->clone_url, "baseBranch", in->pull->head_ref, "workingBranch",
+                  "url", in->pull->clone_url, "baseBranch", clone_base(in), "workingBranch",
                   in->pull->head_ref, "budgetUSD", money, "budgetTokens",
                   (json_int_t)(a != NULL && a->has_budget_tokens ? a->budget_tokens
                                                                  : cfg->default_budget_tokens),
                   "maxIterations",
                   (json_int_t)(a != NULL && a->has_max_iterations ? a->max_iterations
                                                                   : cfg->default_max_iterations));
-    if (a != NULL) {
-        add_agent_lists(spec, a);
-    }
+    /* Capabilities, tools, sandbox settings and the runner's commands (SPEC §10). */
+    config_agent_apply_spec(spec, a);
     snprintf(num, sizeof(num), "%lld", (long long)in->entry->number);
     obj = json_pack("{s:s, s:s, s:{s:s, s:s, s:{s:s, s:s, s:s}}, s:o}", "apiVersion",
                     TASK_API_VERSION, "kind", TASK_KIND, "metadata", "name", in->task, "namespace",
@@ -160,7 +139,7 @@ static int apply_fix(struct task_txn *tx, struct bot_input *in, const char *obje
         json_object_set_new(spec, "objective", json_string(objective));
         if (in->pull != NULL && json_is_object(repo)) {
             json_object_set_new(repo, "url", json_string(in->pull->clone_url));
-            json_object_set_new(repo, "baseBranch", json_string(in->pull->head_ref));
+            json_object_set_new(repo, "baseBranch", json_string(clone_base(in)));
             json_object_set_new(repo, "workingBranch", json_string(in->pull->head_ref));
         }
         rc = task_validate(doc, err);

@@ -9,6 +9,8 @@
 
 #include "cli/cli_int.h"
 
+const char *cli_program = "diverge";
+
 struct opt_def {
     const char *name; /* long name without "--" */
     char short_name;  /* single-letter form, or 0 */
@@ -35,6 +37,8 @@ static const struct opt_def opt_defs[CLI_OPT_COUNT] = {
     [CLI_OPT_FOLLOW] = {"follow", 'f', false},
     [CLI_OPT_AS] = {"as", 0, true},
     [CLI_OPT_PERMISSION] = {"permission", 0, true},
+    [CLI_OPT_HEAD] = {"head", 0, true},
+    [CLI_OPT_BASE] = {"base", 0, true},
 };
 
 /* Finds the option written as ARG ("--name[=v]" or "-x[v]"); *inline_out points at an

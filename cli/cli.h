@@ -44,6 +44,8 @@ enum cli_opt_id {
     CLI_OPT_FOLLOW,
     CLI_OPT_AS,
     CLI_OPT_PERMISSION,
+    CLI_OPT_HEAD,
+    CLI_OPT_BASE,
     CLI_OPT_COUNT,
 };
 

@@ -85,4 +85,18 @@ int cli_task_pause(struct cli_ctx *ctx, const struct cli_args *args);
 int cli_task_resume(struct cli_ctx *ctx, const struct cli_args *args);
 int cli_task_token(struct cli_ctx *ctx, const struct cli_args *args);
 
+/* How the binary was invoked (argv[0], "diverge" until main sets it): the next steps
+ * `local` prints are commands to paste. */
+extern const char *cli_program;
+
+/* Splits "owner/repo#7" into a new *PROJECT_OUT and *NUMBER_OUT. Returns false (after a
+ * one-line usage message) when malformed. */
+bool cli_local_parse_ref(char **project_out, long long *number_out, const char *ref);
+/* PUT /api/v1/local/pulls/...: binds PROJECT#NUMBER to URL, HEAD and BASE (checked by the
+ * caller). Returns an exit code; on CLI_EXIT_OK *ANS_OUT and *RAW_OUT are the answer. */
+int cli_local_pr_open(json_t **ans_out, char **raw_out, struct cli_ctx *ctx, const char *project,
+                      long long number, const char *url, const char *head, const char *base);
+/* `diverge local demo` (cmd_local_demo.c). */
+int cli_local_demo(struct cli_ctx *ctx, const struct cli_args *args);
+
 #endif

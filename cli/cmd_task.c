@@ -225,19 +225,10 @@ static json_t *build_spec(const char *objective, const struct cli_args *args,
     if (o->budget_tokens >= 0) {
         json_object_set_new(spec, "budgetTokens", json_integer(o->budget_tokens));
     }
+    /* Tools, sandbox settings and the runner's commands (SPEC §10); --model wins over
+     * the file's capabilities. */
+    config_agent_apply_spec(spec, cfg);
     add_models(spec, args, cfg);
-    if (cfg != NULL && cfg->has_allowed_tools) {
-        json_object_set_new(spec, "allowedTools",
-                            string_array(cfg->allowed_tools, cfg->n_allowed_tools));
-    }
-    if (cfg != NULL && (cfg->sandbox_provider != NULL || cfg->has_sandbox_timeout)) {
-        json_t *sb = json_object();
-        set_str(sb, "provider", cfg->sandbox_provider);
-        if (cfg->has_sandbox_timeout) {
-            json_object_set_new(sb, "timeoutSeconds", json_integer(cfg->sandbox_timeout_s));
-        }
-        json_object_set_new(spec, "sandbox", sb);
-    }
     return spec;
 }
 

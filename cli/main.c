@@ -18,7 +18,8 @@ static const char usage[] =
     "  task       create and manage agent tasks (init, create, list, status, logs, guide,\n"
     "             pause, resume, token)\n"
     "  token      inspect a capability token\n"
-    "  local      comment on a local PR thread and read it back (the offline SCM)\n"
+    "  local      the offline SCM: open a PR on a repository, comment, read the thread;\n"
+    "             `local demo` sets up an example\n"
     "  mcp        serve the Model Context Protocol on stdio (tools for IDE assistants)\n"
     "  version    print the version\n"
     "  help       show help for a command\n" CLI_GLOBAL_HELP "\n"
@@ -79,5 +80,8 @@ static int cmd_help(struct cli_ctx *ctx, const struct cli_args *args)
 
 int main(int argc, char **argv)
 {
+    if (argc > 0 && argv[0] != NULL && argv[0][0] != '\0') {
+        cli_program = argv[0];
+    }
     return cli_dispatch(commands, ARRAY_LEN(commands), "", usage, argc - 1, argv + 1);
 }

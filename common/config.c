@@ -22,6 +22,7 @@ enum field_kind {
     FIELD_MONEY,       /* decimal USD, quoted or plain, via money_parse_n */
     FIELD_COUNT,       /* non-negative integer up to INT64_MAX */
     FIELD_SMALL_COUNT, /* non-negative integer up to INT32_MAX */
+    FIELD_NETWORK,     /* "none" or "proxy" */
 };
 
 #define NO_MEMBER ((size_t)-1)
@@ -50,12 +51,17 @@ static const struct field agent_fields[] = {
     {"maxIterations", FIELD_SMALL_COUNT, MEMBER(max_iterations), NO_MEMBER,
      MEMBER(has_max_iterations), NULL, 0},
     {"baseBranch", FIELD_STRING, MEMBER(base_branch), NO_MEMBER, NO_MEMBER, NULL, 0},
+    {"command", FIELD_STRING, MEMBER(command), NO_MEMBER, NO_MEMBER, NULL, 0},
+    {"verifyCommand", FIELD_STRING, MEMBER(verify_command), NO_MEMBER, NO_MEMBER, NULL, 0},
 };
 
 static const struct field sandbox_fields[] = {
     {"provider", FIELD_STRING, MEMBER(sandbox_provider), NO_MEMBER, NO_MEMBER, NULL, 0},
     {"timeoutSeconds", FIELD_SMALL_COUNT, MEMBER(sandbox_timeout_s), NO_MEMBER,
      MEMBER(has_sandbox_timeout), NULL, 0},
+    {"network", FIELD_NETWORK, MEMBER(sandbox_network), NO_MEMBER, NO_MEMBER, NULL, 0},
+    {"allowedHosts", FIELD_STRING_LIST, MEMBER(allowed_hosts), MEMBER(n_allowed_hosts),
+     MEMBER(has_allowed_hosts), NULL, 0},
 };
 
 static const struct field top_fields[] = {
@@ -291,6 +297,21 @@ static int load_money(struct loader *l, const yaml_node_t *n, const struct field
     return E_OK;
 }
 
+/* sandbox.network: the word none or proxy. */
+static int load_network(struct loader *l, const yaml_node_t *n, const struct field *f,
+                        const char *key)
+{
+    char **dst = (char **)(void *)((char *)l->cfg + f->off);
+    int rc = take_string(dst, l, n, key);
+
+    if (rc == E_OK && strcmp(*dst, "none") != 0 && strcmp(*dst, "proxy") != 0) {
+        free(*dst);
+        *dst = NULL;
+        return fail_at(l, n, key, "expected none or proxy");
+    }
+    return rc;
+}
+
 static int load_mapping(struct loader *l, const yaml_node_t *map, const char *prefix,
                         const struct field *fields, size_t n_fields);
 
@@ -323,6 +344,8 @@ static int load_value(struct loader *l, const yaml_node_t *v, const struct field
         return load_count(l, v, f, key, INT64_MAX);
     case FIELD_SMALL_COUNT:
         return load_count(l, v, f, key, INT32_MAX);
+    case FIELD_NETWORK:
+        return load_network(l, v, f, key);
     }
     ASSERT(0);
     return E_FAIL;
@@ -513,6 +536,10 @@ void config_agent_free(struct config_agent *cfg)
     free_list(cfg->capabilities, cfg->n_capabilities);
     free_list(cfg->allowed_tools, cfg->n_allowed_tools);
     free(cfg->base_branch);
+    free(cfg->command);
+    free(cfg->verify_command);
     free(cfg->sandbox_provider);
+    free(cfg->sandbox_network);
+    free_list(cfg->allowed_hosts, cfg->n_allowed_hosts);
     free(cfg);
 }

@@ -31,9 +31,15 @@ struct config_agent {
     int64_t max_iterations;    /* agent.maxIterations, 0..INT32_MAX */
     bool has_max_iterations;   /* agent.maxIterations was present */
     char *base_branch;         /* owned; agent.baseBranch, NULL when absent */
+    char *command;             /* owned; agent.command, NULL when absent */
+    char *verify_command;      /* owned; agent.verifyCommand, NULL when absent */
     char *sandbox_provider;    /* owned; sandbox.provider, NULL when absent */
     int64_t sandbox_timeout_s; /* sandbox.timeoutSeconds, 0..INT32_MAX */
     bool has_sandbox_timeout;  /* sandbox.timeoutSeconds was present */
+    char *sandbox_network;     /* owned; sandbox.network ("none" or "proxy"), NULL when absent */
+    char **allowed_hosts;      /* owned array of owned strings; sandbox.allowedHosts */
+    size_t n_allowed_hosts;    /* entries in allowed_hosts */
+    bool has_allowed_hosts;    /* the key was present (the list may be empty) */
 };
 
 /* Parses the agent.yaml text DATA[0..len). NAME is the file name used in messages
@@ -52,6 +58,13 @@ int config_agent_load_file(struct config_agent **out, const char *path, struct e
 
 /* Releases CFG and everything it owns; NULL is a no-op. */
 void config_agent_free(struct config_agent *cfg);
+
+/* Copies what CFG says into the AgentTask SPEC (a JSON object; jansson's json_t): lists
+ * `capabilities`, `allowedTools`; `sandbox.provider`, `.timeoutSeconds`, `.network`,
+ * `.allowedHosts`; `runner.command`, `runner.verifyCommand`. Keys absent from the file are
+ * left alone; CFG NULL is a no-op. Budgets, limits and the base branch are the caller's. */
+struct json_t;
+void config_agent_apply_spec(struct json_t *spec, const struct config_agent *cfg);
 
 /* The example file `diverge task init` writes (static text; it loads without error). */
 const char *config_agent_example(void);

@@ -29,10 +29,20 @@ static const char example[] =
     "  budgetTokens: 200000\n"
     "  maxIterations: 8\n"
     "  baseBranch: main\n"
+    "  # What the runner runs in /workspace each iteration, and the check that must pass\n"
+    "  # (the server's --agent-cmd / --verify-cmd when absent). Keep scripts in the\n"
+    "  # repository: the sandbox sees only the clone and the system's /usr.\n"
+    "  # command: sh .diverge/agent.sh\n"
+    "  # verifyCommand: make test\n"
     "sandbox:\n"
     "  # local (bubblewrap), process (development only), none, or agent-sandbox (Kubernetes).\n"
     "  provider: local\n"
-    "  timeoutSeconds: 1800\n";
+    "  timeoutSeconds: 1800\n"
+    "  # none: loopback only; proxy: egress through the server's allowlisting proxy.\n"
+    "  network: none\n"
+    "  # Hosts proxy mode may reach: host, *.suffix or IP literal, optionally :port (443).\n"
+    "  # allowedHosts:\n"
+    "  #   - api.anthropic.com\n";
 
 const char *config_agent_example(void)
 {

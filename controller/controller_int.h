@@ -68,6 +68,7 @@ struct reconcile {
     char *url, *base, *working;    /* owned copies of spec.repository (url may be NULL) */
     char *objective;               /* owned */
     json_t *sandbox;               /* owned copy of spec.sandbox (network), or NULL */
+    char *agent_cmd, *verify_cmd;  /* owned: spec.runner.command/verifyCommand, or NULL */
     int64_t iteration, max_iterations, timeout_s, start_ms;
     bool from_scm;           /* made from a PR/MR comment */
     int exit_code;           /* the runner's, for FAIL_RUNNER */

@@ -143,6 +143,12 @@ static size_t preview_env(char **env, size_t n, const struct reconcile *r)
     return n;
 }
 
+/* A, else B, else "". */
+static const char *first_set(const char *a, const char *b)
+{
+    return a != NULL ? a : b != NULL ? b : "";
+}
+
 /* The environment of SPEC §9, with paths as the sandbox sees them. */
 static size_t build_env(char **env, struct controller *c, const struct reconcile *r,
                         const struct paths *p, int64_t start_iteration)
@@ -174,8 +180,9 @@ static size_t build_env(char **env, struct controller *c, const struct reconcile
     env[n++] = xasprintf("DIVERGE_MAX_ITERATIONS=%lld",
                          (long long)(r->max_iterations > 0 ? r->max_iterations : 5));
     env[n++] = xasprintf("DIVERGE_START_ITERATION=%lld", (long long)start_iteration);
-    env[n++] = xasprintf("DIVERGE_AGENT_CMD=%s", c->agent_cmd != NULL ? c->agent_cmd : "");
-    env[n++] = xasprintf("DIVERGE_VERIFY_CMD=%s", c->verify_cmd != NULL ? c->verify_cmd : "");
+    /* The task's own commands (spec.runner, from agent.yaml) over the server's defaults. */
+    env[n++] = xasprintf("DIVERGE_AGENT_CMD=%s", first_set(r->agent_cmd, c->agent_cmd));
+    env[n++] = xasprintf("DIVERGE_VERIFY_CMD=%s", first_set(r->verify_cmd, c->verify_cmd));
     env[n++] = xasprintf("DIVERGE_WORKSPACE_DIR=%s", ws);
     env[n++] = xasprintf("DIVERGE_USAGE_FILE=%s/usage.jsonl", state);
     n = preview_env(env, n, r);

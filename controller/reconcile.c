@@ -45,6 +45,8 @@ static void copy_spec(struct reconcile *r, const json_t *doc, const struct task_
     r->base = dup_or_null(json_object_get(repo, "baseBranch"));
     r->working = dup_or_null(json_object_get(repo, "workingBranch"));
     r->objective = xstrdup(v->objective != NULL ? v->objective : "");
+    r->agent_cmd = dup_or_null(json_object_get(json_object_get(spec, "runner"), "command"));
+    r->verify_cmd = dup_or_null(json_object_get(json_object_get(spec, "runner"), "verifyCommand"));
     r->iteration = v->iteration;
     r->max_iterations = v->max_iterations;
     r->timeout_s =
@@ -348,6 +350,8 @@ static void reconcile_cleanup(struct reconcile *r)
     free(r->base);
     free(r->working);
     free(r->objective);
+    free(r->agent_cmd);
+    free(r->verify_cmd);
     free(r->fail_msg);
     json_decref(r->sandbox);
     free(r->preview_env);

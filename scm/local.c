@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/buf.h"
+#include "common/proc.h"
 #include "scm/scm.h"
 
 struct local_scm {
@@ -112,29 +114,78 @@ static int lc_permission(enum scm_level *out, struct scm_provider *p, const stru
     return rc;
 }
 
+/* A PR bound by `diverge local pr open` (SPEC §10) answers from its record: the head
+ * branch, the base, the repository. One never opened has no repository: the task
+ * records where it would come from, as before. */
 static int lc_pull(struct scm_pull *out, struct scm_provider *p, const struct scm_ref *ref,
                    struct scm_result *res, struct err *err)
 {
-    (void)p;
+    json_t *pr = NULL;
+    int rc = task_store_local_pull_get(&pr, to_local(p)->store, ref->project, ref->number, err);
+
     (void)res;
-    (void)err;
-    /* A local PR has no remote: the task records where it would come from. */
     memset(out, 0, sizeof(*out));
+    if (rc == E_OK) {
+        out->head_ref = xstrdup(json_string_value(json_object_get(pr, "head")));
+        out->base_ref = xstrdup(json_string_value(json_object_get(pr, "base")));
+        out->clone_url = xstrdup(json_string_value(json_object_get(pr, "repository")));
+        json_decref(pr);
+        return E_OK;
+    }
+    if (rc != E_NOTFOUND) {
+        return E_AGAIN;
+    }
     out->head_ref = xasprintf("pr-%lld", (long long)ref->number);
     out->clone_url = xasprintf("local://%s", ref->project);
     return E_OK;
 }
 
+#define LOCAL_FILE_MAX (1024 * 1024) /* bytes of a file read from a bound repository */
+
+/* PATH at branch GIT_REF of the repository the PR is bound to, read with git from a
+ * file:// repository. https repositories are not read here (no agent.yaml: the server's
+ * defaults), nor are PRs never opened. */
 static int lc_file(char **out, size_t *len_out, struct scm_provider *p, const struct scm_ref *ref,
                    const char *git_ref, const char *path, struct scm_result *res, struct err *err)
 {
-    (void)p;
-    (void)ref;
-    (void)git_ref;
+    json_t *pr = NULL;
+    const char *url;
+    char *git_dir = NULL, *object = NULL;
+    struct buf content;
+    int rc, status = 0;
+
     (void)res;
     *out = NULL;
     *len_out = 0;
-    return err_set(err, E_NOTFOUND, "%s: local threads have no files", path);
+    rc = task_store_local_pull_get(&pr, to_local(p)->store, ref->project, ref->number, err);
+    if (rc != E_OK) {
+        return rc == E_NOTFOUND ? err_set(err, E_NOTFOUND, "%s: local PR not bound", path)
+                                : E_AGAIN;
+    }
+    url = json_string_value(json_object_get(pr, "repository"));
+    if (url == NULL || strncmp(url, "file://", 7) != 0) {
+        json_decref(pr);
+        return err_set(err, E_NOTFOUND, "%s: only file:// repositories are read", path);
+    }
+    git_dir = xasprintf("--git-dir=%s", url + 7);
+    object = xasprintf("refs/heads/%s:%s", git_ref, path);
+    json_decref(pr);
+    buf_init(&content, LOCAL_FILE_MAX);
+    rc = proc_run(&status, &content, NULL, false,
+                  (const char *const[]){"git", git_dir, "cat-file", "blob", object, NULL}, err);
+    if (rc == E_OK && status != 0) {
+        rc = err_set(err, E_NOTFOUND, "%s: not found at %s", path, git_ref);
+    }
+    if (rc == E_OK) {
+        *len_out = content.len;
+        *out = buf_take(&content);
+    } else if (rc != E_NOTFOUND) {
+        rc = E_AGAIN;
+    }
+    buf_cleanup(&content);
+    free(git_dir);
+    free(object);
+    return rc;
 }
 
 /* A local PR is a new thread of the project whose first comment, by the bot, describes

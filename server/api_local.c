@@ -2,10 +2,13 @@
 /* The `local` SCM provider's endpoints (SPEC §3, §10): POST /api/v1/local/comments adds a
  * comment to a local PR thread and feeds it to the same inbox as a webhook would;
  * GET /api/v1/local/threads/{owner}/{repo}/{number} shows the thread, bot replies and the
- * sticky comment included. */
+ * sticky comment included; PUT/GET /api/v1/local/pulls/{owner}/{repo}/{number} binds a local
+ * PR to a git repository, head and base branch (`diverge local pr open`), which the
+ * `local` provider then answers pull_info and file_at from. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "bot/slashcmd.h"
 #include "server/server_int.h"
@@ -143,6 +146,168 @@ int api_local_thread(struct request *r)
     ret = http_send_json(r, 200,
                          json_pack("{s:s, s:I, s:o}", "project", project, "number",
                                    (json_int_t)number, "comments", comments));
+    free(project);
+    return ret;
+}
+
+/* --- local PRs bound to a repository (`diverge local pr open`, SPEC §10) ------------- */
+
+/* A branch name git accepts and no git command can take for an option: [A-Za-z0-9._/-],
+ * not starting with '-', '/' or '.', no "..", "//" or "/.", not ending with '/', '.' or
+ * ".lock", at most 200 bytes. */
+static bool branch_valid(const char *b)
+{
+    size_t n = b != NULL ? strlen(b) : 0;
+
+    if (n == 0 || n > 200 || strchr("-/.", b[0]) != NULL || strchr("/.", b[n - 1]) != NULL) {
+        return false;
+    }
+    if (strstr(b, "..") != NULL || strstr(b, "//") != NULL || strstr(b, "/.") != NULL ||
+        (n >= 5 && strcmp(b + n - 5, ".lock") == 0)) {
+        return false;
+    }
+    return strspn(b, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._/-") == n;
+}
+
+/* Whether URL has a byte a URL handed to git must not have: space, quote, backslash,
+ * control character. */
+static bool url_has_bad_byte(const char *url)
+{
+    for (const char *p = url; *p != '\0'; p++) {
+        if ((unsigned char)*p <= 0x20 || *p == 0x7f || *p == '"' || *p == '\'' || *p == '\\') {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* file:///absolute/path (an existing directory) or https://host/...; no spaces, quotes,
+ * backslashes or control characters. NULL when fine, else what is wrong. */
+static const char *repo_url_problem(const char *url)
+{
+    struct stat sb;
+
+    if (url == NULL || url[0] == '\0') {
+        return "repository is required";
+    }
+    if (strlen(url) > 2048) {
+        return "repository: longer than 2048 bytes";
+    }
+    if (url_has_bad_byte(url)) {
+        return "repository: must not contain spaces, quotes or control characters";
+    }
+    if (strncmp(url, "https://", 8) == 0) {
+        return url[8] != '\0' && url[8] != '/' ? NULL : "repository: https URL without a host";
+    }
+    if (strncmp(url, "file:///", 8) != 0) {
+        return "repository must be a file:///absolute/path or an https:// URL";
+    }
+    if (stat(url + 7, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+        return "repository: no git repository at that file:// path";
+    }
+    return NULL;
+}
+
+/* The project and number of a /api/v1/local/pulls/{owner}/{repo}/{number} request; a
+ * 400/422 has been sent when false. */
+static bool pull_target(char **project_out, long long *number_out, struct request *r, int *ret)
+{
+    char *end = NULL;
+
+    *project_out = NULL;
+    *number_out = strtoll(r->params[2], &end, 10);
+    if (*end != '\0' || *number_out < 1) {
+        *ret = http_send_error(r, 400, NULL, NULL,
+                               "the pull request number must be a positive "
+                               "integer");
+        return false;
+    }
+    *project_out = xasprintf("%s/%s", r->params[0], r->params[1]);
+    if (!project_valid(*project_out)) {
+        free(*project_out);
+        *project_out = NULL;
+        *ret = http_send_error(r, 422, NULL, NULL, "project must look like OWNER/REPO");
+        return false;
+    }
+    return true;
+}
+
+/* Checks a PUT body; NULL when fine, else what is wrong (a 422). */
+static const char *pull_problem(const char *url, const char *head, const char *base)
+{
+    const char *bad = repo_url_problem(url);
+
+    if (bad != NULL) {
+        return bad;
+    }
+    if (!branch_valid(head)) {
+        return "head must be a branch name (letters, digits, '.', '_', '/', '-')";
+    }
+    if (!branch_valid(base)) {
+        return "base must be a branch name (letters, digits, '.', '_', '/', '-')";
+    }
+    if (strcmp(head, base) == 0) {
+        return "head and base must be different branches";
+    }
+    return NULL;
+}
+
+int api_local_pull_put(struct request *r)
+{
+    char *project = NULL;
+    long long number;
+    json_t *body, *pr = NULL;
+    const char *url, *head, *base, *bad;
+    bool created = false;
+    struct err err = {0};
+    int ret;
+
+    if (!pull_target(&project, &number, r, &ret)) {
+        return ret;
+    }
+    body = http_body_json(r, &ret);
+    if (body == NULL) {
+        free(project);
+        return ret;
+    }
+    url = json_string_value(json_object_get(body, "repository"));
+    head = json_string_value(json_object_get(body, "head"));
+    base = json_string_value(json_object_get(body, "base"));
+    if (base == NULL && json_object_get(body, "base") == NULL) {
+        base = "main";
+    }
+    bad = pull_problem(url, head, base);
+    if (bad != NULL) {
+        ret = http_send_error(r, 422, NULL, NULL, "%s", bad);
+    } else if (task_store_local_pull_set(&created, r->srv->store, project, number, url, head, base,
+                                         &err) != E_OK ||
+               task_store_local_pull_get(&pr, r->srv->store, project, number, &err) != E_OK) {
+        ret = http_send_err(r, &err);
+    } else {
+        json_object_set_new(pr, "created", json_boolean(created));
+        ret = http_send_json(r, created ? 201 : 200, pr);
+    }
+    json_decref(body);
+    free(project);
+    return ret;
+}
+
+int api_local_pull_get(struct request *r)
+{
+    char *project = NULL;
+    long long number;
+    json_t *pr = NULL;
+    struct err err = {0};
+    int ret;
+
+    if (!pull_target(&project, &number, r, &ret)) {
+        return ret;
+    }
+    if (task_store_local_pull_get(&pr, r->srv->store, project, number, &err) != E_OK) {
+        ret = http_send_err(r, &err);
+    } else {
+        ret = http_send_json(r, 200, pr);
+    }
     free(project);
     return ret;
 }

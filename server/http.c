@@ -75,6 +75,8 @@ static const struct route g_routes[] = {
     {"POST", "/api/v1/webhooks/gitlab", api_webhook_gitlab, "webhooks.gitlab", AUTH_NONE},
     {"POST", "/api/v1/local/comments", api_local_comment, "local.comment", AUTH_ADMIN},
     {"GET", "/api/v1/local/threads/*/*/*", api_local_thread, "local.thread", AUTH_ADMIN},
+    {"PUT", "/api/v1/local/pulls/*/*/*", api_local_pull_put, "local.pull", AUTH_ADMIN},
+    {"GET", "/api/v1/local/pulls/*/*/*", api_local_pull_get, "local.pull", AUTH_ADMIN},
     {"POST", "/api/v1/admission/validate", api_admission_validate, "admission", AUTH_NONE},
     /* Admin auth in api_connect: its 401 is a Connect error. */
     {"POST", "/divergedev.agenttask.v1.AgentTaskService/*", api_connect, "connect", AUTH_NONE},

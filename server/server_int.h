@@ -170,6 +170,8 @@ int api_webhook_gitlab(struct request *r);
 int api_webhook_gitlab_begin(struct request *r);
 int api_local_comment(struct request *r);
 int api_local_thread(struct request *r);
+int api_local_pull_put(struct request *r);
+int api_local_pull_get(struct request *r);
 int api_env_list(struct request *r);
 int api_env_get(struct request *r);
 int api_discovery_api(struct request *r);

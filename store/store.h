@@ -506,6 +506,16 @@ int task_store_local_permission_set(struct task_store *st, const char *project, 
 /* *level_out 0 when unknown. */
 int task_store_local_permission_get(int *level_out, struct task_store *st, const char *project,
                                     const char *user, struct err *err);
+/* Binds local PR PROJECT#NUMBER to the repository URL, head branch HEAD and base BASE
+ * (`diverge local pr open`); again with other values rebinds it. *created_out: it was not
+ * bound before. */
+int task_store_local_pull_set(bool *created_out, struct task_store *st, const char *project,
+                              int64_t number, const char *url, const char *head, const char *base,
+                              struct err *err);
+/* The binding as a new {project, number, repository, head, base, createdAt}; E_NOTFOUND
+ * when the PR was never opened. */
+int task_store_local_pull_get(json_t **out, struct task_store *st, const char *project,
+                              int64_t number, struct err *err);
 
 static inline void task_store_close(struct task_store *st)
 {

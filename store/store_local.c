@@ -381,3 +381,100 @@ int task_store_local_permission_get(int *level_out, struct task_store *st, const
     pthread_mutex_unlock(&s->mu);
     return rc;
 }
+
+/* --- local pull requests bound to a repository (`diverge local pr open`) -------------- */
+
+/* Created on first use (a no-op once it exists) rather than by a schema migration: a
+ * database that never saw `diverge local pr open` stays as it was. Called with mu held. */
+static int ensure_pulls_table(struct sqlite_store *s, struct err *err)
+{
+    return sqlst_exec(s,
+                      "CREATE TABLE IF NOT EXISTS local_pulls (project TEXT NOT NULL,"
+                      " number INTEGER NOT NULL, url TEXT NOT NULL, head TEXT NOT NULL,"
+                      " base TEXT NOT NULL, created_ms INTEGER NOT NULL,"
+                      " updated_ms INTEGER NOT NULL, PRIMARY KEY (project, number)) STRICT",
+                      err);
+}
+
+int task_store_local_pull_set(bool *created_out, struct task_store *st, const char *project,
+                              int64_t number, const char *url, const char *head, const char *base,
+                              struct err *err)
+{
+    struct sqlite_store *s = sqlst_of(st);
+    sqlite3_stmt *q = NULL;
+    int64_t now = clock_now_ms(st->clock);
+    int rc;
+
+    *created_out = false;
+    pthread_mutex_lock(&s->mu);
+    rc = ensure_pulls_table(s, err);
+    if (rc == E_OK) {
+        rc = sqlst_prepare(&q, s,
+                           "INSERT INTO local_pulls(project,number,url,head,base,created_ms,"
+                           "updated_ms) VALUES(?1,?2,?3,?4,?5,?6,?6) ON CONFLICT(project,number) "
+                           "DO UPDATE SET url=excluded.url, head=excluded.head, "
+                           "base=excluded.base, updated_ms=excluded.updated_ms "
+                           "WHERE url IS NOT excluded.url OR head IS NOT excluded.head OR "
+                           "base IS NOT excluded.base RETURNING created_ms=updated_ms",
+                           err);
+    }
+    if (rc == E_OK) {
+        sqlite3_bind_text(q, 1, project, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(q, 2, number);
+        sqlite3_bind_text(q, 3, url, -1, SQLITE_STATIC);
+        sqlite3_bind_text(q, 4, head, -1, SQLITE_STATIC);
+        sqlite3_bind_text(q, 5, base, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(q, 6, now);
+        int step = sqlite3_step(q);
+        if (step == SQLITE_ROW) {
+            *created_out = sqlite3_column_int(q, 0) != 0;
+            step = sqlite3_step(q);
+        }
+        if (step != SQLITE_DONE) {
+            rc = sqlst_db_err(s, step, "local pull", err);
+        }
+        sqlite3_finalize(q);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+int task_store_local_pull_get(json_t **out, struct task_store *st, const char *project,
+                              int64_t number, struct err *err)
+{
+    struct sqlite_store *s = sqlst_of(st);
+    sqlite3_stmt *q = NULL;
+    int rc;
+
+    *out = NULL;
+    pthread_mutex_lock(&s->mu);
+    rc = ensure_pulls_table(s, err);
+    if (rc == E_OK) {
+        rc = sqlst_prepare(&q, s,
+                           "SELECT url, head, base, created_ms FROM local_pulls "
+                           "WHERE project=?1 AND number=?2",
+                           err);
+    }
+    if (rc == E_OK) {
+        sqlite3_bind_text(q, 1, project, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(q, 2, number);
+        int step = sqlite3_step(q);
+        if (step == SQLITE_ROW) {
+            char created[CLOCK_RFC3339_MAX];
+            clock_rfc3339(created, sqlite3_column_int64(q, 3));
+            *out =
+                json_pack("{s:s, s:I, s:s, s:s, s:s, s:s}", "project", project, "number",
+                          (json_int_t)number, "repository", (const char *)sqlite3_column_text(q, 0),
+                          "head", (const char *)sqlite3_column_text(q, 1), "base",
+                          (const char *)sqlite3_column_text(q, 2), "createdAt", created);
+        } else if (step == SQLITE_DONE) {
+            rc = err_set(err, E_NOTFOUND, "%s#%lld was not opened (diverge local pr open)", project,
+                         (long long)number);
+        } else {
+            rc = sqlst_db_err(s, step, "local pull", err);
+        }
+        sqlite3_finalize(q);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}

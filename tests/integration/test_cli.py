@@ -195,7 +195,9 @@ def test_create_with_agent_yaml():
         assert s["budgetUSD"] == "5.00" and s["budgetTokens"] == 200000
         assert s["maxIterations"] == 8
         assert s["repository"]["baseBranch"] == "main"
-        assert s["sandbox"] == {"provider": "local", "timeoutSeconds": 1800}, s
+        assert s["sandbox"] == {"provider": "local", "timeoutSeconds": 1800,
+                                "network": "none"}, s
+        assert "runner" not in s, s
         # Flags override the file.
         ok(srv.cli("task", "create", "override", "--name", "f2", "--budget", "7",
                    "--tokens", "2M", "--max-iterations", "2", "--base-branch", "release",
@@ -204,6 +206,20 @@ def test_create_with_agent_yaml():
         assert s["budgetUSD"] == "7.00" and s["budgetTokens"] == 2000000, s
         assert s["maxIterations"] == 2 and s["repository"]["baseBranch"] == "release"
         assert s["capabilities"] == ["only-this"] and s["allowedTools"] == ["git", "go"]
+        # The runner's commands and the sandbox network (SPEC §10).
+        with open(os.path.join(d, ".diverge", "agent.yaml"), "w") as f:
+            f.write('version: "1"\nagent:\n  command: sh .diverge/agent.sh\n'
+                    '  verifyCommand: make test\nsandbox:\n  network: proxy\n'
+                    '  allowedHosts: [api.example.com, "*.pypi.org:443"]\n')
+        ok(srv.cli("task", "create", "cmds", "--name", "f4", cwd=d))
+        s = get(srv, "f4")[1]["spec"]
+        assert s["runner"] == {"command": "sh .diverge/agent.sh", "verifyCommand": "make test"}, s
+        assert s["sandbox"]["network"] == "proxy", s
+        assert s["sandbox"]["allowedHosts"] == ["api.example.com", "*.pypi.org:443"], s
+        with open(os.path.join(d, ".diverge", "agent.yaml"), "w") as f:
+            f.write('version: "1"\nsandbox:\n  network: everywhere\n')
+        one_error_line(srv.cli("task", "create", "x", "--name", "f3", cwd=d), 2,
+                       r"agent\.yaml:3: sandbox\.network: expected none or proxy$")
         # A broken file: exit 2, one line naming file, line and key; nothing created.
         with open(os.path.join(d, ".diverge", "agent.yaml"), "w") as f:
             f.write('version: "1"\nagent:\n  budgetTokens: lots\n')

@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "common/config.h"
 #include "common/httpc.h"
 #include "tests/t_check.h"
@@ -43,7 +45,51 @@ TEST(example_loads_with_every_field)
     CHECK_EQ_STR(c->base_branch, "main");
     CHECK_EQ_STR(c->sandbox_provider, "local");
     CHECK_EQ_INT(c->sandbox_timeout_s, 1800);
+    CHECK_EQ_STR(c->sandbox_network, "none");
+    CHECK(c->command == NULL && c->verify_command == NULL && !c->has_allowed_hosts);
     config_agent_free(c);
+}
+
+TEST(runner_commands_and_network)
+{
+    static const char yaml[] = "version: \"1\"\n"
+                               "agent:\n"
+                               "  command: sh .diverge/demo-agent.sh\n"
+                               "  verifyCommand: \"sh test.sh\"\n"
+                               "sandbox:\n"
+                               "  network: proxy\n"
+                               "  allowedHosts:\n"
+                               "    - api.anthropic.com\n"
+                               "    - \"*.example.com:8443\"\n";
+    struct config_agent *c = NULL;
+    json_t *spec = json_object();
+    char *text;
+
+    CHECK_OK(load(&c, yaml, NULL));
+    if (c == NULL) {
+        json_decref(spec);
+        return;
+    }
+    CHECK_EQ_STR(c->command, "sh .diverge/demo-agent.sh");
+    CHECK_EQ_STR(c->verify_command, "sh test.sh");
+    CHECK_EQ_STR(c->sandbox_network, "proxy");
+    CHECK(c->has_allowed_hosts);
+    CHECK_EQ_INT(c->n_allowed_hosts, 2);
+    CHECK_EQ_STR(c->allowed_hosts[1], "*.example.com:8443");
+    /* What lands in a task's spec (SPEC §10). */
+    config_agent_apply_spec(spec, c);
+    text = json_dumps(spec, JSON_SORT_KEYS | JSON_COMPACT);
+    CHECK_EQ_STR(text, "{\"runner\":{\"command\":\"sh .diverge/demo-agent.sh\","
+                       "\"verifyCommand\":\"sh test.sh\"},\"sandbox\":{\"allowedHosts\":"
+                       "[\"api.anthropic.com\",\"*.example.com:8443\"],\"network\":\"proxy\"}}");
+    free(text);
+    json_decref(spec);
+    config_agent_free(c);
+    /* NULL is a no-op. */
+    spec = json_object();
+    config_agent_apply_spec(spec, NULL);
+    CHECK_EQ_INT(json_object_size(spec), 0);
+    json_decref(spec);
 }
 
 TEST(minimal_file_has_nothing_set)
@@ -184,6 +230,20 @@ TEST(errors_name_file_line_and_key)
         {V "sandbox:\n  timeoutSeconds: {a: 1}\n",
          NAME ":3: sandbox.timeoutSeconds: expected a non-negative integer",
          "sandbox.timeoutSeconds"},
+        {V "agent:\n  command: [sh, x]\n", NAME ":3: agent.command: expected a string",
+         "agent.command"},
+        {V "agent:\n  verifyCommand: \"\"\n",
+         NAME ":3: agent.verifyCommand: expected a non-empty string", "agent.verifyCommand"},
+        {V "agent:\n  agentCommand: x\n", NAME ":3: agent.agentCommand: unknown key",
+         "agent.agentCommand"},
+        {V "sandbox:\n  network: open\n", NAME ":3: sandbox.network: expected none or proxy",
+         "sandbox.network"},
+        {V "sandbox:\n  network: true\n", NAME ":3: sandbox.network: expected a string",
+         "sandbox.network"},
+        {V "sandbox:\n  allowedHosts: example.com\n",
+         NAME ":3: sandbox.allowedHosts: expected a list of strings", "sandbox.allowedHosts"},
+        {V "sandbox:\n  allowedHosts:\n    - a.com\n    - 443\n",
+         NAME ":5: sandbox.allowedHosts[1]: expected a string", "sandbox.allowedHosts[1]"},
         {V "---\n" V, NAME ":2: expected a single YAML document", ""},
         {V "---\n[\n", NAME ":4: did not find expected node content while parsing a flow node", ""},
     };

@@ -1,7 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests of scm/: permission levels, the per-minute budget of content-creating calls
  * (at most 80 per minute), the outbox's retry delays (Retry-After, rate limits), and the
- * URLs sent to an SCM (encoded path segments, pagination links kept to the API base). */
+ * URLs sent to an SCM (encoded path segments, pagination links kept to the API base), and
+ * the local provider's answers for a PR bound by `diverge local pr open`. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+
+#include "common/proc.h"
 #include "scm/scm.h"
 #include "tests/t_check.h"
 
@@ -121,6 +127,94 @@ TEST(links_stay_under_the_api_base)
     CHECK(!scm_url_under(ghes, "http://127.0.0.1:8080/api/v3/%2E%2e/admin"));
     CHECK(scm_url_under("http://[::1]:9", "http://[::1]:9/x"));
     CHECK(!scm_url_under("http://[::1]:9", "http://[::1]:10/x"));
+}
+
+/* --- the local provider answers from `diverge local pr open` ------------------------- */
+
+static int git_ok(const char *const *argv)
+{
+    int status = -1;
+    struct err err = {0};
+
+    return proc_run(&status, NULL, NULL, true, argv, &err) == E_OK ? status : -1;
+}
+
+/* A repository at DIR/w whose main holds .diverge/agent.yaml; its git dir's file:// URL. */
+static char *repo_with_agent_yaml(const char *dir)
+{
+    char *w = xasprintf("%s/w", dir), *d = xasprintf("%s/w/.diverge", dir);
+    char *f = xasprintf("%s/w/.diverge/agent.yaml", dir);
+    FILE *fp;
+
+    CHECK_EQ_INT(git_ok((const char *const[]){"git", "init", "-q", "-b", "main", w, NULL}), 0);
+    CHECK_EQ_INT(mkdir(d, 0755), 0);
+    fp = fopen(f, "w");
+    ASSERT(fp != NULL);
+    fputs("version: \"1\"\n", fp);
+    fclose(fp);
+    CHECK_EQ_INT(git_ok((const char *const[]){"git", "-C", w, "add", "-A", NULL}), 0);
+    CHECK_EQ_INT(git_ok((const char *const[]){"git", "-C", w, "-c", "user.name=t", "-c",
+                                              "user.email=t@example.invalid", "commit", "-q", "-m",
+                                              "c", NULL}),
+                 0);
+    free(d);
+    free(f);
+    char *url = xasprintf("file://%s/.git", w);
+    free(w);
+    return url;
+}
+
+TEST(local_provider_answers_from_the_bound_pr)
+{
+    struct task_store *st = NULL;
+    struct scm_provider *p = NULL;
+    struct scm_ref ref = {.project = "o/r", .number = 3};
+    struct scm_pull pull;
+    struct err err = {0};
+    char tmpl[] = "/tmp/test-scm-local-XXXXXX", *dir = mkdtemp(tmpl), *url, *out = NULL;
+    size_t len = 0;
+    bool created = false;
+
+    ASSERT(dir != NULL);
+    ASSERT(task_store_sqlite_open(&st, ":memory:", clock_system(), &err) == E_OK);
+    CHECK_OK(scm_local_new(&p, st, &err));
+    /* Never opened: a placeholder, no base, no files (as before). */
+    CHECK_OK(p->ops->pull_info(&pull, p, &ref, NULL, &err));
+    CHECK_EQ_STR(pull.head_ref, "pr-3");
+    CHECK_EQ_STR(pull.clone_url, "local://o/r");
+    CHECK(pull.base_ref == NULL);
+    scm_pull_cleanup(&pull);
+    CHECK_EQ_INT(p->ops->file_at(&out, &len, p, &ref, "main", ".diverge/agent.yaml", NULL, &err),
+                 E_NOTFOUND);
+    /* Opened: head, base and repository from the record; the file from the base. */
+    url = repo_with_agent_yaml(dir);
+    CHECK_OK(task_store_local_pull_set(&created, st, "o/r", 3, url, "feature", "main", &err));
+    CHECK(created);
+    CHECK_OK(task_store_local_pull_set(&created, st, "o/r", 3, url, "feature", "main", &err));
+    CHECK(!created);
+    CHECK_OK(p->ops->pull_info(&pull, p, &ref, NULL, &err));
+    CHECK_EQ_STR(pull.head_ref, "feature");
+    CHECK_EQ_STR(pull.base_ref, "main");
+    CHECK_EQ_STR(pull.clone_url, url);
+    scm_pull_cleanup(&pull);
+    CHECK_OK(p->ops->file_at(&out, &len, p, &ref, "main", ".diverge/agent.yaml", NULL, &err));
+    CHECK_EQ_STR(out != NULL ? out : "", "version: \"1\"\n");
+    CHECK_EQ_INT(len, 13);
+    free(out);
+    out = NULL;
+    CHECK_EQ_INT(p->ops->file_at(&out, &len, p, &ref, "main", "nope.yaml", NULL, &err), E_NOTFOUND);
+    CHECK_EQ_INT(p->ops->file_at(&out, &len, p, &ref, "other", ".diverge/agent.yaml", NULL, &err),
+                 E_NOTFOUND);
+    /* An https repository is not read (the server's defaults apply). */
+    CHECK_OK(task_store_local_pull_set(&created, st, "o/r", 3, "https://example.invalid/r.git",
+                                       "feature", "main", &err));
+    CHECK_EQ_INT(p->ops->file_at(&out, &len, p, &ref, "main", ".diverge/agent.yaml", NULL, &err),
+                 E_NOTFOUND);
+    CHECK(out == NULL);
+    free(url);
+    scm_provider_free(p);
+    task_store_close(st);
+    CHECK_EQ_INT(git_ok((const char *const[]){"rm", "-rf", dir, NULL}), 0);
 }
 
 T_MAIN
