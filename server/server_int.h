@@ -11,6 +11,7 @@
 
 #include "common/buf.h"
 #include "common/err.h"
+#include "common/tlscert.h"
 #include "bot/bot.h"
 #include "controller/controller.h"
 #include "scm/scm.h"
@@ -59,6 +60,9 @@ struct server_config {
     char *gitlab_url;            /* GitLab base URL (API under /api/v4) */
     char *gitlab_min_fix;        /* GitLab access levels of the tiers */
     char *gitlab_min_budget;
+    char *tls_listen;    /* "host:port" of the HTTPS listener; NULL: none */
+    char *tls_cert_file; /* PEM files; NULL: generated into the data dir */
+    char *tls_key_file;
 };
 
 struct MHD_Daemon;
@@ -91,6 +95,9 @@ struct server {
     struct MHD_Daemon *daemon;      /* owned; the running HTTP server */
     struct MHD_Daemon *unix_daemon; /* owned; the same on the meter socket, or NULL */
     char *meter_socket;             /* owned: its path, or NULL */
+    struct MHD_Daemon *tls_daemon;  /* owned; the same routes over HTTPS, or NULL */
+    char *tls_url;                  /* owned; https://<bound tls address>, or NULL */
+    struct tlscert tls_pem;         /* owned; kept while tls_daemon runs */
 };
 
 /* One HTTP request; lives from the first access-handler call to the completion callback. */
@@ -206,6 +213,18 @@ void http_stop(struct MHD_Daemon *d, struct server *srv);
  * guard of a started http_start(). */
 int http_start_unix(struct MHD_Daemon **out, struct server *srv, int listen_fd, struct err *err);
 void http_stop_unix(struct MHD_Daemon *d);
+/* Serves every route over HTTPS on LISTEN ("host:port") with the PEM certificate and key;
+ * *port_out gets the bound port. Needs the guard of a started http_start(); stop it with
+ * http_stop_unix() before http_stop(). No HTTP/2 (no ALPN). */
+int http_start_tls(struct MHD_Daemon **out, uint16_t *port_out, struct server *srv,
+                   const char *listen, const char *cert_pem, const char *key_pem, struct err *err);
+
+/* --- the TLS listener (serve_tls.c) --- */
+/* With --tls-listen: loads or generates the certificate, starts the HTTPS daemon, sets
+ * srv->tls_url and writes it with the certificate's path to <data-dir>/tls-endpoint (what
+ * `diverge kubeconfig` reads). Without: removes a stale tls-endpoint. */
+int serve_tls_start(struct server *srv, struct err *err);
+void serve_tls_stop(struct server *srv);
 
 /* Fills CFG from ARGV and the environment (flags win; SPEC §2). Returns 0, -1 after
  * --help (printed), or 2 on a usage error (said on stderr). */
