@@ -252,7 +252,7 @@ int tlscert_load_or_create(struct tlscert *out, bool *created_out, const char *d
     return rc;
 }
 
-static int load_pem(char **out, const char *path, const char *what, struct err *err)
+int tlscert_read_pem(char **out, const char *path, const char *what, struct err *err)
 {
     int rc = read_file(out, path, err);
 
@@ -260,6 +260,8 @@ static int load_pem(char **out, const char *path, const char *what, struct err *
         return err_set(err, E_FAIL, "%s %s: no such file", what, path);
     }
     if (rc == E_OK && strstr(*out, "-----BEGIN ") == NULL) {
+        free(*out);
+        *out = NULL;
         return err_set(err, E_INVALID, "%s %s holds no PEM block", what, path);
     }
     return rc;
@@ -271,9 +273,9 @@ int tlscert_load_files(struct tlscert *out, const char *cert_path, const char *k
     int rc;
 
     memset(out, 0, sizeof(*out));
-    rc = load_pem(&out->cert_pem, cert_path, "--tls-cert-file", err);
+    rc = tlscert_read_pem(&out->cert_pem, cert_path, "--tls-cert-file", err);
     if (rc == E_OK) {
-        rc = load_pem(&out->key_pem, key_path, "--tls-key-file", err);
+        rc = tlscert_read_pem(&out->key_pem, key_path, "--tls-key-file", err);
     }
     if (rc != E_OK) {
         tlscert_cleanup(out);

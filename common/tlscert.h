@@ -35,6 +35,11 @@ int tlscert_load_or_create(struct tlscert *out, bool *created_out, const char *d
 int tlscert_load_files(struct tlscert *out, const char *cert_path, const char *key_path,
                        struct err *err);
 
+/* Reads the PEM file PATH (at most TLSCERT_PEM_MAX bytes) into *out (caller frees).
+ * E_FAIL when it cannot be read, E_INVALID when it holds no PEM block; WHAT names the file
+ * in messages. */
+int tlscert_read_pem(char **out, const char *path, const char *what, struct err *err);
+
 void tlscert_cleanup(struct tlscert *c);
 
 /* LEN bytes of DATA as standard base64 with padding, no line breaks; caller frees. */
