@@ -53,6 +53,8 @@ static const struct route g_routes[] = {
     {"GET", "/api", api_discovery_api, "discovery", AUTH_NONE},
     {"GET", "/apis", api_discovery_apis, "discovery", AUTH_NONE},
     {"GET", API_PREFIX, api_discovery_group, "discovery", AUTH_NONE},
+    {"GET", "/openapi/v3", api_openapi_v3, "openapi", AUTH_NONE},
+    {"GET", "/openapi/v3/apis/divergedev.com/v1alpha1", api_openapi_v3_group, "openapi", AUTH_NONE},
     {"GET", API_PREFIX "/agenttasks", api_task_list_all, "tasks.list", AUTH_ADMIN},
     {"GET", API_PREFIX "/namespaces/*/agenttasks", api_task_list, "tasks.list", AUTH_ADMIN},
     {"POST", API_PREFIX "/namespaces/*/agenttasks", api_task_create, "tasks.create", AUTH_ADMIN},

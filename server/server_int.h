@@ -193,6 +193,49 @@ bool ui_auth_ok(struct request *r);
 /* GET /api/v1/events, the dashboard's Server-Sent Events stream (api_events.c). */
 int api_events(struct request *r);
 
+/* --- what kubectl asks beyond plain objects (api_kube.c, api_kube_openapi.c) --- */
+enum kube_include {
+    KUBE_INCLUDE_METADATA, /* Table rows carry PartialObjectMetadata (the default) */
+    KUBE_INCLUDE_OBJECT,   /* includeObject=Object: the whole object */
+    KUBE_INCLUDE_NONE,     /* includeObject=None */
+};
+/* How a request wants tasks shown, and which (fieldSelector). */
+struct kube_view {
+    bool table;                /* Accept asked for a meta.k8s.io Table */
+    const char *table_version; /* "v1" or "v1beta1" (static) when TABLE */
+    enum kube_include include; /* includeObject */
+    char *ns;                  /* owned; fieldSelector metadata.namespace=, or NULL */
+    char *name;                /* owned; fieldSelector metadata.name=, or NULL */
+};
+#define KUBE_AGE_MAX 32
+/* Whether the Accept header value ACCEPT (may be NULL) asks for a Table (the first media
+ * range that does: application/json;as=Table;g=meta.k8s.io;v=v1|v1beta1); *version_out
+ * gets "v1"/"v1beta1" then. */
+bool kube_accept_table(const char *accept, const char **version_out);
+/* Adds the terms of the field selector SEL ("metadata.name=x,metadata.namespace=y") to V;
+ * E_INVALID (message in ERR) for any other field or operator. */
+int kube_field_selector_parse(struct kube_view *v, const char *sel, struct err *err);
+/* kubectl's age text (duration.HumanDuration) of SECONDS: "61s", "5m3s", "3h", "12d". */
+void kube_age(char out[KUBE_AGE_MAX], int64_t seconds);
+/* Fills V from the request's Accept, fieldSelector and includeObject; on a bad selector
+ * sends 400, sets *mhd_ret and returns E_INVALID. kube_view_cleanup() releases V. */
+int kube_view_init(struct kube_view *v, struct request *r, int *mhd_ret);
+void kube_view_cleanup(struct kube_view *v);
+/* True when V shows plain objects, unfiltered. */
+bool kube_view_plain(const struct kube_view *v);
+bool kube_view_match(const struct kube_view *v, const char *ns, const char *name);
+/* Sends OBJ (stolen) as V wants it: itself or a one-row Table. */
+int kube_send_object(struct request *r, const struct kube_view *v, json_t *obj);
+/* Sends the tasks of NS (NULL: all) that V selects, as an AgentTaskList or a Table. */
+int kube_send_list(struct request *r, const struct kube_view *v, const char *ns);
+/* Appends the watch line {"type": TYPE, "object": ...} for the stored object text JSON
+ * (LEN bytes) to OUT when V selects it; the object is a one-row Table when V wants one. */
+void kube_watch_line(struct buf *out, const struct kube_view *v, const char *type, const char *json,
+                     size_t len);
+/* GET /openapi/v3 and /openapi/v3/apis/divergedev.com/v1alpha1 (api_kube_openapi.c). */
+int api_openapi_v3(struct request *r);
+int api_openapi_v3_group(struct request *r);
+
 /* --- metrics (metrics.c) --- */
 void metrics_observe(int route, int status, int64_t duration_ns);
 /* Renders the Prometheus text exposition into OUT. */
