@@ -186,13 +186,30 @@ static bool obj_match(const struct kube_view *v, const json_t *obj)
 
 /* --- Table ------------------------------------------------------------------------- */
 
+/* kube_age from two days on. */
+static void age_days(char out[KUBE_AGE_MAX], int64_t h)
+{
+    int64_t d = h / 24, y = d / 365;
+
+    if (h < 24 * 8 && h % 24 != 0) {
+        snprintf(out, KUBE_AGE_MAX, "%lldd%lldh", (long long)d, (long long)(h % 24));
+    } else if (d < 365 * 2) {
+        snprintf(out, KUBE_AGE_MAX, "%lldd", (long long)d);
+    } else if (y < 8 && d % 365 != 0) {
+        snprintf(out, KUBE_AGE_MAX, "%lldy%lldd", (long long)y, (long long)(d % 365));
+    } else {
+        snprintf(out, KUBE_AGE_MAX, "%lldy", (long long)y);
+    }
+}
+
 void kube_age(char out[KUBE_AGE_MAX], int64_t s)
 {
-    int64_t m = s / 60, h = s / 3600, d = h / 24, y = d / 365;
+    int64_t m = s / 60, h = s / 3600;
 
+    /* kubectl's duration.HumanDuration, step by step. */
     if (s < -1) {
         snprintf(out, KUBE_AGE_MAX, "<invalid>");
-    } else if (s < 120) { /* kubectl's duration.HumanDuration, step by step */
+    } else if (s < 120) {
         snprintf(out, KUBE_AGE_MAX, "%llds", (long long)(s < 0 ? 0 : s));
     } else if (m < 10 && s % 60 != 0) {
         snprintf(out, KUBE_AGE_MAX, "%lldm%llds", (long long)m, (long long)(s % 60));
@@ -202,15 +219,8 @@ void kube_age(char out[KUBE_AGE_MAX], int64_t s)
         snprintf(out, KUBE_AGE_MAX, "%lldh%lldm", (long long)h, (long long)(m % 60));
     } else if (h < 48) {
         snprintf(out, KUBE_AGE_MAX, "%lldh", (long long)h);
-    } else if (h < 24 * 8 && h % 24 != 0) {
-        snprintf(out, KUBE_AGE_MAX, "%lldd%lldh", (long long)d, (long long)(h % 24));
-    } else if (d < 365 * 2 || (y < 8 && d % 365 == 0)) {
-        snprintf(out, KUBE_AGE_MAX, d < 365 * 2 ? "%lldd" : "%lldy",
-                 (long long)(d < 365 * 2 ? d : y));
-    } else if (y < 8) {
-        snprintf(out, KUBE_AGE_MAX, "%lldy%lldd", (long long)y, (long long)(d % 365));
     } else {
-        snprintf(out, KUBE_AGE_MAX, "%lldy", (long long)y);
+        age_days(out, h);
     }
 }
 
