@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* What kubectl asks of the task API beyond plain objects (SPEC §11, KUBECTL-PROTOCOL.md):
  * meta.k8s.io Table answers (Accept: ...;as=Table;g=meta.k8s.io;v=v1) with the printer
- * columns Name, Phase, Cost, Iteration, Age, and fieldSelector on metadata.name and
- * metadata.namespace, for list, get and watch. The objects, their store and validation
- * are api_tasks.c's; this file only changes how they are shown and which are shown. */
+ * columns Name, Phase, Cost, Iteration, Age, fieldSelector on metadata.name and
+ * metadata.namespace, and equality-based labelSelector, for list, get and watch. The objects, their
+ * store and validation are api_tasks.c's; this file only changes how they are shown and which are
+ * shown. */
 #include <microhttpd.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,11 +137,93 @@ int kube_field_selector_parse(struct kube_view *v, const char *sel, struct err *
     return E_OK;
 }
 
+static char *dup_n(const char *s, size_t n)
+{
+    char *d = xmalloc(n + 1);
+
+    memcpy(d, s, n);
+    d[n] = '\0';
+    return d;
+}
+
+/* One term [S, S+N) of a label selector, blanks trimmed by the caller. */
+static int label_term(struct kube_view *v, const char *s, size_t n, struct err *err)
+{
+    struct kube_label_term *t;
+    const char *eq = memchr(s, '=', n);
+    size_t klen;
+
+    if (v->nlabels >= KUBE_LABEL_TERMS_MAX) {
+        return err_set(err, E_INVALID, "labelSelector: more than %d terms", KUBE_LABEL_TERMS_MAX);
+    }
+    if (memchr(s, '(', n) != NULL || memchr(s, ' ', n) != NULL) {
+        return err_set(err, E_INVALID,
+                       "labelSelector: only key=value, key!=value, key and !key are supported");
+    }
+    t = &v->labels[v->nlabels];
+    memset(t, 0, sizeof(*t));
+    if (eq == NULL) { /* "key" or "!key" */
+        t->negate = s[0] == '!';
+        t->key = dup_n(s + t->negate, n - t->negate);
+    } else {
+        klen = (size_t)(eq - s);
+        t->negate = klen > 0 && s[klen - 1] == '!';
+        t->key = dup_n(s, klen - t->negate);
+        klen += 1 + (klen + 1 < n && s[klen + 1] == '=' ? 1 : 0);
+        t->value = dup_n(s + klen, n - klen);
+    }
+    v->nlabels++;
+    if (t->key[0] == '\0' || strchr(t->key, '!') != NULL ||
+        (t->value != NULL && strpbrk(t->value, "=!") != NULL)) {
+        return err_set(err, E_INVALID, "labelSelector: a term is malformed");
+    }
+    return E_OK;
+}
+
+int kube_label_selector_parse(struct kube_view *v, const char *sel, struct err *err)
+{
+    size_t n = strlen(sel), i = 0;
+
+    while (i < n) {
+        size_t start, end;
+        while (i < n && sel[i] == ' ') {
+            i++;
+        }
+        start = i;
+        while (i < n && sel[i] != ',') {
+            i++;
+        }
+        end = i;
+        while (end > start && sel[end - 1] == ' ') {
+            end--;
+        }
+        if (end > start && label_term(v, sel + start, end - start, err) != E_OK) {
+            return E_INVALID;
+        }
+        i++;
+    }
+    return E_OK;
+}
+
+static bool labels_match(const struct kube_view *v, const json_t *labels)
+{
+    for (int i = 0; i < v->nlabels; i++) {
+        const struct kube_label_term *t = &v->labels[i];
+        const char *have = json_string_value(json_object_get(labels, t->key));
+        bool hit = t->value == NULL ? have != NULL : have != NULL && strcmp(have, t->value) == 0;
+        if (hit == t->negate) {
+            return false;
+        }
+    }
+    return true;
+}
+
 /* --- the view of a request --------------------------------------------------------- */
 
 int kube_view_init(struct kube_view *v, struct request *r, int *mhd_ret)
 {
     const char *sel = http_query(r, "fieldSelector");
+    const char *lsel = http_query(r, "labelSelector");
     const char *inc = http_query(r, "includeObject");
     struct err err = {0};
 
@@ -149,7 +232,8 @@ int kube_view_init(struct kube_view *v, struct request *r, int *mhd_ret)
     v->include = inc != NULL && strcmp(inc, "Object") == 0 ? KUBE_INCLUDE_OBJECT
                  : inc != NULL && strcmp(inc, "None") == 0 ? KUBE_INCLUDE_NONE
                                                            : KUBE_INCLUDE_METADATA;
-    if (sel != NULL && kube_field_selector_parse(v, sel, &err) != E_OK) {
+    if ((sel != NULL && kube_field_selector_parse(v, sel, &err) != E_OK) ||
+        (lsel != NULL && kube_label_selector_parse(v, lsel, &err) != E_OK)) {
         kube_view_cleanup(v);
         *mhd_ret = http_send_error(r, 400, NULL, NULL, "%s", err.msg);
         return E_INVALID;
@@ -163,11 +247,16 @@ void kube_view_cleanup(struct kube_view *v)
     free(v->name);
     v->ns = NULL;
     v->name = NULL;
+    for (int i = 0; i < v->nlabels; i++) {
+        free(v->labels[i].key);
+        free(v->labels[i].value);
+    }
+    v->nlabels = 0;
 }
 
 bool kube_view_plain(const struct kube_view *v)
 {
-    return !v->table && v->ns == NULL && v->name == NULL;
+    return !v->table && v->ns == NULL && v->name == NULL && v->nlabels == 0;
 }
 
 bool kube_view_match(const struct kube_view *v, const char *ns, const char *name)
@@ -181,7 +270,8 @@ static bool obj_match(const struct kube_view *v, const json_t *obj)
     const json_t *md = json_object_get(obj, "metadata");
 
     return kube_view_match(v, json_string_value(json_object_get(md, "namespace")),
-                           json_string_value(json_object_get(md, "name")));
+                           json_string_value(json_object_get(md, "name"))) &&
+           labels_match(v, json_object_get(md, "labels"));
 }
 
 /* --- Table ------------------------------------------------------------------------- */

@@ -199,13 +199,20 @@ enum kube_include {
     KUBE_INCLUDE_OBJECT,   /* includeObject=Object: the whole object */
     KUBE_INCLUDE_NONE,     /* includeObject=None */
 };
-/* How a request wants tasks shown, and which (fieldSelector). */
+#define KUBE_LABEL_TERMS_MAX 16
+/* How a request wants tasks shown, and which (fieldSelector, labelSelector). */
 struct kube_view {
     bool table;                /* Accept asked for a meta.k8s.io Table */
     const char *table_version; /* "v1" or "v1beta1" (static) when TABLE */
     enum kube_include include; /* includeObject */
     char *ns;                  /* owned; fieldSelector metadata.namespace=, or NULL */
     char *name;                /* owned; fieldSelector metadata.name=, or NULL */
+    struct kube_label_term {
+        char *key;                  /* owned */
+        char *value;                /* owned; NULL for the exists / not-exists terms */
+        bool negate;                /* != or !key */
+    } labels[KUBE_LABEL_TERMS_MAX]; /* labelSelector, all must hold */
+    int nlabels;
 };
 #define KUBE_AGE_MAX 32
 /* Whether the Accept header value ACCEPT (may be NULL) asks for a Table (the first media
@@ -215,6 +222,9 @@ bool kube_accept_table(const char *accept, const char **version_out);
 /* Adds the terms of the field selector SEL ("metadata.name=x,metadata.namespace=y") to V;
  * E_INVALID (message in ERR) for any other field or operator. */
 int kube_field_selector_parse(struct kube_view *v, const char *sel, struct err *err);
+/* Adds the terms of the label selector SEL ("a=b,c!=d,e,!f"; = and == alike) to V;
+ * E_INVALID for set-based terms (in, notin) or more than KUBE_LABEL_TERMS_MAX terms. */
+int kube_label_selector_parse(struct kube_view *v, const char *sel, struct err *err);
 /* kubectl's age text (duration.HumanDuration) of SECONDS: "61s", "5m3s", "3h", "12d". */
 void kube_age(char out[KUBE_AGE_MAX], int64_t seconds);
 /* Fills V from the request's Accept, fieldSelector and includeObject; on a bad selector

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* libFuzzer target: the kubectl request pieces the task API parses itself
  * (server/api_kube.c), all untrusted: the Accept header (Table or not) and the
- * fieldSelector query. Input: the Accept value, a newline, the selector. Checked: no
+ * fieldSelector and labelSelector queries. Input: the Accept value, a newline, the
+ * selector (tried as both). Checked: no
  * crash, a Table answer always names a version we serve, a selector either fails or
  * leaves NUL-terminated values no longer than the input. */
 #include <stdint.h>
@@ -40,6 +41,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         (void)kube_view_match(&v, "default", "demo");
     } else {
         ASSERT(err.msg[0] != '\0');
+    }
+    kube_view_cleanup(&v);
+    memset(&v, 0, sizeof(v));
+    if (kube_label_selector_parse(&v, sel, &err) == E_OK) {
+        ASSERT(v.nlabels <= KUBE_LABEL_TERMS_MAX);
+    } else {
+        ASSERT(err.msg[0] != '\0' && v.nlabels <= KUBE_LABEL_TERMS_MAX);
     }
     kube_view_cleanup(&v);
     memcpy(&secs, data, size < sizeof(secs) ? size : sizeof(secs));

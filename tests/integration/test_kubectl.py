@@ -118,6 +118,8 @@ def test_apply_get_patch_delete():
             assert rows(k.ok("get", "at", "demo"))[1][0] == "demo"
             assert rows(k.ok("get", "agenttasks", "-A"))[0][:2] == ["NAMESPACE", "NAME"]
             assert "team=a" in k.ok("get", "agenttasks", "--show-labels")
+            assert rows(k.ok("get", "agenttasks", "-l", "team=a"))[1][0] == "demo"
+            assert rows(k.ok("get", "agenttasks", "-l", "team!=a")) == []
             yaml = k.ok("get", "agenttask", "demo", "-o", "yaml")
             assert "kind: AgentTask" in yaml and "name: demo" in yaml, yaml
             assert "objective: fix the flaky checkout test" in yaml, yaml

@@ -84,6 +84,45 @@ TEST(field_selector_refuses_what_it_cannot_do)
     kube_view_cleanup(&v);
 }
 
+TEST(label_selector_equality_terms)
+{
+    struct kube_view v;
+    struct err err = {0};
+
+    memset(&v, 0, sizeof(v));
+    CHECK_OK(kube_label_selector_parse(&v, "team=a, tier==web,env!=prod,owner,!temp", &err));
+    CHECK_EQ_INT(v.nlabels, 5);
+    CHECK_EQ_STR(v.labels[0].key, "team");
+    CHECK_EQ_STR(v.labels[0].value, "a");
+    CHECK(!v.labels[0].negate);
+    CHECK_EQ_STR(v.labels[1].key, "tier");
+    CHECK_EQ_STR(v.labels[1].value, "web");
+    CHECK_EQ_STR(v.labels[2].key, "env");
+    CHECK_EQ_STR(v.labels[2].value, "prod");
+    CHECK(v.labels[2].negate);
+    CHECK_EQ_STR(v.labels[3].key, "owner");
+    CHECK(v.labels[3].value == NULL && !v.labels[3].negate);
+    CHECK_EQ_STR(v.labels[4].key, "temp");
+    CHECK(v.labels[4].value == NULL && v.labels[4].negate);
+    CHECK(!kube_view_plain(&v));
+    kube_view_cleanup(&v);
+    CHECK_EQ_INT(v.nlabels, 0);
+}
+
+TEST(label_selector_refuses_set_terms_and_garbage)
+{
+    static const char *const bad[] = {
+        "env in (a,b)", "=x", "!", "a!b", "a=b=c", "a=!b", "a,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p,q"};
+    struct kube_view v;
+    struct err err = {0};
+
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        memset(&v, 0, sizeof(v));
+        CHECK_EQ_INT(kube_label_selector_parse(&v, bad[i], &err), E_INVALID);
+        kube_view_cleanup(&v);
+    }
+}
+
 TEST(age_reads_like_kubectl)
 {
     static const struct {
