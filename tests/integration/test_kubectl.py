@@ -116,6 +116,9 @@ def test_apply_get_patch_delete():
             assert table[0] == ["NAME", "PHASE", "COST", "ITERATION", "AGE"], table
             assert table[1][:4] == ["demo", obj["status"]["phase"], "0.00", "0"], table
             assert rows(k.ok("get", "at", "demo"))[1][0] == "demo"
+            # Categories: `get all` and `get diverge` list AgentTasks too.
+            assert rows(k.ok("get", "all"))[1][0] == "demo"
+            assert rows(k.ok("get", "diverge"))[1][0] == "demo"
             assert rows(k.ok("get", "agenttasks", "-A"))[0][:2] == ["NAMESPACE", "NAME"]
             assert "team=a" in k.ok("get", "agenttasks", "--show-labels")
             assert rows(k.ok("get", "agenttasks", "-l", "team=a"))[1][0] == "demo"
