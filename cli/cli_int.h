@@ -87,11 +87,11 @@ int cli_task_token(struct cli_ctx *ctx, const struct cli_args *args);
 
 /* `diverge kubeconfig` (cmd_kubeconfig.c). */
 #define CLI_KUBECONFIG_USAGE                                                                       \
-    "Usage: diverge kubeconfig [-n NS] > kubeconfig\n\n"                                           \
+    "Usage: (umask 077 && diverge kubeconfig [-n NS] > kubeconfig)\n\n"                            \
     "Prints a kubeconfig for kubectl against the server's TLS listener (diverge serve\n"           \
     "--tls-listen): the HTTPS URL and certificate the server recorded in the data dir\n"           \
     "($DIVERGE_DATA_DIR/tls-endpoint, default ./var), the admin token, and NS (default\n"          \
-    "\"default\") as the context's namespace.\n"
+    "\"default\") as the context's namespace. The file holds the admin token: keep it private.\n"
 int cli_kubeconfig(struct cli_ctx *ctx, const struct cli_args *args);
 
 #endif

@@ -105,6 +105,10 @@ def test_given_pem_files_are_served():
             assert r.returncode == 0, r.stderr
             ca = [l for l in r.stdout.splitlines() if "certificate-authority-data:" in l][0]
             assert base64.b64decode(ca.split(":", 1)[1].strip()).decode() == given
+            assert '    token: "%s"' % srv.token in r.stdout and "current-context: diverge" in \
+                r.stdout, r.stdout
+            r = srv.cli("kubeconfig", "-n", "team-a", env={"DIVERGE_DATA_DIR": srv.data_dir})
+            assert '    namespace: "team-a"' in r.stdout, r.stdout
         # Only one of the two: refused.
         srv = Server(args=ARGS + ["--tls-cert-file", crt])
         try:
