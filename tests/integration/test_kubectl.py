@@ -128,6 +128,15 @@ def test_apply_get_patch_delete():
             assert "objective: fix the flaky checkout test" in yaml, yaml
             got = json.loads(k.ok("get", "agenttask", "demo", "-o", "json"))
             assert got["metadata"]["uid"] == obj["metadata"]["uid"], got
+            out = k.ok("describe", "agenttask", "demo")
+            assert "Objective:" in out and "fix the flaky checkout test" in out, out
+            assert "Events:" in out, out
+            # wait lists and watches with fieldSelector=metadata.name=demo.
+            out = k.ok("wait", "--for=jsonpath={.status.phase}=" + obj["status"]["phase"],
+                       "agenttask/demo", "--timeout=30s")
+            assert "condition met" in out, out
+            assert "labeled" in k.ok("label", "agenttask", "demo", "tier=web")
+            assert rows(k.ok("get", "at", "--selector", "team=a,tier=web"))[1][0] == "demo"
 
             # The seed's own pause command; the same patch again changes nothing.
             out = k.ok("patch", "agenttask", "demo", "--type=merge", "-p",
