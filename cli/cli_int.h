@@ -98,5 +98,13 @@ int cli_local_pr_open(json_t **ans_out, char **raw_out, struct cli_ctx *ctx, con
                       long long number, const char *url, const char *head, const char *base);
 /* `diverge local demo` (cmd_local_demo.c). */
 int cli_local_demo(struct cli_ctx *ctx, const struct cli_args *args);
+/* `diverge kubeconfig` (cmd_kubeconfig.c). */
+#define CLI_KUBECONFIG_USAGE                                                                       \
+    "Usage: (umask 077 && diverge kubeconfig [-n NS] > kubeconfig)\n\n"                            \
+    "Prints a kubeconfig for kubectl against the server's TLS listener (diverge serve\n"           \
+    "--tls-listen): the HTTPS URL and certificate the server recorded in the data dir\n"           \
+    "($DIVERGE_DATA_DIR/tls-endpoint, default ./var), the admin token, and NS (default\n"          \
+    "\"default\") as the context's namespace. The file holds the admin token: keep it private.\n"
+int cli_kubeconfig(struct cli_ctx *ctx, const struct cli_args *args);
 
 #endif

@@ -21,6 +21,7 @@ static const char usage[] =
     "  local      the offline SCM: open a PR on a repository, comment, read the thread;\n"
     "             `local demo` sets up an example\n"
     "  mcp        serve the Model Context Protocol on stdio (tools for IDE assistants)\n"
+    "  kubeconfig print a kubeconfig for kubectl against the server's TLS listener\n"
     "  version    print the version\n"
     "  help       show help for a command\n" CLI_GLOBAL_HELP "\n"
     "Exit codes: 0 success, 1 the operation failed, 2 usage error, 3 server unreachable.\n";
@@ -53,6 +54,7 @@ static const struct cli_cmd commands[] = {
     {"token", 0, 0, cli_token_main, NULL, 0, NULL},
     {"local", 0, 0, cli_local_main, NULL, 0, NULL},
     {"mcp", 0, 0, NULL, cli_mcp_run, 0, CLI_MCP_USAGE},
+    {"kubeconfig", 0, 0, NULL, cli_kubeconfig, 0, CLI_KUBECONFIG_USAGE},
     {"version", 0, 0, NULL, cmd_version, 0, "Usage: diverge version\n\nPrints the version.\n"},
     {"help", 0, 2, NULL, cmd_help, 0,
      "Usage: diverge help [COMMAND [SUBCOMMAND]]\n\nShows help for a command.\n"},

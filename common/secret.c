@@ -76,30 +76,22 @@ void secret_wipe(void *p, size_t n)
     }
 }
 
-/* Creates PATH holding NBYTES random bytes as hex, atomically: the secret is written to a
- * private temporary file, fsync'd, then link(2)ed into place, so no reader ever sees a
- * half-written secret and concurrent creators agree on one (E_AGAIN: someone else won). */
-static int create_secret(const char *path, size_t nbytes, struct err *err)
+int secret_file_write(const char *path, const void *data, size_t len, struct err *err)
 {
-    unsigned char *raw = xmalloc(nbytes), nonce[8];
-    char *hex = xmalloc(2 * nbytes + 2), nonce_hex[2 * sizeof(nonce) + 1];
+    unsigned char nonce[8];
+    char nonce_hex[2 * sizeof(nonce) + 1];
     char *tmp;
-    size_t len;
     int fd, rc = E_OK;
 
-    secret_random(raw, nbytes);
-    secret_hex(hex, raw, nbytes);
-    len = strlen(hex);
-    hex[len++] = '\n';
     secret_random(nonce, sizeof(nonce));
     secret_hex(nonce_hex, nonce, sizeof(nonce));
     tmp = xasprintf("%s.tmp-%s", path, nonce_hex);
-    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) {
         rc = err_set(err, E_FAIL, "create %s: %s", tmp, strerror(errno));
         goto out;
     }
-    if (write(fd, hex, len) != (ssize_t)len || fsync(fd) != 0) {
+    if (write(fd, data, len) != (ssize_t)len || fsync(fd) != 0) {
         rc = err_set(err, E_FAIL, "write %s: %s", tmp, strerror(errno));
     }
     close(fd);
@@ -110,6 +102,23 @@ static int create_secret(const char *path, size_t nbytes, struct err *err)
     unlink(tmp);
 out:
     free(tmp);
+    return rc;
+}
+
+/* Creates PATH holding NBYTES random bytes as hex (secret_file_write: E_AGAIN when someone
+ * else created it first). */
+static int create_secret(const char *path, size_t nbytes, struct err *err)
+{
+    unsigned char *raw = xmalloc(nbytes);
+    char *hex = xmalloc(2 * nbytes + 2);
+    size_t len;
+    int rc;
+
+    secret_random(raw, nbytes);
+    secret_hex(hex, raw, nbytes);
+    len = strlen(hex);
+    hex[len++] = '\n';
+    rc = secret_file_write(path, hex, len, err);
     secret_wipe(raw, nbytes);
     secret_wipe(hex, 2 * nbytes + 2);
     free(raw);
@@ -239,6 +248,32 @@ int secret_file_load_or_create(char **out, bool *created_out, const char *path, 
     }
     secret_wipe(buf, sizeof(buf));
     return rc;
+}
+
+int secret_file_read(char **out, size_t *len_out, const char *path, size_t max, struct err *err)
+{
+    char *buf = xmalloc(max + 1);
+    size_t n = 0;
+    int fd = -1, rc;
+
+    *out = NULL;
+    *len_out = 0;
+    rc = open_secret(&fd, path, err);
+    if (rc == E_OK) {
+        rc = read_secret(buf, max + 1, &n, fd, path, err);
+        close(fd);
+    }
+    if (rc == E_OK && n == max) {
+        rc = err_set(err, E_TOOBIG, "%s is not smaller than %zu bytes", path, max);
+    }
+    if (rc != E_OK) {
+        secret_wipe(buf, max + 1);
+        free(buf);
+        return rc;
+    }
+    *out = buf;
+    *len_out = n;
+    return E_OK;
 }
 
 const char *secret_env_first(const char *const *names, size_t n)

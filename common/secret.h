@@ -28,6 +28,18 @@ int secret_unhex(unsigned char *out, size_t n, const char *in);
 int secret_file_load_or_create(char **out, bool *created_out, const char *path, size_t nbytes,
                                struct err *err);
 
+/* Creates PATH (which must not exist) holding the LEN bytes of DATA, mode 0600,
+ * atomically: written to a private temporary file, fsync'd, then link(2)ed into place, so
+ * no reader sees a half-written file and concurrent creators agree on one. E_AGAIN when
+ * PATH already exists (nothing is changed), E_FAIL on I/O errors. */
+int secret_file_write(const char *path, const void *data, size_t len, struct err *err);
+
+/* Reads the whole secret file PATH (checked as secret_file_load_or_create checks it:
+ * O_NOFOLLOW, regular, ours, no group or other bits) into *out, NUL-terminated, *len_out
+ * bytes (caller wipes and frees). E_NOTFOUND (no message) when PATH does not exist,
+ * E_DENIED, E_TOOBIG when it has MAX bytes or more, E_FAIL. */
+int secret_file_read(char **out, size_t *len_out, const char *path, size_t max, struct err *err);
+
 /* Overwrites N bytes at P with zeros in a way the compiler keeps. */
 void secret_wipe(void *p, size_t n);
 

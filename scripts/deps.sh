@@ -8,7 +8,7 @@ PKGS=(
     clang libclang-rt-14-dev
     libmicrohttpd-dev libjansson-dev libpcre2-dev libssl-dev
     libcurl4-openssl-dev libyaml-dev libsqlite3-dev sqlite3
-    python3 curl
+    python3 curl openssl
     bubblewrap libseccomp-dev passwd
     pmccabe clang-format
 )

@@ -44,13 +44,14 @@ static bool atoll_ok(const char *s)
 /* --- watch ----------------------------------------------------------------------- */
 
 struct watch {
-    struct server *srv;  /* borrowed */
-    char *ns;            /* owned; NULL: every namespace */
-    int64_t rv;          /* last resourceVersion sent */
-    int64_t deadline_ms; /* end of the stream (timeoutSeconds), 0 = none */
-    struct buf pending;  /* lines not yet written */
-    size_t off;          /* bytes of pending already written */
-    bool ending;         /* send what is pending, then end */
+    struct server *srv;    /* borrowed */
+    char *ns;              /* owned; NULL: every namespace */
+    int64_t rv;            /* last resourceVersion sent */
+    int64_t deadline_ms;   /* end of the stream (timeoutSeconds), 0 = none */
+    struct buf pending;    /* lines not yet written */
+    size_t off;            /* bytes of pending already written */
+    bool ending;           /* send what is pending, then end */
+    struct kube_view view; /* Table lines and fieldSelector (api_kube.c) */
 };
 
 static void watch_line(struct watch *w, const char *type, json_t *obj)
@@ -68,6 +69,13 @@ static int watch_event(const struct task_event *ev, void *userdata)
 {
     struct watch *w = userdata;
 
+    if (!kube_view_plain(&w->view)) {
+        if (kube_view_match(&w->view, ev->ns, ev->name)) {
+            kube_watch_line(&w->pending, &w->view, task_event_name(ev->type), ev->json,
+                            strlen(ev->json));
+        }
+        return 0;
+    }
     /* The stored text is already the object's JSON: no re-encoding. */
     (void)buf_printf(&w->pending, "{\"type\":\"%s\",\"object\":", task_event_name(ev->type));
     (void)buf_puts(&w->pending, ev->json);
@@ -80,6 +88,10 @@ static int watch_added(const char *json, size_t len, void *userdata)
 {
     struct watch *w = userdata;
 
+    if (!kube_view_plain(&w->view)) {
+        kube_watch_line(&w->pending, &w->view, "ADDED", json, len);
+        return E_OK;
+    }
     (void)buf_puts(&w->pending, "{\"type\":\"ADDED\",\"object\":");
     (void)buf_append(&w->pending, json, len);
     (void)buf_puts(&w->pending, "}\n");
@@ -126,11 +138,13 @@ static void watch_free(void *cls)
     struct watch *w = cls;
 
     buf_cleanup(&w->pending);
+    kube_view_cleanup(&w->view);
     free(w->ns);
     free(w);
 }
 
-static int start_watch(struct request *r, const char *ns)
+/* Takes VIEW's contents. */
+static int start_watch(struct request *r, const char *ns, struct kube_view *view)
 {
     struct watch *w = xcalloc(1, sizeof(*w));
     const char *rvq = http_query(r, "resourceVersion");
@@ -138,6 +152,8 @@ static int start_watch(struct request *r, const char *ns)
     struct err err = {0};
 
     w->srv = r->srv;
+    w->view = *view;
+    memset(view, 0, sizeof(*view));
     w->ns = ns != NULL ? xstrdup(ns) : NULL;
     buf_init(&w->pending, 0);
     if (tq != NULL && atoll_ok(tq)) {
@@ -193,11 +209,21 @@ static int list_ns(struct request *r, const char *ns)
 {
     int64_t rv = 0;
     struct list_text l = {.rv = &rv, .n = 0};
+    struct kube_view view;
     struct err err = {0};
     int ret;
 
+    if (kube_view_init(&view, r, &ret) != E_OK) {
+        return ret;
+    }
     if (http_query_true(r, "watch")) {
-        return start_watch(r, ns);
+        return start_watch(r, ns, &view);
+    }
+    if (!kube_view_plain(&view)) {
+        /* kubectl: a Table, or a fieldSelector (delete --wait). */
+        ret = kube_send_list(r, &view, ns);
+        kube_view_cleanup(&view);
+        return ret;
     }
     buf_init(&l.out, 0);
     if (task_store_list_text(&rv, r->srv->store, ns, list_text_item, &l, &err) != E_OK) {
@@ -260,7 +286,22 @@ static int get_and_send(struct request *r)
 
 int api_task_get(struct request *r)
 {
-    return get_and_send(r);
+    struct kube_view view;
+    json_t *obj = NULL;
+    struct err err = {0};
+    int ret;
+
+    if (kube_view_init(&view, r, &ret) != E_OK) {
+        return ret;
+    }
+    if (task_store_get(&obj, r->srv->store, r->params[PARAM_NS], r->params[PARAM_NAME], &err) !=
+        E_OK) {
+        ret = http_send_err(r, &err);
+    } else {
+        ret = kube_send_object(r, &view, obj); /* a one-row Table for `kubectl get NAME` */
+    }
+    kube_view_cleanup(&view);
+    return ret;
 }
 
 int api_task_status_get(struct request *r)
@@ -488,12 +529,12 @@ int api_discovery_group(struct request *r)
 {
     return http_send_json(
         r, 200,
-        json_pack("{s:s, s:s, s:s, s:[{s:s, s:s, s:b, s:s, s:[s,s,s,s,s,s,s], s:[s]},"
+        json_pack("{s:s, s:s, s:s, s:[{s:s, s:s, s:b, s:s, s:[s,s,s,s,s,s,s], s:[s], s:[s,s]},"
                   " {s:s, s:s, s:b, s:s, s:[s,s,s]}]}",
                   "kind", "APIResourceList", "apiVersion", "v1", "groupVersion", TASK_API_VERSION,
                   "resources", "name", "agenttasks", "singularName", "agenttask", "namespaced", 1,
                   "kind", "AgentTask", "verbs", "create", "delete", "get", "list", "patch",
-                  "update", "watch", "shortNames", "at", "name", "agenttasks/status",
-                  "singularName", "", "namespaced", 1, "kind", "AgentTask", "verbs", "get", "patch",
-                  "update"));
+                  "update", "watch", "shortNames", "at", "categories", "all", "diverge", "name",
+                  "agenttasks/status", "singularName", "", "namespaced", 1, "kind", "AgentTask",
+                  "verbs", "get", "patch", "update"));
 }

@@ -53,6 +53,8 @@ static const struct route g_routes[] = {
     {"GET", "/api", api_discovery_api, "discovery", AUTH_NONE},
     {"GET", "/apis", api_discovery_apis, "discovery", AUTH_NONE},
     {"GET", API_PREFIX, api_discovery_group, "discovery", AUTH_NONE},
+    {"GET", "/openapi/v3", api_openapi_v3, "openapi", AUTH_NONE},
+    {"GET", "/openapi/v3/apis/divergedev.com/v1alpha1", api_openapi_v3_group, "openapi", AUTH_NONE},
     {"GET", API_PREFIX "/agenttasks", api_task_list_all, "tasks.list", AUTH_ADMIN},
     {"GET", API_PREFIX "/namespaces/*/agenttasks", api_task_list, "tasks.list", AUTH_ADMIN},
     {"POST", API_PREFIX "/namespaces/*/agenttasks", api_task_create, "tasks.create", AUTH_ADMIN},
@@ -375,7 +377,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     http_guard_request_done(conn);
 }
 
-static int parse_listen(struct sockaddr_in *sa, const char *listen, struct err *err)
+static int parse_listen(struct sockaddr_in *sa, const char *listen, const char *flag,
+                        struct err *err)
 {
     const char *colon = strrchr(listen, ':');
     char host[64];
@@ -384,13 +387,13 @@ static int parse_listen(struct sockaddr_in *sa, const char *listen, struct err *
 
     memset(sa, 0, sizeof(*sa));
     if (colon == NULL || (size_t)(colon - listen) >= sizeof(host)) {
-        return err_set(err, E_INVALID, "--listen %s: expected address:port", listen);
+        return err_set(err, E_INVALID, "%s %s: expected address:port", flag, listen);
     }
     memcpy(host, listen, (size_t)(colon - listen));
     host[colon - listen] = '\0';
     port = strtoul(colon + 1, &end, 10);
     if (*end != '\0' || colon[1] == '\0' || port > 65535) {
-        return err_set(err, E_INVALID, "--listen %s: bad port", listen);
+        return err_set(err, E_INVALID, "%s %s: bad port", flag, listen);
     }
     if (host[0] == '\0' || strcmp(host, "localhost") == 0) {
         snprintf(host, sizeof(host), "127.0.0.1");
@@ -398,7 +401,7 @@ static int parse_listen(struct sockaddr_in *sa, const char *listen, struct err *
     sa->sin_family = AF_INET;
     sa->sin_port = htons((uint16_t)port);
     if (inet_pton(AF_INET, host, &sa->sin_addr) != 1) {
-        return err_set(err, E_INVALID, "--listen %s: expected an IPv4 address", listen);
+        return err_set(err, E_INVALID, "%s %s: expected an IPv4 address", flag, listen);
     }
     return E_OK;
 }
@@ -442,7 +445,7 @@ int http_start(struct MHD_Daemon **out, uint16_t *port_out, struct server *srv, 
     struct sockaddr_in sa;
     struct MHD_Daemon *d;
     const union MHD_DaemonInfo *info;
-    int rc = parse_listen(&sa, srv->cfg.listen, err);
+    int rc = parse_listen(&sa, srv->cfg.listen, "--listen", err);
 
     *out = NULL;
     if (rc == E_OK) {
@@ -493,6 +496,42 @@ int http_start_unix(struct MHD_Daemon **out, struct server *srv, int listen_fd, 
     if (*out == NULL) {
         return err_set(err, E_FAIL, "cannot serve the meter socket");
     }
+    return E_OK;
+}
+
+int http_start_tls(struct MHD_Daemon **out, uint16_t *port_out, struct server *srv,
+                   const char *listen, const char *cert_pem, const char *key_pem, struct err *err)
+{
+    struct sockaddr_in sa;
+    const union MHD_DaemonInfo *info;
+    int rc = parse_listen(&sa, listen, "--tls-listen", err);
+
+    *out = NULL;
+    if (rc != E_OK) {
+        return rc;
+    }
+    if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+        return err_set(err, E_FAIL, "this libmicrohttpd has no TLS support (--tls-listen)");
+    }
+    /* The same handlers, guard and limits as the plain listener (http_start). */
+    *out =
+        MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD |
+                             MHD_USE_ERROR_LOG | MHD_USE_ITC | MHD_USE_TLS,
+                         0, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log,
+                         NULL, MHD_OPTION_SOCK_ADDR, &sa, MHD_OPTION_HTTPS_MEM_CERT, cert_pem,
+                         MHD_OPTION_HTTPS_MEM_KEY, key_pem, MHD_OPTION_NOTIFY_COMPLETED,
+                         on_completed, srv, MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv->guard,
+                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)SERVER_IDLE_TIMEOUT_S,
+                         MHD_OPTION_CONNECTION_LIMIT, (unsigned int)SERVER_CONN_MAX,
+                         MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned int)SERVER_PER_IP_CONN_MAX,
+                         MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned int)1024, MHD_OPTION_END);
+    if (*out == NULL) {
+        return err_set(err, E_FAIL,
+                       "cannot listen with TLS on %s (address in use, or a bad certificate or key)",
+                       listen);
+    }
+    info = MHD_get_daemon_info(*out, MHD_DAEMON_INFO_BIND_PORT);
+    *port_out = info != NULL ? info->port : ntohs(sa.sin_port);
     return E_OK;
 }
 

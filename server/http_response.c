@@ -110,6 +110,25 @@ static const char *reason_of(int status)
     return "InternalError";
 }
 
+/* The name of the object a request is about: the {name} of its path, else the body's
+ * metadata.name (create), else "" (also when it is not a DNS label: request bytes are
+ * never echoed). Caller frees. */
+static char *request_object_name(const struct request *r)
+{
+    const char *n = r->params[1];
+    json_t *body;
+    char *out;
+
+    if (n != NULL || r->body.len == 0) {
+        return xstrdup(n != NULL && task_name_valid(n) ? n : "");
+    }
+    body = json_loadb(r->body.data, r->body.len, 0, NULL);
+    n = json_string_value(json_object_get(json_object_get(body, "metadata"), "name"));
+    out = xstrdup(n != NULL && task_name_valid(n) ? n : "");
+    json_decref(body);
+    return out;
+}
+
 int http_send_error(struct request *r, int status, const char *reason, const struct err *err,
                     const char *fmt, ...)
 {
@@ -131,10 +150,18 @@ int http_send_error(struct request *r, int status, const char *reason, const str
                      "v1", "metadata", "status", "Failure", "message", msg, "reason", reason,
                      "code", status, "error", msg);
     if (body != NULL && err != NULL && err->field[0] != '\0') {
+        /* kubectl prints `The <kind> "<name>" is invalid: <field>: <message>` from these. */
+        size_t fl = strlen(err->field);
+        const char *m =
+            strncmp(err->msg, err->field, fl) == 0 && strncmp(err->msg + fl, ": ", 2) == 0
+                ? err->msg + fl + 2
+                : err->msg;
+        char *name = request_object_name(r);
         json_object_set_new(body, "details",
-                            json_pack("{s:s, s:[{s:s, s:s, s:s}]}", "kind", "agenttasks", "causes",
-                                      "reason", "FieldValueInvalid", "message", err->msg, "field",
-                                      err->field));
+                            json_pack("{s:s, s:s, s:s, s:[{s:s, s:s, s:s}]}", "name", name, "group",
+                                      "divergedev.com", "kind", "AgentTask", "causes", "reason",
+                                      "FieldValueInvalid", "message", m, "field", err->field));
+        free(name);
     }
     return http_send_json(r, status, body);
 }

@@ -190,6 +190,9 @@ static void print_endpoints(const struct server *srv)
 
     printf("diverge serve %s: listening on http://%s\n", VERSION, srv->cfg.listen);
     printf("  task API:  %s/apis/divergedev.com/v1alpha1/namespaces/{ns}/agenttasks\n", b);
+    if (srv->tls_url != NULL) {
+        printf("  HTTPS:     %s (kubectl: diverge kubeconfig > kubeconfig)\n", srv->tls_url);
+    }
     printf("  meter:     %s/api/v1/agenttask/meter\n", b);
     printf("  GitHub webhook: %s/api/v1/webhooks/github%s\n", b,
            srv->cfg.github_webhook_secret != NULL ? "" : " (off: no --github-webhook-secret)");
@@ -467,9 +470,13 @@ static int start_all(struct server *srv, struct err *err)
     if (rc == E_OK) {
         /* After the listener: sandboxes get the meter URL with the bound port. */
         set_bound_listen(srv, port);
-        rc = serve_sandbox_start(srv, err);
+        rc = serve_tls_start(srv, err);
+        if (rc == E_OK) {
+            rc = serve_sandbox_start(srv, err);
+        }
         if (rc != E_OK) {
             serve_sandbox_stop(srv);
+            serve_tls_stop(srv);
             http_stop(srv->daemon, srv);
             srv->daemon = NULL;
         }
@@ -492,6 +499,7 @@ static void stop_all(struct server *srv)
     atomic_store(&srv->shutting_down, true);
     task_store_wake(srv->store);
     serve_sandbox_stop(srv);
+    serve_tls_stop(srv);
     http_stop(srv->daemon, srv);
     srv->daemon = NULL;
     stop_scm(srv);

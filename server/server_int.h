@@ -11,6 +11,7 @@
 
 #include "common/buf.h"
 #include "common/err.h"
+#include "common/tlscert.h"
 #include "bot/bot.h"
 #include "controller/controller.h"
 #include "scm/scm.h"
@@ -62,6 +63,9 @@ struct server_config {
     char *gitlab_url;            /* GitLab base URL (API under /api/v4) */
     char *gitlab_min_fix;        /* GitLab access levels of the tiers */
     char *gitlab_min_budget;
+    char *tls_listen;    /* "host:port" of the HTTPS listener; NULL: none */
+    char *tls_cert_file; /* PEM files; NULL: generated into the data dir */
+    char *tls_key_file;
 };
 
 struct MHD_Daemon;
@@ -94,6 +98,9 @@ struct server {
     struct MHD_Daemon *daemon;      /* owned; the running HTTP server */
     struct MHD_Daemon *unix_daemon; /* owned; the same on the meter socket, or NULL */
     char *meter_socket;             /* owned: its path, or NULL */
+    struct MHD_Daemon *tls_daemon;  /* owned; the same routes over HTTPS, or NULL */
+    char *tls_url;                  /* owned; https://<bound tls address>, or NULL */
+    struct tlscert tls_pem;         /* owned; kept while tls_daemon runs */
 };
 
 /* One HTTP request; lives from the first access-handler call to the completion callback. */
@@ -191,6 +198,59 @@ bool ui_auth_ok(struct request *r);
 /* GET /api/v1/events, the dashboard's Server-Sent Events stream (api_events.c). */
 int api_events(struct request *r);
 
+/* --- what kubectl asks beyond plain objects (api_kube.c, api_kube_openapi.c) --- */
+enum kube_include {
+    KUBE_INCLUDE_METADATA, /* Table rows carry PartialObjectMetadata (the default) */
+    KUBE_INCLUDE_OBJECT,   /* includeObject=Object: the whole object */
+    KUBE_INCLUDE_NONE,     /* includeObject=None */
+};
+#define KUBE_LABEL_TERMS_MAX 16
+/* How a request wants tasks shown, and which (fieldSelector, labelSelector). */
+struct kube_view {
+    bool table;                /* Accept asked for a meta.k8s.io Table */
+    const char *table_version; /* "v1" or "v1beta1" (static) when TABLE */
+    enum kube_include include; /* includeObject */
+    char *ns;                  /* owned; fieldSelector metadata.namespace=, or NULL */
+    char *name;                /* owned; fieldSelector metadata.name=, or NULL */
+    struct kube_label_term {
+        char *key;                  /* owned */
+        char *value;                /* owned; NULL for the exists / not-exists terms */
+        bool negate;                /* != or !key */
+    } labels[KUBE_LABEL_TERMS_MAX]; /* labelSelector, all must hold */
+    int nlabels;
+};
+#define KUBE_AGE_MAX 32
+/* Whether the Accept header value ACCEPT (may be NULL) asks for a Table (the first media
+ * range that does: application/json;as=Table;g=meta.k8s.io;v=v1|v1beta1); *version_out
+ * gets "v1"/"v1beta1" then. */
+bool kube_accept_table(const char *accept, const char **version_out);
+/* Adds the terms of the field selector SEL ("metadata.name=x,metadata.namespace=y") to V;
+ * E_INVALID (message in ERR) for any other field or operator. */
+int kube_field_selector_parse(struct kube_view *v, const char *sel, struct err *err);
+/* Adds the terms of the label selector SEL ("a=b,c!=d,e,!f"; = and == alike) to V;
+ * E_INVALID for set-based terms (in, notin) or more than KUBE_LABEL_TERMS_MAX terms. */
+int kube_label_selector_parse(struct kube_view *v, const char *sel, struct err *err);
+/* kubectl's age text (duration.HumanDuration) of SECONDS: "61s", "5m3s", "3h", "12d". */
+void kube_age(char out[KUBE_AGE_MAX], int64_t seconds);
+/* Fills V from the request's Accept, fieldSelector and includeObject; on a bad selector
+ * sends 400, sets *mhd_ret and returns E_INVALID. kube_view_cleanup() releases V. */
+int kube_view_init(struct kube_view *v, struct request *r, int *mhd_ret);
+void kube_view_cleanup(struct kube_view *v);
+/* True when V shows plain objects, unfiltered. */
+bool kube_view_plain(const struct kube_view *v);
+bool kube_view_match(const struct kube_view *v, const char *ns, const char *name);
+/* Sends OBJ (stolen) as V wants it: itself or a one-row Table. */
+int kube_send_object(struct request *r, const struct kube_view *v, json_t *obj);
+/* Sends the tasks of NS (NULL: all) that V selects, as an AgentTaskList or a Table. */
+int kube_send_list(struct request *r, const struct kube_view *v, const char *ns);
+/* Appends the watch line {"type": TYPE, "object": ...} for the stored object text JSON
+ * (LEN bytes) to OUT when V selects it; the object is a one-row Table when V wants one. */
+void kube_watch_line(struct buf *out, const struct kube_view *v, const char *type, const char *json,
+                     size_t len);
+/* GET /openapi/v3 and /openapi/v3/apis/divergedev.com/v1alpha1 (api_kube_openapi.c). */
+int api_openapi_v3(struct request *r);
+int api_openapi_v3_group(struct request *r);
+
 /* --- metrics (metrics.c) --- */
 void metrics_observe(int route, int status, int64_t duration_ns);
 /* Renders the Prometheus text exposition into OUT. */
@@ -211,6 +271,18 @@ void http_stop(struct MHD_Daemon *d, struct server *srv);
  * guard of a started http_start(). */
 int http_start_unix(struct MHD_Daemon **out, struct server *srv, int listen_fd, struct err *err);
 void http_stop_unix(struct MHD_Daemon *d);
+/* Serves every route over HTTPS on LISTEN ("host:port") with the PEM certificate and key;
+ * *port_out gets the bound port. Needs the guard of a started http_start(); stop it with
+ * http_stop_unix() before http_stop(). No HTTP/2 (no ALPN). */
+int http_start_tls(struct MHD_Daemon **out, uint16_t *port_out, struct server *srv,
+                   const char *listen, const char *cert_pem, const char *key_pem, struct err *err);
+
+/* --- the TLS listener (serve_tls.c) --- */
+/* With --tls-listen: loads or generates the certificate, starts the HTTPS daemon, sets
+ * srv->tls_url and writes it with the certificate's path to <data-dir>/tls-endpoint (what
+ * `diverge kubeconfig` reads). Without: removes a stale tls-endpoint. */
+int serve_tls_start(struct server *srv, struct err *err);
+void serve_tls_stop(struct server *srv);
 
 /* Fills CFG from ARGV and the environment (flags win; SPEC §2). Returns 0, -1 after
  * --help (printed), or 2 on a usage error (said on stderr). */
