@@ -331,9 +331,10 @@ static int patch(struct request *r, enum task_patch_scope scope)
     int ret;
 
     if (ct == NULL || strncmp(ct, "application/merge-patch+json", 28) != 0) {
+        /* The header is request bytes: not echoed. */
         return http_send_error(r, 415, NULL, NULL,
-                               "PATCH needs Content-Type application/merge-patch+json (got %s)",
-                               ct != NULL ? ct : "none");
+                               "PATCH needs Content-Type application/merge-patch+json (JSON "
+                               "patch and strategic merge patch are not supported)");
     }
     a.patch = http_body_json(r, &ret);
     if (a.patch == NULL) {

@@ -140,6 +140,10 @@ def test_status_codes():
         # 415: PATCH without merge-patch content type
         st, _, b = srv.request("PATCH", NS + "/dup", {"spec": {"objective": "y"}})
         assert st == 415
+        # ... and the message never echoes the request's Content-Type.
+        st, _, b = srv.request("PATCH", NS + "/dup", '{"spec":{}}',
+                               headers={"Content-Type": "text/evil<script>"})
+        assert st == 415 and "script" not in json.dumps(b) and "evil" not in json.dumps(b), b
         # 413: body over 1 MiB (declared length, and chunked without length)
         big = json.dumps(task_obj("big", objective="x" * (1024 * 1024 + 10)))
         st, _, b = srv.request("POST", NS, big)
