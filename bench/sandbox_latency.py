@@ -224,44 +224,90 @@ def start_one(srv, repo, i, comment):
         return None
     path, ns_at = wait(started, 60, 0.002, "the agent of " + name)
     ns = ns or path.split(os.sep)[-3]
+    stages(srv, ns, name, t0)  # while the sandbox's files are still there
     phase = wait(lambda: finished(srv, ns, name), 60, 0.02, name + " to finish")
     return ns_at / 1e6 - t0 * 1000.0, phase, ns, name
+
+
+# Where a start's time goes, from the modification times of what each step writes
+# (ext4 timestamps are coarse: a few ms). Relative to the request, in ms.
+STAGES = (("token file written (plan + Provisioning txns done)", "tokens/{ns}/{name}/token"),
+          ("mirror fetched from the remote", "mirrors/*/FETCH_HEAD"),
+          ("staging repo created", "staging/{ns}/{name}.git/HEAD"),
+          ("sandbox spawned (bwrap forked)", "run/{ns}.{name}"),
+          ("runner's clone started (git init in /workspace)",
+           "workspaces/{ns}/{name}/.git/description"),
+          ("runner's clone + checkout done", "workspaces/{ns}/{name}/.git/HEAD"),
+          ("agent running", "state/{ns}/{name}/started"))
+BREAKDOWN = {}
+
+
+def stages(srv, ns, name, t0):
+    for label, pattern in STAGES:
+        paths = glob.glob(os.path.join(srv.data, pattern.format(ns=ns, name=name)))
+        if paths:
+            ms = max(os.stat(p).st_mtime_ns for p in paths) / 1e6 - t0 * 1000.0
+            BREAKDOWN.setdefault(label, []).append(ms)
+
+
+def report_breakdown():
+    print("where the time goes (file mtimes, ms after the request; p50 / p90):")
+    for label, _ in STAGES:
+        xs = BREAKDOWN.get(label)
+        if xs:
+            print("  %-52s %7.1f / %7.1f" % (label, pct(xs, 50), pct(xs, 90)))
+
+
+def start_series(srv, repo, n, comment):
+    """One warm-up task (it also warms the mirror) and N measured ones; returns the ms."""
+    xs, bad = [], []
+    for i in range(1, n + 2):
+        ms, phase, ns, name = start_one(srv, repo, i, comment)
+        if i == 1:
+            if phase != "Completed":
+                raise SystemExit("bench: warm-up task %s: %s\n%s" % (name, phase,
+                                                                     srv.log(ns, name)))
+            print("warm-up task: %.1f ms" % ms, flush=True)
+            BREAKDOWN.clear()
+            continue
+        xs.append(ms)
+        if phase != "Completed":
+            bad.append((name, phase))
+    if bad:
+        print("tasks not Completed: %r" % bad)
+    print("samples ms: " + " ".join("%.0f" % x for x in xs), flush=True)
+    report_breakdown()
+    return xs
 
 
 def bench_start(binary, n, path):
     top = tempfile.mkdtemp(prefix="diverge-bench-repo-")
     repo = bare_repo(top, branches=n + 1)
     srv = Server(binary, START_AGENT)
+    target = "p50 ≤ 300, p99 ≤ 1000"
     try:
-        comment = path == "comment" or (path == "auto" and has_pr_open(srv))
-        if path == "comment" and not has_pr_open(srv):
-            raise SystemExit("bench: this build has no `diverge local pr open`")
-        if comment:
+        pr_open = has_pr_open(srv)
+        if path == "comment" and not pr_open:
+            # A comment on a local PR with no repository bound makes a task whose
+            # repository is local://…, which fails with SandboxError (nothing to clone).
+            raise SystemExit("bench: this build has no `diverge local pr open`; "
+                             "use --path api")
+        if pr_open and path != "api":
             for i in range(1, n + 2):
                 r = srv.cli("local", "pr", "open", "%s#%d" % (PROJECT, i), "--repo",
                             "file://" + repo, "--head", "bench-%d" % i)
                 if r.returncode != 0:
                     raise SystemExit("bench: local pr open: " + r.stderr.strip())
-        how = ("`/diverge fix` comment (POST /api/v1/local/comments) on a local PR opened "
-               "with `diverge local pr open … --repo file://…`" if comment else
-               "POST …/agenttasks with spec.repository.url = file:// bare repo "
-               "(no `diverge local pr open` in this build)")
-        print("== start: %s" % how, flush=True)
-        first, phase, ns, name = start_one(srv, repo, 1, comment)  # warms the mirror
-        if phase != "Completed":
-            raise SystemExit("bench: warm-up task %s: %s\n%s" % (name, phase, srv.log(ns, name)))
-        print("warm-up task (cold mirror): %.1f ms" % first, flush=True)
-        xs, bad = [], []
-        for i in range(2, n + 2):
-            ms, phase, ns, name = start_one(srv, repo, i, comment)
-            xs.append(ms)
-            if phase != "Completed":
-                bad.append((name, phase))
-        report("start: %s → agent running" % ("comment" if comment else "task API"), xs,
-               "p50 ≤ 300, p99 ≤ 1000")
-        if bad:
-            print("tasks not Completed: %r" % bad)
-        print("samples ms: " + " ".join("%.0f" % x for x in xs), flush=True)
+            print("== start: `/diverge fix` comment (POST /api/v1/local/comments) on a local "
+                  "PR opened with `diverge local pr open … --repo file://… --head …`", flush=True)
+            xs = start_series(srv, repo, n, True)
+            report("start: comment → agent running", xs, target)
+        else:
+            print("== start: POST …/agenttasks with spec.repository.url = file:// bare repo%s"
+                  % ("" if pr_open else " (this build has no `diverge local pr open`: "
+                     "comment-made tasks would have no repository)"), flush=True)
+            xs = start_series(srv, repo, n, False)
+            report("start: task API → agent running", xs, target)
         return xs
     finally:
         srv.stop()
@@ -313,54 +359,94 @@ def frozen(srv, ns, name, cg, v2):
     return bool(states) and all(s == "T" for s in states)
 
 
+class LoopTask:
+    """A task whose runner meters before every iteration (LOOP_AGENT)."""
+
+    def __init__(self, srv, repo, k):
+        self.srv, self.ns, self.name = srv, "bench", "loop-%d" % k
+        srv.call("POST", "%s/namespaces/%s/agenttasks" % (API, self.ns), {
+            "apiVersion": "divergedev.com/v1alpha1", "kind": "AgentTask",
+            "metadata": {"name": self.name, "namespace": self.ns},
+            "spec": {"objective": "loop", "maxIterations": 10000,
+                     "repository": {"url": "file://" + repo}}})
+        self.offset = os.path.join(srv.data, "state", self.ns, self.name, "usage.jsonl.offset")
+        wait(lambda: read(self.offset), 60, 0.01, "the first meter call")
+        self.cg, self.v2 = cgroup_of(srv.log(self.ns, self.name))
+
+    def phase(self):
+        return self.srv.task(self.ns, self.name)["status"].get("phase")
+
+    def leader(self):
+        return read(os.path.join(self.srv.data, "run", "%s.%s" % (self.ns, self.name)))
+
+    def frozen(self):
+        return frozen(self.srv, self.ns, self.name, self.cg, self.v2)
+
+    def pids(self):
+        return sandbox_pids(self.srv, self.ns, self.name, self.cg)
+
+
+def thread_states(pids, seen):
+    for pid in pids:  # evidence: what the kernel says of each thread once frozen
+        for t in glob.glob("/proc/%d/task/*/stat" % pid):
+            st = (read(t) or ") ?").rsplit(")", 1)[1].split()[0]
+            seen[st] = seen.get(st, 0) + 1
+
+
 def bench_pause(binary, cycles):
     top = tempfile.mkdtemp(prefix="diverge-bench-repo-")
     repo = bare_repo(top)
     srv = Server(binary, LOOP_AGENT)
-    ns, name = "bench", "loop"
     try:
-        srv.call("POST", "%s/namespaces/%s/agenttasks" % (API, ns), {
-            "apiVersion": "divergedev.com/v1alpha1", "kind": "AgentTask",
-            "metadata": {"name": name, "namespace": ns},
-            "spec": {"objective": "loop", "maxIterations": 10000,
-                     "repository": {"url": "file://" + repo}}})
-        offset = glob.glob(os.path.join(srv.data, "state", ns, name))
-        offset = os.path.join(srv.data, "state", ns, name, "usage.jsonl.offset")
-        wait(lambda: read(offset), 60, 0.01, "the first meter call")
-        cg, v2 = cgroup_of(srv.log(ns, name))
-        how = ("cgroup %s freezer (%s)" % ("v2" if v2 else "v1", cg) if cg else
+        t = LoopTask(srv, repo, 1)
+        how = ("cgroup %s freezer (%s)" % ("v2" if t.v2 else "v1", t.cg) if t.cg else
                "SIGSTOP (no cgroup): every process in state T")
-        print("== pause/resume: one task, agent = one usage line + exit 1 per iteration; "
-              "frozen = %s" % how, flush=True)
-        pause, paused, resume, restarts = [], [], [], 0
-        nprocs = []
+        print("== pause/resume: agent = one usage line + exit 1 per iteration (the runner "
+              "meters before each); frozen = %s" % how, flush=True)
+        pause, paused, resume, restarts, lost = [], [], [], 0, []
+        nprocs, seen = [], {}
         for _ in range(cycles):
             time.sleep(0.3)  # running and metering
             t0 = time.monotonic()
-            srv.patch(ns, name, {"suspended": True})
-            wait(lambda: frozen(srv, ns, name, cg, v2), 10, 0.0005, "frozen")
+            t.srv.patch(t.ns, t.name, {"suspended": True})
+            wait(t.frozen, 10, 0.0005, "frozen")
             pause.append((time.monotonic() - t0) * 1000.0)
-            wait(lambda: srv.task(ns, name)["status"].get("phase") == "Paused", 10, 0.002,
-                 "Paused")
+            wait(lambda: t.phase() == "Paused", 10, 0.002, "Paused")
             paused.append((time.monotonic() - t0) * 1000.0)
-            nprocs.append(len(sandbox_pids(srv, ns, name, cg)))
+            pids = t.pids()
+            nprocs.append(len(pids))
+            thread_states(pids, seen)
             time.sleep(0.1)
-            before = read(offset)
-            leader = read(os.path.join(srv.data, "run", "%s.%s" % (ns, name)))
+            before, leader = read(t.offset), t.leader()
             t0 = time.monotonic()
-            srv.patch(ns, name, {"suspended": False})
-            wait(lambda: read(offset) not in (before, None), 10, 0.0005, "metering again")
+            srv.patch(t.ns, t.name, {"suspended": False})
+            try:
+                wait(lambda: read(t.offset) not in (before, None) or
+                     t.phase() in ("Failed", "Completed"), 10, 0.0005, "metering again")
+            except SystemExit:
+                print("log tail:\n" + "\n".join(srv.log(t.ns, t.name).splitlines()[-20:]))
+                raise
+            if read(t.offset) in (before, None):
+                # The runner stopped instead of metering: say why, go on with a new task.
+                log = [ln for ln in srv.log(t.ns, t.name).splitlines() if "meter:" in ln]
+                lost.append("%s: %s (%s)" % (t.name, t.phase(), log[-1] if log else "?"))
+                t = LoopTask(srv, repo, len(lost) + 1)
+                continue
             resume.append((time.monotonic() - t0) * 1000.0)
-            if read(os.path.join(srv.data, "run", "%s.%s" % (ns, name))) != leader:
+            if t.leader() != leader:
                 restarts += 1
-        st = srv.task(ns, name)["status"]
+        st = srv.task(t.ns, t.name)["status"]
         report("pause: PATCH → every process frozen", pause, "≤ 100")
         report("pause: PATCH → phase Paused (GET polled)", paused)
         report("resume: PATCH → a meter call charged", resume, "≤ 300")
-        print("processes in the sandbox when frozen: %d–%d; new runner after a resume: %d of "
-              "%d; task %s, iteration %s, tokens %s" % (
-                  min(nprocs), max(nprocs), restarts, cycles, st.get("phase"),
-                  st.get("iteration"), st.get("tokensConsumed")), flush=True)
+        print("processes in the sandbox when frozen: %d–%d; new runner after a resume: %d; "
+              "last task %s, iteration %s, tokens %s" % (
+                  min(nprocs), max(nprocs), restarts, st.get("phase"), st.get("iteration"),
+                  st.get("tokensConsumed")), flush=True)
+        print("thread states of the sandbox's processes once frozen (all cycles): " +
+              ", ".join("%s %d" % kv for kv in sorted(seen.items())), flush=True)
+        print("resumes after which the runner stopped instead of metering: %d of %d%s" % (
+            len(lost), cycles, "".join("\n  " + x for x in lost)), flush=True)
         return pause, resume
     finally:
         srv.stop()
