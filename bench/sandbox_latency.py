@@ -186,8 +186,12 @@ def report(name, xs, target=None):
 # --- start: request → agent running -------------------------------------------------
 
 def has_pr_open(srv):
+    """Whether this build's CLI has `diverge local pr open` (SPEC §10)."""
     r = srv.cli("local", "--help")
-    return "pr open" in (r.stdout + r.stderr)
+    if "pr open" in r.stdout + r.stderr:
+        return True
+    r = srv.cli("local", "pr", "open", "--help")
+    return r.returncode == 0 and "--repo" in r.stdout + r.stderr
 
 
 def finished(srv, ns, name):
