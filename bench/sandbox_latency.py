@@ -407,7 +407,7 @@ def bench_pause(binary, cycles):
                "SIGSTOP (no cgroup): every process in state T")
         print("== pause/resume: agent = one usage line + exit 1 per iteration (the runner "
               "meters before each); frozen = %s" % how, flush=True)
-        pause, paused, resume, restarts, lost = [], [], [], 0, []
+        pause, paused, resume, thaw, restarts, lost = [], [], [], [], 0, []
         nprocs, seen = [], {}
         for _ in range(cycles):
             time.sleep(0.3)  # running and metering
@@ -422,11 +422,16 @@ def bench_pause(binary, cycles):
             thread_states(pids, seen)
             time.sleep(0.1)
             before, leader = read(t.offset), t.leader()
-            t0 = time.monotonic()
+            t0, thawed_at = time.monotonic(), []
+
+            def metering():
+                if not thawed_at and not t.frozen():
+                    thawed_at.append(time.monotonic())
+                return read(t.offset) not in (before, None) or \
+                    t.phase() in ("Failed", "Completed")
             srv.patch(t.ns, t.name, {"suspended": False})
             try:
-                wait(lambda: read(t.offset) not in (before, None) or
-                     t.phase() in ("Failed", "Completed"), 10, 0.0005, "metering again")
+                wait(metering, 10, 0.0005, "metering again")
             except SystemExit:
                 print("log tail:\n" + "\n".join(srv.log(t.ns, t.name).splitlines()[-20:]))
                 raise
@@ -437,11 +442,13 @@ def bench_pause(binary, cycles):
                 t = LoopTask(srv, repo, len(lost) + 1)
                 continue
             resume.append((time.monotonic() - t0) * 1000.0)
+            thaw.append(((thawed_at or [time.monotonic()])[0] - t0) * 1000.0)
             if t.leader() != leader:
                 restarts += 1
         st = srv.task(t.ns, t.name)["status"]
         report("pause: PATCH → every process frozen", pause, "≤ 100")
         report("pause: PATCH → phase Paused (GET polled)", paused)
+        report("resume: PATCH → thawed", thaw)
         report("resume: PATCH → a meter call charged", resume, "≤ 300")
         print("processes in the sandbox when frozen: %d–%d; new runner after a resume: %d; "
               "last task %s, iteration %s, tokens %s" % (
