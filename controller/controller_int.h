@@ -84,6 +84,11 @@ struct reconcile {
  * left in R->fail_reason/fail_msg. */
 void controller_execute(struct controller *c, struct reconcile *r);
 
+/* Thaws R's sandbox after the apply of a CONTROLLER_THAW made the fresh token current
+ * and the task Active (with C->lock held). On failure the sandbox is stopped and
+ * R->fail_reason set (SandboxError); returns the provider's code. */
+int controller_thaw(struct controller *c, struct reconcile *r);
+
 /* Removes a deleted task's workspace, staging repo, state dir, token dir and paused-time
  * record (its log stays). */
 void controller_forget_task(struct controller *c, const char *ns, const char *name);

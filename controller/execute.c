@@ -309,26 +309,40 @@ static void do_start(struct controller *c, struct reconcile *r, enum start_mode 
     paths_cleanup(&p);
 }
 
-static void thaw(struct controller *c, struct reconcile *r, const char *log)
+/* Before the apply: only the fresh token goes into the file. The sandbox is thawed by
+ * controller_thaw once the apply made that token current and the task Active; a runner
+ * thawed earlier meters with a token the server does not know yet (401, exit 4). */
+static void thaw_prepare(struct controller *c, struct reconcile *r, const char *log)
 {
     struct err err = {0};
-    int rc = controller_write_token_file(c, r->ns, r->name, r->token, &err);
 
-    if (rc == E_OK) {
-        rc = sandbox_resume(c->sandboxes, r->ns, r->name, &err);
-        if (rc == E_NOTFOUND) {
-            rc = E_OK; /* it was running: only the token changed */
-        }
+    if (controller_write_token_file(c, r->ns, r->name, r->token, &err) != E_OK) {
+        controller_log_event(log, "[diverge] failed to resume: %s", err.msg);
+        fail(r, "SandboxError", &err);
+    }
+}
+
+int controller_thaw(struct controller *c, struct reconcile *r)
+{
+    char *log = controller_log_path(c->data_dir, r->ns, r->name);
+    struct err err = {0};
+    int rc = sandbox_resume(c->sandboxes, r->ns, r->name, &err);
+
+    if (rc == E_NOTFOUND) {
+        rc = E_OK; /* it was running: only the token changed */
     }
     if (rc != E_OK) {
         controller_log_event(log, "[diverge] failed to resume: %s", err.msg);
         fail(r, "SandboxError", &err);
+        controller_timer_set(c, r->ns, r->name, 0);
         sandbox_stop(c->sandboxes, r->ns, r->name);
-        return;
+    } else {
+        controller_note_pause(c, r->ns, r->name, false, clock_now_ms(clock_system()));
+        arm_timer(c, r);
+        controller_log_event(log, "[diverge] resumed (thawed, fresh token)");
     }
-    controller_note_pause(c, r->ns, r->name, false, clock_now_ms(clock_system()));
-    arm_timer(c, r);
-    controller_log_event(log, "[diverge] resumed (thawed, fresh token)");
+    free(log);
+    return rc;
 }
 
 static void do_pause(struct controller *c, struct reconcile *r, const char *log)
@@ -388,7 +402,7 @@ void controller_execute(struct controller *c, struct reconcile *r)
         do_start(c, r, START_RESUME);
         break;
     case CONTROLLER_THAW:
-        thaw(c, r, log);
+        thaw_prepare(c, r, log);
         break;
     case CONTROLLER_PAUSE:
         if (c->sandboxes != NULL) {

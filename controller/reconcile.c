@@ -414,6 +414,20 @@ static int mark_provisioning(struct task_txn *tx, void *userdata)
     return rc;
 }
 
+/* A THAW thaws only now that its token is current and the task Active; a thaw that
+ * fails turns the task Failed (SandboxError) in one more apply. */
+static int thaw_after_apply(struct controller *c, struct reconcile *r, struct err *err)
+{
+    int rc;
+
+    if (r->action != CONTROLLER_THAW || r->fail_reason != NULL || controller_thaw(c, r) == E_OK) {
+        return E_OK;
+    }
+    r->phase = TASK_ACTIVE; /* what the apply just wrote */
+    rc = task_store_txn(c->store, reconcile_txn, r, err);
+    return rc == E_AGAIN ? E_OK : rc;
+}
+
 int controller_reconcile(struct controller *c, const char *ns, const char *name, struct err *err)
 {
     struct reconcile r = {.c = c, .ns = ns, .name = name, .plan = true};
@@ -447,6 +461,7 @@ int controller_reconcile(struct controller *c, const char *ns, const char *name,
             log_draft_pr(c, &r);
             log_kv(LOG_INFO, "reconciled", "namespace", ns, "name", name, "action",
                    controller_action_name(r.action), NULL);
+            rc = thaw_after_apply(c, &r, err);
         }
     }
     pthread_mutex_unlock(&c->lock);

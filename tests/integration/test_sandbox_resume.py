@@ -1,0 +1,65 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Resume of a frozen sandbox with the real diverge-agent-runner: the runner's next meter
+call after the thaw is accepted. The controller used to thaw the sandbox before the
+transaction that makes the fresh token current and the task Active, so a runner thawed
+right before a heartbeat metered with a token the server did not know yet (401 "token
+revoked"), exited 4 and the task failed (RunnerFailed) — about one resume in four with an
+agent that meters before every iteration (bench/sandbox_latency.py found it)."""
+import os
+import shutil
+import sys
+import tempfile
+
+from harness import Server, run_tests
+from sandbox_helpers import bare_repo, create, get, patch, task, task_log, wait_until
+from test_sandbox_local import usable
+
+# One usage line per iteration and a failure: the runner meters before every iteration.
+AGENT = "echo '{\"tokensUsed\":1,\"costUSD\":0.000001}' >> \"$DIVERGE_USAGE_FILE\"; exit 1"
+CYCLES = 12
+
+
+def read(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def test_runner_meters_after_every_resume():
+    repo = bare_repo()
+    os.chmod(os.path.dirname(repo), 0o755)
+    with Server(args=["--sandbox-provider", "local", "--agent-cmd", AGENT]) as srv:
+        create(srv, task("rz", "file://" + repo, maxIterations=10000))
+        offset = os.path.join(srv.data_dir, "state", "default", "rz", "usage.jsonl.offset")
+        wait_until(lambda: read(offset), timeout=60, what="the first meter call")
+
+        def failed():
+            st = get(srv, "rz")["status"]
+            assert st["phase"] not in ("Failed", "Completed"), (st, task_log(srv, "rz"))
+
+        for _ in range(CYCLES):
+            before = read(offset)
+            wait_until(lambda: failed() or read(offset) != before, what="metering")
+            patch(srv, "rz", {"suspended": True})
+            wait_until(lambda: failed() or get(srv, "rz")["status"]["phase"] == "Paused",
+                       what="Paused")
+            before = read(offset)
+            patch(srv, "rz", {"suspended": False})
+            # Metering again (the offset moves only after a 200), and the runner did not
+            # stop on a refused call.
+            wait_until(lambda: failed() or read(offset) != before, what="metering after resume")
+        failed()
+        log = task_log(srv, "rz")
+        assert "(HTTP 401)" not in log and "runner exited" not in log, log
+        assert log.count("[diverge] resumed (thawed, fresh token)") == CYCLES, log
+    shutil.rmtree(os.path.dirname(repo), ignore_errors=True)
+
+
+if __name__ == "__main__":
+    why = usable()
+    if why:
+        print("SKIP test_sandbox_resume: " + why)
+        sys.exit(0)
+    run_tests([test_runner_meters_after_every_resume])
