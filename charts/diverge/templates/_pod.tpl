@@ -17,7 +17,8 @@ metadata:
     {{- toYaml . | nindent 4 }}
   {{- end }}
 spec:
-  serviceAccountName: {{ include "diverge.fullname" $root }}-{{ .role }}
+  {{- /* sqlite: the server pod also reconciles, so it needs the controller's rights. */}}
+  serviceAccountName: {{ include "diverge.fullname" $root }}-{{ ternary "controller" .role (eq $v.server.store "sqlite") }}
   # The server reaches the API server with this token (--store kubernetes).
   automountServiceAccountToken: true
   enableServiceLinks: false
