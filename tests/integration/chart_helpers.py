@@ -241,29 +241,45 @@ def crd_schema(crd):
     return ver["schema"]["openAPIV3Schema"]
 
 
-def crd_verdict(js, crd, obj):
-    """[] when the CRD accepts OBJ (schema and CEL rules), else the problems."""
-    rules = []
-    out = schema_problems(crd_schema(crd), obj, "", rules)
-    res = js.cel([{"expr": r, "ctx": {"self": v}} for r, v, _, _ in rules])
-    for (r, _, path, msg), ok in zip(rules, res):
+def crd_verdicts(js, crd, objs):
+    """For each of OBJS: [] when the CRD accepts it (schema and CEL rules), else the
+    problems. One CEL evaluation batch for all."""
+    outs, rules = [], []
+    for n, obj in enumerate(objs):
+        found = []
+        outs.append(schema_problems(crd_schema(crd), obj, "", found))
+        rules += [(n,) + r for r in found]
+    res = js.cel([{"expr": r, "ctx": {"self": v}} for _, r, v, _, _ in rules])
+    for (n, _, _, path, msg), ok in zip(rules, res):
         if ok is not True:
-            out.append("%s: %s (%s)" % (path or "<root>", msg, ok))
-    return out
+            outs[n].append("%s: %s (%s)" % (path or "<root>", msg, ok))
+    return outs
+
+
+def crd_verdict(js, crd, obj):
+    return crd_verdicts(js, crd, [obj])[0]
+
+
+def vap_verdicts(js, policy, objs):
+    """For each of OBJS: [] when the ValidatingAdmissionPolicy admits it as a CREATE, else
+    its messages. An evaluation error denies (failurePolicy Fail)."""
+    spec = policy["spec"]
+    variables = [[v["name"], v["expression"]] for v in spec.get("variables", [])]
+    cases = []
+    for obj in objs:
+        ctx = {"object": obj, "oldObject": None,
+               "request": {"operation": "CREATE", "namespace": obj["metadata"].get("namespace")}}
+        cases += [{"expr": v["expression"], "ctx": ctx, "variables": variables}
+                  for v in spec["validations"]]
+    res = js.cel(cases)
+    n = len(spec["validations"])
+    return [["%s (%s)" % (v["message"], ok)
+             for v, ok in zip(spec["validations"], res[i * n:(i + 1) * n]) if ok is not True]
+            for i in range(len(objs))]
 
 
 def vap_verdict(js, policy, obj):
-    """[] when the ValidatingAdmissionPolicy admits OBJ as a CREATE, else its messages.
-    An evaluation error denies (failurePolicy Fail)."""
-    spec = policy["spec"]
-    variables = [[v["name"], v["expression"]] for v in spec.get("variables", [])]
-    ctx = {"object": obj, "oldObject": None,
-           "request": {"operation": "CREATE", "namespace": obj["metadata"].get("namespace")}}
-    cases = [{"expr": v["expression"], "ctx": ctx, "variables": variables}
-             for v in spec["validations"]]
-    res = js.cel(cases)
-    return ["%s (%s)" % (v["message"], ok) for v, ok in zip(spec["validations"], res)
-            if ok is not True]
+    return vap_verdicts(js, policy, [obj])[0]
 
 
 def now_rfc3339():
