@@ -97,6 +97,11 @@ def test_lint_every_toggle():
             args += ["--set", s]
         r = helm(*args)
         assert "0 chart(s) failed" in r.stdout, (sets, r.stdout)
+    # The CRDs ship in crds/ (installed before the templates, never templated).
+    crds = by_kind(render(extra=["--include-crds"]), "CustomResourceDefinition")
+    assert sorted(c["metadata"]["name"] for c in crds) == [
+        "agenttasks.divergedev.com", "environments.divergedev.com",
+        "previewgroups.divergedev.com"]
     # values.schema.json: a value outside the SPEC's set is refused at render time.
     r = helm("template", "rel", CHART, "--set", "sandbox.provider=docker", check=False)
     assert r.returncode != 0 and "/sandbox/provider" in r.stderr, r.stderr

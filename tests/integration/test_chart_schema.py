@@ -13,6 +13,7 @@ invalid, is also POSTed to the real `diverge serve` task API: the cluster's verd
 (schema + CEL rules + admission policy) must be the task API's, for every case."""
 import copy
 import os
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -133,11 +134,6 @@ def setup():
                 (crd,) = _state["js"].yaml(f.read())
             crds[crd["spec"]["names"]["kind"]] = crd
         _state["crds"] = crds
-        with open(os.path.join(CHART, "templates", "admission-policy.yaml")) as f:
-            text = f.read()
-        # The policy's spec holds no template expression but its names: render them
-        # with fixed values (test_chart renders the whole chart with Helm).
-        _state["policy_text"] = text
     return _state
 
 
@@ -145,7 +141,6 @@ def policy():
     st = setup()
     if "policy" not in st:
         helm, _ = ch.tools()
-        import subprocess
         r = subprocess.run([helm, "template", "rel", CHART, "--namespace", "diverge",
                             "--show-only", "templates/admission-policy.yaml"],
                            capture_output=True, text=True, env=ch.offline_env(), timeout=120)
