@@ -101,6 +101,21 @@ def needed_packages(binary):
     return {p for p in pkgs if p != "libc6" and not re.match(r"^lib(a|ub|t|l|hwa)san\d*$", p)}
 
 
+def build_config():
+    """(CMAKE_BUILD_TYPE, SANITIZE) of the build that made DIVERGE_BIN."""
+    vals = {"CMAKE_BUILD_TYPE": "", "SANITIZE": ""}
+    try:
+        with open(os.path.join(os.path.dirname(DIVERGE_BIN), "CMakeCache.txt")) as f:
+            for line in f:
+                k, _, v = line.strip().partition("=")
+                k = k.split(":")[0]
+                if k in vals:
+                    vals[k] = v
+    except OSError:
+        pass
+    return vals["CMAKE_BUILD_TYPE"], vals["SANITIZE"]
+
+
 def test_linter_finds_nothing():
     paths = [os.path.join(SOURCE_DIR, p) for p in IMAGES]
     out = lint(paths)
@@ -140,9 +155,14 @@ def test_multi_stage_non_root_runtime_only():
                 need = None
                 break
             need |= got
-        if need is not None:
-            assert set(pkgs) - {"git", "ca-certificates"} == need, (name, sorted(pkgs),
-                                                                    sorted(need))
+        if need is None:
+            continue
+        libs = set(pkgs) - {"git", "ca-certificates"}
+        if build_config() == ("RelWithDebInfo", ""):  # what the Dockerfile builds
+            assert libs == need, (name, sorted(pkgs), sorted(need))
+        else:  # other builds may link more: each image library is still one in use
+            print("NOTE %s: %s build, libraries checked as a subset" % (name, build_config()))
+            assert libs <= need, (name, sorted(pkgs), sorted(need))
 
 
 def test_runner_image_is_read_only_root_friendly():
