@@ -6,13 +6,14 @@ again for the push once the cached one is close to its expiry; else the PAT; bot
 for the GitHub web host of --github-api-url (GitHub Enterprise `HOST/api/v3` → `HOST`).
 The fake GitHub serves the repository over git's smart HTTP (`git http-backend`) behind
 Basic auth. The sandbox never sees a token: the agent dumps its environment."""
+import json
 import os
 import shutil
 import subprocess
 import tempfile
 
 from harness import Server, run_tests
-from github_helpers import FakeGitHub
+from github_helpers import SECRET, FakeGitHub, comment_payload, deliver
 from sandbox_helpers import FAKE_RUNNER, bare_repo, create, git, task, task_log, wait_phase
 from test_git_credentials import GitServer
 
@@ -31,14 +32,14 @@ def make_app_key(tmp):
     return key
 
 
-def serve(api_url, tmp, app_key=None, pat=None):
+def serve(api_url, tmp, app_key=None, pat=None, extra=()):
     env = dict(NO_CREDS, DIVERGE_RUNNER_PATH=FAKE_RUNNER)
     if pat:
         env["DIVERGE_NOTIFIER_TOKEN"] = pat
     # The agent changes a file and dumps the sandbox's environment.
     agent = "echo fixed > fixed.txt; env > %s/env-$DIVERGE_TASK_NAME.txt" % tmp
-    args = ["--sandbox-provider", "process", "--agent-cmd", agent, "--github-api-url", api_url,
-            "--notifier-provider", "none"]
+    args = ["--sandbox-provider", "process", "--agent-cmd", agent, "--github-api-url",
+            api_url] + list(extra or ["--notifier-provider", "none"])
     if app_key:
         args += ["--github-app-id", APP_ID, "--github-app-key-file", app_key]
     return Server(args=args, env=env)
@@ -131,6 +132,51 @@ def test_pat_for_the_enterprise_host():
         shutil.rmtree(os.path.dirname(bare), ignore_errors=True)
 
 
+def test_comment_task_uses_the_delivered_installation():
+    """A task made from a PR comment fetches and pushes with a token of the installation
+    its webhook delivery named (88), not the one GitHub would name for the repository
+    (77, which the app JWT lookup answers)."""
+    tmp = tempfile.mkdtemp(prefix="diverge-gitwh-")
+    key = make_app_key(tmp)
+    bare = bare_repo()
+    git("--git-dir", bare, "branch", "feature-x", "main")
+    gh = FakeGitHub()
+    gh.start()
+    try:
+        with open(key) as f:
+            gh.set_app(int(APP_ID), public_key_pem=f.read(), slug="diverge-app")
+        gh.add_installation(77, repos=["octo/repo"])
+        gh.add_installation(88)
+        gh.add_repo("octo/repo", clone_url=gh.url + "/octo/repo.git")
+        gh.serve_git("octo/repo", bare)
+        gh.add_pull("octo/repo", 7, head_ref="feature-x")
+        gh.set_permission("octo/repo", "alice", "write")
+        with serve(gh.url, tmp, app_key=key,
+                   extra=["--github-webhook-secret", SECRET]) as srv:
+            body = "/diverge fix it"
+            c = gh.add_comment("octo/repo", 7, user="alice", body=body)
+            p = json.loads(comment_payload("octo/repo", 7, c["id"], body, user="alice"))
+            p["installation"]["id"] = 88
+            st, _, ans = deliver(srv, json.dumps(p).encode())
+            assert st == 202, (st, ans)
+            gh.wait_for(lambda: gh.git_requests("git-receive-pack"), timeout=30)
+            fetch, push = auths(gh, "git-upload-pack"), auths(gh, "git-receive-pack")
+            issued = gh.issued_tokens
+            assert fetch and push, gh.git_requests()
+            assert all(issued[pw]["installation_id"] == 88 for pw in fetch + push), issued
+            gh.wait_for(lambda: "fixed.txt" in git("--git-dir", bare, "ls-tree", "--name-only",
+                                                    "feature-x"), timeout=10)
+            names = os.listdir(tmp)
+            name = next(n[4:-4] for n in names if n.startswith("env-"))
+            for tok in issued:
+                with open(os.path.join(tmp, "env-%s.txt" % name)) as f:
+                    assert tok not in f.read()
+    finally:
+        gh.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(os.path.dirname(bare), ignore_errors=True)
+
+
 def test_another_host_gets_no_credentials():
     """A repository that is not on the GitHub web host gets neither the App's token nor the
     PAT (nor is an installation token asked for it)."""
@@ -161,4 +207,5 @@ def test_another_host_gets_no_credentials():
 
 if __name__ == "__main__":
     run_tests([test_app_installation_token_for_fetch_and_push, test_pat_for_the_enterprise_host,
+               test_comment_task_uses_the_delivered_installation,
                test_another_host_gets_no_credentials])
