@@ -3,7 +3,9 @@
  * <data-dir>/mirrors (cloned once, fetched for later tasks), a writable staging bare repo
  * per task that the runner pushes to, and the server's push of the working branch from
  * staging to the real remote. git runs through posix_spawnp with argv arrays; its output
- * goes to the task log. */
+ * goes to the task log. Fetches and pushes get the server's SCM credentials (GitHub App
+ * installation token or PAT for the GitHub web host, GitLab token for the GitLab URL)
+ * through credential helpers reading git's environment: never argv, URL or a file. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
