@@ -232,6 +232,9 @@ void controller_destroy(struct controller *c)
     controller_egress_cleanup(c);
     free(c->preview_base);
     free(c->github_api_url);
+    if (c->git_auth.free != NULL) {
+        c->git_auth.free(c->git_auth.userdata);
+    }
     pthread_mutex_destroy(&c->lock);
     pthread_mutex_destroy(&c->notes_lock);
     pthread_cond_destroy(&c->notes_cond);

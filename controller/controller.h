@@ -18,6 +18,17 @@
 #include "store/store.h"
 #include "token/token.h"
 
+/* The server's GitHub App credentials for git (SPEC §9: mirror fetch and push outside the
+ * sandbox). TOKEN sets *token_out to a new secret string (the controller wipes and frees
+ * it): the installation access token git sends as "x-access-token" for PROJECT
+ * ("owner/repo") on the GitHub web host, valid for a while yet (a cached one close to its
+ * expiry is exchanged again). FREE (may be NULL) frees USERDATA with the controller. */
+struct controller_git_auth {
+    int (*token)(void *userdata, const char *project, char **token_out, struct err *err);
+    void (*free)(void *userdata);
+    void *userdata;
+};
+
 struct controller_config {
     const char *data_dir;          /* tokens, workspaces, mirrors, staging, logs under it */
     const unsigned char *root_key; /* TOKEN_ROOT_KEY_LEN bytes, copied */
@@ -37,8 +48,12 @@ struct controller_config {
     const char *allow_hosts;       /* comma list of egress rules (proxy mode), or NULL */
     const char *preview_base_url;  /* --preview-base-url; NULL: no linked previews */
     const char *github_api_url;    /* --github-api-url: which https repositories are GitHub's */
-    bool manual;                   /* no threads: the caller drives controller_reconcile */
-    bool deferred;                 /* no threads until controller_start() */
+    /* GitHub App tokens for git on the GitHub web host; token NULL: none (the PAT in
+     * DIVERGE_NOTIFIER_TOKEN/GITHUB_TOKEN is used). controller_new takes USERDATA, also
+     * when it fails. */
+    struct controller_git_auth git_auth;
+    bool manual;   /* no threads: the caller drives controller_reconcile */
+    bool deferred; /* no threads until controller_start() */
 };
 
 #define CONTROLLER_LOG_CAP (10u << 20) /* default cap of a task log (SPEC §9) */
@@ -122,6 +137,14 @@ json_t *controller_preview_env(const json_t *task, const json_t *old, const char
  * "local/<repository directory name>" for file:// repositories. False (both NULL) else. */
 bool controller_draft_pr_target(char **provider_out, char **project_out, const json_t *task,
                                 const char *github_api_url);
+/* The GitHub web base of the REST base API_URL: "https://github.com" for
+ * api.github.com, else (Enterprise https://HOST/api/v3, or a test server) its scheme, host
+ * and port. New string, or NULL when API_URL is not http(s). */
+char *controller_github_web_base(const char *api_url);
+/* "owner/repo" of WEB/owner/repo[.git][/] (WEB from controller_github_web_base), or NULL.
+ * New string. */
+char *controller_github_project(const char *url, const char *web);
+
 /* The draft PR request of TASK (new object): title "fix(<task>): <objective's first
  * line>", head, base, body, draft true, and "key", the marker line its body carries. */
 json_t *controller_draft_pr_request(const json_t *task);

@@ -35,6 +35,7 @@ struct controller {
     size_t log_cap;                        /* task log cap */
     char *preview_base;                    /* owned, or NULL: no linked previews */
     char *github_api_url;                  /* owned, or NULL */
+    struct controller_git_auth git_auth;   /* GitHub App tokens for git; userdata owned */
     struct sandbox_provider *sandboxes;    /* owned; NULL for none/agent-sandbox */
     char *problem;                         /* owned: why sandboxes cannot run, or NULL */
     unsigned int sandbox_uid, sandbox_gid; /* owner of what the sandbox writes */
@@ -137,10 +138,12 @@ int controller_mkdirs(const char *path, bool last);
 void controller_log_event(const char *path, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-/* git plumbing (workspace.c). ARGV starts with "git"; output goes to LOG_PATH. */
+/* git plumbing (workspace.c). ARGV starts with "git"; output goes to LOG_PATH. No SCM
+ * credentials: only controller_mirror and controller_push give git any. */
 int controller_git(const char *log_path, const char *const argv[], struct err *err);
-/* *out: the mirror of URL (new string); cloned once, fetched afterwards (*fetched_out). */
-int controller_mirror(char **out, const char *data_dir, const char *url, const char *log_path,
+/* *out: the mirror of URL (new string) under C's data dir; cloned once, fetched afterwards
+ * (*fetched_out), with the server's credentials for URL's host. */
+int controller_mirror(char **out, struct controller *c, const char *url, const char *log_path,
                       bool *fetched_out, struct err *err);
 /* Creates the staging bare repository PATH unless it exists. */
 int controller_staging(const char *path, const char *log_path, struct err *err);
@@ -149,9 +152,10 @@ int controller_staging(const char *path, const char *log_path, struct err *err);
  * hooks, alternates and grafts gone, config replaced by a fixed one. */
 int controller_staging_sanitize(const char *staging, struct err *err);
 /* Pushes refs/heads/WORKING from STAGING to URL, never forced, without hooks, after
- * controller_staging_sanitize(). */
-int controller_push(const char *staging, const char *url, const char *working, const char *log_path,
-                    struct err *err);
+ * controller_staging_sanitize(), with the server's credentials for URL's host (a GitHub
+ * App token asked again now, so a long task pushes with an unexpired one). */
+int controller_push(struct controller *c, const char *staging, const char *url, const char *working,
+                    const char *log_path, struct err *err);
 
 /* Paused-time bookkeeping (run.c): the active ms a task used so far. */
 int64_t controller_active_ms(struct controller *c, const char *ns, const char *name,

@@ -208,7 +208,7 @@ static int prepare(struct controller *c, struct reconcile *r, struct paths *p, s
         rc = err_set(err, E_FAIL, "create the workspace: %s", strerror(errno));
     }
     if (rc == E_OK && r->url != NULL) {
-        rc = controller_mirror(&p->mirror, c->data_dir, r->url, p->log, &fetched, err);
+        rc = controller_mirror(&p->mirror, c, r->url, p->log, &fetched, err);
         if (rc == E_OK) {
             controller_log_event(p->log, "[diverge] repository mirror %s",
                                  fetched ? "fetched (reused)" : "cloned");
@@ -376,7 +376,7 @@ static void complete(struct controller *c, struct reconcile *r, const char *log)
             err_set(&err, E_DENIED,
                     "refusing to push the working branch (it is the base "
                     "branch or not a plain branch name)");
-        } else if (controller_push(staging, r->url, r->working, log, &err) == E_OK) {
+        } else if (controller_push(c, staging, r->url, r->working, log, &err) == E_OK) {
             controller_log_event(log, "[diverge] pushed refs/heads/%s", r->working);
         }
         if (err.code != E_OK) {

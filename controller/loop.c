@@ -88,6 +88,9 @@ int controller_new(struct controller **out, struct task_store *store,
     if (cfg->preview_base_url != NULL && cfg->preview_base_url[0] != '\0' &&
         !controller_preview_base_valid(cfg->preview_base_url)) {
         free(c);
+        if (cfg->git_auth.free != NULL) {
+            cfg->git_auth.free(cfg->git_auth.userdata);
+        }
         return err_set(err, E_INVALID,
                        "--preview-base-url must be an http:// or https:// URL with a host and "
                        "no query or fragment");
@@ -106,6 +109,7 @@ int controller_new(struct controller **out, struct task_store *store,
                           ? xstrdup(cfg->preview_base_url)
                           : NULL;
     c->github_api_url = cfg->github_api_url != NULL ? xstrdup(cfg->github_api_url) : NULL;
+    c->git_auth = cfg->git_auth;
     pthread_mutex_init(&c->lock, NULL);
     pthread_mutex_init(&c->notes_lock, NULL);
     pthread_cond_init(&c->notes_cond, NULL);

@@ -159,10 +159,7 @@ json_t *controller_preview_env(const json_t *task, const json_t *old, const char
     return doc;
 }
 
-/* The web base of the REST base API_URL: "https://github.com" for api.github.com, else
- * (Enterprise https://HOST/api/v3, or a test server) its scheme and host. New string, or
- * NULL when API_URL is not http(s). */
-static char *github_web_base(const char *api_url)
+char *controller_github_web_base(const char *api_url)
 {
     size_t scheme;
     const char *h, *end;
@@ -189,8 +186,7 @@ static bool name_char(char c)
     return isalnum((unsigned char)c) || c == '-' || c == '_' || c == '.';
 }
 
-/* "owner/repo" of WEB/owner/repo[.git][/], or NULL. */
-static char *github_project(const char *url, const char *web)
+char *controller_github_project(const char *url, const char *web)
 {
     size_t wn = strlen(web), slashes = 0;
     const char *p, *end;
@@ -263,9 +259,9 @@ bool controller_draft_pr_target(char **provider_out, char **project_out, const j
         *provider_out = *project_out != NULL ? xstrdup("local") : NULL;
         return *project_out != NULL;
     }
-    host = github_web_base(github_api_url);
+    host = controller_github_web_base(github_api_url);
     if (host != NULL) {
-        *project_out = github_project(url, host);
+        *project_out = controller_github_project(url, host);
         *provider_out = *project_out != NULL ? xstrdup("github") : NULL;
     }
     free(host);

@@ -3,7 +3,9 @@
  * <data-dir>/mirrors (cloned once, fetched for later tasks), a writable staging bare repo
  * per task that the runner pushes to, and the server's push of the working branch from
  * staging to the real remote. git runs through posix_spawnp with argv arrays; its output
- * goes to the task log. */
+ * goes to the task log. Fetches and pushes get the server's SCM credentials (GitHub App
+ * installation token or PAT for the GitHub web host, GitLab token for the GitLab URL)
+ * through credential helpers reading git's environment: never argv, URL or a file. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -34,6 +36,92 @@ static const char *env_token(const char *const *names, size_t n)
     return v != NULL && strpbrk(v, "\r\n") == NULL ? v : NULL;
 }
 
+/* Whether URL can be part of a git config key: nothing that could end or split it. */
+static bool key_safe(const char *url)
+{
+    return url != NULL && url[0] != '\0' && strpbrk(url, " \t\r\n\"'\\") == NULL;
+}
+
+/* The credentials of one fetch or push: at most one for the GitHub web host and one for
+ * the GitLab base URL. Tokens are owned secrets, wiped by creds_free(). */
+struct creds {
+    char *gh_base;       /* owned: the GitHub web base, or NULL */
+    char *gh_token;      /* owned secret: an App installation token or the PAT, or NULL */
+    const char *gl_base; /* borrowed: the GitLab base URL */
+    char *gl_token;      /* owned secret, or NULL */
+};
+
+static void wipe_free(char *s)
+{
+    if (s != NULL) {
+        secret_wipe(s, strlen(s));
+        free(s);
+    }
+}
+
+static void creds_free(struct creds *cr)
+{
+    free(cr->gh_base);
+    wipe_free(cr->gh_token);
+    wipe_free(cr->gl_token);
+    memset(cr, 0, sizeof(*cr));
+}
+
+/* The GitHub App's installation token for URL when it is a repository on the web host
+ * BASE (else NULL; a failure goes to the task log, and git goes on without). */
+static char *app_token(struct controller *c, const char *base, const char *url,
+                       const char *log_path)
+{
+    char *project = controller_github_project(url, base), *tok = NULL;
+    struct err err = {0};
+
+    if (project == NULL) {
+        return NULL;
+    }
+    if (c->git_auth.token(c->git_auth.userdata, project, &tok, &err) != E_OK) {
+        controller_log_event(log_path, "[diverge] no GitHub App token for %s: %s", project,
+                             err.msg);
+        tok = NULL;
+    } else if (tok == NULL || tok[0] == '\0' || strpbrk(tok, "\r\n") != NULL) {
+        wipe_free(tok);
+        tok = NULL;
+    }
+    free(project);
+    return tok;
+}
+
+/* The server's SCM credentials for a fetch or push of URL (SPEC §9): for the GitHub web
+ * host of --github-api-url (github.com for api.github.com) the GitHub App's installation
+ * token of URL's repository when an App is configured, else DIVERGE_NOTIFIER_TOKEN or
+ * GITHUB_TOKEN; for the GitLab base URL (DIVERGE_GITLAB_URL, which --gitlab-url sets;
+ * default https://gitlab.com) DIVERGE_GITLAB_TOKEN or GITLAB_TOKEN. */
+static void creds_for(struct creds *cr, struct controller *c, const char *url, const char *log_path)
+{
+    static const char *const gh_vars[] = {"DIVERGE_NOTIFIER_TOKEN", "GITHUB_TOKEN"};
+    static const char *const gl_vars[] = {"DIVERGE_GITLAB_TOKEN", "GITLAB_TOKEN"};
+    const char *gl = env_token(gl_vars, ARRAY_LEN(gl_vars));
+    const char *gh;
+
+    memset(cr, 0, sizeof(*cr));
+    cr->gh_base = controller_github_web_base(c->github_api_url != NULL ? c->github_api_url
+                                                                       : "https://api.github.com");
+    if (!key_safe(cr->gh_base)) {
+        free(cr->gh_base);
+        cr->gh_base = NULL;
+    } else if (c->git_auth.token != NULL) {
+        cr->gh_token = app_token(c, cr->gh_base, url, log_path);
+    } else if ((gh = env_token(gh_vars, ARRAY_LEN(gh_vars))) != NULL) {
+        cr->gh_token = xstrdup(gh);
+    }
+    cr->gl_base = getenv("DIVERGE_GITLAB_URL");
+    if (cr->gl_base == NULL || cr->gl_base[0] == '\0') {
+        cr->gl_base = "https://gitlab.com";
+    }
+    if (gl != NULL && key_safe(cr->gl_base)) {
+        cr->gl_token = xstrdup(gl);
+    }
+}
+
 /* Appends credential helper number *K for URL_PREFIX (git's credential.<url>.helper),
  * answering USER and the password in the environment variable VAR. */
 static size_t add_helper(char **env, size_t n, int *k, const char *url_prefix, const char *user,
@@ -47,46 +135,31 @@ static size_t add_helper(char **env, size_t n, int *k, const char *url_prefix, c
     return n;
 }
 
-/* The server's SCM tokens for fetches and pushes of https remotes, handed to git by fixed
- * credential helpers that read them from git's environment, so a token is never in an
- * argv or a URL (and never in a sandbox, which gets only the mirror and staging paths):
- * GitHub (DIVERGE_NOTIFIER_TOKEN, else GITHUB_TOKEN) for https://github.com as
- * x-access-token; GitLab (DIVERGE_GITLAB_TOKEN, else GITLAB_TOKEN) for the GitLab base URL
- * (DIVERGE_GITLAB_URL, which --gitlab-url sets; default https://gitlab.com) as oauth2. */
-static char **with_credentials(char **env, size_t n)
+/* Hands CR's tokens to git by fixed credential helpers that read them from git's
+ * environment, so a token is never in an argv, a URL or a file (and never in a sandbox,
+ * which gets only the mirror and staging paths). */
+static char **with_credentials(char **env, size_t n, const struct creds *cr)
 {
-    static const char *const gh_vars[] = {"DIVERGE_NOTIFIER_TOKEN", "GITHUB_TOKEN"};
-    static const char *const gl_vars[] = {"DIVERGE_GITLAB_TOKEN", "GITLAB_TOKEN"};
-    const char *gh = env_token(gh_vars, ARRAY_LEN(gh_vars));
-    const char *gl = env_token(gl_vars, ARRAY_LEN(gl_vars));
-    const char *gl_url = getenv("DIVERGE_GITLAB_URL");
     int k = 0;
 
-    if (gl_url == NULL || gl_url[0] == '\0') {
-        gl_url = "https://gitlab.com";
-    }
-    /* The URL becomes part of a git config key: nothing that could end or split it. */
-    if (strpbrk(gl_url, " \t\r\n\"'\\") != NULL) {
-        gl = NULL;
-    }
-    if (gh == NULL && gl == NULL) {
+    if (cr == NULL || (cr->gh_token == NULL && cr->gl_token == NULL)) {
         return env;
     }
     env = xrealloc(env, (n + 8) * sizeof(*env));
-    if (gh != NULL) {
-        env[n++] = xasprintf("DIVERGE_GIT_TOKEN=%s", gh);
-        n = add_helper(env, n, &k, "https://github.com", "x-access-token", "DIVERGE_GIT_TOKEN");
+    if (cr->gh_token != NULL) {
+        env[n++] = xasprintf("DIVERGE_GIT_TOKEN=%s", cr->gh_token);
+        n = add_helper(env, n, &k, cr->gh_base, "x-access-token", "DIVERGE_GIT_TOKEN");
     }
-    if (gl != NULL) {
-        env[n++] = xasprintf("DIVERGE_GIT_GITLAB_TOKEN=%s", gl);
-        n = add_helper(env, n, &k, gl_url, "oauth2", "DIVERGE_GIT_GITLAB_TOKEN");
+    if (cr->gl_token != NULL) {
+        env[n++] = xasprintf("DIVERGE_GIT_GITLAB_TOKEN=%s", cr->gl_token);
+        n = add_helper(env, n, &k, cr->gl_base, "oauth2", "DIVERGE_GIT_GITLAB_TOKEN");
     }
     env[n++] = xasprintf("GIT_CONFIG_COUNT=%d", k);
     env[n] = NULL;
     return env;
 }
 
-static char **git_env(void)
+static char **git_env(const struct creds *cr)
 {
     static const char *const keep[] = {"PATH=",
                                        "HOME=",
@@ -110,13 +183,13 @@ static char **git_env(void)
     env[n++] = xstrdup("GIT_TERMINAL_PROMPT=0");
     env[n++] = xstrdup("LC_ALL=C");
     env[n] = NULL;
-    return with_credentials(env, n);
+    return with_credentials(env, n, cr);
 }
 
 static void env_free(char **env)
 {
     for (char **e = env; *e != NULL; e++) {
-        if (strncmp(*e, "DIVERGE_GIT_TOKEN=", 18) == 0) {
+        if (strncmp(*e, "DIVERGE_GIT_", 12) == 0) {
             secret_wipe(*e, strlen(*e));
         }
         free(*e);
@@ -126,7 +199,8 @@ static void env_free(char **env)
 
 /* Starts git with ARGV and a filtered environment, stdin /dev/null and stdout and stderr
  * into a pipe whose read end goes to *FD_OUT. */
-static int git_start(pid_t *pid_out, int *fd_out, const char *const argv[], struct err *err)
+static int git_start(pid_t *pid_out, int *fd_out, const char *const argv[], const struct creds *cr,
+                     struct err *err)
 {
     posix_spawn_file_actions_t fa;
     char **env;
@@ -135,7 +209,7 @@ static int git_start(pid_t *pid_out, int *fd_out, const char *const argv[], stru
     if (pipe2(pipefd, O_CLOEXEC) != 0) {
         return err_set(err, E_FAIL, "pipe: %s", strerror(errno));
     }
-    env = git_env();
+    env = git_env(cr);
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
     posix_spawn_file_actions_adddup2(&fa, pipefd[1], 1);
@@ -187,14 +261,16 @@ static void log_git_lines(const char *log_path, const char *out, size_t len)
     }
 }
 
-int controller_git(const char *log_path, const char *const argv[], struct err *err)
+/* Runs git with ARGV, and CR's credentials (may be NULL), its output into LOG_PATH. */
+static int git_run(const struct creds *cr, const char *log_path, const char *const argv[],
+                   struct err *err)
 {
     char *out;
     size_t len;
     int fd = -1, status = 0, rc;
     pid_t pid = -1;
 
-    rc = git_start(&pid, &fd, argv, err);
+    rc = git_start(&pid, &fd, argv, cr, err);
     if (rc != E_OK) {
         return rc;
     }
@@ -212,6 +288,24 @@ int controller_git(const char *log_path, const char *const argv[], struct err *e
                        WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
     }
     return E_OK;
+}
+
+int controller_git(const char *log_path, const char *const argv[], struct err *err)
+{
+    return git_run(NULL, log_path, argv, err);
+}
+
+/* git_run() with the server's credentials for URL. */
+static int git_remote(struct controller *c, const char *url, const char *log_path,
+                      const char *const argv[], struct err *err)
+{
+    struct creds cr;
+    int rc;
+
+    creds_for(&cr, c, url, log_path);
+    rc = git_run(&cr, log_path, argv, err);
+    creds_free(&cr);
+    return rc;
 }
 
 static bool is_dir(const char *path)
@@ -236,9 +330,10 @@ static bool url_ok(const char *url)
     return false;
 }
 
-int controller_mirror(char **out, const char *data_dir, const char *url, const char *log_path,
+int controller_mirror(char **out, struct controller *c, const char *url, const char *log_path,
                       bool *fetched_out, struct err *err)
 {
+    const char *data_dir = c->data_dir;
     char *dir, *tmp, *marker;
     int rc = E_OK;
 
@@ -266,7 +361,7 @@ int controller_mirror(char **out, const char *data_dir, const char *url, const c
             const char *argv[] = {"git",     "--git-dir", dir,      "fetch",
                                   "--prune", "--quiet",   "origin", "+refs/heads/*:refs/heads/*",
                                   NULL};
-            rc = controller_git(log_path, argv, err);
+            rc = git_remote(c, url, log_path, argv, err);
             *fetched_out = true;
         }
     } else {
@@ -276,7 +371,7 @@ int controller_mirror(char **out, const char *data_dir, const char *url, const c
             rc = err_set(err, E_FAIL, "create the mirrors directory: %s", strerror(errno));
         } else {
             const char *argv[] = {"git", "clone", "--mirror", "--quiet", "--", url, tmp, NULL};
-            rc = controller_git(log_path, argv, err);
+            rc = git_remote(c, url, log_path, argv, err);
         }
         if (rc == E_OK) {
             char *tmp_marker = xasprintf("%s/diverge-url", tmp);
@@ -376,8 +471,8 @@ bool controller_push_allowed(const char *working, const char *base, bool from_sc
     return from_scm || base == NULL || strcmp(working, base) != 0;
 }
 
-int controller_push(const char *staging, const char *url, const char *working, const char *log_path,
-                    struct err *err)
+int controller_push(struct controller *c, const char *staging, const char *url, const char *working,
+                    const char *log_path, struct err *err)
 {
     char *ref = xasprintf("refs/heads/%s:refs/heads/%s", working, working);
     const char *argv[] = {"git",         "-c",      "core.hooksPath=/dev/null",
@@ -394,7 +489,7 @@ int controller_push(const char *staging, const char *url, const char *working, c
     rc = controller_staging_sanitize(staging, err);
     /* Never "+": a push that is not a fast-forward is refused by the remote. */
     if (rc == E_OK) {
-        rc = controller_git(log_path, argv, err);
+        rc = git_remote(c, url, log_path, argv, err);
     }
     free(ref);
     return rc;

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "scm/github/github.h"
 #include "server/server_int.h"
 
 /* Reads ".d", ".dd" or ".ddd" at *P as thousandths, moving *P past the digits taken;
@@ -81,6 +82,68 @@ bad:
     return 2;
 }
 
+/* The GitHub App as the controller's git sees it (SPEC §9: the server fetches and pushes
+ * with its own credentials): an App credential cache of its own, the REST base, and the
+ * store whose inbox remembers the installation each project's comments came through. */
+struct git_app {
+    struct github_auth *auth; /* owned */
+    char *api_url;            /* owned */
+    struct task_store *store; /* borrowed: outlives the controller */
+};
+
+static int git_app_token(void *userdata, const char *project, char **token_out, struct err *err)
+{
+    struct git_app *g = userdata;
+    struct err ierr = {0};
+    int64_t inst = 0;
+
+    /* The installation a webhook delivered for the project (tasks made from comments),
+     * else (0) the one GitHub names for the repository. */
+    if (task_store_inbox_installation(&inst, g->store, "github", project, &ierr) != E_OK) {
+        inst = 0;
+    }
+    return github_git_token(token_out, g->auth, g->api_url, project, inst, err);
+}
+
+static void git_app_free(void *userdata)
+{
+    struct git_app *g = userdata;
+
+    github_auth_free(g->auth);
+    free(g->api_url);
+    free(g);
+}
+
+/* CC's git_auth when --github-app-id and --github-app-key-file are set; else git uses the
+ * PAT of the environment (or nothing). */
+static int git_app_config(struct controller_config *cc, struct server *srv, struct err *err)
+{
+    struct github_auth *auth = NULL;
+    struct git_app *g;
+    struct err aerr = {0};
+    int rc = github_auth_from_config(&auth, srv->cfg.github_api_url, srv->cfg.github_app_id,
+                                     srv->cfg.github_app_key_file, clock_system(), &aerr);
+
+    if (rc == E_NOTFOUND) {
+        return E_OK;
+    }
+    if (rc != E_OK) {
+        return err_set(err, rc, "GitHub credentials: %s", aerr.msg);
+    }
+    if (!github_auth_is_app(auth)) {
+        github_auth_free(auth);
+        return E_OK;
+    }
+    g = xcalloc(1, sizeof(*g));
+    g->auth = auth;
+    g->api_url = xstrdup(srv->cfg.github_api_url != NULL ? srv->cfg.github_api_url
+                                                         : GITHUB_AUTH_DEFAULT_API_URL);
+    g->store = srv->store;
+    cc->git_auth =
+        (struct controller_git_auth){.token = git_app_token, .free = git_app_free, .userdata = g};
+    return E_OK;
+}
+
 int serve_controller_new(struct server *srv, struct err *err)
 {
     struct controller_config cc = {
@@ -101,8 +164,9 @@ int serve_controller_new(struct server *srv, struct err *err)
         .preview_base_url = srv->cfg.preview_base_url,
         .github_api_url = srv->cfg.github_api_url,
     };
+    int rc = git_app_config(&cc, srv, err);
 
-    return controller_new(&srv->controller, srv->store, &cc, err);
+    return rc == E_OK ? controller_new(&srv->controller, srv->store, &cc, err) : rc;
 }
 
 /* Listens on <data-dir>/sock/meter.sock; *fd_out the listening socket, or -1 when the path

@@ -60,6 +60,21 @@ struct github_config {
     const char *bot_login;
 };
 
+/* The installation of the GitHub App A that covers PROJECT ("owner/repo"), asked with the
+ * app JWT at GET {API_URL}/repos/{owner}/{repo}/installation, in *id_out. Errors as
+ * github_rest_call (E_NOTFOUND: the app is not installed there). */
+int github_repo_installation(int64_t *id_out, struct github_auth *a, const char *api_url,
+                             const char *project, struct err *err);
+
+/* The password git sends for PROJECT ("owner/repo") on the GitHub web host, with the user
+ * name "x-access-token" (SPEC §9): with an App the installation access token of
+ * INSTALLATION_ID (0: the installation github_repo_installation() finds), exchanged again
+ * once it is inside GITHUB_AUTH_REFRESH_MARGIN_MS of its expiry; with a PAT the PAT.
+ * *token_out is a new secret string (caller wipes and frees it). Errors as
+ * github_auth_header() and github_repo_installation(). */
+int github_git_token(char **token_out, struct github_auth *a, const char *api_url,
+                     const char *project, int64_t installation_id, struct err *err);
+
 /* Creates the REST provider; takes ownership of AUTH. */
 int github_provider_new(struct scm_provider **out, const struct github_config *cfg,
                         struct github_auth *auth, struct err *err);

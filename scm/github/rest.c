@@ -67,19 +67,10 @@ static int64_t installation_of(struct github *gh, const struct scm_ref *ref)
     pthread_mutex_lock(&gh->mu);
     if (gh->inst_project != NULL && strcmp(gh->inst_project, ref->project) == 0) {
         id = gh->inst_id;
-    } else {
-        char *url = repo_url(gh, ref->project, "/installation");
-        json_t *ans = NULL;
-        if (github_rest_call(&ans, NULL, gh->auth, "GET", url, 0, NULL, NULL, NULL) == E_OK &&
-            json_is_integer(json_object_get(ans, "id")) &&
-            json_integer_value(json_object_get(ans, "id")) > 0) {
-            id = json_integer_value(json_object_get(ans, "id"));
-            free(gh->inst_project);
-            gh->inst_project = xstrdup(ref->project);
-            gh->inst_id = id;
-        }
-        json_decref(ans);
-        free(url);
+    } else if (github_repo_installation(&id, gh->auth, gh->api_url, ref->project, NULL) == E_OK) {
+        free(gh->inst_project);
+        gh->inst_project = xstrdup(ref->project);
+        gh->inst_id = id;
     }
     pthread_mutex_unlock(&gh->mu);
     return id;

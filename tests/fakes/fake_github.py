@@ -22,7 +22,13 @@ and 6) with GitHub's paths, status codes, headers and JSON shapes:
     GET    /app, GET /app/installations/{id}             (app JWT)
     POST   /app/installations/{id}/access_tokens         (app JWT, RS256 checked with openssl)
     and every /repos/{o}/{r}/... path also as /repositories/{repo_id}/... (GitHub's Link
-    headers use that form).
+    headers use that form). Every API path is also served under /api/v3 (GitHub
+    Enterprise's REST base: --github-api-url URL/api/v3).
+
+    git over smart HTTP (git http-backend: clone, fetch, push) at /{o}/{r}.git for the
+    repositories given to serve_git(), behind Basic auth as github.com asks it: user
+    x-access-token with an unexpired installation token that sees the repository, or an
+    expected PAT with any user name.
 
 Usage:
     from fake_github import FakeGitHub
@@ -333,6 +339,8 @@ class FakeGitHub:
         self._next = {"user": 5001, "repo": 700000001, "issue": 1900000001,
                       "comment": comment_id_start, "reaction": 250000001, "pull": 1700000001}
         self.jwts = []                    # (header, claims) of every accepted app JWT
+        self._git = {}                    # lower full name -> bare repository served
+        self.git_auth = []                # (method, path, user, password) per git request
         self.errors = []                  # tracebacks of bugs in the fake (answered 500)
 
     # ------------------------------------------------------------------ lifecycle
@@ -593,6 +601,20 @@ class FakeGitHub:
         """Installation tokens issued so far: {token: {installation_id, expires, ...}}."""
         with self._lock:
             return {k: dict(v) for k, v in self._issued.items()}
+
+    def serve_git(self, full_name, bare):
+        """Serves the bare repository BARE (an existing directory) as {url}/{full_name}.git
+        over git's smart HTTP, fetch and push; the repository is also added to the API."""
+        with self._lock:
+            if full_name.lower() not in self._repos:
+                self.add_repo(full_name)
+            self._git[full_name.lower()] = os.path.abspath(bare)
+
+    def git_requests(self, service=None):
+        """(method, path, user, password) of the git requests so far; SERVICE
+        ("git-upload-pack" for fetches, "git-receive-pack" for pushes) keeps those of one."""
+        with self._lock:
+            return [x for x in self.git_auth if service is None or service in x[1]]
 
     def rate_limit_remaining(self, remaining, limit=5000, reset_in=3600, resource="core",
                              used=None):
@@ -894,6 +916,11 @@ class FakeGitHub:
         method = h.command.upper()
         split = urllib.parse.urlsplit(h.path)
         path = split.path
+        if path.startswith("/api/v3/"):
+            path = path[len("/api/v3"):]
+        elif re.match(r"^/[^/]+/[^/]+\.git/", path):
+            self._git_request(h, method, path, split.query)
+            return
         query_list = urllib.parse.parse_qsl(split.query, keep_blank_values=True)
         query = dict(query_list)
         try:
@@ -1627,6 +1654,80 @@ class FakeGitHub:
                              "events": ["issue_comment"],
                              "installations_count": len(self._installations)}, {}
         raise Reject(404)
+
+    # ------------------------------------------------------------------ git smart HTTP
+    def _git_user(self, hdrs, fn):
+        """(user, password) of a Basic Authorization header (None, None without), and
+        whether github.com would let them at the repository FN."""
+        auth = hdrs.get("authorization") or ""
+        scheme, _, cred = auth.strip().partition(" ")
+        if scheme.lower() != "basic":
+            return None, None, False
+        try:
+            user, _, pw = base64.b64decode(cred).decode().partition(":")
+        except ValueError:
+            return None, None, False
+        with self._lock:
+            info = self._issued.get(pw)
+            if info is not None:
+                ok = (user == "x-access-token" and info["expires"] > time.time() and
+                      (info["repos"] is None or fn in info["repos"]))
+            else:
+                ok = pw in self._tokens
+        return user, pw, ok
+
+    def _git_request(self, h, method, path, query):
+        m = re.match(r"^/([^/]+)/([^/]+?)\.git(/.*)$", path)
+        fn = ("%s/%s" % (m.group(1), m.group(2))).lower()
+        hdrs = {k.lower(): v for k, v in h.headers.items()}
+        try:
+            body = h._read_body()
+        except (OSError, ValueError):
+            h.close_connection = True
+            return
+        user, pw, ok = self._git_user(hdrs, fn)
+        with self._lock:
+            bare = self._git.get(fn)
+            self.git_auth.append((method, path + ("?" + query if query else ""), user, pw))
+        if bare is None or not ok:
+            status = 404 if bare is None else 401
+            out = b"Repository not found.\n" if bare is None else b"Invalid credentials\n"
+            h.send_response(status)
+            if status == 401:
+                h.send_header("WWW-Authenticate", 'Basic realm="GitHub"')
+            h.send_header("Content-Type", "text/plain")
+            h.send_header("Content-Length", str(len(out)))
+            h.end_headers()
+            h.wfile.write(out)
+            return
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+               "HOME": os.environ.get("HOME", "/"),
+               "GIT_PROJECT_ROOT": os.path.dirname(bare), "GIT_HTTP_EXPORT_ALL": "1",
+               "PATH_INFO": "/" + os.path.basename(bare) + m.group(3),
+               "REQUEST_METHOD": method, "QUERY_STRING": query, "REMOTE_USER": user or "git",
+               "REMOTE_ADDR": "127.0.0.1", "CONTENT_TYPE": hdrs.get("content-type", ""),
+               "CONTENT_LENGTH": str(len(body))}
+        if hdrs.get("content-encoding"):
+            env["HTTP_CONTENT_ENCODING"] = hdrs["content-encoding"]
+        if hdrs.get("git-protocol"):
+            env["GIT_PROTOCOL"] = hdrs["git-protocol"]
+        p = subprocess.run(["git", "http-backend"], input=body, env=env, capture_output=True)
+        head, sep, payload = p.stdout.partition(b"\r\n\r\n")
+        if not sep:
+            head, _, payload = p.stdout.partition(b"\n\n")
+        status, headers = 200, []
+        for line in head.decode("latin-1").splitlines():
+            k, _, v = line.partition(":")
+            if k.strip().lower() == "status":
+                status = int(v.split()[0])
+            elif k.strip():
+                headers.append((k.strip(), v.strip()))
+        h.send_response(status)
+        for k, v in headers:
+            h.send_header(k, v)
+        h.send_header("Content-Length", str(len(payload)))
+        h.end_headers()
+        h.wfile.write(payload)
 
     def _installation_json(self, iid):
         inst = self._installations.get(iid) or {}

@@ -242,6 +242,34 @@ TEST(draft_pr_target_table)
     }
 }
 
+/* The one web base the draft PR and git's credentials (workspace.c) both use. */
+TEST(github_web_base_table)
+{
+    static const struct {
+        const char *api, *web;
+    } cases[] = {
+        {"https://api.github.com", "https://github.com"},
+        {"https://API.github.com/", "https://github.com"},
+        {"https://ghe.example/api/v3", "https://ghe.example"},
+        {"https://ghe.example:8443/api/v3/", "https://ghe.example:8443"},
+        {"http://127.0.0.1:5/api/v3", "http://127.0.0.1:5"},
+        {"http://127.0.0.1:5", "http://127.0.0.1:5"},
+        {"ftp://ghe.example/api/v3", NULL},
+        {"https:///api/v3", NULL},
+        {NULL, NULL},
+    };
+
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        char *web = controller_github_web_base(cases[i].api);
+        if (cases[i].web == NULL) {
+            CHECK(web == NULL);
+        } else {
+            CHECK_EQ_STR(web, cases[i].web);
+        }
+        free(web);
+    }
+}
+
 TEST(draft_pr_request_shape)
 {
     json_t *t = pr_task("https://github.com/o/r", true, false);
