@@ -26,6 +26,18 @@ struct kube_client {
 
 #define CALL_TIMEOUT_MS 30000L
 
+/* Whether CH may stand at position I of N in a name: [a-z0-9] anywhere, '-' (and '.' with
+ * DOTS) only inside. */
+static bool name_char_ok(char ch, size_t i, size_t n, bool dots)
+{
+    bool inside = i > 0 && i + 1 < n;
+
+    if ((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9')) {
+        return true;
+    }
+    return inside && (ch == '-' || (dots && ch == '.'));
+}
+
 static bool name_chars_ok(const char *s, size_t max, bool dots)
 {
     size_t n = s != NULL ? strlen(s) : 0;
@@ -34,10 +46,7 @@ static bool name_chars_ok(const char *s, size_t max, bool dots)
         return false;
     }
     for (size_t i = 0; i < n; i++) {
-        char ch = s[i];
-        bool alnum = (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9');
-        if (!alnum && !(ch == '-' && i > 0 && i + 1 < n) &&
-            !(dots && ch == '.' && i > 0 && i + 1 < n)) {
+        if (!name_char_ok(s[i], i, n, dots)) {
             return false;
         }
     }
@@ -112,12 +121,11 @@ int kube_url(char **out, struct kube_client *c, const struct kube_resource *res,
     return E_OK;
 }
 
-/* One exchange: BODY (or NULL) sent as CTYPE; a 2xx answer parsed into *out when OUT is
- * non-NULL. */
-static int call(json_t **out, struct kube_client *c, const char *method, const char *url,
-                const char *ctype, const json_t *body, const char *what, struct err *err)
+int kube_call(json_t **out, struct kube_client *c, const char *method, const char *url,
+              const char *ctype, const json_t *body, long timeout_ms, const char *what,
+              struct err *err)
 {
-    struct kube_http_req req = {.method = method, .url = url, .timeout_ms = CALL_TIMEOUT_MS};
+    struct kube_http_req req = {.method = method, .url = url, .timeout_ms = timeout_ms};
     struct buf resp;
     char *text = NULL;
     long status = 0;
@@ -145,6 +153,12 @@ static int call(json_t **out, struct kube_client *c, const char *method, const c
     free(text);
     buf_cleanup(&resp);
     return rc;
+}
+
+static int call(json_t **out, struct kube_client *c, const char *method, const char *url,
+                const char *ctype, const json_t *body, const char *what, struct err *err)
+{
+    return kube_call(out, c, method, url, ctype, body, CALL_TIMEOUT_MS, what, err);
 }
 
 static char *what_of(const char *verb, const struct kube_resource *res)

@@ -73,6 +73,13 @@ bool kube_rv_ok(const char *rv);
 int kube_url(char **out, struct kube_client *c, const struct kube_resource *res, const char *ns,
              const char *name, const char *sub, struct err *err);
 
+/* One exchange with the API server: BODY (or NULL) sent as CTYPE, the whole exchange limited
+ * to TIMEOUT_MS; a 2xx answer is parsed into *out when OUT is non-NULL, anything else becomes
+ * kube_status_error(…, WHAT, …). */
+int kube_call(json_t **out, struct kube_client *c, const char *method, const char *url,
+              const char *ctype, const json_t *body, long timeout_ms, const char *what,
+              struct err *err);
+
 /* Parses BODY as one JSON object (duplicate keys refused). E_FAIL when it is not. */
 int kube_parse_object(json_t **out, const char *body, size_t len, struct err *err);
 

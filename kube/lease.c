@@ -129,33 +129,55 @@ static int64_t mono_ms(void)
     return clock_mono_ns() / 1000000;
 }
 
-/* One round: read, decide, write. E_OK with *leading_out telling whether we hold it now. */
-static int try_once(bool *leading_out, struct kube_lease *l, struct err *err)
+/* Milliseconds left of a round that started at START_MS (monotonic) and may take at most
+ * LIMIT_MS; at least 1 so a call always gets a (tiny) chance. */
+static long left_ms(int64_t start_ms, int64_t limit_ms)
 {
+    int64_t left = limit_ms - (mono_ms() - start_ms);
+
+    return left > 1 ? (long)left : 1;
+}
+
+/* One round: read, decide, write, all within LIMIT_MS (a leader must know it failed to renew
+ * before its lease runs out, so no call may hang past the renew deadline). E_OK with
+ * *leading_out telling whether we hold the lease now. */
+static int try_once(bool *leading_out, struct kube_lease *l, int64_t limit_ms, struct err *err)
+{
+    int64_t start = mono_ms();
     json_t *cur = NULL, *next = NULL, *written = NULL;
+    char *url = NULL, *coll = NULL;
     enum kube_lease_action a;
     int rc;
 
     *leading_out = false;
-    rc = kube_get(&cur, l->c, &KUBE_LEASES, l->ns, l->name, err);
+    rc = kube_url(&url, l->c, &KUBE_LEASES, l->ns, l->name, NULL, err);
+    if (rc == E_OK) {
+        rc = kube_url(&coll, l->c, &KUBE_LEASES, l->ns, NULL, NULL, err);
+    }
+    if (rc == E_OK) {
+        rc = kube_call(&cur, l->c, "GET", url, NULL, NULL, left_ms(start, limit_ms), "get lease",
+                       err);
+    }
     if (rc == E_NOTFOUND) {
         rc = E_OK;
     }
     if (rc != E_OK) {
-        return rc;
+        goto out;
     }
     a = kube_lease_decide(cur, now_ms(l), l->identity);
     if (a != KUBE_LEASE_WAIT) {
         next = kube_lease_build(a, cur, l->ns, l->name, l->identity, now_ms(l), l->o.duration_s);
-        rc = a == KUBE_LEASE_CREATE ? kube_create(&written, l->c, &KUBE_LEASES, l->ns, next, err)
-                                    : kube_replace(&written, l->c, &KUBE_LEASES, l->ns, next, err);
+        rc = kube_call(&written, l->c, a == KUBE_LEASE_CREATE ? "POST" : "PUT",
+                       a == KUBE_LEASE_CREATE ? coll : url, "application/json", next,
+                       left_ms(start, limit_ms), "write lease", err);
     }
-    if (rc == E_OK && written != NULL) {
-        *leading_out = true;
-    }
+    *leading_out = rc == E_OK && written != NULL;
+out:
     json_decref(written);
     json_decref(next);
     json_decref(cur);
+    free(url);
+    free(coll);
     return rc;
 }
 
@@ -208,7 +230,13 @@ static void *elector(void *arg)
     do {
         struct err err = {0};
         bool leading = false;
-        int rc = try_once(&leading, l, &err);
+        int64_t limit = l->o.renew_deadline_ms;
+        int rc;
+
+        if (kube_lease_is_leader(l)) {
+            limit = l->o.renew_deadline_ms - (mono_ms() - last_ok);
+        }
+        rc = try_once(&leading, l, limit, &err);
 
         if (leading) {
             last_ok = mono_ms();

@@ -168,6 +168,30 @@ static char *watch_url(struct kube_client *c, const struct kube_resource *res, c
     return url;
 }
 
+/* How the transfer that returned RC with STATUS ends the watch. */
+static int finish(enum kube_watch_end *end_out, struct wstate *w, int rc, long status,
+                  const struct buf *body, const volatile int *cancel)
+{
+    bool ok = status >= 200 && status <= 299;
+
+    if (rc == E_OK && ok && w->line.len > 0) {
+        /* The last event may come without its newline when the server closes. */
+        rc = handle_line(w, w->line.data, w->line.len);
+    }
+    if (w->gone || status == 410) {
+        *end_out = KUBE_WATCH_GONE;
+        return E_OK;
+    }
+    if (w->stopped || (cancel != NULL && *cancel != 0)) {
+        *end_out = KUBE_WATCH_STOPPED;
+        return E_OK;
+    }
+    if (rc == E_OK && !ok) {
+        return kube_status_error(status, body, w->what, w->err);
+    }
+    return rc;
+}
+
 int kube_watch(enum kube_watch_end *end_out, char rv[KUBE_RV_MAX], struct kube_client *c,
                const struct kube_resource *res, const char *ns, const struct kube_watch_opts *opts,
                kube_watch_fn fn, void *userdata, struct err *err)
@@ -195,22 +219,7 @@ int kube_watch(enum kube_watch_end *end_out, char rv[KUBE_RV_MAX], struct kube_c
     }
     req.cancel = opts != NULL ? opts->cancel : NULL;
     rc = kube_http_do(&status, &body, kube_client_config(c), &req, err);
-    if (w.gone || status == 410) {
-        *end_out = KUBE_WATCH_GONE;
-        rc = E_OK;
-    } else if (w.stopped || (req.cancel != NULL && *req.cancel != 0)) {
-        *end_out = KUBE_WATCH_STOPPED;
-        rc = E_OK;
-    } else if (rc == E_OK && (status < 200 || status > 299)) {
-        rc = kube_status_error(status, &body, what, err);
-    } else if (rc == E_OK && w.line.len > 0) {
-        /* The last event may come without its newline when the server closes. */
-        rc = handle_line(&w, w.line.data, w.line.len);
-        if (w.gone || w.stopped) {
-            *end_out = w.gone ? KUBE_WATCH_GONE : KUBE_WATCH_STOPPED;
-            rc = E_OK;
-        }
-    }
+    rc = finish(end_out, &w, rc, status, &body, req.cancel);
 out:
     free(url);
     buf_cleanup(&w.line);

@@ -104,8 +104,7 @@ class FakeKube:
         self.compacted = 0  # events with rv <= this may be gone from the history
         self.requests = []  # (method, path) log for tests
         self.stopping = False
-        self.httpd = ThreadingHTTPServer((host, port), _Handler)
-        self.httpd.daemon_threads = True
+        self.httpd = _Server((host, port), _Handler)
         self.httpd.fake = self
         scheme = "http"
         if tls_cert:
@@ -301,6 +300,16 @@ def _openapi_doc(group, version):
                 "parameters": [{"name": "fieldValidation", "in": "query"}]}}
     return {"openapi": "3.0.0", "info": {"title": "fake_kube", "version": "v1"},
             "paths": paths} if paths else None
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128  # as a real API server: a burst of connects must not stall
+
+    def handle_error(self, request, client_address):
+        if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError, ssl.SSLError)):
+            return  # the client went away (a timed-out call): nothing to report
+        super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):
