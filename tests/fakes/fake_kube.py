@@ -17,6 +17,8 @@ server does them:
     custom resources, as there.
   - the status subresource of the CRDs: PUT/PATCH …/status change only status; the main
     resource ignores status (also on create).
+  - JSON only: a protobuf or CBOR request body is 415 (kubectl's typed commands such as
+    `create secret` send protobuf; `create -f` sends JSON);
   - metav1.Status errors; bearer token auth (401); discovery and the minimal OpenAPI v3
     documents kubectl 1.33 needs (KUBECTL-PROTOCOL.md).
 Resources (namespaced): divergedev.com/v1alpha1 agenttasks, environments; v1 secrets;
@@ -331,6 +333,14 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _body(self):
         n = int(self.headers.get("Content-Length") or 0)
+        ctype = (self.headers.get("Content-Type") or "application/json").split(";")[0].strip()
+        if n and n <= BODY_MAX and ctype not in ("application/json",
+                                                 "application/merge-patch+json"):
+            self.rfile.read(n)  # keep the connection in step before refusing
+            # protobuf and CBOR are not spoken here; client-go falls back to JSON on 415
+            raise ApiError(415, "UnsupportedMediaType", "the body of the request was in an "
+                           "unknown format - accepted media types include: application/json, "
+                           "application/merge-patch+json")
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
             raise ApiError(400, "BadRequest", "chunked request bodies are not supported here")
         if n > BODY_MAX:
