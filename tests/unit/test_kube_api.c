@@ -100,8 +100,10 @@ TEST(stale_status_update_conflicts_then_retry_succeeds)
     CHECK_OK(kube_replace(&out, c, &KUBE_AGENTTASKS, "default", cur, &err));
     CHECK_EQ_STR(str_at(out, "status", "phase"), "Active");
     /* a stale replace conflicts too */
-    CHECK_EQ_INT(kube_replace(&v1, c, &KUBE_AGENTTASKS, "default", v2, &err), E_CONFLICT);
     json_decref(out);
+    CHECK_EQ_INT(kube_replace(&out, c, &KUBE_AGENTTASKS, "default", v2, &err), E_CONFLICT);
+    CHECK(out == NULL);
+    json_decref(v1);
     json_decref(cur);
     json_decref(v2);
     json_decref(patch);
