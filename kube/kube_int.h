@@ -80,6 +80,12 @@ int kube_call(json_t **out, struct kube_client *c, const char *method, const cha
               const char *ctype, const json_t *body, long timeout_ms, const char *what,
               struct err *err);
 
+/* Runs the watch-stream parser over DATA[0..len), handed over in pieces of PIECE bytes (>= 1)
+ * as a server's chunks would be, ending as a closed stream would: for tests and fuzzing.
+ * Returns and sets *end_out as kube_watch does. */
+int kube_watch_feed(enum kube_watch_end *end_out, char rv[KUBE_RV_MAX], const char *data,
+                    size_t len, size_t piece, kube_watch_fn fn, void *userdata, struct err *err);
+
 /* Parses BODY as one JSON object (duplicate keys refused). E_FAIL when it is not. */
 int kube_parse_object(json_t **out, const char *body, size_t len, struct err *err);
 

@@ -22,9 +22,9 @@ struct wstate {
     const char *what; /* "watch agenttasks", for messages; borrowed */
 };
 
-/* The code that stops the transfer when the watch ends on purpose (gone or stopped); the
- * flags in struct wstate tell which. */
-#define STOP_MARK E_AGAIN
+/* What on_chunk returns to stop the transfer when the watch ends on purpose (gone or
+ * stopped; the flags in struct wstate tell which): positive, so never an E_* code. */
+#define STOP_MARK 1
 
 static int event_type(enum kube_event *out, const char *t)
 {
@@ -69,7 +69,7 @@ static int error_event(struct wstate *w, const json_t *obj)
     rc = kube_status_error(code >= 100 && code <= 599 ? (long)code : 500, &b, w->what, w->err);
     buf_cleanup(&b);
     free(text);
-    return rc == STOP_MARK ? E_FAIL : rc;
+    return rc;
 }
 
 static int handle_line(struct wstate *w, const char *s, size_t n)
@@ -189,6 +189,25 @@ static int finish(enum kube_watch_end *end_out, struct wstate *w, int rc, long s
     if (rc == E_OK && !ok) {
         return kube_status_error(status, body, w->what, w->err);
     }
+    return rc;
+}
+
+int kube_watch_feed(enum kube_watch_end *end_out, char rv[KUBE_RV_MAX], const char *data,
+                    size_t len, size_t piece, kube_watch_fn fn, void *userdata, struct err *err)
+{
+    struct wstate w = {.rv = rv, .fn = fn, .userdata = userdata, .err = err, .what = "watch"};
+    struct buf none;
+    int rc = E_OK;
+
+    *end_out = KUBE_WATCH_CLOSED;
+    buf_init(&w.line, KUBE_EVENT_MAX);
+    buf_init(&none, 0);
+    for (size_t off = 0; off < len && rc == E_OK; off += piece) {
+        rc = on_chunk(data + off, len - off < piece ? len - off : piece, &w);
+    }
+    rc =
+        finish(end_out, &w, rc == STOP_MARK && (w.gone || w.stopped) ? E_OK : rc, 200, &none, NULL);
+    buf_cleanup(&w.line);
     return rc;
 }
 
