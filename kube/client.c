@@ -282,12 +282,20 @@ int kube_update_status(json_t **out, struct kube_client *c, const struct kube_re
 }
 
 int kube_delete(struct kube_client *c, const struct kube_resource *res, const char *ns,
-                const char *name, struct err *err)
+                const char *name, const char *expect_rv, struct err *err)
 {
     char *url = NULL, *what = what_of("delete", res);
     json_t *opts = json_pack("{s:s}", "propagationPolicy", "Background");
     int rc = kube_url(&url, c, res, ns, name, NULL, err);
 
+    if (rc == E_OK && expect_rv != NULL) {
+        if (!kube_rv_ok(expect_rv)) {
+            rc = err_set(err, E_INVALID, "%s: bad resourceVersion precondition", what);
+        } else {
+            json_object_set_new(opts, "preconditions",
+                                json_pack("{s:s}", "resourceVersion", expect_rv));
+        }
+    }
     if (rc == E_OK) {
         rc = call(NULL, c, "DELETE", url, "application/json", opts, what, err);
     }

@@ -123,8 +123,10 @@ int kube_replace(json_t **out, struct kube_client *c, const struct kube_resource
 int kube_update_status(json_t **out, struct kube_client *c, const struct kube_resource *res,
                        const char *ns, const json_t *obj, struct err *err);
 
+/* Deletes NAME (propagationPolicy Background). With EXPECT_RV non-NULL only when the object
+ * still has that resourceVersion (DeleteOptions.preconditions): else E_CONFLICT. */
 int kube_delete(struct kube_client *c, const struct kube_resource *res, const char *ns,
-                const char *name, struct err *err);
+                const char *name, const char *expect_rv, struct err *err);
 
 /* ---- watch ------------------------------------------------------------------------ */
 

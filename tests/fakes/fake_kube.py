@@ -13,6 +13,7 @@ server does them:
     replays the kept history after N; an N older than the bounded history gets one
     {"type":"ERROR","object":<Status 410 Expired>} and the stream ends. allowWatchBookmarks
     adds BOOKMARK events; timeoutSeconds ends the stream (default: kept open).
+  - delete honours DeleteOptions.preconditions.resourceVersion (409 Conflict when stale);
   - merge patch (RFC 7386, application/merge-patch+json); strategic merge patch is 415 on
     custom resources, as there.
   - the status subresource of the CRDs: PUT/PATCH …/status change only status; the main
@@ -223,8 +224,13 @@ class FakeKube:
         self._record(plural, ns, "MODIFIED", merged)
         return merged
 
-    def delete(self, plural, ns, name):
+    def delete(self, plural, ns, name, expect_rv=None):
         obj = self.get(plural, ns, name)
+        if expect_rv is not None and expect_rv != obj["metadata"]["resourceVersion"]:
+            raise ApiError(409, "Conflict", "Precondition failed: ResourceVersion in "
+                           "precondition: %s, ResourceVersion in object meta: %s" %
+                           (expect_rv, obj["metadata"]["resourceVersion"]),
+                           {"name": name, "group": RESOURCES[plural][0], "kind": plural})
         del self.objects[(plural, ns, name)]
         obj = json.loads(json.dumps(obj))
         self._bump(obj)
@@ -438,9 +444,11 @@ class _Handler(BaseHTTPRequestHandler):
         if method == "PATCH":
             return self._patch(fake, plural, ns, name, sub)
         if method == "DELETE" and sub is None:
-            self._body()
+            opts = self._body()
+            pre = (opts.get("preconditions") or {}) if isinstance(opts, dict) else {}
             with fake.lock:
-                return self._send_json(200, fake.delete(plural, ns, name))
+                return self._send_json(200, fake.delete(plural, ns, name,
+                                                        pre.get("resourceVersion")))
         raise ApiError(405, "MethodNotAllowed", "the server does not allow this method")
 
     def _patch(self, fake, plural, ns, name, sub):

@@ -43,9 +43,15 @@ TEST(crud_and_status_errors)
     CHECK_EQ_STR(str_at(out, "spec", "objective"), "second");
     json_decref(out);
     json_decref(patch);
-    CHECK_OK(kube_delete(c, &KUBE_AGENTTASKS, "default", "crud-1", &err));
+    CHECK_EQ_INT(kube_delete(c, &KUBE_AGENTTASKS, "default", "crud-1", "1", &err), E_CONFLICT);
+    CHECK(strstr(err.msg, "Conflict") != NULL);
+    CHECK_OK(kube_get(&got, c, &KUBE_AGENTTASKS, "default", "crud-1", &err));
+    CHECK_OK(kube_delete(c, &KUBE_AGENTTASKS, "default", "crud-1",
+                         str_at(got, "metadata", "resourceVersion"), &err));
+    json_decref(got);
+    got = NULL;
     CHECK_EQ_INT(kube_get(&got, c, &KUBE_AGENTTASKS, "default", "crud-1", &err), E_NOTFOUND);
-    CHECK_EQ_INT(kube_delete(c, &KUBE_AGENTTASKS, "default", "crud-1", &err), E_NOTFOUND);
+    CHECK_EQ_INT(kube_delete(c, &KUBE_AGENTTASKS, "default", "crud-1", NULL, &err), E_NOTFOUND);
     json_decref(t);
     kube_client_free(c);
     kube_client_free(bad);
@@ -63,7 +69,7 @@ TEST(every_resource_type_round_trips)
         CHECK_OK(kube_create(&out, c, res[i], "ns-rt", o, &err));
         CHECK_EQ_STR(json_string_value(json_object_get(out, "kind")), res[i]->kind);
         CHECK_OK(kube_get(&got, c, res[i], "ns-rt", "rt-1", &err));
-        CHECK_OK(kube_delete(c, res[i], "ns-rt", "rt-1", &err));
+        CHECK_OK(kube_delete(c, res[i], "ns-rt", "rt-1", NULL, &err));
         json_decref(o);
         json_decref(out);
         json_decref(got);
@@ -166,7 +172,7 @@ TEST(list_then_watch_resumes_without_duplicates)
     CHECK_EQ_STR(s.names[0], "ADDED:w-3");
     CHECK_EQ_STR(s.names[1], "MODIFIED:w-1");
     /* resume from the kept resourceVersion: only what happened since */
-    CHECK_OK(kube_delete(c, &KUBE_AGENTTASKS, "ns-w", "w-2", &err));
+    CHECK_OK(kube_delete(c, &KUBE_AGENTTASKS, "ns-w", "w-2", NULL, &err));
     s.n = 0;
     s.bookmarks = 0;
     s.stop_after = 1;
