@@ -6,6 +6,7 @@
 #include "kube/kube_int.h"
 
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <curl/curl.h>
@@ -114,6 +115,8 @@ static int setup(CURL *c, struct curl_slist *hdrs, struct kube_config *cfg,
     bad |= curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs) != CURLE_OK;
     bad |= curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, req->method) != CURLE_OK;
     bad |= curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, 5000L) != CURLE_OK;
+    /* A watch may idle for minutes: keepalive notices a peer that vanished without a FIN. */
+    bad |= curl_easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L) != CURLE_OK;
     bad |= curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, req->timeout_ms) != CURLE_OK;
     bad |= curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body) != CURLE_OK;
     bad |= curl_easy_setopt(c, CURLOPT_WRITEDATA, x) != CURLE_OK;

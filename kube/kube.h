@@ -150,7 +150,8 @@ enum kube_watch_end {
 
 struct kube_watch_opts {
     const char *label_selector; /* or NULL */
-    long timeout_s;             /* server-side timeoutSeconds; 0: the server's default */
+    long timeout_s;             /* server-side timeoutSeconds (the client drops the stream
+                                   30 s later); 0: the server's default, no client limit */
     const volatile int *cancel; /* checked about once a second; non-zero stops; or NULL */
 };
 

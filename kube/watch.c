@@ -26,6 +26,9 @@ struct wstate {
  * stopped; the flags in struct wstate tell which): positive, so never an E_* code. */
 #define STOP_MARK 1
 
+/* Seconds a watch may run past the timeoutSeconds it asked for before we drop it. */
+#define WATCH_GRACE_S 30L
+
 static int event_type(enum kube_event *out, const char *t)
 {
     static const struct {
@@ -237,6 +240,11 @@ int kube_watch(enum kube_watch_end *end_out, char rv[KUBE_RV_MAX], struct kube_c
         goto out;
     }
     req.cancel = opts != NULL ? opts->cancel : NULL;
+    /* The server ends the stream after timeoutSeconds; a stream that outlives that by a
+     * margin is a dead connection, not a quiet watch. */
+    if (opts != NULL && opts->timeout_s > 0) {
+        req.timeout_ms = (opts->timeout_s + WATCH_GRACE_S) * 1000L;
+    }
     rc = kube_http_do(&status, &body, kube_client_config(c), &req, err);
     rc = finish(end_out, &w, rc, status, &body, req.cancel);
 out:

@@ -218,6 +218,21 @@ TEST(expired_resource_version_reports_gone_then_relist_works)
     kube_client_free(c);
 }
 
+TEST(cancelled_watch_stops)
+{
+    struct kube_client *c = fake_kube_client(&fake, NULL);
+    volatile int cancel = 1;
+    struct kube_watch_opts opts = {.timeout_s = 600, .cancel = &cancel};
+    enum kube_watch_end end = KUBE_WATCH_CLOSED;
+    struct seen s = {.stop_after = 1000};
+    char rv[KUBE_RV_MAX] = "";
+    struct err err = {0};
+
+    CHECK_OK(kube_watch(&end, rv, c, &KUBE_AGENTTASKS, "ns-c", &opts, on_event, &s, &err));
+    CHECK_EQ_INT(end, KUBE_WATCH_STOPPED);
+    kube_client_free(c);
+}
+
 static char *tmpdir_path;
 
 static char *tpath(const char *name)
