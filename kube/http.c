@@ -60,7 +60,7 @@ static int on_progress(void *userdata, curl_off_t dltotal, curl_off_t dlnow, cur
     (void)dlnow;
     (void)ultotal;
     (void)ulnow;
-    if (x->req->cancel != NULL && *x->req->cancel != 0) {
+    if (x->req->cancel != NULL && atomic_load(x->req->cancel) != 0) {
         x->abort_rc = E_AGAIN;
         return 1;
     }
@@ -202,7 +202,7 @@ int kube_http_do(long *status_out, struct buf *body_out, struct kube_config *cfg
     curl_easy_getinfo(x.curl, CURLINFO_RESPONSE_CODE, status_out);
     if (x.abort_rc == E_TOOBIG) {
         rc = err_set(err, E_TOOBIG, "kubernetes api: response over the size cap");
-    } else if (x.abort_rc == E_AGAIN && req->cancel != NULL && *req->cancel != 0) {
+    } else if (x.abort_rc == E_AGAIN && req->cancel != NULL && atomic_load(req->cancel) != 0) {
         rc = err_set(err, E_AGAIN, "kubernetes api: request cancelled");
     } else if (x.abort_rc != E_OK) {
         rc = x.abort_rc;

@@ -6,6 +6,7 @@
 #ifndef DIVERGE_KUBE_KUBE_H
 #define DIVERGE_KUBE_KUBE_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -152,7 +153,7 @@ struct kube_watch_opts {
     const char *label_selector; /* or NULL */
     long timeout_s;             /* server-side timeoutSeconds (the client drops the stream
                                    30 s later); 0: the server's default, no client limit */
-    const volatile int *cancel; /* checked about once a second; non-zero stops; or NULL */
+    const atomic_int *cancel;   /* checked about once a second; non-zero stops; or NULL */
 };
 
 /* Watches RES in NS from the resourceVersion in RV (KUBE_RV_MAX bytes, updated in place
@@ -162,6 +163,48 @@ struct kube_watch_opts {
 int kube_watch(enum kube_watch_end *end_out, char rv[KUBE_RV_MAX], struct kube_client *c,
                const struct kube_resource *res, const char *ns, const struct kube_watch_opts *opts,
                kube_watch_fn fn, void *userdata, struct err *err);
+
+/* ---- informer --------------------------------------------------------------------- */
+
+/* Called on the informer's thread for every change; OBJ is borrowed for the call. After a
+ * relist the differences to the cache arrive as ADDED/MODIFIED/DELETED (never BOOKMARK). */
+typedef void (*kube_informer_fn)(enum kube_event type, const json_t *obj, void *userdata);
+
+struct kube_informer_opts {
+    const struct kube_resource *res; /* what to follow */
+    const char *ns;                  /* namespace, or NULL for all */
+    const char *label_selector;      /* or NULL */
+    long watch_timeout_s;            /* timeoutSeconds of each watch; 0: the server's */
+    int64_t retry_ms;                /* pause after a failed list or watch */
+    kube_informer_fn on_event;       /* or NULL (read the cache only) */
+    void *userdata;                  /* for on_event */
+};
+
+#define KUBE_INFORMER_OPTS_DEFAULTS                                                                \
+    {                                                                                              \
+        .res = NULL, .ns = NULL, .label_selector = NULL, .watch_timeout_s = 300, .retry_ms = 1000, \
+        .on_event = NULL, .userdata = NULL                                                         \
+    }
+
+struct kube_informer;
+
+/* Starts a thread that lists OPTS->res and watches from the list's resourceVersion, keeping
+ * a cache: a closed watch resumes from the last resourceVersion, 410 Expired relists (the
+ * differences become events), failures are retried after retry_ms. C is borrowed and must
+ * outlive the informer; OPTS strings are copied. E_INVALID on bad options. */
+int kube_informer_start(struct kube_informer **out, struct kube_client *c,
+                        const struct kube_informer_opts *opts, struct err *err);
+/* Whether the first list has completed. Thread-safe. */
+bool kube_informer_synced(struct kube_informer *inf);
+/* A copy of the cached object NS/NAME (new reference), or E_NOTFOUND. Thread-safe. */
+int kube_informer_get(json_t **out, struct kube_informer *inf, const char *ns, const char *name);
+/* A copy of every cached object (new array, unordered), the resourceVersion the cache is at
+ * and (RELISTS_OUT may be NULL) how many lists were done so far. Thread-safe. */
+json_t *kube_informer_list(char rv_out[KUBE_RV_MAX], int64_t *relists_out,
+                           struct kube_informer *inf);
+/* Stops the thread (an open watch is cancelled within about a second) and frees INF; NULL is
+ * a no-op. */
+void kube_informer_stop(struct kube_informer *inf);
 
 /* ---- leader election -------------------------------------------------------------- */
 

@@ -38,15 +38,15 @@ int kube_read_file(char **out, size_t *len_out, const char *path, size_t max, st
 typedef int (*kube_chunk_fn)(const char *data, size_t len, void *userdata);
 
 struct kube_http_req {
-    const char *method;         /* "GET", "PUT", ... */
-    const char *url;            /* full URL; borrowed */
-    const char *content_type;   /* of BODY, or NULL */
-    const char *body;           /* or NULL */
-    size_t body_len;            /* bytes of body */
-    long timeout_ms;            /* whole exchange; 0: none (watches) */
-    kube_chunk_fn on_chunk;     /* NULL: collect the body into *body_out */
-    void *userdata;             /* for on_chunk */
-    const volatile int *cancel; /* non-zero aborts the transfer (E_AGAIN); or NULL */
+    const char *method;       /* "GET", "PUT", ... */
+    const char *url;          /* full URL; borrowed */
+    const char *content_type; /* of BODY, or NULL */
+    const char *body;         /* or NULL */
+    size_t body_len;          /* bytes of body */
+    long timeout_ms;          /* whole exchange; 0: none (watches) */
+    kube_chunk_fn on_chunk;   /* NULL: collect the body into *body_out */
+    void *userdata;           /* for on_chunk */
+    const atomic_int *cancel; /* non-zero aborts the transfer (E_AGAIN); or NULL */
 };
 
 /* Performs REQ against CFG's server with its token and TLS settings. *status_out is the

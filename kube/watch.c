@@ -173,7 +173,7 @@ static char *watch_url(struct kube_client *c, const struct kube_resource *res, c
 
 /* How the transfer that returned RC with STATUS ends the watch. */
 static int finish(enum kube_watch_end *end_out, struct wstate *w, int rc, long status,
-                  const struct buf *body, const volatile int *cancel)
+                  const struct buf *body, const atomic_int *cancel)
 {
     bool ok = status >= 200 && status <= 299;
 
@@ -185,7 +185,7 @@ static int finish(enum kube_watch_end *end_out, struct wstate *w, int rc, long s
         *end_out = KUBE_WATCH_GONE;
         return E_OK;
     }
-    if (w->stopped || (cancel != NULL && *cancel != 0)) {
+    if (w->stopped || (cancel != NULL && atomic_load(cancel) != 0)) {
         *end_out = KUBE_WATCH_STOPPED;
         return E_OK;
     }

@@ -22,6 +22,8 @@ server does them:
     `create secret` send protobuf; `create -f` sends JSON);
   - metav1.Status errors; bearer token auth (401); discovery and the minimal OpenAPI v3
     documents kubectl 1.33 needs (KUBECTL-PROTOCOL.md).
+Test controls: POST /fake/freeze (open watches stop delivering), POST /fake/compact (drop
+the history, end every watch: resuming from before it is 410).
 Resources (namespaced): divergedev.com/v1alpha1 agenttasks, environments; v1 secrets;
 coordination.k8s.io/v1 leases; extensions.agents.x-k8s.io/v1beta1 sandboxclaims;
 agents.x-k8s.io/v1beta1 sandboxes.
@@ -107,6 +109,8 @@ class FakeKube:
         self.compacted = 0  # events with rv <= this may be gone from the history
         self.requests = []  # (method, path) log for tests
         self.stopping = False
+        self.frozen = False  # watch streams deliver nothing while set (test control)
+        self.epoch = 0  # bumped by compact(): every open watch stream ends
         self.httpd = _Server((host, port), _Handler)
         self.httpd.fake = self
         scheme = "http"
@@ -236,6 +240,21 @@ class FakeKube:
         self._bump(obj)
         self._record(plural, ns, "DELETED", obj)
         return obj
+
+    def freeze_watches(self):
+        """Test control: open watches stop delivering (a partitioned watch cache)."""
+        with self.lock:
+            self.frozen = True
+
+    def compact(self):
+        """Test control: drop the event history (etcd compaction) and end every watch, so a
+        client resuming from an older resourceVersion gets 410 Expired and must relist."""
+        with self.lock:
+            self.compacted = self.rv
+            self.history.clear()
+            self.frozen = False
+            self.epoch += 1
+            self.lock.notify_all()
 
     def put_object(self, plural, ns, obj):
         """Test helper: create or overwrite without checks."""
@@ -368,6 +387,11 @@ class _Handler(BaseHTTPRequestHandler):
             if fake.token is not None and \
                     self.headers.get("Authorization") != "Bearer " + fake.token:
                 raise ApiError(401, "Unauthorized", "Unauthorized")
+            if self.command == "POST" and u.path in ("/fake/freeze", "/fake/compact"):
+                self._body()
+                (fake.freeze_watches if u.path == "/fake/freeze" else fake.compact)()
+                return self._send_json(200, {"kind": "Status", "apiVersion": "v1",
+                                             "metadata": {}, "status": "Success"})
             if self.command == "GET" and self._discovery(u.path):
                 return
             m = PATH_RE.match(u.path)
@@ -508,6 +532,7 @@ class _Handler(BaseHTTPRequestHandler):
         deadline = time.monotonic() + timeout if timeout > 0 else None
         next_bookmark = time.monotonic() + fake.bookmark_seconds
         with fake.lock:
+            epoch = fake.epoch
             if rv in ("", "0"):
                 pending = [{"type": "ADDED", "object": o} for (p, n, _), o in
                            sorted(fake.objects.items()) if p == plural and
@@ -527,8 +552,11 @@ class _Handler(BaseHTTPRequestHandler):
             with fake.lock:
                 pending = []
                 while not pending:
-                    if fake.stopping:
+                    if fake.stopping or fake.epoch != epoch:
                         return
+                    if fake.frozen:
+                        fake.lock.wait(0.1)
+                        continue
                     now = time.monotonic()
                     if deadline is not None and now >= deadline:
                         return

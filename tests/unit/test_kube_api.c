@@ -221,7 +221,7 @@ TEST(expired_resource_version_reports_gone_then_relist_works)
 TEST(cancelled_watch_stops)
 {
     struct kube_client *c = fake_kube_client(&fake, NULL);
-    volatile int cancel = 1;
+    atomic_int cancel = 1;
     struct kube_watch_opts opts = {.timeout_s = 600, .cancel = &cancel};
     enum kube_watch_end end = KUBE_WATCH_CLOSED;
     struct seen s = {.stop_after = 1000};
