@@ -15,6 +15,8 @@ const struct kube_resource KUBE_AGENTTASKS = {"divergedev.com", "v1alpha1", "age
 const struct kube_resource KUBE_ENVIRONMENTS = {"divergedev.com", "v1alpha1", "environments",
                                                 "Environment"};
 const struct kube_resource KUBE_SECRETS = {"", "v1", "secrets", "Secret"};
+const struct kube_resource KUBE_CONFIGMAPS = {"", "v1", "configmaps", "ConfigMap"};
+const struct kube_resource KUBE_EVENTS = {"events.k8s.io", "v1", "events", "Event"};
 const struct kube_resource KUBE_LEASES = {"coordination.k8s.io", "v1", "leases", "Lease"};
 const struct kube_resource KUBE_SANDBOXCLAIMS = {"extensions.agents.x-k8s.io", "v1beta1",
                                                  "sandboxclaims", "SandboxClaim"};

@@ -78,6 +78,8 @@ struct kube_resource {
 extern const struct kube_resource KUBE_AGENTTASKS;    /* divergedev.com/v1alpha1 */
 extern const struct kube_resource KUBE_ENVIRONMENTS;  /* divergedev.com/v1alpha1 */
 extern const struct kube_resource KUBE_SECRETS;       /* v1 */
+extern const struct kube_resource KUBE_CONFIGMAPS;    /* v1 */
+extern const struct kube_resource KUBE_EVENTS;        /* events.k8s.io/v1 */
 extern const struct kube_resource KUBE_LEASES;        /* coordination.k8s.io/v1 */
 extern const struct kube_resource KUBE_SANDBOXCLAIMS; /* extensions.agents.x-k8s.io/v1beta1 */
 extern const struct kube_resource KUBE_SANDBOXES;     /* agents.x-k8s.io/v1beta1 */

@@ -24,8 +24,8 @@ server does them:
     documents kubectl 1.33 needs (KUBECTL-PROTOCOL.md).
 Test controls: POST /fake/freeze (open watches stop delivering), POST /fake/compact (drop
 the history, end every watch: resuming from before it is 410).
-Resources (namespaced): divergedev.com/v1alpha1 agenttasks, environments; v1 secrets;
-coordination.k8s.io/v1 leases; extensions.agents.x-k8s.io/v1beta1 sandboxclaims;
+Resources (namespaced): divergedev.com/v1alpha1 agenttasks, environments; v1 secrets,
+configmaps; events.k8s.io/v1 events; coordination.k8s.io/v1 leases; extensions.agents.x-k8s.io/v1beta1 sandboxclaims;
 agents.x-k8s.io/v1beta1 sandboxes.
 
 Run: fake_kube.py [--port 0] [--token T] [--history N] [--bookmark-seconds S]
@@ -52,6 +52,8 @@ RESOURCES = {
     "agenttasks": ("divergedev.com", "v1alpha1", "AgentTask", True, True),
     "environments": ("divergedev.com", "v1alpha1", "Environment", True, True),
     "secrets": ("", "v1", "Secret", False, False),
+    "configmaps": ("", "v1", "ConfigMap", False, False),
+    "events": ("events.k8s.io", "v1", "Event", False, False),
     "leases": ("coordination.k8s.io", "v1", "Lease", False, False),
     "sandboxclaims": ("extensions.agents.x-k8s.io", "v1beta1", "SandboxClaim", True, True),
     "sandboxes": ("agents.x-k8s.io", "v1beta1", "Sandbox", True, True),

@@ -59,8 +59,9 @@ TEST(crud_and_status_errors)
 
 TEST(every_resource_type_round_trips)
 {
-    const struct kube_resource *res[] = {&KUBE_ENVIRONMENTS, &KUBE_SECRETS, &KUBE_LEASES,
-                                         &KUBE_SANDBOXCLAIMS, &KUBE_SANDBOXES};
+    const struct kube_resource *res[] = {&KUBE_ENVIRONMENTS, &KUBE_SECRETS, &KUBE_CONFIGMAPS,
+                                         &KUBE_EVENTS,       &KUBE_LEASES,  &KUBE_SANDBOXCLAIMS,
+                                         &KUBE_SANDBOXES};
     struct kube_client *c = fake_kube_client(&fake, NULL);
     struct err err = {0};
 
