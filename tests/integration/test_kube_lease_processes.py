@@ -88,9 +88,9 @@ def test_killed_holder_is_replaced_after_expiry():
     s = Setup()
     a = b = None
     try:
-        a = Elector(s.kubeconfig, "killed", "replica-a", 2)
+        a = Elector(s.kubeconfig, "killed", "replica-a", 4)
         a.expect("leader")
-        b = Elector(s.kubeconfig, "killed", "replica-b", 2)
+        b = Elector(s.kubeconfig, "killed", "replica-b", 4)
         assert b.quiet_for(1.0)
         before = s.lease("killed")
         assert before["holderIdentity"] == "replica-a", before
@@ -102,7 +102,7 @@ def test_killed_holder_is_replaced_after_expiry():
         # b took it only after a's lease had expired (a renewal of a's after BEFORE was read
         # only moves the expiry later, so the bound holds either way)
         assert parse_time(after["acquireTime"]) > parse_time(before["renewTime"]) + \
-            datetime.timedelta(seconds=2), (before, after)
+            datetime.timedelta(seconds=4), (before, after)
     finally:
         for e in (a, b):
             if e is not None:

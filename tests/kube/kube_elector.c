@@ -53,7 +53,7 @@ int main(int argc, char **argv)
     o.name = argv[2];
     o.identity = argv[3];
     o.duration_s = (int)strtol(argv[4], NULL, 10);
-    o.renew_deadline_ms = 1500;
+    o.renew_deadline_ms = (int64_t)o.duration_s * 2000 / 3; /* client-go: 10 s of 15 s */
     o.retry_ms = 200;
     o.on_change = on_change;
     if (kube_lease_start(&l, c, &o, &err) != E_OK) {

@@ -84,7 +84,7 @@ static struct kube_lease *start(struct kube_client *c, const char *name, const c
     o.name = name;
     o.identity = id;
     o.duration_s = duration_s;
-    o.renew_deadline_ms = 1500;
+    o.renew_deadline_ms = (int64_t)duration_s * 2000 / 3; /* client-go: 10 s of 15 s */
     o.retry_ms = 200;
     o.on_change = on_change;
     o.userdata = k;
@@ -96,12 +96,12 @@ TEST(holder_killed_other_takes_over_after_expiry)
 {
     struct kube_client *c = fake_kube_client(&fake, NULL);
     struct counter ka = {.mu = PTHREAD_MUTEX_INITIALIZER}, kb = {.mu = PTHREAD_MUTEX_INITIALIZER};
-    struct kube_lease *a = start(c, "expiry", "replica-a", 2, &ka), *b = NULL;
+    struct kube_lease *a = start(c, "expiry", "replica-a", 4, &ka), *b = NULL;
     json_t *before, *after;
     int who;
 
     CHECK_EQ_INT(wait_one_leader(a, NULL), 0); /* alone: a creates the lease */
-    b = start(c, "expiry", "replica-b", 2, &kb);
+    b = start(c, "expiry", "replica-b", 4, &kb);
     fixture_sleep_ms(600); /* several retry periods: b must keep waiting */
     CHECK(kube_lease_is_leader(a));
     CHECK(!kube_lease_is_leader(b));
@@ -115,7 +115,7 @@ TEST(holder_killed_other_takes_over_after_expiry)
     CHECK_EQ_STR(holder(after), "replica-b");
     CHECK_EQ_INT(transitions(after), transitions(before) + 1);
     /* b acquired only after a's lease had expired */
-    CHECK(spec_time(after, "acquireTime") > spec_time(before, "renewTime") + 2000);
+    CHECK(spec_time(after, "acquireTime") > spec_time(before, "renewTime") + 4000);
     kube_lease_stop(b, true);
     CHECK_EQ_INT(ka.gained, 1);
     CHECK_EQ_INT(ka.lost, 1);
@@ -159,7 +159,7 @@ TEST(leader_steps_down_when_renewals_fail)
 {
     struct kube_client *c = fake_kube_client(&fake, NULL);
     struct counter ka = {.mu = PTHREAD_MUTEX_INITIALIZER};
-    struct kube_lease *a = start(c, "stepdown", "replica-a", 2, &ka);
+    struct kube_lease *a = start(c, "stepdown", "replica-a", 4, &ka);
     struct fake_kube *f = &fake;
 
     CHECK_EQ_INT(wait_one_leader(a, NULL), 0);
