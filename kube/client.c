@@ -205,7 +205,7 @@ int kube_list(json_t **items_out, char rv_out[KUBE_RV_MAX], struct kube_client *
     }
     items = json_object_get(list, "items");
     rv = json_string_value(json_object_get(json_object_get(list, "metadata"), "resourceVersion"));
-    if (!(json_is_array(items) || json_is_null(items)) || !kube_rv_ok(rv)) {
+    if (!(items == NULL || json_is_array(items) || json_is_null(items)) || !kube_rv_ok(rv)) {
         rc = err_set(err, E_FAIL, "%s: malformed list (items or metadata.resourceVersion)", what);
         goto out;
     }
