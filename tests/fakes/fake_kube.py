@@ -1,0 +1,619 @@
+# SPDX-License-Identifier: Apache-2.0
+"""A fake Kubernetes API server on loopback for the tests (Python 3 stdlib only).
+
+It implements the API semantics the kube/ client and kubectl rely on, as the real API
+server does them:
+  - resourceVersion: one global counter; every write bumps it; an update (PUT, or a merge
+    patch carrying metadata.resourceVersion) with a stale one is 409 Conflict; a no-op
+    patch keeps the object (and its resourceVersion) unchanged; create of an existing name
+    is 409 AlreadyExists; CRDs require resourceVersion on PUT (422 without).
+  - list: {"kind":"<Kind>List","metadata":{"resourceVersion":...},"items":[...]}, with
+    labelSelector (k=v, k!=v, k) and fieldSelector (metadata.name=, metadata.namespace=).
+  - watch (?watch=true): resourceVersion "" or "0" starts with synthetic ADDED events; N
+    replays the kept history after N; an N older than the bounded history gets one
+    {"type":"ERROR","object":<Status 410 Expired>} and the stream ends. allowWatchBookmarks
+    adds BOOKMARK events; timeoutSeconds ends the stream (default: kept open).
+  - delete honours DeleteOptions.preconditions.resourceVersion (409 Conflict when stale);
+  - merge patch (RFC 7386, application/merge-patch+json); strategic merge patch is 415 on
+    custom resources, as there.
+  - the status subresource of the CRDs: PUT/PATCH …/status change only status; the main
+    resource ignores status (also on create).
+  - JSON only: a protobuf or CBOR request body is 415 (kubectl's typed commands such as
+    `create secret` send protobuf; `create -f` sends JSON);
+  - metav1.Status errors; bearer token auth (401); discovery and the minimal OpenAPI v3
+    documents kubectl 1.33 needs (KUBECTL-PROTOCOL.md).
+Test controls: POST /fake/freeze (open watches stop delivering), POST /fake/compact (drop
+the history, end every watch: resuming from before it is 410).
+Resources (namespaced): divergedev.com/v1alpha1 agenttasks, environments; v1 secrets,
+configmaps; events.k8s.io/v1 events; coordination.k8s.io/v1 leases; extensions.agents.x-k8s.io/v1beta1 sandboxclaims;
+agents.x-k8s.io/v1beta1 sandboxes.
+
+Run: fake_kube.py [--port 0] [--token T] [--history N] [--bookmark-seconds S]
+[--tls-cert F --tls-key F]; it prints its base URL on the first line of stdout.
+"""
+import argparse
+import collections
+import datetime
+import json
+import re
+import signal
+import ssl
+import sys
+import threading
+import time
+import urllib.parse
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+__all__ = ["FakeKube", "RESOURCES"]
+
+# plural -> (group, version, kind, has status subresource, is a custom resource)
+RESOURCES = {
+    "agenttasks": ("divergedev.com", "v1alpha1", "AgentTask", True, True),
+    "environments": ("divergedev.com", "v1alpha1", "Environment", True, True),
+    "secrets": ("", "v1", "Secret", False, False),
+    "configmaps": ("", "v1", "ConfigMap", False, False),
+    "events": ("events.k8s.io", "v1", "Event", False, False),
+    "leases": ("coordination.k8s.io", "v1", "Lease", False, False),
+    "sandboxclaims": ("extensions.agents.x-k8s.io", "v1beta1", "SandboxClaim", True, True),
+    "sandboxes": ("agents.x-k8s.io", "v1beta1", "Sandbox", True, True),
+}
+BODY_MAX = 3 << 20
+NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+PATH_RE = re.compile(r"^/(?:api/(?P<cv>v1)|apis/(?P<g>[a-z0-9.-]+)/(?P<v>v[a-z0-9]+))"
+                     r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[a-z]+)"
+                     r"(?:/(?P<name>[^/]+)(?:/(?P<sub>status))?)?$")
+
+
+def merge_patch(target, patch):
+    """RFC 7386."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = merge_patch(out.get(k), v)
+    return out
+
+
+def now_rfc3339():
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class ApiError(Exception):
+    def __init__(self, code, reason, message, details=None):
+        super().__init__(message)
+        self.code, self.reason, self.message, self.details = code, reason, message, details
+
+    def status(self):
+        st = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+              "message": self.message, "reason": self.reason, "code": self.code}
+        if self.details is not None:
+            st["details"] = self.details
+        return st
+
+
+def gone(rv):
+    return ApiError(410, "Expired", "too old resource version: %s" % rv)
+
+
+class FakeKube:
+    def __init__(self, host="127.0.0.1", port=0, token=None, history=100,
+                 bookmark_seconds=1.0, tls_cert=None, tls_key=None):
+        self.token, self.history_max = token, history
+        self.bookmark_seconds = bookmark_seconds
+        self.lock = threading.Condition()
+        self.rv = 0
+        self.objects = {}  # (plural, ns, name) -> object
+        self.history = collections.deque(maxlen=history)  # (rv, plural, ns, type, obj)
+        self.compacted = 0  # events with rv <= this may be gone from the history
+        self.requests = []  # (method, path) log for tests
+        self.stopping = False
+        self.frozen = False  # watch streams deliver nothing while set (test control)
+        self.epoch = 0  # bumped by compact(): every open watch stream ends
+        self.httpd = _Server((host, port), _Handler)
+        self.httpd.fake = self
+        scheme = "http"
+        if tls_cert:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(tls_cert, tls_key)
+            self.httpd.socket = ctx.wrap_socket(self.httpd.socket, server_side=True)
+            scheme = "https"
+        self.url = "%s://%s:%d" % (scheme, host, self.httpd.server_address[1])
+
+    def start(self):
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def stop(self):
+        with self.lock:
+            self.stopping = True
+            self.lock.notify_all()
+        self.httpd.shutdown()
+
+    # ---- storage (call with self.lock held) ----
+    def _record(self, plural, ns, typ, obj):
+        if len(self.history) == self.history.maxlen:
+            self.compacted = self.history[0][0]
+        self.history.append((self.rv, plural, ns, typ, json.loads(json.dumps(obj))))
+        self.lock.notify_all()
+
+    def _bump(self, obj):
+        self.rv += 1
+        obj.setdefault("metadata", {})["resourceVersion"] = str(self.rv)
+
+    def create(self, plural, ns, obj):
+        group, version, kind, has_status, _ = RESOURCES[plural]
+        md = obj.get("metadata")
+        if not isinstance(md, dict) or not isinstance(md.get("name"), str):
+            raise ApiError(422, "Invalid", "metadata.name: Required value",
+                           {"kind": plural, "causes": [{"reason": "FieldValueRequired",
+                                                        "field": "metadata.name"}]})
+        name = md["name"]
+        if not NAME_RE.match(name):
+            raise ApiError(422, "Invalid", "%s %r is invalid: metadata.name" % (kind, name))
+        if md.get("namespace", ns) != ns:
+            raise ApiError(400, "BadRequest", "the namespace of the provided object does "
+                           "not match the namespace sent on the request")
+        if (plural, ns, name) in self.objects:
+            raise ApiError(409, "AlreadyExists", '%s "%s" already exists' %
+                           (self._gr(plural), name),
+                           {"name": name, "group": group, "kind": plural})
+        obj = dict(obj)
+        obj["apiVersion"] = "%s/%s" % (group, version) if group else version
+        obj["kind"] = kind
+        md = dict(md)
+        md.pop("resourceVersion", None)
+        md.update(namespace=ns, uid=str(uuid.uuid4()), creationTimestamp=now_rfc3339(),
+                  generation=1)
+        obj["metadata"] = md
+        if has_status:
+            obj.pop("status", None)
+        self._bump(obj)
+        self.objects[(plural, ns, name)] = obj
+        self._record(plural, ns, "ADDED", obj)
+        return obj
+
+    def _gr(self, plural):
+        group = RESOURCES[plural][0]
+        return "%s.%s" % (plural, group) if group else plural
+
+    def get(self, plural, ns, name):
+        obj = self.objects.get((plural, ns, name))
+        if obj is None:
+            raise ApiError(404, "NotFound", '%s "%s" not found' % (self._gr(plural), name),
+                           {"name": name, "group": RESOURCES[plural][0], "kind": plural})
+        return obj
+
+    def write(self, plural, ns, name, new, sub, rv_required):
+        """Stores NEW for the main resource (sub=None) or status; checks resourceVersion."""
+        _, _, _, has_status, custom = RESOURCES[plural]
+        old = self.get(plural, ns, name)
+        md = new.get("metadata") if isinstance(new.get("metadata"), dict) else {}
+        want = md.get("resourceVersion")
+        if want in (None, "") and rv_required and custom:
+            raise ApiError(422, "Invalid", "metadata.resourceVersion: Invalid value: 0x0: "
+                           "must be specified for an update")
+        if want not in (None, "") and want != old["metadata"]["resourceVersion"]:
+            raise ApiError(409, "Conflict", 'Operation cannot be fulfilled on %s "%s": the '
+                           "object has been modified; please apply your changes to the "
+                           "latest version and try again" % (self._gr(plural), name),
+                           {"name": name, "group": RESOURCES[plural][0], "kind": plural})
+        if md.get("name", name) != name:
+            raise ApiError(400, "BadRequest", "the name of the object does not match the "
+                           "name on the URL")
+        if sub == "status":
+            merged = dict(old)
+            if "status" in new:
+                merged["status"] = new["status"]
+            else:
+                merged.pop("status", None)
+        else:
+            merged = dict(new)
+            keep = {k: old["metadata"][k] for k in
+                    ("uid", "creationTimestamp", "namespace", "generation", "resourceVersion")
+                    if k in old["metadata"]}
+            merged["metadata"] = dict(md, **keep)
+            merged["apiVersion"], merged["kind"] = old["apiVersion"], old["kind"]
+            if has_status:
+                if "status" in old:
+                    merged["status"] = old["status"]
+                else:
+                    merged.pop("status", None)
+            if merged.get("spec") != old.get("spec"):
+                merged["metadata"]["generation"] = old["metadata"].get("generation", 1) + 1
+        if merged == old:
+            return old
+        self._bump(merged)
+        self.objects[(plural, ns, name)] = merged
+        self._record(plural, ns, "MODIFIED", merged)
+        return merged
+
+    def delete(self, plural, ns, name, expect_rv=None):
+        obj = self.get(plural, ns, name)
+        if expect_rv is not None and expect_rv != obj["metadata"]["resourceVersion"]:
+            raise ApiError(409, "Conflict", "Precondition failed: ResourceVersion in "
+                           "precondition: %s, ResourceVersion in object meta: %s" %
+                           (expect_rv, obj["metadata"]["resourceVersion"]),
+                           {"name": name, "group": RESOURCES[plural][0], "kind": plural})
+        del self.objects[(plural, ns, name)]
+        obj = json.loads(json.dumps(obj))
+        self._bump(obj)
+        self._record(plural, ns, "DELETED", obj)
+        return obj
+
+    def freeze_watches(self):
+        """Test control: open watches stop delivering (a partitioned watch cache)."""
+        with self.lock:
+            self.frozen = True
+
+    def compact(self):
+        """Test control: drop the event history (etcd compaction) and end every watch, so a
+        client resuming from an older resourceVersion gets 410 Expired and must relist."""
+        with self.lock:
+            self.compacted = self.rv
+            self.history.clear()
+            self.frozen = False
+            self.epoch += 1
+            self.lock.notify_all()
+
+    def put_object(self, plural, ns, obj):
+        """Test helper: create or overwrite without checks."""
+        with self.lock:
+            key = (plural, ns, obj["metadata"]["name"])
+            if key in self.objects:
+                return self.write(plural, ns, key[2], obj, None, False)
+            return self.create(plural, ns, obj)
+
+
+def _selector_match(obj, label_sel, field_sel):
+    labels = obj.get("metadata", {}).get("labels") or {}
+    for term in filter(None, (label_sel or "").split(",")):
+        if "!=" in term:
+            k, v = term.split("!=", 1)
+            if labels.get(k.strip()) == v.strip():
+                return False
+        elif "=" in term:
+            k, v = term.replace("==", "=").split("=", 1)
+            if labels.get(k.strip()) != v.strip():
+                return False
+        elif term.strip() not in labels:
+            return False
+    md = obj.get("metadata", {})
+    for term in filter(None, (field_sel or "").split(",")):
+        k, _, v = term.replace("==", "=").partition("=")
+        if k == "metadata.name" and md.get("name") != v:
+            return False
+        if k == "metadata.namespace" and md.get("namespace") != v:
+            return False
+    return True
+
+
+def _discovery_groups():
+    groups = {}
+    for plural, (group, version, kind, has_status, _) in RESOURCES.items():
+        if group:
+            groups.setdefault(group, version)
+    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [
+        {"name": g, "versions": [{"groupVersion": "%s/%s" % (g, v), "version": v}],
+         "preferredVersion": {"groupVersion": "%s/%s" % (g, v), "version": v}}
+        for g, v in sorted(groups.items())]}
+
+
+def _discovery_resources(group, version):
+    res = []
+    for plural, (g, v, kind, has_status, _) in RESOURCES.items():
+        if g == group and v == version:
+            res.append({"name": plural, "singularName": kind.lower(), "namespaced": True,
+                        "kind": kind, "verbs": ["create", "delete", "get", "list", "patch",
+                                                "update", "watch"]})
+            if has_status:
+                res.append({"name": plural + "/status", "singularName": "",
+                            "namespaced": True, "kind": kind,
+                            "verbs": ["get", "patch", "update"]})
+    if not res:
+        return None
+    gv = "%s/%s" % (group, version) if group else version
+    return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv,
+            "resources": res}
+
+
+def _openapi_doc(group, version):
+    paths = {}
+    for plural, (g, v, kind, _, _) in RESOURCES.items():
+        if g == group and v == version:
+            prefix = "/apis/%s/%s" % (g, v) if g else "/api/v1"
+            paths[prefix + "/namespaces/{namespace}/%s/{name}" % plural] = {"patch": {
+                "x-kubernetes-group-version-kind": {"group": g, "version": v, "kind": kind},
+                "parameters": [{"name": "fieldValidation", "in": "query"}]}}
+    return {"openapi": "3.0.0", "info": {"title": "fake_kube", "version": "v1"},
+            "paths": paths} if paths else None
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128  # as a real API server: a burst of connects must not stall
+
+    def handle_error(self, request, client_address):
+        if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError, ssl.SSLError)):
+            return  # the client went away (a timed-out call): nothing to report
+        super().handle_error(request, client_address)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, fmt, *args):
+        pass
+
+    def _send_json(self, code, obj):
+        data = json.dumps(obj).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _error(self, e):
+        self._send_json(e.code, e.status())
+
+    def _body(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        ctype = (self.headers.get("Content-Type") or "application/json").split(";")[0].strip()
+        if n and n <= BODY_MAX and ctype not in ("application/json",
+                                                 "application/merge-patch+json"):
+            self.rfile.read(n)  # keep the connection in step before refusing
+            # protobuf and CBOR are not spoken here; client-go falls back to JSON on 415
+            raise ApiError(415, "UnsupportedMediaType", "the body of the request was in an "
+                           "unknown format - accepted media types include: application/json, "
+                           "application/merge-patch+json")
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            raise ApiError(400, "BadRequest", "chunked request bodies are not supported here")
+        if n > BODY_MAX:
+            raise ApiError(413, "RequestEntityTooLarge", "request entity too large")
+        raw = self.rfile.read(n) if n else b""
+        try:
+            obj = json.loads(raw or b"null")
+        except ValueError:
+            raise ApiError(400, "BadRequest", "the body is not valid JSON")
+        return obj
+
+    def _handle(self):
+        fake = self.server.fake
+        u = urllib.parse.urlsplit(self.path)
+        q = dict(urllib.parse.parse_qsl(u.query))
+        with fake.lock:
+            fake.requests.append((self.command, u.path))
+        try:
+            if fake.token is not None and \
+                    self.headers.get("Authorization") != "Bearer " + fake.token:
+                raise ApiError(401, "Unauthorized", "Unauthorized")
+            if self.command == "POST" and u.path in ("/fake/freeze", "/fake/compact"):
+                self._body()
+                (fake.freeze_watches if u.path == "/fake/freeze" else fake.compact)()
+                return self._send_json(200, {"kind": "Status", "apiVersion": "v1",
+                                             "metadata": {}, "status": "Success"})
+            if self.command == "GET" and self._discovery(u.path):
+                return
+            m = PATH_RE.match(u.path)
+            if not m or m.group("plural") not in RESOURCES:
+                raise ApiError(404, "NotFound", "the server could not find the requested "
+                               "resource")
+            plural = m.group("plural")
+            group, version = RESOURCES[plural][0], RESOURCES[plural][1]
+            if (m.group("g") or "") != group or (m.group("v") or m.group("cv")) != version:
+                raise ApiError(404, "NotFound", "the server could not find the requested "
+                               "resource")
+            self._resource(fake, plural, m.group("ns"), m.group("name"), m.group("sub"), q)
+        except ApiError as e:
+            self._error(e)
+
+    def _discovery(self, path):
+        if path == "/api":
+            self._send_json(200, {"kind": "APIVersions", "versions": ["v1"]})
+        elif path == "/apis":
+            self._send_json(200, _discovery_groups())
+        elif path == "/api/v1":
+            self._send_json(200, _discovery_resources("", "v1"))
+        elif path == "/openapi/v3":
+            gvs = sorted({(g, v) for g, v, _, _, _ in RESOURCES.values()})
+            self._send_json(200, {"paths": {
+                ("apis/%s/%s" % (g, v) if g else "api/v1"):
+                {"serverRelativeURL": "/openapi/v3/" + ("apis/%s/%s" % (g, v) if g else
+                                                        "api/v1")} for g, v in gvs}})
+        else:
+            m = re.match(r"^(?:/openapi/v3)?/apis/([a-z0-9.-]+)/(v[a-z0-9]+)$", path)
+            m1 = re.match(r"^/openapi/v3/api/v1$", path)
+            if m1:
+                doc = _openapi_doc("", "v1")
+            elif m and path.startswith("/openapi/v3"):
+                doc = _openapi_doc(m.group(1), m.group(2))
+            elif m:
+                doc = _discovery_resources(m.group(1), m.group(2))
+            else:
+                return False
+            if doc is None:
+                raise ApiError(404, "NotFound", "the server could not find the requested "
+                               "resource")
+            self._send_json(200, doc)
+        return True
+
+    def _resource(self, fake, plural, ns, name, sub, q):
+        method = self.command
+        has_status = RESOURCES[plural][3]
+        if sub == "status" and not has_status:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        if name is None:
+            if method == "GET" and q.get("watch") in ("true", "1"):
+                return self._watch(fake, plural, ns, q)
+            if method == "GET":
+                return self._list(fake, plural, ns, q)
+            if method == "POST" and ns is not None:
+                obj = self._body()
+                if not isinstance(obj, dict):
+                    raise ApiError(400, "BadRequest", "the body is not a JSON object")
+                with fake.lock:
+                    return self._send_json(201, fake.create(plural, ns, obj))
+            raise ApiError(405, "MethodNotAllowed", "the server does not allow this method")
+        if ns is None:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        if method == "GET":
+            with fake.lock:
+                return self._send_json(200, fake.get(plural, ns, name))
+        if method == "PUT":
+            obj = self._body()
+            if not isinstance(obj, dict):
+                raise ApiError(400, "BadRequest", "the body is not a JSON object")
+            with fake.lock:
+                return self._send_json(200, fake.write(plural, ns, name, obj, sub, True))
+        if method == "PATCH":
+            return self._patch(fake, plural, ns, name, sub)
+        if method == "DELETE" and sub is None:
+            opts = self._body()
+            pre = (opts.get("preconditions") or {}) if isinstance(opts, dict) else {}
+            with fake.lock:
+                return self._send_json(200, fake.delete(plural, ns, name,
+                                                        pre.get("resourceVersion")))
+        raise ApiError(405, "MethodNotAllowed", "the server does not allow this method")
+
+    def _patch(self, fake, plural, ns, name, sub):
+        ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip()
+        if ctype != "application/merge-patch+json":
+            raise ApiError(415, "UnsupportedMediaType", "the body of the request was in an "
+                           "unknown format - accepted media types include: "
+                           "application/merge-patch+json")
+        patch = self._body()
+        if not isinstance(patch, dict):
+            raise ApiError(400, "BadRequest", "a merge patch must be a JSON object")
+        with fake.lock:
+            old = json.loads(json.dumps(fake.get(plural, ns, name)))
+            new = merge_patch(old, patch)
+            md = new.setdefault("metadata", {})
+            want = (patch.get("metadata") or {}).get("resourceVersion") \
+                if isinstance(patch.get("metadata"), dict) else None
+            md["resourceVersion"] = want if want else old["metadata"]["resourceVersion"]
+            self._send_json(200, fake.write(plural, ns, name, new, sub, False))
+
+    def _list(self, fake, plural, ns, q):
+        with fake.lock:
+            items = [json.loads(json.dumps(o)) for (p, n, _), o in sorted(fake.objects.items())
+                     if p == plural and (ns is None or n == ns) and
+                     _selector_match(o, q.get("labelSelector"), q.get("fieldSelector"))]
+            group, version, kind, _, _ = RESOURCES[plural]
+            self._send_json(200, {"kind": kind + "List",
+                                  "apiVersion": "%s/%s" % (group, version) if group else version,
+                                  "metadata": {"resourceVersion": str(fake.rv)},
+                                  "items": items})
+
+    def _chunk(self, obj):
+        data = json.dumps(obj).encode() + b"\n"
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+    def _watch(self, fake, plural, ns, q):
+        rv = q.get("resourceVersion", "")
+        bookmarks = q.get("allowWatchBookmarks") in ("true", "1")
+        timeout = float(q.get("timeoutSeconds") or 0)
+        lsel, fsel = q.get("labelSelector"), q.get("fieldSelector")
+        if rv not in ("", "0") and not rv.isdigit():
+            raise ApiError(400, "BadRequest", "invalid resourceVersion")
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        try:
+            self._watch_loop(fake, plural, ns, rv, bookmarks, timeout, lsel, fsel)
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError, ssl.SSLError, OSError):
+            pass
+        self.close_connection = True
+
+    def _watch_loop(self, fake, plural, ns, rv, bookmarks, timeout, lsel, fsel):
+        deadline = time.monotonic() + timeout if timeout > 0 else None
+        next_bookmark = time.monotonic() + fake.bookmark_seconds
+        with fake.lock:
+            epoch = fake.epoch
+            if rv in ("", "0"):
+                pending = [{"type": "ADDED", "object": o} for (p, n, _), o in
+                           sorted(fake.objects.items()) if p == plural and
+                           (ns is None or n == ns) and _selector_match(o, lsel, fsel)]
+                cursor = fake.rv
+            else:
+                cursor = int(rv)
+                if cursor < fake.compacted:
+                    pending, cursor = [{"type": "ERROR", "object": gone(rv).status()}], None
+                else:
+                    pending = []
+        while True:
+            for ev in pending:
+                self._chunk(ev)
+            if cursor is None:
+                return
+            with fake.lock:
+                pending = []
+                while not pending:
+                    if fake.stopping or fake.epoch != epoch:
+                        return
+                    if fake.frozen:
+                        fake.lock.wait(0.1)
+                        continue
+                    now = time.monotonic()
+                    if deadline is not None and now >= deadline:
+                        return
+                    if cursor < fake.compacted:
+                        self._chunk({"type": "ERROR", "object": gone(str(cursor)).status()})
+                        return
+                    for erv, p, n, typ, obj in fake.history:
+                        if erv > cursor and p == plural and (ns is None or n == ns) and \
+                                _selector_match(obj, lsel, fsel):
+                            pending.append({"type": typ, "object": obj})
+                    if fake.history and fake.history[-1][0] > cursor:
+                        cursor = fake.history[-1][0]
+                    if pending:
+                        break
+                    if bookmarks and now >= next_bookmark:
+                        g, v, kind, _, _ = RESOURCES[plural]
+                        pending.append({"type": "BOOKMARK", "object": {
+                            "kind": kind, "apiVersion": "%s/%s" % (g, v) if g else v,
+                            "metadata": {"resourceVersion": str(fake.rv)}}})
+                        cursor = max(cursor, fake.rv)
+                        next_bookmark = now + fake.bookmark_seconds
+                        break
+                    wait = next_bookmark - now if bookmarks else 0.5
+                    if deadline is not None:
+                        wait = min(wait, deadline - now)
+                    fake.lock.wait(max(0.01, min(wait, 0.5)))
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _handle
+
+
+def _main(argv=None):
+    ap = argparse.ArgumentParser(description="Fake Kubernetes API server on loopback")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--token", default=None, help="require this bearer token")
+    ap.add_argument("--history", type=int, default=100, help="watch events kept")
+    ap.add_argument("--bookmark-seconds", type=float, default=1.0)
+    ap.add_argument("--tls-cert")
+    ap.add_argument("--tls-key")
+    a = ap.parse_args(argv)
+    fake = FakeKube(a.host, a.port, token=a.token, history=a.history,
+                    bookmark_seconds=a.bookmark_seconds, tls_cert=a.tls_cert,
+                    tls_key=a.tls_key)
+    fake.start()
+    print(fake.url, flush=True)
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *x: done.set())
+    try:
+        while not done.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass
+    fake.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main())
