@@ -36,6 +36,7 @@ import collections
 import datetime
 import json
 import re
+import os
 import signal
 import ssl
 import sys
@@ -611,8 +612,14 @@ def _main(argv=None):
             pass
     except KeyboardInterrupt:
         pass
-    fake.stop()
-    return 0
+    # A graceful stop, bounded: a handler thread stuck on a client that went away (a test
+    # SIGSTOPs the fake to simulate an unreachable API server) must not keep the process
+    # alive, or the test that started it waits forever.
+    t = threading.Thread(target=fake.stop, daemon=True)
+    t.start()
+    t.join(2.0)
+    sys.stdout.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

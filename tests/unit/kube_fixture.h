@@ -88,6 +88,15 @@ static inline void fake_kube_stop(struct fake_kube *f)
     int st;
 
     kill(f->pid, SIGTERM);
+    /* Up to 10 s for a graceful exit, then SIGKILL: a test must never hang on its fake. */
+    for (int i = 0; i < 200; i++) {
+        if (waitpid(f->pid, &st, WNOHANG) == f->pid) {
+            return;
+        }
+        struct timespec ts = {.tv_sec = 0, .tv_nsec = 50000000L};
+        nanosleep(&ts, NULL);
+    }
+    kill(f->pid, SIGKILL);
     waitpid(f->pid, &st, 0);
 }
 
