@@ -342,11 +342,16 @@ static void do_pause(struct controller *c, struct reconcile *r, const char *log)
     /* A task the meter paused keeps running until its runner stops by itself (exit 0 on
      * 429); freezing it there would turn that exit into a completion after a thaw. */
     if (r->phase == TASK_PAUSED || st.state != SANDBOX_RUNNING) {
-        controller_log_event(log, "[diverge] paused (token revoked)");
+        controller_log_event(log, "[diverge] paused (token revoked%s)",
+                             st.state == SANDBOX_ABSENT ? "; no sandbox runs, nothing to freeze"
+                                                        : "");
         return;
     }
     if (sandbox_suspend(c->sandboxes, r->ns, r->name, &err) != E_OK) {
-        controller_log_event(log, "[diverge] freeze failed: %s", err.msg);
+        /* Nothing may keep running unmetered: a sandbox that cannot be frozen is stopped
+         * (a resume starts a new runner from the next iteration on the workspace). */
+        controller_log_event(log, "[diverge] freeze failed: %s; sandbox stopped instead", err.msg);
+        sandbox_stop(c->sandboxes, r->ns, r->name);
         return;
     }
     controller_log_event(log, "[diverge] paused (every process frozen, token revoked)");

@@ -414,6 +414,84 @@ static int mark_provisioning(struct task_txn *tx, void *userdata)
     return rc;
 }
 
+/* Active (or Pending/Provisioning) → Pausing before the sandbox is frozen (SPEC §4): the
+ * token is revoked in the same transaction, so no meter charge is accepted from here on
+ * (the meter charges Active tasks with an active token only). Paused follows once the
+ * freeze is confirmed; a server that dies in between finishes the pause on its restart. */
+static int mark_pausing(struct task_txn *tx, void *userdata)
+{
+    struct reconcile *r = userdata;
+    struct task_view v;
+    json_t *doc = NULL;
+    int rc = task_txn_get(&doc, tx, r->ns, r->name, NULL);
+
+    if (rc != E_OK) {
+        return rc;
+    }
+    task_view_of(&v, doc);
+    if (v.phase != r->phase || !v.suspended) {
+        rc = E_AGAIN; /* it moved on: its own event plans again */
+    } else {
+        rc = task_txn_token_revoke(tx, r->ns, r->name, NULL);
+        task_set_phase(doc, TASK_PAUSING, "Suspended", "pausing by request");
+        if (rc == E_OK) {
+            rc = task_txn_put(tx, doc, NULL);
+        }
+        if (rc == E_OK) {
+            r->phase = TASK_PAUSING;
+        }
+    }
+    json_decref(doc);
+    return rc;
+}
+
+/* Whether a PAUSE planned on PHASE first writes Pausing. */
+static bool pauses_through_pausing(enum controller_action a, enum task_phase phase)
+{
+    return a == CONTROLLER_PAUSE && phase != TASK_PAUSING && phase != TASK_PAUSED &&
+           phase != TASK_COMPLETED && phase != TASK_FAILED;
+}
+
+/* What comes between the plan and the execution of R: the token file of ACTIVATE, and the
+ * transient phases (Provisioning, Pausing) written before the slow part. */
+static int before_execute(struct controller *c, struct reconcile *r, struct err *err)
+{
+    int rc = E_OK;
+
+    log_pull_request(c, r);
+    if (r->action == CONTROLLER_ACTIVATE) {
+        rc = controller_write_token_file(c, r->ns, r->name, r->token, err);
+    }
+    if (rc == E_OK && r->action == CONTROLLER_PROVISION && r->phase == TASK_PENDING) {
+        rc = task_store_txn(c->store, mark_provisioning, r, err);
+    }
+    if (rc == E_OK && pauses_through_pausing(r->action, r->phase)) {
+        rc = task_store_txn(c->store, mark_pausing, r, err);
+        if (rc == E_AGAIN) {
+            rc = E_OK;
+            r->action = CONTROLLER_NOTHING;
+        }
+    }
+    return rc;
+}
+
+/* The applying transaction of R. */
+static int apply_outcome(struct controller *c, struct reconcile *r, struct err *err)
+{
+    int rc;
+
+    r->plan = false;
+    rc = task_store_txn(c->store, reconcile_txn, r, err);
+    if (rc == E_AGAIN) {
+        rc = E_OK; /* a newer change will be reconciled by its own event */
+    } else if (rc == E_OK) {
+        log_draft_pr(c, r);
+        log_kv(LOG_INFO, "reconciled", "namespace", r->ns, "name", r->name, "action",
+               controller_action_name(r->action), NULL);
+    }
+    return rc;
+}
+
 int controller_reconcile(struct controller *c, const char *ns, const char *name, struct err *err)
 {
     struct reconcile r = {.c = c, .ns = ns, .name = name, .plan = true};
@@ -427,27 +505,13 @@ int controller_reconcile(struct controller *c, const char *ns, const char *name,
     }
     rc = task_store_txn(c->store, reconcile_txn, &r, err);
     if (rc == E_OK) {
-        log_pull_request(c, &r);
-    }
-    if (rc == E_OK && r.action == CONTROLLER_ACTIVATE) {
-        rc = controller_write_token_file(c, ns, name, r.token, err);
-    }
-    if (rc == E_OK && r.action == CONTROLLER_PROVISION && r.phase == TASK_PENDING) {
-        rc = task_store_txn(c->store, mark_provisioning, &r, err);
+        rc = before_execute(c, &r, err);
     }
     if (rc == E_OK && r.action != CONTROLLER_NOTHING && r.action != CONTROLLER_ACTIVATE) {
         controller_execute(c, &r);
     }
     if (rc == E_OK && r.action != CONTROLLER_NOTHING) {
-        r.plan = false;
-        rc = task_store_txn(c->store, reconcile_txn, &r, err);
-        if (rc == E_AGAIN) {
-            rc = E_OK; /* a newer change will be reconciled by its own event */
-        } else if (rc == E_OK) {
-            log_draft_pr(c, &r);
-            log_kv(LOG_INFO, "reconciled", "namespace", ns, "name", name, "action",
-                   controller_action_name(r.action), NULL);
-        }
+        rc = apply_outcome(c, &r, err);
     }
     pthread_mutex_unlock(&c->lock);
     reconcile_cleanup(&r);

@@ -34,6 +34,9 @@ TEST(decide_table)
         {TASK_ACTIVE, false, false, true, false, CONTROLLER_ACTIVATE},
         {TASK_ACTIVE, true, true, true, false, CONTROLLER_PAUSE},
         {TASK_PAUSING, true, true, true, false, CONTROLLER_PAUSE},
+        {TASK_PAUSING, true, false, true, false, CONTROLLER_PAUSE},
+        /* Resumed while Pausing (server died mid-pause): the pause finishes first. */
+        {TASK_PAUSING, false, false, true, false, CONTROLLER_PAUSE},
         {TASK_PAUSED, true, false, true, false, CONTROLLER_NOTHING},
         {TASK_PAUSED, true, true, true, false, CONTROLLER_PAUSE},
         {TASK_PAUSED, false, false, true, false, CONTROLLER_ACTIVATE},
@@ -76,6 +79,10 @@ TEST(decide_sandbox_table)
         {TASK_ACTIVE, false, true, false, false, true, A, 0, CONTROLLER_FAIL_SANDBOX},
         {TASK_ACTIVE, true, true, true, false, true, R, 0, CONTROLLER_PAUSE},
         {TASK_PAUSING, true, true, true, false, true, R, 0, CONTROLLER_PAUSE},
+        /* Restarted while Pausing: the sandbox died with the server, the pause finishes. */
+        {TASK_PAUSING, true, false, true, false, true, A, 0, CONTROLLER_PAUSE},
+        {TASK_PAUSING, false, false, true, false, true, A, 0, CONTROLLER_PAUSE},
+        {TASK_PAUSING, true, false, true, true, true, P, 0, CONTROLLER_PAUSE},
         {TASK_PAUSED, true, false, true, false, true, P, 0, CONTROLLER_NOTHING},
         {TASK_PAUSED, true, true, true, false, true, R, 0, CONTROLLER_PAUSE},
         {TASK_PAUSED, true, false, true, false, true, X, 0, CONTROLLER_NOTHING},
@@ -175,6 +182,48 @@ static int suspend(json_t *doc, struct err *err, void *ud)
     return E_OK;
 }
 
+static int64_t rv_of(struct task_store *st, const char *name)
+{
+    json_t *o = NULL;
+    ASSERT(task_store_get(&o, st, "default", name, NULL) == E_OK);
+    const char *rv =
+        json_string_value(json_object_get(json_object_get(o, "metadata"), "resourceVersion"));
+    int64_t n = rv != NULL ? strtoll(rv, NULL, 10) : 0;
+    json_decref(o);
+    return n;
+}
+
+struct phases_seen {
+    char list[256];
+};
+
+static int note_phase(const struct task_event *ev, void *userdata)
+{
+    struct phases_seen *p = userdata;
+    size_t len = strlen(p->list);
+    static const char *const names[] = {"Pending", "Provisioning", "Active", "Pausing",
+                                        "Paused",  "Completed",    "Failed"};
+    snprintf(p->list + len, sizeof(p->list) - len, "%s ",
+             (size_t)ev->phase < ARRAY_LEN(names) ? names[ev->phase] : "?");
+    return 0;
+}
+
+/* The phases the feed shows for task changes after resourceVersion SINCE. */
+static void phases_since(struct phases_seen *p, struct task_store *st, int64_t since)
+{
+    int64_t last = 0;
+    memset(p, 0, sizeof(*p));
+    CHECK_OK(task_store_watch(&last, st, "default", since, 0, note_phase, p, NULL));
+}
+
+static int set_phase(json_t *doc, struct err *err, void *ud)
+{
+    (void)err;
+    task_set_phase(doc, TASK_PAUSING, "Suspended", "pausing by request");
+    json_object_set_new(json_object_get(doc, "spec"), "suspended", json_boolean(ud != NULL));
+    return E_OK;
+}
+
 TEST(reconcile_mints_pauses_and_reminted)
 {
     struct task_store *st = NULL;
@@ -209,10 +258,15 @@ TEST(reconcile_mints_pauses_and_reminted)
     char *path = controller_token_path(c, "default", "t");
     CHECK(access(path, R_OK) == 0);
     CHECK_OK(task_store_mutate(NULL, st, "default", "t", suspend, (void *)1, &err));
+    int64_t rv = rv_of(st, "t");
+    struct phases_seen seen;
     CHECK_OK(controller_reconcile(c, "default", "t", &err));
     ph = phase_of(st, "t", "phase");
     CHECK_EQ_STR(json_string_value(ph), "Paused");
     json_decref(ph);
+    /* Active → Pausing (token revoked with it) → Paused, never Active → Paused. */
+    phases_since(&seen, st, rv);
+    CHECK_EQ_STR(seen.list, "Pausing Paused ");
     CHECK_OK(task_store_token_current(&rec, st, "default", "t", &err));
     CHECK(!rec.active);
     free(rec.token);
@@ -222,6 +276,24 @@ TEST(reconcile_mints_pauses_and_reminted)
     CHECK(rec.active);
     CHECK_EQ_INT(rec.generation, 2);
     CHECK(strcmp(rec.token, first) != 0);
+    free(rec.token);
+    /* A server that died while Pausing: the restart finishes the pause (Paused, token
+     * revoked) and a resume that arrived meanwhile applies after it. */
+    CHECK_OK(task_store_mutate(NULL, st, "default", "t", set_phase, NULL, &err));
+    rv = rv_of(st, "t");
+    CHECK_OK(controller_reconcile(c, "default", "t", &err));
+    ph = phase_of(st, "t", "phase");
+    CHECK_EQ_STR(json_string_value(ph), "Paused");
+    json_decref(ph);
+    CHECK_OK(task_store_token_current(&rec, st, "default", "t", &err));
+    CHECK(!rec.active);
+    free(rec.token);
+    CHECK_OK(controller_reconcile(c, "default", "t", &err));
+    phases_since(&seen, st, rv);
+    CHECK_EQ_STR(seen.list, "Paused Active ");
+    CHECK_OK(task_store_token_current(&rec, st, "default", "t", &err));
+    CHECK(rec.active);
+    CHECK_EQ_INT(rec.generation, 3);
     free(rec.token);
     free(first);
     controller_free(c);

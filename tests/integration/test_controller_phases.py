@@ -1,0 +1,103 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Controller phases with `--sandbox-provider process` and the fake runner: a pause goes
+through Pausing; a server killed while a task is Pausing finishes the pause on restart
+(the sandbox died with it: nothing to freeze) and a later resume starts a new runner;
+the time serve was down does not count toward sandbox.timeoutSeconds; a slow first clone
+of one repository does not keep another task from starting."""
+import json
+import os
+import shutil
+import sqlite3
+import tempfile
+
+from harness import Server, run_tests
+from sandbox_helpers import (FAKE_RUNNER, bare_repo, create, get, git, group_members,
+                             leader_pid, patch, task, task_log, wait_log, wait_phase,
+                             wait_until)
+
+
+def server(agent_cmd, data_dir=None):
+    return Server(args=["--sandbox-provider", "process", "--agent-cmd", agent_cmd],
+                  env={"DIVERGE_RUNNER_PATH": FAKE_RUNNER}, data_dir=data_dir)
+
+
+def set_phase_offline(data_dir, name, phase, suspended):
+    """Rewrites the phase of task NAME in the database of a server that is not running
+    (the state a crash between two transactions leaves)."""
+    db = sqlite3.connect(os.path.join(data_dir, "diverge.db"))
+    try:
+        (doc,) = db.execute("SELECT doc FROM tasks WHERE namespace='default' AND name=?",
+                            (name,)).fetchone()
+        obj = json.loads(doc)
+        obj["status"]["phase"] = phase
+        obj["status"]["reason"] = "Suspended"
+        obj["spec"]["suspended"] = suspended
+        db.execute("UPDATE tasks SET phase=?, doc=? WHERE namespace='default' AND name=?",
+                   (phase, json.dumps(obj), name))
+        db.commit()
+    finally:
+        db.close()
+
+
+def test_pause_goes_through_pausing_and_restart_in_pausing_ends_paused():
+    ctl = tempfile.mkdtemp(prefix="diverge-ctl-")
+    cmd = "while [ ! -f %s/go ]; do sleep 0.1; done" % ctl
+    srv = server(cmd).start()
+    try:
+        create(srv, task("pz"))
+        wait_log(srv, "pz", "fake runner: meter 1 -> 200")
+        pid = leader_pid(srv, "pz")
+        srv.kill()
+        # Killed between "Pausing" (token revoked) and the freeze; a resume arrived too.
+        set_phase_offline(srv.data_dir, "pz", "Pausing", True)
+        srv2 = server(cmd, data_dir=srv.data_dir).start()
+        try:
+            wait_until(lambda: not group_members(pid), what="the dead server's sandbox gone")
+            body = wait_phase(srv2, "pz", "Paused")
+            assert body["status"]["reason"] == "Suspended", body["status"]
+            log = task_log(srv2, "pz")
+            assert "nothing to freeze" in log, log
+            assert "restarted after server restart" not in log, log
+            # A resume starts a new runner on the workspace from the next iteration.
+            open(os.path.join(ctl, "go"), "w").close()
+            patch(srv2, "pz", {"suspended": False})
+            body = wait_phase(srv2, "pz", ("Completed", "Failed"))
+            assert body["status"]["phase"] == "Completed", (body["status"], task_log(srv2, "pz"))
+            assert "start iteration 2" in task_log(srv2, "pz")
+        finally:
+            srv2.cleanup()
+    finally:
+        srv.cleanup()
+        shutil.rmtree(srv.data_dir, ignore_errors=True)
+        shutil.rmtree(ctl, ignore_errors=True)
+
+
+def test_resume_while_pausing_after_restart():
+    ctl = tempfile.mkdtemp(prefix="diverge-ctl-")
+    cmd = "while [ ! -f %s/go ]; do sleep 0.1; done" % ctl
+    srv = server(cmd).start()
+    try:
+        create(srv, task("pr"))
+        wait_log(srv, "pr", "fake runner: meter 1 -> 200")
+        srv.kill()
+        # spec.suspended went back to false while the task was Pausing.
+        set_phase_offline(srv.data_dir, "pr", "Pausing", False)
+        open(os.path.join(ctl, "go"), "w").close()
+        srv2 = server(cmd, data_dir=srv.data_dir).start()
+        try:
+            body = wait_phase(srv2, "pr", ("Completed", "Failed"))
+            log = task_log(srv2, "pr")
+            assert body["status"]["phase"] == "Completed", (body["status"], log)
+            # The pause finished first, then the resume started the next iteration.
+            assert log.index("nothing to freeze") < log.index("start iteration 2"), log
+        finally:
+            srv2.cleanup()
+    finally:
+        srv.cleanup()
+        shutil.rmtree(srv.data_dir, ignore_errors=True)
+        shutil.rmtree(ctl, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    run_tests([test_pause_goes_through_pausing_and_restart_in_pausing_ends_paused,
+               test_resume_while_pausing_after_restart])
