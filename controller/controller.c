@@ -234,6 +234,7 @@ void controller_destroy(struct controller *c)
     free(c->github_api_url);
     pthread_mutex_destroy(&c->lock);
     pthread_mutex_destroy(&c->notes_lock);
+    pthread_mutex_destroy(&c->active_lock);
     pthread_cond_destroy(&c->notes_cond);
     free(c);
 }

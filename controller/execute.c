@@ -91,7 +91,8 @@ void controller_forget_task(struct controller *c, const char *ns, const char *na
         xasprintf("%s/staging/%s/%s.git", c->data_dir, ns, name),
         xasprintf("%s/state/%s/%s", c->data_dir, ns, name),
         xasprintf("%s/tokens/%s/%s", c->data_dir, ns, name),
-        xasprintf("%s/run/%s.%s.pause", c->data_dir, ns, name),
+        xasprintf("%s/run/%s.%s.pause", c->data_dir, ns, name), /* older servers' record */
+        xasprintf("%s/run/%s.%s.active", c->data_dir, ns, name),
         xasprintf("%s/run/%s.%s.pr", c->data_dir, ns, name),
     };
 
@@ -238,8 +239,7 @@ static int prepare(struct controller *c, struct reconcile *r, struct paths *p, s
 static void arm_timer(struct controller *c, const struct reconcile *r)
 {
     int64_t now = clock_now_ms(clock_system());
-    int64_t start = r->start_ms > 0 ? r->start_ms : now;
-    int64_t used = controller_active_ms(c, r->ns, r->name, start, now);
+    int64_t used = controller_active_ms(c, r->ns, r->name, now);
 
     controller_timer_set(c, r->ns, r->name,
                          r->timeout_s > 0 ? now + r->timeout_s * 1000 - used : 0);
@@ -298,7 +298,7 @@ static void do_start(struct controller *c, struct reconcile *r, enum start_mode 
         controller_log_event(p.log, "[diverge] failed: %s", err.msg);
         fail(r, "SandboxError", &err);
     } else {
-        controller_note_pause(c, r->ns, r->name, false, clock_now_ms(clock_system()));
+        controller_note_running(c, r->ns, r->name, true, clock_now_ms(clock_system()));
         arm_timer(c, r);
         controller_log_event(p.log, "[diverge] %s (provider %s, iteration %lld)",
                              mode == START_FRESH    ? "provisioned"
@@ -326,7 +326,7 @@ static void thaw(struct controller *c, struct reconcile *r, const char *log)
         sandbox_stop(c->sandboxes, r->ns, r->name);
         return;
     }
-    controller_note_pause(c, r->ns, r->name, false, clock_now_ms(clock_system()));
+    controller_note_running(c, r->ns, r->name, true, clock_now_ms(clock_system()));
     arm_timer(c, r);
     controller_log_event(log, "[diverge] resumed (thawed, fresh token)");
 }
@@ -337,7 +337,7 @@ static void do_pause(struct controller *c, struct reconcile *r, const char *log)
     struct err err = {0};
 
     controller_timer_set(c, r->ns, r->name, 0);
-    controller_note_pause(c, r->ns, r->name, true, clock_now_ms(clock_system()));
+    controller_note_running(c, r->ns, r->name, false, clock_now_ms(clock_system()));
     sandbox_status(&st, c->sandboxes, r->ns, r->name);
     /* A task the meter paused keeps running until its runner stops by itself (exit 0 on
      * 429); freezing it there would turn that exit into a completion after a thaw. */
@@ -428,6 +428,7 @@ void controller_execute(struct controller *c, struct reconcile *r)
     if (c->sandboxes != NULL && (controller_finishes(r->action) || r->action == CONTROLLER_STOP ||
                                  r->fail_reason != NULL)) {
         controller_timer_set(c, r->ns, r->name, 0);
+        controller_note_running(c, r->ns, r->name, false, clock_now_ms(clock_system()));
         sandbox_stop(c->sandboxes, r->ns, r->name);
     }
     free(log);

@@ -108,6 +108,9 @@ int controller_new(struct controller **out, struct task_store *store,
     c->github_api_url = cfg->github_api_url != NULL ? xstrdup(cfg->github_api_url) : NULL;
     pthread_mutex_init(&c->lock, NULL);
     pthread_mutex_init(&c->notes_lock, NULL);
+    pthread_mutex_init(&c->active_lock, NULL);
+    secret_random(&c->run_id, sizeof(c->run_id));
+    c->run_id |= 1; /* never 0, the value of "no run" */
     pthread_cond_init(&c->notes_cond, NULL);
     atomic_init(&c->stopping, false);
     rc = controller_sandboxes_open(c, cfg, err);

@@ -37,9 +37,7 @@ static void copy_spec(struct reconcile *r, const json_t *doc, const struct task_
 {
     const json_t *spec = json_object_get(doc, "spec");
     const json_t *repo = json_object_get(spec, "repository");
-    const json_t *status = json_object_get(doc, "status");
     const json_t *ann = json_object_get(json_object_get(doc, "metadata"), "annotations");
-    const char *start = json_string_value(json_object_get(status, "startTime"));
 
     r->url = dup_or_null(json_object_get(repo, "url"));
     r->base = dup_or_null(json_object_get(repo, "baseBranch"));
@@ -53,10 +51,6 @@ static void copy_spec(struct reconcile *r, const json_t *doc, const struct task_
         json_integer_value(json_object_get(json_object_get(spec, "sandbox"), "timeoutSeconds"));
     r->from_scm = json_object_get(ann, "divergedev.com/provider") != NULL;
     r->sandbox = json_deep_copy(json_object_get(spec, "sandbox")); /* network, allowedHosts */
-    r->start_ms = 0;
-    if (start != NULL) {
-        (void)clock_parse_rfc3339(&r->start_ms, start);
-    }
     r->preview_env = controller_preview_env_name(doc, r->c->preview_base);
     r->preview_url =
         r->preview_env != NULL ? controller_preview_url(r->c->preview_base, r->preview_env) : NULL;
@@ -86,9 +80,8 @@ static void observe(struct controller_observed *o, struct reconcile *r, const st
         o->exit_code = st.exit_code;
         o->workspace_exists = stat(ws, &sb) == 0 && S_ISDIR(sb.st_mode);
         free(ws);
-        if (r->timeout_s > 0 && r->start_ms > 0 && v->phase == TASK_ACTIVE) {
-            o->timed_out =
-                controller_active_ms(c, r->ns, r->name, r->start_ms, now) >= r->timeout_s * 1000;
+        if (r->timeout_s > 0 && v->phase == TASK_ACTIVE) {
+            o->timed_out = controller_active_ms(c, r->ns, r->name, now) >= r->timeout_s * 1000;
         }
     }
 }
@@ -459,6 +452,13 @@ static int before_execute(struct controller *c, struct reconcile *r, struct err 
     int rc = E_OK;
 
     log_pull_request(c, r);
+    if (c->sandboxes != NULL && r->phase != TASK_PENDING && r->phase != TASK_PROVISIONING &&
+        r->phase != TASK_ACTIVE) {
+        /* Paused (also by the meter, whose runner may still be on its way out) or
+         * finished: its time no longer counts toward sandbox.timeoutSeconds. */
+        controller_timer_set(c, r->ns, r->name, 0);
+        controller_note_running(c, r->ns, r->name, false, clock_now_ms(clock_system()));
+    }
     if (r->action == CONTROLLER_ACTIVATE) {
         rc = controller_write_token_file(c, r->ns, r->name, r->token, err);
     }

@@ -9,6 +9,7 @@ import os
 import shutil
 import sqlite3
 import tempfile
+import time
 
 from harness import Server, run_tests
 from sandbox_helpers import (FAKE_RUNNER, bare_repo, create, get, git, group_members,
@@ -98,6 +99,44 @@ def test_resume_while_pausing_after_restart():
         shutil.rmtree(ctl, ignore_errors=True)
 
 
+def test_downtime_does_not_count_toward_timeout():
+    ctl = tempfile.mkdtemp(prefix="diverge-ctl-")
+    cmd = "while [ ! -f %s/go ]; do sleep 0.1; done; echo done > done.txt" % ctl
+    repo = bare_repo()
+    timeout = 8
+    srv = server(cmd).start()
+    try:
+        create(srv, task("dt", "file://" + repo, sandbox={"timeoutSeconds": timeout}))
+        wait_log(srv, "dt", "fake runner: meter 1 -> 200")
+        old = leader_pid(srv, "dt")
+        srv.kill()
+        # Down for longer than the whole timeout: none of it counts.
+        time.sleep(timeout + 2)
+        srv2 = server(cmd, data_dir=srv.data_dir).start()
+        try:
+            wait_log(srv2, "dt", "restarted after server restart")
+            assert not group_members(old), "the old runner was left running"
+            # The old server's runner used under a second of the 8: a few ticks of the
+            # timer later the task still runs (counting the downtime failed it at once).
+            time.sleep(3)
+            body = get(srv2, "dt")
+            assert body["status"]["phase"] == "Active", (body["status"], task_log(srv2, "dt"))
+            open(os.path.join(ctl, "go"), "w").close()
+            body = wait_phase(srv2, "dt", ("Completed", "Failed"))
+            log = task_log(srv2, "dt")
+            assert body["status"]["phase"] == "Completed", (body["status"], log)
+            assert "timeout" not in log, log
+            assert git("--git-dir", repo, "show", "agent/dt:done.txt") == "done\n"
+        finally:
+            srv2.cleanup()
+    finally:
+        srv.cleanup()
+        shutil.rmtree(srv.data_dir, ignore_errors=True)
+        shutil.rmtree(ctl, ignore_errors=True)
+        shutil.rmtree(os.path.dirname(repo), ignore_errors=True)
+
+
 if __name__ == "__main__":
     run_tests([test_pause_goes_through_pausing_and_restart_in_pausing_ends_paused,
-               test_resume_while_pausing_after_restart])
+               test_resume_while_pausing_after_restart,
+               test_downtime_does_not_count_toward_timeout])

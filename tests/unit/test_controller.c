@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "controller/controller.h"
+#include "controller/controller_int.h"
 #include "controller/sandbox.h"
 #include "tests/t_check.h"
 
@@ -110,6 +111,75 @@ TEST(decide_sandbox_table)
                    controller_action_name(cases[i].want));
         }
     }
+}
+
+/* sandbox.timeoutSeconds counts only the time a sandbox ran under a live server. */
+TEST(active_time_record)
+{
+    struct controller_active a = {0};
+    const uint64_t run1 = 0x11, run2 = 0x23;
+    char buf[128];
+
+    CHECK_EQ_INT(controller_active_total(&a, run1, 5000), 0);
+    controller_active_begin(&a, run1, 1000);
+    CHECK_EQ_INT(controller_active_total(&a, run1, 3000), 2000);
+    controller_active_begin(&a, run1, 2000); /* already counting: no-op */
+    CHECK_EQ_INT(controller_active_total(&a, run1, 3000), 2000);
+    controller_active_seen(&a, run1, 2500);
+    controller_active_seen(&a, run2, 9000); /* another run's checkpoint: ignored */
+    /* run1 died (kill -9) after its checkpoint at 2500: for run2 the interval ended there,
+     * whatever the time now (the server was down). */
+    CHECK_EQ_INT(controller_active_total(&a, run2, 100000), 1500);
+    controller_active_begin(&a, run2, 100000); /* restarted: closes the dead interval */
+    CHECK_EQ_INT(a.used_ms, 1500);
+    CHECK_EQ_INT(controller_active_total(&a, run2, 101000), 2500);
+    controller_active_end(&a, run2, 102000); /* paused */
+    CHECK_EQ_INT(controller_active_total(&a, run2, 500000), 3500);
+    CHECK_EQ_INT(a.since_ms, 0);
+    controller_active_end(&a, run2, 600000); /* ending twice changes nothing */
+    CHECK_EQ_INT(controller_active_total(&a, run2, 700000), 3500);
+    controller_active_begin(&a, run2, 800000);
+    CHECK_EQ_INT(controller_active_total(&a, run2, 799000), 3500); /* clock stepped back */
+    /* The file form round-trips; anything malformed reads as nothing counted. */
+    CHECK(controller_active_format(buf, sizeof(buf), &a) > 0);
+    struct controller_active b;
+    CHECK(controller_active_parse(&b, buf));
+    CHECK(memcmp(&a, &b, sizeof(a)) == 0);
+    CHECK(!controller_active_parse(&b, "12 x"));
+    CHECK_EQ_INT(b.used_ms, 0);
+    CHECK(!controller_active_parse(&b, "-5 0 0 0"));
+    CHECK(!controller_active_parse(&b, "5 100 50 1")); /* seen before since */
+}
+
+/* The record survives a server that dies without closing it (kill -9): the next server
+ * ends the open interval at the dead one's last checkpoint. */
+TEST(active_time_survives_restart)
+{
+    unsigned char key[TOKEN_ROOT_KEY_LEN] = {0};
+    char dir[] = "/tmp/diverge-active-XXXXXX";
+    struct controller_config cfg = {
+        .data_dir = mkdtemp(dir), .root_key = key, .sandbox_provider = "none", .manual = true};
+    struct task_store *st = NULL;
+    struct controller *c = NULL;
+    struct err err = {0};
+
+    CHECK_OK(task_store_sqlite_open(&st, ":memory:", clock_system(), &err));
+    CHECK_OK(controller_new(&c, st, &cfg, &err));
+    controller_note_running(c, "default", "t", true, 10000);
+    controller_note_seen(c, "default", "t", 14000);
+    CHECK_EQ_INT(controller_active_ms(c, "default", "t", 15000), 5000);
+    controller_free(c); /* nothing closes the interval: as a crash */
+    CHECK_OK(controller_new(&c, st, &cfg, &err));
+    CHECK_EQ_INT(controller_active_ms(c, "default", "t", 90000), 4000);
+    controller_note_running(c, "default", "t", true, 90000);
+    CHECK_EQ_INT(controller_active_ms(c, "default", "t", 91000), 5000);
+    controller_note_running(c, "default", "t", false, 92000);
+    CHECK_EQ_INT(controller_active_ms(c, "default", "t", 99000), 6000);
+    controller_free(c);
+    char *path = xasprintf("%s/run/default.t.active", dir);
+    CHECK(unlink(path) == 0);
+    free(path);
+    task_store_close(st);
 }
 
 TEST(push_allowed)
