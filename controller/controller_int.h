@@ -49,7 +49,8 @@ struct controller {
     bool tick_running;
     atomic_bool stopping;
     pthread_t tick;
-    struct store_worker *worker; /* owned; NULL in manual mode */
+    struct store_worker *worker;               /* owned; NULL in manual mode */
+    struct controller_mirror_job *mirror_jobs; /* fetches running or done (notes_lock) */
 
     /* Egress (sandbox_egress.c): --sandbox-network proxy (tasks may say otherwise), and
      * the --sandbox-allow-host rules plus the server's own addresses (owned). */
@@ -80,6 +81,11 @@ struct reconcile {
     char *preview_url;       /* owned: its previewUrl, or NULL */
     char *pr_url;            /* owned: a finished task's pull-request-url annotation */
     char *draft_pr;          /* owned: "<provider> <project>" of a queued draft PR */
+    /* The mirror fetched outside the lock (mirror_job.c), when mirror_done. */
+    bool mirror_done, mirror_fetched;
+    int mirror_rc;
+    char *mirror; /* owned */
+    struct err mirror_err;
 };
 
 /* Executes R's side effects (run.c) with C->lock held; failures that end the task are
@@ -124,6 +130,18 @@ int controller_egress_open(struct sandbox_egress **out, struct controller *c,
                            const struct reconcile *r, const char *log_path, char **env, size_t *n,
                            struct err *err);
 #define CONTROLLER_EGRESS_ENV_MAX 11
+
+/* --- the mirror fetched off the reconcile lock (mirror_job.c) --- */
+/* Whether R's start fetches the mirror in a thread of its own (a provider that starts
+ * sandboxes, a repository, the tick thread running to pick the task up again). */
+bool controller_mirror_async(const struct controller *c, const struct reconcile *r);
+/* E_OK with R's mirror_* set from the task's finished fetch; E_AGAIN while one runs
+ * (started here when none does: it queues the task for the tick thread once done). */
+int controller_mirror_ready(struct controller *c, struct reconcile *r, struct err *err);
+/* A deleted task's running fetch: nobody takes its result. */
+void controller_mirror_forget(struct controller *c, const char *ns, const char *name);
+/* Waits for every fetch and frees them (threads stopped). */
+void controller_mirror_jobs_stop(struct controller *c);
 
 /* Frees C's memory (the threads must not run). */
 void controller_destroy(struct controller *c);

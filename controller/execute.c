@@ -198,6 +198,25 @@ static void fail(struct reconcile *r, const char *reason, const struct err *err)
     r->fail_msg = xstrdup(err->msg[0] != '\0' ? err->msg : "sandbox error");
 }
 
+/* R's mirror into P: the one fetched off the lock (mirror_job.c), else fetched now. */
+static int mirror_of(struct controller *c, struct reconcile *r, struct paths *p, bool *fetched,
+                     struct err *err)
+{
+    int rc;
+
+    if (!r->mirror_done) {
+        return controller_mirror(&p->mirror, c->data_dir, r->url, p->log, fetched, err);
+    }
+    rc = r->mirror_rc;
+    p->mirror = r->mirror;
+    r->mirror = NULL;
+    *fetched = r->mirror_fetched;
+    if (rc != E_OK) {
+        *err = r->mirror_err;
+    }
+    return rc;
+}
+
 /* Prepares everything the sandbox needs; E_OK or an error for SandboxError. */
 static int prepare(struct controller *c, struct reconcile *r, struct paths *p, struct err *err)
 {
@@ -209,7 +228,7 @@ static int prepare(struct controller *c, struct reconcile *r, struct paths *p, s
         rc = err_set(err, E_FAIL, "create the workspace: %s", strerror(errno));
     }
     if (rc == E_OK && r->url != NULL) {
-        rc = controller_mirror(&p->mirror, c->data_dir, r->url, p->log, &fetched, err);
+        rc = mirror_of(c, r, p, &fetched, err);
         if (rc == E_OK) {
             controller_log_event(p->log, "[diverge] repository mirror %s",
                                  fetched ? "fetched (reused)" : "cloned");

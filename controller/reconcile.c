@@ -351,6 +351,7 @@ static void reconcile_cleanup(struct reconcile *r)
     free(r->preview_url);
     free(r->pr_url);
     free(r->draft_pr);
+    free(r->mirror);
 }
 
 /* Logs that the draft PR of a task that just completed was queued. */
@@ -506,6 +507,13 @@ int controller_reconcile(struct controller *c, const char *ns, const char *name,
     rc = task_store_txn(c->store, reconcile_txn, &r, err);
     if (rc == E_OK) {
         rc = before_execute(c, &r, err);
+    }
+    if (rc == E_OK && controller_mirror_async(c, &r)) {
+        rc = controller_mirror_ready(c, &r, err);
+        if (rc == E_AGAIN) {
+            rc = E_OK; /* the fetch runs: it reconciles the task again when done */
+            r.action = CONTROLLER_NOTHING;
+        }
     }
     if (rc == E_OK && r.action != CONTROLLER_NOTHING && r.action != CONTROLLER_ACTIVATE) {
         controller_execute(c, &r);

@@ -4,11 +4,13 @@ through Pausing; a server killed while a task is Pausing finishes the pause on r
 (the sandbox died with it: nothing to freeze) and a later resume starts a new runner;
 the time serve was down does not count toward sandbox.timeoutSeconds; a slow first clone
 of one repository does not keep another task from starting."""
+import http.server
 import json
 import os
 import shutil
 import sqlite3
 import tempfile
+import threading
 import time
 
 from harness import Server, run_tests
@@ -136,7 +138,84 @@ def test_downtime_does_not_count_toward_timeout():
         shutil.rmtree(os.path.dirname(repo), ignore_errors=True)
 
 
+class SlowGitServer:
+    """Serves BARE at /repo.git over dumb HTTP on loopback; every request waits until
+    release() (a remote that takes its time for a first clone)."""
+
+    def __init__(self, bare):
+        self.bare = bare
+        self.paths = []
+        self.gate = threading.Event()
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                outer.paths.append(self.path)
+                outer.gate.wait(90)
+                rel = self.path.split("?", 1)[0]
+                path = os.path.normpath(os.path.join(outer.bare, rel[len("/repo.git/"):]))
+                if not rel.startswith("/repo.git/") or not path.startswith(outer.bare) or \
+                        not os.path.isfile(path):
+                    self.send_response(404)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                with open(path, "rb") as f:
+                    data = f.read()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = "http://127.0.0.1:%d/repo.git" % self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def release(self):
+        self.gate.set()
+
+    def close(self):
+        self.gate.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_slow_clone_does_not_block_other_tasks():
+    slow_repo = bare_repo()
+    git("--git-dir", slow_repo, "update-server-info")
+    local_repo = bare_repo()
+    gs = SlowGitServer(slow_repo)
+    try:
+        with server("echo fixed > fixed.txt") as srv:
+            create(srv, task("slow1", gs.url))
+            wait_until(lambda: gs.paths, what="the first clone reached the remote")
+            create(srv, task("slow2", gs.url))  # same repository: waits for that clone
+            wait_phase(srv, "slow1", "Provisioning")
+            # A task on another repository is not held up by the clone.
+            create(srv, task("fast", "file://" + local_repo))
+            body = wait_phase(srv, "fast", ("Completed", "Failed"))
+            assert body["status"]["phase"] == "Completed", (body["status"], task_log(srv, "fast"))
+            assert get(srv, "slow1")["status"]["phase"] == "Provisioning"
+            assert get(srv, "slow2")["status"]["phase"] == "Provisioning"
+            gs.release()
+            for name in ("slow1", "slow2"):
+                # (the dumb-HTTP remote is read-only: their push fails later, by design)
+                wait_log(srv, name, "[diverge] provisioned", timeout=60)
+            # One clone, then a fetch into it: never two gits on the mirror at once.
+            logs = [task_log(srv, n) for n in ("slow1", "slow2")]
+            assert sum("repository mirror cloned" in l for l in logs) == 1, logs
+            assert sum("repository mirror fetched (reused)" in l for l in logs) == 1, logs
+    finally:
+        gs.close()
+        shutil.rmtree(os.path.dirname(slow_repo), ignore_errors=True)
+        shutil.rmtree(os.path.dirname(local_repo), ignore_errors=True)
+
+
 if __name__ == "__main__":
     run_tests([test_pause_goes_through_pausing_and_restart_in_pausing_ends_paused,
                test_resume_while_pausing_after_restart,
-               test_downtime_does_not_count_toward_timeout])
+               test_downtime_does_not_count_toward_timeout,
+               test_slow_clone_does_not_block_other_tasks])
