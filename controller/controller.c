@@ -59,6 +59,17 @@ static enum controller_action decide_absent(const struct controller_observed *o,
     return resume ? CONTROLLER_RESUME_START : CONTROLLER_RESTART;
 }
 
+/* A paused task to resume whose sandbox is not there. */
+static enum controller_action decide_resume_absent(const struct controller_observed *o)
+{
+    /* Paused before its first sandbox ran (suspended while Pending, or while its mirror was
+     * still being fetched): there is no workspace yet, it is provisioned now. */
+    if (o->never_started && !o->workspace_exists && o->can_run) {
+        return CONTROLLER_PROVISION;
+    }
+    return decide_absent(o, true);
+}
+
 static enum controller_action decide_active(const struct task_view *v,
                                             const struct controller_observed *o)
 {
@@ -91,7 +102,7 @@ static enum controller_action decide_paused(const struct task_view *v,
     }
     /* Not frozen: the runner stopped on a 429 and exited, or is about to (thawing it would
      * turn that exit into a completion). A new runner continues from the next iteration. */
-    return decide_absent(o, true);
+    return decide_resume_absent(o);
 }
 
 enum controller_action controller_decide(const struct task_view *v,

@@ -47,6 +47,7 @@ struct controller {
     struct controller_note *notes;   /* exits to reconcile */
     struct controller_timer *timers; /* running tasks with a timeout */
     bool tick_running;
+    bool mirror_async; /* the tick thread was started: set once, before any reconcile */
     atomic_bool stopping;
     pthread_t tick;
     struct store_worker *worker;               /* owned; NULL in manual mode */
@@ -73,6 +74,7 @@ struct reconcile {
     json_t *sandbox;               /* owned copy of spec.sandbox (network), or NULL */
     char *agent_cmd, *verify_cmd;  /* owned: spec.runner.command/verifyCommand, or NULL */
     int64_t iteration, max_iterations, timeout_s;
+    bool started;            /* a sandbox ran for it once (status.startTime is set) */
     bool from_scm;           /* made from a PR/MR comment */
     int exit_code;           /* the runner's, for FAIL_RUNNER */
     const char *fail_reason; /* set by execution when the task must fail */

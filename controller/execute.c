@@ -205,7 +205,12 @@ static int mirror_of(struct controller *c, struct reconcile *r, struct paths *p,
     int rc;
 
     if (!r->mirror_done) {
-        return controller_mirror(&p->mirror, c->data_dir, r->url, p->log, fetched, err);
+        rc = controller_mirror(&p->mirror, c->data_dir, r->url, p->log, fetched, err);
+        if (rc == E_OK) {
+            controller_log_event(p->log, "[diverge] repository mirror %s",
+                                 *fetched ? "fetched (reused)" : "cloned");
+        }
+        return rc;
     }
     rc = r->mirror_rc;
     p->mirror = r->mirror;
@@ -229,10 +234,6 @@ static int prepare(struct controller *c, struct reconcile *r, struct paths *p, s
     }
     if (rc == E_OK && r->url != NULL) {
         rc = mirror_of(c, r, p, &fetched, err);
-        if (rc == E_OK) {
-            controller_log_event(p->log, "[diverge] repository mirror %s",
-                                 fetched ? "fetched (reused)" : "cloned");
-        }
     }
     if (rc == E_OK) {
         rc = controller_staging(p->staging, p->log, err);

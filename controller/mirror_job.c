@@ -44,6 +44,10 @@ static void *job_main(void *arg)
     struct controller *c = j->c;
 
     j->rc = controller_mirror(&j->dir, c->data_dir, j->url, j->log, &j->fetched, &j->err);
+    if (j->rc == E_OK) {
+        controller_log_event(j->log, "[diverge] repository mirror %s",
+                             j->fetched ? "fetched (reused)" : "cloned");
+    }
     pthread_mutex_lock(&c->notes_lock);
     j->done = true;
     pthread_mutex_unlock(&c->notes_lock);
@@ -102,7 +106,7 @@ static void take(struct reconcile *r, struct controller_mirror_job *j)
 
 bool controller_mirror_async(const struct controller *c, const struct reconcile *r)
 {
-    return c->sandboxes != NULL && c->tick_running && r->url != NULL &&
+    return c->sandboxes != NULL && c->mirror_async && r->url != NULL &&
            (r->action == CONTROLLER_PROVISION || r->action == CONTROLLER_RESTART ||
             r->action == CONTROLLER_RESUME_START);
 }

@@ -46,6 +46,7 @@ static void copy_spec(struct reconcile *r, const json_t *doc, const struct task_
     r->agent_cmd = dup_or_null(json_object_get(json_object_get(spec, "runner"), "command"));
     r->verify_cmd = dup_or_null(json_object_get(json_object_get(spec, "runner"), "verifyCommand"));
     r->iteration = v->iteration;
+    r->started = json_is_string(json_object_get(json_object_get(doc, "status"), "startTime"));
     r->max_iterations = v->max_iterations;
     r->timeout_s =
         json_integer_value(json_object_get(json_object_get(spec, "sandbox"), "timeoutSeconds"));
@@ -79,6 +80,7 @@ static void observe(struct controller_observed *o, struct reconcile *r, const st
         o->sandbox = (int)st.state;
         o->exit_code = st.exit_code;
         o->workspace_exists = stat(ws, &sb) == 0 && S_ISDIR(sb.st_mode);
+        o->never_started = !r->started;
         free(ws);
         if (r->timeout_s > 0 && v->phase == TASK_ACTIVE) {
             o->timed_out = controller_active_ms(c, r->ns, r->name, now) >= r->timeout_s * 1000;

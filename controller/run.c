@@ -130,6 +130,7 @@ int controller_tick_start(struct controller *c, struct err *err)
         return err_set(err, E_FAIL, "cannot start the sandbox tick thread");
     }
     c->tick_running = true;
+    c->mirror_async = true;
     return E_OK;
 }
 

@@ -200,7 +200,16 @@ def test_slow_clone_does_not_block_other_tasks():
             assert body["status"]["phase"] == "Completed", (body["status"], task_log(srv, "fast"))
             assert get(srv, "slow1")["status"]["phase"] == "Provisioning"
             assert get(srv, "slow2")["status"]["phase"] == "Provisioning"
+            # Suspended while its mirror is fetched: Paused with no sandbox yet; resumed
+            # later, it is provisioned (not failed for a missing workspace).
+            create(srv, task("slow3", gs.url))
+            wait_phase(srv, "slow3", "Provisioning")
+            patch(srv, "slow3", {"suspended": True})
+            wait_phase(srv, "slow3", "Paused")
             gs.release()
+            wait_log(srv, "slow3", "repository mirror", timeout=60)
+            patch(srv, "slow3", {"suspended": False})
+            wait_log(srv, "slow3", "[diverge] provisioned", timeout=60)
             for name in ("slow1", "slow2"):
                 # (the dumb-HTTP remote is read-only: their push fails later, by design)
                 wait_log(srv, name, "[diverge] provisioned", timeout=60)
@@ -208,6 +217,7 @@ def test_slow_clone_does_not_block_other_tasks():
             logs = [task_log(srv, n) for n in ("slow1", "slow2")]
             assert sum("repository mirror cloned" in l for l in logs) == 1, logs
             assert sum("repository mirror fetched (reused)" in l for l in logs) == 1, logs
+            assert len(os.listdir(os.path.join(srv.data_dir, "mirrors"))) == 2
     finally:
         gs.close()
         shutil.rmtree(os.path.dirname(slow_repo), ignore_errors=True)

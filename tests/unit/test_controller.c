@@ -92,6 +92,9 @@ TEST(decide_sandbox_table)
         {TASK_PAUSED, false, false, true, false, true, R, 0, CONTROLLER_RESUME_START},
         {TASK_PAUSED, false, false, true, false, true, A, 0, CONTROLLER_RESUME_START},
         {TASK_PAUSED, false, false, true, false, false, A, 0, CONTROLLER_FAIL_SANDBOX},
+        /* Paused before its first sandbox (never_started, row 99 below). */
+        {TASK_PAUSED, false, false, true, false, false, A, 99, CONTROLLER_PROVISION},
+        {TASK_PAUSED, false, false, false, false, false, A, 99, CONTROLLER_FAIL_SANDBOX},
         {TASK_COMPLETED, false, true, true, false, true, A, 0, CONTROLLER_REVOKE},
         {TASK_FAILED, false, false, true, false, true, X, 1, CONTROLLER_STOP},
         {TASK_FAILED, false, false, true, false, true, A, 0, CONTROLLER_NOTHING},
@@ -104,7 +107,8 @@ TEST(decide_sandbox_table)
                                         .timed_out = cases[i].timed_out,
                                         .workspace_exists = cases[i].ws,
                                         .sandbox = cases[i].sandbox,
-                                        .exit_code = cases[i].code};
+                                        .never_started = cases[i].code == 99,
+                                        .exit_code = cases[i].code == 99 ? 0 : cases[i].code};
         enum controller_action a = controller_decide(&v, &o);
         if (a != cases[i].want) {
             t_fail(__FILE__, __LINE__, "case %zu: got %s want %s", i, controller_action_name(a),
