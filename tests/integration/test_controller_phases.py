@@ -138,6 +138,33 @@ def test_downtime_does_not_count_toward_timeout():
         shutil.rmtree(os.path.dirname(repo), ignore_errors=True)
 
 
+def test_budget_pause_time_does_not_count_toward_timeout():
+    repo = bare_repo()
+    ctl = tempfile.mkdtemp(prefix="diverge-ctl-")
+    timeout = 3
+    with server("while [ ! -f %s/go ]; do sleep 0.1; done; echo more > more.txt" % ctl) as srv:
+        # The fake runner's first heartbeat costs 0.01: over this budget → 429, Paused.
+        create(srv, task("bt", "file://" + repo, budgetUSD="0.005",
+                         sandbox={"timeoutSeconds": timeout}))
+        body = wait_phase(srv, "bt", "Paused")
+        assert body["status"]["reason"] == "BudgetExceeded", body["status"]
+        wait_log(srv, "bt", "runner exited (status 0)")
+        time.sleep(timeout + 1)  # paused for longer than the whole timeout
+        assert get(srv, "bt")["status"]["phase"] == "Paused"
+        patch(srv, "bt", {"budgetUSD": "1.00", "suspended": False})
+        wait_log(srv, "bt", "meter 2 -> 200")
+        time.sleep(2)  # a few ticks of the timer: the pause did not use up the timeout
+        body = get(srv, "bt")
+        assert body["status"]["phase"] == "Active", (body["status"], task_log(srv, "bt"))
+        open(os.path.join(ctl, "go"), "w").close()
+        body = wait_phase(srv, "bt", ("Completed", "Failed"))
+        log = task_log(srv, "bt")
+        assert body["status"]["phase"] == "Completed", (body["status"], log)
+        assert "start iteration 2" in log, log
+    shutil.rmtree(os.path.dirname(repo), ignore_errors=True)
+    shutil.rmtree(ctl, ignore_errors=True)
+
+
 class SlowGitServer:
     """Serves BARE at /repo.git over dumb HTTP on loopback; every request waits until
     release() (a remote that takes its time for a first clone)."""
@@ -228,4 +255,5 @@ if __name__ == "__main__":
     run_tests([test_pause_goes_through_pausing_and_restart_in_pausing_ends_paused,
                test_resume_while_pausing_after_restart,
                test_downtime_does_not_count_toward_timeout,
+               test_budget_pause_time_does_not_count_toward_timeout,
                test_slow_clone_does_not_block_other_tasks])
