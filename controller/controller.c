@@ -121,6 +121,9 @@ enum controller_action controller_decide(const struct task_view *v,
     case TASK_ACTIVE:
         return decide_active(v, o);
     case TASK_PAUSING:
+        /* The pause finishes first, whatever spec.suspended says now (a server killed
+         * mid-pause: its sandbox died with it, nothing to freeze). A resume that came
+         * meanwhile is planned on Paused by the next reconcile (thaw, or a new runner). */
         return CONTROLLER_PAUSE;
     case TASK_PAUSED:
         return decide_paused(v, o);
