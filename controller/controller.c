@@ -59,6 +59,17 @@ static enum controller_action decide_absent(const struct controller_observed *o,
     return resume ? CONTROLLER_RESUME_START : CONTROLLER_RESTART;
 }
 
+/* A paused task to resume whose sandbox is not there. */
+static enum controller_action decide_resume_absent(const struct controller_observed *o)
+{
+    /* Paused before its first sandbox ran (suspended while Pending, or while its mirror was
+     * still being fetched): there is no workspace yet, it is provisioned now. */
+    if (o->never_started && !o->workspace_exists && o->can_run) {
+        return CONTROLLER_PROVISION;
+    }
+    return decide_absent(o, true);
+}
+
 static enum controller_action decide_active(const struct task_view *v,
                                             const struct controller_observed *o)
 {
@@ -91,7 +102,7 @@ static enum controller_action decide_paused(const struct task_view *v,
     }
     /* Not frozen: the runner stopped on a 429 and exited, or is about to (thawing it would
      * turn that exit into a completion). A new runner continues from the next iteration. */
-    return decide_absent(o, true);
+    return decide_resume_absent(o);
 }
 
 enum controller_action controller_decide(const struct task_view *v,
@@ -110,6 +121,9 @@ enum controller_action controller_decide(const struct task_view *v,
     case TASK_ACTIVE:
         return decide_active(v, o);
     case TASK_PAUSING:
+        /* The pause finishes first, whatever spec.suspended says now (a server killed
+         * mid-pause: its sandbox died with it, nothing to freeze). A resume that came
+         * meanwhile is planned on Paused by the next reconcile (thaw, or a new runner). */
         return CONTROLLER_PAUSE;
     case TASK_PAUSED:
         return decide_paused(v, o);
@@ -237,6 +251,7 @@ void controller_destroy(struct controller *c)
     }
     pthread_mutex_destroy(&c->lock);
     pthread_mutex_destroy(&c->notes_lock);
+    pthread_mutex_destroy(&c->active_lock);
     pthread_cond_destroy(&c->notes_cond);
     free(c);
 }

@@ -89,6 +89,7 @@ struct controller_observed {
     int exit_code;         /* SANDBOX_EXITED: the runner's status */
     bool timed_out;        /* active time is past sandbox.timeoutSeconds */
     bool workspace_exists; /* its workspace directory is there */
+    bool never_started;    /* no sandbox ever ran for it (status.startTime unset) */
 };
 
 /* The pure decision: V is the task, O what is observed of it. */

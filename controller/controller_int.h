@@ -42,13 +42,17 @@ struct controller {
     bool chown_files;                      /* give files to sandbox_uid (server is root) */
     pthread_mutex_t lock;                  /* one reconcile at a time */
     pthread_mutex_t notes_lock;            /* guards notes, timers, wake */
+    pthread_mutex_t active_lock;           /* one update of a counted-time record at a time */
+    uint64_t run_id;                       /* random: this server run (active.c) */
     pthread_cond_t notes_cond;
     struct controller_note *notes;   /* exits to reconcile */
     struct controller_timer *timers; /* running tasks with a timeout */
     bool tick_running;
+    bool mirror_async; /* the tick thread was started: set once, before any reconcile */
     atomic_bool stopping;
     pthread_t tick;
-    struct store_worker *worker; /* owned; NULL in manual mode */
+    struct store_worker *worker;               /* owned; NULL in manual mode */
+    struct controller_mirror_job *mirror_jobs; /* fetches running or done (notes_lock) */
 
     /* Egress (sandbox_egress.c): --sandbox-network proxy (tasks may say otherwise), and
      * the --sandbox-allow-host rules plus the server's own addresses (owned). */
@@ -70,7 +74,8 @@ struct reconcile {
     char *objective;               /* owned */
     json_t *sandbox;               /* owned copy of spec.sandbox (network), or NULL */
     char *agent_cmd, *verify_cmd;  /* owned: spec.runner.command/verifyCommand, or NULL */
-    int64_t iteration, max_iterations, timeout_s, start_ms;
+    int64_t iteration, max_iterations, timeout_s;
+    bool started;            /* a sandbox ran for it once (status.startTime is set) */
     bool from_scm;           /* made from a PR/MR comment */
     int exit_code;           /* the runner's, for FAIL_RUNNER */
     const char *fail_reason; /* set by execution when the task must fail */
@@ -79,6 +84,11 @@ struct reconcile {
     char *preview_url;       /* owned: its previewUrl, or NULL */
     char *pr_url;            /* owned: a finished task's pull-request-url annotation */
     char *draft_pr;          /* owned: "<provider> <project>" of a queued draft PR */
+    /* The mirror fetched outside the lock (mirror_job.c), when mirror_done. */
+    bool mirror_done, mirror_fetched;
+    int mirror_rc;
+    char *mirror; /* owned */
+    struct err mirror_err;
 };
 
 /* Executes R's side effects (run.c) with C->lock held; failures that end the task are
@@ -129,6 +139,18 @@ int controller_egress_open(struct sandbox_egress **out, struct controller *c,
                            struct err *err);
 #define CONTROLLER_EGRESS_ENV_MAX 11
 
+/* --- the mirror fetched off the reconcile lock (mirror_job.c) --- */
+/* Whether R's start fetches the mirror in a thread of its own (a provider that starts
+ * sandboxes, a repository, the tick thread running to pick the task up again). */
+bool controller_mirror_async(const struct controller *c, const struct reconcile *r);
+/* E_OK with R's mirror_* set from the task's finished fetch; E_AGAIN while one runs
+ * (started here when none does: it queues the task for the tick thread once done). */
+int controller_mirror_ready(struct controller *c, struct reconcile *r, struct err *err);
+/* A deleted task's running fetch: nobody takes its result. */
+void controller_mirror_forget(struct controller *c, const char *ns, const char *name);
+/* Waits for every fetch and frees them (threads stopped). */
+void controller_mirror_jobs_stop(struct controller *c);
+
 /* Frees C's memory (the threads must not run). */
 void controller_destroy(struct controller *c);
 
@@ -157,12 +179,36 @@ int controller_staging_sanitize(const char *staging, struct err *err);
 int controller_push(struct controller *c, const char *staging, const char *url, const char *working,
                     const char *log_path, struct err *err);
 
-/* Paused-time bookkeeping (run.c): the active ms a task used so far. */
+/* --- counted time behind sandbox.timeoutSeconds (active.c) --- */
+/* The record of one task: USED_MS of closed intervals, and the open one (SINCE_MS, 0: none)
+ * that server run RUN opened and last saw running at SEEN_MS. */
+struct controller_active {
+    int64_t used_ms, since_ms, seen_ms;
+    uint64_t run;
+};
+/* How often the tick thread records that running sandboxes still run. */
+#define CONTROLLER_CHECKPOINT_MS 1000
+/* The counted ms of A at NOW_MS for server run RUN: an open interval of another (dead)
+ * run ends at its last checkpoint. */
+int64_t controller_active_total(const struct controller_active *a, uint64_t run, int64_t now_ms);
+/* Opens an interval at NOW_MS (closing one a dead run left); no-op when RUN counts already. */
+void controller_active_begin(struct controller_active *a, uint64_t run, int64_t now_ms);
+/* Closes the open interval (at NOW_MS for RUN's own, else at its last checkpoint). */
+void controller_active_end(struct controller_active *a, uint64_t run, int64_t now_ms);
+/* Checkpoint: RUN's open interval was still running at NOW_MS. */
+void controller_active_seen(struct controller_active *a, uint64_t run, int64_t now_ms);
+/* The file text "used since seen run(hex)\n" and back; false (all zero) when malformed. */
+bool controller_active_parse(struct controller_active *a, const char *text);
+int controller_active_format(char *buf, size_t cap, const struct controller_active *a);
+/* The task's counted ms at NOW_MS, from its record under <data-dir>/run. */
 int64_t controller_active_ms(struct controller *c, const char *ns, const char *name,
-                             int64_t start_ms, int64_t now_ms);
-/* Records that the task was paused (true) or resumed (false) at NOW_MS. */
-void controller_note_pause(struct controller *c, const char *ns, const char *name, bool paused,
-                           int64_t now_ms);
+                             int64_t now_ms);
+/* Records that the task's sandbox started or was thawed (RUNNING) or stopped counting
+ * (frozen, paused, exited, finished) at NOW_MS. */
+void controller_note_running(struct controller *c, const char *ns, const char *name, bool running,
+                             int64_t now_ms);
+/* Checkpoint of a running task (the tick thread). */
+void controller_note_seen(struct controller *c, const char *ns, const char *name, int64_t now_ms);
 /* Arms (DEADLINE_MS > 0) or disarms (0) the task's timeout timer. */
 void controller_timer_set(struct controller *c, const char *ns, const char *name,
                           int64_t deadline_ms);

@@ -91,7 +91,8 @@ void controller_forget_task(struct controller *c, const char *ns, const char *na
         xasprintf("%s/staging/%s/%s.git", c->data_dir, ns, name),
         xasprintf("%s/state/%s/%s", c->data_dir, ns, name),
         xasprintf("%s/tokens/%s/%s", c->data_dir, ns, name),
-        xasprintf("%s/run/%s.%s.pause", c->data_dir, ns, name),
+        xasprintf("%s/run/%s.%s.pause", c->data_dir, ns, name), /* older servers' record */
+        xasprintf("%s/run/%s.%s.active", c->data_dir, ns, name),
         xasprintf("%s/run/%s.%s.pr", c->data_dir, ns, name),
     };
 
@@ -197,6 +198,30 @@ static void fail(struct reconcile *r, const char *reason, const struct err *err)
     r->fail_msg = xstrdup(err->msg[0] != '\0' ? err->msg : "sandbox error");
 }
 
+/* R's mirror into P: the one fetched off the lock (mirror_job.c), else fetched now. */
+static int mirror_of(struct controller *c, struct reconcile *r, struct paths *p, bool *fetched,
+                     struct err *err)
+{
+    int rc;
+
+    if (!r->mirror_done) {
+        rc = controller_mirror(&p->mirror, c, r->url, p->log, fetched, err);
+        if (rc == E_OK) {
+            controller_log_event(p->log, "[diverge] repository mirror %s",
+                                 *fetched ? "fetched (reused)" : "cloned");
+        }
+        return rc;
+    }
+    rc = r->mirror_rc;
+    p->mirror = r->mirror;
+    r->mirror = NULL;
+    *fetched = r->mirror_fetched;
+    if (rc != E_OK) {
+        *err = r->mirror_err;
+    }
+    return rc;
+}
+
 /* Prepares everything the sandbox needs; E_OK or an error for SandboxError. */
 static int prepare(struct controller *c, struct reconcile *r, struct paths *p, struct err *err)
 {
@@ -208,11 +233,7 @@ static int prepare(struct controller *c, struct reconcile *r, struct paths *p, s
         rc = err_set(err, E_FAIL, "create the workspace: %s", strerror(errno));
     }
     if (rc == E_OK && r->url != NULL) {
-        rc = controller_mirror(&p->mirror, c, r->url, p->log, &fetched, err);
-        if (rc == E_OK) {
-            controller_log_event(p->log, "[diverge] repository mirror %s",
-                                 fetched ? "fetched (reused)" : "cloned");
-        }
+        rc = mirror_of(c, r, p, &fetched, err);
     }
     if (rc == E_OK) {
         rc = controller_staging(p->staging, p->log, err);
@@ -238,8 +259,7 @@ static int prepare(struct controller *c, struct reconcile *r, struct paths *p, s
 static void arm_timer(struct controller *c, const struct reconcile *r)
 {
     int64_t now = clock_now_ms(clock_system());
-    int64_t start = r->start_ms > 0 ? r->start_ms : now;
-    int64_t used = controller_active_ms(c, r->ns, r->name, start, now);
+    int64_t used = controller_active_ms(c, r->ns, r->name, now);
 
     controller_timer_set(c, r->ns, r->name,
                          r->timeout_s > 0 ? now + r->timeout_s * 1000 - used : 0);
@@ -298,7 +318,7 @@ static void do_start(struct controller *c, struct reconcile *r, enum start_mode 
         controller_log_event(p.log, "[diverge] failed: %s", err.msg);
         fail(r, "SandboxError", &err);
     } else {
-        controller_note_pause(c, r->ns, r->name, false, clock_now_ms(clock_system()));
+        controller_note_running(c, r->ns, r->name, true, clock_now_ms(clock_system()));
         arm_timer(c, r);
         controller_log_event(p.log, "[diverge] %s (provider %s, iteration %lld)",
                              mode == START_FRESH    ? "provisioned"
@@ -337,7 +357,7 @@ int controller_thaw(struct controller *c, struct reconcile *r)
         controller_timer_set(c, r->ns, r->name, 0);
         sandbox_stop(c->sandboxes, r->ns, r->name);
     } else {
-        controller_note_pause(c, r->ns, r->name, false, clock_now_ms(clock_system()));
+        controller_note_running(c, r->ns, r->name, true, clock_now_ms(clock_system()));
         arm_timer(c, r);
         controller_log_event(log, "[diverge] resumed (thawed, fresh token)");
     }
@@ -351,16 +371,21 @@ static void do_pause(struct controller *c, struct reconcile *r, const char *log)
     struct err err = {0};
 
     controller_timer_set(c, r->ns, r->name, 0);
-    controller_note_pause(c, r->ns, r->name, true, clock_now_ms(clock_system()));
+    controller_note_running(c, r->ns, r->name, false, clock_now_ms(clock_system()));
     sandbox_status(&st, c->sandboxes, r->ns, r->name);
     /* A task the meter paused keeps running until its runner stops by itself (exit 0 on
      * 429); freezing it there would turn that exit into a completion after a thaw. */
     if (r->phase == TASK_PAUSED || st.state != SANDBOX_RUNNING) {
-        controller_log_event(log, "[diverge] paused (token revoked)");
+        controller_log_event(log, "[diverge] paused (token revoked%s)",
+                             st.state == SANDBOX_ABSENT ? "; no sandbox runs, nothing to freeze"
+                                                        : "");
         return;
     }
     if (sandbox_suspend(c->sandboxes, r->ns, r->name, &err) != E_OK) {
-        controller_log_event(log, "[diverge] freeze failed: %s", err.msg);
+        /* Nothing may keep running unmetered: a sandbox that cannot be frozen is stopped
+         * (a resume starts a new runner from the next iteration on the workspace). */
+        controller_log_event(log, "[diverge] freeze failed: %s; sandbox stopped instead", err.msg);
+        sandbox_stop(c->sandboxes, r->ns, r->name);
         return;
     }
     controller_log_event(log, "[diverge] paused (every process frozen, token revoked)");
@@ -437,6 +462,7 @@ void controller_execute(struct controller *c, struct reconcile *r)
     if (c->sandboxes != NULL && (controller_finishes(r->action) || r->action == CONTROLLER_STOP ||
                                  r->fail_reason != NULL)) {
         controller_timer_set(c, r->ns, r->name, 0);
+        controller_note_running(c, r->ns, r->name, false, clock_now_ms(clock_system()));
         sandbox_stop(c->sandboxes, r->ns, r->name);
     }
     free(log);

@@ -39,6 +39,7 @@ static void apply(const struct task_event *ev, void *userdata)
         controller_timer_set(c, ev->ns, ev->name, 0);
         sandbox_stop(c->sandboxes, ev->ns, ev->name);
         controller_forget_task(c, ev->ns, ev->name); /* a new task of that name starts clean */
+        controller_mirror_forget(c, ev->ns, ev->name);
         pthread_mutex_unlock(&c->lock);
         controller_log_event(log, "[diverge] task deleted: sandbox stopped");
         free(log);
@@ -112,6 +113,9 @@ int controller_new(struct controller **out, struct task_store *store,
     c->git_auth = cfg->git_auth;
     pthread_mutex_init(&c->lock, NULL);
     pthread_mutex_init(&c->notes_lock, NULL);
+    pthread_mutex_init(&c->active_lock, NULL);
+    secret_random(&c->run_id, sizeof(c->run_id));
+    c->run_id |= 1; /* never 0, the value of "no run" */
     pthread_cond_init(&c->notes_cond, NULL);
     atomic_init(&c->stopping, false);
     rc = controller_sandboxes_open(c, cfg, err);
@@ -166,7 +170,8 @@ void controller_free(struct controller *c)
         /* Sandboxes die with the server (SPEC §9); the next one restarts them. */
         sandbox_provider_free(c->sandboxes);
         c->sandboxes = NULL;
-        controller_tick_stop(c); /* frees what exits queued meanwhile */
+        controller_mirror_jobs_stop(c); /* waits for fetches still running */
+        controller_tick_stop(c);        /* frees what exits and fetches queued meanwhile */
         controller_destroy(c);
     }
 }

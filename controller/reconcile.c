@@ -37,9 +37,7 @@ static void copy_spec(struct reconcile *r, const json_t *doc, const struct task_
 {
     const json_t *spec = json_object_get(doc, "spec");
     const json_t *repo = json_object_get(spec, "repository");
-    const json_t *status = json_object_get(doc, "status");
     const json_t *ann = json_object_get(json_object_get(doc, "metadata"), "annotations");
-    const char *start = json_string_value(json_object_get(status, "startTime"));
 
     r->url = dup_or_null(json_object_get(repo, "url"));
     r->base = dup_or_null(json_object_get(repo, "baseBranch"));
@@ -48,15 +46,12 @@ static void copy_spec(struct reconcile *r, const json_t *doc, const struct task_
     r->agent_cmd = dup_or_null(json_object_get(json_object_get(spec, "runner"), "command"));
     r->verify_cmd = dup_or_null(json_object_get(json_object_get(spec, "runner"), "verifyCommand"));
     r->iteration = v->iteration;
+    r->started = json_is_string(json_object_get(json_object_get(doc, "status"), "startTime"));
     r->max_iterations = v->max_iterations;
     r->timeout_s =
         json_integer_value(json_object_get(json_object_get(spec, "sandbox"), "timeoutSeconds"));
     r->from_scm = json_object_get(ann, "divergedev.com/provider") != NULL;
     r->sandbox = json_deep_copy(json_object_get(spec, "sandbox")); /* network, allowedHosts */
-    r->start_ms = 0;
-    if (start != NULL) {
-        (void)clock_parse_rfc3339(&r->start_ms, start);
-    }
     r->preview_env = controller_preview_env_name(doc, r->c->preview_base);
     r->preview_url =
         r->preview_env != NULL ? controller_preview_url(r->c->preview_base, r->preview_env) : NULL;
@@ -85,10 +80,10 @@ static void observe(struct controller_observed *o, struct reconcile *r, const st
         o->sandbox = (int)st.state;
         o->exit_code = st.exit_code;
         o->workspace_exists = stat(ws, &sb) == 0 && S_ISDIR(sb.st_mode);
+        o->never_started = !r->started;
         free(ws);
-        if (r->timeout_s > 0 && r->start_ms > 0 && v->phase == TASK_ACTIVE) {
-            o->timed_out =
-                controller_active_ms(c, r->ns, r->name, r->start_ms, now) >= r->timeout_s * 1000;
+        if (r->timeout_s > 0 && v->phase == TASK_ACTIVE) {
+            o->timed_out = controller_active_ms(c, r->ns, r->name, now) >= r->timeout_s * 1000;
         }
     }
 }
@@ -358,6 +353,7 @@ static void reconcile_cleanup(struct reconcile *r)
     free(r->preview_url);
     free(r->pr_url);
     free(r->draft_pr);
+    free(r->mirror);
 }
 
 /* Logs that the draft PR of a task that just completed was queued. */
@@ -428,6 +424,92 @@ static int thaw_after_apply(struct controller *c, struct reconcile *r, struct er
     return rc == E_AGAIN ? E_OK : rc;
 }
 
+/* Active (or Pending/Provisioning) → Pausing before the sandbox is frozen (SPEC §4): the
+ * token is revoked in the same transaction, so no meter charge is accepted from here on
+ * (the meter charges Active tasks with an active token only). Paused follows once the
+ * freeze is confirmed; a server that dies in between finishes the pause on its restart. */
+static int mark_pausing(struct task_txn *tx, void *userdata)
+{
+    struct reconcile *r = userdata;
+    struct task_view v;
+    json_t *doc = NULL;
+    int rc = task_txn_get(&doc, tx, r->ns, r->name, NULL);
+
+    if (rc != E_OK) {
+        return rc;
+    }
+    task_view_of(&v, doc);
+    if (v.phase != r->phase || !v.suspended) {
+        rc = E_AGAIN; /* it moved on: its own event plans again */
+    } else {
+        rc = task_txn_token_revoke(tx, r->ns, r->name, NULL);
+        task_set_phase(doc, TASK_PAUSING, "Suspended", "pausing by request");
+        if (rc == E_OK) {
+            rc = task_txn_put(tx, doc, NULL);
+        }
+        if (rc == E_OK) {
+            r->phase = TASK_PAUSING;
+        }
+    }
+    json_decref(doc);
+    return rc;
+}
+
+/* Whether a PAUSE planned on PHASE first writes Pausing. */
+static bool pauses_through_pausing(enum controller_action a, enum task_phase phase)
+{
+    return a == CONTROLLER_PAUSE && phase != TASK_PAUSING && phase != TASK_PAUSED &&
+           phase != TASK_COMPLETED && phase != TASK_FAILED;
+}
+
+/* What comes between the plan and the execution of R: the token file of ACTIVATE, and the
+ * transient phases (Provisioning, Pausing) written before the slow part. */
+static int before_execute(struct controller *c, struct reconcile *r, struct err *err)
+{
+    int rc = E_OK;
+
+    log_pull_request(c, r);
+    if (c->sandboxes != NULL && r->phase != TASK_PENDING && r->phase != TASK_PROVISIONING &&
+        r->phase != TASK_ACTIVE) {
+        /* Paused (also by the meter, whose runner may still be on its way out) or
+         * finished: its time no longer counts toward sandbox.timeoutSeconds. */
+        controller_timer_set(c, r->ns, r->name, 0);
+        controller_note_running(c, r->ns, r->name, false, clock_now_ms(clock_system()));
+    }
+    if (r->action == CONTROLLER_ACTIVATE) {
+        rc = controller_write_token_file(c, r->ns, r->name, r->token, err);
+    }
+    if (rc == E_OK && r->action == CONTROLLER_PROVISION && r->phase == TASK_PENDING) {
+        rc = task_store_txn(c->store, mark_provisioning, r, err);
+    }
+    if (rc == E_OK && pauses_through_pausing(r->action, r->phase)) {
+        rc = task_store_txn(c->store, mark_pausing, r, err);
+        if (rc == E_AGAIN) {
+            rc = E_OK;
+            r->action = CONTROLLER_NOTHING;
+        }
+    }
+    return rc;
+}
+
+/* The applying transaction of R. */
+static int apply_outcome(struct controller *c, struct reconcile *r, struct err *err)
+{
+    int rc;
+
+    r->plan = false;
+    rc = task_store_txn(c->store, reconcile_txn, r, err);
+    if (rc == E_AGAIN) {
+        rc = E_OK; /* a newer change will be reconciled by its own event */
+    } else if (rc == E_OK) {
+        log_draft_pr(c, r);
+        log_kv(LOG_INFO, "reconciled", "namespace", r->ns, "name", r->name, "action",
+               controller_action_name(r->action), NULL);
+        rc = thaw_after_apply(c, r, err);
+    }
+    return rc;
+}
+
 int controller_reconcile(struct controller *c, const char *ns, const char *name, struct err *err)
 {
     struct reconcile r = {.c = c, .ns = ns, .name = name, .plan = true};
@@ -441,28 +523,20 @@ int controller_reconcile(struct controller *c, const char *ns, const char *name,
     }
     rc = task_store_txn(c->store, reconcile_txn, &r, err);
     if (rc == E_OK) {
-        log_pull_request(c, &r);
+        rc = before_execute(c, &r, err);
     }
-    if (rc == E_OK && r.action == CONTROLLER_ACTIVATE) {
-        rc = controller_write_token_file(c, ns, name, r.token, err);
-    }
-    if (rc == E_OK && r.action == CONTROLLER_PROVISION && r.phase == TASK_PENDING) {
-        rc = task_store_txn(c->store, mark_provisioning, &r, err);
+    if (rc == E_OK && controller_mirror_async(c, &r)) {
+        rc = controller_mirror_ready(c, &r, err);
+        if (rc == E_AGAIN) {
+            rc = E_OK; /* the fetch runs: it reconciles the task again when done */
+            r.action = CONTROLLER_NOTHING;
+        }
     }
     if (rc == E_OK && r.action != CONTROLLER_NOTHING && r.action != CONTROLLER_ACTIVATE) {
         controller_execute(c, &r);
     }
     if (rc == E_OK && r.action != CONTROLLER_NOTHING) {
-        r.plan = false;
-        rc = task_store_txn(c->store, reconcile_txn, &r, err);
-        if (rc == E_AGAIN) {
-            rc = E_OK; /* a newer change will be reconciled by its own event */
-        } else if (rc == E_OK) {
-            log_draft_pr(c, &r);
-            log_kv(LOG_INFO, "reconciled", "namespace", ns, "name", name, "action",
-                   controller_action_name(r.action), NULL);
-            rc = thaw_after_apply(c, &r, err);
-        }
+        rc = apply_outcome(c, &r, err);
     }
     pthread_mutex_unlock(&c->lock);
     reconcile_cleanup(&r);

@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The side effects of a reconcile with a sandbox provider (workspace, token file, start,
- * freeze, thaw, push, stop), the paused-time bookkeeping behind sandbox.timeoutSeconds,
- * and the tick thread that reconciles tasks whose runner exited or whose time is up. */
+/* The tick thread that reconciles tasks whose runner exited or whose time is up (and
+ * checkpoints the counted time of running tasks), timers, and the sandbox provider. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -16,67 +15,6 @@
 
 #include "common/log.h"
 #include "controller/controller_int.h"
-
-/* --- paused time ------------------------------------------------------------------ */
-
-static char *pause_path(struct controller *c, const char *ns, const char *name)
-{
-    return xasprintf("%s/run/%s.%s.pause", c->data_dir, ns, name);
-}
-
-static void pause_read(struct controller *c, const char *ns, const char *name, int64_t *total,
-                       int64_t *since)
-{
-    char *path = pause_path(c, ns, name), buf[64] = {0};
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    long long a = 0, b = 0;
-
-    if (fd >= 0) {
-        if (read(fd, buf, sizeof(buf) - 1) > 0 && sscanf(buf, "%lld %lld", &a, &b) != 2) {
-            a = b = 0;
-        }
-        close(fd);
-    }
-    *total = a;
-    *since = b;
-    free(path);
-}
-
-int64_t controller_active_ms(struct controller *c, const char *ns, const char *name,
-                             int64_t start_ms, int64_t now_ms)
-{
-    int64_t total, since;
-
-    pause_read(c, ns, name, &total, &since);
-    if (since > 0) {
-        total += now_ms - since;
-    }
-    return now_ms - start_ms - total;
-}
-
-void controller_note_pause(struct controller *c, const char *ns, const char *name, bool paused,
-                           int64_t now_ms)
-{
-    char *path = pause_path(c, ns, name), buf[64];
-    int64_t total, since;
-    int fd, n;
-
-    pause_read(c, ns, name, &total, &since);
-    if (paused && since == 0) {
-        since = now_ms;
-    } else if (!paused && since > 0) {
-        total += now_ms - since;
-        since = 0;
-    }
-    n = snprintf(buf, sizeof(buf), "%lld %lld\n", (long long)total, (long long)since);
-    (void)controller_mkdirs(path, false);
-    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd >= 0) {
-        (void)!write(fd, buf, (size_t)n);
-        close(fd);
-    }
-    free(path);
-}
 
 /* --- timers and the tick thread --------------------------------------------------- */
 
@@ -137,6 +75,7 @@ static void reconcile_note(struct controller *c, struct controller_note *n)
 static void *tick(void *arg)
 {
     struct controller *c = arg;
+    int64_t next_checkpoint = 0;
 
     pthread_mutex_lock(&c->notes_lock);
     while (!atomic_load(&c->stopping)) {
@@ -144,6 +83,14 @@ static void *tick(void *arg)
         int64_t now = clock_now_ms(clock_system());
 
         c->notes = NULL;
+        /* Tasks with a timer run a sandbox: the checkpoint keeps the time the server is
+         * down (killed) out of their counted time. */
+        if (now >= next_checkpoint) {
+            for (struct controller_timer *t = c->timers; t != NULL; t = t->next) {
+                controller_note_seen(c, t->ns, t->name, now);
+            }
+            next_checkpoint = now + CONTROLLER_CHECKPOINT_MS;
+        }
         /* Timed-out tasks are reconciled every tick until the reconcile disarms them. */
         for (struct controller_timer *t = c->timers; t != NULL; t = t->next) {
             if (t->deadline_ms <= now) {
@@ -183,6 +130,7 @@ int controller_tick_start(struct controller *c, struct err *err)
         return err_set(err, E_FAIL, "cannot start the sandbox tick thread");
     }
     c->tick_running = true;
+    c->mirror_async = true;
     return E_OK;
 }
 

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -330,8 +331,8 @@ static bool url_ok(const char *url)
     return false;
 }
 
-int controller_mirror(char **out, struct controller *c, const char *url, const char *log_path,
-                      bool *fetched_out, struct err *err)
+static int mirror_locked(char **out, struct controller *c, const char *url, const char *log_path,
+                         bool *fetched_out, struct err *err)
 {
     const char *data_dir = c->data_dir;
     char *dir, *tmp, *marker;
@@ -393,6 +394,34 @@ int controller_mirror(char **out, struct controller *c, const char *url, const c
     } else {
         free(dir);
     }
+    return rc;
+}
+
+/* One git at a time per mirror (fetches run off the reconcile lock, several tasks may
+ * start on one repository): an flock on <data-dir>/run/mirror.<hash>.lock, held while cloning or
+ * fetching. A later task waits for the clone and then fetches into it. */
+int controller_mirror(char **out, struct controller *c, const char *url, const char *log_path,
+                      bool *fetched_out, struct err *err)
+{
+    const char *data_dir = c->data_dir;
+    char *lock = xasprintf("%s/run/mirror.%016llx.lock", data_dir,
+                           (unsigned long long)hash_fnv1a_str(url != NULL ? url : ""));
+    int fd = -1, rc;
+
+    if (controller_mkdirs(lock, false) == 0) {
+        fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    }
+    if (fd < 0) {
+        rc = err_set(err, E_FAIL, "open the mirror lock: %s", strerror(errno));
+        *out = NULL;
+        *fetched_out = false;
+    } else {
+        while (flock(fd, LOCK_EX) != 0 && errno == EINTR) {
+        }
+        rc = mirror_locked(out, c, url, log_path, fetched_out, err);
+        close(fd); /* releases the lock */
+    }
+    free(lock);
     return rc;
 }
 

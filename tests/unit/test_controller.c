@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "controller/controller.h"
+#include "controller/controller_int.h"
 #include "controller/sandbox.h"
 #include "tests/t_check.h"
 
@@ -34,6 +35,9 @@ TEST(decide_table)
         {TASK_ACTIVE, false, false, true, false, CONTROLLER_ACTIVATE},
         {TASK_ACTIVE, true, true, true, false, CONTROLLER_PAUSE},
         {TASK_PAUSING, true, true, true, false, CONTROLLER_PAUSE},
+        {TASK_PAUSING, true, false, true, false, CONTROLLER_PAUSE},
+        /* Resumed while Pausing (server died mid-pause): the pause finishes first. */
+        {TASK_PAUSING, false, false, true, false, CONTROLLER_PAUSE},
         {TASK_PAUSED, true, false, true, false, CONTROLLER_NOTHING},
         {TASK_PAUSED, true, true, true, false, CONTROLLER_PAUSE},
         {TASK_PAUSED, false, false, true, false, CONTROLLER_ACTIVATE},
@@ -76,6 +80,10 @@ TEST(decide_sandbox_table)
         {TASK_ACTIVE, false, true, false, false, true, A, 0, CONTROLLER_FAIL_SANDBOX},
         {TASK_ACTIVE, true, true, true, false, true, R, 0, CONTROLLER_PAUSE},
         {TASK_PAUSING, true, true, true, false, true, R, 0, CONTROLLER_PAUSE},
+        /* Restarted while Pausing: the sandbox died with the server, the pause finishes. */
+        {TASK_PAUSING, true, false, true, false, true, A, 0, CONTROLLER_PAUSE},
+        {TASK_PAUSING, false, false, true, false, true, A, 0, CONTROLLER_PAUSE},
+        {TASK_PAUSING, true, false, true, true, true, P, 0, CONTROLLER_PAUSE},
         {TASK_PAUSED, true, false, true, false, true, P, 0, CONTROLLER_NOTHING},
         {TASK_PAUSED, true, true, true, false, true, R, 0, CONTROLLER_PAUSE},
         {TASK_PAUSED, true, false, true, false, true, X, 0, CONTROLLER_NOTHING},
@@ -84,6 +92,9 @@ TEST(decide_sandbox_table)
         {TASK_PAUSED, false, false, true, false, true, R, 0, CONTROLLER_RESUME_START},
         {TASK_PAUSED, false, false, true, false, true, A, 0, CONTROLLER_RESUME_START},
         {TASK_PAUSED, false, false, true, false, false, A, 0, CONTROLLER_FAIL_SANDBOX},
+        /* Paused before its first sandbox (never_started, row 99 below). */
+        {TASK_PAUSED, false, false, true, false, false, A, 99, CONTROLLER_PROVISION},
+        {TASK_PAUSED, false, false, false, false, false, A, 99, CONTROLLER_FAIL_SANDBOX},
         {TASK_COMPLETED, false, true, true, false, true, A, 0, CONTROLLER_REVOKE},
         {TASK_FAILED, false, false, true, false, true, X, 1, CONTROLLER_STOP},
         {TASK_FAILED, false, false, true, false, true, A, 0, CONTROLLER_NOTHING},
@@ -96,13 +107,83 @@ TEST(decide_sandbox_table)
                                         .timed_out = cases[i].timed_out,
                                         .workspace_exists = cases[i].ws,
                                         .sandbox = cases[i].sandbox,
-                                        .exit_code = cases[i].code};
+                                        .never_started = cases[i].code == 99,
+                                        .exit_code = cases[i].code == 99 ? 0 : cases[i].code};
         enum controller_action a = controller_decide(&v, &o);
         if (a != cases[i].want) {
             t_fail(__FILE__, __LINE__, "case %zu: got %s want %s", i, controller_action_name(a),
                    controller_action_name(cases[i].want));
         }
     }
+}
+
+/* sandbox.timeoutSeconds counts only the time a sandbox ran under a live server. */
+TEST(active_time_record)
+{
+    struct controller_active a = {0};
+    const uint64_t run1 = 0x11, run2 = 0x23;
+    char buf[128];
+
+    CHECK_EQ_INT(controller_active_total(&a, run1, 5000), 0);
+    controller_active_begin(&a, run1, 1000);
+    CHECK_EQ_INT(controller_active_total(&a, run1, 3000), 2000);
+    controller_active_begin(&a, run1, 2000); /* already counting: no-op */
+    CHECK_EQ_INT(controller_active_total(&a, run1, 3000), 2000);
+    controller_active_seen(&a, run1, 2500);
+    controller_active_seen(&a, run2, 9000); /* another run's checkpoint: ignored */
+    /* run1 died (kill -9) after its checkpoint at 2500: for run2 the interval ended there,
+     * whatever the time now (the server was down). */
+    CHECK_EQ_INT(controller_active_total(&a, run2, 100000), 1500);
+    controller_active_begin(&a, run2, 100000); /* restarted: closes the dead interval */
+    CHECK_EQ_INT(a.used_ms, 1500);
+    CHECK_EQ_INT(controller_active_total(&a, run2, 101000), 2500);
+    controller_active_end(&a, run2, 102000); /* paused */
+    CHECK_EQ_INT(controller_active_total(&a, run2, 500000), 3500);
+    CHECK_EQ_INT(a.since_ms, 0);
+    controller_active_end(&a, run2, 600000); /* ending twice changes nothing */
+    CHECK_EQ_INT(controller_active_total(&a, run2, 700000), 3500);
+    controller_active_begin(&a, run2, 800000);
+    CHECK_EQ_INT(controller_active_total(&a, run2, 799000), 3500); /* clock stepped back */
+    /* The file form round-trips; anything malformed reads as nothing counted. */
+    CHECK(controller_active_format(buf, sizeof(buf), &a) > 0);
+    struct controller_active b;
+    CHECK(controller_active_parse(&b, buf));
+    CHECK(memcmp(&a, &b, sizeof(a)) == 0);
+    CHECK(!controller_active_parse(&b, "12 x"));
+    CHECK_EQ_INT(b.used_ms, 0);
+    CHECK(!controller_active_parse(&b, "-5 0 0 0"));
+    CHECK(!controller_active_parse(&b, "5 100 50 1")); /* seen before since */
+}
+
+/* The record survives a server that dies without closing it (kill -9): the next server
+ * ends the open interval at the dead one's last checkpoint. */
+TEST(active_time_survives_restart)
+{
+    unsigned char key[TOKEN_ROOT_KEY_LEN] = {0};
+    char dir[] = "/tmp/diverge-active-XXXXXX";
+    struct controller_config cfg = {
+        .data_dir = mkdtemp(dir), .root_key = key, .sandbox_provider = "none", .manual = true};
+    struct task_store *st = NULL;
+    struct controller *c = NULL;
+    struct err err = {0};
+
+    CHECK_OK(task_store_sqlite_open(&st, ":memory:", clock_system(), &err));
+    CHECK_OK(controller_new(&c, st, &cfg, &err));
+    controller_note_running(c, "default", "t", true, 10000);
+    controller_note_seen(c, "default", "t", 14000);
+    CHECK_EQ_INT(controller_active_ms(c, "default", "t", 15000), 5000);
+    controller_free(c); /* nothing closes the interval: as a crash */
+    CHECK_OK(controller_new(&c, st, &cfg, &err));
+    CHECK_EQ_INT(controller_active_ms(c, "default", "t", 90000), 4000);
+    controller_note_running(c, "default", "t", true, 90000);
+    CHECK_EQ_INT(controller_active_ms(c, "default", "t", 91000), 5000);
+    controller_note_running(c, "default", "t", false, 92000);
+    CHECK_EQ_INT(controller_active_ms(c, "default", "t", 99000), 6000);
+    controller_free(c);
+    char *path = xasprintf("%s/run/default.t.active", dir);
+    CHECK(unlink(path) == 0);
+    free(path);
+    task_store_close(st);
 }
 
 TEST(push_allowed)
@@ -175,6 +256,48 @@ static int suspend(json_t *doc, struct err *err, void *ud)
     return E_OK;
 }
 
+static int64_t rv_of(struct task_store *st, const char *name)
+{
+    json_t *o = NULL;
+    ASSERT(task_store_get(&o, st, "default", name, NULL) == E_OK);
+    const char *rv =
+        json_string_value(json_object_get(json_object_get(o, "metadata"), "resourceVersion"));
+    int64_t n = rv != NULL ? strtoll(rv, NULL, 10) : 0;
+    json_decref(o);
+    return n;
+}
+
+struct phases_seen {
+    char list[256];
+};
+
+static int note_phase(const struct task_event *ev, void *userdata)
+{
+    struct phases_seen *p = userdata;
+    size_t len = strlen(p->list);
+    static const char *const names[] = {"Pending", "Provisioning", "Active", "Pausing",
+                                        "Paused",  "Completed",    "Failed"};
+    snprintf(p->list + len, sizeof(p->list) - len, "%s ",
+             (size_t)ev->phase < ARRAY_LEN(names) ? names[ev->phase] : "?");
+    return 0;
+}
+
+/* The phases the feed shows for task changes after resourceVersion SINCE. */
+static void phases_since(struct phases_seen *p, struct task_store *st, int64_t since)
+{
+    int64_t last = 0;
+    memset(p, 0, sizeof(*p));
+    CHECK_OK(task_store_watch(&last, st, "default", since, 0, note_phase, p, NULL));
+}
+
+static int set_phase(json_t *doc, struct err *err, void *ud)
+{
+    (void)err;
+    task_set_phase(doc, TASK_PAUSING, "Suspended", "pausing by request");
+    json_object_set_new(json_object_get(doc, "spec"), "suspended", json_boolean(ud != NULL));
+    return E_OK;
+}
+
 TEST(reconcile_mints_pauses_and_reminted)
 {
     struct task_store *st = NULL;
@@ -209,10 +332,15 @@ TEST(reconcile_mints_pauses_and_reminted)
     char *path = controller_token_path(c, "default", "t");
     CHECK(access(path, R_OK) == 0);
     CHECK_OK(task_store_mutate(NULL, st, "default", "t", suspend, (void *)1, &err));
+    int64_t rv = rv_of(st, "t");
+    struct phases_seen seen;
     CHECK_OK(controller_reconcile(c, "default", "t", &err));
     ph = phase_of(st, "t", "phase");
     CHECK_EQ_STR(json_string_value(ph), "Paused");
     json_decref(ph);
+    /* Active → Pausing (token revoked with it) → Paused, never Active → Paused. */
+    phases_since(&seen, st, rv);
+    CHECK_EQ_STR(seen.list, "Pausing Paused ");
     CHECK_OK(task_store_token_current(&rec, st, "default", "t", &err));
     CHECK(!rec.active);
     free(rec.token);
@@ -222,6 +350,24 @@ TEST(reconcile_mints_pauses_and_reminted)
     CHECK(rec.active);
     CHECK_EQ_INT(rec.generation, 2);
     CHECK(strcmp(rec.token, first) != 0);
+    free(rec.token);
+    /* A server that died while Pausing: the restart finishes the pause (Paused, token
+     * revoked) and a resume that arrived meanwhile applies after it. */
+    CHECK_OK(task_store_mutate(NULL, st, "default", "t", set_phase, NULL, &err));
+    rv = rv_of(st, "t");
+    CHECK_OK(controller_reconcile(c, "default", "t", &err));
+    ph = phase_of(st, "t", "phase");
+    CHECK_EQ_STR(json_string_value(ph), "Paused");
+    json_decref(ph);
+    CHECK_OK(task_store_token_current(&rec, st, "default", "t", &err));
+    CHECK(!rec.active);
+    free(rec.token);
+    CHECK_OK(controller_reconcile(c, "default", "t", &err));
+    phases_since(&seen, st, rv);
+    CHECK_EQ_STR(seen.list, "Paused Active ");
+    CHECK_OK(task_store_token_current(&rec, st, "default", "t", &err));
+    CHECK(rec.active);
+    CHECK_EQ_INT(rec.generation, 3);
     free(rec.token);
     free(first);
     controller_free(c);

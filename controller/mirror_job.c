@@ -1,0 +1,167 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The repository mirror is fetched outside the reconcile lock and off the controller's
+ * threads: a first clone of a large or slow repository must not hold up every other
+ * task. A start that needs the mirror (provision, restart, resume with a new runner)
+ * finds a finished fetch for its task and uses it, or starts one in its own thread and
+ * returns; the fetch queues the task for the tick thread when it is done, whose reconcile
+ * plans again and starts the sandbox. One fetch per task at a time (the reconciles in
+ * between see it running); fetches of one repository are serialized by the mirror's own
+ * lock (controller_mirror), so two tasks on it never run git on it at once. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "controller/controller_int.h"
+
+struct controller_mirror_job {
+    struct controller *c;
+    char *ns, *name, *url, *log; /* owned */
+    pthread_t thread;
+    bool done;  /* guarded by c->notes_lock; the fields below are the thread's until then */
+    bool stale; /* the task was deleted while it ran: nobody takes the result */
+    int rc;
+    char *dir; /* owned: the mirror when rc == E_OK */
+    bool fetched;
+    struct err err;
+    struct controller_mirror_job *next;
+};
+
+/* Joins J's thread and frees it. */
+static void job_free(struct controller_mirror_job *j)
+{
+    pthread_join(j->thread, NULL);
+    free(j->ns);
+    free(j->name);
+    free(j->url);
+    free(j->log);
+    free(j->dir);
+    free(j);
+}
+
+static void *job_main(void *arg)
+{
+    struct controller_mirror_job *j = arg;
+    struct controller *c = j->c;
+
+    j->rc = controller_mirror(&j->dir, c, j->url, j->log, &j->fetched, &j->err);
+    if (j->rc == E_OK) {
+        controller_log_event(j->log, "[diverge] repository mirror %s",
+                             j->fetched ? "fetched (reused)" : "cloned");
+    }
+    pthread_mutex_lock(&c->notes_lock);
+    j->done = true;
+    pthread_mutex_unlock(&c->notes_lock);
+    controller_on_exit(j->ns, j->name, c); /* reconcile the task again */
+    return NULL;
+}
+
+/* The job of NS/NAME in C's list (notes_lock held), or NULL; *PP_OUT: its link. */
+static struct controller_mirror_job *find(struct controller *c, const char *ns, const char *name,
+                                          struct controller_mirror_job ***pp_out)
+{
+    struct controller_mirror_job **pp;
+
+    for (pp = &c->mirror_jobs; *pp != NULL; pp = &(*pp)->next) {
+        if (strcmp((*pp)->ns, ns) == 0 && strcmp((*pp)->name, name) == 0) {
+            *pp_out = pp;
+            return *pp;
+        }
+    }
+    return NULL;
+}
+
+/* Starts the fetch of R's mirror (notes_lock held). */
+static int start_job(struct controller *c, const struct reconcile *r, struct err *err)
+{
+    struct controller_mirror_job *j = xcalloc(1, sizeof(*j));
+
+    j->c = c;
+    j->ns = xstrdup(r->ns);
+    j->name = xstrdup(r->name);
+    j->url = xstrdup(r->url);
+    j->log = controller_log_path(c->data_dir, r->ns, r->name);
+    if (pthread_create(&j->thread, NULL, job_main, j) != 0) {
+        free(j->ns);
+        free(j->name);
+        free(j->url);
+        free(j->log);
+        free(j);
+        return err_set(err, E_FAIL, "cannot start the mirror fetch thread");
+    }
+    j->next = c->mirror_jobs;
+    c->mirror_jobs = j;
+    return E_OK;
+}
+
+/* Moves J's outcome into R. */
+static void take(struct reconcile *r, struct controller_mirror_job *j)
+{
+    r->mirror_done = true;
+    r->mirror_rc = j->rc;
+    r->mirror = j->dir;
+    j->dir = NULL;
+    r->mirror_fetched = j->fetched;
+    r->mirror_err = j->err;
+}
+
+bool controller_mirror_async(const struct controller *c, const struct reconcile *r)
+{
+    return c->sandboxes != NULL && c->mirror_async && r->url != NULL &&
+           (r->action == CONTROLLER_PROVISION || r->action == CONTROLLER_RESTART ||
+            r->action == CONTROLLER_RESUME_START);
+}
+
+int controller_mirror_ready(struct controller *c, struct reconcile *r, struct err *err)
+{
+    struct controller_mirror_job **pp = NULL, *j, *done = NULL;
+    int rc = E_AGAIN;
+
+    pthread_mutex_lock(&c->notes_lock);
+    j = find(c, r->ns, r->name, &pp);
+    if (j != NULL && j->done) {
+        *pp = j->next; /* taken out: joined and freed below, outside the lock */
+        done = j;
+        j = NULL;
+    }
+    if (j == NULL && (done == NULL || done->stale || strcmp(done->url, r->url) != 0)) {
+        rc = start_job(c, r, err); /* none, or one for another URL or a deleted task */
+        rc = rc == E_OK ? E_AGAIN : rc;
+    } else if (j == NULL) {
+        rc = E_OK;
+    }
+    pthread_mutex_unlock(&c->notes_lock);
+    if (done != NULL) {
+        if (rc == E_OK) {
+            take(r, done);
+        }
+        job_free(done);
+    }
+    return rc;
+}
+
+void controller_mirror_forget(struct controller *c, const char *ns, const char *name)
+{
+    struct controller_mirror_job **pp = NULL, *j;
+
+    pthread_mutex_lock(&c->notes_lock);
+    j = find(c, ns, name, &pp);
+    if (j != NULL) {
+        j->stale = true;
+    }
+    pthread_mutex_unlock(&c->notes_lock);
+}
+
+void controller_mirror_jobs_stop(struct controller *c)
+{
+    struct controller_mirror_job *j;
+
+    pthread_mutex_lock(&c->notes_lock);
+    j = c->mirror_jobs;
+    c->mirror_jobs = NULL;
+    pthread_mutex_unlock(&c->notes_lock);
+    while (j != NULL) {
+        struct controller_mirror_job *next = j->next;
+        job_free(j); /* waits for its git */
+        j = next;
+    }
+}
