@@ -68,6 +68,10 @@ static int load_numbers(struct runner_config *c, runner_getenv_fn get, void *ud,
         return err_set(err, E_INVALID, "DIVERGE_METER_ATTEMPTS must be 1 to 100");
     }
     c->meter_attempts = (int)n;
+    v = get_opt(get, ud, "DIVERGE_REVOKED_WAIT_MS", NULL);
+    if (v != NULL && parse_long(&c->revoked_wait_ms, v, 0, 3600000) != E_OK) {
+        return err_set(err, E_INVALID, "DIVERGE_REVOKED_WAIT_MS must be 0 to 3600000");
+    }
     return E_OK;
 }
 
@@ -123,6 +127,7 @@ int runner_config_load(struct runner_config *out, runner_getenv_fn get, void *ud
     c->start_iteration = 1;
     c->max_iterations = 5;
     c->meter_attempts = 8;
+    c->revoked_wait_ms = RUNNER_REVOKED_WAIT_MS;
     c->task = get_opt(get, ud, "DIVERGE_TASK_NAME", NULL);
     if (c->task == NULL || !task_name_valid(c->task)) {
         return err_set(err, E_INVALID, "DIVERGE_TASK_NAME is missing or not a DNS label");

@@ -227,12 +227,43 @@ static enum runner_meter_next exchange(struct runner_meter_answer *a,
     return runner_meter_classify(rc, a->status);
 }
 
+/* After a 401 with token TOKEN read from the file: whether the file holds another token,
+ * looking again every RUNNER_REVOKED_POLL_MS for up to cfg->revoked_wait_ms. A task being
+ * paused revokes its token and then freezes the sandbox, this runner included; on resume
+ * the server writes a fresh token into the file before it thaws, so a runner caught in
+ * between sees the new token right after the thaw. A token that stays revoked (task
+ * deleted or finished) ends the wait: the caller exits RUNNER_EXIT_UNAUTHORIZED. */
+static bool new_token_arrived(const struct runner_config *cfg, const char *token)
+{
+    int64_t waited = 0;
+
+    for (;;) {
+        char *again = NULL;
+        bool changed = runner_token_read(&again, cfg, NULL) == E_OK && strcmp(again, token) != 0;
+
+        runner_token_free(again);
+        if (changed) {
+            return true;
+        }
+        if (waited >= cfg->revoked_wait_ms) {
+            return false;
+        }
+        if (waited == 0) {
+            runner_say("meter: token revoked (HTTP 401); waiting up to %ld ms for a new token "
+                       "(a pause in progress)",
+                       cfg->revoked_wait_ms);
+        }
+        sleep_ms(RUNNER_REVOKED_POLL_MS);
+        waited += RUNNER_REVOKED_POLL_MS;
+    }
+}
+
 void runner_meter_send(struct runner_meter_answer *out, const struct runner_config *cfg,
                        const struct runner_meter_call *call)
 {
     char *body = runner_meter_body(call);
-    char *token = NULL, *again = NULL;
-    bool rotated_retry = false;
+    char *token = NULL;
+    int rotations = 0;
     struct err err = {0};
 
     memset(out, 0, sizeof(*out));
@@ -247,17 +278,15 @@ void runner_meter_send(struct runner_meter_answer *out, const struct runner_conf
         runner_meter_answer_cleanup(out);
         err_clear(&err);
         out->next = exchange(out, cfg, token, body, &err);
-        if (out->next == RUNNER_METER_UNAUTHORIZED && !rotated_retry && cfg->token_env == NULL &&
-            runner_token_read(&again, cfg, NULL) == E_OK && strcmp(again, token) != 0) {
-            /* The token was rotated while this call was on its way: use the new one. */
-            rotated_retry = true;
+        if (out->next == RUNNER_METER_UNAUTHORIZED && rotations < RUNNER_ROTATIONS_MAX &&
+            cfg->token_env == NULL && new_token_arrived(cfg, token)) {
+            /* The token was rotated while this call was on its way, or the task was being
+             * paused (SPEC §4: the token is revoked in Pausing, before the freeze) and has
+             * been resumed with a fresh token in the same file: use the new one. */
+            rotations++;
             attempt--;
-            runner_token_free(again);
-            again = NULL;
             continue;
         }
-        runner_token_free(again);
-        again = NULL;
         if (out->next != RUNNER_METER_RETRY) {
             break;
         }

@@ -16,12 +16,15 @@
 #define RUNNER_MODEL_MAX 256                     /* bytes of a model name in a usage line */
 #define RUNNER_TOKENS_MAX INT64_C(1000000000000) /* tokensUsed of one line */
 #define RUNNER_COST_MAX_MICROS INT64_C(1000000000000000) /* $1e9: costUSD of one line */
-#define RUNNER_REQUEST_ID_MAX 256   /* bytes of a requestId (the meter's limit) */
-#define RUNNER_STATE_MAX 1024       /* bytes of the offset state file */
-#define RUNNER_FAILURE_MAX 4096     /* bytes of DIVERGE_LAST_FAILURE */
-#define RUNNER_TAIL_LINES 20        /* output lines quoted in DIVERGE_LAST_FAILURE */
-#define RUNNER_GUIDANCE_MAX 8192    /* bytes of DIVERGE_GUIDANCE kept from an answer */
-#define RUNNER_ITERATIONS_MAX 10000 /* DIVERGE_MAX_ITERATIONS cap */
+#define RUNNER_REQUEST_ID_MAX 256    /* bytes of a requestId (the meter's limit) */
+#define RUNNER_STATE_MAX 1024        /* bytes of the offset state file */
+#define RUNNER_FAILURE_MAX 4096      /* bytes of DIVERGE_LAST_FAILURE */
+#define RUNNER_TAIL_LINES 20         /* output lines quoted in DIVERGE_LAST_FAILURE */
+#define RUNNER_GUIDANCE_MAX 8192     /* bytes of DIVERGE_GUIDANCE kept from an answer */
+#define RUNNER_ITERATIONS_MAX 10000  /* DIVERGE_MAX_ITERATIONS cap */
+#define RUNNER_REVOKED_WAIT_MS 30000 /* default wait of a 401 for a new token in the file */
+#define RUNNER_REVOKED_POLL_MS 100   /* how often that wait reads the token file */
+#define RUNNER_ROTATIONS_MAX 8       /* new tokens tried for one meter call */
 
 /* Exit codes of diverge-agent-runner (README-runner.md). */
 enum runner_exit {
@@ -156,6 +159,8 @@ struct runner_config {
     const char *meter_socket;  /* DIVERGE_METER_SOCKET or NULL (preferred) */
     const char *meter_url;     /* DIVERGE_METER_URL or NULL */
     int meter_attempts;        /* DIVERGE_METER_ATTEMPTS or 8: tries per meter call */
+    long revoked_wait_ms;      /* DIVERGE_REVOKED_WAIT_MS or 30000: how long a 401 with a
+                                  token file waits for a new token (a pause in progress) */
     const char *preview_url;   /* DIVERGE_PREVIEW_URL or NULL */
     const char *preview_key;   /* DIVERGE_PREVIEW_HEADER_KEY or "x-diverge-env" */
     const char *preview_value; /* DIVERGE_PREVIEW_HEADER_VALUE or "" */

@@ -99,8 +99,9 @@ void runner_token_free(char *tok);
 char *runner_token_model(const char *token);
 
 /* Sends CALL until it gets an answer that is not RUNNER_METER_RETRY or the attempts are
- * used up (backoff between them; the same requestId each time). A 401 is retried once
- * at once when the token file changed meanwhile (a rotated token). Fills *out. */
+ * used up (backoff between them; the same requestId each time). A 401 with a token file
+ * waits up to cfg->revoked_wait_ms for another token in the file (rotated, or a pause in
+ * progress whose resume writes a fresh one) and retries with it. Fills *out. */
 void runner_meter_send(struct runner_meter_answer *out, const struct runner_config *cfg,
                        const struct runner_meter_call *call);
 

@@ -52,7 +52,10 @@ def test_runner_meters_after_every_resume():
             wait_until(lambda: failed() or read(offset) != before, what="metering after resume")
         failed()
         log = task_log(srv, "rz")
-        assert "(HTTP 401)" not in log and "runner exited" not in log, log
+        # A meter call caught between Pausing (token revoked) and the freeze gets a 401
+        # (SPEC §4, §7); the runner then waits for the fresh token the resume writes and
+        # goes on: it never stops on it.
+        assert ": stopping" not in log and "runner exited" not in log, log
         assert log.count("[diverge] resumed (thawed, fresh token)") == CYCLES, log
     shutil.rmtree(os.path.dirname(repo), ignore_errors=True)
 
