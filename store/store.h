@@ -190,10 +190,13 @@ struct task_store_ops {
     void (*close)(struct task_store *st);
 };
 
+struct task_store_xops; /* store/store_backend.h */
+
 /* Every backend embeds this as its first member. */
 struct task_store {
     const struct task_store_ops *ops;
-    const struct clock *clock; /* borrowed; timestamps */
+    const struct task_store_xops *xops; /* the rest of the functions below */
+    const struct clock *clock;          /* borrowed; timestamps */
 };
 
 /* Opens the SQLite backend at PATH (":memory:" for tests), creating or migrating the
