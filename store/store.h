@@ -204,6 +204,14 @@ struct task_store {
 int task_store_sqlite_open(struct task_store **out, const char *path, const struct clock *clock,
                            struct err *err);
 
+struct kube_client;
+/* Opens the Kubernetes backend (docs/cluster-mode.md) over C, which it takes (also on
+ * failure): AgentTasks and Environments of every namespace; NS is where the token index
+ * Secret and the inbox/outbox/sticky ConfigMaps live. Lists AgentTasks first: E_AGAIN or
+ * the client's error when the API server does not answer. */
+int task_store_kube_open(struct task_store **out, struct kube_client *c, const char *ns,
+                         const struct clock *clock, struct err *err);
+
 static inline int task_store_get(json_t **out, struct task_store *st, const char *ns,
                                  const char *name, struct err *err)
 {

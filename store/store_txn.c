@@ -105,9 +105,13 @@ void sqlst_publish(struct sqlite_store *s, struct event *ev)
 
 void task_store_sqlite_mem(struct task_store_mem *out, struct task_store *st)
 {
-    struct sqlite_store *s = sqlst_of(st);
+    struct sqlite_store *s;
 
     memset(out, 0, sizeof(*out));
+    if (strcmp(st->ops->name, "sqlite") != 0) {
+        return; /* another backend: nothing of this in memory */
+    }
+    s = sqlst_of(st);
     pthread_mutex_lock(&s->mu);
     out->meter_index_ids = json_object_size(s->meter_ids);
     out->meter_index_bytes = s->meter_ids_bytes;

@@ -5,13 +5,7 @@
 
 #include "store/store.h"
 #include "tests/t_check.h"
-
-static struct task_store *open_mem(void)
-{
-    struct task_store *st = NULL;
-    ASSERT(task_store_sqlite_open(&st, ":memory:", clock_system(), NULL) == E_OK);
-    return st;
-}
+#include "tests/unit/store_fixture.h"
 
 static struct inbox_entry entry(const char *delivery, int64_t number, const char *comment)
 {
