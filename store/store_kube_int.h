@@ -7,6 +7,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <time.h>
 
 #include "kube/kube.h"
 #include "store/store_int.h"
@@ -48,6 +49,12 @@ int64_t kst_rv_of(const json_t *obj);
 /* Waits (bounded) until the task feed (QUEUE false) or the queue cache (true) has seen RV,
  * so a read after one of our writes sees it. */
 void kst_wait_seen(struct kube_store *s, int64_t rv, bool queue);
+/* store_kube_feed.c: the change feed. */
+void kst_deadline_in(struct timespec *ts, int64_t ms); /* CLOCK_REALTIME now + MS */
+void kst_on_task_event(enum kube_event type, const json_t *obj, void *userdata);
+int kst_watch(int64_t *last_rv_out, struct task_store *st, const char *ns, int64_t since_rv,
+              int timeout_ms, task_event_fn fn, void *userdata, struct err *err);
+void kst_wake(struct task_store *st);
 /* Called by the queue informer for every ConfigMap change (store_kube_queue.c). */
 void kst_queue_event(enum kube_event type, const json_t *obj, void *userdata);
 
@@ -83,7 +90,55 @@ int kst_create_task(json_t **out, struct kube_store *s, const json_t *obj, struc
 int kst_write_task(int64_t *rv_out, struct kube_store *s, json_t *doc, const json_t *orig,
                    struct err *err);
 
-/* store_kube_queue.c: the xops entries of the inbox, outbox and sticky state. */
+/* store_kube_cm.c: the queue ConfigMaps */
+#define KST_Q_INBOX "inbox"
+#define KST_Q_OUTBOX "outbox"
+#define KST_Q_STICKY "sticky"
+
+/* One state change of a queue entry. */
+struct kst_edit {
+    const char *state; /* new state, or NULL to keep */
+    int64_t next_ms;   /* new due time, or -1 to keep */
+    int attempts_add;
+    const char *error; /* or NULL */
+    const char *result;
+    bool set_error, set_result;
+};
+
+/* Changes a ConfigMap read fresh; non-zero: no write, that code. */
+typedef int (*kst_cm_edit_fn)(json_t *cm, void *ud);
+
+json_t *kst_str_take(char *s); /* a JSON string of S, which it frees */
+uint64_t kst_fnv(const char *s, uint64_t h);
+int64_t kst_id_of_name(const char *name); /* an entry's id: 53 bits of its name's hash */
+const char *kst_cm_name(const json_t *cm);
+const char *kst_cm_str(const json_t *cm, const char *key);
+int64_t kst_cm_int(const json_t *cm, const char *key);
+void kst_cm_set(json_t *cm, const char *key, const char *value);
+void kst_cm_set_int(json_t *cm, const char *key, int64_t v);
+char *kst_dupv(const json_t *o, const char *k);
+json_t *kst_cm_new(struct kube_store *s, const char *name, const char *queue);
+/* Creates CM and waits until the cache has it. E_CONFLICT when the name exists. */
+int kst_cm_create(struct kube_store *s, const json_t *cm, struct err *err);
+/* Reads NAME, lets FN change it and replaces it rv-guarded, retrying conflicts. */
+int kst_cm_update(struct kube_store *s, const char *name, kst_cm_edit_fn fn, void *ud,
+                  struct err *err);
+/* The cached entries of QUEUE in arrival order (new array). */
+json_t *kst_cm_cached(struct kube_store *s, const char *queue);
+/* The name of QUEUE's entry ID (new string), or NULL. */
+char *kst_cm_name_of_id(struct kube_store *s, const char *queue, int64_t id);
+bool kst_cm_pending(const json_t *cm);
+int kst_cm_edit_id(struct kube_store *s, const char *queue, int64_t id, const struct kst_edit *e,
+                   struct err *err);
+/* The due pending entries of QUEUE, at most MAX, each PR's from its oldest pending one while
+ * due (a PR's order holds); SKIP is never taken. *wait_ms_out: until the next not-due one,
+ * -1 when nothing else is pending. New array. */
+json_t *kst_cm_due(int64_t *wait_ms_out, struct kube_store *s, const char *queue, size_t max,
+                   const char *skip);
+int kst_cm_count_pending(int64_t *out, struct kube_store *s, const char *queue);
+
+/* store_kube_queue.c, store_kube_outbox.c: the xops entries of the inbox, outbox and sticky state.
+ */
 int kst_txn_inbox_fail(struct task_txn *tx, int64_t id, const char *error, struct err *err);
 int kst_txn_inbox_done(struct task_txn *tx, int64_t id, struct err *err);
 int kst_txn_outbox_add(int64_t *id_out, struct task_txn *tx, const struct outbox_entry *e,
