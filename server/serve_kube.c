@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bot/bot.h"
@@ -115,6 +116,27 @@ static int start_workers(struct serve_kube *k, struct server *srv, struct err *e
     return rc;
 }
 
+/* Sleeps MS or until serve stops. */
+static void pause_unless_quit(struct serve_kube *k, int64_t ms)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += (time_t)(ms / 1000);
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&k->mu);
+    while (!k->quit) {
+        if (pthread_cond_timedwait(&k->cond, &k->mu, &ts) != 0) {
+            break;
+        }
+    }
+    pthread_mutex_unlock(&k->mu);
+}
+
 static void *leader_loop(void *arg)
 {
     struct server *srv = arg;
@@ -133,6 +155,7 @@ static void *leader_loop(void *arg)
             log_kv(LOG_INFO, "leader_elected", "identity", k->identity, NULL);
             if (start_workers(k, srv, &err) != E_OK) {
                 log_kv(LOG_ERROR, "leader_workers_failed", "error", err.msg, NULL);
+                pause_unless_quit(k, 1000); /* then try again while we still lead */
             }
         } else {
             log_kv(LOG_INFO, "leader_lost", "identity", k->identity, NULL);

@@ -199,6 +199,43 @@ def test_two_replicas_handover():
         c.close()
 
 
+def events(srv, name):
+    n = 0
+    for line in srv.stderr().splitlines():
+        if line.startswith("{") and json.loads(line).get("event") == name:
+            n += 1
+    return n
+
+
+def test_lost_lease_stops_the_controller_and_regained_restarts_it():
+    """Leadership lost (another holder took the Lease) stops the controller: a new task
+    stays Pending; given back, the controller runs again and activates it."""
+    c = Cluster()
+    try:
+        a = c.replica("replica-a")
+        wait(lambda: c.holder() == "replica-a", what="replica-a leads")
+        with c.kube.lock:
+            lease = json.loads(json.dumps(c.kube.get("leases", KNS, "diverge-leader")))
+        now = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
+        lease["spec"].update(holderIdentity="intruder", renewTime=now, acquireTime=now,
+                             leaseDurationSeconds=3600)
+        lease["metadata"].pop("resourceVersion", None)
+        c.kube.put_object("leases", KNS, lease)
+        wait(lambda: events(a, "leader_lost") == 1, what="replica-a steps down")
+        st, _, body = a.request("POST", NS, {
+            "apiVersion": "divergedev.com/v1alpha1", "kind": "AgentTask",
+            "metadata": {"name": "t2"}, "spec": {"objective": "do it"}})
+        assert st == 201, body
+        time.sleep(1.0)  # nobody leads: nothing reconciles it
+        assert phase(a, NS + "/t2") == "Pending"
+        lease["spec"].update(holderIdentity="", leaseDurationSeconds=1)
+        c.kube.put_object("leases", KNS, lease)
+        wait(lambda: events(a, "leader_elected") == 2, what="replica-a leads again")
+        wait(lambda: phase(a, NS + "/t2") == "Active", what="t2 Active")
+    finally:
+        c.close()
+
+
 def test_local_scm_refused():
     c = Cluster()
     try:
@@ -211,4 +248,6 @@ def test_local_scm_refused():
 
 
 if __name__ == "__main__":
-    run_tests([test_two_replicas_handover, test_local_scm_refused])
+    run_tests([test_two_replicas_handover,
+               test_lost_lease_stops_the_controller_and_regained_restarts_it,
+               test_local_scm_refused])
