@@ -45,15 +45,27 @@ void kst_wait_seen(struct kube_store *s, int64_t rv, bool queue)
 
 /* --- tasks ------------------------------------------------------------------------ */
 
+json_t *kst_fill_status(json_t *obj)
+{
+    if (json_is_object(obj) && !json_is_object(json_object_get(obj, "status"))) {
+        json_object_set_new(obj, "status", task_initial_status());
+    }
+    return obj;
+}
+
 static int kst_get(json_t **out, struct task_store *st, const char *ns, const char *name,
                    struct err *err)
 {
     struct kube_store *s = kst_of(st);
+    int rc = kube_informer_get(out, s->tasks, ns, name);
 
-    if (kube_informer_get(out, s->tasks, ns, name) == E_OK) {
-        return E_OK;
+    if (rc != E_OK) {
+        rc = kube_get(out, s->c, &KUBE_AGENTTASKS, ns, name, err);
     }
-    return kube_get(out, s->c, &KUBE_AGENTTASKS, ns, name, err);
+    if (rc == E_OK) {
+        kst_fill_status(*out);
+    }
+    return rc;
 }
 
 int kst_create_task(json_t **out, struct kube_store *s, const json_t *obj, struct err *err)
@@ -149,6 +161,7 @@ static int kst_mutate(json_t **out, struct task_store *st, const char *ns, const
         if (rc != E_OK) {
             return rc;
         }
+        kst_fill_status(orig);
         doc = json_deep_copy(orig);
         rc = fn(doc, err, userdata);
         if (rc == TASK_MUTATE_UNCHANGED) {
@@ -266,6 +279,7 @@ static json_t *cached_tasks(int64_t *rv_out, struct kube_store *s, const char *n
     json_array_foreach(all, i, obj)
     {
         struct task_view tv;
+        kst_fill_status(obj);
         task_view_of(&tv, obj);
         if (ns == NULL || (tv.ns != NULL && strcmp(tv.ns, ns) == 0)) {
             v[n++] = obj;

@@ -65,7 +65,13 @@ void kst_on_task_event(enum kube_event type, const json_t *obj, void *userdata)
         ring_evict(s);
     }
     slot = &s->ring[s->seq % KST_RING];
-    sqlst_event_fill(slot, rv, event_type(type), obj, json_dumps(obj, JSON_COMPACT));
+    if (json_is_object(json_object_get(obj, "status"))) {
+        sqlst_event_fill(slot, rv, event_type(type), obj, json_dumps(obj, JSON_COMPACT));
+    } else {
+        json_t *copy = kst_fill_status(json_deep_copy(obj)); /* as every read shows it */
+        sqlst_event_fill(slot, rv, event_type(type), copy, json_dumps(copy, JSON_COMPACT));
+        json_decref(copy);
+    }
     slot->bytes = slot->json != NULL ? strlen(slot->json) : 0;
     s->ring_bytes += slot->bytes;
     /* at most STORE_EVENT_RING_BYTES of JSON (security review finding 7b), but the newest */

@@ -44,6 +44,10 @@ static inline struct kube_store *kst_of(struct task_store *st)
     return container_of(st, struct kube_store, base);
 }
 
+/* OBJ with the Pending status of a new task when it has none (an AgentTask written by
+ * kubectl, or between our create and its status write: the API server drops status on
+ * create), as the embedded store always shows one. Returns OBJ. */
+json_t *kst_fill_status(json_t *obj);
 /* metadata.resourceVersion of OBJ as an integer; 0 when absent or not a number. */
 int64_t kst_rv_of(const json_t *obj);
 /* Waits (bounded) until the task feed (QUEUE false) or the queue cache (true) has seen RV,

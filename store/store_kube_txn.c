@@ -127,6 +127,7 @@ int kst_txn_get(json_t **out, struct task_txn *tx, const char *ns, const char *n
     } else {
         rc = kube_get(out, t->s->c, &KUBE_AGENTTASKS, ns, name, err);
         if (rc == E_OK) {
+            kst_fill_status(*out);
             json_object_set_new(t->orig, key, json_deep_copy(*out));
             json_object_set(t->docs, key, *out);
         }

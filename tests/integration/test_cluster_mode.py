@@ -28,8 +28,8 @@ NS = API + "/namespaces/default/agenttasks"
 GH_NS = API + "/namespaces/octo-repo/agenttasks"
 METER = "/api/v1/agenttask/meter"
 MARKER = "<!-- diverge-agent-task -->"
-LEASE_ENV = {"DIVERGE_LEASE_DURATION_MS": "2000", "DIVERGE_LEASE_RENEW_DEADLINE_MS": "1500",
-             "DIVERGE_LEASE_RETRY_MS": "250"}
+LEASE_ENV = {"DIVERGE_LEASE_DURATION_MS": "3000", "DIVERGE_LEASE_RENEW_DEADLINE_MS": "2500",
+             "DIVERGE_LEASE_RETRY_MS": "300"}
 
 
 class Cluster:
@@ -84,6 +84,10 @@ class Cluster:
         return out
 
     def close(self):
+        if sys.exc_info()[0] is not None:  # a failure: show what the replicas said
+            for r in self.replicas:
+                print("--- %s stderr (tail) ---\n%s" % (r.name, "\n".join(
+                    r.stderr().splitlines()[-40:])), file=sys.stderr)
         for r in self.replicas:
             r.cleanup()
         self.gh.stop()
@@ -214,6 +218,7 @@ def test_lost_lease_stops_the_controller_and_regained_restarts_it():
     try:
         a = c.replica("replica-a")
         wait(lambda: c.holder() == "replica-a", what="replica-a leads")
+        wait(lambda: events(a, "leader_elected") >= 1, what="replica-a runs the controller")
         with c.kube.lock:
             lease = json.loads(json.dumps(c.kube.get("leases", KNS, "diverge-leader")))
         now = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
@@ -221,7 +226,8 @@ def test_lost_lease_stops_the_controller_and_regained_restarts_it():
                              leaseDurationSeconds=3600)
         lease["metadata"].pop("resourceVersion", None)
         c.kube.put_object("leases", KNS, lease)
-        wait(lambda: events(a, "leader_lost") == 1, what="replica-a steps down")
+        lost, elected = events(a, "leader_lost"), events(a, "leader_elected")
+        wait(lambda: events(a, "leader_lost") > lost, what="replica-a steps down")
         st, _, body = a.request("POST", NS, {
             "apiVersion": "divergedev.com/v1alpha1", "kind": "AgentTask",
             "metadata": {"name": "t2"}, "spec": {"objective": "do it"}})
@@ -230,8 +236,25 @@ def test_lost_lease_stops_the_controller_and_regained_restarts_it():
         assert phase(a, NS + "/t2") == "Pending"
         lease["spec"].update(holderIdentity="", leaseDurationSeconds=1)
         c.kube.put_object("leases", KNS, lease)
-        wait(lambda: events(a, "leader_elected") == 2, what="replica-a leads again")
+        wait(lambda: events(a, "leader_elected") > elected, what="replica-a leads again")
         wait(lambda: phase(a, NS + "/t2") == "Active", what="t2 Active")
+    finally:
+        c.close()
+
+
+def test_task_applied_without_status():
+    """An AgentTask written straight to the API server (kubectl apply: no status, the API
+    server drops it on create) reads as Pending and the leader's controller runs it."""
+    c = Cluster()
+    try:
+        a = c.replica("replica-a")
+        wait(lambda: c.holder() == "replica-a", what="replica-a leads")
+        c.kube.put_object("agenttasks", "default", {
+            "apiVersion": "divergedev.com/v1alpha1", "kind": "AgentTask",
+            "metadata": {"name": "applied"},
+            "spec": {"objective": "do it", "budgetUSD": "5.00", "budgetTokens": 1000,
+                     "maxIterations": 3, "suspended": False}})
+        wait(lambda: phase(a, NS + "/applied") == "Active", what="applied Active")
     finally:
         c.close()
 
@@ -250,4 +273,4 @@ def test_local_scm_refused():
 if __name__ == "__main__":
     run_tests([test_two_replicas_handover,
                test_lost_lease_stops_the_controller_and_regained_restarts_it,
-               test_local_scm_refused])
+               test_task_applied_without_status, test_local_scm_refused])
