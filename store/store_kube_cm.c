@@ -223,6 +223,9 @@ static int apply_edit(json_t *cm, void *ud)
     if (e->set_result) {
         kst_cm_set(cm, "result", e->result);
     }
+    if (e->state != NULL && strcmp(e->state, "pending") != 0) {
+        kst_cm_set_int(cm, "doneMs", e->now_ms); /* kst_cm_gc deletes it once old */
+    }
     return E_OK;
 }
 
@@ -230,12 +233,14 @@ int kst_cm_edit_id(struct kube_store *s, const char *queue, int64_t id, const st
                    struct err *err)
 {
     char *name = kst_cm_name_of_id(s, queue, id);
+    struct kst_edit now = *e;
     int rc;
 
     if (name == NULL) {
         return err_set(err, E_NOTFOUND, "%s entry %lld not found", queue, (long long)id);
     }
-    rc = kst_cm_update(s, name, apply_edit, (void *)(uintptr_t)e, err);
+    now.now_ms = clock_now_ms(s->base.clock);
+    rc = kst_cm_update(s, name, apply_edit, &now, err);
     free(name);
     return rc;
 }
@@ -345,4 +350,32 @@ void kst_queue_wait(struct task_store *st, bool outbox, int64_t since_gen, int64
         }
     }
     pthread_mutex_unlock(&s->mu);
+}
+
+void kst_cm_gc(struct kube_store *s, const char *queue, int64_t keep_ms)
+{
+    int64_t now = clock_now_ms(s->base.clock);
+    int slot = strcmp(queue, KST_Q_INBOX) == 0 ? 0 : 1;
+    json_t *items, *cm;
+    size_t i;
+
+    pthread_mutex_lock(&s->mu);
+    if (s->gc_ms[slot] != 0 && now - s->gc_ms[slot] < KST_GC_EVERY_MS) {
+        pthread_mutex_unlock(&s->mu);
+        return;
+    }
+    s->gc_ms[slot] = now;
+    pthread_mutex_unlock(&s->mu);
+    items = kst_cm_cached(s, queue);
+    json_array_foreach(items, i, cm)
+    {
+        int64_t done = kst_cm_int(cm, "doneMs");
+        if (!kst_cm_pending(cm) && done > 0 && now - done > keep_ms) {
+            const char *rv = json_string_value(
+                json_object_get(json_object_get(cm, "metadata"), "resourceVersion"));
+            /* rv-guarded: an entry changed meanwhile stays */
+            (void)kube_delete(s->c, &KUBE_CONFIGMAPS, s->ns, kst_cm_name(cm), rv, NULL);
+        }
+    }
+    json_decref(items);
 }

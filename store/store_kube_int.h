@@ -17,6 +17,9 @@
 #define KST_SEEN_MS 10000 /* how long a write waits for its own event in the cache */
 #define KST_TOKEN_INDEX "diverge-agenttask-tokens"
 #define KST_QUEUE_LABEL "divergedev.com/queue"
+#define KST_GC_EVERY_MS 60000                      /* queue garbage collection period */
+#define KST_INBOX_KEEP_MS (7LL * 24 * 3600 * 1000) /* done inbox entries (redeliveries) */
+#define KST_OUTBOX_KEEP_MS (3600LL * 1000)         /* done outbox entries */
 
 struct kube_store {
     struct task_store base;      /* must be first */
@@ -37,6 +40,7 @@ struct kube_store {
     int64_t wake_gen;            /* bumped by wake() */
     int64_t inbox_gen, outbox_gen;
     char outbox_inflight[64]; /* name of the outbox entry being sent, or "" */
+    int64_t gc_ms[2];         /* last kst_cm_gc of the inbox, the outbox */
 };
 
 static inline struct kube_store *kst_of(struct task_store *st)
@@ -107,6 +111,7 @@ struct kst_edit {
     const char *error; /* or NULL */
     const char *result;
     bool set_error, set_result;
+    int64_t now_ms; /* set by kst_cm_edit_id: doneMs of an entry that leaves pending */
 };
 
 /* Changes a ConfigMap read fresh; non-zero: no write, that code. */
@@ -140,6 +145,10 @@ int kst_cm_edit_id(struct kube_store *s, const char *queue, int64_t id, const st
 json_t *kst_cm_due(int64_t *wait_ms_out, struct kube_store *s, const char *queue, size_t max,
                    const char *skip);
 int kst_cm_count_pending(int64_t *out, struct kube_store *s, const char *queue);
+/* Deletes QUEUE's entries done or failed more than KEEP_MS ago (at most once a
+ * KST_GC_EVERY_MS per queue). Done inbox entries are kept KST_INBOX_KEEP_MS so that a
+ * redelivery within that time is still a duplicate. */
+void kst_cm_gc(struct kube_store *s, const char *queue, int64_t keep_ms);
 
 /* store_kube_queue.c, store_kube_outbox.c: the xops entries of the inbox, outbox and sticky state.
  */

@@ -134,8 +134,11 @@ int kst_outbox_next(struct outbox_entry *out, int64_t *wait_ms_out, struct task_
                     struct err *err)
 {
     struct kube_store *s = kst_of(st);
-    json_t *list = kst_cm_due(wait_ms_out, s, KST_Q_OUTBOX, 1, "");
+    json_t *list;
     int rc = E_OK;
+
+    kst_cm_gc(s, KST_Q_OUTBOX, KST_OUTBOX_KEEP_MS);
+    list = kst_cm_due(wait_ms_out, s, KST_Q_OUTBOX, 1, "");
 
     memset(out, 0, sizeof(*out));
     if (json_array_size(list) == 0) {

@@ -104,8 +104,11 @@ int kst_inbox_add(bool *duplicate_out, struct task_store *st, const struct inbox
 int kst_inbox_next_batch(struct inbox_entry *out, size_t max, size_t *n_out, int64_t *wait_ms_out,
                          struct task_store *st, struct err *err)
 {
-    json_t *list = kst_cm_due(wait_ms_out, kst_of(st), KST_Q_INBOX, max, ""), *cm;
+    json_t *list, *cm;
     size_t i;
+
+    kst_cm_gc(kst_of(st), KST_Q_INBOX, KST_INBOX_KEEP_MS); /* only the leader's bot asks */
+    list = kst_cm_due(wait_ms_out, kst_of(st), KST_Q_INBOX, max, "");
 
     memset(out, 0, max * sizeof(*out));
     *n_out = json_array_size(list);

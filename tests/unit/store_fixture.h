@@ -61,8 +61,8 @@ static inline void store_fakes_stop(void)
     g_store_nfakes = 0;
 }
 
-/* A fresh, empty store of the backend under test. */
-static inline struct task_store *open_mem(void)
+/* A fresh, empty store of the backend under test, on CLOCK. */
+static inline struct task_store *open_mem_clock(const struct clock *clock)
 {
     struct task_store *st = NULL;
     struct err err = {0};
@@ -75,15 +75,21 @@ static inline struct task_store *open_mem(void)
             atexit(store_fakes_stop);
         }
         g_store_fakes[g_store_nfakes++] = f.pid;
-        if (task_store_kube_open(&st, fake_kube_client(&f, NULL), "diverge-system", clock_system(),
-                                 &err) != E_OK) {
+        if (task_store_kube_open(&st, fake_kube_client(&f, NULL), "diverge-system", clock, &err) !=
+            E_OK) {
             fprintf(stderr, "kube store: %s\n", err.msg);
             ASSERT(0);
         }
         return st;
     }
-    ASSERT(task_store_sqlite_open(&st, ":memory:", clock_system(), &err) == E_OK);
+    ASSERT(task_store_sqlite_open(&st, ":memory:", clock, &err) == E_OK);
     return st;
+}
+
+/* A fresh, empty store of the backend under test. */
+static inline struct task_store *open_mem(void)
+{
+    return open_mem_clock(clock_system());
 }
 
 static inline json_t *new_task(const char *name)
