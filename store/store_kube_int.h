@@ -87,6 +87,10 @@ int kst_txn_env_get(json_t **out, struct task_txn *tx, const char *ns, const cha
                     struct err *err);
 int kst_txn_env_put(struct task_txn *tx, json_t *env, struct err *err);
 int kst_txn_env_delete(struct task_txn *tx, const char *ns, const char *name, struct err *err);
+/* Queues OP (taken) to be written after the transaction's tasks, once (store_kube_txn.c). */
+void kst_txn_defer(struct task_txn *tx, json_t *op);
+/* Writes one deferred queue op: {"op":"outbox"|"sticky"|"edit", ...} (store_kube_outbox.c). */
+int kst_queue_apply(struct kube_store *s, const json_t *op, struct err *err);
 int kst_token_current(struct token_record *out, struct task_store *st, const char *ns,
                       const char *name, struct err *err);
 /* Creates the normalized task OBJ: the object, then its status (the API server drops status

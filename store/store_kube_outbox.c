@@ -85,49 +85,56 @@ static char *coalesce_target(struct kube_store *s, const char *key)
     return out;
 }
 
-int kst_txn_outbox_add(int64_t *id_out, struct task_txn *tx, const struct outbox_entry *e,
-                       struct err *err)
+/* Writes a deferred outbox add: into the pending entry with its coalesce key, else as the
+ * new ConfigMap OP.cm. */
+static int outbox_write(struct kube_store *s, const json_t *op, struct err *err)
 {
-    struct kube_store *s = kst_of(tx->st);
-    int64_t now = clock_now_ms(tx->st->clock);
-    struct coalesce c = {.body = e->body, .next = e->not_before_ms > now ? e->not_before_ms : now};
-    char name[64], uid[37];
-    json_t *cm, *text;
+    const char *key = json_string_value(json_object_get(op, "key"));
+    struct coalesce c = {.body = json_string_value(json_object_get(op, "body")),
+                         .next = json_integer_value(json_object_get(op, "next"))};
     int rc;
 
-    if (id_out != NULL) {
-        *id_out = 0;
-    }
-    if (e->coalesce_key != NULL) {
-        char *target = coalesce_target(s, e->coalesce_key);
+    if (key != NULL) {
+        char *target = coalesce_target(s, key);
         rc = target != NULL ? kst_cm_update(s, target, apply_coalesce, &c, err) : E_NOTFOUND;
-        if (rc == E_OK && id_out != NULL) {
-            *id_out = kst_id_of_name(target);
-        }
         free(target);
         if (rc != E_NOTFOUND && rc != E_CONFLICT) {
             return rc;
         }
     }
+    return kst_cm_create(s, json_object_get(op, "cm"), err);
+}
+
+int kst_txn_outbox_add(int64_t *id_out, struct task_txn *tx, const struct outbox_entry *e,
+                       struct err *err)
+{
+    struct kube_store *s = kst_of(tx->st);
+    int64_t now = clock_now_ms(tx->st->clock);
+    int64_t next = e->not_before_ms > now ? e->not_before_ms : now;
+    char name[64], uid[37];
+    char *target = e->coalesce_key != NULL ? coalesce_target(s, e->coalesce_key) : NULL;
+    json_t *cm, *text;
+
+    (void)err;
     sqlst_new_uid(uid);
     snprintf(name, sizeof(name), "out-%s", uid);
+    if (id_out != NULL) { /* the entry it coalesces into, as far as can be told now */
+        *id_out = kst_id_of_name(target != NULL ? target : name);
+    }
+    free(target);
     cm = kst_cm_new(s, name, KST_Q_OUTBOX);
     text = outbox_json(e);
-    kst_cm_set(cm, "entry", NULL);
     json_object_set_new(json_object_get(cm, "data"), "entry",
                         kst_str_take(json_dumps(text, JSON_COMPACT | JSON_SORT_KEYS)));
     json_decref(text);
     kst_cm_set(cm, "body", e->body);
     kst_cm_set(cm, "state", "pending");
     kst_cm_set_int(cm, "seq", now);
-    kst_cm_set_int(cm, "next", c.next);
+    kst_cm_set_int(cm, "next", next);
     kst_cm_set_int(cm, "attempts", 0);
-    rc = kst_cm_create(s, cm, err);
-    json_decref(cm);
-    if (rc == E_OK && id_out != NULL) {
-        *id_out = kst_id_of_name(name);
-    }
-    return rc;
+    kst_txn_defer(tx, json_pack("{s:s,s:o,s:s?,s:s?,s:I}", "op", "outbox", "cm", cm, "key",
+                                e->coalesce_key, "body", e->body, "next", (json_int_t)next));
+    return E_OK;
 }
 
 int kst_outbox_next(struct outbox_entry *out, int64_t *wait_ms_out, struct task_store *st,
@@ -280,11 +287,10 @@ int kst_txn_sticky_note(struct task_txn *tx, const char *key, const char *provid
                         const char *hash, const char *phase, struct err *err)
 {
     struct kube_store *s = kst_of(tx->st);
-    struct note n = {.hash = hash, .phase = phase};
     char cmname[64];
     json_t *cm;
-    int rc;
 
+    (void)err;
     sticky_name(cmname, key);
     cm = kst_cm_new(s, cmname, KST_Q_STICKY);
     kst_cm_set(cm, "key", key);
@@ -295,12 +301,44 @@ int kst_txn_sticky_note(struct task_txn *tx, const char *key, const char *provid
     kst_cm_set(cm, "name", name);
     kst_cm_set(cm, "hash", hash);
     kst_cm_set(cm, "phase", phase);
-    rc = kst_cm_create(s, cm, err);
-    json_decref(cm);
+    kst_txn_defer(tx, json_pack("{s:s,s:o}", "op", "sticky", "cm", cm));
+    return E_OK;
+}
+
+/* Writes a deferred sticky note: creates the ConfigMap, or updates hash and phase. */
+static int sticky_write(struct kube_store *s, const json_t *op, struct err *err)
+{
+    const json_t *cm = json_object_get(op, "cm");
+    struct note n = {.hash = kst_cm_str(cm, "hash"), .phase = kst_cm_str(cm, "phase")};
+    int rc = kst_cm_create(s, cm, err);
+
     if (rc == E_CONFLICT) {
-        rc = kst_cm_update(s, cmname, apply_note, &n, err);
+        rc = kst_cm_update(s, kst_cm_name(cm), apply_note, &n, err);
     }
     return rc;
+}
+
+int kst_queue_apply(struct kube_store *s, const json_t *op, struct err *err)
+{
+    const char *what = json_string_value(json_object_get(op, "op"));
+
+    if (what != NULL && strcmp(what, "outbox") == 0) {
+        return outbox_write(s, op, err);
+    }
+    if (what != NULL && strcmp(what, "sticky") == 0) {
+        return sticky_write(s, op, err);
+    }
+    {
+        struct kst_edit e = {
+            .state = json_string_value(json_object_get(op, "state")),
+            .next_ms = -1,
+            .attempts_add = (int)json_integer_value(json_object_get(op, "attempts")),
+            .error = json_string_value(json_object_get(op, "error")),
+            .set_error = true,
+        };
+        return kst_cm_edit_id(s, json_string_value(json_object_get(op, "queue")),
+                              json_integer_value(json_object_get(op, "id")), &e, err);
+    }
 }
 
 struct sent {

@@ -138,17 +138,19 @@ int kst_inbox_retry(struct task_store *st, int64_t id, int64_t delay_ms, bool fa
 
 int kst_txn_inbox_fail(struct task_txn *tx, int64_t id, const char *error, struct err *err)
 {
-    struct kst_edit e = {
-        .state = "failed", .next_ms = -1, .attempts_add = 1, .error = error, .set_error = true};
-
-    return kst_cm_edit_id(kst_of(tx->st), KST_Q_INBOX, id, &e, err);
+    (void)err;
+    kst_txn_defer(tx,
+                  json_pack("{s:s,s:s,s:I,s:s,s:i,s:s?}", "op", "edit", "queue", KST_Q_INBOX, "id",
+                            (json_int_t)id, "state", "failed", "attempts", 1, "error", error));
+    return E_OK;
 }
 
 int kst_txn_inbox_done(struct task_txn *tx, int64_t id, struct err *err)
 {
-    struct kst_edit e = {.state = "done", .next_ms = -1, .set_error = true};
-
-    return kst_cm_edit_id(kst_of(tx->st), KST_Q_INBOX, id, &e, err);
+    (void)err;
+    kst_txn_defer(tx, json_pack("{s:s,s:s,s:I,s:s,s:i}", "op", "edit", "queue", KST_Q_INBOX, "id",
+                                (json_int_t)id, "state", "done", "attempts", 0));
+    return E_OK;
 }
 
 int kst_inbox_depth(int64_t *out, struct task_store *st, struct err *err)

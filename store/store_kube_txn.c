@@ -20,6 +20,7 @@ struct kst_txn {
     json_t *dirty;   /* "ns/name" -> true: put, to be written at commit */
     json_t *claimed; /* "uid\nrequest id" -> true: claimed in this transaction */
     json_t *envs;    /* "ns/name" -> Environment to write at commit, or null to delete */
+    json_t *later;   /* queue writes (kst_txn_defer), made after the tasks are written */
     json_t *sp;      /* savepoint: {docs, dirty} deep copies, or NULL */
 };
 
@@ -51,8 +52,10 @@ static void txn_reset(struct kst_txn *t)
     json_decref(t->dirty);
     json_decref(t->claimed);
     json_decref(t->envs);
+    json_decref(t->later);
     json_decref(t->sp);
     t->envs = json_object();
+    t->later = json_array();
     t->docs = json_object();
     t->orig = json_object();
     t->dirty = json_object();
@@ -104,6 +107,11 @@ int kst_txn(struct task_store *st, task_txn_fn fn, void *userdata, struct err *e
     if (top > 0) {
         kst_wait_seen(t.s, top, false);
     }
+    /* Only once the tasks are written, and once: a rerun FN never doubles a reply. */
+    for (size_t i = 0; rc == E_OK && i < json_array_size(t.later); i++) {
+        rc = kst_queue_apply(t.s, json_array_get(t.later, i), err);
+    }
+    json_decref(t.later);
     json_decref(t.sp);
     json_decref(t.envs);
     json_decref(t.docs);
@@ -163,8 +171,9 @@ int kst_txn_savepoint(struct task_txn *tx, struct err *err)
 
     (void)err;
     json_decref(t->sp);
-    t->sp = json_pack("{s:o,s:o,s:o}", "docs", json_deep_copy(t->docs), "dirty",
-                      json_deep_copy(t->dirty), "claimed", json_deep_copy(t->claimed));
+    t->sp = json_pack("{s:o,s:o,s:o,s:o,s:o}", "docs", json_deep_copy(t->docs), "dirty",
+                      json_deep_copy(t->dirty), "claimed", json_deep_copy(t->claimed), "envs",
+                      json_deep_copy(t->envs), "later", json_deep_copy(t->later));
     return E_OK;
 }
 
@@ -188,6 +197,10 @@ void kst_txn_rollback_savepoint(struct task_txn *tx)
     json_decref(t->docs);
     json_decref(t->dirty);
     json_decref(t->claimed);
+    json_decref(t->envs);
+    json_decref(t->later);
+    t->envs = json_incref(json_object_get(t->sp, "envs"));
+    t->later = json_incref(json_object_get(t->sp, "later"));
     t->docs = json_incref(json_object_get(t->sp, "docs"));
     t->dirty = json_incref(json_object_get(t->sp, "dirty"));
     t->claimed = json_incref(json_object_get(t->sp, "claimed"));
@@ -520,4 +533,9 @@ int kst_txn_env_delete(struct task_txn *tx, const char *ns, const char *name, st
     json_object_set_new(ktx(tx)->envs, key, json_null());
     free(key);
     return E_OK;
+}
+
+void kst_txn_defer(struct task_txn *tx, json_t *op)
+{
+    json_array_append_new(ktx(tx)->later, op);
 }

@@ -125,6 +125,79 @@ TEST(done_inbox_entries_kept_then_collected)
     task_store_close(st);
 }
 
+struct rerun_ud {
+    struct task_store *st;
+    int runs;
+};
+
+static int bump(json_t *doc, struct err *err, void *ud)
+{
+    (void)err;
+    (void)ud;
+    json_object_set_new(json_object_get(doc, "status"), "iteration", json_integer(7));
+    return E_OK;
+}
+
+/* Adds a reply and changes task "r"; on its first run another writer changes "r" first, so
+ * the Kubernetes commit is stale (409) and the function runs again. */
+static int reply_and_put(struct task_txn *tx, void *ud)
+{
+    struct rerun_ud *u = ud;
+    struct outbox_entry e;
+    json_t *doc = NULL;
+    int rc;
+
+    memset(&e, 0, sizeof(e));
+    snprintf(e.provider, sizeof(e.provider), "github");
+    snprintf(e.kind, sizeof(e.kind), "comment");
+    e.project = (char *)(uintptr_t) "octo/repo";
+    e.number = 7;
+    e.body = (char *)(uintptr_t) "done";
+    rc = task_txn_get(&doc, tx, "default", "r", NULL);
+    if (rc == E_OK) {
+        rc = task_txn_outbox_add(NULL, tx, &e, NULL);
+    }
+    if (rc == E_OK && u->runs++ == 0) {
+        rc = task_store_mutate(NULL, u->st, "default", "r", bump, NULL, NULL);
+    }
+    if (rc == E_OK) {
+        json_object_set_new(json_object_get(doc, "spec"), "objective", json_string("y"));
+        rc = task_txn_put(tx, doc, NULL);
+    }
+    json_decref(doc);
+    return rc;
+}
+
+/* A transaction whose task write was stale runs again; what it queued is written once. */
+TEST(rerun_transaction_queues_once)
+{
+    struct task_store *st = open_mem();
+    struct rerun_ud u = {.st = st};
+    json_t *t = new_task("r"), *o = NULL;
+    int64_t depth = 0;
+
+    if (!store_is_kube()) {
+        /* one writer at a time: a SQLite transaction never runs twice (and a write from
+         * inside it would wait for itself) */
+        store_backend_note("rerun transaction", "no reruns on sqlite");
+        json_decref(t);
+        task_store_close(st);
+        return;
+    }
+    CHECK_OK(task_store_create(&o, st, t, NULL));
+    json_decref(o);
+    CHECK_OK(task_store_txn(st, reply_and_put, &u, NULL));
+    CHECK_EQ_INT(u.runs, 2);
+    CHECK_OK(task_store_outbox_depth(&depth, st, NULL));
+    CHECK_EQ_INT(depth, 1);
+    CHECK_OK(task_store_get(&o, st, "default", "r", NULL));
+    CHECK_EQ_STR(json_string_value(json_object_get(json_object_get(o, "spec"), "objective")), "y");
+    CHECK_EQ_INT(json_integer_value(json_object_get(json_object_get(o, "status"), "iteration")), 7);
+    json_decref(o);
+    json_decref(t);
+    task_store_close(st);
+}
+
 struct out_ud {
     const char *key;
     const char *body;
