@@ -200,9 +200,16 @@ static void print_endpoints(const struct server *srv)
     printf("  health:    %s/healthz  %s/readyz\n", b, b);
     printf("  metrics:   %s/metrics\n", b);
     printf("  dashboard: %s/ui/login?token=%s\n", b, srv->api_token);
-    printf("  database:  %s/diverge.db\n", srv->cfg.data_dir);
-    printf("  local SCM: %s/api/v1/local/comments (diverge local comment OWNER/REPO#N \"...\")\n",
-           b);
+    if (srv->kube != NULL) {
+        printf("  store:     kubernetes (Lease diverge-leader, token index and queues in "
+               "namespace %s)\n",
+               serve_kube_namespace(srv));
+    } else {
+        printf("  database:  %s/diverge.db\n", srv->cfg.data_dir);
+        printf("  local SCM: %s/api/v1/local/comments (diverge local comment OWNER/REPO#N "
+               "\"...\")\n",
+               b);
+    }
     printf("  sandbox provider: %s\n", srv->cfg.sandbox_provider);
     if (controller_sandbox_problem(srv->controller) != NULL) {
         printf("  SANDBOXES CANNOT RUN: %s\n", controller_sandbox_problem(srv->controller));

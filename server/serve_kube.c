@@ -81,6 +81,11 @@ int serve_kube_open_store(struct server *srv, struct err *err)
     return rc;
 }
 
+const char *serve_kube_namespace(const struct server *srv)
+{
+    return srv->kube->ns;
+}
+
 static void stop_workers(struct serve_kube *k)
 {
     scm_notifier_free(k->notifier);

@@ -308,6 +308,8 @@ int serve_controller_make(struct controller **out, struct server *srv, struct er
 
 /* Opens the Kubernetes store into srv->store (kubeconfig flag, $KUBECONFIG, in-cluster). */
 int serve_kube_open_store(struct server *srv, struct err *err);
+/* The namespace of the Lease, token index and queues (borrowed). */
+const char *serve_kube_namespace(const struct server *srv);
 /* Starts Lease leader election: the controller and the bot, outbox and notifier workers run
  * on the leader only, started and stopped by one thread as leadership changes. */
 int serve_kube_elect_start(struct server *srv, struct err *err);

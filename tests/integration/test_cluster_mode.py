@@ -8,6 +8,7 @@ twice (its phase transitions in the API server's history, and the replicas' "rec
 log lines), no sticky comment is duplicated (webhooks delivered to the follower), and no
 meter charge is lost or doubled (request ids spread over both replicas, retries included).
 SIGTERM releases the Lease. The `local` SCM is refused with a clear 422."""
+import datetime
 import json
 import os
 import shutil
@@ -70,6 +71,10 @@ class Cluster:
             except Exception:  # noqa: BLE001 - not created yet
                 return None
 
+    def lease(self):
+        with self.kube.lock:
+            return json.loads(json.dumps(self.kube.get("leases", KNS, "diverge-leader")["spec"]))
+
     def phases(self, ns, name):
         """The task's status.phase after each of its changes in the API server's history,
         consecutive repeats collapsed: the phase transitions."""
@@ -95,9 +100,8 @@ class Cluster:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def leader_of(c, a, b):
-    h = wait(c.holder, what="a leader")
-    return (a, b) if h == a.name else (b, a)
+def parse_time(s):
+    return datetime.datetime.strptime(s.replace("Z", "+0000"), "%Y-%m-%dT%H:%M:%S.%f%z")
 
 
 def stickies(gh, number=7):
@@ -165,6 +169,7 @@ def test_two_replicas_handover():
             assert st == 200, (st, ans)
         # The leader dies without releasing the Lease.
         leader.kill()
+        before = c.lease()
         # Charges go on meanwhile on the survivor, retries of ids the dead one took too.
         for i in range(10, 20):
             st, _, ans = meter(follower, tok, "r%d" % i)
@@ -173,6 +178,11 @@ def test_two_replicas_handover():
             st, _, ans = meter(follower, tok, "r%d" % i)  # a retry: charged once
             assert st == 200, (st, ans)
         wait(lambda: c.holder() == "replica-b", timeout=30, what="replica-b takes over")
+        after = c.lease()
+        # taken only once the dead holder's Lease expired, as one more transition
+        assert parse_time(after["acquireTime"]) > parse_time(before["renewTime"]) + \
+            datetime.timedelta(seconds=before["leaseDurationSeconds"]), (before, after)
+        assert after["leaseTransitions"] == before["leaseTransitions"] + 1, (before, after)
         # Another command, to the new leader: still one sticky comment.
         cm2 = c.gh.add_comment("octo/repo", 7, user="alice", body="/diverge pause")
         st, _, ans = deliver(follower, comment_payload("octo/repo", 7, cm2["id"],
