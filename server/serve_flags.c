@@ -43,6 +43,8 @@ static const struct flag g_flags[] = {
     {"--kube-namespace", "DIVERGE_KUBE_NAMESPACE", NULL, CFG(kube_namespace),
      "--store kubernetes: namespace of the Lease diverge-leader, the token index and the "
      "queue ConfigMaps (default: the in-cluster or kubeconfig namespace)"},
+    {"--lease-name", "DIVERGE_LEASE_NAME", "diverge-leader", CFG(lease_name),
+     "--store kubernetes: the Lease whose holder runs the controller and the SCM workers"},
     {"--log-format", "DIVERGE_LOG_FORMAT", NULL, CFG(log_format),
      "text or json (default text on a terminal, else json)"},
     {"--sandbox-provider", "DIVERGE_SANDBOX_PROVIDER", "local", CFG(sandbox_provider),

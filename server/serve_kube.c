@@ -224,7 +224,7 @@ int serve_kube_elect_start(struct server *srv, struct err *err)
 
     k->identity = identity();
     o.ns = k->ns;
-    o.name = "diverge-leader";
+    o.name = srv->cfg.lease_name != NULL ? srv->cfg.lease_name : "diverge-leader";
     o.identity = k->identity;
     o.duration_s = (int)((duration_ms + 999) / 1000); /* the Lease counts whole seconds */
     o.renew_deadline_ms = knob_ms("DIVERGE_LEASE_RENEW_DEADLINE_MS", 10000);

@@ -68,6 +68,7 @@ struct server_config {
     char *tls_key_file;
     char *kubeconfig;     /* --store kubernetes: kubeconfig path; NULL: $KUBECONFIG, in-cluster */
     char *kube_namespace; /* namespace of the Lease, token index and queues; NULL: the config's */
+    char *lease_name;     /* the leader election Lease ("diverge-leader") */
 };
 
 struct serve_kube; /* serve_kube.c */
