@@ -65,6 +65,10 @@ const char *kube_config_namespace(const struct kube_config *cfg);
  * KUBE_TOKEN_MAX. */
 int kube_config_token_dup(char **out, struct kube_config *cfg, struct err *err);
 
+/* Decodes standard base64 with padding (whitespace skipped): *out a new NUL-terminated buffer
+ * of *len_out bytes (Secret data). E_INVALID on anything else. */
+int kube_base64_decode(char **out, size_t *len_out, const char *s);
+
 /* ---- client ----------------------------------------------------------------------- */
 
 /* A resource type: "" group is the core API (/api/v1). */

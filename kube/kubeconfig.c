@@ -106,7 +106,7 @@ static int b64_value(unsigned char ch)
 }
 
 /* Standard base64 with padding; whitespace is skipped. E_INVALID on anything else. */
-static int b64_decode(char **out, size_t *len_out, const char *s)
+int kube_base64_decode(char **out, size_t *len_out, const char *s)
 {
     size_t n = strlen(s), o = 0, pad = 0;
     unsigned acc = 0;
@@ -224,7 +224,7 @@ static int load_ca(struct kube_config *cfg, const struct kc *k, yaml_node_t *clu
                            "large",
                            k->name, cname);
         }
-        if (b64_decode(&cfg->ca_data, &cfg->ca_len, data) != E_OK) {
+        if (kube_base64_decode(&cfg->ca_data, &cfg->ca_len, data) != E_OK) {
             return err_set(err, E_INVALID,
                            "%s: cluster \"%s\": certificate-authority-data is "
                            "not base64",

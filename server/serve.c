@@ -200,9 +200,16 @@ static void print_endpoints(const struct server *srv)
     printf("  health:    %s/healthz  %s/readyz\n", b, b);
     printf("  metrics:   %s/metrics\n", b);
     printf("  dashboard: %s/ui/login?token=%s\n", b, srv->api_token);
-    printf("  database:  %s/diverge.db\n", srv->cfg.data_dir);
-    printf("  local SCM: %s/api/v1/local/comments (diverge local comment OWNER/REPO#N \"...\")\n",
-           b);
+    if (srv->kube != NULL) {
+        printf("  store:     kubernetes (Lease diverge-leader, token index and queues in "
+               "namespace %s)\n",
+               serve_kube_namespace(srv));
+    } else {
+        printf("  database:  %s/diverge.db\n", srv->cfg.data_dir);
+        printf("  local SCM: %s/api/v1/local/comments (diverge local comment OWNER/REPO#N "
+               "\"...\")\n",
+               b);
+    }
     printf("  sandbox provider: %s\n", srv->cfg.sandbox_provider);
     if (controller_sandbox_problem(srv->controller) != NULL) {
         printf("  SANDBOXES CANNOT RUN: %s\n", controller_sandbox_problem(srv->controller));
@@ -348,8 +355,6 @@ static int start_scm(struct server *srv, struct err *err)
 {
     struct github_auth *auth = NULL;
     struct scm_provider *gh = NULL;
-    struct scm_outbox_config oc = SCM_OUTBOX_CONFIG_DEFAULTS;
-    struct bot_config bc = BOT_CONFIG_DEFAULTS;
     struct err aerr = {0};
     int rc;
 
@@ -387,7 +392,19 @@ static int start_scm(struct server *srv, struct err *err)
         }
         scm_registry_add(&srv->scm, local);
     }
-    rc = scm_outbox_new(&srv->outbox, srv->store, &srv->scm, &oc, err);
+    if (srv->kube != NULL) {
+        return E_OK; /* cluster mode: the leader runs the workers (serve_kube.c) */
+    }
+    return serve_scm_workers_start(srv, &srv->outbox, &srv->bot, &srv->notifier, err);
+}
+
+int serve_scm_workers_start(struct server *srv, struct scm_outbox **outbox, struct bot **bot,
+                            struct scm_notifier **notifier, struct err *err)
+{
+    struct scm_outbox_config oc = SCM_OUTBOX_CONFIG_DEFAULTS;
+    struct bot_config bc = BOT_CONFIG_DEFAULTS;
+    int rc = scm_outbox_new(outbox, srv->store, &srv->scm, &oc, err);
+
     if (rc != E_OK) {
         return rc;
     }
@@ -399,7 +416,7 @@ static int start_scm(struct server *srv, struct err *err)
     bc.min_budget = srv->min_budget;
     bc.gitlab_min_fix = srv->gitlab_min_fix;
     bc.gitlab_min_budget = srv->gitlab_min_budget;
-    rc = bot_new(&srv->bot, srv->store, &srv->scm, &bc, err);
+    rc = bot_new(bot, srv->store, &srv->scm, &bc, err);
     if (rc == E_OK) {
         /* The sticky comment links the task's dashboard page only when --public-url
          * says where people reach the server (SPEC §12); the listen address may not be. */
@@ -408,7 +425,7 @@ static int start_scm(struct server *srv, struct err *err)
                                          .manual = false,
                                          .dashboard_url =
                                              pub != NULL && pub[0] != '\0' ? pub : NULL};
-        rc = scm_notifier_new(&srv->notifier, srv->store, &srv->scm, &nc, err);
+        rc = scm_notifier_new(notifier, srv->store, &srv->scm, &nc, err);
     }
     return rc;
 }
@@ -452,14 +469,18 @@ static int start_all(struct server *srv, struct err *err)
         rc = load_secrets(srv, err);
     }
     if (rc == E_OK) {
-        db = xasprintf("%s/diverge.db", srv->cfg.data_dir);
-        rc = task_store_sqlite_open(&srv->store, db, clock_system(), err);
+        if (strcmp(srv->cfg.store, "kubernetes") == 0) {
+            rc = serve_kube_open_store(srv, err);
+        } else {
+            db = xasprintf("%s/diverge.db", srv->cfg.data_dir);
+            rc = task_store_sqlite_open(&srv->store, db, clock_system(), err);
+        }
     }
     if (rc == E_OK) {
         rc = meter_service_new(&srv->meter, srv->store, srv->root_key, err);
     }
-    if (rc == E_OK) {
-        rc = serve_controller_new(srv, err);
+    if (rc == E_OK && srv->kube == NULL) {
+        rc = serve_controller_new(srv, err); /* cluster mode: the leader's (serve_kube.c) */
     }
     if (rc == E_OK) {
         rc = start_scm(srv, err);
@@ -483,6 +504,7 @@ static int start_all(struct server *srv, struct err *err)
     }
     free(db);
     if (rc != E_OK) {
+        serve_kube_elect_stop(srv);
         stop_scm(srv);
         controller_free(srv->controller);
         meter_service_free(srv->meter);
@@ -498,6 +520,7 @@ static void stop_all(struct server *srv)
 {
     atomic_store(&srv->shutting_down, true);
     task_store_wake(srv->store);
+    serve_kube_elect_stop(srv); /* the leader's workers, then the Lease is released */
     serve_sandbox_stop(srv);
     serve_tls_stop(srv);
     http_stop(srv->daemon, srv);
@@ -587,9 +610,9 @@ int server_main(int argc, char **argv)
     if (rc == 0) {
         rc = parse_defaults(&srv);
     }
-    if (rc == 0 && strcmp(srv.cfg.store, "sqlite") != 0) {
-        fprintf(stderr, "diverge: serve: --store %s is not supported by this build (sqlite)\n",
-                srv.cfg.store);
+    if (rc == 0 && strcmp(srv.cfg.store, "sqlite") != 0 &&
+        strcmp(srv.cfg.store, "kubernetes") != 0) {
+        fprintf(stderr, "diverge: serve: --store is sqlite or kubernetes, not %s\n", srv.cfg.store);
         rc = 2;
     }
     if (rc != 0) {

@@ -35,7 +35,16 @@ static const struct flag g_flags[] = {
      "64 hex chars; generated 0600 when absent (default <data-dir>/macaroon-root-key)"},
     {"--api-token-file", "DIVERGE_API_TOKEN_FILE", NULL, CFG(api_token_file),
      "admin bearer token; generated 0600 when absent (default <data-dir>/api-token)"},
-    {"--store", "DIVERGE_STORE", "sqlite", CFG(store), "sqlite (embedded)"},
+    {"--store", "DIVERGE_STORE", "sqlite", CFG(store),
+     "sqlite (embedded) or kubernetes (AgentTasks in the cluster; Lease leader election)"},
+    {"--kubeconfig", "DIVERGE_KUBECONFIG", NULL, CFG(kubeconfig),
+     "--store kubernetes: kubeconfig file (default $KUBECONFIG, else in-cluster, else "
+     "~/.kube/config)"},
+    {"--kube-namespace", "DIVERGE_KUBE_NAMESPACE", NULL, CFG(kube_namespace),
+     "--store kubernetes: namespace of the Lease diverge-leader, the token index and the "
+     "queue ConfigMaps (default: the in-cluster or kubeconfig namespace)"},
+    {"--lease-name", "DIVERGE_LEASE_NAME", "diverge-leader", CFG(lease_name),
+     "--store kubernetes: the Lease whose holder runs the controller and the SCM workers"},
     {"--log-format", "DIVERGE_LOG_FORMAT", NULL, CFG(log_format),
      "text or json (default text on a terminal, else json)"},
     {"--sandbox-provider", "DIVERGE_SANDBOX_PROVIDER", "local", CFG(sandbox_provider),

@@ -146,6 +146,11 @@ static int git_app_config(struct controller_config *cc, struct server *srv, stru
 
 int serve_controller_new(struct server *srv, struct err *err)
 {
+    return serve_controller_make(&srv->controller, srv, err);
+}
+
+int serve_controller_make(struct controller **out, struct server *srv, struct err *err)
+{
     struct controller_config cc = {
         .data_dir = srv->cfg.data_dir,
         .root_key = srv->root_key,
@@ -166,7 +171,7 @@ int serve_controller_new(struct server *srv, struct err *err)
     };
     int rc = git_app_config(&cc, srv, err);
 
-    return rc == E_OK ? controller_new(&srv->controller, srv->store, &cc, err) : rc;
+    return rc == E_OK ? controller_new(out, srv->store, &cc, err) : rc;
 }
 
 /* Listens on <data-dir>/sock/meter.sock; *fd_out the listening socket, or -1 when the path
@@ -223,12 +228,15 @@ int serve_sandbox_start(struct server *srv, struct err *err)
             close(fd);
         }
     }
-    if (rc == E_OK) {
+    if (rc == E_OK && srv->controller != NULL) {
         /* Egress proxies never connect back to the server itself. */
         rc = controller_egress_own(srv->controller, srv->cfg.listen, err);
     }
-    if (rc == E_OK) {
+    if (rc == E_OK && srv->controller != NULL) {
         rc = controller_start(srv->controller, meter, srv->meter_socket, err);
+    }
+    if (rc == E_OK && srv->kube != NULL) {
+        rc = serve_kube_elect_start(srv, err); /* the leader starts its own controller */
     }
     free(meter);
     return rc;

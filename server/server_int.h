@@ -66,7 +66,12 @@ struct server_config {
     char *tls_listen;    /* "host:port" of the HTTPS listener; NULL: none */
     char *tls_cert_file; /* PEM files; NULL: generated into the data dir */
     char *tls_key_file;
+    char *kubeconfig;     /* --store kubernetes: kubeconfig path; NULL: $KUBECONFIG, in-cluster */
+    char *kube_namespace; /* namespace of the Lease, token index and queues; NULL: the config's */
+    char *lease_name;     /* the leader election Lease ("diverge-leader") */
 };
+
+struct serve_kube; /* serve_kube.c */
 
 struct MHD_Daemon;
 
@@ -101,6 +106,7 @@ struct server {
     struct MHD_Daemon *tls_daemon;  /* owned; the same routes over HTTPS, or NULL */
     char *tls_url;                  /* owned; https://<bound tls address>, or NULL */
     struct tlscert tls_pem;         /* owned; kept while tls_daemon runs */
+    struct serve_kube *kube;        /* owned; --store kubernetes: the Lease and leader's workers */
 };
 
 /* One HTTP request; lives from the first access-handler call to the completion callback. */
@@ -296,6 +302,24 @@ void serve_config_cleanup(struct server_config *cfg);
 int serve_parse_size(int64_t *out, const char *flag, const char *v, bool milli);
 /* Makes srv->controller (threads not started yet). */
 int serve_controller_new(struct server *srv, struct err *err);
+/* As serve_controller_new, into *out (the cluster mode's leader makes its own). */
+int serve_controller_make(struct controller **out, struct server *srv, struct err *err);
+
+/* --- cluster mode (serve_kube.c): --store kubernetes ---------------------------------- */
+
+/* Opens the Kubernetes store into srv->store (kubeconfig flag, $KUBECONFIG, in-cluster). */
+int serve_kube_open_store(struct server *srv, struct err *err);
+/* The namespace of the Lease, token index and queues (borrowed). */
+const char *serve_kube_namespace(const struct server *srv);
+/* Starts Lease leader election: the controller and the bot, outbox and notifier workers run
+ * on the leader only, started and stopped by one thread as leadership changes. */
+int serve_kube_elect_start(struct server *srv, struct err *err);
+/* Stops the leader's workers (waiting for their current step), then releases the Lease so
+ * another replica takes over at once. NULL srv->kube is a no-op. */
+void serve_kube_elect_stop(struct server *srv);
+/* The SCM workers (outbox, bot, notifier) over srv->scm (serve.c). */
+int serve_scm_workers_start(struct server *srv, struct scm_outbox **outbox, struct bot **bot,
+                            struct scm_notifier **notifier, struct err *err);
 /* Opens the meter socket <data-dir>/sock/meter.sock and starts the controller's threads
  * with the meter URL of the bound listener. */
 int serve_sandbox_start(struct server *srv, struct err *err);

@@ -190,16 +190,27 @@ struct task_store_ops {
     void (*close)(struct task_store *st);
 };
 
+struct task_store_xops; /* store/store_backend.h */
+
 /* Every backend embeds this as its first member. */
 struct task_store {
     const struct task_store_ops *ops;
-    const struct clock *clock; /* borrowed; timestamps */
+    const struct task_store_xops *xops; /* the rest of the functions below */
+    const struct clock *clock;          /* borrowed; timestamps */
 };
 
 /* Opens the SQLite backend at PATH (":memory:" for tests), creating or migrating the
  * schema. Caller closes with task_store_close(). */
 int task_store_sqlite_open(struct task_store **out, const char *path, const struct clock *clock,
                            struct err *err);
+
+struct kube_client;
+/* Opens the Kubernetes backend (docs/cluster-mode.md) over C, which it takes (also on
+ * failure): AgentTasks and Environments of every namespace; NS is where the token index
+ * Secret and the inbox/outbox/sticky ConfigMaps live. Lists AgentTasks first: E_AGAIN or
+ * the client's error when the API server does not answer. */
+int task_store_kube_open(struct task_store **out, struct kube_client *c, const char *ns,
+                         const struct clock *clock, struct err *err);
 
 static inline int task_store_get(json_t **out, struct task_store *st, const char *ns,
                                  const char *name, struct err *err)

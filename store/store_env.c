@@ -8,8 +8,8 @@
 
 #include "store/store_int.h"
 
-int task_txn_env_get(json_t **out, struct task_txn *tx, const char *ns, const char *name,
-                     struct err *err)
+int sqlst_txn_env_get(json_t **out, struct task_txn *tx, const char *ns, const char *name,
+                      struct err *err)
 {
     int rc = sqlst_read_obj(out, sqlst_txn_store(tx), "environments", ns, name, err);
 
@@ -44,7 +44,7 @@ static void env_server_fields(json_t *env, const json_t *old, struct sqlite_stor
     sqlst_set_rv(env, *rv_out);
 }
 
-int task_txn_env_put(struct task_txn *tx, json_t *env, struct err *err)
+int sqlst_txn_env_put(struct task_txn *tx, json_t *env, struct err *err)
 {
     struct sqlite_store *s = sqlst_txn_store(tx);
     json_t *md = json_object_get(env, "metadata"), *old = NULL;
@@ -84,7 +84,7 @@ int task_txn_env_put(struct task_txn *tx, json_t *env, struct err *err)
     return rc;
 }
 
-int task_txn_env_delete(struct task_txn *tx, const char *ns, const char *name, struct err *err)
+int sqlst_txn_env_delete(struct task_txn *tx, const char *ns, const char *name, struct err *err)
 {
     struct sqlite_store *s = sqlst_txn_store(tx);
     sqlite3_stmt *q = NULL;

@@ -89,8 +89,8 @@ static void run_batch(struct sqlite_store *s, struct inbox_waiter *batch, struct
     }
 }
 
-int task_store_inbox_add(bool *duplicate_out, struct task_store *st, const struct inbox_entry *e,
-                         struct err *err)
+int sqlst_inbox_add(bool *duplicate_out, struct task_store *st, const struct inbox_entry *e,
+                    struct err *err)
 {
     struct sqlite_store *s = sqlst_of(st);
     struct inbox_waiter w;

@@ -12,8 +12,8 @@ void sticky_state_cleanup(struct sticky_state *s)
     memset(s, 0, sizeof(*s));
 }
 
-int task_store_sticky_get(struct sticky_state *out, struct task_store *st, const char *key,
-                          struct err *err)
+int sqlst_sticky_get(struct sticky_state *out, struct task_store *st, const char *key,
+                     struct err *err)
 {
     struct sqlite_store *s = sqlst_of(st);
     sqlite3_stmt *q = NULL;
@@ -46,9 +46,9 @@ int task_store_sticky_get(struct sticky_state *out, struct task_store *st, const
     return rc;
 }
 
-int task_txn_sticky_note(struct task_txn *tx, const char *key, const char *provider,
-                         const char *project, int64_t number, const char *ns, const char *name,
-                         const char *hash, const char *phase, struct err *err)
+int sqlst_txn_sticky_note(struct task_txn *tx, const char *key, const char *provider,
+                          const char *project, int64_t number, const char *ns, const char *name,
+                          const char *hash, const char *phase, struct err *err)
 {
     struct sqlite_store *s = sqlst_txn_store(tx);
     sqlite3_stmt *q = NULL;
@@ -98,8 +98,8 @@ static int exec_key(struct task_store *st, const char *sql, const char *key, con
     return rc;
 }
 
-int task_store_sticky_sent(struct task_store *st, const char *key, const char *comment_id,
-                           struct err *err)
+int sqlst_sticky_sent(struct task_store *st, const char *key, const char *comment_id,
+                      struct err *err)
 {
     return exec_key(st,
                     "UPDATE sticky SET comment_id=coalesce(?2, comment_id), last_sent_ms=?3 "
@@ -107,8 +107,8 @@ int task_store_sticky_sent(struct task_store *st, const char *key, const char *c
                     key, comment_id, clock_now_ms(st->clock), err);
 }
 
-int task_store_sticky_list(json_t **out, struct task_store *st, const char *provider,
-                           const char *project, int64_t number, struct err *err)
+int sqlst_sticky_list(json_t **out, struct task_store *st, const char *provider,
+                      const char *project, int64_t number, struct err *err)
 {
     struct sqlite_store *s = sqlst_of(st);
     sqlite3_stmt *q = NULL;
@@ -137,8 +137,8 @@ int task_store_sticky_list(json_t **out, struct task_store *st, const char *prov
 
 /* --- local threads ------------------------------------------------------------------ */
 
-int task_store_local_add(int64_t *id_out, struct task_store *st, const char *project,
-                         int64_t number, const char *author, const char *body, struct err *err)
+int sqlst_local_add(int64_t *id_out, struct task_store *st, const char *project, int64_t number,
+                    const char *author, const char *body, struct err *err)
 {
     struct sqlite_store *s = sqlst_of(st);
     sqlite3_stmt *q = NULL;
@@ -193,9 +193,9 @@ static int local_find(int64_t *number_out, struct sqlite_store *s, const char *p
     return rc;
 }
 
-int task_store_local_open_pull(int64_t *number_out, bool *existed_out, struct task_store *st,
-                               const char *project, const char *marker, const char *author,
-                               const char *body, struct err *err)
+int sqlst_local_open_pull(int64_t *number_out, bool *existed_out, struct task_store *st,
+                          const char *project, const char *marker, const char *author,
+                          const char *body, struct err *err)
 {
     struct sqlite_store *s = sqlst_of(st);
     sqlite3_stmt *q = NULL;
@@ -260,22 +260,22 @@ static int local_change(struct task_store *st, const char *sql, const char *proj
     return rc;
 }
 
-int task_store_local_update(struct task_store *st, const char *project, int64_t id,
-                            const char *body, struct err *err)
+int sqlst_local_update(struct task_store *st, const char *project, int64_t id, const char *body,
+                       struct err *err)
 {
     return local_change(
         st, "UPDATE local_comments SET body=?3, updated_ms=?4 WHERE project=?1 AND id=?2", project,
         id, body, err);
 }
 
-int task_store_local_delete(struct task_store *st, const char *project, int64_t id, struct err *err)
+int sqlst_local_delete(struct task_store *st, const char *project, int64_t id, struct err *err)
 {
     return local_change(st, "DELETE FROM local_comments WHERE project=?1 AND id=?2 AND ?4=?4",
                         project, id, NULL, err);
 }
 
-int task_store_local_react(struct task_store *st, const char *project, int64_t id,
-                           const char *author, const char *content, struct err *err)
+int sqlst_local_react(struct task_store *st, const char *project, int64_t id, const char *author,
+                      const char *content, struct err *err)
 {
     struct sqlite_store *s = sqlst_of(st);
     sqlite3_stmt *q = NULL;
@@ -299,8 +299,8 @@ int task_store_local_react(struct task_store *st, const char *project, int64_t i
     return rc;
 }
 
-int task_store_local_thread(json_t **out, struct task_store *st, const char *project,
-                            int64_t number, struct err *err)
+int sqlst_local_thread(json_t **out, struct task_store *st, const char *project, int64_t number,
+                       struct err *err)
 {
     struct sqlite_store *s = sqlst_of(st);
     sqlite3_stmt *q = NULL;
@@ -336,8 +336,8 @@ int task_store_local_thread(json_t **out, struct task_store *st, const char *pro
     return rc;
 }
 
-int task_store_local_permission_set(struct task_store *st, const char *project, const char *user,
-                                    int level, struct err *err)
+int sqlst_local_permission_set(struct task_store *st, const char *project, const char *user,
+                               int level, struct err *err)
 {
     struct sqlite_store *s = sqlst_of(st);
     sqlite3_stmt *q = NULL;
@@ -359,8 +359,8 @@ int task_store_local_permission_set(struct task_store *st, const char *project, 
     return rc;
 }
 
-int task_store_local_permission_get(int *level_out, struct task_store *st, const char *project,
-                                    const char *user, struct err *err)
+int sqlst_local_permission_get(int *level_out, struct task_store *st, const char *project,
+                               const char *user, struct err *err)
 {
     struct sqlite_store *s = sqlst_of(st);
     sqlite3_stmt *q = NULL;
@@ -396,9 +396,9 @@ static int ensure_pulls_table(struct sqlite_store *s, struct err *err)
                       err);
 }
 
-int task_store_local_pull_set(bool *created_out, struct task_store *st, const char *project,
-                              int64_t number, const char *url, const char *head, const char *base,
-                              struct err *err)
+int sqlst_local_pull_set(bool *created_out, struct task_store *st, const char *project,
+                         int64_t number, const char *url, const char *head, const char *base,
+                         struct err *err)
 {
     struct sqlite_store *s = sqlst_of(st);
     sqlite3_stmt *q = NULL;
@@ -439,8 +439,8 @@ int task_store_local_pull_set(bool *created_out, struct task_store *st, const ch
     return rc;
 }
 
-int task_store_local_pull_get(json_t **out, struct task_store *st, const char *project,
-                              int64_t number, struct err *err)
+int sqlst_local_pull_get(json_t **out, struct task_store *st, const char *project, int64_t number,
+                         struct err *err)
 {
     struct sqlite_store *s = sqlst_of(st);
     sqlite3_stmt *q = NULL;

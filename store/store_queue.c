@@ -160,8 +160,8 @@ static void inbox_row(sqlite3_stmt *q, size_t index, void *userdata)
     out->attempts = sqlite3_column_int(q, 13);
 }
 
-int task_store_inbox_next_batch(struct inbox_entry *out, size_t max, size_t *n_out,
-                                int64_t *wait_ms_out, struct task_store *st, struct err *err)
+int sqlst_inbox_next_batch(struct inbox_entry *out, size_t max, size_t *n_out, int64_t *wait_ms_out,
+                           struct task_store *st, struct err *err)
 {
     struct sqlite_store *s = sqlst_of(st);
     int rc;
@@ -172,14 +172,6 @@ int task_store_inbox_next_batch(struct inbox_entry *out, size_t max, size_t *n_o
                   inbox_row, out, err);
     pthread_mutex_unlock(&s->mu);
     return rc;
-}
-
-int task_store_inbox_next(struct inbox_entry *out, int64_t *wait_ms_out, struct task_store *st,
-                          struct err *err)
-{
-    size_t n = 0;
-
-    return task_store_inbox_next_batch(out, 1, &n, wait_ms_out, st, err);
 }
 
 static int retry(struct task_store *st, const char *table, int64_t id, int64_t delay_ms,
@@ -201,13 +193,13 @@ static int retry(struct task_store *st, const char *table, int64_t id, int64_t d
     return rc;
 }
 
-int task_store_inbox_retry(struct task_store *st, int64_t id, int64_t delay_ms, bool failed,
-                           const char *error, struct err *err)
+int sqlst_inbox_retry(struct task_store *st, int64_t id, int64_t delay_ms, bool failed,
+                      const char *error, struct err *err)
 {
     return retry(st, "inbox", id, delay_ms, failed, error, err);
 }
 
-int task_txn_inbox_fail(struct task_txn *tx, int64_t id, const char *error, struct err *err)
+int sqlst_txn_inbox_fail(struct task_txn *tx, int64_t id, const char *error, struct err *err)
 {
     return run(
         sqlst_txn_store(tx),
@@ -215,7 +207,7 @@ int task_txn_inbox_fail(struct task_txn *tx, int64_t id, const char *error, stru
         0, error, err);
 }
 
-int task_txn_inbox_done(struct task_txn *tx, int64_t id, struct err *err)
+int sqlst_txn_inbox_done(struct task_txn *tx, int64_t id, struct err *err)
 {
     return run(sqlst_txn_store(tx), "UPDATE inbox SET state='done', error=?3 WHERE id=?1 AND ?2=?2",
                id, 0, NULL, err);
@@ -240,13 +232,13 @@ static int count_pending(int64_t *out, struct task_store *st, const char *table,
     return rc;
 }
 
-int task_store_inbox_depth(int64_t *out, struct task_store *st, struct err *err)
+int sqlst_inbox_depth(int64_t *out, struct task_store *st, struct err *err)
 {
     return count_pending(out, st, "inbox", err);
 }
 
-int task_store_inbox_installation(int64_t *out, struct task_store *st, const char *provider,
-                                  const char *project, struct err *err)
+int sqlst_inbox_installation(int64_t *out, struct task_store *st, const char *provider,
+                             const char *project, struct err *err)
 {
     struct sqlite_store *s = sqlst_of(st);
     sqlite3_stmt *q = NULL;
@@ -276,8 +268,8 @@ int task_store_inbox_installation(int64_t *out, struct task_store *st, const cha
 
 /* --- outbox ------------------------------------------------------------------------ */
 
-int task_txn_outbox_add(int64_t *id_out, struct task_txn *tx, const struct outbox_entry *e,
-                        struct err *err)
+int sqlst_txn_outbox_add(int64_t *id_out, struct task_txn *tx, const struct outbox_entry *e,
+                         struct err *err)
 {
     struct sqlite_store *s = sqlst_txn_store(tx);
     int64_t now = clock_now_ms(s->base.clock);
@@ -367,8 +359,8 @@ static void outbox_row(sqlite3_stmt *q, size_t index, void *userdata)
     out->attempts = sqlite3_column_int(q, 10);
 }
 
-int task_store_outbox_next(struct outbox_entry *out, int64_t *wait_ms_out, struct task_store *st,
-                           struct err *err)
+int sqlst_outbox_next(struct outbox_entry *out, int64_t *wait_ms_out, struct task_store *st,
+                      struct err *err)
 {
     struct sqlite_store *s = sqlst_of(st);
     size_t n = 0;
@@ -387,7 +379,7 @@ int task_store_outbox_next(struct outbox_entry *out, int64_t *wait_ms_out, struc
     return rc;
 }
 
-int task_store_outbox_done(struct task_store *st, int64_t id, const char *result, struct err *err)
+int sqlst_outbox_done(struct task_store *st, int64_t id, const char *result, struct err *err)
 {
     struct sqlite_store *s = sqlst_of(st);
     int rc;
@@ -400,8 +392,8 @@ int task_store_outbox_done(struct task_store *st, int64_t id, const char *result
     return rc;
 }
 
-int task_store_outbox_defer(struct task_store *st, int64_t id, int64_t delay_ms, const char *why,
-                            struct err *err)
+int sqlst_outbox_defer(struct task_store *st, int64_t id, int64_t delay_ms, const char *why,
+                       struct err *err)
 {
     struct sqlite_store *s = sqlst_of(st);
     int rc;
@@ -414,14 +406,14 @@ int task_store_outbox_defer(struct task_store *st, int64_t id, int64_t delay_ms,
     return rc;
 }
 
-int task_store_outbox_retry(struct task_store *st, int64_t id, int64_t delay_ms, bool failed,
-                            const char *error, struct err *err)
+int sqlst_outbox_retry(struct task_store *st, int64_t id, int64_t delay_ms, bool failed,
+                       const char *error, struct err *err)
 {
     return retry(st, "outbox", id, delay_ms, failed, error, err);
 }
 
-int task_store_outbox_result(char **out, char state_out[16], struct task_store *st, int64_t id,
-                             struct err *err)
+int sqlst_outbox_result(char **out, char state_out[16], struct task_store *st, int64_t id,
+                        struct err *err)
 {
     struct sqlite_store *s = sqlst_of(st);
     sqlite3_stmt *q = NULL;
@@ -446,12 +438,12 @@ int task_store_outbox_result(char **out, char state_out[16], struct task_store *
     return rc;
 }
 
-int task_store_outbox_depth(int64_t *out, struct task_store *st, struct err *err)
+int sqlst_outbox_depth(int64_t *out, struct task_store *st, struct err *err)
 {
     return count_pending(out, st, "outbox", err);
 }
 
-int64_t task_store_queue_gen(struct task_store *st, bool outbox)
+int64_t sqlst_queue_gen(struct task_store *st, bool outbox)
 {
     struct sqlite_store *s = sqlst_of(st);
     int64_t g;
@@ -462,8 +454,7 @@ int64_t task_store_queue_gen(struct task_store *st, bool outbox)
     return g;
 }
 
-void task_store_queue_wait(struct task_store *st, bool outbox, int64_t since_gen,
-                           int64_t timeout_ms)
+void sqlst_queue_wait(struct task_store *st, bool outbox, int64_t since_gen, int64_t timeout_ms)
 {
     struct sqlite_store *s = sqlst_of(st);
     struct timespec deadline;
@@ -484,7 +475,7 @@ void task_store_queue_wait(struct task_store *st, bool outbox, int64_t since_gen
     pthread_mutex_unlock(&s->mu);
 }
 
-int task_store_totals(struct task_totals *out, struct task_store *st, struct err *err)
+int sqlst_totals(struct task_totals *out, struct task_store *st, struct err *err)
 {
     struct sqlite_store *s = sqlst_of(st);
     sqlite3_stmt *q = NULL;
@@ -505,7 +496,7 @@ int task_store_totals(struct task_totals *out, struct task_store *st, struct err
     return rc;
 }
 
-void task_store_outbox_release(struct task_store *st)
+void sqlst_outbox_release(struct task_store *st)
 {
     struct sqlite_store *s = sqlst_of(st);
 

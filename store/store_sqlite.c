@@ -145,7 +145,7 @@ struct create_args {
 static int create_txn(struct task_txn *tx, void *userdata)
 {
     struct create_args *a = userdata;
-    return task_txn_create(a->out, tx, a->obj, a->err);
+    return sqlst_txn_create(a->out, tx, a->obj, a->err);
 }
 
 static int sqlite_create(json_t **out, struct task_store *st, const json_t *obj, struct err *err)
@@ -399,6 +399,56 @@ static void sqlite_close(struct task_store *st)
     free(s);
 }
 
+static const struct task_store_xops sqlite_xops = {
+    .txn_get = sqlst_txn_get,
+    .txn_put = sqlst_txn_put,
+    .txn_savepoint = sqlst_txn_savepoint,
+    .txn_release = sqlst_txn_release,
+    .txn_rollback_savepoint = sqlst_txn_rollback_savepoint,
+    .txn_meter_claim = sqlst_txn_meter_claim,
+    .txn_token_current = sqlst_txn_token_current,
+    .txn_token_add = sqlst_txn_token_add,
+    .txn_token_revoke = sqlst_txn_token_revoke,
+    .txn_create = sqlst_txn_create,
+    .txn_env_get = sqlst_txn_env_get,
+    .txn_env_put = sqlst_txn_env_put,
+    .txn_env_delete = sqlst_txn_env_delete,
+    .txn_inbox_fail = sqlst_txn_inbox_fail,
+    .txn_inbox_done = sqlst_txn_inbox_done,
+    .txn_outbox_add = sqlst_txn_outbox_add,
+    .txn_sticky_note = sqlst_txn_sticky_note,
+    .token_current = sqlst_token_current,
+    .totals = sqlst_totals,
+    .list_text = sqlst_list_text,
+    .inbox_add = sqlst_inbox_add,
+    .inbox_next_batch = sqlst_inbox_next_batch,
+    .inbox_retry = sqlst_inbox_retry,
+    .inbox_depth = sqlst_inbox_depth,
+    .inbox_installation = sqlst_inbox_installation,
+    .outbox_next = sqlst_outbox_next,
+    .outbox_release = sqlst_outbox_release,
+    .outbox_done = sqlst_outbox_done,
+    .outbox_defer = sqlst_outbox_defer,
+    .outbox_retry = sqlst_outbox_retry,
+    .outbox_result = sqlst_outbox_result,
+    .outbox_depth = sqlst_outbox_depth,
+    .queue_gen = sqlst_queue_gen,
+    .queue_wait = sqlst_queue_wait,
+    .sticky_get = sqlst_sticky_get,
+    .sticky_sent = sqlst_sticky_sent,
+    .sticky_list = sqlst_sticky_list,
+    .local_add = sqlst_local_add,
+    .local_open_pull = sqlst_local_open_pull,
+    .local_update = sqlst_local_update,
+    .local_delete = sqlst_local_delete,
+    .local_react = sqlst_local_react,
+    .local_thread = sqlst_local_thread,
+    .local_permission_set = sqlst_local_permission_set,
+    .local_permission_get = sqlst_local_permission_get,
+    .local_pull_set = sqlst_local_pull_set,
+    .local_pull_get = sqlst_local_pull_get,
+};
+
 static const struct task_store_ops sqlite_ops = {
     .name = "sqlite",
     .get = sqlst_read_get,
@@ -423,6 +473,7 @@ int task_store_sqlite_open(struct task_store **out, const char *path, const stru
 
     *out = NULL;
     s->base.ops = &sqlite_ops;
+    s->base.xops = &sqlite_xops;
     s->base.clock = clock;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->changed, NULL);

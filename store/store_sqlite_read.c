@@ -246,8 +246,8 @@ static int rd_list(int64_t *rv_out, struct sqlite_store *s, bool envs, const cha
     return rc;
 }
 
-int task_store_list_text(int64_t *rv_out, struct task_store *st, const char *ns, task_text_fn fn,
-                         void *userdata, struct err *err)
+int sqlst_list_text(int64_t *rv_out, struct task_store *st, const char *ns, task_text_fn fn,
+                    void *userdata, struct err *err)
 {
     *rv_out = 0;
     return rd_list(rv_out, sqlst_of(st), false, ns, fn, userdata, err);

@@ -8,7 +8,8 @@
 
 #include "store/store_int.h"
 
-struct task_txn {
+struct sqlst_txn {
+    struct task_txn base;   /* must be first: what the dispatch sees */
     struct sqlite_store *s; /* borrowed; mu held for the whole transaction */
     int64_t rv_begin;       /* s->rv at BEGIN: restored on rollback */
     int64_t rv_savepoint;   /* s->rv at the open savepoint */
@@ -17,7 +18,12 @@ struct task_txn {
     size_t nevents_savepoint; /* events before the open savepoint */
 };
 
-static void drop_events(struct task_txn *tx, size_t keep)
+static struct sqlst_txn *sqtx(struct task_txn *txb)
+{
+    return container_of(txb, struct sqlst_txn, base);
+}
+
+static void drop_events(struct sqlst_txn *tx, size_t keep)
 {
     for (size_t i = keep; i < tx->nevents; i++) {
         free(tx->events[i].json);
@@ -28,7 +34,7 @@ static void drop_events(struct task_txn *tx, size_t keep)
 int sqlst_txn(struct task_store *st, task_txn_fn fn, void *userdata, struct err *err)
 {
     struct sqlite_store *s = sqlst_of(st);
-    struct task_txn tx = {.s = s};
+    struct sqlst_txn tx = {.base = {.st = st}, .s = s};
     int rc;
 
     pthread_mutex_lock(&s->mu);
@@ -37,7 +43,7 @@ int sqlst_txn(struct task_store *st, task_txn_fn fn, void *userdata, struct err 
     if (rc != E_OK) {
         goto out;
     }
-    rc = fn(&tx, userdata);
+    rc = fn(&tx.base, userdata);
     if (rc == E_OK) {
         rc = sqlst_exec(s, "COMMIT", err);
     }
@@ -99,9 +105,13 @@ void sqlst_publish(struct sqlite_store *s, struct event *ev)
 
 void task_store_sqlite_mem(struct task_store_mem *out, struct task_store *st)
 {
-    struct sqlite_store *s = sqlst_of(st);
+    struct sqlite_store *s;
 
     memset(out, 0, sizeof(*out));
+    if (strcmp(st->ops->name, "sqlite") != 0) {
+        return; /* another backend: nothing of this in memory */
+    }
+    s = sqlst_of(st);
     pthread_mutex_lock(&s->mu);
     out->meter_index_ids = json_object_size(s->meter_ids);
     out->meter_index_bytes = s->meter_ids_bytes;
@@ -132,9 +142,10 @@ void sqlst_cache_forget(struct sqlite_store *s, const char *ns, const char *name
     free(key);
 }
 
-int task_txn_get(json_t **out, struct task_txn *tx, const char *ns, const char *name,
-                 struct err *err)
+int sqlst_txn_get(json_t **out, struct task_txn *txb, const char *ns, const char *name,
+                  struct err *err)
 {
+    struct sqlst_txn *tx = sqtx(txb);
     char *key = cache_key(ns, name);
     json_t *hit = json_object_get(tx->s->cache, key);
     int rc;
@@ -156,8 +167,9 @@ int task_txn_get(json_t **out, struct task_txn *tx, const char *ns, const char *
     return rc;
 }
 
-int task_txn_put(struct task_txn *tx, json_t *doc, struct err *err)
+int sqlst_txn_put(struct task_txn *txb, json_t *doc, struct err *err)
 {
+    struct sqlst_txn *tx = sqtx(txb);
     char *text = NULL;
     int rc;
 
@@ -183,7 +195,7 @@ int task_txn_put(struct task_txn *tx, json_t *doc, struct err *err)
     return E_OK;
 }
 
-static int run_stmt(struct task_txn *tx, enum sqlst_stmt_id id, const char *what, struct err *err)
+static int run_stmt(struct sqlst_txn *tx, enum sqlst_stmt_id id, const char *what, struct err *err)
 {
     sqlite3_stmt *st = NULL;
     int rc = sqlst_stmt(&st, tx->s, id, err);
@@ -191,20 +203,23 @@ static int run_stmt(struct task_txn *tx, enum sqlst_stmt_id id, const char *what
     return rc != E_OK ? rc : sqlst_step_done(tx->s, st, what, err);
 }
 
-int task_txn_savepoint(struct task_txn *tx, struct err *err)
+int sqlst_txn_savepoint(struct task_txn *txb, struct err *err)
 {
+    struct sqlst_txn *tx = sqtx(txb);
     tx->rv_savepoint = tx->s->rv;
     tx->nevents_savepoint = tx->nevents;
     return run_stmt(tx, SQLST_SAVEPOINT, "savepoint", err);
 }
 
-int task_txn_release(struct task_txn *tx, struct err *err)
+int sqlst_txn_release(struct task_txn *txb, struct err *err)
 {
+    struct sqlst_txn *tx = sqtx(txb);
     return run_stmt(tx, SQLST_RELEASE, "release savepoint", err);
 }
 
-void task_txn_rollback_savepoint(struct task_txn *tx)
+void sqlst_txn_rollback_savepoint(struct task_txn *txb)
 {
+    struct sqlst_txn *tx = sqtx(txb);
     json_object_clear(tx->s->cache);
     sqlst_meter_index_free(tx->s);
     (void)run_stmt(tx, SQLST_ROLLBACK_TO, "rollback to savepoint", NULL);
@@ -318,10 +333,11 @@ static int meter_archived(bool *out, struct sqlite_store *s, const char *uid, co
     return E_OK;
 }
 
-int task_txn_meter_claim(bool *fresh_out, struct task_txn *tx, const char *task_uid,
-                         const char *request_id, int64_t tokens, int64_t cost_micros,
-                         struct err *err)
+int sqlst_txn_meter_claim(bool *fresh_out, struct task_txn *txb, const char *task_uid,
+                          const char *request_id, int64_t tokens, int64_t cost_micros,
+                          struct err *err)
 {
+    struct sqlst_txn *tx = sqtx(txb);
     struct sqlite_store *s = tx->s;
     sqlite3_stmt *st = NULL;
     bool archived = false;
@@ -393,14 +409,15 @@ static int token_current(struct token_record *out, struct sqlite_store *s, const
     return rc;
 }
 
-int task_txn_token_current(struct token_record *out, struct task_txn *tx, const char *ns,
-                           const char *name, struct err *err)
+int sqlst_txn_token_current(struct token_record *out, struct task_txn *txb, const char *ns,
+                            const char *name, struct err *err)
 {
+    struct sqlst_txn *tx = sqtx(txb);
     return token_current(out, tx->s, ns, name, err);
 }
 
-int task_store_token_current(struct token_record *out, struct task_store *st, const char *ns,
-                             const char *name, struct err *err)
+int sqlst_token_current(struct token_record *out, struct task_store *st, const char *ns,
+                        const char *name, struct err *err)
 {
     struct sqlite_store *s = sqlst_of(st);
     int rc;
@@ -411,9 +428,10 @@ int task_store_token_current(struct token_record *out, struct task_store *st, co
     return rc;
 }
 
-int task_txn_token_add(struct task_txn *tx, const char *ns, const char *name, int64_t generation,
-                       const char *token_id, const char *token, struct err *err)
+int sqlst_txn_token_add(struct task_txn *txb, const char *ns, const char *name, int64_t generation,
+                        const char *token_id, const char *token, struct err *err)
 {
+    struct sqlst_txn *tx = sqtx(txb);
     sqlite3_stmt *st = NULL;
     int rc = sqlst_stmt(&st, tx->s, SQLST_TOKEN_INSERT, err);
 
@@ -429,8 +447,9 @@ int task_txn_token_add(struct task_txn *tx, const char *ns, const char *name, in
     return sqlst_step_done(tx->s, st, "add token", err);
 }
 
-int task_txn_token_revoke(struct task_txn *tx, const char *ns, const char *name, struct err *err)
+int sqlst_txn_token_revoke(struct task_txn *txb, const char *ns, const char *name, struct err *err)
 {
+    struct sqlst_txn *tx = sqtx(txb);
     sqlite3_stmt *st = NULL;
     int rc = sqlst_stmt(&st, tx->s, SQLST_TOKEN_REVOKE, err);
 
@@ -443,18 +462,15 @@ int task_txn_token_revoke(struct task_txn *tx, const char *ns, const char *name,
     return sqlst_step_done(tx->s, st, "revoke token", err);
 }
 
-const struct clock *task_txn_clock(struct task_txn *tx)
+struct sqlite_store *sqlst_txn_store(struct task_txn *txb)
 {
-    return tx->s->base.clock;
-}
-
-struct sqlite_store *sqlst_txn_store(struct task_txn *tx)
-{
+    struct sqlst_txn *tx = sqtx(txb);
     return tx->s;
 }
 
-int task_txn_create(json_t **out, struct task_txn *tx, const json_t *obj, struct err *err)
+int sqlst_txn_create(json_t **out, struct task_txn *txb, const json_t *obj, struct err *err)
 {
+    struct sqlst_txn *tx = sqtx(txb);
     json_t *doc = json_deep_copy(obj);
     json_t *md = json_object_get(doc, "metadata");
     char uid[37], ts[CLOCK_RFC3339_MAX];

@@ -5,13 +5,7 @@
 
 #include "store/store.h"
 #include "tests/t_check.h"
-
-static struct task_store *open_mem(void)
-{
-    struct task_store *st = NULL;
-    ASSERT(task_store_sqlite_open(&st, ":memory:", clock_system(), NULL) == E_OK);
-    return st;
-}
+#include "tests/unit/store_fixture.h"
 
 static struct inbox_entry entry(const char *delivery, int64_t number, const char *comment)
 {
@@ -84,6 +78,123 @@ TEST(inbox_order_per_pr_and_retry)
     CHECK_EQ_STR(got.comment_id, "c2");
     CHECK_EQ_INT(got.attempts, 0);
     inbox_entry_cleanup(&got);
+    task_store_close(st);
+}
+
+static int64_t manual_now(void *ud)
+{
+    return *(int64_t *)ud;
+}
+
+/* Applied entries are kept so that redeliveries stay duplicates: on SQLite for good, on
+ * Kubernetes (one ConfigMap each) for KST_INBOX_KEEP_MS (7 days), then collected. */
+TEST(done_inbox_entries_kept_then_collected)
+{
+    int64_t now = clock_now_ms(clock_system());
+    struct clock manual = {.now_ms = manual_now, .userdata = &now};
+    struct task_store *st = open_mem_clock(&manual);
+    struct inbox_entry e = entry("d1", 7, "c1"), got;
+    bool dup = false;
+    int64_t wait, id;
+
+    CHECK_OK(task_store_inbox_add(&dup, st, &e, NULL));
+    CHECK_OK(task_store_inbox_next(&got, &wait, st, NULL));
+    id = got.id;
+    inbox_entry_cleanup(&got);
+    CHECK_OK(task_store_txn(st, mark_done, &id, NULL));
+    now += 24LL * 3600 * 1000; /* a day later: a redelivery is still a duplicate */
+    CHECK_EQ_INT(task_store_inbox_next(&got, &wait, st, NULL), E_NOTFOUND);
+    CHECK_OK(task_store_inbox_add(&dup, st, &e, NULL));
+    CHECK(dup);
+    now += 7LL * 24 * 3600 * 1000; /* eight days later */
+    CHECK_EQ_INT(task_store_inbox_next(&got, &wait, st, NULL), E_NOTFOUND);
+    if (store_is_kube()) {
+        store_backend_note("applied inbox entries kept for good", "collected after 7 days");
+        for (int i = 0; i < 1000; i++) { /* until the cache saw the deletion */
+            CHECK_OK(task_store_inbox_add(&dup, st, &e, NULL));
+            if (!dup) {
+                break;
+            }
+            fixture_sleep_ms(10);
+        }
+        CHECK(!dup);
+    } else {
+        CHECK_OK(task_store_inbox_add(&dup, st, &e, NULL));
+        CHECK(dup);
+    }
+    task_store_close(st);
+}
+
+struct rerun_ud {
+    struct task_store *st;
+    int runs;
+};
+
+static int bump(json_t *doc, struct err *err, void *ud)
+{
+    (void)err;
+    (void)ud;
+    json_object_set_new(json_object_get(doc, "status"), "iteration", json_integer(7));
+    return E_OK;
+}
+
+/* Adds a reply and changes task "r"; on its first run another writer changes "r" first, so
+ * the Kubernetes commit is stale (409) and the function runs again. */
+static int reply_and_put(struct task_txn *tx, void *ud)
+{
+    struct rerun_ud *u = ud;
+    struct outbox_entry e;
+    json_t *doc = NULL;
+    int rc;
+
+    memset(&e, 0, sizeof(e));
+    snprintf(e.provider, sizeof(e.provider), "github");
+    snprintf(e.kind, sizeof(e.kind), "comment");
+    e.project = (char *)(uintptr_t) "octo/repo";
+    e.number = 7;
+    e.body = (char *)(uintptr_t) "done";
+    rc = task_txn_get(&doc, tx, "default", "r", NULL);
+    if (rc == E_OK) {
+        rc = task_txn_outbox_add(NULL, tx, &e, NULL);
+    }
+    if (rc == E_OK && u->runs++ == 0) {
+        rc = task_store_mutate(NULL, u->st, "default", "r", bump, NULL, NULL);
+    }
+    if (rc == E_OK) {
+        json_object_set_new(json_object_get(doc, "spec"), "objective", json_string("y"));
+        rc = task_txn_put(tx, doc, NULL);
+    }
+    json_decref(doc);
+    return rc;
+}
+
+/* A transaction whose task write was stale runs again; what it queued is written once. */
+TEST(rerun_transaction_queues_once)
+{
+    struct task_store *st = open_mem();
+    struct rerun_ud u = {.st = st};
+    json_t *t = new_task("r"), *o = NULL;
+    int64_t depth = 0;
+
+    if (!store_is_kube()) {
+        /* one writer at a time: a SQLite transaction never runs twice (and a write from
+         * inside it would wait for itself) */
+        store_backend_note("rerun transaction", "no reruns on sqlite");
+        json_decref(t);
+        task_store_close(st);
+        return;
+    }
+    CHECK_OK(task_store_create(&o, st, t, NULL));
+    json_decref(o);
+    CHECK_OK(task_store_txn(st, reply_and_put, &u, NULL));
+    CHECK_EQ_INT(u.runs, 2);
+    CHECK_OK(task_store_outbox_depth(&depth, st, NULL));
+    CHECK_EQ_INT(depth, 1);
+    CHECK_OK(task_store_get(&o, st, "default", "r", NULL));
+    CHECK_EQ_STR(json_string_value(json_object_get(json_object_get(o, "spec"), "objective")), "y");
+    CHECK_EQ_INT(json_integer_value(json_object_get(json_object_get(o, "status"), "iteration")), 7);
+    json_decref(o);
+    json_decref(t);
     task_store_close(st);
 }
 

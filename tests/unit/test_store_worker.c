@@ -8,6 +8,7 @@
 
 #include "store/store.h"
 #include "tests/t_check.h"
+#include "tests/unit/store_fixture.h"
 
 /* How long a test waits for the worker before calling it stuck (a liveness bound, not a
  * latency threshold: the worker normally answers within milliseconds). */
@@ -55,13 +56,6 @@ static bool wait_for(struct seen *s, bool (*pred)(const struct seen *))
     }
     pthread_mutex_unlock(&s->mu);
     return ok;
-}
-
-static struct task_store *open_mem(void)
-{
-    struct task_store *st = NULL;
-    ASSERT(task_store_sqlite_open(&st, ":memory:", clock_system(), NULL) == E_OK);
-    return st;
 }
 
 /* --- queue worker ------------------------------------------------------------------ */
