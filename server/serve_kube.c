@@ -163,8 +163,10 @@ static void *leader_loop(void *arg)
                 pause_unless_quit(k, 1000); /* then try again while we still lead */
             }
         } else {
-            log_kv(LOG_INFO, "leader_lost", "identity", k->identity, NULL);
+            /* Logged once the workers are stopped: from this line on, this replica
+             * reconciles nothing (tests and operators read it that way). */
             stop_workers(k);
+            log_kv(LOG_INFO, "leader_lost", "identity", k->identity, NULL);
         }
         pthread_mutex_lock(&k->mu);
     }
