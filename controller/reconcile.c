@@ -140,9 +140,12 @@ static int apply_preview(struct reconcile *r, struct task_txn *tx, json_t *doc, 
 {
     enum controller_env_state st = controller_preview_state(r->action, r->fail_reason != NULL);
     json_t *old = NULL, *env, *ann;
+    char *ip;
     int rc;
 
-    if (r->preview_env == NULL || st == CONTROLLER_ENV_KEEP) {
+    if (r->preview_env == NULL ||
+        (st == CONTROLLER_ENV_KEEP && !(r->action == CONTROLLER_NOTHING &&
+                                        r->phase == TASK_ACTIVE && r->c->sandboxes != NULL))) {
         return E_OK;
     }
     rc = task_txn_env_get(&old, tx, r->ns, r->preview_env, err);
@@ -152,8 +155,25 @@ static int apply_preview(struct reconcile *r, struct task_txn *tx, json_t *doc, 
     if (old == NULL && st != CONTROLLER_ENV_RUNNING) {
         return E_OK; /* never created: nothing to hibernate or release */
     }
-    env = controller_preview_env(doc, old, r->preview_env, r->preview_url, st,
-                                 r->c->sandboxes != NULL ? CONTROLLER_SANDBOX_IP : NULL);
+    /* The provider's address of the sandbox (agent-sandbox: the pod IP, known once the
+     * pod runs), else the server's loopback for sandboxes on this host. */
+    ip = r->c->sandboxes != NULL
+             ? sandbox_address(r->c->sandboxes, r->ns, r->name, CONTROLLER_SANDBOX_IP)
+             : NULL;
+    if (st == CONTROLLER_ENV_KEEP) {
+        /* A running task: only a changed address is written. */
+        const char *was = json_string_value(
+            json_object_get(json_object_get(json_object_get(old, "metadata"), "annotations"),
+                            CONTROLLER_ANN_SANDBOX_IP));
+        if (ip == NULL || (was != NULL && strcmp(was, ip) == 0)) {
+            free(ip);
+            json_decref(old);
+            return E_OK;
+        }
+        st = CONTROLLER_ENV_RUNNING;
+    }
+    env = controller_preview_env(doc, old, r->preview_env, r->preview_url, st, ip);
+    free(ip);
     json_decref(old);
     rc = task_txn_env_put(tx, env, err);
     json_decref(env);
@@ -230,10 +250,14 @@ static int apply_phase(struct reconcile *r, struct task_txn *tx, json_t *doc,
         }
         return rc;
     case CONTROLLER_WAIT: {
-        char *msg = xasprintf(CONTROLLER_WAITING_PREFIX " \"%s\" cannot start sandboxes in "
-                                                        "this build; run with --sandbox-provider "
-                                                        "none, process or local",
-                              r->c->provider);
+        char *msg =
+            r->c->problem != NULL
+                ? xasprintf(CONTROLLER_WAITING_PREFIX " \"%s\" cannot start sandboxes: %s",
+                            r->c->provider, r->c->problem)
+                : xasprintf(CONTROLLER_WAITING_PREFIX " \"%s\" cannot start sandboxes in "
+                                                      "this build; run with --sandbox-provider "
+                                                      "none, process or local",
+                            r->c->provider);
         task_set_phase(doc, TASK_PENDING, "", msg);
         free(msg);
         return E_OK;

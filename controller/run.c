@@ -252,15 +252,27 @@ int controller_sandboxes_open(struct controller *c, const struct controller_conf
                                        .cpus_milli = cfg->sandbox_cpus_milli,
                                        .state_dir = state};
         rc = sandbox_local_new(&c->sandboxes, &o, err);
+    } else if (strcmp(c->provider, "agent-sandbox") == 0 && cfg->kube != NULL) {
+        struct sandbox_agent_opts o = {.kube = cfg->kube,
+                                       .warm_pool = cfg->sandbox_warm_pool,
+                                       .poll_ms = cfg->sandbox_poll_ms};
+        rc = sandbox_agent_new(&c->sandboxes, &o, err);
     }
     free(state);
+    if (rc == E_OK && c->sandboxes == NULL && strcmp(c->provider, "agent-sandbox") == 0) {
+        c->problem = xstrdup("no Kubernetes configuration (--kubeconfig, KUBECONFIG, the "
+                             "in-cluster service account or ~/.kube/config)");
+        fprintf(stderr, "diverge: serve: agent-sandbox: %s; tasks wait\n", c->problem);
+    }
     if (rc != E_OK || c->sandboxes == NULL) {
         return rc;
     }
     c->sandboxes->on_exit = controller_on_exit;
     c->sandboxes->on_exit_userdata = c;
     c->problem = sandbox_probe(c->sandboxes);
-    if (c->problem == NULL && access(c->runner_path, X_OK) != 0) {
+    /* agent-sandbox: the runner is the sandbox image's. */
+    if (c->problem == NULL && strcmp(c->provider, "agent-sandbox") != 0 &&
+        access(c->runner_path, X_OK) != 0) {
         c->problem = xasprintf("the runner %s cannot be executed (%s); build it next to "
                                "diverge or set DIVERGE_RUNNER_PATH",
                                c->runner_path, strerror(errno));

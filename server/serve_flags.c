@@ -41,6 +41,10 @@ static const struct flag g_flags[] = {
     {"--sandbox-provider", "DIVERGE_SANDBOX_PROVIDER", "local", CFG(sandbox_provider),
      "local, process, none (no sandbox: an external agent meters with the task token) or "
      "agent-sandbox"},
+    {"--sandbox-warm-pool", "DIVERGE_SANDBOX_WARMPOOL", NULL, CFG(sandbox_warm_pool),
+     "agent-sandbox: the SandboxWarmPool every task's SandboxClaim names"},
+    {"--kubeconfig", "DIVERGE_KUBECONFIG", NULL, CFG(kubeconfig),
+     "kubeconfig file (default: KUBECONFIG, else in-cluster, else ~/.kube/config)"},
     {"--sandbox-user", "DIVERGE_SANDBOX_USER", NULL, CFG(sandbox_user),
      "host user local sandboxes run as (default diverge-sandbox as root, else your own)"},
     {"--sandbox-memory", "DIVERGE_SANDBOX_MEMORY", "2G", CFG(sandbox_memory),

@@ -66,6 +66,8 @@ struct server_config {
     char *tls_listen;    /* "host:port" of the HTTPS listener; NULL: none */
     char *tls_cert_file; /* PEM files; NULL: generated into the data dir */
     char *tls_key_file;
+    char *kubeconfig;        /* agent-sandbox: kubeconfig path; NULL: KUBECONFIG, in-cluster */
+    char *sandbox_warm_pool; /* agent-sandbox: the SandboxWarmPool claims name */
 };
 
 struct MHD_Daemon;

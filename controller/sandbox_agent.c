@@ -1,0 +1,583 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The `agent-sandbox` sandbox provider (SPEC §11): each task's runner runs in a pod that
+ * kubernetes-sigs/agent-sandbox provisions for the SandboxClaim `diverge-<task>` in the
+ * task's namespace, from the warm pool given to the provider. start creates the claim
+ * (AlreadyExists: already provisioned, adopted) and publishes the token; suspend and resume
+ * merge-patch the bound Sandbox's spec.operatingMode; stop deletes the claim (agent-sandbox
+ * deletes the Sandbox and pod with it) and the token Secret. A poll thread reads each live
+ * claim and its Sandbox: status() answers from what it read last (no API call inside a
+ * reconcile), and a runner that finished or a pod IP that changed is reported through
+ * on_exit so the controller reconciles the task. Pods outlive the server: free() leaves
+ * the cluster alone (the next leader restarts them, SPEC §9 restart). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/secret.h"
+#include "controller/controller_int.h"
+#include "controller/sandbox_agent.h"
+#include "kube/kube.h"
+
+#define POLL_DEFAULT_MS 2000
+#define TOKEN_FILE_MAX 8192
+
+struct agent_box {
+    char *ns, *name, *claim; /* owned */
+    char *token_path;        /* owned: the controller's token file of the task */
+    char *log_path;          /* owned */
+    enum sandbox_state state;
+    int exit_code;
+    char *ip;     /* owned, or NULL */
+    uint64_t gen; /* bumped by every local change: an older poll result is dropped */
+    struct agent_box *next;
+};
+
+struct agent_provider {
+    struct sandbox_provider base; /* must be first */
+    struct kube_client *kube;     /* borrowed */
+    char *pool;                   /* owned */
+    int64_t poll_ms;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    struct agent_box *head; /* guarded by lock */
+    bool stopping;          /* guarded by lock */
+    pthread_t thread;
+};
+
+static struct agent_provider *to_agent(struct sandbox_provider *p)
+{
+    return container_of(p, struct agent_provider, base);
+}
+
+/* With the lock held. */
+static struct agent_box **find(struct agent_provider *ap, const char *ns, const char *name)
+{
+    struct agent_box **pp;
+
+    for (pp = &ap->head; *pp != NULL; pp = &(*pp)->next) {
+        if (strcmp((*pp)->ns, ns) == 0 && strcmp((*pp)->name, name) == 0) {
+            break;
+        }
+    }
+    return pp;
+}
+
+static void box_free(struct agent_box *b)
+{
+    free(b->ns);
+    free(b->name);
+    free(b->claim);
+    free(b->token_path);
+    free(b->log_path);
+    free(b->ip);
+    free(b);
+}
+
+/* --- the token Secret ------------------------------------------------------------------ */
+
+/* Publishes TOKEN as the Secret task-token-<task> the sandbox pod mounts (SPEC §11). In
+ * cluster mode the kubernetes store writes it with the token index; until then (SQLite
+ * store with agent-sandbox sandboxes) this is the only writer. Create, else replace the
+ * data of the existing one. */
+static int token_put(struct agent_provider *ap, const char *ns, const char *task, const char *token,
+                     struct err *err)
+{
+    json_t *doc = sandbox_agent_secret(ns, task, token);
+    char *name = sandbox_agent_secret_name(task);
+    int rc = kube_create(NULL, ap->kube, &KUBE_SECRETS, ns, doc, err);
+
+    if (rc == E_CONFLICT) {
+        json_t *patch = json_pack("{s:O}", "data", json_object_get(doc, "data"));
+        *err = (struct err){0};
+        rc = kube_merge_patch(NULL, ap->kube, &KUBE_SECRETS, ns, name, patch, err);
+        json_decref(patch);
+    }
+    json_decref(doc);
+    free(name);
+    return rc;
+}
+
+static void token_delete(struct agent_provider *ap, const char *ns, const char *task)
+{
+    char *name = sandbox_agent_secret_name(task);
+    struct err err = {0};
+
+    (void)kube_delete(ap->kube, &KUBE_SECRETS, ns, name, NULL, &err);
+    free(name);
+}
+
+/* The token the controller wrote to PATH (a new secret string), or NULL. */
+static char *token_read(const char *path)
+{
+    char *buf = xcalloc(1, TOKEN_FILE_MAX + 1);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    ssize_t n = fd >= 0 ? read(fd, buf, TOKEN_FILE_MAX) : -1;
+
+    if (fd >= 0) {
+        close(fd);
+    }
+    if (n <= 0) {
+        free(buf);
+        return NULL;
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
+/* --- operations ------------------------------------------------------------------------- */
+
+static int claim_create(struct agent_provider *ap, const struct sandbox_spec *s, const char *claim,
+                        struct err *err)
+{
+    json_t *doc = sandbox_agent_claim(s, ap->pool, clock_now_ms(clock_system()));
+    json_t *old = NULL;
+    int rc = kube_create(NULL, ap->kube, &KUBE_SANDBOXCLAIMS, s->ns, doc, err);
+
+    json_decref(doc);
+    if (rc != E_CONFLICT) {
+        return rc;
+    }
+    /* AlreadyExists: this task's sandbox is already provisioned (a repeated provision, or
+     * another replica's): adopted, never a second one. Unless it is on its way out. */
+    *err = (struct err){0};
+    rc = kube_get(&old, ap->kube, &KUBE_SANDBOXCLAIMS, s->ns, claim, err);
+    if (rc == E_OK && json_object_get(json_object_get(old, "metadata"), "deletionTimestamp")) {
+        rc = err_set(err, E_FAIL, "sandbox claim %s is still being deleted", claim);
+    }
+    json_decref(old);
+    return rc;
+}
+
+static int agent_start(struct sandbox_provider *p, const struct sandbox_spec *s, struct err *err)
+{
+    struct agent_provider *ap = to_agent(p);
+    char *claim = sandbox_agent_claim_name(s->name);
+    struct agent_box *b, **pp;
+    int rc = E_OK;
+
+    if (s->egress != NULL) {
+        sandbox_egress_free(s->egress);
+        rc = err_set(err, E_INVALID,
+                     "sandbox network proxy is not available with agent-sandbox: egress of "
+                     "sandbox pods is the NetworkPolicy's (use network none)");
+    } else if (s->mirror != NULL) {
+        rc = err_set(err, E_INVALID,
+                     "agent-sandbox cannot run tasks with a repository yet: sandbox pods "
+                     "cannot reach the server's repository mirror nor push to its staging "
+                     "repository (docs/cluster-mode.md)");
+    } else if (s->token == NULL) {
+        rc = err_set(err, E_INVALID, "no token for the sandbox");
+    }
+    if (rc == E_OK) {
+        rc = token_put(ap, s->ns, s->name, s->token, err);
+    }
+    if (rc == E_OK) {
+        rc = claim_create(ap, s, claim, err);
+    }
+    if (rc != E_OK) {
+        free(claim);
+        return rc;
+    }
+    controller_log_event(s->log_path, "[diverge] sandbox claim %s/%s (warm pool %s)", s->ns, claim,
+                         ap->pool);
+    pthread_mutex_lock(&ap->lock);
+    pp = find(ap, s->ns, s->name);
+    if (*pp == NULL) {
+        *pp = xcalloc(1, sizeof(**pp));
+        (*pp)->ns = xstrdup(s->ns);
+        (*pp)->name = xstrdup(s->name);
+    }
+    b = *pp;
+    free(b->claim);
+    free(b->token_path);
+    free(b->log_path);
+    free(b->ip);
+    b->claim = claim;
+    b->token_path = xasprintf("%s/token", s->token_dir);
+    b->log_path = xstrdup(s->log_path);
+    b->ip = NULL;
+    b->state = SANDBOX_RUNNING;
+    b->exit_code = 0;
+    b->gen++;
+    pthread_cond_signal(&ap->cond);
+    pthread_mutex_unlock(&ap->lock);
+    return E_OK;
+}
+
+/* The bound Sandbox of NS/NAME's claim (new string), E_NOTFOUND when there is no claim,
+ * E_AGAIN when it is not bound yet. */
+static int bound_sandbox(char **out, struct agent_provider *ap, const char *ns, const char *name,
+                         struct err *err)
+{
+    char *claim = sandbox_agent_claim_name(name);
+    json_t *doc = NULL;
+    int rc = kube_get(&doc, ap->kube, &KUBE_SANDBOXCLAIMS, ns, claim, err);
+    const char *sb = rc == E_OK ? sandbox_agent_bound(doc) : NULL;
+
+    *out = NULL;
+    if (rc == E_OK && sb == NULL) {
+        rc = err_set(err, E_AGAIN, "sandbox claim %s is not bound to a sandbox yet", claim);
+    } else if (rc == E_OK) {
+        *out = xstrdup(sb);
+    }
+    json_decref(doc);
+    free(claim);
+    return rc;
+}
+
+static int set_mode(struct agent_provider *ap, const char *ns, const char *name, const char *mode,
+                    struct err *err)
+{
+    char *sb = NULL;
+    int rc = bound_sandbox(&sb, ap, ns, name, err);
+    json_t *patch;
+
+    if (rc != E_OK) {
+        return rc;
+    }
+    patch = json_pack("{s:{s:s}}", "spec", "operatingMode", mode);
+    rc = kube_merge_patch(NULL, ap->kube, &KUBE_SANDBOXES, ns, sb, patch, err);
+    json_decref(patch);
+    free(sb);
+    return rc;
+}
+
+/* Sets the state of NS/NAME's box to STATE when it is in FROM (with the lock held);
+ * false when there is no such box. */
+static bool box_move(struct agent_provider *ap, const char *ns, const char *name,
+                     enum sandbox_state from, enum sandbox_state state)
+{
+    struct agent_box *b = *find(ap, ns, name);
+
+    if (b == NULL || b->state != from) {
+        return false;
+    }
+    b->state = state;
+    free(b->ip);
+    b->ip = NULL;
+    b->gen++;
+    return true;
+}
+
+static int agent_suspend(struct sandbox_provider *p, const char *ns, const char *name,
+                         struct err *err)
+{
+    struct agent_provider *ap = to_agent(p);
+    bool known;
+    int rc;
+
+    pthread_mutex_lock(&ap->lock);
+    known = *find(ap, ns, name) != NULL && (*find(ap, ns, name))->state == SANDBOX_RUNNING;
+    pthread_mutex_unlock(&ap->lock);
+    if (!known) {
+        return err_set(err, E_NOTFOUND, "no running sandbox");
+    }
+    rc = set_mode(ap, ns, name, "Suspended", err);
+    if (rc == E_OK) {
+        pthread_mutex_lock(&ap->lock);
+        (void)box_move(ap, ns, name, SANDBOX_RUNNING, SANDBOX_PAUSED);
+        pthread_mutex_unlock(&ap->lock);
+    }
+    return rc;
+}
+
+static int agent_resume(struct sandbox_provider *p, const char *ns, const char *name,
+                        struct err *err)
+{
+    struct agent_provider *ap = to_agent(p);
+    char *path = NULL, *token;
+    int rc = E_OK;
+
+    pthread_mutex_lock(&ap->lock);
+    if (*find(ap, ns, name) != NULL && (*find(ap, ns, name))->state == SANDBOX_PAUSED) {
+        path = xstrdup((*find(ap, ns, name))->token_path);
+    }
+    pthread_mutex_unlock(&ap->lock);
+    if (path == NULL) {
+        return err_set(err, E_NOTFOUND, "no suspended sandbox");
+    }
+    /* The fresh token first: the new pod must not start with the revoked one. */
+    token = token_read(path);
+    rc = token == NULL ? err_set(err, E_FAIL, "read the token file %s", path)
+                       : token_put(ap, ns, name, token, err);
+    if (token != NULL) {
+        secret_wipe(token, strlen(token));
+        free(token);
+    }
+    if (rc == E_OK) {
+        rc = set_mode(ap, ns, name, "Running", err);
+    }
+    if (rc == E_OK) {
+        pthread_mutex_lock(&ap->lock);
+        (void)box_move(ap, ns, name, SANDBOX_PAUSED, SANDBOX_RUNNING);
+        pthread_mutex_unlock(&ap->lock);
+    }
+    free(path);
+    return rc;
+}
+
+static void agent_status(struct sandbox_status *out, struct sandbox_provider *p, const char *ns,
+                         const char *name)
+{
+    struct agent_provider *ap = to_agent(p);
+    struct agent_box *b;
+
+    pthread_mutex_lock(&ap->lock);
+    b = *find(ap, ns, name);
+    out->state = b != NULL ? b->state : SANDBOX_ABSENT;
+    out->exit_code = b != NULL ? b->exit_code : 0;
+    pthread_mutex_unlock(&ap->lock);
+}
+
+static char *agent_address(struct sandbox_provider *p, const char *ns, const char *name)
+{
+    struct agent_provider *ap = to_agent(p);
+    struct agent_box *b;
+    char *ip = NULL;
+
+    pthread_mutex_lock(&ap->lock);
+    b = *find(ap, ns, name);
+    if (b != NULL && b->state == SANDBOX_RUNNING && b->ip != NULL) {
+        ip = xstrdup(b->ip);
+    }
+    pthread_mutex_unlock(&ap->lock);
+    return ip;
+}
+
+static void agent_stop(struct sandbox_provider *p, const char *ns, const char *name)
+{
+    struct agent_provider *ap = to_agent(p);
+    char *claim = sandbox_agent_claim_name(name);
+    struct agent_box **pp, *b;
+    struct err err = {0};
+    int rc;
+
+    pthread_mutex_lock(&ap->lock);
+    pp = find(ap, ns, name);
+    b = *pp;
+    if (b != NULL) {
+        *pp = b->next;
+    }
+    pthread_mutex_unlock(&ap->lock);
+    /* Also without a record: what a previous server (or leader) left goes too. */
+    rc = kube_delete(ap->kube, &KUBE_SANDBOXCLAIMS, ns, claim, NULL, &err);
+    if (rc != E_OK && rc != E_NOTFOUND) {
+        log_kv(LOG_WARN, "sandbox_claim_delete_failed", "namespace", ns, "claim", claim, "error",
+               err.msg, NULL);
+    } else if (rc == E_OK && b != NULL) {
+        controller_log_event(b->log_path, "[diverge] sandbox claim %s deleted", claim);
+    }
+    token_delete(ap, ns, name);
+    if (b != NULL) {
+        box_free(b);
+    }
+    free(claim);
+}
+
+static void agent_free(struct sandbox_provider *p);
+
+static const struct sandbox_provider_ops agent_ops = {
+    .name = "agent-sandbox",
+    .start = agent_start,
+    .suspend = agent_suspend,
+    .resume = agent_resume,
+    .status = agent_status,
+    .stop = agent_stop,
+    .free = agent_free,
+    .address = agent_address,
+};
+
+/* --- the poll thread ------------------------------------------------------------------- */
+
+struct poll_item {
+    char *ns, *name, *claim;
+    uint64_t gen;
+};
+
+/* Reads CLAIM and its bound Sandbox: *claim_out and *sb_out new objects or NULL. E_OK also
+ * when the claim is gone (*claim_out NULL); else the error of a failed read. */
+static int read_pair(json_t **claim_out, json_t **sb_out, struct agent_provider *ap, const char *ns,
+                     const char *claim)
+{
+    struct err err = {0};
+    const char *sb;
+    int rc = kube_get(claim_out, ap->kube, &KUBE_SANDBOXCLAIMS, ns, claim, &err);
+
+    *sb_out = NULL;
+    if (rc == E_NOTFOUND) {
+        *claim_out = NULL;
+        return E_OK;
+    }
+    if (rc != E_OK) {
+        *claim_out = NULL;
+        return rc;
+    }
+    sb = sandbox_agent_bound(*claim_out);
+    if (sb != NULL && kube_get(sb_out, ap->kube, &KUBE_SANDBOXES, ns, sb, &err) != E_OK) {
+        *sb_out = NULL;
+    }
+    return E_OK;
+}
+
+/* Applies what was read of IT to its box (unless the box changed meanwhile); true when the
+ * controller should reconcile the task (the runner finished, or the pod IP changed). */
+static bool poll_apply(struct agent_provider *ap, const struct poll_item *it, const json_t *claim,
+                       const json_t *sb)
+{
+    struct sandbox_agent_obs o;
+    struct agent_box *b;
+    bool tell = false;
+
+    sandbox_agent_observe(&o, claim, sb);
+    if (claim == NULL) {
+        o.state = SANDBOX_EXITED; /* deleted or expired under us: nothing runs any more */
+        o.exit_code = SANDBOX_AGENT_EXIT_GONE;
+    }
+    pthread_mutex_lock(&ap->lock);
+    b = *find(ap, it->ns, it->name);
+    if (b != NULL && b->gen == it->gen && b->state != SANDBOX_EXITED) {
+        /* A suspension in progress stays PAUSED whatever the pod still says. */
+        if (o.state == SANDBOX_EXITED || b->state == SANDBOX_RUNNING) {
+            tell = o.state == SANDBOX_EXITED;
+            if (o.state == SANDBOX_EXITED) {
+                controller_log_event(b->log_path, "[diverge] sandbox %s: %s (exit %d)", b->claim,
+                                     claim == NULL ? "claim gone" : "runner finished", o.exit_code);
+            }
+            b->state = o.state;
+            b->exit_code = o.exit_code;
+        }
+        if ((o.ip == NULL) != (b->ip == NULL) || (o.ip != NULL && strcmp(o.ip, b->ip) != 0)) {
+            free(b->ip);
+            b->ip = o.ip != NULL ? xstrdup(o.ip) : NULL;
+            tell = tell || b->state == SANDBOX_RUNNING;
+        }
+    }
+    pthread_mutex_unlock(&ap->lock);
+    return tell;
+}
+
+static size_t poll_snapshot(struct agent_provider *ap, struct poll_item **out)
+{
+    size_t n = 0, i = 0;
+
+    for (struct agent_box *b = ap->head; b != NULL; b = b->next) {
+        n++;
+    }
+    *out = n > 0 ? xcalloc(n, sizeof(**out)) : NULL;
+    for (struct agent_box *b = ap->head; b != NULL; b = b->next, i++) {
+        (*out)[i] = (struct poll_item){xstrdup(b->ns), xstrdup(b->name), xstrdup(b->claim), b->gen};
+    }
+    return n;
+}
+
+static void poll_once(struct agent_provider *ap)
+{
+    struct poll_item *items;
+    size_t n;
+
+    pthread_mutex_lock(&ap->lock);
+    n = poll_snapshot(ap, &items);
+    pthread_mutex_unlock(&ap->lock);
+    for (size_t i = 0; i < n; i++) {
+        json_t *claim = NULL, *sb = NULL;
+        if (read_pair(&claim, &sb, ap, items[i].ns, items[i].claim) == E_OK &&
+            poll_apply(ap, &items[i], claim, sb) && ap->base.on_exit != NULL) {
+            ap->base.on_exit(items[i].ns, items[i].name, ap->base.on_exit_userdata);
+        }
+        json_decref(claim);
+        json_decref(sb);
+        free(items[i].ns);
+        free(items[i].name);
+        free(items[i].claim);
+    }
+    free(items);
+}
+
+static void *poll_thread(void *arg)
+{
+    struct agent_provider *ap = arg;
+
+    pthread_mutex_lock(&ap->lock);
+    while (!ap->stopping) {
+        struct timespec ts;
+        pthread_mutex_unlock(&ap->lock);
+        poll_once(ap);
+        pthread_mutex_lock(&ap->lock);
+        if (ap->stopping) {
+            break;
+        }
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_sec += (time_t)(ap->poll_ms / 1000);
+        ts.tv_nsec += (long)(ap->poll_ms % 1000) * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        (void)pthread_cond_timedwait(&ap->cond, &ap->lock, &ts);
+    }
+    pthread_mutex_unlock(&ap->lock);
+    return NULL;
+}
+
+static void agent_free(struct sandbox_provider *p)
+{
+    struct agent_provider *ap = to_agent(p);
+
+    pthread_mutex_lock(&ap->lock);
+    ap->stopping = true;
+    pthread_cond_broadcast(&ap->cond);
+    pthread_mutex_unlock(&ap->lock);
+    pthread_join(ap->thread, NULL);
+    while (ap->head != NULL) {
+        struct agent_box *b = ap->head;
+        ap->head = b->next;
+        box_free(b);
+    }
+    pthread_mutex_destroy(&ap->lock);
+    pthread_cond_destroy(&ap->cond);
+    free(ap->pool);
+    free(ap);
+}
+
+int sandbox_agent_new(struct sandbox_provider **out, const struct sandbox_agent_opts *o,
+                      struct err *err)
+{
+    struct agent_provider *ap;
+    pthread_condattr_t ca;
+
+    if (o->kube == NULL) {
+        return err_set(err, E_INVALID, "agent-sandbox needs a Kubernetes client");
+    }
+    if (o->warm_pool == NULL || o->warm_pool[0] == '\0') {
+        return err_set(err, E_INVALID,
+                       "agent-sandbox needs a warm pool (--sandbox-warm-pool or "
+                       "DIVERGE_SANDBOX_WARMPOOL)");
+    }
+    ap = xcalloc(1, sizeof(*ap));
+    ap->base.ops = &agent_ops;
+    ap->kube = o->kube;
+    ap->pool = xstrdup(o->warm_pool);
+    ap->poll_ms = o->poll_ms > 0 ? o->poll_ms : POLL_DEFAULT_MS;
+    pthread_mutex_init(&ap->lock, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&ap->cond, &ca);
+    pthread_condattr_destroy(&ca);
+    if (pthread_create(&ap->thread, NULL, poll_thread, ap) != 0) {
+        pthread_mutex_destroy(&ap->lock);
+        pthread_cond_destroy(&ap->cond);
+        free(ap->pool);
+        free(ap);
+        return err_set(err, E_FAIL, "cannot start the agent-sandbox poll thread");
+    }
+    *out = &ap->base;
+    return E_OK;
+}
