@@ -79,6 +79,17 @@ static int64_t resync(void *userdata)
     return rv;
 }
 
+/* What controller_new takes from CFG, released when it fails before owning it. */
+static void config_release(const struct controller_config *cfg)
+{
+    if (cfg->kube_owned) {
+        kube_client_free(cfg->kube);
+    }
+    if (cfg->git_auth.free != NULL) {
+        cfg->git_auth.free(cfg->git_auth.userdata);
+    }
+}
+
 int controller_new(struct controller **out, struct task_store *store,
                    const struct controller_config *cfg, struct err *err)
 {
@@ -89,12 +100,7 @@ int controller_new(struct controller **out, struct task_store *store,
     if (cfg->preview_base_url != NULL && cfg->preview_base_url[0] != '\0' &&
         !controller_preview_base_valid(cfg->preview_base_url)) {
         free(c);
-        if (cfg->kube_owned) {
-            kube_client_free(cfg->kube);
-        }
-        if (cfg->git_auth.free != NULL) {
-            cfg->git_auth.free(cfg->git_auth.userdata);
-        }
+        config_release(cfg);
         return err_set(err, E_INVALID,
                        "--preview-base-url must be an http:// or https:// URL with a host and "
                        "no query or fragment");

@@ -134,18 +134,49 @@ static json_t *annotations_of(json_t *doc)
     return ann;
 }
 
+/* Whether a running task's Environment may need its sandbox address written (the
+ * provider learns it after the start: agent-sandbox pods get their IP later). */
+static bool preview_may_refresh(const struct reconcile *r)
+{
+    return r->action == CONTROLLER_NOTHING && r->phase == TASK_ACTIVE && r->c->sandboxes != NULL;
+}
+
+/* *IP_OUT: the sandbox's address (the provider's, else the server's loopback for sandboxes
+ * on this host; NULL without sandboxes). For *ST KEEP (a refresh of the stored OLD) only
+ * a changed address is written: then *ST becomes RUNNING; false: nothing to write. */
+static bool preview_address(char **ip_out, enum controller_env_state *st, const struct reconcile *r,
+                            const json_t *old)
+{
+    const char *was;
+
+    *ip_out = r->c->sandboxes != NULL
+                  ? sandbox_address(r->c->sandboxes, r->ns, r->name, CONTROLLER_SANDBOX_IP)
+                  : NULL;
+    if (*st != CONTROLLER_ENV_KEEP) {
+        return true;
+    }
+    was = json_string_value(
+        json_object_get(json_object_get(json_object_get(old, "metadata"), "annotations"),
+                        CONTROLLER_ANN_SANDBOX_IP));
+    if (*ip_out == NULL || (was != NULL && strcmp(was, *ip_out) == 0)) {
+        free(*ip_out);
+        *ip_out = NULL;
+        return false;
+    }
+    *st = CONTROLLER_ENV_RUNNING;
+    return true;
+}
+
 /* Creates or updates the task's linked preview Environment for R's outcome and, when it
  * runs, writes the task's output annotations and status.previewUrl (SPEC §4). */
 static int apply_preview(struct reconcile *r, struct task_txn *tx, json_t *doc, struct err *err)
 {
     enum controller_env_state st = controller_preview_state(r->action, r->fail_reason != NULL);
     json_t *old = NULL, *env, *ann;
-    char *ip;
+    char *ip = NULL;
     int rc;
 
-    if (r->preview_env == NULL ||
-        (st == CONTROLLER_ENV_KEEP && !(r->action == CONTROLLER_NOTHING &&
-                                        r->phase == TASK_ACTIVE && r->c->sandboxes != NULL))) {
+    if (r->preview_env == NULL || (st == CONTROLLER_ENV_KEEP && !preview_may_refresh(r))) {
         return E_OK;
     }
     rc = task_txn_env_get(&old, tx, r->ns, r->preview_env, err);
@@ -155,22 +186,9 @@ static int apply_preview(struct reconcile *r, struct task_txn *tx, json_t *doc, 
     if (old == NULL && st != CONTROLLER_ENV_RUNNING) {
         return E_OK; /* never created: nothing to hibernate or release */
     }
-    /* The provider's address of the sandbox (agent-sandbox: the pod IP, known once the
-     * pod runs), else the server's loopback for sandboxes on this host. */
-    ip = r->c->sandboxes != NULL
-             ? sandbox_address(r->c->sandboxes, r->ns, r->name, CONTROLLER_SANDBOX_IP)
-             : NULL;
-    if (st == CONTROLLER_ENV_KEEP) {
-        /* A running task: only a changed address is written. */
-        const char *was = json_string_value(
-            json_object_get(json_object_get(json_object_get(old, "metadata"), "annotations"),
-                            CONTROLLER_ANN_SANDBOX_IP));
-        if (ip == NULL || (was != NULL && strcmp(was, ip) == 0)) {
-            free(ip);
-            json_decref(old);
-            return E_OK;
-        }
-        st = CONTROLLER_ENV_RUNNING;
+    if (!preview_address(&ip, &st, r, old)) {
+        json_decref(old);
+        return E_OK;
     }
     env = controller_preview_env(doc, old, r->preview_env, r->preview_url, st, ip);
     free(ip);

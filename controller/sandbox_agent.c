@@ -81,6 +81,27 @@ static void box_free(struct agent_box *b)
     free(b);
 }
 
+/* The kube calls without the answer (the client always returns one). */
+static int k_create(struct agent_provider *ap, const struct kube_resource *res, const char *ns,
+                    const json_t *doc, struct err *err)
+{
+    json_t *out = NULL;
+    int rc = kube_create(&out, ap->kube, res, ns, doc, err);
+
+    json_decref(out);
+    return rc;
+}
+
+static int k_patch(struct agent_provider *ap, const struct kube_resource *res, const char *ns,
+                   const char *name, const json_t *patch, struct err *err)
+{
+    json_t *out = NULL;
+    int rc = kube_merge_patch(&out, ap->kube, res, ns, name, patch, err);
+
+    json_decref(out);
+    return rc;
+}
+
 /* --- the token Secret ------------------------------------------------------------------ */
 
 /* Publishes TOKEN as the Secret task-token-<task> the sandbox pod mounts (SPEC §11). In
@@ -92,12 +113,12 @@ static int token_put(struct agent_provider *ap, const char *ns, const char *task
 {
     json_t *doc = sandbox_agent_secret(ns, task, token);
     char *name = sandbox_agent_secret_name(task);
-    int rc = kube_create(NULL, ap->kube, &KUBE_SECRETS, ns, doc, err);
+    int rc = k_create(ap, &KUBE_SECRETS, ns, doc, err);
 
     if (rc == E_CONFLICT) {
         json_t *patch = json_pack("{s:O}", "data", json_object_get(doc, "data"));
         *err = (struct err){0};
-        rc = kube_merge_patch(NULL, ap->kube, &KUBE_SECRETS, ns, name, patch, err);
+        rc = k_patch(ap, &KUBE_SECRETS, ns, name, patch, err);
         json_decref(patch);
     }
     json_decref(doc);
@@ -139,7 +160,7 @@ static int claim_create(struct agent_provider *ap, const struct sandbox_spec *s,
 {
     json_t *doc = sandbox_agent_claim(s, ap->pool, clock_now_ms(clock_system()));
     json_t *old = NULL;
-    int rc = kube_create(NULL, ap->kube, &KUBE_SANDBOXCLAIMS, s->ns, doc, err);
+    int rc = k_create(ap, &KUBE_SANDBOXCLAIMS, s->ns, doc, err);
 
     json_decref(doc);
     if (rc != E_CONFLICT) {
@@ -244,7 +265,7 @@ static int set_mode(struct agent_provider *ap, const char *ns, const char *name,
         return rc;
     }
     patch = json_pack("{s:{s:s}}", "spec", "operatingMode", mode);
-    rc = kube_merge_patch(NULL, ap->kube, &KUBE_SANDBOXES, ns, sb, patch, err);
+    rc = k_patch(ap, &KUBE_SANDBOXES, ns, sb, patch, err);
     json_decref(patch);
     free(sb);
     return rc;
