@@ -23,42 +23,18 @@
 #include "common/log.h"
 #include "common/secret.h"
 #include "controller/controller_int.h"
-#include "controller/sandbox_agent.h"
+#include "controller/sandbox_agent_int.h"
 #include "kube/kube.h"
 
 #define POLL_DEFAULT_MS 2000
 #define TOKEN_FILE_MAX 8192
-
-struct agent_box {
-    char *ns, *name, *claim; /* owned */
-    char *token_path;        /* owned: the controller's token file of the task */
-    char *log_path;          /* owned */
-    enum sandbox_state state;
-    int exit_code;
-    char *ip;     /* owned, or NULL */
-    uint64_t gen; /* bumped by every local change: an older poll result is dropped */
-    struct agent_box *next;
-};
-
-struct agent_provider {
-    struct sandbox_provider base; /* must be first */
-    struct kube_client *kube;     /* borrowed */
-    char *pool;                   /* owned */
-    int64_t poll_ms;
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    struct agent_box *head; /* guarded by lock */
-    bool stopping;          /* guarded by lock */
-    pthread_t thread;
-};
 
 static struct agent_provider *to_agent(struct sandbox_provider *p)
 {
     return container_of(p, struct agent_provider, base);
 }
 
-/* With the lock held. */
-static struct agent_box **find(struct agent_provider *ap, const char *ns, const char *name)
+struct agent_box **agent_find(struct agent_provider *ap, const char *ns, const char *name)
 {
     struct agent_box **pp;
 
@@ -210,7 +186,7 @@ static int agent_start(struct sandbox_provider *p, const struct sandbox_spec *s,
     controller_log_event(s->log_path, "[diverge] sandbox claim %s/%s (warm pool %s)", s->ns, claim,
                          ap->pool);
     pthread_mutex_lock(&ap->lock);
-    pp = find(ap, s->ns, s->name);
+    pp = agent_find(ap, s->ns, s->name);
     if (*pp == NULL) {
         *pp = xcalloc(1, sizeof(**pp));
         (*pp)->ns = xstrdup(s->ns);
@@ -224,6 +200,7 @@ static int agent_start(struct sandbox_provider *p, const struct sandbox_spec *s,
     b->claim = claim;
     b->token_path = xasprintf("%s/token", s->token_dir);
     b->log_path = xstrdup(s->log_path);
+    b->timeout_s = s->timeout_s;
     b->ip = NULL;
     b->state = SANDBOX_RUNNING;
     b->exit_code = 0;
@@ -271,12 +248,31 @@ static int set_mode(struct agent_provider *ap, const char *ns, const char *name,
     return rc;
 }
 
+/* Moves the claim's spec.lifecycle.shutdownTime to now + TIMEOUT_S + grace: paused time
+ * does not count against sandbox.timeoutSeconds (SPEC §4), so after a pause the old
+ * shutdownTime could end the sandbox before the controller's own timeout. */
+static int extend_claim(struct agent_provider *ap, const char *ns, const char *name,
+                        int64_t timeout_s, struct err *err)
+{
+    char ts[CLOCK_RFC3339_MAX];
+    char *claim = sandbox_agent_claim_name(name);
+    json_t *patch;
+    int rc;
+
+    clock_rfc3339(ts, clock_now_ms(clock_system()) + (timeout_s + SANDBOX_AGENT_GRACE_S) * 1000);
+    patch = json_pack("{s:{s:{s:s}}}", "spec", "lifecycle", "shutdownTime", ts);
+    rc = k_patch(ap, &KUBE_SANDBOXCLAIMS, ns, claim, patch, err);
+    json_decref(patch);
+    free(claim);
+    return rc;
+}
+
 /* Sets the state of NS/NAME's box to STATE when it is in FROM (with the lock held);
  * false when there is no such box. */
 static bool box_move(struct agent_provider *ap, const char *ns, const char *name,
                      enum sandbox_state from, enum sandbox_state state)
 {
-    struct agent_box *b = *find(ap, ns, name);
+    struct agent_box *b = *agent_find(ap, ns, name);
 
     if (b == NULL || b->state != from) {
         return false;
@@ -296,16 +292,25 @@ static int agent_suspend(struct sandbox_provider *p, const char *ns, const char 
     int rc;
 
     pthread_mutex_lock(&ap->lock);
-    known = *find(ap, ns, name) != NULL && (*find(ap, ns, name))->state == SANDBOX_RUNNING;
+    known =
+        *agent_find(ap, ns, name) != NULL && (*agent_find(ap, ns, name))->state == SANDBOX_RUNNING;
     pthread_mutex_unlock(&ap->lock);
     if (!known) {
         return err_set(err, E_NOTFOUND, "no running sandbox");
     }
     rc = set_mode(ap, ns, name, "Suspended", err);
     if (rc == E_OK) {
+        char *log = NULL;
         pthread_mutex_lock(&ap->lock);
-        (void)box_move(ap, ns, name, SANDBOX_RUNNING, SANDBOX_PAUSED);
+        if (box_move(ap, ns, name, SANDBOX_RUNNING, SANDBOX_PAUSED)) {
+            log = xstrdup((*agent_find(ap, ns, name))->log_path);
+        }
         pthread_mutex_unlock(&ap->lock);
+        if (log != NULL) {
+            controller_log_event(log, "[diverge] sandbox operatingMode Suspended (agent-sandbox "
+                                      "deletes the pod and keeps the Sandbox and its volumes)");
+        }
+        free(log);
     }
     return rc;
 }
@@ -315,11 +320,13 @@ static int agent_resume(struct sandbox_provider *p, const char *ns, const char *
 {
     struct agent_provider *ap = to_agent(p);
     char *path = NULL, *token;
+    int64_t timeout_s = 0;
     int rc = E_OK;
 
     pthread_mutex_lock(&ap->lock);
-    if (*find(ap, ns, name) != NULL && (*find(ap, ns, name))->state == SANDBOX_PAUSED) {
-        path = xstrdup((*find(ap, ns, name))->token_path);
+    if (*agent_find(ap, ns, name) != NULL && (*agent_find(ap, ns, name))->state == SANDBOX_PAUSED) {
+        path = xstrdup((*agent_find(ap, ns, name))->token_path);
+        timeout_s = (*agent_find(ap, ns, name))->timeout_s;
     }
     pthread_mutex_unlock(&ap->lock);
     if (path == NULL) {
@@ -332,6 +339,9 @@ static int agent_resume(struct sandbox_provider *p, const char *ns, const char *
     if (token != NULL) {
         secret_wipe(token, strlen(token));
         free(token);
+    }
+    if (rc == E_OK && timeout_s > 0) {
+        rc = extend_claim(ap, ns, name, timeout_s, err);
     }
     if (rc == E_OK) {
         rc = set_mode(ap, ns, name, "Running", err);
@@ -352,7 +362,7 @@ static void agent_status(struct sandbox_status *out, struct sandbox_provider *p,
     struct agent_box *b;
 
     pthread_mutex_lock(&ap->lock);
-    b = *find(ap, ns, name);
+    b = *agent_find(ap, ns, name);
     out->state = b != NULL ? b->state : SANDBOX_ABSENT;
     out->exit_code = b != NULL ? b->exit_code : 0;
     pthread_mutex_unlock(&ap->lock);
@@ -365,7 +375,7 @@ static char *agent_address(struct sandbox_provider *p, const char *ns, const cha
     char *ip = NULL;
 
     pthread_mutex_lock(&ap->lock);
-    b = *find(ap, ns, name);
+    b = *agent_find(ap, ns, name);
     if (b != NULL && b->state == SANDBOX_RUNNING && b->ip != NULL) {
         ip = xstrdup(b->ip);
     }
@@ -382,7 +392,7 @@ static void agent_stop(struct sandbox_provider *p, const char *ns, const char *n
     int rc;
 
     pthread_mutex_lock(&ap->lock);
-    pp = find(ap, ns, name);
+    pp = agent_find(ap, ns, name);
     b = *pp;
     if (b != NULL) {
         *pp = b->next;
@@ -415,138 +425,6 @@ static const struct sandbox_provider_ops agent_ops = {
     .free = agent_free,
     .address = agent_address,
 };
-
-/* --- the poll thread ------------------------------------------------------------------- */
-
-struct poll_item {
-    char *ns, *name, *claim;
-    uint64_t gen;
-};
-
-/* Reads CLAIM and its bound Sandbox: *claim_out and *sb_out new objects or NULL. E_OK also
- * when the claim is gone (*claim_out NULL); else the error of a failed read. */
-static int read_pair(json_t **claim_out, json_t **sb_out, struct agent_provider *ap, const char *ns,
-                     const char *claim)
-{
-    struct err err = {0};
-    const char *sb;
-    int rc = kube_get(claim_out, ap->kube, &KUBE_SANDBOXCLAIMS, ns, claim, &err);
-
-    *sb_out = NULL;
-    if (rc == E_NOTFOUND) {
-        *claim_out = NULL;
-        return E_OK;
-    }
-    if (rc != E_OK) {
-        *claim_out = NULL;
-        return rc;
-    }
-    sb = sandbox_agent_bound(*claim_out);
-    if (sb != NULL && kube_get(sb_out, ap->kube, &KUBE_SANDBOXES, ns, sb, &err) != E_OK) {
-        *sb_out = NULL;
-    }
-    return E_OK;
-}
-
-/* Applies what was read of IT to its box (unless the box changed meanwhile); true when the
- * controller should reconcile the task (the runner finished, or the pod IP changed). */
-static bool poll_apply(struct agent_provider *ap, const struct poll_item *it, const json_t *claim,
-                       const json_t *sb)
-{
-    struct sandbox_agent_obs o;
-    struct agent_box *b;
-    bool tell = false;
-
-    sandbox_agent_observe(&o, claim, sb);
-    if (claim == NULL) {
-        o.state = SANDBOX_EXITED; /* deleted or expired under us: nothing runs any more */
-        o.exit_code = SANDBOX_AGENT_EXIT_GONE;
-    }
-    pthread_mutex_lock(&ap->lock);
-    b = *find(ap, it->ns, it->name);
-    if (b != NULL && b->gen == it->gen && b->state != SANDBOX_EXITED) {
-        /* A suspension in progress stays PAUSED whatever the pod still says. */
-        if (o.state == SANDBOX_EXITED || b->state == SANDBOX_RUNNING) {
-            tell = o.state == SANDBOX_EXITED;
-            if (o.state == SANDBOX_EXITED) {
-                controller_log_event(b->log_path, "[diverge] sandbox %s: %s (exit %d)", b->claim,
-                                     claim == NULL ? "claim gone" : "runner finished", o.exit_code);
-            }
-            b->state = o.state;
-            b->exit_code = o.exit_code;
-        }
-        if ((o.ip == NULL) != (b->ip == NULL) || (o.ip != NULL && strcmp(o.ip, b->ip) != 0)) {
-            free(b->ip);
-            b->ip = o.ip != NULL ? xstrdup(o.ip) : NULL;
-            tell = tell || b->state == SANDBOX_RUNNING;
-        }
-    }
-    pthread_mutex_unlock(&ap->lock);
-    return tell;
-}
-
-static size_t poll_snapshot(struct agent_provider *ap, struct poll_item **out)
-{
-    size_t n = 0, i = 0;
-
-    for (struct agent_box *b = ap->head; b != NULL; b = b->next) {
-        n++;
-    }
-    *out = n > 0 ? xcalloc(n, sizeof(**out)) : NULL;
-    for (struct agent_box *b = ap->head; b != NULL; b = b->next, i++) {
-        (*out)[i] = (struct poll_item){xstrdup(b->ns), xstrdup(b->name), xstrdup(b->claim), b->gen};
-    }
-    return n;
-}
-
-static void poll_once(struct agent_provider *ap)
-{
-    struct poll_item *items;
-    size_t n;
-
-    pthread_mutex_lock(&ap->lock);
-    n = poll_snapshot(ap, &items);
-    pthread_mutex_unlock(&ap->lock);
-    for (size_t i = 0; i < n; i++) {
-        json_t *claim = NULL, *sb = NULL;
-        if (read_pair(&claim, &sb, ap, items[i].ns, items[i].claim) == E_OK &&
-            poll_apply(ap, &items[i], claim, sb) && ap->base.on_exit != NULL) {
-            ap->base.on_exit(items[i].ns, items[i].name, ap->base.on_exit_userdata);
-        }
-        json_decref(claim);
-        json_decref(sb);
-        free(items[i].ns);
-        free(items[i].name);
-        free(items[i].claim);
-    }
-    free(items);
-}
-
-static void *poll_thread(void *arg)
-{
-    struct agent_provider *ap = arg;
-
-    pthread_mutex_lock(&ap->lock);
-    while (!ap->stopping) {
-        struct timespec ts;
-        pthread_mutex_unlock(&ap->lock);
-        poll_once(ap);
-        pthread_mutex_lock(&ap->lock);
-        if (ap->stopping) {
-            break;
-        }
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_sec += (time_t)(ap->poll_ms / 1000);
-        ts.tv_nsec += (long)(ap->poll_ms % 1000) * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        (void)pthread_cond_timedwait(&ap->cond, &ap->lock, &ts);
-    }
-    pthread_mutex_unlock(&ap->lock);
-    return NULL;
-}
 
 static void agent_free(struct sandbox_provider *p)
 {
@@ -592,7 +470,7 @@ int sandbox_agent_new(struct sandbox_provider **out, const struct sandbox_agent_
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&ap->cond, &ca);
     pthread_condattr_destroy(&ca);
-    if (pthread_create(&ap->thread, NULL, poll_thread, ap) != 0) {
+    if (pthread_create(&ap->thread, NULL, agent_poll_thread, ap) != 0) {
         pthread_mutex_destroy(&ap->lock);
         pthread_cond_destroy(&ap->cond);
         free(ap->pool);

@@ -60,6 +60,11 @@ class Cluster:
         return self.obj(plural, name)
 
 
+def parse_time(s):
+    return datetime.datetime.strptime(s, "%Y-%m-%dT%H:%M:%SZ").replace(
+        tzinfo=datetime.timezone.utc)
+
+
 def secret_token(cl, name):
     s = cl.obj("secrets", "task-token-" + name)
     return base64.b64decode(s["data"]["token"]).decode() if s else None
@@ -87,9 +92,7 @@ def test_claim_pause_resume_complete():
         for k in ("DIVERGE_TOKEN_FILE", "DIVERGE_WORKSPACE_DIR", "HOME", "PATH",
                   "DIVERGE_METER_SOCKET", "DIVERGE_PUSH_URL"):
             assert k not in env, (k, env)
-        shut = datetime.datetime.strptime(spec["lifecycle"]["shutdownTime"],
-                                          "%Y-%m-%dT%H:%M:%SZ").replace(
-                                              tzinfo=datetime.timezone.utc)
+        shut = parse_time(spec["lifecycle"]["shutdownTime"])
         delta = (shut - before).total_seconds()
         assert 1800 <= delta <= 1800 + 60 + 30, (delta, spec["lifecycle"])
         assert spec["lifecycle"]["shutdownPolicy"] == "Delete", spec
@@ -105,10 +108,16 @@ def test_claim_pause_resume_complete():
         wait_phase(srv, "a1", "Paused")
         wait_until(lambda: cl.obj("sandboxes", "diverge-a1-sbx")["spec"]["operatingMode"]
                    == "Suspended", what="operatingMode Suspended")
+        time.sleep(1.1)  # the wall clock passes a second: a moved shutdownTime shows
+        resumed = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
         patch(srv, "a1", {"suspended": False})
         wait_phase(srv, "a1", "Active")
         wait_until(lambda: cl.obj("sandboxes", "diverge-a1-sbx")["spec"]["operatingMode"]
                    == "Running", what="operatingMode Running")
+        # Paused time does not count: the claim's shutdownTime moved on with the resume.
+        shut2 = parse_time(cl.obj("sandboxclaims", "diverge-a1")["spec"]["lifecycle"]
+                           ["shutdownTime"])
+        assert (shut2 - resumed).total_seconds() >= 1800 and shut2 > shut, (shut2, shut)
         second = secret_token(cl, "a1")
         assert second and second != first, "the resumed sandbox must get the fresh token"
 
@@ -121,6 +130,7 @@ def test_claim_pause_resume_complete():
         log = task_log(srv, "a1")
         assert "sandbox claim default/diverge-a1 (warm pool %s)" % POOL in log, log
         assert "sandbox claim diverge-a1 deleted" in log, log
+        assert "operatingMode Suspended" in log, log
 
 
 def test_runner_failure_delete_and_repository():
