@@ -42,10 +42,18 @@ json_t *sandbox_agent_secret(const char *ns, const char *task, const char *token
  * borrowed. */
 const char *sandbox_agent_bound(const json_t *claim);
 
+/* The name of the pod of SANDBOX (the annotation agents.x-k8s.io/pod-name of a Sandbox
+ * adopted from a warm pool, else the Sandbox's own name); borrowed. */
+const char *sandbox_agent_pod_name(const json_t *sandbox);
+/* The runner's exit status in POD (container "runner", else the first container:
+ * state.terminated.exitCode); false when the pod does not say. */
+bool sandbox_agent_pod_exit(int *code_out, const json_t *pod);
+
 /* What CLAIM (NULL: absent) and its bound SANDBOX (NULL: not bound yet) say. */
 struct sandbox_agent_obs {
     enum sandbox_state state;
-    int exit_code;  /* SANDBOX_EXITED: 0 PodSucceeded, 1 PodFailed, EXIT_GONE expired */
+    int exit_code;  /* SANDBOX_EXITED: 0 PodSucceeded, 1 PodFailed (the pod's status says the
+                       exact one: sandbox_agent_pod_exit), EXIT_GONE expired */
     const char *ip; /* borrowed from the documents: the pod's first IP, or NULL */
 };
 void sandbox_agent_observe(struct sandbox_agent_obs *out, const json_t *claim,

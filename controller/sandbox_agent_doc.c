@@ -202,3 +202,34 @@ void sandbox_agent_observe(struct sandbox_agent_obs *out, const json_t *claim,
         out->ip = NULL;
     }
 }
+
+const char *sandbox_agent_pod_name(const json_t *sandbox)
+{
+    const json_t *md = json_object_get(sandbox, "metadata");
+    const char *pod = json_string_value(
+        json_object_get(json_object_get(md, "annotations"), "agents.x-k8s.io/pod-name"));
+
+    return pod != NULL && pod[0] != '\0' ? pod : json_string_value(json_object_get(md, "name"));
+}
+
+bool sandbox_agent_pod_exit(int *code_out, const json_t *pod)
+{
+    const json_t *all = json_object_get(json_object_get(pod, "status"), "containerStatuses");
+    const json_t *c, *pick = json_array_get(all, 0), *code;
+    size_t i;
+
+    json_array_foreach(all, i, c)
+    {
+        const char *n = json_string_value(json_object_get(c, "name"));
+        if (n != NULL && strcmp(n, "runner") == 0) {
+            pick = c;
+        }
+    }
+    code =
+        json_object_get(json_object_get(json_object_get(pick, "state"), "terminated"), "exitCode");
+    if (!json_is_integer(code) || json_integer_value(code) < 0 || json_integer_value(code) > 255) {
+        return false;
+    }
+    *code_out = (int)json_integer_value(code);
+    return true;
+}

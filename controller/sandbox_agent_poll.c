@@ -17,6 +17,25 @@ struct poll_item {
     uint64_t gen;
 };
 
+static const struct kube_resource PODS = {"", "v1", "pods", "Pod"};
+
+/* The finished runner's exit status from SB's pod into O (when the pod can be read: the
+ * Finished condition only says succeeded or failed). */
+static void pod_exit(struct sandbox_agent_obs *o, struct agent_provider *ap, const char *ns,
+                     const json_t *sb)
+{
+    const char *pod = sandbox_agent_pod_name(sb);
+    struct err err = {0};
+    json_t *doc = NULL;
+    int code;
+
+    if (pod != NULL && kube_get(&doc, ap->kube, &PODS, ns, pod, &err) == E_OK &&
+        sandbox_agent_pod_exit(&code, doc) && (code == 0) == (o->exit_code == 0)) {
+        o->exit_code = code;
+    }
+    json_decref(doc);
+}
+
 /* Reads CLAIM and its bound Sandbox: *claim_out and *sb_out new objects or NULL. E_OK also
  * when the claim is gone (*claim_out NULL); else the error of a failed read. */
 static int read_pair(json_t **claim_out, json_t **sb_out, struct agent_provider *ap, const char *ns,
@@ -52,6 +71,9 @@ static bool poll_apply(struct agent_provider *ap, const struct poll_item *it, co
     bool tell = false;
 
     sandbox_agent_observe(&o, claim, sb);
+    if (o.state == SANDBOX_EXITED && o.exit_code != SANDBOX_AGENT_EXIT_GONE) {
+        pod_exit(&o, ap, it->ns, sb);
+    }
     if (claim == NULL) {
         o.state = SANDBOX_EXITED; /* deleted or expired under us: nothing runs any more */
         o.exit_code = SANDBOX_AGENT_EXIT_GONE;

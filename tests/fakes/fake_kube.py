@@ -30,15 +30,18 @@ describe it; only what a test asks for, nothing runs):
     (default name <claim>-sbx, ownerReference to the claim) with operatingMode Running,
     status podIPs [podIP] and Ready True (DependenciesReady); the claim gets
     status.sandbox {name, podIPs} and the annotation agents.x-k8s.io/sandbox-name.
-  - POST /fake/agent-sandbox/finish {"namespace","sandbox","succeeded"}: the pod reached
-    a terminal phase: Finished True (PodSucceeded | PodFailed), Ready False, podIPs gone.
+    Its pod (a Pod named like the Sandbox, status.podIP) is created with it.
+  - POST /fake/agent-sandbox/finish {"namespace","sandbox","succeeded"[,"exitCode"]}: the
+    pod reached a terminal phase: Finished True (PodSucceeded | PodFailed), Ready False,
+    podIPs gone; the pod's container "runner" terminated with exitCode (default 0 or 1).
   - a bound Sandbox whose spec.operatingMode is patched to Suspended: Ready False
-    (SandboxSuspended), Suspended True (PodTerminated), podIPs cleared (also the claim's);
-    back to Running: Ready True and the pod IP again (a real resume makes a new pod,
-    whose IP may differ).
-  - deleting a SandboxClaim deletes the Sandboxes it owns (the garbage collector).
+    (SandboxSuspended), Suspended True (PodTerminated), podIPs cleared (also the claim's),
+    the pod deleted; back to Running: a pod again, Ready True and the pod IP (a real
+    resume makes a new pod, whose IP may differ).
+  - deleting a SandboxClaim deletes the Sandboxes it owns and their pods (the garbage
+    collector).
 Resources (namespaced): divergedev.com/v1alpha1 agenttasks, environments; v1 secrets,
-configmaps; events.k8s.io/v1 events; coordination.k8s.io/v1 leases; extensions.agents.x-k8s.io/v1beta1 sandboxclaims;
+configmaps, pods (only the simulated agent-sandbox pods); events.k8s.io/v1 events; coordination.k8s.io/v1 leases; extensions.agents.x-k8s.io/v1beta1 sandboxclaims;
 agents.x-k8s.io/v1beta1 sandboxes.
 
 Run: fake_kube.py [--port 0] [--token T] [--history N] [--bookmark-seconds S]
@@ -66,6 +69,7 @@ RESOURCES = {
     "environments": ("divergedev.com", "v1alpha1", "Environment", True, True),
     "secrets": ("", "v1", "Secret", False, False),
     "configmaps": ("", "v1", "ConfigMap", False, False),
+    "pods": ("", "v1", "Pod", True, False),
     "events": ("events.k8s.io", "v1", "Event", False, False),
     "leases": ("coordination.k8s.io", "v1", "Lease", False, False),
     "sandboxclaims": ("extensions.agents.x-k8s.io", "v1beta1", "SandboxClaim", True, True),
@@ -280,6 +284,7 @@ class FakeKube:
                 "spec": {"podTemplate": {"spec": {"containers": [{"name": "runner"}]}},
                          "operatingMode": "Running"}})
             self.agent_pods[(ns, sb)] = (claim, pod_ip)
+            self._agent_pod(ns, sb, True)
             self._agent_sandbox_status(ns, sb, "Running")
             c = json.loads(json.dumps(self.get("sandboxclaims", ns, claim)))
             c["metadata"].setdefault("annotations", {})["agents.x-k8s.io/sandbox-name"] = sb
@@ -313,9 +318,28 @@ class FakeKube:
                 st["sandbox"]["podIPs"] = ips
             self._set_status("sandboxclaims", ns, claim, st)
 
-    def agent_finish(self, ns, sandbox, succeeded):
+    def _agent_pod(self, ns, sb, present, exit_code=None):
+        if not present:
+            if ("pods", ns, sb) in self.objects:
+                self.delete("pods", ns, sb)
+            return
+        if ("pods", ns, sb) not in self.objects:
+            self.create("pods", ns, {"metadata": {"name": sb}, "spec": {
+                "containers": [{"name": "runner", "image": "diverge-agent-runner"}]}})
+        if exit_code is None:
+            st = {"phase": "Running", "podIP": self.agent_pods[(ns, sb)][1],
+                  "containerStatuses": [{"name": "runner", "state": {"running": {}}}]}
+        else:
+            st = {"phase": "Succeeded" if exit_code == 0 else "Failed",
+                  "containerStatuses": [{"name": "runner", "state": {
+                      "terminated": {"exitCode": exit_code}}}]}
+        self._set_status("pods", ns, sb, st)
+
+    def agent_finish(self, ns, sandbox, succeeded, exit_code=None):
         with self.lock:
             self.get("sandboxes", ns, sandbox)
+            self._agent_pod(ns, sandbox, True,
+                            exit_code if exit_code is not None else (0 if succeeded else 1))
             self._agent_sandbox_status(ns, sandbox, None,
                                        "PodSucceeded" if succeeded else "PodFailed")
 
@@ -323,6 +347,7 @@ class FakeKube:
         if plural == "sandboxes" and (ns, name) in self.agent_pods:
             mode = (new.get("spec") or {}).get("operatingMode")
             if mode != (old.get("spec") or {}).get("operatingMode"):
+                self._agent_pod(ns, name, mode != "Suspended")
                 self._agent_sandbox_status(ns, name, mode)
 
     def _agent_after_delete(self, plural, ns, obj):
@@ -332,6 +357,7 @@ class FakeKube:
         for (p, n, name), o in list(self.objects.items()):
             refs = o.get("metadata", {}).get("ownerReferences") or []
             if p == "sandboxes" and n == ns and any(r.get("uid") == uid for r in refs):
+                self._agent_pod(ns, name, False)
                 self.agent_pods.pop((ns, name), None)
                 self.delete("sandboxes", ns, name)
 
@@ -512,7 +538,9 @@ class _Handler(BaseHTTPRequestHandler):
             obj = fake.agent_bind(b["namespace"], str(b.get("claim")), str(b.get("podIP")),
                                   b.get("sandbox"))
         else:
-            fake.agent_finish(b["namespace"], str(b.get("sandbox")), bool(b.get("succeeded")))
+            code = b.get("exitCode")
+            fake.agent_finish(b["namespace"], str(b.get("sandbox")), bool(b.get("succeeded")),
+                              code if isinstance(code, int) else None)
             with fake.lock:
                 obj = fake.get("sandboxes", b["namespace"], str(b.get("sandbox")))
         return self._send_json(200, obj)

@@ -138,11 +138,14 @@ def test_runner_failure_delete_and_repository():
         create(srv, task("b1"))
         cl.wait_obj("sandboxclaims", "diverge-b1")
         cl.fake.agent_bind("default", "diverge-b1", "10.1.2.4", sandbox="warm-x7k2")
-        cl.fake.agent_finish("default", "warm-x7k2", False)
+        cl.fake.agent_finish("default", "warm-x7k2", False, exit_code=3)
         body = wait_phase(srv, "b1", ("Completed", "Failed"))
         assert body["status"]["reason"] == "RunnerFailed", body["status"]
+        # The exact status from the pod (Finished only says PodFailed).
+        assert body["status"]["message"] == "the runner exited with status 3", body["status"]
         cl.wait_obj("sandboxclaims", "diverge-b1", present=False)
         cl.wait_obj("sandboxes", "warm-x7k2", present=False)
+        cl.wait_obj("pods", "warm-x7k2", present=False)
 
         # A claim deleted under a running task: the sandbox is gone, the task fails.
         create(srv, task("b2"))

@@ -184,6 +184,32 @@ TEST(observe_mapping)
     json_decref(claim);
 }
 
+TEST(pod_exit_status)
+{
+    json_t *pod = json_pack("{s:{s:[{s:s, s:{s:{s:i}}}, {s:s, s:{s:{s:i}}}]}}", "status",
+                            "containerStatuses", "name", "sidecar", "state", "terminated",
+                            "exitCode", 0, "name", "runner", "state", "terminated", "exitCode", 3);
+    json_t *sb = json_pack("{s:{s:s}}", "metadata", "name", "sbx-1");
+    int code = -1;
+
+    CHECK(sandbox_agent_pod_exit(&code, pod));
+    CHECK_EQ_INT(code, 3); /* the runner container, not the first */
+    json_decref(pod);
+    pod = json_pack("{s:{s:[{s:s, s:{s:{}}}]}}", "status", "containerStatuses", "name", "runner",
+                    "state", "running");
+    CHECK(!sandbox_agent_pod_exit(&code, pod)); /* still running: nothing to say */
+    json_decref(pod);
+    pod = json_pack("{s:{s:[{s:{s:{s:i}}}]}}", "status", "containerStatuses", "state", "terminated",
+                    "exitCode", 999);
+    CHECK(!sandbox_agent_pod_exit(&code, pod)); /* not an exit status */
+    json_decref(pod);
+    CHECK_EQ_STR(sandbox_agent_pod_name(sb), "sbx-1");
+    json_object_set_new(json_object_get(sb, "metadata"), "annotations",
+                        json_pack("{s:s}", "agents.x-k8s.io/pod-name", "warm-pod-7"));
+    CHECK_EQ_STR(sandbox_agent_pod_name(sb), "warm-pod-7");
+    json_decref(sb);
+}
+
 static atomic_int g_notes;
 
 static void on_note(const char *ns, const char *name, void *userdata)
