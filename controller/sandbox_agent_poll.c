@@ -61,6 +61,17 @@ static int read_pair(json_t **claim_out, json_t **sb_out, struct agent_provider 
     return E_OK;
 }
 
+/* Sets B's pod IP to IP (may be NULL); whether it changed. */
+static bool box_set_ip(struct agent_box *b, const char *ip)
+{
+    if ((ip == NULL) == (b->ip == NULL) && (ip == NULL || strcmp(ip, b->ip) == 0)) {
+        return false;
+    }
+    free(b->ip);
+    b->ip = ip != NULL ? xstrdup(ip) : NULL;
+    return true;
+}
+
 /* Applies what was read of IT to its box (unless the box changed meanwhile); true when the
  * controller should reconcile the task (the runner finished, or the pod IP changed). */
 static bool poll_apply(struct agent_provider *ap, const struct poll_item *it, const json_t *claim,
@@ -91,9 +102,7 @@ static bool poll_apply(struct agent_provider *ap, const struct poll_item *it, co
             b->state = o.state;
             b->exit_code = o.exit_code;
         }
-        if ((o.ip == NULL) != (b->ip == NULL) || (o.ip != NULL && strcmp(o.ip, b->ip) != 0)) {
-            free(b->ip);
-            b->ip = o.ip != NULL ? xstrdup(o.ip) : NULL;
+        if (box_set_ip(b, o.ip)) {
             tell = tell || b->state == SANDBOX_RUNNING;
         }
     }
