@@ -251,20 +251,24 @@ static int set_mode(struct agent_provider *ap, const char *ns, const char *name,
 /* Moves the claim's spec.lifecycle.shutdownTime to now + TIMEOUT_S + grace: paused time
  * does not count against sandbox.timeoutSeconds (SPEC §4), so after a pause the old
  * shutdownTime could end the sandbox before the controller's own timeout. */
-static int extend_claim(struct agent_provider *ap, const char *ns, const char *name,
-                        int64_t timeout_s, struct err *err)
+static void extend_claim(struct agent_provider *ap, const char *ns, const char *name,
+                         int64_t timeout_s)
 {
     char ts[CLOCK_RFC3339_MAX];
     char *claim = sandbox_agent_claim_name(name);
+    struct err err = {0};
     json_t *patch;
-    int rc;
 
     clock_rfc3339(ts, clock_now_ms(clock_system()) + (timeout_s + SANDBOX_AGENT_GRACE_S) * 1000);
     patch = json_pack("{s:{s:{s:s}}}", "spec", "lifecycle", "shutdownTime", ts);
-    rc = k_patch(ap, &KUBE_SANDBOXCLAIMS, ns, claim, patch, err);
+    /* Not fatal (RBAC may not grant patch on claims): the old shutdownTime then ends the
+     * sandbox early, which the poll reports as a sandbox gone. */
+    if (k_patch(ap, &KUBE_SANDBOXCLAIMS, ns, claim, patch, &err) != E_OK) {
+        log_kv(LOG_WARN, "sandbox_claim_extend_failed", "namespace", ns, "claim", claim, "error",
+               err.msg, NULL);
+    }
     json_decref(patch);
     free(claim);
-    return rc;
 }
 
 /* Sets the state of NS/NAME's box to STATE when it is in FROM (with the lock held);
@@ -341,7 +345,7 @@ static int agent_resume(struct sandbox_provider *p, const char *ns, const char *
         free(token);
     }
     if (rc == E_OK && timeout_s > 0) {
-        rc = extend_claim(ap, ns, name, timeout_s, err);
+        extend_claim(ap, ns, name, timeout_s);
     }
     if (rc == E_OK) {
         rc = set_mode(ap, ns, name, "Running", err);
