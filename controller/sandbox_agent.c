@@ -288,33 +288,73 @@ static bool box_move(struct agent_provider *ap, const char *ns, const char *name
     return true;
 }
 
+/* A copy of NS/NAME's box fields the operations need (with AP->lock taken here); false
+ * when there is no box. */
+static bool box_peek(struct agent_provider *ap, const char *ns, const char *name,
+                     enum sandbox_state *state, char **token_path, char **log_path,
+                     int64_t *timeout_s)
+{
+    struct agent_box *b;
+
+    pthread_mutex_lock(&ap->lock);
+    b = *agent_find(ap, ns, name);
+    if (b != NULL) {
+        *state = b->state;
+        *token_path = xstrdup(b->token_path);
+        *log_path = xstrdup(b->log_path);
+        *timeout_s = b->timeout_s;
+    }
+    pthread_mutex_unlock(&ap->lock);
+    return b != NULL;
+}
+
 static int agent_suspend(struct sandbox_provider *p, const char *ns, const char *name,
                          struct err *err)
 {
     struct agent_provider *ap = to_agent(p);
-    bool known;
+    enum sandbox_state state = SANDBOX_ABSENT;
+    char *token_path = NULL, *log = NULL;
+    int64_t timeout_s = 0;
     int rc;
 
-    pthread_mutex_lock(&ap->lock);
-    known =
-        *agent_find(ap, ns, name) != NULL && (*agent_find(ap, ns, name))->state == SANDBOX_RUNNING;
-    pthread_mutex_unlock(&ap->lock);
-    if (!known) {
-        return err_set(err, E_NOTFOUND, "no running sandbox");
+    pthread_mutex_lock(&ap->op_lock);
+    if (!box_peek(ap, ns, name, &state, &token_path, &log, &timeout_s) ||
+        state != SANDBOX_RUNNING) {
+        rc = err_set(err, E_NOTFOUND, "no running sandbox");
+        goto out;
     }
     rc = set_mode(ap, ns, name, "Suspended", err);
+    if (rc == E_AGAIN) {
+        /* Not bound yet: the poll suspends the Sandbox as soon as the claim names it. */
+        controller_log_event(log, "[diverge] sandbox not bound yet: suspended once it is");
+        rc = E_OK;
+    } else if (rc == E_OK) {
+        controller_log_event(log, "[diverge] sandbox operatingMode Suspended (agent-sandbox "
+                                  "deletes the pod and keeps the Sandbox and its volumes)");
+    }
     if (rc == E_OK) {
-        char *log = NULL;
         pthread_mutex_lock(&ap->lock);
-        if (box_move(ap, ns, name, SANDBOX_RUNNING, SANDBOX_PAUSED)) {
-            log = xstrdup((*agent_find(ap, ns, name))->log_path);
-        }
+        (void)box_move(ap, ns, name, SANDBOX_RUNNING, SANDBOX_PAUSED);
         pthread_mutex_unlock(&ap->lock);
-        if (log != NULL) {
-            controller_log_event(log, "[diverge] sandbox operatingMode Suspended (agent-sandbox "
-                                      "deletes the pod and keeps the Sandbox and its volumes)");
-        }
-        free(log);
+    }
+out:
+    pthread_mutex_unlock(&ap->op_lock);
+    free(token_path);
+    free(log);
+    return rc;
+}
+
+/* Writes the token the controller just wrote to TOKEN_PATH to the task's Secret. */
+static int token_refresh(struct agent_provider *ap, const char *ns, const char *name,
+                         const char *token_path, struct err *err)
+{
+    char *token = token_read(token_path);
+    int rc = token == NULL ? err_set(err, E_FAIL, "read the token file %s", token_path)
+                           : token_put(ap, ns, name, token, err);
+
+    if (token != NULL) {
+        secret_wipe(token, strlen(token));
+        free(token);
     }
     return rc;
 }
@@ -323,40 +363,60 @@ static int agent_resume(struct sandbox_provider *p, const char *ns, const char *
                         struct err *err)
 {
     struct agent_provider *ap = to_agent(p);
-    char *path = NULL, *token;
+    enum sandbox_state state = SANDBOX_ABSENT;
+    char *token_path = NULL, *log = NULL;
     int64_t timeout_s = 0;
-    int rc = E_OK;
+    int rc;
 
-    pthread_mutex_lock(&ap->lock);
-    if (*agent_find(ap, ns, name) != NULL && (*agent_find(ap, ns, name))->state == SANDBOX_PAUSED) {
-        path = xstrdup((*agent_find(ap, ns, name))->token_path);
-        timeout_s = (*agent_find(ap, ns, name))->timeout_s;
+    pthread_mutex_lock(&ap->op_lock);
+    if (!box_peek(ap, ns, name, &state, &token_path, &log, &timeout_s)) {
+        rc = err_set(err, E_NOTFOUND, "no suspended sandbox");
+        goto out;
     }
-    pthread_mutex_unlock(&ap->lock);
-    if (path == NULL) {
-        return err_set(err, E_NOTFOUND, "no suspended sandbox");
-    }
-    /* The fresh token first: the new pod must not start with the revoked one. */
-    token = token_read(path);
-    rc = token == NULL ? err_set(err, E_FAIL, "read the token file %s", path)
-                       : token_put(ap, ns, name, token, err);
-    if (token != NULL) {
-        secret_wipe(token, strlen(token));
-        free(token);
+    /* The fresh token first, also for a sandbox that still runs (its suspension failed):
+     * no pod may go on with the revoked one. */
+    rc = token_refresh(ap, ns, name, token_path, err);
+    if (rc == E_OK && state != SANDBOX_PAUSED) {
+        rc = err_set(err, E_NOTFOUND, "no suspended sandbox");
+        goto out;
     }
     if (rc == E_OK && timeout_s > 0) {
         extend_claim(ap, ns, name, timeout_s);
     }
     if (rc == E_OK) {
         rc = set_mode(ap, ns, name, "Running", err);
+        rc = rc == E_AGAIN ? E_OK : rc; /* never bound: it never was suspended */
     }
     if (rc == E_OK) {
         pthread_mutex_lock(&ap->lock);
         (void)box_move(ap, ns, name, SANDBOX_PAUSED, SANDBOX_RUNNING);
         pthread_mutex_unlock(&ap->lock);
     }
-    free(path);
+out:
+    pthread_mutex_unlock(&ap->op_lock);
+    free(token_path);
+    free(log);
     return rc;
+}
+
+/* The poll saw NS/NAME's bound Sandbox running while the box is paused (it was suspended
+ * before the claim was bound): suspends it now, unless a resume came first. */
+void agent_suspend_late(struct agent_provider *ap, const char *ns, const char *name)
+{
+    struct agent_box *b;
+    struct err err = {0};
+    bool paused;
+
+    pthread_mutex_lock(&ap->op_lock);
+    pthread_mutex_lock(&ap->lock);
+    b = *agent_find(ap, ns, name);
+    paused = b != NULL && b->state == SANDBOX_PAUSED;
+    pthread_mutex_unlock(&ap->lock);
+    if (paused && set_mode(ap, ns, name, "Suspended", &err) != E_OK) {
+        log_kv(LOG_WARN, "sandbox_suspend_failed", "namespace", ns, "task", name, "error", err.msg,
+               NULL);
+    }
+    pthread_mutex_unlock(&ap->op_lock);
 }
 
 static void agent_status(struct sandbox_status *out, struct sandbox_provider *p, const char *ns,
@@ -445,6 +505,7 @@ static void agent_free(struct sandbox_provider *p)
         box_free(b);
     }
     pthread_mutex_destroy(&ap->lock);
+    pthread_mutex_destroy(&ap->op_lock);
     pthread_cond_destroy(&ap->cond);
     free(ap->pool);
     free(ap);
@@ -470,12 +531,14 @@ int sandbox_agent_new(struct sandbox_provider **out, const struct sandbox_agent_
     ap->pool = xstrdup(o->warm_pool);
     ap->poll_ms = o->poll_ms > 0 ? o->poll_ms : POLL_DEFAULT_MS;
     pthread_mutex_init(&ap->lock, NULL);
+    pthread_mutex_init(&ap->op_lock, NULL);
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&ap->cond, &ca);
     pthread_condattr_destroy(&ca);
     if (pthread_create(&ap->thread, NULL, agent_poll_thread, ap) != 0) {
         pthread_mutex_destroy(&ap->lock);
+        pthread_mutex_destroy(&ap->op_lock);
         pthread_cond_destroy(&ap->cond);
         free(ap->pool);
         free(ap);

@@ -27,7 +27,8 @@ struct agent_provider {
     struct kube_client *kube;     /* borrowed */
     char *pool;                   /* owned */
     int64_t poll_ms;
-    pthread_mutex_t lock;
+    pthread_mutex_t lock;    /* the boxes; never held across an API call */
+    pthread_mutex_t op_lock; /* one suspend/resume at a time (held across API calls) */
     pthread_cond_t cond;
     struct agent_box *head; /* guarded by lock */
     bool stopping;          /* guarded by lock */
@@ -36,6 +37,10 @@ struct agent_provider {
 
 /* The box of NS/NAME (*result NULL: none), with AP->lock held. */
 struct agent_box **agent_find(struct agent_provider *ap, const char *ns, const char *name);
+
+/* The poll saw NS/NAME's bound Sandbox running while its box is paused (suspended before
+ * the claim was bound): patches it to Suspended unless a resume came first. */
+void agent_suspend_late(struct agent_provider *ap, const char *ns, const char *name);
 
 /* The poll thread (ARG: the provider): every poll_ms it reads each box's claim and bound
  * Sandbox, updates the box, and calls on_exit for a finished runner or a changed pod IP. */

@@ -110,6 +110,24 @@ static bool poll_apply(struct agent_provider *ap, const struct poll_item *it, co
     return tell;
 }
 
+/* Whether SB runs although IT's box is paused (suspended before it was bound). */
+static bool late_suspend(struct agent_provider *ap, const struct poll_item *it, const json_t *sb)
+{
+    const char *mode =
+        json_string_value(json_object_get(json_object_get(sb, "spec"), "operatingMode"));
+    struct agent_box *b;
+    bool late;
+
+    if (mode != NULL && strcmp(mode, "Suspended") == 0) {
+        return false;
+    }
+    pthread_mutex_lock(&ap->lock);
+    b = *agent_find(ap, it->ns, it->name);
+    late = b != NULL && b->state == SANDBOX_PAUSED;
+    pthread_mutex_unlock(&ap->lock);
+    return late;
+}
+
 static size_t poll_snapshot(struct agent_provider *ap, struct poll_item **out)
 {
     size_t n = 0, i = 0;
@@ -137,6 +155,9 @@ static void poll_once(struct agent_provider *ap)
         if (read_pair(&claim, &sb, ap, items[i].ns, items[i].claim) == E_OK &&
             poll_apply(ap, &items[i], claim, sb) && ap->base.on_exit != NULL) {
             ap->base.on_exit(items[i].ns, items[i].name, ap->base.on_exit_userdata);
+        }
+        if (sb != NULL && late_suspend(ap, &items[i], sb)) {
+            agent_suspend_late(ap, items[i].ns, items[i].name);
         }
         json_decref(claim);
         json_decref(sb);

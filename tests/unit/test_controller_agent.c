@@ -245,6 +245,22 @@ static void bind(struct kube_client *k, const char *sb, const char *ip)
     json_decref(out);
 }
 
+static bool streq(const char *a, const char *b)
+{
+    return a != NULL && strcmp(a, b) == 0;
+}
+
+static void write_token(const char *path, const char *token)
+{
+    FILE *f = fopen(path, "w");
+
+    CHECK(f != NULL);
+    if (f != NULL) {
+        fputs(token, f);
+        fclose(f);
+    }
+}
+
 static char *wait_address(struct sandbox_provider *p)
 {
     for (int i = 0; i < 2000; i++) {
@@ -279,7 +295,6 @@ TEST(provider_against_fake)
     struct err err = {0};
     char dir[] = "/tmp/diverge-agent-XXXXXX", *path, *ip;
     json_t *hold = NULL, *claim = NULL;
-    FILE *f;
 
     CHECK(mkdtemp(dir) != NULL);
     path = xasprintf("%s/token", dir);
@@ -296,10 +311,29 @@ TEST(provider_against_fake)
     json_decref(claim);
     sandbox_status(&st, p, "default", "p1");
     CHECK_EQ_INT(st.state, SANDBOX_RUNNING);
-    CHECK(sandbox_address(p, "default", "p1", NULL) == NULL);         /* no pod yet */
-    CHECK_EQ_INT(sandbox_suspend(p, "default", "p1", &err), E_AGAIN); /* not bound yet */
-
+    CHECK(sandbox_address(p, "default", "p1", NULL) == NULL); /* no pod yet */
+    /* Suspended before agent-sandbox bound the claim: the Sandbox is suspended as soon as
+     * the claim names it. */
+    CHECK_OK(sandbox_suspend(p, "default", "p1", &err));
+    sandbox_status(&st, p, "default", "p1");
+    CHECK_EQ_INT(st.state, SANDBOX_PAUSED);
     bind(k, "warm-p1", "10.9.8.7");
+    for (int i = 0; i < 2000 && !streq(mode_of(k, &hold), "Suspended"); i++) {
+        fixture_sleep_ms(5);
+    }
+    CHECK_EQ_STR(mode_of(k, &hold), "Suspended");
+
+    write_token(path, "token-two");
+    CHECK_OK(sandbox_resume(p, "default", "p1", &err));
+    CHECK_EQ_STR(mode_of(k, &hold), "Running");
+    json_decref(hold);
+    hold = NULL;
+    CHECK_OK(kube_get(&hold, k, &KUBE_SECRETS, "default", "task-token-p1", &err));
+    CHECK_EQ_STR(json_string_value(json_object_get(json_object_get(hold, "data"), "token")),
+                 "dG9rZW4tdHdv"); /* base64("token-two"): the fresh token */
+    sandbox_status(&st, p, "default", "p1");
+    CHECK_EQ_INT(st.state, SANDBOX_RUNNING);
+
     ip = wait_address(p);
     CHECK_EQ_STR(ip, "10.9.8.7");
     free(ip);
@@ -311,20 +345,10 @@ TEST(provider_against_fake)
     CHECK_EQ_INT(st.state, SANDBOX_PAUSED);
     CHECK(sandbox_address(p, "default", "p1", NULL) == NULL);
     CHECK_EQ_INT(sandbox_suspend(p, "default", "p1", &err), E_NOTFOUND);
-
-    f = fopen(path, "w");
-    CHECK(f != NULL);
-    fputs("token-two", f);
-    fclose(f);
+    write_token(path, "token-three");
     CHECK_OK(sandbox_resume(p, "default", "p1", &err));
     CHECK_EQ_STR(mode_of(k, &hold), "Running");
-    json_decref(hold);
-    hold = NULL;
-    CHECK_OK(kube_get(&hold, k, &KUBE_SECRETS, "default", "task-token-p1", &err));
-    CHECK_EQ_STR(json_string_value(json_object_get(json_object_get(hold, "data"), "token")),
-                 "dG9rZW4tdHdv"); /* base64("token-two"): the fresh token */
-    sandbox_status(&st, p, "default", "p1");
-    CHECK_EQ_INT(st.state, SANDBOX_RUNNING);
+    CHECK_EQ_INT(sandbox_resume(p, "default", "p1", &err), E_NOTFOUND); /* it runs */
 
     sandbox_stop(p, "default", "p1");
     sandbox_status(&st, p, "default", "p1");
