@@ -9,10 +9,12 @@ Secret; deleting a task deletes its claim; a task with a repository fails with a
 SandboxError (no path for the staging push from a pod yet)."""
 import base64
 import datetime
+import json
 import os
 import sys
 import tempfile
 import time
+import urllib.request
 
 from harness import API, Server, run_tests
 from sandbox_helpers import create, get, patch, task, task_log, wait_phase, wait_until
@@ -48,6 +50,14 @@ class Cluster:
         return Server(args=["--sandbox-provider", "agent-sandbox", "--kubeconfig",
                             self.kubeconfig, "--sandbox-warm-pool", POOL],
                       env={"DIVERGE_SANDBOX_POLL_MS": "100", "KUBECONFIG": None})
+
+    def control(self, what, **body):
+        req = urllib.request.Request(
+            self.fake.url + "/fake/agent-sandbox/" + what, data=json.dumps(body).encode(),
+            headers={"Authorization": "Bearer " + TOKEN, "Content-Type": "application/json"},
+            method="POST")
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return json.loads(r.read())
 
     def obj(self, plural, name, ns="default"):
         with self.fake.lock:
@@ -100,6 +110,17 @@ def test_claim_pause_resume_complete():
         assert first, "no token Secret"
         assert body["status"]["phase"] == "Active"
 
+        # Paused before agent-sandbox bound the claim: suspended once it is.
+        create(srv, task("a2"))
+        cl.wait_obj("sandboxclaims", "diverge-a2")
+        wait_phase(srv, "a2", "Active")
+        patch(srv, "a2", {"suspended": True})
+        wait_phase(srv, "a2", "Paused")
+        cl.fake.agent_bind("default", "diverge-a2", "10.1.2.9")
+        wait_until(lambda: cl.obj("sandboxes", "diverge-a2-sbx")["spec"]["operatingMode"]
+                   == "Suspended", what="late operatingMode Suspended")
+        assert cl.obj("pods", "diverge-a2-sbx") is None  # the fake's controller removed it
+
         # The simulated agent-sandbox controller binds a pod.
         cl.fake.agent_bind("default", "diverge-a1", "10.1.2.3")
         cl.wait_obj("sandboxes", "diverge-a1-sbx")
@@ -137,8 +158,12 @@ def test_runner_failure_delete_and_repository():
     with Cluster() as cl, cl.server() as srv:
         create(srv, task("b1"))
         cl.wait_obj("sandboxclaims", "diverge-b1")
-        cl.fake.agent_bind("default", "diverge-b1", "10.1.2.4", sandbox="warm-x7k2")
-        cl.fake.agent_finish("default", "warm-x7k2", False, exit_code=3)
+        # Through the fake's HTTP test controls this time.
+        cl.control("bind", namespace="default", claim="diverge-b1", podIP="10.1.2.4",
+                   sandbox="warm-x7k2")
+        assert cl.obj("pods", "warm-x7k2")["status"]["podIP"] == "10.1.2.4"
+        cl.control("finish", namespace="default", sandbox="warm-x7k2", succeeded=False,
+                   exitCode=3)
         body = wait_phase(srv, "b1", ("Completed", "Failed"))
         assert body["status"]["reason"] == "RunnerFailed", body["status"]
         # The exact status from the pod (Finished only says PodFailed).
