@@ -250,7 +250,8 @@ static int open_provider(struct controller *c, const struct controller_config *c
     if (strcmp(c->provider, "agent-sandbox") == 0 && cfg->kube != NULL) {
         struct sandbox_agent_opts o = {.kube = cfg->kube,
                                        .warm_pool = cfg->sandbox_warm_pool,
-                                       .poll_ms = cfg->sandbox_poll_ms};
+                                       .poll_ms = cfg->sandbox_poll_ms,
+                                       .data_dir = c->data_dir};
         return sandbox_agent_new(&c->sandboxes, &o, err);
     }
     if (strcmp(c->provider, "agent-sandbox") == 0) {

@@ -196,6 +196,9 @@ struct sandbox_agent_opts {
     struct kube_client *kube; /* borrowed: outlives the provider */
     const char *warm_pool;    /* SandboxWarmPool every claim names (spec.warmPoolRef) */
     int64_t poll_ms;          /* how often claims and sandboxes are read; 0: 2000 */
+    /* The controller's data dir (token files, task logs): claims a previous server or
+     * leader made are adopted at start (NULL: none are). */
+    const char *data_dir;
 };
 
 /* The agent-sandbox provider: SandboxClaims `diverge-<task>` in the task's namespace. */

@@ -285,6 +285,9 @@ static bool box_move(struct agent_provider *ap, const char *ns, const char *name
     free(b->ip);
     b->ip = NULL;
     b->gen++;
+    if (from == SANDBOX_PAUSED) {
+        b->deadline_ms = 0; /* resumed: the controller armed its timer again */
+    }
     return true;
 }
 
@@ -543,6 +546,9 @@ int sandbox_agent_new(struct sandbox_provider **out, const struct sandbox_agent_
         free(ap->pool);
         free(ap);
         return err_set(err, E_FAIL, "cannot start the agent-sandbox poll thread");
+    }
+    if (o->data_dir != NULL) {
+        agent_adopt(ap, o->data_dir);
     }
     *out = &ap->base;
     return E_OK;

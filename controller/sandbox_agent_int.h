@@ -14,7 +14,11 @@ struct agent_box {
     char *ns, *name, *claim; /* owned */
     char *token_path;        /* owned: the controller's token file of the task */
     char *log_path;          /* owned */
-    int64_t timeout_s;       /* spec.sandbox.timeoutSeconds, 0: none */
+    int64_t timeout_s;       /* spec.sandbox.timeoutSeconds, 0: none (or adopted) */
+    /* Adopted: when the task's time is up (the claim's shutdownTime less the grace), as the
+     * controller armed no timer for it; told once. 0: the controller's timer runs. */
+    int64_t deadline_ms;
+    bool deadline_told;
     enum sandbox_state state;
     int exit_code;
     char *ip;     /* owned, or NULL */
@@ -41,6 +45,12 @@ struct agent_box **agent_find(struct agent_provider *ap, const char *ns, const c
 /* The poll saw NS/NAME's bound Sandbox running while its box is paused (suspended before
  * the claim was bound): patches it to Suspended unless a resume came first. */
 void agent_suspend_late(struct agent_provider *ap, const char *ns, const char *name);
+
+/* Adopts the claims this controller's sandboxes left running (label managed-by diverge,
+ * every namespace): a restarted server or a new leader goes on with them instead of
+ * starting them again. DATA_DIR: where their token files and logs are. Failures are
+ * logged: the tasks then restart as after a local server restart. */
+void agent_adopt(struct agent_provider *ap, const char *data_dir);
 
 /* The poll thread (ARG: the provider): every poll_ms it reads each box's claim and bound
  * Sandbox, updates the box, and calls on_exit for a finished runner or a changed pod IP. */

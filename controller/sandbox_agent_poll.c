@@ -8,7 +8,9 @@
 
 #include "controller/controller_int.h"
 #include "controller/sandbox_agent_int.h"
+#include "common/log.h"
 #include "kube/kube.h"
+#include "store/store.h"
 
 /* --- the poll thread ------------------------------------------------------------------- */
 
@@ -72,6 +74,17 @@ static bool box_set_ip(struct agent_box *b, const char *ip)
     return true;
 }
 
+/* Whether an adopted box's time just ran out (told once: the reconcile sees the timeout). */
+static bool deadline_due(struct agent_box *b)
+{
+    if (b->deadline_ms <= 0 || b->deadline_told || b->state != SANDBOX_RUNNING ||
+        clock_now_ms(clock_system()) < b->deadline_ms) {
+        return false;
+    }
+    b->deadline_told = true;
+    return true;
+}
+
 /* Applies what was read of IT to its box (unless the box changed meanwhile); true when the
  * controller should reconcile the task (the runner finished, or the pod IP changed). */
 static bool poll_apply(struct agent_provider *ap, const struct poll_item *it, const json_t *claim,
@@ -105,6 +118,7 @@ static bool poll_apply(struct agent_provider *ap, const struct poll_item *it, co
         if (box_set_ip(b, o.ip)) {
             tell = tell || b->state == SANDBOX_RUNNING;
         }
+        tell = deadline_due(b) || tell;
     }
     pthread_mutex_unlock(&ap->lock);
     return tell;
@@ -192,4 +206,111 @@ void *agent_poll_thread(void *arg)
     }
     pthread_mutex_unlock(&ap->lock);
     return NULL;
+}
+
+/* The claim name of ITEM when it is a task's (its label names a task whose claim name it
+ * has, and it is not being deleted): a new string, with *NS_OUT and *TASK_OUT borrowed. */
+static char *adoptable(const json_t *item, const char **ns_out, const char **task_out)
+{
+    const json_t *md = json_object_get(item, "metadata");
+    const char *claim = json_string_value(json_object_get(md, "name"));
+    const char *task =
+        json_string_value(json_object_get(json_object_get(md, "labels"), SANDBOX_AGENT_LABEL_TASK));
+    char *want;
+
+    *ns_out = json_string_value(json_object_get(md, "namespace"));
+    *task_out = task;
+    if (*ns_out == NULL || claim == NULL || task == NULL || !task_name_valid(task) ||
+        json_object_get(md, "deletionTimestamp") != NULL) {
+        return NULL;
+    }
+    want = sandbox_agent_claim_name(task);
+    if (strcmp(want, claim) != 0) {
+        free(want);
+        return NULL;
+    }
+    return want;
+}
+
+/* The box of an adopted claim DOC (bound to SB, may be NULL). Takes CLAIM. */
+static struct agent_box *adopted_box(struct agent_provider *ap, const char *data_dir,
+                                     const char *ns, const char *task, char *claim,
+                                     const json_t *doc, const json_t *sb)
+{
+    struct agent_box *b = xcalloc(1, sizeof(*b));
+    struct sandbox_agent_obs o;
+    const char *shut = json_string_value(json_object_get(
+        json_object_get(json_object_get(doc, "spec"), "lifecycle"), "shutdownTime"));
+
+    sandbox_agent_observe(&o, doc, sb);
+    if (o.state == SANDBOX_EXITED && o.exit_code != SANDBOX_AGENT_EXIT_GONE) {
+        pod_exit(&o, ap, ns, sb);
+    }
+    b->ns = xstrdup(ns);
+    b->name = xstrdup(task);
+    b->claim = claim;
+    b->token_path = xasprintf("%s/tokens/%s/%s/token", data_dir, ns, task);
+    b->log_path = controller_log_path(data_dir, ns, task);
+    b->state = o.state;
+    b->exit_code = o.exit_code;
+    b->ip = o.ip != NULL && o.state == SANDBOX_RUNNING ? xstrdup(o.ip) : NULL;
+    if (shut != NULL && clock_parse_rfc3339(&b->deadline_ms, shut) == E_OK) {
+        b->deadline_ms -= SANDBOX_AGENT_GRACE_S * 1000;
+    } else {
+        b->deadline_ms = 0;
+    }
+    return b;
+}
+
+/* Adopts the one claim ITEM when it is a task's; with AP->lock not held. */
+static void adopt_one(struct agent_provider *ap, const char *data_dir, const json_t *item)
+{
+    const char *ns, *task;
+    char *claim = adoptable(item, &ns, &task);
+    json_t *doc = NULL, *sb = NULL;
+    struct agent_box *b;
+
+    if (claim == NULL || read_pair(&doc, &sb, ap, ns, claim) != E_OK || doc == NULL) {
+        free(claim);
+        return;
+    }
+    b = adopted_box(ap, data_dir, ns, task, claim, doc, sb);
+    controller_log_event(b->log_path, "[diverge] sandbox claim %s/%s adopted", ns, b->claim);
+    pthread_mutex_lock(&ap->lock);
+    if (*agent_find(ap, ns, task) == NULL) {
+        b->next = ap->head;
+        ap->head = b;
+        b = NULL;
+    }
+    pthread_mutex_unlock(&ap->lock);
+    if (b != NULL) {
+        free(b->ns);
+        free(b->name);
+        free(b->claim);
+        free(b->token_path);
+        free(b->log_path);
+        free(b->ip);
+        free(b);
+    }
+    json_decref(doc);
+    json_decref(sb);
+}
+
+void agent_adopt(struct agent_provider *ap, const char *data_dir)
+{
+    char rv[KUBE_RV_MAX];
+    struct err err = {0};
+    json_t *items = NULL, *item;
+    size_t i;
+
+    if (kube_list(&items, rv, ap->kube, &KUBE_SANDBOXCLAIMS, NULL,
+                  SANDBOX_AGENT_LABEL_MANAGED "=diverge", &err) != E_OK) {
+        log_kv(LOG_WARN, "sandbox_claims_unlisted", "error", err.msg, NULL);
+        return;
+    }
+    json_array_foreach(items, i, item)
+    {
+        adopt_one(ap, data_dir, item);
+    }
+    json_decref(items);
 }

@@ -11,6 +11,7 @@ import base64
 import datetime
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -46,10 +47,11 @@ class Cluster:
     def __exit__(self, *exc):
         self.fake.stop()
 
-    def server(self):
+    def server(self, data_dir=None):
         return Server(args=["--sandbox-provider", "agent-sandbox", "--kubeconfig",
                             self.kubeconfig, "--sandbox-warm-pool", POOL],
-                      env={"DIVERGE_SANDBOX_POLL_MS": "100", "KUBECONFIG": None})
+                      env={"DIVERGE_SANDBOX_POLL_MS": "100", "KUBECONFIG": None},
+                      data_dir=data_dir)
 
     def control(self, what, **body):
         req = urllib.request.Request(
@@ -199,6 +201,37 @@ def test_runner_failure_delete_and_repository():
         assert cl.obj("sandboxclaims", "diverge-b4") is None
 
 
+def test_restarted_server_adopts_claims():
+    """Pods outlive the server: a restarted one (or the next leader) goes on with the
+    claims it finds instead of deleting and re-creating them."""
+    data = tempfile.mkdtemp(prefix="diverge-agent-data-")
+    with Cluster() as cl:
+        with cl.server(data) as srv:
+            create(srv, task("r1", sandbox={"timeoutSeconds": 1800}))
+            cl.wait_obj("sandboxclaims", "diverge-r1")
+            wait_phase(srv, "r1", "Active")
+            cl.fake.agent_bind("default", "diverge-r1", "10.1.2.5")
+            uid = cl.obj("sandboxclaims", "diverge-r1")["metadata"]["uid"]
+        assert cl.obj("sandboxclaims", "diverge-r1") is not None, "shutdown left it alone"
+        with cl.server(data) as srv:
+            wait_until(lambda: "sandbox claim default/diverge-r1 adopted" in
+                       task_log(srv, "r1"), what="adopted")
+            assert get(srv, "r1")["status"]["phase"] == "Active"
+            assert cl.obj("sandboxclaims", "diverge-r1")["metadata"]["uid"] == uid
+            # Paused and resumed under the new server: the adopted Sandbox is patched.
+            patch(srv, "r1", {"suspended": True})
+            wait_phase(srv, "r1", "Paused")
+            wait_until(lambda: cl.obj("sandboxes", "diverge-r1-sbx")["spec"]
+                       ["operatingMode"] == "Suspended", what="Suspended")
+            patch(srv, "r1", {"suspended": False})
+            wait_phase(srv, "r1", "Active")
+            cl.fake.agent_finish("default", "diverge-r1-sbx", True)
+            body = wait_phase(srv, "r1", ("Completed", "Failed"))
+            assert body["status"]["phase"] == "Completed", body["status"]
+            cl.wait_obj("sandboxclaims", "diverge-r1", present=False)
+    shutil.rmtree(data, ignore_errors=True)
+
+
 def test_no_cluster_configuration_waits():
     with Server(args=["--sandbox-provider", "agent-sandbox"],
                 env={"KUBECONFIG": None, "KUBERNETES_SERVICE_HOST": None,
@@ -216,4 +249,4 @@ def test_no_cluster_configuration_waits():
 
 if __name__ == "__main__":
     run_tests([test_claim_pause_resume_complete, test_runner_failure_delete_and_repository,
-               test_no_cluster_configuration_waits])
+               test_restarted_server_adopts_claims, test_no_cluster_configuration_waits])

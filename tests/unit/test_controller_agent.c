@@ -364,6 +364,44 @@ TEST(provider_against_fake)
     kube_client_free(k);
 }
 
+TEST(provider_adopts_claims)
+{
+    struct kube_client *k = fake_kube_client(&fake, NULL);
+    struct sandbox_agent_opts o = {.kube = k, .warm_pool = "pool-a", .poll_ms = 20};
+    struct sandbox_provider *p = NULL;
+    struct sandbox_status st;
+    struct sandbox_spec s;
+    struct err err = {0};
+    json_t *foreign =
+        json_pack("{s:{s:s, s:{s:s, s:s}}, s:{s:{s:s}}}", "metadata", "name", "not-ours", "labels",
+                  SANDBOX_AGENT_LABEL_TASK, "q2", SANDBOX_AGENT_LABEL_MANAGED, "diverge", "spec",
+                  "warmPoolRef", "name", "pool-a");
+    json_t *out = NULL;
+
+    spec_of(&s);
+    s.name = "q1";
+    s.token = "tok";
+    s.token_dir = "/nonexistent";
+    s.log_path = "/dev/null";
+    CHECK_OK(sandbox_agent_new(&p, &o, &err));
+    CHECK_OK(sandbox_start(p, &s, &err));
+    sandbox_provider_free(p); /* the server stops: the claim stays */
+    CHECK_OK(kube_create(&out, k, &KUBE_SANDBOXCLAIMS, "default", foreign, &err));
+    json_decref(out);
+    o.data_dir = "/nonexistent-data";
+    CHECK_OK(sandbox_agent_new(&p, &o, &err));
+    sandbox_status(&st, p, "default", "q1");
+    CHECK_EQ_INT(st.state, SANDBOX_RUNNING); /* adopted: no restart */
+    sandbox_status(&st, p, "default", "q2");
+    CHECK_EQ_INT(st.state, SANDBOX_ABSENT); /* a claim not named like the task's */
+    sandbox_stop(p, "default", "q1");
+    CHECK_EQ_INT(kube_get(&out, k, &KUBE_SANDBOXCLAIMS, "default", "diverge-q1", &err), E_NOTFOUND);
+    sandbox_provider_free(p);
+    CHECK_OK(kube_delete(k, &KUBE_SANDBOXCLAIMS, "default", "not-ours", NULL, &err));
+    json_decref(foreign);
+    kube_client_free(k);
+}
+
 TEST(provider_needs_pool)
 {
     struct kube_client *k = fake_kube_client(&fake, NULL);
