@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "common/secret.h"
 #include "controller/controller_int.h"
+#include "kube/kube.h"
 #include "controller/sandbox.h"
 
 /* Provider none (or one this build cannot run): only the token lifecycle. */
@@ -243,6 +244,9 @@ void controller_destroy(struct controller *c)
     free(c->agent_cmd);
     free(c->verify_cmd);
     free(c->problem);
+    if (c->kube_owned) {
+        kube_client_free(c->kube);
+    }
     controller_egress_cleanup(c);
     free(c->preview_base);
     free(c->github_api_url);

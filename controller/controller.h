@@ -29,12 +29,14 @@ struct controller_git_auth {
     void *userdata;
 };
 
+struct kube_client;
+
 struct controller_config {
     const char *data_dir;          /* tokens, workspaces, mirrors, staging, logs under it */
     const unsigned char *root_key; /* TOKEN_ROOT_KEY_LEN bytes, copied */
     int64_t default_budget_usd;    /* micro-dollars, when spec.budgetUSD is unset */
     int64_t default_budget_tokens; /* when spec.budgetTokens is unset */
-    const char *sandbox_provider;  /* none, process, local (agent-sandbox: not built) */
+    const char *sandbox_provider;  /* none, process, local, agent-sandbox */
     const char *meter_url;         /* DIVERGE_METER_URL given to sandboxes */
     const char *runner_path;       /* NULL: DIVERGE_RUNNER_PATH, else next to /proc/self/exe */
     const char *agent_cmd;         /* DIVERGE_AGENT_CMD (may be NULL) */
@@ -52,6 +54,13 @@ struct controller_config {
      * DIVERGE_NOTIFIER_TOKEN/GITHUB_TOKEN is used). controller_new takes USERDATA, also
      * when it fails. */
     struct controller_git_auth git_auth;
+    /* agent-sandbox: the cluster (NULL: tasks wait with the reason; with KUBE_OWNED
+     * controller_new takes it, also when it fails, else it must outlive the controller),
+     * the SandboxWarmPool claims name, and the poll period (0: 2 s). */
+    struct kube_client *kube;
+    bool kube_owned;
+    const char *sandbox_warm_pool;
+    int64_t sandbox_poll_ms;
     bool manual;   /* no threads: the caller drives controller_reconcile */
     bool deferred; /* no threads until controller_start() */
 };

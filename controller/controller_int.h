@@ -36,7 +36,9 @@ struct controller {
     char *preview_base;                    /* owned, or NULL: no linked previews */
     char *github_api_url;                  /* owned, or NULL */
     struct controller_git_auth git_auth;   /* GitHub App tokens for git; userdata owned */
-    struct sandbox_provider *sandboxes;    /* owned; NULL for none/agent-sandbox */
+    struct sandbox_provider *sandboxes;    /* owned; NULL for none (or no cluster) */
+    struct kube_client *kube;              /* agent-sandbox's client, or NULL */
+    bool kube_owned;                       /* kube is freed with the controller */
     char *problem;                         /* owned: why sandboxes cannot run, or NULL */
     unsigned int sandbox_uid, sandbox_gid; /* owner of what the sandbox writes */
     bool chown_files;                      /* give files to sandbox_uid (server is root) */

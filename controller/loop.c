@@ -7,6 +7,7 @@
 #include "common/log.h"
 #include "common/secret.h"
 #include "controller/controller_int.h"
+#include "kube/kube.h"
 
 /* Changes the controller acts on. A running task that is not asked to pause needs
  * nothing: this skips the stream of MODIFIED events every meter charge makes. */
@@ -79,6 +80,17 @@ static int64_t resync(void *userdata)
     return rv;
 }
 
+/* What controller_new takes from CFG, released when it fails before owning it. */
+static void config_release(const struct controller_config *cfg)
+{
+    if (cfg->kube_owned) {
+        kube_client_free(cfg->kube);
+    }
+    if (cfg->git_auth.free != NULL) {
+        cfg->git_auth.free(cfg->git_auth.userdata);
+    }
+}
+
 int controller_new(struct controller **out, struct task_store *store,
                    const struct controller_config *cfg, struct err *err)
 {
@@ -89,9 +101,7 @@ int controller_new(struct controller **out, struct task_store *store,
     if (cfg->preview_base_url != NULL && cfg->preview_base_url[0] != '\0' &&
         !controller_preview_base_valid(cfg->preview_base_url)) {
         free(c);
-        if (cfg->git_auth.free != NULL) {
-            cfg->git_auth.free(cfg->git_auth.userdata);
-        }
+        config_release(cfg);
         return err_set(err, E_INVALID,
                        "--preview-base-url must be an http:// or https:// URL with a host and "
                        "no query or fragment");
@@ -111,6 +121,8 @@ int controller_new(struct controller **out, struct task_store *store,
                           : NULL;
     c->github_api_url = cfg->github_api_url != NULL ? xstrdup(cfg->github_api_url) : NULL;
     c->git_auth = cfg->git_auth;
+    c->kube = cfg->kube;
+    c->kube_owned = cfg->kube_owned;
     pthread_mutex_init(&c->lock, NULL);
     pthread_mutex_init(&c->notes_lock, NULL);
     pthread_mutex_init(&c->active_lock, NULL);

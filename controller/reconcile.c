@@ -129,15 +129,49 @@ static json_t *annotations_of(json_t *doc)
     return ann;
 }
 
+/* Whether a running task's Environment may need its sandbox address written (the
+ * provider learns it after the start: agent-sandbox pods get their IP later). */
+static bool preview_may_refresh(const struct reconcile *r)
+{
+    return r->action == CONTROLLER_NOTHING && r->phase == TASK_ACTIVE && r->c->sandboxes != NULL;
+}
+
+/* *IP_OUT: the sandbox's address (the provider's, else the server's loopback for sandboxes
+ * on this host; NULL without sandboxes). For *ST KEEP (a refresh of the stored OLD) only
+ * a changed address is written: then *ST becomes RUNNING; false: nothing to write. */
+static bool preview_address(char **ip_out, enum controller_env_state *st, const struct reconcile *r,
+                            const json_t *old)
+{
+    const char *was;
+
+    *ip_out = r->c->sandboxes != NULL
+                  ? sandbox_address(r->c->sandboxes, r->ns, r->name, CONTROLLER_SANDBOX_IP)
+                  : NULL;
+    if (*st != CONTROLLER_ENV_KEEP) {
+        return true;
+    }
+    was = json_string_value(
+        json_object_get(json_object_get(json_object_get(old, "metadata"), "annotations"),
+                        CONTROLLER_ANN_SANDBOX_IP));
+    if (*ip_out == NULL || (was != NULL && strcmp(was, *ip_out) == 0)) {
+        free(*ip_out);
+        *ip_out = NULL;
+        return false;
+    }
+    *st = CONTROLLER_ENV_RUNNING;
+    return true;
+}
+
 /* Creates or updates the task's linked preview Environment for R's outcome and, when it
  * runs, writes the task's output annotations and status.previewUrl (SPEC §4). */
 static int apply_preview(struct reconcile *r, struct task_txn *tx, json_t *doc, struct err *err)
 {
     enum controller_env_state st = controller_preview_state(r->action, r->fail_reason != NULL);
     json_t *old = NULL, *env, *ann;
+    char *ip = NULL;
     int rc;
 
-    if (r->preview_env == NULL || st == CONTROLLER_ENV_KEEP) {
+    if (r->preview_env == NULL || (st == CONTROLLER_ENV_KEEP && !preview_may_refresh(r))) {
         return E_OK;
     }
     rc = task_txn_env_get(&old, tx, r->ns, r->preview_env, err);
@@ -147,8 +181,12 @@ static int apply_preview(struct reconcile *r, struct task_txn *tx, json_t *doc, 
     if (old == NULL && st != CONTROLLER_ENV_RUNNING) {
         return E_OK; /* never created: nothing to hibernate or release */
     }
-    env = controller_preview_env(doc, old, r->preview_env, r->preview_url, st,
-                                 r->c->sandboxes != NULL ? CONTROLLER_SANDBOX_IP : NULL);
+    if (!preview_address(&ip, &st, r, old)) {
+        json_decref(old);
+        return E_OK;
+    }
+    env = controller_preview_env(doc, old, r->preview_env, r->preview_url, st, ip);
+    free(ip);
     json_decref(old);
     rc = task_txn_env_put(tx, env, err);
     json_decref(env);
@@ -225,10 +263,14 @@ static int apply_phase(struct reconcile *r, struct task_txn *tx, json_t *doc,
         }
         return rc;
     case CONTROLLER_WAIT: {
-        char *msg = xasprintf(CONTROLLER_WAITING_PREFIX " \"%s\" cannot start sandboxes in "
-                                                        "this build; run with --sandbox-provider "
-                                                        "none, process or local",
-                              r->c->provider);
+        char *msg =
+            r->c->problem != NULL
+                ? xasprintf(CONTROLLER_WAITING_PREFIX " \"%s\" cannot start sandboxes: %s",
+                            r->c->provider, r->c->problem)
+                : xasprintf(CONTROLLER_WAITING_PREFIX " \"%s\" cannot start sandboxes in "
+                                                      "this build; run with --sandbox-provider "
+                                                      "none, process or local",
+                            r->c->provider);
         task_set_phase(doc, TASK_PENDING, "", msg);
         free(msg);
         return E_OK;

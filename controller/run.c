@@ -180,6 +180,36 @@ static char *default_runner_path(void)
     return xasprintf("%s/diverge-agent-runner", dirname(exe));
 }
 
+/* Creates C's provider (none for "none", or agent-sandbox without a cluster). */
+static int open_provider(struct controller *c, const struct controller_config *cfg,
+                         const char *state, struct err *err)
+{
+    if (strcmp(c->provider, "process") == 0) {
+        return sandbox_process_new(&c->sandboxes, state, err);
+    }
+    if (strcmp(c->provider, "local") == 0) {
+        struct sandbox_local_opts o = {.user = cfg->sandbox_user,
+                                       .memory_bytes = cfg->sandbox_memory,
+                                       .pids = cfg->sandbox_pids,
+                                       .cpus_milli = cfg->sandbox_cpus_milli,
+                                       .state_dir = state};
+        return sandbox_local_new(&c->sandboxes, &o, err);
+    }
+    if (strcmp(c->provider, "agent-sandbox") == 0 && cfg->kube != NULL) {
+        struct sandbox_agent_opts o = {.kube = cfg->kube,
+                                       .warm_pool = cfg->sandbox_warm_pool,
+                                       .poll_ms = cfg->sandbox_poll_ms,
+                                       .data_dir = c->data_dir};
+        return sandbox_agent_new(&c->sandboxes, &o, err);
+    }
+    if (strcmp(c->provider, "agent-sandbox") == 0) {
+        c->problem = xstrdup("no Kubernetes configuration (--kubeconfig, KUBECONFIG, the "
+                             "in-cluster service account or ~/.kube/config)");
+        fprintf(stderr, "diverge: serve: agent-sandbox: %s; tasks wait\n", c->problem);
+    }
+    return E_OK;
+}
+
 int controller_sandboxes_open(struct controller *c, const struct controller_config *cfg,
                               struct err *err)
 {
@@ -191,16 +221,7 @@ int controller_sandboxes_open(struct controller *c, const struct controller_conf
     }
     state = xasprintf("%s/run", c->data_dir);
     c->runner_path = cfg->runner_path != NULL ? xstrdup(cfg->runner_path) : default_runner_path();
-    if (strcmp(c->provider, "process") == 0) {
-        rc = sandbox_process_new(&c->sandboxes, state, err);
-    } else if (strcmp(c->provider, "local") == 0) {
-        struct sandbox_local_opts o = {.user = cfg->sandbox_user,
-                                       .memory_bytes = cfg->sandbox_memory,
-                                       .pids = cfg->sandbox_pids,
-                                       .cpus_milli = cfg->sandbox_cpus_milli,
-                                       .state_dir = state};
-        rc = sandbox_local_new(&c->sandboxes, &o, err);
-    }
+    rc = open_provider(c, cfg, state, err);
     free(state);
     if (rc != E_OK || c->sandboxes == NULL) {
         return rc;
@@ -208,7 +229,9 @@ int controller_sandboxes_open(struct controller *c, const struct controller_conf
     c->sandboxes->on_exit = controller_on_exit;
     c->sandboxes->on_exit_userdata = c;
     c->problem = sandbox_probe(c->sandboxes);
-    if (c->problem == NULL && access(c->runner_path, X_OK) != 0) {
+    /* agent-sandbox: the runner is the sandbox image's. */
+    if (c->problem == NULL && strcmp(c->provider, "agent-sandbox") != 0 &&
+        access(c->runner_path, X_OK) != 0) {
         c->problem = xasprintf("the runner %s cannot be executed (%s); build it next to "
                                "diverge or set DIVERGE_RUNNER_PATH",
                                c->runner_path, strerror(errno));

@@ -57,6 +57,10 @@ struct sandbox_spec {
     /* network proxy: the task's egress proxy, taken over by start(); else NULL */
     struct sandbox_egress *egress;
     const char *env[SANDBOX_ENV_MAX + 1]; /* "KEY=VALUE" as seen inside, NULL-terminated */
+    /* Remote providers (agent-sandbox): the task's current token, which they publish where
+     * their sandbox reads it, and spec.sandbox.timeoutSeconds (0: none). */
+    const char *token;
+    int64_t timeout_s;
 };
 
 enum sandbox_state {
@@ -100,6 +104,9 @@ struct sandbox_provider_ops {
     bool (*owner)(struct sandbox_provider *p, unsigned int *uid_out, unsigned int *gid_out);
     /* Stops every sandbox and frees P. */
     void (*free)(struct sandbox_provider *p);
+    /* Optional: the address the sandbox is reached at (a new string), NULL while unknown.
+     * Without it a running sandbox is on the server's own host (CONTROLLER_SANDBOX_IP). */
+    char *(*address)(struct sandbox_provider *p, const char *ns, const char *name);
 };
 
 /* Every backend embeds this as its first member. */
@@ -149,6 +156,17 @@ static inline bool sandbox_owner(struct sandbox_provider *p, unsigned int *uid_o
     return p->ops->owner != NULL && p->ops->owner(p, uid_out, gid_out);
 }
 
+/* The sandbox's address: the provider's (new string, or NULL while unknown), else a copy
+ * of LOCAL_IP (NULL: none). */
+static inline char *sandbox_address(struct sandbox_provider *p, const char *ns, const char *name,
+                                    const char *local_ip)
+{
+    if (p->ops->address != NULL) {
+        return p->ops->address(p, ns, name);
+    }
+    return local_ip != NULL ? xstrdup(local_ip) : NULL;
+}
+
 static inline void sandbox_provider_free(struct sandbox_provider *p)
 {
     if (p != NULL) {
@@ -170,6 +188,21 @@ struct sandbox_local_opts {
 int sandbox_process_new(struct sandbox_provider **out, const char *state_dir, struct err *err);
 /* The local provider. Never fails for a missing bubblewrap: probe() says why instead. */
 int sandbox_local_new(struct sandbox_provider **out, const struct sandbox_local_opts *o,
+                      struct err *err);
+
+/* Options of the agent-sandbox provider (SPEC §11): one SandboxClaim per task. */
+struct kube_client;
+struct sandbox_agent_opts {
+    struct kube_client *kube; /* borrowed: outlives the provider */
+    const char *warm_pool;    /* SandboxWarmPool every claim names (spec.warmPoolRef) */
+    int64_t poll_ms;          /* how often claims and sandboxes are read; 0: 2000 */
+    /* The controller's data dir (token files, task logs): claims a previous server or
+     * leader made are adopted at start (NULL: none are). */
+    const char *data_dir;
+};
+
+/* The agent-sandbox provider: SandboxClaims `diverge-<task>` in the task's namespace. */
+int sandbox_agent_new(struct sandbox_provider **out, const struct sandbox_agent_opts *o,
                       struct err *err);
 
 #endif

@@ -38,7 +38,8 @@ static const struct flag g_flags[] = {
     {"--store", "DIVERGE_STORE", "sqlite", CFG(store),
      "sqlite (embedded) or kubernetes (AgentTasks in the cluster; Lease leader election)"},
     {"--kubeconfig", "DIVERGE_KUBECONFIG", NULL, CFG(kubeconfig),
-     "--store kubernetes: kubeconfig file (default $KUBECONFIG, else in-cluster, else "
+     "--store kubernetes and --sandbox-provider agent-sandbox: kubeconfig file (default "
+     "$KUBECONFIG, else in-cluster, else "
      "~/.kube/config)"},
     {"--kube-namespace", "DIVERGE_KUBE_NAMESPACE", NULL, CFG(kube_namespace),
      "--store kubernetes: namespace of the Lease diverge-leader, the token index and the "
@@ -50,6 +51,8 @@ static const struct flag g_flags[] = {
     {"--sandbox-provider", "DIVERGE_SANDBOX_PROVIDER", "local", CFG(sandbox_provider),
      "local, process, none (no sandbox: an external agent meters with the task token) or "
      "agent-sandbox"},
+    {"--sandbox-warm-pool", "DIVERGE_SANDBOX_WARMPOOL", NULL, CFG(sandbox_warm_pool),
+     "agent-sandbox: the SandboxWarmPool every task's SandboxClaim names"},
     {"--sandbox-user", "DIVERGE_SANDBOX_USER", NULL, CFG(sandbox_user),
      "host user local sandboxes run as (default diverge-sandbox as root, else your own)"},
     {"--sandbox-memory", "DIVERGE_SANDBOX_MEMORY", "2G", CFG(sandbox_memory),

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "kube/kube.h"
 #include "scm/github/github.h"
 #include "server/server_int.h"
 
@@ -144,6 +145,40 @@ static int git_app_config(struct controller_config *cc, struct server *srv, stru
     return E_OK;
 }
 
+/* agent-sandbox (SPEC §11): CC's cluster client from --kubeconfig, else KUBECONFIG, the
+ * in-cluster service account or ~/.kube/config (kube_config_load), owned by the controller,
+ * and the warm pool. No configuration anywhere: the controller runs without it and tasks
+ * wait saying why; an unusable one stops serve. */
+static int agent_sandbox_config(struct controller_config *cc, struct server *srv, struct err *err)
+{
+    struct kube_config *kc = NULL;
+    struct kube_client *kube = NULL;
+    struct err kerr = {0};
+    int rc = kube_config_load(&kc, srv->cfg.kubeconfig, &kerr);
+
+    if (rc == E_NOTFOUND && srv->cfg.kubeconfig == NULL) {
+        return E_OK;
+    }
+    if (rc == E_OK) {
+        rc = kube_client_new(&kube, kc, &kerr);
+    }
+    if (rc != E_OK) {
+        return err_set(err, rc, "agent-sandbox: %s", kerr.msg);
+    }
+    if (srv->cfg.sandbox_warm_pool == NULL || srv->cfg.sandbox_warm_pool[0] == '\0') {
+        kube_client_free(kube);
+        return err_set(err, E_INVALID,
+                       "agent-sandbox needs --sandbox-warm-pool (DIVERGE_SANDBOX_WARMPOOL)");
+    }
+    cc->kube = kube;
+    cc->kube_owned = true;
+    cc->sandbox_warm_pool = srv->cfg.sandbox_warm_pool;
+    if (getenv("DIVERGE_SANDBOX_POLL_MS") != NULL) { /* tests */
+        cc->sandbox_poll_ms = strtoll(getenv("DIVERGE_SANDBOX_POLL_MS"), NULL, 10);
+    }
+    return E_OK;
+}
+
 int serve_controller_new(struct server *srv, struct err *err)
 {
     return serve_controller_make(&srv->controller, srv, err);
@@ -171,7 +206,16 @@ int serve_controller_make(struct controller **out, struct server *srv, struct er
     };
     int rc = git_app_config(&cc, srv, err);
 
-    return rc == E_OK ? controller_new(out, srv->store, &cc, err) : rc;
+    if (rc == E_OK && strcmp(srv->cfg.sandbox_provider, "agent-sandbox") == 0) {
+        rc = agent_sandbox_config(&cc, srv, err);
+    }
+    if (rc != E_OK) {
+        if (cc.git_auth.free != NULL) {
+            cc.git_auth.free(cc.git_auth.userdata);
+        }
+        return rc;
+    }
+    return controller_new(out, srv->store, &cc, err);
 }
 
 /* Listens on <data-dir>/sock/meter.sock; *fd_out the listening socket, or -1 when the path

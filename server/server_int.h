@@ -69,6 +69,7 @@ struct server_config {
     char *kubeconfig;     /* --store kubernetes: kubeconfig path; NULL: $KUBECONFIG, in-cluster */
     char *kube_namespace; /* namespace of the Lease, token index and queues; NULL: the config's */
     char *lease_name;     /* the leader election Lease ("diverge-leader") */
+    char *sandbox_warm_pool; /* agent-sandbox: the SandboxWarmPool claims name */
 };
 
 struct serve_kube; /* serve_kube.c */

@@ -24,8 +24,24 @@ server does them:
     documents kubectl 1.33 needs (KUBECTL-PROTOCOL.md).
 Test controls: POST /fake/freeze (open watches stop delivering), POST /fake/compact (drop
 the history, end every watch: resuming from before it is 410).
+Simulated agent-sandbox controller (kubernetes-sigs/agent-sandbox v1beta1, as its types
+describe it; only what a test asks for, nothing runs):
+  - POST /fake/agent-sandbox/bind {"namespace","claim","podIP"[,"sandbox"]}: a Sandbox
+    (default name <claim>-sbx, ownerReference to the claim) with operatingMode Running,
+    status podIPs [podIP] and Ready True (DependenciesReady); the claim gets
+    status.sandbox {name, podIPs} and the annotation agents.x-k8s.io/sandbox-name.
+    Its pod (a Pod named like the Sandbox, status.podIP) is created with it.
+  - POST /fake/agent-sandbox/finish {"namespace","sandbox","succeeded"[,"exitCode"]}: the
+    pod reached a terminal phase: Finished True (PodSucceeded | PodFailed), Ready False,
+    podIPs gone; the pod's container "runner" terminated with exitCode (default 0 or 1).
+  - a bound Sandbox whose spec.operatingMode is patched to Suspended: Ready False
+    (SandboxSuspended), Suspended True (PodTerminated), podIPs cleared (also the claim's),
+    the pod deleted; back to Running: a pod again, Ready True and the pod IP (a real
+    resume makes a new pod, whose IP may differ).
+  - deleting a SandboxClaim deletes the Sandboxes it owns and their pods (the garbage
+    collector).
 Resources (namespaced): divergedev.com/v1alpha1 agenttasks, environments; v1 secrets,
-configmaps; events.k8s.io/v1 events; coordination.k8s.io/v1 leases; extensions.agents.x-k8s.io/v1beta1 sandboxclaims;
+configmaps, pods (only the simulated agent-sandbox pods); events.k8s.io/v1 events; coordination.k8s.io/v1 leases; extensions.agents.x-k8s.io/v1beta1 sandboxclaims;
 agents.x-k8s.io/v1beta1 sandboxes.
 
 Run: fake_kube.py [--port 0] [--token T] [--history N] [--bookmark-seconds S]
@@ -54,6 +70,7 @@ RESOURCES = {
     "environments": ("divergedev.com", "v1alpha1", "Environment", True, True),
     "secrets": ("", "v1", "Secret", False, False),
     "configmaps": ("", "v1", "ConfigMap", False, False),
+    "pods": ("", "v1", "Pod", True, False),
     "events": ("events.k8s.io", "v1", "Event", False, False),
     "leases": ("coordination.k8s.io", "v1", "Lease", False, False),
     "sandboxclaims": ("extensions.agents.x-k8s.io", "v1beta1", "SandboxClaim", True, True),
@@ -111,6 +128,7 @@ class FakeKube:
         self.history = collections.deque(maxlen=history)  # (rv, plural, ns, type, obj)
         self.compacted = 0  # events with rv <= this may be gone from the history
         self.requests = []  # (method, path) log for tests
+        self.agent_pods = {}  # (ns, sandbox) -> (claim, pod IP): simulated agent-sandbox
         self.stopping = False
         self.frozen = False  # watch streams deliver nothing while set (test control)
         self.epoch = 0  # bumped by compact(): every open watch stream ends
@@ -229,6 +247,9 @@ class FakeKube:
         self._bump(merged)
         self.objects[(plural, ns, name)] = merged
         self._record(plural, ns, "MODIFIED", merged)
+        if sub is None:
+            self._agent_after_write(plural, ns, name, old, merged)
+            return self.objects[(plural, ns, name)]
         return merged
 
     def delete(self, plural, ns, name, expect_rv=None):
@@ -242,7 +263,104 @@ class FakeKube:
         obj = json.loads(json.dumps(obj))
         self._bump(obj)
         self._record(plural, ns, "DELETED", obj)
+        self._agent_after_delete(plural, ns, obj)
         return obj
+
+    # ---- simulated agent-sandbox controller (see the module docstring) ----
+    def _set_status(self, plural, ns, name, status):
+        obj = json.loads(json.dumps(self.get(plural, ns, name)))
+        obj["status"] = status
+        obj["metadata"].pop("resourceVersion", None)
+        return self.write(plural, ns, name, obj, "status", False)
+
+    def agent_bind(self, ns, claim, pod_ip, sandbox=None):
+        with self.lock:
+            c = self.get("sandboxclaims", ns, claim)
+            sb = sandbox or claim + "-sbx"
+            self.create("sandboxes", ns, {
+                "metadata": {"name": sb, "ownerReferences": [{
+                    "apiVersion": "extensions.agents.x-k8s.io/v1beta1",
+                    "kind": "SandboxClaim", "name": claim, "uid": c["metadata"]["uid"],
+                    "controller": True}]},
+                "spec": {"podTemplate": {"spec": {"containers": [{"name": "runner"}]}},
+                         "operatingMode": "Running"}})
+            self.agent_pods[(ns, sb)] = (claim, pod_ip)
+            self._agent_pod(ns, sb, True)
+            self._agent_sandbox_status(ns, sb, "Running")
+            c = json.loads(json.dumps(self.get("sandboxclaims", ns, claim)))
+            c["metadata"].setdefault("annotations", {})["agents.x-k8s.io/sandbox-name"] = sb
+            c["metadata"].pop("resourceVersion", None)
+            self.write("sandboxclaims", ns, claim, c, None, False)
+            return self.get("sandboxes", ns, sb)
+
+    def _agent_sandbox_status(self, ns, sb, mode, finished=None):
+        claim, ip = self.agent_pods[(ns, sb)]
+        t = now_rfc3339()
+        if finished is not None:
+            conds = [{"type": "Ready", "status": "False", "reason": finished,
+                      "message": "", "lastTransitionTime": t},
+                     {"type": "Finished", "status": "True", "reason": finished,
+                      "message": "", "lastTransitionTime": t}]
+            ips = []
+        elif mode == "Suspended":
+            conds = [{"type": "Ready", "status": "False", "reason": "SandboxSuspended",
+                      "message": "", "lastTransitionTime": t},
+                     {"type": "Suspended", "status": "True", "reason": "PodTerminated",
+                      "message": "", "lastTransitionTime": t}]
+            ips = []
+        else:
+            conds = [{"type": "Ready", "status": "True", "reason": "DependenciesReady",
+                      "message": "", "lastTransitionTime": t}]
+            ips = [ip]
+        self._set_status("sandboxes", ns, sb, {"conditions": conds, "podIPs": ips})
+        if ("sandboxclaims", ns, claim) in self.objects:
+            st = {"sandbox": {"name": sb}}
+            if ips:
+                st["sandbox"]["podIPs"] = ips
+            self._set_status("sandboxclaims", ns, claim, st)
+
+    def _agent_pod(self, ns, sb, present, exit_code=None):
+        if not present:
+            if ("pods", ns, sb) in self.objects:
+                self.delete("pods", ns, sb)
+            return
+        if ("pods", ns, sb) not in self.objects:
+            self.create("pods", ns, {"metadata": {"name": sb}, "spec": {
+                "containers": [{"name": "runner", "image": "diverge-agent-runner"}]}})
+        if exit_code is None:
+            st = {"phase": "Running", "podIP": self.agent_pods[(ns, sb)][1],
+                  "containerStatuses": [{"name": "runner", "state": {"running": {}}}]}
+        else:
+            st = {"phase": "Succeeded" if exit_code == 0 else "Failed",
+                  "containerStatuses": [{"name": "runner", "state": {
+                      "terminated": {"exitCode": exit_code}}}]}
+        self._set_status("pods", ns, sb, st)
+
+    def agent_finish(self, ns, sandbox, succeeded, exit_code=None):
+        with self.lock:
+            self.get("sandboxes", ns, sandbox)
+            self._agent_pod(ns, sandbox, True,
+                            exit_code if exit_code is not None else (0 if succeeded else 1))
+            self._agent_sandbox_status(ns, sandbox, None,
+                                       "PodSucceeded" if succeeded else "PodFailed")
+
+    def _agent_after_write(self, plural, ns, name, old, new):
+        if plural == "sandboxes" and (ns, name) in self.agent_pods:
+            mode = (new.get("spec") or {}).get("operatingMode")
+            if mode != (old.get("spec") or {}).get("operatingMode"):
+                self._agent_pod(ns, name, mode != "Suspended")
+                self._agent_sandbox_status(ns, name, mode)
+
+    def _agent_after_delete(self, plural, ns, obj):
+        if plural != "sandboxclaims":
+            return
+        uid = obj["metadata"].get("uid")
+        for (p, n, name), o in list(self.objects.items()):
+            refs = o.get("metadata", {}).get("ownerReferences") or []
+            if p == "sandboxes" and n == ns and any(r.get("uid") == uid for r in refs):
+                self._agent_pod(ns, name, False)
+                self.agent_pods.pop((ns, name), None)
+                self.delete("sandboxes", ns, name)
 
     def freeze_watches(self):
         """Test control: open watches stop delivering (a partitioned watch cache)."""
@@ -395,6 +513,9 @@ class _Handler(BaseHTTPRequestHandler):
                 (fake.freeze_watches if u.path == "/fake/freeze" else fake.compact)()
                 return self._send_json(200, {"kind": "Status", "apiVersion": "v1",
                                              "metadata": {}, "status": "Success"})
+            if self.command == "POST" and u.path in ("/fake/agent-sandbox/bind",
+                                                     "/fake/agent-sandbox/finish"):
+                return self._agent_control(fake, u.path)
             if self.command == "GET" and self._discovery(u.path):
                 return
             m = PATH_RE.match(u.path)
@@ -409,6 +530,21 @@ class _Handler(BaseHTTPRequestHandler):
             self._resource(fake, plural, m.group("ns"), m.group("name"), m.group("sub"), q)
         except ApiError as e:
             self._error(e)
+
+    def _agent_control(self, fake, path):
+        b = self._body()
+        if not isinstance(b, dict) or not isinstance(b.get("namespace"), str):
+            raise ApiError(400, "BadRequest", "namespace is required")
+        if path.endswith("/bind"):
+            obj = fake.agent_bind(b["namespace"], str(b.get("claim")), str(b.get("podIP")),
+                                  b.get("sandbox"))
+        else:
+            code = b.get("exitCode")
+            fake.agent_finish(b["namespace"], str(b.get("sandbox")), bool(b.get("succeeded")),
+                              code if isinstance(code, int) else None)
+            with fake.lock:
+                obj = fake.get("sandboxes", b["namespace"], str(b.get("sandbox")))
+        return self._send_json(200, obj)
 
     def _discovery(self, path):
         if path == "/api":
