@@ -69,6 +69,7 @@ struct server_config {
     char *kubeconfig;     /* --store kubernetes: kubeconfig path; NULL: $KUBECONFIG, in-cluster */
     char *kube_namespace; /* namespace of the Lease, token index and queues; NULL: the config's */
     char *lease_name;     /* the leader election Lease ("diverge-leader") */
+    char *leader_elect;   /* "true": take part in the election; "false": never lead */
 };
 
 struct serve_kube; /* serve_kube.c */
