@@ -10,10 +10,8 @@ leader's bot, sticky comment), a pause from a comment, and deleted through the A
 (verb, resource, namespace, name) the fake saw from a role must be allowed by the Roles and
 ClusterRoles the rendered bindings give that role's service account; the server role must
 also have been granted nothing it never used (least privilege shown by a run)."""
-import base64
 import json
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -117,7 +115,11 @@ def run_roles(objs, tmp):
     srvs = {}
     try:
         for role in ("controller", "server"):
-            d = tc.one(objs, "Deployment", "%s-%s" % (FN, role))
+            ds = [d for d in tc.by_kind(objs, "Deployment")
+                  if d["metadata"]["name"] == "%s-%s" % (FN, role)]
+            if not ds:  # server.enabled=false
+                continue
+            d = ds[0]
             root = os.path.join(tmp, role)
             os.makedirs(root)
             argv, data = lay_out(objs, d, root)
@@ -134,7 +136,7 @@ def run_roles(objs, tmp):
             srvs[role] = Server(argv, env=env, data_dir=data).start()
             if role == "controller":
                 wait(lambda: lease_holder(kube) == "%s-controller-0" % FN, what="lease")
-        drive(srvs["server"], gh)
+        drive(srvs.get("server", srvs["controller"]), gh)  # the Service's pods
     except BaseException:
         for role, s in srvs.items():
             print("--- %s stderr (tail) ---\n%s" % (role, "\n".join(
@@ -205,11 +207,13 @@ SERVER_UNEXERCISED = {
 
 def check_run(sets):
     objs = tc.render(sets + ["sandbox.provider=none"], release=RELEASE, namespace=RNS)
-    server_args = tc.one(objs, "Deployment", FN + "-server")["spec"]["template"]["spec"][
-        "containers"][0]["args"]
     ctl_args = tc.one(objs, "Deployment", FN + "-controller")["spec"]["template"]["spec"][
         "containers"][0]["args"]
-    assert "--leader-elect=false" in server_args and "--leader-elect=true" in ctl_args
+    assert "--leader-elect=true" in ctl_args
+    for d in tc.by_kind(objs, "Deployment"):
+        if d["metadata"]["name"] == FN + "-server":
+            assert "--leader-elect=false" in d["spec"]["template"]["spec"]["containers"][0][
+                "args"]
     assert "--lease-name=%s-leader" % FN in ctl_args
     tmp = tempfile.mkdtemp(prefix="diverge-chart-rbac-")
     try:
@@ -221,17 +225,23 @@ def check_run(sets):
         for user, method, path, q in kube.audit:
             assert user in seen, "a request without a role's token: %s %s" % (method, path)
             seen[user].add(request_attrs(method, path, q))
-    assert "leader_election_disabled" in srvs["server"].stderr()
-    assert not [a for a in seen["server"] if a[1] == "leases"], "the server never elects"
+    if "server" in srvs:
+        assert "leader_election_disabled" in srvs["server"].stderr()
+        assert not [a for a in seen["server"] if a[1] == "leases"], "the server never elects"
     for role, attrs in seen.items():
         print("%s used: %s" % (role, sorted({(a[0], a[1], a[2], a[3] == RNS, a[4])
                                              for a in attrs}, key=str)))
     for role, attrs in seen.items():
+        if role not in srvs:
+            assert not attrs, role
+            continue
         g = grants(objs, "%s-%s" % (FN, role))
         denied = sorted((a for a in attrs if not allowed(g, a)), key=str)
         assert not denied, "%s: the chart's RBAC forbids what it does: %s" % (role, denied)
     # The server role holds nothing it never used (the controller's sandbox rights are
     # for agent-sandbox, which this run does not use).
+    if "server" not in srvs:
+        return
     g = grants(objs, FN + "-server")
     unused = granted(g) - {(a[0], a[1], a[2]) for a in seen["server"]} - set(SERVER_UNEXERCISED)
     assert not unused, "server: granted but never used: %s" % sorted(unused)
@@ -246,10 +256,16 @@ def test_rbac_with_task_namespaces():
     check_run(["rbac.taskNamespaces={default,octo-repo}"])
 
 
+def test_rbac_without_the_server_deployment():
+    """server.enabled=false: the controller's pods answer the Service and do both jobs."""
+    check_run(["server.enabled=false"])
+
+
 if __name__ == "__main__":
     try:
         tc.setup()
     except ch.Offline as e:
         print("SKIP test_chart_rbac: %s" % e)
         sys.exit(0)
-    run_tests([test_rbac_allows_what_each_role_does, test_rbac_with_task_namespaces])
+    run_tests([test_rbac_allows_what_each_role_does, test_rbac_with_task_namespaces,
+               test_rbac_without_the_server_deployment])
