@@ -13,6 +13,7 @@ also have been granted nothing it never used (least privilege shown by a run).""
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 
@@ -22,7 +23,7 @@ import chart_helpers as ch  # noqa: E402
 import test_chart as tc  # noqa: E402
 from fake_kube import FakeKube, PATH_RE  # noqa: E402
 from github_helpers import comment_payload, deliver, new_fake, wait, SECRET, TOKEN  # noqa: E402
-from harness import API, Server, run_tests  # noqa: E402
+from harness import API, DIVERGE_BIN, Server, run_tests  # noqa: E402
 
 RELEASE, RNS = "rel", "diverge"
 FN = "rel-diverge"
@@ -247,6 +248,15 @@ def check_run(sets):
     assert not unused, "server: granted but never used: %s" % sorted(unused)
 
 
+def test_leader_elect_takes_true_or_false():
+    r = subprocess.run([DIVERGE_BIN, "serve", "--store", "kubernetes", "--leader-elect=maybe"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "--leader-elect must be true or false" in r.stderr, r
+    h = subprocess.run([DIVERGE_BIN, "serve", "--help"], capture_output=True, text=True,
+                       timeout=30).stdout
+    assert "--leader-elect" in h and "DIVERGE_LEADER_ELECT" in h
+
+
 def test_rbac_allows_what_each_role_does():
     check_run([])
 
@@ -267,5 +277,5 @@ if __name__ == "__main__":
     except ch.Offline as e:
         print("SKIP test_chart_rbac: %s" % e)
         sys.exit(0)
-    run_tests([test_rbac_allows_what_each_role_does, test_rbac_with_task_namespaces,
-               test_rbac_without_the_server_deployment])
+    run_tests([test_leader_elect_takes_true_or_false, test_rbac_allows_what_each_role_does,
+               test_rbac_with_task_namespaces, test_rbac_without_the_server_deployment])
