@@ -138,6 +138,10 @@ def run_roles(objs, tmp):
             if role == "controller":
                 wait(lambda: lease_holder(kube) == "%s-controller-0" % FN, what="lease")
         drive(srvs.get("server", srvs["controller"]), gh)  # the Service's pods
+        for role in ("server", "controller"):  # SIGTERM: a clean exit (the Lease released)
+            if role in srvs:
+                assert srvs[role].stop() == 0, role
+        assert lease_holder(kube) == "", "the controller released the Lease"
     except BaseException:
         for role, s in srvs.items():
             print("--- %s stderr (tail) ---\n%s" % (role, "\n".join(
