@@ -437,8 +437,9 @@ def pod_files(objs, root):
 def test_server_runs_with_the_chart_args():
     """The real `diverge serve` started with the rendered Deployment's arguments and
     Secrets (paths below a temporary root, listeners on loopback port 0) answers the
-    probes and the task API with the chart's admin token. Cluster store and agent-sandbox
-    are the cluster-mode work, so this is the embedded-store variant of the chart."""
+    probes and the task API with the chart's admin token: the embedded-store variant of
+    the chart (test_chart_rbac.py runs the cluster-store Deployments against a fake API
+    server; agent-sandbox needs its provider)."""
     objs = render(["server.store=sqlite", "sandbox.provider=none"])
     root = tempfile.mkdtemp(prefix="diverge-chart-pod-")
     try:

@@ -94,7 +94,7 @@ spec:
         # below grant them in this namespace only).
         - --kube-namespace={{ $root.Release.Namespace }}
         {{- if eq .role "controller" }}
-        # The holder of this Lease (the one the leader-election Role names) runs the
+        # The holder of this Lease (the one the controller Role names) runs the
         # controller and the SCM workers; the other controller replicas wait.
         - --leader-elect=true
         - --lease-name={{ include "diverge.fullname" $root }}-leader
