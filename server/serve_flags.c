@@ -46,6 +46,9 @@ static const struct flag g_flags[] = {
      "queue ConfigMaps (default: the in-cluster or kubeconfig namespace)"},
     {"--lease-name", "DIVERGE_LEASE_NAME", "diverge-leader", CFG(lease_name),
      "--store kubernetes: the Lease whose holder runs the controller and the SCM workers"},
+    {"--leader-elect", "DIVERGE_LEADER_ELECT", "true", CFG(leader_elect),
+     "--store kubernetes: true (take part in the Lease election) or false (never lead: "
+     "only the API, webhooks and the meter, never the controller or the SCM workers)"},
     {"--log-format", "DIVERGE_LOG_FORMAT", NULL, CFG(log_format),
      "text or json (default text on a terminal, else json)"},
     {"--sandbox-provider", "DIVERGE_SANDBOX_PROVIDER", "local", CFG(sandbox_provider),
@@ -142,13 +145,18 @@ void serve_config_cleanup(struct server_config *cfg)
     }
 }
 
-/* --sandbox-network and --sandbox-allow-host: 0, or 2 after saying what is wrong. */
+/* --sandbox-network and --sandbox-allow-host (and --leader-elect): 0, or 2 after saying
+ * what is wrong. */
 static int check_network(const struct server_config *cfg)
 {
     struct egress_policy *p;
     struct err err = {0};
     int rc;
 
+    if (strcmp(cfg->leader_elect, "true") != 0 && strcmp(cfg->leader_elect, "false") != 0) {
+        fprintf(stderr, "diverge: serve: --leader-elect must be true or false\n");
+        return 2;
+    }
     if (strcmp(cfg->sandbox_network, "none") != 0 && strcmp(cfg->sandbox_network, "proxy") != 0) {
         fprintf(stderr, "diverge: serve: --sandbox-network must be none or proxy\n");
         return 2;

@@ -4,7 +4,8 @@
  * in the API server before the 202) and the meter; only the leader runs the controller and
  * the bot, outbox and notifier workers. One thread starts and stops them as leadership
  * changes (the elector's callback only records what it wants), so a start and a stop never
- * overlap; SIGTERM stops them, then releases the Lease so another replica takes over. */
+ * overlap; SIGTERM stops them, then releases the Lease so another replica takes over.
+ * With --leader-elect=false a replica never takes part: it serves only. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -225,6 +226,12 @@ int serve_kube_elect_start(struct server *srv, struct err *err)
     int64_t duration_ms = knob_ms("DIVERGE_LEASE_DURATION_MS", 15000);
 
     k->identity = identity();
+    if (srv->cfg.leader_elect != NULL && strcmp(srv->cfg.leader_elect, "false") == 0) {
+        /* --leader-elect=false: never touch the Lease, never run the leader's workers
+         * (the chart's server Deployment; its service account may not write Leases). */
+        log_kv(LOG_INFO, "leader_election_disabled", "identity", k->identity, NULL);
+        return E_OK;
+    }
     o.ns = k->ns;
     o.name = srv->cfg.lease_name != NULL ? srv->cfg.lease_name : "diverge-leader";
     o.identity = k->identity;

@@ -70,6 +70,7 @@ struct server_config {
     char *kube_namespace; /* namespace of the Lease, token index and queues; NULL: the config's */
     char *lease_name;     /* the leader election Lease ("diverge-leader") */
     char *sandbox_warm_pool; /* agent-sandbox: the SandboxWarmPool claims name */
+    char *leader_elect;      /* "true": take part in the election; "false": never lead */
 };
 
 struct serve_kube; /* serve_kube.c */

@@ -22,6 +22,8 @@ server does them:
     `create secret` send protobuf; `create -f` sends JSON);
   - metav1.Status errors; bearer token auth (401); discovery and the minimal OpenAPI v3
     documents kubectl 1.33 needs (KUBECTL-PROTOCOL.md).
+Audit: FakeKube(users={token: name}) accepts each token too and keeps every request as
+(name, method, path, query) in .audit (the chart test checks them against its RBAC).
 Test controls: POST /fake/freeze (open watches stop delivering), POST /fake/compact (drop
 the history, end every watch: resuming from before it is 410).
 Simulated agent-sandbox controller (kubernetes-sigs/agent-sandbox v1beta1, as its types
@@ -119,8 +121,11 @@ def gone(rv):
 
 class FakeKube:
     def __init__(self, host="127.0.0.1", port=0, token=None, history=100,
-                 bookmark_seconds=1.0, tls_cert=None, tls_key=None):
+                 bookmark_seconds=1.0, tls_cert=None, tls_key=None, users=None):
         self.token, self.history_max = token, history
+        # bearer token -> user name: each also accepted, and its requests audited by name
+        self.users = dict(users or {})
+        self.audit = []  # (user or None, method, path, query dict): what each client asked
         self.bookmark_seconds = bookmark_seconds
         self.lock = threading.Condition()
         self.rv = 0
@@ -502,11 +507,13 @@ class _Handler(BaseHTTPRequestHandler):
         fake = self.server.fake
         u = urllib.parse.urlsplit(self.path)
         q = dict(urllib.parse.parse_qsl(u.query))
+        auth = self.headers.get("Authorization") or ""
+        user = fake.users.get(auth[len("Bearer "):]) if auth.startswith("Bearer ") else None
         with fake.lock:
             fake.requests.append((self.command, u.path))
+            fake.audit.append((user, self.command, u.path, q))
         try:
-            if fake.token is not None and \
-                    self.headers.get("Authorization") != "Bearer " + fake.token:
+            if fake.token is not None and user is None and auth != "Bearer " + fake.token:
                 raise ApiError(401, "Unauthorized", "Unauthorized")
             if self.command == "POST" and u.path in ("/fake/freeze", "/fake/compact"):
                 self._body()

@@ -237,26 +237,43 @@ def test_rbac_least_privilege():
             assert "*" not in r["verbs"] and "*" not in r["resources"], r
             assert "*" not in r["apiGroups"], r
     assert verbs(server, "divergedev.com", "agenttasks") == {
-        "get", "list", "watch", "create", "patch", "update", "delete"}
-    assert verbs(server, "divergedev.com", "agenttasks/status") == {"get", "update", "patch"}
-    assert verbs(server, "divergedev.com", "environments") == {"get", "list", "watch"}
-    assert verbs(server, "", "secrets") == set(), "the server reads no Secret cluster-wide"
-    assert verbs(ctl, "divergedev.com", "agenttasks") == {"get", "list", "watch", "patch",
+        "get", "list", "watch", "create", "update", "delete"}
+    assert verbs(server, "divergedev.com", "agenttasks/status") == {"update"}
+    assert verbs(server, "divergedev.com", "environments") == {"list", "delete"}
+    assert verbs(server, "", "secrets") == {"get"}, "task-token-<task> for GET …/token only"
+    assert verbs(ctl, "divergedev.com", "agenttasks") == {"get", "list", "watch", "create",
                                                           "update"}
     assert verbs(ctl, "", "secrets") == {"create", "get", "update", "patch", "delete"}
     assert verbs(ctl, "extensions.agents.x-k8s.io", "sandboxclaims") == {
-        "create", "get", "list", "watch", "delete"}
-    assert verbs(ctl, "agents.x-k8s.io", "sandboxes") == {"get", "list", "watch", "patch"}
-    for rules in (server, ctl):  # pods, exec, RBAC: never
-        for res in ("pods", "pods/exec", "roles", "clusterroles", "rolebindings"):
+        "create", "get", "list", "patch", "delete"}
+    assert verbs(ctl, "agents.x-k8s.io", "sandboxes") == {"get", "patch"}
+    for rules in (server, ctl):  # pods, exec, RBAC, Events (none recorded): never
+        for res in ("pods", "pods/exec", "roles", "clusterroles", "rolebindings", "events"):
             assert not any(res in r["resources"] for r in rules), res
-    lease = rules_of(objs, "Role", "rel-diverge-leader-election")
-    assert verbs(lease, "coordination.k8s.io", "leases") == {"create", "get", "update"}
-    named = [r for r in lease if "get" in r["verbs"]]
-    assert named and all(r["resourceNames"] == ["rel-diverge-controller"] for r in named)
-    tokens = rules_of(objs, "Role", "rel-diverge-server-tokens")
-    assert tokens == [{"apiGroups": [""], "resources": ["secrets"],
-                       "resourceNames": ["diverge-agenttask-tokens"], "verbs": ["get"]}]
+        assert not any("secrets" in r["resources"] and {"list", "watch"} & set(r["verbs"])
+                       for r in rules)
+    # The release namespace: the Lease only for the controller, by the name it is given.
+    sroles = rules_of(objs, "Role", "rel-diverge-server")
+    croles = rules_of(objs, "Role", "rel-diverge-controller")
+    assert verbs(sroles, "coordination.k8s.io", "leases") == set(), "the server never leads"
+    assert verbs(croles, "coordination.k8s.io", "leases") == {"create", "get", "update"}
+    named = [r for r in croles if r["resources"] == ["leases"] and "get" in r["verbs"]]
+    assert named and all(r["resourceNames"] == ["rel-diverge-leader"] for r in named)
+    args = {}
+    for d in by_kind(objs, "Deployment"):
+        args[d["metadata"]["name"]] = d["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--lease-name=rel-diverge-leader" in args["rel-diverge-controller"]
+    assert "--leader-elect=true" in args["rel-diverge-controller"]
+    assert "--leader-elect=false" in args["rel-diverge-server"]
+    assert not any(a.startswith("--lease-name") for a in args["rel-diverge-server"])
+    for a in args.values():
+        assert "--kube-namespace=diverge" in a
+    assert verbs(sroles, "", "configmaps") == {"create", "list", "watch"}
+    assert verbs(croles, "", "configmaps") == {"create", "get", "list", "watch", "update",
+                                               "delete"}
+    for rules in (sroles, croles):  # the token index by name; never list or watch
+        idx = [r for r in rules if r.get("resourceNames") == ["diverge-agenttask-tokens"]]
+        assert idx and set(idx[0]["verbs"]) == {"get", "update"}, idx
     # Every verb is explained: a comment above each rule's verbs in the template.
     with open(os.path.join(CHART, "templates", "rbac.yaml")) as f:
         lines = f.read().splitlines()
@@ -265,10 +282,16 @@ def test_rbac_least_privilege():
             assert lines[i - 1].strip().startswith("#"), "no reason above line %d" % (i + 1)
     # rbac.taskNamespaces: RoleBindings there instead of ClusterRoleBindings.
     objs = render(["rbac.taskNamespaces={team-a,team-b}"])
-    assert not by_kind(objs, "ClusterRoleBinding")
     ns = sorted(b["metadata"]["namespace"] for b in by_kind(objs, "RoleBinding")
                 if b["roleRef"]["kind"] == "ClusterRole")
     assert ns == ["team-a", "team-a", "team-b", "team-b"], ns
+    # but the store's informer lists and watches AgentTasks in every namespace
+    wide = {b["metadata"]["name"] for b in by_kind(objs, "ClusterRoleBinding")}
+    assert wide == {"rel-diverge-diverge-server-all-namespaces",
+                    "rel-diverge-diverge-controller-all-namespaces"}, wide
+    wide_rules = rules_of(objs, "ClusterRole", "rel-diverge-diverge-server-all-namespaces")
+    assert wide_rules == [{"apiGroups": ["divergedev.com"], "resources": ["agenttasks"],
+                           "verbs": ["list", "watch"]}], wide_rules
 
 
 def test_toggles():
@@ -414,8 +437,9 @@ def pod_files(objs, root):
 def test_server_runs_with_the_chart_args():
     """The real `diverge serve` started with the rendered Deployment's arguments and
     Secrets (paths below a temporary root, listeners on loopback port 0) answers the
-    probes and the task API with the chart's admin token. Cluster store and agent-sandbox
-    are the cluster-mode work, so this is the embedded-store variant of the chart."""
+    probes and the task API with the chart's admin token: the embedded-store variant of
+    the chart (test_chart_rbac.py runs the cluster-store Deployments against a fake API
+    server; agent-sandbox needs its provider)."""
     objs = render(["server.store=sqlite", "sandbox.provider=none"])
     root = tempfile.mkdtemp(prefix="diverge-chart-pod-")
     try:

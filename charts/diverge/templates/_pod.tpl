@@ -89,6 +89,21 @@ spec:
         - --api-token-file=/var/lib/diverge/secrets/api-token
         - --public-url={{ include "diverge.publicURL" $root }}
         - --store={{ $v.server.store }}
+        {{- if eq $v.server.store "kubernetes" }}
+        # The Lease, the token index Secret and the queue ConfigMaps live here (the Roles
+        # below grant them in this namespace only).
+        - --kube-namespace={{ $root.Release.Namespace }}
+        {{- if eq .role "controller" }}
+        # The holder of this Lease (the one the controller Role names) runs the
+        # controller and the SCM workers; the other controller replicas wait.
+        - --leader-elect=true
+        - --lease-name={{ include "diverge.fullname" $root }}-leader
+        {{- else }}
+        # Serves the API, webhooks and the meter only: never takes the Lease, never
+        # reconciles (its service account may not write Leases, SandboxClaims or tokens).
+        - --leader-elect=false
+        {{- end }}
+        {{- end }}
         - --sandbox-provider={{ $v.sandbox.provider }}
         - --log-format={{ $v.server.logFormat }}
         {{- with $v.server.previewBaseURL }}
