@@ -199,6 +199,7 @@ def test_sandbox_template_and_warm_pool():
     assert tmpl["spec"]["envVarsInjectionPolicy"] == "Allowed"  # SandboxClaim spec.env
     pod = tmpl["spec"]["podTemplate"]["spec"]
     assert pod["automountServiceAccountToken"] is False
+    assert pod["restartPolicy"] == "Never", "agent-sandbox reports Finished only then"
     assert pod["securityContext"]["runAsNonRoot"] is True
     (c,) = pod["containers"]
     assert c["image"] == "diverge-agent-runner:0.1.0"
