@@ -207,10 +207,9 @@ static size_t env_add(char **env, size_t n, char *kv)
     return n + 1;
 }
 
-/* The CGI environment: nothing of the server's but PATH, nothing of the request but
- * what is checked here. */
-static size_t cgi_env(char **env, struct request *r, enum git_service svc, const char *root,
-                      const char *path_info, bool post)
+/* The config git runs with (GIT_CONFIG_COUNT: over the repository's own): hooks off,
+ * only fast-forwards of existing refs, no deletes, objects checked, only SVC served. */
+static size_t cgi_config(char **env, size_t n, enum git_service svc)
 {
     static const char *const cfg[] = {
         "core.hooksPath=/dev/null", "receive.denyNonFastForwards=true",
@@ -218,11 +217,36 @@ static size_t cgi_env(char **env, struct request *r, enum git_service svc, const
         "receive.autogc=false",     "receive.advertisePushOptions=false",
         "http.getanyfile=false",    "uploadpack.allowAnySHA1InWant=false",
     };
+    size_t k = 0;
+
+    for (size_t i = 0; i < ARRAY_LEN(cfg); i++) {
+        const char *eq = strchr(cfg[i], '=');
+        n = env_add(env, n, xasprintf("GIT_CONFIG_KEY_%zu=%.*s", k, (int)(eq - cfg[i]), cfg[i]));
+        n = env_add(env, n, xasprintf("GIT_CONFIG_VALUE_%zu=%s", k, eq + 1));
+        k++;
+    }
+    n = env_add(env, n, xasprintf("GIT_CONFIG_KEY_%zu=http.uploadpack", k));
+    n = env_add(env, n,
+                xasprintf("GIT_CONFIG_VALUE_%zu=%s", k, svc == SVC_UPLOAD ? "true" : "false"));
+    k++;
+    n = env_add(env, n, xasprintf("GIT_CONFIG_KEY_%zu=http.receivepack", k));
+    n = env_add(env, n,
+                xasprintf("GIT_CONFIG_VALUE_%zu=%s", k, svc == SVC_RECEIVE ? "true" : "false"));
+    k++;
+    n = env_add(env, n, xasprintf("GIT_CONFIG_COUNT=%zu", k));
+    return n;
+}
+
+/* The CGI environment: nothing of the server's but PATH, nothing of the request but
+ * what is checked here. */
+static size_t cgi_env(char **env, struct request *r, enum git_service svc, const char *root,
+                      const char *path_info, bool post)
+{
     const char *path = getenv("PATH");
     const char *proto = http_header(r, "Git-Protocol");
     const char *enc = http_header(r, MHD_HTTP_HEADER_CONTENT_ENCODING);
     const char *name = svc == SVC_UPLOAD ? "git-upload-pack" : "git-receive-pack";
-    size_t n = 0, k = 0;
+    size_t n = 0;
 
     n = env_add(env, n, xasprintf("PATH=%s", path != NULL ? path : "/usr/bin:/bin"));
     n = env_add(env, n, xstrdup("HOME=/nonexistent"));
@@ -247,21 +271,7 @@ static size_t cgi_env(char **env, struct request *r, enum git_service svc, const
     if (svc == SVC_UPLOAD && proto != NULL && strcmp(proto, "version=2") == 0) {
         n = env_add(env, n, xstrdup("GIT_PROTOCOL=version=2"));
     }
-    for (size_t i = 0; i < ARRAY_LEN(cfg); i++) {
-        const char *eq = strchr(cfg[i], '=');
-        n = env_add(env, n, xasprintf("GIT_CONFIG_KEY_%zu=%.*s", k, (int)(eq - cfg[i]), cfg[i]));
-        n = env_add(env, n, xasprintf("GIT_CONFIG_VALUE_%zu=%s", k, eq + 1));
-        k++;
-    }
-    n = env_add(env, n, xasprintf("GIT_CONFIG_KEY_%zu=http.uploadpack", k));
-    n = env_add(env, n,
-                xasprintf("GIT_CONFIG_VALUE_%zu=%s", k, svc == SVC_UPLOAD ? "true" : "false"));
-    k++;
-    n = env_add(env, n, xasprintf("GIT_CONFIG_KEY_%zu=http.receivepack", k));
-    n = env_add(env, n,
-                xasprintf("GIT_CONFIG_VALUE_%zu=%s", k, svc == SVC_RECEIVE ? "true" : "false"));
-    k++;
-    n = env_add(env, n, xasprintf("GIT_CONFIG_COUNT=%zu", k));
+    n = cgi_config(env, n, svc);
     env[n] = NULL;
     return n;
 }

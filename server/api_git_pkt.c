@@ -186,23 +186,35 @@ static long pkt_len(const char *p, size_t left)
     return v;
 }
 
+/* The object ids of "<old> <new> " at P (N bytes): their length (40 or 64) and whether
+ * the new one is all zeros; 0 when malformed. */
+static size_t command_ids(const char *p, size_t n, bool *zero_new)
+{
+    size_t hex = n > 81 && p[40] == ' ' && p[81] == ' ' ? 40 : 64;
+    bool zero_old;
+
+    if (n < 2 * hex + 2 || p[hex] != ' ' || p[2 * hex + 1] != ' ' || !all_hex(p, hex, &zero_old) ||
+        !all_hex(p + hex + 1, hex, zero_new)) {
+        return 0;
+    }
+    return hex;
+}
+
 /* One command "<old> <new> <ref>[NUL caps][LF]" of LEN bytes at P. */
 static int check_command(const char *p, size_t len, const char *working, struct err *err)
 {
     const char *nul = memchr(p, '\0', len);
     size_t n = nul != NULL ? (size_t)(nul - p) : len;
     size_t hex, want = strlen("refs/heads/") + strlen(working);
-    bool zero_old, zero_new;
+    bool zero_new = false;
 
     if (nul == NULL && n > 0 && p[n - 1] == '\n') {
         n--;
     }
-    hex = n > 81 && p[40] == ' ' && p[81] == ' ' ? 40 : 64;
-    if (n < 2 * hex + 2 || p[hex] != ' ' || p[2 * hex + 1] != ' ' || !all_hex(p, hex, &zero_old) ||
-        !all_hex(p + hex + 1, hex, &zero_new)) {
+    hex = command_ids(p, n, &zero_new);
+    if (hex == 0) {
         return err_set(err, E_INVALID, "malformed ref update in the push");
     }
-    (void)zero_old;
     if (n - (2 * hex + 2) != want || memcmp(p + 2 * hex + 2, "refs/heads/", 11) != 0 ||
         memcmp(p + 2 * hex + 2 + 11, working, strlen(working)) != 0) {
         return err_set(err, E_DENIED, "only the task's working branch can be pushed");
