@@ -6,6 +6,7 @@
 #ifndef DIVERGE_SERVER_API_GIT_H
 #define DIVERGE_SERVER_API_GIT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "common/err.h"
