@@ -5,6 +5,7 @@
  * ("agent/t1" or "w"), the rest is tried as a push body, and up to its first NUL as a
  * path segment and as a header value. Checked: no crash or over-read; an accepted push
  * names only refs/heads/<working>; no message echoes the input. */
+#define _GNU_SOURCE /* memmem */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
