@@ -5,7 +5,8 @@ spec.env and runs the real diverge-agent-runner with it (workspace in a temp dir
 agent on the demo repo), which clones over the server's git smart HTTP
 (/api/v1/git/<ns>/<task>.git), meters over HTTP and pushes over HTTP into the task's
 staging repository; the fake then says the pod finished (exit 0) and the server pushes
-`fix(<task>): …` to the working branch of the real bare repository.
+`fix(<task>): …` to the working branch of the real bare repository. Hooks planted in the
+staging repository never run.
 
 Refused, with nothing changed in staging: a push to another branch, a non-fast-forward, a
 delete, another task's token, no token; upload-pack with a revoked token (task paused)
@@ -94,6 +95,16 @@ def test_pod_clones_meters_and_pushes_over_http():
             cl.fake.agent_bind("default", "diverge-g1", "10.1.3.1")
             cl.fake.agent_bind("default", "diverge-g2", "10.1.3.2")
 
+            # Hooks in the staging repository never run (core.hooksPath=/dev/null): one
+            # that ran would leave a marker and refuse the push.
+            marker = os.path.join(tmp, "hook-ran")
+            hooks = os.path.join(srv.data_dir, "staging", "default", "g1.git", "hooks")
+            os.makedirs(hooks, exist_ok=True)
+            for h in ("pre-receive", "update", "post-receive", "post-update"):
+                with open(os.path.join(hooks, h), "w") as f:
+                    f.write("#!/bin/sh\ntouch '%s'\nexit 1\n" % marker)
+                os.chmod(os.path.join(hooks, h), 0o755)
+
             # The pod: clone, meter and push over HTTP with the claim's env only.
             r = subprocess.run([RUNNER_BIN], env=pod_env(env1, tmp), capture_output=True,
                                text=True, timeout=180)
@@ -102,6 +113,7 @@ def test_pod_clones_meters_and_pushes_over_http():
             pushed = staging_refs(srv, "g1")
             assert pushed.startswith("refs/heads/agent/g1 "), pushed
             assert len(pushed.splitlines()) == 1, pushed
+            assert not os.path.exists(marker), "a staging hook ran"
 
             # Refusals: nothing changes in staging.
             ws = os.path.join(tmp, "workspace")
