@@ -167,6 +167,16 @@ def test_pod_clones_meters_and_pushes_over_http():
             st, _ = http_status(url2 + "/info/refs?service=git-upload-pack",
                                 {"Authorization": "Bearer " + tok2})
             assert st == 401, st
+            req = urllib.request.Request(
+                url2 + "/git-upload-pack", data=b"0000", method="POST",
+                headers={"Authorization": "Bearer " + tok2,
+                         "Content-Type": "application/x-git-upload-pack-request"})
+            try:
+                urllib.request.urlopen(req, timeout=10)
+                assert False, "upload-pack with a revoked token answered"
+            except urllib.error.HTTPError as e:
+                assert e.code == 401, e.code
+                assert tok2.encode() not in e.read()
             patch(srv, "g2", {"suspended": False})
             wait_phase(srv, "g2", "Active")
 
