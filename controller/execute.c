@@ -283,16 +283,9 @@ static void do_start(struct controller *c, struct reconcile *r, enum start_mode 
     /* Whatever an older run left goes first: nothing may write the workspace while it is
      * prepared (and handed to the sandbox user). */
     sandbox_stop(c->sandboxes, r->ns, r->name);
-    if (r->url != NULL && strcmp(c->provider, "agent-sandbox") == 0) {
-        /* Before the mirror is fetched for nothing: the provider refuses it (SPEC §9 push
-         * from staging has no path from a pod yet; docs/cluster-mode.md). */
-        rc = err_set(&err, E_INVALID,
-                     "agent-sandbox cannot run tasks with a repository yet: sandbox pods "
-                     "cannot reach the server's repository mirror nor push to its staging "
-                     "repository (docs/cluster-mode.md)");
-    } else {
-        rc = prepare(c, r, &p, &err);
-    }
+    /* agent-sandbox pods clone and push over the server's git smart HTTP
+     * (server/api_git.c), which serves this mirror and staging repository. */
+    rc = prepare(c, r, &p, &err);
     if (rc == E_OK) {
         n = build_env(env, c, r, &p, iteration);
         rc = controller_egress_open(&s.egress, c, r, p.log, env, &n, &err);

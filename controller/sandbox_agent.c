@@ -165,11 +165,6 @@ static int agent_start(struct sandbox_provider *p, const struct sandbox_spec *s,
         rc = err_set(err, E_INVALID,
                      "sandbox network proxy is not available with agent-sandbox: egress of "
                      "sandbox pods is the NetworkPolicy's (use network none)");
-    } else if (s->mirror != NULL) {
-        rc = err_set(err, E_INVALID,
-                     "agent-sandbox cannot run tasks with a repository yet: sandbox pods "
-                     "cannot reach the server's repository mirror nor push to its staging "
-                     "repository (docs/cluster-mode.md)");
     } else if (s->token == NULL) {
         rc = err_set(err, E_INVALID, "no token for the sandbox");
     }
@@ -347,13 +342,51 @@ out:
     return rc;
 }
 
-/* Writes the token the controller just wrote to TOKEN_PATH to the task's Secret. */
+/* Puts TOKEN into the env of NS/NAME's bound Sandbox's pod template: agent-sandbox makes
+ * the pod of a resumed Sandbox from that template (the claim's env was copied into it when
+ * the Sandbox was made), so the new pod runs with the fresh token. Not bound yet: the
+ * claim's env, copied at binding. */
+static int token_env_update(struct agent_provider *ap, const char *ns, const char *name,
+                            const char *token, struct err *err)
+{
+    char *sb = NULL;
+    json_t *doc = NULL, *patch = NULL;
+    int rc = bound_sandbox(&sb, ap, ns, name, err);
+
+    if (rc == E_AGAIN) {
+        char *claim = sandbox_agent_claim_name(name);
+        *err = (struct err){0};
+        rc = kube_get(&doc, ap->kube, &KUBE_SANDBOXCLAIMS, ns, claim, err);
+        patch = rc == E_OK ? sandbox_agent_claim_token_patch(doc, token) : NULL;
+        if (patch != NULL) {
+            rc = k_patch(ap, &KUBE_SANDBOXCLAIMS, ns, claim, patch, err);
+        }
+        free(claim);
+    } else if (rc == E_OK) {
+        rc = kube_get(&doc, ap->kube, &KUBE_SANDBOXES, ns, sb, err);
+        patch = rc == E_OK ? sandbox_agent_token_patch(doc, token) : NULL;
+        if (patch != NULL) {
+            rc = k_patch(ap, &KUBE_SANDBOXES, ns, sb, patch, err);
+        }
+    }
+    json_decref(patch);
+    json_decref(doc);
+    free(sb);
+    return rc;
+}
+
+/* Writes the token the controller just wrote to TOKEN_PATH to the task's Secret and to
+ * the env the next pod starts with. */
 static int token_refresh(struct agent_provider *ap, const char *ns, const char *name,
                          const char *token_path, struct err *err)
 {
     char *token = token_read(token_path);
     int rc = token == NULL ? err_set(err, E_FAIL, "read the token file %s", token_path)
                            : token_put(ap, ns, name, token, err);
+
+    if (rc == E_OK) {
+        rc = token_env_update(ap, ns, name, token, err);
+    }
 
     if (token != NULL) {
         secret_wipe(token, strlen(token));

@@ -16,8 +16,9 @@
 /* The claim annotation agent-sandbox writes with the adopted Sandbox's name. */
 #define SANDBOX_AGENT_ANN_SANDBOX "agents.x-k8s.io/sandbox-name"
 #define SANDBOX_AGENT_TOKEN_KEY "token" /* the Secret key, mounted as .../token/token */
-#define SANDBOX_AGENT_GRACE_S 60        /* shutdownTime: past the controller's own timeout */
-#define SANDBOX_AGENT_EXIT_GONE 137     /* the sandbox vanished or expired under the runner */
+#define SANDBOX_AGENT_TOKEN_ENV "DIVERGE_MACAROON_TOKEN" /* the token in the pod's env */
+#define SANDBOX_AGENT_GRACE_S 60    /* shutdownTime: past the controller's own timeout */
+#define SANDBOX_AGENT_EXIT_GONE 137 /* the sandbox vanished or expired under the runner */
 
 /* "diverge-<task>" (a DNS label: a long task name is cut and given a hash). New string. */
 char *sandbox_agent_claim_name(const char *task);
@@ -36,6 +37,17 @@ bool sandbox_agent_env_wanted(const char *kv);
 json_t *sandbox_agent_claim(const struct sandbox_spec *s, const char *pool, int64_t now_ms);
 
 /* The Secret task-token-<task> holding TOKEN (new object). */
+/* The git smart HTTP URL of NS/TASK's repository (server/api_git.c) at the public URL
+ * METER_URL (<public-url>/api/v1/agenttask/meter) was made of; NULL when it is not one. */
+char *sandbox_agent_git_url(const char *meter_url, const char *ns, const char *task);
+
+/* DOC (a Sandbox) with every env var named SANDBOX_AGENT_TOKEN_ENV of its pod template's
+ * containers set to TOKEN: the merge patch (new reference) that gives the next pod the
+ * fresh token, guarded by DOC's resourceVersion; NULL when the template has no such var. */
+json_t *sandbox_agent_token_patch(const json_t *doc, const char *token);
+/* The same for a SandboxClaim not bound yet: its spec.env (copied into the Sandbox it gets). */
+json_t *sandbox_agent_claim_token_patch(const json_t *doc, const char *token);
+
 json_t *sandbox_agent_secret(const char *ns, const char *task, const char *token);
 
 /* The bound Sandbox's name from CLAIM (status.sandbox.name, else the annotation), or NULL;

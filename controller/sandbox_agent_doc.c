@@ -70,6 +70,41 @@ bool sandbox_agent_env_wanted(const char *kv)
     return true;
 }
 
+#define METER_PATH "/api/v1/agenttask/meter"
+
+char *sandbox_agent_git_url(const char *meter_url, const char *ns, const char *task)
+{
+    size_t n = meter_url != NULL ? strlen(meter_url) : 0;
+
+    if (n <= strlen(METER_PATH) || strcmp(meter_url + n - strlen(METER_PATH), METER_PATH) != 0) {
+        return NULL;
+    }
+    return xasprintf("%.*s/api/v1/git/%s/%s.git", (int)(n - strlen(METER_PATH)), meter_url, ns,
+                     task);
+}
+
+/* A task with a repository: the server's git smart HTTP (server/api_git.c) for both the
+ * clone and the push, at the public URL the meter URL was made of. */
+static void git_env(json_t *env, const struct sandbox_spec *s)
+{
+    const char *meter = NULL;
+    char *url;
+
+    for (size_t i = 0; i < SANDBOX_ENV_MAX && s->env[i] != NULL; i++) {
+        if (strncmp(s->env[i], "DIVERGE_METER_URL=", 18) == 0) {
+            meter = s->env[i] + 18;
+        }
+    }
+    url = s->mirror != NULL ? sandbox_agent_git_url(meter, s->ns, s->name) : NULL;
+    if (url != NULL) {
+        json_array_append_new(env,
+                              json_pack("{s:s, s:s}", "name", "DIVERGE_REPO_URL", "value", url));
+        json_array_append_new(env,
+                              json_pack("{s:s, s:s}", "name", "DIVERGE_PUSH_URL", "value", url));
+    }
+    free(url);
+}
+
 static json_t *claim_env(const struct sandbox_spec *s)
 {
     json_t *env = json_array();
@@ -82,6 +117,13 @@ static json_t *claim_env(const struct sandbox_spec *s)
         }
         json_array_append_new(
             env, json_pack("{s:s%, s:s}", "name", kv, (size_t)(eq - kv), "value", eq + 1));
+    }
+    git_env(env, s);
+    if (s->token != NULL) {
+        /* The pod's token (docs/cluster-mode.md "Token delivery"): a claim can add env
+         * only, no per-task volume. Replaced in the Sandbox's pod template on resume. */
+        json_array_append_new(
+            env, json_pack("{s:s, s:s}", "name", SANDBOX_AGENT_TOKEN_ENV, "value", s->token));
     }
     /* The usage file in the pod's writable /tmp (the root file system is read-only). */
     json_array_append_new(env, json_pack("{s:s, s:s}", "name", "DIVERGE_USAGE_FILE", "value",
@@ -232,4 +274,62 @@ bool sandbox_agent_pod_exit(int *code_out, const json_t *pod)
     }
     *code_out = (int)json_integer_value(code);
     return true;
+}
+
+/* Sets the value of every SANDBOX_AGENT_TOKEN_ENV entry of the env array ENV to TOKEN;
+ * false when there is none. */
+static bool env_set_token(json_t *env, const char *token)
+{
+    size_t j;
+    json_t *e;
+    bool found = false;
+
+    json_array_foreach(env, j, e)
+    {
+        const char *name = json_string_value(json_object_get(e, "name"));
+        if (name != NULL && strcmp(name, SANDBOX_AGENT_TOKEN_ENV) == 0) {
+            json_object_set_new(e, "value", json_string(token));
+            found = true;
+        }
+    }
+    return found;
+}
+
+static const char *resource_version(const json_t *doc)
+{
+    return json_string_value(json_object_get(json_object_get(doc, "metadata"), "resourceVersion"));
+}
+
+json_t *sandbox_agent_token_patch(const json_t *doc, const char *token)
+{
+    const json_t *tmpl = json_object_get(json_object_get(doc, "spec"), "podTemplate");
+    json_t *containers =
+        json_deep_copy(json_object_get(json_object_get(tmpl, "spec"), "containers"));
+    size_t i;
+    json_t *c;
+    bool found = false;
+
+    json_array_foreach(containers, i, c)
+    {
+        found = env_set_token(json_object_get(c, "env"), token) || found;
+    }
+    if (!found || resource_version(doc) == NULL) {
+        json_decref(containers);
+        return NULL;
+    }
+    return json_pack("{s:{s:s}, s:{s:{s:{s:o}}}}", "metadata", "resourceVersion",
+                     resource_version(doc), "spec", "podTemplate", "spec", "containers",
+                     containers);
+}
+
+json_t *sandbox_agent_claim_token_patch(const json_t *doc, const char *token)
+{
+    json_t *env = json_deep_copy(json_object_get(json_object_get(doc, "spec"), "env"));
+
+    if (!env_set_token(env, token) || resource_version(doc) == NULL) {
+        json_decref(env);
+        return NULL;
+    }
+    return json_pack("{s:{s:s}, s:{s:o}}", "metadata", "resourceVersion", resource_version(doc),
+                     "spec", "env", env);
 }

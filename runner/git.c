@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/secret.h"
 #include "runner/runner_int.h"
 
 extern char **environ;
@@ -58,6 +59,57 @@ static int git_ok(const struct runner_config *cfg, char *const *env, const char 
     return rc;
 }
 
+#define METER_PATH "/api/v1/agenttask/meter"
+#define GIT_PATH "/api/v1/git/"
+
+/* The URL prefix of the server's git smart HTTP (<public-url>/api/v1/git/), from the
+ * public URL DIVERGE_METER_URL was made of, when URL is under it; NULL otherwise (a
+ * file:// mirror, another host): then git gets no token. New string. */
+char *runner_git_server_prefix(const char *meter_url, const char *url)
+{
+    size_t n = meter_url != NULL ? strlen(meter_url) : 0, m = strlen(METER_PATH);
+    char *prefix;
+
+    if (url == NULL || n <= m || strcmp(meter_url + n - m, METER_PATH) != 0 ||
+        (strncmp(meter_url, "https://", 8) != 0 && strncmp(meter_url, "http://", 7) != 0)) {
+        return NULL;
+    }
+    prefix = xasprintf("%.*s" GIT_PATH, (int)(n - m), meter_url);
+    if (strncmp(url, prefix, strlen(prefix)) != 0) {
+        free(prefix);
+        return NULL;
+    }
+    return prefix;
+}
+
+/* Config for git's environment (never argv or the URL): the task's token as an
+ * Authorization header only for URLs under the server's git prefix (http.<url>.*
+ * matching), and no redirects. SET gets the entries; returns how many. */
+static size_t token_header(char **set, const struct runner_config *cfg)
+{
+    char *prefix = runner_git_server_prefix(cfg->meter_url, cfg->repo_url);
+    char *tok = NULL;
+    struct err err = {0};
+    size_t n = 0;
+
+    if (prefix == NULL) {
+        prefix = runner_git_server_prefix(cfg->meter_url, cfg->push_url);
+    }
+    if (prefix == NULL) {
+        return 0;
+    }
+    if (runner_token_read(&tok, cfg, &err) == E_OK) {
+        set[n++] = xstrdup("GIT_CONFIG_COUNT=2");
+        set[n++] = xasprintf("GIT_CONFIG_KEY_0=http.%s.extraHeader", prefix);
+        set[n++] = xasprintf("GIT_CONFIG_VALUE_0=Authorization: Bearer %s", tok);
+        set[n++] = xstrdup("GIT_CONFIG_KEY_1=http.followRedirects");
+        set[n++] = xstrdup("GIT_CONFIG_VALUE_1=false");
+        runner_token_free(tok);
+    }
+    free(prefix);
+    return n;
+}
+
 static char **git_env(const struct runner_config *cfg)
 {
     static const char *const unset[] = {"GIT_DIR",
@@ -68,18 +120,23 @@ static char **git_env(const struct runner_config *cfg)
                                         "GIT_COMMITTER_NAME",
                                         "GIT_COMMITTER_EMAIL",
                                         "DIVERGE_MACAROON_TOKEN",
+                                        "GIT_CONFIG_PARAMETERS",
+                                        "GIT_CONFIG_COUNT",
                                         NULL};
-    char *set[6];
+    char *set[12];
     char **env;
+    size_t n;
 
     set[0] = xasprintf("GIT_AUTHOR_NAME=%s", cfg->author_name);
     set[1] = xasprintf("GIT_AUTHOR_EMAIL=%s", cfg->author_email);
     set[2] = xasprintf("GIT_COMMITTER_NAME=%s", cfg->author_name);
     set[3] = xasprintf("GIT_COMMITTER_EMAIL=%s", cfg->author_email);
     set[4] = xstrdup("GIT_TERMINAL_PROMPT=0");
-    set[5] = NULL;
+    n = 5 + token_header(set + 5, cfg);
+    set[n] = NULL;
     env = runner_env_build(environ, unset, (const char *const *)(uintptr_t)set);
     for (size_t i = 0; set[i] != NULL; i++) {
+        secret_wipe(set[i], strlen(set[i]));
         free(set[i]);
     }
     return env;

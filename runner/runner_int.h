@@ -90,6 +90,10 @@ char *runner_meter_body(const struct runner_meter_call *call);
 /* Reads the current token (DIVERGE_MACAROON_TOKEN, else the token file, whitespace
  * trimmed) into a new string the caller frees with runner_token_free(). E_FAIL when
  * there is none. */
+/* The prefix <public-url>/api/v1/git/ (new string) when URL is under the server's git
+ * smart HTTP at the public URL METER_URL was made of; else NULL (git then gets no token). */
+char *runner_git_server_prefix(const char *meter_url, const char *url);
+
 int runner_token_read(char **out, const struct runner_config *cfg, struct err *err);
 void runner_token_free(char *tok);
 

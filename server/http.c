@@ -13,6 +13,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "scm/github/github.h"
+#include "server/api_git.h"
 #include "server/server_int.h"
 
 #define API_PREFIX "/apis/divergedev.com/v1alpha1"
@@ -89,11 +90,17 @@ static const struct route g_routes[] = {
     {"GET", "/ui/login", api_ui_login, "ui.login", AUTH_NONE},
     {"GET", "/ui/*", api_ui_file, "ui", AUTH_NONE},
     {"GET", "/api/v1/events", api_events, "events", AUTH_NONE},
+    /* Git smart HTTP for sandbox pods: the task's token, checked by the handlers. */
+    {"GET", "/api/v1/git/*/*/info/refs", api_git_info_refs, "git.refs", AUTH_NONE},
+    {"POST", "/api/v1/git/*/*/git-upload-pack", api_git_upload_pack, "git.upload", AUTH_NONE},
+    {"POST", "/api/v1/git/*/*/git-receive-pack", api_git_receive_pack, "git.receive", AUTH_NONE},
 };
 
 static const struct route_extra g_route_extras[] = {
     {api_webhook_github, api_webhook_github_begin, SERVER_WEBHOOK_BODY_MAX},
     {api_webhook_gitlab, api_webhook_gitlab_begin, SERVER_WEBHOOK_BODY_MAX},
+    {api_git_upload_pack, api_git_begin, API_GIT_FETCH_BODY_MAX},
+    {api_git_receive_pack, api_git_begin, API_GIT_PUSH_BODY_MAX},
 };
 
 static const struct route_extra *extra_of(int route)

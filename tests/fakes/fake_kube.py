@@ -287,7 +287,12 @@ class FakeKube:
                     "apiVersion": "extensions.agents.x-k8s.io/v1beta1",
                     "kind": "SandboxClaim", "name": claim, "uid": c["metadata"]["uid"],
                     "controller": True}]},
-                "spec": {"podTemplate": {"spec": {"containers": [{"name": "runner"}]}},
+                # As agent-sandbox's createSandbox: the claim's env goes into the first
+                # container of the Sandbox's pod template (the pod is made from it, also
+                # again on resume).
+                "spec": {"podTemplate": {"spec": {"containers": [{
+                    "name": "runner",
+                    "env": json.loads(json.dumps((c.get("spec") or {}).get("env") or []))}]}},
                          "operatingMode": "Running"}})
             self.agent_pods[(ns, sb)] = (claim, pod_ip)
             self._agent_pod(ns, sb, True)

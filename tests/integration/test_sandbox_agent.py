@@ -5,8 +5,8 @@ runner when the test says so (fake_kube.py docstring): the SandboxClaim diverge-
 with warmPoolRef, the SPEC §9 environment and lifecycle.shutdownTime; the token Secret
 task-token-<task>; pause/resume patch the bound Sandbox's spec.operatingMode; the runner's
 end completes or fails the task and deletes the claim (and with it the Sandbox) and the
-Secret; deleting a task deletes its claim; a task with a repository fails with a clear
-SandboxError (no path for the staging push from a pod yet)."""
+Secret; deleting a task deletes its claim; a repository that cannot be mirrored fails
+with SandboxError before any claim (repositories: test_sandbox_agent_git.py)."""
 import base64
 import datetime
 import json
@@ -47,9 +47,9 @@ class Cluster:
     def __exit__(self, *exc):
         self.fake.stop()
 
-    def server(self, data_dir=None):
+    def server(self, data_dir=None, args=()):
         return Server(args=["--sandbox-provider", "agent-sandbox", "--kubeconfig",
-                            self.kubeconfig, "--sandbox-warm-pool", POOL],
+                            self.kubeconfig, "--sandbox-warm-pool", POOL] + list(args),
                       env={"DIVERGE_SANDBOX_POLL_MS": "100", "KUBECONFIG": None},
                       data_dir=data_dir)
 
@@ -192,12 +192,13 @@ def test_runner_failure_delete_and_repository():
         cl.wait_obj("sandboxclaims", "diverge-b3", present=False)
         cl.wait_obj("secrets", "task-token-b3", present=False)
 
-        # A repository: no path for the pod to the mirror or the staging push yet.
+        # A repository is served to the pod over git smart HTTP
+        # (test_sandbox_agent_git.py); one that cannot be mirrored fails before any claim.
         create(srv, task("b4", "file:///nonexistent/repo.git"))
         body = wait_phase(srv, "b4", ("Completed", "Failed"))
         assert body["status"]["reason"] == "SandboxError", body["status"]
-        assert "agent-sandbox cannot run tasks with a repository" in \
-            body["status"]["message"], body["status"]
+        assert "agent-sandbox cannot" not in body["status"]["message"], body["status"]
+        assert cl.obj("sandboxclaims", "diverge-b4") is None
         assert cl.obj("sandboxclaims", "diverge-b4") is None
 
 

@@ -108,6 +108,83 @@ TEST(claim_document)
     json_decref(claim);
 }
 
+TEST(claim_repository_env_and_token)
+{
+    struct sandbox_spec s;
+    json_t *claim, *sb, *patch, *env;
+    char *u;
+
+    spec_of(&s);
+    s.mirror = "/data/mirrors/0123456789abcdef.git";
+    s.token = "tok-1";
+    claim = sandbox_agent_claim(&s, "pool-a", 1796041200000);
+    /* The server's git smart HTTP, never the host paths. */
+    CHECK_EQ_STR(env_value(claim, "DIVERGE_REPO_URL"),
+                 "https://diverge.example/api/v1/git/default/t1.git");
+    CHECK_EQ_STR(env_value(claim, "DIVERGE_PUSH_URL"),
+                 "https://diverge.example/api/v1/git/default/t1.git");
+    CHECK_EQ_STR(env_value(claim, SANDBOX_AGENT_TOKEN_ENV), "tok-1");
+    json_decref(claim);
+    s.mirror = NULL;
+    claim = sandbox_agent_claim(&s, "pool-a", 1796041200000);
+    CHECK(env_value(claim, "DIVERGE_REPO_URL") == NULL);
+    CHECK(env_value(claim, "DIVERGE_PUSH_URL") == NULL);
+    CHECK(sandbox_agent_git_url("https://x/other", "default", "t1") == NULL);
+    CHECK(sandbox_agent_git_url(NULL, "default", "t1") == NULL);
+    u = sandbox_agent_git_url("http://127.0.0.1:8080/api/v1/agenttask/meter", "ns", "t");
+    CHECK_EQ_STR(u, "http://127.0.0.1:8080/api/v1/git/ns/t.git");
+    free(u);
+
+    /* The claim unbound: its spec.env gets the fresh token, guarded by resourceVersion. */
+    json_object_set_new(json_object_get(claim, "metadata"), "resourceVersion", json_string("7"));
+    patch = sandbox_agent_claim_token_patch(claim, "tok-2");
+    CHECK(patch != NULL);
+    CHECK_EQ_STR(
+        json_string_value(json_object_get(json_object_get(patch, "metadata"), "resourceVersion")),
+        "7");
+    json_object_set(json_object_get(claim, "spec"), "env",
+                    json_object_get(json_object_get(patch, "spec"), "env"));
+    CHECK_EQ_STR(env_value(claim, SANDBOX_AGENT_TOKEN_ENV), "tok-2");
+    CHECK_EQ_STR(env_value(claim, "DIVERGE_OBJECTIVE"), "a=b");
+    json_decref(patch);
+
+    /* A bound Sandbox: the env of its pod template's containers (the resumed pod's). */
+    env = json_deep_copy(json_object_get(json_object_get(claim, "spec"), "env"));
+    sb = json_pack("{s:{s:s}, s:{s:{s:{s:[{s:s}, {s:s, s:o}]}}}}", "metadata", "resourceVersion",
+                   "9", "spec", "podTemplate", "spec", "containers", "name", "side", "name",
+                   "runner", "env", env);
+    patch = sandbox_agent_token_patch(sb, "tok-3");
+    CHECK(patch != NULL);
+    CHECK_EQ_STR(
+        json_string_value(json_object_get(json_object_get(patch, "metadata"), "resourceVersion")),
+        "9");
+    env = json_object_get(
+        json_array_get(
+            json_object_get(
+                json_object_get(json_object_get(json_object_get(patch, "spec"), "podTemplate"),
+                                "spec"),
+                "containers"),
+            1),
+        "env");
+    {
+        json_t *view = json_pack("{s:{s:O}}", "spec", "env", env);
+        CHECK_EQ_STR(env_value(view, SANDBOX_AGENT_TOKEN_ENV), "tok-3");
+        CHECK_EQ_STR(env_value(view, "DIVERGE_OBJECTIVE"), "a=b");
+        json_decref(view);
+    }
+    json_decref(patch);
+    /* No token var in the template: nothing to patch. */
+    {
+        json_t *tmpl = json_object_get(json_object_get(sb, "spec"), "podTemplate");
+        json_t *runner =
+            json_array_get(json_object_get(json_object_get(tmpl, "spec"), "containers"), 1);
+        json_object_del(runner, "env");
+    }
+    CHECK(sandbox_agent_token_patch(sb, "tok-3") == NULL);
+    json_decref(sb);
+    json_decref(claim);
+}
+
 TEST(secret_document)
 {
     json_t *sec = sandbox_agent_secret("ns1", "t1", "tok");

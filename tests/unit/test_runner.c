@@ -17,6 +17,25 @@ static int parse(struct runner_usage *u, const char *line)
     return runner_usage_parse(u, line, strlen(line), NULL);
 }
 
+/* git gets the task's token only for the server's git smart HTTP at its public URL. */
+TEST(git_token_only_for_the_server)
+{
+    const char *meter = "http://127.0.0.1:8080/api/v1/agenttask/meter";
+    char *p = runner_git_server_prefix(meter, "http://127.0.0.1:8080/api/v1/git/default/t.git");
+
+    CHECK_EQ_STR(p, "http://127.0.0.1:8080/api/v1/git/");
+    free(p);
+    CHECK(runner_git_server_prefix(meter, "file:///data/mirrors/x.git") == NULL);
+    CHECK(runner_git_server_prefix(meter, "http://127.0.0.1:8081/api/v1/git/default/t.git") ==
+          NULL);
+    CHECK(runner_git_server_prefix(meter, "http://127.0.0.1:8080.evil/api/v1/git/d/t.git") == NULL);
+    CHECK(runner_git_server_prefix(meter, "https://github.com/o/r.git") == NULL);
+    CHECK(runner_git_server_prefix(NULL, "http://127.0.0.1:8080/api/v1/git/d/t.git") == NULL);
+    CHECK(runner_git_server_prefix("file:///x/api/v1/agenttask/meter", "file:///x/api/v1/git/") ==
+          NULL);
+    CHECK(runner_git_server_prefix(meter, NULL) == NULL);
+}
+
 TEST(usage_line_exact_money)
 {
     struct runner_usage u;
