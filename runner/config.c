@@ -68,6 +68,10 @@ static int load_numbers(struct runner_config *c, runner_getenv_fn get, void *ud,
         return err_set(err, E_INVALID, "DIVERGE_METER_ATTEMPTS must be 1 to 100");
     }
     c->meter_attempts = (int)n;
+    c->ca_file = get_opt(get, ud, "DIVERGE_CA_FILE", NULL);
+    if (c->ca_file != NULL && c->ca_file[0] != '/') {
+        return err_set(err, E_INVALID, "DIVERGE_CA_FILE must be an absolute path");
+    }
     v = get_opt(get, ud, "DIVERGE_REVOKED_WAIT_MS", NULL);
     if (v != NULL && parse_long(&c->revoked_wait_ms, v, 0, 3600000) != E_OK) {
         return err_set(err, E_INVALID, "DIVERGE_REVOKED_WAIT_MS must be 0 to 3600000");

@@ -122,6 +122,7 @@ static char **git_env(const struct runner_config *cfg)
                                         "DIVERGE_MACAROON_TOKEN",
                                         "GIT_CONFIG_PARAMETERS",
                                         "GIT_CONFIG_COUNT",
+                                        "GIT_SSL_CAINFO",
                                         NULL};
     char *set[12];
     char **env;
@@ -133,6 +134,9 @@ static char **git_env(const struct runner_config *cfg)
     set[3] = xasprintf("GIT_COMMITTER_EMAIL=%s", cfg->author_email);
     set[4] = xstrdup("GIT_TERMINAL_PROMPT=0");
     n = 5 + token_header(set + 5, cfg);
+    if (cfg->ca_file != NULL) {
+        set[n++] = xasprintf("GIT_SSL_CAINFO=%s", cfg->ca_file);
+    }
     set[n] = NULL;
     env = runner_env_build(environ, unset, (const char *const *)(uintptr_t)set);
     for (size_t i = 0; set[i] != NULL; i++) {

@@ -212,6 +212,7 @@ static enum runner_meter_next exchange(struct runner_meter_answer *a,
     req.method = "POST";
     req.url = cfg->meter_socket != NULL ? RUNNER_SOCKET_URL : cfg->meter_url;
     req.unix_socket = cfg->meter_socket;
+    req.ca_file = cfg->ca_file;
     req.headers = hdrs;
     req.body = body;
     req.body_len = strlen(body);
@@ -315,6 +316,7 @@ long runner_preview_check(const struct runner_config *cfg)
     long status = -1;
 
     req.url = cfg->preview_url;
+    req.ca_file = cfg->ca_file;
     req.headers = hdrs;
     req.timeout_ms = RUNNER_PREVIEW_TIMEOUT_MS;
     req.max_body = 1u << 20;

@@ -158,6 +158,8 @@ struct runner_config {
     const char *token_file;    /* DIVERGE_TOKEN_FILE or NULL */
     const char *meter_socket;  /* DIVERGE_METER_SOCKET or NULL (preferred) */
     const char *meter_url;     /* DIVERGE_METER_URL or NULL */
+    const char *ca_file;       /* DIVERGE_CA_FILE: PEM bundle that https meter, preview and
+                                  git calls trust instead of the system's, or NULL */
     int meter_attempts;        /* DIVERGE_METER_ATTEMPTS or 8: tries per meter call */
     long revoked_wait_ms;      /* DIVERGE_REVOKED_WAIT_MS or 30000: how long a 401 with a
                                   token file waits for a new token (a pause in progress) */

@@ -200,6 +200,10 @@ def test_sandbox_template_and_warm_pool():
     pod = tmpl["spec"]["podTemplate"]["spec"]
     assert pod["automountServiceAccountToken"] is False
     assert pod["restartPolicy"] == "Never", "agent-sandbox reports Finished only then"
+    runner_env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert runner_env["DIVERGE_CA_FILE"] == "/etc/diverge/ca/ca.crt", runner_env
+    mounts = {m["mountPath"]: m["name"] for m in pod["containers"][0]["volumeMounts"]}
+    assert mounts["/etc/diverge/ca"] == "ca", mounts
     assert pod["securityContext"]["runAsNonRoot"] is True
     (c,) = pod["containers"]
     assert c["image"] == "diverge-agent-runner:0.1.0"

@@ -14,6 +14,7 @@ answers 401; the resumed Sandbox's pod template carries the fresh token."""
 import base64
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
 import urllib.error
@@ -198,5 +199,49 @@ def test_pod_clones_meters_and_pushes_over_http():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_pod_over_https_trusts_only_the_given_ca():
+    """With the public URL on the TLS listener (as the chart runs it) the pod clones, meters
+    and pushes over HTTPS trusting DIVERGE_CA_FILE (the chart mounts the server's CA);
+    without it the server's self-signed certificate is refused and nothing is pushed."""
+    tmp = tempfile.mkdtemp(prefix="diverge-agits-")
+    origin = make_bare_repo(tmp)
+    port = free_port()
+    args = ["--agent-cmd", "sh " + DEMO_AGENT, "--verify-cmd", "sh test.sh",
+            "--tls-listen", "127.0.0.1:%d" % port, "--public-url", "https://127.0.0.1:%d" % port]
+    try:
+        with Cluster() as cl, cl.server(args=args) as srv:
+            create(srv, repo_task("s1", origin))
+            env = claim_env(cl, "s1")
+            assert env["DIVERGE_REPO_URL"].startswith("https://127.0.0.1:%d/" % port), env
+            assert env["DIVERGE_METER_URL"].startswith("https://127.0.0.1:%d/" % port), env
+            wait_phase(srv, "s1", "Active")
+            cl.fake.agent_bind("default", "diverge-s1", "10.1.4.1")
+            r = subprocess.run([RUNNER_BIN], env=pod_env(env, tmp), capture_output=True,
+                               text=True, timeout=180)
+            assert r.returncode != 0, "the runner trusted a self-signed certificate"
+            assert "certificate" in (r.stdout + r.stderr).lower(), (r.stdout, r.stderr)
+            assert staging_refs(srv, "s1") == "", staging_refs(srv, "s1")
+            shutil.rmtree(os.path.join(tmp, "workspace"), ignore_errors=True)
+            penv = pod_env(env, tmp)
+            penv["DIVERGE_CA_FILE"] = os.path.join(srv.data_dir, "tls.crt")
+            r = subprocess.run([RUNNER_BIN], env=penv, capture_output=True, text=True,
+                               timeout=180)
+            assert r.returncode == 0, (r.stdout, r.stderr)
+            assert staging_refs(srv, "s1").startswith("refs/heads/agent/s1 ")
+            cl.fake.agent_finish("default", "diverge-s1-sbx", True)
+            body = wait_phase(srv, "s1", ("Completed", "Failed"), timeout=60)
+            assert body["status"]["phase"] == "Completed", body["status"]
+            assert body["status"]["costUSD"] not in (None, "0", "0.00"), body["status"]
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 if __name__ == "__main__":
-    run_tests([test_pod_clones_meters_and_pushes_over_http])
+    run_tests([test_pod_clones_meters_and_pushes_over_http,
+               test_pod_over_https_trusts_only_the_given_ca])
