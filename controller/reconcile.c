@@ -552,6 +552,57 @@ static int apply_outcome(struct controller *c, struct reconcile *r, struct err *
     return rc;
 }
 
+/* Rewrites an Active task's Environment when its sandbox address changed (agent-sandbox
+ * pods get their IP after the start): a transaction of its own, since a reconcile that
+ * decides NOTHING applies nothing else. */
+static int refresh_txn(struct task_txn *tx, void *userdata)
+{
+    struct reconcile *r = userdata;
+    struct task_view v;
+    json_t *doc = NULL, *before;
+    struct err err = {0};
+    int rc = task_txn_get(&doc, tx, r->ns, r->name, &err);
+
+    if (rc != E_OK) {
+        return rc;
+    }
+    task_view_of(&v, doc);
+    before = json_deep_copy(doc);
+    rc = v.phase == TASK_ACTIVE ? apply_preview(r, tx, doc, &err) : E_AGAIN;
+    if (rc == E_OK && !json_equal(before, doc)) {
+        rc = task_txn_put(tx, doc, &err);
+    }
+    json_decref(before);
+    json_decref(doc);
+    return rc;
+}
+
+/* Whether R (planned NOTHING) has a sandbox address its Environment does not carry yet;
+ * checked on the read side first, so steady reconciles open no write transaction. */
+static bool address_changed(struct reconcile *r)
+{
+    json_t *env = NULL;
+    char *ip;
+    const char *was;
+    bool changed;
+
+    if (r->action != CONTROLLER_NOTHING || r->preview_env == NULL || !preview_may_refresh(r)) {
+        return false;
+    }
+    ip = sandbox_address(r->c->sandboxes, r->ns, r->name, CONTROLLER_SANDBOX_IP);
+    if (ip == NULL || task_store_env_get(&env, r->c->store, r->ns, r->preview_env, NULL) != E_OK) {
+        free(ip);
+        return false;
+    }
+    was = json_string_value(
+        json_object_get(json_object_get(json_object_get(env, "metadata"), "annotations"),
+                        CONTROLLER_ANN_SANDBOX_IP));
+    changed = was == NULL || strcmp(was, ip) != 0;
+    json_decref(env);
+    free(ip);
+    return changed;
+}
+
 int controller_reconcile(struct controller *c, const char *ns, const char *name, struct err *err)
 {
     struct reconcile r = {.c = c, .ns = ns, .name = name, .plan = true};
@@ -579,6 +630,9 @@ int controller_reconcile(struct controller *c, const char *ns, const char *name,
     }
     if (rc == E_OK && r.action != CONTROLLER_NOTHING) {
         rc = apply_outcome(c, &r, err);
+    } else if (rc == E_OK && address_changed(&r)) {
+        rc = task_store_txn(c->store, refresh_txn, &r, err);
+        rc = rc == E_AGAIN ? E_OK : rc;
     }
     pthread_mutex_unlock(&c->lock);
     reconcile_cleanup(&r);

@@ -12,15 +12,17 @@ Refused, with nothing changed in staging: a push to another branch, a non-fast-f
 delete, another task's token, no token; upload-pack with a revoked token (task paused)
 answers 401; the resumed Sandbox's pod template carries the fresh token."""
 import base64
+import http.server
 import os
 import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import urllib.error
 import urllib.request
 
-from harness import run_tests
+from harness import API, run_tests
 from runner_helpers import DEMO_AGENT, RUNNER_BIN, branch_log, make_bare_repo
 from sandbox_helpers import create, patch, wait_phase, wait_until
 from test_sandbox_agent import Cluster
@@ -205,6 +207,34 @@ def free_port():
         return s.getsockname()[1]
 
 
+class PreviewRouter:
+    """A loopback stand-in for the preview router: 200 to every GET, records the
+    x-diverge-env header of each."""
+
+    def __init__(self):
+        self.seen = []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                outer.seen.append(self.headers.get("x-diverge-env"))
+                self.send_response(200)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = "http://127.0.0.1:%d" % self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
 def test_pod_over_https_trusts_only_the_given_ca():
     """With the public URL on the TLS listener (as the chart runs it) the pod clones, meters
     and pushes over HTTPS trusting DIVERGE_CA_FILE (the chart mounts the server's CA);
@@ -212,8 +242,10 @@ def test_pod_over_https_trusts_only_the_given_ca():
     tmp = tempfile.mkdtemp(prefix="diverge-agits-")
     origin = make_bare_repo(tmp)
     port = free_port()
+    router = PreviewRouter()
     args = ["--agent-cmd", "sh " + DEMO_AGENT, "--verify-cmd", "sh test.sh",
-            "--tls-listen", "127.0.0.1:%d" % port, "--public-url", "https://127.0.0.1:%d" % port]
+            "--tls-listen", "127.0.0.1:%d" % port, "--public-url", "https://127.0.0.1:%d" % port,
+            "--preview-base-url", router.url]
     try:
         with Cluster() as cl, cl.server(args=args) as srv:
             create(srv, repo_task("s1", origin))
@@ -222,6 +254,15 @@ def test_pod_over_https_trusts_only_the_given_ca():
             assert env["DIVERGE_METER_URL"].startswith("https://127.0.0.1:%d/" % port), env
             wait_phase(srv, "s1", "Active")
             cl.fake.agent_bind("default", "diverge-s1", "10.1.4.1")
+
+            # The linked preview Environment carries the sandbox pod's IP (SPEC §4, §11).
+            def sandbox_ip():
+                st, _, e = srv.request("GET", API + "/namespaces/default/environments/"
+                                       "agent-preview-s1")
+                return st == 200 and e["metadata"].get("annotations", {}).get(
+                    "divergedev.com/sandbox-ip") == "10.1.4.1"
+            wait_until(sandbox_ip, what="the pod IP on the Environment")
+            assert env["DIVERGE_PREVIEW_HEADER_VALUE"] == "agent-preview-s1", env
             r = subprocess.run([RUNNER_BIN], env=pod_env(env, tmp), capture_output=True,
                                text=True, timeout=180)
             assert r.returncode != 0, "the runner trusted a self-signed certificate"
@@ -238,7 +279,9 @@ def test_pod_over_https_trusts_only_the_given_ca():
             body = wait_phase(srv, "s1", ("Completed", "Failed"), timeout=60)
             assert body["status"]["phase"] == "Completed", body["status"]
             assert body["status"]["costUSD"] not in (None, "0", "0.00"), body["status"]
+            assert "agent-preview-s1" in router.seen, router.seen
     finally:
+        router.close()
         shutil.rmtree(tmp, ignore_errors=True)
 
 
