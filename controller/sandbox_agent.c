@@ -46,7 +46,7 @@ struct agent_box **agent_find(struct agent_provider *ap, const char *ns, const c
     return pp;
 }
 
-static void box_free(struct agent_box *b)
+void agent_box_free(struct agent_box *b)
 {
     free(b->ns);
     free(b->name);
@@ -508,7 +508,7 @@ static void agent_stop(struct sandbox_provider *p, const char *ns, const char *n
     }
     token_delete(ap, ns, name);
     if (b != NULL) {
-        box_free(b);
+        agent_box_free(b);
     }
     free(claim);
 }
@@ -538,7 +538,7 @@ static void agent_free(struct sandbox_provider *p)
     while (ap->head != NULL) {
         struct agent_box *b = ap->head;
         ap->head = b->next;
-        box_free(b);
+        agent_box_free(b);
     }
     pthread_mutex_destroy(&ap->lock);
     pthread_mutex_destroy(&ap->op_lock);

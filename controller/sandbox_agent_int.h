@@ -26,6 +26,9 @@ struct agent_box {
     struct agent_box *next;
 };
 
+/* Frees B and everything it owns (sandbox_agent.c). */
+void agent_box_free(struct agent_box *b);
+
 struct agent_provider {
     struct sandbox_provider base; /* must be first */
     struct kube_client *kube;     /* borrowed */

@@ -284,13 +284,7 @@ static void adopt_one(struct agent_provider *ap, const char *data_dir, const jso
     }
     pthread_mutex_unlock(&ap->lock);
     if (b != NULL) {
-        free(b->ns);
-        free(b->name);
-        free(b->claim);
-        free(b->token_path);
-        free(b->log_path);
-        free(b->ip);
-        free(b);
+        agent_box_free(b);
     }
     json_decref(doc);
     json_decref(sb);
