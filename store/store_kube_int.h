@@ -91,6 +91,7 @@ int kst_txn_env_delete(struct task_txn *tx, const char *ns, const char *name, st
 void kst_txn_defer(struct task_txn *tx, json_t *op);
 /* Writes one deferred queue op: {"op":"outbox"|"sticky"|"edit", ...} (store_kube_outbox.c). */
 int kst_queue_apply(struct kube_store *s, const json_t *op, struct err *err);
+void kst_outbox_name_replies(json_t *later); /* names replies after their inbox entry */
 int kst_token_current(struct token_record *out, struct task_store *st, const char *ns,
                       const char *name, struct err *err);
 /* Creates the normalized task OBJ: the object, then its status (the API server drops status

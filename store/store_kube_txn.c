@@ -107,7 +107,11 @@ int kst_txn(struct task_store *st, task_txn_fn fn, void *userdata, struct err *e
     if (top > 0) {
         kst_wait_seen(t.s, top, false);
     }
-    /* Only once the tasks are written, and once: a rerun FN never doubles a reply. */
+    /* Only once the tasks are written, and once: a rerun FN never doubles a reply; nor
+     * does a rerun of the same inbox entry by the next leader (deterministic names). */
+    if (rc == E_OK) {
+        kst_outbox_name_replies(t.later);
+    }
     for (size_t i = 0; rc == E_OK && i < json_array_size(t.later); i++) {
         rc = kst_queue_apply(t.s, json_array_get(t.later, i), err);
     }

@@ -248,4 +248,80 @@ TEST(outbox_coalesces_pending_edits)
     task_store_close(st);
 }
 
+struct reply_ud {
+    int64_t inbox_id;
+};
+
+/* What a bot step does for one inbox entry: a reaction, a reply, the entry marked done. */
+static int reply_and_done(struct task_txn *tx, void *ud)
+{
+    const struct reply_ud *u = ud;
+    struct outbox_entry e;
+    int rc;
+
+    memset(&e, 0, sizeof(e));
+    snprintf(e.provider, sizeof(e.provider), "github");
+    snprintf(e.kind, sizeof(e.kind), "react");
+    e.project = (char *)(uintptr_t) "octo/repo";
+    e.number = 7;
+    e.target = (char *)(uintptr_t) "c1";
+    e.body = (char *)(uintptr_t) "+1";
+    rc = task_txn_outbox_add(NULL, tx, &e, NULL);
+    snprintf(e.kind, sizeof(e.kind), "comment");
+    e.target = NULL;
+    e.body = (char *)(uintptr_t) "status: running";
+    if (rc == E_OK) {
+        rc = task_txn_outbox_add(NULL, tx, &e, NULL);
+    }
+    return rc == E_OK ? task_txn_inbox_done(tx, u->inbox_id, NULL) : rc;
+}
+
+/* The next leader runs the same inbox entry again when the last one died after queueing
+ * its replies but before the entry's done mark: the replies are queued once, and a reply
+ * already sent is not sent again. */
+TEST(inbox_rerun_after_handover_queues_replies_once)
+{
+    struct task_store *st = open_mem();
+    struct inbox_entry a = entry("d1", 7, "c1"), got;
+    struct outbox_entry o;
+    struct reply_ud u;
+    int64_t wait, depth = 0;
+    bool dup;
+
+    if (!store_is_kube()) {
+        /* the replies and the done mark commit together: no rerun after a crash */
+        store_backend_note("inbox rerun", "atomic on sqlite");
+        task_store_close(st);
+        return;
+    }
+    CHECK_OK(task_store_inbox_add(&dup, st, &a, NULL));
+    CHECK_OK(task_store_inbox_next(&got, &wait, st, NULL));
+    u.inbox_id = got.id;
+    inbox_entry_cleanup(&got);
+    CHECK_OK(task_store_txn(st, reply_and_done, &u, NULL));
+    CHECK_OK(task_store_outbox_depth(&depth, st, NULL));
+    CHECK_EQ_INT(depth, 2);
+    /* as if the done mark had not been written: the entry is due again */
+    CHECK_OK(task_store_inbox_retry(st, u.inbox_id, 0, false, "handover", NULL));
+    CHECK_OK(task_store_inbox_next(&got, &wait, st, NULL));
+    CHECK_EQ_INT(got.id, u.inbox_id);
+    inbox_entry_cleanup(&got);
+    CHECK_OK(task_store_txn(st, reply_and_done, &u, NULL));
+    CHECK_OK(task_store_outbox_depth(&depth, st, NULL));
+    CHECK_EQ_INT(depth, 2);
+    /* both replies sent; a third run queues nothing new */
+    for (int i = 0; i < 2; i++) {
+        CHECK_OK(task_store_outbox_next(&o, &wait, st, NULL));
+        CHECK_OK(task_store_outbox_done(st, o.id, "1", NULL));
+        outbox_entry_cleanup(&o);
+    }
+    CHECK_OK(task_store_inbox_retry(st, u.inbox_id, 0, false, "handover", NULL));
+    CHECK_OK(task_store_txn(st, reply_and_done, &u, NULL));
+    CHECK_OK(task_store_outbox_depth(&depth, st, NULL));
+    CHECK_EQ_INT(depth, 0);
+    CHECK(task_store_outbox_next(&o, &wait, st, NULL) == E_NOTFOUND);
+    outbox_entry_cleanup(&o);
+    task_store_close(st);
+}
+
 T_MAIN
