@@ -324,4 +324,79 @@ TEST(inbox_rerun_after_handover_queues_replies_once)
     task_store_close(st);
 }
 
+/* A bot step that raises the task's budget (not idempotent) and replies. */
+static int bump_and_reply(struct task_txn *tx, void *ud)
+{
+    json_t *doc = NULL, *spec;
+    int rc = task_txn_get(&doc, tx, "default", "b", NULL);
+
+    if (rc != E_OK) {
+        return rc;
+    }
+    spec = json_object_get(doc, "spec");
+    json_object_set_new(
+        spec, "budgetTokens",
+        json_integer(json_integer_value(json_object_get(spec, "budgetTokens")) + 1000));
+    rc = task_txn_put(tx, doc, NULL);
+    json_decref(doc);
+    return rc == E_OK ? reply_and_done(tx, ud) : rc;
+}
+
+static json_int_t budget_tokens(struct task_store *st)
+{
+    json_t *o = NULL;
+    json_int_t n;
+
+    CHECK_OK(task_store_get(&o, st, "default", "b", NULL));
+    n = json_integer_value(json_object_get(json_object_get(o, "spec"), "budgetTokens"));
+    json_decref(o);
+    return n;
+}
+
+/* The next leader reruns an inbox entry whose step was written (task and replies) but not
+ * marked done: the task change is recognised as applied, not made twice; another entry's
+ * step still changes the task. */
+TEST(inbox_rerun_after_handover_changes_task_once)
+{
+    struct task_store *st = open_mem();
+    struct inbox_entry a = entry("d1", 7, "c1"), b = entry("d2", 7, "c2"), got;
+    struct reply_ud u, v;
+    json_t *t = new_task("b"), *o = NULL;
+    int64_t wait, depth = 0;
+    json_int_t before;
+    bool dup;
+
+    if (!store_is_kube()) {
+        store_backend_note("inbox rerun", "atomic on sqlite");
+        json_decref(t);
+        task_store_close(st);
+        return;
+    }
+    CHECK_OK(task_store_create(&o, st, t, NULL));
+    json_decref(o);
+    before = budget_tokens(st);
+    CHECK_OK(task_store_inbox_add(&dup, st, &a, NULL));
+    CHECK_OK(task_store_inbox_add(&dup, st, &b, NULL));
+    CHECK_OK(task_store_inbox_next(&got, &wait, st, NULL));
+    u.inbox_id = got.id;
+    inbox_entry_cleanup(&got);
+    CHECK_OK(task_store_txn(st, bump_and_reply, &u, NULL));
+    CHECK_EQ_INT(budget_tokens(st), before + 1000);
+    CHECK_OK(task_store_inbox_retry(st, u.inbox_id, 0, false, "handover", NULL));
+    CHECK_OK(task_store_txn(st, bump_and_reply, &u, NULL));
+    CHECK_EQ_INT(budget_tokens(st), before + 1000);
+    CHECK_OK(task_store_outbox_depth(&depth, st, NULL));
+    CHECK_EQ_INT(depth, 2);
+    CHECK_OK(task_store_inbox_next(&got, &wait, st, NULL)); /* the second comment */
+    CHECK(got.id != u.inbox_id);
+    v.inbox_id = got.id;
+    inbox_entry_cleanup(&got);
+    CHECK_OK(task_store_txn(st, bump_and_reply, &v, NULL));
+    CHECK_EQ_INT(budget_tokens(st), before + 2000);
+    CHECK_OK(task_store_outbox_depth(&depth, st, NULL));
+    CHECK_EQ_INT(depth, 4);
+    json_decref(t);
+    task_store_close(st);
+}
+
 T_MAIN
