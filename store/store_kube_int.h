@@ -89,8 +89,17 @@ int kst_txn_env_put(struct task_txn *tx, json_t *env, struct err *err);
 int kst_txn_env_delete(struct task_txn *tx, const char *ns, const char *name, struct err *err);
 /* Queues OP (taken) to be written after the transaction's tasks, once (store_kube_txn.c). */
 void kst_txn_defer(struct task_txn *tx, json_t *op);
+/* A bot step for inbox entry ID ends (its done/fail mark): when a task it changed already
+ * carries ID in KST_ANN_APPLIED (a leader applied it and died before the mark), its task
+ * changes are undone; else the changed tasks get ID (in the same write as the change). */
+void kst_txn_inbox_mark(struct task_txn *tx, int64_t id);
+#define KST_ANN_APPLIED "divergedev.com/applied-inbox" /* newest first, comma separated */
+#define KST_APPLIED_KEEP 16
+bool kst_applied_has(const json_t *doc, int64_t id);
+void kst_applied_add(json_t *doc, int64_t id);
 /* Writes one deferred queue op: {"op":"outbox"|"sticky"|"edit", ...} (store_kube_outbox.c). */
 int kst_queue_apply(struct kube_store *s, const json_t *op, struct err *err);
+void kst_outbox_name_replies(json_t *later); /* names replies after their inbox entry */
 int kst_token_current(struct token_record *out, struct task_store *st, const char *ns,
                       const char *name, struct err *err);
 /* Creates the normalized task OBJ: the object, then its status (the API server drops status

@@ -94,6 +94,15 @@ static int outbox_write(struct kube_store *s, const json_t *op, struct err *err)
                          .next = json_integer_value(json_object_get(op, "next"))};
     int rc;
 
+    if (json_is_true(json_object_get(op, "fixed"))) {
+        /* Named after its inbox entry: AlreadyExists is this reply queued (perhaps sent)
+         * by a leader that died before marking the entry done. */
+        int rc2 = kst_cm_create(s, json_object_get(op, "cm"), err);
+        if (rc2 == E_CONFLICT) {
+            err_clear(err);
+        }
+        return rc2 == E_CONFLICT ? E_OK : rc2;
+    }
     if (key != NULL) {
         char *target = coalesce_target(s, key);
         rc = target != NULL ? kst_cm_update(s, target, apply_coalesce, &c, err) : E_NOTFOUND;
@@ -132,9 +141,82 @@ int kst_txn_outbox_add(int64_t *id_out, struct task_txn *tx, const struct outbox
     kst_cm_set_int(cm, "seq", now);
     kst_cm_set_int(cm, "next", next);
     kst_cm_set_int(cm, "attempts", 0);
-    kst_txn_defer(tx, json_pack("{s:s,s:o,s:s?,s:s?,s:I}", "op", "outbox", "cm", cm, "key",
-                                e->coalesce_key, "body", e->body, "next", (json_int_t)next));
+    kst_txn_defer(tx, json_pack("{s:s,s:o,s:s?,s:s?,s:I,s:b,s:s}", "op", "outbox", "cm", cm, "key",
+                                e->coalesce_key, "body", e->body, "next", (json_int_t)next, "shown",
+                                id_out != NULL, "kind", e->kind));
     return E_OK;
+}
+
+static bool is_inbox_edit(const json_t *op)
+{
+    const char *what = json_string_value(json_object_get(op, "op"));
+    const char *q = json_string_value(json_object_get(op, "queue"));
+
+    return what != NULL && strcmp(what, "edit") == 0 && q != NULL && strcmp(q, KST_Q_INBOX) == 0;
+}
+
+/* KIND as a DNS label part: lower-case letters and digits, at most 16. */
+static void name_kind(char out[17], const char *kind)
+{
+    size_t n = 0;
+
+    for (const char *p = kind != NULL ? kind : ""; *p != '\0' && n < 16; p++) {
+        if ((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9')) {
+            out[n++] = *p;
+        }
+    }
+    out[n] = '\0';
+}
+
+/* How many outbox ops of LATER[FROM..K) have the kind of LATER[K]. */
+static int same_kind_before(const json_t *later, size_t from, size_t k)
+{
+    const char *kind = json_string_value(json_object_get(json_array_get(later, k), "kind"));
+    int n = 0;
+
+    for (size_t j = from; j < k; j++) {
+        const json_t *o = json_array_get(later, j);
+        const char *kj = json_string_value(json_object_get(o, "kind"));
+        if (kind != NULL && kj != NULL && strcmp(kind, kj) == 0 &&
+            strcmp(json_string_value(json_object_get(o, "op")), "outbox") == 0) {
+            n++;
+        }
+    }
+    return n;
+}
+
+/* Names the outbox entries a transaction queued for an inbox entry (those deferred before
+ * its done/fail mark, since the previous mark) out-i<inbox id>-<kind>-<n>: a rerun of the same
+ * entry after a leader died between the reply's write and the mark writes the same names,
+ * and its create is AlreadyExists. Entries whose id the caller was told keep theirs. */
+void kst_outbox_name_replies(json_t *later)
+{
+    size_t from = 0, i;
+    json_t *op;
+
+    json_array_foreach(later, i, op)
+    {
+        if (!is_inbox_edit(op)) {
+            continue;
+        }
+        for (size_t k = from; k < i; k++) {
+            json_t *o = json_array_get(later, k);
+            const char *what = json_string_value(json_object_get(o, "op"));
+            char name[64], kind[17];
+            if (what == NULL || strcmp(what, "outbox") != 0 ||
+                json_is_true(json_object_get(o, "shown"))) {
+                continue;
+            }
+            name_kind(kind, json_string_value(json_object_get(o, "kind")));
+            snprintf(name, sizeof(name), "out-i%llx-%s-%d",
+                     (unsigned long long)json_integer_value(json_object_get(op, "id")), kind,
+                     same_kind_before(later, from, k));
+            json_object_set_new(json_object_get(json_object_get(o, "cm"), "metadata"), "name",
+                                json_string(name));
+            json_object_set_new(o, "fixed", json_true());
+        }
+        from = i + 1;
+    }
 }
 
 int kst_outbox_next(struct outbox_entry *out, int64_t *wait_ms_out, struct task_store *st,

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/buf.h"
 #include "store/store_kube_int.h"
 
 /* --- inbox ------------------------------------------------------------------------- */
@@ -136,9 +137,69 @@ int kst_inbox_retry(struct task_store *st, int64_t id, int64_t delay_ms, bool fa
     return kst_cm_edit_id(kst_of(st), KST_Q_INBOX, id, &e, err);
 }
 
+/* --- the inbox entries a task's last changes came from ------------------------------- */
+
+static void id_text(char out[24], int64_t id)
+{
+    snprintf(out, 24, "%llx", (unsigned long long)id);
+}
+
+bool kst_applied_has(const json_t *doc, int64_t id)
+{
+    const char *list = json_string_value(json_object_get(
+        json_object_get(json_object_get(doc, "metadata"), "annotations"), KST_ANN_APPLIED));
+    char want[24];
+    size_t n;
+
+    id_text(want, id);
+    n = strlen(want);
+    for (const char *p = list; p != NULL && *p != '\0';) {
+        const char *end = strchr(p, ',');
+        size_t len = end != NULL ? (size_t)(end - p) : strlen(p);
+        if (len == n && strncmp(p, want, n) == 0) {
+            return true;
+        }
+        p = end != NULL ? end + 1 : NULL;
+    }
+    return false;
+}
+
+void kst_applied_add(json_t *doc, int64_t id)
+{
+    json_t *md = json_object_get(doc, "metadata"), *ann = json_object_get(md, "annotations");
+    const char *old;
+    char one[24];
+    struct buf b;
+    int commas = 0;
+
+    if (!json_is_object(md) || kst_applied_has(doc, id)) {
+        return;
+    }
+    if (!json_is_object(ann)) {
+        ann = json_object();
+        json_object_set_new(md, "annotations", ann);
+    }
+    old = json_string_value(json_object_get(ann, KST_ANN_APPLIED));
+    buf_init(&b, 0);
+    id_text(one, id);
+    buf_puts(&b, one);
+    for (const char *p = old; p != NULL && *p != '\0'; p++) { /* newest first, at most 16 */
+        if (*p == ',' && ++commas >= KST_APPLIED_KEEP - 1) {
+            break;
+        }
+        if (p == old) {
+            buf_puts(&b, ",");
+        }
+        buf_append(&b, p, 1);
+    }
+    json_object_set_new(ann, KST_ANN_APPLIED, json_string(b.data));
+    buf_cleanup(&b);
+}
+
 int kst_txn_inbox_fail(struct task_txn *tx, int64_t id, const char *error, struct err *err)
 {
     (void)err;
+    kst_txn_inbox_mark(tx, id);
     kst_txn_defer(tx,
                   json_pack("{s:s,s:s,s:I,s:s,s:i,s:s?}", "op", "edit", "queue", KST_Q_INBOX, "id",
                             (json_int_t)id, "state", "failed", "attempts", 1, "error", error));
@@ -148,6 +209,7 @@ int kst_txn_inbox_fail(struct task_txn *tx, int64_t id, const char *error, struc
 int kst_txn_inbox_done(struct task_txn *tx, int64_t id, struct err *err)
 {
     (void)err;
+    kst_txn_inbox_mark(tx, id);
     kst_txn_defer(tx, json_pack("{s:s,s:s,s:I,s:s,s:i}", "op", "edit", "queue", KST_Q_INBOX, "id",
                                 (json_int_t)id, "state", "done", "attempts", 0));
     return E_OK;

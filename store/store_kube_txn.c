@@ -22,6 +22,7 @@ struct kst_txn {
     json_t *envs;    /* "ns/name" -> Environment to write at commit, or null to delete */
     json_t *later;   /* queue writes (kst_txn_defer), made after the tasks are written */
     json_t *sp;      /* savepoint: {docs, dirty} deep copies, or NULL */
+    json_t *seg;     /* "ns/name" -> the task when the current inbox entry's step began */
 };
 
 static int env_commit(struct kube_store *s, const char *key, json_t *env, struct err *err);
@@ -54,6 +55,8 @@ static void txn_reset(struct kst_txn *t)
     json_decref(t->envs);
     json_decref(t->later);
     json_decref(t->sp);
+    json_decref(t->seg);
+    t->seg = json_object();
     t->envs = json_object();
     t->later = json_array();
     t->docs = json_object();
@@ -107,7 +110,11 @@ int kst_txn(struct task_store *st, task_txn_fn fn, void *userdata, struct err *e
     if (top > 0) {
         kst_wait_seen(t.s, top, false);
     }
-    /* Only once the tasks are written, and once: a rerun FN never doubles a reply. */
+    /* Only once the tasks are written, and once: a rerun FN never doubles a reply; nor
+     * does a rerun of the same inbox entry by the next leader (deterministic names). */
+    if (rc == E_OK) {
+        kst_outbox_name_replies(t.later);
+    }
     for (size_t i = 0; rc == E_OK && i < json_array_size(t.later); i++) {
         rc = kst_queue_apply(t.s, json_array_get(t.later, i), err);
     }
@@ -118,6 +125,7 @@ int kst_txn(struct task_store *st, task_txn_fn fn, void *userdata, struct err *e
     json_decref(t.orig);
     json_decref(t.dirty);
     json_decref(t.claimed);
+    json_decref(t.seg);
     return rc;
 }
 
@@ -171,9 +179,10 @@ int kst_txn_savepoint(struct task_txn *tx, struct err *err)
 
     (void)err;
     json_decref(t->sp);
-    t->sp = json_pack("{s:o,s:o,s:o,s:o,s:o}", "docs", json_deep_copy(t->docs), "dirty",
+    t->sp = json_pack("{s:o,s:o,s:o,s:o,s:o,s:o}", "docs", json_deep_copy(t->docs), "dirty",
                       json_deep_copy(t->dirty), "claimed", json_deep_copy(t->claimed), "envs",
-                      json_deep_copy(t->envs), "later", json_deep_copy(t->later));
+                      json_deep_copy(t->envs), "later", json_deep_copy(t->later), "seg",
+                      json_deep_copy(t->seg));
     return E_OK;
 }
 
@@ -199,6 +208,8 @@ void kst_txn_rollback_savepoint(struct task_txn *tx)
     json_decref(t->claimed);
     json_decref(t->envs);
     json_decref(t->later);
+    json_decref(t->seg);
+    t->seg = json_incref(json_object_get(t->sp, "seg"));
     t->envs = json_incref(json_object_get(t->sp, "envs"));
     t->later = json_incref(json_object_get(t->sp, "later"));
     t->docs = json_incref(json_object_get(t->sp, "docs"));
@@ -538,4 +549,60 @@ int kst_txn_env_delete(struct task_txn *tx, const char *ns, const char *name, st
 void kst_txn_defer(struct task_txn *tx, json_t *op)
 {
     json_array_append_new(ktx(tx)->later, op);
+}
+
+/* The task KEY when the current inbox entry's step began. */
+static const json_t *seg_base(const struct kst_txn *t, const char *key)
+{
+    const json_t *b = json_object_get(t->seg, key);
+
+    return b != NULL ? b : json_object_get(t->orig, key);
+}
+
+/* Whether a task the step of inbox entry ID changed already carries ID (as stored): the
+ * step was applied by a leader that died before the entry's done mark. */
+static bool step_applied(const struct kst_txn *t, int64_t id)
+{
+    const char *key;
+    json_t *v;
+
+    json_object_foreach(t->dirty, key, v)
+    {
+        if (!json_equal(json_object_get(t->docs, key), seg_base(t, key)) &&
+            kst_applied_has(json_object_get(t->orig, key), id)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+void kst_txn_inbox_mark(struct task_txn *tx, int64_t id)
+{
+    struct kst_txn *t = ktx(tx);
+    bool applied = step_applied(t, id);
+    const char *key;
+    void *tmp;
+    json_t *v;
+
+    json_object_foreach_safe(t->dirty, tmp, key, v)
+    {
+        json_t *doc = json_object_get(t->docs, key);
+        const json_t *base = seg_base(t, key), *orig = json_object_get(t->orig, key);
+        if (json_equal(doc, base)) {
+            continue;
+        }
+        if (applied) { /* undo this step's task changes: they are stored already */
+            bool same = json_equal(base, orig);
+            json_object_set_new(t->docs, key, json_deep_copy(base));
+            if (same) {
+                json_object_del(t->dirty, key);
+            }
+        } else if (json_equal(json_object_get(doc, "status"), json_object_get(base, "status"))) {
+            /* the mark rides in the same write as the change (metadata and spec; a status
+             * change is a second write, so such a step is not marked) */
+            kst_applied_add(doc, id);
+        }
+    }
+    json_decref(t->seg);
+    t->seg = json_deep_copy(t->docs);
 }

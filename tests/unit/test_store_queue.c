@@ -248,4 +248,155 @@ TEST(outbox_coalesces_pending_edits)
     task_store_close(st);
 }
 
+struct reply_ud {
+    int64_t inbox_id;
+};
+
+/* What a bot step does for one inbox entry: a reaction, a reply, the entry marked done. */
+static int reply_and_done(struct task_txn *tx, void *ud)
+{
+    const struct reply_ud *u = ud;
+    struct outbox_entry e;
+    int rc;
+
+    memset(&e, 0, sizeof(e));
+    snprintf(e.provider, sizeof(e.provider), "github");
+    snprintf(e.kind, sizeof(e.kind), "react");
+    e.project = (char *)(uintptr_t) "octo/repo";
+    e.number = 7;
+    e.target = (char *)(uintptr_t) "c1";
+    e.body = (char *)(uintptr_t) "+1";
+    rc = task_txn_outbox_add(NULL, tx, &e, NULL);
+    snprintf(e.kind, sizeof(e.kind), "comment");
+    e.target = NULL;
+    e.body = (char *)(uintptr_t) "status: running";
+    if (rc == E_OK) {
+        rc = task_txn_outbox_add(NULL, tx, &e, NULL);
+    }
+    return rc == E_OK ? task_txn_inbox_done(tx, u->inbox_id, NULL) : rc;
+}
+
+/* The next leader runs the same inbox entry again when the last one died after queueing
+ * its replies but before the entry's done mark: the replies are queued once, and a reply
+ * already sent is not sent again. */
+TEST(inbox_rerun_after_handover_queues_replies_once)
+{
+    struct task_store *st = open_mem();
+    struct inbox_entry a = entry("d1", 7, "c1"), got;
+    struct outbox_entry o;
+    struct reply_ud u;
+    int64_t wait, depth = 0;
+    bool dup;
+
+    if (!store_is_kube()) {
+        /* the replies and the done mark commit together: no rerun after a crash */
+        store_backend_note("inbox rerun", "atomic on sqlite");
+        task_store_close(st);
+        return;
+    }
+    CHECK_OK(task_store_inbox_add(&dup, st, &a, NULL));
+    CHECK_OK(task_store_inbox_next(&got, &wait, st, NULL));
+    u.inbox_id = got.id;
+    inbox_entry_cleanup(&got);
+    CHECK_OK(task_store_txn(st, reply_and_done, &u, NULL));
+    CHECK_OK(task_store_outbox_depth(&depth, st, NULL));
+    CHECK_EQ_INT(depth, 2);
+    /* as if the done mark had not been written: the entry is due again */
+    CHECK_OK(task_store_inbox_retry(st, u.inbox_id, 0, false, "handover", NULL));
+    CHECK_OK(task_store_inbox_next(&got, &wait, st, NULL));
+    CHECK_EQ_INT(got.id, u.inbox_id);
+    inbox_entry_cleanup(&got);
+    CHECK_OK(task_store_txn(st, reply_and_done, &u, NULL));
+    CHECK_OK(task_store_outbox_depth(&depth, st, NULL));
+    CHECK_EQ_INT(depth, 2);
+    /* both replies sent; a third run queues nothing new */
+    for (int i = 0; i < 2; i++) {
+        CHECK_OK(task_store_outbox_next(&o, &wait, st, NULL));
+        CHECK_OK(task_store_outbox_done(st, o.id, "1", NULL));
+        outbox_entry_cleanup(&o);
+    }
+    CHECK_OK(task_store_inbox_retry(st, u.inbox_id, 0, false, "handover", NULL));
+    CHECK_OK(task_store_txn(st, reply_and_done, &u, NULL));
+    CHECK_OK(task_store_outbox_depth(&depth, st, NULL));
+    CHECK_EQ_INT(depth, 0);
+    CHECK(task_store_outbox_next(&o, &wait, st, NULL) == E_NOTFOUND);
+    outbox_entry_cleanup(&o);
+    task_store_close(st);
+}
+
+/* A bot step that raises the task's budget (not idempotent) and replies. */
+static int bump_and_reply(struct task_txn *tx, void *ud)
+{
+    json_t *doc = NULL, *spec;
+    int rc = task_txn_get(&doc, tx, "default", "b", NULL);
+
+    if (rc != E_OK) {
+        return rc;
+    }
+    spec = json_object_get(doc, "spec");
+    json_object_set_new(
+        spec, "budgetTokens",
+        json_integer(json_integer_value(json_object_get(spec, "budgetTokens")) + 1000));
+    rc = task_txn_put(tx, doc, NULL);
+    json_decref(doc);
+    return rc == E_OK ? reply_and_done(tx, ud) : rc;
+}
+
+static json_int_t budget_tokens(struct task_store *st)
+{
+    json_t *o = NULL;
+    json_int_t n;
+
+    CHECK_OK(task_store_get(&o, st, "default", "b", NULL));
+    n = json_integer_value(json_object_get(json_object_get(o, "spec"), "budgetTokens"));
+    json_decref(o);
+    return n;
+}
+
+/* The next leader reruns an inbox entry whose step was written (task and replies) but not
+ * marked done: the task change is recognised as applied, not made twice; another entry's
+ * step still changes the task. */
+TEST(inbox_rerun_after_handover_changes_task_once)
+{
+    struct task_store *st = open_mem();
+    struct inbox_entry a = entry("d1", 7, "c1"), b = entry("d2", 7, "c2"), got;
+    struct reply_ud u, v;
+    json_t *t = new_task("b"), *o = NULL;
+    int64_t wait, depth = 0;
+    json_int_t before;
+    bool dup;
+
+    if (!store_is_kube()) {
+        store_backend_note("inbox rerun", "atomic on sqlite");
+        json_decref(t);
+        task_store_close(st);
+        return;
+    }
+    CHECK_OK(task_store_create(&o, st, t, NULL));
+    json_decref(o);
+    before = budget_tokens(st);
+    CHECK_OK(task_store_inbox_add(&dup, st, &a, NULL));
+    CHECK_OK(task_store_inbox_add(&dup, st, &b, NULL));
+    CHECK_OK(task_store_inbox_next(&got, &wait, st, NULL));
+    u.inbox_id = got.id;
+    inbox_entry_cleanup(&got);
+    CHECK_OK(task_store_txn(st, bump_and_reply, &u, NULL));
+    CHECK_EQ_INT(budget_tokens(st), before + 1000);
+    CHECK_OK(task_store_inbox_retry(st, u.inbox_id, 0, false, "handover", NULL));
+    CHECK_OK(task_store_txn(st, bump_and_reply, &u, NULL));
+    CHECK_EQ_INT(budget_tokens(st), before + 1000);
+    CHECK_OK(task_store_outbox_depth(&depth, st, NULL));
+    CHECK_EQ_INT(depth, 2);
+    CHECK_OK(task_store_inbox_next(&got, &wait, st, NULL)); /* the second comment */
+    CHECK(got.id != u.inbox_id);
+    v.inbox_id = got.id;
+    inbox_entry_cleanup(&got);
+    CHECK_OK(task_store_txn(st, bump_and_reply, &v, NULL));
+    CHECK_EQ_INT(budget_tokens(st), before + 2000);
+    CHECK_OK(task_store_outbox_depth(&depth, st, NULL));
+    CHECK_EQ_INT(depth, 4);
+    json_decref(t);
+    task_store_close(st);
+}
+
 T_MAIN
