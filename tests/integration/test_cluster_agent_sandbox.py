@@ -22,6 +22,7 @@ Completes once and the new leader pushes `fix(<task>): ...` to the bare reposito
 working branch. The token Secret task-token-<task>, written by the store and by the
 provider, holds the token of the claim's env, and is gone with the claim at the end."""
 import base64
+import json
 import os
 import shutil
 import socket
@@ -33,10 +34,12 @@ from github_helpers import wait
 from harness import API, Server, run_tests
 from runner_helpers import DEMO_AGENT, RUNNER_BIN, branch_log, make_bare_repo
 from test_cluster_mode import LEASE_ENV, Cluster as KubeCluster, phase, reconciled
+from sandbox_helpers import task_log
 from test_sandbox_agent import POOL
 from test_sandbox_agent_git import TOKEN_ENV, http_status, pod_env, repo_task
 
 NS = API + "/namespaces/default/agenttasks"
+METER = "/api/v1/agenttask/meter"
 
 
 class Service:
@@ -164,6 +167,20 @@ def secret_token(c, name):
     return base64.b64decode(s["data"]["token"]).decode() if s else None
 
 
+def pod_requests(srv):
+    """The git and meter requests SRV answered (from its request log)."""
+    out = []
+    for line in srv.stderr().splitlines():
+        try:
+            j = json.loads(line)
+        except ValueError:
+            continue
+        p = j.get("path") or ""
+        if j.get("event") == "request" and p.startswith(("/api/v1/git/", METER)):
+            out.append((p, j.get("status")))
+    return out
+
+
 def test_leader_dies_while_the_pod_runs():
     tmp = tempfile.mkdtemp(prefix="diverge-kcombo-")
     origin = make_bare_repo(tmp)
@@ -203,11 +220,16 @@ def test_leader_dies_while_the_pod_runs():
         assert refs.strip() == "refs/heads/agent/k1", refs
         consumed = b.request("GET", NS + "/k1")[2]["status"]["tokensConsumed"]
         assert consumed > 0
+        # The Service spread the pod's calls: both replicas served some of them.
+        for srv in (a, b):
+            assert pod_requests(srv), (srv.name, srv.stderr()[-2000:])
 
         # The leader dies before the pod finished; the follower takes over and adopts.
         a.kill()
         c.service.backends.remove(("127.0.0.1", a.port))
         wait(lambda: c.holder() == "replica-b", timeout=30, what="replica-b takes over")
+        wait(lambda: "diverge-k1 adopted" in task_log(b, "k1"), what="claim adopted")
+        assert "no staging repository" not in task_log(b, "k1")
         c.kube.agent_finish("default", "diverge-k1-sbx", True)
         wait(lambda: phase(b, NS + "/k1") in ("Completed", "Failed"), timeout=60,
              what="k1 ends")
@@ -259,6 +281,18 @@ def test_follower_without_the_shared_volume():
         assert st == 200, st
         st, body = http_status(b.url + path, {"Authorization": "Bearer " + tok})
         assert st == 404 and b"not prepared" in body, (st, body)
+        # The leader dies; the new one adopts the claim but has no staging to push from.
+        c.kube.agent_bind("default", "diverge-k2", "10.1.5.2")
+        a.kill()
+        wait(lambda: c.holder() == "replica-b", timeout=30, what="replica-b takes over")
+        c.kube.agent_finish("default", "diverge-k2-sbx", True)
+        wait(lambda: phase(b, NS + "/k2") in ("Completed", "Failed"), timeout=60,
+             what="k2 ends")
+        body = b.request("GET", NS + "/k2")[2]
+        assert body["status"]["phase"] == "Failed", body["status"]
+        assert body["status"]["reason"] == "PushFailed", body["status"]
+        assert "no staging repository for this task on this replica" in task_log(b, "k2")
+        assert "sandbox_staging_missing" in b.stderr()
     finally:
         c.close()
         shutil.rmtree(tmp, ignore_errors=True)
