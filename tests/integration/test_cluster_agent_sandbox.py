@@ -34,7 +34,7 @@ from github_helpers import wait
 from harness import API, Server, run_tests
 from runner_helpers import DEMO_AGENT, RUNNER_BIN, branch_log, make_bare_repo
 from test_cluster_mode import LEASE_ENV, Cluster as KubeCluster, phase, reconciled
-from sandbox_helpers import task_log
+from sandbox_helpers import patch, task_log
 from test_sandbox_agent import POOL
 from test_sandbox_agent_git import TOKEN_ENV, http_status, pod_env, repo_task
 
@@ -202,6 +202,12 @@ def test_leader_dies_while_the_pod_runs():
         wait(lambda: secret_token(c, "k1") == tok, what="task-token-k1 holds the claim's token")
         c.kube.agent_bind("default", "diverge-k1", "10.1.5.1")
         uid = c.obj("sandboxclaims", "diverge-k1")["metadata"]["uid"]
+        # A second task, paused and resumed only after the handover.
+        st, _, body = a.request("POST", NS, repo_task("k3", origin))
+        assert st == 201, body
+        tok3 = claim_env(c, "k3")[TOKEN_ENV]
+        wait(lambda: phase(b, NS + "/k3") == "Active", what="k3 Active")
+        c.kube.agent_bind("default", "diverge-k3", "10.1.5.3")
 
         # Both replicas serve the task's git endpoint (the shared volume).
         for srv in (a, b):
@@ -230,6 +236,29 @@ def test_leader_dies_while_the_pod_runs():
         wait(lambda: c.holder() == "replica-b", timeout=30, what="replica-b takes over")
         wait(lambda: "diverge-k1 adopted" in task_log(b, "k1"), what="claim adopted")
         assert "no staging repository" not in task_log(b, "k1")
+        # The new leader pauses and resumes the adopted k3: the old token is revoked, the
+        # resumed pod's template carries a fresh one that works through the Service.
+        patch(b, "k3", {"suspended": True})
+        wait(lambda: phase(b, NS + "/k3") == "Paused", what="k3 Paused")
+        wait(lambda: c.obj("sandboxes", "diverge-k3-sbx")["spec"]["operatingMode"] ==
+             "Suspended", what="k3 Suspended")
+        git3 = c.service.url + "/api/v1/git/default/k3.git/info/refs?service=git-upload-pack"
+        st, _ = http_status(git3, {"Authorization": "Bearer " + tok3})
+        assert st == 401, st
+        patch(b, "k3", {"suspended": False})
+        wait(lambda: phase(b, NS + "/k3") == "Active", what="k3 Active again")
+
+        def fresh():
+            sb = c.obj("sandboxes", "diverge-k3-sbx")
+            ct = sb["spec"]["podTemplate"]["spec"]["containers"][0]
+            v = {e["name"]: e["value"] for e in ct["env"]}.get(TOKEN_ENV)
+            return v if v and v != tok3 else None
+        wait(fresh, what="fresh token in k3's pod template")
+        st, _ = http_status(git3, {"Authorization": "Bearer " + fresh()})
+        assert st == 200, st
+        wait(lambda: secret_token(c, "k3") == fresh(), what="task-token-k3 holds the fresh token")
+        assert [t for t, _ in c.events_of("sandboxclaims", "diverge-k3")].count("ADDED") == 1
+
         c.kube.agent_finish("default", "diverge-k1-sbx", True)
         wait(lambda: phase(b, NS + "/k1") in ("Completed", "Failed"), timeout=60,
              what="k1 ends")
