@@ -283,9 +283,10 @@ def test_leader_dies_while_the_pod_runs():
         st, _ = http_status(b.url + "/api/v1/git/default/k1.git/info/refs"
                             "?service=git-upload-pack", {"Authorization": "Bearer " + tok})
         assert st == 401, st
-        err = b.stderr()
-        assert tok not in err and "Sanitizer" not in err and "runtime error" not in err, \
-            err[-4000:]
+        for srv in (a, b):
+            err = srv.stderr()
+            assert tok not in err and "Sanitizer" not in err and "runtime error" not in err, \
+                (srv.name, err[-4000:])
     finally:
         c.close()
         shutil.rmtree(tmp, ignore_errors=True)
