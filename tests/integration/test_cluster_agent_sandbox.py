@@ -19,7 +19,8 @@ diverge-agent-runner with the claim's env: clone, meter, push over HTTP through 
 Service); the leader is SIGKILLed before the pod finishes; the new leader adopts the claim
 (same uid, never deleted or created again); the fake says the pod finished; the task
 Completes once and the new leader pushes `fix(<task>): ...` to the bare repository's
-working branch. The token Secret task-token-<task>, written by the store and by the
+working branch. A second task's pod runs right after the kill (the survivor alone serves
+it), the new leader pauses and resumes it (fresh token) and completes it too. The token Secret task-token-<task>, written by the store and by the
 provider, holds the token of the claim's env, and is gone with the claim at the end."""
 import base64
 import json
@@ -202,7 +203,8 @@ def test_leader_dies_while_the_pod_runs():
         wait(lambda: secret_token(c, "k1") == tok, what="task-token-k1 holds the claim's token")
         c.kube.agent_bind("default", "diverge-k1", "10.1.5.1")
         uid = c.obj("sandboxclaims", "diverge-k1")["metadata"]["uid"]
-        # A second task, paused and resumed only after the handover.
+        # A second task: its pod runs while nobody leads; paused and resumed after the
+        # handover.
         st, _, body = a.request("POST", NS, repo_task("k3", origin))
         assert st == 201, body
         tok3 = claim_env(c, "k3")[TOKEN_ENV]
@@ -233,6 +235,14 @@ def test_leader_dies_while_the_pod_runs():
         # The leader dies before the pod finished; the follower takes over and adopts.
         a.kill()
         c.service.backends.remove(("127.0.0.1", a.port))
+        # k3's pod runs right after the kill (the dead leader's Lease has likely not expired:
+        # nobody leads): the survivor alone serves its clone, meter calls and push.
+        env3 = claim_env(c, "k3")
+        tmp3 = os.path.join(tmp, "pod3")
+        os.makedirs(tmp3)
+        r = subprocess.run([RUNNER_BIN], env=pod_env(env3, tmp3), capture_output=True,
+                           text=True, timeout=180)
+        assert r.returncode == 0, (r.stdout, r.stderr)
         wait(lambda: c.holder() == "replica-b", timeout=30, what="replica-b takes over")
         wait(lambda: "diverge-k1 adopted" in task_log(b, "k1"), what="claim adopted")
         assert "no staging repository" not in task_log(b, "k1")
@@ -258,6 +268,13 @@ def test_leader_dies_while_the_pod_runs():
         assert st == 200, st
         wait(lambda: secret_token(c, "k3") == fresh(), what="task-token-k3 holds the fresh token")
         assert [t for t, _ in c.events_of("sandboxclaims", "diverge-k3")].count("ADDED") == 1
+        c.kube.agent_finish("default", "diverge-k3-sbx", True)
+        wait(lambda: phase(b, NS + "/k3") in ("Completed", "Failed"), timeout=60,
+             what="k3 ends")
+        st3 = b.request("GET", NS + "/k3")[2]["status"]
+        assert st3["phase"] == "Completed", st3
+        tip = branch_log(origin, "agent/k3")
+        assert tip is not None and tip[0].startswith("fix(k3): "), tip
 
         c.kube.agent_finish("default", "diverge-k1-sbx", True)
         wait(lambda: phase(b, NS + "/k1") in ("Completed", "Failed"), timeout=60,
