@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "controller/controller_int.h"
@@ -262,6 +263,43 @@ static struct agent_box *adopted_box(struct agent_provider *ap, const char *data
     return b;
 }
 
+/* Whether the claim DOC is a repository task's (its env names DIVERGE_PUSH_URL). */
+static bool claim_pushes(const json_t *doc)
+{
+    const json_t *env = json_object_get(json_object_get(doc, "spec"), "env"), *e;
+    size_t i;
+
+    json_array_foreach(env, i, e)
+    {
+        const char *n = json_string_value(json_object_get(e, "name"));
+
+        if (n != NULL && strcmp(n, "DIVERGE_PUSH_URL") == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* A repository task's claim adopted by a replica whose data dir lacks the task's staging
+ * repository (the pod pushed into the previous leader's): the push after the runner's
+ * exit cannot work. Said at once, in the task log and the server log (docs/cluster-mode.md
+ * "Together": the replicas must share <data-dir>/mirrors and <data-dir>/staging). */
+static void adopted_staging_check(const char *data_dir, const struct agent_box *b,
+                                  const json_t *doc)
+{
+    char *dir = xasprintf("%s/staging/%s/%s.git", data_dir, b->ns, b->name);
+    struct stat st;
+
+    if (claim_pushes(doc) && stat(dir, &st) != 0) {
+        controller_log_event(b->log_path,
+                             "[diverge] no staging repository for this task on this replica: "
+                             "the replicas must share <data-dir>/staging and <data-dir>/mirrors "
+                             "(the sandbox's push cannot be delivered)");
+        log_kv(LOG_WARN, "sandbox_staging_missing", "namespace", b->ns, "task", b->name, NULL);
+    }
+    free(dir);
+}
+
 /* Adopts the one claim ITEM when it is a task's; with AP->lock not held. */
 static void adopt_one(struct agent_provider *ap, const char *data_dir, const json_t *item)
 {
@@ -276,6 +314,7 @@ static void adopt_one(struct agent_provider *ap, const char *data_dir, const jso
     }
     b = adopted_box(ap, data_dir, ns, task, claim, doc, sb);
     controller_log_event(b->log_path, "[diverge] sandbox claim %s/%s adopted", ns, b->claim);
+    adopted_staging_check(data_dir, b, doc);
     pthread_mutex_lock(&ap->lock);
     if (*agent_find(ap, ns, task) == NULL) {
         b->next = ap->head;
