@@ -162,6 +162,22 @@ def check_restricted(sc, where):
     assert sc["runAsUser"] != 0, where
 
 
+def test_shared_repositories_volume():
+    """kube store + agent-sandbox (the defaults): one ReadWriteMany PVC for mirrors and
+    staging, mounted by both Deployments; not rendered for the embedded store, another
+    sandbox provider or repositories.enabled=false."""
+    pvc = one(render(), "PersistentVolumeClaim", "rel-diverge-repos")
+    assert pvc["spec"]["accessModes"] == ["ReadWriteMany"], pvc
+    assert pvc["spec"]["resources"]["requests"]["storage"] == "10Gi"
+    for sets in (["server.store=sqlite"], ["sandbox.provider=none"],
+                 ["repositories.enabled=false"]):
+        objs = render(sets)
+        assert not [o for o in by_kind(objs, "PersistentVolumeClaim")
+                    if o["metadata"]["name"] == "rel-diverge-repos"], sets
+        for d in by_kind(objs, "Deployment"):
+            assert "repos" not in {v["name"] for v in d["spec"]["template"]["spec"]["volumes"]}
+
+
 def test_deployments_probes_and_pod_security():
     objs = render()
     for role in ("server", "controller"):
@@ -184,7 +200,17 @@ def test_deployments_probes_and_pod_security():
         # Everything written goes to volumes: the data dir and /tmp.
         mounts = {m["mountPath"] for m in c["volumeMounts"]}
         assert args["data-dir"].startswith("/var/lib/diverge/") and mounts == {
-            "/var/lib/diverge", "/tmp"}, mounts
+            "/var/lib/diverge", "/var/lib/diverge/repos", "/tmp"}, mounts
+        # Defaults (kube store + agent-sandbox): every replica shares the repository
+        # mirrors and staging repos on one RWX volume, linked into the data dir before
+        # serve starts (docs/cluster-mode.md "Together").
+        vols = {v["name"]: v for v in pod["volumes"]}
+        assert vols["repos"]["persistentVolumeClaim"]["claimName"] == "rel-diverge-repos"
+        init = pod["initContainers"][0]
+        script = init["command"][-1]
+        assert "ln -sfn /var/lib/diverge/repos/mirrors /var/lib/diverge/data/mirrors" in script
+        assert "ln -sfn /var/lib/diverge/repos/staging /var/lib/diverge/data/staging" in script
+        assert "/var/lib/diverge/repos" in {m["mountPath"] for m in init["volumeMounts"]}
         sysctls = {s["name"]: s["value"] for s in pod["securityContext"]["sysctls"]}
         assert sysctls == {"net.ipv4.ip_unprivileged_port_start": "443"}
     svc = one(objs, "Service")
@@ -503,6 +529,7 @@ if __name__ == "__main__":
         sys.exit(0)
     run_tests([test_tools_are_the_pinned_ones, test_lint_every_toggle,
                test_values_are_the_spec_ones, test_network_policy_is_the_spec_one,
-               test_deployments_probes_and_pod_security, test_sandbox_template_and_warm_pool,
+               test_deployments_probes_and_pod_security, test_shared_repositories_volume,
+               test_sandbox_template_and_warm_pool,
                test_rbac_least_privilege, test_toggles, test_webhook_and_tls,
                test_readme_commands_render, test_server_runs_with_the_chart_args])

@@ -53,6 +53,14 @@ spec:
           cp /etc/diverge/macaroon/macaroon-root-key /var/lib/diverge/secrets/macaroon-root-key
           cp /etc/diverge/api-token/api-token /var/lib/diverge/secrets/api-token
           cp /etc/diverge/tls/tls.crt /etc/diverge/tls/tls.key /var/lib/diverge/secrets/
+          {{- if and (eq $v.server.store "kubernetes") (eq $v.sandbox.provider "agent-sandbox") $v.repositories.enabled }}
+          # Repository mirrors and staging repos live on the shared volume: sandbox pods
+          # clone and push through any replica (the Service), and a new leader pushes
+          # what the pod pushed before the handover (docs/cluster-mode.md "Together").
+          mkdir -p /var/lib/diverge/data /var/lib/diverge/repos/mirrors /var/lib/diverge/repos/staging
+          ln -sfn /var/lib/diverge/repos/mirrors /var/lib/diverge/data/mirrors
+          ln -sfn /var/lib/diverge/repos/staging /var/lib/diverge/data/staging
+          {{- end }}
       securityContext:
         {{- include "diverge.containerSecurityContext" $root | nindent 8 }}
       resources:
@@ -65,6 +73,10 @@ spec:
       volumeMounts:
         - name: data
           mountPath: /var/lib/diverge
+        {{- if and (eq $v.server.store "kubernetes") (eq $v.sandbox.provider "agent-sandbox") $v.repositories.enabled }}
+        - name: repos
+          mountPath: /var/lib/diverge/repos
+        {{- end }}
         - name: macaroon
           mountPath: /etc/diverge/macaroon
           readOnly: true
@@ -170,6 +182,10 @@ spec:
       volumeMounts:
         - name: data
           mountPath: /var/lib/diverge
+        {{- if and (eq $v.server.store "kubernetes") (eq $v.sandbox.provider "agent-sandbox") $v.repositories.enabled }}
+        - name: repos
+          mountPath: /var/lib/diverge/repos
+        {{- end }}
         - name: tmp
           mountPath: /tmp
   volumes:
@@ -180,6 +196,11 @@ spec:
       {{- else }}
       emptyDir: {}
       {{- end }}
+    {{- if and (eq $v.server.store "kubernetes") (eq $v.sandbox.provider "agent-sandbox") $v.repositories.enabled }}
+    - name: repos
+      persistentVolumeClaim:
+        claimName: {{ include "diverge.fullname" $root }}-repos
+    {{- end }}
     - name: tmp
       emptyDir:
         medium: Memory
