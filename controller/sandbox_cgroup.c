@@ -326,10 +326,16 @@ static int cg_freeze(struct sbx *x, void *ctx, struct err *err)
         sbx_signal_tree(x->pid, SIGSTOP); /* no cgroup: every process of the sandbox */
     } else {
         int i;
-        for (i = 0; i < 500 && !file_has(state, lp->v2 ? "frozen 1" : "FROZEN"); i++) {
+        /* Up to ~5 s. A v1 freezer that stays FREEZING (a task it could not stop yet, e.g.
+         * one in the middle of a fork or an uninterruptible wait) retries on another write
+         * of FROZEN, every 100 ms; v2 keeps trying by itself. */
+        for (i = 0; i < 2500 && !file_has(state, lp->v2 ? "frozen 1" : "FROZEN"); i++) {
+            if (!lp->v2 && i % 50 == 49) {
+                (void)put(d, "freezer.state", "FROZEN");
+            }
             sleep_ms(2);
         }
-        if (i == 500) {
+        if (i == 2500) {
             rc = err_set(err, E_FAIL, "the sandbox did not freeze");
         }
     }
