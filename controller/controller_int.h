@@ -223,4 +223,13 @@ void controller_on_exit(const char *ns, const char *name, void *userdata);
 int controller_sandboxes_open(struct controller *c, const struct controller_config *cfg,
                               struct err *err);
 
+/* reconcile_preview.c: the task's linked preview Environment for R's outcome, in TX with
+ * DOC (the task, whose output annotations and status.previewUrl it sets while it runs). */
+int controller_apply_preview(struct reconcile *r, struct task_txn *tx, json_t *doc,
+                             struct err *err);
+/* Whether R (planned NOTHING) has a sandbox address its Environment does not carry yet
+ * (checked on the read side); then controller_preview_refresh_txn (userdata R) writes it. */
+bool controller_preview_address_changed(struct reconcile *r);
+int controller_preview_refresh_txn(struct task_txn *tx, void *userdata);
+
 #endif
