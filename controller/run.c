@@ -146,6 +146,9 @@ void controller_tick_stop(struct controller *c)
         pthread_join(c->tick, NULL);
         c->tick_running = false;
     }
+    /* Under the lock: a mirror fetch still running (controller_free stops those later)
+     * may queue a note meanwhile (controller_on_exit). */
+    pthread_mutex_lock(&c->notes_lock);
     while ((n = c->notes) != NULL) {
         c->notes = n->next;
         free(n->ns);
@@ -159,6 +162,7 @@ void controller_tick_stop(struct controller *c)
         free(t->name);
         free(t);
     }
+    pthread_mutex_unlock(&c->notes_lock);
 }
 
 /* --- provider ---------------------------------------------------------------------- */
