@@ -79,7 +79,7 @@ import { parseAllDocuments } from 'yaml'
 import { evaluate } from '@marcbachmann/cel-js'
 import { readFileSync } from 'node:fs'
 
-const req = JSON.parse(readFileSync(0, 'utf8'))
+const req = JSON.parse(readFileSync(process.argv[2], 'utf8'))
 // JSON integers are CEL ints (BigInt); everything else as is.
 const ints = (v) => typeof v === 'number' && Number.isInteger(v) ? BigInt(v)
   : Array.isArray(v) ? v.map(ints)
@@ -120,8 +120,15 @@ class Js:
             f.write(NODE_TOOL)
 
     def _run(self, req):
-        r = subprocess.run(["node", self.script], input=json.dumps(req), capture_output=True,
-                           text=True, timeout=120)
+        # The request goes through a file: readFileSync(0) on a pipe can fail with EAGAIN
+        # (seen with Debian's Node 18 when stdin is non-blocking).
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+            json.dump(req, f)
+        try:
+            r = subprocess.run(["node", self.script, f.name], stdin=subprocess.DEVNULL,
+                               capture_output=True, text=True, timeout=120)
+        finally:
+            os.unlink(f.name)
         assert r.returncode == 0, r.stderr[-2000:]
         return json.loads(r.stdout)
 
