@@ -4,12 +4,18 @@ BUILD ?= build
 FUZZ_SECONDS ?= 10
 ARGS ?=
 
-.PHONY: all deps lint build run test test-unit test-asan test-tsan test-fuzz bench clean
+.PHONY: all deps test-deps lint build run test test-unit test-asan test-tsan test-fuzz bench clean
 
 all: build
 
 deps:
 	@bash scripts/deps.sh
+
+# The tests' third-party peers (pinned npm packages, chromium, the macaroon libraries):
+# installed once per machine into ~/.cache/diverge-test (DIVERGE_TEST_CACHE) and reused by
+# every stage and every later run; a no-op when the cache is complete.
+test-deps: deps
+	@python3 tests/integration/npm_pin.py
 
 lint: deps
 	@bash scripts/lint.sh
@@ -21,10 +27,10 @@ build: deps
 run: build
 	./$(BUILD)/diverge serve $(ARGS)
 
-test-unit: build
+test-unit: build test-deps
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-test-asan: deps
+test-asan: deps test-deps
 	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DWERROR=ON -DSANITIZE=address,undefined >/dev/null
 	@cmake --build build-asan -j $(JOBS)
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
@@ -32,7 +38,7 @@ test-asan: deps
 
 # ThreadSanitizer over every test (unit and integration: the server's threads run under it);
 # halt_on_error makes the first race fail its test.
-test-tsan: deps
+test-tsan: deps test-deps
 	@cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DWERROR=ON -DSANITIZE=thread >/dev/null
 	@cmake --build build-tsan -j $(JOBS)
 	cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
@@ -43,7 +49,7 @@ test-fuzz: deps
 	@cmake --build build-fuzz -j $(JOBS)
 	@bash scripts/run_fuzz.sh build-fuzz $(FUZZ_SECONDS)
 
-test: lint test-unit test-asan test-tsan test-fuzz
+test: lint test-deps test-unit test-asan test-tsan test-fuzz
 
 bench: build
 	bash bench/run.sh $(BUILD)

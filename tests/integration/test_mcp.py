@@ -18,7 +18,6 @@ from harness import API, DIVERGE_BIN, Server, run_tests
 
 NS = API + "/namespaces/default/agenttasks"
 ARGS = ["--sandbox-provider", "none"]
-MCP_SDK = ("@modelcontextprotocol/sdk", "1.32.2")
 TOOLS = {"diverge_create_task", "diverge_list_tasks", "diverge_task_status",
          "diverge_guide_task", "diverge_pause_task", "diverge_resume_task"}
 
@@ -424,11 +423,10 @@ console.log(JSON.stringify(out));
 
 
 def test_official_mcp_sdk_client():
-    modules = npm_pin.install(*MCP_SDK)
+    modules = npm_pin.install(*npm_pin.MCP_SDK)
     # ESM resolves packages from the script's folder upwards: put it next to node_modules.
-    script = os.path.join(os.path.dirname(modules), "diverge_mcp_client.mjs")
-    with open(script, "w") as f:
-        f.write(NODE_CLIENT)
+    script = npm_pin.write_file(os.path.join(os.path.dirname(modules), "diverge_mcp_client.mjs"),
+                                NODE_CLIENT)
     with Server(ARGS) as srv:
         r = subprocess.run(["node", script, DIVERGE_BIN, srv.url, srv.token],
                            capture_output=True, text=True, timeout=120)

@@ -12,7 +12,7 @@ from github_helpers import deliver, new_fake, server_args, server_env
 from harness import Server, run_tests
 import npm_pin
 
-PACKAGE, VERSION = "@octokit/webhooks-examples", "7.6.1"
+PACKAGE, VERSION = npm_pin.OCTOKIT_EXAMPLES
 
 
 def load_examples():

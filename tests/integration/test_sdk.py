@@ -440,7 +440,7 @@ const cost: number = r.totalCostUSD;
 def test_node_type_declarations():
     """index.d.ts is found through package.json "exports" (types condition) and types
     the API: a correct program compiles under --strict, a wrong one does not."""
-    modules = npm_pin.install("typescript", "5.9.3")
+    modules = npm_pin.install(*npm_pin.TYPESCRIPT)
     tsc = os.path.join(modules, "typescript", "bin", "tsc")
     with NodeProject() as node:
         with open(os.path.join(node.dir, "package.json"), "w") as f:

@@ -6,7 +6,7 @@ third-party implementations, in both directions.
 Peers, installed here when missing (pinned):
   pymacaroons    Debian python3-pymacaroons (run with /usr/bin/python3)
   libmacaroons   Debian libmacaroons-dev (V1 format only: transcoded V1 <-> V2 here)
-  npm macaroon   macaroon@3.0.4 under <build>/interop-cache/npm (binary export is broken:
+  npm macaroon   macaroon@3.0.4 in the shared test cache (npm_pin.py) (binary export is broken:
                  minted tokens come back as V2 JSON and are converted here)
 
 Checks: the SPEC reference vector from every minter; the same token minted by every
@@ -20,10 +20,12 @@ import base64
 import json
 import os
 import secrets
-import shutil
 import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import npm_pin  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.environ.get("DIVERGE_SOURCE_DIR") or os.path.dirname(os.path.dirname(HERE))
@@ -31,8 +33,7 @@ BUILD = os.environ.get("DIVERGE_BUILD_DIR") or os.path.join(SRC, "build")
 INTEROP = os.path.join(SRC, "tests", "interop")
 CACHE = os.path.join(BUILD, "interop-cache")
 SYSTEM_PYTHON = "/usr/bin/python3"
-APT_PINS = {"python3-pymacaroons": "0.13.0-6", "libmacaroons-dev": "0.3.0-2"}
-NPM_PKG, NPM_VERSION = "macaroon", "3.0.4"
+APT_PINS = {p: npm_pin.APT[p] for p in ("python3-pymacaroons", "libmacaroons-dev")}
 
 REF_KEY = bytes(range(32)).hex()
 REF_TOKEN = ("AgEHZGl2ZXJnZQIIdGFzay0xMjMAAhJ0YXNrX2lkID0gdGFzay0xMjMAAhNtYXhfY29zdF91c2QgPSA1"
@@ -67,76 +68,22 @@ def run(cmd, timeout=120, env=None, check_rc=False):
 
 # ---- installing the peers ----
 
-def dpkg_version(pkg):
-    r = run(["dpkg-query", "-W", "-f=${Status}\t${Version}", pkg])
-    if r.returncode != 0 or not r.stdout.startswith("install ok installed"):
-        return None
-    return r.stdout.split("\t", 1)[1]
-
-
-def apt_get(args, env):
-    sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
-    return run(sudo + ["apt-get", "-o", "DPkg::Lock::Timeout=300"] + args, timeout=600, env=env)
-
-
-def apt_ensure(pins):
-    """Installs the packages of PINS ({name: version or None}) that are missing."""
-    missing = [p for p in pins if dpkg_version(p) is None]
-    if not missing:
-        return
-    if shutil.which("apt-get") is None:
-        die("cannot install %s: no apt-get on this system" % " ".join(missing))
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    pinned = [p if pins[p] is None else "%s=%s" % (p, pins[p]) for p in missing]
-    print("installing %s" % " ".join(pinned), flush=True)
-    r = apt_get(["install", "-y", "-qq"] + pinned, env)
-    if r.returncode != 0:  # stale package lists, or the pinned version is gone
-        apt_get(["update", "-qq"], env)
-        r = apt_get(["install", "-y", "-qq"] + pinned, env)
-        if r.returncode != 0:
-            print("note: pinned versions unavailable, installing Debian's", flush=True)
-            r = apt_get(["install", "-y", "-qq"] + missing, env)
-    still = [p for p in pins if dpkg_version(p) is None]
-    if still:
-        die("cannot install %s with apt-get: %s" % (" ".join(still), r.stderr[-800:]))
-
-
 def apt_install():
-    apt_ensure(APT_PINS)
+    try:
+        npm_pin.apt_ensure(APT_PINS)
+    except RuntimeError as e:
+        die(str(e))
     for p, want in APT_PINS.items():
-        have = dpkg_version(p)
+        have = npm_pin.dpkg_version(p)
         print("peer  %s %s%s" % (p, have, "" if have == want else " (pinned %s)" % want))
 
 
 def npm_install():
-    prefix = os.path.join(CACHE, "npm")
-    pkg_json = os.path.join(prefix, "node_modules", NPM_PKG, "package.json")
+    """The npm prefix holding the pinned macaroon package (the shared test cache)."""
     try:
-        with open(pkg_json) as f:
-            if json.load(f).get("version") == NPM_VERSION:
-                return prefix
-    except (OSError, ValueError):
-        pass
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        apt_ensure({"nodejs": None, "npm": None})
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        die("cannot install npm %s@%s: node/npm not found (apt-get install nodejs npm)"
-            % (NPM_PKG, NPM_VERSION))
-    os.makedirs(prefix, exist_ok=True)
-    print("installing npm %s@%s into %s" % (NPM_PKG, NPM_VERSION, prefix), flush=True)
-    cmd = ["npm", "install", "--prefix", prefix, "%s@%s" % (NPM_PKG, NPM_VERSION),
-           "--no-audit", "--no-fund", "--no-save"]
-    r = run(cmd, timeout=300)
-    if r.returncode != 0 and ("CERT" in r.stderr or "certificate" in r.stderr):
-        # A TLS-intercepting proxy whose CA this machine does not trust (seen on a fresh
-        # debootstrap root): the pinned version still comes from the registry, with npm's
-        # integrity check of the tarball; only the certificate chain check is relaxed.
-        print("npm: registry certificate not trusted here; retrying with --strict-ssl=false",
-              flush=True)
-        r = run(cmd + ["--strict-ssl=false"], timeout=300)
-    if r.returncode != 0 or not os.path.exists(pkg_json):
-        die("cannot install npm %s@%s: %s" % (NPM_PKG, NPM_VERSION, r.stderr[-800:]))
-    return prefix
+        return os.path.dirname(npm_pin.install(*npm_pin.MACAROON))
+    except RuntimeError as e:
+        die(str(e))
 
 
 def build_lib_peer():
