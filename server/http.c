@@ -89,9 +89,10 @@ static const struct route g_routes[] = {
     {"POST", "/divergedev.agenttask.v1.AgentTaskService/*", api_connect, "connect", AUTH_NONE},
     {"GET", API_PREFIX "/namespaces/*/environments", api_env_list, "environments.list", AUTH_ADMIN},
     {"GET", API_PREFIX "/namespaces/*/environments/*", api_env_get, "environments.get", AUTH_ADMIN},
-    /* Dashboard: admin token as bearer header or cookie, checked by the handlers. */
+    /* Dashboard: admin token as bearer header or session cookie, checked by the handlers. */
     {"GET", "/", api_ui_index, "ui", AUTH_NONE},
     {"GET", "/ui/login", api_ui_login, "ui.login", AUTH_NONE},
+    {"POST", "/ui/logout", api_ui_logout, "ui.logout", AUTH_NONE},
     {"GET", "/ui/*", api_ui_file, "ui", AUTH_NONE},
     {"GET", "/api/v1/events", api_events, "events", AUTH_NONE},
     /* Git smart HTTP for sandbox pods: the task's token, checked by the handlers. */

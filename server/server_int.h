@@ -90,6 +90,7 @@ struct server {
     struct server_config cfg;
     struct task_store *store;      /* owned */
     char *api_token;               /* owned; wiped on exit */
+    struct ui_sessions *sessions;  /* owned; dashboard logins */
     unsigned char root_key[32];    /* macaroon root key; wiped on exit */
     char *base_url;                /* owned; public base URL */
     struct meter_service *meter;   /* owned */
@@ -210,8 +211,30 @@ int api_admission_validate(struct request *r);
 int api_ui_index(struct request *r);
 int api_ui_file(struct request *r);
 int api_ui_login(struct request *r);
-/* The admin token as a bearer header or as the diverge_token cookie of /ui/login. */
+/* POST /ui/logout: ends the cookie's session (api_ui.c). */
+int api_ui_logout(struct request *r);
+/* The admin token as a bearer header, or a live session id in the diverge_token cookie
+ * (__Host-diverge_token over TLS) that /ui/login set. */
 bool ui_auth_ok(struct request *r);
+/* False when the request has an Origin header that is not http(s)://<its Host>. */
+bool ui_same_origin(struct request *r);
+
+/* --- dashboard login sessions (ui_session.c), in memory: a restart ends them --- */
+#define UI_SESSION_ID_LEN 64                   /* hex of 32 random bytes */
+#define UI_SESSION_TTL_MS (12LL * 3600 * 1000) /* a login lasts 12 hours */
+#define UI_SESSIONS_MAX 256                    /* more logins evict the oldest */
+struct ui_sessions;
+/* Makes an empty session table; free with ui_sessions_free() (NULL is a no-op). */
+void ui_sessions_new(struct ui_sessions **out);
+void ui_sessions_free(struct ui_sessions *s);
+/* Starts a session at NOW_MS (monotonic milliseconds) and writes its new random id to OUT.
+ * Thread-safe. */
+void ui_session_create(char out[UI_SESSION_ID_LEN + 1], struct ui_sessions *s, int64_t now_ms);
+/* True when ID names a session of S that has not expired or ended (constant time in the
+ * ids). ID may be NULL. Thread-safe. */
+bool ui_session_valid(struct ui_sessions *s, const char *id, int64_t now_ms);
+/* Ends the session ID; false when it was not a live session. Thread-safe. */
+bool ui_session_end(struct ui_sessions *s, const char *id, int64_t now_ms);
 /* GET /api/v1/events, the dashboard's Server-Sent Events stream (api_events.c). */
 int api_events(struct request *r);
 
