@@ -475,28 +475,6 @@ static void check_finished(struct events *e)
 }
 
 /* A browser sends Origin on cross-origin EventSource requests: only this host's own. */
-static bool origin_ok(struct request *r)
-{
-    const char *origin = http_header(r, "Origin");
-    const char *host = http_header(r, MHD_HTTP_HEADER_HOST);
-    const char *rest;
-
-    if (origin == NULL) {
-        return true;
-    }
-    if (host == NULL) {
-        return false;
-    }
-    if (strncmp(origin, "http://", 7) == 0) {
-        rest = origin + 7;
-    } else if (strncmp(origin, "https://", 8) == 0) {
-        rest = origin + 8;
-    } else {
-        return false;
-    }
-    return strcmp(rest, host) == 0;
-}
-
 static int start_stream(struct request *r, struct events *e)
 {
     struct MHD_Response *resp =
@@ -529,10 +507,10 @@ int api_events(struct request *r)
 
     if (!ui_auth_ok(r)) {
         return http_send_error(r, 401, NULL, NULL,
-                               "missing or wrong admin token (bearer header or the "
-                               "diverge_token cookie from /ui/login)");
+                               "missing or wrong admin token (bearer header, or the "
+                               "diverge_token session cookie from /ui/login)");
     }
-    if (!origin_ok(r)) {
+    if (!ui_same_origin(r)) {
         return http_send_error(r, 403, NULL, NULL, "cross-origin event streams are refused");
     }
     if (atomic_fetch_add(&g_streams, 1) >= events_max()) {

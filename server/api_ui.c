@@ -1,38 +1,82 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The dashboard's pages (SPEC §12): GET / (the page), GET /ui/<file> (its CSS and JS, built
- * into the binary from ui/), GET /ui/login?token=… (sets the diverge_token cookie and
- * redirects to /). Auth: the admin bearer header or that cookie, compared in constant
- * time; otherwise a 401 page that says how to log in. Read-only: nothing here changes
- * anything but the browser's cookie. The login URL's query string is never logged:
- * request logs carry the path only. */
+ * into the binary from ui/), GET /ui/login?token=… (starts a session, sets its id as the
+ * diverge_token cookie, __Host-diverge_token over TLS, and redirects to /), POST
+ * /ui/logout (ends it). Auth: the admin bearer header or a live session cookie (never the
+ * admin token itself: other services on the host receive the cookie too); otherwise a 401
+ * page that says how to log in. Read-only: nothing here changes anything but the
+ * browser's session. The login URL's query string is never logged: request logs carry the
+ * path only. */
 #include <microhttpd.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "common/secret.h"
 #include "server/server_int.h"
 #include "server/ui_assets.h"
 
 #define UI_COOKIE "diverge_token"
+#define UI_COOKIE_TLS "__Host-diverge_token" /* the browser keeps it to this origin, Secure */
 #define UI_CSP "default-src 'self'"
 
 static const char g_login_page[] =
     "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
     "<title>Diverge: log in</title></head><body>\n"
     "<h1>Diverge dashboard: log in</h1>\n"
-    "<p>This page needs the admin token. Open the login URL that <code>diverge serve</code> "
-    "printed when it started:</p>\n"
-    "<pre>dashboard: http://&lt;host&gt;:&lt;port&gt;/ui/login?token=&lt;token&gt;</pre>\n"
+    "<p>This page needs a login with the admin token. Open</p>\n"
+    "<pre>http://&lt;host&gt;:&lt;port&gt;/ui/login?token=&lt;token&gt;</pre>\n"
     "<p>The token is the content of <code>&lt;data-dir&gt;/api-token</code> (or of "
-    "<code>--api-token-file</code>). The login sets an HttpOnly cookie and brings you "
-    "back here. Scripts may send <code>Authorization: Bearer &lt;token&gt;</code> "
-    "instead.</p>\n</body></html>\n";
+    "<code>--api-token-file</code>); <code>diverge serve</code> prints this URL when it "
+    "starts on a terminal. The login sets an HttpOnly session cookie (valid for 12 hours, "
+    "until you log out or the server restarts) and brings you back here. Scripts may send "
+    "<code>Authorization: Bearer &lt;token&gt;</code> instead.</p>\n</body></html>\n";
+
+static bool over_tls(struct request *r)
+{
+    return MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_PROTOCOL) != NULL;
+}
+
+static const char *cookie_name(struct request *r)
+{
+    return over_tls(r) ? UI_COOKIE_TLS : UI_COOKIE;
+}
+
+static int64_t now_ms(void)
+{
+    return clock_mono_ns() / 1000000;
+}
+
+static const char *session_cookie(struct request *r)
+{
+    return MHD_lookup_connection_value(r->conn, MHD_COOKIE_KIND, cookie_name(r));
+}
 
 bool ui_auth_ok(struct request *r)
 {
-    const char *cookie = MHD_lookup_connection_value(r->conn, MHD_COOKIE_KIND, UI_COOKIE);
+    return http_admin_ok(r) || ui_session_valid(r->srv->sessions, session_cookie(r), now_ms());
+}
 
-    return http_admin_ok(r) || (cookie != NULL && http_admin_token_is(r, cookie));
+bool ui_same_origin(struct request *r)
+{
+    const char *origin = http_header(r, "Origin");
+    const char *host = http_header(r, MHD_HTTP_HEADER_HOST);
+    const char *rest;
+
+    if (origin == NULL) {
+        return true;
+    }
+    if (host == NULL) {
+        return false;
+    }
+    if (strncmp(origin, "http://", 7) == 0) {
+        rest = origin + 7;
+    } else if (strncmp(origin, "https://", 8) == 0) {
+        rest = origin + 8;
+    } else {
+        return false;
+    }
+    return strcmp(rest, host) == 0;
 }
 
 /* Headers every dashboard response carries. */
@@ -102,34 +146,61 @@ int api_ui_file(struct request *r)
     return send_asset(r, r->params[0]);
 }
 
-int api_ui_login(struct request *r)
+/* A 303 to LOCATION that sets COOKIE (wiped by the caller). */
+static int send_redirect(struct request *r, const char *location, const char *cookie)
 {
-    const char *token = http_query(r, "token");
-    struct MHD_Response *resp;
-    const union MHD_ConnectionInfo *tls;
-    char *cookie;
+    struct MHD_Response *resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
     enum MHD_Result ret;
 
-    if (token == NULL || !http_admin_token_is(r, token)) {
-        return send_login_page(r);
-    }
-    tls = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_PROTOCOL);
-    cookie = xasprintf("%s=%s; HttpOnly; SameSite=Strict; Path=/%s", UI_COOKIE, r->srv->api_token,
-                       tls != NULL ? "; Secure" : "");
-    resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
-    if (resp != NULL) {
-        harden(resp);
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_SET_COOKIE, cookie); /* MHD copies */
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, "/");
-    }
-    secret_wipe(cookie, strlen(cookie));
-    free(cookie);
     if (resp == NULL) {
         return MHD_NO;
     }
+    harden(resp);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_SET_COOKIE, cookie); /* MHD copies */
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, location);
     http_guard_answering(r->conn);
     r->status = 303;
     ret = MHD_queue_response(r->conn, MHD_HTTP_SEE_OTHER, resp);
     MHD_destroy_response(resp);
+    return ret;
+}
+
+int api_ui_login(struct request *r)
+{
+    const char *token = http_query(r, "token");
+    char id[UI_SESSION_ID_LEN + 1];
+    char *cookie;
+    int ret;
+
+    if (token == NULL || !http_admin_token_is(r, token)) {
+        return send_login_page(r);
+    }
+    ui_session_create(id, r->srv->sessions, now_ms());
+    cookie = xasprintf("%s=%s; %sHttpOnly; SameSite=Strict; Path=/", cookie_name(r), id,
+                       over_tls(r) ? "Secure; " : "");
+    secret_wipe(id, sizeof(id));
+    ret = send_redirect(r, "/", cookie);
+    secret_wipe(cookie, strlen(cookie));
+    free(cookie);
+    return ret;
+}
+
+int api_ui_logout(struct request *r)
+{
+    char *cookie;
+    int ret;
+
+    /* SameSite=Strict keeps the cookie off cross-site posts; a foreign Origin is refused
+     * as well, for browsers that send the cookie anyway. */
+    if (!ui_same_origin(r)) {
+        return http_send_error(r, 403, NULL, NULL, "cross-origin logout is refused");
+    }
+    if (!ui_session_end(r->srv->sessions, session_cookie(r), now_ms())) {
+        return send_login_page(r);
+    }
+    cookie = xasprintf("%s=; Max-Age=0; %sHttpOnly; SameSite=Strict; Path=/", cookie_name(r),
+                       over_tls(r) ? "Secure; " : "");
+    ret = send_redirect(r, "/ui/login", cookie);
+    free(cookie);
     return ret;
 }

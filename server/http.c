@@ -21,6 +21,10 @@
 /* Oversized bodies up to this many times the cap are read and discarded before the 413. */
 #define DISCARD_FACTOR 4
 
+/* libmicrohttpd's connection limit on the TCP listeners: above the guard's hard cap, which
+ * refuses connections itself (http_guard.c). */
+#define HTTP_MHD_CONN_LIMIT (SERVER_CONN_HARD_MAX + 64)
+
 enum route_auth {
     AUTH_NONE,
     AUTH_ADMIN,
@@ -85,9 +89,10 @@ static const struct route g_routes[] = {
     {"POST", "/divergedev.agenttask.v1.AgentTaskService/*", api_connect, "connect", AUTH_NONE},
     {"GET", API_PREFIX "/namespaces/*/environments", api_env_list, "environments.list", AUTH_ADMIN},
     {"GET", API_PREFIX "/namespaces/*/environments/*", api_env_get, "environments.get", AUTH_ADMIN},
-    /* Dashboard: admin token as bearer header or cookie, checked by the handlers. */
+    /* Dashboard: admin token as bearer header or session cookie, checked by the handlers. */
     {"GET", "/", api_ui_index, "ui", AUTH_NONE},
     {"GET", "/ui/login", api_ui_login, "ui.login", AUTH_NONE},
+    {"POST", "/ui/logout", api_ui_logout, "ui.logout", AUTH_NONE},
     {"GET", "/ui/*", api_ui_file, "ui", AUTH_NONE},
     {"GET", "/api/v1/events", api_events, "events", AUTH_NONE},
     /* Git smart HTTP for sandbox pods: the task's token, checked by the handlers. */
@@ -244,6 +249,13 @@ bool http_admin_token_is(struct request *r, const char *token)
     return token_equal(token, r->srv->api_token);
 }
 
+/* Routes that connections over the per-address, per-prefix and total limits may still
+ * use (http_guard.c): health checks and the sandboxes' meter calls. */
+static bool reserved_route(const struct route *rt)
+{
+    return rt->handler == route_healthz || rt->handler == route_readyz || rt->handler == api_meter;
+}
+
 /* The body cap of the request's route; only known routes ever get a body read. */
 static size_t body_cap(const struct request *r)
 {
@@ -277,6 +289,10 @@ static enum MHD_Result begin_request(struct request *r)
     }
     rt = &g_routes[r->route];
     buf_init(&r->body, body_cap(r));
+    if (!http_guard_head(r->conn, reserved_route(rt))) {
+        return (enum MHD_Result)http_send_error(r, 503, NULL, NULL,
+                                                "server busy: too many connections");
+    }
     if (rt->auth == AUTH_ADMIN && !admin_ok(r)) {
         return (enum MHD_Result)http_send_error(r, 401, NULL, NULL,
                                                 "missing or wrong admin bearer token");
@@ -434,17 +450,18 @@ __attribute__((format(printf, 2, 0))) static void on_mhd_log(void *cls, const ch
     log_kv(LOG_WARN, "http_library", "message", msg, NULL);
 }
 
-static int64_t request_deadline_ms(void)
+/* The deadline in the environment variable NAME (tests), else DEF. */
+static int64_t deadline_env_ms(const char *name, int64_t def)
 {
-    const char *v = getenv("DIVERGE_REQUEST_DEADLINE_MS");
+    const char *v = getenv(name);
     char *end = NULL;
     long long ms;
 
     if (v == NULL || v[0] == '\0') {
-        return SERVER_REQUEST_DEADLINE_MS;
+        return def;
     }
     ms = strtoll(v, &end, 10);
-    return *end == '\0' && ms > 0 ? ms : SERVER_REQUEST_DEADLINE_MS;
+    return *end == '\0' && ms > 0 ? ms : def;
 }
 
 int http_start(struct MHD_Daemon **out, uint16_t *port_out, struct server *srv, struct err *err)
@@ -452,19 +469,24 @@ int http_start(struct MHD_Daemon **out, uint16_t *port_out, struct server *srv, 
     struct sockaddr_in sa;
     struct MHD_Daemon *d;
     const union MHD_DaemonInfo *info;
+    struct http_guard_limits lim = HTTP_GUARD_LIMITS_DEFAULTS;
     int rc = parse_listen(&sa, srv->cfg.listen, "--listen", err);
 
     *out = NULL;
+    lim.request_ms = deadline_env_ms("DIVERGE_REQUEST_DEADLINE_MS", SERVER_REQUEST_DEADLINE_MS);
+    lim.head_ms = deadline_env_ms("DIVERGE_HEAD_DEADLINE_MS", SERVER_HEAD_DEADLINE_MS);
     if (rc == E_OK) {
-        rc = http_guard_new(&srv->guard, request_deadline_ms(), err);
+        rc = http_guard_new(&srv->guard, &lim, err);
     }
     if (rc != E_OK) {
         return rc;
     }
     /* One thread per connection: watch streams and (later) group-committed meter calls
      * block in their own thread without starving others. poll(), not select(): sockets
-     * past FD_SETSIZE work. Slow clients are bounded three ways: the whole-request
-     * deadline (http_guard.c), connections per client address, connections in all. */
+     * past FD_SETSIZE work. Slow clients are bounded by http_guard.c: head and request
+     * deadlines, connections per address, per prefix and in all, and a reserve for the
+     * health and meter routes. libmicrohttpd's own limit is above the guard's, so the
+     * listener keeps accepting (and the guard deciding) under a flood. */
     d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD |
                              MHD_USE_ERROR_LOG | MHD_USE_ITC,
                          0, NULL, NULL, on_request, srv,
@@ -473,8 +495,7 @@ int http_start(struct MHD_Daemon **out, uint16_t *port_out, struct server *srv, 
                          MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
                          MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv->guard,
                          MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)SERVER_IDLE_TIMEOUT_S,
-                         MHD_OPTION_CONNECTION_LIMIT, (unsigned int)SERVER_CONN_MAX,
-                         MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned int)SERVER_PER_IP_CONN_MAX,
+                         MHD_OPTION_CONNECTION_LIMIT, (unsigned int)HTTP_MHD_CONN_LIMIT,
                          MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned int)1024, MHD_OPTION_END);
     if (d == NULL) {
         http_guard_free(srv->guard);
@@ -529,8 +550,7 @@ int http_start_tls(struct MHD_Daemon **out, uint16_t *port_out, struct server *s
                          MHD_OPTION_HTTPS_MEM_KEY, key_pem, MHD_OPTION_NOTIFY_COMPLETED,
                          on_completed, srv, MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv->guard,
                          MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)SERVER_IDLE_TIMEOUT_S,
-                         MHD_OPTION_CONNECTION_LIMIT, (unsigned int)SERVER_CONN_MAX,
-                         MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned int)SERVER_PER_IP_CONN_MAX,
+                         MHD_OPTION_CONNECTION_LIMIT, (unsigned int)HTTP_MHD_CONN_LIMIT,
                          MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned int)1024, MHD_OPTION_END);
     if (*out == NULL) {
         return err_set(err, E_FAIL,

@@ -182,8 +182,12 @@ void metrics_render(struct buf *out, struct server *srv)
                "# HELP diverge_http_request_deadline_exceeded_total Connections shut down for "
                "not sending a whole request within the deadline.\n"
                "# TYPE diverge_http_request_deadline_exceeded_total counter\n"
-               "diverge_http_request_deadline_exceeded_total %lld\n",
-               http_guard_reaped(srv->guard));
+               "diverge_http_request_deadline_exceeded_total %lld\n"
+               "# HELP diverge_http_connections_refused_total Connections refused or cut for "
+               "being over the per-address, per-prefix or total limits.\n"
+               "# TYPE diverge_http_connections_refused_total counter\n"
+               "diverge_http_connections_refused_total %lld\n",
+               http_guard_reaped(srv->guard), http_guard_refused(srv->guard));
     if (task_store_count_phases(counts, srv->store, NULL) == E_OK) {
         buf_puts(out, "# HELP diverge_tasks AgentTasks by phase.\n# TYPE diverge_tasks gauge\n");
         for (int p = 0; p < TASK_PHASE_COUNT; p++) {

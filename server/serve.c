@@ -84,6 +84,9 @@ static int load_secrets(struct server *srv, struct err *err)
     if (rc != E_OK) {
         return rc;
     }
+    if (srv->sessions == NULL) {
+        ui_sessions_new(&srv->sessions);
+    }
     return token_root_key_load_or_create(srv->root_key, srv->cfg.root_key_file, err);
 }
 
@@ -199,7 +202,12 @@ static void print_endpoints(const struct server *srv)
     print_gitlab_endpoint(srv);
     printf("  health:    %s/healthz  %s/readyz\n", b, b);
     printf("  metrics:   %s/metrics\n", b);
-    printf("  dashboard: %s/ui/login?token=%s\n", b, srv->api_token);
+    if (isatty(STDOUT_FILENO)) {
+        /* A person reads a terminal; a pipe or a file ends up in logs (SPEC §12). */
+        printf("  dashboard: %s/ui/login?token=%s\n", b, srv->api_token);
+    } else {
+        printf("  dashboard: %s/ (log in with the token in %s)\n", b, srv->cfg.api_token_file);
+    }
     if (srv->kube != NULL) {
         printf("  store:     kubernetes (Lease diverge-leader, token index and queues in "
                "namespace %s)\n",
@@ -558,6 +566,8 @@ static void server_cleanup(struct server *srv)
     }
     free(srv->api_token);
     srv->api_token = NULL;
+    ui_sessions_free(srv->sessions);
+    srv->sessions = NULL;
     secret_wipe(srv->root_key, sizeof(srv->root_key));
     free(srv->base_url);
     srv->base_url = NULL;

@@ -26,9 +26,18 @@
  * sent (watch streams, logs) are not limited. DIVERGE_REQUEST_DEADLINE_MS overrides it
  * (undocumented: for tests). */
 #define SERVER_REQUEST_DEADLINE_MS (30 * 1000)
-#define SERVER_CONN_MAX 1024       /* connections (one thread each) */
-#define SERVER_PER_IP_CONN_MAX 128 /* connections from one client address */
-#define SERVER_IDLE_TIMEOUT_S 120  /* libmicrohttpd's idle timeout */
+/* ... and this long for the request head (request line and headers); an idle keep-alive
+ * connection is closed after it too. DIVERGE_HEAD_DEADLINE_MS overrides it (tests). */
+#define SERVER_HEAD_DEADLINE_MS (5 * 1000)
+#define SERVER_CONN_MAX 1024           /* general connections (one thread each) */
+#define SERVER_PER_IP_CONN_MAX 128     /* general connections from one client address */
+#define SERVER_PER_PREFIX_CONN_MAX 256 /* ... from one IPv4 /24 or IPv6 /64 */
+/* Connections over those limits that may still ask for /healthz, /readyz or the meter. */
+#define SERVER_RESERVE_CONN_MAX 64
+/* Connections in all, refused ones still closing included; libmicrohttpd's own limit is
+ * above it, so that the listener never stops accepting. */
+#define SERVER_CONN_HARD_MAX (SERVER_CONN_MAX + SERVER_RESERVE_CONN_MAX + 128)
+#define SERVER_IDLE_TIMEOUT_S 120 /* libmicrohttpd's idle timeout */
 
 struct server_config {
     char *listen;                 /* "host:port" */
@@ -81,6 +90,7 @@ struct server {
     struct server_config cfg;
     struct task_store *store;      /* owned */
     char *api_token;               /* owned; wiped on exit */
+    struct ui_sessions *sessions;  /* owned; dashboard logins */
     unsigned char root_key[32];    /* macaroon root key; wiped on exit */
     char *base_url;                /* owned; public base URL */
     struct meter_service *meter;   /* owned */
@@ -201,8 +211,30 @@ int api_admission_validate(struct request *r);
 int api_ui_index(struct request *r);
 int api_ui_file(struct request *r);
 int api_ui_login(struct request *r);
-/* The admin token as a bearer header or as the diverge_token cookie of /ui/login. */
+/* POST /ui/logout: ends the cookie's session (api_ui.c). */
+int api_ui_logout(struct request *r);
+/* The admin token as a bearer header, or a live session id in the diverge_token cookie
+ * (__Host-diverge_token over TLS) that /ui/login set. */
 bool ui_auth_ok(struct request *r);
+/* False when the request has an Origin header that is not http(s)://<its Host>. */
+bool ui_same_origin(struct request *r);
+
+/* --- dashboard login sessions (ui_session.c), in memory: a restart ends them --- */
+#define UI_SESSION_ID_LEN 64                   /* hex of 32 random bytes */
+#define UI_SESSION_TTL_MS (12LL * 3600 * 1000) /* a login lasts 12 hours */
+#define UI_SESSIONS_MAX 256                    /* more logins evict the oldest */
+struct ui_sessions;
+/* Makes an empty session table; free with ui_sessions_free() (NULL is a no-op). */
+void ui_sessions_new(struct ui_sessions **out);
+void ui_sessions_free(struct ui_sessions *s);
+/* Starts a session at NOW_MS (monotonic milliseconds) and writes its new random id to OUT.
+ * Thread-safe. */
+void ui_session_create(char out[UI_SESSION_ID_LEN + 1], struct ui_sessions *s, int64_t now_ms);
+/* True when ID names a session of S that has not expired or ended (constant time in the
+ * ids). ID may be NULL. Thread-safe. */
+bool ui_session_valid(struct ui_sessions *s, const char *id, int64_t now_ms);
+/* Ends the session ID; false when it was not a live session. Thread-safe. */
+bool ui_session_end(struct ui_sessions *s, const char *id, int64_t now_ms);
 /* GET /api/v1/events, the dashboard's Server-Sent Events stream (api_events.c). */
 int api_events(struct request *r);
 
@@ -328,22 +360,45 @@ int serve_sandbox_start(struct server *srv, struct err *err);
 /* Stops serving the meter socket and removes it. */
 void serve_sandbox_stop(struct server *srv);
 
-/* --- the whole-request deadline (http_guard.c) --- */
+/* --- connection admission and deadlines (http_guard.c) --- */
 struct MHD_Connection;
 struct http_guard;
-/* Starts the reaper thread: connections still receiving a request DEADLINE_MS after it
- * began are shut down. Free with http_guard_free() after MHD_stop_daemon(). */
-int http_guard_new(struct http_guard **out, int64_t deadline_ms, struct err *err);
+struct http_guard_limits {
+    int64_t head_ms;    /* the request head must be in this long after the request began */
+    int64_t request_ms; /* and the whole request */
+    int conn_max;       /* general pool: connections in all */
+    int per_addr_max;   /* ... from one client address */
+    int per_prefix_max; /* ... from one IPv4 /24 or IPv6 /64 */
+    int reserve_max;    /* reserve pool (health and meter routes only) */
+    int hard_max;       /* TCP connections in all, refused ones still closing included */
+};
+#define HTTP_GUARD_LIMITS_DEFAULTS                                                                 \
+    {                                                                                              \
+        .head_ms = SERVER_HEAD_DEADLINE_MS, .request_ms = SERVER_REQUEST_DEADLINE_MS,              \
+        .conn_max = SERVER_CONN_MAX, .per_addr_max = SERVER_PER_IP_CONN_MAX,                       \
+        .per_prefix_max = SERVER_PER_PREFIX_CONN_MAX, .reserve_max = SERVER_RESERVE_CONN_MAX,      \
+        .hard_max = SERVER_CONN_HARD_MAX,                                                          \
+    }
+/* Starts the reaper thread that shuts down connections past their deadline (LIM is
+ * copied). Free with http_guard_free() after MHD_stop_daemon() of every daemon using it. */
+int http_guard_new(struct http_guard **out, const struct http_guard_limits *lim, struct err *err);
 void http_guard_free(struct http_guard *g);
 /* The MHD_OPTION_NOTIFY_CONNECTION callback (CLS is the guard); CODE is an
- * enum MHD_ConnectionNotificationCode. */
+ * enum MHD_ConnectionNotificationCode. A new TCP connection is admitted to the general or
+ * the reserve pool, or refused (its socket shut down at once). */
 void http_guard_notify(void *cls, struct MHD_Connection *conn, void **socket_context, int code);
+/* The head of the request on CONN is in; RESERVED_ROUTE says whether it asks for a route
+ * the reserve pool serves. False: the connection holds a reserve slot and the route is
+ * another; the caller answers 503. */
+bool http_guard_head(struct MHD_Connection *conn, bool reserved_route);
 /* The request on CONN is complete: no deadline while it is answered. */
 void http_guard_answering(struct MHD_Connection *conn);
 /* The response on CONN ended: the next request's clock starts now. */
 void http_guard_request_done(struct MHD_Connection *conn);
-/* Connections shut down so far for missing the deadline. */
+/* Connections shut down so far for missing a deadline. */
 long long http_guard_reaped(struct http_guard *g);
+/* Connections refused or pushed out of the reserve so far for being over the limits. */
+long long http_guard_refused(struct http_guard *g);
 /* Name of ROUTE for logs and metrics ("tasks.get"); "none" for -1. */
 const char *http_route_name(int route);
 int http_route_count(void);

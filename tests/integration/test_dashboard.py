@@ -7,13 +7,16 @@ under the build dir (build/dashboard/)."""
 import http.client
 import json
 import os
+import pty
+import re
+import select
 import shutil
 import subprocess
 import tempfile
 import time
 
 import npm_pin
-from harness import API, BUILD_DIR, run_tests, task_obj
+from harness import API, BUILD_DIR, DIVERGE_BIN, run_tests, task_obj
 from test_events import Checked as Server
 
 NS = API + "/namespaces/%s/agenttasks"
@@ -39,20 +42,35 @@ def create(srv, name, ns="default", status=None, annotations=None, **spec):
     return body
 
 
-def no_redirect(srv, path):
+def no_redirect(srv, path, method="GET", headers=None):
     host, port = srv.url[len("http://"):].split(":")
     c = http.client.HTTPConnection(host, int(port), timeout=30)
-    c.request("GET", path)
+    c.request(method, path, headers=headers or {})
     r = c.getresponse()
     r.read()
     c.close()
     return r.status, {k.lower(): v for k, v in r.getheaders()}
 
 
+SESSION_COOKIE = re.compile(r"^diverge_token=([0-9a-f]{64}); HttpOnly; SameSite=Strict; Path=/$")
+
+
+def login(srv):
+    """Logs in through /ui/login; returns the session id the cookie carries."""
+    st, h = no_redirect(srv, "/ui/login?token=" + srv.token)
+    assert st == 303 and h["location"] == "/", (st, h)
+    m = SESSION_COOKIE.match(h["set-cookie"])
+    assert m, h["set-cookie"]
+    return m.group(1)
+
+
 def test_pages_headers_and_auth():
     with Server(args=["--sandbox-provider", "none"]) as srv:
-        login = [l for l in srv.lines if l.strip().startswith("dashboard:")]
-        assert login == ["  dashboard: %s/ui/login?token=%s" % (srv.url, srv.token)], srv.lines
+        # Standard output is a pipe here: the line says where the token is, never the token.
+        login_line = [l for l in srv.lines if l.strip().startswith("dashboard:")]
+        assert login_line == ["  dashboard: %s/ (log in with the token in %s/api-token)"
+                              % (srv.url, srv.data_dir)], srv.lines
+        assert not any(srv.token in l for l in srv.lines), srv.lines
         for path in ("/", "/ui/app.js", "/ui/app.css", "/ui/index.html"):
             st, h, body = srv.request("GET", path, auth=False)
             assert st == 401, (path, st)
@@ -87,22 +105,117 @@ def test_pages_headers_and_auth():
         # The page never writes innerHTML: text goes in through textContent.
         st, _, js = srv.request("GET", "/ui/app.js")
         assert "innerHTML" not in js and "insertAdjacentHTML" not in js and "eval(" not in js
-        # Login: cookie then 303 to /.
-        st, h = no_redirect(srv, "/ui/login?token=" + srv.token)
-        assert st == 303 and h["location"] == "/", (st, h)
-        want = "diverge_token=%s; HttpOnly; SameSite=Strict; Path=/" % srv.token
-        assert h["set-cookie"] == want, h
-        st, _, _ = srv.request("GET", "/", headers={"Cookie": "diverge_token=" + srv.token},
-                               auth=False)
+        # Login: a session cookie (never the admin token) then 303 to /.
+        session = login(srv)
+        assert session != srv.token and srv.token not in session
+        assert login(srv) != session  # a new random id per login
+        cookie = {"Cookie": "diverge_token=" + session}
+        st, _, _ = srv.request("GET", "/", headers=cookie, auth=False)
         assert st == 200
+        # The admin token itself, or a made-up id, is no session.
+        for bad in (srv.token, "0" * 64, session[:-1] + ("0" if session[-1] != "0" else "1"),
+                    session + "0", ""):
+            st, _, _ = srv.request("GET", "/", headers={"Cookie": "diverge_token=" + bad},
+                                   auth=False)
+            assert st == 401, (bad, st)
         # The cookie opens the dashboard only, never the task API (no CSRF surface there).
-        st, _, _ = srv.request("GET", NS % "default", auth=False,
-                               headers={"Cookie": "diverge_token=" + srv.token})
+        st, _, _ = srv.request("GET", NS % "default", auth=False, headers=cookie)
         assert st == 401
+        # Logout: needs the session, refuses a foreign Origin, then ends the session.
+        st, _ = no_redirect(srv, "/ui/logout", method="POST")
+        assert st == 401, st
+        st, _ = no_redirect(srv, "/ui/logout", method="POST",
+                            headers=dict(cookie, Origin="http://evil.example"))
+        assert st == 403, st
+        st, _, _ = srv.request("GET", "/", headers=cookie, auth=False)
+        assert st == 200, st
+        st, h = no_redirect(srv, "/ui/logout", method="POST",
+                            headers=dict(cookie, Origin=srv.url))
+        assert st == 303 and h["location"] == "/ui/login", (st, h)
+        assert h["set-cookie"] == "diverge_token=; Max-Age=0; HttpOnly; SameSite=Strict; Path=/", h
+        st, _, _ = srv.request("GET", "/", headers=cookie, auth=False)
+        assert st == 401, st
+        st, _ = no_redirect(srv, "/ui/logout", method="POST", headers=cookie)
+        assert st == 401, st
         srv.stop()
         logged = srv.stderr()
         assert "/ui/login" in logged and srv.token not in logged, "token in the logs"
         assert "token=" not in logged
+
+
+def test_login_url_only_on_a_terminal():
+    """The login URL (which holds the admin token) is printed only when standard output is
+    a terminal; through a pipe (logs) the line says where the token file is."""
+    with Server(args=["--sandbox-provider", "none"]) as srv:
+        assert not any(srv.token in l for l in srv.lines), srv.lines
+        assert any(l == "  dashboard: %s/ (log in with the token in %s/api-token)"
+                   % (srv.url, srv.data_dir) for l in srv.lines), srv.lines
+        srv.stop()
+        assert srv.token not in srv.stderr()
+    data_dir = tempfile.mkdtemp(prefix="diverge-test-")
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([DIVERGE_BIN, "serve", "--listen", "127.0.0.1:0", "--data-dir",
+                             data_dir, "--log-format", "json", "--sandbox-provider", "none"],
+                            stdout=slave, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    os.close(slave)
+    out = b""
+    try:
+        deadline = time.time() + 30
+        while b"admin token:" not in out and time.time() < deadline:
+            ready, _, _ = select.select([master], [], [], 1)
+            if ready:
+                try:
+                    out += os.read(master, 4096)
+                except OSError:
+                    break
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        os.close(master)
+    try:
+        with open(os.path.join(data_dir, "api-token")) as f:
+            token = f.read().strip()
+        text = out.decode()
+        m = re.search(r"listening on (http://[0-9.]+:\d+)", text)
+        assert m, text
+        assert "  dashboard: %s/ui/login?token=%s\r\n" % (m.group(1), token) in text, text
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def test_tls_session_cookie():
+    """Over TLS the session cookie is __Host-diverge_token with Secure."""
+    import ssl
+    with Server(args=["--sandbox-provider", "none", "--tls-listen", "127.0.0.1:0"]) as srv:
+        with open(os.path.join(srv.data_dir, "tls-endpoint")) as f:
+            ep = json.load(f)
+        port = int(ep["server"].rsplit(":", 1)[1])
+        ctx = ssl.create_default_context(cafile=ep["certificateAuthority"])
+
+        def get(path, headers=None, method="GET"):
+            c = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=30)
+            c.request(method, path, headers=headers or {})
+            r = c.getresponse()
+            r.read()
+            c.close()
+            return r.status, {k.lower(): v for k, v in r.getheaders()}
+
+        st, h = get("/ui/login?token=" + srv.token)
+        assert st == 303, st
+        m = re.match(r"^__Host-diverge_token=([0-9a-f]{64}); Secure; HttpOnly; SameSite=Strict; "
+                     r"Path=/$", h["set-cookie"])
+        assert m, h["set-cookie"]
+        session = m.group(1)
+        assert session != srv.token
+        st, _ = get("/", {"Cookie": "__Host-diverge_token=" + session})
+        assert st == 200, st
+        st, _ = get("/", {"Cookie": "__Host-diverge_token=" + srv.token})
+        assert st == 401, st
+        st, h = get("/ui/logout", {"Cookie": "__Host-diverge_token=" + session}, method="POST")
+        assert st == 303 and h["set-cookie"].startswith("__Host-diverge_token=; Max-Age=0; "
+                                                        "Secure;"), h
+        st, _ = get("/", {"Cookie": "__Host-diverge_token=" + session})
+        assert st == 401, st
 
 
 def chromium_or_skip():
@@ -237,5 +350,6 @@ def test_sticky_links_the_task_page_with_public_url():
 
 
 if __name__ == "__main__":
-    run_tests([test_pages_headers_and_auth, test_sticky_links_the_task_page_with_public_url,
+    run_tests([test_pages_headers_and_auth, test_login_url_only_on_a_terminal,
+               test_tls_session_cookie, test_sticky_links_the_task_page_with_public_url,
                test_browser])

@@ -175,7 +175,16 @@ def test_auth_headers_and_refusals():
         assert b"diverge_token" in s.body, s.body
         s = SSE(srv, auth=False, headers={"Cookie": "diverge_token=wrong"})
         assert s.status == 401
+        # The cookie holds a login session, never the admin token.
         s = SSE(srv, auth=False, headers={"Cookie": "diverge_token=" + srv.token})
+        assert s.status == 401, s.status
+        c = http.client.HTTPConnection(*srv.url[len("http://"):].split(":"), timeout=30)
+        c.request("GET", "/ui/login?token=" + srv.token)
+        r = c.getresponse()
+        r.read()
+        c.close()
+        session = r.getheader("Set-Cookie").split(";")[0]
+        s = SSE(srv, auth=False, headers={"Cookie": session})
         assert s.status == 200, s.status
         assert s.headers["content-type"] == "text/event-stream", s.headers
         assert s.headers.get("cache-control") == "no-cache", s.headers
