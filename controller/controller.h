@@ -186,10 +186,11 @@ int controller_new(struct controller **out, struct task_store *store,
  * made reachable for the sandbox user). E_FAIL when a thread cannot start (then free C). */
 int controller_start(struct controller *c, const char *meter_url, const char *meter_socket,
                      struct err *err);
-/* Adds the server's listener LISTEN ("host:port", "[v6]:port"; a name is resolved) and
- * every address of the host's interfaces to the addresses egress proxies always refuse.
- * Call before controller_start. E_INVALID / E_FAIL. */
-int controller_egress_own(struct controller *c, const char *listen, struct err *err);
+/* Adds the server's listeners LISTENS (a NULL-terminated list of "host:port" or
+ * "[v6]:port"; a name is resolved), each with its port, and every address of the host's
+ * interfaces to the addresses egress proxies always refuse. Call once, before
+ * controller_start. E_INVALID / E_FAIL. */
+int controller_egress_own(struct controller *c, const char *const *listens, struct err *err);
 
 /* Stops the threads and every sandbox (they die with the server, SPEC §9); NULL is a
  * no-op. */
