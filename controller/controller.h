@@ -166,6 +166,14 @@ char *controller_log_path(const char *data_dir, const char *ns, const char *name
  * CONTROLLER_LOG_CAP) its oldest part is dropped first and a line says so. Thread-safe. */
 void controller_log_write(const char *path, size_t cap, const char *text, size_t len);
 
+/* What starts every line of sandbox output in a task log, after the time. */
+#define CONTROLLER_LOG_SANDBOX_MARK "[sandbox] "
+
+/* controller_log_write for a line the sandbox printed: "<time> [sandbox] TEXT". Only
+ * sandbox output is written with this mark, and all of it is, so a sandbox cannot print a
+ * line that reads as one of the server's. Thread-safe. */
+void controller_log_sandbox(const char *path, size_t cap, const char *text, size_t len);
+
 /* Whether the server may push WORKING to the remote: a plain branch name, and never the
  * base branch unless the task was made from a PR comment (FROM_SCM: the working branch
  * is the PR head). */
