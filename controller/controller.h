@@ -166,6 +166,14 @@ char *controller_log_path(const char *data_dir, const char *ns, const char *name
  * CONTROLLER_LOG_CAP) its oldest part is dropped first and a line says so. Thread-safe. */
 void controller_log_write(const char *path, size_t cap, const char *text, size_t len);
 
+/* What starts every line of sandbox output in a task log, after the time. */
+#define CONTROLLER_LOG_SANDBOX_MARK "[sandbox] "
+
+/* controller_log_write for a line the sandbox printed: "<time> [sandbox] TEXT". Only
+ * sandbox output is written with this mark, and all of it is, so a sandbox cannot print a
+ * line that reads as one of the server's. Thread-safe. */
+void controller_log_sandbox(const char *path, size_t cap, const char *text, size_t len);
+
 /* Whether the server may push WORKING to the remote: a plain branch name, and never the
  * base branch unless the task was made from a PR comment (FROM_SCM: the working branch
  * is the PR head). */
@@ -186,10 +194,11 @@ int controller_new(struct controller **out, struct task_store *store,
  * made reachable for the sandbox user). E_FAIL when a thread cannot start (then free C). */
 int controller_start(struct controller *c, const char *meter_url, const char *meter_socket,
                      struct err *err);
-/* Adds the server's listener LISTEN ("host:port", "[v6]:port"; a name is resolved) and
- * every address of the host's interfaces to the addresses egress proxies always refuse.
- * Call before controller_start. E_INVALID / E_FAIL. */
-int controller_egress_own(struct controller *c, const char *listen, struct err *err);
+/* Adds the server's listeners LISTENS (a NULL-terminated list of "host:port" or
+ * "[v6]:port"; a name is resolved), each with its port, and every address of the host's
+ * interfaces to the addresses egress proxies always refuse. Call once, before
+ * controller_start. E_INVALID / E_FAIL. */
+int controller_egress_own(struct controller *c, const char *const *listens, struct err *err);
 
 /* Stops the threads and every sandbox (they die with the server, SPEC §9); NULL is a
  * no-op. */

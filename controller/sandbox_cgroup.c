@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -435,6 +436,54 @@ const struct sbx_hooks local_hooks = {
     .forget = cg_forget,
 };
 
+/* socket() and socketpair() only for AF_UNIX, AF_INET and AF_INET6 (flatpak's allowlist
+ * without netlink); EAFNOSUPPORT for the rest, e.g. AF_VSOCK, which network namespaces do
+ * not isolate, or AF_NETLINK. The kernel reads the family as an int: a value with any of
+ * the upper 32 bits set is refused too. */
+static int seccomp_families(scmp_filter_ctx ctx)
+{
+    static const int allowed[] = {AF_UNIX, AF_INET, AF_INET6}; /* in numerical order */
+    static const int calls[] = {SCMP_SYS(socket), SCMP_SYS(socketpair)};
+    int rc = 0;
+
+    for (size_t c = 0; c < ARRAY_LEN(calls) && rc == 0; c++) {
+        int next = 0;
+        for (size_t i = 0; i < ARRAY_LEN(allowed) && rc == 0; i++) {
+            for (int fam = next; fam < allowed[i] && rc == 0; fam++) {
+                rc = seccomp_rule_add_exact(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), calls[c], 1,
+                                            SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)fam));
+            }
+            next = allowed[i] + 1;
+        }
+        if (rc == 0) {
+            rc = seccomp_rule_add_exact(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), calls[c], 1,
+                                        SCMP_A0(SCMP_CMP_GE, (scmp_datum_t)next));
+        }
+    }
+    return rc;
+}
+
+/* personality() only with the default persona (PER_LINUX, 0) or the query 0xffffffff;
+ * EPERM for any other (ADDR_NO_RANDOMIZE, READ_IMPLIES_EXEC, other ABIs). libseccomp takes
+ * one comparison per argument and rule, so "low 32 bits neither all 0 nor all 1" is
+ * written as "bit 0 differs from bit J" for each J, plus anything above 32 bits. */
+static int seccomp_personality(scmp_filter_ctx ctx)
+{
+    int rc = seccomp_rule_add_exact(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(personality), 1,
+                                    SCMP_A0(SCMP_CMP_GT, (scmp_datum_t)0xffffffffu));
+
+    for (unsigned j = 1; j < 32 && rc == 0; j++) {
+        scmp_datum_t mask = 1u | (scmp_datum_t)1u << j;
+        rc = seccomp_rule_add_exact(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(personality), 1,
+                                    SCMP_A0(SCMP_CMP_MASKED_EQ, mask, (scmp_datum_t)1u));
+        if (rc == 0) {
+            rc = seccomp_rule_add_exact(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(personality), 1,
+                                        SCMP_A0(SCMP_CMP_MASKED_EQ, mask, (scmp_datum_t)1u << j));
+        }
+    }
+    return rc;
+}
+
 int local_seccomp_fd(int *fd_out, struct err *err)
 {
     static const char *const eperm[] = {"syslog",         "uselib",           "acct",
@@ -474,6 +523,11 @@ int local_seccomp_fd(int *fd_out, struct err *err)
                            SCMP_A1(SCMP_CMP_MASKED_EQ, 0xFFFFFFFFu, (scmp_datum_t)TIOCSTI));
     (void)seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioctl), 1,
                            SCMP_A1(SCMP_CMP_MASKED_EQ, 0xFFFFFFFFu, (scmp_datum_t)TIOCLINUX));
+    /* Unlike the deny list above (names this libseccomp may not know), these must hold. */
+    if (seccomp_families(ctx) != 0 || seccomp_personality(ctx) != 0) {
+        seccomp_release(ctx);
+        return err_set(err, E_FAIL, "build the seccomp filter: socket family or personality rule");
+    }
     fd = memfd_create("diverge-seccomp", MFD_CLOEXEC);
     if (fd < 0 || seccomp_export_bpf(ctx, fd) != 0 || lseek(fd, 0, SEEK_SET) != 0) {
         rc = err_set(err, E_FAIL, "build the seccomp filter: %s", strerror(errno));

@@ -2,7 +2,8 @@
 /* Network `proxy` of sandboxes (SPEC §9 "Network"): the server flags, the per-task egress
  * proxy (egress/) on a unix socket in <data-dir>/egress/<random>/proxy.sock whose
  * directory the sandbox sees read-only at /diverge/egress, its allowlist (the server's
- * --sandbox-allow-host rules plus spec.sandbox.allowedHosts), the egress lines it writes
+ * --sandbox-allow-host rules plus spec.sandbox.allowedHosts, each rule tagged with its
+ * origin), the egress lines it writes
  * to the task log, and the proxy variables of the sandbox environment. The sandbox
  * provider owns a started proxy (sandbox.h): it goes with the sandbox. */
 #define _GNU_SOURCE
@@ -89,7 +90,8 @@ int controller_egress_init(struct controller *c, const struct controller_config 
     egress_policy_new(&c->egress_policy);
     if (cfg->allow_hosts != NULL) {
         struct err perr = {0};
-        if (egress_policy_add_rules_csv(c->egress_policy, cfg->allow_hosts, &perr) != E_OK) {
+        if (egress_policy_add_rules_csv(c->egress_policy, cfg->allow_hosts, EGRESS_ORIGIN_SERVER,
+                                        &perr) != E_OK) {
             return err_set(err, E_INVALID, "--sandbox-allow-host: %s", perr.msg);
         }
     }
@@ -154,13 +156,12 @@ static int add_resolved(struct controller *c, const char *host, uint16_t port, s
     return E_OK;
 }
 
-int controller_egress_own(struct controller *c, const char *listen, struct err *err)
+/* Adds the listener LISTEN ("host:port") as an own address on its port. */
+static int add_listener(struct controller *c, const char *listen, struct err *err)
 {
     char host[EGRESS_HOST_MAX + 1];
     struct egress_addr a;
-    struct err ierr = {0};
     uint16_t port = 0;
-    int rc;
 
     if (split_listen(host, sizeof(host), &port, listen) != E_OK) {
         return err_set(err, E_INVALID, "the listen address is not host:port");
@@ -170,9 +171,18 @@ int controller_egress_own(struct controller *c, const char *listen, struct err *
     }
     if (egress_addr_parse(&a, host) == E_OK) {
         egress_policy_add_own(c->egress_policy, &a, port);
-        rc = E_OK;
-    } else {
-        rc = add_resolved(c, host, port, err);
+        return E_OK;
+    }
+    return add_resolved(c, host, port, err);
+}
+
+int controller_egress_own(struct controller *c, const char *const *listens, struct err *err)
+{
+    struct err ierr = {0};
+    int rc = E_OK;
+
+    for (size_t i = 0; rc == E_OK && listens[i] != NULL; i++) {
+        rc = add_listener(c, listens[i], err);
     }
     if (rc == E_OK && egress_policy_add_own_interfaces(c->egress_policy, &ierr) != E_OK) {
         log_kv(LOG_WARN, "egress_own_addresses", "error", ierr.msg, NULL);
@@ -190,7 +200,8 @@ static void add_spec_rules(struct egress_policy *p, const json_t *sandbox, const
     json_array_foreach(hosts, i, v)
     {
         struct err err = {0};
-        if (!json_is_string(v) || egress_policy_add_rule(p, json_string_value(v), &err) != E_OK) {
+        if (!json_is_string(v) ||
+            egress_policy_add_rule(p, json_string_value(v), EGRESS_ORIGIN_TASK, &err) != E_OK) {
             controller_log_event(log_path,
                                  "[diverge] network proxy: sandbox.allowedHosts entry %zu "
                                  "skipped: %s",
@@ -260,7 +271,10 @@ int controller_egress_open(struct sandbox_egress **out, struct controller *c,
                            struct err *err)
 {
     const char *net = json_string_value(json_object_get(r->sandbox, "network"));
-    bool proxy = net != NULL ? strcmp(net, "proxy") == 0 : c->network_proxy;
+    bool asked = net != NULL ? strcmp(net, "proxy") == 0 : c->network_proxy;
+    /* The operator's --sandbox-network none is a ceiling: a task (or the repository's
+     * agent.yaml behind it) may ask for less network, never for more. */
+    bool proxy = asked && c->network_proxy;
     bool inside = strcmp(c->provider, "local") == 0;
     struct egress_policy *policy;
     struct sandbox_egress *e;
@@ -270,6 +284,10 @@ int controller_egress_open(struct sandbox_egress **out, struct controller *c,
     *out = NULL;
     env[(*n)++] = xasprintf("DIVERGE_SANDBOX_NETWORK=%s", proxy ? "proxy" : "none");
     env[*n] = NULL;
+    if (asked && !proxy) {
+        controller_log_event(log_path, "[diverge] network none: sandbox.network proxy ignored "
+                                       "(the server runs with --sandbox-network none)");
+    }
     if (!proxy) {
         return E_OK;
     }

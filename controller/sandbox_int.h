@@ -80,4 +80,11 @@ void sbx_signal_tree(pid_t root, int sig);
 /* /proc/<pid>/stat field 22, 0 when unknown. */
 unsigned long long sbx_starttime(pid_t pid);
 
+/* In a forked child before execve: marks every descriptor from 3 up close-on-exec
+ * (close_range; one fcntl per descriptor up to RLIMIT_NOFILE on kernels before 5.11), so
+ * nothing the server holds or inherited from its own parent reaches task code. The caller
+ * then clears the flag on the descriptors it means to pass on. Async-signal-safe; 0, or
+ * -1 when a descriptor could not be marked. */
+int sbx_cloexec_from_3(void);
+
 #endif

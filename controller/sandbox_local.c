@@ -101,6 +101,11 @@ static void child(const struct child_plan *pl)
     }
     /* After the credential change, which clears it: die with the server's thread. */
     prctl(PR_SET_PDEATHSIG, SIGKILL);
+    /* Nothing the server inherited from its own parent reaches the sandbox: every other
+     * descriptor closes at exec, then only the kept ones are opened up again. */
+    if (sbx_cloexec_from_3() != 0) {
+        _exit(126);
+    }
     for (int i = 0; i < LOCAL_FDS; i++) {
         if (pl->keep[i] >= 0) {
             fcntl(pl->keep[i], F_SETFD, 0);

@@ -73,20 +73,20 @@ static struct sbx *find(struct sbx_set *set, const char *ns, const char *name)
     return NULL;
 }
 
-/* Writes whole lines of BUF[0..*len) to the log, keeping a partial last line unless it
- * fills the buffer (or FLUSH). */
+/* Writes whole lines of BUF[0..*len) to the log as sandbox lines, keeping a partial last
+ * line unless it fills the buffer (or FLUSH). */
 static void pump_lines(struct sbx *x, char *buf, size_t *len, bool flush)
 {
     size_t start = 0;
 
     for (size_t i = 0; i < *len; i++) {
         if (buf[i] == '\n') {
-            controller_log_write(x->log_path, x->log_cap, buf + start, i - start);
+            controller_log_sandbox(x->log_path, x->log_cap, buf + start, i - start);
             start = i + 1;
         }
     }
     if (start < *len && (flush || (start == 0 && *len == SBX_LINE_MAX))) {
-        controller_log_write(x->log_path, x->log_cap, buf + start, *len - start);
+        controller_log_sandbox(x->log_path, x->log_cap, buf + start, *len - start);
         start = *len;
     }
     memmove(buf, buf + start, *len - start);

@@ -1,14 +1,19 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The `process` sandbox provider: the runner as a plain child of the server in its own
- * process group, started with posix_spawn. NO ISOLATION: the agent runs as the server's
- * user with the server's view of the machine. For development only; it says so loudly. */
+/* The `process` sandbox provider: the runner as a grandchild of the server in its own
+ * process group, under a small guard process (a fork of the server that never execs) which
+ * kills the whole group when the server dies, even by SIGKILL (SPEC §9: sandboxes die
+ * with the server). Only descriptors 0-2 reach the runner. NO ISOLATION: the agent runs
+ * as the server's user with the server's view of the machine. For development only; it
+ * says so loudly. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -25,37 +30,117 @@ static struct process_provider *to_process(struct sandbox_provider *p)
     return container_of(p, struct process_provider, base);
 }
 
+/* What the forked guard and runner do before exec: only async-signal-safe calls. */
+struct spawn_plan {
+    const char *path; /* the runner */
+    char *const *argv, *const *envp;
+    const char *cwd; /* the workspace */
+    int out_fd;      /* becomes stdout and stderr */
+    pid_t server;    /* getpid() of the server, before the fork */
+};
+
+/* The guard's parent-death signal (catchable: the guard must act on it). */
+#define GUARD_SIGNAL SIGTERM
+
+/* In the guard, on GUARD_SIGNAL (the server's launching thread is gone) or when the server
+ * is found gone: every process of the sandbox's group dies, the guard too. */
+static void guard_kill_group(int sig)
+{
+    (void)sig;
+    kill(0, SIGKILL);
+}
+
+/* Default dispositions (the server ignores SIGPIPE, handles others) and an empty mask (the
+ * server blocks SIGTERM in every thread); HANDLER, when set, for GUARD_SIGNAL. */
+static void reset_signals(void (*handler)(int))
+{
+    struct sigaction sa;
+    sigset_t none;
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = SIG_DFL;
+    for (int sig = 1; sig < NSIG; sig++) {
+        (void)sigaction(sig, &sa, NULL); /* SIGKILL, SIGSTOP and glibc's own refuse: fine */
+    }
+    if (handler != NULL) {
+        sa.sa_handler = handler;
+        (void)sigaction(GUARD_SIGNAL, &sa, NULL);
+    }
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+}
+
+/* The runner, a vfork child of the guard: it dies with the guard, then execs. */
+static void runner_exec(const struct spawn_plan *pl, pid_t guard)
+{
+    reset_signals(NULL);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != guard) {
+        _exit(126); /* the guard died before the line above: no signal would come */
+    }
+    execve(pl->path, pl->argv, pl->envp);
+    _exit(127);
+}
+
+/* The guard: leader of the sandbox's process group, parent of the runner. When the server
+ * dies (even by SIGKILL) the kernel sends it GUARD_SIGNAL and it kills the whole group,
+ * which a SIGKILLed runner could not do for the agent's processes. It exits with the
+ * runner's status (128 + signal when killed). */
+static void guard(const struct spawn_plan *pl)
+{
+    int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC), status = 0;
+    pid_t self = getpid(), runner;
+
+    reset_signals(guard_kill_group);
+    if (setpgid(0, 0) != 0 || devnull < 0 || dup2(devnull, 0) < 0 || dup2(pl->out_fd, 1) < 0 ||
+        dup2(pl->out_fd, 2) < 0 || chdir(pl->cwd) != 0 || sbx_cloexec_from_3() != 0) {
+        _exit(126);
+    }
+    prctl(PR_SET_PDEATHSIG, GUARD_SIGNAL);
+    if (getppid() != pl->server) {
+        guard_kill_group(0); /* the server died before the line above */
+    }
+    /* vfork: no fork handlers run in this copy of a multi-threaded server. */
+    runner = vfork();
+    if (runner == 0) {
+        runner_exec(pl, self);
+    }
+    if (runner < 0) {
+        _exit(126);
+    }
+    while (waitpid(runner, &status, 0) < 0) {
+        if (errno != EINTR) {
+            _exit(126);
+        }
+    }
+    _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+}
+
 static int spawn_runner(pid_t *pid_out, const struct sandbox_spec *s, int out_fd, void *ctx,
                         struct err *err)
 {
-    posix_spawn_file_actions_t fa;
-    posix_spawnattr_t attr;
-    sigset_t none, all;
     char *const argv[] = {(char *)(uintptr_t)s->runner_path, NULL};
-    int rc;
+    struct spawn_plan pl = {.path = s->runner_path,
+                            .argv = argv,
+                            .envp = (char *const *)(uintptr_t)s->env,
+                            .cwd = s->workspace,
+                            .out_fd = out_fd,
+                            .server = getpid()};
+    pid_t pid;
 
     (void)ctx;
-    sigemptyset(&none);
-    sigfillset(&all);
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_adddup2(&fa, out_fd, 1);
-    posix_spawn_file_actions_adddup2(&fa, out_fd, 2);
-    posix_spawn_file_actions_addchdir_np(&fa, s->workspace);
-    posix_spawnattr_init(&attr);
-    /* Its own process group (pause and kill address the group), default signal
-     * dispositions and an empty mask (the server blocks SIGTERM in every thread). */
-    posix_spawnattr_setpgroup(&attr, 0);
-    posix_spawnattr_setsigmask(&attr, &none);
-    posix_spawnattr_setsigdefault(&attr, &all);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
-                                        POSIX_SPAWN_SETSIGDEF);
-    rc = posix_spawn(pid_out, s->runner_path, &fa, &attr, argv, (char *const *)(uintptr_t)s->env);
-    posix_spawn_file_actions_destroy(&fa);
-    posix_spawnattr_destroy(&attr);
-    if (rc != 0) {
-        return err_set(err, E_FAIL, "start %s: %s", s->runner_path, strerror(rc));
+    if (access(s->runner_path, X_OK) != 0) {
+        return err_set(err, E_FAIL, "start %s: %s", s->runner_path, strerror(errno));
     }
+    pid = fork();
+    if (pid < 0) {
+        return err_set(err, E_FAIL, "fork: %s", strerror(errno));
+    }
+    if (pid == 0) {
+        guard(&pl);
+    }
+    setpgid(pid, pid); /* also from here: no race with a signal to the group */
+    *pid_out = pid;
     return E_OK;
 }
 

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* What the sandbox table reads from /proc: a process's start time, parent and process
  * group (fields of /proc/<pid>/stat), and the walks that signal a whole process group or
- * a whole process tree, also processes that left the leader's session. */
+ * a whole process tree, also processes that left the leader's session. Also the
+ * descriptor sweep every sandbox child does before exec. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <fcntl.h>
@@ -10,9 +11,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "controller/sandbox_int.h"
+
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2) /* linux/close_range.h, Linux 5.11 */
+#endif
+#define SBX_FD_SCAN_MAX (1 << 20) /* descriptors the fallback marks one by one */
 
 /* Field FIELD (1-based, as in proc(5): 4 ppid, 5 pgrp, 22 starttime) of
  * /proc/<PID>/stat, parsed from the text after the command's last ')' (the command may
@@ -168,4 +175,27 @@ void sbx_signal_tree(pid_t root, int sig)
         done = n;
     }
     pthread_mutex_unlock(&lock);
+}
+
+int sbx_cloexec_from_3(void)
+{
+    struct rlimit rl;
+    long max;
+
+    if (close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) == 0) {
+        return 0;
+    }
+    /* Before Linux 5.11 (ENOSYS or EINVAL): each possible descriptor in turn. */
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
+        return -1;
+    }
+    max = rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > SBX_FD_SCAN_MAX ? SBX_FD_SCAN_MAX
+                                                                        : (long)rl.rlim_cur;
+    for (long fd = 3; fd < max; fd++) {
+        int fl = fcntl((int)fd, F_GETFD);
+        if (fl >= 0 && (fl & FD_CLOEXEC) == 0 && fcntl((int)fd, F_SETFD, fl | FD_CLOEXEC) != 0) {
+            return -1;
+        }
+    }
+    return 0;
 }

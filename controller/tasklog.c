@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The per-task log (SPEC §9): <data-dir>/logs/<ns>/<task>.log, one line per event, each
- * prefixed by an RFC 3339 time. When a write would take the file past its cap, the oldest
+ * prefixed by an RFC 3339 time; what the sandbox printed also by "[sandbox] ", so no
+ * output of task code reads like the server's own lines ("[diverge] pushed ...", egress
+ * lines). When a write would take the file past its cap, the oldest
  * part is dropped (the newest half is kept, from a line start) and a line says so. One
  * process-wide lock orders writers, so lines never interleave and the cap holds. */
 #include <errno.h>
@@ -93,22 +95,24 @@ static void clean(char *s, size_t n)
     }
 }
 
-void controller_log_write(const char *path, size_t cap, const char *text, size_t len)
+/* Appends "<time> MARK TEXT" as one line (MARK "" for the server's own lines). */
+static void write_line(const char *path, size_t cap, const char *mark, const char *text, size_t len)
 {
     char ts[CLOCK_RFC3339_MAX];
     struct stat st;
     char *line;
-    size_t n;
+    size_t n, head;
     int fd;
 
     if (cap == 0) {
         cap = CONTROLLER_LOG_CAP;
     }
     clock_rfc3339(ts, clock_now_ms(clock_system()));
-    n = strlen(ts) + 1 + len + 1;
+    head = strlen(ts) + 1 + strlen(mark);
+    n = head + len + 1;
     line = xmalloc(n + 1);
-    snprintf(line, n + 1, "%s %.*s\n", ts, (int)len, text);
-    clean(line + strlen(ts) + 1, len);
+    snprintf(line, n + 1, "%s %s%.*s\n", ts, mark, (int)len, text);
+    clean(line + head, len);
     pthread_mutex_lock(&g_log_lock);
     fd = open(path, O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0 && errno == ENOENT && controller_mkdirs(path, false) == 0) {
@@ -125,6 +129,16 @@ void controller_log_write(const char *path, size_t cap, const char *text, size_t
     }
     pthread_mutex_unlock(&g_log_lock);
     free(line);
+}
+
+void controller_log_write(const char *path, size_t cap, const char *text, size_t len)
+{
+    write_line(path, cap, "", text, len);
+}
+
+void controller_log_sandbox(const char *path, size_t cap, const char *text, size_t len)
+{
+    write_line(path, cap, CONTROLLER_LOG_SANDBOX_MARK, text, len);
 }
 
 void controller_log_event(const char *path, const char *fmt, ...)

@@ -4,7 +4,8 @@
  * the runner runs inside the sandbox (127.0.0.1:3128 → that unix socket). The policy
  * refuses loopback, link-local, private, CGNAT, unspecified, multicast, reserved and the
  * server's own addresses whatever the allowlist says; the one exception is an explicit
- * loopback IP literal rule with a port (`127.0.0.1:PORT`, for tests). */
+ * loopback IP literal rule with a port (`127.0.0.1:PORT`, for tests) that came from the
+ * operator's `--sandbox-allow-host`, never one from a task or its repository. */
 #ifndef DIVERGE_EGRESS_EGRESS_H
 #define DIVERGE_EGRESS_EGRESS_H
 
@@ -63,8 +64,16 @@ enum egress_rule_kind {
     EGRESS_RULE_IP,     /* IP literal, matched only by the same literal */
 };
 
+/* Who wrote a rule. Only the operator's rules may open the loopback exception; the zero
+ * value is the untrusted origin, so a rule whose origin nobody set gets no exception. */
+enum egress_rule_origin {
+    EGRESS_ORIGIN_TASK,   /* spec.sandbox.allowedHosts: the task's caller or its repository */
+    EGRESS_ORIGIN_SERVER, /* --sandbox-allow-host / DIVERGE_SANDBOX_ALLOW_HOSTS */
+};
+
 struct egress_rule {
     enum egress_rule_kind kind;
+    enum egress_rule_origin origin; /* set by egress_policy_add_rule*, not by parsing */
     char host[EGRESS_HOST_MAX + 1]; /* normalised: lower case, no trailing dot; for SUFFIX
                                        the part after "*."; for IP the canonical literal */
     struct egress_addr addr;        /* IP only */
@@ -97,12 +106,16 @@ void egress_policy_free(struct egress_policy *p);
 /* A deep copy; caller frees with egress_policy_free(). */
 struct egress_policy *egress_policy_dup(const struct egress_policy *p);
 
-/* Adds a rule (see egress_rule_parse). E_INVALID, or E_TOOBIG past EGRESS_RULES_MAX. */
-int egress_policy_add_rule(struct egress_policy *p, const char *rule, struct err *err);
+/* Adds a rule (see egress_rule_parse) written by ORIGIN. E_INVALID, or E_TOOBIG past
+ * EGRESS_RULES_MAX. */
+int egress_policy_add_rule(struct egress_policy *p, const char *rule,
+                           enum egress_rule_origin origin, struct err *err);
 
-/* Adds the comma-separated rules of S (`DIVERGE_SANDBOX_ALLOW_HOSTS`); empty items are
- * skipped. Same codes as egress_policy_add_rule; on error no rule of S is kept. */
-int egress_policy_add_rules_csv(struct egress_policy *p, const char *s, struct err *err);
+/* Adds the comma-separated rules of S (`DIVERGE_SANDBOX_ALLOW_HOSTS`), written by ORIGIN;
+ * empty items are skipped. Same codes as egress_policy_add_rule; on error no rule of S is
+ * kept. */
+int egress_policy_add_rules_csv(struct egress_policy *p, const char *s,
+                                enum egress_rule_origin origin, struct err *err);
 
 /* Adds one of the server's own addresses, always refused (even under the loopback
  * exception); PORT 0 means every port. The server passes its listen address and port as
@@ -135,8 +148,8 @@ const struct egress_rule *egress_policy_match(const struct egress_policy *p, con
 /* The decision for a request to HOST:PORT (normalised, as for egress_policy_match) whose
  * resolution gave ADDRS (N of them). Allowed only when a rule matches, N > 0 and every
  * address is public and not an own address — except that an EGRESS_RULE_IP loopback rule
- * with an explicit port, requested by that very literal and port, allows exactly that
- * address (still not an own address). Pure. */
+ * of EGRESS_ORIGIN_SERVER with an explicit port, requested by that very literal and port,
+ * allows exactly that address (still not an own address). Pure. */
 void egress_decide(struct egress_decision *out, const struct egress_policy *p, const char *host,
                    bool is_ip, const struct egress_addr *addr, uint16_t port,
                    const struct egress_addr *addrs, size_t n);

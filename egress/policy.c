@@ -2,7 +2,8 @@
 /* The egress allowlist as pure functions: address classes, rule and host parsing, and the
  * decision. Invariant: nothing here does I/O, so the whole policy is table-tested; an
  * address outside the public class is refused whatever the rules say, except the exact
- * loopback literal:port of an explicit IP rule (never a name, never an own address). */
+ * loopback literal:port of an explicit IP rule of the operator's (never a name, never a
+ * task's or repository's rule, never an own address). */
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <netinet/in.h>
@@ -503,8 +504,10 @@ void egress_decide(struct egress_decision *out, const struct egress_policy *p, c
         out->reason = "no-addresses";
         return;
     }
-    /* The test exception: the explicit loopback literal:port, and only that address. */
-    exception = r->kind == EGRESS_RULE_IP && r->port_explicit && is_ip &&
+    /* The test exception: the operator's explicit loopback literal:port, and only that
+     * address. A repository's agent.yaml must never open the host's loopback services. */
+    exception = r->origin == EGRESS_ORIGIN_SERVER && r->kind == EGRESS_RULE_IP &&
+                r->port_explicit && is_ip &&
                 egress_addr_classify(&r->addr) == EGRESS_ADDR_LOOPBACK && n == 1 &&
                 egress_addr_equal(&addrs[0], &r->addr);
     for (size_t i = 0; i < n; i++) {

@@ -49,7 +49,8 @@ size_t egress_policy_rule_count(const struct egress_policy *p)
     return p->nrules;
 }
 
-static int add_rule_n(struct egress_policy *p, const char *s, size_t len, struct err *err)
+static int add_rule_n(struct egress_policy *p, const char *s, size_t len,
+                      enum egress_rule_origin origin, struct err *err)
 {
     struct egress_rule r;
     int rc;
@@ -61,17 +62,20 @@ static int add_rule_n(struct egress_policy *p, const char *s, size_t len, struct
     if (rc != E_OK) {
         return rc;
     }
+    r.origin = origin;
     p->rules = xrealloc(p->rules, (p->nrules + 1) * sizeof(*p->rules));
     p->rules[p->nrules++] = r;
     return E_OK;
 }
 
-int egress_policy_add_rule(struct egress_policy *p, const char *rule, struct err *err)
+int egress_policy_add_rule(struct egress_policy *p, const char *rule,
+                           enum egress_rule_origin origin, struct err *err)
 {
-    return add_rule_n(p, rule, strlen(rule), err);
+    return add_rule_n(p, rule, strlen(rule), origin, err);
 }
 
-int egress_policy_add_rules_csv(struct egress_policy *p, const char *s, struct err *err)
+int egress_policy_add_rules_csv(struct egress_policy *p, const char *s,
+                                enum egress_rule_origin origin, struct err *err)
 {
     size_t keep = p->nrules;
     const char *item = s;
@@ -80,7 +84,7 @@ int egress_policy_add_rules_csv(struct egress_policy *p, const char *s, struct e
         const char *comma = strchr(item, ',');
         size_t n = comma != NULL ? (size_t)(comma - item) : strlen(item);
         if (n > 0) {
-            int rc = add_rule_n(p, item, n, err);
+            int rc = add_rule_n(p, item, n, origin, err);
             if (rc != E_OK) {
                 p->nrules = keep;
                 return rc;

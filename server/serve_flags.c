@@ -165,7 +165,7 @@ static int check_network(const struct server_config *cfg)
         return 0;
     }
     egress_policy_new(&p);
-    rc = egress_policy_add_rules_csv(p, cfg->sandbox_allow_hosts, &err);
+    rc = egress_policy_add_rules_csv(p, cfg->sandbox_allow_hosts, EGRESS_ORIGIN_SERVER, &err);
     egress_policy_free(p);
     if (rc != E_OK) {
         fprintf(stderr,

@@ -106,7 +106,7 @@ static int start_workers(struct serve_kube *k, struct server *srv, struct err *e
     int rc = serve_controller_make(&k->controller, srv, err);
 
     if (rc == E_OK) {
-        rc = controller_egress_own(k->controller, srv->cfg.listen, err);
+        rc = serve_egress_own(srv, k->controller, err);
     }
     if (rc == E_OK) {
         rc = controller_start(k->controller, meter, srv->meter_socket, err);

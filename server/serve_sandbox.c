@@ -260,6 +260,17 @@ out:
     return rc;
 }
 
+int serve_egress_own(struct server *srv, struct controller *c, struct err *err)
+{
+    const char *listens[3] = {srv->cfg.listen, NULL, NULL};
+
+    /* Every TCP listener of the server: the plain one and, when it runs, the TLS one. */
+    if (srv->tls_daemon != NULL && srv->cfg.tls_listen != NULL) {
+        listens[1] = srv->cfg.tls_listen;
+    }
+    return controller_egress_own(c, listens, err);
+}
+
 int serve_sandbox_start(struct server *srv, struct err *err)
 {
     char *meter = xasprintf("%s/api/v1/agenttask/meter", srv->base_url);
@@ -274,7 +285,7 @@ int serve_sandbox_start(struct server *srv, struct err *err)
     }
     if (rc == E_OK && srv->controller != NULL) {
         /* Egress proxies never connect back to the server itself. */
-        rc = controller_egress_own(srv->controller, srv->cfg.listen, err);
+        rc = serve_egress_own(srv, srv->controller, err);
     }
     if (rc == E_OK && srv->controller != NULL) {
         rc = controller_start(srv->controller, meter, srv->meter_socket, err);

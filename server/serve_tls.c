@@ -98,6 +98,22 @@ static int load_cert(struct tlscert *c, char **cert_path_out, const struct serve
     return rc;
 }
 
+/* Replaces the port of srv->cfg.tls_listen by the bound one (":0" picks one), so the
+ * egress proxies know the listener's real port (serve_egress_own). */
+static void set_bound_tls(struct server *srv, uint16_t port)
+{
+    const char *colon = strrchr(srv->cfg.tls_listen, ':');
+    char *l;
+
+    if (colon == NULL) {
+        return;
+    }
+    l = xasprintf("%.*s:%u", (int)(colon - srv->cfg.tls_listen), srv->cfg.tls_listen,
+                  (unsigned)port);
+    free(srv->cfg.tls_listen);
+    srv->cfg.tls_listen = l;
+}
+
 int serve_tls_start(struct server *srv, struct err *err)
 {
     struct tlscert *c = &srv->tls_pem;
@@ -118,6 +134,7 @@ int serve_tls_start(struct server *srv, struct err *err)
                             c->key_pem, err);
     }
     if (rc == E_OK) {
+        set_bound_tls(srv, port);
         srv->tls_url = tls_url(srv->cfg.tls_listen, port);
         rc = write_endpoint(srv->cfg.data_dir, srv->tls_url, cert_path, err);
     }

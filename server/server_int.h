@@ -357,6 +357,9 @@ int serve_scm_workers_start(struct server *srv, struct scm_outbox **outbox, stru
 /* Opens the meter socket <data-dir>/sock/meter.sock and starts the controller's threads
  * with the meter URL of the bound listener. */
 int serve_sandbox_start(struct server *srv, struct err *err);
+/* Tells controller C every TCP listener of SRV (--listen and, when it runs, --tls-listen,
+ * with their bound ports) as addresses egress proxies always refuse. E_INVALID / E_FAIL. */
+int serve_egress_own(struct server *srv, struct controller *c, struct err *err);
 /* Stops serving the meter socket and removes it. */
 void serve_sandbox_stop(struct server *srv);
 

@@ -232,8 +232,12 @@
     const frag = document.createDocumentFragment();
     for (const line of text.split("\n")) {
       const span = el("span", "line", line);
+      // "<time> [sandbox] …": what task code printed. Never styled as the server's own
+      // lines, whatever it says (an agent can print "egress … allowed" or "[diverge] …").
+      if (/^\S+ \[sandbox\] /.test(line)) {
+        span.classList.add("sandbox");
       // "<time> egress host:port allowed|denied …"
-      if (/^\S+\s+(\[[^\]]*\]\s+)?egress\s/.test(line)) {
+      } else if (/^\S+\s+(\[[^\]]*\]\s+)?egress\s/.test(line)) {
         span.classList.add(/\sdenied(\s|$)/.test(line) ? "egress-denied" : "egress");
       } else if (/^\S+\s+\[log\]\s/.test(line)) {
         span.classList.add("marker");

@@ -35,7 +35,7 @@ class Server:
     """A `diverge serve` child process. data_dir survives stop()/kill() so a test can
     restart on the same data (pass data_dir= to the next Server)."""
 
-    def __init__(self, args=(), env=None, data_dir=None, log_format="json"):
+    def __init__(self, args=(), env=None, data_dir=None, log_format="json", pass_fds=()):
         self.own_dir = data_dir is None
         self.data_dir = data_dir or tempfile.mkdtemp(prefix="diverge-test-")
         self.args = list(args)
@@ -47,6 +47,7 @@ class Server:
             else:
                 self.env[k] = v
         self.log_format = log_format
+        self.pass_fds = tuple(pass_fds)  # descriptors the server inherits from us
         self.proc = None
         self.url = None
         self.port = None
@@ -59,7 +60,7 @@ class Server:
                "--log-format", self.log_format] + self.args
         self._stderr = open(self.stderr_path, "ab")
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._stderr,
-                                     env=self.env, text=True)
+                                     env=self.env, text=True, pass_fds=self.pass_fds)
         deadline = time.time() + timeout
         while time.time() < deadline:
             line = self.proc.stdout.readline()

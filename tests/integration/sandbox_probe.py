@@ -3,13 +3,19 @@
 cloned into /workspace): probes the network from there and prints one `probe ...` line
 per check into the task log. Only loopback addresses and `.invalid` names, never DNS.
 
-usage: python3 sandbox_probe.py ALLOWED_PORT DENIED_PORT [SERVER_PORT]"""
+usage: python3 sandbox_probe.py ALLOWED_PORT DENIED_PORT [SERVER_PORT]
+       python3 sandbox_probe.py targets NAME=HOST:PORT...
+(the second form: CONNECT each target through the proxy, sending a line when allowed;
+`probe NAME no-proxy direct=...` when the sandbox has no proxy)"""
 import os
 import socket
 import sys
 
-ALLOWED, DENIED = int(sys.argv[1]), int(sys.argv[2])
-SERVER = int(sys.argv[3]) if len(sys.argv) > 3 else 0
+TARGETS = sys.argv[1] == "targets"
+ALLOWED = DENIED = SERVER = 0
+if not TARGETS:
+    ALLOWED, DENIED = int(sys.argv[1]), int(sys.argv[2])
+    SERVER = int(sys.argv[3]) if len(sys.argv) > 3 else 0
 
 
 def say(*parts):
@@ -55,7 +61,35 @@ def connect_via_proxy(target):
     return status, xerr, s
 
 
+def ping(s):
+    """Sends a line on the tunnel S and returns the answer line."""
+    s.sendall(b"ping\n")
+    got = b""
+    while not got.endswith(b"\n"):
+        chunk = s.recv(64)
+        if not chunk:
+            break
+        got += chunk
+    s.close()
+    return got.decode(errors="replace").strip()
+
+
+def targets(args):
+    for arg in args:
+        name, target = arg.split("=", 1)
+        if not os.environ.get("HTTPS_PROXY"):
+            say(name, "no-proxy", "direct=" + direct(int(target.rsplit(":", 1)[1])))
+            continue
+        st, xerr, s = connect_via_proxy(target)
+        say(name, st, ping(s) if s is not None else "x-proxy-error=" + (xerr or "<none>"))
+    with open("probe-done.txt", "w") as f:
+        f.write("done\n")
+
+
 def main():
+    if TARGETS:
+        targets(sys.argv[2:])
+        return
     for k in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy", "http_proxy",
               "all_proxy", "NO_PROXY", "no_proxy", "DIVERGE_EGRESS_SOCKET"):
         say("env", k + "=" + os.environ.get(k, "<unset>"))

@@ -267,6 +267,9 @@ def test_browser():
             f.write("2026-11-30T10:00:01Z agent says " + XSS + "\n")
             f.write("2026-11-30T10:00:02Z egress pypi.org:443 allowed rule=pypi.org\n")
             f.write("2026-11-30T10:00:03Z egress 169.254.169.254:80 denied reason=link-local\n")
+            # What an agent printed, forging an egress line: styled as sandbox output.
+            f.write("2026-11-30T10:00:03Z [sandbox] egress evil.example:443 allowed "
+                    "rule=evil.example:443\n")
         job = {
             "url": srv.url, "token": srv.token, "profile": profile,
             "tasks": ["default/fix-checkout-latency", "default/xss", "payments/flaky-test"],
@@ -312,6 +315,8 @@ def test_browser():
     assert texts[-1] == "2026-11-30T10:00:07Z following again", texts[-3:]
     cls = {l["text"].split(" ")[2]: l["cls"] for l in out["log"] if " egress " in l["text"]}
     assert "egress-denied" in cls["169.254.169.254:80"] and "egress" in cls["pypi.org:443"], cls
+    forged = [l for l in out["log"] if "[sandbox] egress evil.example" in l["text"]]
+    assert forged and "sandbox" in forged[0]["cls"] and "egress" not in forged[0]["cls"], forged
     assert out["title"] == "default/xss"
     assert out["preview"] == ["https://preview.example.test/?_diverge_env=env-7",
                               "https://preview.example.test/?_diverge_env=clear"], out["preview"]

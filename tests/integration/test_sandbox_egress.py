@@ -185,16 +185,17 @@ def thread_count(pid):
 
 
 def test_proxy_gone_when_task_deleted_and_per_task_network():
-    """spec.sandbox.network overrides the server flag both ways; deleting a running task
+    """spec.sandbox.network may lower the server's proxy to none; deleting a running task
     removes its proxy socket and threads."""
     top, bare = probe_repo(1, 2)
     data = tempfile.mkdtemp(prefix="diverge-test-")
     hold = "echo started; while [ ! -e /nonexistent ]; do sleep 0.2; done"
-    srv = Server(args=["--sandbox-provider", "local", "--agent-cmd", hold], data_dir=data)
+    srv = Server(args=["--sandbox-provider", "local", "--sandbox-network", "proxy",
+                       "--agent-cmd", hold], data_dir=data)
     try:
         with srv:
             base = thread_count(srv.proc.pid)
-            # The server default is none: a task asking for proxy gets one.
+            # A task asking for proxy (the server allows it) gets one.
             create(srv, task("px", "file://" + bare, sandbox={"network": "proxy",
                                                               "allowedHosts": ["x.invalid"]}))
             wait_log(srv, "px", "started", timeout=60)
@@ -297,6 +298,104 @@ def test_proxy_stops_with_runner_and_starts_on_resume():
         shutil.rmtree(top, ignore_errors=True)
 
 
+def free_port():
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def yaml_pr(top, agent_cmd, allowed_hosts):
+    """TOP/origin.git whose main holds the probe and a .diverge/agent.yaml asking for
+    network proxy and ALLOWED_HOSTS; the PR branch `feature` has one more commit."""
+    src = os.path.join(top, "src")
+    os.makedirs(os.path.join(src, ".diverge"))
+    shutil.copy(PROBE, os.path.join(src, "probe.py"))
+    with open(os.path.join(src, ".diverge", "agent.yaml"), "w") as f:
+        f.write('version: "1"\nagent:\n  command: %s\n  verifyCommand: "true"\n'
+                'sandbox:\n  network: proxy\n  allowedHosts: [%s]\n'
+                % (agent_cmd, ", ".join('"%s"' % h for h in allowed_hosts)))
+    git("init", "-q", "-b", "main", cwd=src)
+    git("add", "-A", cwd=src)
+    git("commit", "-q", "-m", "probe", cwd=src)
+    git("checkout", "-q", "-b", "feature", cwd=src)
+    with open(os.path.join(src, "NOTES.md"), "w") as f:
+        f.write("pr\n")
+    git("add", "-A", cwd=src)
+    git("commit", "-q", "-m", "pr", cwd=src)
+    bare = os.path.join(top, "origin.git")
+    git("init", "-q", "--bare", "-b", "main", bare)
+    git("push", "-q", bare, "main", "feature", cwd=src)
+    os.chmod(top, 0o755)
+    return bare
+
+
+def run_pr(srv, ref, bare):
+    """Opens local PR REF on BARE, comments /diverge fix and waits for the task; its log."""
+    r = srv.cli("local", "pr", "open", ref, "--repo", "file://" + bare, "--head", "feature")
+    assert r.returncode == 0, r
+    r = srv.cli("local", "comment", ref, "/diverge fix look around", "--as", "alice")
+    assert r.returncode == 0, r
+    ns, name = ref.split("#")[0].replace("/", "-"), "fix-pr-" + ref.split("#")[1]
+    path = API + "/namespaces/%s/agenttasks/%s" % (ns, name)
+
+    def finished():
+        st, _, b = srv.request("GET", path)
+        return b if st == 200 and b["status"].get("phase") in ("Completed", "Failed") else None
+    wait_until(finished, timeout=90, what="the PR task finished")
+    st, _, log = srv.request("GET", path + "/log")
+    assert st == 200, st
+    return log
+
+
+def test_repository_cannot_open_host_loopback():
+    """A repository's agent.yaml asks for network proxy and host-loopback services: under
+    --sandbox-network none it gets no network at all; under proxy its 127.0.0.1 rules open
+    nothing (only the operator's --sandbox-allow-host does), and the server's TLS listener
+    stays refused even to the operator's rule."""
+    host, ops = Listener(), Listener()
+    tls = free_port()
+    top = tempfile.mkdtemp(prefix="diverge-egress-")
+    cmd = "python3 probe.py targets host=127.0.0.1:%d tls=127.0.0.1:%d ops=127.0.0.1:%d" % (
+        host.port, tls, ops.port)
+    bare = yaml_pr(top, cmd, ["127.0.0.1:%d" % host.port, "127.0.0.1:%d" % tls])
+    base = ["--sandbox-provider", "local", "--agent-cmd", "exit 9", "--verify-cmd", "exit 9",
+            "--tls-listen", "127.0.0.1:%d" % tls]
+    env = {"GITHUB_TOKEN": None, "DIVERGE_NOTIFIER_TOKEN": None, "DIVERGE_AGENT_CMD": None,
+           "DIVERGE_VERIFY_CMD": None, "DIVERGE_SANDBOX_NETWORK": None,
+           "DIVERGE_SANDBOX_ALLOW_HOSTS": None}
+    try:
+        # The operator's none is a ceiling agent.yaml cannot raise.
+        with Server(args=base, env=env) as srv:
+            log = run_pr(srv, "octo/loop#1", bare)
+            probes = probe_lines(log)
+            assert "sandbox.network proxy ignored" in log, log
+            assert "network proxy: egress only" not in log, log
+            line = [p for p in probes if p.startswith("host ")]
+            assert line and line[0].startswith("host no-proxy direct=refused"), log
+            assert host.peers == [] and ops.peers == [], (host.peers, ops.peers)
+        # Proxy allowed by the operator: only the operator's loopback rule opens anything.
+        args = base + ["--sandbox-network", "proxy",
+                       "--sandbox-allow-host", "127.0.0.1:%d" % ops.port,
+                       "--sandbox-allow-host", "127.0.0.1:%d" % tls]
+        with Server(args=args, env=env) as srv:
+            log = run_pr(srv, "octo/loop#2", bare)
+            probes = probe_lines(log)
+            assert "ops 200 pong" in probes, log
+            assert "host 403 x-proxy-error=loopback-address" in probes, log
+            assert "tls 403 x-proxy-error=own-address" in probes, log
+            assert "egress 127.0.0.1:%d denied reason=loopback-address rule=127.0.0.1:%d" % (
+                host.port, host.port) in log, log
+            assert "egress 127.0.0.1:%d denied reason=own-address" % tls in log, log
+            assert host.peers == [], host.peers
+            assert ops.lines == [b"ping\n"], ops.lines
+    finally:
+        host.close()
+        ops.close()
+        shutil.rmtree(top, ignore_errors=True)
+
+
 def test_bad_network_flags_refused():
     for args, env in ((["--sandbox-network", "open"], {}),
                       (["--sandbox-allow-host", "exa mple.com"], {}),
@@ -315,7 +414,8 @@ if __name__ == "__main__":
     if why:
         print("SKIP test_sandbox_egress: " + why)
         sys.exit(0)
-    run_tests([test_bad_network_flags_refused, test_proxy_mode_from_inside,
+    run_tests([test_bad_network_flags_refused, test_repository_cannot_open_host_loopback,
+               test_proxy_mode_from_inside,
                test_proxy_gone_when_task_deleted_and_per_task_network,
                test_proxy_restarted_after_kill9,
                test_proxy_stops_with_runner_and_starts_on_resume])

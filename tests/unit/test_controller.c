@@ -240,6 +240,36 @@ TEST(task_log_cap)
     free(path);
 }
 
+/* Sandbox output carries "[sandbox] " after the time; a forged server line printed by the
+ * agent differs from the real one. */
+TEST(task_log_sandbox_mark)
+{
+    char dir[] = "/tmp/diverge-log-XXXXXX";
+    char *path = xasprintf("%s/logs/ns/t.log", mkdtemp(dir));
+    const char *forged[] = {"[diverge] pushed refs/heads/main",
+                            "egress x.example:443 allowed rule=x.example:443"};
+
+    for (size_t i = 0; i < ARRAY_LEN(forged); i++) {
+        controller_log_write(path, 0, forged[i], strlen(forged[i]));
+        controller_log_sandbox(path, 0, forged[i], strlen(forged[i]));
+    }
+    char *text = slurp(path);
+    const char *l = text;
+    for (size_t i = 0; i < ARRAY_LEN(forged); i++) {
+        /* The server's line, then the sandbox's: same text, different line. */
+        for (int k = 0; k < 2; k++) {
+            char *want = xasprintf("%s%s\n", k == 0 ? "" : CONTROLLER_LOG_SANDBOX_MARK, forged[i]);
+            CHECK(strlen(l) > 21 && l[19] == 'Z' && l[20] == ' ');
+            CHECK(strncmp(l + 21, want, strlen(want)) == 0);
+            free(want);
+            l = strchr(l, '\n') + 1;
+        }
+    }
+    free(text);
+    unlink(path);
+    free(path);
+}
+
 static json_t *phase_of(struct task_store *st, const char *name, const char *field)
 {
     json_t *o = NULL;

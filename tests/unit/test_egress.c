@@ -285,7 +285,7 @@ static struct egress_policy *test_policy(void)
 
     egress_policy_new(&p);
     for (size_t i = 0; i < ARRAY_LEN(rules); i++) {
-        CHECK_OK(egress_policy_add_rule(p, rules[i], NULL));
+        CHECK_OK(egress_policy_add_rule(p, rules[i], EGRESS_ORIGIN_SERVER, NULL));
     }
     CHECK_OK(egress_addr_parse(&own, "203.0.114.7"));
     egress_policy_add_own(p, &own, 0);
@@ -329,9 +329,11 @@ TEST(policy_csv_and_dup)
     struct err e;
 
     egress_policy_new(&p);
-    CHECK_OK(egress_policy_add_rules_csv(p, "a.example,,*.b.example:8443", NULL));
+    CHECK_OK(
+        egress_policy_add_rules_csv(p, "a.example,,*.b.example:8443", EGRESS_ORIGIN_SERVER, NULL));
     CHECK_EQ_INT(egress_policy_rule_count(p), 2);
-    CHECK_EQ_INT(egress_policy_add_rules_csv(p, "c.example,bad host", &e), E_INVALID);
+    CHECK_EQ_INT(egress_policy_add_rules_csv(p, "c.example,bad host", EGRESS_ORIGIN_SERVER, &e),
+                 E_INVALID);
     CHECK_EQ_INT(egress_policy_rule_count(p), 2); /* nothing of a bad list is kept */
     d = egress_policy_dup(p);
     egress_policy_free(p);
@@ -350,10 +352,49 @@ TEST(rules_max)
 
     egress_policy_new(&p);
     for (int i = 0; i < EGRESS_RULES_MAX; i++) {
-        CHECK_OK(egress_policy_add_rule(p, "a.example", NULL));
+        CHECK_OK(egress_policy_add_rule(p, "a.example", EGRESS_ORIGIN_SERVER, NULL));
     }
-    CHECK_EQ_INT(egress_policy_add_rule(p, "a.example", NULL), E_TOOBIG);
+    CHECK_EQ_INT(egress_policy_add_rule(p, "a.example", EGRESS_ORIGIN_SERVER, NULL), E_TOOBIG);
     egress_policy_free(p);
+}
+
+/* The loopback exception is the operator's alone: the same 127.0.0.1:PORT rule from a task's
+ * spec.sandbox.allowedHosts (a repository's .diverge/agent.yaml) opens nothing. */
+TEST(loopback_exception_only_from_server_rules)
+{
+    static const struct {
+        const char *rule, *ip;
+        uint16_t port;
+    } loops[] = {{"127.0.0.1:4000", "127.0.0.1", 4000},
+                 {"[::1]:4001", "::1", 4001},
+                 {"127.0.0.2:4002", "127.0.0.2", 4002}};
+    struct egress_policy *srv, *task, *dup;
+    struct egress_decision d;
+    struct egress_addr a;
+
+    egress_policy_new(&srv);
+    egress_policy_new(&task);
+    for (size_t i = 0; i < ARRAY_LEN(loops); i++) {
+        CHECK_OK(egress_policy_add_rule(srv, loops[i].rule, EGRESS_ORIGIN_SERVER, NULL));
+        CHECK_OK(egress_policy_add_rule(task, loops[i].rule, EGRESS_ORIGIN_TASK, NULL));
+        CHECK_OK(egress_addr_parse(&a, loops[i].ip));
+        egress_decide(&d, srv, loops[i].ip, true, &a, loops[i].port, &a, 1);
+        CHECK(d.allowed);
+        egress_decide(&d, task, loops[i].ip, true, &a, loops[i].port, &a, 1);
+        CHECK(!d.allowed);
+        CHECK_EQ_STR(d.reason, "loopback-address");
+        CHECK(d.rule != NULL && d.rule->origin == EGRESS_ORIGIN_TASK);
+    }
+    /* A copy (what each proxy gets) keeps every rule's origin. */
+    CHECK_OK(egress_policy_add_rules_csv(task, "127.0.0.9:5000", EGRESS_ORIGIN_TASK, NULL));
+    dup = egress_policy_dup(task);
+    CHECK_OK(egress_addr_parse(&a, "127.0.0.9"));
+    egress_decide(&d, dup, "127.0.0.9", true, &a, 5000, &a, 1);
+    CHECK(!d.allowed);
+    CHECK_EQ_STR(d.reason, "loopback-address");
+    egress_policy_free(dup);
+    egress_policy_free(srv);
+    egress_policy_free(task);
 }
 
 TEST(own_interfaces_skip_loopback)
@@ -363,7 +404,7 @@ TEST(own_interfaces_skip_loopback)
     struct egress_decision d;
 
     egress_policy_new(&p);
-    CHECK_OK(egress_policy_add_rule(p, "127.0.0.1:4000", NULL));
+    CHECK_OK(egress_policy_add_rule(p, "127.0.0.1:4000", EGRESS_ORIGIN_SERVER, NULL));
     CHECK_OK(egress_policy_add_own_interfaces(p, NULL));
     CHECK_OK(egress_addr_parse(&lo, "127.0.0.1"));
     egress_decide(&d, p, "127.0.0.1", true, &lo, 4000, &lo, 1);

@@ -169,9 +169,9 @@ static void fixture_open(struct fixture *f, unsigned max_tunnels, int header_tim
     snprintf(f->sock, sizeof(f->sock), "%s/proxy.sock", f->dir);
     egress_policy_new(&pol);
     snprintf(rule, sizeof(rule), "127.0.0.1:%u", (unsigned)f->echo.port);
-    CHECK_OK(egress_policy_add_rule(pol, rule, NULL));
+    CHECK_OK(egress_policy_add_rule(pol, rule, EGRESS_ORIGIN_SERVER, NULL));
     snprintf(rule, sizeof(rule), "rebind.test:%u", (unsigned)f->echo.port);
-    CHECK_OK(egress_policy_add_rule(pol, rule, NULL));
+    CHECK_OK(egress_policy_add_rule(pol, rule, EGRESS_ORIGIN_SERVER, NULL));
     o.socket_path = f->sock;
     o.policy = pol;
     o.log = log_cb;
