@@ -166,10 +166,22 @@ char *controller_log_path(const char *data_dir, const char *ns, const char *name
  * CONTROLLER_LOG_CAP) its oldest part is dropped first and a line says so. Thread-safe. */
 void controller_log_write(const char *path, size_t cap, const char *text, size_t len);
 
-/* Whether the server may push WORKING to the remote: a plain branch name, and never the
- * base branch unless the task was made from a PR comment (FROM_SCM: the working branch
- * is the PR head). */
-bool controller_push_allowed(const char *working, const char *base, bool from_scm);
+/* Why the server may not push the working branch of TASK (an AgentTask document) to
+ * spec.repository.url, or NULL when it may (SPEC §9). Refused: no repository; a working
+ * branch that is not a plain branch name; the working branch equal to the bot-recorded
+ * base branch (TASK_ANN_PR_BASE_BRANCH) of the repository the pull request targets
+ * (TASK_ANN_PR_BASE_REPOSITORY, compared with controller_same_repository), whoever made
+ * the task; the working branch equal to spec.repository.baseBranch, unless the task
+ * carries a push grant (TASK_ANN_PUSH_GRANT) that token_push_grant_ok accepts under
+ * ROOT_KEY for its namespace, name, URL, working branch and recorded PR base. Only the
+ * bot makes grants; the task API's callers can copy one but not make one for another
+ * target. The reason is a static string. */
+const char *controller_push_refusal(const json_t *task,
+                                    const unsigned char root_key[TOKEN_ROOT_KEY_LEN]);
+
+/* Whether the clone URLs A and B name the same repository: equal ignoring ASCII case, a
+ * trailing "/" and a trailing ".git". False when either is NULL. */
+bool controller_same_repository(const char *a, const char *b);
 
 /* Why sandboxes cannot run here (with the fix), or NULL: borrowed from C. */
 const char *controller_sandbox_problem(const struct controller *c);

@@ -491,15 +491,6 @@ int controller_staging_sanitize(const char *staging, struct err *err)
     return rc;
 }
 
-bool controller_push_allowed(const char *working, const char *base, bool from_scm)
-{
-    if (working == NULL || working[0] == '\0' || working[0] == '-' ||
-        strstr(working, "..") != NULL || strchr(working, ':') != NULL) {
-        return false;
-    }
-    return from_scm || base == NULL || strcmp(working, base) != 0;
-}
-
 int controller_push(struct controller *c, const char *staging, const char *url, const char *working,
                     const char *log_path, struct err *err)
 {
