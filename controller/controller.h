@@ -179,6 +179,14 @@ void controller_log_write(const char *path, size_t cap, const char *text, size_t
 const char *controller_push_refusal(const json_t *task,
                                     const unsigned char root_key[TOKEN_ROOT_KEY_LEN]);
 
+/* Whether URL is a file:// URL naming a path inside DATA_DIR (the server's data
+ * directory: other projects' mirrors, staging repositories, workspaces), except its
+ * "demo" directory (`diverge local demo`'s example repository). The path is read as git
+ * reads it (the host ignored, percent-decoded; a %00 counts as inside), then resolved
+ * lexically and through the symbolic links of the part that exists. Such a URL is refused
+ * wherever a task gets its repository. */
+bool controller_url_in_data_dir(const char *data_dir, const char *url);
+
 /* Whether the clone URLs A and B name the same repository: equal ignoring ASCII case, a
  * trailing "/" and a trailing ".git". False when either is NULL. */
 bool controller_same_repository(const char *a, const char *b);

@@ -290,6 +290,57 @@ static char *slurp(const char *path)
 
 /* The log keeps under its cap by dropping its oldest part, says so, and stays line-aligned
  * with a time in front of every line; control characters cannot forge lines. */
+/* Security review 2026-12-01 (13): no task reads the server's own repositories. */
+TEST(url_in_data_dir)
+{
+    char dir[] = "/tmp/diverge-dd-XXXXXX";
+    char *dd = mkdtemp(dir);
+    char *mirrors = xasprintf("%s/mirrors", dd), *link = xasprintf("%s-link", dd);
+    char *demo = xasprintf("%s/demo", dd), *sibling = xasprintf("%s-sibling", dd);
+    char *cwd = getcwd(NULL, 0);
+    struct {
+        char *url;
+        bool in;
+    } cases[] = {
+        {xasprintf("file://%s/mirrors/0123.git", dd), true},
+        {xasprintf("file://%s", dd), true},
+        {xasprintf("file://localhost%s/staging/default/t.git", dd), true},
+        {xasprintf("FILE://%s/mirrors/0123.git", dd), true},
+        {xasprintf("file://%s%%2fmirrors%%2F0123.git", dd), true},
+        {xasprintf("file:///tmp/../%s/./mirrors//x.git", dd + 1), true},
+        {xasprintf("file://%s/mirrors/0123.git", link), true}, /* a link to the data dir */
+        {xasprintf("file://%s/demo/../mirrors/x.git", dd), true},
+        {xasprintf("file://%s/mirrors%%00/x.git", dd), true},
+        {xasprintf("file://%s/demo/greeting.git", dd), false},
+        {xasprintf("file://%s/repo.git", sibling), false},
+        {xasprintf("file:///tmp/elsewhere.git"), false},
+        {xasprintf("https://example.com%s/mirrors/x.git", dd), false},
+    };
+
+    CHECK(mkdir(mirrors, 0700) == 0 && mkdir(demo, 0700) == 0);
+    CHECK(symlink(dd, link) == 0);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        if (controller_url_in_data_dir(dd, cases[i].url) != cases[i].in) {
+            t_fail(__FILE__, __LINE__, "%s: want %s", cases[i].url,
+                   cases[i].in ? "inside" : "outside");
+        }
+        free(cases[i].url);
+    }
+    /* A relative data dir (serve --data-dir ./var) is taken from the working directory. */
+    CHECK(chdir("/tmp") == 0);
+    char *url = xasprintf("file://%s/mirrors/x.git", dd);
+    CHECK(controller_url_in_data_dir(dd + strlen("/tmp/"), url));
+    free(url);
+    CHECK(chdir(cwd) == 0);
+    CHECK(unlink(link) == 0);
+    CHECK(rmdir(mirrors) == 0 && rmdir(demo) == 0 && rmdir(dd) == 0);
+    free(cwd);
+    free(mirrors);
+    free(link);
+    free(demo);
+    free(sibling);
+}
+
 TEST(task_log_cap)
 {
     char dir[] = "/tmp/diverge-log-XXXXXX";
