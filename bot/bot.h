@@ -15,6 +15,7 @@
 #include "common/err.h"
 #include "scm/scm.h"
 #include "store/store.h"
+#include "token/token.h"
 
 struct bot_config {
     const char *namespace_override; /* --namespace; NULL: derived from the project */
@@ -28,6 +29,9 @@ struct bot_config {
     enum scm_level gitlab_min_budget;
     int64_t permission_ttl_ms; /* how long a looked-up permission is trusted */
     int max_attempts;          /* tries of an entry before giving up on it */
+    /* TOKEN_ROOT_KEY_LEN bytes (copied; required): the key of the push grants the bot
+     * writes on the tasks it makes (token_push_grant, controller_push_refusal). */
+    const unsigned char *root_key;
 };
 
 #define BOT_CONFIG_DEFAULTS                                                                        \
@@ -35,6 +39,7 @@ struct bot_config {
         .namespace_override = NULL, .default_budget_usd = 5000000,                                 \
         .default_budget_tokens = 1000000, .default_max_iterations = 5, .min_fix = SCM_LEVEL_WRITE, \
         .min_budget = SCM_LEVEL_MAINTAIN, .permission_ttl_ms = 180000, .max_attempts = 10,         \
+        .root_key = NULL,                                                                          \
     }
 
 /* The namespace of a project's tasks (SPEC §2): the path as a DNS label
@@ -67,7 +72,8 @@ bool bot_task_belongs(const json_t *task, const char *provider, const char *proj
 
 struct bot;
 
-/* Starts the worker thread over STORE and REGISTRY (borrowed; they must outlive it). */
+/* Starts the worker thread over STORE and REGISTRY (borrowed; they must outlive it).
+ * E_INVALID without cfg->root_key. */
 int bot_new(struct bot **out, struct task_store *store, const struct scm_registry *registry,
             const struct bot_config *cfg, struct err *err);
 /* Stops after the entry in flight; NULL is a no-op. */

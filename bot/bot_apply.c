@@ -94,6 +94,43 @@ static const char *clone_base(const struct bot_input *in)
     return in->pull->head_ref;
 }
 
+static void set_or_del(json_t *obj, const char *key, const char *value)
+{
+    if (value != NULL) {
+        json_object_set_new(obj, key, json_string(value));
+    } else {
+        json_object_del(obj, key);
+    }
+}
+
+/* Records on DOC (this PR's task, spec.repository already the PR head) the repository and
+ * base branch the PR targets, and the push grant that lets the controller push a working
+ * branch equal to spec.repository.baseBranch (the PR head's name: it is also the branch
+ * cloned). The controller never pushes to the recorded base branch of the recorded base
+ * repository, granted or not. No known base: no grant, so such a push is refused. */
+static void set_push_annotations(json_t *doc, const struct bot_input *in)
+{
+    json_t *md = json_object_get(doc, "metadata");
+    json_t *ann = json_object_get(md, "annotations");
+    char grant[TOKEN_PUSH_GRANT_LEN + 1];
+    struct token_push_target t = {
+        .ns = in->ns,
+        .name = in->task,
+        .url = in->pull->clone_url,
+        .working = in->pull->head_ref,
+        .pr_base_url = in->pull->base_url,
+        .pr_base_ref = in->pull->base_ref,
+    };
+
+    if (!json_is_object(ann)) {
+        ann = json_object();
+        json_object_set_new(md, "annotations", ann);
+    }
+    set_or_del(ann, TASK_ANN_PR_BASE_REPOSITORY, t.pr_base_url);
+    set_or_del(ann, TASK_ANN_PR_BASE_BRANCH, t.pr_base_ref);
+    set_or_del(ann, TASK_ANN_PUSH_GRANT, token_push_grant(grant, in->root_key, &t) ? grant : NULL);
+}
+
 /* The spec of a new task made by `/diverge fix`: the PR head is the branch to push to
  * (and, but for local PRs, the one to clone); budgets and limits from agent.yaml, else
  * the server defaults. */
@@ -123,6 +160,7 @@ static json_t *new_task(const struct bot_input *in, const char *objective)
                     TASK_API_VERSION, "kind", TASK_KIND, "metadata", "name", in->task, "namespace",
                     in->ns, "annotations", ANN_PROVIDER, in->entry->provider, ANN_PROJECT,
                     in->entry->project, gitlab ? ANN_MR : ANN_PR, num, "spec", spec);
+    set_push_annotations(obj, in);
     return obj;
 }
 
@@ -141,6 +179,7 @@ static int apply_fix(struct task_txn *tx, struct bot_input *in, const char *obje
             json_object_set_new(repo, "url", json_string(in->pull->clone_url));
             json_object_set_new(repo, "baseBranch", json_string(clone_base(in)));
             json_object_set_new(repo, "workingBranch", json_string(in->pull->head_ref));
+            set_push_annotations(doc, in);
         }
         rc = task_validate(doc, err);
         if (rc == E_OK) {

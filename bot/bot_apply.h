@@ -11,6 +11,7 @@
 struct bot_input {
     const struct inbox_entry *entry; /* the comment */
     const struct bot_config *cfg;
+    const unsigned char *root_key;    /* TOKEN_ROOT_KEY_LEN bytes: the push grants' key */
     const struct slashcmd_list *cmds; /* NULL when the comment did not parse */
     const char *refusal;              /* reply instead of applying anything, or NULL */
     const struct scm_pull *pull;      /* the PR head, for fix; NULL otherwise */
@@ -35,6 +36,8 @@ struct bot {
     const struct scm_registry *reg; /* borrowed */
     struct bot_config cfg;
     char *ns_override; /* owned copy of cfg.namespace_override */
+    /* A copy of cfg.root_key (NULL in cfg here); wiped on free. */
+    unsigned char root_key[TOKEN_ROOT_KEY_LEN];
     struct perm_entry perms[PERM_CACHE];
     struct store_worker *worker; /* owned: the thread applying the inbox */
 };
@@ -73,6 +76,8 @@ char *bot_reply_unreadable(const char *author, const char *why);
 char *bot_reply_bad_agent_yaml(const char *author, const char *branch, const char *why);
 /* A refusal when a fix objective or guide hint of CMDS is over its cap, else NULL. */
 char *bot_reply_too_long(const char *author, const struct slashcmd_list *cmds);
+/* The PR's head repository (GitLab: the MR's source project) was deleted: no task. */
+char *bot_reply_head_gone(const char *author, const char *provider);
 /* The task NS/TASK exists but is not this PR's (bot_task_belongs): nothing is changed. */
 char *bot_reply_foreign_task(const char *author, const char *ns, const char *task);
 

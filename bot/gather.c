@@ -120,6 +120,7 @@ static int head_of(struct scm_pull *out, struct scm_provider *p, const struct in
     const char *ref = json_string_value(json_object_get(extra, "head_ref"));
     const char *url = json_string_value(json_object_get(extra, "clone_url"));
     const char *base = json_string_value(json_object_get(extra, "base_ref"));
+    const char *base_url = json_string_value(json_object_get(extra, "base_url"));
     struct scm_ref sref = {
         .project = e->project, .number = e->number, .installation_id = e->installation_id};
     int rc = E_OK;
@@ -129,6 +130,7 @@ static int head_of(struct scm_pull *out, struct scm_provider *p, const struct in
         out->head_ref = xstrdup(ref);
         out->clone_url = xstrdup(url);
         out->base_ref = base != NULL ? xstrdup(base) : NULL;
+        out->base_url = base_url != NULL ? xstrdup(base_url) : NULL;
     } else {
         rc = p->ops->pull_info(out, p, &sref, NULL, err);
     }
@@ -250,6 +252,11 @@ static int gather_fix(struct gathered *g, struct scm_provider *p, const struct i
         return rc == E_NOTFOUND ? E_FAIL : E_AGAIN;
     }
     g->have_pull = true;
+    if (g->pull.head_gone) {
+        /* Never the base repository instead: no task is made or changed. */
+        g->refusal = bot_reply_head_gone(e->author, e->provider);
+        return E_OK;
+    }
     /* The config comes from the base branch of the base repository (the one the
      * comment is on), never from the head, which the PR's author controls: a change
      * to it takes effect once merged (SPEC §5). No known base: server defaults. */

@@ -57,3 +57,12 @@ char *bot_reply_foreign_task(const char *author, const char *ns, const char *tas
                      "or give the projects separate namespaces.\n",
                      author, qtask, qns);
 }
+
+char *bot_reply_head_gone(const char *author, const char *provider)
+{
+    bool gitlab = strcmp(provider, "gitlab") == 0;
+
+    return xasprintf("@%s the %s no longer exists, so there is no branch to work on and "
+                     "push to. Nothing was changed.\n",
+                     author, gitlab ? "MR's source project" : "PR's head repository");
+}

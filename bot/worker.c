@@ -10,6 +10,7 @@
 #include "bot/bot_apply.h"
 #include "common/hash.h"
 #include "common/log.h"
+#include "common/secret.h"
 #include "scm/render.h"
 
 /* C lower-cased, or '-' when it is not a letter or digit. */
@@ -133,6 +134,7 @@ static void prepare(struct bot *b, struct prepared *pr)
     }
     pr->in.entry = e;
     pr->in.cfg = &b->cfg;
+    pr->in.root_key = b->root_key;
     if (b->ns_override != NULL) {
         snprintf(pr->in.ns, sizeof(pr->in.ns), "%s", b->ns_override);
     } else {
@@ -324,6 +326,13 @@ int bot_new(struct bot **out, struct task_store *store, const struct scm_registr
         b->ns_override = xstrdup(cfg->namespace_override);
     }
     b->cfg.namespace_override = NULL;
+    if (cfg->root_key == NULL) {
+        free(b->ns_override);
+        free(b);
+        return err_set(err, E_INVALID, "the bot needs the root key (push grants)");
+    }
+    memcpy(b->root_key, cfg->root_key, TOKEN_ROOT_KEY_LEN);
+    b->cfg.root_key = NULL;
     rc = store_worker_start(&b->worker, store, &inbox, b, err);
     if (rc != E_OK) {
         free(b->ns_override);
@@ -341,5 +350,6 @@ void bot_free(struct bot *b)
     }
     store_worker_stop(b->worker);
     free(b->ns_override);
+    secret_wipe(b->root_key, sizeof(b->root_key));
     free(b);
 }

@@ -174,10 +174,30 @@ void controller_log_write(const char *path, size_t cap, const char *text, size_t
  * line that reads as one of the server's. Thread-safe. */
 void controller_log_sandbox(const char *path, size_t cap, const char *text, size_t len);
 
-/* Whether the server may push WORKING to the remote: a plain branch name, and never the
- * base branch unless the task was made from a PR comment (FROM_SCM: the working branch
- * is the PR head). */
-bool controller_push_allowed(const char *working, const char *base, bool from_scm);
+/* Why the server may not push the working branch of TASK (an AgentTask document) to
+ * spec.repository.url, or NULL when it may (SPEC §9). Refused: no repository; a working
+ * branch that is not a plain branch name; the working branch equal to the bot-recorded
+ * base branch (TASK_ANN_PR_BASE_BRANCH) of the repository the pull request targets
+ * (TASK_ANN_PR_BASE_REPOSITORY, compared with controller_same_repository), whoever made
+ * the task; the working branch equal to spec.repository.baseBranch, unless the task
+ * carries a push grant (TASK_ANN_PUSH_GRANT) that token_push_grant_ok accepts under
+ * ROOT_KEY for its namespace, name, URL, working branch and recorded PR base. Only the
+ * bot makes grants; the task API's callers can copy one but not make one for another
+ * target. The reason is a static string. */
+const char *controller_push_refusal(const json_t *task,
+                                    const unsigned char root_key[TOKEN_ROOT_KEY_LEN]);
+
+/* Whether URL is a file:// URL naming a path inside DATA_DIR (the server's data
+ * directory: other projects' mirrors, staging repositories, workspaces), except its
+ * "demo" directory (`diverge local demo`'s example repository). The path is read as git
+ * reads it (the host ignored, percent-decoded; a %00 counts as inside), then resolved
+ * lexically and through the symbolic links of the part that exists. Such a URL is refused
+ * wherever a task gets its repository. */
+bool controller_url_in_data_dir(const char *data_dir, const char *url);
+
+/* Whether the clone URLs A and B name the same repository: equal ignoring ASCII case, a
+ * trailing "/" and a trailing ".git". False when either is NULL. */
+bool controller_same_repository(const char *a, const char *b);
 
 /* Why sandboxes cannot run here (with the fix), or NULL: borrowed from C. */
 const char *controller_sandbox_problem(const struct controller *c);

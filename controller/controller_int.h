@@ -77,15 +77,15 @@ struct reconcile {
     json_t *sandbox;               /* owned copy of spec.sandbox (network), or NULL */
     char *agent_cmd, *verify_cmd;  /* owned: spec.runner.command/verifyCommand, or NULL */
     int64_t iteration, max_iterations, timeout_s;
-    bool started;            /* a sandbox ran for it once (status.startTime is set) */
-    bool from_scm;           /* made from a PR/MR comment */
-    int exit_code;           /* the runner's, for FAIL_RUNNER */
-    const char *fail_reason; /* set by execution when the task must fail */
-    char *fail_msg;          /* owned */
-    char *preview_env;       /* owned: the task's preview Environment, or NULL */
-    char *preview_url;       /* owned: its previewUrl, or NULL */
-    char *pr_url;            /* owned: a finished task's pull-request-url annotation */
-    char *draft_pr;          /* owned: "<provider> <project>" of a queued draft PR */
+    bool started;             /* a sandbox ran for it once (status.startTime is set) */
+    const char *push_refusal; /* static: why the working branch may not be pushed, or NULL */
+    int exit_code;            /* the runner's, for FAIL_RUNNER */
+    const char *fail_reason;  /* set by execution when the task must fail */
+    char *fail_msg;           /* owned */
+    char *preview_env;        /* owned: the task's preview Environment, or NULL */
+    char *preview_url;        /* owned: its previewUrl, or NULL */
+    char *pr_url;             /* owned: a finished task's pull-request-url annotation */
+    char *draft_pr;           /* owned: "<provider> <project>" of a queued draft PR */
     /* The mirror fetched outside the lock (mirror_job.c), when mirror_done. */
     bool mirror_done, mirror_fetched;
     int mirror_rc;

@@ -401,10 +401,8 @@ static void complete(struct controller *c, struct reconcile *r, const char *log)
     struct err err = {0};
 
     if (r->url != NULL) {
-        if (!controller_push_allowed(r->working, r->base, r->from_scm)) {
-            err_set(&err, E_DENIED,
-                    "refusing to push the working branch (it is the base "
-                    "branch or not a plain branch name)");
+        if (r->push_refusal != NULL) {
+            err_set(&err, E_DENIED, "refusing to push the working branch: %s", r->push_refusal);
         } else if (controller_push(c, staging, r->url, r->working, log, &err) == E_OK) {
             controller_log_event(log, "[diverge] pushed refs/heads/%s", r->working);
         }

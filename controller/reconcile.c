@@ -50,7 +50,7 @@ static void copy_spec(struct reconcile *r, const json_t *doc, const struct task_
     r->max_iterations = v->max_iterations;
     r->timeout_s =
         json_integer_value(json_object_get(json_object_get(spec, "sandbox"), "timeoutSeconds"));
-    r->from_scm = json_object_get(ann, "divergedev.com/provider") != NULL;
+    r->push_refusal = controller_push_refusal(doc, r->c->root_key);
     r->sandbox = json_deep_copy(json_object_get(spec, "sandbox")); /* network, allowedHosts */
     r->preview_env = controller_preview_env_name(doc, r->c->preview_base);
     r->preview_url =

@@ -345,6 +345,13 @@ static int mirror_locked(char **out, struct controller *c, const char *url, cons
                        "spec.repository.url: only https, http, ssh, git and "
                        "file URLs can be mirrored");
     }
+    /* The task API refuses these already; a task written another way (kubectl without the
+     * admission webhook) still never reads other projects' mirrors or staging. */
+    if (controller_url_in_data_dir(data_dir, url)) {
+        return err_set(err, E_INVALID,
+                       "spec.repository.url: a file:// repository inside the server's data "
+                       "directory is refused");
+    }
     dir = xasprintf("%s/mirrors/%016llx.git", data_dir, (unsigned long long)hash_fnv1a_str(url));
     marker = xasprintf("%s/diverge-url", dir);
     if (is_dir(dir)) {
@@ -489,15 +496,6 @@ int controller_staging_sanitize(const char *staging, struct err *err)
     }
     free(p);
     return rc;
-}
-
-bool controller_push_allowed(const char *working, const char *base, bool from_scm)
-{
-    if (working == NULL || working[0] == '\0' || working[0] == '-' ||
-        strstr(working, "..") != NULL || strchr(working, ':') != NULL) {
-        return false;
-    }
-    return from_scm || base == NULL || strcmp(working, base) != 0;
 }
 
 int controller_push(struct controller *c, const char *staging, const char *url, const char *working,

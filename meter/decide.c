@@ -80,7 +80,9 @@ void meter_decide(struct meter_decision *out, const struct meter_state *st,
      * task stops at its budget; saturate anyway rather than wrap). */
     out->total_tokens = add_saturating(st->tokens_consumed, req->tokens_used);
     out->total_cost_micros = add_saturating(st->cost_micros, req->cost_micros);
-    if (req->has_iteration) {
+    /* status.iteration never goes back: a lower iteration is charged but leaves it where
+     * it is, so an agent cannot reset the counter and run past maxIterations. */
+    if (req->has_iteration && req->iteration > st->iteration) {
         out->iteration = req->iteration;
     }
     /* 6. Limits: budget first, so both at once reads "budget exceeded". */

@@ -129,6 +129,7 @@ static int lc_pull(struct scm_pull *out, struct scm_provider *p, const struct sc
         out->head_ref = xstrdup(json_string_value(json_object_get(pr, "head")));
         out->base_ref = xstrdup(json_string_value(json_object_get(pr, "base")));
         out->clone_url = xstrdup(json_string_value(json_object_get(pr, "repository")));
+        out->base_url = xstrdup(out->clone_url); /* head and base live in one repository */
         json_decref(pr);
         return E_OK;
     }

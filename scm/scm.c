@@ -73,6 +73,7 @@ void scm_pull_cleanup(struct scm_pull *p)
     free(p->base_ref);
     free(p->clone_url);
     free(p->html_url);
+    free(p->base_url);
     memset(p, 0, sizeof(*p));
 }
 

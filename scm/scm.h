@@ -59,8 +59,10 @@ void scm_comments_free(struct scm_comment *c, size_t n);
 struct scm_pull {
     char *head_ref;  /* owned: the source branch */
     char *base_ref;  /* owned: the target branch (in the base repository), or NULL */
-    char *clone_url; /* owned: the head repository's clone URL */
+    char *clone_url; /* owned: the head repository's clone URL; NULL when head_gone */
     char *html_url;  /* owned: the PR's page, or NULL */
+    char *base_url;  /* owned: the base repository's clone URL (the one the PR targets), or NULL */
+    bool head_gone;  /* the head repository (a deleted fork) no longer exists */
 };
 
 void scm_pull_cleanup(struct scm_pull *p);
@@ -113,6 +115,8 @@ struct scm_provider_ops {
     int (*permission_of)(enum scm_level *out, struct scm_provider *p, const struct scm_ref *ref,
                          const char *user, int64_t user_id, struct scm_result *res,
                          struct err *err);
+    /* The PR's head and base. A PR whose head repository was deleted is E_OK with
+     * head_gone set and no clone_url: never the base repository in its place. */
     int (*pull_info)(struct scm_pull *out, struct scm_provider *p, const struct scm_ref *ref,
                      struct scm_result *res, struct err *err);
     /* The file PATH at GIT_REF; E_NOTFOUND when absent. *out: owned bytes, NUL-terminated. */

@@ -24,6 +24,7 @@ struct review {
     const char *sub;       /* request.subResource; "" for the main resource */
     const json_t *object;
     const json_t *old;
+    const char *data_dir; /* the server's: repositories inside it are refused */
 };
 
 /* Removes the member at the field path PATH ("spec.budgetUSD", "metadata.annotations.
@@ -75,6 +76,9 @@ static int check_create(const struct review *r, const json_t *obj, struct err *e
     json_t *out = NULL;
     int rc = task_normalize_new(&out, obj, r->ns, err);
 
+    if (rc == E_OK) {
+        rc = api_task_repo_check(r->data_dir, out, err);
+    }
     json_decref(out);
     return rc;
 }
@@ -120,6 +124,9 @@ static int check_update(const struct review *r, const json_t *obj, struct err *e
     patch = json_pack("{s:o, s:O}", "metadata", pmd, part, src);
     json_object_set_new(doc, part, json_object()); /* replace, not merge */
     rc = task_apply_merge_patch(doc, patch, status ? TASK_PATCH_STATUS : TASK_PATCH_MAIN, err);
+    if (rc == E_OK) {
+        rc = api_task_repo_check(r->data_dir, doc, err);
+    }
     json_decref(patch);
     json_decref(doc);
     return rc;
@@ -340,6 +347,7 @@ int api_admission_validate(struct request *r)
         return ret;
     }
     bad = parse_review(&rv, body);
+    rv.data_dir = r->srv->cfg.data_dir;
     create = bad == NULL && strcmp(rv.operation, "CREATE") == 0;
     update = bad == NULL && strcmp(rv.operation, "UPDATE") == 0;
     task = bad == NULL && is_agenttask(body) && (create || update);

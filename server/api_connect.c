@@ -247,6 +247,9 @@ static int m_create(json_t **resp_out, struct server *srv, const json_t *req, st
     json_object_set_new(spec, "repository", r);
     rc = task_normalize_new(&obj, task, ns, err);
     if (rc == E_OK) {
+        rc = api_task_repo_check(srv->cfg.data_dir, obj, err);
+    }
+    if (rc == E_OK) {
         rc = task_store_create(&stored, srv->store, obj, err);
     }
     if (rc == E_OK) {

@@ -43,8 +43,9 @@ enum git_service { SVC_UPLOAD, SVC_RECEIVE };
 /* What an authorized request may reach. */
 struct git_target {
     char task[API_GIT_NAME_MAX + 1];
-    char *url;     /* spec.repository.url */
-    char *working; /* spec.repository.workingBranch */
+    char *url;                /* spec.repository.url */
+    char *working;            /* spec.repository.workingBranch */
+    const char *push_refusal; /* static: why the server would not push it, or NULL */
 };
 
 static void target_cleanup(struct git_target *t)
@@ -148,6 +149,7 @@ static bool authorize(struct request *r, struct git_target *t, int *ret)
         const char *wb = json_string_value(json_object_get(repo, "workingBranch"));
         t->url = url != NULL ? xstrdup(url) : NULL;
         t->working = wb != NULL ? xstrdup(wb) : NULL;
+        t->push_refusal = controller_push_refusal(doc, r->srv->root_key);
     }
     json_decref(doc);
     if (!ok) {
@@ -507,6 +509,11 @@ static int serve(struct request *r, enum git_service svc, const char *suffix, bo
     }
     if (dir == NULL) {
         ret = http_send_error(r, 404, NULL, NULL, "the task's repository is not prepared");
+        goto out;
+    }
+    if (svc == SVC_RECEIVE && t.push_refusal != NULL) {
+        /* The staging repository takes only what the server would push on (SPEC §9). */
+        ret = http_send_error(r, 403, NULL, NULL, "push refused: %s", t.push_refusal);
         goto out;
     }
     if (svc == SVC_RECEIVE && post) {

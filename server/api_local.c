@@ -277,6 +277,10 @@ int api_local_pull_put(struct request *r)
         base = "main";
     }
     bad = pull_problem(url, head, base);
+    if (bad == NULL && controller_url_in_data_dir(r->srv->cfg.data_dir, url)) {
+        /* Its tasks would clone another project's mirror or a task's staging repository. */
+        bad = "repository: a file:// repository inside the server's data directory is refused";
+    }
     if (bad != NULL) {
         ret = http_send_error(r, 422, NULL, NULL, "%s", bad);
     } else if (task_store_local_pull_set(&created, r->srv->store, project, number, url, head, base,

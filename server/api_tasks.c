@@ -249,6 +249,18 @@ int api_task_list_all(struct request *r)
     return list_ns(r, NULL);
 }
 
+int api_task_repo_check(const char *data_dir, const json_t *doc, struct err *err)
+{
+    const json_t *repo = json_object_get(json_object_get(doc, "spec"), "repository");
+
+    if (controller_url_in_data_dir(data_dir, json_string_value(json_object_get(repo, "url")))) {
+        return err_set_field(err, E_INVALID, "spec.repository.url",
+                             "spec.repository.url: a file:// repository inside the server's "
+                             "data directory is refused");
+    }
+    return E_OK;
+}
+
 int api_task_create(struct request *r)
 {
     json_t *body, *obj = NULL, *stored = NULL;
@@ -260,6 +272,7 @@ int api_task_create(struct request *r)
         return ret;
     }
     if (task_normalize_new(&obj, body, r->params[PARAM_NS], &err) != E_OK ||
+        api_task_repo_check(r->srv->cfg.data_dir, obj, &err) != E_OK ||
         task_store_create(&stored, r->srv->store, obj, &err) != E_OK) {
         ret = http_send_err(r, &err);
         goto out;
@@ -314,18 +327,21 @@ int api_task_status_get(struct request *r)
 struct patch_args {
     json_t *patch;
     enum task_patch_scope scope;
+    const char *data_dir; /* the server's */
 };
 
 static int apply_patch(json_t *doc, struct err *err, void *userdata)
 {
     struct patch_args *a = userdata;
-    return task_apply_merge_patch(doc, a->patch, a->scope, err);
+    int rc = task_apply_merge_patch(doc, a->patch, a->scope, err);
+
+    return rc == E_OK ? api_task_repo_check(a->data_dir, doc, err) : rc;
 }
 
 static int patch(struct request *r, enum task_patch_scope scope)
 {
     const char *ct = http_header(r, MHD_HTTP_HEADER_CONTENT_TYPE);
-    struct patch_args a = {.patch = NULL, .scope = scope};
+    struct patch_args a = {.patch = NULL, .scope = scope, .data_dir = r->srv->cfg.data_dir};
     json_t *stored = NULL;
     struct err err = {0};
     int ret;
@@ -392,6 +408,7 @@ static json_t *replacement_patch(json_t *body, enum task_patch_scope scope)
 struct put_args {
     json_t *body;
     enum task_patch_scope scope;
+    const char *data_dir; /* the server's */
 };
 
 static int apply_put(json_t *doc, struct err *err, void *userdata)
@@ -411,12 +428,12 @@ static int apply_put(json_t *doc, struct err *err, void *userdata)
     json_object_set_new(p, part, json_deep_copy(src));
     rc = task_apply_merge_patch(doc, p, a->scope, err);
     json_decref(p);
-    return rc;
+    return rc == E_OK ? api_task_repo_check(a->data_dir, doc, err) : rc;
 }
 
 static int put(struct request *r, enum task_patch_scope scope)
 {
-    struct put_args a = {.body = NULL, .scope = scope};
+    struct put_args a = {.body = NULL, .scope = scope, .data_dir = r->srv->cfg.data_dir};
     json_t *stored = NULL, *md;
     struct err err = {0};
     int ret;

@@ -424,6 +424,7 @@ int serve_scm_workers_start(struct server *srv, struct scm_outbox **outbox, stru
     bc.min_budget = srv->min_budget;
     bc.gitlab_min_fix = srv->gitlab_min_fix;
     bc.gitlab_min_budget = srv->gitlab_min_budget;
+    bc.root_key = srv->root_key;
     rc = bot_new(bot, srv->store, &srv->scm, &bc, err);
     if (rc == E_OK) {
         /* The sticky comment links the task's dashboard page only when --public-url

@@ -173,6 +173,10 @@ typedef int (*route_fn)(struct request *r);
 int api_task_list(struct request *r);
 int api_task_list_all(struct request *r);
 int api_task_create(struct request *r);
+/* E_INVALID (field spec.repository.url) when the task DOC's repository is a file:// URL
+ * inside DATA_DIR (controller_url_in_data_dir): every path that creates or changes a task
+ * checks this. */
+int api_task_repo_check(const char *data_dir, const json_t *doc, struct err *err);
 int api_task_get(struct request *r);
 int api_task_patch(struct request *r);
 int api_task_put(struct request *r);

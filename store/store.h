@@ -18,6 +18,12 @@
 #define TASK_ANN_GUIDANCE "divergedev.com/guidance"
 /* The draft PR opened for a completed task (written by the outbox; not in SPEC §4). */
 #define TASK_ANN_PULL_REQUEST_URL "divergedev.com/pull-request-url"
+/* Written by the bot on tasks made from comments (not in SPEC §4): the clone URL of the
+ * repository the PR/MR targets, its base branch, and the push grant (token_push_grant)
+ * that lets the working branch equal spec.repository.baseBranch. */
+#define TASK_ANN_PR_BASE_REPOSITORY "divergedev.com/pr-base-repository"
+#define TASK_ANN_PR_BASE_BRANCH "divergedev.com/pr-base-branch"
+#define TASK_ANN_PUSH_GRANT "divergedev.com/push-grant"
 #define TASK_METER_RING 32                 /* status.lastMeterRequestIds keeps this many ids */
 #define STORE_METER_INDEX_IDS 4096         /* request ids the meter keeps in memory */
 #define STORE_METER_INDEX_BYTES (1u << 20) /* and at most about this many bytes of them */

@@ -178,4 +178,30 @@ int token_root_key_load_or_create(unsigned char key_out[TOKEN_ROOT_KEY_LEN], con
 int token_root_key_parse(unsigned char key_out[TOKEN_ROOT_KEY_LEN], const char *hex,
                          struct err *err);
 
+/* --- push grants ------------------------------------------------------------------- */
+
+/* "v1." and 64 hex digits. */
+#define TOKEN_PUSH_GRANT_LEN 67
+
+/* What a push grant binds: the task (namespace, name), where its working branch is pushed
+ * (spec.repository.url, workingBranch), and the repository and base branch of the pull
+ * request it was made from. All borrowed; a NULL field makes no grant. */
+struct token_push_target {
+    const char *ns, *name;
+    const char *url, *working;
+    const char *pr_base_url, *pr_base_ref;
+};
+
+/* Writes to OUT the grant of T under ROOT_KEY: "v1." and the hex HMAC-SHA256, under
+ * ROOT_KEY, of a domain string and the fields of T, each with its length in front.
+ * False (and OUT empty) when a field of T is NULL. */
+bool token_push_grant(char out[TOKEN_PUSH_GRANT_LEN + 1],
+                      const unsigned char root_key[TOKEN_ROOT_KEY_LEN],
+                      const struct token_push_target *t);
+
+/* Whether GRANT (may be NULL) is the grant of T under ROOT_KEY, compared in constant
+ * time. */
+bool token_push_grant_ok(const char *grant, const unsigned char root_key[TOKEN_ROOT_KEY_LEN],
+                         const struct token_push_target *t);
+
 #endif

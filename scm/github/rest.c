@@ -265,24 +265,27 @@ static int gh_pull_info(struct scm_pull *out, struct scm_provider *p, const stru
     memset(out, 0, sizeof(*out));
     if (rc == E_OK) {
         const json_t *head = json_object_get(ans, "head");
+        const json_t *hrepo = json_object_get(head, "repo");
+        const json_t *base = json_object_get(ans, "base");
         const char *hr = json_string_value(json_object_get(head, "ref"));
-        const char *clone =
-            json_string_value(json_object_get(json_object_get(head, "repo"), "clone_url"));
+        const char *clone = json_string_value(json_object_get(hrepo, "clone_url"));
         const char *html = json_string_value(json_object_get(ans, "html_url"));
-        const char *br = json_string_value(json_object_get(json_object_get(ans, "base"), "ref"));
-        if (clone == NULL) {
-            /* The head fork was deleted: clone the base repository. */
-            clone = json_string_value(json_object_get(
-                json_object_get(json_object_get(ans, "base"), "repo"), "clone_url"));
-        }
-        if (hr == NULL || clone == NULL) {
+        const char *br = json_string_value(json_object_get(base, "ref"));
+        const char *bclone =
+            json_string_value(json_object_get(json_object_get(base, "repo"), "clone_url"));
+        /* head.repo is null once the PR's fork is deleted. Never the base repository in
+         * its place: that pushes the fork's branch name into the base repository. */
+        bool gone = hrepo == NULL || json_is_null(hrepo);
+        if (hr == NULL || (clone == NULL && !gone)) {
             rc = err_set(err, E_FAIL, "pull request %s#%lld has no head", ref->project,
                          (long long)ref->number);
         } else {
             out->head_ref = xstrdup(hr);
-            out->clone_url = xstrdup(clone);
+            out->head_gone = gone;
+            out->clone_url = gone ? NULL : xstrdup(clone);
             out->html_url = html != NULL ? xstrdup(html) : NULL;
             out->base_ref = br != NULL ? xstrdup(br) : NULL;
+            out->base_url = bclone != NULL ? xstrdup(bclone) : NULL;
         }
     }
     json_decref(ans);

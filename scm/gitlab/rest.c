@@ -300,42 +300,102 @@ static int gl_permission_of(enum scm_level *out, struct scm_provider *p, const s
     return rc;
 }
 
+/* The clone URL (http_url_to_repo) of the project at PURL (a project API URL): *out is a
+ * new string, or NULL when the answer has none. E_NOTFOUND when the project does not exist. */
+static int project_clone(char **out, struct gitlab *gl, const char *purl, struct scm_result *res,
+                         struct err *err)
+{
+    struct answer proj;
+    int rc = gitlab_call(&proj, gl, "GET", purl, NULL, NULL, false, res, err);
+    const char *clone = json_string_value(json_object_get(proj.json, "http_url_to_repo"));
+
+    *out = rc == E_OK && clone != NULL ? xstrdup(clone) : NULL;
+    gitlab_answer_cleanup(&proj);
+    return rc;
+}
+
+/* The source project's clone URL of MR into OUT: head_gone when the MR has no source
+ * project (deleted) or it answers 404. Never the target project in its place. */
+static int source_of(struct scm_pull *out, struct gitlab *gl, const json_t *mr,
+                     struct scm_result *res, struct err *err)
+{
+    const json_t *spid = json_object_get(mr, "source_project_id");
+    char *purl;
+    int rc;
+
+    if (!json_is_integer(spid)) {
+        out->head_gone = true;
+        return E_OK;
+    }
+    purl = xasprintf("%s/projects/%lld", gl->api, (long long)json_integer_value(spid));
+    rc = project_clone(&out->clone_url, gl, purl, res, err);
+    free(purl);
+    if (rc == E_NOTFOUND) {
+        out->head_gone = true;
+        return E_OK;
+    }
+    return rc;
+}
+
+/* The target project's clone URL of MR (the project REF names) into out->base_url. */
+static int target_of(struct scm_pull *out, struct gitlab *gl, const struct scm_ref *ref,
+                     const json_t *mr, struct scm_result *res, struct err *err)
+{
+    const json_t *spid = json_object_get(mr, "source_project_id");
+    const json_t *tpid = json_object_get(mr, "target_project_id");
+    char *purl;
+    int rc;
+
+    if (out->clone_url != NULL && json_is_integer(spid) && json_is_integer(tpid) &&
+        json_integer_value(spid) == json_integer_value(tpid)) {
+        out->base_url = xstrdup(out->clone_url);
+        return E_OK;
+    }
+    purl = gitlab_project_url(gl, ref->project, "");
+    rc = project_clone(&out->base_url, gl, purl, res, err);
+    free(purl);
+    return rc;
+}
+
 static int gl_pull_info(struct scm_pull *out, struct scm_provider *p, const struct scm_ref *ref,
                         struct scm_result *res, struct err *err)
 {
     struct gitlab *gl = to_gitlab(p);
     char *tail = xasprintf("/merge_requests/%lld", (long long)ref->number);
     char *url = gitlab_project_url(gl, ref->project, tail);
-    struct answer mr, proj;
+    struct answer mr;
     int rc = gitlab_call(&mr, gl, "GET", url, NULL, NULL, false, res, err);
+    const char *src = NULL, *dst = NULL, *web = NULL;
 
     memset(out, 0, sizeof(*out));
-    memset(&proj, 0, sizeof(proj));
     if (rc == E_OK) {
-        const char *src = json_string_value(json_object_get(mr.json, "source_branch"));
-        const char *dst = json_string_value(json_object_get(mr.json, "target_branch"));
-        const char *web = json_string_value(json_object_get(mr.json, "web_url"));
-        const json_t *spid = json_object_get(mr.json, "source_project_id");
-        char *purl = json_is_integer(spid) ? xasprintf("%s/projects/%lld", gl->api,
-                                                       (long long)json_integer_value(spid))
-                                           : gitlab_project_url(gl, ref->project, "");
-        rc = gitlab_call(&proj, gl, "GET", purl, NULL, NULL, false, res, err);
-        free(purl);
-        const char *clone = json_string_value(json_object_get(proj.json, "http_url_to_repo"));
-        if (rc == E_OK && (src == NULL || clone == NULL || !gitlab_valid_branch(src) ||
-                           (dst != NULL && !gitlab_valid_branch(dst)))) {
+        src = json_string_value(json_object_get(mr.json, "source_branch"));
+        dst = json_string_value(json_object_get(mr.json, "target_branch"));
+        web = json_string_value(json_object_get(mr.json, "web_url"));
+        if (src == NULL || !gitlab_valid_branch(src) ||
+            (dst != NULL && !gitlab_valid_branch(dst))) {
             rc = err_set(err, E_FAIL, "merge request %s!%lld has no usable source", ref->project,
                          (long long)ref->number);
         }
-        if (rc == E_OK) {
-            out->head_ref = xstrdup(src);
-            out->base_ref = dst != NULL ? xstrdup(dst) : NULL;
-            out->clone_url = xstrdup(clone);
-            out->html_url = web != NULL ? xstrdup(web) : NULL;
-        }
+    }
+    if (rc == E_OK) {
+        rc = source_of(out, gl, mr.json, res, err);
+    }
+    if (rc == E_OK && !out->head_gone && out->clone_url == NULL) {
+        rc = err_set(err, E_FAIL, "merge request %s!%lld has no usable source", ref->project,
+                     (long long)ref->number);
+    }
+    if (rc == E_OK) {
+        rc = target_of(out, gl, ref, mr.json, res, err);
+    }
+    if (rc == E_OK) {
+        out->head_ref = xstrdup(src);
+        out->base_ref = dst != NULL ? xstrdup(dst) : NULL;
+        out->html_url = web != NULL ? xstrdup(web) : NULL;
+    } else {
+        scm_pull_cleanup(out);
     }
     gitlab_answer_cleanup(&mr);
-    gitlab_answer_cleanup(&proj);
     free(tail);
     free(url);
     return rc;

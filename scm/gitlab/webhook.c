@@ -394,7 +394,8 @@ static bool valid_clone_url(const char *u)
 }
 
 struct mr_strings {
-    char *source, *target, *clone, *clone_alt;
+    char *source, *target;   /* branches */
+    char *clone, *clone_alt; /* the source project's clone URL; the target project's */
 };
 
 static void mr_strings_free(struct mr_strings *m)
@@ -405,15 +406,29 @@ static void mr_strings_free(struct mr_strings *m)
     free(m->clone_alt);
 }
 
-/* The MR's branches and clone URL into E->extra (JSON). */
+/* The target project's id and the event's UUID of the payload F into X. */
+static void add_ids(json_t *x, const struct jsonscan_value *f, const char *uuid)
+{
+    int64_t pid = 0;
+
+    if (jsonscan_int(&pid, &f[F_PROJECT_ID]) == E_OK && pid > 0) {
+        json_object_set_new(x, "project_id", json_integer(pid));
+    }
+    if (uuid != NULL && uuid[0] != '\0' && strlen(uuid) <= 128) {
+        json_object_set_new(x, "event_uuid", json_string(uuid));
+    }
+}
+
+/* The MR's branches, its source project's clone URL and its target project's (the one the
+ * note is on) into E->extra (JSON). Without merge_request.source (GitLab sends null once
+ * the source project is deleted) no clone URL is recorded: the bot then asks the API, which
+ * tells whether the source project still exists. Never the target project in its place. */
 static int parse_mr(struct inbox_entry *e, const struct jsonscan_value *f, const char *uuid,
                     struct err *err)
 {
     struct mr_strings m = {jsonscan_string(&f[F_SOURCE_BRANCH]),
                            jsonscan_string(&f[F_TARGET_BRANCH]), jsonscan_string(&f[F_SOURCE_HTTP]),
                            jsonscan_string(&f[F_PROJECT_HTTP])};
-    const char *clone = m.clone != NULL ? m.clone : m.clone_alt;
-    int64_t pid = 0;
     json_t *x;
     int rc = E_OK;
 
@@ -422,20 +437,18 @@ static int parse_mr(struct inbox_entry *e, const struct jsonscan_value *f, const
                                            : "merge_request.target_branch");
     } else if (!gitlab_valid_branch(m.source) || !gitlab_valid_branch(m.target)) {
         rc = err_set(err, E_INVALID, "merge_request branches are not valid branch names");
-    } else if (clone == NULL) {
-        rc = missing(err, "project.git_http_url");
-    } else if (!valid_clone_url(clone)) {
+    } else if (m.clone != NULL && !valid_clone_url(m.clone)) {
         rc = err_set(err, E_INVALID, "the repository url is not an http(s) url");
     }
     if (rc == E_OK) {
-        x = json_pack("{s:s,s:s,s:s}", "head_ref", m.source, "base_ref", m.target, "clone_url",
-                      clone);
-        if (jsonscan_int(&pid, &f[F_PROJECT_ID]) == E_OK && pid > 0) {
-            json_object_set_new(x, "project_id", json_integer(pid));
+        x = json_pack("{s:s,s:s}", "head_ref", m.source, "base_ref", m.target);
+        if (m.clone != NULL) {
+            json_object_set_new(x, "clone_url", json_string(m.clone));
         }
-        if (uuid != NULL && uuid[0] != '\0' && strlen(uuid) <= 128) {
-            json_object_set_new(x, "event_uuid", json_string(uuid));
+        if (m.clone_alt != NULL && valid_clone_url(m.clone_alt)) {
+            json_object_set_new(x, "base_url", json_string(m.clone_alt));
         }
+        add_ids(x, f, uuid);
         e->extra = json_dumps(x, JSON_COMPACT | JSON_SORT_KEYS);
         json_decref(x);
     }

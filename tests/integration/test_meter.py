@@ -197,6 +197,23 @@ def test_max_iterations_and_both_at_once():
         assert st == 429 and b["reason"] == "budget exceeded", b
 
 
+def test_iteration_never_goes_back():
+    """The review's repro (2026-12-01 finding 11): 3, 1, 1, 2 on maxIterations 3 used to take
+    status.iteration 3 -> 1 -> 1 -> 2. Lower iterations are charged, the counter stays at 3,
+    and iteration 4 is over the limit."""
+    with Server(ARGS) as srv:
+        tok = start_task(srv, "back", maxIterations=3, budgetUSD="1.00")
+        seen = []
+        for i, it in enumerate((3, 1, 1, 2)):
+            st, _, b = meter(srv, tok, call("k%d" % i, iteration=it))
+            assert st == 200 and b["iteration"] == 3, (st, b)
+            seen.append(totals(srv, "back")[2]["status"]["iteration"])
+        assert seen == [3, 3, 3, 3], seen
+        assert totals(srv, "back")[0] == 400  # every call was charged
+        st, _, b = meter(srv, tok, call("k4", iteration=4))
+        assert st == 429 and b["reason"] == "max iterations exceeded", b
+
+
 def test_guidance_preview_and_caveat_budget():
     with Server(ARGS + ["--default-budget-usd", "0.50"]) as srv:
         tok = start_task(srv, "g")
@@ -423,7 +440,7 @@ def fmt_money(micros):
 if __name__ == "__main__":
     run_tests([test_lifecycle_pause_resume_rotates_token, test_status_codes_in_order,
                test_budget_exact_boundary_pauses_and_revokes, test_max_iterations_and_both_at_once,
-               test_guidance_preview_and_caveat_budget, test_attenuated_token_narrows,
+               test_iteration_never_goes_back, test_guidance_preview_and_caveat_budget, test_attenuated_token_narrows,
                test_request_id_rules_charge_nothing, test_budget_caveats_are_budgets_not_401,
                test_objective_and_guidance_caps,
                test_kill9_mid_metering_never_overcharges])

@@ -201,6 +201,42 @@ def test_pod_clones_meters_and_pushes_over_http():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def test_staging_refuses_the_base_branch():
+    """A task whose working branch is its base branch cannot push into staging either (the
+    server would refuse to push it on), also with the comment-made annotations set through
+    the task API; the staging repository gets nothing."""
+    tmp = tempfile.mkdtemp(prefix="diverge-agit-")
+    origin = make_bare_repo(tmp)
+    try:
+        with Cluster() as cl, cl.server(args=["--agent-cmd", "true"]) as srv:
+            t = repo_task("b1", origin)
+            t["spec"]["repository"]["workingBranch"] = "main"
+            t["metadata"]["annotations"] = {"divergedev.com/provider": "github",
+                                            "divergedev.com/project": "octo/repo",
+                                            "divergedev.com/pr-number": "7"}
+            create(srv, t)
+            env = claim_env(cl, "b1")
+            wait_phase(srv, "b1", "Active")
+            url = srv.url + "/api/v1/git/default/b1.git"
+            auth = {"Authorization": "Bearer " + env[TOKEN_ENV]}
+            st, _ = http_status(url + "/info/refs?service=git-upload-pack", auth)
+            assert st == 200, st  # cloning is fine
+            st, body = http_status(url + "/info/refs?service=git-receive-pack", auth)
+            assert st == 403 and b"base branch" in body, (st, body[:300])
+            ws = os.path.join(tmp, "ws")
+            rc, out = git_as(env[TOKEN_ENV], "clone", "-q", "--branch", "main", url, ws)
+            assert rc == 0, out
+            with open(os.path.join(ws, "x.txt"), "w") as f:
+                f.write("x\n")
+            git_as(None, "add", "x.txt", cwd=ws)
+            git_as(None, "commit", "-q", "-m", "x", cwd=ws)
+            rc, out = git_as(env[TOKEN_ENV], "push", url, "HEAD:refs/heads/main", cwd=ws)
+            assert rc != 0, out
+            assert staging_refs(srv, "b1") == "", staging_refs(srv, "b1")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -287,4 +323,5 @@ def test_pod_over_https_trusts_only_the_given_ca():
 
 if __name__ == "__main__":
     run_tests([test_pod_clones_meters_and_pushes_over_http,
+               test_staging_refuses_the_base_branch,
                test_pod_over_https_trusts_only_the_given_ca])

@@ -186,16 +186,95 @@ TEST(active_time_survives_restart)
     task_store_close(st);
 }
 
-TEST(push_allowed)
+/* An AgentTask as the controller reads it: default/t pushing WORKING to URL, cloned from
+ * BASE; with PR_URL, the bot's record of the repository and branch the PR targets. */
+static json_t *push_task(const char *url, const char *base, const char *working, const char *pr_url,
+                         const char *pr_ref)
 {
-    CHECK(controller_push_allowed("agent/t", "main", false));
-    CHECK(!controller_push_allowed("main", "main", false));
-    CHECK(controller_push_allowed("main", "main", true)); /* PR head from a comment */
-    CHECK(!controller_push_allowed("-f", "main", false));
-    CHECK(!controller_push_allowed("a..b", "main", false));
-    CHECK(!controller_push_allowed("a:b", "main", false));
-    CHECK(!controller_push_allowed("", "main", false));
-    CHECK(!controller_push_allowed(NULL, "main", false));
+    json_t *t = json_pack("{s:{s:s, s:s, s:{}}, s:{s:{s:s, s:s, s:s*}}}", "metadata", "name", "t",
+                          "namespace", "default", "annotations", "spec", "repository", "url", url,
+                          "baseBranch", base, "workingBranch", working);
+    json_t *ann = json_object_get(json_object_get(t, "metadata"), "annotations");
+
+    if (pr_url != NULL) {
+        json_object_set_new(ann, TASK_ANN_PR_BASE_REPOSITORY, json_string(pr_url));
+        json_object_set_new(ann, TASK_ANN_PR_BASE_BRANCH, json_string(pr_ref));
+    }
+    return t;
+}
+
+/* Signs T's push target as the bot does, under KEY. */
+static void grant(json_t *t, const unsigned char key[TOKEN_ROOT_KEY_LEN])
+{
+    const json_t *repo = json_object_get(json_object_get(t, "spec"), "repository");
+    json_t *ann = json_object_get(json_object_get(t, "metadata"), "annotations");
+    struct token_push_target pt = {
+        .ns = "default",
+        .name = "t",
+        .url = json_string_value(json_object_get(repo, "url")),
+        .working = json_string_value(json_object_get(repo, "workingBranch")),
+        .pr_base_url = json_string_value(json_object_get(ann, TASK_ANN_PR_BASE_REPOSITORY)),
+        .pr_base_ref = json_string_value(json_object_get(ann, TASK_ANN_PR_BASE_BRANCH)),
+    };
+    char g[TOKEN_PUSH_GRANT_LEN + 1];
+
+    CHECK(token_push_grant(g, key, &pt));
+    json_object_set_new(ann, TASK_ANN_PUSH_GRANT, json_string(g));
+}
+
+TEST(push_refusal)
+{
+    static const unsigned char key[TOKEN_ROOT_KEY_LEN] = {1, 2, 3};
+    static const unsigned char other[TOKEN_ROOT_KEY_LEN] = {9};
+    static const char *const fork = "https://github.com/eve/repo.git";
+    static const char *const octo = "https://github.com/octo/repo.git";
+    static const struct {
+        const char *url, *base, *working, *pr_url, *pr_ref;
+        bool granted, allowed;
+    } cases[] = {
+        {octo, "main", "agent/t", NULL, NULL, false, true},
+        {octo, "main", "main", NULL, NULL, false, false},
+        {octo, "main", "-f", NULL, NULL, false, false},
+        {octo, "main", "a..b", NULL, NULL, false, false},
+        {octo, "main", "a:b", NULL, NULL, false, false},
+        {octo, "main", "", NULL, NULL, false, false},
+        /* A fork's main into octo's main: granted, pushed to the fork. */
+        {fork, "main", "main", octo, "main", true, true},
+        /* The same annotations set by hand (no grant, or one for another key): refused. */
+        {fork, "main", "main", octo, "main", false, false},
+        /* Granted, but the URL is the repository the PR targets and the branch its base
+         * (a fork gone and the base repository in its place): refused whatever the grant. */
+        {octo, "main", "main", octo, "main", true, false},
+        {"https://GitHub.com/octo/repo/", "release", "main", octo, "main", false, false},
+        {"https://github.com/octo/repo", "feature", "feature", octo, "main", true, true},
+    };
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        json_t *t = push_task(cases[i].url, cases[i].base, cases[i].working, cases[i].pr_url,
+                              cases[i].pr_ref);
+        if (cases[i].granted) {
+            grant(t, key);
+        }
+        const char *why = controller_push_refusal(t, key);
+        if ((why == NULL) != cases[i].allowed) {
+            t_fail(__FILE__, __LINE__, "case %zu: %s", i, why != NULL ? why : "allowed");
+        }
+        json_decref(t);
+    }
+    /* A grant made under another key, and one copied to another URL, are refused. */
+    json_t *t = push_task(fork, "main", "main", octo, "main");
+    grant(t, other);
+    CHECK(controller_push_refusal(t, key) != NULL);
+    json_decref(t);
+    t = push_task(fork, "main", "main", octo, "main");
+    grant(t, key);
+    json_object_set_new(json_object_get(json_object_get(t, "spec"), "repository"), "url",
+                        json_string("https://github.com/octo/other.git"));
+    CHECK(controller_push_refusal(t, key) != NULL);
+    json_decref(t);
+    CHECK(controller_same_repository("https://x/a/b.git", "https://X/a/b/"));
+    CHECK(!controller_same_repository("https://x/a/b.git", "https://x/a/bc.git"));
+    CHECK(!controller_same_repository(NULL, "https://x/a/b"));
 }
 
 static char *slurp(const char *path)
@@ -211,6 +290,57 @@ static char *slurp(const char *path)
 
 /* The log keeps under its cap by dropping its oldest part, says so, and stays line-aligned
  * with a time in front of every line; control characters cannot forge lines. */
+/* Security review 2026-12-01 (13): no task reads the server's own repositories. */
+TEST(url_in_data_dir)
+{
+    char dir[] = "/tmp/diverge-dd-XXXXXX";
+    char *dd = mkdtemp(dir);
+    char *mirrors = xasprintf("%s/mirrors", dd), *link = xasprintf("%s-link", dd);
+    char *demo = xasprintf("%s/demo", dd), *sibling = xasprintf("%s-sibling", dd);
+    char *cwd = getcwd(NULL, 0);
+    struct {
+        char *url;
+        bool in;
+    } cases[] = {
+        {xasprintf("file://%s/mirrors/0123.git", dd), true},
+        {xasprintf("file://%s", dd), true},
+        {xasprintf("file://localhost%s/staging/default/t.git", dd), true},
+        {xasprintf("FILE://%s/mirrors/0123.git", dd), true},
+        {xasprintf("file://%s%%2fmirrors%%2F0123.git", dd), true},
+        {xasprintf("file:///tmp/../%s/./mirrors//x.git", dd + 1), true},
+        {xasprintf("file://%s/mirrors/0123.git", link), true}, /* a link to the data dir */
+        {xasprintf("file://%s/demo/../mirrors/x.git", dd), true},
+        {xasprintf("file://%s/mirrors%%00/x.git", dd), true},
+        {xasprintf("file://%s/demo/greeting.git", dd), false},
+        {xasprintf("file://%s/repo.git", sibling), false},
+        {xasprintf("file:///tmp/elsewhere.git"), false},
+        {xasprintf("https://example.com%s/mirrors/x.git", dd), false},
+    };
+
+    CHECK(mkdir(mirrors, 0700) == 0 && mkdir(demo, 0700) == 0);
+    CHECK(symlink(dd, link) == 0);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        if (controller_url_in_data_dir(dd, cases[i].url) != cases[i].in) {
+            t_fail(__FILE__, __LINE__, "%s: want %s", cases[i].url,
+                   cases[i].in ? "inside" : "outside");
+        }
+        free(cases[i].url);
+    }
+    /* A relative data dir (serve --data-dir ./var) is taken from the working directory. */
+    CHECK(chdir("/tmp") == 0);
+    char *url = xasprintf("file://%s/mirrors/x.git", dd);
+    CHECK(controller_url_in_data_dir(dd + strlen("/tmp/"), url));
+    free(url);
+    CHECK(chdir(cwd) == 0);
+    CHECK(unlink(link) == 0);
+    CHECK(rmdir(mirrors) == 0 && rmdir(demo) == 0 && rmdir(dd) == 0);
+    free(cwd);
+    free(mirrors);
+    free(link);
+    free(demo);
+    free(sibling);
+}
+
 TEST(task_log_cap)
 {
     char dir[] = "/tmp/diverge-log-XXXXXX";

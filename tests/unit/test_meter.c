@@ -277,6 +277,33 @@ TEST(iterations)
     CHECK_EQ_INT(d.iteration, 3);
 }
 
+/* Security review 2026-12-01 finding 11: a lower iteration is charged but never lowers
+ * status.iteration, so resetting the counter cannot stretch maxIterations. */
+TEST(iteration_never_goes_back)
+{
+    struct meter_decision d;
+    struct meter_state st = base_state();
+    struct meter_request r;
+
+    st.max_iterations = 3;
+    st.iteration = 3;
+    st.tokens_consumed = 10;
+    st.cost_micros = 100;
+    r = req_of(5, 50, 1);
+    meter_decide(&d, &st, &r);
+    CHECK_EQ_INT(d.status, 200);
+    CHECK_EQ_INT(d.outcome, METER_ALLOWED);
+    CHECK_EQ_INT(d.iteration, 3);
+    CHECK_EQ_INT(d.total_tokens, 15); /* still charged */
+    CHECK_EQ_INT(d.total_cost_micros, 150);
+    /* The next iteration after the maximum is over the limit, whatever came between. */
+    r = req_of(1, 1, 4);
+    meter_decide(&d, &st, &r);
+    CHECK_EQ_INT(d.status, 429);
+    CHECK_EQ_STR(d.reason, "max iterations exceeded");
+    CHECK_EQ_INT(d.iteration, 4);
+}
+
 /* SPEC §7 step 2: an empty or all-whitespace requestId is like a missing one; ids are
  * capped at METER_REQUEST_ID_MAX bytes of UTF-8 without control characters. */
 TEST(request_id_rules)
