@@ -31,6 +31,16 @@ struct controller_git_auth {
 
 struct kube_client;
 
+/* The server's side of the per-task meter sockets (local and process sandboxes). OPEN
+ * serves the meter route only, with a small connection cap, on LISTEN_FD (a listening
+ * unix socket, taken over on success) and sets *server_out to a handle for CLOSE, which
+ * stops serving (connections closed, threads joined) and closes the socket. */
+struct controller_meter_sockets {
+    int (*open)(void **server_out, int listen_fd, void *userdata, struct err *err);
+    void (*close)(void *server);
+    void *userdata;
+};
+
 struct controller_config {
     const char *data_dir;          /* tokens, workspaces, mirrors, staging, logs under it */
     const unsigned char *root_key; /* TOKEN_ROOT_KEY_LEN bytes, copied */
@@ -54,6 +64,9 @@ struct controller_config {
      * DIVERGE_NOTIFIER_TOKEN/GITHUB_TOKEN is used). controller_new takes USERDATA, also
      * when it fails. */
     struct controller_git_auth git_auth;
+    /* Per-task meter sockets; open NULL: sandboxes get the server's shared socket
+     * (controller_start's METER_SOCKET) instead. USERDATA must outlive the controller. */
+    struct controller_meter_sockets meter_sockets;
     /* agent-sandbox: the cluster (NULL: tasks wait with the reason; with KUBE_OWNED
      * controller_new takes it, also when it fails, else it must outlive the controller),
      * the SandboxWarmPool claims name, and the poll period (0: 2 s). */

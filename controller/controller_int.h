@@ -28,24 +28,25 @@ struct controller {
     unsigned char root_key[TOKEN_ROOT_KEY_LEN]; /* wiped on free */
     int64_t default_budget_usd;                 /* micro-dollars */
     int64_t default_budget_tokens;
-    char *provider;                        /* owned: the sandbox provider name */
-    char *meter_url, *runner_path;         /* owned */
-    char *meter_socket;                    /* owned: the server's unix socket, or NULL */
-    char *agent_cmd, *verify_cmd;          /* owned, may be NULL */
-    size_t log_cap;                        /* task log cap */
-    char *preview_base;                    /* owned, or NULL: no linked previews */
-    char *github_api_url;                  /* owned, or NULL */
-    struct controller_git_auth git_auth;   /* GitHub App tokens for git; userdata owned */
-    struct sandbox_provider *sandboxes;    /* owned; NULL for none (or no cluster) */
-    struct kube_client *kube;              /* agent-sandbox's client, or NULL */
-    bool kube_owned;                       /* kube is freed with the controller */
-    char *problem;                         /* owned: why sandboxes cannot run, or NULL */
-    unsigned int sandbox_uid, sandbox_gid; /* owner of what the sandbox writes */
-    bool chown_files;                      /* give files to sandbox_uid (server is root) */
-    pthread_mutex_t lock;                  /* one reconcile at a time */
-    pthread_mutex_t notes_lock;            /* guards notes, timers, wake */
-    pthread_mutex_t active_lock;           /* one update of a counted-time record at a time */
-    uint64_t run_id;                       /* random: this server run (active.c) */
+    char *provider;                                /* owned: the sandbox provider name */
+    char *meter_url, *runner_path;                 /* owned */
+    char *meter_socket;                            /* owned: the server's unix socket, or NULL */
+    struct controller_meter_sockets meter_sockets; /* per-task sockets (open NULL: none) */
+    char *agent_cmd, *verify_cmd;                  /* owned, may be NULL */
+    size_t log_cap;                                /* task log cap */
+    char *preview_base;                            /* owned, or NULL: no linked previews */
+    char *github_api_url;                          /* owned, or NULL */
+    struct controller_git_auth git_auth;           /* GitHub App tokens for git; userdata owned */
+    struct sandbox_provider *sandboxes;            /* owned; NULL for none (or no cluster) */
+    struct kube_client *kube;                      /* agent-sandbox's client, or NULL */
+    bool kube_owned;                               /* kube is freed with the controller */
+    char *problem;                                 /* owned: why sandboxes cannot run, or NULL */
+    unsigned int sandbox_uid, sandbox_gid;         /* owner of what the sandbox writes */
+    bool chown_files;                              /* give files to sandbox_uid (server is root) */
+    pthread_mutex_t lock;                          /* one reconcile at a time */
+    pthread_mutex_t notes_lock;                    /* guards notes, timers, wake */
+    pthread_mutex_t active_lock; /* one update of a counted-time record at a time */
+    uint64_t run_id;             /* random: this server run (active.c) */
     pthread_cond_t notes_cond;
     struct controller_note *notes;   /* exits to reconcile */
     struct controller_timer *timers; /* running tasks with a timeout */
@@ -123,6 +124,16 @@ int controller_mint_for(char **token_out, char **id_out, struct controller *c, c
                         int64_t generation, int64_t now_ms, struct err *err);
 
 #define CONTROLLER_WAITING_PREFIX "sandbox provider"
+
+/* --- per-task meter sockets (sandbox_meter.c) --- */
+/* Removes the meter socket directories a previous server left (its sandboxes died). */
+void controller_meter_sweep(const struct controller *c);
+/* For a sandbox start on this host: opens the task's own meter socket into *OUT and
+ * appends DIVERGE_METER_SOCKET to ENV (*N entries, a new string, NULL-terminated) as the
+ * provider shows it. *OUT stays NULL without per-task sockets (cfg.meter_sockets) or when
+ * the data dir path is too long for a socket (said in the task log at LOG_PATH). */
+int controller_meter_open(struct sandbox_meter **out, struct controller *c, const char *log_path,
+                          char **env, size_t *n, struct err *err);
 
 /* --- egress (sandbox_egress.c) --- */
 /* Reads the network flags of CFG into C (E_INVALID with the reason for bad ones) and

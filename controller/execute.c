@@ -116,7 +116,7 @@ static void paths_of(struct paths *p, struct controller *c, const char *ns, cons
     p->mirror = NULL;
     p->log = controller_log_path(c->data_dir, ns, name);
     p->sock_dir = NULL;
-    if (c->meter_socket != NULL) {
+    if (c->meter_socket != NULL && c->meter_sockets.open == NULL) {
         p->sock_dir = xstrdup(c->meter_socket);
         *strrchr(p->sock_dir, '/') = '\0';
     }
@@ -163,7 +163,7 @@ static size_t build_env(char **env, struct controller *c, const struct reconcile
     env[n++] = xasprintf("HOME=%s", state);
     env[n++] = xstrdup("LANG=C.UTF-8");
     env[n++] = xasprintf("DIVERGE_METER_URL=%s", c->meter_url != NULL ? c->meter_url : "");
-    if (c->meter_socket != NULL) {
+    if (c->meter_socket != NULL && c->meter_sockets.open == NULL) {
         env[n++] = inside ? xstrdup("DIVERGE_METER_SOCKET=" SANDBOX_IN_SOCK_DIR "/meter.sock")
                           : xasprintf("DIVERGE_METER_SOCKET=%s", c->meter_socket);
     }
@@ -289,6 +289,9 @@ static void do_start(struct controller *c, struct reconcile *r, enum start_mode 
     if (rc == E_OK) {
         n = build_env(env, c, r, &p, iteration);
         rc = controller_egress_open(&s.egress, c, r, p.log, env, &n, &err);
+        if (rc == E_OK && strcmp(c->provider, "agent-sandbox") != 0) {
+            rc = controller_meter_open(&s.meter, c, p.log, env, &n, &err);
+        }
         s.ns = r->ns;
         s.name = r->name;
         s.runner_path = c->runner_path;
@@ -297,7 +300,7 @@ static void do_start(struct controller *c, struct reconcile *r, enum start_mode 
         s.mirror = p.mirror;
         s.staging = p.staging;
         s.usage_dir = p.state;
-        s.sock_dir = p.sock_dir;
+        s.sock_dir = s.meter != NULL ? s.meter->dir : p.sock_dir;
         s.log_path = p.log;
         s.log_cap = c->log_cap;
         s.token = r->token;
@@ -312,7 +315,10 @@ static void do_start(struct controller *c, struct reconcile *r, enum start_mode 
                                  (long long)iteration);
         }
         if (rc == E_OK) {
-            rc = sandbox_start(c->sandboxes, &s, &err); /* takes s.egress over */
+            rc = sandbox_start(c->sandboxes, &s, &err); /* takes s.egress and s.meter over */
+        } else {
+            sandbox_egress_free(s.egress);
+            sandbox_meter_free(s.meter);
         }
         for (size_t i = 0; i < n; i++) {
             free(env[i]);

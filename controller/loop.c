@@ -121,6 +121,7 @@ int controller_new(struct controller **out, struct task_store *store,
                           : NULL;
     c->github_api_url = cfg->github_api_url != NULL ? xstrdup(cfg->github_api_url) : NULL;
     c->git_auth = cfg->git_auth;
+    c->meter_sockets = cfg->meter_sockets;
     c->kube = cfg->kube;
     c->kube_owned = cfg->kube_owned;
     pthread_mutex_init(&c->lock, NULL);
@@ -161,7 +162,9 @@ int controller_start(struct controller *c, const char *meter_url, const char *me
     }
     if (meter_socket != NULL) {
         c->meter_socket = xstrdup(meter_socket);
-        controller_expose_socket(c, meter_socket);
+        if (c->meter_sockets.open == NULL) {
+            controller_expose_socket(c, meter_socket); /* sandboxes share it */
+        }
     }
     if (c->sandboxes != NULL) {
         rc = controller_tick_start(c, err);

@@ -223,6 +223,7 @@ int controller_sandboxes_open(struct controller *c, const struct controller_conf
     if (rc != E_OK) {
         return rc;
     }
+    controller_meter_sweep(c);
     state = xasprintf("%s/run", c->data_dir);
     c->runner_path = cfg->runner_path != NULL ? xstrdup(cfg->runner_path) : default_runner_path();
     rc = open_provider(c, cfg, state, err);

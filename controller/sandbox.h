@@ -21,7 +21,8 @@
 #define SANDBOX_IN_MIRROR "/diverge/mirror.git"
 #define SANDBOX_IN_STAGING "/diverge/staging.git"
 #define SANDBOX_IN_STATE "/diverge/state"
-#define SANDBOX_IN_SOCK_DIR "/diverge/sock"
+#define SANDBOX_IN_SOCK_DIR "/diverge/sock" /* the task's meter socket dir */
+#define SANDBOX_METER_SOCKET "meter.sock"   /* the socket's name in that dir */
 #define SANDBOX_IN_RUNNER "/diverge/bin/diverge-agent-runner"
 #define SANDBOX_IN_EGRESS_DIR "/diverge/egress" /* the task's egress proxy socket dir */
 #define SANDBOX_EGRESS_SOCKET "proxy.sock"      /* the socket's name in that dir */
@@ -42,6 +43,20 @@ struct sandbox_egress {
 /* Stops E's proxy, removes its socket and directory and frees E. NULL is a no-op. */
 void sandbox_egress_free(struct sandbox_egress *e);
 
+/* The task's own meter socket (local and process sandboxes): the server serves only the
+ * meter route on it, with a small connection cap, so that what one sandbox does to it
+ * touches no other task. A unix socket in a directory of its own under the data dir,
+ * read-only at SANDBOX_IN_SOCK_DIR inside. Owned like the egress proxy: the provider
+ * frees it when the runner exits, when the sandbox is stopped, and when start() fails. */
+struct sandbox_meter {
+    void *server;                /* the server's handle, closed with CLOSE */
+    void (*close)(void *server); /* stops serving (connections closed, threads joined) */
+    char *dir;                   /* owned: the socket's directory */
+};
+
+/* Stops serving M, removes its socket and directory and frees M. NULL is a no-op. */
+void sandbox_meter_free(struct sandbox_meter *m);
+
 /* What to start. Every string is borrowed for the call. Paths are host paths. */
 struct sandbox_spec {
     const char *ns, *name;   /* the task */
@@ -51,11 +66,13 @@ struct sandbox_spec {
     const char *mirror;      /* the repository mirror (read-only inside), or NULL */
     const char *staging;     /* the staging bare repo (writable inside), or NULL */
     const char *usage_dir;   /* per-task state dir outside the git tree, writable */
-    const char *sock_dir;    /* the server's meter socket directory (read-only), or NULL */
+    const char *sock_dir;    /* the task's meter socket directory (read-only), or NULL */
     const char *log_path;    /* the task log */
     size_t log_cap;          /* its cap in bytes, 0: CONTROLLER_LOG_CAP */
     /* network proxy: the task's egress proxy, taken over by start(); else NULL */
     struct sandbox_egress *egress;
+    /* the task's meter socket (its dir is SOCK_DIR), taken over by start(); or NULL */
+    struct sandbox_meter *meter;
     const char *env[SANDBOX_ENV_MAX + 1]; /* "KEY=VALUE" as seen inside, NULL-terminated */
     /* Remote providers (agent-sandbox): the task's current token, which they publish where
      * their sandbox reads it, and spec.sandbox.timeoutSeconds (0: none). */

@@ -160,6 +160,7 @@ static int agent_start(struct sandbox_provider *p, const struct sandbox_spec *s,
     struct agent_box *b, **pp;
     int rc = E_OK;
 
+    sandbox_meter_free(s->meter); /* never made for pods (they meter over HTTP) */
     if (s->egress != NULL) {
         sandbox_egress_free(s->egress);
         rc = err_set(err, E_INVALID,

@@ -43,6 +43,7 @@ struct sbx {
     /* owned, or NULL: freed by the pump thread when the runner exits, else after that
      * thread is joined */
     struct sandbox_egress *egress;
+    struct sandbox_meter *meter; /* owned, or NULL: freed like egress */
     pthread_t thread;
     struct sbx_set *set; /* back pointer */
     struct sbx *next;

@@ -325,6 +325,7 @@ static int local_start(struct sandbox_provider *p, const struct sandbox_spec *s,
 
     if (lp->problem != NULL) {
         sandbox_egress_free(s->egress);
+        sandbox_meter_free(s->meter);
         return err_set(err, E_FAIL, "%s", lp->problem);
     }
     local_cgroup_create(lp, s->ns, s->name, limits, sizeof(limits));

@@ -178,9 +178,12 @@ static void pump_finish(struct sbx *x, int status)
     if (x->set->hooks != NULL && x->set->hooks->forget != NULL) {
         x->set->hooks->forget(x, x->set->ctx);
     }
-    /* Nothing inside can use the egress proxy any more: its socket and threads go now. */
+    /* Nothing inside can use the egress proxy or the meter socket any more: their sockets
+     * and threads go now. */
     sandbox_egress_free(x->egress);
     x->egress = NULL;
+    sandbox_meter_free(x->meter);
+    x->meter = NULL;
     unlink(x->record);
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     pthread_mutex_lock(&x->set->lock);
@@ -213,6 +216,7 @@ static void *pump(void *arg)
 static void sbx_free(struct sbx *x)
 {
     sandbox_egress_free(x->egress);
+    sandbox_meter_free(x->meter);
     close(x->out_fd);
     close(x->pidfd);
     free(x->ns);
@@ -292,6 +296,7 @@ int sbx_launch(struct sbx_set *set, const struct sandbox_spec *s, sbx_spawn_fn s
         pthread_mutex_unlock(&set->lock);
         free(ext);
         sandbox_egress_free(s->egress);
+        sandbox_meter_free(s->meter);
         return err_set(err, E_CONFLICT, "a sandbox already runs for this task");
     }
     if (old != NULL) {
@@ -306,6 +311,7 @@ int sbx_launch(struct sbx_set *set, const struct sandbox_spec *s, sbx_spawn_fn s
     if (pipe2(pipefd, O_CLOEXEC) != 0) {
         free(ext);
         sandbox_egress_free(s->egress);
+        sandbox_meter_free(s->meter);
         return err_set(err, E_FAIL, "pipe: %s", strerror(errno));
     }
     x = xcalloc(1, sizeof(*x));
@@ -316,6 +322,7 @@ int sbx_launch(struct sbx_set *set, const struct sandbox_spec *s, sbx_spawn_fn s
     x->record = sbx_record_path(set, s->ns, s->name);
     x->ext = ext;
     x->egress = s->egress;
+    x->meter = s->meter;
     x->set = set;
     x->out_fd = pipefd[0];
     x->pidfd = -1;

@@ -72,6 +72,10 @@ static int load_numbers(struct runner_config *c, runner_getenv_fn get, void *ud,
     if (c->ca_file != NULL && c->ca_file[0] != '/') {
         return err_set(err, E_INVALID, "DIVERGE_CA_FILE must be an absolute path");
     }
+    v = get_opt(get, ud, "DIVERGE_METER_UNREACHABLE_MS", NULL);
+    if (v != NULL && parse_long(&c->unreachable_ms, v, 0, 3600000) != E_OK) {
+        return err_set(err, E_INVALID, "DIVERGE_METER_UNREACHABLE_MS must be 0 to 3600000");
+    }
     v = get_opt(get, ud, "DIVERGE_REVOKED_WAIT_MS", NULL);
     if (v != NULL && parse_long(&c->revoked_wait_ms, v, 0, 3600000) != E_OK) {
         return err_set(err, E_INVALID, "DIVERGE_REVOKED_WAIT_MS must be 0 to 3600000");
@@ -132,6 +136,7 @@ int runner_config_load(struct runner_config *out, runner_getenv_fn get, void *ud
     c->max_iterations = 5;
     c->meter_attempts = 8;
     c->revoked_wait_ms = RUNNER_REVOKED_WAIT_MS;
+    c->unreachable_ms = RUNNER_UNREACHABLE_MS;
     c->task = get_opt(get, ud, "DIVERGE_TASK_NAME", NULL);
     if (c->task == NULL || !task_name_valid(c->task)) {
         return err_set(err, E_INVALID, "DIVERGE_TASK_NAME is missing or not a DNS label");

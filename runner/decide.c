@@ -59,6 +59,15 @@ long runner_backoff_ms(int attempt)
     return ms > 5000 ? 5000 : ms;
 }
 
+bool runner_meter_again(int attempt, int max_attempts, bool unreachable, long elapsed_ms,
+                        long unreachable_ms)
+{
+    if (attempt < max_attempts) {
+        return true;
+    }
+    return unreachable && elapsed_ms < unreachable_ms;
+}
+
 bool runner_iteration_ok(const struct runner_iteration *it)
 {
     if (it->agent_status != 0) {

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/httpc.h"
 #include "common/money.h"
 #include "egress/egress.h"
@@ -259,6 +260,21 @@ static bool new_token_arrived(const struct runner_config *cfg, const char *token
     }
 }
 
+static void say_retry(const struct runner_meter_answer *a, const struct runner_config *cfg,
+                      const struct runner_meter_call *call, int attempt, const struct err *err)
+{
+    if (a->status != 0) {
+        runner_say("meter: HTTP %ld for %s (attempt %d/%d)", a->status, call->request_id, attempt,
+                   cfg->meter_attempts);
+    } else if (attempt <= cfg->meter_attempts) {
+        runner_say("meter: unreachable for %s (attempt %d/%d): %s", call->request_id, attempt,
+                   cfg->meter_attempts, err->msg);
+    } else {
+        runner_say("meter: unreachable for %s (attempt %d, retrying for up to %ld s): %s",
+                   call->request_id, attempt, cfg->unreachable_ms / 1000, err->msg);
+    }
+}
+
 void runner_meter_send(struct runner_meter_answer *out, const struct runner_config *cfg,
                        const struct runner_meter_call *call)
 {
@@ -266,10 +282,11 @@ void runner_meter_send(struct runner_meter_answer *out, const struct runner_conf
     char *token = NULL;
     int rotations = 0;
     struct err err = {0};
+    int64_t start_ns = clock_mono_ns();
 
     memset(out, 0, sizeof(*out));
     out->next = RUNNER_METER_RETRY;
-    for (int attempt = 1; attempt <= cfg->meter_attempts; attempt++) {
+    for (int attempt = 1;; attempt++) {
         runner_token_free(token);
         if (runner_token_read(&token, cfg, &err) != E_OK) {
             runner_say("meter: %s", err.msg);
@@ -291,16 +308,15 @@ void runner_meter_send(struct runner_meter_answer *out, const struct runner_conf
         if (out->next != RUNNER_METER_RETRY) {
             break;
         }
-        if (out->status != 0) {
-            runner_say("meter: HTTP %ld for %s (attempt %d/%d)", out->status, call->request_id,
-                       attempt, cfg->meter_attempts);
-        } else {
-            runner_say("meter: unreachable for %s (attempt %d/%d): %s", call->request_id, attempt,
-                       cfg->meter_attempts, err.msg);
+        say_retry(out, cfg, call, attempt, &err);
+        /* A server that cannot be reached (its socket full, say) is waited for longer than
+         * one that answers with an error. */
+        if (!runner_meter_again(attempt, cfg->meter_attempts, out->status == 0,
+                                (long)((clock_mono_ns() - start_ns) / 1000000),
+                                cfg->unreachable_ms)) {
+            break;
         }
-        if (attempt < cfg->meter_attempts) {
-            sleep_ms(runner_backoff_ms(attempt));
-        }
+        sleep_ms(runner_backoff_ms(attempt));
     }
     runner_token_free(token);
     free(body);

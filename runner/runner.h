@@ -23,8 +23,10 @@
 #define RUNNER_GUIDANCE_MAX 8192     /* bytes of DIVERGE_GUIDANCE kept from an answer */
 #define RUNNER_ITERATIONS_MAX 10000  /* DIVERGE_MAX_ITERATIONS cap */
 #define RUNNER_REVOKED_WAIT_MS 30000 /* default wait of a 401 for a new token in the file */
-#define RUNNER_REVOKED_POLL_MS 100   /* how often that wait reads the token file */
-#define RUNNER_ROTATIONS_MAX 8       /* new tokens tried for one meter call */
+/* Default time a meter call that reaches no server is retried for (past the attempts). */
+#define RUNNER_UNREACHABLE_MS 60000
+#define RUNNER_REVOKED_POLL_MS 100 /* how often that wait reads the token file */
+#define RUNNER_ROTATIONS_MAX 8     /* new tokens tried for one meter call */
 
 /* Exit codes of diverge-agent-runner (README-runner.md). */
 enum runner_exit {
@@ -112,6 +114,13 @@ enum runner_exit runner_exit_for(enum runner_meter_next next);
 /* Delay before retry ATTEMPT (1-based) of a meter call, ms: 100, 200, 400, ... capped
  * at 5000. */
 long runner_backoff_ms(int attempt);
+/* Whether a meter call is tried again after ATTEMPT (1-based) of MAX_ATTEMPTS ended in
+ * RUNNER_METER_RETRY, ELAPSED_MS after its first try began: within MAX_ATTEMPTS always;
+ * past them only when the server was not reached at all (UNREACHABLE: no HTTP answer,
+ * e.g. a meter socket whose connections are all taken) and less than UNREACHABLE_MS has
+ * passed. Any other answer (429, 403, ...) stops the call at once (the caller's). */
+bool runner_meter_again(int attempt, int max_attempts, bool unreachable, long elapsed_ms,
+                        long unreachable_ms);
 
 /* The outcome of one iteration. preview_status is 0 when no preview is configured, -1
  * when the preview could not be reached. */
@@ -163,6 +172,8 @@ struct runner_config {
     int meter_attempts;        /* DIVERGE_METER_ATTEMPTS or 8: tries per meter call */
     long revoked_wait_ms;      /* DIVERGE_REVOKED_WAIT_MS or 30000: how long a 401 with a
                                   token file waits for a new token (a pause in progress) */
+    long unreachable_ms;       /* DIVERGE_METER_UNREACHABLE_MS or 60000: how long a meter
+                                  call that reaches no server keeps being retried */
     const char *preview_url;   /* DIVERGE_PREVIEW_URL or NULL */
     const char *preview_key;   /* DIVERGE_PREVIEW_HEADER_KEY or "x-diverge-env" */
     const char *preview_value; /* DIVERGE_PREVIEW_HEADER_VALUE or "" */

@@ -7,12 +7,15 @@
  * fast-forward refs/heads/<workingBranch>: the ref updates are read here before git sees
  * them, and git runs with receive.denyNonFastForwards / denyDeletes. git http-backend runs
  * as CGI with a fixed environment (no system or global config, hooks off); the request body
- * (capped by the route) is its stdin, its output is streamed back. */
+ * (capped by the route, spooled to an unlinked file under <data-dir>/spool as it arrives,
+ * never held in memory) is its stdin, its output is streamed back. A task runs at most
+ * API_GIT_TASK_REQUESTS_MAX requests at once, the server API_GIT_REQUESTS_MAX. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <microhttpd.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -166,15 +169,93 @@ static bool authorize(struct request *r, struct git_target *t, int *ret)
     return true;
 }
 
+static struct api_git_gate g_gate; /* process-wide: every listener shares the limits */
+static pthread_once_t g_gate_once = PTHREAD_ONCE_INIT;
+
+static void gate_init(void)
+{
+    api_git_gate_init(&g_gate, API_GIT_TASK_REQUESTS_MAX, API_GIT_REQUESTS_MAX);
+}
+
+/* 429 with Retry-After: git says "The requested URL returned error: 429". */
+static int send_busy(struct request *r, const struct err *err)
+{
+    char *text =
+        xasprintf("{\"error\":\"%s; retry later\",\"reason\":\"TooManyRequests\"}\n", err->msg);
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+    char retry[16];
+    int ret;
+
+    if (resp == NULL) {
+        free(text);
+        return MHD_NO;
+    }
+    snprintf(retry, sizeof(retry), "%d", API_GIT_RETRY_AFTER_S);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, retry);
+    http_guard_answering(r->conn);
+    r->status = 429;
+    ret = MHD_queue_response(r->conn, 429, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+/* An unlinked file under <data-dir>/spool for a request body; -1 on failure. */
+static int spool_open(const struct server *srv)
+{
+    char *dir = xasprintf("%s/spool", srv->cfg.data_dir);
+    int fd = -1;
+
+    if (mkdir(dir, 0700) == 0 || errno == EEXIST) {
+        fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+        if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
+            char *tmpl = xasprintf("%s/body-XXXXXX", dir); /* no O_TMPFILE on this fs */
+            fd = mkostemp(tmpl, O_CLOEXEC);
+            if (fd >= 0) {
+                (void)unlink(tmpl);
+            }
+            free(tmpl);
+        }
+    }
+    free(dir);
+    return fd;
+}
+
 int api_git_begin(struct request *r)
 {
     struct git_target t;
+    struct api_git_slot *slot = NULL;
+    struct err err = {0};
     int ret = MHD_YES;
 
-    if (authorize(r, &t, &ret)) {
-        target_cleanup(&t);
+    if (!authorize(r, &t, &ret)) {
+        return ret;
     }
-    return ret;
+    target_cleanup(&t);
+    pthread_once(&g_gate_once, gate_init);
+    if (api_git_gate_enter(&slot, &g_gate, r->params[0], t.task, &err) != E_OK) {
+        return send_busy(r, &err);
+    }
+    r->on_done = api_git_gate_leave; /* held until the response has been sent */
+    r->on_done_arg = slot;
+    if (strcmp(r->method, "POST") == 0) {
+        r->body_fd = spool_open(r->srv);
+        if (r->body_fd < 0) {
+            log_kv(LOG_WARN, "git_spool_failed", "error", strerror(errno), NULL);
+            return http_send_error(r, 503, NULL, NULL, "the request body cannot be stored; retry");
+        }
+        if (strcmp(http_route_name(r->route), "git.receive") == 0) {
+            r->body_max = r->srv->git_push_max;
+        }
+    }
+    return MHD_YES;
+}
+
+/* The request body's length (spooled or in memory). */
+static size_t body_len(const struct request *r)
+{
+    return r->body_fd >= 0 ? r->body_spooled : r->body.len;
 }
 
 /* --- the repository directories --------------------------------------------------------- */
@@ -281,7 +362,7 @@ static size_t cgi_env(char **env, struct request *r, enum git_service svc, const
                                                                  : "service=git-receive-pack"));
     if (post) {
         n = env_add(env, n, xasprintf("CONTENT_TYPE=application/x-%s-request", name));
-        n = env_add(env, n, xasprintf("CONTENT_LENGTH=%zu", r->body.len));
+        n = env_add(env, n, xasprintf("CONTENT_LENGTH=%zu", body_len(r)));
         if (svc == SVC_UPLOAD && enc != NULL && strcmp(enc, "gzip") == 0) {
             n = env_add(env, n, xstrdup("HTTP_CONTENT_ENCODING=gzip"));
         }
@@ -294,11 +375,17 @@ static size_t cgi_env(char **env, struct request *r, enum git_service svc, const
     return n;
 }
 
-/* The request body as a file at offset 0 (http-backend's stdin); -1 on failure. */
+/* The request body as a file at offset 0 (http-backend's stdin): the spool, else the
+ * (small, GET) body in a memfd; -1 on failure. */
 static int body_fd(const struct request *r)
 {
-    int fd = memfd_create("diverge-git-body", MFD_CLOEXEC);
+    int fd;
     size_t off = 0;
+
+    if (r->body_fd >= 0) {
+        return lseek(r->body_fd, 0, SEEK_SET) == 0 ? fcntl(r->body_fd, F_DUPFD_CLOEXEC, 0) : -1;
+    }
+    fd = memfd_create("diverge-git-body", MFD_CLOEXEC);
 
     while (fd >= 0 && off < r->body.len) {
         ssize_t w = write(fd, r->body.data + off, r->body.len - off);
@@ -487,12 +574,40 @@ static int run_backend(struct request *r, enum git_service svc, const char *root
     return rc;
 }
 
+/* Checks the commands at the start of R's receive-pack body (an empty push, "0000", passes);
+ * answers the refusal itself (and returns false). */
+static bool push_ok(struct request *r, const struct git_target *t, int *ret)
+{
+    const char *enc = http_header(r, MHD_HTTP_HEADER_CONTENT_ENCODING);
+    size_t len = body_len(r), n = len < API_GIT_COMMANDS_MAX ? len : API_GIT_COMMANDS_MAX;
+    char *head = xmalloc(n + 1);
+    struct err err = {0};
+    bool ok = true;
+
+    if (r->body_fd >= 0) {
+        ssize_t got = pread(r->body_fd, head, n, 0);
+        n = got > 0 ? (size_t)got : 0;
+    } else if (n > 0) {
+        memcpy(head, r->body.data, n);
+    }
+    head[n] = '\0';
+    if (enc != NULL && strcmp(enc, "identity") != 0) {
+        *ret = http_send_error(r, 415, NULL, NULL, "compressed pushes are not accepted");
+        ok = false;
+    } else if (api_git_check_push(head, n, t->working, &err) != E_OK &&
+               !(len == 4 && n == 4 && memcmp(head, "0000", 4) == 0)) {
+        *ret = http_send_error(r, 403, NULL, NULL, "push refused: %s", err.msg);
+        ok = false;
+    }
+    free(head);
+    return ok;
+}
+
 /* Serves SVC for R's task: the mirror for upload-pack, the staging repo for receive-pack. */
 static int serve(struct request *r, enum git_service svc, const char *suffix, bool post)
 {
     struct git_target t;
     char *dir = NULL, *root = NULL, *info = NULL;
-    struct err err = {0};
     int ret = MHD_NO;
 
     if (!authorize(r, &t, &ret)) {
@@ -516,18 +631,8 @@ static int serve(struct request *r, enum git_service svc, const char *suffix, bo
         ret = http_send_error(r, 403, NULL, NULL, "push refused: %s", t.push_refusal);
         goto out;
     }
-    if (svc == SVC_RECEIVE && post) {
-        const char *enc = http_header(r, MHD_HTTP_HEADER_CONTENT_ENCODING);
-        if (enc != NULL && strcmp(enc, "identity") != 0) {
-            ret = http_send_error(r, 415, NULL, NULL, "compressed pushes are not accepted");
-            goto out;
-        }
-        if (api_git_check_push(r->body.data != NULL ? r->body.data : "", r->body.len, t.working,
-                               &err) != E_OK &&
-            !(r->body.len == 4 && memcmp(r->body.data, "0000", 4) == 0)) {
-            ret = http_send_error(r, 403, NULL, NULL, "push refused: %s", err.msg);
-            goto out;
-        }
+    if (svc == SVC_RECEIVE && post && !push_ok(r, &t, &ret)) {
+        goto out;
     }
     root = xstrdup(dir);
     *strrchr(root, '/') = '\0';

@@ -3,12 +3,15 @@
  * observation per request (response helpers: http_response.c). Every request ends with
  * exactly one response. */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <microhttpd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -104,6 +107,7 @@ static const struct route g_routes[] = {
 static const struct route_extra g_route_extras[] = {
     {api_webhook_github, api_webhook_github_begin, SERVER_WEBHOOK_BODY_MAX},
     {api_webhook_gitlab, api_webhook_gitlab_begin, SERVER_WEBHOOK_BODY_MAX},
+    {api_git_info_refs, api_git_begin, 0},
     {api_git_upload_pack, api_git_begin, API_GIT_FETCH_BODY_MAX},
     {api_git_receive_pack, api_git_begin, API_GIT_PUSH_BODY_MAX},
 };
@@ -160,12 +164,29 @@ static bool match(struct request *r, const char *pattern, const char *path)
     return *p == '\0' && *u == '\0';
 }
 
-/* Finds the route; sets *path_known when some route has this path with another method. */
+/* True when CONN came in on a unix socket, or when that cannot be told (fail closed). */
+static bool unix_peer(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+
+    return ci == NULL || getsockname(ci->connect_fd, (struct sockaddr *)&ss, &len) != 0 ||
+           ss.ss_family == AF_UNIX;
+}
+
+/* Finds the route; sets *path_known when some route has this path with another method.
+ * Unix sockets are the meter sockets that sandboxes reach: there only the meter route
+ * exists, every other path is unknown (404). */
 static int find_route(struct request *r, bool *path_known)
 {
+    bool meter_only = unix_peer(r->conn);
+
     *path_known = false;
     for (size_t i = 0; i < ARRAY_LEN(g_routes); i++) {
-        if (!match(r, g_routes[i].pattern, r->url)) {
+        if ((meter_only && g_routes[i].handler != api_meter) ||
+            !match(r, g_routes[i].pattern, r->url)) {
             continue;
         }
         if (strcmp(g_routes[i].method, r->method) == 0) {
@@ -261,6 +282,9 @@ static size_t body_cap(const struct request *r)
 {
     const struct route_extra *x = extra_of(r->route);
 
+    if (r->body_max != 0) {
+        return r->body_max;
+    }
     return x != NULL && x->body_max != 0 ? x->body_max : SERVER_BODY_MAX;
 }
 
@@ -304,8 +328,8 @@ static enum MHD_Result begin_request(struct request *r)
             return (enum MHD_Result)ret;
         }
     }
-    if (declared > DISCARD_FACTOR * body_cap(r)) {
-        /* Far too big: refuse before reading the body. */
+    if (declared > DISCARD_FACTOR * body_cap(r) || (r->body_fd >= 0 && declared > body_cap(r))) {
+        /* Far too big (a spooled body: too big at all): refuse before reading the body. */
         r->too_big = true;
         return (enum MHD_Result)http_send_error(
             r, 413, NULL, NULL, "request body is larger than %zu bytes", body_cap(r));
@@ -320,11 +344,65 @@ static enum MHD_Result begin_request(struct request *r)
 static enum MHD_Result dispatch(struct request *r)
 {
     http_guard_answering(r->conn);
+    if (r->body_failed) {
+        return (enum MHD_Result)http_send_error(r, 503, NULL, NULL,
+                                                "the request body could not be stored; retry");
+    }
     if (r->too_big) {
         return (enum MHD_Result)http_send_error(
             r, 413, NULL, NULL, "request body is larger than %zu bytes", body_cap(r));
     }
     return (enum MHD_Result)g_routes[r->route].handler(r);
+}
+
+static int write_all(int fd, const char *data, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, data, n);
+        if (w < 0 && errno == EINTR) {
+            continue;
+        }
+        if (w <= 0) {
+            return E_FAIL;
+        }
+        data += w;
+        n -= (size_t)w;
+    }
+    return E_OK;
+}
+
+/* Takes one piece of the body: into the spool file, or into the buffer (and the webhook
+ * HMAC). True when the request is to be answered now, without the rest: a spooled body
+ * over its cap or a spool that cannot be written, another body far over its cap. */
+static bool take_piece(struct request *r, const char *data, size_t n)
+{
+    if (r->body_fd >= 0) {
+        if (r->too_big || r->body_failed) {
+            return true;
+        }
+        if (n > body_cap(r) - r->body_spooled) {
+            r->too_big = true;
+        } else if (write_all(r->body_fd, data, n) != E_OK) {
+            r->body_failed = true;
+        } else {
+            r->body_spooled += n;
+        }
+        return r->too_big || r->body_failed;
+    }
+    if (!r->too_big && buf_append(&r->body, data, n) != E_OK) {
+        r->too_big = true;
+        buf_cleanup(&r->body);
+    }
+    if (!r->too_big && r->gh_mac != NULL) {
+        github_webhook_mac_update(r->gh_mac, data, n);
+    }
+    if (r->too_big) {
+        /* Read and discard a moderately oversized body so that simple clients, which send
+         * it all before reading, see the 413 instead of a broken pipe. */
+        r->discarded += n;
+        return r->discarded > DISCARD_FACTOR * body_cap(r);
+    }
+    return false;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
@@ -341,6 +419,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         r->method = method;
         r->url = url;
         r->route = -1;
+        r->body_fd = -1;
         r->start_ns = clock_mono_ns();
         r->param_store = xmalloc(strlen(url) + 1);
         r->kube_errors = strncmp(url, "/apis", 5) == 0 || strcmp(url, "/api") == 0;
@@ -352,24 +431,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;
     }
     if (*upload_data_size > 0) {
-        if (!r->too_big && buf_append(&r->body, upload_data, *upload_data_size) != E_OK) {
-            r->too_big = true;
-            buf_cleanup(&r->body);
-        }
-        if (!r->too_big && r->gh_mac != NULL) {
-            github_webhook_mac_update(r->gh_mac, upload_data, *upload_data_size);
-        }
-        if (r->too_big) {
-            /* Read and discard a moderately oversized body so that simple clients, which
-             * send it all before reading, see the 413 instead of a broken pipe. */
-            r->discarded += *upload_data_size;
-            if (r->discarded > DISCARD_FACTOR * body_cap(r)) {
-                *upload_data_size = 0;
-                return dispatch(r);
-            }
-        }
+        bool now = take_piece(r, upload_data, *upload_data_size);
         *upload_data_size = 0;
-        return MHD_YES;
+        return now ? dispatch(r) : MHD_YES;
     }
     return dispatch(r);
 }
@@ -392,6 +456,12 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     snprintf(ms, sizeof(ms), "%.3f", (double)dur / 1e6);
     log_kv(LOG_INFO, "request", "method", r->method, "path", r->url, "route",
            http_route_name(r->route), "status", status, "ms", ms, NULL);
+    if (r->on_done != NULL) {
+        r->on_done(r->on_done_arg);
+    }
+    if (r->body_fd >= 0) {
+        close(r->body_fd);
+    }
     buf_cleanup(&r->body);
     github_webhook_mac_free(r->gh_mac);
     free(r->param_store);
@@ -508,19 +578,22 @@ int http_start(struct MHD_Daemon **out, uint16_t *port_out, struct server *srv, 
     return E_OK;
 }
 
-int http_start_unix(struct MHD_Daemon **out, struct server *srv, int listen_fd, struct err *err)
+int http_start_unix(struct MHD_Daemon **out, struct server *srv, int listen_fd,
+                    unsigned int conn_max, bool guarded, struct err *err)
 {
-    /* The same handlers and request deadline on a unix socket the sandboxes reach (SPEC
-     * §9); per-address limits do not apply to it (every peer has the same address). Stop
-     * it with http_stop_unix() before http_stop() frees the guard. */
-    *out = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD |
-                                MHD_USE_ERROR_LOG | MHD_USE_ITC,
-                            0, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log,
-                            NULL, MHD_OPTION_LISTEN_SOCKET, listen_fd, MHD_OPTION_NOTIFY_COMPLETED,
-                            on_completed, srv, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
-                            srv->guard, MHD_OPTION_CONNECTION_TIMEOUT,
-                            (unsigned int)SERVER_IDLE_TIMEOUT_S, MHD_OPTION_CONNECTION_LIMIT,
-                            (unsigned int)SERVER_CONN_MAX, MHD_OPTION_END);
+    /* The meter route only (find_route) on a unix socket the sandboxes reach (SPEC §9);
+     * per-address limits do not apply to it (every peer has the same address). A guarded
+     * daemon is stopped with http_stop_unix() before http_stop() frees the guard; without
+     * the guard the idle timeout still cuts silent connections. */
+    *out = MHD_start_daemon(
+        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG |
+            MHD_USE_ITC,
+        0, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
+        MHD_OPTION_LISTEN_SOCKET, listen_fd, MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
+        MHD_OPTION_NOTIFY_CONNECTION, guarded ? on_connection : NULL, guarded ? srv->guard : NULL,
+        MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned int)(guarded ? SERVER_IDLE_TIMEOUT_S : SERVER_UNIX_IDLE_TIMEOUT_S),
+        MHD_OPTION_CONNECTION_LIMIT, conn_max, MHD_OPTION_END);
     if (*out == NULL) {
         return err_set(err, E_FAIL, "cannot serve the meter socket");
     }
@@ -565,8 +638,12 @@ int http_start_tls(struct MHD_Daemon **out, uint16_t *port_out, struct server *s
 void http_stop_unix(struct MHD_Daemon *d)
 {
     if (d != NULL) {
-        (void)MHD_quiesce_daemon(d);
+        /* A quiesced daemon leaves its listening socket to the caller. */
+        MHD_socket fd = MHD_quiesce_daemon(d);
         MHD_stop_daemon(d);
+        if (fd != MHD_INVALID_SOCKET) {
+            close(fd);
+        }
     }
 }
 

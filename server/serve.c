@@ -288,7 +288,12 @@ static int parse_numbers(struct server *srv)
                          false) != 0 ||
         parse_count_flag(&srv->sandbox_pids, "--sandbox-pids", srv->cfg.sandbox_pids) != 0 ||
         serve_parse_size(&srv->sandbox_cpus_milli, "--sandbox-cpus", srv->cfg.sandbox_cpus, true) !=
-            0) {
+            0 ||
+        serve_parse_size(&srv->git_push_max, "--git-push-max", srv->cfg.git_push_max, false) != 0) {
+        return 2;
+    }
+    if (srv->git_push_max < 1024 || srv->git_push_max > ((int64_t)1 << 32)) {
+        fprintf(stderr, "diverge: serve: --git-push-max must be 1K to 4G\n");
         return 2;
     }
     return 0;

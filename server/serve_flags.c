@@ -64,6 +64,8 @@ static const struct flag g_flags[] = {
      "process limit per sandbox (0: none)"},
     {"--sandbox-cpus", "DIVERGE_SANDBOX_CPUS", "1", CFG(sandbox_cpus),
      "CPU limit per sandbox, e.g. 1 or 0.5 (0: none)"},
+    {"--git-push-max", "DIVERGE_GIT_PUSH_MAX", "64M", CFG(git_push_max),
+     "largest git push a sandbox pod may send over HTTP (K, M, G suffixes; spooled to disk)"},
     {"--sandbox-network", "DIVERGE_SANDBOX_NETWORK", "none", CFG(sandbox_network),
      "none (loopback only) or proxy (egress only through the server's allowlisting proxy)"},
     {"--sandbox-allow-host", "DIVERGE_SANDBOX_ALLOW_HOSTS", NULL, CFG(sandbox_allow_hosts),

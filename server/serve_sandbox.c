@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* `serve`'s sandbox wiring: the limit flags, the controller (made before the HTTP threads
- * exist, started once the bound port is known) and the meter socket under the data dir
- * that sandboxes without network meter through (SPEC §9, DIVERGE_METER_SOCKET). */
+ * exist, started once the bound port is known) and the meter sockets under the data dir
+ * that sandboxes without network meter through (SPEC §9, DIVERGE_METER_SOCKET): one of
+ * each task's own for local and process sandboxes (controller/sandbox_meter.c), and the
+ * shared <data-dir>/sock/meter.sock for meter clients on the host. Each serves only the
+ * meter route. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -179,6 +182,21 @@ static int agent_sandbox_config(struct controller_config *cc, struct server *srv
     return E_OK;
 }
 
+/* The server's side of a task's meter socket: the meter route only, a few connections. */
+static int task_meter_open(void **server_out, int listen_fd, void *userdata, struct err *err)
+{
+    struct MHD_Daemon *d = NULL;
+    int rc = http_start_unix(&d, userdata, listen_fd, SERVER_TASK_METER_CONN_MAX, false, err);
+
+    *server_out = d;
+    return rc;
+}
+
+static void task_meter_close(void *server)
+{
+    http_stop_unix(server);
+}
+
 int serve_controller_new(struct server *srv, struct err *err)
 {
     return serve_controller_make(&srv->controller, srv, err);
@@ -204,8 +222,14 @@ int serve_controller_make(struct controller **out, struct server *srv, struct er
         .preview_base_url = srv->cfg.preview_base_url,
         .github_api_url = srv->cfg.github_api_url,
     };
+    bool on_host = strcmp(srv->cfg.sandbox_provider, "local") == 0 ||
+                   strcmp(srv->cfg.sandbox_provider, "process") == 0;
     int rc = git_app_config(&cc, srv, err);
 
+    if (on_host) {
+        cc.meter_sockets = (struct controller_meter_sockets){
+            .open = task_meter_open, .close = task_meter_close, .userdata = srv};
+    }
     if (rc == E_OK && strcmp(srv->cfg.sandbox_provider, "agent-sandbox") == 0) {
         rc = agent_sandbox_config(&cc, srv, err);
     }
@@ -278,7 +302,7 @@ int serve_sandbox_start(struct server *srv, struct err *err)
     int rc = open_socket(&fd, srv, err);
 
     if (rc == E_OK && fd >= 0) {
-        rc = http_start_unix(&srv->unix_daemon, srv, fd, err);
+        rc = http_start_unix(&srv->unix_daemon, srv, fd, SERVER_CONN_MAX, true, err);
         if (rc != E_OK) {
             close(fd);
         }

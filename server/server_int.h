@@ -38,6 +38,11 @@
  * above it, so that the listener never stops accepting. */
 #define SERVER_CONN_HARD_MAX (SERVER_CONN_MAX + SERVER_RESERVE_CONN_MAX + 128)
 #define SERVER_IDLE_TIMEOUT_S 120 /* libmicrohttpd's idle timeout */
+/* A task's own meter socket (local and process sandboxes): the meter route only, few
+ * connections (the runner and SDKs make one call at a time), an idle timeout instead of
+ * the shared whole-request deadline. What one sandbox does there touches no other task. */
+#define SERVER_TASK_METER_CONN_MAX 16
+#define SERVER_UNIX_IDLE_TIMEOUT_S 30
 
 struct server_config {
     char *listen;                 /* "host:port" */
@@ -65,6 +70,7 @@ struct server_config {
     char *sandbox_network;       /* none | proxy (SPEC §9 "Network") */
     char *sandbox_allow_hosts;   /* egress rules, comma-joined (--sandbox-allow-host) */
     char *sandbox_memory, *sandbox_pids, *sandbox_cpus; /* per-sandbox limits */
+    char *git_push_max;                                 /* receive-pack body cap ("64M") */
     char *agent_cmd, *verify_cmd;                       /* the runner's commands; NULL: none */
     char *preview_base_url;      /* the preview router; NULL: no linked previews */
     char *gitlab_webhook_token;  /* expected X-Gitlab-Token(s), comma-separated */
@@ -110,6 +116,7 @@ struct server {
     int64_t sandbox_memory;         /* bytes, 0: none */
     int64_t sandbox_pids;           /* 0: none */
     int64_t sandbox_cpus_milli;     /* 1000 = one CPU, 0: none */
+    int64_t git_push_max;           /* bytes of a git receive-pack body (--git-push-max) */
     atomic_bool shutting_down;      /* set on SIGTERM: watch streams end */
     struct http_guard *guard;       /* owned by http_start/http_stop */
     struct MHD_Daemon *daemon;      /* owned; the running HTTP server */
@@ -137,6 +144,14 @@ struct request {
     int status;                              /* status sent, for logs and metrics */
     bool kube_errors;                        /* errors as metav1.Status (under /apis/) */
     struct github_webhook_mac *gh_mac;       /* owned; HMAC of the body as it arrives */
+    /* A route's begin hook may spool the body to a file instead of BODY (git pushes):
+     * http.c writes each piece there as it arrives, up to the route's cap. */
+    size_t body_max;            /* the begin hook's body cap; 0: the route's */
+    int body_fd;                /* owned; >= 0: the spool file; -1: none */
+    size_t body_spooled;        /* bytes written to body_fd */
+    bool body_failed;           /* writing the spool failed (answered 503) */
+    void (*on_done)(void *arg); /* called once when the request ends (completion), or NULL */
+    void *on_done_arg;
 };
 
 /* --- responses (http.c) --- each returns the MHD result of queueing. */
@@ -311,9 +326,13 @@ void server_stop(struct server *srv);
 /* Starts the HTTP daemon on SRV->cfg.listen; *port_out gets the bound port. */
 int http_start(struct MHD_Daemon **out, uint16_t *port_out, struct server *srv, struct err *err);
 void http_stop(struct MHD_Daemon *d, struct server *srv);
-/* Serves every route on LISTEN_FD (a listening unix socket, taken over) too; needs the
- * guard of a started http_start(). */
-int http_start_unix(struct MHD_Daemon **out, struct server *srv, int listen_fd, struct err *err);
+/* Serves the meter route, and nothing else (every other path is 404), on LISTEN_FD (a
+ * listening unix socket, taken over) with at most CONN_MAX connections. With GUARDED the
+ * whole-request deadline of a started http_start() applies (stop the daemon before
+ * http_stop()); without it only the idle timeout (a daemon that may outlive the guard:
+ * the per-task meter sockets). */
+int http_start_unix(struct MHD_Daemon **out, struct server *srv, int listen_fd,
+                    unsigned int conn_max, bool guarded, struct err *err);
 void http_stop_unix(struct MHD_Daemon *d);
 /* Serves every route over HTTPS on LISTEN ("host:port") with the PEM certificate and key;
  * *port_out gets the bound port. Needs the guard of a started http_start(); stop it with

@@ -11,13 +11,14 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import tempfile
 import threading
 import time
 
 from harness import Server, run_tests, task_obj
-from runner_helpers import (DEMO_AGENT, METER, NS, FakeMeter, branch_log, git, make_bare_repo,
-                            run_runner, runner_env, show_file, usage_lines)
+from runner_helpers import (DEMO_AGENT, METER, NS, RUNNER_BIN, FakeMeter, branch_log, git,
+                            make_bare_repo, run_runner, runner_env, show_file, usage_lines)
 
 ARGS = ["--sandbox-provider", "none"]
 
@@ -354,7 +355,8 @@ def test_fake_meter_exit_codes():
     tmp = tempfile.mkdtemp(prefix="runner-")
     try:
         repo = make_bare_repo(tmp)
-        base = dict(DIVERGE_MACAROON_TOKEN="tok-xyz", DIVERGE_METER_ATTEMPTS="2")
+        base = dict(DIVERGE_MACAROON_TOKEN="tok-xyz", DIVERGE_METER_ATTEMPTS="2",
+                    DIVERGE_METER_UNREACHABLE_MS="0")
         # Nothing listens on the socket: retried, then exit 5.
         env = runner_env(tmp, "codes", repo, DIVERGE_METER_SOCKET=os.path.join(tmp, "none.sock"),
                          **base)
@@ -378,6 +380,39 @@ def test_fake_meter_exit_codes():
         check_out(r, 2)
         assert "DIVERGE_TASK_NAME" in r.stderr, r.stderr
     finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_unreachable_meter_is_waited_for():
+    """A meter socket that takes no connection (a sandbox's socket whose connections are
+    all held) is tried again past DIVERGE_METER_ATTEMPTS, with backoff, for up to
+    DIVERGE_METER_UNREACHABLE_MS (60 s by default): the runner goes on once it answers."""
+    tmp = tempfile.mkdtemp(prefix="runner-")
+    sock = os.path.join(tmp, "late.sock")
+    meter = None
+    try:
+        repo = make_bare_repo(tmp)
+        env = runner_env(tmp, "late", repo, DIVERGE_METER_SOCKET=sock,
+                         DIVERGE_MACAROON_TOKEN="t")
+        p = subprocess.Popen([RUNNER_BIN], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+        killer = threading.Timer(240, p.kill)
+        killer.start()
+        out = []
+        for line in p.stdout:
+            out.append(line)
+            # The default 8 attempts are over: only the longer wait keeps it trying.
+            if meter is None and "unreachable for late-i1-h (attempt 9," in line:
+                meter = FakeMeter(sock)
+        rc = p.wait()
+        killer.cancel()
+        text = "".join(out)
+        assert rc == 0, text
+        assert meter is not None and meter.ids()[0] == "late-i1-h", text
+        assert "attempt 8/8" in text, text
+    finally:
+        if meter is not None:
+            meter.close()
         shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -475,6 +510,7 @@ if __name__ == "__main__":
                test_rotated_token_file_is_read_again,
                test_fake_meter_socket_retry_guidance_preview,
                test_fake_meter_exit_codes,
+               test_unreachable_meter_is_waited_for,
                test_fake_meter_restart_sends_each_line_once,
                test_existing_working_branch_is_continued,
                test_background_child_does_not_block])

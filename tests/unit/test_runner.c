@@ -202,6 +202,14 @@ TEST(meter_answers_and_exit_codes)
     CHECK_EQ_INT(runner_backoff_ms(1), 100);
     CHECK_EQ_INT(runner_backoff_ms(3), 400);
     CHECK_EQ_INT(runner_backoff_ms(30), 5000);
+    /* Within the attempts always; past them only while no server answered for less than
+     * the unreachable window. */
+    CHECK(runner_meter_again(7, 8, false, 0, 60000));
+    CHECK(!runner_meter_again(8, 8, false, 0, 60000));
+    CHECK(runner_meter_again(8, 8, true, 59999, 60000));
+    CHECK(runner_meter_again(30, 8, true, 12000, 60000));
+    CHECK(!runner_meter_again(30, 8, true, 60000, 60000));
+    CHECK(!runner_meter_again(8, 8, true, 0, 0));
     runner_meter_answer_parse(&a, 200, ok, strlen(ok));
     CHECK_EQ_STR(a.guidance, "use the cache");
     runner_meter_answer_parse(&a, 403, no, strlen(no));
