@@ -288,6 +288,17 @@ static size_t body_cap(const struct request *r)
     return x != NULL && x->body_max != 0 ? x->body_max : SERVER_BODY_MAX;
 }
 
+/* The answer to a request whose method and path match no route: 405 when the path is
+ * known, else 404. Neither the method nor the path is echoed: both are request bytes. */
+static enum MHD_Result no_route(struct request *r, bool path_known)
+{
+    if (path_known) {
+        return (enum MHD_Result)http_send_error(r, 405, NULL, NULL,
+                                                "method not allowed on this path");
+    }
+    return (enum MHD_Result)http_send_error(r, 404, NULL, NULL, "no such path");
+}
+
 /* First call, the headers are in: route, authenticate, and refuse whatever can be refused
  * before a single body byte is read (unknown path, wrong method, missing admin token,
  * missing webhook signature, a declared length far over the cap). Nothing is reserved
@@ -304,12 +315,7 @@ static enum MHD_Result begin_request(struct request *r)
 
     r->route = find_route(r, &path_known);
     if (r->route < 0) {
-        /* Neither the method nor the path is echoed: both are request bytes. */
-        if (path_known) {
-            return (enum MHD_Result)http_send_error(r, 405, NULL, NULL,
-                                                    "method not allowed on this path");
-        }
-        return (enum MHD_Result)http_send_error(r, 404, NULL, NULL, "no such path");
+        return no_route(r, path_known);
     }
     rt = &g_routes[r->route];
     buf_init(&r->body, body_cap(r));
