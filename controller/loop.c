@@ -38,7 +38,9 @@ static void forget(struct controller *c, const char *ns, const char *name, bool 
 
     pthread_mutex_lock(&c->lock);
     controller_timer_set(c, ns, name, 0);
-    sandbox_stop(c->sandboxes, ns, name);
+    if (c->sandboxes != NULL) {
+        sandbox_stop(c->sandboxes, ns, name);
+    }
     controller_forget_task(c, ns, name); /* a new task of that name starts clean */
     controller_mirror_forget(c, ns, name);
     controller_disk_clear(c, ns, name);

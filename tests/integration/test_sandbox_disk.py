@@ -210,19 +210,20 @@ def test_writer_under_the_reserve_is_stopped():
         shutil.rmtree(os.path.dirname(repo), ignore_errors=True)
 
 
-def test_delete_frees_files_when_the_database_cannot_write():
-    """The task's files filled the data dir's filesystem (no reserve configured): writes
-    fail, yet DELETE of the task removes its files and succeeds."""
+def delete_on_a_full_filesystem(provider):
     with tmpfs_data_dir(48 * MIB) as data:
-        args = ["--sandbox-provider", "local", "--data-dir-reserve", "0", "--sandbox-disk", "0"]
-        hold = "echo holding; sleep 600"
+        args = ["--sandbox-provider", provider, "--data-dir-reserve", "0", "--sandbox-disk", "0"]
         repo = bare_repo()
         os.chmod(os.path.dirname(repo), 0o755)
+        ws = os.path.join(data, "workspaces", "default", "full")
         with Server(args=args, data_dir=data) as srv:
-            create(srv, runner_task("full", repo, hold))
-            wait_log(srv, "full", "holding", timeout=60)
-            pid = leader_pid(srv, "full")
-            ws = os.path.join(data, "workspaces", "default", "full")
+            create(srv, runner_task("full", repo, "echo holding; sleep 600"))
+            pid = None
+            if provider == "local":
+                wait_log(srv, "full", "holding", timeout=60)
+                pid = leader_pid(srv, "full")
+            else:
+                os.makedirs(ws)  # what an external agent left, say
             # What a runaway agent does: its workspace takes every byte.
             fill(os.path.join(ws, "big.bin"))
             code, _, body = srv.request("POST", API + "/namespaces/default/agenttasks",
@@ -238,6 +239,13 @@ def test_delete_frees_files_when_the_database_cannot_write():
             # Space is back: the database writes again.
             create(srv, task("again"))
         shutil.rmtree(os.path.dirname(repo), ignore_errors=True)
+
+
+def test_delete_frees_files_when_the_database_cannot_write():
+    """The task's files filled the data dir's filesystem (no reserve configured): writes
+    fail, yet DELETE of the task removes its files and succeeds (its sandbox stopped)."""
+    delete_on_a_full_filesystem("local")
+    delete_on_a_full_filesystem("none")
 
 
 if __name__ == "__main__":
