@@ -161,12 +161,14 @@ void controller_mirror_jobs_stop(struct controller *c);
 /* --- disk limits (disk_watch.c) --- */
 /* The watchdog: every CONTROLLER_DISK_PERIOD_MS it measures the files of each task whose
  * sandbox runs (workspace, staging, state dir) and stops a task over --sandbox-disk, and
- * while the data dir's filesystem has less than the reserve free, the biggest running
- * task; the task then fails with reason DiskLimit. Started with the tick thread for the
- * providers whose sandboxes write under the data dir (local, process). The state is made
- * with the controller (controller_disk_init) and lives as long. */
+ * while the data dir's filesystem has less than the reserve free (looked at every
+ * CONTROLLER_DISK_FREE_MS), the biggest running task; the task then fails with reason
+ * DiskLimit. Started with the tick thread for the providers whose sandboxes write under
+ * the data dir (local, process). The state is made with the controller
+ * (controller_disk_init) and lives as long. */
 #define CONTROLLER_DISK_PERIOD_MS 1000
-#define CONTROLLER_DISK_DEPTH_MAX 128       /* directory levels measured; deeper: over */
+#define CONTROLLER_DISK_FREE_MS 100   /* how often the free space is looked at (reserve set) */
+#define CONTROLLER_DISK_DEPTH_MAX 128 /* directory levels measured; deeper: over */
 #define CONTROLLER_DISK_ENTRIES_MAX 1000000 /* files and directories of a task; more: over */
 void controller_disk_init(struct controller *c);
 /* Starts the watchdog thread when a limit applies (controller_start). E_FAIL. */

@@ -6,7 +6,8 @@
  * following symlinks) and stops the sandbox of a task over --sandbox-disk, and while the
  * filesystem has less than the reserve free, the biggest running one. It marks the task
  * first, so the reconcile that follows fails it (DiskLimit) instead of restarting it. A
- * watchdog, not a quota: a task may go over by what it writes within one period. */
+ * watchdog, not a quota: a task may go over by what it writes within one period (the free
+ * space is looked at every CONTROLLER_DISK_FREE_MS). */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
@@ -293,16 +294,25 @@ struct biggest {
     int64_t bytes;
 };
 
+/* What a pass does. */
+struct pass {
+    bool low;           /* the filesystem has less than the reserve free */
+    bool requeue;       /* marked tasks get another reconcile (the periodic pass) */
+    struct biggest big; /* while low */
+};
+
 /* One task of the pass: queues the reconcile of a marked one, measures a running one. */
-static void check_task(struct controller *c, const char *ns, const char *name, bool low,
-                       struct biggest *big)
+static void check_task(struct controller *c, const char *ns, const char *name, struct pass *p)
 {
+    struct biggest *big = &p->big;
     struct sandbox_status st;
     char *why = NULL;
     int64_t bytes = 0;
 
     if (controller_disk_over(c, ns, name, NULL)) {
-        controller_on_exit(ns, name, c); /* until a reconcile could fail it */
+        if (p->requeue) {
+            controller_on_exit(ns, name, c); /* until a reconcile could fail it */
+        }
         return;
     }
     sandbox_status(&st, c->sandboxes, ns, name);
@@ -311,7 +321,7 @@ static void check_task(struct controller *c, const char *ns, const char *name, b
     }
     if (measure(&bytes, c, ns, name, &why) == E_TOOBIG) {
         trip(c, ns, name, why);
-    } else if (low && bytes >= big->bytes) {
+    } else if (p->low && bytes >= big->bytes) {
         free(big->ns);
         free(big->name);
         big->ns = xstrdup(ns);
@@ -321,8 +331,7 @@ static void check_task(struct controller *c, const char *ns, const char *name, b
 }
 
 /* Every task of namespace NS (a directory under <data-dir>/workspaces). */
-static void check_namespace(struct controller *c, const char *root, const char *ns, bool low,
-                            struct biggest *big)
+static void check_namespace(struct controller *c, const char *root, const char *ns, struct pass *p)
 {
     char *path = xasprintf("%s/%s", root, ns);
     DIR *d = opendir(path);
@@ -334,26 +343,28 @@ static void check_namespace(struct controller *c, const char *root, const char *
     }
     while ((de = readdir(d)) != NULL) {
         if (task_name_valid(de->d_name)) {
-            check_task(c, ns, de->d_name, low, big);
+            check_task(c, ns, de->d_name, p);
         }
     }
     closedir(d);
 }
 
-static void pass(struct controller *c)
+/* REQUEUE: the periodic pass (not one for a look that found the filesystem short). */
+static void pass(struct controller *c, bool requeue)
 {
     char *root = xasprintf("%s/workspaces", c->data_dir);
     int64_t avail = c->disk_reserve > 0 ? controller_disk_free(c->data_dir) : -1;
-    bool low = avail >= 0 && avail < c->disk_reserve;
+    struct pass p = {.low = avail >= 0 && avail < c->disk_reserve, .requeue = requeue};
     struct biggest big = {0};
     DIR *d = opendir(root);
     struct dirent *de;
 
     while (d != NULL && (de = readdir(d)) != NULL) {
         if (task_name_valid(de->d_name)) {
-            check_namespace(c, root, de->d_name, low, &big);
+            check_namespace(c, root, de->d_name, &p);
         }
     }
+    big = p.big;
     if (d != NULL) {
         closedir(d);
     }
@@ -379,32 +390,63 @@ static int64_t mono_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* Whether the data dir's filesystem has less than the reserve free. */
+static bool below_reserve(const struct controller *c)
+{
+    int64_t avail = c->disk_reserve > 0 ? controller_disk_free(c->data_dir) : -1;
+
+    return avail >= 0 && avail < c->disk_reserve;
+}
+
+/* Milliseconds from now to NEXT (monotonic), at least 1. */
+static int64_t ms_until(int64_t next)
+{
+    int64_t ms = next - mono_ms();
+
+    return ms > 0 ? ms : 1;
+}
+
+/* Sleeps MS unless stopped; false once stopped. Called with D->lock held. */
+static bool rest(struct controller_disk *d, int64_t ms)
+{
+    struct timespec until;
+
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += ms / 1000;
+    until.tv_nsec += (ms % 1000) * 1000000;
+    if (until.tv_nsec >= 1000000000) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000;
+    }
+    while (!d->stop && pthread_cond_timedwait(&d->cond, &d->lock, &until) == 0) {
+    }
+    return !d->stop;
+}
+
+/* A pass every CONTROLLER_DISK_PERIOD_MS (after a long one, as long a rest), and one as
+ * soon as a look at the free space every CONTROLLER_DISK_FREE_MS finds it under the
+ * reserve: a fast writer brings a disk down in less than a period. */
 static void *watch(void *arg)
 {
     struct controller *c = arg;
     struct controller_disk *d = c->disk;
+    int64_t next = 0;
 
     pthread_mutex_lock(&d->lock);
-    while (!d->stop) {
-        int64_t start = mono_ms(), wait;
-        struct timespec until;
+    do {
+        int64_t now = mono_ms();
 
         pthread_mutex_unlock(&d->lock);
-        pass(c);
-        /* A pass that took long (a huge tree) is followed by as long a rest. */
-        wait = mono_ms() - start;
-        wait = wait > CONTROLLER_DISK_PERIOD_MS ? wait : CONTROLLER_DISK_PERIOD_MS;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_sec += wait / 1000;
-        until.tv_nsec += (wait % 1000) * 1000000;
-        if (until.tv_nsec >= 1000000000) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000;
+        if (now >= next) {
+            pass(c, true);
+            int64_t took = mono_ms() - now;
+            next =
+                mono_ms() + (took > CONTROLLER_DISK_PERIOD_MS ? took : CONTROLLER_DISK_PERIOD_MS);
+        } else if (below_reserve(c)) {
+            pass(c, false);
         }
         pthread_mutex_lock(&d->lock);
-        while (!d->stop && pthread_cond_timedwait(&d->cond, &d->lock, &until) == 0) {
-        }
-    }
+    } while (rest(d, c->disk_reserve > 0 ? CONTROLLER_DISK_FREE_MS : ms_until(next)));
     pthread_mutex_unlock(&d->lock);
     return NULL;
 }
@@ -428,6 +470,14 @@ int controller_disk_start(struct controller *c, struct err *err)
 
     if (!local_files(c) || (c->sandbox_disk <= 0 && c->disk_reserve <= 0) || d->running) {
         return E_OK;
+    }
+    if (below_reserve(c)) {
+        fprintf(stderr,
+                "diverge: serve: the data dir's filesystem has %lld MiB free, less than "
+                "--data-dir-reserve (%lld MiB): no sandbox starts and /readyz answers 503 until "
+                "space is freed\n",
+                (long long)(controller_disk_free(c->data_dir) / MIB),
+                (long long)(c->disk_reserve / MIB));
     }
     d->stop = false;
     if (pthread_create(&d->thread, NULL, watch, c) != 0) {

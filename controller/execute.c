@@ -446,6 +446,22 @@ static void complete(struct controller *c, struct reconcile *r, const char *log)
     free(staging);
 }
 
+/* A task the disk watchdog stopped, or whose start the reserve refused: Failed. */
+static void disk_limit(struct controller *c, struct reconcile *r, const char *log)
+{
+    char *ws = xasprintf("%s/workspaces/%s/%s", c->data_dir, r->ns, r->name);
+    struct stat st;
+
+    if (r->fail_msg == NULL) {
+        r->fail_msg = xstrdup("disk limit");
+    }
+    r->fail_reason = "DiskLimit";
+    controller_log_event(log, "[diverge] failed: %s%s", r->fail_msg,
+                         lstat(ws, &st) == 0 ? " (the workspace is kept until the task is deleted)"
+                                             : "");
+    free(ws);
+}
+
 void controller_execute(struct controller *c, struct reconcile *r)
 {
     char *log = controller_log_path(c->data_dir, r->ns, r->name);
@@ -486,14 +502,7 @@ void controller_execute(struct controller *c, struct reconcile *r)
                              r->fail_msg != NULL ? r->fail_msg : "sandbox error");
         break;
     case CONTROLLER_DISK_LIMIT:
-        controller_log_event(log,
-                             "[diverge] failed: %s (the workspace is kept until the task "
-                             "is deleted)",
-                             r->fail_msg != NULL ? r->fail_msg : "disk limit");
-        r->fail_reason = "DiskLimit";
-        if (r->fail_msg == NULL) {
-            r->fail_msg = xstrdup("disk limit");
-        }
+        disk_limit(c, r, log);
         break;
     case CONTROLLER_NOTHING:
     case CONTROLLER_ACTIVATE:
