@@ -455,10 +455,11 @@ int api_task_status_put(struct request *r)
 
 /* --- delete ---------------------------------------------------------------------- */
 
-/* After a delete the store could not write (E_FAIL in ERR: the data dir's filesystem full,
- * as a runaway sandbox leaves it): the task's sandbox is stopped and its files removed,
- * which frees the space it took, and the delete is tried once more. The files go only
- * when the task is there and matches the precondition EXPECT (0: none). */
+/* After a delete the store could not write (E_FAIL in ERR; typically "database or disk is
+ * full", as a runaway sandbox leaves the data dir's filesystem): the task's sandbox is
+ * stopped and its files removed, which frees the space it took, and the delete is tried
+ * once more. The files go only when the task is there and matches the precondition EXPECT
+ * (0: none): what the caller asked for anyway. */
 static int remove_freeing_space(json_t **last, struct request *r, int64_t expect, struct err *err)
 {
     const char *ns = r->params[PARAM_NS], *name = r->params[PARAM_NAME];
