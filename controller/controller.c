@@ -112,6 +112,10 @@ enum controller_action controller_decide(const struct task_view *v,
     if (!o->runs_sandboxes) {
         return decide_tokens_only(v, o);
     }
+    /* The disk watchdog stopped its sandbox: whatever else happened, it ends here. */
+    if (o->disk_over && v->phase != TASK_COMPLETED && v->phase != TASK_FAILED) {
+        return CONTROLLER_DISK_LIMIT;
+    }
     switch (v->phase) {
     case TASK_PENDING:
     case TASK_PROVISIONING:
@@ -141,9 +145,10 @@ enum controller_action controller_decide(const struct task_view *v,
 
 const char *controller_action_name(enum controller_action a)
 {
-    static const char *const names[] = {
-        "nothing", "activate",     "pause",    "revoke",      "wait",    "provision",    "restart",
-        "thaw",    "resume-start", "complete", "fail-runner", "timeout", "fail-sandbox", "stop"};
+    static const char *const names[] = {"nothing",      "activate",  "pause",       "revoke",
+                                        "wait",         "provision", "restart",     "thaw",
+                                        "resume-start", "complete",  "fail-runner", "timeout",
+                                        "fail-sandbox", "stop",      "disk-limit"};
     return a < ARRAY_LEN(names) ? names[a] : "unknown";
 }
 
@@ -248,6 +253,7 @@ void controller_destroy(struct controller *c)
         kube_client_free(c->kube);
     }
     controller_egress_cleanup(c);
+    controller_disk_cleanup(c);
     free(c->preview_base);
     free(c->github_api_url);
     if (c->git_auth.free != NULL) {

@@ -55,6 +55,9 @@ struct controller_config {
     int64_t sandbox_memory;        /* bytes, 0: none */
     int64_t sandbox_pids;          /* 0: none */
     int64_t sandbox_cpus_milli;    /* 1000 = one CPU, 0: none */
+    int64_t sandbox_disk;          /* bytes a task's files may use (local, process), 0: none */
+    int64_t data_dir_reserve;      /* bytes kept free on the data dir's filesystem, 0: none */
+    int64_t max_push_bytes;        /* bytes the server pushes to a remote at most, 0: none */
     size_t log_cap;                /* task log cap in bytes; 0: CONTROLLER_LOG_CAP */
     const char *network;           /* none (NULL) or proxy: without spec.sandbox.network */
     const char *allow_hosts;       /* comma list of egress rules (proxy mode), or NULL */
@@ -98,6 +101,7 @@ enum controller_action {
     CONTROLLER_TIMEOUT,      /* past sandbox.timeoutSeconds → stop, Failed (Timeout) */
     CONTROLLER_FAIL_SANDBOX, /* cannot run a sandbox (probe, workspace gone) → SandboxError */
     CONTROLLER_STOP,         /* finished task with something still running: stop, revoke */
+    CONTROLLER_DISK_LIMIT,   /* over --sandbox-disk or the data dir's reserve → Failed */
     CONTROLLER_ACTION_COUNT,
 };
 
@@ -112,6 +116,7 @@ struct controller_observed {
     bool timed_out;        /* active time is past sandbox.timeoutSeconds */
     bool workspace_exists; /* its workspace directory is there */
     bool never_started;    /* no sandbox ever ran for it (status.startTime unset) */
+    bool disk_over;        /* the disk watchdog stopped it (disk_watch.c) */
 };
 
 /* The pure decision: V is the task, O what is observed of it. */
@@ -239,6 +244,11 @@ void controller_free(struct controller *c);
 
 /* Reconciles one task now (also used by tests). E_NOTFOUND when it is gone. */
 int controller_reconcile(struct controller *c, const char *ns, const char *name, struct err *err);
+
+/* For a DELETE the store could not record (its filesystem full): stops the task's
+ * sandbox and removes its files (workspace, staging, state, token, log) so that space
+ * frees up, with the reconcile lock held. A no-op for a NULL C. */
+void controller_release_task(struct controller *c, const char *ns, const char *name);
 
 /* Path of the task's token file: new string, caller frees. */
 char *controller_token_path(const struct controller *c, const char *ns, const char *name);

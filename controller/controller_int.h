@@ -61,6 +61,11 @@ struct controller {
      * the --sandbox-allow-host rules plus the server's own addresses (owned). */
     bool network_proxy;
     struct egress_policy *egress_policy;
+
+    /* Disk limits (disk_watch.c): --sandbox-disk, the data dir's reserve, --max-push-bytes
+     * (bytes, 0: none), and the watchdog. */
+    int64_t sandbox_disk, disk_reserve, max_push_bytes;
+    struct controller_disk *disk; /* owned: the watchdog's marks and thread */
 };
 
 /* One reconcile of one task: planned in a transaction, executed outside (sandbox, git),
@@ -164,6 +169,46 @@ void controller_mirror_forget(struct controller *c, const char *ns, const char *
 /* Waits for every fetch and frees them (threads stopped). */
 void controller_mirror_jobs_stop(struct controller *c);
 
+/* --- disk limits (disk_watch.c) --- */
+/* The watchdog: every CONTROLLER_DISK_PERIOD_MS it measures the files of each task whose
+ * sandbox runs (workspace, staging, state dir) and stops a task over --sandbox-disk, and
+ * while the data dir's filesystem has less than the reserve free (looked at every
+ * CONTROLLER_DISK_FREE_MS), the biggest running task; the task then fails with reason
+ * DiskLimit. Started with the tick thread for the providers whose sandboxes write under
+ * the data dir (local, process). The state is made with the controller
+ * (controller_disk_init) and lives as long. */
+#define CONTROLLER_DISK_PERIOD_MS 1000
+#define CONTROLLER_DISK_FREE_MS 100   /* how often the free space is looked at (reserve set) */
+#define CONTROLLER_DISK_DEPTH_MAX 128 /* directory levels measured; deeper: over */
+#define CONTROLLER_DISK_ENTRIES_MAX 1000000 /* files and directories of a task; more: over */
+void controller_disk_init(struct controller *c);
+/* Starts the watchdog thread when a limit applies (controller_start). E_FAIL. */
+int controller_disk_start(struct controller *c, struct err *err);
+/* Stops the thread (it stops sandboxes: before the provider goes); a no-op when none runs. */
+void controller_disk_stop(struct controller *c);
+/* Stops the thread and frees what controller_disk_init made (controller_destroy). */
+void controller_disk_cleanup(struct controller *c);
+/* Whether the watchdog stopped NS/NAME; *msg_out (may be NULL) a new string saying why. */
+bool controller_disk_over(struct controller *c, const char *ns, const char *name, char **msg_out);
+/* Forgets that the watchdog stopped NS/NAME (it failed, or was deleted). */
+void controller_disk_clear(struct controller *c, const char *ns, const char *name);
+/* Before a start of R: when the data dir's filesystem has less than the reserve free,
+ * turns R into CONTROLLER_DISK_LIMIT (reason and message set) and returns true. */
+bool controller_disk_refuse_start(struct controller *c, struct reconcile *r);
+/* The bytes PATH's tree occupies on disk (st_blocks), without following symlinks or
+ * leaving PATH's filesystem; *bytes_out 0 when PATH is absent. Stops early once past
+ * STOP_AT (0: never). E_TOOBIG when the tree is deeper than CONTROLLER_DISK_DEPTH_MAX or
+ * has more than *ENTRIES (decremented per entry) entries; E_FAIL when it cannot be read. */
+int controller_disk_usage(int64_t *bytes_out, const char *path, int64_t stop_at, int64_t *entries,
+                          struct err *err);
+/* The bytes available on the filesystem of PATH (statvfs f_bavail), or -1. */
+int64_t controller_disk_free(const char *path);
+/* The size of what a push of refs/heads/WORKING from STAGING would send (git rev-list
+ * --disk-usage of the objects not reachable from the refs of MIRROR, the remote's copy;
+ * NULL or absent: every object counts). E_FAIL when git cannot tell. */
+int controller_push_size(int64_t *bytes_out, const char *staging, const char *mirror,
+                         const char *working, struct err *err);
+
 /* Frees C's memory (the threads must not run). */
 void controller_destroy(struct controller *c);
 
@@ -180,6 +225,8 @@ int controller_git(const char *log_path, const char *const argv[], struct err *e
  * (*fetched_out), with the server's credentials for URL's host. */
 int controller_mirror(char **out, struct controller *c, const char *url, const char *log_path,
                       bool *fetched_out, struct err *err);
+/* Where the mirror of URL is under DATA_DIR: new string. */
+char *controller_mirror_path(const char *data_dir, const char *url);
 /* Creates the staging bare repository PATH unless it exists. */
 int controller_staging(const char *path, const char *log_path, struct err *err);
 /* Makes the staging repo STAGING (written by a sandbox that no longer runs) safe for the

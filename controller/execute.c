@@ -401,6 +401,35 @@ static void do_pause(struct controller *c, struct reconcile *r, const char *log)
     controller_log_event(log, "[diverge] paused (every process frozen, token revoked)");
 }
 
+/* E_OK when the push of R's working branch from STAGING stays within --max-push-bytes;
+ * E_TOOBIG (with the sizes) when it would not. The staging repo is sanitized first: git
+ * reads it here as the server's user. */
+static int check_push_size(struct controller *c, const struct reconcile *r, const char *staging,
+                           struct err *err)
+{
+    char *mirror;
+    int64_t size = 0;
+    int rc;
+
+    if (c->max_push_bytes <= 0) {
+        return E_OK;
+    }
+    mirror = controller_mirror_path(c->data_dir, r->url);
+    rc = controller_staging_sanitize(staging, err);
+    if (rc == E_OK) {
+        rc = controller_push_size(&size, staging, mirror, r->working, err);
+    }
+    free(mirror);
+    if (rc == E_OK && size > c->max_push_bytes) {
+        rc = err_set(err, E_TOOBIG,
+                     "refusing to push refs/heads/%s: it would send %lld bytes of new objects, "
+                     "more than the limit of %lld (--max-push-bytes); the commits stay in the "
+                     "task's staging repository",
+                     r->working, (long long)size, (long long)c->max_push_bytes);
+    }
+    return rc;
+}
+
 static void complete(struct controller *c, struct reconcile *r, const char *log)
 {
     char *staging = xasprintf("%s/staging/%s/%s.git", c->data_dir, r->ns, r->name);
@@ -409,15 +438,32 @@ static void complete(struct controller *c, struct reconcile *r, const char *log)
     if (r->url != NULL) {
         if (r->push_refusal != NULL) {
             err_set(&err, E_DENIED, "refusing to push the working branch: %s", r->push_refusal);
-        } else if (controller_push(c, staging, r->url, r->working, log, &err) == E_OK) {
+        } else if (check_push_size(c, r, staging, &err) == E_OK &&
+                   controller_push(c, staging, r->url, r->working, log, &err) == E_OK) {
             controller_log_event(log, "[diverge] pushed refs/heads/%s", r->working);
         }
         if (err.code != E_OK) {
             controller_log_event(log, "[diverge] push failed: %s", err.msg);
-            fail(r, "PushFailed", &err);
+            fail(r, err.code == E_TOOBIG ? "PushTooLarge" : "PushFailed", &err);
         }
     }
     free(staging);
+}
+
+/* A task the disk watchdog stopped, or whose start the reserve refused: Failed. */
+static void disk_limit(struct controller *c, struct reconcile *r, const char *log)
+{
+    char *ws = xasprintf("%s/workspaces/%s/%s", c->data_dir, r->ns, r->name);
+    struct stat st;
+
+    if (r->fail_msg == NULL) {
+        r->fail_msg = xstrdup("disk limit");
+    }
+    r->fail_reason = "DiskLimit";
+    controller_log_event(log, "[diverge] failed: %s%s", r->fail_msg,
+                         lstat(ws, &st) == 0 ? " (the workspace is kept until the task is deleted)"
+                                             : "");
+    free(ws);
 }
 
 void controller_execute(struct controller *c, struct reconcile *r)
@@ -458,6 +504,9 @@ void controller_execute(struct controller *c, struct reconcile *r)
     case CONTROLLER_FAIL_SANDBOX:
         controller_log_event(log, "[diverge] failed: %s",
                              r->fail_msg != NULL ? r->fail_msg : "sandbox error");
+        break;
+    case CONTROLLER_DISK_LIMIT:
+        disk_limit(c, r, log);
         break;
     case CONTROLLER_NOTHING:
     case CONTROLLER_ACTIVATE:

@@ -3,6 +3,7 @@
  * names. No polling: the store worker sleeps in the store's watch until something changes. */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/log.h"
 #include "common/secret.h"
@@ -30,20 +31,42 @@ static void reconcile_one(struct controller *c, const char *ns, const char *name
     }
 }
 
+/* A deleted task: nothing of it runs, its files go (its log stays unless DROP_LOG). */
+static void forget(struct controller *c, const char *ns, const char *name, bool drop_log)
+{
+    char *log = controller_log_path(c->data_dir, ns, name);
+
+    pthread_mutex_lock(&c->lock);
+    controller_timer_set(c, ns, name, 0);
+    if (c->sandboxes != NULL) {
+        sandbox_stop(c->sandboxes, ns, name);
+    }
+    controller_forget_task(c, ns, name); /* a new task of that name starts clean */
+    controller_mirror_forget(c, ns, name);
+    controller_disk_clear(c, ns, name);
+    if (drop_log) {
+        (void)unlink(log);
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (!drop_log) {
+        controller_log_event(log, "[diverge] task deleted: sandbox stopped");
+    }
+    free(log);
+}
+
+void controller_release_task(struct controller *c, const char *ns, const char *name)
+{
+    if (c != NULL) {
+        forget(c, ns, name, true);
+    }
+}
+
 static void apply(const struct task_event *ev, void *userdata)
 {
     struct controller *c = userdata;
 
     if (ev->type == TASK_EVENT_DELETED) {
-        char *log = controller_log_path(c->data_dir, ev->ns, ev->name);
-        pthread_mutex_lock(&c->lock);
-        controller_timer_set(c, ev->ns, ev->name, 0);
-        sandbox_stop(c->sandboxes, ev->ns, ev->name);
-        controller_forget_task(c, ev->ns, ev->name); /* a new task of that name starts clean */
-        controller_mirror_forget(c, ev->ns, ev->name);
-        pthread_mutex_unlock(&c->lock);
-        controller_log_event(log, "[diverge] task deleted: sandbox stopped");
-        free(log);
+        forget(c, ev->ns, ev->name, false);
         return;
     }
     reconcile_one(c, ev->ns, ev->name);
@@ -116,6 +139,9 @@ int controller_new(struct controller **out, struct task_store *store,
     c->agent_cmd = cfg->agent_cmd != NULL ? xstrdup(cfg->agent_cmd) : NULL;
     c->verify_cmd = cfg->verify_cmd != NULL ? xstrdup(cfg->verify_cmd) : NULL;
     c->log_cap = cfg->log_cap;
+    c->sandbox_disk = cfg->sandbox_disk;
+    c->disk_reserve = cfg->data_dir_reserve;
+    c->max_push_bytes = cfg->max_push_bytes;
     c->preview_base = cfg->preview_base_url != NULL && cfg->preview_base_url[0] != '\0'
                           ? xstrdup(cfg->preview_base_url)
                           : NULL;
@@ -131,12 +157,14 @@ int controller_new(struct controller **out, struct task_store *store,
     c->run_id |= 1; /* never 0, the value of "no run" */
     pthread_cond_init(&c->notes_cond, NULL);
     atomic_init(&c->stopping, false);
+    controller_disk_init(c);
     rc = controller_sandboxes_open(c, cfg, err);
     if (rc == E_OK && !cfg->manual && !cfg->deferred) {
         rc = controller_start(c, NULL, NULL, err);
     }
     if (rc != E_OK) {
         controller_tick_stop(c);
+        controller_disk_stop(c);
         sandbox_provider_free(c->sandboxes);
         controller_destroy(c);
         return rc;
@@ -166,7 +194,8 @@ int controller_start(struct controller *c, const char *meter_url, const char *me
             controller_expose_socket(c, meter_socket); /* sandboxes share it */
         }
     }
-    if (c->sandboxes != NULL) {
+    rc = controller_disk_start(c, err);
+    if (rc == E_OK && c->sandboxes != NULL) {
         rc = controller_tick_start(c, err);
     }
     if (rc == E_OK) {
@@ -181,6 +210,7 @@ void controller_free(struct controller *c)
         /* First: no reconcile may read a sandbox killed by the shutdown as a failure. */
         atomic_store(&c->stopping, true);
         controller_tick_stop(c);
+        controller_disk_stop(c);      /* it stops sandboxes: before the provider goes */
         store_worker_stop(c->worker); /* no reconcile runs past this line */
         /* Sandboxes die with the server (SPEC §9); the next one restarts them. */
         sandbox_provider_free(c->sandboxes);

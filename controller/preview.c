@@ -87,6 +87,7 @@ enum controller_env_state controller_preview_state(enum controller_action a, boo
     case CONTROLLER_FAIL_RUNNER:
     case CONTROLLER_TIMEOUT:
     case CONTROLLER_FAIL_SANDBOX:
+    case CONTROLLER_DISK_LIMIT:
         return CONTROLLER_ENV_RELEASED;
     case CONTROLLER_NOTHING:
     case CONTROLLER_REVOKE:

@@ -24,7 +24,7 @@ static bool needs_token(enum controller_action a)
 static bool finishes(enum controller_action a)
 {
     return a == CONTROLLER_COMPLETE || a == CONTROLLER_FAIL_RUNNER || a == CONTROLLER_TIMEOUT ||
-           a == CONTROLLER_FAIL_SANDBOX;
+           a == CONTROLLER_FAIL_SANDBOX || a == CONTROLLER_DISK_LIMIT;
 }
 
 static char *dup_or_null(const json_t *v)
@@ -81,6 +81,7 @@ static void observe(struct controller_observed *o, struct reconcile *r, const st
         o->exit_code = st.exit_code;
         o->workspace_exists = stat(ws, &sb) == 0 && S_ISDIR(sb.st_mode);
         o->never_started = !r->started;
+        o->disk_over = controller_disk_over(c, r->ns, r->name, NULL);
         free(ws);
         if (r->timeout_s > 0 && v->phase == TASK_ACTIVE) {
             o->timed_out = controller_active_ms(c, r->ns, r->name, now) >= r->timeout_s * 1000;
@@ -208,6 +209,9 @@ static int apply_phase(struct reconcile *r, struct task_txn *tx, json_t *doc,
         set_finished(doc, TASK_FAILED, "SandboxError",
                      r->fail_msg != NULL ? r->fail_msg : "the sandbox cannot run", ts);
         break;
+    case CONTROLLER_DISK_LIMIT: /* execution sets fail_reason: not reached */
+        set_finished(doc, TASK_FAILED, "DiskLimit", r->fail_msg != NULL ? r->fail_msg : "", ts);
+        break;
     case CONTROLLER_REVOKE:
     case CONTROLLER_STOP:
     case CONTROLLER_NOTHING:
@@ -266,6 +270,11 @@ static int reconcile_txn(struct task_txn *tx, void *userdata)
         r->exit_code = o.exit_code;
         if (r->action == CONTROLLER_FAIL_SANDBOX) {
             r->fail_msg = xstrdup(c->problem != NULL ? c->problem : "the task's workspace is gone");
+        }
+        if (r->action == CONTROLLER_DISK_LIMIT) {
+            (void)controller_disk_over(c, r->ns, r->name, &r->fail_msg);
+        } else if (o.disk_over) {
+            controller_disk_clear(c, r->ns, r->name); /* finished meanwhile: nothing to do */
         }
         /* The token file must hold the new token before the task reads Active, so the
          * token is minted and written first, then applied by a second transaction. */
@@ -461,6 +470,9 @@ static int apply_outcome(struct controller *c, struct reconcile *r, struct err *
     if (rc == E_AGAIN) {
         rc = E_OK; /* a newer change will be reconciled by its own event */
     } else if (rc == E_OK) {
+        if (r->action == CONTROLLER_DISK_LIMIT) {
+            controller_disk_clear(c, r->ns, r->name);
+        }
         log_draft_pr(c, r);
         log_kv(LOG_INFO, "reconciled", "namespace", r->ns, "name", r->name, "action",
                controller_action_name(r->action), NULL);
@@ -482,6 +494,7 @@ int controller_reconcile(struct controller *c, const char *ns, const char *name,
     }
     rc = task_store_txn(c->store, reconcile_txn, &r, err);
     if (rc == E_OK) {
+        (void)controller_disk_refuse_start(c, &r); /* the data dir is short of space */
         rc = before_execute(c, &r, err);
     }
     if (rc == E_OK && controller_mirror_async(c, &r)) {

@@ -331,6 +331,11 @@ static bool url_ok(const char *url)
     return false;
 }
 
+char *controller_mirror_path(const char *data_dir, const char *url)
+{
+    return xasprintf("%s/mirrors/%016llx.git", data_dir, (unsigned long long)hash_fnv1a_str(url));
+}
+
 static int mirror_locked(char **out, struct controller *c, const char *url, const char *log_path,
                          bool *fetched_out, struct err *err)
 {
@@ -352,7 +357,7 @@ static int mirror_locked(char **out, struct controller *c, const char *url, cons
                        "spec.repository.url: a file:// repository inside the server's data "
                        "directory is refused");
     }
-    dir = xasprintf("%s/mirrors/%016llx.git", data_dir, (unsigned long long)hash_fnv1a_str(url));
+    dir = controller_mirror_path(data_dir, url);
     marker = xasprintf("%s/diverge-url", dir);
     if (is_dir(dir)) {
         /* The URL is kept next to the mirror: a hash collision must never hand one

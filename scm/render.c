@@ -384,6 +384,8 @@ static const struct reason_text g_fail_texts[] = {
     {"Timeout", "timed out"},
     {"RunnerFailed", "the agent runner failed"},
     {"SandboxError", "sandbox error"},
+    {"DiskLimit", "disk limit"},
+    {"PushTooLarge", "push too large, not sent"},
     {"BudgetExceeded", "budget exceeded"},
     {"MaxIterationsExceeded", "maximum iterations reached"},
 };

@@ -3,6 +3,7 @@
  * merge-patch, update, delete, and the /status subresource. Validation lives in store/;
  * this file maps requests onto it. */
 #include <microhttpd.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -471,6 +472,43 @@ int api_task_status_put(struct request *r)
 
 /* --- delete ---------------------------------------------------------------------- */
 
+/* After a delete the store could not write (E_FAIL in ERR; typically "database or disk is
+ * full", as a runaway sandbox leaves the data dir's filesystem): the task's sandbox is
+ * stopped and its files removed, which frees the space it took, and the delete is tried
+ * once more. The files go only when the task is there and matches the precondition EXPECT
+ * (0: none): what the caller asked for anyway. */
+static int remove_freeing_space(json_t **last, struct request *r, int64_t expect, struct err *err)
+{
+    const char *ns = r->params[PARAM_NS], *name = r->params[PARAM_NAME];
+    json_t *obj = NULL;
+    const char *rv;
+    char first[ERR_MSG_MAX];
+    int rc;
+
+    if (r->srv->controller == NULL || task_store_get(&obj, r->srv->store, ns, name, NULL) != E_OK) {
+        return err->code;
+    }
+    rv = json_string_value(json_object_get(json_object_get(obj, "metadata"), "resourceVersion"));
+    rc = expect != 0 && (rv == NULL || strtoll(rv, NULL, 10) != expect) ? E_CONFLICT : E_OK;
+    json_decref(obj);
+    if (rc != E_OK) {
+        return err->code; /* the first answer stands */
+    }
+    snprintf(first, sizeof(first), "%s", err->msg);
+    log_kv(LOG_WARN, "delete_frees_space", "namespace", ns, "name", name, "error", first, NULL);
+    controller_release_task(r->srv->controller, ns, name);
+    memset(err, 0, sizeof(*err));
+    rc = task_store_remove(last, r->srv->store, ns, name, expect, err);
+    if (rc == E_FAIL) {
+        rc = err_set(err, E_FAIL,
+                     "the task's sandbox was stopped and its files removed, but the database "
+                     "could not record the deletion (%s): free space on the data dir's "
+                     "filesystem, then delete it again",
+                     first);
+    }
+    return rc;
+}
+
 int api_task_delete(struct request *r)
 {
     json_t *opts = NULL, *last = NULL;
@@ -492,7 +530,8 @@ int api_task_delete(struct request *r)
         json_decref(opts);
     }
     if (task_store_remove(&last, r->srv->store, r->params[PARAM_NS], r->params[PARAM_NAME], expect,
-                          &err) != E_OK) {
+                          &err) != E_OK &&
+        (err.code != E_FAIL || remove_freeing_space(&last, r, expect, &err) != E_OK)) {
         return http_send_err(r, &err);
     }
     log_change("deleted", last);

@@ -296,6 +296,13 @@ static int parse_numbers(struct server *srv)
         fprintf(stderr, "diverge: serve: --git-push-max must be 1K to 4G\n");
         return 2;
     }
+    if (serve_parse_size(&srv->sandbox_disk, "--sandbox-disk", srv->cfg.sandbox_disk, false) != 0 ||
+        serve_parse_size(&srv->data_dir_reserve, "--data-dir-reserve", srv->cfg.data_dir_reserve,
+                         false) != 0 ||
+        serve_parse_size(&srv->max_push_bytes, "--max-push-bytes", srv->cfg.max_push_bytes,
+                         false) != 0) {
+        return 2;
+    }
     return 0;
 }
 

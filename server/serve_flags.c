@@ -66,6 +66,15 @@ static const struct flag g_flags[] = {
      "CPU limit per sandbox, e.g. 1 or 0.5 (0: none)"},
     {"--git-push-max", "DIVERGE_GIT_PUSH_MAX", "64M", CFG(git_push_max),
      "largest git push a sandbox pod may send over HTTP (K, M, G suffixes; spooled to disk)"},
+    {"--sandbox-disk", "DIVERGE_SANDBOX_DISK", "2G", CFG(sandbox_disk),
+     "disk space a task's files (workspace, staging repository, state) may take with the local "
+     "and process providers; over it the task fails with DiskLimit (K, M, G suffixes; 0: none)"},
+    {"--data-dir-reserve", "DIVERGE_DATA_DIR_RESERVE", "256M", CFG(data_dir_reserve),
+     "free space kept for the database on the data dir's filesystem: below it no sandbox "
+     "starts, the biggest running one is stopped and /readyz answers 503 (0: none)"},
+    {"--max-push-bytes", "DIVERGE_MAX_PUSH_BYTES", "100M", CFG(max_push_bytes),
+     "largest push (size of the new objects) the server sends to a repository; a bigger one "
+     "fails the task with PushTooLarge (K, M, G suffixes; 0: none)"},
     {"--sandbox-network", "DIVERGE_SANDBOX_NETWORK", "none", CFG(sandbox_network),
      "none (loopback only) or proxy (egress only through the server's allowlisting proxy)"},
     {"--sandbox-allow-host", "DIVERGE_SANDBOX_ALLOW_HOSTS", NULL, CFG(sandbox_allow_hosts),

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -76,7 +77,7 @@ int serve_parse_size(int64_t *out, const char *flag, const char *v, bool milli)
     } else {
         mult = parse_unit(&rest);
     }
-    if (mult == 0 || *rest != '\0') {
+    if (mult == 0 || *rest != '\0' || (int64_t)n > INT64_MAX / mult) {
         goto bad;
     }
     *out = milli ? (int64_t)n * 1000 + frac : (int64_t)n * mult;
@@ -217,6 +218,9 @@ int serve_controller_make(struct controller **out, struct server *srv, struct er
         .sandbox_memory = srv->sandbox_memory,
         .sandbox_pids = srv->sandbox_pids,
         .sandbox_cpus_milli = srv->sandbox_cpus_milli,
+        .sandbox_disk = srv->sandbox_disk,
+        .data_dir_reserve = srv->data_dir_reserve,
+        .max_push_bytes = srv->max_push_bytes,
         .network = srv->cfg.sandbox_network,
         .allow_hosts = srv->cfg.sandbox_allow_hosts,
         .preview_base_url = srv->cfg.preview_base_url,

@@ -86,6 +86,9 @@ struct server_config {
     char *lease_name;     /* the leader election Lease ("diverge-leader") */
     char *sandbox_warm_pool; /* agent-sandbox: the SandboxWarmPool claims name */
     char *leader_elect;      /* "true": take part in the election; "false": never lead */
+    char *sandbox_disk;      /* bytes a task's files may take (local, process) */
+    char *data_dir_reserve;  /* bytes kept free on the data dir's filesystem */
+    char *max_push_bytes;    /* largest push to a repository */
 };
 
 struct serve_kube; /* serve_kube.c */
@@ -117,6 +120,9 @@ struct server {
     int64_t sandbox_pids;           /* 0: none */
     int64_t sandbox_cpus_milli;     /* 1000 = one CPU, 0: none */
     int64_t git_push_max;           /* bytes of a git receive-pack body (--git-push-max) */
+    int64_t sandbox_disk;           /* bytes, 0: none */
+    int64_t data_dir_reserve;       /* bytes, 0: none */
+    int64_t max_push_bytes;         /* bytes, 0: none */
     atomic_bool shutting_down;      /* set on SIGTERM: watch streams end */
     struct http_guard *guard;       /* owned by http_start/http_stop */
     struct MHD_Daemon *daemon;      /* owned; the running HTTP server */

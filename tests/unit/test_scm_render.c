@@ -322,6 +322,10 @@ TEST(failure_reason_and_message)
     body = render(t);
     CHECK_HAS(body, "**Failed:** timed out\n");
     free(body);
+    task_set_phase(t, TASK_FAILED, "DiskLimit", "over 2048 MiB (--sandbox-disk)");
+    body = render(t);
+    CHECK_HAS(body, "**Failed:** disk limit: over 2048 MiB (--sandbox-disk)\n");
+    free(body);
     json_decref(t);
 }
 

@@ -154,7 +154,7 @@ spec:
           containerPort: {{ $v.server.tlsPort }}
           protocol: TCP
       # /healthz: the process answers (liveness); /readyz: database open, workers
-      # running (SPEC §3).
+      # running (SPEC §3), at least --data-dir-reserve free on the data dir.
       startupProbe:
         httpGet:
           path: /healthz
