@@ -226,6 +226,10 @@ def test_restarted_server_adopts_claims():
                        ["operatingMode"] == "Suspended", what="Suspended")
             patch(srv, "r1", {"suspended": False})
             wait_phase(srv, "r1", "Active")
+            # The pod finishes only after the resume made it (the fake, as agent-sandbox,
+            # starts a new pod when operatingMode goes back to Running).
+            wait_until(lambda: cl.obj("sandboxes", "diverge-r1-sbx")["spec"]
+                       ["operatingMode"] == "Running", what="Running")
             cl.fake.agent_finish("default", "diverge-r1-sbx", True)
             body = wait_phase(srv, "r1", ("Completed", "Failed"))
             assert body["status"]["phase"] == "Completed", body["status"]
