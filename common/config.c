@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* `.diverge/agent.yaml` over libyaml's document loader. A table of known keys drives the
+/* `.diverge/agent.yaml` over common/yamldoc. A table of known keys drives the
  * walk; every value is checked against its declared type, and any problem is reported
  * with the file, the 1-based line and the dotted key, never silently ignored. */
 #include "common/config.h"
@@ -10,9 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <yaml.h>
-
 #include "common/money.h"
+#include "common/yamldoc.h"
 
 enum field_kind {
     FIELD_VERSION,     /* "1" (quoted or plain) */
@@ -82,23 +81,24 @@ enum scalar_kind {
 };
 
 struct loader {
-    yaml_document_t *doc;     /* borrowed */
-    const char *name;         /* file name for messages; borrowed */
-    struct config_agent *cfg; /* being filled; borrowed */
-    bool seen_version;        /* the top-level version key was present */
-    struct err *err;          /* caller's; may be NULL */
+    const struct yamldoc *doc; /* borrowed */
+    const char *name;          /* file name for messages; borrowed */
+    struct config_agent *cfg;  /* being filled; borrowed */
+    bool seen_version;         /* the top-level version key was present */
+    struct err *err;           /* caller's; may be NULL */
 };
 
 #define PATH_MAX_LEN 96
 
 /* Records "NAME:LINE: KEY: problem" with KEY as the field; returns E_INVALID. */
-static int fail_at(struct loader *l, const yaml_node_t *node, const char *key, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+static int fail_at(struct loader *l, const struct yamldoc_node *node, const char *key,
+                   const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
-static int fail_at(struct loader *l, const yaml_node_t *node, const char *key, const char *fmt, ...)
+static int fail_at(struct loader *l, const struct yamldoc_node *node, const char *key,
+                   const char *fmt, ...)
 {
     char problem[256];
-    size_t line = node != NULL ? node->start_mark.line + 1 : 1;
+    size_t line = node != NULL ? yamldoc_line(node) : 1;
     va_list ap;
 
     va_start(ap, fmt);
@@ -107,9 +107,9 @@ static int fail_at(struct loader *l, const yaml_node_t *node, const char *key, c
     return err_set_field(l->err, E_INVALID, key, "%s:%zu: %s: %s", l->name, line, key, problem);
 }
 
-static const char *scalar_text(const yaml_node_t *n)
+static const char *scalar_text(const struct yamldoc_node *n)
 {
-    return (const char *)n->data.scalar.value;
+    return yamldoc_scalar(n);
 }
 
 static bool text_in(const char *s, const char *const *words, size_t n)
@@ -170,7 +170,7 @@ static bool looks_float(const char *s)
 
 /* Resolution of plain scalars after YAML 1.1 (libyaml's version) so that `on`, `yes`
  * or `~` never pass for strings by accident. */
-static enum scalar_kind resolve(const yaml_node_t *n)
+static enum scalar_kind resolve(const struct yamldoc_node *n)
 {
     static const char *const nulls[] = {"", "~", "null", "Null", "NULL"};
     static const char *const bools[] = {"true", "True", "TRUE", "false", "False", "FALSE",
@@ -180,7 +180,7 @@ static enum scalar_kind resolve(const yaml_node_t *n)
                                          "-.INF", "+.inf", ".nan", ".NaN",  ".NAN"};
     const char *s = scalar_text(n), *digits;
 
-    if (n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE) {
+    if (!yamldoc_plain(n)) {
         return SCALAR_STR;
     }
     if (text_in(s, nulls, ARRAY_LEN(nulls))) {
@@ -202,38 +202,37 @@ static enum scalar_kind resolve(const yaml_node_t *n)
 }
 
 /* A non-empty string without NUL bytes; *out is a new copy. */
-static int take_string(char **out, struct loader *l, const yaml_node_t *n, const char *key)
+static int take_string(char **out, struct loader *l, const struct yamldoc_node *n, const char *key)
 {
     *out = NULL;
-    if (n->type != YAML_SCALAR_NODE || resolve(n) != SCALAR_STR) {
+    if (yamldoc_kind(n) != YAMLDOC_SCALAR || resolve(n) != SCALAR_STR) {
         return fail_at(l, n, key, "expected a string");
     }
-    if (n->data.scalar.length == 0) {
+    if (yamldoc_scalar_len(n) == 0) {
         return fail_at(l, n, key, "expected a non-empty string");
     }
-    if (strlen(scalar_text(n)) != n->data.scalar.length) {
+    if (strlen(scalar_text(n)) != yamldoc_scalar_len(n)) {
         return fail_at(l, n, key, "string contains a NUL byte");
     }
     *out = xstrdup(scalar_text(n));
     return E_OK;
 }
 
-static int load_string_list(struct loader *l, const yaml_node_t *n, const struct field *f,
+static int load_string_list(struct loader *l, const struct yamldoc_node *n, const struct field *f,
                             const char *key)
 {
     char ***items = (char ***)(void *)((char *)l->cfg + f->off);
     size_t *count = (size_t *)(void *)((char *)l->cfg + f->off_n);
-    const yaml_node_item_t *it;
     size_t cap;
     int rc;
 
-    if (n->type != YAML_SEQUENCE_NODE) {
+    if (yamldoc_kind(n) != YAMLDOC_SEQUENCE) {
         return fail_at(l, n, key, "expected a list of strings");
     }
-    cap = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
+    cap = yamldoc_count(n);
     *items = xcalloc(cap + 1, sizeof(char *));
-    for (it = n->data.sequence.items.start; it < n->data.sequence.items.top; it++) {
-        const yaml_node_t *item = yaml_document_get_node(l->doc, *it);
+    for (size_t it = 0; it < cap; it++) {
+        const struct yamldoc_node *item = yamldoc_item(l->doc, n, it);
         char item_key[PATH_MAX_LEN + 24];
 
         snprintf(item_key, sizeof(item_key), "%s[%zu]", key, *count);
@@ -247,13 +246,13 @@ static int load_string_list(struct loader *l, const yaml_node_t *n, const struct
 }
 
 /* A plain, non-negative decimal integer without sign or leading zeros, up to MAX. */
-static int load_count(struct loader *l, const yaml_node_t *n, const struct field *f,
+static int load_count(struct loader *l, const struct yamldoc_node *n, const struct field *f,
                       const char *key, int64_t max)
 {
     int64_t *dst = (int64_t *)(void *)((char *)l->cfg + f->off), v = 0;
     const char *s;
 
-    if (n->type != YAML_SCALAR_NODE || resolve(n) != SCALAR_INT) {
+    if (yamldoc_kind(n) != YAMLDOC_SCALAR || resolve(n) != SCALAR_INT) {
         return fail_at(l, n, key, "expected a non-negative integer");
     }
     s = scalar_text(n);
@@ -274,7 +273,7 @@ static int load_count(struct loader *l, const yaml_node_t *n, const struct field
     return E_OK;
 }
 
-static int load_money(struct loader *l, const yaml_node_t *n, const struct field *f,
+static int load_money(struct loader *l, const struct yamldoc_node *n, const struct field *f,
                       const char *key)
 {
     int64_t *dst = (int64_t *)(void *)((char *)l->cfg + f->off);
@@ -282,12 +281,12 @@ static int load_money(struct loader *l, const yaml_node_t *n, const struct field
     struct err perr = {0};
     bool plus = false;
 
-    if (n->type != YAML_SCALAR_NODE) {
+    if (yamldoc_kind(n) != YAMLDOC_SCALAR) {
         return fail_at(l, n, key, "expected a decimal amount such as \"5.00\"");
     }
     kind = resolve(n);
     if (kind == SCALAR_NULL || kind == SCALAR_BOOL ||
-        money_parse_n(dst, &plus, scalar_text(n), n->data.scalar.length, &perr) != E_OK) {
+        money_parse_n(dst, &plus, scalar_text(n), yamldoc_scalar_len(n), &perr) != E_OK) {
         return fail_at(l, n, key, "expected a decimal amount such as \"5.00\"%s%s",
                        perr.msg[0] != '\0' ? ": " : "", perr.msg);
     }
@@ -298,7 +297,7 @@ static int load_money(struct loader *l, const yaml_node_t *n, const struct field
 }
 
 /* sandbox.network: the word none or proxy. */
-static int load_network(struct loader *l, const yaml_node_t *n, const struct field *f,
+static int load_network(struct loader *l, const struct yamldoc_node *n, const struct field *f,
                         const char *key)
 {
     char **dst = (char **)(void *)((char *)l->cfg + f->off);
@@ -312,25 +311,25 @@ static int load_network(struct loader *l, const yaml_node_t *n, const struct fie
     return rc;
 }
 
-static int load_mapping(struct loader *l, const yaml_node_t *map, const char *prefix,
+static int load_mapping(struct loader *l, const struct yamldoc_node *map, const char *prefix,
                         const struct field *fields, size_t n_fields);
 
-static int load_value(struct loader *l, const yaml_node_t *v, const struct field *f,
+static int load_value(struct loader *l, const struct yamldoc_node *v, const struct field *f,
                       const char *key)
 {
     switch (f->kind) {
     case FIELD_VERSION:
-        if (v->type != YAML_SCALAR_NODE || strcmp(scalar_text(v), "1") != 0 ||
+        if (yamldoc_kind(v) != YAMLDOC_SCALAR || strcmp(scalar_text(v), "1") != 0 ||
             (resolve(v) != SCALAR_STR && resolve(v) != SCALAR_INT)) {
             return fail_at(l, v, key, "unsupported version (want \"1\")");
         }
         l->seen_version = true;
         return E_OK;
     case FIELD_SECTION:
-        if (v->type == YAML_SCALAR_NODE && resolve(v) == SCALAR_NULL) {
+        if (yamldoc_kind(v) == YAMLDOC_SCALAR && resolve(v) == SCALAR_NULL) {
             return E_OK; /* "agent:" with every entry commented out */
         }
-        if (v->type != YAML_MAPPING_NODE) {
+        if (yamldoc_kind(v) != YAMLDOC_MAPPING) {
             return fail_at(l, v, key, "expected a mapping");
         }
         return load_mapping(l, v, key, f->children, f->n_children);
@@ -365,24 +364,23 @@ static void key_path(char out[PATH_MAX_LEN], const char *prefix, const char *nam
     }
 }
 
-static int load_mapping(struct loader *l, const yaml_node_t *map, const char *prefix,
+static int load_mapping(struct loader *l, const struct yamldoc_node *map, const char *prefix,
                         const struct field *fields, size_t n_fields)
 {
-    const yaml_node_pair_t *pair;
     unsigned seen = 0; /* bit i: fields[i] was given */
 
     ASSERT(n_fields <= sizeof(seen) * 8);
-    for (pair = map->data.mapping.pairs.start; pair < map->data.mapping.pairs.top; pair++) {
-        const yaml_node_t *k = yaml_document_get_node(l->doc, pair->key);
-        const yaml_node_t *v = yaml_document_get_node(l->doc, pair->value);
+    for (size_t pair = 0; pair < yamldoc_count(map); pair++) {
+        const struct yamldoc_node *k, *v;
         char key[PATH_MAX_LEN];
         size_t i;
         int rc;
 
-        if (k->type != YAML_SCALAR_NODE) {
+        yamldoc_pair(&k, &v, l->doc, map, pair);
+        if (yamldoc_kind(k) != YAMLDOC_SCALAR) {
             if (prefix[0] == '\0') {
                 return err_set(l->err, E_INVALID, "%s:%zu: mapping keys must be plain strings",
-                               l->name, k->start_mark.line + 1);
+                               l->name, yamldoc_line(k));
             }
             return fail_at(l, k, prefix, "mapping keys must be plain strings");
         }
@@ -407,35 +405,37 @@ static int load_mapping(struct loader *l, const yaml_node_t *map, const char *pr
     return E_OK;
 }
 
-static int syntax_error(const yaml_parser_t *p, const char *name, struct err *err)
+static int syntax_error(const struct yamldoc_syntax *p, const char *name, struct err *err)
 {
-    if (p->error == YAML_MEMORY_ERROR) {
+    if (p->out_of_memory) {
         return err_set(err, E_FAIL, "%s: out of memory while parsing", name);
     }
-    return err_set(err, E_INVALID, "%s:%zu: %s%s%s", name, p->problem_mark.line + 1,
+    return err_set(err, E_INVALID, "%s:%zu: %s%s%s", name, p->line,
                    p->problem != NULL ? p->problem : "malformed YAML",
                    p->context != NULL ? " " : "", p->context != NULL ? p->context : "");
 }
 
-static int load_document(struct config_agent *cfg, yaml_parser_t *parser, const char *name,
+static int load_document(struct config_agent *cfg, struct yamldoc_reader *reader, const char *name,
                          struct err *err)
 {
-    yaml_document_t doc, extra;
-    struct loader l = {.doc = &doc, .name = name, .cfg = cfg, .err = err};
-    const yaml_node_t *root;
+    struct yamldoc *doc = NULL, *extra = NULL;
+    struct yamldoc_syntax syn = {0};
+    struct loader l = {.doc = NULL, .name = name, .cfg = cfg, .err = err};
+    const struct yamldoc_node *root;
     int rc;
 
-    if (!yaml_parser_load(parser, &doc)) {
-        return syntax_error(parser, name, err);
+    if (yamldoc_next(&doc, reader, &syn) != E_OK) {
+        return syntax_error(&syn, name, err);
     }
-    root = yaml_document_get_root_node(&doc);
+    l.doc = doc;
+    root = yamldoc_root(doc);
     if (root == NULL) {
         rc = fail_at(&l, NULL, "version", "required (write version: \"1\")");
         goto out;
     }
-    if (root->type != YAML_MAPPING_NODE) {
+    if (yamldoc_kind(root) != YAMLDOC_MAPPING) {
         rc = err_set(err, E_INVALID, "%s:%zu: expected a mapping at the top level", name,
-                     root->start_mark.line + 1);
+                     yamldoc_line(root));
         goto out;
     }
     rc = load_mapping(&l, root, "", top_fields, ARRAY_LEN(top_fields));
@@ -446,17 +446,17 @@ static int load_document(struct config_agent *cfg, yaml_parser_t *parser, const 
         goto out;
     }
     /* A second document would be silently ignored otherwise. */
-    if (!yaml_parser_load(parser, &extra)) {
-        rc = syntax_error(parser, name, err);
+    if (yamldoc_next(&extra, reader, &syn) != E_OK) {
+        rc = syntax_error(&syn, name, err);
         goto out;
     }
-    if (yaml_document_get_root_node(&extra) != NULL) {
+    if (yamldoc_root(extra) != NULL) {
         rc = err_set(err, E_INVALID, "%s:%zu: expected a single YAML document", name,
-                     extra.start_mark.line + 1);
+                     yamldoc_line_of_doc(extra));
     }
-    yaml_document_delete(&extra);
+    yamldoc_free(extra);
 out:
-    yaml_document_delete(&doc);
+    yamldoc_free(doc);
     return rc;
 }
 
@@ -464,20 +464,19 @@ int config_agent_load_mem(struct config_agent **out, const char *name, const cha
                           struct err *err)
 {
     struct config_agent *cfg = NULL;
-    yaml_parser_t parser;
+    struct yamldoc_reader *reader = NULL;
     int rc;
 
     *out = NULL;
     if (len > CONFIG_AGENT_MAX_BYTES) {
         return err_set(err, E_TOOBIG, "%s: larger than %u bytes", name, CONFIG_AGENT_MAX_BYTES);
     }
-    if (!yaml_parser_initialize(&parser)) {
+    if (yamldoc_reader_new(&reader, data, len) != E_OK) {
         return err_set(err, E_FAIL, "%s: cannot initialise the YAML parser", name);
     }
-    yaml_parser_set_input_string(&parser, (const unsigned char *)data, len);
     cfg = xcalloc(1, sizeof(*cfg));
-    rc = load_document(cfg, &parser, name, err);
-    yaml_parser_delete(&parser);
+    rc = load_document(cfg, reader, name, err);
+    yamldoc_reader_free(reader);
     if (rc != E_OK) {
         config_agent_free(cfg);
         return rc;

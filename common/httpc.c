@@ -6,6 +6,7 @@
 #include <ctype.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -27,6 +28,7 @@ struct xfer {
     size_t max_body;             /* 0: no cap */
     httpc_chunk_fn on_chunk;     /* NULL: collect everything */
     void *userdata;              /* for on_chunk */
+    const atomic_int *cancel;    /* non-zero stops the transfer; or NULL */
     int abort_rc;                /* E_* that made a callback stop the transfer, else E_OK */
 };
 
@@ -121,6 +123,22 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *userdata)
     return n;
 }
 
+static int on_progress(void *userdata, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                       curl_off_t ulnow)
+{
+    struct xfer *x = userdata;
+
+    (void)dltotal;
+    (void)dlnow;
+    (void)ultotal;
+    (void)ulnow;
+    if (x->cancel != NULL && atomic_load(x->cancel) != 0) {
+        x->abort_rc = E_AGAIN;
+        return 1;
+    }
+    return 0;
+}
+
 static bool method_ok(const char *m)
 {
     if (m == NULL || *m == '\0' || strlen(m) > 16) {
@@ -164,6 +182,43 @@ static int map_curl_error(CURLcode cc, const char *detail, struct err *err)
     }
 }
 
+/* Whom to trust: nobody checked (insecure), PEM bytes, a PEM file, or the system's. */
+static int setup_tls(CURL *c, const struct httpc_request *req)
+{
+    int bad = 0;
+
+    if (req->insecure) {
+        bad |= curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 0L) != CURLE_OK;
+        bad |= curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 0L) != CURLE_OK;
+    } else if (req->ca_data != NULL) {
+        struct curl_blob blob = {
+            .data = (void *)(uintptr_t)req->ca_data, .len = req->ca_len, .flags = CURL_BLOB_COPY};
+        bad |= curl_easy_setopt(c, CURLOPT_CAINFO_BLOB, &blob) != CURLE_OK;
+    } else if (req->ca_file != NULL) {
+        bad |= curl_easy_setopt(c, CURLOPT_CAINFO, req->ca_file) != CURLE_OK;
+    }
+    return bad ? E_FAIL : E_OK;
+}
+
+/* The optional parts of the transfer: keepalive, cancelling, a unix socket. */
+static int setup_extras(CURL *c, const struct httpc_request *req, struct xfer *x)
+{
+    int bad = 0;
+
+    if (req->tcp_keepalive) {
+        bad |= curl_easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L) != CURLE_OK;
+    }
+    if (req->cancel != NULL) {
+        bad |= curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress) != CURLE_OK;
+        bad |= curl_easy_setopt(c, CURLOPT_XFERINFODATA, x) != CURLE_OK;
+        bad |= curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L) != CURLE_OK;
+    }
+    if (req->unix_socket != NULL) {
+        bad |= curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, req->unix_socket) != CURLE_OK;
+    }
+    return bad ? E_FAIL : E_OK;
+}
+
 static int setup(CURL *c, struct curl_slist **hdrs_out, const struct httpc_request *req,
                  struct xfer *x, char *errbuf)
 {
@@ -182,7 +237,9 @@ static int setup(CURL *c, struct curl_slist **hdrs_out, const struct httpc_reque
     bad |= curl_easy_setopt(c, CURLOPT_URL, req->url) != CURLE_OK;
     bad |= curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https") != CURLE_OK;
     bad |= curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L) != CURLE_OK;
-    bad |= curl_easy_setopt(c, CURLOPT_USERAGENT, HTTPC_USER_AGENT) != CURLE_OK;
+    bad |=
+        curl_easy_setopt(c, CURLOPT_USERAGENT,
+                         req->user_agent != NULL ? req->user_agent : HTTPC_USER_AGENT) != CURLE_OK;
     bad |= curl_easy_setopt(c, CURLOPT_HTTPHEADER, *hdrs_out) != CURLE_OK;
     bad |= curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, req->method) != CURLE_OK;
     bad |= curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, req->connect_timeout_ms) != CURLE_OK;
@@ -201,12 +258,8 @@ static int setup(CURL *c, struct curl_slist **hdrs_out, const struct httpc_reque
             curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->body_len) != CURLE_OK;
         bad |= curl_easy_setopt(c, CURLOPT_POSTFIELDS, body) != CURLE_OK;
     }
-    if (req->ca_file != NULL) {
-        bad |= curl_easy_setopt(c, CURLOPT_CAINFO, req->ca_file) != CURLE_OK;
-    }
-    if (req->unix_socket != NULL) {
-        bad |= curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, req->unix_socket) != CURLE_OK;
-    }
+    bad |= setup_tls(c, req) != E_OK;
+    bad |= setup_extras(c, req, x) != E_OK;
     return bad ? E_FAIL : E_OK;
 }
 
@@ -217,6 +270,7 @@ static int perform(struct httpc_response *out, const struct httpc_request *req,
                      .max_body = req->max_body,
                      .on_chunk = on_chunk,
                      .userdata = userdata,
+                     .cancel = req->cancel,
                      .abort_rc = E_OK};
     struct curl_slist *hdrs = NULL;
     char errbuf[CURL_ERROR_SIZE] = "";
@@ -244,6 +298,8 @@ static int perform(struct httpc_response *out, const struct httpc_request *req,
     curl_easy_getinfo(x.curl, CURLINFO_RESPONSE_CODE, &out->status);
     if (x.abort_rc == E_TOOBIG) {
         rc = err_set(err, E_TOOBIG, "response over the size cap");
+    } else if (x.abort_rc == E_AGAIN && x.cancel != NULL && atomic_load(x.cancel) != 0) {
+        rc = err_set(err, E_AGAIN, "request cancelled");
     } else if (x.abort_rc != E_OK) {
         rc = x.abort_rc;
     } else if (cc != CURLE_OK) {

@@ -1,10 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* A small blocking HTTP client over libcurl (the only file that includes curl.h). Every
+/* A small blocking HTTP client over libcurl (the only file that includes curl.h): the one
+ * HTTP client of the project (SCM REST clients, the kube client, the CLI, the runner). Every
  * response body is capped; "cannot connect" (E_AGAIN) is told apart from an HTTP error
  * status, which is a successful exchange whose status the caller inspects. */
 #ifndef DIVERGE_COMMON_HTTPC_H
 #define DIVERGE_COMMON_HTTPC_H
 
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "common/buf.h"
@@ -25,15 +28,27 @@ struct httpc_request {
     size_t max_body;            /* cap on the collected response body, bytes; 0: none */
     size_t max_headers;         /* cap on the kept response headers, bytes; 0: none */
     const char *ca_file;        /* PEM bundle to trust instead of the system's, or NULL */
+    const char *ca_data;        /* PEM bytes to trust instead of the system's (takes
+                                   precedence over ca_file), or NULL; borrowed */
+    size_t ca_len;              /* bytes of ca_data */
+    bool insecure;              /* no peer or host verification at all (kubeconfig's
+                                   insecure-skip-tls-verify, tests); overrides the CA */
     const char *unix_socket;    /* connect to this unix socket path instead of the URL's
                                    host and port (HTTP only), or NULL; borrowed */
+    const char *user_agent;     /* User-Agent; NULL: HTTPC_USER_AGENT; borrowed */
+    bool tcp_keepalive;         /* TCP keepalive probes (long idle streams notice a peer
+                                   that vanished without a FIN) */
+    const atomic_int *cancel;   /* checked as the transfer progresses (about once a second
+                                   when idle); non-zero stops it with E_AGAIN; or NULL */
 };
 
 #define HTTPC_REQUEST_DEFAULTS                                                                     \
     {                                                                                              \
         .method = "GET", .url = NULL, .headers = NULL, .body = NULL, .body_len = 0,                \
         .connect_timeout_ms = 5000, .timeout_ms = 30000, .max_body = 8u << 20,                     \
-        .max_headers = 64u << 10, .ca_file = NULL, .unix_socket = NULL                             \
+        .max_headers = 64u << 10, .ca_file = NULL, .ca_data = NULL, .ca_len = 0,                   \
+        .insecure = false, .unix_socket = NULL, .user_agent = NULL, .tcp_keepalive = false,        \
+        .cancel = NULL                                                                             \
     }
 
 /* What came back. Caller storage: httpc_response_init() before use (the request
@@ -56,7 +71,8 @@ const char *httpc_response_header(const struct httpc_response *r, const char *na
 /* Performs REQ and fills *OUT (initialised here; the caller cleans it up even on error).
  * Any HTTP status, 4xx and 5xx included, returns E_OK. Errors:
  *   E_AGAIN   the server could not be reached: name resolution, refused or timed-out
- *             connect, TLS handshake, connection dropped, or the timeout expired;
+ *             connect, TLS handshake, connection dropped, the timeout expired, or
+ *             REQ->cancel was set (err->msg "request cancelled");
  *   E_TOOBIG  the body or headers went over their caps;
  *   E_INVALID the URL or method is malformed or not http(s);
  *   E_FAIL    anything else.

@@ -1,156 +1,34 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* libcurl for the kube client. Not common/httpc: the API server needs what httpc does not
- * offer (a CA given as PEM bytes, insecure-skip-tls-verify, a bearer token re-read per
- * request, cancelling a long watch). Bodies are capped at KUBE_BODY_MAX; the token header
- * is wiped after each call. */
+/* The kube client's requests over common/httpc: the API server's headers (JSON, a bearer
+ * token re-read per request), its TLS settings (a CA given as PEM bytes or a file,
+ * insecure-skip-tls-verify) and its error answers. Bodies are capped at KUBE_BODY_MAX; the
+ * token header is wiped after each call. */
 #include "kube/kube_int.h"
 
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <curl/curl.h>
 #include <jansson.h>
 
-static pthread_once_t g_once = PTHREAD_ONCE_INIT;
-static CURLcode g_init_rc = CURLE_OK;
+#include "common/httpc.h"
 
-static void global_init(void)
+/* The request headers; the Authorization line is built in AUTH (wiped by the caller).
+ * LINES has room for four entries and ends NULL. */
+static void headers(const char *lines[4], const struct kube_http_req *req, struct buf *auth,
+                    const char *token, struct buf *ctype)
 {
-    g_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
-}
+    size_t n = 0;
 
-struct xfer {
-    CURL *curl;                      /* borrowed */
-    struct buf *body;                /* borrowed; capped */
-    const struct kube_http_req *req; /* borrowed */
-    int abort_rc;                    /* E_* that made a callback stop the transfer */
-};
-
-static size_t on_body(char *data, size_t size, size_t nmemb, void *userdata)
-{
-    struct xfer *x = userdata;
-    size_t n = size * nmemb;
-    long status = 0;
-
-    if (x->req->on_chunk != NULL) {
-        curl_easy_getinfo(x->curl, CURLINFO_RESPONSE_CODE, &status);
-        if (status >= 200 && status < 300) {
-            int rc = x->req->on_chunk(data, n, x->req->userdata);
-            if (rc != E_OK) {
-                x->abort_rc = rc;
-                return 0;
-            }
-            return n;
-        }
-    }
-    if (buf_append(x->body, data, n) != E_OK) {
-        x->abort_rc = E_TOOBIG;
-        return 0;
-    }
-    return n;
-}
-
-static int on_progress(void *userdata, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
-                       curl_off_t ulnow)
-{
-    struct xfer *x = userdata;
-
-    (void)dltotal;
-    (void)dlnow;
-    (void)ultotal;
-    (void)ulnow;
-    if (x->req->cancel != NULL && atomic_load(x->req->cancel) != 0) {
-        x->abort_rc = E_AGAIN;
-        return 1;
-    }
-    return 0;
-}
-
-static int map_curl_error(CURLcode cc, const char *detail, struct err *err)
-{
-    const char *msg = (detail != NULL && *detail != '\0') ? detail : curl_easy_strerror(cc);
-
-    switch (cc) {
-    case CURLE_COULDNT_RESOLVE_HOST:
-    case CURLE_COULDNT_CONNECT:
-    case CURLE_OPERATION_TIMEDOUT:
-    case CURLE_SSL_CONNECT_ERROR:
-    case CURLE_SEND_ERROR:
-    case CURLE_RECV_ERROR:
-    case CURLE_GOT_NOTHING:
-    case CURLE_PARTIAL_FILE:
-        return err_set(err, E_AGAIN, "kubernetes api: %s", msg);
-    default:
-        return err_set(err, E_FAIL, "kubernetes api: %s", msg);
-    }
-}
-
-static int setup_tls(CURL *c, const struct kube_config *cfg)
-{
-    int bad = 0;
-
-    if (cfg->insecure) {
-        bad |= curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 0L) != CURLE_OK;
-        bad |= curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 0L) != CURLE_OK;
-    } else if (cfg->ca_data != NULL) {
-        struct curl_blob blob = {.data = cfg->ca_data, .len = cfg->ca_len, .flags = CURL_BLOB_COPY};
-        bad |= curl_easy_setopt(c, CURLOPT_CAINFO_BLOB, &blob) != CURLE_OK;
-    } else if (cfg->ca_file != NULL) {
-        bad |= curl_easy_setopt(c, CURLOPT_CAINFO, cfg->ca_file) != CURLE_OK;
-    }
-    return bad ? E_FAIL : E_OK;
-}
-
-static int setup(CURL *c, struct curl_slist *hdrs, struct kube_config *cfg,
-                 const struct kube_http_req *req, struct xfer *x, char *errbuf)
-{
-    int bad = 0;
-
-    bad |= curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf) != CURLE_OK;
-    bad |= curl_easy_setopt(c, CURLOPT_URL, req->url) != CURLE_OK;
-    bad |= curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https") != CURLE_OK;
-    bad |= curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L) != CURLE_OK;
-    bad |= curl_easy_setopt(c, CURLOPT_USERAGENT, "diverge-kube") != CURLE_OK;
-    bad |= curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs) != CURLE_OK;
-    bad |= curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, req->method) != CURLE_OK;
-    bad |= curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, 5000L) != CURLE_OK;
-    /* A watch may idle for minutes: keepalive notices a peer that vanished without a FIN. */
-    bad |= curl_easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L) != CURLE_OK;
-    bad |= curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, req->timeout_ms) != CURLE_OK;
-    bad |= curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body) != CURLE_OK;
-    bad |= curl_easy_setopt(c, CURLOPT_WRITEDATA, x) != CURLE_OK;
-    bad |= curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress) != CURLE_OK;
-    bad |= curl_easy_setopt(c, CURLOPT_XFERINFODATA, x) != CURLE_OK;
-    bad |= curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L) != CURLE_OK;
-    if (req->body != NULL) {
-        bad |=
-            curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->body_len) != CURLE_OK;
-        bad |= curl_easy_setopt(c, CURLOPT_POSTFIELDS, req->body) != CURLE_OK;
-    }
-    bad |= setup_tls(c, cfg) != E_OK;
-    return bad ? E_FAIL : E_OK;
-}
-
-/* The request headers; the Authorization line is built in AUTH (wiped by the caller). */
-static struct curl_slist *headers(const struct kube_http_req *req, struct buf *auth,
-                                  const char *token, struct buf *ctype)
-{
-    struct curl_slist *h = curl_slist_append(NULL, "Expect:");
-
-    h = curl_slist_append(h, "Accept: application/json");
+    lines[n++] = "Accept: application/json";
     if (req->content_type != NULL) {
         (void)buf_printf(ctype, "Content-Type: %s", req->content_type);
-        h = curl_slist_append(h, ctype->data);
+        lines[n++] = ctype->data;
     }
     if (token != NULL) {
         (void)buf_printf(auth, "Authorization: Bearer %s", token);
-        h = curl_slist_append(h, auth->data);
+        lines[n++] = auth->data;
     }
-    if (h == NULL) {
-        abort(); /* out of memory */
-    }
-    return h;
+    lines[n] = NULL;
 }
 
 static void wipe_buf(struct buf *b)
@@ -164,56 +42,66 @@ static void wipe_buf(struct buf *b)
     buf_cleanup(b);
 }
 
+/* REQ for CFG's server as an httpc request whose header lines are LINES. */
+static void build(struct httpc_request *hr, const struct kube_config *cfg,
+                  const struct kube_http_req *req, const char *const *lines)
+{
+    hr->method = req->method;
+    hr->url = req->url;
+    hr->headers = lines;
+    hr->body = req->body;
+    hr->body_len = req->body_len;
+    hr->timeout_ms = req->timeout_ms;
+    hr->max_body = KUBE_BODY_MAX;
+    hr->user_agent = "diverge-kube";
+    /* A watch may idle for minutes: keepalive notices a peer that vanished without a FIN. */
+    hr->tcp_keepalive = true;
+    hr->cancel = req->cancel;
+    hr->insecure = cfg->insecure;
+    hr->ca_data = cfg->ca_data;
+    hr->ca_len = cfg->ca_len;
+    hr->ca_file = cfg->ca_file;
+}
+
 int kube_http_do(long *status_out, struct buf *body_out, struct kube_config *cfg,
                  const struct kube_http_req *req, struct err *err)
 {
-    struct xfer x = {.body = body_out, .req = req, .abort_rc = E_OK};
-    struct curl_slist *hdrs = NULL;
+    struct httpc_request hr = HTTPC_REQUEST_DEFAULTS;
+    struct httpc_response resp;
+    struct err herr = {0};
+    const char *lines[4];
     struct buf auth, ctype;
-    char errbuf[CURL_ERROR_SIZE] = "";
     char *token = NULL;
-    CURLcode cc;
     int rc;
 
     *status_out = 0;
     buf_init(&auth, 0);
     buf_init(&ctype, 512);
-    body_out->max = KUBE_BODY_MAX;
+    httpc_response_init(&resp);
     rc = kube_config_token_dup(&token, cfg, err);
     if (rc != E_OK) {
         return rc;
     }
-    pthread_once(&g_once, global_init);
-    if (g_init_rc != CURLE_OK) {
-        rc = err_set(err, E_FAIL, "libcurl init: %s", curl_easy_strerror(g_init_rc));
-        goto out;
+    headers(lines, req, &auth, token, &ctype);
+    build(&hr, cfg, req, lines);
+    if (req->on_chunk != NULL) {
+        rc = httpc_stream(&resp, &hr, req->on_chunk, req->userdata, &herr);
+    } else {
+        rc = httpc_request(&resp, &hr, &herr);
     }
-    x.curl = curl_easy_init();
-    if (x.curl == NULL) {
-        rc = err_set(err, E_FAIL, "libcurl: cannot create a handle");
-        goto out;
+    *status_out = resp.status;
+    /* The body moves to the caller's buffer, keeping its cap. */
+    buf_cleanup(body_out);
+    *body_out = resp.body;
+    body_out->max = KUBE_BODY_MAX;
+    buf_init(&resp.body, 0);
+    /* httpc leaves HERR alone when the chunk callback stopped the transfer: that callback
+     * has said why in ERR already. A request kube built that httpc calls malformed is ours
+     * to fail, not the caller's to fix. */
+    if (rc != E_OK && herr.code != E_OK) {
+        rc = err_set(err, rc == E_INVALID ? E_FAIL : rc, "kubernetes api: %s", herr.msg);
     }
-    hdrs = headers(req, &auth, token, &ctype);
-    if (setup(x.curl, hdrs, cfg, req, &x, errbuf) != E_OK) {
-        rc = err_set(err, E_FAIL, "libcurl rejected the request options");
-        goto out;
-    }
-    cc = curl_easy_perform(x.curl);
-    curl_easy_getinfo(x.curl, CURLINFO_RESPONSE_CODE, status_out);
-    if (x.abort_rc == E_TOOBIG) {
-        rc = err_set(err, E_TOOBIG, "kubernetes api: response over the size cap");
-    } else if (x.abort_rc == E_AGAIN && req->cancel != NULL && atomic_load(req->cancel) != 0) {
-        rc = err_set(err, E_AGAIN, "kubernetes api: request cancelled");
-    } else if (x.abort_rc != E_OK) {
-        rc = x.abort_rc;
-    } else if (cc != CURLE_OK) {
-        rc = map_curl_error(cc, errbuf, err);
-    }
-out:
-    curl_slist_free_all(hdrs);
-    if (x.curl != NULL) {
-        curl_easy_cleanup(x.curl);
-    }
+    httpc_response_cleanup(&resp);
     wipe_buf(&auth);
     buf_cleanup(&ctype);
     if (token != NULL) {

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Declarations shared by the kube/ sources only: the config's fields and the libcurl
- * transport. Nothing outside kube/ includes this. */
+/* Declarations shared by the kube/ sources only: the config's fields and the request
+ * helper over common/httpc. Nothing outside kube/ includes this. */
 #ifndef DIVERGE_KUBE_KUBE_INT_H
 #define DIVERGE_KUBE_KUBE_INT_H
 
@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "common/buf.h"
+#include "common/httpc.h"
 #include "kube/kube.h"
 
 struct kube_config {
@@ -33,10 +34,6 @@ struct kube_config *kube_config_new_empty(void);
  * and its length into *len_out. E_NOTFOUND, E_TOOBIG, E_FAIL. */
 int kube_read_file(char **out, size_t *len_out, const char *path, size_t max, struct err *err);
 
-/* Called with each piece of a 2xx body as it arrives; non-zero stops the transfer and
- * becomes kube_http_do's result. */
-typedef int (*kube_chunk_fn)(const char *data, size_t len, void *userdata);
-
 struct kube_http_req {
     const char *method;       /* "GET", "PUT", ... */
     const char *url;          /* full URL; borrowed */
@@ -44,15 +41,18 @@ struct kube_http_req {
     const char *body;         /* or NULL */
     size_t body_len;          /* bytes of body */
     long timeout_ms;          /* whole exchange; 0: none (watches) */
-    kube_chunk_fn on_chunk;   /* NULL: collect the body into *body_out */
+    httpc_chunk_fn on_chunk;  /* each piece of a 2xx body as it arrives; non-zero stops the
+                                 transfer and becomes kube_http_do's result. NULL: collect
+                                 the body into *body_out */
     void *userdata;           /* for on_chunk */
     const atomic_int *cancel; /* non-zero aborts the transfer (E_AGAIN); or NULL */
 };
 
-/* Performs REQ against CFG's server with its token and TLS settings. *status_out is the
- * HTTP status (0 when none); BODY_OUT (caller's, initialised, capped at KUBE_BODY_MAX here)
- * receives the body (only a non-2xx one when streaming). Errors: E_AGAIN (unreachable,
- * dropped, timed out, cancelled), E_TOOBIG, E_FAIL. */
+/* Performs REQ against CFG's server with its token and TLS settings, over common/httpc.
+ * *status_out is the HTTP status (0 when none); BODY_OUT (caller's, initialised; its contents
+ * are replaced, capped at KUBE_BODY_MAX) receives the body (only a non-2xx one when
+ * streaming). Errors: E_AGAIN (unreachable, dropped, timed out, cancelled), E_TOOBIG,
+ * E_FAIL. */
 int kube_http_do(long *status_out, struct buf *body_out, struct kube_config *cfg,
                  const struct kube_http_req *req, struct err *err);
 

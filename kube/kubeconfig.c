@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* kubeconfig files over libyaml's document loader: the current (or given) context, its
+/* kubeconfig files over common/yamldoc: the current (or given) context, its
  * cluster (server, certificate-authority[-data], insecure-skip-tls-verify) and user (token,
  * tokenFile). Every way of authenticating we do not implement (exec plugins, auth providers,
  * client certificates, basic auth) is refused by name rather than silently ignored. */
@@ -9,12 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <yaml.h>
+#include "common/yamldoc.h"
 
 struct kc {
-    yaml_document_t *doc; /* borrowed */
-    const char *name;     /* file name for messages; borrowed */
-    const char *dir;      /* directory relative paths resolve against; borrowed */
+    struct yamldoc *doc; /* borrowed */
+    const char *name;    /* file name for messages; borrowed */
+    const char *dir;     /* directory relative paths resolve against; borrowed */
 };
 
 /* NAME from the file, safe to put in a message: printable ASCII, at most 63 bytes. */
@@ -29,58 +29,47 @@ static void safe_copy(char out[64], const char *s)
     out[i] = '\0';
 }
 
-static yaml_node_t *get(const struct kc *k, yaml_node_t *map, const char *key)
+static const struct yamldoc_node *get(const struct kc *k, const struct yamldoc_node *map,
+                                      const char *key)
 {
-    if (map == NULL || map->type != YAML_MAPPING_NODE) {
-        return NULL;
-    }
-    for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top;
-         p++) {
-        yaml_node_t *kn = yaml_document_get_node(k->doc, p->key);
-        if (kn != NULL && kn->type == YAML_SCALAR_NODE && strlen(key) == kn->data.scalar.length &&
-            memcmp(kn->data.scalar.value, key, kn->data.scalar.length) == 0) {
-            return yaml_document_get_node(k->doc, p->value);
-        }
-    }
-    return NULL;
+    return yamldoc_get(k->doc, map, key);
 }
 
-/* The scalar text of N (NUL-terminated by libyaml), or NULL when N is not a scalar or holds
- * a NUL byte. */
-static const char *scalar(yaml_node_t *n)
+/* The scalar text of N (NUL-terminated), or NULL when N is not a scalar or holds a NUL
+ * byte. */
+static const char *scalar(const struct yamldoc_node *n)
 {
-    if (n == NULL || n->type != YAML_SCALAR_NODE) {
+    if (n == NULL || yamldoc_kind(n) != YAMLDOC_SCALAR) {
         return NULL;
     }
-    if (strlen((const char *)n->data.scalar.value) != n->data.scalar.length) {
+    if (strlen(yamldoc_scalar(n)) != yamldoc_scalar_len(n)) {
         return NULL;
     }
-    return (const char *)n->data.scalar.value;
+    return yamldoc_scalar(n);
 }
 
-static const char *get_str(const struct kc *k, yaml_node_t *map, const char *key)
+static const char *get_str(const struct kc *k, const struct yamldoc_node *map, const char *key)
 {
     return scalar(get(k, map, key));
 }
 
 /* The ITEM mapping ("cluster", "context", "user") of the entry named NAME in the list
  * under LIST ("clusters", ...), or NULL. */
-static yaml_node_t *find_named(const struct kc *k, const char *list, const char *item,
-                               const char *name)
+static const struct yamldoc_node *find_named(const struct kc *k, const char *list, const char *item,
+                                             const char *name)
 {
-    yaml_node_t *root = yaml_document_get_root_node(k->doc);
-    yaml_node_t *seq = get(k, root, list);
+    const struct yamldoc_node *root = yamldoc_root(k->doc);
+    const struct yamldoc_node *seq = get(k, root, list);
 
-    if (seq == NULL || seq->type != YAML_SEQUENCE_NODE) {
+    if (seq == NULL || yamldoc_kind(seq) != YAMLDOC_SEQUENCE) {
         return NULL;
     }
-    for (yaml_node_item_t *i = seq->data.sequence.items.start; i < seq->data.sequence.items.top;
-         i++) {
-        yaml_node_t *entry = yaml_document_get_node(k->doc, *i);
+    for (size_t i = 0; i < yamldoc_count(seq); i++) {
+        const struct yamldoc_node *entry = yamldoc_item(k->doc, seq, i);
         const char *n = get_str(k, entry, "name");
         if (n != NULL && strcmp(n, name) == 0) {
-            yaml_node_t *m = get(k, entry, item);
-            return (m != NULL && m->type == YAML_MAPPING_NODE) ? m : NULL;
+            const struct yamldoc_node *m = get(k, entry, item);
+            return (m != NULL && yamldoc_kind(m) == YAMLDOC_MAPPING) ? m : NULL;
         }
     }
     return NULL;
@@ -146,7 +135,7 @@ int kube_base64_decode(char **out, size_t *len_out, const char *s)
     return E_OK;
 }
 
-static int refuse_user_keys(const struct kc *k, yaml_node_t *user, const char *uname,
+static int refuse_user_keys(const struct kc *k, const struct yamldoc_node *user, const char *uname,
                             struct err *err)
 {
     static const struct {
@@ -179,7 +168,7 @@ static int load_user(struct kube_config *cfg, const struct kc *k, const char *un
                      struct err *err)
 {
     char uname[64];
-    yaml_node_t *user;
+    const struct yamldoc_node *user;
     const char *token, *file;
 
     safe_copy(uname, uname_raw);
@@ -209,7 +198,7 @@ static int load_user(struct kube_config *cfg, const struct kc *k, const char *un
     return E_OK;
 }
 
-static int load_ca(struct kube_config *cfg, const struct kc *k, yaml_node_t *cluster,
+static int load_ca(struct kube_config *cfg, const struct kc *k, const struct yamldoc_node *cluster,
                    const char *cname, struct err *err)
 {
     const char *data = get_str(k, cluster, "certificate-authority-data");
@@ -246,7 +235,7 @@ static int load_cluster(struct kube_config *cfg, const struct kc *k, const char 
                         struct err *err)
 {
     char cname[64];
-    yaml_node_t *cluster;
+    const struct yamldoc_node *cluster;
     const char *server;
     size_t n;
 
@@ -284,9 +273,9 @@ static int load_cluster(struct kube_config *cfg, const struct kc *k, const char 
 static int load_context(struct kube_config *cfg, const struct kc *k, const char *want,
                         struct err *err)
 {
-    yaml_node_t *root = yaml_document_get_root_node(k->doc);
+    const struct yamldoc_node *root = yamldoc_root(k->doc);
     const char *cur = want != NULL ? want : get_str(k, root, "current-context");
-    yaml_node_t *ctx;
+    const struct yamldoc_node *ctx;
     const char *cluster, *user, *ns;
     char cname[64];
     int rc;
@@ -323,27 +312,27 @@ static int load_context(struct kube_config *cfg, const struct kc *k, const char 
 int kube_config_load_kubeconfig(struct kube_config **out, const char *name, const char *dir,
                                 const char *data, size_t len, const char *context, struct err *err)
 {
-    yaml_parser_t parser;
-    yaml_document_t doc;
+    struct yamldoc_reader *reader = NULL;
+    struct yamldoc_syntax syn = {0};
+    struct yamldoc *doc = NULL;
     struct kube_config *cfg = NULL;
-    struct kc k = {.doc = &doc, .name = name, .dir = dir};
+    struct kc k = {.doc = NULL, .name = name, .dir = dir};
     int rc;
 
     *out = NULL;
     if (len > KUBE_CONFIG_MAX) {
         return err_set(err, E_TOOBIG, "%s: larger than %u bytes", name, KUBE_CONFIG_MAX);
     }
-    if (!yaml_parser_initialize(&parser)) {
+    if (yamldoc_reader_new(&reader, data, len) != E_OK) {
         return err_set(err, E_FAIL, "libyaml: cannot initialise a parser");
     }
-    yaml_parser_set_input_string(&parser, (const unsigned char *)data, len);
-    if (!yaml_parser_load(&parser, &doc)) {
-        rc = err_set(err, E_INVALID, "%s:%zu: malformed yaml", name, parser.problem_mark.line + 1);
-        yaml_parser_delete(&parser);
+    if (yamldoc_next(&doc, reader, &syn) != E_OK) {
+        rc = err_set(err, E_INVALID, "%s:%zu: malformed yaml", name, syn.line);
+        yamldoc_reader_free(reader);
         return rc;
     }
-    if (yaml_document_get_root_node(&doc) == NULL ||
-        yaml_document_get_root_node(&doc)->type != YAML_MAPPING_NODE) {
+    k.doc = doc;
+    if (yamldoc_root(doc) == NULL || yamldoc_kind(yamldoc_root(doc)) != YAMLDOC_MAPPING) {
         rc = err_set(err, E_INVALID, "%s: not a kubeconfig (no top-level mapping)", name);
         goto out;
     }
@@ -355,7 +344,7 @@ int kube_config_load_kubeconfig(struct kube_config **out, const char *name, cons
     }
 out:
     kube_config_free(cfg);
-    yaml_document_delete(&doc);
-    yaml_parser_delete(&parser);
+    yamldoc_free(doc);
+    yamldoc_reader_free(reader);
     return rc;
 }
