@@ -14,7 +14,7 @@
 #include "common/secret.h"
 #include "controller/controller_int.h"
 #include "kube/kube.h"
-#include "controller/sandbox.h"
+#include "sandbox/sandbox.h"
 
 /* Provider none (or one this build cannot run): only the token lifecycle. */
 static enum controller_action decide_tokens_only(const struct task_view *v,
@@ -170,7 +170,7 @@ int controller_write_token_file(struct controller *c, const char *ns, const char
     /* A unique temporary name: two reconciles of one task may write at the same time. */
     secret_random(&nonce, sizeof(nonce));
     tmp = xasprintf("%s.%08x.tmp", path, nonce);
-    if (controller_mkdirs(path, false) != 0) {
+    if (sandbox_mkdirs(path, false) != 0) {
         rc = err_set(err, E_FAIL, "create the directory of %s: %s", path, strerror(errno));
         goto out;
     }

@@ -7,7 +7,7 @@
 #include <stdatomic.h>
 
 #include "controller/controller.h"
-#include "controller/sandbox.h"
+#include "sandbox/sandbox.h"
 
 /* A task whose active time is being counted (it has a live, unfrozen sandbox). */
 struct controller_timer {
@@ -57,7 +57,7 @@ struct controller {
     struct store_worker *worker;               /* owned; NULL in manual mode */
     struct controller_mirror_job *mirror_jobs; /* fetches running or done (notes_lock) */
 
-    /* Egress (sandbox_egress.c): --sandbox-network proxy (tasks may say otherwise), and
+    /* Egress (egress.c): --sandbox-network proxy (tasks may say otherwise), and
      * the --sandbox-allow-host rules plus the server's own addresses (owned). */
     bool network_proxy;
     struct egress_policy *egress_policy;
@@ -130,7 +130,7 @@ int controller_mint_for(char **token_out, char **id_out, struct controller *c, c
 
 #define CONTROLLER_WAITING_PREFIX "sandbox provider"
 
-/* --- per-task meter sockets (sandbox_meter.c) --- */
+/* --- per-task meter sockets (meter_socket.c) --- */
 /* Removes the meter socket directories a previous server left (its sandboxes died). */
 void controller_meter_sweep(const struct controller *c);
 /* For a sandbox start on this host: opens the task's own meter socket into *OUT and
@@ -140,7 +140,7 @@ void controller_meter_sweep(const struct controller *c);
 int controller_meter_open(struct sandbox_meter **out, struct controller *c, const char *log_path,
                           char **env, size_t *n, struct err *err);
 
-/* --- egress (sandbox_egress.c) --- */
+/* --- egress (egress.c) --- */
 /* Reads the network flags of CFG into C (E_INVALID with the reason for bad ones) and
  * removes proxy sockets a previous server left. */
 int controller_egress_init(struct controller *c, const struct controller_config *cfg,
@@ -211,12 +211,6 @@ int controller_push_size(int64_t *bytes_out, const char *staging, const char *mi
 
 /* Frees C's memory (the threads must not run). */
 void controller_destroy(struct controller *c);
-
-/* mkdir -p of PATH's parent directories (and PATH itself when LAST), mode 0700. */
-int controller_mkdirs(const char *path, bool last);
-
-void controller_log_event(const char *path, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
 
 /* git plumbing (workspace.c). ARGV starts with "git"; output goes to LOG_PATH. No SCM
  * credentials: only controller_mirror and controller_push give git any. */

@@ -34,7 +34,7 @@ static void reconcile_one(struct controller *c, const char *ns, const char *name
 /* A deleted task: nothing of it runs, its files go (its log stays unless DROP_LOG). */
 static void forget(struct controller *c, const char *ns, const char *name, bool drop_log)
 {
-    char *log = controller_log_path(c->data_dir, ns, name);
+    char *log = sandbox_log_path(c->data_dir, ns, name);
 
     pthread_mutex_lock(&c->lock);
     controller_timer_set(c, ns, name, 0);
@@ -49,7 +49,7 @@ static void forget(struct controller *c, const char *ns, const char *name, bool 
     }
     pthread_mutex_unlock(&c->lock);
     if (!drop_log) {
-        controller_log_event(log, "[diverge] task deleted: sandbox stopped");
+        sandbox_log_event(log, "[diverge] task deleted: sandbox stopped");
     }
     free(log);
 }

@@ -328,8 +328,8 @@ static void reconcile_cleanup(struct reconcile *r)
 static void log_draft_pr(struct controller *c, const struct reconcile *r)
 {
     if (r->draft_pr != NULL) {
-        char *log = controller_log_path(c->data_dir, r->ns, r->name);
-        controller_log_event(log, "[diverge] draft pull request queued (%s)", r->draft_pr);
+        char *log = sandbox_log_path(c->data_dir, r->ns, r->name);
+        sandbox_log_event(log, "[diverge] draft pull request queued (%s)", r->draft_pr);
         free(log);
     }
 }
@@ -346,12 +346,12 @@ static void log_pull_request(struct controller *c, const struct reconcile *r)
     }
     marker = xasprintf("%s/run/%s.%s.pr", c->data_dir, r->ns, r->name);
 
-    (void)controller_mkdirs(marker, false);
+    (void)sandbox_mkdirs(marker, false);
     fd = open(marker, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd >= 0) {
-        char *log = controller_log_path(c->data_dir, r->ns, r->name);
+        char *log = sandbox_log_path(c->data_dir, r->ns, r->name);
         close(fd);
-        controller_log_event(log, "[diverge] draft pull request: %s", r->pr_url);
+        sandbox_log_event(log, "[diverge] draft pull request: %s", r->pr_url);
         free(log);
     }
     free(marker);

@@ -189,21 +189,27 @@ static int open_provider(struct controller *c, const struct controller_config *c
                          const char *state, struct err *err)
 {
     if (strcmp(c->provider, "process") == 0) {
-        return sandbox_process_new(&c->sandboxes, state, err);
+        struct sandbox_process_opts o = {
+            .state_dir = state, .on_exit = controller_on_exit, .on_exit_userdata = c};
+        return sandbox_process_new(&c->sandboxes, &o, err);
     }
     if (strcmp(c->provider, "local") == 0) {
         struct sandbox_local_opts o = {.user = cfg->sandbox_user,
                                        .memory_bytes = cfg->sandbox_memory,
                                        .pids = cfg->sandbox_pids,
                                        .cpus_milli = cfg->sandbox_cpus_milli,
-                                       .state_dir = state};
+                                       .state_dir = state,
+                                       .on_exit = controller_on_exit,
+                                       .on_exit_userdata = c};
         return sandbox_local_new(&c->sandboxes, &o, err);
     }
     if (strcmp(c->provider, "agent-sandbox") == 0 && cfg->kube != NULL) {
         struct sandbox_agent_opts o = {.kube = cfg->kube,
                                        .warm_pool = cfg->sandbox_warm_pool,
                                        .poll_ms = cfg->sandbox_poll_ms,
-                                       .data_dir = c->data_dir};
+                                       .data_dir = c->data_dir,
+                                       .on_exit = controller_on_exit,
+                                       .on_exit_userdata = c};
         return sandbox_agent_new(&c->sandboxes, &o, err);
     }
     if (strcmp(c->provider, "agent-sandbox") == 0) {
@@ -231,8 +237,6 @@ int controller_sandboxes_open(struct controller *c, const struct controller_conf
     if (rc != E_OK || c->sandboxes == NULL) {
         return rc;
     }
-    c->sandboxes->on_exit = controller_on_exit;
-    c->sandboxes->on_exit_userdata = c;
     c->problem = sandbox_probe(c->sandboxes);
     /* agent-sandbox: the runner is the sandbox image's. */
     if (c->problem == NULL && strcmp(c->provider, "agent-sandbox") != 0 &&

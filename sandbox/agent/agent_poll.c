@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The agent-sandbox provider's poll thread (see sandbox_agent.c): what the cluster says of
+/* The agent-sandbox provider's poll thread (see agent.c): what the cluster says of
  * each live claim becomes the box's state, so status() never calls the API server. */
 #define _GNU_SOURCE
 #include <stdlib.h>
@@ -7,8 +7,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "controller/controller_int.h"
-#include "controller/sandbox_agent_int.h"
+#include "sandbox/agent/agent_int.h"
 #include "common/log.h"
 #include "kube/kube.h"
 #include "store/store.h"
@@ -110,8 +109,8 @@ static bool poll_apply(struct agent_provider *ap, const struct poll_item *it, co
         if (o.state == SANDBOX_EXITED || b->state == SANDBOX_RUNNING) {
             tell = o.state == SANDBOX_EXITED;
             if (o.state == SANDBOX_EXITED) {
-                controller_log_event(b->log_path, "[diverge] sandbox %s: %s (exit %d)", b->claim,
-                                     claim == NULL ? "claim gone" : "runner finished", o.exit_code);
+                sandbox_log_event(b->log_path, "[diverge] sandbox %s: %s (exit %d)", b->claim,
+                                  claim == NULL ? "claim gone" : "runner finished", o.exit_code);
             }
             b->state = o.state;
             b->exit_code = o.exit_code;
@@ -251,7 +250,7 @@ static struct agent_box *adopted_box(struct agent_provider *ap, const char *data
     b->name = xstrdup(task);
     b->claim = claim;
     b->token_path = xasprintf("%s/tokens/%s/%s/token", data_dir, ns, task);
-    b->log_path = controller_log_path(data_dir, ns, task);
+    b->log_path = sandbox_log_path(data_dir, ns, task);
     b->state = o.state;
     b->exit_code = o.exit_code;
     b->ip = o.ip != NULL && o.state == SANDBOX_RUNNING ? xstrdup(o.ip) : NULL;
@@ -291,10 +290,10 @@ static void adopted_staging_check(const char *data_dir, const struct agent_box *
     struct stat st;
 
     if (claim_pushes(doc) && stat(dir, &st) != 0) {
-        controller_log_event(b->log_path,
-                             "[diverge] no staging repository for this task on this replica: "
-                             "the replicas must share <data-dir>/staging and <data-dir>/mirrors "
-                             "(the sandbox's push cannot be delivered)");
+        sandbox_log_event(b->log_path,
+                          "[diverge] no staging repository for this task on this replica: "
+                          "the replicas must share <data-dir>/staging and <data-dir>/mirrors "
+                          "(the sandbox's push cannot be delivered)");
         log_kv(LOG_WARN, "sandbox_staging_missing", "namespace", b->ns, "task", b->name, NULL);
     }
     free(dir);
@@ -313,7 +312,7 @@ static void adopt_one(struct agent_provider *ap, const char *data_dir, const jso
         return;
     }
     b = adopted_box(ap, data_dir, ns, task, claim, doc, sb);
-    controller_log_event(b->log_path, "[diverge] sandbox claim %s/%s adopted", ns, b->claim);
+    sandbox_log_event(b->log_path, "[diverge] sandbox claim %s/%s adopted", ns, b->claim);
     adopted_staging_check(data_dir, b, doc);
     pthread_mutex_lock(&ap->lock);
     if (*agent_find(ap, ns, task) == NULL) {

@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* What sandbox_agent.c (the operations) and sandbox_agent_poll.c (the poll thread) of the
+/* What agent.c (the operations) and agent_poll.c (the poll thread) of the
  * agent-sandbox provider share. */
-#ifndef DIVERGE_CONTROLLER_SANDBOX_AGENT_INT_H
-#define DIVERGE_CONTROLLER_SANDBOX_AGENT_INT_H
+#ifndef DIVERGE_SANDBOX_AGENT_INT_H
+#define DIVERGE_SANDBOX_AGENT_INT_H
 
 #include <pthread.h>
 
-#include "controller/sandbox_agent.h"
+#include "sandbox/agent/sandbox_agent.h"
 
 struct kube_client;
 
@@ -26,7 +26,7 @@ struct agent_box {
     struct agent_box *next;
 };
 
-/* Frees B and everything it owns (sandbox_agent.c). */
+/* Frees B and everything it owns (agent.c). */
 void agent_box_free(struct agent_box *b);
 
 struct agent_provider {

@@ -37,21 +37,6 @@ static void remove_dir(const char *dir)
     free(sock);
 }
 
-void sandbox_meter_free(struct sandbox_meter *m)
-{
-    if (m == NULL) {
-        return;
-    }
-    if (m->close != NULL) {
-        m->close(m->server); /* no connection is left when it returns */
-    }
-    if (m->dir != NULL) {
-        remove_dir(m->dir);
-    }
-    free(m->dir);
-    free(m);
-}
-
 void controller_meter_sweep(const struct controller *c)
 {
     char *root = meter_root(c);
@@ -85,7 +70,7 @@ static int make_dir(char **out, const struct controller *c, struct err *err)
         snprintf(hex + 2 * i, 3, "%02x", nonce[i]);
     }
     *out = xasprintf("%s/%s", root, hex);
-    if (controller_mkdirs(*out, true) != 0) {
+    if (sandbox_mkdirs(*out, true) != 0) {
         rc = err_set(err, E_FAIL, "create %s: %s", *out, strerror(errno));
         free(*out);
         *out = NULL;
@@ -154,9 +139,9 @@ int controller_meter_open(struct sandbox_meter **out, struct controller *c, cons
         return E_OK;
     }
     if (!fits) {
-        controller_log_event(log_path, "[diverge] no meter socket: the data dir path is too long "
-                                       "for a unix socket; the runner meters over "
-                                       "DIVERGE_METER_URL");
+        sandbox_log_event(log_path, "[diverge] no meter socket: the data dir path is too long "
+                                    "for a unix socket; the runner meters over "
+                                    "DIVERGE_METER_URL");
         return E_OK;
     }
     m = xcalloc(1, sizeof(*m));

@@ -22,8 +22,7 @@
 
 #include "common/log.h"
 #include "common/secret.h"
-#include "controller/controller_int.h"
-#include "controller/sandbox_agent_int.h"
+#include "sandbox/agent/agent_int.h"
 #include "kube/kube.h"
 
 #define POLL_DEFAULT_MS 2000
@@ -179,8 +178,8 @@ static int agent_start(struct sandbox_provider *p, const struct sandbox_spec *s,
         free(claim);
         return rc;
     }
-    controller_log_event(s->log_path, "[diverge] sandbox claim %s/%s (warm pool %s)", s->ns, claim,
-                         ap->pool);
+    sandbox_log_event(s->log_path, "[diverge] sandbox claim %s/%s (warm pool %s)", s->ns, claim,
+                      ap->pool);
     pthread_mutex_lock(&ap->lock);
     pp = agent_find(ap, s->ns, s->name);
     if (*pp == NULL) {
@@ -325,11 +324,11 @@ static int agent_suspend(struct sandbox_provider *p, const char *ns, const char 
     rc = set_mode(ap, ns, name, "Suspended", err);
     if (rc == E_AGAIN) {
         /* Not bound yet: the poll suspends the Sandbox as soon as the claim names it. */
-        controller_log_event(log, "[diverge] sandbox not bound yet: suspended once it is");
+        sandbox_log_event(log, "[diverge] sandbox not bound yet: suspended once it is");
         rc = E_OK;
     } else if (rc == E_OK) {
-        controller_log_event(log, "[diverge] sandbox operatingMode Suspended (agent-sandbox "
-                                  "deletes the pod and keeps the Sandbox and its volumes)");
+        sandbox_log_event(log, "[diverge] sandbox operatingMode Suspended (agent-sandbox "
+                               "deletes the pod and keeps the Sandbox and its volumes)");
     }
     if (rc == E_OK) {
         pthread_mutex_lock(&ap->lock);
@@ -505,7 +504,7 @@ static void agent_stop(struct sandbox_provider *p, const char *ns, const char *n
         log_kv(LOG_WARN, "sandbox_claim_delete_failed", "namespace", ns, "claim", claim, "error",
                err.msg, NULL);
     } else if (rc == E_OK && b != NULL) {
-        controller_log_event(b->log_path, "[diverge] sandbox claim %s deleted", claim);
+        sandbox_log_event(b->log_path, "[diverge] sandbox claim %s deleted", claim);
     }
     token_delete(ap, ns, name);
     if (b != NULL) {
@@ -564,6 +563,8 @@ int sandbox_agent_new(struct sandbox_provider **out, const struct sandbox_agent_
     }
     ap = xcalloc(1, sizeof(*ap));
     ap->base.ops = &agent_ops;
+    ap->base.on_exit = o->on_exit;
+    ap->base.on_exit_userdata = o->on_exit_userdata;
     ap->kube = o->kube;
     ap->pool = xstrdup(o->warm_pool);
     ap->poll_ms = o->poll_ms > 0 ? o->poll_ms : POLL_DEFAULT_MS;
