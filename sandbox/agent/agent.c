@@ -25,7 +25,6 @@
 #include "sandbox/agent/agent_int.h"
 #include "kube/kube.h"
 
-#define POLL_DEFAULT_MS 2000
 #define TOKEN_FILE_MAX 8192
 
 static struct agent_provider *to_agent(struct sandbox_provider *p)
@@ -515,7 +514,7 @@ static void agent_stop(struct sandbox_provider *p, const char *ns, const char *n
 
 static void agent_free(struct sandbox_provider *p);
 
-static const struct sandbox_provider_ops agent_ops = {
+const struct sandbox_provider_ops agent_ops = {
     .name = "agent-sandbox",
     .start = agent_start,
     .suspend = agent_suspend,
@@ -545,46 +544,4 @@ static void agent_free(struct sandbox_provider *p)
     pthread_cond_destroy(&ap->cond);
     free(ap->pool);
     free(ap);
-}
-
-int sandbox_agent_new(struct sandbox_provider **out, const struct sandbox_agent_opts *o,
-                      struct err *err)
-{
-    struct agent_provider *ap;
-    pthread_condattr_t ca;
-
-    if (o->kube == NULL) {
-        return err_set(err, E_INVALID, "agent-sandbox needs a Kubernetes client");
-    }
-    if (o->warm_pool == NULL || o->warm_pool[0] == '\0') {
-        return err_set(err, E_INVALID,
-                       "agent-sandbox needs a warm pool (--sandbox-warm-pool or "
-                       "DIVERGE_SANDBOX_WARMPOOL)");
-    }
-    ap = xcalloc(1, sizeof(*ap));
-    ap->base.ops = &agent_ops;
-    ap->base.on_exit = o->on_exit;
-    ap->base.on_exit_userdata = o->on_exit_userdata;
-    ap->kube = o->kube;
-    ap->pool = xstrdup(o->warm_pool);
-    ap->poll_ms = o->poll_ms > 0 ? o->poll_ms : POLL_DEFAULT_MS;
-    pthread_mutex_init(&ap->lock, NULL);
-    pthread_mutex_init(&ap->op_lock, NULL);
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&ap->cond, &ca);
-    pthread_condattr_destroy(&ca);
-    if (pthread_create(&ap->thread, NULL, agent_poll_thread, ap) != 0) {
-        pthread_mutex_destroy(&ap->lock);
-        pthread_mutex_destroy(&ap->op_lock);
-        pthread_cond_destroy(&ap->cond);
-        free(ap->pool);
-        free(ap);
-        return err_set(err, E_FAIL, "cannot start the agent-sandbox poll thread");
-    }
-    if (o->data_dir != NULL) {
-        agent_adopt(ap, o->data_dir);
-    }
-    *out = &ap->base;
-    return E_OK;
 }

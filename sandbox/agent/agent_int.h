@@ -42,6 +42,9 @@ struct agent_provider {
     pthread_t thread;
 };
 
+/* The provider's operations (agent.c); sandbox_agent_new (agent_poll.c) makes one. */
+extern const struct sandbox_provider_ops agent_ops;
+
 /* The box of NS/NAME (*result NULL: none), with AP->lock held. */
 struct agent_box **agent_find(struct agent_provider *ap, const char *ns, const char *name);
 

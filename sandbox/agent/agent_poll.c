@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The agent-sandbox provider's poll thread (see agent.c): what the cluster says of
- * each live claim becomes the box's state, so status() never calls the API server. */
+/* The agent-sandbox provider's poll thread (the operations are agent.c's): what the
+ * cluster says of each live claim becomes the box's state, so status() never calls the
+ * API server; the claims a previous server left are adopted; and the provider is made
+ * here, as making it starts that thread and adopts them. */
 #define _GNU_SOURCE
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +13,8 @@
 #include "common/log.h"
 #include "kube/kube.h"
 #include "store/store.h"
+
+#define POLL_DEFAULT_MS 2000
 
 /* --- the poll thread ------------------------------------------------------------------- */
 
@@ -345,4 +349,48 @@ void agent_adopt(struct agent_provider *ap, const char *data_dir)
         adopt_one(ap, data_dir, item);
     }
     json_decref(items);
+}
+
+/* --- the provider ---------------------------------------------------------------------- */
+
+int sandbox_agent_new(struct sandbox_provider **out, const struct sandbox_agent_opts *o,
+                      struct err *err)
+{
+    struct agent_provider *ap;
+    pthread_condattr_t ca;
+
+    if (o->kube == NULL) {
+        return err_set(err, E_INVALID, "agent-sandbox needs a Kubernetes client");
+    }
+    if (o->warm_pool == NULL || o->warm_pool[0] == '\0') {
+        return err_set(err, E_INVALID,
+                       "agent-sandbox needs a warm pool (--sandbox-warm-pool or "
+                       "DIVERGE_SANDBOX_WARMPOOL)");
+    }
+    ap = xcalloc(1, sizeof(*ap));
+    ap->base.ops = &agent_ops;
+    ap->base.on_exit = o->on_exit;
+    ap->base.on_exit_userdata = o->on_exit_userdata;
+    ap->kube = o->kube;
+    ap->pool = xstrdup(o->warm_pool);
+    ap->poll_ms = o->poll_ms > 0 ? o->poll_ms : POLL_DEFAULT_MS;
+    pthread_mutex_init(&ap->lock, NULL);
+    pthread_mutex_init(&ap->op_lock, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&ap->cond, &ca);
+    pthread_condattr_destroy(&ca);
+    if (pthread_create(&ap->thread, NULL, agent_poll_thread, ap) != 0) {
+        pthread_mutex_destroy(&ap->lock);
+        pthread_mutex_destroy(&ap->op_lock);
+        pthread_cond_destroy(&ap->cond);
+        free(ap->pool);
+        free(ap);
+        return err_set(err, E_FAIL, "cannot start the agent-sandbox poll thread");
+    }
+    if (o->data_dir != NULL) {
+        agent_adopt(ap, o->data_dir);
+    }
+    *out = &ap->base;
+    return E_OK;
 }
