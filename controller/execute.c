@@ -17,64 +17,6 @@
 
 enum start_mode { START_FRESH, START_RESTART, START_RESUME };
 
-static uid_t g_chown_uid; /* nftw has no userdata: guarded by the controller lock */
-static gid_t g_chown_gid;
-
-static int chown_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return lchown(path, g_chown_uid, g_chown_gid) == 0 ? 0 : -1;
-}
-
-/* Lets the sandbox user's group search (not list, not read) the directories from the
- * data dir down to PATH's parent: bubblewrap, running as that user, resolves the bind
- * sources by name. Files keep their owner-only modes. */
-static void reach(struct controller *c, const char *path)
-{
-    size_t base = strlen(c->data_dir);
-    char *p = xstrdup(path);
-
-    for (size_t i = base; p[i] != '\0'; i++) {
-        if (p[i] == '/' || i == base) {
-            char save = p[i];
-            p[i] = '\0';
-            if (chown(p, (uid_t)-1, c->sandbox_gid) == 0) {
-                (void)chmod(p, 0710);
-            }
-            p[i] = save;
-        }
-    }
-    free(p);
-}
-
-void controller_expose_socket(struct controller *c, const char *path)
-{
-    if (!c->chown_files) {
-        return;
-    }
-    reach(c, path);
-    if (chown(path, (uid_t)-1, c->sandbox_gid) == 0) {
-        (void)chmod(path, 0660);
-    }
-}
-
-/* Gives PATH (recursively) to the sandbox user when the server runs as root. */
-static int give(struct controller *c, const char *path, struct err *err)
-{
-    if (!c->chown_files) {
-        return E_OK;
-    }
-    reach(c, path);
-    g_chown_uid = c->sandbox_uid;
-    g_chown_gid = c->sandbox_gid;
-    if (nftw(path, chown_one, 16, FTW_PHYS) != 0) {
-        return err_set(err, E_FAIL, "chown %s: %s", path, strerror(errno));
-    }
-    return E_OK;
-}
-
 static int remove_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
     (void)sb;
@@ -239,19 +181,19 @@ static int prepare(struct controller *c, struct reconcile *r, struct paths *p, s
         rc = controller_staging(p->staging, p->log, err);
     }
     if (rc == E_OK) {
-        rc = give(c, p->workspace, err);
+        rc = controller_give(c, p->workspace, err);
     }
     if (rc == E_OK) {
-        rc = give(c, p->state, err);
+        rc = controller_give(c, p->state, err);
     }
     if (rc == E_OK) {
-        rc = give(c, p->staging, err);
+        rc = controller_give(c, p->staging, err);
     }
     if (rc == E_OK) {
-        rc = give(c, p->token_dir, err);
+        rc = controller_give(c, p->token_dir, err);
     }
     if (rc == E_OK && p->mirror != NULL) {
-        rc = give(c, p->mirror, err);
+        rc = controller_give(c, p->mirror, err);
     }
     return rc;
 }

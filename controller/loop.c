@@ -114,6 +114,35 @@ static void config_release(const struct controller_config *cfg)
     }
 }
 
+/* Frees C's memory (the threads must not run). */
+static void controller_destroy(struct controller *c)
+{
+    secret_wipe(c->root_key, sizeof(c->root_key));
+    free(c->data_dir);
+    free(c->provider);
+    free(c->meter_url);
+    free(c->meter_socket);
+    free(c->runner_path);
+    free(c->agent_cmd);
+    free(c->verify_cmd);
+    free(c->problem);
+    if (c->kube_owned) {
+        kube_client_free(c->kube);
+    }
+    controller_egress_cleanup(c);
+    controller_disk_cleanup(c);
+    free(c->preview_base);
+    free(c->github_api_url);
+    if (c->git_auth.free != NULL) {
+        c->git_auth.free(c->git_auth.userdata);
+    }
+    pthread_mutex_destroy(&c->lock);
+    pthread_mutex_destroy(&c->notes_lock);
+    pthread_mutex_destroy(&c->active_lock);
+    pthread_cond_destroy(&c->notes_cond);
+    free(c);
+}
+
 int controller_new(struct controller **out, struct task_store *store,
                    const struct controller_config *cfg, struct err *err)
 {

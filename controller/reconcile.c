@@ -21,12 +21,6 @@ static bool needs_token(enum controller_action a)
            a == CONTROLLER_THAW || a == CONTROLLER_RESUME_START;
 }
 
-static bool finishes(enum controller_action a)
-{
-    return a == CONTROLLER_COMPLETE || a == CONTROLLER_FAIL_RUNNER || a == CONTROLLER_TIMEOUT ||
-           a == CONTROLLER_FAIL_SANDBOX || a == CONTROLLER_DISK_LIMIT;
-}
-
 static char *dup_or_null(const json_t *v)
 {
     return json_is_string(v) && json_string_length(v) > 0 ? xstrdup(json_string_value(v)) : NULL;
@@ -521,9 +515,4 @@ int controller_reconcile(struct controller *c, const char *ns, const char *name,
 const char *controller_sandbox_problem(const struct controller *c)
 {
     return c != NULL ? c->problem : NULL;
-}
-
-bool controller_finishes(enum controller_action a)
-{
-    return finishes(a);
 }

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The tick thread that reconciles tasks whose runner exited or whose time is up (and
- * checkpoints the counted time of running tasks), timers, and the sandbox provider. */
+/* The tick thread that reconciles the tasks notes.c queued (runner exits) and those whose
+ * time is up (and checkpoints the counted time of running tasks), and the sandbox
+ * provider, made with notes.c's controller_on_exit as its exit callback. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -16,51 +17,7 @@
 #include "common/log.h"
 #include "controller/controller_int.h"
 
-/* --- timers and the tick thread --------------------------------------------------- */
-
-void controller_timer_set(struct controller *c, const char *ns, const char *name,
-                          int64_t deadline_ms)
-{
-    struct controller_timer **pp, *t = NULL;
-
-    pthread_mutex_lock(&c->notes_lock);
-    for (pp = &c->timers; *pp != NULL; pp = &(*pp)->next) {
-        if (strcmp((*pp)->ns, ns) == 0 && strcmp((*pp)->name, name) == 0) {
-            t = *pp;
-            break;
-        }
-    }
-    if (deadline_ms <= 0 && t != NULL) {
-        *pp = t->next;
-        free(t->ns);
-        free(t->name);
-        free(t);
-    } else if (deadline_ms > 0) {
-        if (t == NULL) {
-            t = xcalloc(1, sizeof(*t));
-            t->ns = xstrdup(ns);
-            t->name = xstrdup(name);
-            t->next = c->timers;
-            c->timers = t;
-        }
-        t->deadline_ms = deadline_ms;
-    }
-    pthread_mutex_unlock(&c->notes_lock);
-}
-
-void controller_on_exit(const char *ns, const char *name, void *userdata)
-{
-    struct controller *c = userdata;
-    struct controller_note *n = xcalloc(1, sizeof(*n));
-
-    n->ns = xstrdup(ns);
-    n->name = xstrdup(name);
-    pthread_mutex_lock(&c->notes_lock);
-    n->next = c->notes;
-    c->notes = n;
-    pthread_cond_signal(&c->notes_cond);
-    pthread_mutex_unlock(&c->notes_lock);
-}
+/* --- the tick thread ---------------------------------------------------------------- */
 
 static void reconcile_note(struct controller *c, struct controller_note *n)
 {
