@@ -118,6 +118,10 @@ void controller_forget_task(struct controller *c, const char *ns, const char *na
 void controller_expose_socket(struct controller *c, const char *path);
 /* Gives PATH (recursively) to the sandbox user when the server runs as root. E_FAIL. */
 int controller_give(struct controller *c, const char *path, struct err *err);
+/* Creates <data-dir>/KIND/<16 random hex> (0700, a task's socket directory: KIND "meter"
+ * or "egress") into *OUT (new string). E_FAIL. */
+int controller_socket_dir(char **out, const struct controller *c, const char *kind,
+                          struct err *err);
 
 /* Whether A ends the task (Completed or Failed). */
 bool controller_finishes(enum controller_action a);

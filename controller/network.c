@@ -18,7 +18,6 @@
 #include <unistd.h>
 
 #include "common/log.h"
-#include "common/secret.h"
 #include "controller/controller_int.h"
 #include "egress/egress.h"
 
@@ -193,28 +192,6 @@ static void add_spec_rules(struct egress_policy *p, const json_t *sandbox, const
     }
 }
 
-/* Creates <data-dir>/egress/<random> (0700) into *OUT. */
-static int make_dir(char **out, const struct controller *c, struct err *err)
-{
-    char *root = egress_root(c);
-    unsigned char nonce[8];
-    char hex[sizeof(nonce) * 2 + 1];
-    int rc = E_OK;
-
-    secret_random(nonce, sizeof(nonce));
-    for (size_t i = 0; i < sizeof(nonce); i++) {
-        snprintf(hex + 2 * i, 3, "%02x", nonce[i]);
-    }
-    *out = xasprintf("%s/%s", root, hex);
-    if (sandbox_mkdirs(*out, true) != 0) {
-        rc = err_set(err, E_FAIL, "create %s: %s", *out, strerror(errno));
-        free(*out);
-        *out = NULL;
-    }
-    free(root);
-    return rc;
-}
-
 /* Opens the proxy of E (dir and log set) with POLICY. */
 static int open_proxy(struct sandbox_egress *e, struct controller *c,
                       const struct egress_policy *policy, struct err *err)
@@ -280,7 +257,7 @@ int controller_egress_open(struct sandbox_egress **out, struct controller *c,
     e = xcalloc(1, sizeof(*e));
     e->log_path = xstrdup(log_path);
     e->log_cap = c->log_cap;
-    rc = make_dir(&e->dir, c, err);
+    rc = controller_socket_dir(&e->dir, c, "egress", err);
     if (rc == E_OK) {
         rc = open_proxy(e, c, policy, err);
     }

@@ -2,15 +2,18 @@
 /* What the sandbox user gets of the data dir when the server runs as root: its group may
  * search the directories down to what a sandbox binds, its files (workspace, staging,
  * state, token dir, mirror) become its own, and its sockets (meter, egress proxy) take
- * connections from it. Nothing changes when the server runs as the sandbox user. */
+ * connections from it. Nothing changes when the server runs as the sandbox user. Also
+ * where those sockets go: a directory of their own per task. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <ftw.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/secret.h"
 #include "controller/controller_int.h"
 
 static uid_t g_chown_uid; /* nftw has no userdata: guarded by the controller lock */
@@ -68,4 +71,25 @@ int controller_give(struct controller *c, const char *path, struct err *err)
         return err_set(err, E_FAIL, "chown %s: %s", path, strerror(errno));
     }
     return E_OK;
+}
+
+int controller_socket_dir(char **out, const struct controller *c, const char *kind, struct err *err)
+{
+    char *root = xasprintf("%s/%s", c->data_dir, kind);
+    unsigned char nonce[8];
+    char hex[sizeof(nonce) * 2 + 1];
+    int rc = E_OK;
+
+    secret_random(nonce, sizeof(nonce));
+    for (size_t i = 0; i < sizeof(nonce); i++) {
+        snprintf(hex + 2 * i, 3, "%02x", nonce[i]);
+    }
+    *out = xasprintf("%s/%s", root, hex);
+    if (sandbox_mkdirs(*out, true) != 0) {
+        rc = err_set(err, E_FAIL, "create %s: %s", *out, strerror(errno));
+        free(*out);
+        *out = NULL;
+    }
+    free(root);
+    return rc;
 }
