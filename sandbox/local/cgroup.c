@@ -450,13 +450,13 @@ static int seccomp_families(scmp_filter_ctx ctx)
         for (size_t i = 0; i < ARRAY_LEN(allowed) && rc == 0; i++) {
             for (int fam = next; fam < allowed[i] && rc == 0; fam++) {
                 rc = seccomp_rule_add_exact(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), calls[c], 1,
-                                            SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)fam));
+                                            SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)fam, 0));
             }
             next = allowed[i] + 1;
         }
         if (rc == 0) {
             rc = seccomp_rule_add_exact(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), calls[c], 1,
-                                        SCMP_A0(SCMP_CMP_GE, (scmp_datum_t)next));
+                                        SCMP_A0(SCMP_CMP_GE, (scmp_datum_t)next, 0));
         }
     }
     return rc;
@@ -469,7 +469,7 @@ static int seccomp_families(scmp_filter_ctx ctx)
 static int seccomp_personality(scmp_filter_ctx ctx)
 {
     int rc = seccomp_rule_add_exact(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(personality), 1,
-                                    SCMP_A0(SCMP_CMP_GT, (scmp_datum_t)0xffffffffu));
+                                    SCMP_A0(SCMP_CMP_GT, (scmp_datum_t)0xffffffffu, 0));
 
     for (unsigned j = 1; j < 32 && rc == 0; j++) {
         scmp_datum_t mask = 1u | (scmp_datum_t)1u << j;
