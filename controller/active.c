@@ -118,7 +118,7 @@ static void active_write(const struct controller_active *a, const char *path)
     int n = controller_active_format(buf, sizeof(buf), a);
     int fd;
 
-    (void)controller_mkdirs(path, false);
+    (void)sandbox_mkdirs(path, false);
     fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd >= 0) {
         bool ok = n > 0 && write(fd, buf, (size_t)n) == (ssize_t)n;

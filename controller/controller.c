@@ -13,8 +13,7 @@
 #include "common/log.h"
 #include "common/secret.h"
 #include "controller/controller_int.h"
-#include "kube/kube.h"
-#include "controller/sandbox.h"
+#include "sandbox/sandbox.h"
 
 /* Provider none (or one this build cannot run): only the token lifecycle. */
 static enum controller_action decide_tokens_only(const struct task_view *v,
@@ -152,6 +151,12 @@ const char *controller_action_name(enum controller_action a)
     return a < ARRAY_LEN(names) ? names[a] : "unknown";
 }
 
+bool controller_finishes(enum controller_action a)
+{
+    return a == CONTROLLER_COMPLETE || a == CONTROLLER_FAIL_RUNNER || a == CONTROLLER_TIMEOUT ||
+           a == CONTROLLER_FAIL_SANDBOX || a == CONTROLLER_DISK_LIMIT;
+}
+
 char *controller_token_path(const struct controller *c, const char *ns, const char *name)
 {
     return xasprintf("%s/tokens/%s/%s/token", c->data_dir, ns, name);
@@ -170,7 +175,7 @@ int controller_write_token_file(struct controller *c, const char *ns, const char
     /* A unique temporary name: two reconciles of one task may write at the same time. */
     secret_random(&nonce, sizeof(nonce));
     tmp = xasprintf("%s.%08x.tmp", path, nonce);
-    if (controller_mkdirs(path, false) != 0) {
+    if (sandbox_mkdirs(path, false) != 0) {
         rc = err_set(err, E_FAIL, "create the directory of %s: %s", path, strerror(errno));
         goto out;
     }
@@ -236,32 +241,4 @@ int controller_mint_for(char **token_out, char **id_out, struct controller *c, c
     o.max_tokens = v.budget_tokens > 0 ? v.budget_tokens : c->default_budget_tokens;
     o.expires_ms = timeout > 0 ? now_ms + (int64_t)timeout * 1000 : 0;
     return token_mint_task(token_out, id_out, c->root_key, &o, err);
-}
-
-void controller_destroy(struct controller *c)
-{
-    secret_wipe(c->root_key, sizeof(c->root_key));
-    free(c->data_dir);
-    free(c->provider);
-    free(c->meter_url);
-    free(c->meter_socket);
-    free(c->runner_path);
-    free(c->agent_cmd);
-    free(c->verify_cmd);
-    free(c->problem);
-    if (c->kube_owned) {
-        kube_client_free(c->kube);
-    }
-    controller_egress_cleanup(c);
-    controller_disk_cleanup(c);
-    free(c->preview_base);
-    free(c->github_api_url);
-    if (c->git_auth.free != NULL) {
-        c->git_auth.free(c->git_auth.userdata);
-    }
-    pthread_mutex_destroy(&c->lock);
-    pthread_mutex_destroy(&c->notes_lock);
-    pthread_mutex_destroy(&c->active_lock);
-    pthread_cond_destroy(&c->notes_cond);
-    free(c);
 }

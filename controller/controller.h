@@ -58,7 +58,7 @@ struct controller_config {
     int64_t sandbox_disk;          /* bytes a task's files may use (local, process), 0: none */
     int64_t data_dir_reserve;      /* bytes kept free on the data dir's filesystem, 0: none */
     int64_t max_push_bytes;        /* bytes the server pushes to a remote at most, 0: none */
-    size_t log_cap;                /* task log cap in bytes; 0: CONTROLLER_LOG_CAP */
+    size_t log_cap;                /* task log cap in bytes; 0: SANDBOX_LOG_CAP */
     const char *network;           /* none (NULL) or proxy: without spec.sandbox.network */
     const char *allow_hosts;       /* comma list of egress rules (proxy mode), or NULL */
     const char *preview_base_url;  /* --preview-base-url; NULL: no linked previews */
@@ -80,8 +80,6 @@ struct controller_config {
     bool manual;   /* no threads: the caller drives controller_reconcile */
     bool deferred; /* no threads until controller_start() */
 };
-
-#define CONTROLLER_LOG_CAP (10u << 20) /* default cap of a task log (SPEC §9) */
 
 struct controller;
 
@@ -176,21 +174,6 @@ char *controller_github_project(const char *url, const char *web);
 /* The draft PR request of TASK (new object): title "fix(<task>): <objective's first
  * line>", head, base, body, draft true, and "key", the marker line its body carries. */
 json_t *controller_draft_pr_request(const json_t *task);
-
-/* Path of the task log <data-dir>/logs/<ns>/<task>.log: new string, caller frees. */
-char *controller_log_path(const char *data_dir, const char *ns, const char *name);
-/* Appends TEXT[0..len) to the task log at PATH as one line with the RFC 3339 time in
- * front (control characters replaced). When the file would pass CAP bytes (0:
- * CONTROLLER_LOG_CAP) its oldest part is dropped first and a line says so. Thread-safe. */
-void controller_log_write(const char *path, size_t cap, const char *text, size_t len);
-
-/* What starts every line of sandbox output in a task log, after the time. */
-#define CONTROLLER_LOG_SANDBOX_MARK "[sandbox] "
-
-/* controller_log_write for a line the sandbox printed: "<time> [sandbox] TEXT". Only
- * sandbox output is written with this mark, and all of it is, so a sandbox cannot print a
- * line that reads as one of the server's. Thread-safe. */
-void controller_log_sandbox(const char *path, size_t cap, const char *text, size_t len);
 
 /* Why the server may not push the working branch of TASK (an AgentTask document) to
  * spec.repository.url, or NULL when it may (SPEC §9). Refused: no repository; a working

@@ -7,7 +7,7 @@
 #include <stdatomic.h>
 
 #include "controller/controller.h"
-#include "controller/sandbox.h"
+#include "sandbox/sandbox.h"
 
 /* A task whose active time is being counted (it has a live, unfrozen sandbox). */
 struct controller_timer {
@@ -57,7 +57,7 @@ struct controller {
     struct store_worker *worker;               /* owned; NULL in manual mode */
     struct controller_mirror_job *mirror_jobs; /* fetches running or done (notes_lock) */
 
-    /* Egress (sandbox_egress.c): --sandbox-network proxy (tasks may say otherwise), and
+    /* Egress (network.c): --sandbox-network proxy (tasks may say otherwise), and
      * the --sandbox-allow-host rules plus the server's own addresses (owned). */
     bool network_proxy;
     struct egress_policy *egress_policy;
@@ -99,7 +99,7 @@ struct reconcile {
     struct err mirror_err;
 };
 
-/* Executes R's side effects (run.c) with C->lock held; failures that end the task are
+/* Executes R's side effects (execute.c) with C->lock held; failures that end the task are
  * left in R->fail_reason/fail_msg. */
 void controller_execute(struct controller *c, struct reconcile *r);
 
@@ -112,9 +112,16 @@ int controller_thaw(struct controller *c, struct reconcile *r);
  * record (its log stays). */
 void controller_forget_task(struct controller *c, const char *ns, const char *name);
 
+/* --- the sandbox user's access to the data dir (owner.c) --- */
 /* Lets the sandbox user connect to the socket PATH (group of the sandbox user, 0660, its
  * directories searchable by that group) when the server runs as root. */
 void controller_expose_socket(struct controller *c, const char *path);
+/* Gives PATH (recursively) to the sandbox user when the server runs as root. E_FAIL. */
+int controller_give(struct controller *c, const char *path, struct err *err);
+/* Creates <data-dir>/KIND/<16 random hex> (0700, a task's socket directory: KIND "meter"
+ * or "egress") into *OUT (new string). E_FAIL. */
+int controller_socket_dir(char **out, const struct controller *c, const char *kind,
+                          struct err *err);
 
 /* Whether A ends the task (Completed or Failed). */
 bool controller_finishes(enum controller_action a);
@@ -130,7 +137,7 @@ int controller_mint_for(char **token_out, char **id_out, struct controller *c, c
 
 #define CONTROLLER_WAITING_PREFIX "sandbox provider"
 
-/* --- per-task meter sockets (sandbox_meter.c) --- */
+/* --- per-task meter sockets (meter_socket.c) --- */
 /* Removes the meter socket directories a previous server left (its sandboxes died). */
 void controller_meter_sweep(const struct controller *c);
 /* For a sandbox start on this host: opens the task's own meter socket into *OUT and
@@ -140,7 +147,7 @@ void controller_meter_sweep(const struct controller *c);
 int controller_meter_open(struct sandbox_meter **out, struct controller *c, const char *log_path,
                           char **env, size_t *n, struct err *err);
 
-/* --- egress (sandbox_egress.c) --- */
+/* --- egress (network.c) --- */
 /* Reads the network flags of CFG into C (E_INVALID with the reason for bad ones) and
  * removes proxy sockets a previous server left. */
 int controller_egress_init(struct controller *c, const struct controller_config *cfg,
@@ -186,7 +193,7 @@ void controller_disk_init(struct controller *c);
 int controller_disk_start(struct controller *c, struct err *err);
 /* Stops the thread (it stops sandboxes: before the provider goes); a no-op when none runs. */
 void controller_disk_stop(struct controller *c);
-/* Stops the thread and frees what controller_disk_init made (controller_destroy). */
+/* Stops the thread and frees what controller_disk_init made (loop.c, with the controller). */
 void controller_disk_cleanup(struct controller *c);
 /* Whether the watchdog stopped NS/NAME; *msg_out (may be NULL) a new string saying why. */
 bool controller_disk_over(struct controller *c, const char *ns, const char *name, char **msg_out);
@@ -208,15 +215,6 @@ int64_t controller_disk_free(const char *path);
  * NULL or absent: every object counts). E_FAIL when git cannot tell. */
 int controller_push_size(int64_t *bytes_out, const char *staging, const char *mirror,
                          const char *working, struct err *err);
-
-/* Frees C's memory (the threads must not run). */
-void controller_destroy(struct controller *c);
-
-/* mkdir -p of PATH's parent directories (and PATH itself when LAST), mode 0700. */
-int controller_mkdirs(const char *path, bool last);
-
-void controller_log_event(const char *path, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
 
 /* git plumbing (workspace.c). ARGV starts with "git"; output goes to LOG_PATH. No SCM
  * credentials: only controller_mirror and controller_push give git any. */
@@ -269,14 +267,19 @@ void controller_note_running(struct controller *c, const char *ns, const char *n
                              int64_t now_ms);
 /* Checkpoint of a running task (the tick thread). */
 void controller_note_seen(struct controller *c, const char *ns, const char *name, int64_t now_ms);
+
+/* --- what wakes the tick thread (notes.c) --- */
 /* Arms (DEADLINE_MS > 0) or disarms (0) the task's timeout timer. */
 void controller_timer_set(struct controller *c, const char *ns, const char *name,
                           int64_t deadline_ms);
+/* The sandbox provider's exit callback (USERDATA the controller), also called by the
+ * mirror fetch and the disk watchdog: queues NS/NAME for the tick thread. */
+void controller_on_exit(const char *ns, const char *name, void *userdata);
+
+/* --- the tick thread and the provider (run.c) --- */
 /* Starts/stops the tick thread that reconciles exited and timed-out tasks. */
 int controller_tick_start(struct controller *c, struct err *err);
 void controller_tick_stop(struct controller *c);
-/* The sandbox provider's exit callback: queues NS/NAME for the tick thread. */
-void controller_on_exit(const char *ns, const char *name, void *userdata);
 /* Creates C's sandbox provider from CFG (and runs its probe). */
 int controller_sandboxes_open(struct controller *c, const struct controller_config *cfg,
                               struct err *err);

@@ -240,9 +240,9 @@ static bool local_files(const struct controller *c)
 /* Marks NS/NAME with MSG (taken over), stops its sandbox and queues its reconcile. */
 static void trip(struct controller *c, const char *ns, const char *name, char *msg)
 {
-    char *log = controller_log_path(c->data_dir, ns, name);
+    char *log = sandbox_log_path(c->data_dir, ns, name);
 
-    controller_log_event(log, "[diverge] disk limit: %s; stopping every process", msg);
+    sandbox_log_event(log, "[diverge] disk limit: %s; stopping every process", msg);
     log_kv(LOG_WARN, "disk_limit", "namespace", ns, "task", name, "reason", msg, NULL);
     mark_add(c->disk, ns, name, msg); /* first: a reconcile after the stop fails it */
     sandbox_stop(c->sandboxes, ns, name);

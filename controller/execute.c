@@ -17,64 +17,6 @@
 
 enum start_mode { START_FRESH, START_RESTART, START_RESUME };
 
-static uid_t g_chown_uid; /* nftw has no userdata: guarded by the controller lock */
-static gid_t g_chown_gid;
-
-static int chown_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return lchown(path, g_chown_uid, g_chown_gid) == 0 ? 0 : -1;
-}
-
-/* Lets the sandbox user's group search (not list, not read) the directories from the
- * data dir down to PATH's parent: bubblewrap, running as that user, resolves the bind
- * sources by name. Files keep their owner-only modes. */
-static void reach(struct controller *c, const char *path)
-{
-    size_t base = strlen(c->data_dir);
-    char *p = xstrdup(path);
-
-    for (size_t i = base; p[i] != '\0'; i++) {
-        if (p[i] == '/' || i == base) {
-            char save = p[i];
-            p[i] = '\0';
-            if (chown(p, (uid_t)-1, c->sandbox_gid) == 0) {
-                (void)chmod(p, 0710);
-            }
-            p[i] = save;
-        }
-    }
-    free(p);
-}
-
-void controller_expose_socket(struct controller *c, const char *path)
-{
-    if (!c->chown_files) {
-        return;
-    }
-    reach(c, path);
-    if (chown(path, (uid_t)-1, c->sandbox_gid) == 0) {
-        (void)chmod(path, 0660);
-    }
-}
-
-/* Gives PATH (recursively) to the sandbox user when the server runs as root. */
-static int give(struct controller *c, const char *path, struct err *err)
-{
-    if (!c->chown_files) {
-        return E_OK;
-    }
-    reach(c, path);
-    g_chown_uid = c->sandbox_uid;
-    g_chown_gid = c->sandbox_gid;
-    if (nftw(path, chown_one, 16, FTW_PHYS) != 0) {
-        return err_set(err, E_FAIL, "chown %s: %s", path, strerror(errno));
-    }
-    return E_OK;
-}
-
 static int remove_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
     (void)sb;
@@ -114,7 +56,7 @@ static void paths_of(struct paths *p, struct controller *c, const char *ns, cons
     p->staging = xasprintf("%s/staging/%s/%s.git", c->data_dir, ns, name);
     p->state = xasprintf("%s/state/%s/%s", c->data_dir, ns, name);
     p->mirror = NULL;
-    p->log = controller_log_path(c->data_dir, ns, name);
+    p->log = sandbox_log_path(c->data_dir, ns, name);
     p->sock_dir = NULL;
     if (c->meter_socket != NULL && c->meter_sockets.open == NULL) {
         p->sock_dir = xstrdup(c->meter_socket);
@@ -207,8 +149,8 @@ static int mirror_of(struct controller *c, struct reconcile *r, struct paths *p,
     if (!r->mirror_done) {
         rc = controller_mirror(&p->mirror, c, r->url, p->log, fetched, err);
         if (rc == E_OK) {
-            controller_log_event(p->log, "[diverge] repository mirror %s",
-                                 *fetched ? "fetched (reused)" : "cloned");
+            sandbox_log_event(p->log, "[diverge] repository mirror %s",
+                              *fetched ? "fetched (reused)" : "cloned");
         }
         return rc;
     }
@@ -229,7 +171,7 @@ static int prepare(struct controller *c, struct reconcile *r, struct paths *p, s
     int rc = controller_write_token_file(c, r->ns, r->name, r->token, err);
 
     if (rc == E_OK &&
-        (controller_mkdirs(p->workspace, true) != 0 || controller_mkdirs(p->state, true) != 0)) {
+        (sandbox_mkdirs(p->workspace, true) != 0 || sandbox_mkdirs(p->state, true) != 0)) {
         rc = err_set(err, E_FAIL, "create the workspace: %s", strerror(errno));
     }
     if (rc == E_OK && r->url != NULL) {
@@ -239,19 +181,19 @@ static int prepare(struct controller *c, struct reconcile *r, struct paths *p, s
         rc = controller_staging(p->staging, p->log, err);
     }
     if (rc == E_OK) {
-        rc = give(c, p->workspace, err);
+        rc = controller_give(c, p->workspace, err);
     }
     if (rc == E_OK) {
-        rc = give(c, p->state, err);
+        rc = controller_give(c, p->state, err);
     }
     if (rc == E_OK) {
-        rc = give(c, p->staging, err);
+        rc = controller_give(c, p->staging, err);
     }
     if (rc == E_OK) {
-        rc = give(c, p->token_dir, err);
+        rc = controller_give(c, p->token_dir, err);
     }
     if (rc == E_OK && p->mirror != NULL) {
-        rc = give(c, p->mirror, err);
+        rc = controller_give(c, p->mirror, err);
     }
     return rc;
 }
@@ -309,10 +251,10 @@ static void do_start(struct controller *c, struct reconcile *r, enum start_mode 
             s.env[i] = env[i];
         }
         if (mode == START_RESTART) {
-            controller_log_event(p.log,
-                                 "[diverge] restarted after server restart "
-                                 "(iteration %lld)",
-                                 (long long)iteration);
+            sandbox_log_event(p.log,
+                              "[diverge] restarted after server restart "
+                              "(iteration %lld)",
+                              (long long)iteration);
         }
         if (rc == E_OK) {
             rc = sandbox_start(c->sandboxes, &s, &err); /* takes s.egress and s.meter over */
@@ -325,16 +267,16 @@ static void do_start(struct controller *c, struct reconcile *r, enum start_mode 
         }
     }
     if (rc != E_OK) {
-        controller_log_event(p.log, "[diverge] failed: %s", err.msg);
+        sandbox_log_event(p.log, "[diverge] failed: %s", err.msg);
         fail(r, "SandboxError", &err);
     } else {
         controller_note_running(c, r->ns, r->name, true, clock_now_ms(clock_system()));
         arm_timer(c, r);
-        controller_log_event(p.log, "[diverge] %s (provider %s, iteration %lld)",
-                             mode == START_FRESH    ? "provisioned"
-                             : mode == START_RESUME ? "resumed"
-                                                    : "started",
-                             c->provider, (long long)iteration);
+        sandbox_log_event(p.log, "[diverge] %s (provider %s, iteration %lld)",
+                          mode == START_FRESH    ? "provisioned"
+                          : mode == START_RESUME ? "resumed"
+                                                 : "started",
+                          c->provider, (long long)iteration);
     }
     paths_cleanup(&p);
 }
@@ -347,14 +289,14 @@ static void thaw_prepare(struct controller *c, struct reconcile *r, const char *
     struct err err = {0};
 
     if (controller_write_token_file(c, r->ns, r->name, r->token, &err) != E_OK) {
-        controller_log_event(log, "[diverge] failed to resume: %s", err.msg);
+        sandbox_log_event(log, "[diverge] failed to resume: %s", err.msg);
         fail(r, "SandboxError", &err);
     }
 }
 
 int controller_thaw(struct controller *c, struct reconcile *r)
 {
-    char *log = controller_log_path(c->data_dir, r->ns, r->name);
+    char *log = sandbox_log_path(c->data_dir, r->ns, r->name);
     struct err err = {0};
     int rc = sandbox_resume(c->sandboxes, r->ns, r->name, &err);
 
@@ -362,14 +304,14 @@ int controller_thaw(struct controller *c, struct reconcile *r)
         rc = E_OK; /* it was running: only the token changed */
     }
     if (rc != E_OK) {
-        controller_log_event(log, "[diverge] failed to resume: %s", err.msg);
+        sandbox_log_event(log, "[diverge] failed to resume: %s", err.msg);
         fail(r, "SandboxError", &err);
         controller_timer_set(c, r->ns, r->name, 0);
         sandbox_stop(c->sandboxes, r->ns, r->name);
     } else {
         controller_note_running(c, r->ns, r->name, true, clock_now_ms(clock_system()));
         arm_timer(c, r);
-        controller_log_event(log, "[diverge] resumed (thawed, fresh token)");
+        sandbox_log_event(log, "[diverge] resumed (thawed, fresh token)");
     }
     free(log);
     return rc;
@@ -386,19 +328,18 @@ static void do_pause(struct controller *c, struct reconcile *r, const char *log)
     /* A task the meter paused keeps running until its runner stops by itself (exit 0 on
      * 429); freezing it there would turn that exit into a completion after a thaw. */
     if (r->phase == TASK_PAUSED || st.state != SANDBOX_RUNNING) {
-        controller_log_event(log, "[diverge] paused (token revoked%s)",
-                             st.state == SANDBOX_ABSENT ? "; no sandbox runs, nothing to freeze"
-                                                        : "");
+        sandbox_log_event(log, "[diverge] paused (token revoked%s)",
+                          st.state == SANDBOX_ABSENT ? "; no sandbox runs, nothing to freeze" : "");
         return;
     }
     if (sandbox_suspend(c->sandboxes, r->ns, r->name, &err) != E_OK) {
         /* Nothing may keep running unmetered: a sandbox that cannot be frozen is stopped
          * (a resume starts a new runner from the next iteration on the workspace). */
-        controller_log_event(log, "[diverge] freeze failed: %s; sandbox stopped instead", err.msg);
+        sandbox_log_event(log, "[diverge] freeze failed: %s; sandbox stopped instead", err.msg);
         sandbox_stop(c->sandboxes, r->ns, r->name);
         return;
     }
-    controller_log_event(log, "[diverge] paused (every process frozen, token revoked)");
+    sandbox_log_event(log, "[diverge] paused (every process frozen, token revoked)");
 }
 
 /* E_OK when the push of R's working branch from STAGING stays within --max-push-bytes;
@@ -440,10 +381,10 @@ static void complete(struct controller *c, struct reconcile *r, const char *log)
             err_set(&err, E_DENIED, "refusing to push the working branch: %s", r->push_refusal);
         } else if (check_push_size(c, r, staging, &err) == E_OK &&
                    controller_push(c, staging, r->url, r->working, log, &err) == E_OK) {
-            controller_log_event(log, "[diverge] pushed refs/heads/%s", r->working);
+            sandbox_log_event(log, "[diverge] pushed refs/heads/%s", r->working);
         }
         if (err.code != E_OK) {
-            controller_log_event(log, "[diverge] push failed: %s", err.msg);
+            sandbox_log_event(log, "[diverge] push failed: %s", err.msg);
             fail(r, err.code == E_TOOBIG ? "PushTooLarge" : "PushFailed", &err);
         }
     }
@@ -460,15 +401,15 @@ static void disk_limit(struct controller *c, struct reconcile *r, const char *lo
         r->fail_msg = xstrdup("disk limit");
     }
     r->fail_reason = "DiskLimit";
-    controller_log_event(log, "[diverge] failed: %s%s", r->fail_msg,
-                         lstat(ws, &st) == 0 ? " (the workspace is kept until the task is deleted)"
-                                             : "");
+    sandbox_log_event(log, "[diverge] failed: %s%s", r->fail_msg,
+                      lstat(ws, &st) == 0 ? " (the workspace is kept until the task is deleted)"
+                                          : "");
     free(ws);
 }
 
 void controller_execute(struct controller *c, struct reconcile *r)
 {
-    char *log = controller_log_path(c->data_dir, r->ns, r->name);
+    char *log = sandbox_log_path(c->data_dir, r->ns, r->name);
 
     switch (r->action) {
     case CONTROLLER_PROVISION:
@@ -492,18 +433,17 @@ void controller_execute(struct controller *c, struct reconcile *r)
         complete(c, r, log);
         break;
     case CONTROLLER_FAIL_RUNNER:
-        controller_log_event(log, "[diverge] failed: the runner exited with status %d",
-                             r->exit_code);
+        sandbox_log_event(log, "[diverge] failed: the runner exited with status %d", r->exit_code);
         break;
     case CONTROLLER_TIMEOUT:
-        controller_log_event(log,
-                             "[diverge] timeout: sandbox.timeoutSeconds %lld passed; "
-                             "stopping every process",
-                             (long long)r->timeout_s);
+        sandbox_log_event(log,
+                          "[diverge] timeout: sandbox.timeoutSeconds %lld passed; "
+                          "stopping every process",
+                          (long long)r->timeout_s);
         break;
     case CONTROLLER_FAIL_SANDBOX:
-        controller_log_event(log, "[diverge] failed: %s",
-                             r->fail_msg != NULL ? r->fail_msg : "sandbox error");
+        sandbox_log_event(log, "[diverge] failed: %s",
+                          r->fail_msg != NULL ? r->fail_msg : "sandbox error");
         break;
     case CONTROLLER_DISK_LIMIT:
         disk_limit(c, r, log);

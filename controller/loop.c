@@ -34,7 +34,7 @@ static void reconcile_one(struct controller *c, const char *ns, const char *name
 /* A deleted task: nothing of it runs, its files go (its log stays unless DROP_LOG). */
 static void forget(struct controller *c, const char *ns, const char *name, bool drop_log)
 {
-    char *log = controller_log_path(c->data_dir, ns, name);
+    char *log = sandbox_log_path(c->data_dir, ns, name);
 
     pthread_mutex_lock(&c->lock);
     controller_timer_set(c, ns, name, 0);
@@ -49,7 +49,7 @@ static void forget(struct controller *c, const char *ns, const char *name, bool 
     }
     pthread_mutex_unlock(&c->lock);
     if (!drop_log) {
-        controller_log_event(log, "[diverge] task deleted: sandbox stopped");
+        sandbox_log_event(log, "[diverge] task deleted: sandbox stopped");
     }
     free(log);
 }
@@ -112,6 +112,35 @@ static void config_release(const struct controller_config *cfg)
     if (cfg->git_auth.free != NULL) {
         cfg->git_auth.free(cfg->git_auth.userdata);
     }
+}
+
+/* Frees C's memory (the threads must not run). */
+static void controller_destroy(struct controller *c)
+{
+    secret_wipe(c->root_key, sizeof(c->root_key));
+    free(c->data_dir);
+    free(c->provider);
+    free(c->meter_url);
+    free(c->meter_socket);
+    free(c->runner_path);
+    free(c->agent_cmd);
+    free(c->verify_cmd);
+    free(c->problem);
+    if (c->kube_owned) {
+        kube_client_free(c->kube);
+    }
+    controller_egress_cleanup(c);
+    controller_disk_cleanup(c);
+    free(c->preview_base);
+    free(c->github_api_url);
+    if (c->git_auth.free != NULL) {
+        c->git_auth.free(c->git_auth.userdata);
+    }
+    pthread_mutex_destroy(&c->lock);
+    pthread_mutex_destroy(&c->notes_lock);
+    pthread_mutex_destroy(&c->active_lock);
+    pthread_cond_destroy(&c->notes_cond);
+    free(c);
 }
 
 int controller_new(struct controller **out, struct task_store *store,

@@ -45,8 +45,8 @@ static void *job_main(void *arg)
 
     j->rc = controller_mirror(&j->dir, c, j->url, j->log, &j->fetched, &j->err);
     if (j->rc == E_OK) {
-        controller_log_event(j->log, "[diverge] repository mirror %s",
-                             j->fetched ? "fetched (reused)" : "cloned");
+        sandbox_log_event(j->log, "[diverge] repository mirror %s",
+                          j->fetched ? "fetched (reused)" : "cloned");
     }
     pthread_mutex_lock(&c->notes_lock);
     j->done = true;
@@ -79,7 +79,7 @@ static int start_job(struct controller *c, const struct reconcile *r, struct err
     j->ns = xstrdup(r->ns);
     j->name = xstrdup(r->name);
     j->url = xstrdup(r->url);
-    j->log = controller_log_path(c->data_dir, r->ns, r->name);
+    j->log = sandbox_log_path(c->data_dir, r->ns, r->name);
     if (pthread_create(&j->thread, NULL, job_main, j) != 0) {
         free(j->ns);
         free(j->name);

@@ -21,12 +21,6 @@ static bool needs_token(enum controller_action a)
            a == CONTROLLER_THAW || a == CONTROLLER_RESUME_START;
 }
 
-static bool finishes(enum controller_action a)
-{
-    return a == CONTROLLER_COMPLETE || a == CONTROLLER_FAIL_RUNNER || a == CONTROLLER_TIMEOUT ||
-           a == CONTROLLER_FAIL_SANDBOX || a == CONTROLLER_DISK_LIMIT;
-}
-
 static char *dup_or_null(const json_t *v)
 {
     return json_is_string(v) && json_string_length(v) > 0 ? xstrdup(json_string_value(v)) : NULL;
@@ -328,8 +322,8 @@ static void reconcile_cleanup(struct reconcile *r)
 static void log_draft_pr(struct controller *c, const struct reconcile *r)
 {
     if (r->draft_pr != NULL) {
-        char *log = controller_log_path(c->data_dir, r->ns, r->name);
-        controller_log_event(log, "[diverge] draft pull request queued (%s)", r->draft_pr);
+        char *log = sandbox_log_path(c->data_dir, r->ns, r->name);
+        sandbox_log_event(log, "[diverge] draft pull request queued (%s)", r->draft_pr);
         free(log);
     }
 }
@@ -346,12 +340,12 @@ static void log_pull_request(struct controller *c, const struct reconcile *r)
     }
     marker = xasprintf("%s/run/%s.%s.pr", c->data_dir, r->ns, r->name);
 
-    (void)controller_mkdirs(marker, false);
+    (void)sandbox_mkdirs(marker, false);
     fd = open(marker, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd >= 0) {
-        char *log = controller_log_path(c->data_dir, r->ns, r->name);
+        char *log = sandbox_log_path(c->data_dir, r->ns, r->name);
         close(fd);
-        controller_log_event(log, "[diverge] draft pull request: %s", r->pr_url);
+        sandbox_log_event(log, "[diverge] draft pull request: %s", r->pr_url);
         free(log);
     }
     free(marker);
@@ -521,9 +515,4 @@ int controller_reconcile(struct controller *c, const char *ns, const char *name,
 const char *controller_sandbox_problem(const struct controller *c)
 {
     return c != NULL ? c->problem : NULL;
-}
-
-bool controller_finishes(enum controller_action a)
-{
-    return finishes(a);
 }

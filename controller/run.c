@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The tick thread that reconciles tasks whose runner exited or whose time is up (and
- * checkpoints the counted time of running tasks), timers, and the sandbox provider. */
+/* The tick thread that reconciles the tasks notes.c queued (runner exits) and those whose
+ * time is up (and checkpoints the counted time of running tasks), and the sandbox
+ * provider, made with notes.c's controller_on_exit as its exit callback. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -16,51 +17,7 @@
 #include "common/log.h"
 #include "controller/controller_int.h"
 
-/* --- timers and the tick thread --------------------------------------------------- */
-
-void controller_timer_set(struct controller *c, const char *ns, const char *name,
-                          int64_t deadline_ms)
-{
-    struct controller_timer **pp, *t = NULL;
-
-    pthread_mutex_lock(&c->notes_lock);
-    for (pp = &c->timers; *pp != NULL; pp = &(*pp)->next) {
-        if (strcmp((*pp)->ns, ns) == 0 && strcmp((*pp)->name, name) == 0) {
-            t = *pp;
-            break;
-        }
-    }
-    if (deadline_ms <= 0 && t != NULL) {
-        *pp = t->next;
-        free(t->ns);
-        free(t->name);
-        free(t);
-    } else if (deadline_ms > 0) {
-        if (t == NULL) {
-            t = xcalloc(1, sizeof(*t));
-            t->ns = xstrdup(ns);
-            t->name = xstrdup(name);
-            t->next = c->timers;
-            c->timers = t;
-        }
-        t->deadline_ms = deadline_ms;
-    }
-    pthread_mutex_unlock(&c->notes_lock);
-}
-
-void controller_on_exit(const char *ns, const char *name, void *userdata)
-{
-    struct controller *c = userdata;
-    struct controller_note *n = xcalloc(1, sizeof(*n));
-
-    n->ns = xstrdup(ns);
-    n->name = xstrdup(name);
-    pthread_mutex_lock(&c->notes_lock);
-    n->next = c->notes;
-    c->notes = n;
-    pthread_cond_signal(&c->notes_cond);
-    pthread_mutex_unlock(&c->notes_lock);
-}
+/* --- the tick thread ---------------------------------------------------------------- */
 
 static void reconcile_note(struct controller *c, struct controller_note *n)
 {
@@ -189,21 +146,27 @@ static int open_provider(struct controller *c, const struct controller_config *c
                          const char *state, struct err *err)
 {
     if (strcmp(c->provider, "process") == 0) {
-        return sandbox_process_new(&c->sandboxes, state, err);
+        struct sandbox_process_opts o = {
+            .state_dir = state, .on_exit = controller_on_exit, .on_exit_userdata = c};
+        return sandbox_process_new(&c->sandboxes, &o, err);
     }
     if (strcmp(c->provider, "local") == 0) {
         struct sandbox_local_opts o = {.user = cfg->sandbox_user,
                                        .memory_bytes = cfg->sandbox_memory,
                                        .pids = cfg->sandbox_pids,
                                        .cpus_milli = cfg->sandbox_cpus_milli,
-                                       .state_dir = state};
+                                       .state_dir = state,
+                                       .on_exit = controller_on_exit,
+                                       .on_exit_userdata = c};
         return sandbox_local_new(&c->sandboxes, &o, err);
     }
     if (strcmp(c->provider, "agent-sandbox") == 0 && cfg->kube != NULL) {
         struct sandbox_agent_opts o = {.kube = cfg->kube,
                                        .warm_pool = cfg->sandbox_warm_pool,
                                        .poll_ms = cfg->sandbox_poll_ms,
-                                       .data_dir = c->data_dir};
+                                       .data_dir = c->data_dir,
+                                       .on_exit = controller_on_exit,
+                                       .on_exit_userdata = c};
         return sandbox_agent_new(&c->sandboxes, &o, err);
     }
     if (strcmp(c->provider, "agent-sandbox") == 0) {
@@ -231,8 +194,6 @@ int controller_sandboxes_open(struct controller *c, const struct controller_conf
     if (rc != E_OK || c->sandboxes == NULL) {
         return rc;
     }
-    c->sandboxes->on_exit = controller_on_exit;
-    c->sandboxes->on_exit_userdata = c;
     c->problem = sandbox_probe(c->sandboxes);
     /* agent-sandbox: the runner is the sandbox image's. */
     if (c->problem == NULL && strcmp(c->provider, "agent-sandbox") != 0 &&

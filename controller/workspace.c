@@ -80,8 +80,7 @@ static char *app_token(struct controller *c, const char *base, const char *url,
         return NULL;
     }
     if (c->git_auth.token(c->git_auth.userdata, project, &tok, &err) != E_OK) {
-        controller_log_event(log_path, "[diverge] no GitHub App token for %s: %s", project,
-                             err.msg);
+        sandbox_log_event(log_path, "[diverge] no GitHub App token for %s: %s", project, err.msg);
         tok = NULL;
     } else if (tok == NULL || tok[0] == '\0' || strpbrk(tok, "\r\n") != NULL) {
         wipe_free(tok);
@@ -254,7 +253,7 @@ static void log_git_lines(const char *log_path, const char *out, size_t len)
         if (i == len || out[i] == '\n') {
             if (i > start) {
                 char *line = xasprintf("[git] %.*s", (int)(i - start), out + start);
-                controller_log_write(log_path, 0, line, strlen(line));
+                sandbox_log_write(log_path, 0, line, strlen(line));
                 free(line);
             }
             start = i + 1;
@@ -380,7 +379,7 @@ static int mirror_locked(char **out, struct controller *c, const char *url, cons
     } else {
         unsigned int nonce = (unsigned int)getpid() ^ (unsigned int)clock_mono_ns();
         tmp = xasprintf("%s.%08x.tmp", dir, nonce);
-        if (controller_mkdirs(dir, false) != 0) {
+        if (sandbox_mkdirs(dir, false) != 0) {
             rc = err_set(err, E_FAIL, "create the mirrors directory: %s", strerror(errno));
         } else {
             const char *argv[] = {"git", "clone", "--mirror", "--quiet", "--", url, tmp, NULL};
@@ -420,7 +419,7 @@ int controller_mirror(char **out, struct controller *c, const char *url, const c
                            (unsigned long long)hash_fnv1a_str(url != NULL ? url : ""));
     int fd = -1, rc;
 
-    if (controller_mkdirs(lock, false) == 0) {
+    if (sandbox_mkdirs(lock, false) == 0) {
         fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     }
     if (fd < 0) {
@@ -444,7 +443,7 @@ int controller_staging(const char *path, const char *log_path, struct err *err)
     if (is_dir(path)) {
         return E_OK;
     }
-    if (controller_mkdirs(path, false) != 0) {
+    if (sandbox_mkdirs(path, false) != 0) {
         return err_set(err, E_FAIL, "create the staging directory: %s", strerror(errno));
     }
     return controller_git(log_path, argv, err);

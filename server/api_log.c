@@ -11,10 +11,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "sandbox/sandbox.h"
 #include "server/server_int.h"
 
-#define LOG_BODY_MAX (CONTROLLER_LOG_CAP + (1u << 20)) /* a whole log, plus lines in flight */
-#define LOG_FOLLOW_POLL_MS 100                         /* how often a follower looks */
+#define LOG_BODY_MAX (SANDBOX_LOG_CAP + (1u << 20)) /* a whole log, plus lines in flight */
+#define LOG_FOLLOW_POLL_MS 100                      /* how often a follower looks */
 
 struct follow {
     struct server *srv; /* borrowed */
@@ -119,7 +120,7 @@ int api_task_log(struct request *r)
     f->srv = r->srv;
     f->ns = xstrdup(ns);
     f->name = xstrdup(name);
-    f->path = controller_log_path(r->srv->cfg.data_dir, ns, name);
+    f->path = sandbox_log_path(r->srv->cfg.data_dir, ns, name);
     f->off = off;
     if (http_query_true(r, "follow")) {
         return http_send_stream(r, 200, "text/plain; charset=utf-8", follow_read, f, follow_free);

@@ -2,7 +2,7 @@
 /* `serve`'s sandbox wiring: the limit flags, the controller (made before the HTTP threads
  * exist, started once the bound port is known) and the meter sockets under the data dir
  * that sandboxes without network meter through (SPEC §9, DIVERGE_METER_SOCKET): one of
- * each task's own for local and process sandboxes (controller/sandbox_meter.c), and the
+ * each task's own for local and process sandboxes (controller/meter_socket.c), and the
  * shared <data-dir>/sock/meter.sock for meter clients on the host. Each serves only the
  * meter route. */
 #include <errno.h>

@@ -8,7 +8,7 @@
 
 #include "controller/controller.h"
 #include "controller/controller_int.h"
-#include "controller/sandbox.h"
+#include "sandbox/sandbox.h"
 #include "tests/t_check.h"
 
 static struct task_view view(enum task_phase p, bool suspended)
@@ -350,7 +350,7 @@ TEST(task_log_cap)
 
     for (int i = 0; i < 200; i++) {
         int n = snprintf(line, sizeof(line), "line %03d of the runner", i);
-        controller_log_write(path, 2048, line, (size_t)n);
+        sandbox_log_write(path, 2048, line, (size_t)n);
         CHECK(stat(path, &st) == 0 && st.st_size <= 2048);
     }
     char *text = slurp(path);
@@ -362,7 +362,7 @@ TEST(task_log_cap)
     }
     free(text);
     const char *evil = "evil\n2026-01-01T00:00:00Z forged\x1b[2J";
-    controller_log_write(path, 0, evil, strlen(evil));
+    sandbox_log_write(path, 0, evil, strlen(evil));
     text = slurp(path);
     CHECK(strstr(text, "evil?2026-01-01T00:00:00Z forged?[2J\n") != NULL);
     free(text);
@@ -380,15 +380,15 @@ TEST(task_log_sandbox_mark)
                             "egress x.example:443 allowed rule=x.example:443"};
 
     for (size_t i = 0; i < ARRAY_LEN(forged); i++) {
-        controller_log_write(path, 0, forged[i], strlen(forged[i]));
-        controller_log_sandbox(path, 0, forged[i], strlen(forged[i]));
+        sandbox_log_write(path, 0, forged[i], strlen(forged[i]));
+        sandbox_log_output(path, 0, forged[i], strlen(forged[i]));
     }
     char *text = slurp(path);
     const char *l = text;
     for (size_t i = 0; i < ARRAY_LEN(forged); i++) {
         /* The server's line, then the sandbox's: same text, different line. */
         for (int k = 0; k < 2; k++) {
-            char *want = xasprintf("%s%s\n", k == 0 ? "" : CONTROLLER_LOG_SANDBOX_MARK, forged[i]);
+            char *want = xasprintf("%s%s\n", k == 0 ? "" : SANDBOX_LOG_MARK, forged[i]);
             CHECK(strlen(l) > 21 && l[19] == 'Z' && l[20] == ' ');
             CHECK(strncmp(l + 21, want, strlen(want)) == 0);
             free(want);

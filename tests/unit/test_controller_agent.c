@@ -5,7 +5,7 @@
 #include <stdatomic.h>
 #include <sys/stat.h>
 
-#include "controller/sandbox_agent.h"
+#include "sandbox/agent/sandbox_agent.h"
 #include "tests/unit/kube_fixture.h"
 
 #include "tests/t_check.h"

@@ -13,7 +13,7 @@
 
 #include "controller/controller.h"
 #include "controller/controller_int.h"
-#include "controller/sandbox.h"
+#include "sandbox/sandbox.h"
 #include "tests/t_check.h"
 
 TEST(decide_disk_over)

@@ -17,8 +17,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
-#include "controller/controller_int.h"
-#include "controller/sandbox_int.h"
+#include "sandbox/sandbox_int.h"
 
 struct process_provider {
     struct sandbox_provider base; /* must be first */
@@ -146,9 +145,9 @@ static int spawn_runner(pid_t *pid_out, const struct sandbox_spec *s, int out_fd
 
 static int process_start(struct sandbox_provider *p, const struct sandbox_spec *s, struct err *err)
 {
-    controller_log_event(s->log_path,
-                         "[diverge] WARNING: sandbox provider \"process\": NO ISOLATION, the "
-                         "agent runs as the server's user (development only)");
+    sandbox_log_event(s->log_path,
+                      "[diverge] WARNING: sandbox provider \"process\": NO ISOLATION, the "
+                      "agent runs as the server's user (development only)");
     return sbx_launch(&to_process(p)->set, s, spawn_runner, NULL, err);
 }
 
@@ -193,13 +192,16 @@ static const struct sandbox_provider_ops process_ops = {
     .free = process_free,
 };
 
-int sandbox_process_new(struct sandbox_provider **out, const char *state_dir, struct err *err)
+int sandbox_process_new(struct sandbox_provider **out, const struct sandbox_process_opts *o,
+                        struct err *err)
 {
     struct process_provider *pp = xcalloc(1, sizeof(*pp));
 
     (void)err;
     pp->base.ops = &process_ops;
-    sbx_set_init(&pp->set, &pp->base, state_dir, NULL, pp);
+    pp->base.on_exit = o->on_exit;
+    pp->base.on_exit_userdata = o->on_exit_userdata;
+    sbx_set_init(&pp->set, &pp->base, o->state_dir, NULL, pp);
     log_kv(LOG_WARN, "sandbox_unisolated", "provider", "process", "message",
            "sandbox provider process runs agents WITHOUT ISOLATION as the server's user: "
            "development only",

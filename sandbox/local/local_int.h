@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The local provider's parts (controller/ only): its state, the sandbox user, cgroups
+/* The local provider's parts (sandbox/local/ only): its state, the sandbox user, cgroups
  * and the seccomp filter. */
-#ifndef DIVERGE_CONTROLLER_SANDBOX_LOCAL_INT_H
-#define DIVERGE_CONTROLLER_SANDBOX_LOCAL_INT_H
+#ifndef DIVERGE_SANDBOX_LOCAL_INT_H
+#define DIVERGE_SANDBOX_LOCAL_INT_H
 
 #include <sys/types.h>
 
-#include "controller/sandbox_int.h"
+#include "sandbox/sandbox_int.h"
 
 #define LOCAL_CG_MAX 4 /* cgroup v1 hierarchies used: freezer, memory, pids, cpu */
 

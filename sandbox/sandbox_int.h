@@ -1,14 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* What the sandbox providers share (controller/ only): the table of live sandboxes, the
+/* What the sandbox providers share (sandbox/ only): the table of live sandboxes, the
  * thread per sandbox that pumps its output into the task log and reaps it, and the
  * records under the state dir that let a restarted server kill what a dead one left. */
-#ifndef DIVERGE_CONTROLLER_SANDBOX_INT_H
-#define DIVERGE_CONTROLLER_SANDBOX_INT_H
+#ifndef DIVERGE_SANDBOX_SANDBOX_INT_H
+#define DIVERGE_SANDBOX_SANDBOX_INT_H
 
 #include <pthread.h>
 #include <sys/types.h>
 
-#include "controller/sandbox.h"
+#include "sandbox/sandbox.h"
 
 #define SBX_LINE_MAX 4096 /* longer runner output lines are split */
 

@@ -18,35 +18,17 @@
 #include <unistd.h>
 
 #include "common/log.h"
-#include "common/secret.h"
 #include "controller/controller_int.h"
 #include "egress/egress.h"
 
 #define RELAY_URL "http://127.0.0.1:3128" /* the runner's relay inside (EGRESS_RELAY_PORT) */
-
-void sandbox_egress_free(struct sandbox_egress *e)
-{
-    if (e == NULL) {
-        return;
-    }
-    egress_proxy_stop(e->proxy); /* joins every thread, removes the socket */
-    if (e->dir != NULL) {
-        char *sock = xasprintf("%s/%s", e->dir, SANDBOX_EGRESS_SOCKET);
-        (void)unlink(sock);
-        (void)rmdir(e->dir);
-        free(sock);
-    }
-    free(e->dir);
-    free(e->log_path);
-    free(e);
-}
 
 /* The proxy's log callback: one egress line per decision (and per closed tunnel). */
 static void log_line(const struct egress_event *ev, void *userdata)
 {
     const struct sandbox_egress *e = userdata;
 
-    controller_log_write(e->log_path, e->log_cap, ev->body, strlen(ev->body));
+    sandbox_log_write(e->log_path, e->log_cap, ev->body, strlen(ev->body));
 }
 
 static char *egress_root(const struct controller *c)
@@ -202,34 +184,12 @@ static void add_spec_rules(struct egress_policy *p, const json_t *sandbox, const
         struct err err = {0};
         if (!json_is_string(v) ||
             egress_policy_add_rule(p, json_string_value(v), EGRESS_ORIGIN_TASK, &err) != E_OK) {
-            controller_log_event(log_path,
-                                 "[diverge] network proxy: sandbox.allowedHosts entry %zu "
-                                 "skipped: %s",
-                                 i, err.msg[0] != '\0' ? err.msg : "not a string");
+            sandbox_log_event(log_path,
+                              "[diverge] network proxy: sandbox.allowedHosts entry %zu "
+                              "skipped: %s",
+                              i, err.msg[0] != '\0' ? err.msg : "not a string");
         }
     }
-}
-
-/* Creates <data-dir>/egress/<random> (0700) into *OUT. */
-static int make_dir(char **out, const struct controller *c, struct err *err)
-{
-    char *root = egress_root(c);
-    unsigned char nonce[8];
-    char hex[sizeof(nonce) * 2 + 1];
-    int rc = E_OK;
-
-    secret_random(nonce, sizeof(nonce));
-    for (size_t i = 0; i < sizeof(nonce); i++) {
-        snprintf(hex + 2 * i, 3, "%02x", nonce[i]);
-    }
-    *out = xasprintf("%s/%s", root, hex);
-    if (controller_mkdirs(*out, true) != 0) {
-        rc = err_set(err, E_FAIL, "create %s: %s", *out, strerror(errno));
-        free(*out);
-        *out = NULL;
-    }
-    free(root);
-    return rc;
 }
 
 /* Opens the proxy of E (dir and log set) with POLICY. */
@@ -285,8 +245,8 @@ int controller_egress_open(struct sandbox_egress **out, struct controller *c,
     env[(*n)++] = xasprintf("DIVERGE_SANDBOX_NETWORK=%s", proxy ? "proxy" : "none");
     env[*n] = NULL;
     if (asked && !proxy) {
-        controller_log_event(log_path, "[diverge] network none: sandbox.network proxy ignored "
-                                       "(the server runs with --sandbox-network none)");
+        sandbox_log_event(log_path, "[diverge] network none: sandbox.network proxy ignored "
+                                    "(the server runs with --sandbox-network none)");
     }
     if (!proxy) {
         return E_OK;
@@ -297,7 +257,7 @@ int controller_egress_open(struct sandbox_egress **out, struct controller *c,
     e = xcalloc(1, sizeof(*e));
     e->log_path = xstrdup(log_path);
     e->log_cap = c->log_cap;
-    rc = make_dir(&e->dir, c, err);
+    rc = controller_socket_dir(&e->dir, c, "egress", err);
     if (rc == E_OK) {
         rc = open_proxy(e, c, policy, err);
     }
@@ -314,13 +274,13 @@ int controller_egress_open(struct sandbox_egress **out, struct controller *c,
         free(sock);
     }
     env[*n] = NULL;
-    controller_log_event(log_path,
-                         "[diverge] network proxy: egress only through the server's proxy "
-                         "(%zu allowlist rule%s)%s",
-                         rules, rules == 1 ? "" : "s",
-                         inside ? ""
-                                : "; WARNING: provider process has no network isolation and "
-                                  "the runner's relay binds the host's 127.0.0.1:3128");
+    sandbox_log_event(log_path,
+                      "[diverge] network proxy: egress only through the server's proxy "
+                      "(%zu allowlist rule%s)%s",
+                      rules, rules == 1 ? "" : "s",
+                      inside ? ""
+                             : "; WARNING: provider process has no network isolation and "
+                               "the runner's relay binds the host's 127.0.0.1:3128");
     *out = e;
     return E_OK;
 }

@@ -18,8 +18,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
-#include "controller/controller_int.h"
-#include "controller/sandbox_int.h"
+#include "sandbox/sandbox_int.h"
 
 char *sbx_record_path(const struct sbx_set *set, const char *ns, const char *name)
 {
@@ -59,7 +58,7 @@ void sbx_set_init(struct sbx_set *set, struct sandbox_provider *base, const char
     set->state_dir = xstrdup(state_dir);
     set->hooks = hooks;
     set->ctx = ctx;
-    (void)controller_mkdirs(state_dir, true);
+    (void)sandbox_mkdirs(state_dir, true);
     sweep_records(set);
 }
 
@@ -81,12 +80,12 @@ static void pump_lines(struct sbx *x, char *buf, size_t *len, bool flush)
 
     for (size_t i = 0; i < *len; i++) {
         if (buf[i] == '\n') {
-            controller_log_sandbox(x->log_path, x->log_cap, buf + start, i - start);
+            sandbox_log_output(x->log_path, x->log_cap, buf + start, i - start);
             start = i + 1;
         }
     }
     if (start < *len && (flush || (start == 0 && *len == SBX_LINE_MAX))) {
-        controller_log_sandbox(x->log_path, x->log_cap, buf + start, *len - start);
+        sandbox_log_output(x->log_path, x->log_cap, buf + start, *len - start);
         start = *len;
     }
     memmove(buf, buf + start, *len - start);
@@ -193,7 +192,7 @@ static void pump_finish(struct sbx *x, int status)
         /* Logged before the state changes: a reconcile of the exit comes after it. */
         char line[80];
         int n = snprintf(line, sizeof(line), "[diverge] runner exited (status %d)", code);
-        controller_log_write(x->log_path, x->log_cap, line, (size_t)n);
+        sandbox_log_write(x->log_path, x->log_cap, line, (size_t)n);
     }
     pthread_mutex_lock(&x->set->lock);
     x->exit_code = code;

@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The sandbox_provider interface (ARCHITECTURE.md): start, suspend, resume, status and
- * stop of one sandbox per task, keyed by "<ns>/<task>". Backends: process (no isolation,
- * development only) and local (bubblewrap + cgroups). Providers capture the runner's
- * stdout/stderr into the task log line by line and reap their children; nothing they
- * start outlives stop(). Every operation is thread-safe. */
-#ifndef DIVERGE_CONTROLLER_SANDBOX_H
-#define DIVERGE_CONTROLLER_SANDBOX_H
+/* The sandbox module's one header: the sandbox_provider interface (ARCHITECTURE.md):
+ * start, suspend, resume, status and stop of one sandbox per task, keyed by
+ * "<ns>/<task>", and the per-task log the providers and the controller write. Backends:
+ * process (no isolation, development only), local (bubblewrap + cgroups) and
+ * agent-sandbox. Providers capture the runner's stdout/stderr into the task log line by
+ * line and reap their children; nothing they start outlives stop(). They report runner
+ * exits through the callback given at creation. Every operation is thread-safe. */
+#ifndef DIVERGE_SANDBOX_SANDBOX_H
+#define DIVERGE_SANDBOX_SANDBOX_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -26,6 +28,31 @@
 #define SANDBOX_IN_RUNNER "/diverge/bin/diverge-agent-runner"
 #define SANDBOX_IN_EGRESS_DIR "/diverge/egress" /* the task's egress proxy socket dir */
 #define SANDBOX_EGRESS_SOCKET "proxy.sock"      /* the socket's name in that dir */
+
+/* --- the task log (tasklog.c) --- */
+
+#define SANDBOX_LOG_CAP (10u << 20) /* default cap of a task log (SPEC §9) */
+
+/* Path of the task log <data-dir>/logs/<ns>/<task>.log: new string, caller frees. */
+char *sandbox_log_path(const char *data_dir, const char *ns, const char *name);
+/* Appends TEXT[0..len) to the task log at PATH as one line with the RFC 3339 time in
+ * front (control characters replaced). When the file would pass CAP bytes (0:
+ * SANDBOX_LOG_CAP) its oldest part is dropped first and a line says so. Thread-safe. */
+void sandbox_log_write(const char *path, size_t cap, const char *text, size_t len);
+
+/* What starts every line of sandbox output in a task log, after the time. */
+#define SANDBOX_LOG_MARK "[sandbox] "
+
+/* sandbox_log_write for a line the sandbox printed: "<time> [sandbox] TEXT". Only
+ * sandbox output is written with this mark, and all of it is, so a sandbox cannot print a
+ * line that reads as one of the server's. Thread-safe. */
+void sandbox_log_output(const char *path, size_t cap, const char *text, size_t len);
+/* sandbox_log_write of one event line formatted from FMT (cut at 1023 bytes). */
+void sandbox_log_event(const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* mkdir -p of PATH's parent directories (and PATH itself when LAST), mode 0700. */
+int sandbox_mkdirs(const char *path, bool last);
 
 /* The egress proxy of a task in network `proxy` mode (SPEC §9 "Network"): the server's
  * CONNECT proxy on a unix socket in a directory of its own under the data dir. A started
@@ -68,7 +95,7 @@ struct sandbox_spec {
     const char *usage_dir;   /* per-task state dir outside the git tree, writable */
     const char *sock_dir;    /* the task's meter socket directory (read-only), or NULL */
     const char *log_path;    /* the task log */
-    size_t log_cap;          /* its cap in bytes, 0: CONTROLLER_LOG_CAP */
+    size_t log_cap;          /* its cap in bytes, 0: SANDBOX_LOG_CAP */
     /* network proxy: the task's egress proxy, taken over by start(); else NULL */
     struct sandbox_egress *egress;
     /* the task's meter socket (its dir is SOCK_DIR), taken over by start(); or NULL */
@@ -92,7 +119,10 @@ struct sandbox_status {
     int exit_code; /* SANDBOX_EXITED: the runner's exit status (128+N for signal N) */
 };
 
-/* Called from a provider thread when a sandbox's runner exited (NS, NAME borrowed). */
+/* Called from a provider thread when a sandbox's runner exited, or (agent-sandbox) when
+ * what the owner sees of it changed (its address): the owner should look at the task again
+ * (NS, NAME borrowed). Handed to the provider at creation (the *_opts below): this is how
+ * a provider reports to the controller, which it does not know. */
 typedef void (*sandbox_exit_fn)(const char *ns, const char *name, void *userdata);
 
 struct sandbox_provider;
@@ -129,7 +159,7 @@ struct sandbox_provider_ops {
 /* Every backend embeds this as its first member. */
 struct sandbox_provider {
     const struct sandbox_provider_ops *ops;
-    sandbox_exit_fn on_exit; /* may be NULL */
+    sandbox_exit_fn on_exit; /* from the options at creation; may be NULL */
     void *on_exit_userdata;
 };
 
@@ -193,16 +223,26 @@ static inline void sandbox_provider_free(struct sandbox_provider *p)
 
 /* Options of the local (bubblewrap) provider. */
 struct sandbox_local_opts {
-    const char *user;      /* host user the sandbox runs as; NULL: see SPEC §2 */
-    int64_t memory_bytes;  /* 0: no limit */
-    int64_t pids;          /* 0: no limit */
-    int64_t cpus_milli;    /* 1000 = one CPU; 0: no limit */
-    const char *state_dir; /* <data-dir>/run: records of live sandboxes (restart cleanup) */
+    const char *user;        /* host user the sandbox runs as; NULL: see SPEC §2 */
+    int64_t memory_bytes;    /* 0: no limit */
+    int64_t pids;            /* 0: no limit */
+    int64_t cpus_milli;      /* 1000 = one CPU; 0: no limit */
+    const char *state_dir;   /* <data-dir>/run: records of live sandboxes (restart cleanup) */
+    sandbox_exit_fn on_exit; /* runner exits (may be NULL) */
+    void *on_exit_userdata;
+};
+
+/* Options of the process provider. */
+struct sandbox_process_opts {
+    const char *state_dir;   /* as in sandbox_local_opts */
+    sandbox_exit_fn on_exit; /* runner exits (may be NULL) */
+    void *on_exit_userdata;
 };
 
 /* The process provider: the runner as a plain child in its own process group. No
- * isolation. STATE_DIR as in sandbox_local_opts. */
-int sandbox_process_new(struct sandbox_provider **out, const char *state_dir, struct err *err);
+ * isolation. */
+int sandbox_process_new(struct sandbox_provider **out, const struct sandbox_process_opts *o,
+                        struct err *err);
 /* The local provider. Never fails for a missing bubblewrap: probe() says why instead. */
 int sandbox_local_new(struct sandbox_provider **out, const struct sandbox_local_opts *o,
                       struct err *err);
@@ -216,6 +256,8 @@ struct sandbox_agent_opts {
     /* The controller's data dir (token files, task logs): claims a previous server or
      * leader made are adopted at start (NULL: none are). */
     const char *data_dir;
+    sandbox_exit_fn on_exit; /* runner exits and address changes (may be NULL) */
+    void *on_exit_userdata;
 };
 
 /* The agent-sandbox provider: SandboxClaims `diverge-<task>` in the task's namespace. */

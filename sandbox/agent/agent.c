@@ -22,11 +22,9 @@
 
 #include "common/log.h"
 #include "common/secret.h"
-#include "controller/controller_int.h"
-#include "controller/sandbox_agent_int.h"
+#include "sandbox/agent/agent_int.h"
 #include "kube/kube.h"
 
-#define POLL_DEFAULT_MS 2000
 #define TOKEN_FILE_MAX 8192
 
 static struct agent_provider *to_agent(struct sandbox_provider *p)
@@ -179,8 +177,8 @@ static int agent_start(struct sandbox_provider *p, const struct sandbox_spec *s,
         free(claim);
         return rc;
     }
-    controller_log_event(s->log_path, "[diverge] sandbox claim %s/%s (warm pool %s)", s->ns, claim,
-                         ap->pool);
+    sandbox_log_event(s->log_path, "[diverge] sandbox claim %s/%s (warm pool %s)", s->ns, claim,
+                      ap->pool);
     pthread_mutex_lock(&ap->lock);
     pp = agent_find(ap, s->ns, s->name);
     if (*pp == NULL) {
@@ -325,11 +323,11 @@ static int agent_suspend(struct sandbox_provider *p, const char *ns, const char 
     rc = set_mode(ap, ns, name, "Suspended", err);
     if (rc == E_AGAIN) {
         /* Not bound yet: the poll suspends the Sandbox as soon as the claim names it. */
-        controller_log_event(log, "[diverge] sandbox not bound yet: suspended once it is");
+        sandbox_log_event(log, "[diverge] sandbox not bound yet: suspended once it is");
         rc = E_OK;
     } else if (rc == E_OK) {
-        controller_log_event(log, "[diverge] sandbox operatingMode Suspended (agent-sandbox "
-                                  "deletes the pod and keeps the Sandbox and its volumes)");
+        sandbox_log_event(log, "[diverge] sandbox operatingMode Suspended (agent-sandbox "
+                               "deletes the pod and keeps the Sandbox and its volumes)");
     }
     if (rc == E_OK) {
         pthread_mutex_lock(&ap->lock);
@@ -505,7 +503,7 @@ static void agent_stop(struct sandbox_provider *p, const char *ns, const char *n
         log_kv(LOG_WARN, "sandbox_claim_delete_failed", "namespace", ns, "claim", claim, "error",
                err.msg, NULL);
     } else if (rc == E_OK && b != NULL) {
-        controller_log_event(b->log_path, "[diverge] sandbox claim %s deleted", claim);
+        sandbox_log_event(b->log_path, "[diverge] sandbox claim %s deleted", claim);
     }
     token_delete(ap, ns, name);
     if (b != NULL) {
@@ -516,7 +514,7 @@ static void agent_stop(struct sandbox_provider *p, const char *ns, const char *n
 
 static void agent_free(struct sandbox_provider *p);
 
-static const struct sandbox_provider_ops agent_ops = {
+const struct sandbox_provider_ops agent_ops = {
     .name = "agent-sandbox",
     .start = agent_start,
     .suspend = agent_suspend,
@@ -546,44 +544,4 @@ static void agent_free(struct sandbox_provider *p)
     pthread_cond_destroy(&ap->cond);
     free(ap->pool);
     free(ap);
-}
-
-int sandbox_agent_new(struct sandbox_provider **out, const struct sandbox_agent_opts *o,
-                      struct err *err)
-{
-    struct agent_provider *ap;
-    pthread_condattr_t ca;
-
-    if (o->kube == NULL) {
-        return err_set(err, E_INVALID, "agent-sandbox needs a Kubernetes client");
-    }
-    if (o->warm_pool == NULL || o->warm_pool[0] == '\0') {
-        return err_set(err, E_INVALID,
-                       "agent-sandbox needs a warm pool (--sandbox-warm-pool or "
-                       "DIVERGE_SANDBOX_WARMPOOL)");
-    }
-    ap = xcalloc(1, sizeof(*ap));
-    ap->base.ops = &agent_ops;
-    ap->kube = o->kube;
-    ap->pool = xstrdup(o->warm_pool);
-    ap->poll_ms = o->poll_ms > 0 ? o->poll_ms : POLL_DEFAULT_MS;
-    pthread_mutex_init(&ap->lock, NULL);
-    pthread_mutex_init(&ap->op_lock, NULL);
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&ap->cond, &ca);
-    pthread_condattr_destroy(&ca);
-    if (pthread_create(&ap->thread, NULL, agent_poll_thread, ap) != 0) {
-        pthread_mutex_destroy(&ap->lock);
-        pthread_mutex_destroy(&ap->op_lock);
-        pthread_cond_destroy(&ap->cond);
-        free(ap->pool);
-        free(ap);
-        return err_set(err, E_FAIL, "cannot start the agent-sandbox poll thread");
-    }
-    if (o->data_dir != NULL) {
-        agent_adopt(ap, o->data_dir);
-    }
-    *out = &ap->base;
-    return E_OK;
 }

@@ -17,7 +17,6 @@
 #include <unistd.h>
 
 #include "common/log.h"
-#include "common/secret.h"
 #include "controller/controller_int.h"
 
 #define METER_BACKLOG 16
@@ -35,21 +34,6 @@ static void remove_dir(const char *dir)
     (void)unlink(sock);
     (void)rmdir(dir);
     free(sock);
-}
-
-void sandbox_meter_free(struct sandbox_meter *m)
-{
-    if (m == NULL) {
-        return;
-    }
-    if (m->close != NULL) {
-        m->close(m->server); /* no connection is left when it returns */
-    }
-    if (m->dir != NULL) {
-        remove_dir(m->dir);
-    }
-    free(m->dir);
-    free(m);
 }
 
 void controller_meter_sweep(const struct controller *c)
@@ -70,28 +54,6 @@ void controller_meter_sweep(const struct controller *c)
         closedir(d);
     }
     free(root);
-}
-
-/* Creates <data-dir>/meter/<random> (0700) into *OUT. */
-static int make_dir(char **out, const struct controller *c, struct err *err)
-{
-    char *root = meter_root(c);
-    unsigned char nonce[8];
-    char hex[sizeof(nonce) * 2 + 1];
-    int rc = E_OK;
-
-    secret_random(nonce, sizeof(nonce));
-    for (size_t i = 0; i < sizeof(nonce); i++) {
-        snprintf(hex + 2 * i, 3, "%02x", nonce[i]);
-    }
-    *out = xasprintf("%s/%s", root, hex);
-    if (controller_mkdirs(*out, true) != 0) {
-        rc = err_set(err, E_FAIL, "create %s: %s", *out, strerror(errno));
-        free(*out);
-        *out = NULL;
-    }
-    free(root);
-    return rc;
 }
 
 /* A listening unix socket at PATH into *fd_out. */
@@ -154,13 +116,13 @@ int controller_meter_open(struct sandbox_meter **out, struct controller *c, cons
         return E_OK;
     }
     if (!fits) {
-        controller_log_event(log_path, "[diverge] no meter socket: the data dir path is too long "
-                                       "for a unix socket; the runner meters over "
-                                       "DIVERGE_METER_URL");
+        sandbox_log_event(log_path, "[diverge] no meter socket: the data dir path is too long "
+                                    "for a unix socket; the runner meters over "
+                                    "DIVERGE_METER_URL");
         return E_OK;
     }
     m = xcalloc(1, sizeof(*m));
-    rc = make_dir(&m->dir, c, err);
+    rc = controller_socket_dir(&m->dir, c, "meter", err);
     if (rc == E_OK) {
         rc = serve_socket(m, c, err);
     }

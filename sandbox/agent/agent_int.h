@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* What sandbox_agent.c (the operations) and sandbox_agent_poll.c (the poll thread) of the
+/* What agent.c (the operations) and agent_poll.c (the poll thread) of the
  * agent-sandbox provider share. */
-#ifndef DIVERGE_CONTROLLER_SANDBOX_AGENT_INT_H
-#define DIVERGE_CONTROLLER_SANDBOX_AGENT_INT_H
+#ifndef DIVERGE_SANDBOX_AGENT_INT_H
+#define DIVERGE_SANDBOX_AGENT_INT_H
 
 #include <pthread.h>
 
-#include "controller/sandbox_agent.h"
+#include "sandbox/agent/sandbox_agent.h"
 
 struct kube_client;
 
@@ -26,7 +26,7 @@ struct agent_box {
     struct agent_box *next;
 };
 
-/* Frees B and everything it owns (sandbox_agent.c). */
+/* Frees B and everything it owns (agent.c). */
 void agent_box_free(struct agent_box *b);
 
 struct agent_provider {
@@ -41,6 +41,9 @@ struct agent_provider {
     bool stopping;          /* guarded by lock */
     pthread_t thread;
 };
+
+/* The provider's operations (agent.c); sandbox_agent_new (agent_poll.c) makes one. */
+extern const struct sandbox_provider_ops agent_ops;
 
 /* The box of NS/NAME (*result NULL: none), with AP->lock held. */
 struct agent_box **agent_find(struct agent_provider *ap, const char *ns, const char *name);

@@ -9,7 +9,7 @@
 #include "common/clock.h"
 #include "common/secret.h"
 #include "common/tlscert.h"
-#include "controller/sandbox_agent.h"
+#include "sandbox/agent/sandbox_agent.h"
 
 #define CLAIM_PREFIX "diverge-"
 #define NAME_MAX_LABEL 63

@@ -25,8 +25,7 @@
 
 #include "common/hash.h"
 #include "common/log.h"
-#include "controller/controller_int.h"
-#include "controller/sandbox_local_int.h"
+#include "sandbox/local/local_int.h"
 
 #define LOCAL_USER "diverge-sandbox"
 

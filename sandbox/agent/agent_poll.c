@@ -1,17 +1,20 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The agent-sandbox provider's poll thread (see sandbox_agent.c): what the cluster says of
- * each live claim becomes the box's state, so status() never calls the API server. */
+/* The agent-sandbox provider's poll thread (the operations are agent.c's): what the
+ * cluster says of each live claim becomes the box's state, so status() never calls the
+ * API server; the claims a previous server left are adopted; and the provider is made
+ * here, as making it starts that thread and adopts them. */
 #define _GNU_SOURCE
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 
-#include "controller/controller_int.h"
-#include "controller/sandbox_agent_int.h"
+#include "sandbox/agent/agent_int.h"
 #include "common/log.h"
 #include "kube/kube.h"
 #include "store/store.h"
+
+#define POLL_DEFAULT_MS 2000
 
 /* --- the poll thread ------------------------------------------------------------------- */
 
@@ -110,8 +113,8 @@ static bool poll_apply(struct agent_provider *ap, const struct poll_item *it, co
         if (o.state == SANDBOX_EXITED || b->state == SANDBOX_RUNNING) {
             tell = o.state == SANDBOX_EXITED;
             if (o.state == SANDBOX_EXITED) {
-                controller_log_event(b->log_path, "[diverge] sandbox %s: %s (exit %d)", b->claim,
-                                     claim == NULL ? "claim gone" : "runner finished", o.exit_code);
+                sandbox_log_event(b->log_path, "[diverge] sandbox %s: %s (exit %d)", b->claim,
+                                  claim == NULL ? "claim gone" : "runner finished", o.exit_code);
             }
             b->state = o.state;
             b->exit_code = o.exit_code;
@@ -251,7 +254,7 @@ static struct agent_box *adopted_box(struct agent_provider *ap, const char *data
     b->name = xstrdup(task);
     b->claim = claim;
     b->token_path = xasprintf("%s/tokens/%s/%s/token", data_dir, ns, task);
-    b->log_path = controller_log_path(data_dir, ns, task);
+    b->log_path = sandbox_log_path(data_dir, ns, task);
     b->state = o.state;
     b->exit_code = o.exit_code;
     b->ip = o.ip != NULL && o.state == SANDBOX_RUNNING ? xstrdup(o.ip) : NULL;
@@ -291,10 +294,10 @@ static void adopted_staging_check(const char *data_dir, const struct agent_box *
     struct stat st;
 
     if (claim_pushes(doc) && stat(dir, &st) != 0) {
-        controller_log_event(b->log_path,
-                             "[diverge] no staging repository for this task on this replica: "
-                             "the replicas must share <data-dir>/staging and <data-dir>/mirrors "
-                             "(the sandbox's push cannot be delivered)");
+        sandbox_log_event(b->log_path,
+                          "[diverge] no staging repository for this task on this replica: "
+                          "the replicas must share <data-dir>/staging and <data-dir>/mirrors "
+                          "(the sandbox's push cannot be delivered)");
         log_kv(LOG_WARN, "sandbox_staging_missing", "namespace", b->ns, "task", b->name, NULL);
     }
     free(dir);
@@ -313,7 +316,7 @@ static void adopt_one(struct agent_provider *ap, const char *data_dir, const jso
         return;
     }
     b = adopted_box(ap, data_dir, ns, task, claim, doc, sb);
-    controller_log_event(b->log_path, "[diverge] sandbox claim %s/%s adopted", ns, b->claim);
+    sandbox_log_event(b->log_path, "[diverge] sandbox claim %s/%s adopted", ns, b->claim);
     adopted_staging_check(data_dir, b, doc);
     pthread_mutex_lock(&ap->lock);
     if (*agent_find(ap, ns, task) == NULL) {
@@ -346,4 +349,48 @@ void agent_adopt(struct agent_provider *ap, const char *data_dir)
         adopt_one(ap, data_dir, item);
     }
     json_decref(items);
+}
+
+/* --- the provider ---------------------------------------------------------------------- */
+
+int sandbox_agent_new(struct sandbox_provider **out, const struct sandbox_agent_opts *o,
+                      struct err *err)
+{
+    struct agent_provider *ap;
+    pthread_condattr_t ca;
+
+    if (o->kube == NULL) {
+        return err_set(err, E_INVALID, "agent-sandbox needs a Kubernetes client");
+    }
+    if (o->warm_pool == NULL || o->warm_pool[0] == '\0') {
+        return err_set(err, E_INVALID,
+                       "agent-sandbox needs a warm pool (--sandbox-warm-pool or "
+                       "DIVERGE_SANDBOX_WARMPOOL)");
+    }
+    ap = xcalloc(1, sizeof(*ap));
+    ap->base.ops = &agent_ops;
+    ap->base.on_exit = o->on_exit;
+    ap->base.on_exit_userdata = o->on_exit_userdata;
+    ap->kube = o->kube;
+    ap->pool = xstrdup(o->warm_pool);
+    ap->poll_ms = o->poll_ms > 0 ? o->poll_ms : POLL_DEFAULT_MS;
+    pthread_mutex_init(&ap->lock, NULL);
+    pthread_mutex_init(&ap->op_lock, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&ap->cond, &ca);
+    pthread_condattr_destroy(&ca);
+    if (pthread_create(&ap->thread, NULL, agent_poll_thread, ap) != 0) {
+        pthread_mutex_destroy(&ap->lock);
+        pthread_mutex_destroy(&ap->op_lock);
+        pthread_cond_destroy(&ap->cond);
+        free(ap->pool);
+        free(ap);
+        return err_set(err, E_FAIL, "cannot start the agent-sandbox poll thread");
+    }
+    if (o->data_dir != NULL) {
+        agent_adopt(ap, o->data_dir);
+    }
+    *out = &ap->base;
+    return E_OK;
 }

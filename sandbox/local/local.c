@@ -22,9 +22,8 @@
 #include <unistd.h>
 
 #include "common/log.h"
-#include "controller/controller_int.h"
-#include "controller/sandbox_int.h"
-#include "controller/sandbox_local_int.h"
+#include "sandbox/sandbox_int.h"
+#include "sandbox/local/local_int.h"
 
 #define BWRAP_ARGS_MAX 128
 #define LOCAL_FDS 11
@@ -329,8 +328,8 @@ static int local_start(struct sandbox_provider *p, const struct sandbox_spec *s,
         return err_set(err, E_FAIL, "%s", lp->problem);
     }
     local_cgroup_create(lp, s->ns, s->name, limits, sizeof(limits));
-    controller_log_event(s->log_path, "[diverge] sandbox local (bubblewrap) as uid %u; %s",
-                         (unsigned)lp->uid, limits);
+    sandbox_log_event(s->log_path, "[diverge] sandbox local (bubblewrap) as uid %u; %s",
+                      (unsigned)lp->uid, limits);
     return sbx_launch(&lp->set, s, local_spawn, NULL, err);
 }
 
@@ -441,6 +440,8 @@ int sandbox_local_new(struct sandbox_provider **out, const struct sandbox_local_
 
     (void)err;
     lp->base.ops = &local_ops;
+    lp->base.on_exit = o->on_exit;
+    lp->base.on_exit_userdata = o->on_exit_userdata;
     sbx_set_init(&lp->set, &lp->base, o->state_dir, &local_hooks, lp);
     lp->bwrap = xstrdup(access("/usr/bin/bwrap", X_OK) == 0 ? "/usr/bin/bwrap" : "bwrap");
     if (access(lp->bwrap, X_OK) != 0) {

@@ -1,15 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The pure parts of the agent-sandbox provider (sandbox_agent_doc.c): the names, the
+/* The pure parts of the agent-sandbox provider (agent_doc.c): the names, the
  * SandboxClaim it creates for a task, the token Secret, and what a claim and its bound
  * Sandbox (as kubernetes-sigs/agent-sandbox v1beta1 defines them) say about the runner. */
-#ifndef DIVERGE_CONTROLLER_SANDBOX_AGENT_H
-#define DIVERGE_CONTROLLER_SANDBOX_AGENT_H
+#ifndef DIVERGE_SANDBOX_AGENT_H
+#define DIVERGE_SANDBOX_AGENT_H
 
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "controller/sandbox.h"
+#include "sandbox/sandbox.h"
 
 #define SANDBOX_AGENT_LABEL_TASK "divergedev.com/agenttask"
 #define SANDBOX_AGENT_LABEL_MANAGED "app.kubernetes.io/managed-by"

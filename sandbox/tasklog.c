@@ -15,16 +15,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "controller/controller_int.h"
+#include "common/clock.h"
+#include "sandbox/sandbox.h"
 
 static pthread_mutex_t g_log_lock = PTHREAD_MUTEX_INITIALIZER;
 
-char *controller_log_path(const char *data_dir, const char *ns, const char *name)
+char *sandbox_log_path(const char *data_dir, const char *ns, const char *name)
 {
     return xasprintf("%s/logs/%s/%s.log", data_dir, ns, name);
 }
 
-int controller_mkdirs(const char *path, bool last)
+int sandbox_mkdirs(const char *path, bool last)
 {
     char *p = xstrdup(path);
     int rc = 0;
@@ -105,7 +106,7 @@ static void write_line(const char *path, size_t cap, const char *mark, const cha
     int fd;
 
     if (cap == 0) {
-        cap = CONTROLLER_LOG_CAP;
+        cap = SANDBOX_LOG_CAP;
     }
     clock_rfc3339(ts, clock_now_ms(clock_system()));
     head = strlen(ts) + 1 + strlen(mark);
@@ -115,7 +116,7 @@ static void write_line(const char *path, size_t cap, const char *mark, const cha
     clean(line + head, len);
     pthread_mutex_lock(&g_log_lock);
     fd = open(path, O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0 && errno == ENOENT && controller_mkdirs(path, false) == 0) {
+    if (fd < 0 && errno == ENOENT && sandbox_mkdirs(path, false) == 0) {
         fd = open(path, O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     }
     if (fd >= 0 && fstat(fd, &st) == 0 && (size_t)st.st_size + n > cap) {
@@ -131,17 +132,17 @@ static void write_line(const char *path, size_t cap, const char *mark, const cha
     free(line);
 }
 
-void controller_log_write(const char *path, size_t cap, const char *text, size_t len)
+void sandbox_log_write(const char *path, size_t cap, const char *text, size_t len)
 {
     write_line(path, cap, "", text, len);
 }
 
-void controller_log_sandbox(const char *path, size_t cap, const char *text, size_t len)
+void sandbox_log_output(const char *path, size_t cap, const char *text, size_t len)
 {
-    write_line(path, cap, CONTROLLER_LOG_SANDBOX_MARK, text, len);
+    write_line(path, cap, SANDBOX_LOG_MARK, text, len);
 }
 
-void controller_log_event(const char *path, const char *fmt, ...)
+void sandbox_log_event(const char *path, const char *fmt, ...)
 {
     char msg[1024];
     va_list ap;
@@ -153,5 +154,5 @@ void controller_log_event(const char *path, const char *fmt, ...)
     if (n < 0) {
         return;
     }
-    controller_log_write(path, 0, msg, strlen(msg));
+    sandbox_log_write(path, 0, msg, strlen(msg));
 }
