@@ -13,8 +13,8 @@
 
 #include "common/log.h"
 #include "common/money.h"
-#include "server/connect_pb.h"
-#include "server/server_int.h"
+#include "server/api/connect/connect_pb.h"
+#include "server/api/api_int.h"
 
 #define DEFAULT_NS "default"
 #define CT_JSON "application/json"

@@ -35,7 +35,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
-#include "server/server_int.h"
+#include "server/api/api_int.h"
 
 #define EVENTS_MAX_DEFAULT 256
 #define EVENTS_PING_MS 15000

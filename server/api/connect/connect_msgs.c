@@ -2,7 +2,7 @@
 /* The messages of proto/divergedev/agenttask/v1/agenttask.proto as codec tables. They must
  * match the .proto field for field (number, type, json name): the interop test generates
  * a client from the .proto and talks to these tables. */
-#include "server/connect_pb.h"
+#include "server/api/connect/connect_pb.h"
 
 #define PKG "divergedev.agenttask.v1."
 #define MSG(var_, name_, fields_)                                                                  \

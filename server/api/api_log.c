@@ -11,7 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "server/server_int.h"
+#include "server/api/api_int.h"
 
 #define LOG_BODY_MAX (CONTROLLER_LOG_CAP + (1u << 20)) /* a whole log, plus lines in flight */
 #define LOG_FOLLOW_POLL_MS 100                         /* how often a follower looks */

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "common/secret.h"
-#include "server/server_int.h"
+#include "server/api/api_int.h"
 
 struct ui_session {
     char id[UI_SESSION_ID_LEN + 1]; /* hex of 32 random bytes; "" when the slot is free */

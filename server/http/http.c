@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* libmicrohttpd wiring: route table, body caps, admin auth, one log line and one metrics
- * observation per request (response helpers: http_response.c). Every request ends with
- * exactly one response. */
+/* libmicrohttpd wiring: routing through the server's route table (http_route.c), body
+ * caps, admin auth, one log line and one metrics observation per request (response
+ * helpers: http_response.c). Every request ends with exactly one response. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <microhttpd.h>
@@ -11,16 +11,12 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "common/clock.h"
 #include "common/log.h"
 #include "scm/github/github.h"
-#include "server/api_git.h"
-#include "server/server_int.h"
-
-#define API_PREFIX "/apis/divergedev.com/v1alpha1"
+#include "server/http/http_int.h"
 
 /* Oversized bodies up to this many times the cap are read and discarded before the 413. */
 #define DISCARD_FACTOR 4
@@ -28,236 +24,6 @@
 /* libmicrohttpd's connection limit on the TCP listeners: above the guard's hard cap, which
  * refuses connections itself (http_guard.c). */
 #define HTTP_MHD_CONN_LIMIT (SERVER_CONN_HARD_MAX + 64)
-
-enum route_auth {
-    AUTH_NONE,
-    AUTH_ADMIN,
-};
-
-struct route {
-    const char *method;
-    const char *pattern; /* '*' matches one non-empty path segment */
-    route_fn handler;
-    const char *name; /* for logs and metrics */
-    enum route_auth auth;
-};
-
-/* What some handlers add to their route: BEGIN runs once the headers are in, before any
- * body byte is read (answering there, r->status set, refuses the request without reading
- * its body); BODY_MAX replaces SERVER_BODY_MAX. */
-struct route_extra {
-    route_fn handler;
-    route_fn begin;  /* NULL: none */
-    size_t body_max; /* 0: SERVER_BODY_MAX */
-};
-
-static int route_healthz(struct request *r);
-static int route_readyz(struct request *r);
-static int route_metrics(struct request *r);
-
-static const struct route g_routes[] = {
-    {"GET", "/healthz", route_healthz, "healthz", AUTH_NONE},
-    {"GET", "/readyz", route_readyz, "readyz", AUTH_NONE},
-    {"GET", "/metrics", route_metrics, "metrics", AUTH_NONE},
-    {"GET", "/api", api_discovery_api, "discovery", AUTH_NONE},
-    {"GET", "/apis", api_discovery_apis, "discovery", AUTH_NONE},
-    {"GET", API_PREFIX, api_discovery_group, "discovery", AUTH_NONE},
-    {"GET", "/openapi/v3", api_openapi_v3, "openapi", AUTH_NONE},
-    {"GET", "/openapi/v3/apis/divergedev.com/v1alpha1", api_openapi_v3_group, "openapi", AUTH_NONE},
-    {"GET", API_PREFIX "/agenttasks", api_task_list_all, "tasks.list", AUTH_ADMIN},
-    {"GET", API_PREFIX "/namespaces/*/agenttasks", api_task_list, "tasks.list", AUTH_ADMIN},
-    {"POST", API_PREFIX "/namespaces/*/agenttasks", api_task_create, "tasks.create", AUTH_ADMIN},
-    {"GET", API_PREFIX "/namespaces/*/agenttasks/*", api_task_get, "tasks.get", AUTH_ADMIN},
-    {"PATCH", API_PREFIX "/namespaces/*/agenttasks/*", api_task_patch, "tasks.patch", AUTH_ADMIN},
-    {"PUT", API_PREFIX "/namespaces/*/agenttasks/*", api_task_put, "tasks.update", AUTH_ADMIN},
-    {"DELETE", API_PREFIX "/namespaces/*/agenttasks/*", api_task_delete, "tasks.delete",
-     AUTH_ADMIN},
-    {"GET", API_PREFIX "/namespaces/*/agenttasks/*/status", api_task_status_get, "tasks.status",
-     AUTH_ADMIN},
-    {"PATCH", API_PREFIX "/namespaces/*/agenttasks/*/status", api_task_status_patch,
-     "tasks.status.patch", AUTH_ADMIN},
-    {"PUT", API_PREFIX "/namespaces/*/agenttasks/*/status", api_task_status_put,
-     "tasks.status.update", AUTH_ADMIN},
-    {"GET", API_PREFIX "/namespaces/*/agenttasks/*/log", api_task_log, "tasks.log", AUTH_ADMIN},
-    {"GET", API_PREFIX "/namespaces/*/agenttasks/*/token", api_task_token, "tasks.token",
-     AUTH_ADMIN},
-    {"POST", "/api/v1/agenttask/meter", api_meter, "meter", AUTH_NONE},
-    {"POST", "/api/v1/webhooks/github", api_webhook_github, "webhooks.github", AUTH_NONE},
-    {"POST", "/api/v1/webhooks/gitlab", api_webhook_gitlab, "webhooks.gitlab", AUTH_NONE},
-    {"POST", "/api/v1/local/comments", api_local_comment, "local.comment", AUTH_ADMIN},
-    {"GET", "/api/v1/local/threads/*/*/*", api_local_thread, "local.thread", AUTH_ADMIN},
-    {"PUT", "/api/v1/local/pulls/*/*/*", api_local_pull_put, "local.pull", AUTH_ADMIN},
-    {"GET", "/api/v1/local/pulls/*/*/*", api_local_pull_get, "local.pull", AUTH_ADMIN},
-    {"POST", "/api/v1/admission/validate", api_admission_validate, "admission", AUTH_NONE},
-    /* Admin auth in api_connect: its 401 is a Connect error. */
-    {"POST", "/divergedev.agenttask.v1.AgentTaskService/*", api_connect, "connect", AUTH_NONE},
-    {"GET", API_PREFIX "/namespaces/*/environments", api_env_list, "environments.list", AUTH_ADMIN},
-    {"GET", API_PREFIX "/namespaces/*/environments/*", api_env_get, "environments.get", AUTH_ADMIN},
-    /* Dashboard: admin token as bearer header or session cookie, checked by the handlers. */
-    {"GET", "/", api_ui_index, "ui", AUTH_NONE},
-    {"GET", "/ui/login", api_ui_login, "ui.login", AUTH_NONE},
-    {"POST", "/ui/logout", api_ui_logout, "ui.logout", AUTH_NONE},
-    {"GET", "/ui/*", api_ui_file, "ui", AUTH_NONE},
-    {"GET", "/api/v1/events", api_events, "events", AUTH_NONE},
-    /* Git smart HTTP for sandbox pods: the task's token, checked by the handlers. */
-    {"GET", "/api/v1/git/*/*/info/refs", api_git_info_refs, "git.refs", AUTH_NONE},
-    {"POST", "/api/v1/git/*/*/git-upload-pack", api_git_upload_pack, "git.upload", AUTH_NONE},
-    {"POST", "/api/v1/git/*/*/git-receive-pack", api_git_receive_pack, "git.receive", AUTH_NONE},
-};
-
-static const struct route_extra g_route_extras[] = {
-    {api_webhook_github, api_webhook_github_begin, SERVER_WEBHOOK_BODY_MAX},
-    {api_webhook_gitlab, api_webhook_gitlab_begin, SERVER_WEBHOOK_BODY_MAX},
-    {api_git_info_refs, api_git_begin, 0},
-    {api_git_upload_pack, api_git_begin, API_GIT_FETCH_BODY_MAX},
-    {api_git_receive_pack, api_git_begin, API_GIT_PUSH_BODY_MAX},
-};
-
-static const struct route_extra *extra_of(int route)
-{
-    for (size_t i = 0; route >= 0 && i < ARRAY_LEN(g_route_extras); i++) {
-        if (g_route_extras[i].handler == g_routes[route].handler) {
-            return &g_route_extras[i];
-        }
-    }
-    return NULL;
-}
-
-int http_route_count(void)
-{
-    return (int)ARRAY_LEN(g_routes);
-}
-
-const char *http_route_name(int route)
-{
-    return route >= 0 && route < (int)ARRAY_LEN(g_routes) ? g_routes[route].name : "none";
-}
-
-/* Matches PATH against PATTERN; on success copies up to SERVER_ROUTE_PARAMS wildcard
- * segments into r->params (pointing into r->param_store). */
-static bool match(struct request *r, const char *pattern, const char *path)
-{
-    const char *p = pattern, *u = path;
-    int np = 0;
-    size_t off = 0;
-
-    while (*p != '\0' && *u != '\0') {
-        if (*p == '*') {
-            const char *end = strchr(u, '/');
-            size_t n = end != NULL ? (size_t)(end - u) : strlen(u);
-            if (n == 0 || np >= SERVER_ROUTE_PARAMS) {
-                return false;
-            }
-            memcpy(r->param_store + off, u, n);
-            r->param_store[off + n] = '\0';
-            r->params[np++] = r->param_store + off;
-            off += n + 1;
-            u += n;
-            p++;
-            continue;
-        }
-        if (*p != *u) {
-            return false;
-        }
-        p++;
-        u++;
-    }
-    return *p == '\0' && *u == '\0';
-}
-
-/* True when CONN came in on a unix socket, or when that cannot be told (fail closed). */
-static bool unix_peer(struct MHD_Connection *conn)
-{
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    struct sockaddr_storage ss;
-    socklen_t len = sizeof(ss);
-
-    return ci == NULL || getsockname(ci->connect_fd, (struct sockaddr *)&ss, &len) != 0 ||
-           ss.ss_family == AF_UNIX;
-}
-
-/* Finds the route; sets *path_known when some route has this path with another method.
- * Unix sockets are the meter sockets that sandboxes reach: there only the meter route
- * exists, every other path is unknown (404). */
-static int find_route(struct request *r, bool *path_known)
-{
-    bool meter_only = unix_peer(r->conn);
-
-    *path_known = false;
-    for (size_t i = 0; i < ARRAY_LEN(g_routes); i++) {
-        if ((meter_only && g_routes[i].handler != api_meter) ||
-            !match(r, g_routes[i].pattern, r->url)) {
-            continue;
-        }
-        if (strcmp(g_routes[i].method, r->method) == 0) {
-            return (int)i;
-        }
-        *path_known = true;
-    }
-    return -1;
-}
-
-/* --- built-in routes -------------------------------------------------------------- */
-
-static int route_healthz(struct request *r)
-{
-    return http_send_json(r, 200, json_pack("{s:s}", "status", "ok"));
-}
-
-/* Whether the data dir's filesystem has less than the reserve free (*avail_out bytes): the
- * database may soon fail every write, so the server is not ready. */
-static bool low_disk(const struct server *srv, int64_t *avail_out)
-{
-    struct statvfs sv;
-
-    *avail_out = 0;
-    if (srv->data_dir_reserve <= 0 || srv->cfg.data_dir == NULL ||
-        statvfs(srv->cfg.data_dir, &sv) != 0) {
-        return false;
-    }
-    *avail_out = (int64_t)sv.f_bavail * (int64_t)sv.f_frsize;
-    return *avail_out < srv->data_dir_reserve;
-}
-
-static int route_readyz(struct request *r)
-{
-    int64_t counts[TASK_PHASE_COUNT], avail;
-
-    if (atomic_load(&r->srv->shutting_down)) {
-        return http_send_error(r, 503, NULL, NULL, "shutting down");
-    }
-    if (task_store_count_phases(counts, r->srv->store, NULL) != E_OK) {
-        return http_send_error(r, 503, NULL, NULL, "database not available");
-    }
-    if (low_disk(r->srv, &avail)) {
-        return http_send_error(r, 503, "LowDisk", NULL,
-                               "the data dir's filesystem has %lld MiB free, less than the "
-                               "reserve of %lld MiB (--data-dir-reserve)",
-                               (long long)(avail >> 20),
-                               (long long)(r->srv->data_dir_reserve >> 20));
-    }
-    if (controller_sandbox_problem(r->srv->controller) != NULL) {
-        /* Still ready for the API; tasks that need a sandbox fail with SandboxError. */
-        return http_send_json(r, 200,
-                              json_pack("{s:s, s:s}", "status", "ok", "sandbox",
-                                        controller_sandbox_problem(r->srv->controller)));
-    }
-    return http_send_json(r, 200, json_pack("{s:s}", "status", "ok"));
-}
-
-static int route_metrics(struct request *r)
-{
-    struct buf out;
-    int ret;
-
-    buf_init(&out, 0);
-    metrics_render(&out, r->srv);
-    ret = http_send_text(r, 200, "text/plain; version=0.0.4; charset=utf-8",
-                         out.data != NULL ? out.data : "");
-    buf_cleanup(&out);
-    return ret;
-}
 
 /* --- MHD callbacks ---------------------------------------------------------------- */
 
@@ -295,15 +61,17 @@ bool http_admin_token_is(struct request *r, const char *token)
 
 /* Routes that connections over the per-address, per-prefix and total limits may still
  * use (http_guard.c): health checks and the sandboxes' meter calls. */
-static bool reserved_route(const struct route *rt)
+static bool reserved_route(const struct request *r)
 {
-    return rt->handler == route_healthz || rt->handler == route_readyz || rt->handler == api_meter;
+    const struct http_route_extra *x = http_route_extra_of(r->srv, r->route);
+
+    return x != NULL && (x->flags & HTTP_ROUTE_RESERVED) != 0;
 }
 
 /* The body cap of the request's route; only known routes ever get a body read. */
 static size_t body_cap(const struct request *r)
 {
-    const struct route_extra *x = extra_of(r->route);
+    const struct http_route_extra *x = http_route_extra_of(r->srv, r->route);
 
     if (r->body_max != 0) {
         return r->body_max;
@@ -331,26 +99,26 @@ static enum MHD_Result begin_request(struct request *r)
 {
     const char *cl = http_header(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
     unsigned long long declared = cl != NULL ? strtoull(cl, NULL, 10) : 0;
-    const struct route *rt;
-    const struct route_extra *x;
+    const struct http_route *rt;
+    const struct http_route_extra *x;
     bool path_known;
     int ret;
 
-    r->route = find_route(r, &path_known);
+    r->route = http_route_find(r, &path_known);
     if (r->route < 0) {
         return no_route(r, path_known);
     }
-    rt = &g_routes[r->route];
+    rt = &r->srv->routes->routes[r->route];
     buf_init(&r->body, body_cap(r));
-    if (!http_guard_head(r->conn, reserved_route(rt))) {
+    if (!http_guard_head(r->conn, reserved_route(r))) {
         return (enum MHD_Result)http_send_error(r, 503, NULL, NULL,
                                                 "server busy: too many connections");
     }
-    if (rt->auth == AUTH_ADMIN && !admin_ok(r)) {
+    if (rt->auth == HTTP_AUTH_ADMIN && !admin_ok(r)) {
         return (enum MHD_Result)http_send_error(r, 401, NULL, NULL,
                                                 "missing or wrong admin bearer token");
     }
-    x = extra_of(r->route);
+    x = http_route_extra_of(r->srv, r->route);
     if (x != NULL && x->begin != NULL) {
         ret = x->begin(r);
         if (r->status != 0 || ret != MHD_YES) {
@@ -363,7 +131,7 @@ static enum MHD_Result begin_request(struct request *r)
         return (enum MHD_Result)http_send_error(
             r, 413, NULL, NULL, "request body is larger than %zu bytes", body_cap(r));
     }
-    if (rt->auth == AUTH_ADMIN && declared <= body_cap(r)) {
+    if (rt->auth == HTTP_AUTH_ADMIN && declared <= body_cap(r)) {
         buf_reserve(&r->body, (size_t)declared); /* one allocation, the sender is known */
     }
     return MHD_YES;
@@ -381,7 +149,7 @@ static enum MHD_Result dispatch(struct request *r)
         return (enum MHD_Result)http_send_error(
             r, 413, NULL, NULL, "request body is larger than %zu bytes", body_cap(r));
     }
-    return (enum MHD_Result)g_routes[r->route].handler(r);
+    return (enum MHD_Result)r->srv->routes->routes[r->route].handler(r);
 }
 
 static int write_all(int fd, const char *data, size_t n)
@@ -484,7 +252,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     snprintf(status, sizeof(status), "%d", r->status);
     snprintf(ms, sizeof(ms), "%.3f", (double)dur / 1e6);
     log_kv(LOG_INFO, "request", "method", r->method, "path", r->url, "route",
-           http_route_name(r->route), "status", status, "ms", ms, NULL);
+           http_route_name(r->srv, r->route), "status", status, "ms", ms, NULL);
     if (r->on_done != NULL) {
         r->on_done(r->on_done_arg);
     }
@@ -610,7 +378,7 @@ int http_start(struct MHD_Daemon **out, uint16_t *port_out, struct server *srv, 
 int http_start_unix(struct MHD_Daemon **out, struct server *srv, int listen_fd,
                     unsigned int conn_max, bool guarded, struct err *err)
 {
-    /* The meter route only (find_route) on a unix socket the sandboxes reach (SPEC §9);
+    /* The meter route only (http_route_find) on a unix socket the sandboxes reach (SPEC §9);
      * per-address limits do not apply to it (every peer has the same address). A guarded
      * daemon is stopped with http_stop_unix() before http_stop() frees the guard; without
      * the guard the idle timeout still cuts silent connections. */

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/connect_pb.h"
+#include "server/api/connect/connect_pb.h"
 
 enum pb_wire {
     WIRE_VARINT = 0,

@@ -9,7 +9,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
-#include "server/server_int.h"
+#include "server/api/api_int.h"
 
 #define PARAM_NS 0
 #define PARAM_NAME 1

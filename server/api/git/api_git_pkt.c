@@ -9,8 +9,8 @@
 #include <strings.h>
 
 #include "common/secret.h"
-#include "server/api_git.h"
-#include "server/server_int.h"
+#include "server/api/git/api_git.h"
+#include "server/api/api_int.h"
 
 #define TOKEN_TEXT_MAX 8192 /* bytes of a token in a header */
 

@@ -12,7 +12,7 @@
 #include "common/jsonscan.h"
 #include "common/log.h"
 #include "scm/github/github.h"
-#include "server/server_int.h"
+#include "server/api/api_int.h"
 
 static int accepted(struct request *r, const struct inbox_entry *e)
 {

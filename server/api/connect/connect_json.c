@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/connect_pb.h"
+#include "server/api/connect/connect_pb.h"
 
 static const struct pb_field *field_by_key(const struct pb_message *msg, const char *key)
 {

@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 
 #include "bot/slashcmd.h"
-#include "server/server_int.h"
+#include "server/api/api_int.h"
 
 static bool project_char(char c)
 {

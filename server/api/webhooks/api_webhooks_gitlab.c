@@ -13,7 +13,7 @@
 #include "common/jsonscan.h"
 #include "common/log.h"
 #include "scm/gitlab/gitlab.h"
-#include "server/server_int.h"
+#include "server/api/api_int.h"
 
 static bool has(const char *s)
 {

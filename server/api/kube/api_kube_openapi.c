@@ -6,7 +6,7 @@
  * protobuf /openapi/v2, which is not served: 404). The PATCH request body lists merge
  * patch only: kubectl then sends RFC 7386 merge patches, the one kind the task API takes.
  * The schema mirrors the rules of store/task_model.c (unknown fields are refused there). */
-#include "server/server_int.h"
+#include "server/api/api_int.h"
 
 static const char g_root[] =
     "{\"paths\": {\"apis/divergedev.com/v1alpha1\": "

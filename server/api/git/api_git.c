@@ -31,8 +31,8 @@
 #include "common/hash.h"
 #include "common/log.h"
 #include "common/secret.h"
-#include "server/api_git.h"
-#include "server/server_int.h"
+#include "server/api/git/api_git.h"
+#include "server/api/api_int.h"
 #include "token/token.h"
 
 extern char **environ;
@@ -245,7 +245,7 @@ int api_git_begin(struct request *r)
             log_kv(LOG_WARN, "git_spool_failed", "error", strerror(errno), NULL);
             return http_send_error(r, 503, NULL, NULL, "the request body cannot be stored; retry");
         }
-        if (strcmp(http_route_name(r->route), "git.receive") == 0) {
+        if (strcmp(http_route_name(r->srv, r->route), "git.receive") == 0) {
             r->body_max = r->srv->git_push_max;
         }
     }
@@ -554,7 +554,7 @@ static int run_backend(struct request *r, enum git_service svc, const char *root
     }
     if (rc != E_OK) {
         child_end(ch);
-        log_kv(LOG_WARN, "git_backend_failed", "route", http_route_name(r->route), NULL);
+        log_kv(LOG_WARN, "git_backend_failed", "route", http_route_name(r->srv, r->route), NULL);
         return http_send_error(r, 500, NULL, NULL, "git http-backend failed");
     }
     resp =

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/server_int.h"
+#include "server/api/api_int.h"
 
 int api_meter(struct request *r)
 {

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "server/api_git.h"
+#include "server/api/git/api_git.h"
 
 void api_git_gate_init(struct api_git_gate *g, int per_task, int total)
 {

@@ -11,7 +11,7 @@
 #include <strings.h>
 
 #include "common/clock.h"
-#include "server/server_int.h"
+#include "server/api/api_int.h"
 
 #define ACCEPT_MAX 4096 /* bytes of an Accept header we look at */
 

@@ -10,7 +10,7 @@
 #include <strings.h>
 
 #include "common/log.h"
-#include "server/server_int.h"
+#include "server/http/http_int.h"
 
 /* --- responses ------------------------------------------------------------------- */
 
@@ -55,7 +55,8 @@ int http_send_json(struct request *r, int status, json_t *body)
     json_decref(body);
     if (text == NULL) {
         /* json_pack refused a value (not UTF-8, say) or memory ran out. */
-        log_kv(LOG_ERROR, "response_build_failed", "route", http_route_name(r->route), NULL);
+        log_kv(LOG_ERROR, "response_build_failed", "route", http_route_name(r->srv, r->route),
+               NULL);
         resp = MHD_create_response_from_buffer(
             strlen(g_internal_body), (void *)(uintptr_t)g_internal_body, MHD_RESPMEM_PERSISTENT);
         if (resp != NULL) {

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "common/log.h"
-#include "server/server_int.h"
+#include "server/api/api_int.h"
 
 #define REVIEW_API_VERSION "admission.k8s.io/v1"
 #define TASK_GROUP "divergedev.com"

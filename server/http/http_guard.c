@@ -26,7 +26,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
-#include "server/server_int.h"
+#include "server/http/http_int.h"
 
 enum guard_pool {
     POOL_LOCAL,   /* a unix socket peer: no address limits */

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "server/server_int.h"
+#include "server/http/http_int.h"
 
 #define MAX_ROUTES 64
 #define NUM_CODES 16
@@ -143,7 +143,7 @@ static void render_pipeline(struct buf *out, struct server *srv)
 void metrics_render(struct buf *out, struct server *srv)
 {
     int64_t counts[TASK_PHASE_COUNT];
-    int nroutes = http_route_count();
+    int nroutes = http_route_count(srv);
 
     buf_puts(out, "# HELP diverge_http_requests_total HTTP requests by route and status code.\n"
                   "# TYPE diverge_http_requests_total counter\n");
@@ -154,7 +154,7 @@ void metrics_render(struct buf *out, struct server *srv)
         struct route_stats merged;
         bool first = true;
         for (int j = 0; j < i; j++) {
-            if (strcmp(http_route_name(j), http_route_name(i)) == 0) {
+            if (strcmp(http_route_name(srv, j), http_route_name(srv, i)) == 0) {
                 first = false;
             }
         }
@@ -163,7 +163,7 @@ void metrics_render(struct buf *out, struct server *srv)
         }
         memset(&merged, 0, sizeof(merged));
         for (int j = i; j < nroutes && j < MAX_ROUTES - 1; j++) {
-            if (strcmp(http_route_name(j), http_route_name(i)) != 0) {
+            if (strcmp(http_route_name(srv, j), http_route_name(srv, i)) != 0) {
                 continue;
             }
             for (int c = 0; c <= NUM_CODES; c++) {
@@ -174,7 +174,7 @@ void metrics_render(struct buf *out, struct server *srv)
             }
             merged.sum_ns += atomic_load(&g_stats[j].sum_ns);
         }
-        render_route(out, http_route_name(i), &merged);
+        render_route(out, http_route_name(srv, i), &merged);
     }
     render_route(out, "none", &g_stats[MAX_ROUTES - 1]);
     render_pipeline(out, srv);

@@ -13,8 +13,8 @@
 
 #include "common/clock.h"
 #include "common/secret.h"
-#include "server/server_int.h"
-#include "server/ui_assets.h"
+#include "server/api/api_int.h"
+#include "server/api/ui/ui_assets.h"
 
 #define UI_COOKIE "diverge_token"
 #define UI_COOKIE_TLS "__Host-diverge_token" /* the browser keeps it to this origin, Secure */
