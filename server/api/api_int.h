@@ -124,5 +124,8 @@ void kube_watch_line(struct buf *out, const struct kube_view *v, const char *typ
 /* GET /openapi/v3 and /openapi/v3/apis/divergedev.com/v1alpha1 (api_kube_openapi.c). */
 int api_openapi_v3(struct request *r);
 int api_openapi_v3_group(struct request *r);
+/* The group/version document (openapi_v1alpha1.json, embedded at build time by
+ * openapi_embed.cmake), NUL-terminated. */
+extern const unsigned char api_openapi_group_json[];
 
 #endif
