@@ -76,7 +76,7 @@ char *api_git_auth_token(const char *authorization);
  * otherwise. A non-fast-forward is refused by git itself (receive.denyNonFastForwards). */
 int api_git_check_push(const char *body, size_t len, const char *working, struct err *err);
 
-/* Route handlers (server/http.c). */
+/* Route handlers (listed in server/api/api_routes.c). */
 int api_git_info_refs(struct request *r);
 int api_git_upload_pack(struct request *r);
 int api_git_receive_pack(struct request *r);
