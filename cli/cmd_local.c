@@ -207,7 +207,7 @@ static int cmd_thread(struct cli_ctx *ctx, const struct cli_args *args)
     return CLI_EXIT_OK;
 }
 
-/* Whether B is a branch name the server accepts (the same rule as server/api_local.c). */
+/* Whether B is a branch name the server accepts (the same rule as server/api/api_local.c). */
 static bool branch_ok(const char *b)
 {
     size_t n = strlen(b);

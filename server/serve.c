@@ -16,8 +16,9 @@
 #include "common/secret.h"
 #include "scm/github/github.h"
 #include "scm/gitlab/gitlab.h"
+#include "server/api/api.h"
+#include "server/serve_int.h"
 #include "server/server.h"
-#include "server/server_int.h"
 
 #include "common/version.h"
 #define VERSION DIVERGE_VERSION
@@ -474,6 +475,13 @@ static int wait_for_signal(void)
     return sig;
 }
 
+/* What the cluster mode's leader starts (serve_kube.c). */
+static const struct serve_kube_workers g_kube_workers = {
+    .controller_make = serve_controller_make,
+    .egress_own = serve_egress_own,
+    .scm_start = serve_scm_workers_start,
+};
+
 /* Everything `serve` runs, from SRV->cfg: data dir, secrets, store, workers, HTTP. On
  * failure whatever was started is stopped again. */
 static int start_all(struct server *srv, struct err *err)
@@ -482,6 +490,7 @@ static int start_all(struct server *srv, struct err *err)
     uint16_t port = 0;
     int rc;
 
+    srv->routes = &api_routes;
     rc = mkdir_p(srv->cfg.data_dir, err);
     if (rc == E_OK) {
         rc = check_data_dir(srv->cfg.data_dir, err);
@@ -491,7 +500,7 @@ static int start_all(struct server *srv, struct err *err)
     }
     if (rc == E_OK) {
         if (strcmp(srv->cfg.store, "kubernetes") == 0) {
-            rc = serve_kube_open_store(srv, err);
+            rc = serve_kube_open_store(srv, &g_kube_workers, err);
         } else {
             db = xasprintf("%s/diverge.db", srv->cfg.data_dir);
             rc = task_store_sqlite_open(&srv->store, db, clock_system(), err);

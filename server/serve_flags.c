@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "egress/egress.h"
-#include "server/server_int.h"
+#include "server/serve_int.h"
 
 struct flag {
     const char *name; /* "--listen" */

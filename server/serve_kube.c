@@ -19,7 +19,7 @@
 #include "controller/controller.h"
 #include "kube/kube.h"
 #include "scm/scm.h"
-#include "server/server_int.h"
+#include "server/serve_int.h"
 
 struct serve_kube {
     struct kube_client *lease_client; /* owned: the elector's (the store owns its own) */
@@ -38,6 +38,7 @@ struct serve_kube {
     struct scm_outbox *outbox;
     struct bot *bot;
     struct scm_notifier *notifier;
+    struct serve_kube_workers workers; /* how the leader makes them (serve.c's) */
 };
 
 static int load_client(struct kube_client **out, struct server *srv, struct err *err)
@@ -48,13 +49,14 @@ static int load_client(struct kube_client **out, struct server *srv, struct err 
     return rc == E_OK ? kube_client_new(out, cfg, err) : rc;
 }
 
-int serve_kube_open_store(struct server *srv, struct err *err)
+int serve_kube_open_store(struct server *srv, const struct serve_kube_workers *w, struct err *err)
 {
     struct serve_kube *k = xcalloc(1, sizeof(*k));
     struct kube_client *c = NULL;
     const char *ns;
     int rc;
 
+    k->workers = *w;
     if (pthread_mutex_init(&k->mu, NULL) != 0 || pthread_cond_init(&k->cond, NULL) != 0) {
         abort();
     }
@@ -103,16 +105,16 @@ static void stop_workers(struct serve_kube *k)
 static int start_workers(struct serve_kube *k, struct server *srv, struct err *err)
 {
     char *meter = xasprintf("%s/api/v1/agenttask/meter", srv->base_url);
-    int rc = serve_controller_make(&k->controller, srv, err);
+    int rc = k->workers.controller_make(&k->controller, srv, err);
 
     if (rc == E_OK) {
-        rc = serve_egress_own(srv, k->controller, err);
+        rc = k->workers.egress_own(srv, k->controller, err);
     }
     if (rc == E_OK) {
         rc = controller_start(k->controller, meter, srv->meter_socket, err);
     }
     if (rc == E_OK) {
-        rc = serve_scm_workers_start(srv, &k->outbox, &k->bot, &k->notifier, err);
+        rc = k->workers.scm_start(srv, &k->outbox, &k->bot, &k->notifier, err);
     }
     free(meter);
     k->running = true;

@@ -18,7 +18,7 @@
 #include "common/log.h"
 #include "kube/kube.h"
 #include "scm/github/github.h"
-#include "server/server_int.h"
+#include "server/serve_int.h"
 
 /* Reads ".d", ".dd" or ".ddd" at *P as thousandths, moving *P past the digits taken;
  * 0 (and *P unchanged) without a dot. */

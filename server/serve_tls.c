@@ -14,7 +14,7 @@
 #include "common/log.h"
 #include "common/secret.h"
 #include "common/tlscert.h"
-#include "server/server_int.h"
+#include "server/serve_int.h"
 
 #define ENDPOINT_FILE "tls-endpoint"
 

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "common/err.h"
-#include "server/connect_pb.h"
+#include "server/api/connect/connect_pb.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

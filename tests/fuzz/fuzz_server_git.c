@@ -11,8 +11,8 @@
 #include <string.h>
 
 #include "common/secret.h"
-#include "server/api_git.h"
-#include "server/server_int.h"
+#include "server/api/git/api_git.h"
+#include "server/api/api_int.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/server_int.h"
+#include "server/api/api_int.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -31,7 +31,7 @@
 #include "common/buf.h"
 #include "common/log.h"
 #include "common/secret.h"
-#include "server/server_int.h"
+#include "server/serve_int.h"
 
 #define WEBHOOK_SECRET "s"
 #define RESPONSE_MAX (4u * 1024u * 1024u)

@@ -4,7 +4,7 @@
  * the proto3 JSON mapping. */
 #include <string.h>
 
-#include "server/connect_pb.h"
+#include "server/api/connect/connect_pb.h"
 #include "tests/t_check.h"
 
 #define BYTES(s_) (s_), (sizeof(s_) - 1)

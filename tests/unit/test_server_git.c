@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/api_git.h"
-#include "server/server_int.h"
+#include "server/api/git/api_git.h"
+#include "server/api/api_int.h"
 #include "tests/t_check.h"
 
 #define OID_A "1111111111111111111111111111111111111111"

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/server_int.h"
+#include "server/api/api_int.h"
 #include "tests/t_check.h"
 
 /* What kubectl 1.33 sends for `get` (KUBECTL-PROTOCOL.md §5). */

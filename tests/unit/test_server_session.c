@@ -4,7 +4,7 @@
  * once (the oldest login goes first), malformed ids refused. */
 #include <string.h>
 
-#include "server/server_int.h"
+#include "server/api/api_int.h"
 #include "tests/t_check.h"
 
 #define HOUR_MS (3600LL * 1000)

@@ -1,0 +1,104 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Route lookup in the server's route table (srv->routes, the API's): method and path
+ * matching with '*' segments, the extras of a route, and route names for logs and
+ * metrics. */
+#include <microhttpd.h>
+#include <stdbool.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "server/http/http_int.h"
+
+const struct http_route_extra *http_route_extra_of(const struct server *srv, int route)
+{
+    const struct http_routes *t = srv->routes;
+
+    for (size_t i = 0; route >= 0 && i < t->extras_count; i++) {
+        if (t->extras[i].handler == t->routes[route].handler) {
+            return &t->extras[i];
+        }
+    }
+    return NULL;
+}
+
+int http_route_count(const struct server *srv)
+{
+    return srv->routes != NULL ? (int)srv->routes->count : 0;
+}
+
+const char *http_route_name(const struct server *srv, int route)
+{
+    return route >= 0 && route < http_route_count(srv) ? srv->routes->routes[route].name : "none";
+}
+
+/* Matches PATH against PATTERN; on success copies up to SERVER_ROUTE_PARAMS wildcard
+ * segments into r->params (pointing into r->param_store). */
+static bool match(struct request *r, const char *pattern, const char *path)
+{
+    const char *p = pattern, *u = path;
+    int np = 0;
+    size_t off = 0;
+
+    while (*p != '\0' && *u != '\0') {
+        if (*p == '*') {
+            const char *end = strchr(u, '/');
+            size_t n = end != NULL ? (size_t)(end - u) : strlen(u);
+            if (n == 0 || np >= SERVER_ROUTE_PARAMS) {
+                return false;
+            }
+            memcpy(r->param_store + off, u, n);
+            r->param_store[off + n] = '\0';
+            r->params[np++] = r->param_store + off;
+            off += n + 1;
+            u += n;
+            p++;
+            continue;
+        }
+        if (*p != *u) {
+            return false;
+        }
+        p++;
+        u++;
+    }
+    return *p == '\0' && *u == '\0';
+}
+
+/* True when CONN came in on a unix socket, or when that cannot be told (fail closed). */
+static bool unix_peer(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+
+    return ci == NULL || getsockname(ci->connect_fd, (struct sockaddr *)&ss, &len) != 0 ||
+           ss.ss_family == AF_UNIX;
+}
+
+/* Unix sockets are the meter sockets that sandboxes reach: there only the meter route
+ * exists, every other path is unknown (404). */
+static bool route_has(const struct server *srv, int route, unsigned flag)
+{
+    const struct http_route_extra *x = http_route_extra_of(srv, route);
+
+    return x != NULL && (x->flags & flag) != 0;
+}
+
+int http_route_find(struct request *r, bool *path_known)
+{
+    const struct http_route *routes = r->srv->routes->routes;
+    bool meter_only = unix_peer(r->conn);
+
+    *path_known = false;
+    for (size_t i = 0; i < r->srv->routes->count; i++) {
+        if ((meter_only && !route_has(r->srv, (int)i, HTTP_ROUTE_UNIX)) ||
+            !match(r, routes[i].pattern, r->url)) {
+            continue;
+        }
+        if (strcmp(routes[i].method, r->method) == 0) {
+            return (int)i;
+        }
+        *path_known = true;
+    }
+    return -1;
+}
