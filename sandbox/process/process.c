@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The `process` sandbox provider: the runner as a grandchild of the server in its own
  * process group, under a small guard process (a fork of the server that never execs) which
- * kills the whole group when the server dies, even by SIGKILL (SPEC §9: sandboxes die
- * with the server). Only descriptors 0-2 reach the runner. NO ISOLATION: the agent runs
- * as the server's user with the server's view of the machine. For development only; it
- * says so loudly. */
+ * watches the server and kills the whole group when the server dies, even by SIGKILL (SPEC §9:
+ * sandboxes die with the server). Only descriptors 0-2 reach the runner. NO ISOLATION: the agent
+ * runs as the server's user with the server's view of the machine. For development only; it says so
+ * loudly. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -12,7 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -81,13 +83,53 @@ static void runner_exec(const struct spawn_plan *pl, pid_t guard)
     _exit(127);
 }
 
+/* A descriptor that becomes readable when process PID has ended (pidfd_open, Linux 5.3),
+ * or -1. */
+static int pid_watch(pid_t pid)
+{
+    return (int)syscall(SYS_pidfd_open, pid, 0);
+}
+
+/* Waits for RUNNER to end, or for the server (watched by SERVER_FD, -1: only the parent-death
+ * signal tells) to end first, in which case the whole group is killed. Returns the runner's
+ * wait status. Polling the two process descriptors needs no signal handler: under
+ * ThreadSanitizer a forked copy of the server ran GUARD_SIGNAL's handler too late or never. */
+static int guard_wait(pid_t runner, int server_fd)
+{
+    int runner_fd = server_fd >= 0 ? pid_watch(runner) : -1, status = 0;
+
+    while (server_fd >= 0 && runner_fd >= 0) {
+        struct pollfd p[2] = {{.fd = server_fd, .events = POLLIN},
+                              {.fd = runner_fd, .events = POLLIN}};
+        if (poll(p, 2, -1) < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            break;
+        }
+        if (p[0].revents != 0) {
+            guard_kill_group(0); /* the server is gone */
+        }
+        if (p[1].revents != 0) {
+            break;
+        }
+    }
+    while (waitpid(runner, &status, 0) < 0) {
+        if (errno != EINTR) {
+            _exit(126);
+        }
+    }
+    return status;
+}
+
 /* The guard: leader of the sandbox's process group, parent of the runner. When the server
- * dies (even by SIGKILL) the kernel sends it GUARD_SIGNAL and it kills the whole group,
- * which a SIGKILLed runner could not do for the agent's processes. It exits with the
+ * dies (even by SIGKILL) it kills the whole group, which a SIGKILLed runner could not do for
+ * the agent's processes: it watches the server through a process descriptor, and the
+ * kernel also sends it GUARD_SIGNAL (kernels without pidfd_open). It exits with the
  * runner's status (128 + signal when killed). */
 static void guard(const struct spawn_plan *pl)
 {
-    int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC), status = 0;
+    int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC), status, server_fd;
     pid_t self = getpid(), runner;
 
     reset_signals(guard_kill_group);
@@ -96,8 +138,9 @@ static void guard(const struct spawn_plan *pl)
         _exit(126);
     }
     prctl(PR_SET_PDEATHSIG, GUARD_SIGNAL);
+    server_fd = pid_watch(pl->server);
     if (getppid() != pl->server) {
-        guard_kill_group(0); /* the server died before the line above */
+        guard_kill_group(0); /* the server died before the lines above */
     }
     /* vfork: no fork handlers run in this copy of a multi-threaded server. */
     runner = vfork();
@@ -107,11 +150,7 @@ static void guard(const struct spawn_plan *pl)
     if (runner < 0) {
         _exit(126);
     }
-    while (waitpid(runner, &status, 0) < 0) {
-        if (errno != EINTR) {
-            _exit(126);
-        }
-    }
+    status = guard_wait(runner, server_fd);
     _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
 }
 
