@@ -9,7 +9,7 @@
 #include <time.h>
 
 #include "common/log.h"
-#include "store/store_kube_int.h"
+#include "store/kube/store_kube_int.h"
 
 int64_t kst_rv_of(const json_t *obj)
 {
@@ -33,7 +33,7 @@ void kst_wait_seen(struct kube_store *s, int64_t rv, bool queue)
 {
     struct timespec ts;
 
-    kst_deadline_in(&ts, KST_SEEN_MS);
+    store_deadline_in(&ts, KST_SEEN_MS);
     pthread_mutex_lock(&s->mu);
     while ((queue ? s->queue_rv : s->rv) < rv) {
         if (pthread_cond_timedwait(&s->changed, &s->mu, &ts) != 0) {

@@ -10,7 +10,7 @@
 #include <time.h>
 
 #include "kube/kube.h"
-#include "store/store_int.h"
+#include "store/store_backend.h"
 
 #define KST_RING 4096     /* task change events kept for watchers */
 #define KST_RETRIES 5     /* conflict retries of one write or transaction */
@@ -58,7 +58,6 @@ int64_t kst_rv_of(const json_t *obj);
  * so a read after one of our writes sees it. */
 void kst_wait_seen(struct kube_store *s, int64_t rv, bool queue);
 /* store_kube_feed.c: the change feed. */
-void kst_deadline_in(struct timespec *ts, int64_t ms); /* CLOCK_REALTIME now + MS */
 void kst_on_task_event(enum kube_event type, const json_t *obj, void *userdata);
 int kst_watch(int64_t *last_rv_out, struct task_store *st, const char *ns, int64_t since_rv,
               int timeout_ms, task_event_fn fn, void *userdata, struct err *err);
