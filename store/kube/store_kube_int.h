@@ -110,6 +110,17 @@ int kst_create_task(json_t **out, struct kube_store *s, const json_t *obj, struc
 int kst_write_task(int64_t *rv_out, struct kube_store *s, json_t *doc, const json_t *orig,
                    struct err *err);
 
+/* store_kube_event.c: Kubernetes Events for phase changes. */
+#define KST_EVENT_COMPONENT "diverge" /* source.component of our Events */
+#define KST_EVENT_MESSAGE_MAX 1024    /* bytes of an Event's message, with the NUL */
+/* status.phase of TASK, "" when it has none. */
+const char *kst_phase_of(const json_t *task);
+/* The core/v1 Event (new object) recording that TASK (as written, with its new
+ * resourceVersion) went from OLD_PHASE ("" for a new task) to its status.phase, at NOW_MS. */
+json_t *kst_event_build(const json_t *task, const char *old_phase, int64_t now_ms);
+/* Creates that Event when the phase changed. Never fails: an error is logged. */
+void kst_event_phase(struct kube_store *s, const json_t *task, const char *old_phase);
+
 /* store_kube_cm.c: the queue ConfigMaps */
 #define KST_Q_INBOX "inbox"
 #define KST_Q_OUTBOX "outbox"
