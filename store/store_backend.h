@@ -2,9 +2,15 @@
 /* What a task_store backend implements besides struct task_store_ops: the transaction's
  * operations, the queues (inbox, outbox), sticky state, the token index and the `local` SCM.
  * store_dispatch.c routes every public function of store.h through this table, so the
- * SQLite and Kubernetes backends are interchangeable. Inside store/ only. */
+ * SQLite and Kubernetes backends are interchangeable. Below the table, what the backends
+ * share (store_backend.c, task_model.c). The one internal header of store/: the backends
+ * (store/sqlite/, store/kube/) include it; nothing in store/ includes a backend's header. */
 #ifndef DIVERGE_STORE_STORE_BACKEND_H
 #define DIVERGE_STORE_STORE_BACKEND_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <time.h>
 
 #include "store/store.h"
 
@@ -97,5 +103,51 @@ struct task_store_xops {
     int (*local_pull_get)(json_t **out, struct task_store *st, const char *project, int64_t number,
                           struct err *err);
 };
+
+/* One change of a task, as a backend's change feed keeps it for watchers. */
+struct event {
+    int64_t rv; /* resourceVersion of this change; 0 = empty slot */
+    enum task_event_type type;
+    char *json;            /* owned: the object as compact JSON */
+    size_t bytes;          /* strlen(json), counted in ring_bytes (set by publish) */
+    char ns[64];           /* metadata.namespace (DNS label, <= 63) */
+    char name[64];         /* metadata.name */
+    enum task_phase phase; /* status.phase */
+    bool suspended;        /* spec.suspended */
+    bool from_scm;         /* the divergedev.com/provider annotation is set */
+};
+
+/* The status of a new task: Pending, zero spend. New reference (task_model.c). */
+json_t *task_initial_status(void);
+
+/* Fills E for the change RV of OBJ (borrowed) whose JSON text is JSON (taken by E). */
+void store_event_fill(struct event *e, int64_t rv, enum task_event_type type, const json_t *obj,
+                      char *json);
+/* Writes a random (version 4) UUID. */
+void store_new_uid(char out[37]);
+
+/* *TS = CLOCK_REALTIME now + MS: the deadline of a pthread_cond_timedwait. */
+void store_deadline_in(struct timespec *ts, int64_t ms);
+/* *GEN, read under MU: a queue's change counter (the queue_gen op). */
+int64_t store_gen_get(pthread_mutex_t *mu, const int64_t *gen);
+/* Sleeps on CV (with MU) until *GEN has moved past SINCE_GEN or TIMEOUT_MS have passed (the
+ * queue_wait op). Takes and releases MU. */
+void store_gen_wait(pthread_mutex_t *mu, pthread_cond_t *cv, const int64_t *gen, int64_t since_gen,
+                    int64_t timeout_ms);
+
+/* What a queue's pick does with one pending entry; the pick walks them in arrival order
+ * and keeps one lane (a PR/MR) in order: no entry overtakes an older one of its lane. */
+enum store_claim {
+    STORE_CLAIM_PASS,  /* its lane is closed: an older entry of it was not taken */
+    STORE_CLAIM_TAKE,  /* due and its lane open: handed out */
+    STORE_CLAIM_CLOSE, /* not taken: its lane closes behind it */
+};
+
+/* The claim step of both backends' pick, pure: the entry due at NEXT_MS, at NOW, whose lane
+ * is CLOSED or not; HELD: not to be taken even when due (the pick is full, or the entry is
+ * the one being sent). On STORE_CLAIM_CLOSE, *wait_ms (the time until the next due entry,
+ * -1 none) becomes this entry's when sooner, or 0 when the entry is due but held. */
+enum store_claim store_queue_claim(int64_t *wait_ms, bool closed, int64_t next_ms, int64_t now,
+                                   bool held);
 
 #endif

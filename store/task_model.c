@@ -6,7 +6,7 @@
 
 #include "common/money.h"
 #include "store/store.h"
-#include "store/store_int.h"
+#include "store/store_backend.h"
 
 static const char *const g_phase_names[TASK_PHASE_COUNT] = {
     "Pending", "Provisioning", "Active", "Pausing", "Paused", "Completed", "Failed",

@@ -6,7 +6,6 @@
 
 #include "common/money.h"
 #include "store/store.h"
-#include "store/store_int.h"
 
 json_t *json_merge_patch(json_t *target, json_t *patch)
 {

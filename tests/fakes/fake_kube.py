@@ -43,7 +43,10 @@ describe it; only what a test asks for, nothing runs):
   - deleting a SandboxClaim deletes the Sandboxes it owns and their pods (the garbage
     collector).
 Resources (namespaced): divergedev.com/v1alpha1 agenttasks, environments; v1 secrets,
-configmaps, pods (only the simulated agent-sandbox pods); events.k8s.io/v1 events; coordination.k8s.io/v1 leases; extensions.agents.x-k8s.io/v1beta1 sandboxclaims;
+configmaps, pods (only the simulated agent-sandbox pods), events (core/v1: what kubectl
+describe lists, with fieldSelector involvedObject.*); events.k8s.io/v1 events (kept apart
+from the core ones, unlike a real server); coordination.k8s.io/v1 leases;
+extensions.agents.x-k8s.io/v1beta1 sandboxclaims;
 agents.x-k8s.io/v1beta1 sandboxes.
 
 Run: fake_kube.py [--port 0] [--token T] [--history N] [--bookmark-seconds S]
@@ -66,7 +69,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 __all__ = ["FakeKube", "RESOURCES"]
 
-# plural -> (group, version, kind, has status subresource, is a custom resource)
+# key -> (group, version, kind, has status subresource, is a custom resource); the key is
+# the plural, or "<plural>@<group>/<version>" for a second group serving that plural.
 RESOURCES = {
     "agenttasks": ("divergedev.com", "v1alpha1", "AgentTask", True, True),
     "environments": ("divergedev.com", "v1alpha1", "Environment", True, True),
@@ -74,6 +78,7 @@ RESOURCES = {
     "configmaps": ("", "v1", "ConfigMap", False, False),
     "pods": ("", "v1", "Pod", True, False),
     "events": ("events.k8s.io", "v1", "Event", False, False),
+    "events@v1": ("", "v1", "Event", False, False),
     "leases": ("coordination.k8s.io", "v1", "Lease", False, False),
     "sandboxclaims": ("extensions.agents.x-k8s.io", "v1beta1", "SandboxClaim", True, True),
     "sandboxes": ("agents.x-k8s.io", "v1beta1", "Sandbox", True, True),
@@ -172,7 +177,7 @@ class FakeKube:
         md = obj.get("metadata")
         if not isinstance(md, dict) or not isinstance(md.get("name"), str):
             raise ApiError(422, "Invalid", "metadata.name: Required value",
-                           {"kind": plural, "causes": [{"reason": "FieldValueRequired",
+                           {"kind": _plural(plural), "causes": [{"reason": "FieldValueRequired",
                                                         "field": "metadata.name"}]})
         name = md["name"]
         if not NAME_RE.match(name):
@@ -183,7 +188,7 @@ class FakeKube:
         if (plural, ns, name) in self.objects:
             raise ApiError(409, "AlreadyExists", '%s "%s" already exists' %
                            (self._gr(plural), name),
-                           {"name": name, "group": group, "kind": plural})
+                           {"name": name, "group": group, "kind": _plural(plural)})
         obj = dict(obj)
         obj["apiVersion"] = "%s/%s" % (group, version) if group else version
         obj["kind"] = kind
@@ -201,13 +206,13 @@ class FakeKube:
 
     def _gr(self, plural):
         group = RESOURCES[plural][0]
-        return "%s.%s" % (plural, group) if group else plural
+        return "%s.%s" % (_plural(plural), group) if group else _plural(plural)
 
     def get(self, plural, ns, name):
         obj = self.objects.get((plural, ns, name))
         if obj is None:
             raise ApiError(404, "NotFound", '%s "%s" not found' % (self._gr(plural), name),
-                           {"name": name, "group": RESOURCES[plural][0], "kind": plural})
+                           {"name": name, "group": RESOURCES[plural][0], "kind": _plural(plural)})
         return obj
 
     def write(self, plural, ns, name, new, sub, rv_required):
@@ -223,7 +228,7 @@ class FakeKube:
             raise ApiError(409, "Conflict", 'Operation cannot be fulfilled on %s "%s": the '
                            "object has been modified; please apply your changes to the "
                            "latest version and try again" % (self._gr(plural), name),
-                           {"name": name, "group": RESOURCES[plural][0], "kind": plural})
+                           {"name": name, "group": RESOURCES[plural][0], "kind": _plural(plural)})
         if md.get("name", name) != name:
             raise ApiError(400, "BadRequest", "the name of the object does not match the "
                            "name on the URL")
@@ -263,7 +268,7 @@ class FakeKube:
             raise ApiError(409, "Conflict", "Precondition failed: ResourceVersion in "
                            "precondition: %s, ResourceVersion in object meta: %s" %
                            (expect_rv, obj["metadata"]["resourceVersion"]),
-                           {"name": name, "group": RESOURCES[plural][0], "kind": plural})
+                           {"name": name, "group": RESOURCES[plural][0], "kind": _plural(plural)})
         del self.objects[(plural, ns, name)]
         obj = json.loads(json.dumps(obj))
         self._bump(obj)
@@ -416,7 +421,23 @@ def _selector_match(obj, label_sel, field_sel):
             return False
         if k == "metadata.namespace" and md.get("namespace") != v:
             return False
+        if k.startswith("involvedObject.") and \
+                str((obj.get("involvedObject") or {}).get(k.split(".", 1)[1], "")) != v:
+            return False
     return True
+
+
+def _plural(key):
+    """The URL plural of the RESOURCES key KEY."""
+    return key.split("@", 1)[0]
+
+
+def _resolve(plural, group, version):
+    """The RESOURCES key of PLURAL in GROUP/VERSION, or None."""
+    for key, (g, v, _, _, _) in RESOURCES.items():
+        if _plural(key) == plural and g == group and v == version:
+            return key
+    return None
 
 
 def _discovery_groups():
@@ -434,7 +455,8 @@ def _discovery_resources(group, version):
     res = []
     for plural, (g, v, kind, has_status, _) in RESOURCES.items():
         if g == group and v == version:
-            res.append({"name": plural, "singularName": kind.lower(), "namespaced": True,
+            res.append({"name": _plural(plural), "singularName": kind.lower(),
+                        "namespaced": True,
                         "kind": kind, "verbs": ["create", "delete", "get", "list", "patch",
                                                 "update", "watch"]})
             if has_status:
@@ -453,7 +475,7 @@ def _openapi_doc(group, version):
     for plural, (g, v, kind, _, _) in RESOURCES.items():
         if g == group and v == version:
             prefix = "/apis/%s/%s" % (g, v) if g else "/api/v1"
-            paths[prefix + "/namespaces/{namespace}/%s/{name}" % plural] = {"patch": {
+            paths[prefix + "/namespaces/{namespace}/%s/{name}" % _plural(plural)] = {"patch": {
                 "x-kubernetes-group-version-kind": {"group": g, "version": v, "kind": kind},
                 "parameters": [{"name": "fieldValidation", "in": "query"}]}}
     return {"openapi": "3.0.0", "info": {"title": "fake_kube", "version": "v1"},
@@ -531,12 +553,9 @@ class _Handler(BaseHTTPRequestHandler):
             if self.command == "GET" and self._discovery(u.path):
                 return
             m = PATH_RE.match(u.path)
-            if not m or m.group("plural") not in RESOURCES:
-                raise ApiError(404, "NotFound", "the server could not find the requested "
-                               "resource")
-            plural = m.group("plural")
-            group, version = RESOURCES[plural][0], RESOURCES[plural][1]
-            if (m.group("g") or "") != group or (m.group("v") or m.group("cv")) != version:
+            plural = m and _resolve(m.group("plural"), m.group("g") or "",
+                                    m.group("v") or m.group("cv"))
+            if not plural:
                 raise ApiError(404, "NotFound", "the server could not find the requested "
                                "resource")
             self._resource(fake, plural, m.group("ns"), m.group("name"), m.group("sub"), q)

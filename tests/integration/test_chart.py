@@ -278,9 +278,10 @@ def test_rbac_least_privilege():
     assert verbs(ctl, "extensions.agents.x-k8s.io", "sandboxclaims") == {
         "create", "get", "list", "patch", "delete"}
     assert verbs(ctl, "agents.x-k8s.io", "sandboxes") == {"get", "patch"}
-    for rules in (server, ctl):  # pods, exec, RBAC, Events (none recorded): never
-        for res in ("pods", "pods/exec", "roles", "clusterroles", "rolebindings", "events"):
+    for rules in (server, ctl):  # pods, exec, RBAC: never; Events: create only
+        for res in ("pods", "pods/exec", "roles", "clusterroles", "rolebindings"):
             assert not any(res in r["resources"] for r in rules), res
+        assert verbs(rules, "", "events") == {"create"}, "phase-change Events, never read"
         assert not any("secrets" in r["resources"] and {"list", "watch"} & set(r["verbs"])
                        for r in rules)
     # The release namespace: the Lease only for the controller, by the name it is given.

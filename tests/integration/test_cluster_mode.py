@@ -269,6 +269,41 @@ def test_task_applied_without_status():
         c.close()
 
 
+def test_phase_changes_are_events():
+    """Every phase change of a task is a core/v1 Event on it (what `kubectl describe
+    agenttask` lists): reason the new phase, involvedObject the AgentTask."""
+    c = Cluster()
+    try:
+        a = c.replica("replica-a")
+        wait(lambda: c.holder() == "replica-a", what="replica-a leads")
+        st, _, body = a.request("POST", NS, {
+            "apiVersion": "divergedev.com/v1alpha1", "kind": "AgentTask",
+            "metadata": {"name": "t4"}, "spec": {"objective": "do it"}})
+        assert st == 201, body
+        wait(lambda: phase(a, NS + "/t4") == "Active", what="t4 Active")
+        uid = get(a, NS + "/t4")["metadata"]["uid"]
+
+        def evs():
+            with c.kube.lock:
+                out = [json.loads(json.dumps(o)) for (p, ns, _), o in c.kube.objects.items()
+                       if p == "events@v1" and ns == "default" and
+                       o.get("involvedObject", {}).get("name") == "t4"]
+            return sorted(out, key=lambda e: int(e["involvedObject"]["resourceVersion"]))
+        wait(lambda: [e["reason"] for e in evs()] == c.phases("default", "t4"),
+             what="one Event per phase change")
+        assert c.phases("default", "t4")[0] == "Pending", c.phases("default", "t4")
+        for e in evs():
+            assert e["involvedObject"]["apiVersion"] == "divergedev.com/v1alpha1", e
+            assert e["involvedObject"]["kind"] == "AgentTask", e
+            assert e["involvedObject"]["namespace"] == "default", e
+            assert e["involvedObject"]["uid"] == uid, e
+            assert e["type"] == "Normal" and e["source"] == {"component": "diverge"}, e
+            assert e["count"] == 1 and e["firstTimestamp"] == e["lastTimestamp"], e
+            assert e["message"].startswith("phase "), e
+    finally:
+        c.close()
+
+
 def test_local_scm_refused():
     c = Cluster()
     try:
@@ -283,4 +318,5 @@ def test_local_scm_refused():
 if __name__ == "__main__":
     run_tests([test_two_replicas_handover,
                test_lost_lease_stops_the_controller_and_regained_restarts_it,
-               test_task_applied_without_status, test_local_scm_refused])
+               test_task_applied_without_status, test_phase_changes_are_events,
+               test_local_scm_refused])

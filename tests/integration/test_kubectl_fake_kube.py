@@ -4,7 +4,7 @@
 trusts the fake's certificate by certificate-authority-data and authenticates by bearer
 token: discovery, create (and AlreadyExists), get (list, one, -o json), merge patch (and a
 no-op patch), client-side apply, watch, delete with --wait (and NotFound afterwards), a core
-v1 Secret and a coordination.k8s.io Lease. Another test drives kubectl against the embedded
+v1 Secret and a coordination.k8s.io Lease, and describe listing the task's core v1 Events. Another test drives kubectl against the embedded
 server; where they overlap the fake must answer the same way."""
 import base64
 import json
@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 
 import npm_pin
 from harness import run_tests
@@ -188,5 +189,50 @@ def test_core_secret_and_lease():
         e.close()
 
 
+def test_describe_lists_phase_events():
+    """`kubectl describe agenttask` lists the core/v1 Events on the task (fieldSelector
+    involvedObject.*), in the shape the kubernetes store records for a phase change
+    (store/kube/store_kube_event.c), and not an Event of another task."""
+    e = Env()
+    try:
+        e.ok("create", "-f", "-", input=TASK_YAML % 1)
+        task = json.loads(e.ok("get", "agenttask", "demo", "-o", "json"))
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+        def event(name, reason, typ, message, task_name="demo", uid=None):
+            return {"apiVersion": "v1", "kind": "Event",
+                    "metadata": {"name": name, "namespace": "default"},
+                    "involvedObject": {"apiVersion": "divergedev.com/v1alpha1",
+                                       "kind": "AgentTask", "name": task_name,
+                                       "namespace": "default",
+                                       "uid": uid or task["metadata"]["uid"],
+                                       "resourceVersion": "1"},
+                    "reason": reason, "message": message, "type": typ,
+                    "source": {"component": "diverge"}, "firstTimestamp": now,
+                    "lastTimestamp": now, "count": 1}
+        e.fake.put_object("events@v1", "default",
+                          event("demo.a", "Active", "Normal", "phase Pending -> Active"))
+        e.fake.put_object("events@v1", "default",
+                          event("demo.b", "Failed", "Warning",
+                                "phase Active -> Failed: AgentError: exit 3"))
+        e.fake.put_object("events@v1", "default",
+                          event("other.c", "Paused", "Normal", "phase Active -> Paused",
+                                task_name="other", uid="0000"))
+        out = e.ok("describe", "agenttask", "demo")
+        assert "Events:" in out, out
+        lines = out[out.index("Events:"):].splitlines()
+        assert any(ln.split()[:2] == ["Normal", "Active"] and "diverge" in ln and
+                   ln.rstrip().endswith("phase Pending -> Active") for ln in lines), out
+        assert any(ln.split()[:2] == ["Warning", "Failed"] and
+                   ln.rstrip().endswith("AgentError: exit 3") for ln in lines), out
+        assert "Paused" not in out[out.index("Events:"):], out
+        gets = [q.get("fieldSelector", "") for _, m, p, q in e.fake.audit
+                if m == "GET" and p == "/api/v1/namespaces/default/events"]
+        assert any("involvedObject.name=demo" in f for f in gets), gets
+    finally:
+        e.close()
+
+
 if __name__ == "__main__":
-    run_tests([test_agenttask_lifecycle, test_watch_sees_a_change, test_core_secret_and_lease])
+    run_tests([test_agenttask_lifecycle, test_watch_sees_a_change, test_core_secret_and_lease,
+               test_describe_lists_phase_events])

@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store/store_sqlite_read.h"
+#include "store/sqlite/store_sqlite_read.h"
 
 #define READERS 4
 

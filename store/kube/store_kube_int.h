@@ -10,7 +10,7 @@
 #include <time.h>
 
 #include "kube/kube.h"
-#include "store/store_int.h"
+#include "store/store_backend.h"
 
 #define KST_RING 4096     /* task change events kept for watchers */
 #define KST_RETRIES 5     /* conflict retries of one write or transaction */
@@ -58,7 +58,6 @@ int64_t kst_rv_of(const json_t *obj);
  * so a read after one of our writes sees it. */
 void kst_wait_seen(struct kube_store *s, int64_t rv, bool queue);
 /* store_kube_feed.c: the change feed. */
-void kst_deadline_in(struct timespec *ts, int64_t ms); /* CLOCK_REALTIME now + MS */
 void kst_on_task_event(enum kube_event type, const json_t *obj, void *userdata);
 int kst_watch(int64_t *last_rv_out, struct task_store *st, const char *ns, int64_t since_rv,
               int timeout_ms, task_event_fn fn, void *userdata, struct err *err);
@@ -110,6 +109,17 @@ int kst_create_task(json_t **out, struct kube_store *s, const json_t *obj, struc
  * the result. E_CONFLICT when stale. *rv_out: the last rv written (0 when nothing was). */
 int kst_write_task(int64_t *rv_out, struct kube_store *s, json_t *doc, const json_t *orig,
                    struct err *err);
+
+/* store_kube_event.c: Kubernetes Events for phase changes. */
+#define KST_EVENT_COMPONENT "diverge" /* source.component of our Events */
+#define KST_EVENT_MESSAGE_MAX 1024    /* bytes of an Event's message, with the NUL */
+/* status.phase of TASK, "" when it has none. */
+const char *kst_phase_of(const json_t *task);
+/* The core/v1 Event (new object) recording that TASK (as written, with its new
+ * resourceVersion) went from OLD_PHASE ("" for a new task) to its status.phase, at NOW_MS. */
+json_t *kst_event_build(const json_t *task, const char *old_phase, int64_t now_ms);
+/* Creates that Event when the phase changed. Never fails: an error is logged. */
+void kst_event_phase(struct kube_store *s, const json_t *task, const char *old_phase);
 
 /* store_kube_cm.c: the queue ConfigMaps */
 #define KST_Q_INBOX "inbox"

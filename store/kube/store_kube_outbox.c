@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store/store_kube_int.h"
+#include "store/kube/store_kube_int.h"
 
 /* --- outbox ------------------------------------------------------------------------ */
 
@@ -125,7 +125,7 @@ int kst_txn_outbox_add(int64_t *id_out, struct task_txn *tx, const struct outbox
     json_t *cm, *text;
 
     (void)err;
-    sqlst_new_uid(uid);
+    store_new_uid(uid);
     snprintf(name, sizeof(name), "out-%s", uid);
     if (id_out != NULL) { /* the entry it coalesces into, as far as can be told now */
         *id_out = kst_id_of_name(target != NULL ? target : name);

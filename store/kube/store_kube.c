@@ -9,7 +9,7 @@
 #include <time.h>
 
 #include "common/log.h"
-#include "store/store_kube_int.h"
+#include "store/kube/store_kube_int.h"
 
 int64_t kst_rv_of(const json_t *obj)
 {
@@ -33,7 +33,7 @@ void kst_wait_seen(struct kube_store *s, int64_t rv, bool queue)
 {
     struct timespec ts;
 
-    kst_deadline_in(&ts, KST_SEEN_MS);
+    store_deadline_in(&ts, KST_SEEN_MS);
     pthread_mutex_lock(&s->mu);
     while ((queue ? s->queue_rv : s->rv) < rv) {
         if (pthread_cond_timedwait(&s->changed, &s->mu, &ts) != 0) {
@@ -80,6 +80,9 @@ int kst_create_task(json_t **out, struct kube_store *s, const json_t *obj, struc
         rc = kube_update_status(&done, s->c, &KUBE_AGENTTASKS, ns, made, err);
         json_decref(made);
         made = done;
+        if (rc == E_OK) {
+            kst_event_phase(s, made, "");
+        }
     }
     if (rc == E_CONFLICT) {
         rc = err_set(err, E_CONFLICT, "agenttasks \"%s\" already exists",
@@ -140,6 +143,7 @@ int kst_write_task(int64_t *rv_out, struct kube_store *s, json_t *doc, const jso
         }
         json_object_set(doc, "metadata", json_object_get(res, "metadata"));
         *rv_out = kst_rv_of(res);
+        kst_event_phase(s, res, kst_phase_of(orig));
         json_decref(res);
     }
     return E_OK;

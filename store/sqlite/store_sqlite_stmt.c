@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The statement helpers of the SQLite task_store (declared in store_int.h): SQLite codes into
- * ours, the cached prepared statements of the hot paths, and reading and writing a task row
+/* The statement helpers of the SQLite task_store (declared in store_sqlite_int.h): SQLite codes
+ * into ours, the cached prepared statements of the hot paths, and reading and writing a task row
  * with its event. Callers hold the store's mu. */
 #include <sqlite3.h>
 #include <stdio.h>
@@ -8,9 +8,8 @@
 #include <string.h>
 
 #include "common/jsonw.h"
-#include "common/secret.h"
 #include "store/store.h"
-#include "store/store_int.h"
+#include "store/sqlite/store_sqlite_int.h"
 
 int sqlst_db_err(struct sqlite_store *s, int rc, const char *what, struct err *err)
 {
@@ -88,23 +87,6 @@ void sqlst_set_rv(json_t *obj, int64_t rv)
 
     snprintf(buf, sizeof(buf), "%lld", (long long)rv);
     json_object_set_new(json_object_get(obj, "metadata"), "resourceVersion", json_string(buf));
-}
-
-void sqlst_event_fill(struct event *e, int64_t rv, enum task_event_type type, const json_t *obj,
-                      char *json)
-{
-    struct task_view v;
-
-    task_view_of(&v, obj);
-    e->rv = rv;
-    e->type = type;
-    e->json = json;
-    snprintf(e->ns, sizeof(e->ns), "%s", v.ns != NULL ? v.ns : "");
-    snprintf(e->name, sizeof(e->name), "%s", v.name != NULL ? v.name : "");
-    e->phase = v.phase;
-    e->suspended = v.suspended;
-    e->from_scm = json_object_get(json_object_get(json_object_get(obj, "metadata"), "annotations"),
-                                  "divergedev.com/provider") != NULL;
 }
 
 static const char *const g_stmt_sql[SQLST_COUNT] = {
@@ -224,16 +206,4 @@ out:
         free(doc);
     }
     return E_OK;
-}
-
-void sqlst_new_uid(char out[37])
-{
-    unsigned char b[16];
-
-    secret_random(b, sizeof(b));
-    b[6] = (unsigned char)((b[6] & 0x0f) | 0x40); /* version 4 */
-    b[8] = (unsigned char)((b[8] & 0x3f) | 0x80); /* RFC 4122 variant */
-    snprintf(out, 37, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
-             b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
-             b[14], b[15]);
 }

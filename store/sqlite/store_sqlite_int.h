@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Declarations shared inside store/ only. */
-#ifndef DIVERGE_STORE_STORE_INT_H
-#define DIVERGE_STORE_STORE_INT_H
+/* The SQLite backend of task_store, shared inside store/sqlite/ only. */
+#ifndef DIVERGE_STORE_SQLITE_STORE_SQLITE_INT_H
+#define DIVERGE_STORE_SQLITE_STORE_SQLITE_INT_H
 
 #include <jansson.h>
 #include <pthread.h>
@@ -13,18 +13,6 @@
 #include "store/store_backend.h"
 
 #define EVENT_RING 4096
-
-struct event {
-    int64_t rv; /* resourceVersion of this change; 0 = empty slot */
-    enum task_event_type type;
-    char *json;            /* owned: the object as compact JSON */
-    size_t bytes;          /* strlen(json), counted in ring_bytes (set by publish) */
-    char ns[64];           /* metadata.namespace (DNS label, <= 63) */
-    char name[64];         /* metadata.name */
-    enum task_phase phase; /* status.phase */
-    bool suspended;        /* spec.suspended */
-    bool from_scm;         /* the divergedev.com/provider annotation is set */
-};
 
 struct inbox_waiter;
 struct sqlst_readers; /* store_sqlite_read.c */
@@ -62,21 +50,21 @@ struct sqlite_store {
     sqlite3_stmt *stmts[SQLST_COUNT]; /* owned; prepared on first use */
     json_t *cache;                    /* "ns/name" -> parsed task, for task_txn_get */
     json_t *meter_ids;                /* "<task uid>\n<request id>" -> true: exactly the
-                                         ids of meter_log (store_txn.c); NULL = unloaded */
+                                         ids of meter_log (store_sqlite_txn.c); NULL = unloaded */
     size_t meter_ids_bytes;           /* estimated memory of meter_ids */
     pthread_cond_t inbox_cv;          /* an inbox entry was added, or wake() */
     pthread_cond_t outbox_cv;         /* an outbox entry was added, or wake() */
     int64_t inbox_gen;                /* bumped on every inbox add (and wake) */
     int64_t outbox_gen;               /* bumped on every outbox add (and wake) */
     int64_t outbox_inflight;          /* the entry being sent (never coalesced into), or 0 */
-    pthread_mutex_t gc_mu;            /* the inbox group-commit queue (store_queue.c) */
+    pthread_mutex_t gc_mu;            /* the inbox group-commit queue (store_sqlite_queue.c) */
     struct inbox_waiter *gc_head;     /* queued inbox adds, oldest first */
     struct inbox_waiter *gc_tail;
     bool gc_leader;                /* a request is writing a batch */
     struct sqlst_readers *readers; /* owned: the read-only connections (GET, list) */
 };
 
-/* Binds V to parameter IDX of Q (a copy), or NULL when V is NULL (store_queue.c). */
+/* Binds V to parameter IDX of Q (a copy), or NULL when V is NULL (store_sqlite_queue.c). */
 void sqlst_bind_opt(sqlite3_stmt *q, int idx, const char *v);
 
 /* The cached statement ID, reset and unbound. Caller holds mu. */
@@ -86,10 +74,10 @@ int sqlst_step_done(struct sqlite_store *s, sqlite3_stmt *st, const char *what, 
 /* Forgets the cached parse of one task (after any write outside task_txn_put). */
 void sqlst_cache_forget(struct sqlite_store *s, const char *ns, const char *name);
 
-/* The database handle of a transaction (store_queue.c works inside store_txn.c's). */
+/* The database handle of a transaction (store_sqlite_queue.c works inside store_sqlite_txn.c's). */
 struct sqlite_store *sqlst_txn_store(struct task_txn *tx);
 
-/* The txn op of the SQLite backend (store_txn.c). */
+/* The txn op of the SQLite backend (store_sqlite_txn.c). */
 int sqlst_txn(struct task_store *st, task_txn_fn fn, void *userdata, struct err *err);
 /* The backend behind ST (every task_store of this module is an sqlite_store). */
 static inline struct sqlite_store *sqlst_of(struct task_store *st)
@@ -110,15 +98,10 @@ json_t *sqlst_column_json(sqlite3_stmt *st, int col);
 /* Reads one object of TABLE; E_NOTFOUND when absent. Caller holds mu. */
 int sqlst_read_obj(json_t **out, struct sqlite_store *s, const char *table, const char *ns,
                    const char *name, struct err *err);
-/* Writes a random (version 4) UUID. */
-void sqlst_new_uid(char out[37]);
 /* Sets metadata.resourceVersion. */
 void sqlst_set_rv(json_t *obj, int64_t rv);
-/* Fills E for the change RV of OBJ (borrowed) whose JSON text is JSON (taken by E). */
-void sqlst_event_fill(struct event *e, int64_t rv, enum task_event_type type, const json_t *obj,
-                      char *json);
 /* Moves EV (and its JSON) into the ring, evicting the oldest events past EVENT_RING or
- * STORE_EVENT_RING_BYTES, and wakes watchers. Caller holds mu. (store_txn.c) */
+ * STORE_EVENT_RING_BYTES, and wakes watchers. Caller holds mu. (store_sqlite_txn.c) */
 void sqlst_publish(struct sqlite_store *s, struct event *ev);
 /* Writes OBJ (carrying rv s->rv + 1) and bumps the counter row, inside the caller's
  * transaction when IN_TXN, else in its own. Increments s->rv on success. *json_out (may be
@@ -127,16 +110,13 @@ int sqlst_write_obj(struct sqlite_store *s, const json_t *obj, bool is_new, bool
                     char **json_out, struct err *err);
 
 /* Forgets the meter's request-id index; the next claim reloads it from meter_log
- * (store_txn.c). Caller holds mu. */
+ * (store_sqlite_txn.c). Caller holds mu. */
 void sqlst_meter_index_free(struct sqlite_store *s);
 
 /* Deletes the Environments of NS whose owner is the task with uid OWNER_UID (inside the
- * caller's transaction; store_env.c). */
+ * caller's transaction; store_sqlite_env.c). */
 int sqlst_env_delete_owned(struct sqlite_store *s, const char *ns, const char *owner_uid,
                            struct err *err);
-
-/* The status of a new task: Pending, zero spend. New reference. */
-json_t *task_initial_status(void);
 
 /* The SQLite implementations of struct task_store_xops (store_sqlite.c holds the table). */
 int sqlst_txn_get(json_t **out, struct task_txn *tx, const char *ns, const char *name,

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "common/buf.h"
-#include "store/store_kube_int.h"
+#include "store/kube/store_kube_int.h"
 
 /* --- inbox ------------------------------------------------------------------------- */
 

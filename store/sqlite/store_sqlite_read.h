@@ -3,7 +3,7 @@
 #ifndef DIVERGE_STORE_STORE_SQLITE_READ_H
 #define DIVERGE_STORE_STORE_SQLITE_READ_H
 
-#include "store/store_int.h"
+#include "store/sqlite/store_sqlite_int.h"
 
 /* Opens S's read connections to PATH (after the schema is in place); for ":memory:"
  * reads go to the writer's connection under s->mu instead. */

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store/store_int.h"
+#include "store/sqlite/store_sqlite_int.h"
 
 struct sqlst_txn {
     struct task_txn base;   /* must be first: what the dispatch sees */
@@ -182,7 +182,7 @@ int sqlst_txn_put(struct task_txn *txb, json_t *doc, struct err *err)
         tx->capevents = tx->capevents == 0 ? 16 : tx->capevents * 2;
         tx->events = xrealloc(tx->events, tx->capevents * sizeof(*tx->events));
     }
-    sqlst_event_fill(&tx->events[tx->nevents], tx->s->rv, TASK_EVENT_MODIFIED, doc, text);
+    store_event_fill(&tx->events[tx->nevents], tx->s->rv, TASK_EVENT_MODIFIED, doc, text);
     {
         struct task_view v;
         char *key;
@@ -480,7 +480,7 @@ int sqlst_txn_create(json_t **out, struct task_txn *txb, const json_t *obj, stru
     if (out != NULL) {
         *out = NULL;
     }
-    sqlst_new_uid(uid);
+    store_new_uid(uid);
     clock_rfc3339(ts, clock_now_ms(tx->s->base.clock));
     json_object_set_new(md, "uid", json_string(uid));
     json_object_set_new(md, "creationTimestamp", json_string(ts));
@@ -495,7 +495,7 @@ int sqlst_txn_create(json_t **out, struct task_txn *txb, const json_t *obj, stru
         tx->capevents = tx->capevents == 0 ? 16 : tx->capevents * 2;
         tx->events = xrealloc(tx->events, tx->capevents * sizeof(*tx->events));
     }
-    sqlst_event_fill(&tx->events[tx->nevents], tx->s->rv, TASK_EVENT_ADDED, doc, text);
+    store_event_fill(&tx->events[tx->nevents], tx->s->rv, TASK_EVENT_ADDED, doc, text);
     tx->nevents++;
     if (out != NULL) {
         *out = doc;

@@ -11,8 +11,8 @@
 #include <string.h>
 
 #include "store/store.h"
-#include "store/store_int.h"
-#include "store/store_sqlite_read.h"
+#include "store/sqlite/store_sqlite_int.h"
+#include "store/sqlite/store_sqlite_read.h"
 
 /* Schema migrations, applied in order; PRAGMA user_version is the index of the next. */
 static const char *const g_migrations[] = {
@@ -203,7 +203,7 @@ static int sqlite_mutate(json_t **out, struct task_store *st, const char *ns, co
     rc = sqlst_write_obj(s, doc, false, false, &text, err);
     if (rc == E_OK) {
         struct event ev;
-        sqlst_event_fill(&ev, s->rv, TASK_EVENT_MODIFIED, doc, text);
+        store_event_fill(&ev, s->rv, TASK_EVENT_MODIFIED, doc, text);
         sqlst_publish(s, &ev);
     }
 out:
@@ -290,7 +290,7 @@ static int sqlite_remove(json_t **out, struct task_store *st, const char *ns, co
     sqlst_set_rv(cur, s->rv);
     {
         struct event ev;
-        sqlst_event_fill(&ev, s->rv, TASK_EVENT_DELETED, cur, json_dumps(cur, JSON_COMPACT));
+        store_event_fill(&ev, s->rv, TASK_EVENT_DELETED, cur, json_dumps(cur, JSON_COMPACT));
         sqlst_publish(s, &ev);
     }
 out:
@@ -318,13 +318,7 @@ static int sqlite_watch(int64_t *last_rv_out, struct task_store *st, const char 
     int rc = E_OK;
 
     *last_rv_out = since_rv;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += timeout_ms / 1000;
-    deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (deadline.tv_nsec >= 1000000000L) {
-        deadline.tv_sec++;
-        deadline.tv_nsec -= 1000000000L;
-    }
+    store_deadline_in(&deadline, timeout_ms);
     pthread_mutex_lock(&s->mu);
     wake_gen = s->wake_gen;
     while (s->rv <= since_rv && s->wake_gen == wake_gen) {

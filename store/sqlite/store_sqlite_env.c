@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store/store_int.h"
+#include "store/sqlite/store_sqlite_int.h"
 
 int sqlst_txn_env_get(json_t **out, struct task_txn *tx, const char *ns, const char *name,
                       struct err *err)
@@ -31,7 +31,7 @@ static void env_server_fields(json_t *env, const json_t *old, struct sqlite_stor
     char fresh[37], now[CLOCK_RFC3339_MAX];
 
     if (uid == NULL) {
-        sqlst_new_uid(fresh);
+        store_new_uid(fresh);
         uid = fresh;
     }
     if (ts == NULL) {

@@ -6,18 +6,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "store/store_kube_int.h"
-
-void kst_deadline_in(struct timespec *ts, int64_t ms)
-{
-    clock_gettime(CLOCK_REALTIME, ts);
-    ts->tv_sec += (time_t)(ms / 1000);
-    ts->tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts->tv_nsec >= 1000000000L) {
-        ts->tv_sec++;
-        ts->tv_nsec -= 1000000000L;
-    }
-}
+#include "store/kube/store_kube_int.h"
 
 static enum task_event_type event_type(enum kube_event type)
 {
@@ -66,10 +55,10 @@ void kst_on_task_event(enum kube_event type, const json_t *obj, void *userdata)
     }
     slot = &s->ring[s->seq % KST_RING];
     if (json_is_object(json_object_get(obj, "status"))) {
-        sqlst_event_fill(slot, rv, event_type(type), obj, json_dumps(obj, JSON_COMPACT));
+        store_event_fill(slot, rv, event_type(type), obj, json_dumps(obj, JSON_COMPACT));
     } else {
         json_t *copy = kst_fill_status(json_deep_copy(obj)); /* as every read shows it */
-        sqlst_event_fill(slot, rv, event_type(type), copy, json_dumps(copy, JSON_COMPACT));
+        store_event_fill(slot, rv, event_type(type), copy, json_dumps(copy, JSON_COMPACT));
         json_decref(copy);
     }
     slot->bytes = slot->json != NULL ? strlen(slot->json) : 0;
@@ -113,7 +102,7 @@ int kst_watch(int64_t *last_rv_out, struct task_store *st, const char *ns, int64
     size_t n;
 
     *last_rv_out = since_rv;
-    kst_deadline_in(&deadline, timeout_ms);
+    store_deadline_in(&deadline, timeout_ms);
     pthread_mutex_lock(&s->mu);
     wake_gen = s->wake_gen;
     while (s->rv <= since_rv && s->wake_gen == wake_gen && since_rv >= s->floor - 1) {

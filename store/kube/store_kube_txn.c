@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "common/tlscert.h"
-#include "store/store_kube_int.h"
+#include "store/kube/store_kube_int.h"
 
 struct kst_txn {
     struct task_txn base; /* must be first */

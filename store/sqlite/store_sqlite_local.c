@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store/store_int.h"
+#include "store/sqlite/store_sqlite_int.h"
 
 void sticky_state_cleanup(struct sticky_state *s)
 {

@@ -2,32 +2,11 @@
 /* The durable inbox (comments accepted from SCMs, applied by the bot exactly once) and
  * outbox (calls to make at SCMs, retried until they succeed). Both hand out work in
  * arrival order per PR/MR, so commands and replies keep the reviewer's order. Adding to
- * the inbox (a group commit) is in store_inbox.c. */
+ * the inbox (a group commit) is in store_sqlite_inbox.c. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "store/store_int.h"
-
-void inbox_entry_cleanup(struct inbox_entry *e)
-{
-    free(e->delivery_id);
-    free(e->project);
-    free(e->comment_id);
-    free(e->author);
-    free(e->author_association);
-    free(e->body);
-    free(e->extra);
-    memset(e, 0, sizeof(*e));
-}
-
-void outbox_entry_cleanup(struct outbox_entry *e)
-{
-    free(e->project);
-    free(e->target);
-    free(e->body);
-    free(e->coalesce_key);
-    memset(e, 0, sizeof(*e));
-}
+#include "store/sqlite/store_sqlite_int.h"
 
 void sqlst_bind_opt(sqlite3_stmt *q, int idx, const char *v)
 {
@@ -70,20 +49,19 @@ static void take_row(sqlite3_stmt *q, int key_col, json_t *seen, int64_t now, si
                      int64_t *wait_ms, row_fn fn, void *userdata)
 {
     const char *key = (const char *)sqlite3_column_text(q, key_col);
-    int64_t next = sqlite3_column_int64(q, 0);
     json_t *open = json_object_get(seen, key);
 
-    if (open != NULL && !json_is_true(open)) {
-        return; /* an older entry of this PR waits: this one too */
-    }
-    if (next <= now) {
+    switch (store_queue_claim(wait_ms, open != NULL && !json_is_true(open),
+                              sqlite3_column_int64(q, 0), now, false)) {
+    case STORE_CLAIM_TAKE:
         fn(q, (*n)++, userdata);
         json_object_set_new(seen, key, json_true());
-        return;
-    }
-    json_object_set_new(seen, key, json_false());
-    if (*wait_ms < 0 || next - now < *wait_ms) {
-        *wait_ms = next - now;
+        break;
+    case STORE_CLAIM_CLOSE:
+        json_object_set_new(seen, key, json_false());
+        break;
+    case STORE_CLAIM_PASS:
+        break;
     }
 }
 
@@ -446,33 +424,17 @@ int sqlst_outbox_depth(int64_t *out, struct task_store *st, struct err *err)
 int64_t sqlst_queue_gen(struct task_store *st, bool outbox)
 {
     struct sqlite_store *s = sqlst_of(st);
-    int64_t g;
 
-    pthread_mutex_lock(&s->mu);
-    g = outbox ? s->outbox_gen : s->inbox_gen;
-    pthread_mutex_unlock(&s->mu);
-    return g;
+    return store_gen_get(&s->mu, outbox ? &s->outbox_gen : &s->inbox_gen);
 }
 
 void sqlst_queue_wait(struct task_store *st, bool outbox, int64_t since_gen, int64_t timeout_ms)
 {
     struct sqlite_store *s = sqlst_of(st);
-    struct timespec deadline;
 
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += (time_t)(timeout_ms / 1000);
-    deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (deadline.tv_nsec >= 1000000000L) {
-        deadline.tv_sec++;
-        deadline.tv_nsec -= 1000000000L;
-    }
-    pthread_mutex_lock(&s->mu);
-    while ((outbox ? s->outbox_gen : s->inbox_gen) == since_gen) {
-        if (pthread_cond_timedwait(outbox ? &s->outbox_cv : &s->inbox_cv, &s->mu, &deadline) != 0) {
-            break;
-        }
-    }
-    pthread_mutex_unlock(&s->mu);
+    /* each queue has its own condition variable: an inbox add wakes no outbox worker */
+    store_gen_wait(&s->mu, outbox ? &s->outbox_cv : &s->inbox_cv,
+                   outbox ? &s->outbox_gen : &s->inbox_gen, since_gen, timeout_ms);
 }
 
 int sqlst_totals(struct task_totals *out, struct task_store *st, struct err *err)

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store/store_int.h"
+#include "store/sqlite/store_sqlite_int.h"
 
 /* Group commit of inbox inserts: concurrent webhook requests queue their entry; one of
  * them (the leader) writes every queued entry in ONE transaction, then hands leadership

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store/store_kube_int.h"
+#include "store/kube/store_kube_int.h"
 
 /* A JSON string of S, which it frees. */
 json_t *kst_str_take(char *s)
@@ -282,24 +282,19 @@ json_t *kst_cm_due(int64_t *wait_ms_out, struct kube_store *s, const char *queue
     json_array_foreach(items, i, cm)
     {
         char key[600];
-        int64_t next = kst_cm_int(cm, "next");
+        enum store_claim step;
         if (!kst_cm_pending(cm)) {
             continue;
         }
         pr_key(key, sizeof(key), cm);
-        if (json_object_get(blocked, key) != NULL) {
-            continue;
-        }
-        if (next > now || strcmp(kst_cm_name(cm), skip) == 0 || json_array_size(out) >= max) {
+        step = store_queue_claim(wait_ms_out, json_object_get(blocked, key) != NULL,
+                                 kst_cm_int(cm, "next"), now,
+                                 strcmp(kst_cm_name(cm), skip) == 0 || json_array_size(out) >= max);
+        if (step == STORE_CLAIM_TAKE) {
+            json_array_append(out, cm);
+        } else if (step == STORE_CLAIM_CLOSE) {
             json_object_set_new(blocked, key, json_true());
-            if (next > now && (*wait_ms_out < 0 || next - now < *wait_ms_out)) {
-                *wait_ms_out = next - now;
-            } else if (next <= now && *wait_ms_out < 0) {
-                *wait_ms_out = 0;
-            }
-            continue;
         }
-        json_array_append(out, cm);
     }
     json_decref(blocked);
     json_decref(items);
@@ -323,33 +318,16 @@ int kst_cm_count_pending(int64_t *out, struct kube_store *s, const char *queue)
 int64_t kst_queue_gen(struct task_store *st, bool outbox)
 {
     struct kube_store *s = kst_of(st);
-    int64_t g;
 
-    pthread_mutex_lock(&s->mu);
-    g = outbox ? s->outbox_gen : s->inbox_gen;
-    pthread_mutex_unlock(&s->mu);
-    return g;
+    return store_gen_get(&s->mu, outbox ? &s->outbox_gen : &s->inbox_gen);
 }
 
 void kst_queue_wait(struct task_store *st, bool outbox, int64_t since_gen, int64_t timeout_ms)
 {
     struct kube_store *s = kst_of(st);
-    struct timespec ts;
 
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += (time_t)(timeout_ms / 1000);
-    ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    pthread_mutex_lock(&s->mu);
-    while ((outbox ? s->outbox_gen : s->inbox_gen) <= since_gen) {
-        if (pthread_cond_timedwait(&s->changed, &s->mu, &ts) != 0) {
-            break;
-        }
-    }
-    pthread_mutex_unlock(&s->mu);
+    store_gen_wait(&s->mu, &s->changed, outbox ? &s->outbox_gen : &s->inbox_gen, since_gen,
+                   timeout_ms);
 }
 
 void kst_cm_gc(struct kube_store *s, const char *queue, int64_t keep_ms)
