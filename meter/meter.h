@@ -112,4 +112,38 @@ struct meter_stats {
 };
 void meter_service_stats(struct meter_stats *out, struct meter_service *m);
 
+/* --- the LLM gateway (SPEC §13): the same checks, charges and pauses as a meter call,
+ * through the same committer, for calls the gateway forwards --- */
+
+/* What the gateway learns of a task before forwarding a call. */
+struct meter_gate {
+    int status;              /* 200; 401 or 403 as the meter answers; 503 store failure */
+    const char *reason;      /* static: why not 200 ("token revoked", ...); "" when 200 */
+    char *ns, *name;         /* owned: the token's task (set once the token verified) */
+    char *guidance;          /* owned: the divergedev.com/guidance annotation, or NULL */
+    struct meter_decision d; /* status 200: totals and effective budgets, nothing added */
+};
+
+/* Checks TOKEN (the encoded macaroon, may be NULL) for a call of MODEL as the meter's
+ * steps 1-3 do, and reads the task's totals and budgets, writing nothing. A task already
+ * over its budget is status 200 with totals over it. Blocks on the committer;
+ * thread-safe. Release *out with meter_gate_cleanup(). */
+void meter_gate_check(struct meter_gate *out, struct meter_service *m, const char *token,
+                      const char *model);
+void meter_gate_cleanup(struct meter_gate *g);
+
+/* Charges a call the gateway let through (TOKENS, COST_MICROS, once per REQUEST_ID) as a
+ * meter call does (steps 4-6, same transaction, task paused over a budget), even when
+ * the task paused or its token was revoked since. *out (may be NULL) gets the totals.
+ * Returns 200, 429 (charged, and the task paused), 401 (token or task gone) or 503 (not
+ * recorded). Blocks until durable; thread-safe. */
+int meter_gate_settle(struct meter_decision *out, struct meter_service *m, const char *token,
+                      const char *request_id, const char *model, int64_t tokens,
+                      int64_t cost_micros);
+
+/* Pauses TOKEN's task BudgetExceeded and revokes its token, exactly as a meter 429 does,
+ * adding nothing (REQUEST_ID is remembered like a charge's). Returns 429 when it paused,
+ * 401 when the token no longer holds (already paused), 503. Thread-safe. */
+int meter_gate_exhausted(struct meter_service *m, const char *token, const char *request_id);
+
 #endif

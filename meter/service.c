@@ -16,7 +16,16 @@
 #include "common/secret.h"
 #include "meter/meter_int.h"
 
+/* What a job asks of the committer. */
+enum meter_job_kind {
+    METER_JOB_METER,     /* a meter call (SPEC §7) */
+    METER_JOB_CHECK,     /* the gateway's checks 1-3 and the totals, nothing written */
+    METER_JOB_SETTLE,    /* the gateway's charge of a call it let through */
+    METER_JOB_EXHAUSTED, /* the gateway found no budget: pause as a meter 429 does */
+};
+
 struct meter_job {
+    enum meter_job_kind kind;
     const struct token *tok;   /* borrowed from the request thread; signature verified */
     struct verified_token *vt; /* borrowed: the cache entry holding tok */
     const char *ns;            /* borrowed from tok's namespace caveat */
@@ -267,10 +276,70 @@ static void keep_totals(struct meter_job *j, const struct meter_decision *d, con
     j->preview = preview != NULL ? xstrdup(preview) : NULL;
 }
 
+/* What the gateway's jobs change in the meter's decision D: a check only reads; an
+ * exhausted budget pauses the task as a 429 would (nothing added); a settled call on a
+ * task that is no longer Active (paused meanwhile) is recorded without pausing it again. */
+static void gate_outcome(struct meter_decision *d, enum meter_job_kind kind, enum task_phase phase)
+{
+    bool refused = d->outcome == METER_UNAUTHORIZED || d->outcome == METER_BAD_REQUEST ||
+                   d->outcome == METER_FORBIDDEN;
+
+    if (kind == METER_JOB_EXHAUSTED && !refused) {
+        d->outcome = METER_OVER_BUDGET;
+        d->status = 429;
+        d->reason = "budget exceeded";
+    }
+    if (kind == METER_JOB_SETTLE && phase != TASK_ACTIVE &&
+        (d->outcome == METER_OVER_BUDGET || d->outcome == METER_OVER_ITERATIONS)) {
+        d->outcome = METER_ALLOWED;
+        d->status = 200;
+        d->reason = "";
+    }
+}
+
+/* Carries out decision D for J: the error body, or the charge and the totals. */
+static int answer_job(struct batch *b, struct task_txn *tx, json_t *doc, struct meter_job *j,
+                      const struct meter_decision *d, int64_t max_iter, struct err *err)
+{
+    int rc = E_OK;
+
+    switch (d->outcome) {
+    case METER_UNAUTHORIZED:
+        j->body = error_body(d->reason, "Unauthorized");
+        break;
+    case METER_BAD_REQUEST:
+        j->body = error_body(j->body_err, "BadRequest");
+        break;
+    case METER_FORBIDDEN:
+        j->body = error_body(j->req.model != NULL ? "model not allowed for this task"
+                                                  : "model required: this task restricts models",
+                             "Forbidden");
+        break;
+    case METER_ALLOWED:
+    case METER_OVER_BUDGET:
+    case METER_OVER_ITERATIONS:
+        if (j->kind != METER_JOB_CHECK) {
+            rc = charge(b, tx, doc, j, d, err);
+        }
+        if (rc == E_OK) {
+            keep_totals(j, d, doc, max_iter);
+        }
+        break;
+    case METER_DUPLICATE:
+        keep_totals(j, d, doc, max_iter);
+        break;
+    }
+    if (rc == E_OK) {
+        j->status = d->status;
+    }
+    return rc;
+}
+
 static int apply_job(struct batch *b, struct task_txn *tx, struct meter_job *j, struct err *err)
 {
     struct meter_state st;
     struct meter_decision d;
+    enum task_phase phase;
     json_t *doc = NULL;
     int rc;
 
@@ -285,8 +354,15 @@ static int apply_job(struct batch *b, struct task_txn *tx, struct meter_job *j, 
     if (rc == E_OK) {
         read_state(&st, tx, doc, j, err);
     }
-    if (st.task_found && st.token_current && st.caveats_ok && st.phase == TASK_ACTIVE &&
-        st.body_ok && st.model_ok) {
+    phase = st.phase;
+    if (j->kind == METER_JOB_SETTLE && st.task_found) {
+        /* The gateway let this call through while the task was Active and its token
+         * valid: what it cost is charged even when the task paused meanwhile. */
+        st.token_current = st.caveats_ok = st.model_ok = true;
+        st.phase = TASK_ACTIVE;
+    }
+    if (j->kind != METER_JOB_CHECK && st.task_found && st.token_current && st.caveats_ok &&
+        st.phase == TASK_ACTIVE && st.body_ok && st.model_ok) {
         /* Every later outcome charges, so remember the id now; an id already there is a
          * retry (SPEC §7 step 4). */
         bool fresh = false;
@@ -299,33 +375,8 @@ static int apply_job(struct batch *b, struct task_txn *tx, struct meter_job *j, 
         st.seen = !fresh;
     }
     meter_decide(&d, &st, j->body_ok ? &j->req : NULL);
-    rc = E_OK;
-    switch (d.outcome) {
-    case METER_UNAUTHORIZED:
-        j->body = error_body(d.reason, "Unauthorized");
-        break;
-    case METER_BAD_REQUEST:
-        j->body = error_body(j->body_err, "BadRequest");
-        break;
-    case METER_FORBIDDEN:
-        j->body = error_body(j->req.model != NULL ? "model not allowed for this task"
-                                                  : "model required: this task restricts models",
-                             "Forbidden");
-        break;
-    case METER_ALLOWED:
-    case METER_OVER_BUDGET:
-    case METER_OVER_ITERATIONS:
-        rc = charge(b, tx, doc, j, &d, err);
-        if (rc != E_OK) {
-            goto out;
-        }
-        keep_totals(j, &d, doc, st.max_iterations);
-        break;
-    case METER_DUPLICATE:
-        keep_totals(j, &d, doc, st.max_iterations);
-        break;
-    }
-    j->status = d.status;
+    gate_outcome(&d, j->kind, phase);
+    rc = answer_job(b, tx, doc, j, &d, st.max_iterations, err);
 out:
     json_decref(doc);
     return rc;
@@ -509,6 +560,32 @@ static void respond(int *status_out, char **body_out, int status, const char *ms
     *body_out = error_body(msg, reason);
 }
 
+/* Queues J (its token set), waits until the committer answered it, and passes the
+ * wake-up on. */
+static void run_job(struct meter_service *m, struct meter_job *j)
+{
+    sem_init(&j->done, 0, 0);
+    pthread_mutex_lock(&m->mu);
+    if (m->tail != NULL) {
+        m->tail->next = j;
+    } else {
+        m->head = j;
+    }
+    m->tail = j;
+    pthread_cond_signal(&m->work);
+    pthread_mutex_unlock(&m->mu);
+    while (sem_wait(&j->done) != 0) {
+        /* EINTR: wait again */
+    }
+    /* Pass the wake-up on before anything else (see wake_batch). */
+    for (int k = 0; k < 2; k++) {
+        if (j->wake[k] != NULL) {
+            sem_post(&j->wake[k]->done);
+        }
+    }
+    sem_destroy(&j->done);
+}
+
 void meter_service_handle(int *status_out, char **body_out, struct meter_service *m,
                           const char *auth, int auth_count, const char *body, size_t len)
 {
@@ -537,30 +614,11 @@ void meter_service_handle(int *status_out, char **body_out, struct meter_service
     j.vt = vt;
     j.name = vt->name;
     j.ns = vt->ns;
-    sem_init(&j.done, 0, 0);
     j.body_ok = meter_request_parse(&j.req, body, len, &err) == E_OK;
     if (!j.body_ok) {
         snprintf(j.body_err, sizeof(j.body_err), "%s", err.msg);
     }
-    pthread_mutex_lock(&m->mu);
-    if (m->tail != NULL) {
-        m->tail->next = &j;
-    } else {
-        m->head = &j;
-    }
-    m->tail = &j;
-    pthread_cond_signal(&m->work);
-    pthread_mutex_unlock(&m->mu);
-    while (sem_wait(&j.done) != 0) {
-        /* EINTR: wait again */
-    }
-    /* Pass the wake-up on before anything else (see wake_batch). */
-    for (int k = 0; k < 2; k++) {
-        if (j.wake[k] != NULL) {
-            sem_post(&j.wake[k]->done);
-        }
-    }
-    sem_destroy(&j.done);
+    run_job(m, &j);
     *status_out = j.status;
     if (j.totals) {
         *body_out = totals_body(&j.d, j.guidance, j.preview, j.max_iterations);
@@ -572,4 +630,93 @@ void meter_service_handle(int *status_out, char **body_out, struct meter_service
     free(j.preview);
     meter_request_cleanup(&j.req);
     token_cache_release(&m->tokens, vt);
+}
+
+/* --- the LLM gateway's jobs (SPEC §13) ----------------------------------------------- */
+
+/* Runs a gateway job of KIND for TOKEN with a request built from the arguments; fills
+ * OUT when it is not NULL. Returns the job's HTTP status. */
+static int run_gate_job(struct meter_gate *out, struct meter_service *m, enum meter_job_kind kind,
+                        const char *token, const char *request_id, const char *model,
+                        int64_t tokens, int64_t cost_micros)
+{
+    struct meter_job j;
+    struct verified_token *vt = NULL;
+    struct err err = {0};
+    int status;
+
+    memset(&j, 0, sizeof(j));
+    if (token == NULL || token_cache_get(&vt, &m->tokens, token, m->root_key, &err) != E_OK) {
+        if (out != NULL) {
+            out->status = 401;
+            out->reason = token == NULL ? "missing token" : "malformed token or bad signature";
+        }
+        return 401;
+    }
+    j.kind = kind;
+    j.tok = vt->tok;
+    j.vt = vt;
+    j.name = vt->name;
+    j.ns = vt->ns;
+    j.body_ok = true;
+    j.req.request_id = xstrdup(request_id != NULL ? request_id : "gateway-check");
+    j.req.model = model != NULL ? xstrdup(model) : NULL;
+    j.req.tokens_used = tokens;
+    j.req.cost_micros = cost_micros;
+    run_job(m, &j);
+    status = j.status;
+    if (out != NULL) {
+        out->status = status;
+        out->reason = j.d.reason != NULL ? j.d.reason : "could not read the task; retry";
+        out->d = j.d;
+        out->ns = xstrdup(vt->ns);
+        out->name = xstrdup(vt->name);
+        out->guidance = j.guidance;
+        j.guidance = NULL;
+    }
+    free(j.body);
+    free(j.guidance);
+    free(j.preview);
+    meter_request_cleanup(&j.req);
+    token_cache_release(&m->tokens, vt);
+    return status;
+}
+
+void meter_gate_check(struct meter_gate *out, struct meter_service *m, const char *token,
+                      const char *model)
+{
+    memset(out, 0, sizeof(*out));
+    run_gate_job(out, m, METER_JOB_CHECK, token, NULL, model, 0, 0);
+    if (out->status == 429) {
+        out->status = 200; /* already over: the gateway finds nothing left and refuses */
+    }
+}
+
+void meter_gate_cleanup(struct meter_gate *g)
+{
+    free(g->ns);
+    free(g->name);
+    free(g->guidance);
+    memset(g, 0, sizeof(*g));
+}
+
+int meter_gate_settle(struct meter_decision *out, struct meter_service *m, const char *token,
+                      const char *request_id, const char *model, int64_t tokens,
+                      int64_t cost_micros)
+{
+    struct meter_gate g;
+    int status;
+
+    memset(&g, 0, sizeof(g));
+    status = run_gate_job(&g, m, METER_JOB_SETTLE, token, request_id, model, tokens, cost_micros);
+    if (out != NULL) {
+        *out = g.d;
+    }
+    meter_gate_cleanup(&g);
+    return status;
+}
+
+int meter_gate_exhausted(struct meter_service *m, const char *token, const char *request_id)
+{
+    return run_gate_job(NULL, m, METER_JOB_EXHAUSTED, token, request_id, NULL, 0, 0);
 }

@@ -18,6 +18,7 @@
 #include "scm/gitlab/gitlab.h"
 #include "server/api/api.h"
 #include "server/serve_int.h"
+#include "server/api/llm/llm.h"
 #include "server/server.h"
 
 #include "common/version.h"
@@ -491,7 +492,13 @@ static int start_all(struct server *srv, struct err *err)
     int rc;
 
     srv->routes = &api_routes;
-    rc = mkdir_p(srv->cfg.data_dir, err);
+    /* First: it takes the provider keys out of the environment before any thread or child
+     * could see them. */
+    rc = llm_gateway_new(&srv->llm, srv->cfg.llm_upstreams, srv->cfg.llm_key_files,
+                         srv->cfg.llm_prices, err);
+    if (rc == E_OK) {
+        rc = mkdir_p(srv->cfg.data_dir, err);
+    }
     if (rc == E_OK) {
         rc = check_data_dir(srv->cfg.data_dir, err);
     }
@@ -537,6 +544,8 @@ static int start_all(struct server *srv, struct err *err)
         serve_kube_elect_stop(srv);
         stop_scm(srv);
         controller_free(srv->controller);
+        llm_gateway_free(srv->llm);
+        srv->llm = NULL;
         meter_service_free(srv->meter);
         task_store_close(srv->store);
         srv->store = NULL;
@@ -557,6 +566,8 @@ static void stop_all(struct server *srv)
     srv->daemon = NULL;
     stop_scm(srv);
     controller_free(srv->controller);
+    llm_gateway_free(srv->llm); /* its streams end with their connections, closed above */
+    srv->llm = NULL;
     meter_service_free(srv->meter);
     task_store_close(srv->store);
     srv->store = NULL;

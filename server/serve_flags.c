@@ -18,9 +18,13 @@ struct flag {
     const char *help;
 };
 
-/* The repeatable flag: its values are comma-joined (the first one on the command line
+/* The repeatable flags: their values are comma-joined (the first one on the command line
  * replaces the environment's list). */
-#define REPEATABLE_FLAG "--sandbox-allow-host"
+static bool repeatable(const char *name)
+{
+    return strcmp(name, "--sandbox-allow-host") == 0 || strcmp(name, "--llm-upstream") == 0 ||
+           strcmp(name, "--llm-key-file") == 0;
+}
 
 #define CFG(field_) offsetof(struct server_config, field_)
 
@@ -126,6 +130,14 @@ static const struct flag g_flags[] = {
      "GitLab base URL (API under /api/v4); token DIVERGE_GITLAB_TOKEN or GITLAB_TOKEN"},
     {"--gitlab-min-access-fix", "DIVERGE_GITLAB_MIN_ACCESS_FIX", "30", CFG(gitlab_min_fix),
      "GitLab access level for fix, guide, pause, resume (30 Developer)"},
+    {"--llm-upstream", "DIVERGE_LLM_UPSTREAMS", NULL, CFG(llm_upstreams),
+     "NAME=URL: base URL of the LLM gateway's upstream NAME (anthropic, openai, gemini; "
+     "default the public APIs); repeatable (env: comma list)"},
+    {"--llm-key-file", "DIVERGE_LLM_KEY_FILES", NULL, CFG(llm_key_files),
+     "NAME=PATH: file (0600) holding upstream NAME's API key, instead of "
+     "DIVERGE_<NAME>_API_KEY; repeatable (env: comma list)"},
+    {"--llm-prices", "DIVERGE_LLM_PRICES", NULL, CFG(llm_prices),
+     "YAML price table of the LLM gateway (default: the built-in table, see README)"},
     {"--gitlab-min-access-budget", "DIVERGE_GITLAB_MIN_ACCESS_BUDGET", "40", CFG(gitlab_min_budget),
      "GitLab access level for budget and resume with amounts (40)"},
 };
@@ -195,7 +207,7 @@ static void set_value(struct server_config *cfg, const struct flag *f, const cha
     char **p = field(cfg, f);
     char *v;
 
-    if (seen && *p != NULL && strcmp(f->name, REPEATABLE_FLAG) == 0) {
+    if (seen && *p != NULL && repeatable(f->name)) {
         v = xasprintf("%s,%s", *p, val);
     } else {
         v = xstrdup(val);

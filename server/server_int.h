@@ -89,9 +89,13 @@ struct server_config {
     char *sandbox_disk;      /* bytes a task's files may take (local, process) */
     char *data_dir_reserve;  /* bytes kept free on the data dir's filesystem */
     char *max_push_bytes;    /* largest push to a repository */
+    char *llm_upstreams;     /* --llm-upstream NAME=URL, comma-joined; NULL: public APIs */
+    char *llm_key_files;     /* --llm-key-file NAME=PATH, comma-joined */
+    char *llm_prices;        /* --llm-prices FILE; NULL: the built-in table */
 };
 
 struct serve_kube;  /* serve_kube.c */
+struct llm_gateway; /* server/api/llm/llm.h */
 struct http_routes; /* server/http/http.h */
 
 struct MHD_Daemon;
@@ -104,6 +108,7 @@ struct server {
     unsigned char root_key[32];    /* macaroon root key; wiped on exit */
     char *base_url;                /* owned; public base URL */
     struct meter_service *meter;   /* owned */
+    struct llm_gateway *llm;       /* owned: the LLM gateway (SPEC §13) */
     struct controller *controller; /* owned */
     struct scm_registry scm;       /* owned providers */
     struct scm_outbox *outbox;     /* owned */

@@ -6,6 +6,9 @@
 
 #include "server/api/api_int.h"
 #include "server/api/git/api_git.h"
+#include "server/api/llm/llm.h"
+
+#define LLM_PREFIX "/api/v1/llm"
 
 #define API_PREFIX "/apis/divergedev.com/v1alpha1"
 
@@ -40,6 +43,16 @@ static const struct http_route g_routes[] = {
     {"GET", API_PREFIX "/namespaces/*/agenttasks/*/token", api_task_token, "tasks.token",
      HTTP_AUTH_ADMIN},
     {"POST", "/api/v1/agenttask/meter", api_meter, "meter", HTTP_AUTH_NONE},
+    /* The LLM gateway (SPEC §13): the task token in the provider's key header, checked by
+     * the handlers. */
+    {"POST", LLM_PREFIX "/anthropic/v1/messages", api_llm_anthropic_messages, "llm.anthropic",
+     HTTP_AUTH_NONE},
+    {"POST", LLM_PREFIX "/anthropic/v1/messages/count_tokens", api_llm_anthropic_count_tokens,
+     "llm.anthropic.count", HTTP_AUTH_NONE},
+    {"GET", LLM_PREFIX "/anthropic/api/hello", api_llm_anthropic_hello, "llm.hello",
+     HTTP_AUTH_NONE},
+    {"HEAD", LLM_PREFIX "/anthropic/api/hello", api_llm_anthropic_hello, "llm.hello",
+     HTTP_AUTH_NONE},
     {"POST", "/api/v1/webhooks/github", api_webhook_github, "webhooks.github", HTTP_AUTH_NONE},
     {"POST", "/api/v1/webhooks/gitlab", api_webhook_gitlab, "webhooks.gitlab", HTTP_AUTH_NONE},
     {"POST", "/api/v1/local/comments", api_local_comment, "local.comment", HTTP_AUTH_ADMIN},
@@ -70,6 +83,9 @@ static const struct http_route_extra g_route_extras[] = {
     {api_healthz, NULL, 0, HTTP_ROUTE_RESERVED},
     {api_readyz, NULL, 0, HTTP_ROUTE_RESERVED},
     {api_meter, NULL, 0, HTTP_ROUTE_RESERVED | HTTP_ROUTE_UNIX},
+    {api_llm_anthropic_messages, NULL, LLM_BODY_LIMIT, HTTP_ROUTE_LLM},
+    {api_llm_anthropic_count_tokens, NULL, LLM_BODY_LIMIT, HTTP_ROUTE_LLM},
+    {api_llm_anthropic_hello, NULL, 0, HTTP_ROUTE_LLM},
     {api_webhook_github, api_webhook_github_begin, SERVER_WEBHOOK_BODY_MAX, 0},
     {api_webhook_gitlab, api_webhook_gitlab_begin, SERVER_WEBHOOK_BODY_MAX, 0},
     {api_git_info_refs, api_git_begin, 0, 0},

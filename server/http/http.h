@@ -89,6 +89,9 @@ struct http_route {
 
 #define HTTP_ROUTE_RESERVED 1u /* connections over the limits may still use it (http_guard.c) */
 #define HTTP_ROUTE_UNIX 2u     /* served on unix sockets (the meter sockets), where no other is */
+/* An LLM gateway route (SPEC §13): what a sandbox's relay may reach on its task's own
+ * socket besides the meter (the socket's route filter decides). */
+#define HTTP_ROUTE_LLM 4u
 
 /* What some handlers add to their route: BEGIN runs once the headers are in, before any
  * body byte is read (answering there, r->status set, refuses the request without reading

@@ -1,0 +1,360 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Forwarding one call upstream (SPEC §13): a non-streamed answer is read whole, metered
+ * and passed on; a stream is relayed as it arrives (a worker thread reads upstream, the
+ * connection's thread writes to the client) and settled when it ends. Upstream errors
+ * pass through unchanged and are not charged. */
+#define _GNU_SOURCE /* memmem */
+#include <microhttpd.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/httpc.h"
+#include "common/log.h"
+#include "server/api/llm/llm_call.h"
+
+/* Response headers of the upstream passed on to the client. */
+static const char *const g_pass_headers[] = {"content-type", "request-id", "x-request-id",
+                                             "retry-after", "x-should-retry"};
+
+int llm_send_error(struct request *r, enum llm_provider p, int status, const char *type,
+                   const char *message)
+{
+    json_t *body;
+
+    switch (p) {
+    case LLM_ANTHROPIC:
+        body = json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "type", type, "message",
+                         message);
+        break;
+    case LLM_OPENAI:
+        body = json_pack("{s:{s:s, s:s, s:s, s:n}}", "error", "message", message, "type", type,
+                         "code", type, "param");
+        break;
+    default:
+        body = json_pack("{s:{s:i, s:s, s:s}}", "error", "code", status, "message", message,
+                         "status", type);
+        break;
+    }
+    return http_send_json(r, status, body);
+}
+
+static void build_request(struct httpc_request *req, const char **hdrs, struct llm_call *c)
+{
+    size_t n = 0;
+
+    hdrs[n++] = c->key_header;
+    hdrs[n++] = "content-type: application/json";
+    for (size_t i = 0; i < LLM_EXTRA_HEADERS; i++) {
+        if (c->extra_headers[i] != NULL) {
+            hdrs[n++] = c->extra_headers[i];
+        }
+    }
+    hdrs[n] = NULL;
+    req->method = "POST";
+    req->url = c->url;
+    req->headers = hdrs;
+    req->body = c->body;
+    req->body_len = c->send_len;
+    req->connect_timeout_ms = 10000;
+    req->max_body = LLM_RESPONSE_MAX;
+}
+
+static void add_pass_headers(struct MHD_Response *resp, const struct httpc_response *up)
+{
+    for (size_t i = 0; i < ARRAY_LEN(g_pass_headers); i++) {
+        const char *v = httpc_response_header(up, g_pass_headers[i]);
+        if (v != NULL && strlen(v) < 1024) {
+            MHD_add_response_header(resp, g_pass_headers[i], v);
+        }
+    }
+}
+
+/* An upstream body that names the server's key (some providers echo a bad key) has it
+ * masked: the key never reaches a client. */
+static void mask_key(struct buf *b, const struct llm_call *c)
+{
+    const char *key = c->gw->key[c->provider];
+    size_t klen = key != NULL ? strlen(key) : 0;
+    char *hit;
+
+    while (klen >= 8 && b->data != NULL && (hit = memmem(b->data, b->len, key, klen)) != NULL) {
+        memset(hit, '*', klen);
+    }
+}
+
+static int send_upstream_answer(struct request *r, const struct httpc_response *up)
+{
+    struct MHD_Response *resp;
+    enum MHD_Result ret;
+
+    resp = MHD_create_response_from_buffer(
+        up->body.len, up->body.data != NULL ? up->body.data : (void *)(uintptr_t) "",
+        MHD_RESPMEM_MUST_COPY);
+    if (resp == NULL) {
+        return MHD_NO;
+    }
+    add_pass_headers(resp, up);
+    http_guard_answering(r->conn);
+    r->status = (int)up->status;
+    ret = MHD_queue_response(r->conn, (unsigned int)up->status, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+static int unreachable(struct request *r, enum llm_provider p)
+{
+    log_kv(LOG_WARN, "llm_upstream_unreachable", "provider", llm_provider_name(p), NULL);
+    return llm_send_error(r, p, 502, p == LLM_ANTHROPIC ? "api_error" : "bad_gateway",
+                          "diverge: the upstream API could not be reached");
+}
+
+static int forward_whole(struct request *r, struct llm_call *c)
+{
+    struct httpc_request req = HTTPC_REQUEST_DEFAULTS;
+    struct httpc_response up;
+    const char *hdrs[LLM_EXTRA_HEADERS + 3];
+    struct err err = {0};
+    int rc, ret;
+
+    build_request(&req, hdrs, c);
+    req.timeout_ms = LLM_UPSTREAM_TIMEOUT_MS;
+    rc = httpc_request(&up, &req, &err);
+    if (rc != E_OK) {
+        llm_call_release(c);
+        ret = unreachable(r, c->provider);
+    } else {
+        if (up.status >= 200 && up.status < 300) {
+            struct llm_usage u;
+            llm_usage_from_body(&u, c->dialect, up.body.data, up.body.len);
+            llm_call_settle(c, &u);
+        } else {
+            llm_call_release(c); /* upstream errors are not charged */
+        }
+        mask_key(&up.body, c);
+        ret = send_upstream_answer(r, &up);
+    }
+    httpc_response_cleanup(&up);
+    llm_call_free(c);
+    return ret;
+}
+
+/* --- streams ----------------------------------------------------------------------- */
+
+struct relay {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct buf pending;       /* bytes read upstream, not yet written to the client */
+    size_t sent;              /* of pending */
+    bool started;             /* a 2xx body began */
+    bool done;                /* upstream ended and the call is settled */
+    bool cut;                 /* upstream ended abnormally after it started */
+    bool gone;                /* the client went away */
+    int refs;                 /* the worker's and the response's */
+    atomic_int cancel;        /* stops the upstream transfer */
+    struct httpc_response up; /* the worker's until done, then read-only */
+    int rc;                   /* httpc_stream's result */
+    struct llm_call *call;    /* owned by the worker */
+    enum llm_provider provider;
+    struct llm_sse sse; /* the worker's */
+};
+
+static void relay_unref(struct relay *rl)
+{
+    bool last;
+
+    pthread_mutex_lock(&rl->mu);
+    last = --rl->refs == 0;
+    pthread_mutex_unlock(&rl->mu);
+    if (!last) {
+        return;
+    }
+    buf_cleanup(&rl->pending);
+    httpc_response_cleanup(&rl->up);
+    llm_sse_cleanup(&rl->sse);
+    pthread_mutex_destroy(&rl->mu);
+    pthread_cond_destroy(&rl->cv);
+    free(rl);
+}
+
+static int on_chunk(const char *data, size_t len, void *userdata)
+{
+    struct relay *rl = userdata;
+    int rc = E_OK;
+
+    llm_sse_feed(&rl->sse, data, len);
+    pthread_mutex_lock(&rl->mu);
+    /* A slow client holds the upstream back rather than our memory filling up. */
+    while (!rl->gone && rl->pending.len - rl->sent > LLM_RELAY_BUF_MAX) {
+        pthread_cond_wait(&rl->cv, &rl->mu);
+    }
+    if (rl->gone) {
+        rc = E_AGAIN;
+    } else if (buf_append(&rl->pending, data, len) != E_OK) {
+        rc = E_TOOBIG;
+    }
+    rl->started = true;
+    pthread_cond_broadcast(&rl->cv);
+    pthread_mutex_unlock(&rl->mu);
+    return rc;
+}
+
+static void *relay_worker(void *arg)
+{
+    struct relay *rl = arg;
+    struct llm_call *c = rl->call;
+    struct httpc_request req = HTTPC_REQUEST_DEFAULTS;
+    const char *hdrs[LLM_EXTRA_HEADERS + 3];
+    struct llm_gateway *gw = c->gw;
+    struct err err = {0};
+    bool started;
+
+    build_request(&req, hdrs, c);
+    req.timeout_ms = 0;
+    req.tcp_keepalive = true;
+    req.cancel = &rl->cancel;
+    rl->rc = httpc_stream(&rl->up, &req, on_chunk, rl, &err);
+    pthread_mutex_lock(&rl->mu);
+    started = rl->started;
+    pthread_mutex_unlock(&rl->mu);
+    if (started || (rl->rc == E_OK && rl->up.status >= 200 && rl->up.status < 300)) {
+        llm_call_settle(c, &rl->sse.u); /* incomplete usage: the reservation */
+    } else {
+        llm_call_release(c);
+    }
+    mask_key(&rl->up.body, c);
+    pthread_mutex_lock(&rl->mu);
+    rl->cut = rl->rc != E_OK || !rl->sse.u.complete;
+    rl->done = true;
+    pthread_cond_broadcast(&rl->cv);
+    pthread_mutex_unlock(&rl->mu);
+    rl->call = NULL;
+    llm_call_free(c);
+    relay_unref(rl);
+    pthread_mutex_lock(&gw->mu);
+    if (--gw->active == 0) {
+        pthread_cond_broadcast(&gw->idle);
+    }
+    pthread_mutex_unlock(&gw->mu);
+    return NULL;
+}
+
+static ssize_t relay_read(void *cls, uint64_t pos, char *out, size_t max)
+{
+    struct relay *rl = cls;
+    ssize_t n;
+
+    (void)pos;
+    pthread_mutex_lock(&rl->mu);
+    while (rl->sent == rl->pending.len && !rl->done) {
+        pthread_cond_wait(&rl->cv, &rl->mu);
+    }
+    if (rl->sent < rl->pending.len) {
+        size_t k = rl->pending.len - rl->sent;
+        k = k < max ? k : max;
+        memcpy(out, rl->pending.data + rl->sent, k);
+        rl->sent += k;
+        if (rl->sent == rl->pending.len) {
+            rl->pending.len = rl->sent = 0;
+        }
+        pthread_cond_broadcast(&rl->cv);
+        n = (ssize_t)k;
+    } else {
+        /* A stream cut upstream is cut for the client too (no final chunk). */
+        n = rl->rc == E_OK ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    pthread_mutex_unlock(&rl->mu);
+    return n;
+}
+
+static void relay_gone(void *cls)
+{
+    struct relay *rl = cls;
+
+    pthread_mutex_lock(&rl->mu);
+    rl->gone = true;
+    atomic_store(&rl->cancel, 1);
+    pthread_cond_broadcast(&rl->cv);
+    pthread_mutex_unlock(&rl->mu);
+    relay_unref(rl);
+}
+
+/* Answers R once the worker knows how upstream answered: a started 2xx stream is relayed,
+ * anything else is sent whole. */
+static int answer_stream(struct request *r, struct relay *rl)
+{
+    struct MHD_Response *resp;
+    enum MHD_Result ret;
+    bool started;
+
+    pthread_mutex_lock(&rl->mu);
+    while (!rl->started && !rl->done) {
+        pthread_cond_wait(&rl->cv, &rl->mu);
+    }
+    started = rl->started;
+    pthread_mutex_unlock(&rl->mu);
+    if (!started) {
+        /* The worker is done with up: it is read-only now. */
+        int rc = rl->rc == E_OK ? send_upstream_answer(r, &rl->up) : unreachable(r, rl->provider);
+        relay_unref(rl);
+        return rc;
+    }
+    resp =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, relay_read, rl, relay_gone);
+    if (resp == NULL) {
+        relay_gone(rl);
+        return MHD_NO;
+    }
+    pthread_mutex_lock(&rl->mu);
+    add_pass_headers(resp, &rl->up);
+    pthread_mutex_unlock(&rl->mu);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    http_guard_answering(r->conn);
+    r->status = 200;
+    ret = MHD_queue_response(r->conn, 200, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+static int forward_stream(struct request *r, struct llm_call *c)
+{
+    struct relay *rl = xcalloc(1, sizeof(*rl));
+    pthread_attr_t attr;
+    pthread_t th;
+    int rc;
+
+    pthread_mutex_init(&rl->mu, NULL);
+    pthread_cond_init(&rl->cv, NULL);
+    buf_init(&rl->pending, 0);
+    httpc_response_init(&rl->up);
+    llm_sse_init(&rl->sse, c->dialect);
+    rl->refs = 2;
+    rl->call = c;
+    rl->provider = c->provider;
+    pthread_mutex_lock(&c->gw->mu);
+    c->gw->active++;
+    pthread_mutex_unlock(&c->gw->mu);
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, 256u << 10);
+    rc = pthread_create(&th, &attr, relay_worker, rl);
+    pthread_attr_destroy(&attr);
+    if (rc != 0) {
+        enum llm_provider rl_provider = c->provider;
+        pthread_mutex_lock(&c->gw->mu);
+        c->gw->active--;
+        pthread_mutex_unlock(&c->gw->mu);
+        rl->call = NULL;
+        rl->refs = 1;
+        relay_unref(rl);
+        llm_call_free(c);
+        return llm_send_error(r, rl_provider, 503, "overloaded_error",
+                              "diverge: cannot start a stream; retry");
+    }
+    return answer_stream(r, rl);
+}
+
+int llm_forward(struct request *r, struct llm_call *c)
+{
+    return c->stream ? forward_stream(r, c) : forward_whole(r, c);
+}
