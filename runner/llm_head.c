@@ -338,6 +338,7 @@ static const char *reason(long status)
              {408, "Request Timeout"},
              {413, "Content Too Large"},
              {429, "Too Many Requests"},
+             {431, "Request Header Fields Too Large"},
              {500, "Internal Server Error"},
              {502, "Bad Gateway"},
              {503, "Service Unavailable"},

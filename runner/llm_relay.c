@@ -164,6 +164,10 @@ static size_t read_head(struct conn *c, struct buf *in)
             return 0;
         }
     }
+    if (end > RUNNER_LLM_HEAD_MAX) {
+        reply_error(c, 431, "request head too large");
+        return 0;
+    }
     return end;
 }
 
