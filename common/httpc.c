@@ -104,7 +104,9 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *userdata)
     if (x->on_chunk != NULL) {
         curl_easy_getinfo(x->curl, CURLINFO_RESPONSE_CODE, &status);
         if (status >= 200 && status < 300) {
-            int rc = x->on_chunk(data, n, x->userdata);
+            int rc;
+            x->resp->status = status; /* the chunk callback may look (a relay passes it on) */
+            rc = x->on_chunk(data, n, x->userdata);
             if (rc != E_OK) {
                 x->abort_rc = rc;
                 return 0;

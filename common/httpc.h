@@ -86,7 +86,9 @@ typedef int (*httpc_chunk_fn)(const char *data, size_t len, void *userdata);
 
 /* As httpc_request, but a 2xx body is handed to ON_CHUNK piece by piece instead of
  * being collected (so REQ->max_body does not limit it); a non-2xx body is collected in
- * OUT->body as usual so the caller can report it. Use REQ->timeout_ms = 0 for watches. */
+ * OUT->body as usual so the caller can report it. When ON_CHUNK runs, OUT->status and
+ * OUT->headers already hold the response's status and headers. Use REQ->timeout_ms = 0
+ * for watches. */
 int httpc_stream(struct httpc_response *out, const struct httpc_request *req,
                  httpc_chunk_fn on_chunk, void *userdata, struct err *err);
 

@@ -245,12 +245,49 @@ int egress_proxy_open(struct egress_proxy **out, const struct egress_proxy_opts 
  * P. NULL is a no-op. Not to be called from the log callback. */
 void egress_proxy_stop(struct egress_proxy *p);
 
+/* A loopback TCP listener whose every accepted connection is handed to a handler on a
+ * thread of its own, at most CONNS_MAX at once (further connections are closed at once).
+ * The in-sandbox relays share it: the egress relay below and the runner's LLM relay. */
+struct egress_listener;
+
+/* Handles one accepted connection FD (borrowed: closed by the listener after the call).
+ * STOP_FD becomes readable when the listener stops: a handler that waits on anything
+ * polls it too and returns soon after. */
+typedef void (*egress_conn_fn)(int fd, int stop_fd, void *userdata);
+
+/* Binds LISTEN_IP:PORT (IPv4 or IPv6 literal; PORT 0 picks one, see egress_listener_port).
+ * HANDLER(fd, stop_fd, USERDATA) runs for each connection once egress_listener_run
+ * serves. On success *OUT is a listener the caller frees with egress_listener_free().
+ * E_CONFLICT when the port is taken, E_INVALID or E_FAIL otherwise. */
+int egress_listener_open(struct egress_listener **out, const char *listen_ip, uint16_t port,
+                         size_t conns_max, egress_conn_fn handler, void *userdata, struct err *err);
+
+/* The bound TCP port. */
+uint16_t egress_listener_port(const struct egress_listener *l);
+
+/* Serves until egress_listener_stop(); then joins every handler thread (each sees its
+ * STOP_FD readable) before returning E_OK. E_FAIL when polling fails for good. */
+int egress_listener_run(struct egress_listener *l, struct err *err);
+
+/* Makes egress_listener_run return; safe from another thread and from a signal handler. */
+void egress_listener_stop(struct egress_listener *l);
+
+/* Frees L (after egress_listener_run returned, or if it never ran). NULL is a no-op. */
+void egress_listener_free(struct egress_listener *l);
+
 /* The in-sandbox relay: TCP on a loopback address → a new connection to the proxy's unix
  * socket per accepted connection, bytes copied both ways (half-closes passed on). */
 struct egress_relay;
 
-#define EGRESS_RELAY_PORT 3128    /* where HTTPS_PROXY points inside the sandbox */
-#define EGRESS_RELAY_CONNS_MAX 64 /* concurrent relayed connections; more are closed */
+#define EGRESS_RELAY_PORT 3128      /* where HTTPS_PROXY points inside the sandbox */
+#define EGRESS_RELAY_CONNS_MAX 64   /* concurrent relayed connections; more are closed */
+#define EGRESS_RELAY_SOCKET_MAX 108 /* bytes of a unix socket path, NUL included (sun_path) */
+
+/* The relay's connection handler (an egress_conn_fn, for a listener of one's own): copies
+ * FD both ways to a new connection to the unix socket whose path USERDATA is (a string
+ * shorter than EGRESS_RELAY_SOCKET_MAX, borrowed) until both sides are done or STOP_FD is
+ * readable. A socket that cannot be reached just closes FD. */
+void egress_relay_conn(int fd, int stop_fd, void *userdata);
 
 /* Binds LISTEN_IP:PORT (IPv4 or IPv6 literal; PORT 0 picks one, see egress_relay_port)
  * and records UNIX_PATH. On success *OUT is a relay the caller frees with

@@ -51,7 +51,7 @@ int main(int argc, char **argv)
         return RUNNER_EXIT_CONFIG;
     }
     ex = (int)runner_run(&cfg);
-    runner_egress_relay_stop();
+    runner_relays_stop();
     printf("diverge-agent-runner: exit %d\n", ex);
     runner_config_cleanup(&cfg);
     return ex;

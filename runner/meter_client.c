@@ -5,7 +5,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +14,6 @@
 #include "common/clock.h"
 #include "common/httpc.h"
 #include "common/money.h"
-#include "egress/egress.h"
 #include "runner/runner_int.h"
 #include "token/token.h"
 
@@ -346,50 +344,4 @@ long runner_preview_check(const struct runner_config *cfg)
     httpc_response_cleanup(&resp);
     free(hdr);
     return status;
-}
-
-static struct egress_relay *g_relay; /* the running relay, or NULL */
-static pthread_t g_relay_thread;
-
-static void *relay_main(void *arg)
-{
-    struct err err = {0};
-
-    if (egress_relay_run(arg, &err) != E_OK) {
-        runner_say("egress relay: %s", err.msg);
-    }
-    return NULL;
-}
-
-int runner_egress_relay_start(const struct runner_config *cfg, struct err *err)
-{
-    struct egress_relay *r = NULL;
-    int rc;
-
-    if (strcmp(cfg->network, "proxy") != 0) {
-        return E_OK;
-    }
-    rc = egress_relay_open(&r, "127.0.0.1", EGRESS_RELAY_PORT, cfg->egress_socket, err);
-    if (rc != E_OK) {
-        return rc;
-    }
-    if (pthread_create(&g_relay_thread, NULL, relay_main, r) != 0) {
-        egress_relay_free(r);
-        return err_set(err, E_FAIL, "cannot start the egress relay thread");
-    }
-    g_relay = r;
-    runner_say("network proxy: relaying 127.0.0.1:%u to the server's egress proxy",
-               (unsigned)EGRESS_RELAY_PORT);
-    return E_OK;
-}
-
-void runner_egress_relay_stop(void)
-{
-    if (g_relay == NULL) {
-        return;
-    }
-    egress_relay_stop(g_relay);
-    pthread_join(g_relay_thread, NULL); /* every relayed connection closed and joined */
-    egress_relay_free(g_relay);
-    g_relay = NULL;
 }

@@ -18,10 +18,11 @@ extern char **environ;
 
 /* What the heartbeats carry from one iteration to the next. */
 struct run {
-    const struct runner_config *cfg; /* borrowed */
-    struct runner_state state;       /* the offset state */
-    char *guidance;                  /* owned: guidance of the last heartbeat, or NULL */
-    char *last_failure;              /* owned: DIVERGE_LAST_FAILURE for the next try */
+    const struct runner_config *cfg;         /* borrowed */
+    struct runner_state state;               /* the offset state */
+    char *guidance;                          /* owned: guidance of the last heartbeat, or NULL */
+    char *last_failure;                      /* owned: DIVERGE_LAST_FAILURE for the next try */
+    char *llm_env[RUNNER_LLM_ENV_COUNT + 1]; /* owned: the agent's LLM variables, or {NULL} */
 };
 
 /* Records a 200 (or 429: charged too) for a usage line ending at NEW_OFFSET. */
@@ -192,8 +193,19 @@ static int heartbeat(struct run *r, long iteration, bool final)
 static int run_shell(const struct runner_config *cfg, const char *cmd, const char *const *set,
                      struct runner_tail *tail)
 {
-    static const char *const unset[] = {"DIVERGE_LAST_FAILURE", "DIVERGE_GUIDANCE",
-                                        "DIVERGE_ITERATION", NULL};
+    /* The runner's own per-iteration variables, and the LLM ones (SPEC §13: the relay is
+     * the agent's endpoint, whatever the sandbox's environment said). */
+    static const char *const unset[] = {"DIVERGE_LAST_FAILURE",
+                                        "DIVERGE_GUIDANCE",
+                                        "DIVERGE_ITERATION",
+                                        "DIVERGE_LLM_URL",
+                                        "ANTHROPIC_BASE_URL",
+                                        "OPENAI_BASE_URL",
+                                        "GOOGLE_GEMINI_BASE_URL",
+                                        "ANTHROPIC_API_KEY",
+                                        "OPENAI_API_KEY",
+                                        "GEMINI_API_KEY",
+                                        NULL};
     const char *argv[] = {"/bin/sh", "-c", cmd, NULL};
     char **env = runner_env_build(environ, unset, set);
     struct runner_spawn sp = {.argv = argv, .cwd = cfg->workspace, .envp = env, .tail = tail};
@@ -213,7 +225,7 @@ static bool iterate(struct run *r, struct runner_iteration *it, long iteration)
 {
     const struct runner_config *cfg = r->cfg;
     struct runner_tail *tail = xcalloc(1, sizeof(*tail));
-    const char *set[4];
+    const char *set[4 + RUNNER_LLM_ENV_COUNT];
     size_t n = 0;
     char *v_iter = xasprintf("DIVERGE_ITERATION=%ld", iteration);
     char *v_fail = r->last_failure ? xasprintf("DIVERGE_LAST_FAILURE=%s", r->last_failure) : NULL;
@@ -227,6 +239,9 @@ static bool iterate(struct run *r, struct runner_iteration *it, long iteration)
     }
     if (v_guid != NULL) {
         set[n++] = v_guid;
+    }
+    for (size_t i = 0; r->llm_env[i] != NULL; i++) {
+        set[n++] = r->llm_env[i];
     }
     set[n] = NULL;
     memset(it, 0, sizeof(*it));
@@ -283,6 +298,7 @@ enum runner_exit runner_run(const struct runner_config *cfg)
     long i, last;
     bool ok = false;
     int ret = -1;
+    uint16_t llm_port = 0;
 
     if (runner_egress_relay_start(cfg, &err) != E_OK) {
         runner_say("egress relay: %s", err.msg);
@@ -296,6 +312,13 @@ enum runner_exit runner_run(const struct runner_config *cfg)
         runner_say("workspace: %s", err.msg);
         return RUNNER_EXIT_GIT;
     }
+    if (runner_llm_relay_start(&llm_port, cfg, &err) != E_OK) {
+        runner_say("llm relay: %s", err.msg);
+        return RUNNER_EXIT_CONFIG;
+    }
+    if (llm_port != 0) {
+        runner_llm_env(r.llm_env, llm_port);
+    }
     last = cfg->start_iteration > cfg->max_iterations ? cfg->max_iterations : cfg->start_iteration;
     for (i = cfg->start_iteration; i <= cfg->max_iterations && !ok; i++) {
         ret = heartbeat(&r, i, false);
@@ -308,5 +331,8 @@ enum runner_exit runner_run(const struct runner_config *cfg)
     ex = ret != -1 ? (enum runner_exit)ret : finish(&r, ok, last);
     free(r.guidance);
     free(r.last_failure);
+    for (size_t k = 0; r.llm_env[k] != NULL; k++) {
+        free(r.llm_env[k]);
+    }
     return ex;
 }

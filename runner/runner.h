@@ -200,8 +200,8 @@ void runner_config_cleanup(struct runner_config *c);
  * never prints the token. */
 enum runner_exit runner_run(const struct runner_config *cfg);
 
-/* Stops the egress relay runner_run started in `proxy` mode (its connections closed, its
- * threads joined); a no-op without one. */
-void runner_egress_relay_stop(void);
+/* Stops the relays runner_run started (the egress relay in `proxy` mode, the LLM relay):
+ * their connections closed, their threads joined; a no-op without any. */
+void runner_relays_stop(void);
 
 #endif

@@ -4,6 +4,7 @@
 #ifndef DIVERGE_RUNNER_RUNNER_INT_H
 #define DIVERGE_RUNNER_RUNNER_INT_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -113,11 +114,124 @@ void runner_meter_send(struct runner_meter_answer *out, const struct runner_conf
  * could not be reached. */
 long runner_preview_check(const struct runner_config *cfg);
 
+/* --- the relays inside the sandbox (relays.c) ------------------------------------ */
+
 /* With DIVERGE_SANDBOX_NETWORK=proxy: listens on 127.0.0.1:3128 (EGRESS_RELAY_PORT, where
  * HTTPS_PROXY points inside the sandbox) and relays every connection to the server's
  * per-task CONNECT proxy at DIVERGE_EGRESS_SOCKET, on a thread of its own until the
- * runner exits. E_FAIL when the port cannot be bound. A no-op in `none` mode. */
+ * runner exits (runner_relays_stop). E_FAIL when the port cannot be bound. A no-op in
+ * `none` mode. */
 int runner_egress_relay_start(const struct runner_config *cfg, struct err *err);
+
+/* Starts the LLM relay (SPEC §13): 127.0.0.1:RUNNER_LLM_PORT (another free port when
+ * that one is taken: a process sandbox shares the host's loopback) to the server's LLM
+ * routes over DIVERGE_METER_SOCKET, else at the public URL DIVERGE_METER_URL was made
+ * of, on a thread of its own until the runner exits. *PORT_OUT gets the bound port, 0
+ * when there is no server to relay to (logged; the agent then gets no LLM variables).
+ * E_FAIL when no port can be bound. */
+int runner_llm_relay_start(uint16_t *port_out, const struct runner_config *cfg, struct err *err);
+
+/* --- the LLM relay (llm_head.c: pure; llm_relay.c: the connections) ---------------- */
+
+#define RUNNER_LLM_PORT 3129                     /* where the agent's *_BASE_URL point */
+#define RUNNER_LLM_PREFIX "/api/v1/llm/"         /* the only paths relayed */
+#define RUNNER_LLM_PLACEHOLDER "diverge-sandbox" /* the agent's API keys (replaced) */
+#define RUNNER_LLM_HEAD_MAX (64u << 10)          /* bytes of a request head */
+#define RUNNER_LLM_HEADERS_MAX 128               /* header lines of a request */
+#define RUNNER_LLM_TARGET_MAX 8192               /* bytes of a request target */
+#define RUNNER_LLM_BODY_MAX (32u << 20)          /* bytes of a request body */
+#define RUNNER_LLM_CHUNK_LINE_MAX 1024           /* bytes of a chunk-size or trailer line */
+#define RUNNER_LLM_TRAILERS_MAX 64               /* trailer lines of a chunked body */
+#define RUNNER_LLM_ERROR_BODY_MAX (4u << 20)     /* bytes of a non-2xx answer passed back */
+#define RUNNER_LLM_CONNS_MAX 32                  /* concurrent agent connections */
+#define RUNNER_LLM_READ_TIMEOUT_MS 30000         /* the agent sends nothing for this long: 408 */
+#define RUNNER_LLM_WRITE_TIMEOUT_MS 60000        /* the agent reads nothing for this long: cut */
+#define RUNNER_LLM_CONNECT_TIMEOUT_MS 10000      /* reaching the server */
+#define RUNNER_LLM_TIMEOUT_MS (30L * 60 * 1000)  /* one whole call, stream included */
+#define RUNNER_LLM_ENV_COUNT 7                   /* variables runner_llm_env sets */
+
+struct runner_llm_header {
+    const char *name;  /* inside the head's store */
+    const char *value; /* inside the head's store, surrounding blanks trimmed */
+};
+
+/* A parsed request head. */
+struct runner_llm_head {
+    char method[17];                   /* "POST", upper case letters */
+    const char *target;                /* origin-form, under RUNNER_LLM_PREFIX; in store */
+    struct runner_llm_header *headers; /* owned array, nheaders used */
+    size_t nheaders;
+    char *store;              /* owned copy of the head the strings point into */
+    long long content_length; /* -1 when absent */
+    bool chunked;             /* Transfer-Encoding: chunked */
+    bool expect_continue;     /* Expect: 100-continue */
+};
+
+/* Parses the request head HEAD[0..len) (request line and header lines; CRLF or LF line
+ * ends; the empty line may be included). Errors: E_NOTFOUND the target is not an
+ * origin-form path under RUNNER_LLM_PREFIX without dot segments (404), E_TOOBIG the head,
+ * the header count or the Content-Length is over its cap (413), E_INVALID anything
+ * malformed: request line, header names or values, folded lines, conflicting framing, a
+ * transfer coding other than chunked (400). Clean up with runner_llm_head_cleanup() even
+ * on failure. */
+int runner_llm_head_parse(struct runner_llm_head *h, const char *head, size_t len, struct err *err);
+void runner_llm_head_cleanup(struct runner_llm_head *h);
+
+/* The header lines ("Name: value") to send to the server for H: hop-by-hop and framing
+ * headers dropped, and every x-api-key, x-goog-api-key and Authorization (as "Bearer")
+ * carrying TOKEN instead of what the agent sent (the placeholder, or a token it was
+ * given before a rotation). NULL-terminated; free with runner_llm_lines_free(). */
+char **runner_llm_upstream_headers(const struct runner_llm_head *h, const char *token);
+/* Wipes and frees LINES (NULL is a no-op). */
+void runner_llm_lines_free(char **lines);
+
+/* TARGET with every "key" query parameter (Gemini's ?key=) set to TOKEN (escaped); the
+ * rest unchanged. Caller frees with runner_token_free(). */
+char *runner_llm_target(const char *target, const char *token);
+
+/* The response head for the agent: the status line, the server's headers (PAIRS[0..len)
+ * as "name\0value\0", httpc's form) without hop-by-hop and framing ones or any with a
+ * malformed name or value, then "Transfer-Encoding: chunked" when a body follows (not for
+ * HEAD_REQUEST, 204 or 304; a HEAD answer keeps its Content-Length) and
+ * "Connection: close". Caller frees. */
+char *runner_llm_reply_head(long status, const char *pairs, size_t len, bool head_request);
+
+/* A chunked request body being decoded. Zero it before the first call. */
+struct runner_llm_chunked {
+    long long left; /* data bytes left in the current chunk */
+    bool need_crlf; /* the CRLF after a chunk's data is next */
+    int trailers;   /* 0 before the last chunk, then 1 + trailer lines seen */
+    bool done;      /* the body ended */
+};
+
+/* Decodes IN[0..len) (bytes that follow what earlier calls consumed) into OUT (whose
+ * cap limits the body); *USED gets the bytes consumed. E_OK once the body ended (bytes
+ * after it are not consumed), E_AGAIN when more is needed, E_INVALID for malformed
+ * framing, E_TOOBIG when OUT's cap is reached. */
+int runner_llm_dechunk(struct runner_llm_chunked *c, struct buf *out, const char *in, size_t len,
+                       size_t *used);
+
+/* The agent's LLM variables (SPEC §13) for a relay on PORT: DIVERGE_LLM_URL, the three
+ * *_BASE_URL and the three placeholder API keys, as "NAME=value" strings the caller
+ * frees, NULL-terminated. */
+void runner_llm_env(char *out[RUNNER_LLM_ENV_COUNT + 1], uint16_t port);
+
+/* The relay's state: what each connection needs. */
+struct runner_llm_relay {
+    const struct runner_config *cfg; /* borrowed: the token source and CA file */
+    char *base;                      /* owned: "http://localhost" (socket) or the public URL */
+    const char *unix_socket;         /* borrowed: DIVERGE_METER_SOCKET, or NULL */
+    atomic_int stopping;             /* set when the runner stops: calls are cancelled */
+};
+
+/* Handles one agent connection FD (egress_conn_fn; USERDATA is a runner_llm_relay):
+ * reads one request (bounded, timed), relays it with the current token and passes the
+ * answer back as it arrives; then the listener closes the connection. */
+void runner_llm_conn(int fd, int stop_fd, void *userdata);
+
+/* The public URL of METER_URL ("<base>/api/v1/agenttask/meter" → "<base>", new string),
+ * or NULL when it does not end so. */
+char *runner_llm_url_base(const char *meter_url);
 
 /* Prints one progress line to stdout (flushed), as the task log shows it. */
 void runner_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

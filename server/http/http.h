@@ -92,6 +92,9 @@ struct http_route {
 /* An LLM gateway route (SPEC §13): what a sandbox's relay may reach on its task's own
  * socket besides the meter (the socket's route filter decides). */
 #define HTTP_ROUTE_LLM 4u
+/* Every route whose pattern starts so is served on unix sockets too (SPEC §13: the LLM
+ * routes, which the runner's relay reaches over the task's socket). */
+#define HTTP_UNIX_PREFIX "/api/v1/llm/"
 
 /* What some handlers add to their route: BEGIN runs once the headers are in, before any
  * body byte is read (answering there, r->status set, refuses the request without reading
@@ -120,11 +123,11 @@ int http_route_count(const struct server *srv);
 /* Starts the HTTP daemon on SRV->cfg.listen; *port_out gets the bound port. */
 int http_start(struct MHD_Daemon **out, uint16_t *port_out, struct server *srv, struct err *err);
 void http_stop(struct MHD_Daemon *d, struct server *srv);
-/* Serves the meter route, and nothing else (every other path is 404), on LISTEN_FD (a
- * listening unix socket, taken over) with at most CONN_MAX connections. With GUARDED the
- * whole-request deadline of a started http_start() applies (stop the daemon before
- * http_stop()); without it only the idle timeout (a daemon that may outlive the guard:
- * the per-task meter sockets). */
+/* Serves the meter route and the routes under HTTP_UNIX_PREFIX, nothing else (every
+ * other path is 404), on LISTEN_FD (a listening unix socket, taken over) with at most CONN_MAX
+ * connections. With GUARDED the whole-request deadline of a started http_start() applies (stop the
+ * daemon before http_stop()); without it only the idle timeout (a daemon that may outlive the
+ * guard: the per-task meter sockets). */
 int http_start_unix(struct MHD_Daemon **out, struct server *srv, int listen_fd,
                     unsigned int conn_max, bool guarded, struct err *err);
 void http_stop_unix(struct MHD_Daemon *d);

@@ -75,13 +75,22 @@ static bool unix_peer(struct MHD_Connection *conn)
            ss.ss_family == AF_UNIX;
 }
 
-/* Unix sockets are the meter sockets that sandboxes reach: there only the meter route
- * exists, every other path is unknown (404). */
 static bool route_has(const struct server *srv, int route, unsigned flag)
 {
     const struct http_route_extra *x = http_route_extra_of(srv, route);
 
     return x != NULL && (x->flags & flag) != 0;
+}
+
+/* Unix sockets are the meter sockets that sandboxes reach: there only the routes marked
+ * HTTP_ROUTE_UNIX (the meter) and every route under HTTP_UNIX_PREFIX (the LLM gateway,
+ * which the runner's relay reaches through them) exist; every other path is unknown
+ * (404). */
+static bool unix_route(const struct server *srv, int route)
+{
+    return route_has(srv, route, HTTP_ROUTE_UNIX) ||
+           strncmp(srv->routes->routes[route].pattern, HTTP_UNIX_PREFIX,
+                   strlen(HTTP_UNIX_PREFIX)) == 0;
 }
 
 int http_route_find(struct request *r, bool *path_known)
@@ -91,8 +100,7 @@ int http_route_find(struct request *r, bool *path_known)
 
     *path_known = false;
     for (size_t i = 0; i < r->srv->routes->count; i++) {
-        if ((meter_only && !route_has(r->srv, (int)i, HTTP_ROUTE_UNIX)) ||
-            !match(r, routes[i].pattern, r->url)) {
+        if ((meter_only && !unix_route(r->srv, (int)i)) || !match(r, routes[i].pattern, r->url)) {
             continue;
         }
         if (strcmp(routes[i].method, r->method) == 0) {
