@@ -3,6 +3,7 @@
  * must carry every field the bot relies on, with an MR iid, a project path, a username and
  * branches GitLab allows, and an extra object head_of() can read; the Standard Webhooks
  * and token checks must survive any header bytes; note fitting keeps bodies in bounds. */
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -13,6 +14,11 @@
 #include "scm/gitlab/gitlab.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static bool http_url_or_null(const char *u)
+{
+    return u == NULL || strncmp(u, "https://", 8) == 0 || strncmp(u, "http://", 7) == 0;
+}
 
 static void check_note(const struct inbox_entry *e)
 {
@@ -28,7 +34,10 @@ static void check_note(const struct inbox_entry *e)
     ASSERT(x != NULL);
     ASSERT(gitlab_valid_branch(json_string_value(json_object_get(x, "head_ref"))));
     ASSERT(gitlab_valid_branch(json_string_value(json_object_get(x, "base_ref"))));
-    ASSERT(json_string_value(json_object_get(x, "clone_url")) != NULL);
+    /* No clone URL when the payload names no source project (deleted: the bot asks the
+     * API); never one that is not http(s). */
+    ASSERT(http_url_or_null(json_string_value(json_object_get(x, "clone_url"))));
+    ASSERT(http_url_or_null(json_string_value(json_object_get(x, "base_url"))));
     json_decref(x);
 }
 
