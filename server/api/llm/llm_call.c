@@ -263,7 +263,18 @@ void llm_call_settle(struct llm_call *c, const struct llm_usage *u)
         tokens = c->reserved_tokens;
     }
     llm_call_new_request_id(id, c->provider);
+    /* The charge and the release of the reservation are one step for the task's
+     * admissions (they hold the same lock from their totals to their reservation): an
+     * admission between the two would see the old totals without this reservation, and
+     * let a concurrent call pass the budget (seen under load). */
+    pthread_mutex_lock(&c->task->mu);
     st = meter_gate_settle(NULL, c->srv->meter, c->token, id, c->model, tokens, cost);
+    pthread_mutex_lock(&c->gw->mu);
+    c->task->reserved_micros -= c->reserved_micros;
+    c->task->reserved_tokens -= c->reserved_tokens;
+    pthread_mutex_unlock(&c->gw->mu);
+    c->reserved = false;
+    pthread_mutex_unlock(&c->task->mu);
     money_format(usd, cost);
     path = sandbox_log_path(c->srv->cfg.data_dir, c->ns, c->name);
     if (u != NULL && u->complete) {
@@ -284,12 +295,6 @@ void llm_call_settle(struct llm_call *c, const struct llm_usage *u)
         log_kv(LOG_ERROR, "llm_charge_failed", "namespace", c->ns, "name", c->name, "usd", usd,
                NULL);
     }
-    /* Only now, with the charge durable, may other calls stop counting this one. */
-    pthread_mutex_lock(&c->gw->mu);
-    c->task->reserved_micros -= c->reserved_micros;
-    c->task->reserved_tokens -= c->reserved_tokens;
-    pthread_mutex_unlock(&c->gw->mu);
-    c->reserved = false;
 }
 
 void llm_call_release(struct llm_call *c)

@@ -109,7 +109,7 @@ int64_t llm_usage_tokens(const struct llm_usage *u);
 /* The reservations of one task's calls in flight. */
 struct llm_task {
     char *key;               /* owned: "<namespace>/<name>" */
-    pthread_mutex_t mu;      /* held from the budget check to the reservation */
+    pthread_mutex_t mu;      /* held from the budget check to the reservation, and over a settle */
     int64_t reserved_micros; /* under gw->mu */
     int64_t reserved_tokens; /* under gw->mu */
     int refs;                /* under gw->mu */
