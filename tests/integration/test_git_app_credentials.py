@@ -159,7 +159,9 @@ def test_comment_task_uses_the_delivered_installation():
             p["installation"]["id"] = 88
             st, _, ans = deliver(srv, json.dumps(p).encode())
             assert st == 202, (st, ans)
-            gh.wait_for(lambda: gh.git_requests("git-receive-pack"), timeout=30)
+            # git's first receive-pack request is the unauthenticated probe (401); the
+            # authenticated one follows it.
+            gh.wait_for(lambda: auths(gh, "git-receive-pack"), timeout=30)
             fetch, push = auths(gh, "git-upload-pack"), auths(gh, "git-receive-pack")
             issued = gh.issued_tokens
             assert fetch and push, gh.git_requests()
