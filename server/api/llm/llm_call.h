@@ -4,6 +4,8 @@
 #ifndef DIVERGE_SERVER_API_LLM_LLM_CALL_H
 #define DIVERGE_SERVER_API_LLM_LLM_CALL_H
 
+#include <jansson.h>
+
 #include "server/api/llm/llm_int.h"
 
 #define LLM_REQUEST_ID_LEN 64 /* "llm-<provider>-<24 hex>" and a NUL */
@@ -33,7 +35,8 @@ struct llm_call {
     size_t body_len;                        /* bytes of the client's body (the input bound) */
     size_t send_len;                        /* bytes of body */
     bool stream;                            /* the client asked for a stream */
-    bool metered;                           /* charged (not count_tokens) */
+    bool strip_usage_chunk; /* Chat stream: the usage chunk was asked for by us, not passed on */
+    bool metered;           /* charged (not count_tokens) */
 };
 
 enum llm_admit {
@@ -63,8 +66,48 @@ void llm_call_free(struct llm_call *c);
 /* Sends C upstream and answers R: a non-streamed call in this thread; a stream relayed as
  * it arrives by a worker thread that settles it at its end. Takes ownership of C. */
 int llm_forward(struct request *r, struct llm_call *c);
-/* Sends an error in the provider's JSON shape. TYPE is the provider's error type. */
-int llm_send_error(struct request *r, enum llm_provider p, int status, const char *type,
-                   const char *message);
+/* What went wrong, mapped per provider to its status and error JSON (llm_send_error). */
+enum llm_err {
+    LLM_ERR_INVALID,     /* 400: a body the gateway cannot read */
+    LLM_ERR_AUTH,        /* 401: no token, or the meter refused it */
+    LLM_ERR_PERMISSION,  /* 403: model not allowed or not priced */
+    LLM_ERR_BUDGET,      /* 402 (OpenAI: 429 insufficient_quota): budget exceeded */
+    LLM_ERR_UNAVAILABLE, /* 503: no upstream key, the budget unreadable, no thread */
+    LLM_ERR_UPSTREAM,    /* 502: the upstream could not be reached */
+};
+
+/* Sends MESSAGE as KIND in P's own error shape and status (SPEC §13). */
+int llm_send_error(struct request *r, enum llm_provider p, enum llm_err kind, const char *message);
+
+/* --- one route (llm_route.c) ------------------------------------------------------- */
+
+/* What differs between providers' routes; the flow (auth, price, admission, rewriting,
+ * forwarding) is llm_route_call's. Hooks may be NULL where noted. */
+struct llm_route {
+    enum llm_provider provider;
+    enum llm_dialect dialect;
+    bool metered; /* false: forwarded without a charge (count_tokens) */
+    /* The task token R presents, or NULL when none or ambiguous. */
+    const char *(*token_of)(struct request *r);
+    /* The model the call names (BODY, or the path for Gemini), or NULL. */
+    const char *(*model_of)(struct request *r, const json_t *body);
+    /* Whether the client asked for a stream. */
+    bool (*stream_of)(struct request *r, const json_t *body);
+    /* The output limit BODY asks for, 0 when none. */
+    int64_t (*output_of)(const json_t *body);
+    /* Sets BODY's output limit to N tokens. */
+    void (*set_output)(json_t *body, int64_t n);
+    /* Adds TEXT (the prefixed guidance) to BODY's system prompt. */
+    void (*add_guidance)(json_t *body, const char *text);
+    /* Last changes to BODY before it is sent (NULL: none); returns whether it changed. */
+    bool (*rewrite)(struct llm_call *c, json_t *body);
+    /* Sets C's url, key_header and extra_headers for R. */
+    void (*finish)(struct llm_call *c, struct request *r);
+};
+
+/* Serves R as one call of route RT (SPEC §13). */
+int llm_route_call(struct request *r, const struct llm_route *rt);
+/* Adds "NAME: value" of R's header NAME (else DEF, when not NULL) to C's extra headers. */
+void llm_pass_header(struct llm_call *c, struct request *r, const char *name, const char *def);
 
 #endif

@@ -17,26 +17,65 @@
 static const char *const g_pass_headers[] = {"content-type", "request-id", "x-request-id",
                                              "retry-after", "x-should-retry"};
 
-int llm_send_error(struct request *r, enum llm_provider p, int status, const char *type,
-                   const char *message)
+/* Status and error type of each kind, per provider (SPEC §13: OpenAI's budget refusal is
+ * 429 insufficient_quota, which Codex treats as final; the others' is 402). */
+struct err_shape {
+    int status;
+    const char *type;
+};
+
+static const struct err_shape g_shapes[LLM_PROVIDER_COUNT][LLM_ERR_UPSTREAM + 1] =
+    {
+        [LLM_ANTHROPIC] =
+            {
+                [LLM_ERR_INVALID] = {400, "invalid_request_error"},
+                [LLM_ERR_AUTH] = {401, "authentication_error"},
+                [LLM_ERR_PERMISSION] = {403, "permission_error"},
+                [LLM_ERR_BUDGET] = {402, "billing_error"},
+                [LLM_ERR_UNAVAILABLE] = {503, "api_error"},
+                [LLM_ERR_UPSTREAM] = {502, "api_error"},
+            },
+        [LLM_OPENAI] =
+            {
+                [LLM_ERR_INVALID] = {400, "invalid_request_error"},
+                [LLM_ERR_AUTH] = {401, "invalid_api_key"},
+                [LLM_ERR_PERMISSION] = {403, "permission_denied"},
+                [LLM_ERR_BUDGET] = {429, "insufficient_quota"},
+                [LLM_ERR_UNAVAILABLE] = {503, "server_error"},
+                [LLM_ERR_UPSTREAM] = {502, "server_error"},
+            },
+        [LLM_GEMINI] =
+            {
+                [LLM_ERR_INVALID] = {400, "INVALID_ARGUMENT"},
+                [LLM_ERR_AUTH] = {401, "UNAUTHENTICATED"},
+                [LLM_ERR_PERMISSION] = {403, "PERMISSION_DENIED"},
+                [LLM_ERR_BUDGET] = {402, "FAILED_PRECONDITION"},
+                [LLM_ERR_UNAVAILABLE] = {503, "UNAVAILABLE"},
+                [LLM_ERR_UPSTREAM] = {502, "UNAVAILABLE"},
+            },
+};
+
+int llm_send_error(struct request *r, enum llm_provider p, enum llm_err kind, const char *message)
 {
+    const struct err_shape *e = &g_shapes[p < LLM_PROVIDER_COUNT ? p : LLM_ANTHROPIC][kind];
     json_t *body;
 
     switch (p) {
     case LLM_ANTHROPIC:
-        body = json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "type", type, "message",
-                         message);
+        body = json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "type", e->type,
+                         "message", message);
         break;
     case LLM_OPENAI:
-        body = json_pack("{s:{s:s, s:s, s:s, s:n}}", "error", "message", message, "type", type,
-                         "code", type, "param");
+        body = json_pack("{s:{s:s, s:s, s:s, s:n}}", "error", "message", message, "type",
+                         kind == LLM_ERR_AUTH ? "invalid_request_error" : e->type, "code", e->type,
+                         "param");
         break;
     default:
-        body = json_pack("{s:{s:i, s:s, s:s}}", "error", "code", status, "message", message,
-                         "status", type);
+        body = json_pack("{s:{s:i, s:s, s:s}}", "error", "code", e->status, "message", message,
+                         "status", e->type);
         break;
     }
-    return http_send_json(r, status, body);
+    return http_send_json(r, e->status, body);
 }
 
 static void build_request(struct httpc_request *req, const char **hdrs, struct llm_call *c)
@@ -105,8 +144,7 @@ static int send_upstream_answer(struct request *r, const struct httpc_response *
 static int unreachable(struct request *r, enum llm_provider p)
 {
     log_kv(LOG_WARN, "llm_upstream_unreachable", "provider", llm_provider_name(p), NULL);
-    return llm_send_error(r, p, 502, p == LLM_ANTHROPIC ? "api_error" : "bad_gateway",
-                          "diverge: the upstream API could not be reached");
+    return llm_send_error(r, p, LLM_ERR_UPSTREAM, "diverge: the upstream API could not be reached");
 }
 
 static int forward_whole(struct request *r, struct llm_call *c)
@@ -348,7 +386,7 @@ static int forward_stream(struct request *r, struct llm_call *c)
         rl->refs = 1;
         relay_unref(rl);
         llm_call_free(c);
-        return llm_send_error(r, rl_provider, 503, "overloaded_error",
+        return llm_send_error(r, rl_provider, LLM_ERR_UNAVAILABLE,
                               "diverge: cannot start a stream; retry");
     }
     return answer_stream(r, rl);

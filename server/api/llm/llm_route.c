@@ -1,0 +1,171 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The flow every gateway route shares (SPEC §13): the task token, the model and its
+ * price, the admission against the task's budget, the body's output limit and guidance,
+ * then the forwarding. What differs between providers comes from struct llm_route. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/api/llm/llm_call.h"
+
+#define LLM_HEADER_VALUE_MAX 1024
+#define GUIDANCE_PREFIX "Reviewer guidance from the pull request: "
+
+void llm_pass_header(struct llm_call *c, struct request *r, const char *name, const char *def)
+{
+    const char *v = http_header(r, name);
+    size_t n = 0;
+
+    if (v == NULL) {
+        v = def;
+    }
+    while (n < LLM_EXTRA_HEADERS && c->extra_headers[n] != NULL) {
+        n++;
+    }
+    if (v != NULL && strlen(v) < LLM_HEADER_VALUE_MAX && n < LLM_EXTRA_HEADERS) {
+        c->extra_headers[n] = xasprintf("%s: %s", name, v);
+    }
+}
+
+static int refuse_admission(struct request *r, struct llm_call *c, enum llm_admit verdict)
+{
+    enum llm_provider p = c->provider;
+    char msg[256];
+    int ret;
+
+    if (verdict == LLM_ADMIT_EXHAUSTED) {
+        llm_call_pause(c);
+        ret = llm_send_error(r, p, LLM_ERR_BUDGET,
+                             "diverge: budget exceeded: the task is paused; add budget with "
+                             "/diverge budget or diverge task resume --budget");
+    } else if (verdict == LLM_ADMIT_BUSY) {
+        ret = llm_send_error(r, p, LLM_ERR_BUDGET,
+                             "diverge: budget exceeded: what remains is held by this task's "
+                             "calls in flight");
+    } else if (c->gate_status == 401 || c->gate_status == 403) {
+        snprintf(msg, sizeof(msg), "diverge: %s", c->gate_reason);
+        ret = llm_send_error(r, p, c->gate_status == 401 ? LLM_ERR_AUTH : LLM_ERR_PERMISSION, msg);
+    } else {
+        ret = llm_send_error(r, p, LLM_ERR_UNAVAILABLE,
+                             "diverge: could not read the task's budget; retry");
+    }
+    llm_call_free(c);
+    return ret;
+}
+
+/* An unmetered call (count_tokens) still needs a token the meter accepts for its model. */
+static enum llm_admit check_only(struct request *r, struct llm_call *c)
+{
+    struct meter_gate g;
+
+    meter_gate_check(&g, r->srv->meter, c->token, c->model);
+    c->gate_status = g.status;
+    c->gate_reason = g.reason;
+    meter_gate_cleanup(&g);
+    return c->gate_status == 200 ? LLM_ADMIT_OK : LLM_ADMIT_DENIED;
+}
+
+/* Admits C and rewrites BODY into c->body; answers and returns true when refused. */
+static bool prepare(struct request *r, const struct llm_route *rt, struct llm_call *c, json_t *body,
+                    int *ret)
+{
+    int64_t asked = rt->output_of(body);
+    int64_t want = asked > 0                 ? asked
+                   : c->price.max_output > 0 ? c->price.max_output
+                                             : LLM_DEFAULT_MAX_OUTPUT;
+    int64_t allowed = want;
+    enum llm_admit v = c->metered ? llm_call_admit(&allowed, c, want) : check_only(r, c);
+    bool changed = false;
+
+    if (v != LLM_ADMIT_OK) {
+        *ret = refuse_admission(r, c, v);
+        return true;
+    }
+    if (c->metered && (allowed < want || asked == 0)) {
+        rt->set_output(body, allowed);
+        changed = true;
+    }
+    if (c->metered && c->guidance != NULL) {
+        char *text = xasprintf(GUIDANCE_PREFIX "%s", c->guidance);
+        rt->add_guidance(body, text);
+        free(text);
+        changed = true;
+    }
+    if (rt->rewrite != NULL && rt->rewrite(c, body)) {
+        changed = true;
+    }
+    if (changed) {
+        c->body = json_dumps(body, JSON_COMPACT);
+        c->send_len = strlen(c->body);
+    } else {
+        c->body = xmalloc(r->body.len + 1);
+        memcpy(c->body, r->body.data != NULL ? r->body.data : "", r->body.len);
+        c->send_len = r->body.len;
+    }
+    return false;
+}
+
+/* A new call of RT for R with TOKEN and MODEL, or NULL after answering R. */
+static struct llm_call *new_call(struct request *r, const struct llm_route *rt, const char *token,
+                                 const char *model, int *ret)
+{
+    struct llm_gateway *gw = r->srv->llm;
+    const struct llm_price *price = llm_prices_find(&gw->prices, model);
+    struct llm_call *c = xcalloc(1, sizeof(*c));
+    char msg[LLM_MODEL_MAX];
+
+    c->srv = r->srv;
+    c->gw = gw;
+    c->provider = rt->provider;
+    c->dialect = rt->dialect;
+    c->token = xstrdup(token);
+    c->metered = rt->metered;
+    c->body_len = r->body.len;
+    llm_call_set_model(c, model);
+    if (price == NULL) {
+        snprintf(msg, sizeof(msg), "diverge: no price for model %s", c->model_safe);
+        *ret = llm_send_error(r, rt->provider, LLM_ERR_PERMISSION, msg);
+    } else if (gw->key[rt->provider] == NULL) {
+        snprintf(msg, sizeof(msg), "diverge: no %s API key is configured on the server",
+                 llm_provider_name(rt->provider));
+        *ret = llm_send_error(r, rt->provider, LLM_ERR_UNAVAILABLE, msg);
+    } else {
+        c->price = *price;
+        return c;
+    }
+    llm_call_free(c);
+    return NULL;
+}
+
+int llm_route_call(struct request *r, const struct llm_route *rt)
+{
+    const char *token = rt->token_of(r), *model;
+    struct llm_call *c;
+    json_t *body;
+    int ret = 0;
+
+    if (token == NULL) {
+        return llm_send_error(r, rt->provider, LLM_ERR_AUTH,
+                              "diverge: the task token is required as the API key");
+    }
+    body = json_loadb(r->body.data != NULL ? r->body.data : "", r->body.len, 0, NULL);
+    model = json_is_object(body) ? rt->model_of(r, body) : NULL;
+    if (model == NULL || *model == '\0' || strlen(model) > LLM_MODEL_MAX) {
+        json_decref(body);
+        return llm_send_error(r, rt->provider, LLM_ERR_INVALID,
+                              "diverge: the body must be a JSON object and name a model");
+    }
+    c = new_call(r, rt, token, model, &ret);
+    if (c == NULL) {
+        json_decref(body);
+        return ret;
+    }
+    c->stream = rt->stream_of(r, body);
+    if (prepare(r, rt, c, body, &ret)) {
+        json_decref(body);
+        return ret;
+    }
+    json_decref(body);
+    rt->finish(c, r);
+    return llm_forward(r, c);
+}
