@@ -38,7 +38,7 @@ void secret_hex(char *out, const unsigned char *in, size_t n)
     out[2 * n] = '\0';
 }
 
-static int nibble(char c)
+int secret_hex_digit(char c)
 {
     if (c >= '0' && c <= '9') {
         return c - '0';
@@ -58,7 +58,7 @@ int secret_unhex(unsigned char *out, size_t n, const char *in)
         return E_INVALID;
     }
     for (size_t i = 0; i < n; i++) {
-        int hi = nibble(in[2 * i]), lo = nibble(in[2 * i + 1]);
+        int hi = secret_hex_digit(in[2 * i]), lo = secret_hex_digit(in[2 * i + 1]);
         if (hi < 0 || lo < 0) {
             return E_INVALID;
         }

@@ -16,6 +16,8 @@ void secret_random(void *out, size_t n);
 /* Writes N bytes of IN as 2N lower-case hex characters plus a NUL into OUT. */
 void secret_hex(char *out, const unsigned char *in, size_t n);
 
+/* The value of the hex digit C (either case), or -1. */
+int secret_hex_digit(char c);
 /* Decodes exactly 2N hex characters of IN into OUT; E_INVALID otherwise. */
 int secret_unhex(unsigned char *out, size_t n, const char *in);
 

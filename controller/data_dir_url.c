@@ -10,23 +10,10 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "common/secret.h"
 #include "controller/controller.h"
 
 #define DEMO_DIR "demo" /* `diverge local demo`'s example repository lives here */
-
-static int hex_val(char c)
-{
-    if (c >= '0' && c <= '9') {
-        return c - '0';
-    }
-    if (c >= 'a' && c <= 'f') {
-        return c - 'a' + 10;
-    }
-    if (c >= 'A' && c <= 'F') {
-        return c - 'A' + 10;
-    }
-    return -1;
-}
 
 /* S percent-decoded into a new string; NULL when it decodes to a NUL byte. */
 static char *pct_decode(const char *s)
@@ -34,7 +21,8 @@ static char *pct_decode(const char *s)
     char *out = xmalloc(strlen(s) + 1), *o = out;
 
     for (; *s != '\0'; s++) {
-        int hi = s[0] == '%' ? hex_val(s[1]) : -1, lo = hi >= 0 ? hex_val(s[2]) : -1;
+        int hi = s[0] == '%' ? secret_hex_digit(s[1]) : -1;
+        int lo = hi >= 0 ? secret_hex_digit(s[2]) : -1;
         if (hi >= 0 && lo >= 0) {
             *o = (char)(hi * 16 + lo);
             s += 2;

@@ -6,7 +6,6 @@
  * /diverge/sock/meter.sock; no other sandbox sees it. The provider owns a started one
  * (sandbox.h): it goes with the sandbox, and the next start makes a new one. */
 #define _GNU_SOURCE
-#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,33 +25,11 @@ static char *meter_root(const struct controller *c)
     return xasprintf("%s/meter", c->data_dir);
 }
 
-/* Removes DIR's socket and DIR itself. */
-static void remove_dir(const char *dir)
-{
-    char *sock = xasprintf("%s/%s", dir, SANDBOX_METER_SOCKET);
-
-    (void)unlink(sock);
-    (void)rmdir(dir);
-    free(sock);
-}
-
 void controller_meter_sweep(const struct controller *c)
 {
     char *root = meter_root(c);
-    DIR *d = opendir(root);
-    struct dirent *de;
 
-    while (d != NULL && (de = readdir(d)) != NULL) {
-        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0) {
-            continue;
-        }
-        char *dir = xasprintf("%s/%s", root, de->d_name);
-        remove_dir(dir);
-        free(dir);
-    }
-    if (d != NULL) {
-        closedir(d);
-    }
+    sandbox_socket_sweep(root, SANDBOX_METER_SOCKET);
     free(root);
 }
 

@@ -7,7 +7,6 @@
  * to the task log, and the proxy variables of the sandbox environment. The sandbox
  * provider owns a started proxy (sandbox.h): it goes with the sandbox. */
 #define _GNU_SOURCE
-#include <dirent.h>
 #include <errno.h>
 #include <netdb.h>
 #include <stdio.h>
@@ -36,30 +35,6 @@ static char *egress_root(const struct controller *c)
     return xasprintf("%s/egress", c->data_dir);
 }
 
-/* Removes the socket directories a previous server left (its sandboxes died with it). */
-static void sweep(const struct controller *c)
-{
-    char *root = egress_root(c);
-    DIR *d = opendir(root);
-    struct dirent *de;
-
-    while (d != NULL && (de = readdir(d)) != NULL) {
-        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0) {
-            continue;
-        }
-        char *dir = xasprintf("%s/%s", root, de->d_name);
-        char *sock = xasprintf("%s/%s", dir, SANDBOX_EGRESS_SOCKET);
-        (void)unlink(sock);
-        (void)rmdir(dir);
-        free(sock);
-        free(dir);
-    }
-    if (d != NULL) {
-        closedir(d);
-    }
-    free(root);
-}
-
 int controller_egress_init(struct controller *c, const struct controller_config *cfg,
                            struct err *err)
 {
@@ -77,7 +52,9 @@ int controller_egress_init(struct controller *c, const struct controller_config 
             return err_set(err, E_INVALID, "--sandbox-allow-host: %s", perr.msg);
         }
     }
-    sweep(c);
+    char *root = egress_root(c);
+    sandbox_socket_sweep(root, SANDBOX_EGRESS_SOCKET);
+    free(root);
     return E_OK;
 }
 

@@ -84,6 +84,12 @@ struct sandbox_meter {
 /* Stops serving M, removes its socket and directory and frees M. NULL is a no-op. */
 void sandbox_meter_free(struct sandbox_meter *m);
 
+/* Removes the socket SOCKNAME of the per-task directory DIR, then DIR itself (best effort). */
+void sandbox_socket_dir_remove(const char *dir, const char *sockname);
+/* Removes every per-task socket directory below ROOT (each with its socket SOCKNAME) that
+ * a previous server left behind: its sandboxes died with it. */
+void sandbox_socket_sweep(const char *root, const char *sockname);
+
 /* What to start. Every string is borrowed for the call. Paths are host paths. */
 struct sandbox_spec {
     const char *ns, *name;   /* the task */
