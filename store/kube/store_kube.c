@@ -307,8 +307,6 @@ static int kst_list(json_t **items_out, int64_t *rv_out, struct task_store *st, 
 }
 
 int kst_list_text(int64_t *rv_out, struct task_store *st, const char *ns, task_text_fn fn,
-                  void *userdata, struct err *err);
-int kst_list_text(int64_t *rv_out, struct task_store *st, const char *ns, task_text_fn fn,
                   void *userdata, struct err *err)
 {
     json_t *items = cached_tasks(rv_out, kst_of(st), ns), *obj;
@@ -350,7 +348,6 @@ static int kst_count_phases(int64_t counts_out[TASK_PHASE_COUNT], struct task_st
     return E_OK;
 }
 
-int kst_totals(struct task_totals *out, struct task_store *st, struct err *err);
 int kst_totals(struct task_totals *out, struct task_store *st, struct err *err)
 {
     int64_t rv;
@@ -399,60 +396,14 @@ static void kst_close(struct task_store *st)
     free(s);
 }
 
-static const struct task_store_ops kube_ops = {
-    .name = "kubernetes",
-    .get = kst_get,
-    .create = kst_create,
-    .mutate = kst_mutate,
-    .remove = kst_remove,
-    .list = kst_list,
-    .watch = kst_watch,
-    .wake = kst_wake,
-    .count_phases = kst_count_phases,
-    .env_list = kst_env_list,
-    .env_get = kst_env_get,
-    .txn = kst_txn,
-    .close = kst_close,
-};
+#define KST_OP_ENTRY(NAME) STORE_XOPS_ENTRY(kst, NAME)
+
+static const struct task_store_ops kube_ops = {.name = "kubernetes", STORE_OPS_NAMES(KST_OP_ENTRY)};
+
+#define KST_XOP_ENTRY(RET, NAME, PARAMS) STORE_XOPS_ENTRY(kst, NAME)
 
 static const struct task_store_xops kube_xops = {
-    .txn_get = kst_txn_get,
-    .txn_put = kst_txn_put,
-    .txn_savepoint = kst_txn_savepoint,
-    .txn_release = kst_txn_release,
-    .txn_rollback_savepoint = kst_txn_rollback_savepoint,
-    .txn_meter_claim = kst_txn_meter_claim,
-    .txn_token_current = kst_txn_token_current,
-    .txn_token_add = kst_txn_token_add,
-    .txn_token_revoke = kst_txn_token_revoke,
-    .txn_create = kst_txn_create,
-    .txn_env_get = kst_txn_env_get,
-    .txn_env_put = kst_txn_env_put,
-    .txn_env_delete = kst_txn_env_delete,
-    .txn_inbox_fail = kst_txn_inbox_fail,
-    .txn_inbox_done = kst_txn_inbox_done,
-    .txn_outbox_add = kst_txn_outbox_add,
-    .txn_sticky_note = kst_txn_sticky_note,
-    .token_current = kst_token_current,
-    .totals = kst_totals,
-    .list_text = kst_list_text,
-    .inbox_add = kst_inbox_add,
-    .inbox_next_batch = kst_inbox_next_batch,
-    .inbox_retry = kst_inbox_retry,
-    .inbox_depth = kst_inbox_depth,
-    .inbox_installation = kst_inbox_installation,
-    .outbox_next = kst_outbox_next,
-    .outbox_release = kst_outbox_release,
-    .outbox_done = kst_outbox_done,
-    .outbox_defer = kst_outbox_defer,
-    .outbox_retry = kst_outbox_retry,
-    .outbox_result = kst_outbox_result,
-    .outbox_depth = kst_outbox_depth,
-    .queue_gen = kst_queue_gen,
-    .queue_wait = kst_queue_wait,
-    .sticky_get = kst_sticky_get,
-    .sticky_sent = kst_sticky_sent,
-    .sticky_list = kst_sticky_list,
+    STORE_XOPS_SHARED(KST_XOP_ENTRY)
     /* local_*: NULL, the `local` SCM keeps its threads in the embedded store only */
 };
 

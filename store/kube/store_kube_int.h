@@ -67,25 +67,6 @@ void kst_queue_event(enum kube_event type, const json_t *obj, void *userdata);
 
 /* store_kube_txn.c */
 int kst_txn(struct task_store *st, task_txn_fn fn, void *userdata, struct err *err);
-int kst_txn_get(json_t **out, struct task_txn *tx, const char *ns, const char *name,
-                struct err *err);
-int kst_txn_put(struct task_txn *tx, json_t *doc, struct err *err);
-int kst_txn_savepoint(struct task_txn *tx, struct err *err);
-int kst_txn_release(struct task_txn *tx, struct err *err);
-void kst_txn_rollback_savepoint(struct task_txn *tx);
-int kst_txn_meter_claim(bool *fresh_out, struct task_txn *tx, const char *task_uid,
-                        const char *request_id, int64_t tokens, int64_t cost_micros,
-                        struct err *err);
-int kst_txn_token_current(struct token_record *out, struct task_txn *tx, const char *ns,
-                          const char *name, struct err *err);
-int kst_txn_token_add(struct task_txn *tx, const char *ns, const char *name, int64_t generation,
-                      const char *token_id, const char *token, struct err *err);
-int kst_txn_token_revoke(struct task_txn *tx, const char *ns, const char *name, struct err *err);
-int kst_txn_create(json_t **out, struct task_txn *tx, const json_t *obj, struct err *err);
-int kst_txn_env_get(json_t **out, struct task_txn *tx, const char *ns, const char *name,
-                    struct err *err);
-int kst_txn_env_put(struct task_txn *tx, json_t *env, struct err *err);
-int kst_txn_env_delete(struct task_txn *tx, const char *ns, const char *name, struct err *err);
 /* Queues OP (taken) to be written after the transaction's tasks, once (store_kube_txn.c). */
 void kst_txn_defer(struct task_txn *tx, json_t *op);
 /* A bot step for inbox entry ID ends (its done/fail mark): when a task it changed already
@@ -99,8 +80,6 @@ void kst_applied_add(json_t *doc, int64_t id);
 /* Writes one deferred queue op: {"op":"outbox"|"sticky"|"edit", ...} (store_kube_outbox.c). */
 int kst_queue_apply(struct kube_store *s, const json_t *op, struct err *err);
 void kst_outbox_name_replies(json_t *later); /* names replies after their inbox entry */
-int kst_token_current(struct token_record *out, struct task_store *st, const char *ns,
-                      const char *name, struct err *err);
 /* Creates the normalized task OBJ: the object, then its status (the API server drops status
  * on create). *out (may be NULL): the stored object. */
 int kst_create_task(json_t **out, struct kube_store *s, const json_t *obj, struct err *err);
@@ -175,40 +154,9 @@ void kst_cm_gc(struct kube_store *s, const char *queue, int64_t keep_ms);
 
 /* store_kube_queue.c, store_kube_outbox.c: the xops entries of the inbox, outbox and sticky state.
  */
-int kst_txn_inbox_fail(struct task_txn *tx, int64_t id, const char *error, struct err *err);
-int kst_txn_inbox_done(struct task_txn *tx, int64_t id, struct err *err);
-int kst_txn_outbox_add(int64_t *id_out, struct task_txn *tx, const struct outbox_entry *e,
-                       struct err *err);
-int kst_txn_sticky_note(struct task_txn *tx, const char *key, const char *provider,
-                        const char *project, int64_t number, const char *ns, const char *name,
-                        const char *hash, const char *phase, struct err *err);
-int kst_inbox_add(bool *duplicate_out, struct task_store *st, const struct inbox_entry *e,
-                  struct err *err);
-int kst_inbox_next_batch(struct inbox_entry *out, size_t max, size_t *n_out, int64_t *wait_ms_out,
-                         struct task_store *st, struct err *err);
-int kst_inbox_retry(struct task_store *st, int64_t id, int64_t delay_ms, bool failed,
-                    const char *error, struct err *err);
-int kst_inbox_depth(int64_t *out, struct task_store *st, struct err *err);
-int kst_inbox_installation(int64_t *out, struct task_store *st, const char *provider,
-                           const char *project, struct err *err);
-int kst_outbox_next(struct outbox_entry *out, int64_t *wait_ms_out, struct task_store *st,
-                    struct err *err);
-void kst_outbox_release(struct task_store *st);
-int kst_outbox_done(struct task_store *st, int64_t id, const char *result, struct err *err);
-int kst_outbox_defer(struct task_store *st, int64_t id, int64_t delay_ms, const char *why,
-                     struct err *err);
-int kst_outbox_retry(struct task_store *st, int64_t id, int64_t delay_ms, bool failed,
-                     const char *error, struct err *err);
-int kst_outbox_result(char **out, char state_out[16], struct task_store *st, int64_t id,
-                      struct err *err);
-int kst_outbox_depth(int64_t *out, struct task_store *st, struct err *err);
-int64_t kst_queue_gen(struct task_store *st, bool outbox);
-void kst_queue_wait(struct task_store *st, bool outbox, int64_t since_gen, int64_t timeout_ms);
-int kst_sticky_get(struct sticky_state *out, struct task_store *st, const char *key,
-                   struct err *err);
-int kst_sticky_sent(struct task_store *st, const char *key, const char *comment_id,
-                    struct err *err);
-int kst_sticky_list(json_t **out, struct task_store *st, const char *provider, const char *project,
-                    int64_t number, struct err *err);
+
+/* The backend's implementation of every operation of struct task_store_xops. */
+#define KST_XOP_DECLARE(RET, NAME, PARAMS) RET kst_##NAME PARAMS;
+STORE_XOPS_SHARED(KST_XOP_DECLARE)
 
 #endif

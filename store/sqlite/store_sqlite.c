@@ -148,7 +148,7 @@ static int create_txn(struct task_txn *tx, void *userdata)
     return sqlst_txn_create(a->out, tx, a->obj, a->err);
 }
 
-static int sqlite_create(json_t **out, struct task_store *st, const json_t *obj, struct err *err)
+static int sqlst_create(json_t **out, struct task_store *st, const json_t *obj, struct err *err)
 {
     struct create_args a = {.out = out, .obj = obj, .err = err};
 
@@ -156,8 +156,8 @@ static int sqlite_create(json_t **out, struct task_store *st, const json_t *obj,
     return sqlst_txn(st, create_txn, &a, err);
 }
 
-static int sqlite_mutate(json_t **out, struct task_store *st, const char *ns, const char *name,
-                         task_mutate_fn fn, void *userdata, struct err *err)
+static int sqlst_mutate(json_t **out, struct task_store *st, const char *ns, const char *name,
+                        task_mutate_fn fn, void *userdata, struct err *err)
 {
     struct sqlite_store *s = sqlst_of(st);
     json_t *cur = NULL, *doc = NULL;
@@ -238,8 +238,8 @@ static int remove_dependents(struct sqlite_store *s, const json_t *cur, const ch
     return rc;
 }
 
-static int sqlite_remove(json_t **out, struct task_store *st, const char *ns, const char *name,
-                         int64_t expect_rv, struct err *err)
+static int sqlst_remove(json_t **out, struct task_store *st, const char *ns, const char *name,
+                        int64_t expect_rv, struct err *err)
 {
     struct sqlite_store *s = sqlst_of(st);
     struct task_view v;
@@ -308,9 +308,9 @@ static bool event_matches(const struct event *e, const char *ns)
     return ns == NULL || strcmp(e->ns, ns) == 0;
 }
 
-static int sqlite_watch(int64_t *last_rv_out, struct task_store *st, const char *ns,
-                        int64_t since_rv, int timeout_ms, task_event_fn fn, void *userdata,
-                        struct err *err)
+static int sqlst_watch(int64_t *last_rv_out, struct task_store *st, const char *ns,
+                       int64_t since_rv, int timeout_ms, task_event_fn fn, void *userdata,
+                       struct err *err)
 {
     struct sqlite_store *s = sqlst_of(st);
     struct timespec deadline;
@@ -357,7 +357,7 @@ out:
     return rc;
 }
 
-static void sqlite_wake(struct task_store *st)
+static void sqlst_wake(struct task_store *st)
 {
     struct sqlite_store *s = sqlst_of(st);
 
@@ -371,7 +371,7 @@ static void sqlite_wake(struct task_store *st)
     pthread_mutex_unlock(&s->mu);
 }
 
-static void sqlite_close(struct task_store *st)
+static void sqlst_close(struct task_store *st)
 {
     struct sqlite_store *s = sqlst_of(st);
 
@@ -393,71 +393,14 @@ static void sqlite_close(struct task_store *st)
     free(s);
 }
 
-static const struct task_store_xops sqlite_xops = {
-    .txn_get = sqlst_txn_get,
-    .txn_put = sqlst_txn_put,
-    .txn_savepoint = sqlst_txn_savepoint,
-    .txn_release = sqlst_txn_release,
-    .txn_rollback_savepoint = sqlst_txn_rollback_savepoint,
-    .txn_meter_claim = sqlst_txn_meter_claim,
-    .txn_token_current = sqlst_txn_token_current,
-    .txn_token_add = sqlst_txn_token_add,
-    .txn_token_revoke = sqlst_txn_token_revoke,
-    .txn_create = sqlst_txn_create,
-    .txn_env_get = sqlst_txn_env_get,
-    .txn_env_put = sqlst_txn_env_put,
-    .txn_env_delete = sqlst_txn_env_delete,
-    .txn_inbox_fail = sqlst_txn_inbox_fail,
-    .txn_inbox_done = sqlst_txn_inbox_done,
-    .txn_outbox_add = sqlst_txn_outbox_add,
-    .txn_sticky_note = sqlst_txn_sticky_note,
-    .token_current = sqlst_token_current,
-    .totals = sqlst_totals,
-    .list_text = sqlst_list_text,
-    .inbox_add = sqlst_inbox_add,
-    .inbox_next_batch = sqlst_inbox_next_batch,
-    .inbox_retry = sqlst_inbox_retry,
-    .inbox_depth = sqlst_inbox_depth,
-    .inbox_installation = sqlst_inbox_installation,
-    .outbox_next = sqlst_outbox_next,
-    .outbox_release = sqlst_outbox_release,
-    .outbox_done = sqlst_outbox_done,
-    .outbox_defer = sqlst_outbox_defer,
-    .outbox_retry = sqlst_outbox_retry,
-    .outbox_result = sqlst_outbox_result,
-    .outbox_depth = sqlst_outbox_depth,
-    .queue_gen = sqlst_queue_gen,
-    .queue_wait = sqlst_queue_wait,
-    .sticky_get = sqlst_sticky_get,
-    .sticky_sent = sqlst_sticky_sent,
-    .sticky_list = sqlst_sticky_list,
-    .local_add = sqlst_local_add,
-    .local_open_pull = sqlst_local_open_pull,
-    .local_update = sqlst_local_update,
-    .local_delete = sqlst_local_delete,
-    .local_react = sqlst_local_react,
-    .local_thread = sqlst_local_thread,
-    .local_permission_set = sqlst_local_permission_set,
-    .local_permission_get = sqlst_local_permission_get,
-    .local_pull_set = sqlst_local_pull_set,
-    .local_pull_get = sqlst_local_pull_get,
-};
+#define SQLST_XOP_ENTRY(RET, NAME, PARAMS) STORE_XOPS_ENTRY(sqlst, NAME)
 
-static const struct task_store_ops sqlite_ops = {
-    .name = "sqlite",
-    .get = sqlst_read_get,
-    .create = sqlite_create,
-    .mutate = sqlite_mutate,
-    .remove = sqlite_remove,
-    .list = sqlst_read_list,
-    .watch = sqlite_watch,
-    .wake = sqlite_wake,
-    .count_phases = sqlst_read_count_phases,
-    .env_list = sqlst_read_env_list,
-    .env_get = sqlst_read_env_get,
-    .txn = sqlst_txn,
-    .close = sqlite_close,
-};
+static const struct task_store_xops sqlite_xops = {STORE_XOPS_SHARED(SQLST_XOP_ENTRY)
+                                                       STORE_XOPS_LOCAL(SQLST_XOP_ENTRY)};
+
+#define SQLST_OP_ENTRY(NAME) STORE_XOPS_ENTRY(sqlst, NAME)
+
+static const struct task_store_ops sqlite_ops = {.name = "sqlite", STORE_OPS_NAMES(SQLST_OP_ENTRY)};
 
 int task_store_sqlite_open(struct task_store **out, const char *path, const struct clock *clock,
                            struct err *err)
@@ -499,7 +442,7 @@ int task_store_sqlite_open(struct task_store **out, const char *path, const stru
     }
 out:
     if (rc != E_OK) {
-        sqlite_close(&s->base);
+        sqlst_close(&s->base);
         return rc;
     }
     *out = &s->base;

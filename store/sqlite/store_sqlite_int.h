@@ -119,85 +119,10 @@ int sqlst_env_delete_owned(struct sqlite_store *s, const char *ns, const char *o
                            struct err *err);
 
 /* The SQLite implementations of struct task_store_xops (store_sqlite.c holds the table). */
-int sqlst_txn_get(json_t **out, struct task_txn *tx, const char *ns, const char *name,
-                  struct err *err);
-int sqlst_txn_put(struct task_txn *tx, json_t *doc, struct err *err);
-int sqlst_txn_savepoint(struct task_txn *tx, struct err *err);
-int sqlst_txn_release(struct task_txn *tx, struct err *err);
-void sqlst_txn_rollback_savepoint(struct task_txn *tx);
-int sqlst_txn_meter_claim(bool *fresh_out, struct task_txn *tx, const char *task_uid,
-                          const char *request_id, int64_t tokens, int64_t cost_micros,
-                          struct err *err);
-int sqlst_txn_token_current(struct token_record *out, struct task_txn *tx, const char *ns,
-                            const char *name, struct err *err);
-int sqlst_txn_token_add(struct task_txn *tx, const char *ns, const char *name, int64_t generation,
-                        const char *token_id, const char *token, struct err *err);
-int sqlst_txn_token_revoke(struct task_txn *tx, const char *ns, const char *name, struct err *err);
-int sqlst_txn_create(json_t **out, struct task_txn *tx, const json_t *obj, struct err *err);
-int sqlst_txn_env_get(json_t **out, struct task_txn *tx, const char *ns, const char *name,
-                      struct err *err);
-int sqlst_txn_env_put(struct task_txn *tx, json_t *env, struct err *err);
-int sqlst_txn_env_delete(struct task_txn *tx, const char *ns, const char *name, struct err *err);
-int sqlst_txn_inbox_fail(struct task_txn *tx, int64_t id, const char *error, struct err *err);
-int sqlst_txn_inbox_done(struct task_txn *tx, int64_t id, struct err *err);
-int sqlst_txn_outbox_add(int64_t *id_out, struct task_txn *tx, const struct outbox_entry *e,
-                         struct err *err);
-int sqlst_txn_sticky_note(struct task_txn *tx, const char *key, const char *provider,
-                          const char *project, int64_t number, const char *ns, const char *name,
-                          const char *hash, const char *phase, struct err *err);
-int sqlst_token_current(struct token_record *out, struct task_store *st, const char *ns,
-                        const char *name, struct err *err);
-int sqlst_totals(struct task_totals *out, struct task_store *st, struct err *err);
-int sqlst_list_text(int64_t *rv_out, struct task_store *st, const char *ns, task_text_fn fn,
-                    void *userdata, struct err *err);
-int sqlst_inbox_add(bool *duplicate_out, struct task_store *st, const struct inbox_entry *e,
-                    struct err *err);
-int sqlst_inbox_next_batch(struct inbox_entry *out, size_t max, size_t *n_out, int64_t *wait_ms_out,
-                           struct task_store *st, struct err *err);
-int sqlst_inbox_retry(struct task_store *st, int64_t id, int64_t delay_ms, bool failed,
-                      const char *error, struct err *err);
-int sqlst_inbox_depth(int64_t *out, struct task_store *st, struct err *err);
-int sqlst_inbox_installation(int64_t *out, struct task_store *st, const char *provider,
-                             const char *project, struct err *err);
-int sqlst_outbox_next(struct outbox_entry *out, int64_t *wait_ms_out, struct task_store *st,
-                      struct err *err);
-void sqlst_outbox_release(struct task_store *st);
-int sqlst_outbox_done(struct task_store *st, int64_t id, const char *result, struct err *err);
-int sqlst_outbox_defer(struct task_store *st, int64_t id, int64_t delay_ms, const char *why,
-                       struct err *err);
-int sqlst_outbox_retry(struct task_store *st, int64_t id, int64_t delay_ms, bool failed,
-                       const char *error, struct err *err);
-int sqlst_outbox_result(char **out, char state_out[16], struct task_store *st, int64_t id,
-                        struct err *err);
-int sqlst_outbox_depth(int64_t *out, struct task_store *st, struct err *err);
-int64_t sqlst_queue_gen(struct task_store *st, bool outbox);
-void sqlst_queue_wait(struct task_store *st, bool outbox, int64_t since_gen, int64_t timeout_ms);
-int sqlst_sticky_get(struct sticky_state *out, struct task_store *st, const char *key,
-                     struct err *err);
-int sqlst_sticky_sent(struct task_store *st, const char *key, const char *comment_id,
-                      struct err *err);
-int sqlst_sticky_list(json_t **out, struct task_store *st, const char *provider,
-                      const char *project, int64_t number, struct err *err);
-int sqlst_local_add(int64_t *id_out, struct task_store *st, const char *project, int64_t number,
-                    const char *author, const char *body, struct err *err);
-int sqlst_local_open_pull(int64_t *number_out, bool *existed_out, struct task_store *st,
-                          const char *project, const char *marker, const char *author,
-                          const char *body, struct err *err);
-int sqlst_local_update(struct task_store *st, const char *project, int64_t id, const char *body,
-                       struct err *err);
-int sqlst_local_delete(struct task_store *st, const char *project, int64_t id, struct err *err);
-int sqlst_local_react(struct task_store *st, const char *project, int64_t id, const char *author,
-                      const char *content, struct err *err);
-int sqlst_local_thread(json_t **out, struct task_store *st, const char *project, int64_t number,
-                       struct err *err);
-int sqlst_local_permission_set(struct task_store *st, const char *project, const char *user,
-                               int level, struct err *err);
-int sqlst_local_permission_get(int *level_out, struct task_store *st, const char *project,
-                               const char *user, struct err *err);
-int sqlst_local_pull_set(bool *created_out, struct task_store *st, const char *project,
-                         int64_t number, const char *url, const char *head, const char *base,
-                         struct err *err);
-int sqlst_local_pull_get(json_t **out, struct task_store *st, const char *project, int64_t number,
-                         struct err *err);
+
+/* The backend's implementation of every operation of struct task_store_xops. */
+#define SQLST_XOP_DECLARE(RET, NAME, PARAMS) RET sqlst_##NAME PARAMS;
+STORE_XOPS_SHARED(SQLST_XOP_DECLARE)
+STORE_XOPS_LOCAL(SQLST_XOP_DECLARE)
 
 #endif

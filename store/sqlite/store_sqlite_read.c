@@ -278,26 +278,26 @@ static int list_json(json_t **items_out, int64_t *rv_out, struct sqlite_store *s
     return E_OK;
 }
 
-int sqlst_read_get(json_t **out, struct task_store *st, const char *ns, const char *name,
-                   struct err *err)
+int sqlst_get(json_t **out, struct task_store *st, const char *ns, const char *name,
+              struct err *err)
 {
     return rd_get(out, sqlst_of(st), RD_GET_TASK, ns, name, err);
 }
 
-int sqlst_read_list(json_t **items_out, int64_t *rv_out, struct task_store *st, const char *ns,
-                    struct err *err)
+int sqlst_list(json_t **items_out, int64_t *rv_out, struct task_store *st, const char *ns,
+               struct err *err)
 {
     *rv_out = 0;
     return list_json(items_out, rv_out, sqlst_of(st), false, ns, err);
 }
 
-int sqlst_read_env_list(json_t **items_out, struct task_store *st, const char *ns, struct err *err)
+int sqlst_env_list(json_t **items_out, struct task_store *st, const char *ns, struct err *err)
 {
     return list_json(items_out, NULL, sqlst_of(st), true, ns, err);
 }
 
-int sqlst_read_env_get(json_t **out, struct task_store *st, const char *ns, const char *name,
-                       struct err *err)
+int sqlst_env_get(json_t **out, struct task_store *st, const char *ns, const char *name,
+                  struct err *err)
 {
     int rc = rd_get(out, sqlst_of(st), RD_GET_ENV, ns, name, err);
 
@@ -307,8 +307,7 @@ int sqlst_read_env_get(json_t **out, struct task_store *st, const char *ns, cons
     return rc;
 }
 
-int sqlst_read_count_phases(int64_t counts_out[TASK_PHASE_COUNT], struct task_store *st,
-                            struct err *err)
+int sqlst_count_phases(int64_t counts_out[TASK_PHASE_COUNT], struct task_store *st, struct err *err)
 {
     struct sqlite_store *s = sqlst_of(st);
     struct reader *r = rd_take(s);

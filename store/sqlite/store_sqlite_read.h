@@ -12,14 +12,14 @@ int sqlst_readers_open(struct sqlite_store *s, const char *path, struct err *err
 void sqlst_readers_close(struct sqlite_store *s);
 
 /* The read ops of task_store_ops. */
-int sqlst_read_get(json_t **out, struct task_store *st, const char *ns, const char *name,
-                   struct err *err);
-int sqlst_read_list(json_t **items_out, int64_t *rv_out, struct task_store *st, const char *ns,
-                    struct err *err);
-int sqlst_read_count_phases(int64_t counts_out[TASK_PHASE_COUNT], struct task_store *st,
-                            struct err *err);
-int sqlst_read_env_list(json_t **items_out, struct task_store *st, const char *ns, struct err *err);
-int sqlst_read_env_get(json_t **out, struct task_store *st, const char *ns, const char *name,
+int sqlst_get(json_t **out, struct task_store *st, const char *ns, const char *name,
+              struct err *err);
+int sqlst_list(json_t **items_out, int64_t *rv_out, struct task_store *st, const char *ns,
+               struct err *err);
+int sqlst_count_phases(int64_t counts_out[TASK_PHASE_COUNT], struct task_store *st,
                        struct err *err);
+int sqlst_env_list(json_t **items_out, struct task_store *st, const char *ns, struct err *err);
+int sqlst_env_get(json_t **out, struct task_store *st, const char *ns, const char *name,
+                  struct err *err);
 
 #endif
