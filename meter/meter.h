@@ -136,10 +136,11 @@ void meter_gate_cleanup(struct meter_gate *g);
  * meter call does (steps 4-6, same transaction, task paused over a budget), even when
  * the task paused or its token was revoked since. *out (may be NULL) gets the totals.
  * Returns 200, 429 (charged, and the task paused), 401 (token or task gone) or 503 (not
- * recorded). Blocks until durable; thread-safe. */
+ * recorded). GUIDANCE_SENT: the call carried the task's guidance (the first such charge
+ * of a guidance text sets status.guidanceDeliveredAt). Blocks until durable; thread-safe. */
 int meter_gate_settle(struct meter_decision *out, struct meter_service *m, const char *token,
                       const char *request_id, const char *model, int64_t tokens,
-                      int64_t cost_micros);
+                      int64_t cost_micros, bool guidance_sent);
 
 /* Pauses TOKEN's task BudgetExceeded and revokes its token, exactly as a meter 429 does,
  * adding nothing (REQUEST_ID is remembered like a charge's). Returns 429 when it paused,

@@ -35,6 +35,7 @@ struct meter_job {
     char *preview;             /* out: owned copy of status.previewUrl */
     struct meter_decision d;   /* out: the decision, when it carries totals */
     bool totals;               /* out: answer with the totals body (built by the caller) */
+    bool guidance_sent;        /* the charged call carried the task's guidance to the agent */
     struct meter_request req;  /* parsed body (when body_ok) */
     bool body_ok;
     char body_err[ERR_MSG_MAX]; /* why the body was refused */
@@ -188,6 +189,27 @@ static void clear_dirty(struct batch *b)
     b->ndirty = 0;
 }
 
+/* Records that the task's current guidance reached the agent (status.guidanceDeliveredAt,
+ * and guidanceHash naming which text), once per guidance text: the sticky comment shows it. */
+static void note_guidance(json_t *status, const json_t *doc, int64_t now_ms)
+{
+    const char *g = json_string_value(json_object_get(
+        json_object_get(json_object_get(doc, "metadata"), "annotations"), TASK_ANN_GUIDANCE));
+    const char *had = json_string_value(json_object_get(status, "guidanceHash"));
+    char hash[TASK_GUIDANCE_HASH_LEN], when[CLOCK_RFC3339_MAX];
+
+    if (g == NULL || g[0] == '\0') {
+        return;
+    }
+    task_guidance_hash(hash, g);
+    if (had != NULL && strcmp(had, hash) == 0) {
+        return;
+    }
+    clock_rfc3339(when, now_ms);
+    json_object_set_new(status, "guidanceHash", json_string(hash));
+    json_object_set_new(status, "guidanceDeliveredAt", json_string(when));
+}
+
 /* Writes the charge (and, over a limit, the pause and the revocation) into DOC/TX. DOC is
  * the transaction's shared object of the task (see task_txn_get), so a later job of the
  * same batch sees this charge. */
@@ -205,6 +227,9 @@ static int charge(struct batch *b, struct task_txn *tx, json_t *doc, const struc
     json_object_set_new(status, "costUSD", json_string(cost));
     json_object_set_new(status, "iteration", json_integer(d->iteration));
     push_request_id(status, j->req.request_id);
+    if (j->guidance_sent) {
+        note_guidance(status, doc, clock_now_ms(task_txn_clock(tx)));
+    }
     if (d->outcome == METER_OVER_BUDGET || d->outcome == METER_OVER_ITERATIONS) {
         bool budget = d->outcome == METER_OVER_BUDGET;
         task_set_phase(doc, TASK_PAUSED, budget ? "BudgetExceeded" : "MaxIterationsExceeded",
@@ -614,6 +639,7 @@ void meter_service_handle(int *status_out, char **body_out, struct meter_service
     j.vt = vt;
     j.name = vt->name;
     j.ns = vt->ns;
+    j.guidance_sent = true; /* the answer carries the guidance to the runner */
     j.body_ok = meter_request_parse(&j.req, body, len, &err) == E_OK;
     if (!j.body_ok) {
         snprintf(j.body_err, sizeof(j.body_err), "%s", err.msg);
@@ -638,7 +664,7 @@ void meter_service_handle(int *status_out, char **body_out, struct meter_service
  * OUT when it is not NULL. Returns the job's HTTP status. */
 static int run_gate_job(struct meter_gate *out, struct meter_service *m, enum meter_job_kind kind,
                         const char *token, const char *request_id, const char *model,
-                        int64_t tokens, int64_t cost_micros)
+                        int64_t tokens, int64_t cost_micros, bool guidance_sent)
 {
     struct meter_job j;
     struct verified_token *vt = NULL;
@@ -654,6 +680,7 @@ static int run_gate_job(struct meter_gate *out, struct meter_service *m, enum me
         return 401;
     }
     j.kind = kind;
+    j.guidance_sent = guidance_sent;
     j.tok = vt->tok;
     j.vt = vt;
     j.name = vt->name;
@@ -686,7 +713,7 @@ void meter_gate_check(struct meter_gate *out, struct meter_service *m, const cha
                       const char *model)
 {
     memset(out, 0, sizeof(*out));
-    run_gate_job(out, m, METER_JOB_CHECK, token, NULL, model, 0, 0);
+    run_gate_job(out, m, METER_JOB_CHECK, token, NULL, model, 0, 0, false);
     if (out->status == 429) {
         out->status = 200; /* already over: the gateway finds nothing left and refuses */
     }
@@ -702,13 +729,14 @@ void meter_gate_cleanup(struct meter_gate *g)
 
 int meter_gate_settle(struct meter_decision *out, struct meter_service *m, const char *token,
                       const char *request_id, const char *model, int64_t tokens,
-                      int64_t cost_micros)
+                      int64_t cost_micros, bool guidance_sent)
 {
     struct meter_gate g;
     int status;
 
     memset(&g, 0, sizeof(g));
-    status = run_gate_job(&g, m, METER_JOB_SETTLE, token, request_id, model, tokens, cost_micros);
+    status = run_gate_job(&g, m, METER_JOB_SETTLE, token, request_id, model, tokens, cost_micros,
+                          guidance_sent);
     if (out != NULL) {
         *out = g.d;
     }
@@ -718,5 +746,5 @@ int meter_gate_settle(struct meter_decision *out, struct meter_service *m, const
 
 int meter_gate_exhausted(struct meter_service *m, const char *token, const char *request_id)
 {
-    return run_gate_job(NULL, m, METER_JOB_EXHAUSTED, token, request_id, NULL, 0, 0);
+    return run_gate_job(NULL, m, METER_JOB_EXHAUSTED, token, request_id, NULL, 0, 0, false);
 }

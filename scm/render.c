@@ -476,6 +476,28 @@ static void put_dashboard(struct sticky *r, const char *dashboard, const struct 
     put_all(r, "/#/task/", v->ns, "/", v->name, ")\n", NULL);
 }
 
+/* The guidance, and whether this text has reached the agent yet (the meter or the LLM
+ * gateway delivered it: status.guidanceHash names the text, guidanceDeliveredAt when). */
+static void put_guidance(struct sticky *r, const char *guidance, const json_t *status)
+{
+    const char *had = json_string_value(json_object_get(status, "guidanceHash"));
+    const char *at = json_string_value(json_object_get(status, "guidanceDeliveredAt"));
+    char hash[TASK_GUIDANCE_HASH_LEN], when[CLOCK_RFC3339_MAX];
+    int64_t ms = 0;
+
+    task_guidance_hash(hash, guidance);
+    put(r, "**Guidance:** ");
+    put_text(r, guidance, CAP_GUIDANCE);
+    if (had != NULL && at != NULL && strcmp(had, hash) == 0 &&
+        clock_parse_rfc3339(&ms, at) == E_OK) {
+        clock_rfc3339(when, ms); /* written anew: the status is not trusted text */
+        put_all(r, "\n<sub>delivered to the agent ", when, "</sub>", NULL);
+    } else {
+        put(r, "\n<sub>not yet delivered to the agent</sub>");
+    }
+    put(r, "\n\n");
+}
+
 static void put_body(struct sticky *r, const json_t *task, const struct task_view *v,
                      const char *dashboard, int64_t now_ms)
 {
@@ -498,9 +520,7 @@ static void put_body(struct sticky *r, const json_t *task, const struct task_vie
     put(r, "\n");
     put_state(r, v->phase, status);
     if (guidance[0] != '\0') {
-        put(r, "**Guidance:** ");
-        put_text(r, guidance, CAP_GUIDANCE);
-        put(r, "\n\n");
+        put_guidance(r, guidance, status);
     }
     clock_rfc3339(when, now_ms);
     put_all(r, UPDATED_PREFIX, when, "</sub>\n", NULL);

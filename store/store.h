@@ -106,6 +106,9 @@ void task_view_of(struct task_view *v, const json_t *obj);
 
 /* Sets status.phase (and reason/message, which may be NULL for ""). */
 void task_set_phase(json_t *obj, enum task_phase phase, const char *reason, const char *message);
+/* Which guidance text reached the agent (status.guidanceHash): 16 hex digits of GUIDANCE. */
+#define TASK_GUIDANCE_HASH_LEN 17
+void task_guidance_hash(char out[TASK_GUIDANCE_HASH_LEN], const char *guidance);
 
 /* --- Store interface --------------------------------------------------------------- */
 

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "common/money.h"
+#include "common/hash.h"
 #include "store/store.h"
 #include "store/store_backend.h"
 
@@ -592,4 +593,9 @@ int task_validate(const json_t *obj, struct err *err)
         return err_set_field(err, E_INVALID, "status.phase", "status.phase: required");
     }
     return E_OK;
+}
+
+void task_guidance_hash(char out[TASK_GUIDANCE_HASH_LEN], const char *guidance)
+{
+    snprintf(out, TASK_GUIDANCE_HASH_LEN, "%016llx", (unsigned long long)hash_fnv1a_str(guidance));
 }

@@ -338,6 +338,8 @@ def test_guidance_reaches_the_system_prompt():
     with Gateway() as gw:
         srv, fake = gw.srv, gw.fake
         tok = start_task(srv, "guide", budgetUSD="5.00")
+        post(srv, MSG, msg_body(), {"x-api-key": tok})
+        assert "guidanceDeliveredAt" not in srv.request("GET", NS + "/guide")[2]["status"]
         srv.request("PATCH", NS + "/guide",
                     {"metadata": {"annotations": {"divergedev.com/guidance": "use the ORM"}}},
                     headers={"Content-Type": "application/merge-patch+json"})
@@ -350,6 +352,10 @@ def test_guidance_reaches_the_system_prompt():
         post(srv, MSG, msg_body(), {"x-api-key": tok})
         assert fake.requests[-1]["body"]["system"] == \
             "Reviewer guidance from the pull request: use the ORM"
+        # The first charged call that carried it recorded the delivery (sticky comment).
+        status = srv.request("GET", NS + "/guide")[2]["status"]
+        assert len(status["guidanceHash"]) == 16, status
+        assert status["guidanceDeliveredAt"].endswith("Z"), status
 
 
 def test_flags_and_key_files():

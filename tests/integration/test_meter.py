@@ -223,6 +223,10 @@ def test_guidance_preview_and_caveat_budget():
         st, _, b = meter(srv, tok, call("g1", cost="0.25"))
         assert st == 200 and b["guidance"] == "try the ORM", b
         assert b["previewUrl"] == "http://p.test/?_diverge_env=agent-preview-g"
+        # The answer carried the guidance: the task records its delivery (sticky comment).
+        st, _, doc = srv.request("GET", NS + "/g")
+        assert doc["status"]["guidanceDeliveredAt"].endswith("Z"), doc["status"]
+        assert len(doc["status"]["guidanceHash"]) == 16, doc["status"]
         # No spec budget: the server default went into the max_cost_usd caveat.
         r = subprocess.run([DIVERGE_BIN, "token", "inspect", tok], capture_output=True, text=True)
         assert r.returncode == 0, r

@@ -361,6 +361,43 @@ TEST(escaping_user_text)
     json_decref(t);
 }
 
+TEST(guidance_shows_whether_it_reached_the_agent)
+{
+    json_t *t = example_task();
+    char hash[TASK_GUIDANCE_HASH_LEN];
+    char *body;
+
+    json_object_set_new(json_object_get(json_object_get(t, "metadata"), "annotations"),
+                        TASK_ANN_GUIDANCE, json_string("use the ORM"));
+    body = render(t);
+    CHECK_HAS(body, "**Guidance:** use the ORM\n<sub>not yet delivered to the agent</sub>\n");
+    free(body);
+    /* Delivered: this text's hash and when. */
+    task_guidance_hash(hash, "use the ORM");
+    set_at(t, "status", "guidanceHash", json_string(hash));
+    set_at(t, "status", "guidanceDeliveredAt", json_string("2026-12-01T14:02:03Z"));
+    body = render(t);
+    CHECK_HAS(
+        body,
+        "**Guidance:** use the ORM\n<sub>delivered to the agent 2026-12-01T14:02:03Z</sub>\n");
+    free(body);
+    /* A new guidance text is not delivered yet, though an older one was. */
+    json_object_set_new(json_object_get(json_object_get(t, "metadata"), "annotations"),
+                        TASK_ANN_GUIDANCE, json_string("use raw SQL"));
+    body = render(t);
+    CHECK_HAS(body, "**Guidance:** use raw SQL\n<sub>not yet delivered to the agent</sub>\n");
+    free(body);
+    /* A delivery time that is not a time is not shown (the status is not trusted text). */
+    task_guidance_hash(hash, "use raw SQL");
+    set_at(t, "status", "guidanceHash", json_string(hash));
+    set_at(t, "status", "guidanceDeliveredAt", json_string("<b>now</b> [x](y)"));
+    body = render(t);
+    CHECK_HAS(body, "<sub>not yet delivered to the agent</sub>");
+    CHECK_LACKS(body, "<b>now");
+    free(body);
+    json_decref(t);
+}
+
 TEST(bare_urls_are_not_autolinked)
 {
     json_t *t = example_task();

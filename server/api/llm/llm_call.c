@@ -268,7 +268,8 @@ void llm_call_settle(struct llm_call *c, const struct llm_usage *u)
      * admission between the two would see the old totals without this reservation, and
      * let a concurrent call pass the budget (seen under load). */
     pthread_mutex_lock(&c->task->mu);
-    st = meter_gate_settle(NULL, c->srv->meter, c->token, id, c->model, tokens, cost);
+    st = meter_gate_settle(NULL, c->srv->meter, c->token, id, c->model, tokens, cost,
+                           c->guidance != NULL);
     pthread_mutex_lock(&c->gw->mu);
     c->task->reserved_micros -= c->reserved_micros;
     c->task->reserved_tokens -= c->reserved_tokens;
