@@ -1,10 +1,14 @@
-# Thin wrapper over CMake; the README's two commands are `make run` and `make test`.
+# Thin wrapper over CMake; the README's commands are `make run`, `make install` and `make test`.
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 BUILD ?= build
 FUZZ_SECONDS ?= 10
 ARGS ?=
+PREFIX ?= /usr/local
+DESTDIR ?=
+# What `make run` and `make install` need; the test programs are built by `make build`.
+PROGRAMS = diverge diverge-agent-runner
 
-.PHONY: all deps test-deps lint build run test test-unit test-asan test-tsan test-fuzz bench clean
+.PHONY: all deps test-deps lint configure build programs run install test test-unit test-asan test-tsan test-fuzz bench clean
 
 all: build
 
@@ -22,17 +26,31 @@ lint: deps
 
 build: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWERROR=ON >/dev/null
-	@cmake --build $(BUILD) -j $(JOBS)
+	@bash scripts/build.sh $(BUILD) $(JOBS)
 
-run: build
+# A build dir that exists keeps its configuration (cmake --build regenerates it when the
+# CMake files change); a new one gets the hardened RelWithDebInfo build.
+configure: deps
+	@test -f $(BUILD)/CMakeCache.txt || \
+		cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWERROR=ON >/dev/null
+
+programs: configure
+	@bash scripts/build.sh $(BUILD) $(JOBS) $(PROGRAMS)
+
+run: programs
 	./$(BUILD)/diverge serve $(ARGS)
+
+# $(DESTDIR)$(PREFIX)/bin/diverge and diverge-agent-runner (the server starts the runner
+# from its own directory).
+install: programs
+	@DESTDIR="$(DESTDIR)" cmake --install $(BUILD) --prefix "$(PREFIX)"
 
 test-unit: build test-deps
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 test-asan: deps test-deps
 	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DWERROR=ON -DSANITIZE=address,undefined >/dev/null
-	@cmake --build build-asan -j $(JOBS)
+	@bash scripts/build.sh build-asan $(JOBS)
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 		UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(JOBS)
 
@@ -40,13 +58,13 @@ test-asan: deps test-deps
 # halt_on_error makes the first race fail its test.
 test-tsan: deps test-deps
 	@cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DWERROR=ON -DSANITIZE=thread >/dev/null
-	@cmake --build build-tsan -j $(JOBS)
+	@bash scripts/build.sh build-tsan $(JOBS)
 	cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
 		ctest --output-on-failure -j $(JOBS)
 
 test-fuzz: deps
 	@CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DWERROR=ON -DFUZZ=ON >/dev/null
-	@cmake --build build-fuzz -j $(JOBS)
+	@bash scripts/build.sh build-fuzz $(JOBS)
 	@bash scripts/run_fuzz.sh build-fuzz $(FUZZ_SECONDS)
 
 test: lint test-deps test-unit test-asan test-tsan test-fuzz

@@ -2,6 +2,7 @@
 /* The `diverge` binary: one table of verbs. `serve` is the server module's entry point;
  * everything else lives in cli_lib. */
 #include <stdio.h>
+#include <string.h>
 
 #include "cli/cli_int.h"
 #include "cli/mcp.h"
@@ -22,7 +23,7 @@ static const char usage[] =
     "             `local demo` sets up an example\n"
     "  mcp        serve the Model Context Protocol on stdio (tools for IDE assistants)\n"
     "  kubeconfig print a kubeconfig for kubectl against the server's TLS listener\n"
-    "  version    print the version\n"
+    "  version    print the version (also --version)\n"
     "  help       show help for a command\n" CLI_GLOBAL_HELP "\n"
     "Exit codes: 0 success, 1 the operation failed, 2 usage error, 3 server unreachable.\n";
 
@@ -84,6 +85,10 @@ int main(int argc, char **argv)
 {
     if (argc > 0 && argv[0] != NULL && argv[0][0] != '\0') {
         cli_program = argv[0];
+    }
+    if (argc == 2 && strcmp(argv[1], "--version") == 0) {
+        printf("diverge %s\n", DIVERGE_VERSION); /* as `diverge version` */
+        return CLI_EXIT_OK;
     }
     return cli_dispatch(commands, ARRAY_LEN(commands), "", usage, argc - 1, argv + 1);
 }

@@ -12,8 +12,9 @@
 #include <unistd.h>
 
 static const char example[] =
-    "# Diverge agent configuration (SPEC section 10). `diverge task create` and tasks made\n"
-    "# from PR/MR comments take their defaults from this file; flags and commands override.\n"
+    "# Diverge agent configuration (the keys: docs/configuration.md in the Diverge\n"
+    "# repository). `diverge task create` and tasks made from PR/MR comments take their\n"
+    "# defaults from this file; flags and commands override.\n"
     "version: \"1\"\n"
     "agent:\n"
     "  # Models the agent may use: exact names, or a prefix wildcard such as claude-*.\n"

@@ -2,7 +2,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // A minimal agent step: meter one LLM call with the Diverge SDK, act on the answer.
 //
-//   npm install ./sdk/node
+//   npm install --no-save ./sdk/node      (from the repository's top: only node_modules/)
 //   DIVERGE_METER_URL=http://127.0.0.1:8080/api/v1/agenttask/meter \
 //   DIVERGE_MACAROON_TOKEN="$(diverge task token my-task)" node examples/agent.mjs
 //

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* diverge-agent-runner: reads its environment (SPEC §9) and runs the task; the exit
- * code says how it ended (runner.h, README-runner.md). */
+ * code says how it ended (runner.h, docs/runner.md). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "runner/runner.h"
 
@@ -26,6 +27,21 @@ const char *__asan_default_options(void)
 }
 #endif
 
+static const char g_usage[] =
+    "Usage: diverge-agent-runner\n"
+    "\n"
+    "The loop that runs inside a task's sandbox: clones DIVERGE_REPO_URL, runs\n"
+    "DIVERGE_AGENT_CMD and DIVERGE_VERIFY_CMD each iteration, meters the agent's usage\n"
+    "lines with the task's token, then commits and pushes the working branch. It takes no\n"
+    "arguments: the server's sandbox providers start it with DIVERGE_* environment\n"
+    "variables (DIVERGE_TASK_NAME, DIVERGE_REPO_URL and DIVERGE_AGENT_CMD are required;\n"
+    "the token in DIVERGE_MACAROON_TOKEN or DIVERGE_TOKEN_FILE; the meter at\n"
+    "DIVERGE_METER_SOCKET or DIVERGE_METER_URL). docs/runner.md lists them all.\n"
+    "\n"
+    "Exit codes: 0 pushed, or stopped by the budget (task paused); 1 every iteration\n"
+    "failed; 2 bad environment; 3 model not allowed (403); 4 token revoked (401);\n"
+    "5 meter unreachable; 6 a git step failed; 7 unexpected meter answer.\n";
+
 static const char *env_get(const char *name, void *userdata)
 {
     (void)userdata;
@@ -38,11 +54,12 @@ int main(int argc, char **argv)
     struct err err = {0};
     int ex;
 
+    if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+        fputs(g_usage, stdout);
+        return RUNNER_EXIT_OK;
+    }
     if (argc > 1) {
-        fprintf(stderr,
-                "usage: %s (configured by DIVERGE_* environment variables; see "
-                "README-runner.md)\n",
-                argv[0]);
+        fprintf(stderr, "usage: %s (no arguments: see %s --help)\n", argv[0], argv[0]);
         return RUNNER_EXIT_CONFIG;
     }
     if (runner_config_load(&cfg, env_get, NULL, &err) != E_OK) {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Metering LLM usage against `POST /api/v1/agenttask/meter` (Diverge SPEC §7), with
+// Metering LLM usage against `POST /api/v1/agenttask/meter`, with
 // Node 20 built-ins only. The token, URL and socket come from the environment on every
 // call (a token rotated by pause/resume is picked up without a restart):
 //   token: DIVERGE_MACAROON_TOKEN when non-empty, else the first line of the file

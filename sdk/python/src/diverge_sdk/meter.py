@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Metering LLM usage against `POST /api/v1/agenttask/meter` (Diverge SPEC §7).
+"""Metering LLM usage against `POST /api/v1/agenttask/meter`.
 
 Standard library only. The token, URL and socket are read from the environment on every
 call, so a token rotated by a pause/resume is picked up without a restart:
