@@ -298,3 +298,55 @@ def _sse_openai(self, h, events, done, step):
 
 FakeLLM._openai = _openai
 FakeLLM._sse_openai = _sse_openai
+
+
+# --- a scripted agent over Responses (the real Codex CLI) ---------------------------------
+# fake.agent_calls = [(tool name, arguments dict), ...]: a Responses request that carries
+# K function_call_output items is answered with the call agent_calls[K] (a function_call
+# item), and once they are all done with the text "done". The usage stays fake.usage.
+
+def openai_agent_output(body, calls):
+    items = body.get("input") if isinstance(body.get("input"), list) else []
+    k = len([i for i in items if isinstance(i, dict) and i.get("type") == "function_call_output"])
+    if k < len(calls):
+        name, args = calls[k]
+        return {"type": "function_call", "id": "fc_fake_%d" % k, "status": "completed",
+                "call_id": "call_fake_%d" % k, "name": name, "arguments": json.dumps(args)}
+    return None
+
+
+def openai_agent_events(model, u, item):
+    done = openai_responses_body(model, u, "done")
+    done["output"] = [item]
+    base = dict(done, status="in_progress", output=[], usage=None)
+    evs = [("response.created", {"response": base}),
+           ("response.in_progress", {"response": base}),
+           ("response.output_item.added", {"output_index": 0,
+                                           "item": dict(item, status="in_progress",
+                                                        arguments="")}),
+           ("response.function_call_arguments.delta", {"item_id": item["id"], "output_index": 0,
+                                                       "delta": item["arguments"]}),
+           ("response.function_call_arguments.done", {"item_id": item["id"], "output_index": 0,
+                                                      "arguments": item["arguments"]}),
+           ("response.output_item.done", {"output_index": 0, "item": item}),
+           ("response.completed", {"response": done})]
+    return [(name, dict({"type": name, "sequence_number": i}, **data))
+            for i, (name, data) in enumerate(evs)]
+
+
+_openai_plain = _openai
+
+
+def _openai_agent(self, h, path, body, raw, u, step):
+    item = openai_agent_output(body, getattr(self, "agent_calls", []))
+    if path != "/v1/responses" or item is None:
+        return _openai_plain(self, h, path, body, raw, u, step)
+    model = body.get("model", "")
+    if body.get("stream"):
+        return self._sse_openai(h, openai_agent_events(model, u, item), False, step)
+    resp = openai_responses_body(model, u)
+    resp["output"] = [item]
+    return self._json(h, 200, resp)
+
+
+FakeLLM._openai = _openai_agent
