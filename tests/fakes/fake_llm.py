@@ -13,6 +13,8 @@ next answers with `script` (a list of dicts, taken in order, then the default):
     {"status": 500|529|429, "body": {...}}   an error, JSON as given
     {"cut_after": N}                        a stream cut after N events (no usage end)
     {"delay_event": threading.Event}        the answer waits until the event is set
+    {"split": N}                            OpenAI streams: written N bytes at a time
+    {"text": "..."}                         OpenAI: the answer's text (default "hello")
 Every request is recorded in `requests` (method, path, headers lower-cased, JSON body)
 so tests can assert which key reached the upstream and what the system prompt said.
 
@@ -126,6 +128,8 @@ class FakeLLM:
             if (body or {}).get("stream"):
                 return self._sse(h, self._anthropic_events(model, u), step.get("cut_after"))
             return self._json(h, 200, self._anthropic_body(model, u))
+        if path in ("/v1/responses", "/v1/chat/completions"):
+            return self._openai(h, path, body or {}, raw, u, step)
         return self._json(h, 404, {"error": "no such path"})
 
     def _json(self, h, status, obj):
@@ -155,3 +159,194 @@ class FakeLLM:
             h.wfile.flush()
         h.wfile.write(b"0\r\n\r\n")
         h.wfile.flush()
+
+
+# --- OpenAI shapes (Responses and Chat Completions) ---------------------------------------
+# u["input"] is the uncached input: OpenAI reports input including the cached tokens.
+
+def openai_responses_usage(u):
+    return {"input_tokens": u["input"] + u["cache_read"],
+            "input_tokens_details": {"cached_tokens": u["cache_read"]},
+            "output_tokens": u["output"],
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": u["input"] + u["cache_read"] + u["output"]}
+
+
+def openai_chat_usage(u):
+    return {"prompt_tokens": u["input"] + u["cache_read"],
+            "prompt_tokens_details": {"cached_tokens": u["cache_read"]},
+            "completion_tokens": u["output"],
+            "completion_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": u["input"] + u["cache_read"] + u["output"]}
+
+
+def openai_responses_body(model, u, text="hello"):
+    return {"id": "resp_fake", "object": "response", "created_at": 0, "status": "completed",
+            "model": model, "error": None, "incomplete_details": None,
+            "output": [{"type": "message", "id": "msg_fake", "status": "completed",
+                        "role": "assistant",
+                        "content": [{"type": "output_text", "text": text,
+                                     "annotations": []}]}],
+            "usage": openai_responses_usage(u)}
+
+
+def openai_responses_events(model, u, text="hello"):
+    """(event name, data) pairs of a streamed Responses answer."""
+    done = openai_responses_body(model, u, text)
+    base = dict(done, status="in_progress", output=[], usage=None)
+    item = {"type": "message", "id": "msg_fake", "status": "in_progress", "role": "assistant",
+            "content": []}
+    evs = [("response.created", {"response": base}),
+           ("response.in_progress", {"response": base}),
+           ("response.output_item.added", {"output_index": 0, "item": item}),
+           ("response.content_part.added", {"item_id": "msg_fake", "output_index": 0,
+                                            "content_index": 0,
+                                            "part": {"type": "output_text", "text": "",
+                                                     "annotations": []}}),
+           ("response.output_text.delta", {"item_id": "msg_fake", "output_index": 0,
+                                           "content_index": 0, "delta": text}),
+           ("response.output_text.done", {"item_id": "msg_fake", "output_index": 0,
+                                          "content_index": 0, "text": text}),
+           ("response.output_item.done", {"output_index": 0, "item": done["output"][0]}),
+           ("response.completed", {"response": done})]
+    out = []
+    for i, (name, data) in enumerate(evs):
+        d = {"type": name, "sequence_number": i}
+        d.update(data)
+        out.append((name, d))
+    return out
+
+
+def openai_chat_body(model, u, text="hello"):
+    return {"id": "chatcmpl-fake", "object": "chat.completion", "created": 0, "model": model,
+            "choices": [{"index": 0, "finish_reason": "stop", "logprobs": None,
+                         "message": {"role": "assistant", "content": text,
+                                     "refusal": None}}],
+            "usage": openai_chat_usage(u)}
+
+
+def openai_chat_events(model, u, include_usage, text="hello"):
+    """(None, data) pairs of a streamed Chat answer, the usage-only chunk last when asked;
+    the stream then ends with data: [DONE]."""
+    def chunk(choices, usage=None):
+        c = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0,
+             "model": model, "choices": choices}
+        if include_usage:
+            c["usage"] = usage
+        return c
+    half = len(text) // 2
+    evs = [chunk([{"index": 0, "delta": {"role": "assistant", "content": ""},
+                   "finish_reason": None}]),
+           chunk([{"index": 0, "delta": {"content": text[:half]}, "finish_reason": None}]),
+           chunk([{"index": 0, "delta": {"content": text[half:]}, "finish_reason": None}]),
+           chunk([{"index": 0, "delta": {}, "finish_reason": "stop"}])]
+    if include_usage:
+        evs.append(chunk([], openai_chat_usage(u)))
+    return [(None, e) for e in evs]
+
+
+def _openai(self, h, path, body, raw, u, step):
+    model = body.get("model", "")
+    text = step.get("text", "hello")
+    if self.worst_case:
+        limit = body.get("max_output_tokens") or body.get("max_completion_tokens") or \
+            body.get("max_tokens") or 0
+        u = {"input": len(raw), "output": limit * int(body.get("n") or 1), "cache_write": 0,
+             "cache_read": 0}
+    if path == "/v1/responses":
+        if body.get("stream"):
+            return self._sse_openai(h, openai_responses_events(model, u, text), False, step)
+        return self._json(h, 200, openai_responses_body(model, u, text))
+    if body.get("stream"):
+        inc = bool((body.get("stream_options") or {}).get("include_usage"))
+        return self._sse_openai(h, openai_chat_events(model, u, inc, text), True, step)
+    return self._json(h, 200, openai_chat_body(model, u, text))
+
+
+def _sse_openai(self, h, events, done, step):
+    """Writes EVENTS (name or None, data) as SSE; `data: [DONE]` last when DONE. With
+    step["split"] = N the whole stream goes out N bytes per write (events split across
+    reads); step["cut_after"] = K closes the connection after K events."""
+    h.send_response(200)
+    h.send_header("Content-Type", "text/event-stream")
+    h.send_header("Cache-Control", "no-cache")
+    h.send_header("Transfer-Encoding", "chunked")
+    h.send_header("x-request-id", "req_fake")
+    h.end_headers()
+    cut = step.get("cut_after")
+    texts = []
+    for i, (name, data) in enumerate(events):
+        if cut is not None and i >= cut:
+            break
+        texts.append(("event: %s\n" % name if name else "") + "data: %s\n\n" % json.dumps(data))
+    if done and cut is None:
+        texts.append("data: [DONE]\n\n")
+    stream = "".join(texts).encode()
+    n = step.get("split") or 0
+    pieces = [stream[i:i + n] for i in range(0, len(stream), n)] if n else \
+        [t.encode() for t in texts]
+    for p in pieces:
+        h.wfile.write(b"%x\r\n%s\r\n" % (len(p), p))
+        h.wfile.flush()
+    if cut is not None:
+        h.close_connection = True
+        h.connection.shutdown(2)  # abruptly: the stream ends without its usage
+        return
+    h.wfile.write(b"0\r\n\r\n")
+    h.wfile.flush()
+
+
+FakeLLM._openai = _openai
+FakeLLM._sse_openai = _sse_openai
+
+
+# --- a scripted agent over Responses (the real Codex CLI) ---------------------------------
+# fake.agent_calls = [(tool name, arguments dict), ...]: a Responses request that carries
+# K function_call_output items is answered with the call agent_calls[K] (a function_call
+# item), and once they are all done with the text "done". The usage stays fake.usage.
+
+def openai_agent_output(body, calls):
+    items = body.get("input") if isinstance(body.get("input"), list) else []
+    k = len([i for i in items if isinstance(i, dict) and i.get("type") == "function_call_output"])
+    if k < len(calls):
+        name, args = calls[k]
+        return {"type": "function_call", "id": "fc_fake_%d" % k, "status": "completed",
+                "call_id": "call_fake_%d" % k, "name": name, "arguments": json.dumps(args)}
+    return None
+
+
+def openai_agent_events(model, u, item):
+    done = openai_responses_body(model, u, "done")
+    done["output"] = [item]
+    base = dict(done, status="in_progress", output=[], usage=None)
+    evs = [("response.created", {"response": base}),
+           ("response.in_progress", {"response": base}),
+           ("response.output_item.added", {"output_index": 0,
+                                           "item": dict(item, status="in_progress",
+                                                        arguments="")}),
+           ("response.function_call_arguments.delta", {"item_id": item["id"], "output_index": 0,
+                                                       "delta": item["arguments"]}),
+           ("response.function_call_arguments.done", {"item_id": item["id"], "output_index": 0,
+                                                      "arguments": item["arguments"]}),
+           ("response.output_item.done", {"output_index": 0, "item": item}),
+           ("response.completed", {"response": done})]
+    return [(name, dict({"type": name, "sequence_number": i}, **data))
+            for i, (name, data) in enumerate(evs)]
+
+
+_openai_plain = _openai
+
+
+def _openai_agent(self, h, path, body, raw, u, step):
+    item = openai_agent_output(body, getattr(self, "agent_calls", []))
+    if path != "/v1/responses" or item is None:
+        return _openai_plain(self, h, path, body, raw, u, step)
+    model = body.get("model", "")
+    if body.get("stream"):
+        return self._sse_openai(h, openai_agent_events(model, u, item), False, step)
+    resp = openai_responses_body(model, u)
+    resp["output"] = [item]
+    return self._json(h, 200, resp)
+
+
+FakeLLM._openai = _openai_agent

@@ -1,7 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* libFuzzer target: the LLM gateway's usage parsers (SPEC §13), whole bodies and SSE
- * streams. The first byte picks the dialect and where the stream is split; a stream read in
- * two pieces must give the same usage as read whole, and every figure stays believable. */
+ * streams, in every dialect (Anthropic, Responses, Chat, Gemini). The first byte picks the
+ * dialect and where the stream is split; a stream read in two pieces must give the same
+ * usage as read whole, and every figure stays believable. The relay's filter
+ * (llm_sse_relay, which drops Chat's usage-only chunk) must pass on the same bytes however
+ * the stream was split, never more bytes than came, every byte for the other dialects,
+ * and read the same usage as the plain parser. */
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -16,6 +20,44 @@ static void check(const struct llm_usage *u)
     ASSERT(u->output >= 0 && u->output <= 2 * LLM_TOKENS_MAX);
     ASSERT(u->cache_write >= 0 && u->cache_write <= LLM_TOKENS_MAX);
     ASSERT(u->cache_read >= 0 && u->cache_read <= LLM_TOKENS_MAX);
+}
+
+/* What llm_sse_relay passes on of TEXT fed in the pieces cut at CUT, into OUT. */
+static void relay(struct buf *out, struct llm_usage *u, enum llm_dialect dialect, const char *text,
+                  size_t len, size_t cut)
+{
+    struct llm_sse s;
+
+    llm_sse_init(&s, dialect);
+    ASSERT(llm_sse_relay(&s, text, cut, out) == E_OK);
+    ASSERT(llm_sse_relay(&s, text + cut, len - cut, out) == E_OK);
+    ASSERT(llm_sse_relay_end(&s, out) == E_OK);
+    *u = s.u;
+    llm_sse_cleanup(&s);
+}
+
+static void check_relay(enum llm_dialect dialect, const char *text, size_t len, size_t cut)
+{
+    struct buf whole, split;
+    struct llm_usage uw, us;
+    struct llm_sse plain;
+
+    buf_init(&whole, 0);
+    buf_init(&split, 0);
+    relay(&whole, &uw, dialect, text, len, 0);
+    relay(&split, &us, dialect, text, len, cut);
+    ASSERT(whole.len == split.len && whole.len <= len);
+    ASSERT(whole.len == 0 || memcmp(whole.data, split.data, whole.len) == 0);
+    ASSERT(memcmp(&uw, &us, sizeof(uw)) == 0);
+    if (dialect != LLM_DIALECT_CHAT) {
+        ASSERT(whole.len == len && (len == 0 || memcmp(whole.data, text, len) == 0));
+    }
+    llm_sse_init(&plain, dialect);
+    llm_sse_feed(&plain, text, len);
+    ASSERT(memcmp(&plain.u, &uw, sizeof(uw)) == 0);
+    llm_sse_cleanup(&plain);
+    buf_cleanup(&whole);
+    buf_cleanup(&split);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -50,5 +92,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ASSERT(llm_cost_micros(&p, &whole.u) >= 0);
     llm_sse_cleanup(&whole);
     llm_sse_cleanup(&split);
+    check_relay(dialect, text, len, cut);
     return 0;
 }

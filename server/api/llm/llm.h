@@ -30,5 +30,8 @@ void llm_gateway_free(struct llm_gateway *gw);
 int api_llm_anthropic_messages(struct request *r);
 int api_llm_anthropic_count_tokens(struct request *r);
 int api_llm_anthropic_hello(struct request *r);
+int api_llm_openai_responses(struct request *r);
+int api_llm_openai_chat(struct request *r);
+int api_llm_openai_models(struct request *r);
 
 #endif

@@ -195,6 +195,8 @@ struct relay {
     struct llm_call *call;    /* owned by the worker */
     enum llm_provider provider;
     struct llm_sse sse; /* the worker's */
+    bool strip;         /* Chat: drop the usage-only chunk the gateway asked for */
+    struct buf kept;    /* the worker's: what the filter passes on of a piece */
 };
 
 static void relay_unref(struct relay *rl)
@@ -210,17 +212,17 @@ static void relay_unref(struct relay *rl)
     buf_cleanup(&rl->pending);
     httpc_response_cleanup(&rl->up);
     llm_sse_cleanup(&rl->sse);
+    buf_cleanup(&rl->kept);
     pthread_mutex_destroy(&rl->mu);
     pthread_cond_destroy(&rl->cv);
     free(rl);
 }
 
-static int on_chunk(const char *data, size_t len, void *userdata)
+/* Appends DATA[0..len) to what the client is sent; E_AGAIN once it went away. */
+static int relay_push(struct relay *rl, const char *data, size_t len)
 {
-    struct relay *rl = userdata;
     int rc = E_OK;
 
-    llm_sse_feed(&rl->sse, data, len);
     pthread_mutex_lock(&rl->mu);
     /* A slow client holds the upstream back rather than our memory filling up. */
     while (!rl->gone && rl->pending.len - rl->sent > LLM_RELAY_BUF_MAX) {
@@ -234,6 +236,24 @@ static int on_chunk(const char *data, size_t len, void *userdata)
     rl->started = true;
     pthread_cond_broadcast(&rl->cv);
     pthread_mutex_unlock(&rl->mu);
+    return rc;
+}
+
+static int on_chunk(const char *data, size_t len, void *userdata)
+{
+    struct relay *rl = userdata;
+    int rc;
+
+    if (!rl->strip) {
+        llm_sse_feed(&rl->sse, data, len);
+        return relay_push(rl, data, len);
+    }
+    /* Whole events only, so that the usage-only chunk is dropped however it was split. */
+    rl->kept.len = 0;
+    if (llm_sse_relay(&rl->sse, data, len, &rl->kept) != E_OK) {
+        return E_TOOBIG;
+    }
+    rc = relay_push(rl, rl->kept.data != NULL ? rl->kept.data : "", rl->kept.len);
     return rc;
 }
 
@@ -255,6 +275,13 @@ static void *relay_worker(void *arg)
     pthread_mutex_lock(&rl->mu);
     started = rl->started;
     pthread_mutex_unlock(&rl->mu);
+    if (started && rl->strip) {
+        /* An event the upstream never ended is passed on as it came. */
+        rl->kept.len = 0;
+        if (llm_sse_relay_end(&rl->sse, &rl->kept) == E_OK && rl->kept.len > 0) {
+            relay_push(rl, rl->kept.data, rl->kept.len);
+        }
+    }
     if (started || (rl->rc == E_OK && rl->up.status >= 200 && rl->up.status < 300)) {
         llm_call_settle(c, &rl->sse.u); /* incomplete usage: the reservation */
     } else {
@@ -366,6 +393,8 @@ static int forward_stream(struct request *r, struct llm_call *c)
     buf_init(&rl->pending, 0);
     httpc_response_init(&rl->up);
     llm_sse_init(&rl->sse, c->dialect);
+    buf_init(&rl->kept, 0);
+    rl->strip = c->strip_usage_chunk;
     rl->refs = 2;
     rl->call = c;
     rl->provider = c->provider;

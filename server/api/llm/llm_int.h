@@ -89,6 +89,9 @@ struct llm_sse {
     bool saw_delta;       /* Anthropic message_delta */
     struct llm_usage u;   /* what arrived so far; u.complete once the final figures did */
     bool chat_usage_only; /* Chat: the last event was a usage-only chunk (choices empty) */
+    unsigned long events; /* events ended so far (blank lines) */
+    struct buf raw;       /* owned (llm_sse_relay): the bytes of the event being read */
+    bool raw_passing;     /* that event outgrew raw: its bytes are passed on as they come */
 };
 
 void llm_sse_init(struct llm_sse *s, enum llm_dialect dialect);
@@ -98,6 +101,14 @@ void llm_sse_feed(struct llm_sse *s, const char *data, size_t len);
 /* Handles one whole event's data text TEXT[0..len) (what llm_sse_feed does at each blank
  * line); exposed for the relay, which looks at events one by one. */
 void llm_sse_event(struct llm_sse *s, const char *text, size_t len);
+/* As llm_sse_feed, and appends to OUT the bytes to pass on to the client: every event
+ * whole and unchanged, except a Chat usage-only chunk (choices empty), which is dropped
+ * (SPEC §13: the gateway asked for it, the client did not). An event is passed on once
+ * it ended, so it is dropped or kept whole however the stream was split; one larger than
+ * LLM_SSE_EVENT_MAX is passed on as it comes. E_TOOBIG when OUT is full. */
+int llm_sse_relay(struct llm_sse *s, const char *data, size_t len, struct buf *out);
+/* Appends to OUT what llm_sse_relay held back of an event the stream did not end. */
+int llm_sse_relay_end(struct llm_sse *s, struct buf *out);
 
 /* The cost of U at P in micro-dollars, rounded up (SPEC §13); saturates at INT64_MAX. */
 int64_t llm_cost_micros(const struct llm_price *p, const struct llm_usage *u);

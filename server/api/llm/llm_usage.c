@@ -140,12 +140,14 @@ void llm_sse_init(struct llm_sse *s, enum llm_dialect dialect)
     s->dialect = dialect;
     buf_init(&s->line, LLM_SSE_EVENT_MAX);
     buf_init(&s->data, LLM_SSE_EVENT_MAX);
+    buf_init(&s->raw, LLM_SSE_EVENT_MAX);
 }
 
 void llm_sse_cleanup(struct llm_sse *s)
 {
     buf_cleanup(&s->line);
     buf_cleanup(&s->data);
+    buf_cleanup(&s->raw);
 }
 
 static void anthropic_event(struct llm_sse *s, const json_t *ev)
@@ -227,6 +229,7 @@ void llm_sse_event(struct llm_sse *s, const char *text, size_t len)
 static void sse_line(struct llm_sse *s, const char *line, size_t len)
 {
     if (len == 0) {
+        s->events++;
         if (!s->overflow) {
             llm_sse_event(s, s->data.data != NULL ? s->data.data : "", s->data.len);
         }
@@ -274,4 +277,60 @@ void llm_sse_feed(struct llm_sse *s, const char *data, size_t len)
         s->overflow = true;
         s->line.len = 0;
     }
+}
+
+/* One piece of the stream holding at most one end of line, as its last byte. */
+static int relay_piece(struct llm_sse *s, const char *piece, size_t n, struct buf *out)
+{
+    unsigned long before = s->events;
+    int rc = E_OK;
+
+    s->chat_usage_only = false;
+    llm_sse_feed(s, piece, n);
+    if (!s->raw_passing && buf_append(&s->raw, piece, n) != E_OK) {
+        /* Too big to hold back (never a usage chunk): pass it on as it comes. */
+        rc = buf_append(out, s->raw.data != NULL ? s->raw.data : "", s->raw.len);
+        s->raw.len = 0;
+        s->raw_passing = true;
+    }
+    if (s->raw_passing && rc == E_OK) {
+        rc = buf_append(out, piece, n);
+    }
+    if (s->events != before) {
+        if (!s->raw_passing && !s->chat_usage_only) {
+            rc = buf_append(out, s->raw.data != NULL ? s->raw.data : "", s->raw.len);
+        }
+        s->raw.len = 0;
+        s->raw_passing = false;
+    }
+    return rc;
+}
+
+int llm_sse_relay(struct llm_sse *s, const char *data, size_t len, struct buf *out)
+{
+    size_t start = 0;
+    int rc = E_OK;
+
+    for (size_t i = 0; i < len && rc == E_OK; i++) {
+        if (data[i] == '\n') {
+            rc = relay_piece(s, data + start, i + 1 - start, out);
+            start = i + 1;
+        }
+    }
+    if (rc == E_OK && start < len) {
+        rc = relay_piece(s, data + start, len - start, out);
+    }
+    return rc;
+}
+
+int llm_sse_relay_end(struct llm_sse *s, struct buf *out)
+{
+    int rc = E_OK;
+
+    if (!s->raw_passing && s->raw.len > 0) {
+        rc = buf_append(out, s->raw.data, s->raw.len);
+    }
+    s->raw.len = 0;
+    s->raw_passing = false;
+    return rc;
 }
