@@ -30,5 +30,7 @@ void llm_gateway_free(struct llm_gateway *gw);
 int api_llm_anthropic_messages(struct request *r);
 int api_llm_anthropic_count_tokens(struct request *r);
 int api_llm_anthropic_hello(struct request *r);
+int api_llm_gemini_generate(struct request *r);
+int api_llm_gemini_stream(struct request *r);
 
 #endif
