@@ -9,7 +9,10 @@ stream cut charged its reservation, and hostile model names refused."""
 import http.client
 import json
 import os
+import shutil
+import subprocess
 import sys
+import tempfile
 import urllib.parse
 from decimal import Decimal, ROUND_CEILING
 
@@ -338,10 +341,79 @@ def test_gemini_output_limit_counts_every_candidate():
             "topK": 1, "maxOutputTokens": MAX_OUTPUT}}, fake.requests[-1]["body"]
 
 
+def run_gemini_cli(srv, tok, workdir):
+    """Runs the real Gemini CLI (pinned in npm_pin) once in prompt mode through the gateway
+    with TOK as its API key; returns (exit code, stdout, stderr). Non-loopback HTTP would go
+    to a dead loopback proxy; the settings turn usage statistics, telemetry and update
+    checks off, and select API-key auth (else a base URL makes it exit 41)."""
+    import npm_pin
+    modules = npm_pin.install(*npm_pin.GEMINI_CLI)
+    home = os.path.join(workdir, "home")
+    os.makedirs(os.path.join(home, ".gemini"), exist_ok=True)
+    os.makedirs(os.path.join(workdir, "tmp"), exist_ok=True)
+    os.makedirs(os.path.join(workdir, "repo"), exist_ok=True)
+    with open(os.path.join(home, ".gemini", "settings.json"), "w") as f:
+        json.dump({"security": {"auth": {"selectedType": "gemini-api-key"}},
+                   "privacy": {"usageStatisticsEnabled": False},
+                   "telemetry": {"enabled": False},
+                   "general": {"disableAutoUpdate": True, "disableUpdateNag": True}}, f)
+    env = {"PATH": os.environ["PATH"], "HOME": home, "GEMINI_CLI_HOME": home,
+           "TMPDIR": os.path.join(workdir, "tmp"), "TERM": "dumb", "LANG": "C.UTF-8",
+           "GOOGLE_GEMINI_BASE_URL": srv.url + "/api/v1/llm/gemini", "GEMINI_API_KEY": tok,
+           "HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9",
+           "NO_PROXY": "127.0.0.1,localhost"}
+    r = subprocess.run([os.path.join(modules, ".bin", "gemini"), "-p", "say hello",
+                        "--yolo", "--skip-trust", "-m", MODEL, "--output-format", "json"],
+                       cwd=os.path.join(workdir, "repo"), env=env, stdin=subprocess.DEVNULL,
+                       capture_output=True, text=True, timeout=120)
+    return r.returncode, r.stdout, r.stderr
+
+
+def test_gemini_cli_through_the_gateway():
+    with Gateway() as gw:
+        srv, fake = gw.srv, gw.fake
+        work = tempfile.mkdtemp(prefix="diverge-gemini-cli-")
+        try:
+            tok = start_task(srv, "gcli", budgetUSD="5.00")
+            fake.usage = {"input": 100, "output": 50, "cache_write": 0, "cache_read": 20,
+                          "thoughts": 7}
+            rc, out, err = run_gemini_cli(srv, tok, os.path.join(work, "ok"))
+            assert rc == 0, (rc, out, err)
+            res = json.loads(out)
+            assert res["response"].strip() == "hello", res
+            calls = [r for r in fake.requests if r["path"].startswith("/v1beta/models/")]
+            assert len(calls) >= 1, fake.requests
+            for r in calls:
+                assert r["path"] == "/v1beta/models/%s:streamGenerateContent?alt=sse" % MODEL
+                assert r["headers"]["x-goog-api-key"] == KEY and tok not in json.dumps(r)
+            # The CLI's own totals equal what the gateway charged, call for call.
+            tokens = res["stats"]["models"][MODEL]["tokens"]
+            n = len(calls)
+            assert tokens["prompt"] == 120 * n and tokens["cached"] == 20 * n, tokens
+            assert tokens["candidates"] == 50 * n and tokens["thoughts"] == 7 * n, tokens
+            t = task(srv, "gcli")
+            assert Decimal(t["status"]["costUSD"]) == usd(n * cost_micros(fake.usage)), t
+            assert t["status"]["tokensConsumed"] == tokens["total"] == 177 * n, (t, tokens)
+            # A budget that cannot pay for the CLI's first call (its body alone is tens of
+            # kilobytes): 402, and the CLI stops at once (its exit code is the status).
+            before = len(fake.requests)
+            tok = start_task(srv, "gcli-poor", budgetUSD="0.01")
+            rc, out, err = run_gemini_cli(srv, tok, os.path.join(work, "poor"))
+            assert rc == 402 & 0xff, (rc, out, err)
+            assert "budget exceeded" in out + err, (out, err)
+            assert len(fake.requests) == before, fake.requests[before:]
+            t = wait_phase(srv, "gcli-poor", "Paused")
+            assert t["status"]["reason"] == "BudgetExceeded", t["status"]
+            assert Decimal(t["status"].get("costUSD", "0")) == 0, t["status"]
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+
 if __name__ == "__main__":
     run_tests([test_gemini_exact_spend_both_methods, test_gemini_guidance_in_system_instruction,
                test_gemini_budget_402_and_pause, test_gemini_auth_and_models,
                test_gemini_hostile_paths_refused,
                test_gemini_upstream_errors_pass_through_uncharged,
                test_gemini_stream_cut_charges_the_reservation,
-               test_gemini_output_limit_counts_every_candidate])
+               test_gemini_output_limit_counts_every_candidate,
+               test_gemini_cli_through_the_gateway])
