@@ -62,6 +62,8 @@ bool http_admin_token_is(struct request *r, const char *token);
 const char *http_header(struct request *r, const char *key);
 /* How many request headers are named KEY (case-insensitive). */
 int http_header_count(struct request *r, const char *key);
+/* How many query arguments are named KEY (case-sensitive, as query keys are). */
+int http_query_count(struct request *r, const char *key);
 bool http_query_true(struct request *r, const char *key);
 /* Parses the request body as JSON; on failure sends 400 and returns NULL. */
 json_t *http_body_json(struct request *r, int *mhd_ret_out);
@@ -81,7 +83,10 @@ enum http_route_auth {
 
 struct http_route {
     const char *method;
-    const char *pattern; /* '*' matches one non-empty path segment */
+    /* '*' matches one non-empty path segment, or, when the pattern goes on within the
+     * segment (a '*' followed by ":generateContent"), its non-empty start up to the first
+     * occurrence of the byte that follows the '*' */
+    const char *pattern;
     http_route_fn handler;
     const char *name; /* for logs and metrics */
     enum http_route_auth auth;

@@ -212,6 +212,27 @@ int http_header_count(struct request *r, const char *key)
     return hc.n;
 }
 
+static enum MHD_Result count_query(void *cls, enum MHD_ValueKind kind, const char *key,
+                                   const char *value)
+{
+    struct header_count *hc = cls;
+
+    (void)kind;
+    (void)value;
+    if (strcmp(key, hc->key) == 0) {
+        hc->n++;
+    }
+    return MHD_YES;
+}
+
+int http_query_count(struct request *r, const char *key)
+{
+    struct header_count hc = {.key = key, .n = 0};
+
+    MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, count_query, &hc);
+    return hc.n;
+}
+
 const char *http_header(struct request *r, const char *key)
 {
     return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, key);

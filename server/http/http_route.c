@@ -31,8 +31,24 @@ const char *http_route_name(const struct server *srv, int route)
     return route >= 0 && route < http_route_count(srv) ? srv->routes->routes[route].name : "none";
 }
 
+/* The bytes a '*' of a pattern takes at U: up to the end of the segment, or, when the
+ * pattern goes on within the segment (P_NEXT is neither '/' nor the end, as in a '*'
+ * followed by ":generateContent"), up to the first P_NEXT in it (0: none there). */
+static size_t star_len(const char *u, char p_next)
+{
+    size_t seg = strcspn(u, "/");
+    const char *stop;
+
+    if (p_next == '\0' || p_next == '/') {
+        return seg;
+    }
+    stop = memchr(u, p_next, seg);
+    return stop != NULL ? (size_t)(stop - u) : 0;
+}
+
 /* Matches PATH against PATTERN; on success copies up to SERVER_ROUTE_PARAMS wildcard
- * segments into r->params (pointing into r->param_store). */
+ * segments (or the part of one up to what follows the '*') into r->params (pointing into
+ * r->param_store). */
 static bool match(struct request *r, const char *pattern, const char *path)
 {
     const char *p = pattern, *u = path;
@@ -41,8 +57,7 @@ static bool match(struct request *r, const char *pattern, const char *path)
 
     while (*p != '\0' && *u != '\0') {
         if (*p == '*') {
-            const char *end = strchr(u, '/');
-            size_t n = end != NULL ? (size_t)(end - u) : strlen(u);
+            size_t n = star_len(u, p[1]);
             if (n == 0 || np >= SERVER_ROUTE_PARAMS) {
                 return false;
             }

@@ -8,7 +8,8 @@ Answers the provider shapes the gateway forwards (SPEC §13):
     POST /v1beta/models/{model}:generateContent          Gemini
     POST /v1beta/models/{model}:streamGenerateContent    Gemini (SSE with alt=sse)
 
-with the usage configured in `usage` (input, output, cache_write, cache_read). Script the
+with the usage configured in `usage` (input, output, cache_write, cache_read; for Gemini
+also `thoughts`, reported apart from the candidates). Script the
 next answers with `script` (a list of dicts, taken in order, then the default):
     {"status": 500|529|429, "body": {...}}   an error, JSON as given
     {"cut_after": N}                        a stream cut after N events (no usage end)
@@ -122,6 +123,8 @@ class FakeLLM:
             return self._json(h, step["status"], step.get("body", {}))
         path = h.path.split("?")[0]
         model = (body or {}).get("model", "")
+        if path.startswith("/v1beta/models/"):
+            return self._gemini(h, path, body, raw, u, step)
         if path == "/v1/messages/count_tokens":
             return self._json(h, 200, {"input_tokens": 42})
         if path == "/v1/messages":
@@ -131,6 +134,78 @@ class FakeLLM:
         if path in ("/v1/responses", "/v1/chat/completions"):
             return self._openai(h, path, body or {}, raw, u, step)
         return self._json(h, 404, {"error": "no such path"})
+
+    # --- Gemini -----------------------------------------------------------------------
+
+    @staticmethod
+    def _gemini_max_output(body):
+        cfg = body.get("generationConfig") or body.get("generation_config") or {}
+        return cfg.get("maxOutputTokens") or cfg.get("max_output_tokens") or 0
+
+    def _gemini_usage(self, u):
+        """usageMetadata for U: the prompt counts the cached tokens; thoughts (the optional
+        `thoughts` of `usage`) are apart from the candidates."""
+        meta = {"promptTokenCount": u["input"] + u["cache_read"],
+                "candidatesTokenCount": u["output"],
+                "totalTokenCount": u["input"] + u["cache_read"] + u["output"] +
+                u.get("thoughts", 0)}
+        if u["cache_read"]:
+            meta["cachedContentTokenCount"] = u["cache_read"]
+        if u.get("thoughts"):
+            meta["thoughtsTokenCount"] = u["thoughts"]
+        return meta
+
+    def _gemini_chunks(self, model, u):
+        """A streamGenerateContent answer as the live API sends it: every chunk carries the
+        usage so far (the first only the prompt's), the last one the totals and the
+        finishReason."""
+        prompt = u["input"] + u["cache_read"]
+        partial = {"promptTokenCount": prompt, "totalTokenCount": prompt}
+
+        def chunk(text, meta, finish=None):
+            cand = {"content": {"role": "model", "parts": [{"text": text}]}, "index": 0}
+            if finish:
+                cand["finishReason"] = finish
+            return {"candidates": [cand], "usageMetadata": meta, "modelVersion": model,
+                    "responseId": "resp_fake"}
+
+        return [chunk("hel", partial), chunk("l", dict(partial)),
+                chunk("o", self._gemini_usage(u), "STOP")]
+
+    def _gemini(self, h, path, body, raw, u, step):
+        """POST /v1beta/models/{model}:generateContent | :streamGenerateContent?alt=sse."""
+        model, _, method = path[len("/v1beta/models/"):].partition(":")
+        if self.worst_case and body is not None:
+            u = {"input": len(raw), "output": self._gemini_max_output(body), "cache_write": 0,
+                 "cache_read": 0}
+        if method == "generateContent":
+            chunks = self._gemini_chunks(model, u)
+            whole = dict(chunks[-1])
+            whole["candidates"] = [dict(whole["candidates"][0],
+                                        content={"role": "model", "parts": [{"text": "hello"}]})]
+            return self._json(h, 200, whole)
+        if method == "streamGenerateContent" and "alt=sse" in h.path:
+            return self._gemini_sse(h, self._gemini_chunks(model, u), step.get("cut_after"))
+        return self._json(h, 404, {"error": {"code": 404, "message": "no such method",
+                                             "status": "NOT_FOUND"}})
+
+    def _gemini_sse(self, h, chunks, cut_after=None):
+        """Gemini's SSE: data lines only, and the stream just ends (no [DONE])."""
+        h.send_response(200)
+        h.send_header("Content-Type", "text/event-stream")
+        h.send_header("Transfer-Encoding", "chunked")
+        h.end_headers()
+        for i, data in enumerate(chunks):
+            if cut_after is not None and i >= cut_after:
+                h.wfile.flush()
+                h.close_connection = True
+                h.connection.shutdown(2)  # abruptly: the final usage never comes
+                return
+            chunk = ("data: %s\r\n\r\n" % json.dumps(data)).encode()
+            h.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            h.wfile.flush()
+        h.wfile.write(b"0\r\n\r\n")
+        h.wfile.flush()
 
     def _json(self, h, status, obj):
         data = json.dumps(obj).encode()

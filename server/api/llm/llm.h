@@ -33,5 +33,7 @@ int api_llm_anthropic_hello(struct request *r);
 int api_llm_openai_responses(struct request *r);
 int api_llm_openai_chat(struct request *r);
 int api_llm_openai_models(struct request *r);
+int api_llm_gemini_generate(struct request *r);
+int api_llm_gemini_stream(struct request *r);
 
 #endif

@@ -81,11 +81,13 @@ static bool openai_usage(struct llm_usage *u, const json_t *usage, const char *i
     return true;
 }
 
+/* Gemini usageMetadata: promptTokenCount is required (every answer has one); the others
+ * are absent when zero (no cache, no candidates, no thinking). */
 static bool gemini_usage(struct llm_usage *u, const json_t *meta)
 {
     int64_t prompt = 0, cached = 0, cand = 0, thoughts = 0;
 
-    if (!json_is_object(meta) || !count_opt(&prompt, meta, "promptTokenCount") ||
+    if (!json_is_object(meta) || !count_of(&prompt, meta, "promptTokenCount") ||
         !count_opt(&cached, meta, "cachedContentTokenCount") ||
         !count_opt(&cand, meta, "candidatesTokenCount") ||
         !count_opt(&thoughts, meta, "thoughtsTokenCount")) {
@@ -176,6 +178,35 @@ static void anthropic_event(struct llm_sse *s, const json_t *ev)
     s->u.complete = s->saw_start && s->saw_delta;
 }
 
+/* Whether a Gemini chunk EV is the last of its answer: a candidate has its finishReason,
+ * or the prompt was blocked (no candidates then). */
+static bool gemini_final(const json_t *ev)
+{
+    const json_t *cands = json_object_get(ev, "candidates");
+    const char *why;
+
+    for (size_t i = 0; i < json_array_size(cands); i++) {
+        why = json_string_value(json_object_get(json_array_get(cands, i), "finishReason"));
+        if (why != NULL && *why != '\0') {
+            return true;
+        }
+    }
+    return json_object_get(json_object_get(ev, "promptFeedback"), "blockReason") != NULL;
+}
+
+/* Every chunk carries the usage so far (the first one only the prompt's): the last one
+ * wins, and the usage is complete only when it came with the final chunk. */
+static void gemini_event(struct llm_sse *s, const json_t *ev)
+{
+    struct llm_usage u;
+
+    memset(&u, 0, sizeof(u));
+    if (gemini_usage(&u, json_object_get(ev, "usageMetadata"))) {
+        s->u = u;
+        s->u.complete = gemini_final(ev);
+    }
+}
+
 void llm_sse_event(struct llm_sse *s, const char *text, size_t len)
 {
     json_t *ev;
@@ -216,10 +247,7 @@ void llm_sse_event(struct llm_sse *s, const char *text, size_t len)
         }
         break;
     case LLM_DIALECT_GEMINI:
-        if (gemini_usage(&u, json_object_get(ev, "usageMetadata"))) {
-            s->u = u;
-            s->u.complete = true; /* the last one wins */
-        }
+        gemini_event(s, ev);
         break;
     }
     json_decref(ev);
