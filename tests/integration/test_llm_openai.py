@@ -281,6 +281,14 @@ def test_models_auth_and_refusals():
                 assert st == 401 and b["error"]["code"] == "invalid_api_key", (hdrs, st, b)
             st, _, raw = post(srv, path, b"not json", bearer(tok))
             assert st == 400 and json.loads(raw)["error"]["type"] == "invalid_request_error"
+        # State kept upstream under the server's key (shared by every task) is not reachable
+        # through the gateway, and its input would not be bounded by the body.
+        for field, value in (("previous_response_id", "resp_other_task"),
+                             ("conversation", "conv_1"), ("prompt", {"id": "pmpt_1"})):
+            st, _, raw = post(srv, RESP, resp_body(**{field: value}), bearer(tok))
+            b = json.loads(raw)
+            assert st == 400 and b["error"]["type"] == "invalid_request_error", (field, st, b)
+            assert "previous_response_id" in b["error"]["message"], b
         assert fake.requests == [], fake.requests
         # The model list: the table's rows this task may call, named without the glob's
         # trailing '*'.

@@ -89,6 +89,8 @@ struct llm_route {
     bool metered; /* false: forwarded without a charge (count_tokens) */
     /* The task token R presents, or NULL when none or ambiguous. */
     const char *(*token_of)(struct request *r);
+    /* Why BODY is refused (400) though well formed, or NULL (the hook may be NULL). */
+    const char *(*refuse)(const json_t *body);
     /* The model the call names (BODY, or the path for Gemini), or NULL. */
     const char *(*model_of)(struct request *r, const json_t *body);
     /* Whether the client asked for a stream. */

@@ -73,6 +73,23 @@ static void responses_add_guidance(json_t *body, const char *text)
     /* Anything else is not a Responses request: the upstream refuses it as it is. */
 }
 
+/* A Responses request that points at state kept upstream: its input is not bounded by the
+ * body (the budget could not hold) and, since every task shares the server's key, it
+ * could read another task's stored conversation. */
+static const char *responses_refuse(const json_t *body)
+{
+    static const char *const fields[] = {"previous_response_id", "conversation", "prompt"};
+
+    for (size_t i = 0; i < ARRAY_LEN(fields); i++) {
+        const json_t *v = json_object_get(body, fields[i]);
+        if (v != NULL && !json_is_null(v)) {
+            return "diverge: previous_response_id, conversation and prompt are not served "
+                   "through the gateway: send the whole input (as with store: false)";
+        }
+    }
+    return NULL;
+}
+
 static void finish(struct llm_call *c, struct request *r, const char *path)
 {
     c->key_header = xasprintf("Authorization: Bearer %s", c->gw->key[LLM_OPENAI]);
@@ -175,6 +192,7 @@ static const struct llm_route g_responses = {
     .output_of = responses_output_of,
     .set_output = responses_set_output,
     .add_guidance = responses_add_guidance,
+    .refuse = responses_refuse,
     .finish = finish_responses,
 };
 

@@ -139,7 +139,7 @@ static struct llm_call *new_call(struct request *r, const struct llm_route *rt, 
 
 int llm_route_call(struct request *r, const struct llm_route *rt)
 {
-    const char *token = rt->token_of(r), *model;
+    const char *token = rt->token_of(r), *model, *why;
     struct llm_call *c;
     json_t *body;
     int ret = 0;
@@ -154,6 +154,10 @@ int llm_route_call(struct request *r, const struct llm_route *rt)
         json_decref(body);
         return llm_send_error(r, rt->provider, LLM_ERR_INVALID,
                               "diverge: the body must be a JSON object and name a model");
+    }
+    if (rt->refuse != NULL && (why = rt->refuse(body)) != NULL) {
+        json_decref(body);
+        return llm_send_error(r, rt->provider, LLM_ERR_INVALID, why);
     }
     c = new_call(r, rt, token, model, &ret);
     if (c == NULL) {
