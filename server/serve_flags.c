@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The flags of `diverge serve` (SPEC §2): one table of flag, environment variable, default
  * and help; flags win over the environment; --help prints the table. */
+#define _GNU_SOURCE
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
