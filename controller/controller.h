@@ -52,6 +52,7 @@ struct controller_config {
     const char *agent_cmd;         /* DIVERGE_AGENT_CMD (may be NULL) */
     const char *verify_cmd;        /* DIVERGE_VERIFY_CMD (may be NULL) */
     const char *sandbox_user;      /* local provider: host user; NULL: SPEC §2 default */
+    const char *sandbox_tools;     /* local, process: read-only tools folder (bin/ on PATH) */
     int64_t sandbox_memory;        /* bytes, 0: none */
     int64_t sandbox_pids;          /* 0: none */
     int64_t sandbox_cpus_milli;    /* 1000 = one CPU, 0: none */

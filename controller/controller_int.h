@@ -33,6 +33,7 @@ struct controller {
     char *meter_socket;                            /* owned: the server's unix socket, or NULL */
     struct controller_meter_sockets meter_sockets; /* per-task sockets (open NULL: none) */
     char *agent_cmd, *verify_cmd;                  /* owned, may be NULL */
+    char *sandbox_tools;                           /* owned: --sandbox-tools, or NULL */
     size_t log_cap;                                /* task log cap */
     char *preview_base;                            /* owned, or NULL: no linked previews */
     char *github_api_url;                          /* owned, or NULL */

@@ -101,7 +101,9 @@ static size_t build_env(char **env, struct controller *c, const struct reconcile
     const char *state = inside ? SANDBOX_IN_STATE : p->state;
     size_t n = 0;
 
-    env[n++] = xstrdup("PATH=/usr/local/bin:/usr/bin:/bin");
+    env[n++] = c->sandbox_tools != NULL
+                   ? xasprintf("PATH=%s/bin:/usr/local/bin:/usr/bin:/bin", c->sandbox_tools)
+                   : xstrdup("PATH=/usr/local/bin:/usr/bin:/bin");
     env[n++] = xasprintf("HOME=%s", state);
     env[n++] = xstrdup("LANG=C.UTF-8");
     env[n++] = xasprintf("DIVERGE_METER_URL=%s", c->meter_url != NULL ? c->meter_url : "");

@@ -124,6 +124,7 @@ static void controller_destroy(struct controller *c)
     free(c->meter_socket);
     free(c->runner_path);
     free(c->agent_cmd);
+    free(c->sandbox_tools);
     free(c->verify_cmd);
     free(c->problem);
     if (c->kube_owned) {
@@ -167,6 +168,7 @@ int controller_new(struct controller **out, struct task_store *store,
     c->meter_url = cfg->meter_url != NULL ? xstrdup(cfg->meter_url) : NULL;
     c->agent_cmd = cfg->agent_cmd != NULL ? xstrdup(cfg->agent_cmd) : NULL;
     c->verify_cmd = cfg->verify_cmd != NULL ? xstrdup(cfg->verify_cmd) : NULL;
+    c->sandbox_tools = cfg->sandbox_tools != NULL ? xstrdup(cfg->sandbox_tools) : NULL;
     c->log_cap = cfg->log_cap;
     c->sandbox_disk = cfg->sandbox_disk;
     c->disk_reserve = cfg->data_dir_reserve;

@@ -152,6 +152,7 @@ static int open_provider(struct controller *c, const struct controller_config *c
     }
     if (strcmp(c->provider, "local") == 0) {
         struct sandbox_local_opts o = {.user = cfg->sandbox_user,
+                                       .tools = cfg->sandbox_tools,
                                        .memory_bytes = cfg->sandbox_memory,
                                        .pids = cfg->sandbox_pids,
                                        .cpus_milli = cfg->sandbox_cpus_milli,

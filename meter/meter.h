@@ -143,8 +143,10 @@ int meter_gate_settle(struct meter_decision *out, struct meter_service *m, const
                       int64_t cost_micros, bool guidance_sent);
 
 /* Pauses TOKEN's task BudgetExceeded and revokes its token, exactly as a meter 429 does,
- * adding nothing (REQUEST_ID is remembered like a charge's). Returns 429 when it paused,
- * 401 when the token no longer holds (already paused), 503. Thread-safe. */
-int meter_gate_exhausted(struct meter_service *m, const char *token, const char *request_id);
+ * adding nothing (REQUEST_ID is remembered like a charge's). MODEL is the refused call's:
+ * a task restricted to some models checks it as a meter call's. Returns 429 when it
+ * paused, 401 when the token no longer holds (already paused), 403, 503. Thread-safe. */
+int meter_gate_exhausted(struct meter_service *m, const char *token, const char *request_id,
+                         const char *model);
 
 #endif

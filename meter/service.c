@@ -744,7 +744,8 @@ int meter_gate_settle(struct meter_decision *out, struct meter_service *m, const
     return status;
 }
 
-int meter_gate_exhausted(struct meter_service *m, const char *token, const char *request_id)
+int meter_gate_exhausted(struct meter_service *m, const char *token, const char *request_id,
+                         const char *model)
 {
-    return run_gate_job(NULL, m, METER_JOB_EXHAUSTED, token, request_id, NULL, 0, 0, false);
+    return run_gate_job(NULL, m, METER_JOB_EXHAUSTED, token, request_id, model, 0, 0, false);
 }

@@ -230,6 +230,7 @@ static inline void sandbox_provider_free(struct sandbox_provider *p)
 /* Options of the local (bubblewrap) provider. */
 struct sandbox_local_opts {
     const char *user;        /* host user the sandbox runs as; NULL: see SPEC §2 */
+    const char *tools;       /* host folder bound read-only at the same path, or NULL */
     int64_t memory_bytes;    /* 0: no limit */
     int64_t pids;            /* 0: no limit */
     int64_t cpus_milli;      /* 1000 = one CPU; 0: no limit */

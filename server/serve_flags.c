@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The flags of `diverge serve` (SPEC §2): one table of flag, environment variable, default
  * and help; flags win over the environment; --help prints the table. */
+#define _GNU_SOURCE
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "egress/egress.h"
 #include "server/serve_int.h"
@@ -62,6 +64,9 @@ static const struct flag g_flags[] = {
      "agent-sandbox: the SandboxWarmPool every task's SandboxClaim names"},
     {"--sandbox-user", "DIVERGE_SANDBOX_USER", NULL, CFG(sandbox_user),
      "host user local sandboxes run as (default diverge-sandbox as root, else your own)"},
+    {"--sandbox-tools", "DIVERGE_SANDBOX_TOOLS", NULL, CFG(sandbox_tools),
+     "local and process sandboxes: a host folder of agent tools (e.g. an npm --prefix with "
+     "node and agent CLIs), bound read-only at the same path; its bin/ comes first on PATH"},
     {"--sandbox-memory", "DIVERGE_SANDBOX_MEMORY", "2G", CFG(sandbox_memory),
      "memory limit per sandbox (K, M, G suffixes; 0: none)"},
     {"--sandbox-pids", "DIVERGE_SANDBOX_PIDS", "512", CFG(sandbox_pids),
@@ -200,6 +205,57 @@ static int check_network(const struct server_config *cfg)
     return 0;
 }
 
+/* True when A is B or lies inside it (both absolute, without dot segments). */
+static bool inside(const char *a, const char *b)
+{
+    size_t n = strlen(b);
+
+    return strncmp(a, b, n) == 0 && (a[n] == '\0' || a[n] == '/' || (n > 0 && b[n - 1] == '/'));
+}
+
+/* --sandbox-tools: an absolute path of a folder that neither holds nor lies inside the data
+ * dir (the sandbox would see the root key); 0, or 2 after saying what is wrong. */
+static int check_tools(struct server_config *cfg)
+{
+    struct stat st;
+    char *real, *data;
+    bool bad;
+
+    if (cfg->sandbox_tools == NULL) {
+        return 0;
+    }
+    if (cfg->sandbox_tools[0] != '/' || stat(cfg->sandbox_tools, &st) != 0 ||
+        !S_ISDIR(st.st_mode) || (real = realpath(cfg->sandbox_tools, NULL)) == NULL) {
+        fprintf(stderr,
+                "diverge: serve: --sandbox-tools / DIVERGE_SANDBOX_TOOLS: %s is not the "
+                "absolute path of a folder\n",
+                cfg->sandbox_tools);
+        return 2;
+    }
+    data = realpath(cfg->data_dir, NULL);
+    bad = data != NULL && (inside(real, data) || inside(data, real));
+    free(data);
+    if (bad) {
+        fprintf(stderr,
+                "diverge: serve: --sandbox-tools / DIVERGE_SANDBOX_TOOLS: %s holds or "
+                "lies inside the data dir\n",
+                real);
+        free(real);
+        return 2;
+    }
+    free(cfg->sandbox_tools);
+    cfg->sandbox_tools = real;
+    return 0;
+}
+
+/* The flags' values that need more than a parse: 0, or 2 after saying what is wrong. */
+static int check_values(struct server_config *cfg)
+{
+    int rc = check_network(cfg);
+
+    return rc != 0 ? rc : check_tools(cfg);
+}
+
 /* Stores VAL into F's field: replaces it, or for a repeatable flag seen before on the
  * command line, appends it after a comma. */
 static void set_value(struct server_config *cfg, const struct flag *f, const char *val, bool seen)
@@ -257,5 +313,5 @@ int serve_parse_flags(struct server_config *cfg, int argc, char **argv)
         set_value(cfg, &g_flags[i], val, seen[i]);
         seen[i] = true;
     }
-    return check_network(cfg);
+    return check_values(cfg);
 }

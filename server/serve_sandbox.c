@@ -215,6 +215,7 @@ int serve_controller_make(struct controller **out, struct server *srv, struct er
         .agent_cmd = srv->cfg.agent_cmd,
         .verify_cmd = srv->cfg.verify_cmd,
         .sandbox_user = srv->cfg.sandbox_user,
+        .sandbox_tools = srv->cfg.sandbox_tools,
         .sandbox_memory = srv->sandbox_memory,
         .sandbox_pids = srv->sandbox_pids,
         .sandbox_cpus_milli = srv->sandbox_cpus_milli,

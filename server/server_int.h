@@ -68,6 +68,7 @@ struct server_config {
     char *notifier_min_interval; /* seconds between spend-only sticky edits */
     char *sandbox_user;          /* local sandboxes' host user; NULL: SPEC §2 default */
     char *sandbox_network;       /* none | proxy (SPEC §9 "Network") */
+    char *sandbox_tools;         /* host folder bound read-only into sandboxes, or NULL */
     char *sandbox_allow_hosts;   /* egress rules, comma-joined (--sandbox-allow-host) */
     char *sandbox_memory, *sandbox_pids, *sandbox_cpus; /* per-sandbox limits */
     char *git_push_max;                                 /* receive-pack body cap ("64M") */

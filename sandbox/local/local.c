@@ -240,7 +240,7 @@ static int bind_fd(struct argv_b *a, struct child_plan *pl, int *fds, size_t *nf
 
 /* Binds every host path of S into the sandbox by descriptor (optional ones when set). */
 static int bind_spec(struct argv_b *a, struct child_plan *pl, int *fds, size_t *nfds,
-                     const struct sandbox_spec *s, struct err *err)
+                     const struct sandbox_spec *s, const char *tools, struct err *err)
 {
     const struct {
         const char *opt;  /* bwrap option */
@@ -256,6 +256,7 @@ static int bind_spec(struct argv_b *a, struct child_plan *pl, int *fds, size_t *
         {"--ro-bind-fd", s->sock_dir, SANDBOX_IN_SOCK_DIR, true},
         {"--ro-bind-fd", s->egress != NULL ? s->egress->dir : NULL, SANDBOX_IN_EGRESS_DIR, true},
         {"--ro-bind-fd", s->runner_path, SANDBOX_IN_RUNNER, false},
+        {"--ro-bind-fd", tools, tools, true},
     };
 
     for (size_t i = 0; i < ARRAY_LEN(binds); i++) {
@@ -293,7 +294,7 @@ static int local_spawn(pid_t *pid_out, const struct sandbox_spec *s, int out_fd,
     plan_init(&pl, lp);
     pl.out_fd = out_fd;
     base_args(&a, lp, true);
-    rc = bind_spec(&a, &pl, fds, &nfds, s, err);
+    rc = bind_spec(&a, &pl, fds, &nfds, s, lp->tools, err);
     if (rc == E_OK) {
         rc = local_seccomp_fd(&seccomp_fd, err);
     }
@@ -378,6 +379,7 @@ static void local_free(struct sandbox_provider *p)
     sbx_set_cleanup(&lp->set);
     free(lp->problem);
     free(lp->bwrap);
+    free(lp->tools);
     local_cgroup_cleanup(lp);
     free(lp);
 }
@@ -394,8 +396,9 @@ static const struct sandbox_provider_ops local_ops = {
     .free = local_free,
 };
 
-/* Runs bwrap once with the sandbox's namespaces; E_OK when it works here. */
-static int probe_bwrap(struct local_provider *lp, struct err *err)
+/* Runs bwrap once with the sandbox's namespaces (and TOOLS bound, when not NULL); E_OK
+ * when it works here. */
+static int probe_bwrap(struct local_provider *lp, const char *tools, struct err *err)
 {
     struct child_plan pl;
     struct argv_b a = {.n = 0};
@@ -407,6 +410,11 @@ static int probe_bwrap(struct local_provider *lp, struct err *err)
     plan_init(&pl, lp);
     pl.out_fd = devnull;
     base_args(&a, lp, false); /* the probe has no workspace to change to */
+    if (tools != NULL) {
+        arg(&a, "--ro-bind");
+        arg(&a, tools);
+        arg(&a, tools);
+    }
     arg(&a, "--");
     arg(&a, "/usr/bin/true");
     pl.argv = a.v;
@@ -415,7 +423,12 @@ static int probe_bwrap(struct local_provider *lp, struct err *err)
     if (rc == E_OK) {
         while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
         }
-        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        if ((!WIFEXITED(status) || WEXITSTATUS(status) != 0) && tools != NULL) {
+            rc = err_set(err, E_FAIL,
+                         "--sandbox-tools %s: the sandbox user (uid %u) cannot reach it: "
+                         "every folder on its path must be searchable by that user",
+                         tools, (unsigned)lp->uid);
+        } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
             rc = err_set(err, E_FAIL,
                          "bubblewrap cannot create the sandbox's namespaces here "
                          "(exit %d): enable unprivileged user namespaces "
@@ -444,11 +457,13 @@ int sandbox_local_new(struct sandbox_provider **out, const struct sandbox_local_
     lp->base.on_exit_userdata = o->on_exit_userdata;
     sbx_set_init(&lp->set, &lp->base, o->state_dir, &local_hooks, lp);
     lp->bwrap = xstrdup(access("/usr/bin/bwrap", X_OK) == 0 ? "/usr/bin/bwrap" : "bwrap");
+    lp->tools = o->tools != NULL ? xstrdup(o->tools) : NULL;
     if (access(lp->bwrap, X_OK) != 0) {
         lp->problem = xstrdup("bubblewrap is not installed: install it (apt-get install "
                               "bubblewrap) or run with --sandbox-provider process (no "
                               "isolation, development only)");
-    } else if (local_user(lp, o->user, &perr) != E_OK || probe_bwrap(lp, &perr) != E_OK) {
+    } else if (local_user(lp, o->user, &perr) != E_OK || probe_bwrap(lp, NULL, &perr) != E_OK ||
+               (lp->tools != NULL && probe_bwrap(lp, lp->tools, &perr) != E_OK)) {
         lp->problem = xstrdup(perr.msg);
     }
     if (lp->problem == NULL) {

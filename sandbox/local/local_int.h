@@ -15,6 +15,7 @@ struct local_provider {
     struct sbx_set set;
     char *bwrap;   /* owned: the bubblewrap binary */
     char *problem; /* owned: why sandboxes cannot run, or NULL */
+    char *tools;   /* owned: host folder bound read-only at the same path, or NULL */
     bool drop;     /* the server is root: switch to uid/gid in the child */
     uid_t uid;
     gid_t gid;

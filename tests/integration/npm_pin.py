@@ -35,8 +35,11 @@ DOCKERFILE_UTILS = ("dockerfile-utils", "0.16.3")
 OPENAI_SDK = ("openai", "6.49.0")  # the newest that runs on Node 20 (7.x requires Node 22)
 CODEX = ("@openai/codex", "0.171.0")  # 424 MiB: the native binary is an optional dependency
 GEMINI_CLI = ("@google/gemini-cli", "0.61.0")  # a pure JS bundle; node >= 20
+# Its native binary comes in the optional dependency @anthropic-ai/claude-code-linux-x64;
+# the postinstall that links it over bin/claude.exe does not run here (scripts off).
+CLAUDE_CODE = ("@anthropic-ai/claude-code", "2.1.332")
 NPM = [MACAROON, OCTOKIT_EXAMPLES, PUPPETEER, MCP_SDK, TYPESCRIPT, KUBECTL_LAYER,
-       DOCKERFILE_UTILS, OPENAI_SDK, CODEX, GEMINI_CLI]
+       DOCKERFILE_UTILS, OPENAI_SDK, CODEX, GEMINI_CLI, CLAUDE_CODE]
 # Packages that must resolve one another live in one prefix.
 NPM_GROUPS = {
     # The newest releases that still run on Node 20 (later ones require Node 22).

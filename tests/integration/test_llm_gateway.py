@@ -289,6 +289,21 @@ def test_budget_lowers_max_tokens_then_402_and_pause():
         assert "refused: budget exceeded, task paused" in read_log(srv, "poor")
 
 
+def test_budget_pause_of_a_task_with_capabilities():
+    # The pause of a refused call checks the call's model against spec.capabilities as a
+    # meter call does (it was checked without one: Forbidden, so the task stayed Active).
+    with Gateway() as gw:
+        srv = gw.srv
+        tok = start_task(srv, "capspoor", budgetUSD="0.01", capabilities=["claude-sonnet-4*"])
+        st, _, raw = post(srv, MSG, msg_body(system="x" * 4000), {"x-api-key": tok})
+        assert st == 402 and json.loads(raw)["error"]["message"].startswith(
+            "diverge: budget exceeded"), (st, raw)
+        t = wait_phase(srv, "capspoor", "Paused")
+        assert t["status"]["reason"] == "BudgetExceeded", t["status"]
+        assert "refused: budget exceeded, task paused" in read_log(srv, "capspoor")
+        assert gw.fake.requests == []
+
+
 def test_concurrent_calls_never_pass_the_budget():
     with Gateway() as gw:
         srv, fake = gw.srv, gw.fake
@@ -406,5 +421,6 @@ if __name__ == "__main__":
     run_tests([test_exact_spend_streaming_and_not, test_upstream_errors_pass_through_uncharged,
                test_stream_cut_charges_the_reservation, test_auth_and_models,
                test_no_key_configured_is_503, test_budget_lowers_max_tokens_then_402_and_pause,
+               test_budget_pause_of_a_task_with_capabilities,
                test_concurrent_calls_never_pass_the_budget, test_key_never_leaves_the_server,
                test_guidance_reaches_the_system_prompt, test_flags_and_key_files])

@@ -311,6 +311,58 @@ def test_unprivileged_server_pauses_by_sigstop():
         shutil.rmtree(top, ignore_errors=True)
 
 
+def test_sandbox_tools_folder():
+    """--sandbox-tools: a host folder seen read-only at its own path, its bin/ first on
+    PATH; refused at start when not a folder or when it holds the data dir; a folder the
+    sandbox user cannot reach makes sandboxes unavailable, saying why."""
+    from harness import DIVERGE_BIN
+    top = tempfile.mkdtemp(prefix="diverge-tools-")
+    os.chmod(top, 0o755)
+    tools = os.path.join(top, "tools")
+    os.makedirs(os.path.join(tools, "bin"))
+    with open(os.path.join(tools, "bin", "hello-tool"), "w") as f:
+        f.write("#!/bin/sh\necho hello from the tools folder\n")
+    os.chmod(os.path.join(tools, "bin", "hello-tool"), 0o755)
+    data = tempfile.mkdtemp(prefix="diverge-test-")
+    try:
+        for bad, why in (("tools", "is not the absolute path of a folder"),
+                         (os.path.join(top, "none"), "is not the absolute path of a folder"),
+                         (data, "holds or lies inside the data dir")):
+            r = subprocess.run([DIVERGE_BIN, "serve", "--data-dir", data, "--sandbox-tools", bad],
+                               capture_output=True, text=True, timeout=30)
+            assert r.returncode == 2 and why in r.stderr, (bad, r.returncode, r.stderr)
+        repo = bare_repo()
+        os.chmod(os.path.dirname(repo), 0o755)
+        cmd = ("hello-tool; echo path=$PATH; if touch %s/new 2>/dev/null; then "
+               "echo tools=writable; else echo tools=readonly; fi" % tools)
+        srv = Server(args=["--sandbox-provider", "local", "--agent-cmd", cmd,
+                           "--sandbox-tools", tools],
+                     env={"DIVERGE_RUNNER_PATH": FAKE_RUNNER}, data_dir=data)
+        with srv:
+            create(srv, task("tools", "file://" + repo))
+            body = wait_phase(srv, "tools", ("Completed", "Failed"), timeout=60)
+            log = task_log(srv, "tools")
+            assert body["status"]["phase"] == "Completed", (body["status"], log)
+            assert "hello from the tools folder" in log, log
+            assert "path=%s/bin:/usr/local/bin:/usr/bin:/bin" % tools in log, log
+            assert "tools=readonly" in log and not os.path.exists(os.path.join(tools, "new"))
+        if os.geteuid() == 0:
+            # Root's 0700 folders are not the sandbox user's to reach.
+            hidden = tempfile.mkdtemp(prefix="diverge-hidden-")
+            os.makedirs(os.path.join(hidden, "tools"))
+            try:
+                with Server(args=["--sandbox-provider", "local", "--sandbox-tools",
+                                  os.path.join(hidden, "tools")]) as srv:
+                    _, _, body = srv.request("GET", "/readyz", auth=False)
+                    assert "cannot reach it" in body["sandbox"], body
+                    assert "--sandbox-tools" in srv.stderr(), srv.stderr()
+            finally:
+                shutil.rmtree(hidden, ignore_errors=True)
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+        shutil.rmtree(data, ignore_errors=True)
+
+
 if __name__ == "__main__":
     why = usable()
     if why:
@@ -318,4 +370,5 @@ if __name__ == "__main__":
         sys.exit(0)
     run_tests([test_isolation_from_inside, test_pause_freezes_setsid_and_fork_bomb,
                test_restart_after_kill9, test_hostile_staging_repo_runs_nothing_on_the_host,
-               test_unprivileged_server_pauses_by_sigstop, test_frozen_sandbox_swept_after_kill9])
+               test_unprivileged_server_pauses_by_sigstop, test_frozen_sandbox_swept_after_kill9,
+               test_sandbox_tools_folder])

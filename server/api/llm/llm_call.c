@@ -221,7 +221,7 @@ void llm_call_pause(struct llm_call *c)
     int st;
 
     llm_call_new_request_id(id, c->provider);
-    st = meter_gate_exhausted(c->srv->meter, c->token, id);
+    st = meter_gate_exhausted(c->srv->meter, c->token, id, c->model);
     if (st == 429 && c->ns != NULL) {
         char *path = sandbox_log_path(c->srv->cfg.data_dir, c->ns, c->name);
         sandbox_log_event(path, "llm %s %s refused: budget exceeded, task paused",
