@@ -11,9 +11,11 @@ Answers the provider shapes the gateway forwards (SPEC §13):
 with the usage configured in `usage` (input, output, cache_write, cache_read). Script the
 next answers with `script` (a list of dicts, taken in order, then the default):
     {"status": 500|529|429, "body": {...}}   an error, JSON as given
+        (optional "headers": {name: value} sent with it, e.g. retry-after)
     {"cut_after": N}                        a stream cut after N events (no usage end)
     {"delay_event": threading.Event}        the answer waits until the event is set
-Every request is recorded in `requests` (method, path, headers lower-cased, JSON body)
+Every request is recorded in `requests` (method, path, headers lower-cased, JSON body,
+raw_len: the body's byte count)
 so tests can assert which key reached the upstream and what the system prompt said.
 
     fake = FakeLLM(); fake.start(); url = fake.url; ...; fake.stop()
@@ -107,7 +109,7 @@ class FakeLLM:
         with self.lock:
             self.requests.append({"method": "POST", "path": h.path,
                                   "headers": {k.lower(): v for k, v in h.headers.items()},
-                                  "body": body})
+                                  "body": body, "raw_len": len(raw)})
         step = self.next_step()
         with self.lock:
             u = dict(self.usage)
@@ -117,7 +119,7 @@ class FakeLLM:
         if step.get("delay_event") is not None:
             step["delay_event"].wait(30)
         if "status" in step:
-            return self._json(h, step["status"], step.get("body", {}))
+            return self._json(h, step["status"], step.get("body", {}), step.get("headers"))
         path = h.path.split("?")[0]
         model = (body or {}).get("model", "")
         if path == "/v1/messages/count_tokens":
@@ -128,12 +130,14 @@ class FakeLLM:
             return self._json(h, 200, self._anthropic_body(model, u))
         return self._json(h, 404, {"error": "no such path"})
 
-    def _json(self, h, status, obj):
+    def _json(self, h, status, obj, headers=None):
         data = json.dumps(obj).encode()
         h.send_response(status)
         h.send_header("Content-Type", "application/json")
         h.send_header("Content-Length", str(len(data)))
         h.send_header("request-id", "req_fake")
+        for name, value in (headers or {}).items():
+            h.send_header(name, value)
         h.end_headers()
         h.wfile.write(data)
 

