@@ -37,7 +37,9 @@
 /* Connections in all, refused ones still closing included; libmicrohttpd's own limit is
  * above it, so that the listener never stops accepting. */
 #define SERVER_CONN_HARD_MAX (SERVER_CONN_MAX + SERVER_RESERVE_CONN_MAX + 128)
-#define SERVER_IDLE_TIMEOUT_S 120 /* libmicrohttpd's idle timeout */
+/* libmicrohttpd's idle timeout on the TCP listener; DIVERGE_IDLE_TIMEOUT_S (seconds)
+ * overrides it (undocumented: for tests). */
+#define SERVER_IDLE_TIMEOUT_S 120
 /* Descriptors the server wants (RLIMIT_NOFILE): a streamed LLM call holds four (the
  * client's connection, the upstream's, libcurl's wake-up pair), so every connection may
  * be one, plus the store, logs and task sockets. The soft limit is raised towards it at

@@ -14,6 +14,8 @@ next answers with `script` (a list of dicts, taken in order, then the default):
         (optional "headers": {name: value} sent with it, e.g. retry-after)
     {"cut_after": N}                        a stream cut after N events (no usage end)
     {"delay_event": threading.Event}        the answer waits until the event is set
+    {"pause_after": N, "resume": threading.Event}   a stream sends N events, sets
+        "paused" (a threading.Event, when given), then waits until "resume" is set
 Every request is recorded in `requests` (method, path, headers lower-cased, JSON body,
 raw_len: the body's byte count)
 so tests can assert which key reached the upstream and what the system prompt said.
@@ -111,6 +113,7 @@ class FakeLLM:
                                   "headers": {k.lower(): v for k, v in h.headers.items()},
                                   "body": body, "raw_len": len(raw)})
         step = self.next_step()
+        h.fake_step = step  # for _sse's pause_after
         with self.lock:
             u = dict(self.usage)
         if self.worst_case and body is not None:
@@ -147,7 +150,12 @@ class FakeLLM:
         h.send_header("Cache-Control", "no-cache")
         h.send_header("Transfer-Encoding", "chunked")
         h.end_headers()
+        step = getattr(h, "fake_step", {})
         for i, (name, data) in enumerate(events):
+            if step.get("pause_after") == i:
+                if step.get("paused") is not None:
+                    step["paused"].set()
+                step["resume"].wait(30)
             if cut_after is not None and i >= cut_after:
                 h.wfile.flush()
                 h.close_connection = True

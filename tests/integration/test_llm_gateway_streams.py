@@ -4,7 +4,10 @@ streamed call holds four descriptors in the server (the client's connection, the
 upstream's, libcurl's wake-up pair), so the server raises its soft RLIMIT_NOFILE at start
 (hosts and container runtimes often give a soft 1024 under a much higher hard limit).
 Started here with a soft limit of 256, it still carries 100 concurrent streams (about 400
-descriptors) to their end, each charged exactly once."""
+descriptors) to their end, each charged exactly once. And a stream whose upstream falls
+silent for longer than the listener's idle timeout (reasoning models can think for
+minutes between events) is relayed to its end and charged its real usage, not cut when
+the next event arrives and charged its reservation."""
 import concurrent.futures
 import http.client
 import json
@@ -135,5 +138,43 @@ def test_soft_fd_limit_raised_and_concurrent_streams_served():
         fake.stop()
 
 
+def read_log(srv, name):
+    with open(os.path.join(srv.data_dir, "logs", "default", name + ".log")) as f:
+        return f.read()
+
+
+def test_stream_silent_past_the_idle_timeout_is_relayed_to_its_end():
+    fake = FakeLLM().start()
+    # An idle timeout of 1 s (the listener's is 120 s, a task socket's 30 s).
+    srv = Server(["--sandbox-provider", "none", "--llm-upstream", "anthropic=" + fake.url],
+                 env={"DIVERGE_ANTHROPIC_API_KEY": KEY, "DIVERGE_IDLE_TIMEOUT_S": "1"})
+    try:
+        srv.start()
+        tok = start_task(srv, "silent", budgetUSD="5.00")
+        paused, resume = threading.Event(), threading.Event()
+        # message_start, block start, ping, a delta; then silence until resume.
+        fake.script.append({"pause_after": 4, "paused": paused, "resume": resume})
+        with concurrent.futures.ThreadPoolExecutor(1) as ex:
+            f = ex.submit(stream, srv, tok)
+            assert paused.wait(30), "the stream never reached the fake"
+            # The stimulus, not a wait for a result: the upstream stays silent for three
+            # times the idle timeout (libmicrohttpd counts whole seconds of no activity).
+            time.sleep(3)
+            resume.set()
+            st, data, err = f.result()
+        assert st == 200 and err is None, (st, data, err)
+        text = data.decode()
+        assert text.count("event: ") == 8 and "message_stop" in text, text
+        # Charged its real usage (100 in, 50 out), not its reservation.
+        st, _, t = srv.request("GET", NS + "/silent")
+        assert Decimal(t["status"]["costUSD"]) == Decimal("0.00105"), t["status"]
+        log = read_log(srv, "silent")
+        assert "input=100 output=50" in log and "before its usage arrived" not in log, log
+    finally:
+        srv.cleanup()
+        fake.stop()
+
+
 if __name__ == "__main__":
-    run_tests([test_soft_fd_limit_raised_and_concurrent_streams_served])
+    run_tests([test_soft_fd_limit_raised_and_concurrent_streams_served,
+               test_stream_silent_past_the_idle_timeout_is_relayed_to_its_end])
