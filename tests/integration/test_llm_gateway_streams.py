@@ -13,6 +13,7 @@ import http.client
 import json
 import os
 import resource
+import socket
 import sys
 import threading
 import time
@@ -147,7 +148,8 @@ def test_stream_silent_past_the_idle_timeout_is_relayed_to_its_end():
     fake = FakeLLM().start()
     # An idle timeout of 1 s (the listener's is 120 s, a task socket's 30 s).
     srv = Server(["--sandbox-provider", "none", "--llm-upstream", "anthropic=" + fake.url],
-                 env={"DIVERGE_ANTHROPIC_API_KEY": KEY, "DIVERGE_IDLE_TIMEOUT_S": "1"})
+                 env={"DIVERGE_ANTHROPIC_API_KEY": KEY, "DIVERGE_IDLE_TIMEOUT_S": "1",
+                      "DIVERGE_HEAD_DEADLINE_MS": "60000"})
     try:
         srv.start()
         tok = start_task(srv, "silent", budgetUSD="5.00")
@@ -170,6 +172,23 @@ def test_stream_silent_past_the_idle_timeout_is_relayed_to_its_end():
         assert Decimal(t["status"]["costUSD"]) == Decimal("0.00105"), t["status"]
         log = read_log(srv, "silent")
         assert "input=100 output=50" in log and "before its usage arrived" not in log, log
+        # Once a stream ended, its connection has the listener's idle timeout again: kept
+        # alive and idle, the server closes it (the guard's 60 s head deadline here is not
+        # what closes it).
+        sock = socket.create_connection(("127.0.0.1", srv.port), timeout=25)
+        body = json.dumps({"model": MODEL, "max_tokens": 100, "stream": True,
+                           "messages": [{"role": "user", "content": "hi"}]}).encode()
+        sock.sendall(("POST %s HTTP/1.1\r\nHost: x\r\nx-api-key: %s\r\n"
+                      "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                      % (MSG, tok, len(body))).encode() + body)
+        data = b""
+        while not data.endswith(b"\r\n0\r\n\r\n"):
+            chunk = sock.recv(65536)
+            assert chunk, data
+            data += chunk
+        assert b"message_stop" in data and b"connection: close" not in data.lower(), data
+        assert sock.recv(1) == b"", "the idle connection was not closed"
+        sock.close()
     finally:
         srv.cleanup()
         fake.stop()
