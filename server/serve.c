@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -367,6 +368,43 @@ static int setup_logging(const struct server_config *cfg)
     return 0;
 }
 
+/* Raises the soft RLIMIT_NOFILE towards SERVER_NOFILE_RAISE_MAX within the hard limit:
+ * every connection is a thread with its descriptors, and an LLM call four. The
+ * server uses poll(), never select(), so descriptors past 1024 are fine. Warns when even
+ * the hard limit is below what the connection limits need. */
+static void raise_nofile(void)
+{
+    struct rlimit rl;
+    rlim_t want = SERVER_NOFILE_RAISE_MAX, before;
+    char cur[24], max[24], need[24], from[24];
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
+        return;
+    }
+    before = rl.rlim_cur;
+    if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < want) {
+        want = rl.rlim_max;
+    }
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
+        rl.rlim_cur = want;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0 || getrlimit(RLIMIT_NOFILE, &rl) != 0) {
+            rl.rlim_cur = before;
+        }
+    }
+    snprintf(cur, sizeof(cur), "%llu", (unsigned long long)rl.rlim_cur);
+    snprintf(max, sizeof(max), "%llu", (unsigned long long)rl.rlim_max);
+    snprintf(need, sizeof(need), "%d", SERVER_NOFILE_WANT);
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < SERVER_NOFILE_WANT) {
+        log_kv(LOG_WARN, "fd_limit_low", "soft", cur, "hard", max, "wanted", need, "hint",
+               "raise the hard RLIMIT_NOFILE (ulimit -Hn, LimitNOFILE=): each connection and "
+               "each LLM stream needs descriptors",
+               NULL);
+    } else if (rl.rlim_cur != before) {
+        snprintf(from, sizeof(from), "%llu", (unsigned long long)before);
+        log_kv(LOG_INFO, "fd_limit_raised", "from", from, "to", cur, NULL);
+    }
+}
+
 static bool provider_wanted(const struct server *srv, const char *name)
 {
     return srv->cfg.notifier_provider == NULL || strcmp(srv->cfg.notifier_provider, name) == 0;
@@ -668,6 +706,7 @@ int server_main(int argc, char **argv)
     sigaddset(&set, SIGINT);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
+    raise_nofile();
     /* The database and workspaces hold tokens and task data: owner-only. */
     umask(077);
     atomic_init(&srv.shutting_down, false);

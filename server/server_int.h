@@ -37,7 +37,16 @@
 /* Connections in all, refused ones still closing included; libmicrohttpd's own limit is
  * above it, so that the listener never stops accepting. */
 #define SERVER_CONN_HARD_MAX (SERVER_CONN_MAX + SERVER_RESERVE_CONN_MAX + 128)
-#define SERVER_IDLE_TIMEOUT_S 120 /* libmicrohttpd's idle timeout */
+/* libmicrohttpd's idle timeout on the TCP listener; DIVERGE_IDLE_TIMEOUT_S (seconds)
+ * overrides it (undocumented: for tests). */
+#define SERVER_IDLE_TIMEOUT_S 120
+/* Descriptors the server wants (RLIMIT_NOFILE): a streamed LLM call holds four (the
+ * client's connection, the upstream's, libcurl's wake-up pair), so every connection may
+ * be one, plus the store, logs and task sockets. The soft limit is raised towards it at
+ * start (many hosts and container runtimes default to a soft 1024 under a hard limit of
+ * 524288 or more: about 250 concurrent streams). */
+#define SERVER_NOFILE_WANT (4 * SERVER_CONN_HARD_MAX + 1024)
+#define SERVER_NOFILE_RAISE_MAX 65536 /* never asks for more than this */
 /* A task's own meter socket (local and process sandboxes): the meter route only, few
  * connections (the runner and SDKs make one call at a time), an idle timeout instead of
  * the shared whole-request deadline. What one sandbox does there touches no other task. */

@@ -361,7 +361,9 @@ int http_start(struct MHD_Daemon **out, uint16_t *port_out, struct server *srv, 
                          MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL, MHD_OPTION_SOCK_ADDR, &sa,
                          MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
                          MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv->guard,
-                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)SERVER_IDLE_TIMEOUT_S,
+                         MHD_OPTION_CONNECTION_TIMEOUT,
+                         (unsigned int)deadline_env_ms("DIVERGE_IDLE_TIMEOUT_S",
+                                                       SERVER_IDLE_TIMEOUT_S),
                          MHD_OPTION_CONNECTION_LIMIT, (unsigned int)HTTP_MHD_CONN_LIMIT,
                          MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned int)1024, MHD_OPTION_END);
     if (d == NULL) {

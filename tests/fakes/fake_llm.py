@@ -12,11 +12,15 @@ with the usage configured in `usage` (input, output, cache_write, cache_read; fo
 also `thoughts`, reported apart from the candidates). Script the
 next answers with `script` (a list of dicts, taken in order, then the default):
     {"status": 500|529|429, "body": {...}}   an error, JSON as given
+        (optional "headers": {name: value} sent with it, e.g. retry-after)
     {"cut_after": N}                        a stream cut after N events (no usage end)
     {"delay_event": threading.Event}        the answer waits until the event is set
     {"split": N}                            OpenAI streams: written N bytes at a time
     {"text": "..."}                         OpenAI: the answer's text (default "hello")
-Every request is recorded in `requests` (method, path, headers lower-cased, JSON body)
+    {"pause_after": N, "resume": threading.Event}   a stream sends N events, sets
+        "paused" (a threading.Event, when given), then waits until "resume" is set
+Every request is recorded in `requests` (method, path, headers lower-cased, JSON body,
+raw_len: the body's byte count)
 so tests can assert which key reached the upstream and what the system prompt said.
 
     fake = FakeLLM(); fake.start(); url = fake.url; ...; fake.stop()
@@ -110,8 +114,9 @@ class FakeLLM:
         with self.lock:
             self.requests.append({"method": "POST", "path": h.path,
                                   "headers": {k.lower(): v for k, v in h.headers.items()},
-                                  "body": body})
+                                  "body": body, "raw_len": len(raw)})
         step = self.next_step()
+        h.fake_step = step  # for _sse's pause_after
         with self.lock:
             u = dict(self.usage)
         if self.worst_case and body is not None:
@@ -120,7 +125,7 @@ class FakeLLM:
         if step.get("delay_event") is not None:
             step["delay_event"].wait(30)
         if "status" in step:
-            return self._json(h, step["status"], step.get("body", {}))
+            return self._json(h, step["status"], step.get("body", {}), step.get("headers"))
         path = h.path.split("?")[0]
         model = (body or {}).get("model", "")
         if path.startswith("/v1beta/models/"):
@@ -207,12 +212,14 @@ class FakeLLM:
         h.wfile.write(b"0\r\n\r\n")
         h.wfile.flush()
 
-    def _json(self, h, status, obj):
+    def _json(self, h, status, obj, headers=None):
         data = json.dumps(obj).encode()
         h.send_response(status)
         h.send_header("Content-Type", "application/json")
         h.send_header("Content-Length", str(len(data)))
         h.send_header("request-id", "req_fake")
+        for name, value in (headers or {}).items():
+            h.send_header(name, value)
         h.end_headers()
         h.wfile.write(data)
 
@@ -222,7 +229,12 @@ class FakeLLM:
         h.send_header("Cache-Control", "no-cache")
         h.send_header("Transfer-Encoding", "chunked")
         h.end_headers()
+        step = getattr(h, "fake_step", {})
         for i, (name, data) in enumerate(events):
+            if step.get("pause_after") == i:
+                if step.get("paused") is not None:
+                    step["paused"].set()
+                step["resume"].wait(30)
             if cut_after is not None and i >= cut_after:
                 h.wfile.flush()
                 h.close_connection = True

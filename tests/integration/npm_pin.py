@@ -38,8 +38,10 @@ GEMINI_CLI = ("@google/gemini-cli", "0.61.0")  # a pure JS bundle; node >= 20
 # Its native binary comes in the optional dependency @anthropic-ai/claude-code-linux-x64;
 # the postinstall that links it over bin/claude.exe does not run here (scripts off).
 CLAUDE_CODE = ("@anthropic-ai/claude-code", "2.1.332")
+ANTHROPIC_SDK = ("@anthropic-ai/sdk", "1.15.0")  # the official client, through the gateway
 NPM = [MACAROON, OCTOKIT_EXAMPLES, PUPPETEER, MCP_SDK, TYPESCRIPT, KUBECTL_LAYER,
-       DOCKERFILE_UTILS, OPENAI_SDK, CODEX, GEMINI_CLI, CLAUDE_CODE]
+       DOCKERFILE_UTILS, OPENAI_SDK, CODEX, GEMINI_CLI, CLAUDE_CODE,
+       ANTHROPIC_SDK]
 # Packages that must resolve one another live in one prefix.
 NPM_GROUPS = {
     # The newest releases that still run on Node 20 (later ones require Node 22).

@@ -13,6 +13,12 @@
 #include "common/log.h"
 #include "server/api/llm/llm_call.h"
 
+/* A stream's idle bound while it is relayed (the runner's bound on a whole call): an
+ * upstream may fall silent for longer than the listener's idle timeout (120 s; a task
+ * socket's 30 s) while a model thinks, and libmicrohttpd would then cut the stream as the
+ * next event arrives (and the call be charged its reservation). */
+#define LLM_STREAM_IDLE_TIMEOUT_S 1800u
+
 /* Response headers of the upstream passed on to the client. */
 static const char *const g_pass_headers[] = {"content-type", "request-id", "x-request-id",
                                              "retry-after", "x-should-retry"};
@@ -194,9 +200,11 @@ struct relay {
     int rc;                   /* httpc_stream's result */
     struct llm_call *call;    /* owned by the worker */
     enum llm_provider provider;
-    struct llm_sse sse; /* the worker's */
-    bool strip;         /* Chat: drop the usage-only chunk the gateway asked for */
-    struct buf kept;    /* the worker's: what the filter passes on of a piece */
+    struct llm_sse sse;          /* the worker's */
+    bool strip;                  /* Chat: drop the usage-only chunk the gateway asked for */
+    struct buf kept;             /* the worker's: what the filter passes on of a piece */
+    struct MHD_Connection *conn; /* the client's, while the response is relayed */
+    unsigned int idle_s;         /* its idle timeout before the stream, 0: unknown */
 };
 
 static void relay_unref(struct relay *rl)
@@ -329,6 +337,11 @@ static ssize_t relay_read(void *cls, uint64_t pos, char *out, size_t max)
         n = rl->rc == E_OK ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
     }
     pthread_mutex_unlock(&rl->mu);
+    if (n < 0 && rl->idle_s > 0) {
+        /* The stream ended: the listener's idle timeout again (this is the thread of the
+         * connection, which is alive while MHD reads its response). */
+        MHD_set_connection_option(rl->conn, MHD_CONNECTION_OPTION_TIMEOUT, rl->idle_s);
+    }
     return n;
 }
 
@@ -348,6 +361,7 @@ static void relay_gone(void *cls)
  * anything else is sent whole. */
 static int answer_stream(struct request *r, struct relay *rl)
 {
+    const union MHD_ConnectionInfo *ci;
     struct MHD_Response *resp;
     enum MHD_Result ret;
     bool started;
@@ -374,6 +388,10 @@ static int answer_stream(struct request *r, struct relay *rl)
     add_pass_headers(resp, &rl->up);
     pthread_mutex_unlock(&rl->mu);
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_TIMEOUT);
+    rl->conn = r->conn;
+    rl->idle_s = ci != NULL ? ci->connection_timeout : 0;
+    MHD_set_connection_option(r->conn, MHD_CONNECTION_OPTION_TIMEOUT, LLM_STREAM_IDLE_TIMEOUT_S);
     http_guard_answering(r->conn);
     r->status = 200;
     ret = MHD_queue_response(r->conn, 200, resp);
