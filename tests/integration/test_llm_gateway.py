@@ -9,15 +9,14 @@ import http.client
 import json
 import os
 import sys
-import time
 from decimal import Decimal, ROUND_CEILING
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "fakes"))
 
 from fake_llm import FakeLLM  # noqa: E402
-from harness import API, Server, run_tests, task_obj  # noqa: E402
+from harness import Server, run_tests  # noqa: E402
+from llm_helpers import NS, LLMGateway, start_task, wait_phase  # noqa: E402,F401
 
-NS = API + "/namespaces/default/agenttasks"
 MSG = "/api/v1/llm/anthropic/v1/messages"
 KEY = "sk-ant-server-key-5e1f0c4a9b7d"
 MODEL = "claude-sonnet-4-5-20250929"
@@ -26,41 +25,9 @@ PRICE = {"input": Decimal("3.00"), "output": Decimal("15.00"),
          "cache_write": Decimal("3.75"), "cache_read": Decimal("0.30")}
 
 
-class Gateway:
+class Gateway(LLMGateway):
     def __init__(self, extra_args=(), env=None):
-        self.fake = FakeLLM().start()
-        e = {"DIVERGE_ANTHROPIC_API_KEY": KEY}
-        e.update(env or {})
-        self.srv = Server(["--sandbox-provider", "none", "--llm-upstream",
-                           "anthropic=" + self.fake.url] + list(extra_args), env=e)
-
-    def __enter__(self):
-        self.srv.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        self.srv.__exit__(*exc)
-        self.fake.stop()
-
-
-def wait_phase(srv, name, phase, timeout=10):
-    deadline = time.time() + timeout
-    b = None
-    while time.time() < deadline:
-        st, _, b = srv.request("GET", NS + "/" + name)
-        if st == 200 and b["status"].get("phase") == phase:
-            return b
-        time.sleep(0.02)
-    raise AssertionError("task %s never reached %s: %s" % (name, phase, b))
-
-
-def start_task(srv, name, **spec):
-    st, _, b = srv.request("POST", NS, task_obj(name, **spec))
-    assert st == 201, b
-    wait_phase(srv, name, "Active")
-    st, _, tok = srv.request("GET", NS + "/" + name + "/token")
-    assert st == 200, tok
-    return tok.strip()
+        super().__init__("anthropic", KEY, extra_args, env)
 
 
 def task(srv, name):

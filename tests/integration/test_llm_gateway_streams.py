@@ -22,23 +22,14 @@ from decimal import Decimal
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "fakes"))
 
 from fake_llm import FakeLLM  # noqa: E402
-from harness import API, Server, run_tests, task_obj  # noqa: E402
-from sdk_helpers import wait_phase  # noqa: E402
+from harness import API, Server, run_tests  # noqa: E402
+from sdk_helpers import start_task  # noqa: E402
 
 NS = API + "/namespaces/default/agenttasks"
 MSG = "/api/v1/llm/anthropic/v1/messages"
 KEY = "sk-ant-server-key-streams-51a7"
 MODEL = "claude-sonnet-4-5-20250929"
 STREAMS = 100
-
-
-def start_task(srv, name, **spec):
-    st, _, b = srv.request("POST", NS, task_obj(name, **spec))
-    assert st == 201, b
-    wait_phase(srv, name, "Active")
-    st, _, tok = srv.request("GET", NS + "/" + name + "/token")
-    assert st == 200, tok
-    return tok.strip()
 
 
 def stream(srv, token):

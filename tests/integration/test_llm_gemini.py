@@ -18,8 +18,8 @@ from decimal import Decimal, ROUND_CEILING
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "fakes"))
 
-from fake_llm import FakeLLM  # noqa: E402
-from harness import Server, run_tests  # noqa: E402
+from harness import run_tests  # noqa: E402
+from llm_helpers import LLMGateway  # noqa: E402
 from test_llm_gateway import NS, read_log, start_task, task, usd, wait_phase  # noqa: E402
 
 BASE = "/api/v1/llm/gemini/v1beta/models/"
@@ -33,19 +33,9 @@ PRICE = {"input": Decimal("0.30"), "output": Decimal("2.50"), "cache_write": Dec
 MAX_OUTPUT = 65536  # its maxOutputTokens
 
 
-class Gateway:
+class Gateway(LLMGateway):
     def __init__(self):
-        self.fake = FakeLLM().start()
-        self.srv = Server(["--sandbox-provider", "none", "--llm-upstream",
-                           "gemini=" + self.fake.url], env={"DIVERGE_GEMINI_API_KEY": KEY})
-
-    def __enter__(self):
-        self.srv.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        self.srv.__exit__(*exc)
-        self.fake.stop()
+        super().__init__("gemini", KEY)
 
 
 def body(max_output=None, **extra):

@@ -12,8 +12,8 @@ from decimal import Decimal, ROUND_CEILING
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "fakes"))
 
-from fake_llm import FakeLLM  # noqa: E402
-from harness import Server, run_tests  # noqa: E402
+from harness import run_tests  # noqa: E402
+from llm_helpers import LLMGateway  # noqa: E402
 from test_llm_gateway import (NS, post, read_log, start_task, stream_raw, task,  # noqa: E402
                               usd, wait_phase)
 
@@ -28,21 +28,9 @@ PRICE = {"input": Decimal("2.00"), "output": Decimal("8.00"),
 TABLE_MAX_OUTPUT = 32768
 
 
-class Gateway:
+class Gateway(LLMGateway):
     def __init__(self, extra_args=(), env=None):
-        self.fake = FakeLLM().start()
-        e = {"DIVERGE_OPENAI_API_KEY": KEY}
-        e.update(env or {})
-        self.srv = Server(["--sandbox-provider", "none", "--llm-upstream",
-                           "openai=" + self.fake.url] + list(extra_args), env=e)
-
-    def __enter__(self):
-        self.srv.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        self.srv.__exit__(*exc)
-        self.fake.stop()
+        super().__init__("openai", KEY, extra_args, env)
 
 
 def bearer(tok):

@@ -16,9 +16,9 @@ from decimal import Decimal, ROUND_CEILING
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "fakes"))
 
 import npm_pin  # noqa: E402
-from fake_llm import FakeLLM  # noqa: E402
-from harness import API, Server, run_tests, task_obj  # noqa: E402
-from sdk_helpers import wait_phase  # noqa: E402
+from harness import API, run_tests  # noqa: E402
+from llm_helpers import LLMGateway  # noqa: E402
+from sdk_helpers import start_task  # noqa: E402
 
 NS = API + "/namespaces/default/agenttasks"
 KEY = "sk-ant-server-key-sdk-77c1d0e2"
@@ -114,21 +114,10 @@ def driver():
                               NODE_DRIVER)
 
 
-class Gateway:
+class Gateway(LLMGateway):
     def __init__(self):
-        self.fake = FakeLLM().start()
-        self.srv = Server(["--sandbox-provider", "none", "--llm-upstream",
-                           "anthropic=" + self.fake.url],
-                          env={"DIVERGE_ANTHROPIC_API_KEY": KEY})
+        super().__init__("anthropic", KEY)
         self.script = driver()
-
-    def __enter__(self):
-        self.srv.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        self.srv.__exit__(*exc)
-        self.fake.stop()
 
     def sdk(self, token, calls):
         """Runs CALLS with the SDK as the task of TOKEN; returns one result per call."""
@@ -140,15 +129,6 @@ class Gateway:
         out = json.loads(r.stdout.strip().splitlines()[-1])
         assert len(out) == len(calls), out
         return out
-
-
-def start_task(srv, name, **spec):
-    st, _, b = srv.request("POST", NS, task_obj(name, **spec))
-    assert st == 201, b
-    wait_phase(srv, name, "Active")
-    st, _, tok = srv.request("GET", NS + "/" + name + "/token")
-    assert st == 200, tok
-    return tok.strip()
 
 
 def status(srv, name):
