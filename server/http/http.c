@@ -354,18 +354,17 @@ int http_start(struct MHD_Daemon **out, uint16_t *port_out, struct server *srv, 
      * deadlines, connections per address, per prefix and in all, and a reserve for the
      * health and meter routes. libmicrohttpd's own limit is above the guard's, so the
      * listener keeps accepting (and the guard deciding) under a flood. */
-    d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD |
-                             MHD_USE_ERROR_LOG | MHD_USE_ITC,
-                         0, NULL, NULL, on_request, srv,
-                         /* first, so that it sees the messages about the other options */
-                         MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL, MHD_OPTION_SOCK_ADDR, &sa,
-                         MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
-                         MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv->guard,
-                         MHD_OPTION_CONNECTION_TIMEOUT,
-                         (unsigned int)deadline_env_ms("DIVERGE_IDLE_TIMEOUT_S",
-                                                       SERVER_IDLE_TIMEOUT_S),
-                         MHD_OPTION_CONNECTION_LIMIT, (unsigned int)HTTP_MHD_CONN_LIMIT,
-                         MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned int)1024, MHD_OPTION_END);
+    d = MHD_start_daemon(
+        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG |
+            MHD_USE_ITC,
+        0, NULL, NULL, on_request, srv,
+        /* first, so that it sees the messages about the other options */
+        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL, MHD_OPTION_SOCK_ADDR, &sa,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
+        srv->guard, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned int)deadline_env_ms("DIVERGE_IDLE_TIMEOUT_S", SERVER_IDLE_TIMEOUT_S),
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned int)HTTP_MHD_CONN_LIMIT,
+        MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned int)1024, MHD_OPTION_END);
     if (d == NULL) {
         http_guard_free(srv->guard);
         srv->guard = NULL;
