@@ -105,6 +105,10 @@ __walk_until_ctrl_c() {  # runs "$@" until it printed something, then Ctrl-C
     while [ ! -s "$out" ] && kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
     local stopped=0
     if kill -INT "$pid" 2>/dev/null; then stopped=1; fi
+    # a background job of a script may start with SIGINT ignored: then, after a while, KILL
+    local n=0
+    while kill -0 "$pid" 2>/dev/null && [ "$n" -lt 100 ]; do sleep 0.1; n=$((n + 1)); done
+    kill -KILL "$pid" 2>/dev/null || true
     rc=0; wait "$pid" || rc=$?
     cat "$out"; rm -f "$out"
     [ "$stopped" -eq 1 ] && return 0  # whatever it exits with on Ctrl-C
