@@ -3,6 +3,8 @@
  * (GET …/agenttasks/{name}/log, text/plain; -f follows until the task finishes). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #include "cli/cli_int.h"
 #include "common/httpc.h"
@@ -82,6 +84,18 @@ int cli_task_token(struct cli_ctx *ctx, const struct cli_args *args)
     struct err err = {0};
     int rc = cli_api_call(NULL, &text, ctx, "GET", path, NULL, NULL, &err);
 
+    /* Right after `task create` the controller has not minted the token yet (it does when
+     * the task starts, a moment later): wait for it, up to 10 s, instead of failing. */
+    for (int i = 0; i < 100 && rc == E_NOTFOUND && strstr(err.msg, "no token yet") != NULL;
+         i++) {
+        const struct timespec pause = {.tv_sec = 0, .tv_nsec = 100 * 1000 * 1000};
+
+        nanosleep(&pause, NULL);
+        free(text);
+        text = NULL;
+        err = (struct err){0};
+        rc = cli_api_call(NULL, &text, ctx, "GET", path, NULL, NULL, &err);
+    }
     free(base);
     free(path);
     if (rc != E_OK) {

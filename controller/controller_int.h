@@ -294,4 +294,9 @@ int controller_apply_preview(struct reconcile *r, struct task_txn *tx, json_t *d
 bool controller_preview_address_changed(struct reconcile *r);
 int controller_preview_refresh_txn(struct task_txn *tx, void *userdata);
 
+/* The status message of a runner that exited with EXIT_CODE on a task whose repository is
+ * URL (NULL: none). Exit 2 without a repository is the runner finding no DIVERGE_REPO_URL:
+ * the message says what to do instead. Allocated. */
+char *controller_runner_failed_msg(const char *url, int exit_code);
+
 #endif

@@ -434,9 +434,13 @@ void controller_execute(struct controller *c, struct reconcile *r)
     case CONTROLLER_COMPLETE:
         complete(c, r, log);
         break;
-    case CONTROLLER_FAIL_RUNNER:
-        sandbox_log_event(log, "[diverge] failed: the runner exited with status %d", r->exit_code);
+    case CONTROLLER_FAIL_RUNNER: {
+        char *msg = controller_runner_failed_msg(r->url, r->exit_code);
+
+        sandbox_log_event(log, "[diverge] failed: %s", msg);
+        free(msg);
         break;
+    }
     case CONTROLLER_TIMEOUT:
         sandbox_log_event(log,
                           "[diverge] timeout: sandbox.timeoutSeconds %lld passed; "

@@ -191,7 +191,7 @@ static int apply_phase(struct reconcile *r, struct task_txn *tx, json_t *doc,
         set_finished(doc, TASK_COMPLETED, "", r->url != NULL ? "pushed" : "", ts);
         break;
     case CONTROLLER_FAIL_RUNNER: {
-        char *msg = xasprintf("the runner exited with status %d", r->exit_code);
+        char *msg = controller_runner_failed_msg(r->url, r->exit_code);
         set_finished(doc, TASK_FAILED, "RunnerFailed", msg, ts);
         free(msg);
         break;
@@ -515,4 +515,13 @@ int controller_reconcile(struct controller *c, const char *ns, const char *name,
 const char *controller_sandbox_problem(const struct controller *c)
 {
     return c != NULL ? c->problem : NULL;
+}
+
+char *controller_runner_failed_msg(const char *url, int exit_code)
+{
+    if (url == NULL && exit_code == 2) {
+        return xstrdup("no repository: set spec.repository.url, or use --sandbox-provider none "
+                       "for an external agent (the runner exited with status 2)");
+    }
+    return xasprintf("the runner exited with status %d", exit_code);
 }

@@ -335,15 +335,17 @@ char *controller_mirror_path(const char *data_dir, const char *url)
     return xasprintf("%s/mirrors/%016llx.git", data_dir, (unsigned long long)hash_fnv1a_str(url));
 }
 
-static int mirror_locked(char **out, struct controller *c, const char *url, const char *log_path,
-                         bool *fetched_out, struct err *err)
+/* E_OK when URL may be mirrored, else E_INVALID with what to do. */
+static int url_refused(const char *data_dir, const char *url, struct err *err)
 {
-    const char *data_dir = c->data_dir;
-    char *dir, *tmp, *marker;
-    int rc = E_OK;
-
-    *out = NULL;
-    *fetched_out = false;
+    if (url != NULL && strncmp(url, "local://", 8) == 0) {
+        /* The placeholder of a local PR that was never opened (scm/local.c). */
+        return err_set(err, E_INVALID,
+                       "no repository: %.200s is a local pull request without one (open it "
+                       "with `diverge local pr open ... --repo URL`), or use "
+                       "--sandbox-provider none for an external agent",
+                       url);
+    }
     if (!url_ok(url)) {
         return err_set(err, E_INVALID,
                        "spec.repository.url: only https, http, ssh, git and "
@@ -355,6 +357,22 @@ static int mirror_locked(char **out, struct controller *c, const char *url, cons
         return err_set(err, E_INVALID,
                        "spec.repository.url: a file:// repository inside the server's data "
                        "directory is refused");
+    }
+    return E_OK;
+}
+
+static int mirror_locked(char **out, struct controller *c, const char *url, const char *log_path,
+                         bool *fetched_out, struct err *err)
+{
+    const char *data_dir = c->data_dir;
+    char *dir, *tmp, *marker;
+    int rc = E_OK;
+
+    *out = NULL;
+    *fetched_out = false;
+    rc = url_refused(data_dir, url, err);
+    if (rc != E_OK) {
+        return rc;
     }
     dir = controller_mirror_path(data_dir, url);
     marker = xasprintf("%s/diverge-url", dir);

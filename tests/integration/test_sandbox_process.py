@@ -250,9 +250,44 @@ def test_log_endpoint_and_cli_follow():
     shutil.rmtree(ctl, ignore_errors=True)
 
 
+def test_no_repository_says_what_to_do():
+    """A task with nothing to clone fails with a message that says what to do, not just
+    "the runner exited with status 2": one made through the API without
+    spec.repository.url (the real runner finds no DIVERGE_REPO_URL), and one made by a
+    comment on a local PR that was never opened (its local:// placeholder, refused before
+    any sandbox starts)."""
+    with Server(args=["--sandbox-provider", "process", "--agent-cmd", "true"],
+                env={"DIVERGE_RUNNER_PATH": None}) as srv:
+        create(srv, task("norepo"))
+        body = wait_phase(srv, "norepo", ("Completed", "Failed"))
+        st = body["status"]
+        assert st["phase"] == "Failed" and st["reason"] == "RunnerFailed", st
+        assert st["message"] == ("no repository: set spec.repository.url, or use "
+                                 "--sandbox-provider none for an external agent (the runner "
+                                 "exited with status 2)"), st
+        assert "[diverge] failed: no repository: set spec.repository.url" in task_log(
+            srv, "norepo")
+        r = srv.cli("local", "comment", "myorg/never#3", "/diverge fix it")
+        assert r.returncode == 0, r.stderr
+        ns = "myorg-never"
+        deadline = time.time() + 30
+        while True:
+            st, _, b = srv.request("GET", API + "/namespaces/%s/agenttasks/fix-pr-3" % ns)
+            if st == 200 and b["status"]["phase"] == "Failed":
+                break
+            assert time.time() < deadline, (st, b)
+            time.sleep(0.05)
+        msg = b["status"]["message"]
+        assert msg.startswith("no repository: local://myorg/never is a local pull request "
+                              "without one (open it with `diverge local pr open"), msg
+        assert msg.endswith("or use --sandbox-provider none for an external agent"), msg
+        assert b["status"]["reason"] == "SandboxError", b["status"]
+
+
 if __name__ == "__main__":
     run_tests([test_complete_pushes_working_branch, test_runner_failure_and_push_refusal,
                test_pause_freezes_resume_thaws_delete_stops, test_timeout_kills_everything,
                test_restart_after_kill9_continues, test_log_endpoint_and_cli_follow,
                test_budget_pause_then_resume_starts_next_iteration,
-               test_no_runner_fails_closed, test_paused_sandbox_killed_by_restart_then_resumed])
+               test_no_runner_fails_closed, test_paused_sandbox_killed_by_restart_then_resumed,
+               test_no_repository_says_what_to_do])

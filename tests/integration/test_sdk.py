@@ -463,6 +463,31 @@ def test_node_type_declarations():
 # --- the examples, as written ----------------------------------------------------------
 
 
+def test_readme_metering_blocks():
+    """The README's "Metering from your agent" blocks, word for word (readme_walk.py: a
+    fresh copy of examples/ and sdk/, `diverge` on PATH, its own server and port): the
+    Python line with PYTHONPATH and the Node line with its `npm install --no-save` both
+    meter, and npm leaves nothing but node_modules/ (git-ignored) behind."""
+    import readme_walk
+
+    npm_pin.ensure_node()
+    blocks = [b for b in readme_walk.shell_blocks()
+              if b.section.startswith("Metering from your agent")]
+    assert len(blocks) == 2 and not any(b.skip for b in blocks), blocks
+    with readme_walk.Walk() as walk:
+        before = set(os.listdir(walk.dir))
+        out = "".join(walk.run(b) for b in blocks)
+        walk.stop()
+        assert "metered: 1500 tokens, 0.0225 USD in total" in out, out
+        assert "metered: 3000 tokens, 0.045 USD in total" in out, out
+        added = set(os.listdir(walk.dir)) - before
+        # var/ (the data dir); nothing of npm but node_modules/
+        assert added == {"var", "node_modules"}, added
+        assert "node_modules" in added
+    with open(os.path.join(SOURCE_DIR, ".gitignore")) as f:
+        assert "node_modules/" in f.read().split()
+
+
 def test_examples_run_as_written():
     examples = os.path.join(SOURCE_DIR, "examples")
     with Server(ARGS) as srv, NodeProject() as node:
@@ -502,4 +527,5 @@ if __name__ == "__main__":
                test_python_retries_after_connection_refused,
                test_python_token_file_is_read_on_every_call, test_python_refusals,
                test_python_unix_socket, test_package_metadata, test_node_sdk, test_node_sdk_retries_and_unix_socket,
-               test_node_type_declarations, test_examples_run_as_written])
+               test_node_type_declarations, test_examples_run_as_written,
+               test_readme_metering_blocks])
