@@ -86,8 +86,7 @@ int cli_task_token(struct cli_ctx *ctx, const struct cli_args *args)
 
     /* Right after `task create` the controller has not minted the token yet (it does when
      * the task starts, a moment later): wait for it, up to 10 s, instead of failing. */
-    for (int i = 0; i < 100 && rc == E_NOTFOUND && strstr(err.msg, "no token yet") != NULL;
-         i++) {
+    for (int i = 0; i < 100 && rc == E_NOTFOUND && strstr(err.msg, "no token yet") != NULL; i++) {
         const struct timespec pause = {.tv_sec = 0, .tv_nsec = 100 * 1000 * 1000};
 
         nanosleep(&pause, NULL);
