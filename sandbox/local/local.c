@@ -14,6 +14,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -396,6 +397,60 @@ static const struct sandbox_provider_ops local_ops = {
     .free = local_free,
 };
 
+/* Whether every folder from / down to the data dir's parent lets the sandbox user (LP's uid/gid)
+ * through; the first that does not is named in ERR. Only asked when the server runs as root and the
+ * sandbox as another user: bubblewrap then opens the workspace as that user, and a data dir below a
+ * 0700 folder (./var in a clone under /root) fails every task. */
+static int dir_reachable(const struct local_provider *lp, const char *state_dir, struct err *err)
+{
+    char *real = realpath(state_dir, NULL), *cut;
+    char dir[PATH_MAX];
+    size_t n;
+    int rc = E_OK;
+
+    if (real == NULL || !lp->drop || lp->uid == 0 || (cut = strrchr(real, '/')) == NULL) {
+        free(real);
+        return E_OK;
+    }
+    /* STATE_DIR is <data-dir>/run; the data dir and below are made reachable by the
+     * controller (its group, 0710): what is asked is the folders above it. */
+    *cut = '\0';
+    snprintf(dir, sizeof(dir), "%s", real);
+    cut = strrchr(real, '/');
+    if (cut == NULL) {
+        free(real);
+        return E_OK;
+    }
+    *cut = '\0';
+    n = strlen(real);
+    /* "/", then each prefix of REAL that ends before a '/' or at its end. */
+    for (size_t i = 0; rc == E_OK && i <= n; i++) {
+        size_t end = i == 0 ? 1 : i; /* the prefix is real[0..end) */
+        char saved = real[end];
+        struct stat st;
+        mode_t need = 0;
+        if (i > 0 && real[i] != '/' && real[i] != '\0') {
+            continue;
+        }
+        real[end] = '\0';
+        memset(&st, 0, sizeof(st));
+        if (stat(real, &st) == 0) {
+            need = lp->uid == st.st_uid ? S_IXUSR : lp->gid == st.st_gid ? S_IXGRP : S_IXOTH;
+        }
+        if ((st.st_mode & need) == 0) {
+            rc = err_set(err, E_DENIED,
+                         "the data dir %s: the sandbox user (uid %u) cannot reach it: %s is "
+                         "not searchable by that user (mode %04o); choose a --data-dir "
+                         "outside it (e.g. /var/lib/diverge) or make it searchable "
+                         "(chmod o+x %s)",
+                         dir, (unsigned)lp->uid, real, (unsigned)(st.st_mode & 07777), real);
+        }
+        real[end] = saved;
+    }
+    free(real);
+    return rc;
+}
+
 /* Runs bwrap once with the sandbox's namespaces (and TOOLS bound, when not NULL); E_OK
  * when it works here. */
 static int probe_bwrap(struct local_provider *lp, const char *tools, struct err *err)
@@ -463,7 +518,8 @@ int sandbox_local_new(struct sandbox_provider **out, const struct sandbox_local_
                               "bubblewrap) or run with --sandbox-provider process (no "
                               "isolation, development only)");
     } else if (local_user(lp, o->user, &perr) != E_OK || probe_bwrap(lp, NULL, &perr) != E_OK ||
-               (lp->tools != NULL && probe_bwrap(lp, lp->tools, &perr) != E_OK)) {
+               (lp->tools != NULL && probe_bwrap(lp, lp->tools, &perr) != E_OK) ||
+               dir_reachable(lp, o->state_dir, &perr) != E_OK) {
         lp->problem = xstrdup(perr.msg);
     }
     if (lp->problem == NULL) {

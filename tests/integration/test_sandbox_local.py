@@ -358,6 +358,25 @@ def test_sandbox_tools_folder():
                     assert "--sandbox-tools" in srv.stderr(), srv.stderr()
             finally:
                 shutil.rmtree(hidden, ignore_errors=True)
+            # A data dir below a folder the sandbox user cannot search (./var of a clone
+            # under /root): sandboxes are unavailable, saying which folder and what to do,
+            # instead of every task failing with bubblewrap's "Permission denied".
+            hidden = tempfile.mkdtemp(prefix="diverge-hidden-")
+            for sub in ("var", "var2"):
+                os.mkdir(os.path.join(hidden, sub), 0o700)
+            try:
+                with Server(args=["--sandbox-provider", "local"],
+                            data_dir=os.path.join(hidden, "var")) as srv:
+                    _, _, body = srv.request("GET", "/readyz", auth=False)
+                    assert "cannot reach it: %s is not searchable" % hidden in body["sandbox"], body
+                    assert "chmod o+x" in body["sandbox"], body
+                os.chmod(hidden, 0o755)
+                with Server(args=["--sandbox-provider", "local"],
+                            data_dir=os.path.join(hidden, "var2")) as srv:
+                    _, _, body = srv.request("GET", "/readyz", auth=False)
+                    assert "sandbox" not in body, body
+            finally:
+                shutil.rmtree(hidden, ignore_errors=True)
     finally:
         shutil.rmtree(top, ignore_errors=True)
         shutil.rmtree(data, ignore_errors=True)
