@@ -47,6 +47,9 @@ static enum controller_action decide_tokens_only(const struct task_view *v,
     case TASK_PHASE_COUNT:
         break;
     }
+    if (task_rerun_due(v)) {
+        return CONTROLLER_RERUN;
+    }
     return o->token_active ? CONTROLLER_REVOKE : CONTROLLER_NOTHING;
 }
 
@@ -136,6 +139,9 @@ enum controller_action controller_decide(const struct task_view *v,
     case TASK_PHASE_COUNT:
         break;
     }
+    if (task_rerun_due(v)) {
+        return CONTROLLER_RERUN; /* it stops what still runs */
+    }
     if (o->sandbox != SANDBOX_ABSENT) {
         return CONTROLLER_STOP;
     }
@@ -147,7 +153,7 @@ const char *controller_action_name(enum controller_action a)
     static const char *const names[] = {"nothing",      "activate",  "pause",       "revoke",
                                         "wait",         "provision", "restart",     "thaw",
                                         "resume-start", "complete",  "fail-runner", "timeout",
-                                        "fail-sandbox", "stop",      "disk-limit"};
+                                        "fail-sandbox", "stop",      "disk-limit",  "rerun"};
     return a < ARRAY_LEN(names) ? names[a] : "unknown";
 }
 

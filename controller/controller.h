@@ -100,6 +100,7 @@ enum controller_action {
     CONTROLLER_FAIL_SANDBOX, /* cannot run a sandbox (probe, workspace gone) → SandboxError */
     CONTROLLER_STOP,         /* finished task with something still running: stop, revoke */
     CONTROLLER_DISK_LIMIT,   /* over --sandbox-disk or the data dir's reserve → Failed */
+    CONTROLLER_RERUN,        /* finished, spec.run raised: clean workspace → Pending, run N */
     CONTROLLER_ACTION_COUNT,
 };
 

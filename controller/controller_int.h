@@ -83,7 +83,8 @@ struct reconcile {
     json_t *sandbox;               /* owned copy of spec.sandbox (network), or NULL */
     char *agent_cmd, *verify_cmd;  /* owned: spec.runner.command/verifyCommand, or NULL */
     int64_t iteration, max_iterations, timeout_s;
-    bool started;             /* a sandbox ran for it once (status.startTime is set) */
+    int64_t run;  /* spec.run: the run a RERUN starts (given to the runner as DIVERGE_RUN) */
+    bool started; /* a sandbox ran for it once (status.startTime is set) */
     const char *push_refusal; /* static: why the working branch may not be pushed, or NULL */
     int exit_code;            /* the runner's, for FAIL_RUNNER */
     const char *fail_reason;  /* set by execution when the task must fail */
@@ -107,6 +108,11 @@ void controller_execute(struct controller *c, struct reconcile *r);
  * and the task Active (with C->lock held). On failure the sandbox is stopped and
  * R->fail_reason set (SandboxError); returns the provider's code. */
 int controller_thaw(struct controller *c, struct reconcile *r);
+
+/* Before run RUN of a finished task: removes what the previous run left (workspace,
+ * staging repo, state dir with the usage file, counted-time and draft PR records); the
+ * token dir and the log stay. */
+void controller_forget_run(struct controller *c, const char *ns, const char *name);
 
 /* Removes a deleted task's workspace, staging repo, state dir, token dir and paused-time
  * record (its log stays). */

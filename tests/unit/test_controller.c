@@ -117,6 +117,40 @@ TEST(decide_sandbox_table)
     }
 }
 
+/* spec.run above status.run on a finished task starts that run (SPEC §14), with or
+ * without a sandbox provider, stopping whatever still runs; elsewhere it changes nothing. */
+TEST(decide_rerun)
+{
+    static const struct {
+        enum task_phase phase;
+        int64_t run, status_run;
+        bool sandboxes;
+        int sandbox;
+        enum controller_action want;
+    } cases[] = {
+        {TASK_COMPLETED, 2, 1, true, SANDBOX_ABSENT, CONTROLLER_RERUN},
+        {TASK_FAILED, 3, 2, true, SANDBOX_EXITED, CONTROLLER_RERUN},
+        {TASK_FAILED, 2, 1, false, SANDBOX_ABSENT, CONTROLLER_RERUN},
+        {TASK_COMPLETED, 2, 2, true, SANDBOX_ABSENT, CONTROLLER_NOTHING},
+        {TASK_COMPLETED, 1, 1, false, SANDBOX_ABSENT, CONTROLLER_NOTHING},
+        {TASK_ACTIVE, 2, 1, true, SANDBOX_RUNNING, CONTROLLER_NOTHING},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        struct task_view v = view(cases[i].phase, false);
+        struct controller_observed o = {.runs_sandboxes = cases[i].sandboxes,
+                                        .can_run = true,
+                                        .workspace_exists = true,
+                                        .sandbox = cases[i].sandbox};
+        v.run = cases[i].run;
+        v.status_run = cases[i].status_run;
+        enum controller_action a = controller_decide(&v, &o);
+        if (a != cases[i].want) {
+            t_fail(__FILE__, __LINE__, "case %zu: got %s want %s", i, controller_action_name(a),
+                   controller_action_name(cases[i].want));
+        }
+    }
+}
+
 /* sandbox.timeoutSeconds counts only the time a sandbox ran under a live server. */
 TEST(active_time_record)
 {
