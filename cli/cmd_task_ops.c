@@ -102,8 +102,9 @@ static void age_of(char out[CLI_AGE_MAX], const json_t *obj)
 
 static void add_list_row(struct cli_table *t, const json_t *item, bool all)
 {
-    char iter[48], tokens[48], age[CLI_AGE_MAX], cost[32], budget[32];
+    char iter[48], tokens[48], age[CLI_AGE_MAX], cost[32], budget[32], queued[64];
     const char *row[8], *phase = cli_json_str(item, "status.phase");
+    json_int_t pos = json_integer_value(cli_json_at(item, "status.queuePosition"));
     size_t n = 0;
 
     ratio(iter, item, "status.iteration", "spec.maxIterations");
@@ -114,6 +115,11 @@ static void add_list_row(struct cli_table *t, const json_t *item, bool all)
     }
     row[n++] = cli_json_str(item, "metadata.name");
     row[n++] = phase != NULL && *phase != '\0' ? phase : "-";
+    if (pos > 0 && phase != NULL) {
+        /* Waiting for a sandbox slot (SPEC §14): "Pending (queued #2)". */
+        snprintf(queued, sizeof(queued), "%s (queued #%lld)", phase, (long long)pos);
+        row[n - 1] = queued;
+    }
     row[n++] = iter;
     row[n++] = cli_text_or_dash(cost, item, "status.costUSD");
     row[n++] = cli_text_or_dash(budget, item, "spec.budgetUSD");

@@ -104,7 +104,11 @@ static enum controller_action decide_paused(const struct task_view *v,
         return CONTROLLER_THAW;
     }
     /* Not frozen: the runner stopped on a 429 and exited, or is about to (thawing it would
-     * turn that exit into a completion). A new runner continues from the next iteration. */
+     * turn that exit into a completion). A new runner continues from the next iteration,
+     * once a sandbox slot is free. */
+    if (o->sandbox != SANDBOX_RUNNING && o->can_run && o->queued) {
+        return CONTROLLER_NOTHING; /* queued: the queue pass starts it (queue.c) */
+    }
     return decide_resume_absent(o);
 }
 
@@ -123,6 +127,9 @@ enum controller_action controller_decide(const struct task_view *v,
     case TASK_PROVISIONING:
         if (v->suspended) {
             return CONTROLLER_PAUSE;
+        }
+        if (v->phase == TASK_PENDING && o->can_run && o->queued) {
+            return CONTROLLER_NOTHING; /* queued: the queue pass starts it (queue.c) */
         }
         return o->can_run ? CONTROLLER_PROVISION : CONTROLLER_FAIL_SANDBOX;
     case TASK_ACTIVE:

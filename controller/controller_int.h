@@ -66,6 +66,13 @@ struct controller {
      * (bytes, 0: none), and the watchdog. */
     int64_t sandbox_disk, disk_reserve, max_push_bytes;
     struct controller_disk *disk; /* owned: the watchdog's marks and thread */
+
+    /* The queue (queue.c): --max-running-tasks (0: none) and the waiting tasks (guarded by
+     * queue_lock, taken last: never held while calling the store). */
+    int64_t max_running;
+    pthread_mutex_t pass_lock; /* one queue pass at a time (taken before lock) */
+    pthread_mutex_t queue_lock;
+    struct controller_queued *queued;
 };
 
 /* One reconcile of one task: planned in a transaction, executed outside (sandbox, git),
@@ -128,6 +135,15 @@ int controller_give(struct controller *c, const char *path, struct err *err);
  * or "egress") into *OUT (new string). E_FAIL. */
 int controller_socket_dir(char **out, const struct controller *c, const char *kind,
                           struct err *err);
+
+/* --- the queue (queue.c) --- */
+/* Looks at every task: admits waiting ones into free slots (and reconciles them), writes
+ * the queue positions of the others. A no-op without a limit or sandbox provider. */
+void controller_queue_pass(struct controller *c);
+/* Whether NS/NAME may take a slot now (no limit, or admitted). */
+bool controller_queue_admitted(struct controller *c, const char *ns, const char *name);
+/* Frees the queue's records. */
+void controller_queue_free(struct controller *c);
 
 /* Whether A ends the task (Completed or Failed). */
 bool controller_finishes(enum controller_action a);

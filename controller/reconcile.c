@@ -77,6 +77,7 @@ static void observe(struct controller_observed *o, struct reconcile *r, const st
         o->workspace_exists = stat(ws, &sb) == 0 && S_ISDIR(sb.st_mode);
         o->never_started = !r->started;
         o->disk_over = controller_disk_over(c, r->ns, r->name, NULL);
+        o->queued = !controller_queue_admitted(c, r->ns, r->name);
         free(ws);
         if (r->timeout_s > 0 && v->phase == TASK_ACTIVE) {
             o->timed_out = controller_active_ms(c, r->ns, r->name, now) >= r->timeout_s * 1000;

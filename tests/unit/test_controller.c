@@ -574,3 +574,49 @@ TEST(reconcile_mints_pauses_and_reminted)
 }
 
 T_MAIN
+
+/* The queue's order (SPEC §14): first come first served, round robin across namespaces:
+ * one namespace's many tasks never starve another's one. */
+TEST(queue_order_round_robin)
+{
+    struct controller_queue_item it[] = {
+        {.ns = "big", .name = "t3", .arrival = 30, .round = -1},
+        {.ns = "big", .name = "t1", .arrival = 10, .round = -1},
+        {.ns = "small", .name = "s1", .arrival = 50, .round = -1},
+        {.ns = "big", .name = "t2", .arrival = 20, .round = -1},
+        {.ns = "mid", .name = "m1", .arrival = 15, .round = -1},
+        {.ns = "mid", .name = "m2", .arrival = 60, .round = -1},
+        {.ns = "big", .name = "t0", .arrival = 10, .round = -1}, /* same time as t1: by name */
+    };
+    static const char *const want[] = {"t0", "m1", "s1", "t1", "m2", "t2", "t3"};
+
+    controller_queue_order(it, ARRAY_LEN(it));
+    for (size_t i = 0; i < ARRAY_LEN(it); i++) {
+        CHECK_EQ_STR(it[i].name, want[i]);
+    }
+    controller_queue_order(it, 0); /* empty: nothing to do */
+}
+
+/* A namespace that holds slots already waits behind one that holds none, even when its
+ * task came first. */
+TEST(queue_order_counts_running_slots)
+{
+    struct controller_queue_item it[] = {
+        {.ns = "alpha", .name = "a2", .arrival = 10, .running = 1, .round = -1},
+        {.ns = "beta", .name = "b1", .arrival = 20, .running = 0, .round = -1},
+        {.ns = "alpha", .name = "a3", .arrival = 5, .running = 1, .round = -1},
+    };
+    static const char *const want[] = {"b1", "a3", "a2"};
+
+    controller_queue_order(it, ARRAY_LEN(it));
+    for (size_t i = 0; i < ARRAY_LEN(it); i++) {
+        CHECK_EQ_STR(it[i].name, want[i]);
+    }
+    /* Rounds are kept: once alpha's slot is free (running 0) the order does not change,
+     * and a newcomer of a third namespace goes ahead only of later rounds. */
+    it[0].running = it[1].running = it[2].running = 0;
+    controller_queue_order(it, ARRAY_LEN(it));
+    for (size_t i = 0; i < ARRAY_LEN(it); i++) {
+        CHECK_EQ_STR(it[i].name, want[i]);
+    }
+}
