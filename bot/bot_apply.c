@@ -164,26 +164,88 @@ static json_t *new_task(const struct bot_input *in, const char *objective)
     return obj;
 }
 
+/* The PR head (which may have moved) into DOC, this PR's task. */
+static void set_head(json_t *doc, const struct bot_input *in)
+{
+    json_t *repo = json_object_get(json_object_get(doc, "spec"), "repository");
+
+    if (in->pull != NULL && json_is_object(repo)) {
+        json_object_set_new(repo, "url", json_string(in->pull->clone_url));
+        json_object_set_new(repo, "baseBranch", json_string(clone_base(in)));
+        json_object_set_new(repo, "workingBranch", json_string(in->pull->head_ref));
+        set_push_annotations(doc, in);
+    }
+}
+
+static bool finished(const struct task_view *v)
+{
+    return v->phase == TASK_COMPLETED || v->phase == TASK_FAILED;
+}
+
+/* Whether the finished task V has spent its effective budget (the spec's, else the
+ * server's default): then a new run would stop at its first charge. */
+static bool budget_spent(const struct task_view *v, const struct bot_config *cfg)
+{
+    int64_t usd = v->budget_usd > 0 ? v->budget_usd : cfg->default_budget_usd;
+    int64_t tokens = v->budget_tokens > 0 ? v->budget_tokens : cfg->default_budget_tokens;
+
+    return (usd > 0 && v->cost_usd >= usd) || (tokens > 0 && v->tokens_consumed >= tokens);
+}
+
+static void reply_budget_spent(struct buf *reply, const struct bot_input *in,
+                               const struct task_view *v)
+{
+    char spent[MONEY_STR_MAX], budget[MONEY_STR_MAX];
+
+    money_format(spent, v->cost_usd);
+    money_format(budget, v->budget_usd > 0 ? v->budget_usd : in->cfg->default_budget_usd);
+    buf_printf(
+        reply,
+        "@%s task `%s` has spent its budget ($%s of $%s, %lld of %lld tokens), so a new "
+        "run would stop at once: nothing was started. Raise it with `/diverge budget "
+        "+$5` (or a token count such as `/diverge budget 500k`), then `/diverge fix "
+        "<objective>` again; both may go in one comment.\n\n",
+        in->entry->author, in->task, spent, budget, (long long)v->tokens_consumed,
+        (long long)(v->budget_tokens > 0 ? v->budget_tokens : in->cfg->default_budget_tokens));
+}
+
+/* `/diverge fix` on this PR's existing task DOC: a new objective; on a finished task also
+ * the next run (SPEC §14), unless its budget is spent. *changed_out: DOC was changed. */
+static int fix_existing(json_t *doc, struct bot_input *in, const char *objective, struct buf *reply,
+                        bool *changed_out, struct err *err)
+{
+    json_t *spec = json_object_get(doc, "spec");
+    struct task_view v;
+
+    task_view_of(&v, doc);
+    *changed_out = false;
+    if (finished(&v) && budget_spent(&v, in->cfg)) {
+        reply_budget_spent(reply, in, &v);
+        return E_OK;
+    }
+    json_object_set_new(spec, "objective", json_string(objective));
+    set_head(doc, in);
+    if (finished(&v)) {
+        int64_t next = (v.run > v.status_run ? v.run : v.status_run) + 1;
+        json_object_set_new(spec, "run", json_integer(next));
+        json_object_set_new(spec, "suspended", json_false());
+    }
+    *changed_out = true;
+    return task_validate(doc, err);
+}
+
 static int apply_fix(struct task_txn *tx, struct bot_input *in, const char *objective,
-                     struct err *err)
+                     struct buf *reply, struct err *err)
 {
     json_t *doc = NULL, *raw, *norm = NULL;
+    bool changed = false;
     int rc = get_own_task(&doc, tx, in, err);
 
     if (rc == E_OK) {
-        /* The task exists: a new objective (and the PR head, which may have moved). */
-        json_t *spec = json_object_get(doc, "spec");
-        json_t *repo = json_object_get(spec, "repository");
-        json_object_set_new(spec, "objective", json_string(objective));
-        if (in->pull != NULL && json_is_object(repo)) {
-            json_object_set_new(repo, "url", json_string(in->pull->clone_url));
-            json_object_set_new(repo, "baseBranch", json_string(clone_base(in)));
-            json_object_set_new(repo, "workingBranch", json_string(in->pull->head_ref));
-            set_push_annotations(doc, in);
-        }
-        rc = task_validate(doc, err);
-        if (rc == E_OK) {
+        rc = fix_existing(doc, in, objective, reply, &changed, err);
+        if (rc == E_OK && changed) {
             rc = task_txn_put(tx, doc, err);
+            in->accepted = rc == E_OK;
         }
         json_decref(doc);
         return rc;
@@ -196,6 +258,7 @@ static int apply_fix(struct task_txn *tx, struct bot_input *in, const char *obje
     if (rc == E_OK) {
         rc = task_txn_create(NULL, tx, norm, err);
     }
+    in->accepted = in->accepted || rc == E_OK;
     json_decref(raw);
     json_decref(norm);
     return rc;
@@ -225,15 +288,22 @@ static void bump(json_t *spec, const struct slashcmd *c, const struct bot_config
     }
 }
 
-/* guide, budget, pause, resume on the existing task. E_NOTFOUND when there is none. */
+/* guide, budget, pause, resume on the existing task. E_NOTFOUND when there is none;
+ * E_DENIED (nothing changed) for a resume of a finished task, which only a fix runs again. */
 static int apply_change(struct task_txn *tx, struct bot_input *in, const struct slashcmd *c,
                         struct err *err)
 {
     json_t *doc = NULL, *spec, *md, *ann;
+    struct task_view v;
     int rc = get_own_task(&doc, tx, in, err);
 
     if (rc != E_OK) {
         return rc;
+    }
+    task_view_of(&v, doc);
+    if (c->verb == SLASHCMD_RESUME && finished(&v)) {
+        json_decref(doc);
+        return E_DENIED;
     }
     spec = json_object_get(doc, "spec");
     md = json_object_get(doc, "metadata");
@@ -277,6 +347,14 @@ static void reply_no_task(struct buf *reply, const struct bot_input *in, const s
                slashcmd_verb_name(c->verb));
 }
 
+static void reply_finished(struct buf *reply, const struct bot_input *in)
+{
+    buf_printf(reply,
+               "@%s task `%s` is finished, so there is nothing to resume and `/diverge resume` "
+               "changed nothing; `/diverge fix <objective>` starts a new run of it.\n\n",
+               in->entry->author, in->task);
+}
+
 static int apply_commands(struct task_txn *tx, struct bot_input *in, struct buf *reply,
                           struct err *err)
 {
@@ -286,8 +364,7 @@ static int apply_commands(struct task_txn *tx, struct bot_input *in, struct buf 
         const struct slashcmd *c = &in->cmds->cmds[i];
         switch (c->verb) {
         case SLASHCMD_FIX:
-            rc = apply_fix(tx, in, c->text, err);
-            in->accepted = in->accepted || rc == E_OK;
+            rc = apply_fix(tx, in, c->text, reply, err);
             break;
         case SLASHCMD_STATUS:
             buf_puts(reply, in->status_table != NULL ? in->status_table : "");
@@ -301,6 +378,9 @@ static int apply_commands(struct task_txn *tx, struct bot_input *in, struct buf 
             rc = apply_change(tx, in, c, err);
             if (rc == E_NOTFOUND) {
                 reply_no_task(reply, in, c);
+                rc = E_OK;
+            } else if (rc == E_DENIED) {
+                reply_finished(reply, in);
                 rc = E_OK;
             } else if (rc == E_OK) {
                 in->accepted = true;

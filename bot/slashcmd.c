@@ -530,8 +530,9 @@ const char *slashcmd_help_markdown(void)
     /* Dollar signs stay inside code spans: GitHub renders $...$ elsewhere as math. */
     return "| command | effect | who may use it |\n"
            "| --- | --- | --- |\n"
-           "| `/diverge fix <objective>` | start an agent task on this branch, or change the "
-           "objective of the running one | write access (GitLab: Developer) |\n"
+           "| `/diverge fix <objective>` | start an agent task on this branch, change the "
+           "objective of the running one, or run a finished one again | write access "
+           "(GitLab: Developer) |\n"
            "| `/diverge guide <hint>` | give the agent a hint, delivered on its next "
            "heartbeat | write access (GitLab: Developer) |\n"
            "| `/diverge budget [+$USD] [TOKENS]` | add to the task's USD and/or token budget "

@@ -39,6 +39,7 @@ static const struct opt_def opt_defs[CLI_OPT_COUNT] = {
     [CLI_OPT_PERMISSION] = {"permission", 0, true},
     [CLI_OPT_HEAD] = {"head", 0, true},
     [CLI_OPT_BASE] = {"base", 0, true},
+    [CLI_OPT_OBJECTIVE] = {"objective", 0, true},
 };
 
 /* Finds the option written as ARG ("--name[=v]" or "-x[v]"); *inline_out points at an

@@ -46,6 +46,7 @@ enum cli_opt_id {
     CLI_OPT_PERMISSION,
     CLI_OPT_HEAD,
     CLI_OPT_BASE,
+    CLI_OPT_OBJECTIVE,
     CLI_OPT_COUNT,
 };
 

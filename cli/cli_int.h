@@ -83,6 +83,7 @@ int cli_task_logs(struct cli_ctx *ctx, const struct cli_args *args);
 int cli_task_guide(struct cli_ctx *ctx, const struct cli_args *args);
 int cli_task_pause(struct cli_ctx *ctx, const struct cli_args *args);
 int cli_task_resume(struct cli_ctx *ctx, const struct cli_args *args);
+int cli_task_rerun(struct cli_ctx *ctx, const struct cli_args *args);
 int cli_task_token(struct cli_ctx *ctx, const struct cli_args *args);
 
 /* How the binary was invoked (argv[0], "diverge" until main sets it): the next steps

@@ -284,6 +284,13 @@ static int resume_patch(json_t **out, const json_t *task, int64_t usd, int64_t t
     return E_OK;
 }
 
+static bool finished(const json_t *task)
+{
+    const char *phase = json_string_value(cli_json_at(task, "status.phase"));
+
+    return phase != NULL && (strcmp(phase, "Completed") == 0 || strcmp(phase, "Failed") == 0);
+}
+
 static json_t *run_resume(const struct cli_ctx *base, const json_t *args)
 {
     static const char *const known[] = {"namespace", "name", "budget", "tokens", NULL};
@@ -301,10 +308,6 @@ static json_t *run_resume(const struct cli_ctx *base, const json_t *args)
     if (bad != NULL) {
         return bad;
     }
-    if (usd < 0 && tokens < 0) {
-        return patch_and_report(&ctx, name, json_pack("{s:{s:b}}", "spec", "suspended", 0),
-                                "resumed");
-    }
     /* Read, bump, write with the version read; again when someone else wrote between. */
     path = cli_task_path(&ctx, name, false);
     for (int attempt = 0; attempt < RESUME_ATTEMPTS; attempt++) {
@@ -313,6 +316,12 @@ static json_t *run_resume(const struct cli_ctx *base, const json_t *args)
         json_decref(done);
         task = patch = done = NULL;
         rc = cli_api_call(&task, NULL, &ctx, "GET", path, NULL, NULL, &err);
+        if (rc == E_OK && finished(task)) {
+            rc = err_set(&err, E_INVALID,
+                         "task %s is finished: there is nothing to resume; `diverge task rerun "
+                         "%s` starts a new run",
+                         name, name);
+        }
         if (rc == E_OK) {
             rc = resume_patch(&patch, task, usd, tokens, &err);
         }

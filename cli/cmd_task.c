@@ -22,6 +22,8 @@ static const char task_usage[] =
     "  pause NAME                suspend the task\n"
     "  resume NAME [--budget +USD] [--tokens N]\n"
     "                            raise the budgets, then resume the task\n"
+    "  rerun NAME [--objective TEXT] [--budget +USD] [--tokens N]\n"
+    "                            start a new run of a finished task\n"
     "  token NAME                print the task's current capability token\n"
     "\n"
     "Run 'diverge task COMMAND --help' for a command's options.\n" CLI_GLOBAL_HELP;
@@ -74,6 +76,15 @@ static const struct cli_cmd task_cmds[] = {
      "  --budget +USD             add to the USD budget, e.g. +15.00\n"
      "  --tokens N                add to the token budget, e.g. 2000000 (or "
      "+2M)\n" CLI_GLOBAL_HELP},
+    {"rerun", 1, 1, NULL, cli_task_rerun, OPT(OBJECTIVE) | OPT(BUDGET) | OPT(TOKENS),
+     "Usage: diverge task rerun NAME [--objective TEXT] [--budget +USD] [--tokens N]\n\n"
+     "Starts a new run of a Completed or Failed task (raises spec.run): it is Pending\n"
+     "again, with iterations from 0. Its spend so far still counts against its budgets;\n"
+     "--budget and --tokens raise them as `task resume` does.\n\n"
+     "Options:\n"
+     "  --objective TEXT          a new objective for the run\n"
+     "  --budget +USD             add to the USD budget, e.g. +15.00\n"
+     "  --tokens N                add to the token budget, e.g. 2000000\n" CLI_GLOBAL_HELP},
     {"token", 1, 1, NULL, cli_task_token, 0,
      "Usage: diverge task token NAME\n\nPrints the task's current capability "
      "token.\n" CLI_GLOBAL_HELP},

@@ -102,8 +102,9 @@ static void age_of(char out[CLI_AGE_MAX], const json_t *obj)
 
 static void add_list_row(struct cli_table *t, const json_t *item, bool all)
 {
-    char iter[48], tokens[48], age[CLI_AGE_MAX], cost[32], budget[32];
+    char iter[48], tokens[48], age[CLI_AGE_MAX], cost[32], budget[32], queued[64];
     const char *row[8], *phase = cli_json_str(item, "status.phase");
+    json_int_t pos = json_integer_value(cli_json_at(item, "status.queuePosition"));
     size_t n = 0;
 
     ratio(iter, item, "status.iteration", "spec.maxIterations");
@@ -114,6 +115,11 @@ static void add_list_row(struct cli_table *t, const json_t *item, bool all)
     }
     row[n++] = cli_json_str(item, "metadata.name");
     row[n++] = phase != NULL && *phase != '\0' ? phase : "-";
+    if (pos > 0 && phase != NULL) {
+        /* Waiting for a sandbox slot (SPEC §14): "Pending (queued #2)". */
+        snprintf(queued, sizeof(queued), "%s (queued #%lld)", phase, (long long)pos);
+        row[n - 1] = queued;
+    }
     row[n++] = iter;
     row[n++] = cli_text_or_dash(cost, item, "status.costUSD");
     row[n++] = cli_text_or_dash(budget, item, "spec.budgetUSD");
@@ -395,64 +401,128 @@ static int resume_patch(json_t **out, char summary[128], const json_t *task, con
         snprintf(summary, 128, " (budget %s USD, %lld tokens)", money, (long long)tokens);
     } else if (b->usd) {
         snprintf(summary, 128, " (budget %s USD)", money);
-    } else {
+    } else if (b->tokens) {
         snprintf(summary, 128, " (budget %lld tokens)", (long long)tokens);
     }
     *out = patch;
     return E_OK;
 }
 
-int cli_task_resume(struct cli_ctx *ctx, const struct cli_args *args)
+static bool task_finished(const json_t *task)
+{
+    const char *phase = json_string_value(cli_json_at(task, "status.phase"));
+
+    return phase != NULL && (strcmp(phase, "Completed") == 0 || strcmp(phase, "Failed") == 0);
+}
+
+/* What a resume or rerun adds to resume_patch: a rerun raises spec.run past the run
+ * asked for and the run that ran (SPEC §14), with OBJECTIVE (may be NULL). */
+static void rerun_patch(json_t *patch, const json_t *task, const char *objective)
+{
+    json_t *spec = json_object_get(patch, "spec");
+    json_int_t want = json_integer_value(cli_json_at(task, "spec.run"));
+    json_int_t ran = json_integer_value(cli_json_at(task, "status.run"));
+    json_int_t last = want > ran ? want : ran;
+
+    json_object_set_new(spec, "run", json_integer((last > 0 ? last : 1) + 1));
+    if (objective != NULL) {
+        json_object_set_new(spec, "objective", json_string(objective));
+    }
+}
+
+/* One GET and guarded PATCH of a resume (RERUN false) or rerun of NAME; E_CONFLICT when
+ * someone wrote between. *refused_out: the task's phase does not allow it (said). */
+static int resume_once(json_t **done, char **raw, char summary[128], bool *refused_out,
+                       const struct cli_ctx *ctx, const char *name, const struct bumps *b,
+                       bool rerun, const char *objective, struct err *err)
+{
+    char *path = cli_task_path(ctx, name, false);
+    json_t *task = NULL, *patch = NULL;
+    int rc = cli_api_call(&task, NULL, ctx, "GET", path, NULL, NULL, err);
+
+    free(path);
+    *refused_out = false;
+    if (rc == E_OK && task_finished(task) != rerun) {
+        const char *phase = json_string_value(cli_json_at(task, "status.phase"));
+        *refused_out = true;
+        if (rerun) {
+            cli_errorf("task %s is %s, not finished: only a Completed or Failed task runs again "
+                       "(`diverge task resume %s` continues a paused one)",
+                       name, phase != NULL ? phase : "new", name);
+        } else {
+            cli_errorf("task %s is finished (%s): there is nothing to resume; `diverge task "
+                       "rerun %s` starts a new run",
+                       name, phase, name);
+        }
+        rc = E_DENIED;
+    }
+    if (rc == E_OK) {
+        rc = resume_patch(&patch, summary, task, b, err);
+    }
+    if (rc == E_OK && rerun) {
+        rerun_patch(patch, task, objective);
+    }
+    if (rc == E_OK) {
+        rc = patch_task(done, raw, ctx, name, patch, err);
+    }
+    json_decref(task);
+    json_decref(patch);
+    return rc;
+}
+
+/* `task resume` and `task rerun`: read, check the phase, write with the version read;
+ * again when someone else wrote between. */
+static int resume_or_rerun(struct cli_ctx *ctx, const struct cli_args *args, bool rerun)
 {
     const char *name = args->pos[0];
-    json_t *task = NULL, *patch = NULL, *done = NULL;
-    char *path = cli_task_path(ctx, name, false), *raw = NULL, summary[128];
+    json_t *done = NULL;
+    char *raw = NULL, summary[128];
     struct err err = {0};
     struct bumps b;
-    int rc;
+    bool refused = false;
+    int rc = parse_bumps(&b, args);
 
-    rc = parse_bumps(&b, args);
     if (rc != CLI_EXIT_OK) {
-        goto out;
+        return rc;
     }
-    if (!b.usd && !b.tokens) {
-        rc = patch_and_report(ctx, name, json_pack("{s:{s:b}}", "spec", "suspended", 0), "resumed");
-        goto out;
-    }
-    /* Read, bump, write with the version read; retry when someone else wrote between. */
     for (int attempt = 0; attempt < RESUME_ATTEMPTS; attempt++) {
-        json_decref(task);
-        json_decref(patch);
         json_decref(done);
         free(raw);
-        task = patch = done = NULL;
+        done = NULL;
         raw = NULL;
-        rc = cli_api_call(&task, NULL, ctx, "GET", path, NULL, NULL, &err);
-        if (rc == E_OK) {
-            rc = resume_patch(&patch, summary, task, &b, &err);
-        }
-        if (rc == E_OK) {
-            rc = patch_task(&done, &raw, ctx, name, patch, &err);
-        }
+        rc = resume_once(&done, &raw, summary, &refused, ctx, name, &b, rerun,
+                         cli_args_value(args, CLI_OPT_OBJECTIVE), &err);
         if (rc != E_CONFLICT) {
             break;
         }
     }
-    if (rc != E_OK) {
+    if (refused) {
+        rc = CLI_EXIT_FAILED;
+    } else if (rc != E_OK) {
         rc = cli_api_fail(rc, &err);
-        goto out;
-    }
-    if (ctx->output == CLI_OUTPUT_TABLE) {
-        printf("agenttask.divergedev.com/%s resumed%s\n", name, summary);
+    } else if (ctx->output == CLI_OUTPUT_TABLE) {
+        if (rerun) {
+            printf("agenttask.divergedev.com/%s run %lld started%s\n", name,
+                   (long long)json_integer_value(cli_json_at(done, "spec.run")), summary);
+        } else {
+            printf("agenttask.divergedev.com/%s resumed%s\n", name, summary);
+        }
+        rc = CLI_EXIT_OK;
     } else {
         cli_print_object(ctx, raw, done);
+        rc = CLI_EXIT_OK;
     }
-    rc = CLI_EXIT_OK;
-out:
-    json_decref(task);
-    json_decref(patch);
     json_decref(done);
     free(raw);
-    free(path);
     return rc;
+}
+
+int cli_task_resume(struct cli_ctx *ctx, const struct cli_args *args)
+{
+    return resume_or_rerun(ctx, args, false);
+}
+
+int cli_task_rerun(struct cli_ctx *ctx, const struct cli_args *args)
+{
+    return resume_or_rerun(ctx, args, true);
 }

@@ -47,6 +47,9 @@ static enum controller_action decide_tokens_only(const struct task_view *v,
     case TASK_PHASE_COUNT:
         break;
     }
+    if (task_rerun_due(v)) {
+        return CONTROLLER_RERUN;
+    }
     return o->token_active ? CONTROLLER_REVOKE : CONTROLLER_NOTHING;
 }
 
@@ -101,7 +104,11 @@ static enum controller_action decide_paused(const struct task_view *v,
         return CONTROLLER_THAW;
     }
     /* Not frozen: the runner stopped on a 429 and exited, or is about to (thawing it would
-     * turn that exit into a completion). A new runner continues from the next iteration. */
+     * turn that exit into a completion). A new runner continues from the next iteration,
+     * once a sandbox slot is free. */
+    if (o->sandbox != SANDBOX_RUNNING && o->can_run && o->queued) {
+        return CONTROLLER_NOTHING; /* queued: the queue pass starts it (queue.c) */
+    }
     return decide_resume_absent(o);
 }
 
@@ -121,6 +128,9 @@ enum controller_action controller_decide(const struct task_view *v,
         if (v->suspended) {
             return CONTROLLER_PAUSE;
         }
+        if (v->phase == TASK_PENDING && o->can_run && o->queued) {
+            return CONTROLLER_NOTHING; /* queued: the queue pass starts it (queue.c) */
+        }
         return o->can_run ? CONTROLLER_PROVISION : CONTROLLER_FAIL_SANDBOX;
     case TASK_ACTIVE:
         return decide_active(v, o);
@@ -136,6 +146,9 @@ enum controller_action controller_decide(const struct task_view *v,
     case TASK_PHASE_COUNT:
         break;
     }
+    if (task_rerun_due(v)) {
+        return CONTROLLER_RERUN; /* it stops what still runs */
+    }
     if (o->sandbox != SANDBOX_ABSENT) {
         return CONTROLLER_STOP;
     }
@@ -147,7 +160,7 @@ const char *controller_action_name(enum controller_action a)
     static const char *const names[] = {"nothing",      "activate",  "pause",       "revoke",
                                         "wait",         "provision", "restart",     "thaw",
                                         "resume-start", "complete",  "fail-runner", "timeout",
-                                        "fail-sandbox", "stop",      "disk-limit"};
+                                        "fail-sandbox", "stop",      "disk-limit",  "rerun"};
     return a < ARRAY_LEN(names) ? names[a] : "unknown";
 }
 

@@ -78,6 +78,9 @@ struct controller_config {
     bool kube_owned;
     const char *sandbox_warm_pool;
     int64_t sandbox_poll_ms;
+    /* --max-running-tasks: sandboxes (running or frozen) at most; more tasks wait in a
+     * queue (SPEC §14). 0: no limit. */
+    int64_t max_running_tasks;
     bool manual;   /* no threads: the caller drives controller_reconcile */
     bool deferred; /* no threads until controller_start() */
 };
@@ -101,6 +104,7 @@ enum controller_action {
     CONTROLLER_FAIL_SANDBOX, /* cannot run a sandbox (probe, workspace gone) → SandboxError */
     CONTROLLER_STOP,         /* finished task with something still running: stop, revoke */
     CONTROLLER_DISK_LIMIT,   /* over --sandbox-disk or the data dir's reserve → Failed */
+    CONTROLLER_RERUN,        /* finished, spec.run raised: clean workspace → Pending, run N */
     CONTROLLER_ACTION_COUNT,
 };
 
@@ -116,6 +120,7 @@ struct controller_observed {
     bool workspace_exists; /* its workspace directory is there */
     bool never_started;    /* no sandbox ever ran for it (status.startTime unset) */
     bool disk_over;        /* the disk watchdog stopped it (disk_watch.c) */
+    bool queued;           /* it must wait for a sandbox slot (the queue did not admit it) */
 };
 
 /* The pure decision: V is the task, O what is observed of it. */
@@ -123,6 +128,24 @@ enum controller_action controller_decide(const struct task_view *v,
                                          const struct controller_observed *o);
 /* "provision", "pause", ... */
 const char *controller_action_name(enum controller_action a);
+
+/* --- the queue of tasks waiting for a sandbox slot (queue.c) -------------------------- */
+
+/* One waiting task. */
+struct controller_queue_item {
+    const char *ns, *name; /* borrowed */
+    int64_t arrival;       /* when it began to wait (ms); ties by namespace, name */
+    int64_t running;       /* slots its namespace holds already */
+    int64_t round;         /* in: its round, -1 for a task new to the queue; out: a new
+                              one's is RUNNING + the tasks of its namespace waiting before it */
+    int64_t position;      /* for the caller */
+};
+/* Orders ITEMS[N] in place for the queue: first come first served, round robin across
+ * namespaces. A task new to the queue gets a round (the slots its namespace holds plus its
+ * namespace's tasks waiting before it), kept while it waits; the queue is by round, then
+ * by arrival. So the oldest waiting task of a namespace with nothing running goes first,
+ * and no task passes one that was ahead of it when it came. */
+void controller_queue_order(struct controller_queue_item *items, size_t n);
 
 /* --- linked preview Environment and draft PR (preview.c): pure decisions ------------- */
 

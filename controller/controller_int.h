@@ -67,6 +67,13 @@ struct controller {
      * (bytes, 0: none), and the watchdog. */
     int64_t sandbox_disk, disk_reserve, max_push_bytes;
     struct controller_disk *disk; /* owned: the watchdog's marks and thread */
+
+    /* The queue (queue.c): --max-running-tasks (0: none) and the waiting tasks (guarded by
+     * queue_lock, taken last: never held while calling the store). */
+    int64_t max_running;
+    pthread_mutex_t pass_lock; /* one queue pass at a time (taken before lock) */
+    pthread_mutex_t queue_lock;
+    struct controller_queued *queued;
 };
 
 /* One reconcile of one task: planned in a transaction, executed outside (sandbox, git),
@@ -84,7 +91,8 @@ struct reconcile {
     json_t *sandbox;               /* owned copy of spec.sandbox (network), or NULL */
     char *agent_cmd, *verify_cmd;  /* owned: spec.runner.command/verifyCommand, or NULL */
     int64_t iteration, max_iterations, timeout_s;
-    bool started;             /* a sandbox ran for it once (status.startTime is set) */
+    int64_t run;  /* spec.run: the run a RERUN starts (given to the runner as DIVERGE_RUN) */
+    bool started; /* a sandbox ran for it once (status.startTime is set) */
     const char *push_refusal; /* static: why the working branch may not be pushed, or NULL */
     int exit_code;            /* the runner's, for FAIL_RUNNER */
     const char *fail_reason;  /* set by execution when the task must fail */
@@ -109,6 +117,11 @@ void controller_execute(struct controller *c, struct reconcile *r);
  * R->fail_reason set (SandboxError); returns the provider's code. */
 int controller_thaw(struct controller *c, struct reconcile *r);
 
+/* Before run RUN of a finished task: removes what the previous run left (workspace,
+ * staging repo, state dir with the usage file, counted-time and draft PR records); the
+ * token dir and the log stay. */
+void controller_forget_run(struct controller *c, const char *ns, const char *name);
+
 /* Removes a deleted task's workspace, staging repo, state dir, token dir and paused-time
  * record (its log stays). */
 void controller_forget_task(struct controller *c, const char *ns, const char *name);
@@ -123,6 +136,15 @@ int controller_give(struct controller *c, const char *path, struct err *err);
  * or "egress") into *OUT (new string). E_FAIL. */
 int controller_socket_dir(char **out, const struct controller *c, const char *kind,
                           struct err *err);
+
+/* --- the queue (queue.c) --- */
+/* Looks at every task: admits waiting ones into free slots (and reconciles them), writes
+ * the queue positions of the others. A no-op without a limit or sandbox provider. */
+void controller_queue_pass(struct controller *c);
+/* Whether NS/NAME may take a slot now (no limit, or admitted). */
+bool controller_queue_admitted(struct controller *c, const char *ns, const char *name);
+/* Frees the queue's records. */
+void controller_queue_free(struct controller *c);
 
 /* Whether A ends the task (Completed or Failed). */
 bool controller_finishes(enum controller_action a);

@@ -44,6 +44,22 @@ void controller_forget_task(struct controller *c, const char *ns, const char *na
     }
 }
 
+void controller_forget_run(struct controller *c, const char *ns, const char *name)
+{
+    char *dirs[] = {
+        xasprintf("%s/workspaces/%s/%s", c->data_dir, ns, name),
+        xasprintf("%s/staging/%s/%s.git", c->data_dir, ns, name),
+        xasprintf("%s/state/%s/%s", c->data_dir, ns, name),
+        xasprintf("%s/run/%s.%s.active", c->data_dir, ns, name),
+        xasprintf("%s/run/%s.%s.pr", c->data_dir, ns, name),
+    };
+
+    for (size_t i = 0; i < ARRAY_LEN(dirs); i++) {
+        (void)nftw(dirs[i], remove_one, 16, FTW_DEPTH | FTW_PHYS);
+        free(dirs[i]);
+    }
+}
+
 struct paths {
     char *workspace, *token_dir, *staging, *state, *mirror, *log;
     char *sock_dir; /* the meter socket's directory, or NULL */
@@ -125,6 +141,7 @@ static size_t build_env(char **env, struct controller *c, const struct reconcile
     env[n++] = xasprintf("DIVERGE_MAX_ITERATIONS=%lld",
                          (long long)(r->max_iterations > 0 ? r->max_iterations : 5));
     env[n++] = xasprintf("DIVERGE_START_ITERATION=%lld", (long long)start_iteration);
+    env[n++] = xasprintf("DIVERGE_RUN=%lld", (long long)(r->run > 0 ? r->run : 1));
     /* The task's own commands (spec.runner, from agent.yaml) over the server's defaults. */
     env[n++] = xasprintf("DIVERGE_AGENT_CMD=%s", first_set(r->agent_cmd, c->agent_cmd));
     env[n++] = xasprintf("DIVERGE_VERIFY_CMD=%s", first_set(r->verify_cmd, c->verify_cmd));
@@ -409,6 +426,19 @@ static void disk_limit(struct controller *c, struct reconcile *r, const char *lo
     free(ws);
 }
 
+/* Run N of a finished task: nothing of the previous run runs or stays but its log. */
+static void rerun(struct controller *c, struct reconcile *r, const char *log)
+{
+    if (c->sandboxes != NULL) {
+        controller_timer_set(c, r->ns, r->name, 0);
+        sandbox_stop(c->sandboxes, r->ns, r->name);
+    }
+    controller_disk_clear(c, r->ns, r->name);
+    controller_forget_run(c, r->ns, r->name);
+    sandbox_log_event(log, "[diverge] run %lld requested: objective \"%s\"", (long long)r->run,
+                      r->objective);
+}
+
 void controller_execute(struct controller *c, struct reconcile *r)
 {
     char *log = sandbox_log_path(c->data_dir, r->ns, r->name);
@@ -453,6 +483,9 @@ void controller_execute(struct controller *c, struct reconcile *r)
         break;
     case CONTROLLER_DISK_LIMIT:
         disk_limit(c, r, log);
+        break;
+    case CONTROLLER_RERUN:
+        rerun(c, r, log);
         break;
     case CONTROLLER_NOTHING:
     case CONTROLLER_ACTIVATE:

@@ -67,9 +67,10 @@ static void apply(const struct task_event *ev, void *userdata)
 
     if (ev->type == TASK_EVENT_DELETED) {
         forget(c, ev->ns, ev->name, false);
-        return;
+    } else {
+        reconcile_one(c, ev->ns, ev->name);
     }
-    reconcile_one(c, ev->ns, ev->name);
+    controller_queue_pass(c); /* a slot may have come free, or a task joined the queue */
 }
 
 /* Reconciles every task and rewrites the token files of tasks holding an active token. */
@@ -100,6 +101,7 @@ static int64_t resync(void *userdata)
         }
     }
     json_decref(items);
+    controller_queue_pass(c);
     return rv;
 }
 
@@ -140,6 +142,9 @@ static void controller_destroy(struct controller *c)
     pthread_mutex_destroy(&c->lock);
     pthread_mutex_destroy(&c->notes_lock);
     pthread_mutex_destroy(&c->active_lock);
+    controller_queue_free(c);
+    pthread_mutex_destroy(&c->pass_lock);
+    pthread_mutex_destroy(&c->queue_lock);
     pthread_cond_destroy(&c->notes_cond);
     free(c);
 }
@@ -184,6 +189,9 @@ int controller_new(struct controller **out, struct task_store *store,
     pthread_mutex_init(&c->lock, NULL);
     pthread_mutex_init(&c->notes_lock, NULL);
     pthread_mutex_init(&c->active_lock, NULL);
+    pthread_mutex_init(&c->pass_lock, NULL);
+    pthread_mutex_init(&c->queue_lock, NULL);
+    c->max_running = cfg->max_running_tasks > 0 ? cfg->max_running_tasks : 0;
     secret_random(&c->run_id, sizeof(c->run_id));
     c->run_id |= 1; /* never 0, the value of "no run" */
     pthread_cond_init(&c->notes_cond, NULL);

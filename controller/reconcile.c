@@ -42,6 +42,7 @@ static void copy_spec(struct reconcile *r, const json_t *doc, const struct task_
     r->iteration = v->iteration;
     r->started = json_is_string(json_object_get(json_object_get(doc, "status"), "startTime"));
     r->max_iterations = v->max_iterations;
+    r->run = v->run;
     r->timeout_s =
         json_integer_value(json_object_get(json_object_get(spec, "sandbox"), "timeoutSeconds"));
     r->push_refusal = controller_push_refusal(doc, r->c->root_key);
@@ -76,6 +77,7 @@ static void observe(struct controller_observed *o, struct reconcile *r, const st
         o->workspace_exists = stat(ws, &sb) == 0 && S_ISDIR(sb.st_mode);
         o->never_started = !r->started;
         o->disk_over = controller_disk_over(c, r->ns, r->name, NULL);
+        o->queued = !controller_queue_admitted(c, r->ns, r->name);
         free(ws);
         if (r->timeout_s > 0 && v->phase == TASK_ACTIVE) {
             o->timed_out = controller_active_ms(c, r->ns, r->name, now) >= r->timeout_s * 1000;
@@ -147,6 +149,19 @@ static int queue_draft_pr(struct reconcile *r, struct task_txn *tx, const json_t
     return rc;
 }
 
+/* Run RUN of a finished task (SPEC §14): Pending again, iterations from 0, spend kept
+ * (the budgets apply to the total). */
+static void start_run(json_t *doc, int64_t run)
+{
+    json_t *status = json_object_get(doc, "status");
+
+    task_set_phase(doc, TASK_PENDING, NULL, NULL);
+    json_object_set_new(status, "run", json_integer(run));
+    json_object_set_new(status, "iteration", json_integer(0));
+    json_object_set_new(status, "startTime", json_null());
+    json_object_set_new(status, "completionTime", json_null());
+}
+
 /* Writes the outcome of R to DOC and the token index. *put_out: DOC must be stored. */
 static int apply_phase(struct reconcile *r, struct task_txn *tx, json_t *doc,
                        const struct token_record *rec, const struct task_view *v, const char *ts,
@@ -205,6 +220,9 @@ static int apply_phase(struct reconcile *r, struct task_txn *tx, json_t *doc,
         break;
     case CONTROLLER_DISK_LIMIT: /* execution sets fail_reason: not reached */
         set_finished(doc, TASK_FAILED, "DiskLimit", r->fail_msg != NULL ? r->fail_msg : "", ts);
+        break;
+    case CONTROLLER_RERUN:
+        start_run(doc, r->run);
         break;
     case CONTROLLER_REVOKE:
     case CONTROLLER_STOP:

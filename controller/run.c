@@ -59,6 +59,7 @@ static void *tick(void *arg)
             }
         }
         pthread_mutex_unlock(&c->notes_lock);
+        bool had_notes = todo != NULL;
         while (todo != NULL) {
             n = todo;
             todo = n->next;
@@ -68,6 +69,9 @@ static void *tick(void *arg)
             free(n->ns);
             free(n->name);
             free(n);
+        }
+        if (had_notes) {
+            controller_queue_pass(c); /* a runner exit may have freed a slot */
         }
         pthread_mutex_lock(&c->notes_lock);
         if (c->notes == NULL && !atomic_load(&c->stopping)) {

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The runner's environment (SPEC §9) checked once at start: a malformed value is exit 2
  * with the variable's name, never a surprise half-way through a task. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,6 +49,23 @@ static int parse_long(long *out, const char *s, long min, long max)
     return E_OK;
 }
 
+/* DIVERGE_RUN and the requestId prefix it makes (SPEC §14: a new run meters a new usage
+ * file from offset 0; its ids must not be those of the runs before). */
+static int load_run(struct runner_config *c, runner_getenv_fn get, void *ud, struct err *err)
+{
+    const char *v = get_opt(get, ud, "DIVERGE_RUN", NULL);
+
+    if (v != NULL && parse_long(&c->run, v, 1, 1000000000L) != E_OK) {
+        return err_set(err, E_INVALID, "DIVERGE_RUN must be a number from 1 to 1000000000");
+    }
+    if (c->run > 1) {
+        snprintf(c->id_prefix, sizeof(c->id_prefix), "%s-r%ld", c->task, c->run);
+    } else {
+        snprintf(c->id_prefix, sizeof(c->id_prefix), "%s", c->task);
+    }
+    return E_OK;
+}
+
 static int load_numbers(struct runner_config *c, runner_getenv_fn get, void *ud, struct err *err)
 {
     const char *v;
@@ -80,7 +98,7 @@ static int load_numbers(struct runner_config *c, runner_getenv_fn get, void *ud,
     if (v != NULL && parse_long(&c->revoked_wait_ms, v, 0, 3600000) != E_OK) {
         return err_set(err, E_INVALID, "DIVERGE_REVOKED_WAIT_MS must be 0 to 3600000");
     }
-    return E_OK;
+    return load_run(c, get, ud, err);
 }
 
 static int load_git(struct runner_config *c, runner_getenv_fn get, void *ud, struct err *err)
@@ -133,6 +151,7 @@ int runner_config_load(struct runner_config *out, runner_getenv_fn get, void *ud
 
     memset(c, 0, sizeof(*c));
     c->start_iteration = 1;
+    c->run = 1;
     c->max_iterations = 5;
     c->meter_attempts = 8;
     c->revoked_wait_ms = RUNNER_REVOKED_WAIT_MS;

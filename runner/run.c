@@ -94,7 +94,7 @@ static int meter_line(struct run *r, const char *line, size_t len, size_t advanc
         runner_say("usage line at offset %llu ignored: %s", (unsigned long long)offset, err.msg);
         return commit_offset(r, offset + advance, NULL);
     }
-    if (runner_request_id_usage(rid, sizeof(rid), r->cfg->task, offset) != E_OK) {
+    if (runner_request_id_usage(rid, sizeof(rid), r->cfg->id_prefix, offset) != E_OK) {
         return RUNNER_EXIT_CONFIG;
     }
     call = (struct runner_meter_call){.request_id = rid,
@@ -172,7 +172,8 @@ static int heartbeat(struct run *r, long iteration, bool final)
     if (ret != -1 || metered > 0) {
         return ret;
     }
-    if (runner_request_id_heartbeat(rid, sizeof(rid), r->cfg->task, iteration, final) != E_OK) {
+    if (runner_request_id_heartbeat(rid, sizeof(rid), r->cfg->id_prefix, iteration, final) !=
+        E_OK) {
         return RUNNER_EXIT_CONFIG;
     }
     /* No usage: report the iteration (and fetch guidance) with the last model seen, or

@@ -162,6 +162,9 @@ struct runner_config {
     const char *agent_cmd;     /* DIVERGE_AGENT_CMD (required) */
     const char *verify_cmd;    /* DIVERGE_VERIFY_CMD or NULL */
     long start_iteration;      /* DIVERGE_START_ITERATION or 1 */
+    long run;                  /* DIVERGE_RUN or 1: the task's run (SPEC §14) */
+    char id_prefix[96];        /* requestIds start with it: the task, "-r<run>" after it
+                                  from run 2 on (ids stay unique across runs) */
     long max_iterations;       /* DIVERGE_MAX_ITERATIONS or 5 */
     const char *token_env;     /* DIVERGE_MACAROON_TOKEN when non-empty, else NULL */
     const char *token_file;    /* DIVERGE_TOKEN_FILE or NULL */

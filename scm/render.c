@@ -378,6 +378,7 @@ static const struct reason_text g_pause_texts[] = {
     {"MaxIterationsExceeded", "maximum iterations reached. Raise `spec.maxIterations`, then "
                               "continue with `/diverge resume`."},
     {"Suspended", "paused by request. Continue with `/diverge resume`."},
+    {TASK_REASON_QUEUED, "resumed; it continues once a sandbox slot is free."},
 };
 
 static const struct reason_text g_fail_texts[] = {
@@ -498,6 +499,28 @@ static void put_guidance(struct sticky *r, const char *guidance, const json_t *s
     put(r, "\n\n");
 }
 
+/* " — position N" after the badge of a task waiting for a sandbox slot (SPEC §14). */
+static void put_queue(struct sticky *r, const struct task_view *v, const json_t *status)
+{
+    char num[32];
+
+    if (v->queue_position > 0 && strcmp(str_at(status, "reason"), TASK_REASON_QUEUED) == 0) {
+        snprintf(num, sizeof(num), "%lld", (long long)v->queue_position);
+        put_all(r, v->phase == TASK_PENDING ? "" : " · ⏳ Queued", " — position ", num, NULL);
+    }
+}
+
+/* " · run N" from the second run on: the run this comment shows (SPEC §14). */
+static void put_run(struct sticky *r, const struct task_view *v)
+{
+    char num[32];
+
+    if (v->status_run > 1) {
+        snprintf(num, sizeof(num), "%lld", (long long)v->status_run);
+        put_all(r, " · run ", num, NULL);
+    }
+}
+
 static void put_body(struct sticky *r, const json_t *task, const struct task_view *v,
                      const char *dashboard, int64_t now_ms)
 {
@@ -508,8 +531,11 @@ static void put_body(struct sticky *r, const json_t *task, const struct task_vie
     char tag[SCM_RENDER_TAG_MAX], when[CLOCK_RFC3339_MAX];
 
     scm_render_task_tag(tag, sizeof(tag), v->ns, v->name);
-    put_all(r, SCM_STICKY_MARKER "\n", tag, "\n\n### ", badge(v->phase), " · ", NULL);
+    put_all(r, SCM_STICKY_MARKER "\n", tag, "\n\n### ", badge(v->phase), NULL);
+    put_queue(r, v, status);
+    put(r, " · ");
     put_code(r, v->name, CAP_NAME);
+    put_run(r, v);
     put(r, "\n\n**Objective:** ");
     put_text(r, v->objective != NULL ? v->objective : "", CAP_OBJECTIVE);
     put(r, "\n\n");

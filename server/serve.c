@@ -265,6 +265,19 @@ static int parse_count_flag(int64_t *out, const char *flag, const char *v)
     return 0;
 }
 
+/* --max-running-tasks: default the number of CPUs online (SPEC §14). */
+static int parse_max_running(struct server *srv)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+
+    if (srv->cfg.max_running_tasks == NULL || srv->cfg.max_running_tasks[0] == '\0') {
+        srv->max_running_tasks = cpus > 0 ? cpus : 1;
+        return 0;
+    }
+    return parse_count_flag(&srv->max_running_tasks, "--max-running-tasks",
+                            srv->cfg.max_running_tasks);
+}
+
 /* The numeric flags: default budgets and iterations, the notifier interval and the
  * sandbox limits. Returns 2 after telling stderr what is wrong. */
 static int parse_numbers(struct server *srv)
@@ -306,7 +319,7 @@ static int parse_numbers(struct server *srv)
                          false) != 0) {
         return 2;
     }
-    return 0;
+    return parse_max_running(srv);
 }
 
 static bool one_of(const char *v, const char *const *names, size_t n)

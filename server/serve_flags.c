@@ -84,6 +84,10 @@ static const struct flag g_flags[] = {
     {"--max-push-bytes", "DIVERGE_MAX_PUSH_BYTES", "100M", CFG(max_push_bytes),
      "largest push (size of the new objects) the server sends to a repository; a bigger one "
      "fails the task with PushTooLarge (K, M, G suffixes; 0: none)"},
+    {"--max-running-tasks", "DIVERGE_MAX_RUNNING_TASKS", NULL, CFG(max_running_tasks),
+     "sandboxes (running or frozen) that may exist at once; more tasks wait Pending with reason "
+     "Queued and a queue position, first come first served, round robin across namespaces "
+     "(default: the number of CPUs; 0: no limit)"},
     {"--sandbox-network", "DIVERGE_SANDBOX_NETWORK", "none", CFG(sandbox_network),
      "none (loopback only) or proxy (egress only through the server's allowlisting proxy)"},
     {"--sandbox-allow-host", "DIVERGE_SANDBOX_ALLOW_HOSTS", NULL, CFG(sandbox_allow_hosts),

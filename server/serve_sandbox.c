@@ -222,6 +222,7 @@ int serve_controller_make(struct controller **out, struct server *srv, struct er
         .sandbox_disk = srv->sandbox_disk,
         .data_dir_reserve = srv->data_dir_reserve,
         .max_push_bytes = srv->max_push_bytes,
+        .max_running_tasks = srv->max_running_tasks,
         .network = srv->cfg.sandbox_network,
         .allow_hosts = srv->cfg.sandbox_allow_hosts,
         .preview_base_url = srv->cfg.preview_base_url,

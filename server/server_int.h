@@ -99,6 +99,7 @@ struct server_config {
     char *sandbox_disk;      /* bytes a task's files may take (local, process) */
     char *data_dir_reserve;  /* bytes kept free on the data dir's filesystem */
     char *max_push_bytes;    /* largest push to a repository */
+    char *max_running_tasks; /* sandboxes at once; NULL: the number of CPUs */
     char *llm_upstreams;     /* --llm-upstream NAME=URL, comma-joined; NULL: public APIs */
     char *llm_key_files;     /* --llm-key-file NAME=PATH, comma-joined */
     char *llm_prices;        /* --llm-prices FILE; NULL: the built-in table */
@@ -139,6 +140,7 @@ struct server {
     int64_t sandbox_disk;           /* bytes, 0: none */
     int64_t data_dir_reserve;       /* bytes, 0: none */
     int64_t max_push_bytes;         /* bytes, 0: none */
+    int64_t max_running_tasks;      /* sandboxes at once (SPEC §14), 0: no limit */
     atomic_bool shutting_down;      /* set on SIGTERM: watch streams end */
     struct http_guard *guard;       /* owned by http_start/http_stop */
     struct MHD_Daemon *daemon;      /* owned; the running HTTP server */

@@ -99,10 +99,19 @@ struct task_view {
     int64_t iteration;        /* status.iteration */
     int64_t tokens_consumed;  /* status.tokensConsumed */
     int64_t cost_usd;         /* status.costUSD micro-dollars */
+    int64_t run;              /* spec.run: the run asked for, 1 when unset (SPEC §14) */
+    int64_t status_run;       /* status.run: the run started last, 1 when unset */
+    int64_t queue_position;   /* status.queuePosition, 0 when not queued */
 };
 
 /* Fills V from the normalized object OBJ (which must outlive V). */
 void task_view_of(struct task_view *v, const json_t *obj);
+
+/* Whether V asks for a run that has not started yet: finished (Completed or Failed) with
+ * spec.run above status.run (SPEC §14). */
+bool task_rerun_due(const struct task_view *v);
+/* The status reason of a task that waits for a slot (SPEC §14 queue). */
+#define TASK_REASON_QUEUED "Queued"
 
 /* Sets status.phase (and reason/message, which may be NULL for ""). */
 void task_set_phase(json_t *obj, enum task_phase phase, const char *reason, const char *message);

@@ -322,6 +322,17 @@ static int check_sandbox(json_t *parent, const char *key, json_t *v, const char 
     return check_rules(v, path, g_sandbox_rules, ARRAY_LEN(g_sandbox_rules), err);
 }
 
+/* spec.run / status.run: a run number, 1 and up (SPEC §14). */
+static int check_run(json_t *parent, const char *key, json_t *v, const char *path, struct err *err)
+{
+    (void)parent;
+    (void)key;
+    if (!json_is_integer(v) || json_integer_value(v) < 1) {
+        return err_set_field(err, E_INVALID, path, "%s: must be an integer of 1 or more", path);
+    }
+    return E_OK;
+}
+
 static const struct field_rule g_spec_rules[] = {
     {"objective", check_string},
     {"draftPR", check_bool},
@@ -334,6 +345,7 @@ static const struct field_rule g_spec_rules[] = {
     {"sandbox", check_sandbox},
     {"suspended", check_bool},
     {"runner", check_runner},
+    {"run", check_run},
 };
 
 static const struct field_rule g_status_rules[] = {
@@ -347,6 +359,10 @@ static const struct field_rule g_status_rules[] = {
     {"previewUrl", check_string},
     {"startTime", check_time_or_null},
     {"completionTime", check_time_or_null},
+    {"guidanceHash", check_string},
+    {"guidanceDeliveredAt", check_time_or_null},
+    {"run", check_run},
+    {"queuePosition", check_count},
 };
 
 /* Checks every member of OBJ against RULES; unknown members are errors (a typo such as
@@ -564,6 +580,21 @@ out:
     return rc;
 }
 
+/* Runs only go forward: spec.run (1 when unset) is never below status.run. */
+static int check_run_order(const json_t *spec, const json_t *status, struct err *err)
+{
+    json_int_t want = json_integer_value(json_object_get(spec, "run"));
+    json_int_t ran = json_integer_value(json_object_get(status, "run"));
+
+    if (ran > 1 && (want > 0 ? want : 1) < ran) {
+        return err_set_field(err, E_INVALID, "spec.run",
+                             "spec.run: must not be lower than status.run (%lld): runs only go "
+                             "forward",
+                             (long long)ran);
+    }
+    return E_OK;
+}
+
 int task_validate(const json_t *obj, struct err *err)
 {
     json_t *md = json_object_get(obj, "metadata");
@@ -592,7 +623,7 @@ int task_validate(const json_t *obj, struct err *err)
     if (json_object_get(status, "phase") == NULL) {
         return err_set_field(err, E_INVALID, "status.phase", "status.phase: required");
     }
-    return E_OK;
+    return check_run_order(spec, status, err);
 }
 
 void task_guidance_hash(char out[TASK_GUIDANCE_HASH_LEN], const char *guidance)

@@ -148,6 +148,14 @@ void task_view_of(struct task_view *v, const json_t *obj)
     v->iteration = int_at(status, "iteration");
     v->tokens_consumed = int_at(status, "tokensConsumed");
     v->cost_usd = money_at(status, "costUSD");
+    v->run = int_at(spec, "run") > 0 ? int_at(spec, "run") : 1;
+    v->status_run = int_at(status, "run") > 0 ? int_at(status, "run") : 1;
+    v->queue_position = int_at(status, "queuePosition");
+}
+
+bool task_rerun_due(const struct task_view *v)
+{
+    return (v->phase == TASK_COMPLETED || v->phase == TASK_FAILED) && v->run > v->status_run;
 }
 
 void task_set_phase(json_t *obj, enum task_phase phase, const char *reason, const char *message)
@@ -161,4 +169,5 @@ void task_set_phase(json_t *obj, enum task_phase phase, const char *reason, cons
     json_object_set_new(status, "phase", json_string(task_phase_name(phase)));
     json_object_set_new(status, "reason", json_string(reason != NULL ? reason : ""));
     json_object_set_new(status, "message", json_string(message != NULL ? message : ""));
+    json_object_del(status, "queuePosition"); /* a task that moves on no longer waits */
 }

@@ -92,6 +92,31 @@ static void render_route(struct buf *out, const char *name, const struct route_s
 }
 
 /* Spend, queues, SCM calls and the meter's group commit. */
+/* diverge_tasks_queued: tasks waiting for a sandbox slot (SPEC §14: reason Queued with a
+ * queue position), read from the store so that every replica says the same. */
+static void render_queued(struct buf *out, struct server *srv)
+{
+    json_t *items = NULL, *item;
+    int64_t rv = 0, n = 0;
+    size_t i;
+
+    if (task_store_list(&items, &rv, srv->store, NULL, NULL) != E_OK) {
+        return;
+    }
+    json_array_foreach(items, i, item)
+    {
+        struct task_view v;
+        task_view_of(&v, item);
+        n += v.queue_position > 0 ? 1 : 0;
+    }
+    json_decref(items);
+    buf_printf(out,
+               "# HELP diverge_tasks_queued AgentTasks waiting for a sandbox slot "
+               "(--max-running-tasks).\n# TYPE diverge_tasks_queued gauge\n"
+               "diverge_tasks_queued %lld\n",
+               (long long)n);
+}
+
 static void render_pipeline(struct buf *out, struct server *srv)
 {
     struct task_totals totals;
@@ -195,4 +220,5 @@ void metrics_render(struct buf *out, struct server *srv)
                        task_phase_name((enum task_phase)p), (long long)counts[p]);
         }
     }
+    render_queued(out, srv);
 }

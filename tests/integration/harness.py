@@ -40,6 +40,9 @@ class Server:
         self.data_dir = data_dir or tempfile.mkdtemp(prefix="diverge-test-")
         self.args = list(args)
         self.env = dict(os.environ)
+        # Tests start several tasks at once on small machines: no queue (--max-running-tasks
+        # defaults to the CPUs) unless a test asks for one with the flag, which wins.
+        self.env.setdefault("DIVERGE_MAX_RUNNING_TASKS", "0")
         for k, v in (env or {}).items():
             # A value of None removes the variable.
             if v is None:

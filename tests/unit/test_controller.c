@@ -117,6 +117,40 @@ TEST(decide_sandbox_table)
     }
 }
 
+/* spec.run above status.run on a finished task starts that run (SPEC §14), with or
+ * without a sandbox provider, stopping whatever still runs; elsewhere it changes nothing. */
+TEST(decide_rerun)
+{
+    static const struct {
+        enum task_phase phase;
+        int64_t run, status_run;
+        bool sandboxes;
+        int sandbox;
+        enum controller_action want;
+    } cases[] = {
+        {TASK_COMPLETED, 2, 1, true, SANDBOX_ABSENT, CONTROLLER_RERUN},
+        {TASK_FAILED, 3, 2, true, SANDBOX_EXITED, CONTROLLER_RERUN},
+        {TASK_FAILED, 2, 1, false, SANDBOX_ABSENT, CONTROLLER_RERUN},
+        {TASK_COMPLETED, 2, 2, true, SANDBOX_ABSENT, CONTROLLER_NOTHING},
+        {TASK_COMPLETED, 1, 1, false, SANDBOX_ABSENT, CONTROLLER_NOTHING},
+        {TASK_ACTIVE, 2, 1, true, SANDBOX_RUNNING, CONTROLLER_NOTHING},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        struct task_view v = view(cases[i].phase, false);
+        struct controller_observed o = {.runs_sandboxes = cases[i].sandboxes,
+                                        .can_run = true,
+                                        .workspace_exists = true,
+                                        .sandbox = cases[i].sandbox};
+        v.run = cases[i].run;
+        v.status_run = cases[i].status_run;
+        enum controller_action a = controller_decide(&v, &o);
+        if (a != cases[i].want) {
+            t_fail(__FILE__, __LINE__, "case %zu: got %s want %s", i, controller_action_name(a),
+                   controller_action_name(cases[i].want));
+        }
+    }
+}
+
 /* sandbox.timeoutSeconds counts only the time a sandbox ran under a live server. */
 TEST(active_time_record)
 {
@@ -540,3 +574,49 @@ TEST(reconcile_mints_pauses_and_reminted)
 }
 
 T_MAIN
+
+/* The queue's order (SPEC §14): first come first served, round robin across namespaces:
+ * one namespace's many tasks never starve another's one. */
+TEST(queue_order_round_robin)
+{
+    struct controller_queue_item it[] = {
+        {.ns = "big", .name = "t3", .arrival = 30, .round = -1},
+        {.ns = "big", .name = "t1", .arrival = 10, .round = -1},
+        {.ns = "small", .name = "s1", .arrival = 50, .round = -1},
+        {.ns = "big", .name = "t2", .arrival = 20, .round = -1},
+        {.ns = "mid", .name = "m1", .arrival = 15, .round = -1},
+        {.ns = "mid", .name = "m2", .arrival = 60, .round = -1},
+        {.ns = "big", .name = "t0", .arrival = 10, .round = -1}, /* same time as t1: by name */
+    };
+    static const char *const want[] = {"t0", "m1", "s1", "t1", "m2", "t2", "t3"};
+
+    controller_queue_order(it, ARRAY_LEN(it));
+    for (size_t i = 0; i < ARRAY_LEN(it); i++) {
+        CHECK_EQ_STR(it[i].name, want[i]);
+    }
+    controller_queue_order(it, 0); /* empty: nothing to do */
+}
+
+/* A namespace that holds slots already waits behind one that holds none, even when its
+ * task came first. */
+TEST(queue_order_counts_running_slots)
+{
+    struct controller_queue_item it[] = {
+        {.ns = "alpha", .name = "a2", .arrival = 10, .running = 1, .round = -1},
+        {.ns = "beta", .name = "b1", .arrival = 20, .running = 0, .round = -1},
+        {.ns = "alpha", .name = "a3", .arrival = 5, .running = 1, .round = -1},
+    };
+    static const char *const want[] = {"b1", "a3", "a2"};
+
+    controller_queue_order(it, ARRAY_LEN(it));
+    for (size_t i = 0; i < ARRAY_LEN(it); i++) {
+        CHECK_EQ_STR(it[i].name, want[i]);
+    }
+    /* Rounds are kept: once alpha's slot is free (running 0) the order does not change,
+     * and a newcomer of a third namespace goes ahead only of later rounds. */
+    it[0].running = it[1].running = it[2].running = 0;
+    controller_queue_order(it, ARRAY_LEN(it));
+    for (size_t i = 0; i < ARRAY_LEN(it); i++) {
+        CHECK_EQ_STR(it[i].name, want[i]);
+    }
+}

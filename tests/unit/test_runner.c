@@ -343,6 +343,8 @@ TEST(config_from_env)
     CHECK_EQ_INT(c.start_iteration, 1);
     CHECK_EQ_INT(c.max_iterations, 3);
     CHECK(c.token_env == NULL && c.push_url == NULL);
+    CHECK_EQ_INT(c.run, 1);
+    CHECK_EQ_STR(c.id_prefix, "fix-it"); /* run 1: the ids of older servers' runners */
     runner_config_cleanup(&c);
     e.kv = badbranch;
     CHECK_EQ_INT(runner_config_load(&c, fake_get, &e, &err), E_INVALID);
@@ -353,6 +355,52 @@ TEST(config_from_env)
     runner_config_cleanup(&c);
     e.kv = nometer;
     CHECK_EQ_INT(runner_config_load(&c, fake_get, &e, &err), E_INVALID);
+    runner_config_cleanup(&c);
+}
+
+/* DIVERGE_RUN: from run 2 on the requestIds carry the run, so a new run's usage file,
+ * metered again from offset 0, never reuses an id of an earlier run (SPEC §14). */
+TEST(config_run)
+{
+    static const char *const run2[] = {"DIVERGE_TASK_NAME",
+                                       "fix-it",
+                                       "DIVERGE_REPO_URL",
+                                       "file:///r.git",
+                                       "DIVERGE_AGENT_CMD",
+                                       "x",
+                                       "DIVERGE_MACAROON_TOKEN",
+                                       "t",
+                                       "DIVERGE_METER_URL",
+                                       "u",
+                                       "DIVERGE_RUN",
+                                       "2",
+                                       NULL};
+    static const char *const bad[] = {"DIVERGE_TASK_NAME",
+                                      "fix-it",
+                                      "DIVERGE_REPO_URL",
+                                      "file:///r.git",
+                                      "DIVERGE_AGENT_CMD",
+                                      "x",
+                                      "DIVERGE_MACAROON_TOKEN",
+                                      "t",
+                                      "DIVERGE_METER_URL",
+                                      "u",
+                                      "DIVERGE_RUN",
+                                      "0",
+                                      NULL};
+    struct fake_env e = {run2};
+    struct runner_config c;
+    struct err err = {0};
+    char id[RUNNER_REQUEST_ID_MAX + 1];
+
+    CHECK_OK(runner_config_load(&c, fake_get, &e, &err));
+    CHECK_EQ_INT(c.run, 2);
+    CHECK_OK(runner_request_id_usage(id, sizeof(id), c.id_prefix, 0));
+    CHECK_EQ_STR(id, "fix-it-r2-u0");
+    runner_config_cleanup(&c);
+    e.kv = bad;
+    CHECK_EQ_INT(runner_config_load(&c, fake_get, &e, &err), E_INVALID);
+    CHECK(strstr(err.msg, "DIVERGE_RUN") != NULL);
     runner_config_cleanup(&c);
 }
 

@@ -573,3 +573,33 @@ TEST(task_without_name_is_invalid)
 }
 
 T_MAIN
+
+/* From run 2 on the header names the run; a queued task shows its position (SPEC §14). */
+TEST(run_number_and_queue_position)
+{
+    json_t *t = example_task();
+    char *body;
+
+    body = render(t);
+    CHECK_LACKS(body, "· run ");
+    CHECK_LACKS(body, "position");
+    free(body);
+    set_at(t, "status", "run", json_integer(3));
+    body = render(t);
+    CHECK_HAS(body, "### 🚀 Running · `fix-checkout-latency` · run 3\n");
+    free(body);
+    set_at(t, "status", "phase", json_string("Pending"));
+    set_at(t, "status", "reason", json_string("Queued"));
+    set_at(t, "status", "queuePosition", json_integer(2));
+    set_at(t, "status", "run", json_integer(1));
+    body = render(t);
+    CHECK_HAS(body, "### ⏳ Queued — position 2 · `fix-checkout-latency`\n");
+    free(body);
+    /* A resumed task waiting for a slot. */
+    set_at(t, "status", "phase", json_string("Paused"));
+    body = render(t);
+    CHECK_HAS(body, "### ⏸️ Paused · ⏳ Queued — position 2 · `fix-checkout-latency`\n");
+    CHECK_HAS(body, "it continues once a sandbox slot is free");
+    free(body);
+    json_decref(t);
+}

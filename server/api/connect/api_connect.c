@@ -372,6 +372,13 @@ static int apply_resume(json_t *doc, struct err *err, void *userdata)
     int rc;
 
     task_view_of(&v, doc);
+    if (v.phase == TASK_COMPLETED || v.phase == TASK_FAILED) {
+        /* SPEC §14: nothing to resume; a new run raises spec.run. */
+        return err_set(err, E_INVALID,
+                       "task %s is finished (%s): there is nothing to resume; raise spec.run "
+                       "(`diverge task rerun`) to start a new run",
+                       v.name, task_phase_name(v.phase));
+    }
     c->patch = json_pack("{s:{s:b}}", "spec", "suspended", 0);
     spec = json_object_get(c->patch, "spec");
     if (budget[0] != '\0') {

@@ -1,0 +1,102 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The queue of SPEC §14 with the real runner (local sandbox; process where bubblewrap
+cannot run): with --max-running-tasks 1, a task holds the one slot while its agent waits
+for a file the test writes into its workspace; later tasks stay Pending with reason
+Queued and status.queuePosition, in round-robin order across namespaces (beta's only task
+goes before alpha's second, though it came later); `task list` and /metrics
+(diverge_tasks_queued) show them; each one starts when the slot frees."""
+import os
+import shutil
+import tempfile
+
+from harness import API, Server, run_tests
+from sandbox_helpers import git
+from test_local_pr import SERVE, ENV, Clean, get_task, wait
+
+AGENT = "while [ ! -e go ]; do sleep 0.1; done"
+ARGS = [a for a in SERVE if a not in ("--agent-cmd", "--verify-cmd", "exit 9")] + [
+    "--agent-cmd", AGENT, "--verify-cmd", "true", "--max-running-tasks", "1"]
+
+
+def make_repo(top):
+    src = os.path.join(top, "src")
+    os.makedirs(src)
+    with open(os.path.join(src, "README"), "w") as f:
+        f.write("queue\n")
+    git("init", "-q", "-b", "main", cwd=src)
+    git("add", "-A", cwd=src)
+    git("commit", "-q", "-m", "init", cwd=src)
+    bare = os.path.join(top, "origin.git")
+    git("init", "-q", "--bare", "-b", "main", bare)
+    git("push", "-q", bare, "main", cwd=src)
+    os.chmod(top, 0o755)
+    return "file://" + bare
+
+
+def create(srv, ns, name, url):
+    r = srv.cli("task", "create", "wait for go", "--name", name, "-n", ns, "--repo", url,
+                "--budget", "1.00")
+    assert r.returncode == 0, r
+
+
+def phase(srv, ns, name):
+    return get_task(srv, ns, name)["status"]
+
+
+def release(srv, ns, name):
+    """Lets the agent of NS/NAME finish (it waits for ./go in its workspace)."""
+    ws = os.path.join(srv.data_dir, "workspaces", ns, name)
+    wait(lambda: os.path.isdir(os.path.join(ws, ".git")), what="workspace of " + name)
+    with open(os.path.join(ws, "go"), "w") as f:
+        f.write("go\n")
+
+
+def queued_metric(srv):
+    st, _, body = srv.request("GET", "/metrics", auth=False, raw=True)
+    for line in body.decode().splitlines():
+        if line.startswith("diverge_tasks_queued "):
+            return int(line.split()[1])
+    return None
+
+
+def test_one_slot_round_robin_queue():
+    top = tempfile.mkdtemp(prefix="diverge-queue-")
+    url = make_repo(top)
+    with Server(ARGS, env=ENV) as srv, Clean(srv):
+        create(srv, "alpha", "a1", url)
+        wait(lambda: phase(srv, "alpha", "a1")["phase"] == "Active", what="a1 Active")
+        create(srv, "alpha", "a2", url)
+        create(srv, "beta", "b1", url)
+        s = wait(lambda: (lambda s: s if s.get("queuePosition") == 2 else None)(
+            phase(srv, "alpha", "a2")), what="a2 queued at 2")
+        assert s["phase"] == "Pending" and s["reason"] == "Queued", s
+        s = wait(lambda: (lambda s: s if s.get("queuePosition") == 1 else None)(
+            phase(srv, "beta", "b1")), what="b1 queued at 1")
+        assert s["phase"] == "Pending" and s["reason"] == "Queued", s
+        assert "--max-running-tasks" in s["message"], s
+        assert phase(srv, "alpha", "a1")["phase"] == "Active"
+        r = srv.cli("task", "list", "-A")
+        assert r.returncode == 0 and "Pending (queued #1)" in r.stdout, r.stdout
+        assert "Pending (queued #2)" in r.stdout, r.stdout
+        assert queued_metric(srv) == 2
+        # The slot frees: b1 (beta's first) goes before a2.
+        release(srv, "alpha", "a1")
+        wait(lambda: phase(srv, "alpha", "a1")["phase"] == "Completed", what="a1 Completed")
+        s = wait(lambda: (lambda s: s if s["phase"] == "Active" else None)(
+            phase(srv, "beta", "b1")), what="b1 Active")
+        assert "queuePosition" not in s and s["reason"] == "", s
+        s = wait(lambda: (lambda s: s if s.get("queuePosition") == 1 else None)(
+            phase(srv, "alpha", "a2")), what="a2 next")
+        assert s["phase"] == "Pending", s
+        assert wait(lambda: queued_metric(srv) == 1, what="metric 1")
+        release(srv, "beta", "b1")
+        wait(lambda: phase(srv, "alpha", "a2")["phase"] == "Active", what="a2 Active")
+        release(srv, "alpha", "a2")
+        wait(lambda: phase(srv, "alpha", "a2")["phase"] == "Completed", what="a2 Completed")
+        assert phase(srv, "beta", "b1")["phase"] == "Completed"
+        assert queued_metric(srv) == 0
+    shutil.rmtree(top, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    run_tests([test_one_slot_round_robin_queue])
