@@ -35,6 +35,7 @@ from harness import API, Server, run_tests  # noqa: E402
 from runner_helpers import METER, make_bare_repo, run_runner, runner_env  # noqa: E402
 from sandbox_helpers import (create, get, git, patch, task, task_log, wait_log,  # noqa: E402
                              wait_phase)
+from test_agent_claude_code import runner_path  # noqa: E402
 from test_sandbox_local import usable  # noqa: E402
 
 AGENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "llm_relay_agent.py")
@@ -250,6 +251,10 @@ def token_of(srv, name):
 
 def test_frozen_agent_calls_with_the_rotated_token():
     why = usable()
+    runner = runner_path()
+    if why is None and runner is None:
+        why = "the runner is a sanitized build, which cannot run under the sandbox's seccomp " \
+              "filter, and there is no plain build/diverge-agent-runner to use instead"
     if why:
         print("SKIP: " + why)
         return
@@ -263,7 +268,8 @@ def test_frozen_agent_calls_with_the_rotated_token():
     srv = Server(args=["--sandbox-provider", "local", "--agent-cmd", "python3 agent.py frozen",
                        "--verify-cmd", "true", "--llm-upstream", "openai=" + fake.url,
                        "--llm-prices", prices],
-                 env={"DIVERGE_OPENAI_API_KEY": SERVER_KEY}, data_dir=data)
+                 env={"DIVERGE_OPENAI_API_KEY": SERVER_KEY, "DIVERGE_RUNNER_PATH": runner},
+                 data_dir=data)
     name = "llmfrozen"
     try:
         with srv:
