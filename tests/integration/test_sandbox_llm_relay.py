@@ -317,7 +317,9 @@ def test_frozen_agent_calls_with_the_rotated_token():
                 b'{"model":"gpt-relay-1","input":"say hello","max_output_tokens":50}',
                 headers={"Authorization": "Bearer " + tok1,
                          "Content-Type": "application/json"}, auth=False, raw=True)
-            assert st == 401, (st, raw)
+            err = json.loads(raw)["error"]
+            assert st == 401 and err["code"] == "invalid_api_key" and \
+                err["message"] == "diverge: token revoked", (st, raw)
             assert len(fake.requests) == 2
             assert get(srv, name)["status"]["costUSD"] == body["status"]["costUSD"]
             assert tok1 not in log and tok2 not in log and SERVER_KEY not in log
