@@ -328,6 +328,8 @@ static int answer_job(struct batch *b, struct task_txn *tx, json_t *doc, struct 
 {
     int rc = E_OK;
 
+    /* The gateway's jobs read the outcome and its reason from here, refusals too. */
+    j->d = *d;
     switch (d->outcome) {
     case METER_UNAUTHORIZED:
         j->body = error_body(d->reason, "Unauthorized");
@@ -443,6 +445,7 @@ static int apply_batch(struct task_txn *tx, void *userdata)
 static void fail_job(struct meter_job *j)
 {
     j->totals = false;
+    memset(&j->d, 0, sizeof(j->d)); /* no decision holds: the gateway says "retry" */
     free(j->body);
     j->body = error_body("could not record the charge; retry", "ServiceUnavailable");
     j->status = 503;

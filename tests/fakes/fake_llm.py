@@ -332,14 +332,19 @@ def openai_chat_events(model, u, include_usage, text="hello"):
     return [(None, e) for e in evs]
 
 
+def openai_worst_usage(body, raw):
+    """The most an OpenAI call may use: its body's bytes in, its output limit out."""
+    limit = body.get("max_output_tokens") or body.get("max_completion_tokens") or \
+        body.get("max_tokens") or 0
+    return {"input": len(raw), "output": limit * int(body.get("n") or 1), "cache_write": 0,
+            "cache_read": 0}
+
+
 def _openai(self, h, path, body, raw, u, step):
     model = body.get("model", "")
     text = step.get("text", "hello")
     if self.worst_case:
-        limit = body.get("max_output_tokens") or body.get("max_completion_tokens") or \
-            body.get("max_tokens") or 0
-        u = {"input": len(raw), "output": limit * int(body.get("n") or 1), "cache_write": 0,
-             "cache_read": 0}
+        u = openai_worst_usage(body, raw)
     if path == "/v1/responses":
         if body.get("stream"):
             return self._sse_openai(h, openai_responses_events(model, u, text), False, step)
@@ -390,7 +395,8 @@ FakeLLM._sse_openai = _sse_openai
 # --- a scripted agent over Responses (the real Codex CLI) ---------------------------------
 # fake.agent_calls = [(tool name, arguments dict), ...]: a Responses request that carries
 # K function_call_output items is answered with the call agent_calls[K] (a function_call
-# item), and once they are all done with the text "done". The usage stays fake.usage.
+# item), and once they are all done with the text "done". The usage stays fake.usage (or,
+# with worst_case, the most the call may use).
 
 def openai_agent_output(body, calls):
     items = body.get("input") if isinstance(body.get("input"), list) else []
@@ -429,6 +435,8 @@ def _openai_agent(self, h, path, body, raw, u, step):
     if path != "/v1/responses" or item is None:
         return _openai_plain(self, h, path, body, raw, u, step)
     model = body.get("model", "")
+    if self.worst_case:
+        u = openai_worst_usage(body, raw)
     if body.get("stream"):
         return self._sse_openai(h, openai_agent_events(model, u, item), False, step)
     resp = openai_responses_body(model, u)

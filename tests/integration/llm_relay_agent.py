@@ -6,12 +6,17 @@ environment, and reports what came back. `pod`: every provider's key header, Gem
 ?key=, a chunked request body, a streamed answer read event by event, an upstream error,
 a path outside /api/v1/llm/ and hostile bytes; the report goes to $LLM_TEST_OUT as JSON.
 `socket`: one call through the task's own socket, reported as one `llmprobe` line on
-stdout (the task log). Python 3 stdlib only."""
+stdout (the task log). `frozen`: one Responses call, then it waits for the file `go` in
+the workspace (the test pauses and resumes the task meanwhile: this process is frozen
+with the old token and thawed with a new one it never reads), then the same call again;
+each reported as one `llmfrozen N STATUS BODY` line; exit 0 when both got 200. Python 3
+stdlib only."""
 import http.client
 import json
 import os
 import socket
 import sys
+import time
 import urllib.parse
 
 KEYS = ("DIVERGE_LLM_URL", "ANTHROPIC_BASE_URL", "OPENAI_BASE_URL", "GOOGLE_GEMINI_BASE_URL",
@@ -117,5 +122,21 @@ def sock():
     print("llmprobe " + json.dumps(out), flush=True)
 
 
+def frozen():
+    url = os.environ["OPENAI_BASE_URL"] + "/responses"
+    headers = {"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"],
+               "Content-Type": "application/json"}
+    body = b'{"model":"gpt-relay-1","input":"say hello","max_output_tokens":50}'
+    got = [call("POST", url, headers, body)]
+    print("llmfrozen 1 %d %s" % (got[0][0], got[0][1]), flush=True)
+    go = os.path.join(os.environ["DIVERGE_WORKSPACE_DIR"], "go")
+    while not os.path.exists(go):
+        time.sleep(0.05)
+    os.remove(go)
+    got.append(call("POST", url, headers, body))
+    print("llmfrozen 2 %d %s" % (got[1][0], got[1][1]), flush=True)
+    sys.exit(0 if all(g[0] == 200 for g in got) else 1)
+
+
 if __name__ == "__main__":
-    {"pod": pod, "socket": sock}[sys.argv[1]]()
+    {"pod": pod, "socket": sock, "frozen": frozen}[sys.argv[1]]()

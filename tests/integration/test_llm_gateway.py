@@ -176,6 +176,8 @@ def test_auth_and_models():
         b = json.loads(raw)
         assert st == 403 and b["type"] == "error" and \
             b["error"]["type"] == "permission_error", (st, b)
+        # The meter's own reason, not an internal error's "retry".
+        assert b["error"]["message"] == "diverge: model not allowed", b
         st, _, raw = post(srv, MSG, dict(msg_body(), model="no-such-model"), {"x-api-key": tok})
         b = json.loads(raw)
         assert st == 403 and b["error"]["message"] == "diverge: no price for model no-such-model"
@@ -205,6 +207,8 @@ def test_auth_and_models():
         st, _, raw = post(srv, MSG, dict(msg_body(), model="claude-haiku-4-5"),
                           {"x-api-key": tok})
         assert st == 401, raw
+        # Said as the meter says it (a client must not be told to retry).
+        assert json.loads(raw)["error"]["message"] == "diverge: token revoked", raw
 
 
 def test_no_key_configured_is_503():

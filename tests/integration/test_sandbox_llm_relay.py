@@ -12,19 +12,31 @@ an agent that calls it as agent CLIs do, with the placeholder keys of its enviro
   an oversized head are refused by the relay, which keeps serving.
 - Local socket path (bubblewrap sandbox, the real server): the call reaches the server
   over the task's own socket (the server's own 404 "no such path" until the gateway's
-  routes exist, never the relay's), and the agent's variables are SPEC's. Skipped when
-  bubblewrap cannot run here."""
+  routes exist, never the relay's), and the agent's variables are SPEC's.
+- A frozen agent and a rotated token (local sandbox, the real gateway, a fake OpenAI
+  upstream): the agent makes a call, then blocks; the task is paused (every process
+  frozen, token revoked) and resumed (thawed, a fresh token); the same agent process then
+  calls again through the relay with the placeholder it always had, and the call is
+  charged to the task; the old token, shown to the gateway directly, is refused.
+Skipped when bubblewrap cannot run here."""
 import http.server
 import json
 import os
 import shutil
+import sys
 import tempfile
 import threading
+from decimal import Decimal
 
-from harness import Server, run_tests
-from runner_helpers import METER, make_bare_repo, run_runner, runner_env
-from sandbox_helpers import create, git, task, task_log, wait_phase
-from test_sandbox_local import usable
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fakes"))
+
+from fake_llm import FakeLLM  # noqa: E402
+from harness import API, Server, run_tests  # noqa: E402
+from runner_helpers import METER, make_bare_repo, run_runner, runner_env  # noqa: E402
+from sandbox_helpers import (create, get, git, patch, task, task_log, wait_log,  # noqa: E402
+                             wait_phase)
+from test_agent_claude_code import runner_path  # noqa: E402
+from test_sandbox_local import usable  # noqa: E402
 
 AGENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "llm_relay_agent.py")
 TOKEN1 = "tok-one.MDAyNGxvY2F0aW9u"
@@ -225,5 +237,98 @@ def test_local_sandbox_reaches_the_task_socket():
         shutil.rmtree(data, ignore_errors=True)
 
 
+SERVER_KEY = "sk-proj-SERVERKEY-0b7e52c9d13a"
+PRICES = ('version: "1"\nmodels:\n  - match: "gpt-relay-*"\n    inputPerMTok: "1.00"\n'
+          '    outputPerMTok: "10.00"\n    cacheWritePerMTok: "1.00"\n'
+          '    cacheReadPerMTok: "0.10"\n    maxOutputTokens: 1000\n')
+
+
+def token_of(srv, name):
+    st, _, tok = srv.request("GET", API + "/namespaces/default/agenttasks/%s/token" % name)
+    assert st == 200, (st, tok)
+    return tok.strip()
+
+
+def test_frozen_agent_calls_with_the_rotated_token():
+    why = usable()
+    runner = runner_path()
+    if why is None and runner is None:
+        why = "the runner is a sanitized build, which cannot run under the sandbox's seccomp " \
+              "filter, and there is no plain build/diverge-agent-runner to use instead"
+    if why:
+        print("SKIP: " + why)
+        return
+    top, bare = socket_repo()
+    data = tempfile.mkdtemp(prefix="diverge-test-")
+    prices = os.path.join(top, "prices.yaml")
+    with open(prices, "w") as f:
+        f.write(PRICES)
+    fake = FakeLLM().start()
+    fake.usage = {"input": 100, "output": 50, "cache_write": 0, "cache_read": 0}  # 600 µ$
+    srv = Server(args=["--sandbox-provider", "local", "--agent-cmd", "python3 agent.py frozen",
+                       "--verify-cmd", "true", "--llm-upstream", "openai=" + fake.url,
+                       "--llm-prices", prices],
+                 env={"DIVERGE_OPENAI_API_KEY": SERVER_KEY, "DIVERGE_RUNNER_PATH": runner},
+                 data_dir=data)
+    name = "llmfrozen"
+    try:
+        with srv:
+            create(srv, task(name, "file://" + bare, budgetUSD="1.00"))
+            wait_phase(srv, name, "Active", timeout=60)
+            tok1 = token_of(srv, name)
+            wait_log(srv, name, "llmfrozen 1 ", timeout=60)
+            assert "llmfrozen 1 200 " in task_log(srv, name), task_log(srv, name)
+            assert len(fake.requests) == 1
+            # Pause: every process frozen (the agent among them, blocked), token revoked.
+            patch(srv, name, {"suspended": True})
+            wait_phase(srv, name, "Paused")
+            assert "[diverge] paused (every process frozen, token revoked)" in \
+                task_log(srv, name), task_log(srv, name)
+            # Resume: thawed, with a fresh token the agent never sees.
+            patch(srv, name, {"suspended": False})
+            wait_phase(srv, name, ("Active", "Completed", "Failed"))
+            wait_log(srv, name, "[diverge] resumed (thawed, fresh token)")
+            tok2 = token_of(srv, name)
+            assert tok2 != tok1
+            # The same agent process calls again.
+            with open(os.path.join(data, "workspaces", "default", name, "go"), "w") as f:
+                f.write("go\n")
+            body = wait_phase(srv, name, ("Completed", "Failed"), timeout=60)
+            log = task_log(srv, name)
+            assert body["status"]["phase"] == "Completed", (body["status"], log)
+            assert "llmfrozen 2 200 " in log, log
+            # Both calls reached the upstream with the server's key, charged to the task:
+            # the second after the thaw.
+            assert len(fake.requests) == 2, fake.requests
+            for r in fake.requests:
+                assert r["headers"]["authorization"] == "Bearer " + SERVER_KEY, r["headers"]
+                assert tok1 not in json.dumps(r) and tok2 not in json.dumps(r)
+            line = "llm openai gpt-relay-1 input=100 output=50 cache_write=0 cache_read=0 " \
+                "usd=0.0006"
+            assert log.count(line) == 2, log
+            assert line in log[log.index("resumed (thawed, fresh token)"):], log
+            # One agent process throughout: thawed, not started again.
+            assert log.count("llmfrozen 1 ") == 1 and log.count("running the agent") == 1, log
+            st = body["status"]
+            assert Decimal(st["costUSD"]) == Decimal("0.0012") and st["tokensConsumed"] == 300, st
+            # The old token, shown to the gateway directly, is refused (and not charged).
+            st, _, raw = srv.request(
+                "POST", "/api/v1/llm/openai/v1/responses",
+                b'{"model":"gpt-relay-1","input":"say hello","max_output_tokens":50}',
+                headers={"Authorization": "Bearer " + tok1,
+                         "Content-Type": "application/json"}, auth=False, raw=True)
+            err = json.loads(raw)["error"]
+            assert st == 401 and err["code"] == "invalid_api_key" and \
+                err["message"] == "diverge: token revoked", (st, raw)
+            assert len(fake.requests) == 2
+            assert get(srv, name)["status"]["costUSD"] == body["status"]["costUSD"]
+            assert tok1 not in log and tok2 not in log and SERVER_KEY not in log
+    finally:
+        fake.stop()
+        shutil.rmtree(top, ignore_errors=True)
+        shutil.rmtree(data, ignore_errors=True)
+
+
 if __name__ == "__main__":
-    run_tests([test_pod_path_tokens_rotation_streaming, test_local_sandbox_reaches_the_task_socket])
+    run_tests([test_pod_path_tokens_rotation_streaming, test_local_sandbox_reaches_the_task_socket,
+               test_frozen_agent_calls_with_the_rotated_token])
