@@ -345,6 +345,11 @@ static const struct field_rule g_status_rules[] = {
     {"costUSD", check_money},
     {"lastMeterRequestIds", check_string_list},
     {"previewUrl", check_string},
+    {"forecastUSD", check_money},
+    {"forecastPerIterationUSD", check_money},
+    {"forecastIterationsLeft", check_count},
+    {"forecastBudgetHolds", check_bool},
+    {"forecastRunsOutIteration", check_count},
     {"startTime", check_time_or_null},
     {"completionTime", check_time_or_null},
 };

@@ -161,4 +161,8 @@ void task_set_phase(json_t *obj, enum task_phase phase, const char *reason, cons
     json_object_set_new(status, "phase", json_string(task_phase_name(phase)));
     json_object_set_new(status, "reason", json_string(reason != NULL ? reason : ""));
     json_object_set_new(status, "message", json_string(message != NULL ? message : ""));
+    if (phase == TASK_COMPLETED || phase == TASK_FAILED) {
+        struct task_forecast none = {.present = false};
+        task_forecast_store(status, &none);
+    }
 }
