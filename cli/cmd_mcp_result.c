@@ -118,6 +118,11 @@ json_t *cli_mcp_summary(const json_t *task)
         {"budgetTokens", "spec.budgetTokens"},
         {"costUSD", "status.costUSD"},
         {"budgetUSD", "spec.budgetUSD"},
+        {"forecastUSD", "status.forecastUSD"},
+        {"forecastPerIterationUSD", "status.forecastPerIterationUSD"},
+        {"forecastIterationsLeft", "status.forecastIterationsLeft"},
+        {"forecastBudgetHolds", "status.forecastBudgetHolds"},
+        {"forecastRunsOutIteration", "status.forecastRunsOutIteration"},
         {"suspended", "spec.suspended"},
         {"previewUrl", "status.previewUrl"},
         {"resourceVersion", "metadata.resourceVersion"},
@@ -145,6 +150,15 @@ const char *cli_mcp_member_text(char tmp[32], const json_t *s, const char *membe
     return cli_text_or_dash(tmp, s, member);
 }
 
+/* ", forecast 1.80 USD more to finish" when S has a forecast (status.forecastUSD), else "".
+ * New string. */
+static char *forecast_clause(const json_t *s)
+{
+    const char *forecast = json_string_value(json_object_get(s, "forecastUSD"));
+
+    return forecast != NULL ? xasprintf(", forecast %s USD more to finish", forecast) : xstrdup("");
+}
+
 /* One human line for the task summary S: what `diverge task status` shows first. */
 static char *summary_line(const json_t *s)
 {
@@ -152,22 +166,25 @@ static char *summary_line(const json_t *s)
     const char *guidance = json_string_value(json_object_get(s, "guidance"));
     const char *preview = json_string_value(json_object_get(s, "previewUrl"));
     const char *reason = json_string_value(json_object_get(s, "reason"));
+    char *forecast = forecast_clause(s), *line;
 
     guidance = guidance != NULL && *guidance != '\0' ? guidance : NULL;
     preview = preview != NULL && *preview != '\0' ? preview : NULL;
 
-    return xasprintf(
+    line = xasprintf(
         "task %s/%s: phase %s%s%s%s, iteration %s/%s, tokens %s/%s, cost %s/%s "
-        "USD%s%s%s%s",
+        "USD%s%s%s%s%s",
         cli_mcp_member_text(a[0], s, "namespace"), cli_mcp_member_text(a[1], s, "name"),
         cli_mcp_member_text(a[2], s, "phase"), reason != NULL && *reason ? " (" : "",
         reason != NULL ? reason : "", reason != NULL && *reason ? ")" : "",
         cli_mcp_member_text(a[3], s, "iteration"), cli_mcp_member_text(a[4], s, "maxIterations"),
         cli_mcp_member_text(a[5], s, "tokensConsumed"),
         cli_mcp_member_text(a[6], s, "budgetTokens"), cli_mcp_member_text(a[0], s, "costUSD"),
-        cli_mcp_member_text(a[1], s, "budgetUSD"), guidance != NULL ? ", guidance: " : "",
+        cli_mcp_member_text(a[1], s, "budgetUSD"), forecast, guidance != NULL ? ", guidance: " : "",
         guidance != NULL ? guidance : "", preview != NULL ? ", preview: " : "",
         preview != NULL ? preview : "");
+    free(forecast);
+    return line;
 }
 
 /* The success result for one task: VERB (e.g. "created") and the summary. Takes

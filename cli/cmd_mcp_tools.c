@@ -369,7 +369,7 @@ static const struct tool_def tools[] = {
      true, run_list},
     {"diverge_task_status", "Show an agent task",
      "Shows one AgentTask: phase and reason, iteration, tokens and cost against the "
-     "budgets, guidance and preview URL.",
+     "budgets, the forecast of the spend still expected to finish, guidance and preview URL.",
      S_OBJ(S_NS "," S_NAME, "\"name\""), true, run_status},
     {"diverge_guide_task", "Guide an agent task",
      "Gives the agent guidance it receives on its next metering heartbeat; an empty string "

@@ -195,12 +195,44 @@ static const char *str_or_dash(const json_t *obj, const char *path)
     return s != NULL && *s != '\0' ? s : "-";
 }
 
+/* The forecast (status.forecast*, written by the meter) as one line, or "-" when the task
+ * has none: "1.80 more at 0.45/iteration, 4 iterations left, budget holds". */
+static void forecast_text(char *out, size_t n, const json_t *t)
+{
+    const char *usd = cli_json_str(t, "status.forecastUSD");
+    const char *per = cli_json_str(t, "status.forecastPerIterationUSD");
+    const json_t *left = cli_json_at(t, "status.forecastIterationsLeft");
+    const json_t *holds = cli_json_at(t, "status.forecastBudgetHolds");
+    const json_t *runs = cli_json_at(t, "status.forecastRunsOutIteration");
+    const json_t *it = cli_json_at(t, "status.iteration");
+    long long l = json_integer_value(left);
+    int k;
+
+    if (usd == NULL || per == NULL || !json_is_integer(left)) {
+        snprintf(out, n, "-");
+        return;
+    }
+    k = snprintf(out, n, "%s more at %s/iteration, %lld iteration%s left", usd, per, l,
+                 l == 1 ? "" : "s");
+    if (k < 0 || (size_t)k >= n) {
+        return;
+    }
+    if (json_is_true(holds)) {
+        snprintf(out + k, n - (size_t)k, ", budget holds");
+    } else if (json_is_false(holds) && json_is_integer(runs)) {
+        /* Of the iterations done (status.iteration - 1) and left: the sticky's "of N". */
+        snprintf(out + k, n - (size_t)k, ", budget runs out in iteration %lld of %lld",
+                 (long long)json_integer_value(runs), (long long)json_integer_value(it) - 1 + l);
+    }
+}
+
 static void print_status(const json_t *t)
 {
     const json_t *ann = cli_json_at(t, "metadata.annotations");
     const char *guidance = json_string_value(json_object_get(ann, GUIDANCE_ANNOTATION));
     const json_t *suspended = cli_json_at(t, "spec.suspended");
     char iter[48], tokens[48], cost[96], created[160], age[CLI_AGE_MAX], a[32], b[32];
+    char forecast[256];
     const char *ts = cli_json_str(t, "metadata.creationTimestamp");
     struct cli_table tab;
 
@@ -208,6 +240,7 @@ static void print_status(const json_t *t)
     ratio(tokens, t, "status.tokensConsumed", "spec.budgetTokens");
     snprintf(cost, sizeof(cost), "%s/%s", cli_text_or_dash(a, t, "status.costUSD"),
              cli_text_or_dash(b, t, "spec.budgetUSD"));
+    forecast_text(forecast, sizeof(forecast), t);
     age_of(age, t);
     snprintf(created, sizeof(created), "%s (%s ago)", ts != NULL ? ts : "-", age);
     {
@@ -224,6 +257,7 @@ static void print_status(const json_t *t)
             {"Iteration:", iter},
             {"Tokens:", tokens},
             {"Cost (USD):", cost},
+            {"Forecast (USD):", forecast},
             {"Suspended:", json_is_true(suspended) ? "true" : "false"},
             {"Preview URL:", str_or_dash(t, "status.previewUrl")},
             {"Guidance:", guidance != NULL && *guidance != '\0' ? guidance : "-"},

@@ -210,11 +210,24 @@ static void note_guidance(json_t *status, const json_t *doc, int64_t now_ms)
     json_object_set_new(status, "guidanceDeliveredAt", json_string(when));
 }
 
+/* Recomputes the spend forecast (SPEC §15) into STATUS from the totals after this charge.
+ * Only a call that reports an iteration does it (the runner's heartbeats and usage lines):
+ * the forecast then stands for the iterations before the current one, and the gateway's
+ * charges during an iteration do not tilt it. */
+static void update_forecast(json_t *status, const struct meter_decision *d, int64_t max_iter)
+{
+    struct task_forecast f;
+
+    task_forecast_compute(&f, d->total_cost_micros, d->iteration, max_iter, d->has_budget_usd,
+                          d->budget_usd);
+    task_forecast_store(status, &f);
+}
+
 /* Writes the charge (and, over a limit, the pause and the revocation) into DOC/TX. DOC is
  * the transaction's shared object of the task (see task_txn_get), so a later job of the
  * same batch sees this charge. */
 static int charge(struct batch *b, struct task_txn *tx, json_t *doc, const struct meter_job *j,
-                  const struct meter_decision *d, struct err *err)
+                  const struct meter_decision *d, int64_t max_iter, struct err *err)
 {
     json_t *status = json_object_get(doc, "status");
     json_t *md = json_object_get(doc, "metadata");
@@ -227,6 +240,9 @@ static int charge(struct batch *b, struct task_txn *tx, json_t *doc, const struc
     json_object_set_new(status, "costUSD", json_string(cost));
     json_object_set_new(status, "iteration", json_integer(d->iteration));
     push_request_id(status, j->req.request_id);
+    if (j->req.has_iteration) {
+        update_forecast(status, d, max_iter);
+    }
     if (j->guidance_sent) {
         note_guidance(status, doc, clock_now_ms(task_txn_clock(tx)));
     }
@@ -346,7 +362,7 @@ static int answer_job(struct batch *b, struct task_txn *tx, json_t *doc, struct 
     case METER_OVER_BUDGET:
     case METER_OVER_ITERATIONS:
         if (j->kind != METER_JOB_CHECK) {
-            rc = charge(b, tx, doc, j, d, err);
+            rc = charge(b, tx, doc, j, d, max_iter, err);
         }
         if (rc == E_OK) {
             keep_totals(j, d, doc, max_iter);

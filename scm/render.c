@@ -367,6 +367,34 @@ static void put_usage(struct sticky *r, const struct task_view *v)
     put_all(r, "| Iterations | ", used, " | ", v->max_iterations > 0 ? limit : "—", " |\n", NULL);
 }
 
+/* The forecast line (SPEC §15), from the status the meter wrote; it starts with "≈ $":
+ * "≈ $1.80 more to finish at $0.45/iteration · 4 iterations left · budget holds", or
+ * "· ⚠️ at this rate the budget runs out in iteration 6 of 8". None for a finished task. */
+static void put_forecast(struct sticky *r, enum task_phase phase, const json_t *status)
+{
+    struct task_forecast f;
+    char money[MONEY_STR_MAX], num[32], max[32];
+
+    if (phase == TASK_COMPLETED || phase == TASK_FAILED || !task_forecast_read(&f, status)) {
+        return;
+    }
+    money_format(money, f.forecast_micros);
+    put_all(r, "≈ $", money, " more to finish at $", NULL);
+    money_format(money, f.per_iteration);
+    format_count(num, f.iterations_left);
+    put_all(r, money, "/iteration · ", num, f.iterations_left == 1 ? " iteration" : " iterations",
+            " left", NULL);
+    if (f.has_budget && f.budget_holds) {
+        put(r, " · budget holds");
+    } else if (f.has_budget) {
+        format_count(num, f.runs_out);
+        format_count(max, f.max_iterations);
+        put_all(r, " · ⚠️ at this rate the budget runs out in iteration ", num, " of ", max,
+                NULL);
+    }
+    put(r, "\n\n");
+}
+
 struct reason_text {
     const char *reason; /* status.reason */
     const char *text;   /* Markdown */
@@ -544,6 +572,7 @@ static void put_body(struct sticky *r, const json_t *task, const struct task_vie
     put(r, "\n");
     put_usage(r, v);
     put(r, "\n");
+    put_forecast(r, v->phase, status);
     put_state(r, v->phase, status);
     if (guidance[0] != '\0') {
         put_guidance(r, guidance, status);

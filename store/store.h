@@ -113,8 +113,43 @@ bool task_rerun_due(const struct task_view *v);
 /* The status reason of a task that waits for a slot (SPEC §14 queue). */
 #define TASK_REASON_QUEUED "Queued"
 
-/* Sets status.phase (and reason/message, which may be NULL for ""). */
+/* Sets status.phase (and reason/message, which may be NULL for ""). A finished task
+ * (Completed, Failed) has nothing left to forecast: the forecast fields are removed. */
 void task_set_phase(json_t *obj, enum task_phase phase, const char *reason, const char *message);
+/* The spend forecast of a task (SPEC §15, docs/agenttask.md "Forecast"): exact integer
+ * arithmetic on what the meter recorded. While the runner works on iteration K
+ * (status.iteration), iterations 1..K-1 are done and their spend is status.costUSD; the
+ * forecast exists once two are done (K >= 3) and K <= spec.maxIterations:
+ *   per iteration  = ceil(cost / (K - 1))            micro-dollars
+ *   iterations left = maxIterations - K + 1           (K itself included)
+ *   forecast       = per iteration * iterations left (saturating)
+ * With a USD budget B it holds when cost + forecast <= B; else it runs out in iteration
+ * K - 1 + m, the first m >= 1 with cost + per * m > B (the meter's "over" rule). */
+struct task_forecast {
+    bool present;            /* the rule applies (else every other field is 0/false) */
+    int64_t forecast_micros; /* spend still expected to finish: status.forecastUSD */
+    int64_t per_iteration;   /* micro-dollars per iteration so far */
+    int64_t iterations_done; /* K - 1 */
+    int64_t iterations_left; /* >= 1 */
+    int64_t max_iterations;  /* iterations_done + iterations_left: maxIterations then */
+    bool has_budget;         /* a USD budget was given */
+    bool budget_holds;       /* has_budget and cost + forecast <= budget */
+    int64_t runs_out;        /* has_budget && !budget_holds: the iteration it runs out in */
+};
+
+/* Computes the forecast from COST_MICROS (status.costUSD), ITERATION (status.iteration),
+ * MAX_ITERATIONS (0: unset, no forecast) and, when HAS_BUDGET, BUDGET_MICROS. Pure. */
+void task_forecast_compute(struct task_forecast *out, int64_t cost_micros, int64_t iteration,
+                           int64_t max_iterations, bool has_budget, int64_t budget_micros);
+/* Writes F into STATUS: forecastUSD, forecastPerIterationUSD, forecastIterationsLeft and,
+ * with a budget, forecastBudgetHolds and (when it does not) forecastRunsOutIteration; an
+ * absent forecast removes them all. */
+void task_forecast_store(json_t *status, const struct task_forecast *f);
+/* Reads the forecast written by task_forecast_store back from STATUS (iterations_done
+ * from status.iteration). Returns false, with *out zeroed, when STATUS holds none or one
+ * that does not add up (a hand-written status). */
+bool task_forecast_read(struct task_forecast *out, const json_t *status);
+
 /* Which guidance text reached the agent (status.guidanceHash): 16 hex digits of GUIDANCE. */
 #define TASK_GUIDANCE_HASH_LEN 17
 void task_guidance_hash(char out[TASK_GUIDANCE_HASH_LEN], const char *guidance);

@@ -170,4 +170,8 @@ void task_set_phase(json_t *obj, enum task_phase phase, const char *reason, cons
     json_object_set_new(status, "reason", json_string(reason != NULL ? reason : ""));
     json_object_set_new(status, "message", json_string(message != NULL ? message : ""));
     json_object_del(status, "queuePosition"); /* a task that moves on no longer waits */
+    if (phase == TASK_COMPLETED || phase == TASK_FAILED) {
+        struct task_forecast none = {.present = false};
+        task_forecast_store(status, &none);
+    }
 }

@@ -51,11 +51,28 @@
     return Number(whole) * 1000000 + Number((frac + "000000").slice(0, 6));
   }
 
+  // Exact, as the CLI and the sticky comment show it: at least two decimals, at most six,
+  // never rounded ($0.036 stays $0.036).
   function usd(m) {
     if (m === null) return "—";
-    if (m > 0 && m < 10000) return "$" + (m / 1000000).toFixed(4);
-    const cents = Math.round(m / 10000);
-    return "$" + Math.floor(cents / 100) + "." + String(cents % 100).padStart(2, "0");
+    let frac = String(m % 1000000).padStart(6, "0").replace(/0+$/, "");
+    while (frac.length < 2) frac += "0";
+    return "$" + Math.floor(m / 1000000) + "." + frac;
+  }
+
+  // The meter's forecast (status.forecast*), worded as the sticky comment words it.
+  function forecastText(st) {
+    const f = micros(st.forecastUSD), per = micros(st.forecastPerIterationUSD);
+    const left = st.forecastIterationsLeft;
+    if (f === null || per === null || !Number.isInteger(left)) return "—";
+    let s = "≈ " + usd(f) + " more to finish at " + usd(per) + "/iteration · " + left +
+      (left === 1 ? " iteration" : " iterations") + " left";
+    if (st.forecastBudgetHolds === true) s += " · budget holds";
+    else if (st.forecastBudgetHolds === false && Number.isInteger(st.forecastRunsOutIteration)) {
+      s += " · ⚠️ at this rate the budget runs out in iteration " + st.forecastRunsOutIteration +
+        " of " + ((st.iteration || 0) - 1 + left);
+    }
+    return s;
   }
 
   function pct(used, budget) {
@@ -199,6 +216,7 @@
         (sp.budgetTokens ? Number(sp.budgetTokens).toLocaleString("en-US") : "∞")],
       ["Spend", usd(micros(st.costUSD || "0")) + " / " +
         (sp.budgetUSD ? usd(micros(sp.budgetUSD)) : "∞")],
+      ["Forecast", forecastText(st)],
       ["PR/MR", prLink(t)],
       ["Started", st.startTime || "—"],
       ["Finished", st.completionTime || "—"],

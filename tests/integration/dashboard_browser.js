@@ -125,6 +125,11 @@ async function main() {
     out.preview = await page.$$eval("#t-preview a", (as) => as.map((a) => a.href));
     out.spec = await page.$eval("#t-spec", (p) => p.textContent);
     out.title = await page.$eval("#t-title", (p) => p.textContent);
+    out.statusRows = await page.$eval("#t-status", (dl) => {
+      const o = {};
+      for (const dt of dl.querySelectorAll("dt")) o[dt.textContent] = dt.nextElementSibling.textContent;
+      return o;
+    });
     await page.screenshot({path: job.screenshots[1]});
   } finally {
     await browser.close();

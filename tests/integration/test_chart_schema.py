@@ -215,6 +215,13 @@ def test_spec_example_is_valid():
     assert ch.crd_verdict(st["js"], st["crds"]["AgentTask"], bad) != []
     bad = merge(SPEC_EXAMPLE, {"status": {"startTime": "yesterday"}})
     assert ch.crd_verdict(st["js"], st["crds"]["AgentTask"], bad) != []
+    # The forecast the meter writes (SPEC §15) is kept, not pruned as unknown.
+    fc = merge(SPEC_EXAMPLE, {"status": {
+        "forecastUSD": "2.40", "forecastPerIterationUSD": "0.60", "forecastIterationsLeft": 4,
+        "forecastBudgetHolds": False, "forecastRunsOutIteration": 6}})
+    assert ch.crd_verdict(st["js"], st["crds"]["AgentTask"], fc) == []
+    bad = merge(fc, {"status": {"forecastUSD": "2.4000001"}})
+    assert ch.crd_verdict(st["js"], st["crds"]["AgentTask"], bad) != []
     env = {"apiVersion": "divergedev.com/v1alpha1", "kind": "Environment",
            "metadata": {"name": "agent-preview-fix-checkout-latency", "namespace": "default",
                         "annotations": {"divergedev.com/sandbox-ip": "10.1.2.3"}},

@@ -249,8 +249,12 @@ def test_browser():
                             "divergedev.com/pr-number": "42"},
                status={"iteration": 3, "tokensConsumed": 48000, "costUSD": "1.20",
                        "previewUrl": "https://preview.example.test/?_diverge_env=env-42"})
-        create(srv, "xss", objective=XSS, budgetUSD="2.00",
-               status={"tokensConsumed": 1500, "costUSD": "0.0225",
+        # Spend is shown exactly, as the CLI and the sticky comment show it: $0.036, not
+        # $0.04; the forecast as the sticky comment words it.
+        create(srv, "xss", objective=XSS, budgetUSD="2.00", maxIterations=8,
+               status={"tokensConsumed": 1500, "costUSD": "0.036", "iteration": 3,
+                       "forecastUSD": "0.108", "forecastPerIterationUSD": "0.018",
+                       "forecastIterationsLeft": 6, "forecastBudgetHolds": True,
                        "previewUrl": "https://preview.example.test/?_diverge_env=env-7"})
         create(srv, "flaky-test", ns="payments", objective="Quarantine the flaky retry test",
                maxIterations=4, budgetUSD="3.00", budgetTokens=100000,
@@ -298,7 +302,10 @@ def test_browser():
     assert fc["tokens"] == "48,000 / 200,000 · 24%" and fc["iteration"] == "3 / 8", fc
     assert fc["pr"] == "https://github.com/myorg/checkout-service/pull/42", fc
     assert rows["default/xss"]["objective"] == XSS, rows["default/xss"]
-    assert rows["default/xss"]["spend"] == "$0.02 / $2.00 · 1%", rows["default/xss"]
+    assert rows["default/xss"]["spend"] == "$0.036 / $2.00 · 2%", rows["default/xss"]
+    assert out["statusRows"]["Spend"] == "$0.036 / $2.00", out["statusRows"]
+    assert out["statusRows"]["Forecast"] == (
+        "≈ $0.108 more to finish at $0.018/iteration · 6 iterations left · budget holds"), out
     ft = rows["payments/flaky-test"]
     assert ft["phase"] == "Failed" and ft["spend"] == "$3.00 / $3.00 · 100%", ft
     assert ft["pr"] == "https://gitlab.com/acme/payments/-/merge_requests/7", ft

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "common/money.h"
 #include "scm/render.h"
 #include "store/store.h"
 #include "tests/t_check.h"
@@ -305,6 +306,97 @@ TEST(pause_reasons)
     body = render(t);
     CHECK_LACKS(body, "**Paused:**");
     CHECK_LACKS(body, "/diverge resume");
+    free(body);
+    json_decref(t);
+}
+
+/* Writes the meter's forecast for COST at ITERATION (maxIterations 8) into T's status. */
+static void set_forecast(json_t *t, int64_t cost, int64_t iteration, bool has_budget,
+                         int64_t budget)
+{
+    json_t *status = json_object_get(t, "status");
+    struct task_forecast f;
+    char money[MONEY_STR_MAX];
+
+    money_format(money, cost);
+    json_object_set_new(status, "costUSD", json_string(money));
+    json_object_set_new(status, "iteration", json_integer(iteration));
+    task_forecast_compute(&f, cost, iteration, 8, has_budget, budget);
+    task_forecast_store(status, &f);
+}
+
+TEST(forecast_line_budget_holds)
+{
+    json_t *t = example_task();
+    char *body;
+
+    set_forecast(t, 1800000, 5, true, 5000000);
+    body = render(t);
+    CHECK_HAS(body, "\n\n≈ $1.80 more to finish at $0.45/iteration · 4 iterations left · "
+                    "budget holds\n\n");
+    CHECK_LACKS(body, "⚠️");
+    free(body);
+    /* No USD budget known to the meter: no budget clause. */
+    set_forecast(t, 1800000, 5, false, 0);
+    body = render(t);
+    CHECK_HAS(body, "\n≈ $1.80 more to finish at $0.45/iteration · 4 iterations left\n");
+    CHECK_LACKS(body, "budget holds");
+    free(body);
+    /* The last iteration: singular. */
+    set_forecast(t, 700000, 8, true, 5000000);
+    body = render(t);
+    CHECK_HAS(body, "\n≈ $0.10 more to finish at $0.10/iteration · 1 iteration left · "
+                    "budget holds\n");
+    free(body);
+    json_decref(t);
+}
+
+TEST(forecast_line_budget_runs_out)
+{
+    json_t *t = example_task();
+    char *body;
+
+    set_forecast(t, 2400000, 5, true, 3500000);
+    body = render(t);
+    CHECK_HAS(body, "\n\n≈ $2.40 more to finish at $0.60/iteration · 4 iterations left · "
+                    "⚠️ at this rate the budget runs out in iteration 6 of 8\n\n");
+    CHECK_LACKS(body, "budget holds");
+    free(body);
+    /* Exact decimals, as in the table: no rounding to cents. */
+    set_forecast(t, 72000, 3, true, 100000);
+    body = render(t);
+    CHECK_HAS(body, "| USD | $0.072 | $5.00 |");
+    CHECK_HAS(body,
+              "\n≈ $0.216 more to finish at $0.036/iteration · 6 iterations left · ⚠️ at "
+              "this rate the budget runs out in iteration 3 of 8\n");
+    free(body);
+    json_decref(t);
+}
+
+TEST(forecast_line_absent_before_two_iterations_and_when_finished)
+{
+    json_t *t = example_task();
+    char *body;
+
+    set_forecast(t, 450000, 2, true, 5000000);
+    body = render(t);
+    CHECK_LACKS(body, "≈");
+    CHECK_LACKS(body, "more to finish");
+    free(body);
+    /* A finished task's status may still hold a forecast written by another writer: it is
+     * not shown. */
+    set_forecast(t, 1800000, 5, true, 5000000);
+    json_object_set_new(json_object_get(t, "status"), "phase", json_string("Completed"));
+    body = render(t);
+    CHECK_LACKS(body, "more to finish");
+    free(body);
+    /* A hand-written status that does not add up is not shown either. */
+    set_forecast(t, 1800000, 5, true, 5000000);
+    json_object_set_new(json_object_get(t, "status"), "phase", json_string("Active"));
+    json_object_set_new(json_object_get(t, "status"), "forecastUSD", json_string("<b>1</b>"));
+    body = render(t);
+    CHECK_LACKS(body, "more to finish");
+    CHECK_LACKS(body, "<b>");
     free(body);
     json_decref(t);
 }

@@ -33,6 +33,7 @@ static const struct pb_field g_task[] = {
     {15, PB_STRING, 0, "previewUrl", "preview_url", NULL},
     {16, PB_STRING, 0, "resourceVersion", "resource_version", NULL},
     {17, PB_STRING, 0, "guidance", "guidance", NULL},
+    {18, PB_STRING, 0, "forecastUSD", "forecast_usd", NULL},
 };
 MSG(connect_msg_task, "Task", g_task);
 
