@@ -129,16 +129,16 @@ static json_t *run_list(const struct cli_ctx *base, const json_t *args)
         const char *row[7];
 
         snprintf(iter, sizeof(iter), "%s/%s", cli_mcp_member_text(a[0], s, "iteration"),
-                 cli_mcp_member_text(a[1], s, "maxIterations"));
+                 cli_mcp_member_text(a[1], s, MCP_LIMIT_ITER(s)));
         snprintf(cost, sizeof(cost), "%s", cli_mcp_member_text(a[2], s, "costUSD"));
         snprintf(tok, sizeof(tok), "%s/%s", cli_mcp_member_text(a[3], s, "tokensConsumed"),
-                 cli_mcp_member_text(a[4], s, "budgetTokens"));
+                 cli_mcp_member_text(a[4], s, MCP_LIMIT_TOKENS(s)));
         row[0] = cli_mcp_member_text(a[5], s, "namespace");
         row[1] = json_string_value(json_object_get(s, "name"));
         row[2] = json_string_value(json_object_get(s, "phase"));
         row[3] = iter;
         row[4] = cost;
-        row[5] = json_string_value(json_object_get(s, "budgetUSD"));
+        row[5] = cli_mcp_member_text(a[0], s, MCP_LIMIT_USD(s));
         row[6] = tok;
         cli_table_add(&t, row);
         json_array_append_new(tasks, s);
@@ -267,13 +267,13 @@ static int resume_patch(json_t **out, const json_t *task, int64_t usd, int64_t t
         json_object_set_new(patch, "metadata", json_pack("{s:O}", "resourceVersion", rv));
     }
     if (usd >= 0) {
-        rc = cli_budget_bump(&v, cli_spec_usd(task), CLI_DEFAULT_BUDGET_USD_MICROS, usd, err);
+        rc = cli_budget_bump(&v, cli_spec_usd(task), cli_default_usd(task), usd, err);
         money_format(money, v);
         json_object_set_new(spec, "budgetUSD", json_string(money));
     }
     if (rc == E_OK && tokens >= 0) {
         rc = cli_budget_bump(&v, json_integer_value(cli_json_at(task, "spec.budgetTokens")),
-                             CLI_DEFAULT_BUDGET_TOKENS, tokens, err);
+                             cli_default_tokens(task), tokens, err);
         json_object_set_new(spec, "budgetTokens", json_integer(v));
     }
     if (rc != E_OK) {

@@ -28,9 +28,10 @@ struct controller {
     unsigned char root_key[TOKEN_ROOT_KEY_LEN]; /* wiped on free */
     int64_t default_budget_usd;                 /* micro-dollars */
     int64_t default_budget_tokens;
-    char *provider;                                /* owned: the sandbox provider name */
-    char *meter_url, *runner_path;                 /* owned */
-    char *meter_socket;                            /* owned: the server's unix socket, or NULL */
+    int64_t default_max_iterations; /* the runner's limit when spec.maxIterations is unset */
+    char *provider;                 /* owned: the sandbox provider name */
+    char *meter_url, *runner_path;  /* owned */
+    char *meter_socket;             /* owned: the server's unix socket, or NULL */
     struct controller_meter_sockets meter_sockets; /* per-task sockets (open NULL: none) */
     char *agent_cmd, *verify_cmd;                  /* owned, may be NULL */
     size_t log_cap;                                /* task log cap */

@@ -120,8 +120,9 @@ static size_t build_env(char **env, struct controller *c, const struct reconcile
     env[n++] = xasprintf("DIVERGE_PUSH_URL=file://%s", inside ? SANDBOX_IN_STAGING : p->staging);
     env[n++] = xasprintf("DIVERGE_BASE_BRANCH=%s", r->base != NULL ? r->base : "main");
     env[n++] = xasprintf("DIVERGE_WORKING_BRANCH=%s", r->working != NULL ? r->working : "");
-    env[n++] = xasprintf("DIVERGE_MAX_ITERATIONS=%lld",
-                         (long long)(r->max_iterations > 0 ? r->max_iterations : 5));
+    env[n++] = xasprintf(
+        "DIVERGE_MAX_ITERATIONS=%lld",
+        (long long)(r->max_iterations > 0 ? r->max_iterations : r->c->default_max_iterations));
     env[n++] = xasprintf("DIVERGE_START_ITERATION=%lld", (long long)start_iteration);
     /* The task's own commands (spec.runner, from agent.yaml) over the server's defaults. */
     env[n++] = xasprintf("DIVERGE_AGENT_CMD=%s", first_set(r->agent_cmd, c->agent_cmd));

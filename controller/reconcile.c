@@ -105,6 +105,9 @@ static int apply_start(struct reconcile *r, struct task_txn *tx, json_t *doc,
         rc = task_txn_token_add(tx, r->ns, r->name, r->generation, r->id, r->token, err);
     }
     task_set_phase(doc, TASK_ACTIVE, NULL, NULL);
+    /* What the token just minted carries, and the runner's iteration limit (SPEC §14). */
+    task_set_effective_limits(doc, r->c->default_budget_usd, r->c->default_budget_tokens,
+                              r->c->sandboxes != NULL ? r->c->default_max_iterations : 0);
     if (json_is_null(json_object_get(status, "startTime")) ||
         json_object_get(status, "startTime") == NULL) {
         json_object_set_new(status, "startTime", json_string(ts));

@@ -229,6 +229,10 @@ static int charge(struct batch *b, struct task_txn *tx, json_t *doc, const struc
     json_object_set_new(status, "costUSD", json_string(cost));
     json_object_set_new(status, "iteration", json_integer(d->iteration));
     push_request_id(status, j->req.request_id);
+    /* The budgets this charge was held to (SPEC §14: spec, else the token's caveat). */
+    task_set_effective_limits(
+        doc, d->has_budget_usd ? d->budget_usd : 0, d->has_budget_tokens ? d->budget_tokens : 0,
+        json_integer_value(json_object_get(status, "effectiveMaxIterations")));
     if (j->guidance_sent) {
         note_guidance(status, doc, clock_now_ms(task_txn_clock(tx)));
     }

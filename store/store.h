@@ -106,6 +106,14 @@ void task_view_of(struct task_view *v, const json_t *obj);
 
 /* Sets status.phase (and reason/message, which may be NULL for ""). */
 void task_set_phase(json_t *obj, enum task_phase phase, const char *reason, const char *message);
+/* The limits that apply (SPEC §14 status.effectiveBudgetUSD, effectiveBudgetTokens,
+ * effectiveMaxIterations): each the spec field when positive, else USD (micro-dollars),
+ * TOKENS or ITERATIONS, which the caller decided (the token caveat, the server default);
+ * 0 there means no limit (the status field is removed). */
+void task_set_effective_limits(json_t *obj, int64_t usd, int64_t tokens, int64_t iterations);
+/* Makes OBJ's effective limits follow its spec where a spec limit is set (after a spec
+ * change: the spec wins over any caveat or default); the others are left as they are. */
+void task_sync_effective_limits(json_t *obj);
 /* Which guidance text reached the agent (status.guidanceHash): 16 hex digits of GUIDANCE. */
 #define TASK_GUIDANCE_HASH_LEN 17
 void task_guidance_hash(char out[TASK_GUIDANCE_HASH_LEN], const char *guidance);

@@ -345,6 +345,11 @@ static const struct field_rule g_status_rules[] = {
     {"costUSD", check_money},
     {"lastMeterRequestIds", check_string_list},
     {"previewUrl", check_string},
+    {"effectiveBudgetUSD", check_money},
+    {"effectiveBudgetTokens", check_count},
+    {"effectiveMaxIterations", check_count},
+    {"guidanceHash", check_string},
+    {"guidanceDeliveredAt", check_string},
     {"startTime", check_time_or_null},
     {"completionTime", check_time_or_null},
 };
@@ -557,6 +562,7 @@ int task_normalize_new(json_t **out, const json_t *obj, const char *ns, struct e
         goto out;
     }
     json_object_set_new(doc, "status", task_initial_status());
+    task_sync_effective_limits(doc); /* the spec's limits; the controller adds defaults */
     *out = doc;
     doc = NULL;
 out:
