@@ -86,6 +86,7 @@ int cli_task_status(struct cli_ctx *ctx, const struct cli_args *args);
 int cli_task_logs(struct cli_ctx *ctx, const struct cli_args *args);
 int cli_task_guide(struct cli_ctx *ctx, const struct cli_args *args);
 int cli_task_pause(struct cli_ctx *ctx, const struct cli_args *args);
+int cli_task_delete(struct cli_ctx *ctx, const struct cli_args *args);
 int cli_task_resume(struct cli_ctx *ctx, const struct cli_args *args);
 int cli_task_token(struct cli_ctx *ctx, const struct cli_args *args);
 

@@ -250,6 +250,28 @@ static json_t *run_pause(const struct cli_ctx *base, const json_t *args)
     return patch_and_report(&ctx, name, json_pack("{s:{s:b}}", "spec", "suspended", 1), "paused");
 }
 
+/* DELETE of the task (its sandbox stopped, token revoked, files removed). */
+static json_t *run_delete(const struct cli_ctx *base, const json_t *args)
+{
+    static const char *const known[] = {"namespace", "name", NULL};
+    const char *name = NULL;
+    struct cli_ctx ctx;
+    json_t *bad = name_args(&ctx, &name, base, args, known, "namespace, name"), *task = NULL, *r;
+    struct err err = {0};
+    char *path;
+    int rc;
+
+    if (bad != NULL) {
+        return bad;
+    }
+    path = cli_task_path(&ctx, name, false);
+    rc = cli_api_call(&task, NULL, &ctx, "DELETE", path, NULL, NULL, &err);
+    r = rc == E_OK ? cli_mcp_task_result(task, "deleted") : cli_mcp_failure(rc, &err);
+    free(path);
+    json_decref(task);
+    return r;
+}
+
 /* The merge patch resuming TASK with the bumps USD and TOKENS (-1: none) added to the
  * effective budgets, guarded by the resourceVersion read. New in *out. */
 static int resume_patch(json_t **out, const json_t *task, int64_t usd, int64_t tokens,
@@ -381,6 +403,10 @@ static const struct tool_def tools[] = {
                 "add\"}",
            "\"name\""),
      false, run_resume},
+    {"diverge_delete_task", "Delete an agent task",
+     "Deletes the task: its sandbox is stopped, its token revoked and its files (workspace, "
+     "log) removed. What was already pushed stays.",
+     S_OBJ(S_NS "," S_NAME, "\"name\""), false, run_delete},
 };
 
 json_t *cli_mcp_tools_list(void)

@@ -325,6 +325,32 @@ int cli_task_pause(struct cli_ctx *ctx, const struct cli_args *args)
     return patch_and_report(ctx, args->pos[0], patch, "paused");
 }
 
+/* `task delete NAME`: DELETE of the task; the server stops its sandbox and removes its
+ * files. Prints "deleted" (kubectl's word), or the last version with -o json|yaml. */
+int cli_task_delete(struct cli_ctx *ctx, const struct cli_args *args)
+{
+    char *path = cli_task_path(ctx, args->pos[0], false);
+    json_t *task = NULL;
+    char *raw = NULL;
+    struct err err = {0};
+    int rc = cli_api_call(&task, &raw, ctx, "DELETE", path, NULL, NULL, &err);
+
+    if (rc != E_OK) {
+        rc = cli_api_fail(rc, &err);
+    } else {
+        if (ctx->output == CLI_OUTPUT_TABLE) {
+            printf("agenttask.divergedev.com/%s deleted\n", args->pos[0]);
+        } else {
+            cli_print_object(ctx, raw, task);
+        }
+        rc = CLI_EXIT_OK;
+    }
+    json_decref(task);
+    free(raw);
+    free(path);
+    return rc;
+}
+
 /* The optional bumps of `task resume`. */
 struct bumps {
     bool usd;           /* --budget given */
