@@ -194,7 +194,12 @@ static int apply_phase(struct reconcile *r, struct task_txn *tx, json_t *doc,
         set_finished(doc, TASK_COMPLETED, "", r->url != NULL ? "pushed" : "", ts);
         break;
     case CONTROLLER_FAIL_RUNNER: {
-        char *msg = xasprintf("the runner exited with status %d", r->exit_code);
+        /* Exit 2 is a missing or malformed environment (runner.md): without a repository
+         * there is nothing to clone, so say what to do instead of the bare status. */
+        char *msg = r->exit_code == 2 && r->url == NULL
+                        ? xstrdup("no repository: set spec.repository.url, or use "
+                                  "--sandbox-provider none for an external agent")
+                        : xasprintf("the runner exited with status %d", r->exit_code);
         set_finished(doc, TASK_FAILED, "RunnerFailed", msg, ts);
         free(msg);
         break;

@@ -5,6 +5,7 @@ restarted after the first one died (kill -9 included) starts."""
 import json
 import os
 import subprocess
+import time
 
 from harness import API, DIVERGE_BIN, Server, run_tests, task_obj
 
@@ -57,5 +58,24 @@ def test_second_server_on_the_same_data_dir_refuses():
             srv2.stop()
 
 
+def test_task_without_repository_says_what_to_do():
+    """The real runner under the process provider, a task with no repository: it fails
+    with a message naming the two ways out, not a bare exit status."""
+    with Server(["--sandbox-provider", "process", "--agent-cmd", "true"]) as srv:
+        st, _, b = srv.request("POST", NS, task_obj("no-repo"))
+        assert st == 201, b
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            st, _, b = srv.request("GET", NS + "/no-repo")
+            if b["status"]["phase"] in ("Completed", "Failed"):
+                break
+            time.sleep(0.05)
+        s = b["status"]
+        assert s["phase"] == "Failed" and s["reason"] == "RunnerFailed", s
+        assert s["message"] == ("no repository: set spec.repository.url, or use "
+                                "--sandbox-provider none for an external agent"), s
+
+
 if __name__ == "__main__":
-    run_tests([test_task_delete, test_second_server_on_the_same_data_dir_refuses])
+    run_tests([test_task_delete, test_second_server_on_the_same_data_dir_refuses,
+               test_task_without_repository_says_what_to_do])
