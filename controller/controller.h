@@ -116,6 +116,7 @@ struct controller_observed {
     bool workspace_exists; /* its workspace directory is there */
     bool never_started;    /* no sandbox ever ran for it (status.startTime unset) */
     bool disk_over;        /* the disk watchdog stopped it (disk_watch.c) */
+    bool provider_changed; /* it last started under another --sandbox-provider */
 };
 
 /* The pure decision: V is the task, O what is observed of it. */

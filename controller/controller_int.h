@@ -81,6 +81,7 @@ struct reconcile {
     int64_t generation;            /* its generation */
     char *url, *base, *working;    /* owned copies of spec.repository (url may be NULL) */
     char *objective;               /* owned */
+    char *ran_provider;            /* owned: TASK_ANN_SANDBOX_PROVIDER, or NULL */
     json_t *sandbox;               /* owned copy of spec.sandbox (network), or NULL */
     char *agent_cmd, *verify_cmd;  /* owned: spec.runner.command/verifyCommand, or NULL */
     int64_t iteration, max_iterations, timeout_s;

@@ -4,10 +4,12 @@ dir in use exits 1 with `data dir … is in use (pid N)` and changes nothing, wh
 restarted after the first one died (kill -9 included) starts."""
 import json
 import os
+import shutil
 import subprocess
 import time
 
 from harness import API, DIVERGE_BIN, Server, run_tests, task_obj
+from sandbox_helpers import FAKE_RUNNER, bare_repo, create, git, task, task_log, wait_phase
 
 NS = API + "/namespaces/default/agenttasks"
 ARGS = ["--sandbox-provider", "none"]
@@ -76,6 +78,33 @@ def test_task_without_repository_says_what_to_do():
                                 "--sandbox-provider none for an external agent"), s
 
 
+def test_switching_the_sandbox_provider_restarts_active_tasks():
+    """An Active task of provider none (no workspace ever) is started again, not failed
+    with "the task's workspace is gone", when the server comes back with a sandbox
+    provider: from its working branch, at its iteration, and it completes."""
+    repo = bare_repo()
+    try:
+        with Server(ARGS) as srv:
+            create(srv, task("switch", "file://" + repo))
+            wait_phase(srv, "switch", "Active")
+            data = srv.data_dir
+            srv.own_dir = False  # keep the data dir for the next server
+        with Server(["--sandbox-provider", "process", "--agent-cmd", "echo x > x.txt"],
+                    env={"DIVERGE_RUNNER_PATH": FAKE_RUNNER}, data_dir=data) as srv:
+            srv.own_dir = True
+            b = wait_phase(srv, "switch", ("Completed", "Failed"))
+            log = task_log(srv, "switch")
+            assert b["status"]["phase"] == "Completed", (b["status"], log)
+            assert ("restarted under --sandbox-provider process (it ran under none before): "
+                    "its workspace was gone, so it continues from its working branch") in log, log
+            ann = b["metadata"]["annotations"]
+            assert ann["divergedev.com/sandbox-provider"] == "process", ann
+            assert git("--git-dir", repo, "show", "agent/switch:x.txt") == "x\n"
+    finally:
+        shutil.rmtree(os.path.dirname(repo), ignore_errors=True)
+
+
 if __name__ == "__main__":
     run_tests([test_task_delete, test_second_server_on_the_same_data_dir_refuses,
-               test_task_without_repository_says_what_to_do])
+               test_task_without_repository_says_what_to_do,
+               test_switching_the_sandbox_provider_restarts_active_tasks])
