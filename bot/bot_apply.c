@@ -329,6 +329,7 @@ static int apply_change(struct task_txn *tx, struct bot_input *in, const struct 
     default:
         break;
     }
+    task_sync_effective_limits(doc); /* a bumped budget is the effective one at once */
     rc = task_validate(doc, err);
     if (rc == E_OK) {
         rc = task_txn_put(tx, doc, err);

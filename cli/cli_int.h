@@ -73,6 +73,10 @@ const char *cli_text_or_dash(char tmp[32], const json_t *obj, const char *path);
 
 /* TASK's spec.budgetUSD in micro-dollars; 0 (the server default applies) when absent. */
 int64_t cli_spec_usd(const json_t *task);
+/* The budget a bump starts from when the spec has none: status.effectiveBudgetUSD /
+ * effectiveBudgetTokens (the server's default at mint), else the documented defaults. */
+int64_t cli_default_usd(const json_t *task);
+int64_t cli_default_tokens(const json_t *task);
 
 /* `task` subverbs. ARGS holds the positionals after the subverb and every option. */
 int cli_task_init(struct cli_ctx *ctx, const struct cli_args *args);
@@ -82,6 +86,7 @@ int cli_task_status(struct cli_ctx *ctx, const struct cli_args *args);
 int cli_task_logs(struct cli_ctx *ctx, const struct cli_args *args);
 int cli_task_guide(struct cli_ctx *ctx, const struct cli_args *args);
 int cli_task_pause(struct cli_ctx *ctx, const struct cli_args *args);
+int cli_task_delete(struct cli_ctx *ctx, const struct cli_args *args);
 int cli_task_resume(struct cli_ctx *ctx, const struct cli_args *args);
 int cli_task_rerun(struct cli_ctx *ctx, const struct cli_args *args);
 int cli_task_token(struct cli_ctx *ctx, const struct cli_args *args);

@@ -21,7 +21,8 @@ static const char *const mcp_versions[] = {"2025-06-18", "2025-03-26", "2024-11-
     "Diverge runs autonomous coding agents as AgentTasks with budgets. Create a task with "        \
     "diverge_create_task, watch it with diverge_task_status or diverge_list_tasks, steer it "      \
     "with diverge_guide_task, and stop or continue it with diverge_pause_task and "                \
-    "diverge_resume_task (which can raise the budget). Money amounts are decimal strings "         \
+    "diverge_resume_task (which can raise the budget); diverge_delete_task removes one. Money "    \
+    "amounts are decimal strings "                                                                 \
     "such as \"5.00\"."
 
 void cli_mcp_init(struct cli_mcp *m, const struct cli_ctx *ctx)

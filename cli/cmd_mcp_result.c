@@ -123,6 +123,9 @@ json_t *cli_mcp_summary(const json_t *task)
         {"forecastIterationsLeft", "status.forecastIterationsLeft"},
         {"forecastBudgetHolds", "status.forecastBudgetHolds"},
         {"forecastRunsOutIteration", "status.forecastRunsOutIteration"},
+        {"effectiveMaxIterations", "status.effectiveMaxIterations"},
+        {"effectiveBudgetTokens", "status.effectiveBudgetTokens"},
+        {"effectiveBudgetUSD", "status.effectiveBudgetUSD"},
         {"suspended", "spec.suspended"},
         {"previewUrl", "status.previewUrl"},
         {"resourceVersion", "metadata.resourceVersion"},
@@ -159,6 +162,11 @@ static char *forecast_clause(const json_t *s)
     return forecast != NULL ? xasprintf(", forecast %s USD more to finish", forecast) : xstrdup("");
 }
 
+const char *cli_mcp_limit(const json_t *s, const char *effective, const char *spec)
+{
+    return json_object_get(s, effective) != NULL ? effective : spec;
+}
+
 /* One human line for the task summary S: what `diverge task status` shows first. */
 static char *summary_line(const json_t *s)
 {
@@ -177,12 +185,12 @@ static char *summary_line(const json_t *s)
         cli_mcp_member_text(a[0], s, "namespace"), cli_mcp_member_text(a[1], s, "name"),
         cli_mcp_member_text(a[2], s, "phase"), reason != NULL && *reason ? " (" : "",
         reason != NULL ? reason : "", reason != NULL && *reason ? ")" : "",
-        cli_mcp_member_text(a[3], s, "iteration"), cli_mcp_member_text(a[4], s, "maxIterations"),
+        cli_mcp_member_text(a[3], s, "iteration"), cli_mcp_member_text(a[4], s, MCP_LIMIT_ITER(s)),
         cli_mcp_member_text(a[5], s, "tokensConsumed"),
-        cli_mcp_member_text(a[6], s, "budgetTokens"), cli_mcp_member_text(a[0], s, "costUSD"),
-        cli_mcp_member_text(a[1], s, "budgetUSD"), forecast, guidance != NULL ? ", guidance: " : "",
-        guidance != NULL ? guidance : "", preview != NULL ? ", preview: " : "",
-        preview != NULL ? preview : "");
+        cli_mcp_member_text(a[6], s, MCP_LIMIT_TOKENS(s)), cli_mcp_member_text(a[0], s, "costUSD"),
+        cli_mcp_member_text(a[1], s, MCP_LIMIT_USD(s)), forecast,
+        guidance != NULL ? ", guidance: " : "", guidance != NULL ? guidance : "",
+        preview != NULL ? ", preview: " : "", preview != NULL ? preview : "");
     free(forecast);
     return line;
 }

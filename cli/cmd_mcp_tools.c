@@ -129,16 +129,16 @@ static json_t *run_list(const struct cli_ctx *base, const json_t *args)
         const char *row[7];
 
         snprintf(iter, sizeof(iter), "%s/%s", cli_mcp_member_text(a[0], s, "iteration"),
-                 cli_mcp_member_text(a[1], s, "maxIterations"));
+                 cli_mcp_member_text(a[1], s, MCP_LIMIT_ITER(s)));
         snprintf(cost, sizeof(cost), "%s", cli_mcp_member_text(a[2], s, "costUSD"));
         snprintf(tok, sizeof(tok), "%s/%s", cli_mcp_member_text(a[3], s, "tokensConsumed"),
-                 cli_mcp_member_text(a[4], s, "budgetTokens"));
+                 cli_mcp_member_text(a[4], s, MCP_LIMIT_TOKENS(s)));
         row[0] = cli_mcp_member_text(a[5], s, "namespace");
         row[1] = json_string_value(json_object_get(s, "name"));
         row[2] = json_string_value(json_object_get(s, "phase"));
         row[3] = iter;
         row[4] = cost;
-        row[5] = json_string_value(json_object_get(s, "budgetUSD"));
+        row[5] = cli_mcp_member_text(a[0], s, MCP_LIMIT_USD(s));
         row[6] = tok;
         cli_table_add(&t, row);
         json_array_append_new(tasks, s);
@@ -250,6 +250,28 @@ static json_t *run_pause(const struct cli_ctx *base, const json_t *args)
     return patch_and_report(&ctx, name, json_pack("{s:{s:b}}", "spec", "suspended", 1), "paused");
 }
 
+/* DELETE of the task (its sandbox stopped, token revoked, files removed). */
+static json_t *run_delete(const struct cli_ctx *base, const json_t *args)
+{
+    static const char *const known[] = {"namespace", "name", NULL};
+    const char *name = NULL;
+    struct cli_ctx ctx;
+    json_t *bad = name_args(&ctx, &name, base, args, known, "namespace, name"), *task = NULL, *r;
+    struct err err = {0};
+    char *path;
+    int rc;
+
+    if (bad != NULL) {
+        return bad;
+    }
+    path = cli_task_path(&ctx, name, false);
+    rc = cli_api_call(&task, NULL, &ctx, "DELETE", path, NULL, NULL, &err);
+    r = rc == E_OK ? cli_mcp_task_result(task, "deleted") : cli_mcp_failure(rc, &err);
+    free(path);
+    json_decref(task);
+    return r;
+}
+
 /* The merge patch resuming TASK with the bumps USD and TOKENS (-1: none) added to the
  * effective budgets, guarded by the resourceVersion read. New in *out. */
 static int resume_patch(json_t **out, const json_t *task, int64_t usd, int64_t tokens,
@@ -267,13 +289,13 @@ static int resume_patch(json_t **out, const json_t *task, int64_t usd, int64_t t
         json_object_set_new(patch, "metadata", json_pack("{s:O}", "resourceVersion", rv));
     }
     if (usd >= 0) {
-        rc = cli_budget_bump(&v, cli_spec_usd(task), CLI_DEFAULT_BUDGET_USD_MICROS, usd, err);
+        rc = cli_budget_bump(&v, cli_spec_usd(task), cli_default_usd(task), usd, err);
         money_format(money, v);
         json_object_set_new(spec, "budgetUSD", json_string(money));
     }
     if (rc == E_OK && tokens >= 0) {
         rc = cli_budget_bump(&v, json_integer_value(cli_json_at(task, "spec.budgetTokens")),
-                             CLI_DEFAULT_BUDGET_TOKENS, tokens, err);
+                             cli_default_tokens(task), tokens, err);
         json_object_set_new(spec, "budgetTokens", json_integer(v));
     }
     if (rc != E_OK) {
@@ -390,6 +412,10 @@ static const struct tool_def tools[] = {
                 "add\"}",
            "\"name\""),
      false, run_resume},
+    {"diverge_delete_task", "Delete an agent task",
+     "Deletes the task: its sandbox is stopped, its token revoked and its files (workspace, "
+     "log) removed. What was already pushed stays.",
+     S_OBJ(S_NS "," S_NAME, "\"name\""), false, run_delete},
 };
 
 json_t *cli_mcp_tools_list(void)

@@ -24,6 +24,7 @@ static const char task_usage[] =
     "                            raise the budgets, then resume the task\n"
     "  rerun NAME [--objective TEXT] [--budget +USD] [--tokens N]\n"
     "                            start a new run of a finished task\n"
+    "  delete NAME               delete the task (sandbox stopped, files removed)\n"
     "  token NAME                print the task's current capability token\n"
     "\n"
     "Run 'diverge task COMMAND --help' for a command's options.\n" CLI_GLOBAL_HELP;
@@ -85,6 +86,10 @@ static const struct cli_cmd task_cmds[] = {
      "  --objective TEXT          a new objective for the run\n"
      "  --budget +USD             add to the USD budget, e.g. +15.00\n"
      "  --tokens N                add to the token budget, e.g. 2000000\n" CLI_GLOBAL_HELP},
+    {"delete", 1, 1, NULL, cli_task_delete, 0,
+     "Usage: diverge task delete NAME\n\nDeletes the task: its sandbox is stopped, its token "
+     "revoked and its\nfiles (workspace, log) removed. What was pushed stays "
+     "pushed.\n" CLI_GLOBAL_HELP},
     {"token", 1, 1, NULL, cli_task_token, 0,
      "Usage: diverge task token NAME\n\nPrints the task's current capability "
      "token.\n" CLI_GLOBAL_HELP},

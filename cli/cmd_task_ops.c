@@ -75,6 +75,17 @@ const char *cli_text_or_dash(char tmp[32], const json_t *obj, const char *path)
     return "-";
 }
 
+/* The path of the limit that applies: status.effective… (what the server enforces, spec
+ * or default, SPEC §14), else the spec field (a task not started yet). */
+static const char *limit_of(const json_t *obj, const char *effective, const char *spec)
+{
+    return cli_json_at(obj, effective) != NULL ? effective : spec;
+}
+
+#define LIMIT_ITER(o) limit_of((o), "status.effectiveMaxIterations", "spec.maxIterations")
+#define LIMIT_TOKENS(o) limit_of((o), "status.effectiveBudgetTokens", "spec.budgetTokens")
+#define LIMIT_USD(o) limit_of((o), "status.effectiveBudgetUSD", "spec.budgetUSD")
+
 /* "USED/LIMIT", or just "USED" without a positive limit. */
 static void ratio(char out[48], const json_t *obj, const char *used, const char *limit)
 {
@@ -107,8 +118,8 @@ static void add_list_row(struct cli_table *t, const json_t *item, bool all)
     json_int_t pos = json_integer_value(cli_json_at(item, "status.queuePosition"));
     size_t n = 0;
 
-    ratio(iter, item, "status.iteration", "spec.maxIterations");
-    ratio(tokens, item, "status.tokensConsumed", "spec.budgetTokens");
+    ratio(iter, item, "status.iteration", LIMIT_ITER(item));
+    ratio(tokens, item, "status.tokensConsumed", LIMIT_TOKENS(item));
     age_of(age, item);
     if (all) {
         row[n++] = cli_json_str(item, "metadata.namespace");
@@ -122,7 +133,7 @@ static void add_list_row(struct cli_table *t, const json_t *item, bool all)
     }
     row[n++] = iter;
     row[n++] = cli_text_or_dash(cost, item, "status.costUSD");
-    row[n++] = cli_text_or_dash(budget, item, "spec.budgetUSD");
+    row[n++] = cli_text_or_dash(budget, item, LIMIT_USD(item));
     row[n++] = tokens;
     row[n++] = age;
     cli_table_add(t, row);
@@ -236,10 +247,10 @@ static void print_status(const json_t *t)
     const char *ts = cli_json_str(t, "metadata.creationTimestamp");
     struct cli_table tab;
 
-    ratio(iter, t, "status.iteration", "spec.maxIterations");
-    ratio(tokens, t, "status.tokensConsumed", "spec.budgetTokens");
+    ratio(iter, t, "status.iteration", LIMIT_ITER(t));
+    ratio(tokens, t, "status.tokensConsumed", LIMIT_TOKENS(t));
     snprintf(cost, sizeof(cost), "%s/%s", cli_text_or_dash(a, t, "status.costUSD"),
-             cli_text_or_dash(b, t, "spec.budgetUSD"));
+             cli_text_or_dash(b, t, LIMIT_USD(t)));
     forecast_text(forecast, sizeof(forecast), t);
     age_of(age, t);
     snprintf(created, sizeof(created), "%s (%s ago)", ts != NULL ? ts : "-", age);
@@ -354,6 +365,32 @@ int cli_task_pause(struct cli_ctx *ctx, const struct cli_args *args)
     return patch_and_report(ctx, args->pos[0], patch, "paused");
 }
 
+/* `task delete NAME`: DELETE of the task; the server stops its sandbox and removes its
+ * files. Prints "deleted" (kubectl's word), or the last version with -o json|yaml. */
+int cli_task_delete(struct cli_ctx *ctx, const struct cli_args *args)
+{
+    char *path = cli_task_path(ctx, args->pos[0], false);
+    json_t *task = NULL;
+    char *raw = NULL;
+    struct err err = {0};
+    int rc = cli_api_call(&task, &raw, ctx, "DELETE", path, NULL, NULL, &err);
+
+    if (rc != E_OK) {
+        rc = cli_api_fail(rc, &err);
+    } else {
+        if (ctx->output == CLI_OUTPUT_TABLE) {
+            printf("agenttask.divergedev.com/%s deleted\n", args->pos[0]);
+        } else {
+            cli_print_object(ctx, raw, task);
+        }
+        rc = CLI_EXIT_OK;
+    }
+    json_decref(task);
+    free(raw);
+    free(path);
+    return rc;
+}
+
 /* The optional bumps of `task resume`. */
 struct bumps {
     bool usd;           /* --budget given */
@@ -398,6 +435,24 @@ int64_t cli_spec_usd(const json_t *task)
     return 0;
 }
 
+int64_t cli_default_usd(const json_t *task)
+{
+    const char *s = cli_json_str(task, "status.effectiveBudgetUSD");
+    int64_t micros = 0;
+
+    if (s != NULL && money_parse(&micros, NULL, s, NULL) == E_OK && micros > 0) {
+        return micros;
+    }
+    return CLI_DEFAULT_BUDGET_USD_MICROS;
+}
+
+int64_t cli_default_tokens(const json_t *task)
+{
+    json_int_t v = json_integer_value(cli_json_at(task, "status.effectiveBudgetTokens"));
+
+    return v > 0 ? (int64_t)v : CLI_DEFAULT_BUDGET_TOKENS;
+}
+
 /* The merge patch resuming TASK with B applied; *out is new. SUMMARY gets the new
  * budgets for the message. The resourceVersion makes a concurrent change a 409. */
 static int resume_patch(json_t **out, char summary[128], const json_t *task, const struct bumps *b,
@@ -417,14 +472,13 @@ static int resume_patch(json_t **out, char summary[128], const json_t *task, con
                             json_pack("{s:s}", "resourceVersion", json_string_value(rv)));
     }
     if (b->usd) {
-        rc = cli_budget_bump(&usd, cli_spec_usd(task), CLI_DEFAULT_BUDGET_USD_MICROS, b->usd_micros,
-                             err);
+        rc = cli_budget_bump(&usd, cli_spec_usd(task), cli_default_usd(task), b->usd_micros, err);
         money_format(money, usd);
         json_object_set_new(spec, "budgetUSD", json_string(money));
     }
     if (rc == E_OK && b->tokens) {
         rc = cli_budget_bump(&tokens, json_integer_value(cli_json_at(task, "spec.budgetTokens")),
-                             CLI_DEFAULT_BUDGET_TOKENS, b->tokens_n, err);
+                             cli_default_tokens(task), b->tokens_n, err);
         json_object_set_new(spec, "budgetTokens", json_integer(tokens));
     }
     if (rc != E_OK) {

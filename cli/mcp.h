@@ -59,6 +59,12 @@ json_t *cli_mcp_bad_arg(const char *key, const char *problem);
 json_t *cli_mcp_summary(const json_t *task);
 /* MEMBER of the summary S as text: a string as it is, an integer in decimal, else "-". */
 const char *cli_mcp_member_text(char tmp[32], const json_t *s, const char *member);
+/* The summary member of the limit that applies: EFFECTIVE (status.effective…: what the
+ * server enforces, spec or default) when S has it, else SPEC. */
+const char *cli_mcp_limit(const json_t *s, const char *effective, const char *spec);
+#define MCP_LIMIT_ITER(s) cli_mcp_limit((s), "effectiveMaxIterations", "maxIterations")
+#define MCP_LIMIT_TOKENS(s) cli_mcp_limit((s), "effectiveBudgetTokens", "budgetTokens")
+#define MCP_LIMIT_USD(s) cli_mcp_limit((s), "effectiveBudgetUSD", "budgetUSD")
 /* The success result for TASK: text "VERB\n<one-line summary>" (no VERB when NULL). */
 json_t *cli_mcp_task_result(const json_t *task, const char *verb);
 

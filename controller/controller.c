@@ -56,6 +56,12 @@ static enum controller_action decide_tokens_only(const struct task_view *v,
 /* A task that should run but whose sandbox is not there. */
 static enum controller_action decide_absent(const struct controller_observed *o, bool resume)
 {
+    /* Started under another --sandbox-provider: its sandbox is not this provider's (and
+     * its workspace may never have existed, as under none). It starts again on what is
+     * left: the workspace if there, else a fresh clone of its working branch. */
+    if (o->can_run && o->provider_changed) {
+        return resume ? CONTROLLER_RESUME_START : CONTROLLER_RESTART;
+    }
     if (!o->can_run || !o->workspace_exists) {
         return CONTROLLER_FAIL_SANDBOX;
     }

@@ -42,28 +42,29 @@ struct controller_meter_sockets {
 };
 
 struct controller_config {
-    const char *data_dir;          /* tokens, workspaces, mirrors, staging, logs under it */
-    const unsigned char *root_key; /* TOKEN_ROOT_KEY_LEN bytes, copied */
-    int64_t default_budget_usd;    /* micro-dollars, when spec.budgetUSD is unset */
-    int64_t default_budget_tokens; /* when spec.budgetTokens is unset */
-    const char *sandbox_provider;  /* none, process, local, agent-sandbox */
-    const char *meter_url;         /* DIVERGE_METER_URL given to sandboxes */
-    const char *runner_path;       /* NULL: DIVERGE_RUNNER_PATH, else next to /proc/self/exe */
-    const char *agent_cmd;         /* DIVERGE_AGENT_CMD (may be NULL) */
-    const char *verify_cmd;        /* DIVERGE_VERIFY_CMD (may be NULL) */
-    const char *sandbox_user;      /* local provider: host user; NULL: SPEC §2 default */
-    const char *sandbox_tools;     /* local, process: read-only tools folder (bin/ on PATH) */
-    int64_t sandbox_memory;        /* bytes, 0: none */
-    int64_t sandbox_pids;          /* 0: none */
-    int64_t sandbox_cpus_milli;    /* 1000 = one CPU, 0: none */
-    int64_t sandbox_disk;          /* bytes a task's files may use (local, process), 0: none */
-    int64_t data_dir_reserve;      /* bytes kept free on the data dir's filesystem, 0: none */
-    int64_t max_push_bytes;        /* bytes the server pushes to a remote at most, 0: none */
-    size_t log_cap;                /* task log cap in bytes; 0: SANDBOX_LOG_CAP */
-    const char *network;           /* none (NULL) or proxy: without spec.sandbox.network */
-    const char *allow_hosts;       /* comma list of egress rules (proxy mode), or NULL */
-    const char *preview_base_url;  /* --preview-base-url; NULL: no linked previews */
-    const char *github_api_url;    /* --github-api-url: which https repositories are GitHub's */
+    const char *data_dir;           /* tokens, workspaces, mirrors, staging, logs under it */
+    const unsigned char *root_key;  /* TOKEN_ROOT_KEY_LEN bytes, copied */
+    int64_t default_budget_usd;     /* micro-dollars, when spec.budgetUSD is unset */
+    int64_t default_budget_tokens;  /* when spec.budgetTokens is unset */
+    int64_t default_max_iterations; /* runner's limit when spec.maxIterations is unset; 0: 5 */
+    const char *sandbox_provider;   /* none, process, local, agent-sandbox */
+    const char *meter_url;          /* DIVERGE_METER_URL given to sandboxes */
+    const char *runner_path;        /* NULL: DIVERGE_RUNNER_PATH, else next to /proc/self/exe */
+    const char *agent_cmd;          /* DIVERGE_AGENT_CMD (may be NULL) */
+    const char *verify_cmd;         /* DIVERGE_VERIFY_CMD (may be NULL) */
+    const char *sandbox_user;       /* local provider: host user; NULL: SPEC §2 default */
+    const char *sandbox_tools;      /* local, process: read-only tools folder (bin/ on PATH) */
+    int64_t sandbox_memory;         /* bytes, 0: none */
+    int64_t sandbox_pids;           /* 0: none */
+    int64_t sandbox_cpus_milli;     /* 1000 = one CPU, 0: none */
+    int64_t sandbox_disk;           /* bytes a task's files may use (local, process), 0: none */
+    int64_t data_dir_reserve;       /* bytes kept free on the data dir's filesystem, 0: none */
+    int64_t max_push_bytes;         /* bytes the server pushes to a remote at most, 0: none */
+    size_t log_cap;                 /* task log cap in bytes; 0: SANDBOX_LOG_CAP */
+    const char *network;            /* none (NULL) or proxy: without spec.sandbox.network */
+    const char *allow_hosts;        /* comma list of egress rules (proxy mode), or NULL */
+    const char *preview_base_url;   /* --preview-base-url; NULL: no linked previews */
+    const char *github_api_url;     /* --github-api-url: which https repositories are GitHub's */
     /* GitHub App tokens for git on the GitHub web host; token NULL: none (the PAT in
      * DIVERGE_NOTIFIER_TOKEN/GITHUB_TOKEN is used). controller_new takes USERDATA, also
      * when it fails. */
@@ -121,6 +122,7 @@ struct controller_observed {
     bool never_started;    /* no sandbox ever ran for it (status.startTime unset) */
     bool disk_over;        /* the disk watchdog stopped it (disk_watch.c) */
     bool queued;           /* it must wait for a sandbox slot (the queue did not admit it) */
+    bool provider_changed; /* it last started under another --sandbox-provider */
 };
 
 /* The pure decision: V is the task, O what is observed of it. */

@@ -28,9 +28,10 @@ struct controller {
     unsigned char root_key[TOKEN_ROOT_KEY_LEN]; /* wiped on free */
     int64_t default_budget_usd;                 /* micro-dollars */
     int64_t default_budget_tokens;
-    char *provider;                                /* owned: the sandbox provider name */
-    char *meter_url, *runner_path;                 /* owned */
-    char *meter_socket;                            /* owned: the server's unix socket, or NULL */
+    int64_t default_max_iterations; /* the runner's limit when spec.maxIterations is unset */
+    char *provider;                 /* owned: the sandbox provider name */
+    char *meter_url, *runner_path;  /* owned */
+    char *meter_socket;             /* owned: the server's unix socket, or NULL */
     struct controller_meter_sockets meter_sockets; /* per-task sockets (open NULL: none) */
     char *agent_cmd, *verify_cmd;                  /* owned, may be NULL */
     char *sandbox_tools;                           /* owned: --sandbox-tools, or NULL */
@@ -88,6 +89,7 @@ struct reconcile {
     int64_t generation;            /* its generation */
     char *url, *base, *working;    /* owned copies of spec.repository (url may be NULL) */
     char *objective;               /* owned */
+    char *ran_provider;            /* owned: TASK_ANN_SANDBOX_PROVIDER, or NULL */
     json_t *sandbox;               /* owned copy of spec.sandbox (network), or NULL */
     char *agent_cmd, *verify_cmd;  /* owned: spec.runner.command/verifyCommand, or NULL */
     int64_t iteration, max_iterations, timeout_s;

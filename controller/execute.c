@@ -4,6 +4,7 @@
  * the working branch from staging after a runner exit 0. Every step is logged to the task
  * log; a failure that ends the task is left in the reconcile for the apply transaction. */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
 #include <stdio.h>
@@ -138,8 +139,9 @@ static size_t build_env(char **env, struct controller *c, const struct reconcile
     env[n++] = xasprintf("DIVERGE_PUSH_URL=file://%s", inside ? SANDBOX_IN_STAGING : p->staging);
     env[n++] = xasprintf("DIVERGE_BASE_BRANCH=%s", r->base != NULL ? r->base : "main");
     env[n++] = xasprintf("DIVERGE_WORKING_BRANCH=%s", r->working != NULL ? r->working : "");
-    env[n++] = xasprintf("DIVERGE_MAX_ITERATIONS=%lld",
-                         (long long)(r->max_iterations > 0 ? r->max_iterations : 5));
+    env[n++] = xasprintf(
+        "DIVERGE_MAX_ITERATIONS=%lld",
+        (long long)(r->max_iterations > 0 ? r->max_iterations : r->c->default_max_iterations));
     env[n++] = xasprintf("DIVERGE_START_ITERATION=%lld", (long long)start_iteration);
     env[n++] = xasprintf("DIVERGE_RUN=%lld", (long long)(r->run > 0 ? r->run : 1));
     /* The task's own commands (spec.runner, from agent.yaml) over the server's defaults. */
@@ -226,6 +228,45 @@ static void arm_timer(struct controller *c, const struct reconcile *r)
                          r->timeout_s > 0 ? now + r->timeout_s * 1000 - used : 0);
 }
 
+/* The log line of a start that is not a first one: after a server restart, or under a
+ * --sandbox-provider other than the one the task last ran under (WS_KEPT: its workspace
+ * held something). */
+static void log_restart(const struct controller *c, const struct reconcile *r, const char *log,
+                        enum start_mode mode, int64_t iteration, bool ws_kept)
+{
+    if (mode != START_FRESH && r->ran_provider != NULL &&
+        strcmp(r->ran_provider, c->provider) != 0) {
+        sandbox_log_event(log,
+                          "[diverge] restarted under --sandbox-provider %s (it ran under "
+                          "%s before): %s (iteration %lld)",
+                          c->provider, r->ran_provider,
+                          ws_kept ? "continuing on its workspace"
+                                  : "its workspace was gone, so it continues from "
+                                    "its working branch (nothing of the old sandbox "
+                                    "that was not pushed is kept)",
+                          (long long)iteration);
+    } else if (mode == START_RESTART) {
+        sandbox_log_event(log, "[diverge] restarted after server restart (iteration %lld)",
+                          (long long)iteration);
+    }
+}
+
+/* Whether DIR holds nothing (or cannot be read). */
+static bool dir_empty(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    bool empty = true;
+
+    while (d != NULL && empty && (e = readdir(d)) != NULL) {
+        empty = strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0;
+    }
+    if (d != NULL) {
+        closedir(d);
+    }
+    return empty;
+}
+
 static void do_start(struct controller *c, struct reconcile *r, enum start_mode mode)
 {
     struct sandbox_spec s;
@@ -233,11 +274,13 @@ static void do_start(struct controller *c, struct reconcile *r, enum start_mode 
     struct err err = {0};
     char *env[SANDBOX_ENV_MAX + 1];
     int64_t iteration = r->iteration > 0 ? r->iteration : 1;
+    bool ws_kept;
     size_t n;
     int rc;
 
     memset(&s, 0, sizeof(s));
     paths_of(&p, c, r->ns, r->name);
+    ws_kept = !dir_empty(p.workspace); /* before prepare() creates it */
     if (mode == START_RESUME) {
         iteration = r->iteration + 1;
     }
@@ -269,12 +312,7 @@ static void do_start(struct controller *c, struct reconcile *r, enum start_mode 
         for (size_t i = 0; i <= n; i++) {
             s.env[i] = env[i];
         }
-        if (mode == START_RESTART) {
-            sandbox_log_event(p.log,
-                              "[diverge] restarted after server restart "
-                              "(iteration %lld)",
-                              (long long)iteration);
-        }
+        log_restart(c, r, p.log, mode, iteration, ws_kept);
         if (rc == E_OK) {
             rc = sandbox_start(c->sandboxes, &s, &err); /* takes s.egress and s.meter over */
         } else {

@@ -169,6 +169,7 @@ int controller_new(struct controller **out, struct task_store *store,
     memcpy(c->root_key, cfg->root_key, TOKEN_ROOT_KEY_LEN);
     c->default_budget_usd = cfg->default_budget_usd;
     c->default_budget_tokens = cfg->default_budget_tokens;
+    c->default_max_iterations = cfg->default_max_iterations > 0 ? cfg->default_max_iterations : 5;
     c->provider = xstrdup(cfg->sandbox_provider);
     c->meter_url = cfg->meter_url != NULL ? xstrdup(cfg->meter_url) : NULL;
     c->agent_cmd = cfg->agent_cmd != NULL ? xstrdup(cfg->agent_cmd) : NULL;

@@ -37,6 +37,7 @@ static void copy_spec(struct reconcile *r, const json_t *doc, const struct task_
     r->base = dup_or_null(json_object_get(repo, "baseBranch"));
     r->working = dup_or_null(json_object_get(repo, "workingBranch"));
     r->objective = xstrdup(v->objective != NULL ? v->objective : "");
+    r->ran_provider = dup_or_null(json_object_get(ann, TASK_ANN_SANDBOX_PROVIDER));
     r->agent_cmd = dup_or_null(json_object_get(json_object_get(spec, "runner"), "command"));
     r->verify_cmd = dup_or_null(json_object_get(json_object_get(spec, "runner"), "verifyCommand"));
     r->iteration = v->iteration;
@@ -67,6 +68,7 @@ static void observe(struct controller_observed *o, struct reconcile *r, const st
     o->can_run = c->problem == NULL && (c->sandboxes != NULL || strcmp(c->provider, "none") == 0);
     (void)msg;
     o->sandbox = SANDBOX_ABSENT;
+    o->provider_changed = r->ran_provider != NULL && strcmp(r->ran_provider, c->provider) != 0;
     if (c->sandboxes != NULL) {
         struct sandbox_status st;
         char *ws = xasprintf("%s/workspaces/%s/%s", c->data_dir, r->ns, r->name);
@@ -92,6 +94,18 @@ static void set_finished(json_t *doc, enum task_phase phase, const char *reason,
     json_object_set_new(json_object_get(doc, "status"), "completionTime", json_string(ts));
 }
 
+static void set_annotation(json_t *doc, const char *key, const char *value)
+{
+    json_t *md = json_object_get(doc, "metadata");
+    json_t *ann = json_object_get(md, "annotations");
+
+    if (!json_is_object(ann)) {
+        ann = json_object();
+        json_object_set_new(md, "annotations", ann);
+    }
+    json_object_set_new(ann, key, json_string(value));
+}
+
 static int apply_start(struct reconcile *r, struct task_txn *tx, json_t *doc,
                        const struct token_record *rec, const char *ts, struct err *err)
 {
@@ -107,6 +121,10 @@ static int apply_start(struct reconcile *r, struct task_txn *tx, json_t *doc,
         rc = task_txn_token_add(tx, r->ns, r->name, r->generation, r->id, r->token, err);
     }
     task_set_phase(doc, TASK_ACTIVE, NULL, NULL);
+    set_annotation(doc, TASK_ANN_SANDBOX_PROVIDER, r->c->provider);
+    /* What the token just minted carries, and the runner's iteration limit (SPEC §14). */
+    task_set_effective_limits(doc, r->c->default_budget_usd, r->c->default_budget_tokens,
+                              r->c->sandboxes != NULL ? r->c->default_max_iterations : 0);
     if (json_is_null(json_object_get(status, "startTime")) ||
         json_object_get(status, "startTime") == NULL) {
         json_object_set_new(status, "startTime", json_string(ts));
@@ -325,6 +343,7 @@ static void reconcile_cleanup(struct reconcile *r)
     free(r->base);
     free(r->working);
     free(r->objective);
+    free(r->ran_provider);
     free(r->agent_cmd);
     free(r->verify_cmd);
     free(r->fail_msg);

@@ -34,6 +34,23 @@ struct meter_request {
 int meter_request_parse(struct meter_request *out, const char *body, size_t len, struct err *err);
 void meter_request_cleanup(struct meter_request *r);
 
+#define METER_COMPLETE_MESSAGE_MAX 4096 /* bytes of a completion's message */
+
+/* A parsed body of POST /api/v1/agenttask/complete (SPEC §14). */
+struct meter_completion {
+    bool succeeded; /* "result": "succeeded" (else "failed") */
+    char *message;  /* owned; "" when absent */
+};
+
+/* Parses BODY[0..len) into *out (caller storage; release with meter_completion_cleanup even
+ * on failure). Returns E_INVALID (HTTP 400) with a message for: not a JSON object,
+ * duplicate keys, a "result" other than "succeeded" or "failed", a "message" that is not
+ * a string, longer than METER_COMPLETE_MESSAGE_MAX or holding a control character other
+ * than newline or tab. */
+int meter_completion_parse(struct meter_completion *out, const char *body, size_t len,
+                           struct err *err);
+void meter_completion_cleanup(struct meter_completion *c);
+
 /* Converts a JSON real COST (dollars) to exact micro-dollars through its shortest
  * round-trip decimal form, so 0.0225 is 22500 and 0.0000001 is an error (E_INVALID), as
  * is a negative, infinite or NaN value; E_TOOBIG when it does not fit. */
@@ -105,6 +122,15 @@ void meter_service_free(struct meter_service *m);
  * text (caller frees). Thread-safe; called from many request threads at once. */
 void meter_service_handle(int *status_out, char **body_out, struct meter_service *m,
                           const char *auth, int auth_count, const char *body, size_t len);
+
+/* POST /api/v1/agenttask/complete (SPEC §14): the token's own task ends Completed or
+ * Failed (reason AgentReported, status.message the agent's message), its token revoked,
+ * in one transaction through the same committer as the meter. Arguments and results as
+ * meter_service_handle: 200 {"phase","reason","message"} (again with "duplicate": true
+ * when the same token already finished its task the same way), 400 bad body, 401 as the
+ * meter's step 1 (a task that is not Active included), 503. */
+void meter_service_complete(int *status_out, char **body_out, struct meter_service *m,
+                            const char *auth, int auth_count, const char *body, size_t len);
 
 struct meter_stats {
     int64_t batches;  /* transactions committed */

@@ -255,3 +255,70 @@ void meter_request_cleanup(struct meter_request *r)
     free(r->model);
     memset(r, 0, sizeof(*r));
 }
+
+/* A completion message is shown on the PR: valid UTF-8 (jansson checked it), no control
+ * character but newline and tab. */
+static int check_message(const char *s, size_t len, struct err *err)
+{
+    if (len > METER_COMPLETE_MESSAGE_MAX) {
+        return err_set(err, E_INVALID, "message is longer than %d bytes",
+                       METER_COMPLETE_MESSAGE_MAX);
+    }
+    for (size_t i = 0; i < len;) {
+        uint32_t c = 0;
+        size_t n = utf8_next(&c, (const unsigned char *)s + i, len - i);
+        if (n == 0) {
+            return err_set(err, E_INVALID, "message is not valid UTF-8");
+        }
+        if ((c < 0x20 && c != '\n' && c != '\t') || (c >= 0x7f && c <= 0x9f)) {
+            return err_set(err, E_INVALID, "message holds a control character");
+        }
+        i += n;
+    }
+    return E_OK;
+}
+
+int meter_completion_parse(struct meter_completion *out, const char *body, size_t len,
+                           struct err *err)
+{
+    json_error_t jerr;
+    json_t *j, *v;
+    const char *result;
+    int rc = E_OK;
+
+    memset(out, 0, sizeof(*out));
+    j = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (j == NULL) {
+        return err_set(err, E_INVALID, "body is not valid JSON: %s", jerr.text);
+    }
+    if (!json_is_object(j)) {
+        rc = err_set(err, E_INVALID, "body must be a JSON object");
+        goto out;
+    }
+    result = json_string_value(json_object_get(j, "result"));
+    if (result == NULL || (strcmp(result, "succeeded") != 0 && strcmp(result, "failed") != 0)) {
+        rc = err_set(err, E_INVALID, "result must be \"succeeded\" or \"failed\"");
+        goto out;
+    }
+    out->succeeded = strcmp(result, "succeeded") == 0;
+    v = json_object_get(j, "message");
+    if (v != NULL && !json_is_null(v) && !json_is_string(v)) {
+        rc = err_set(err, E_INVALID, "message must be a string");
+        goto out;
+    }
+    if (json_is_string(v)) {
+        rc = check_message(json_string_value(v), json_string_length(v), err);
+    }
+    if (rc == E_OK) {
+        out->message = xstrdup(json_is_string(v) ? json_string_value(v) : "");
+    }
+out:
+    json_decref(j);
+    return rc;
+}
+
+void meter_completion_cleanup(struct meter_completion *c)
+{
+    free(c->message);
+    memset(c, 0, sizeof(*c));
+}

@@ -22,21 +22,23 @@ enum meter_job_kind {
     METER_JOB_CHECK,     /* the gateway's checks 1-3 and the totals, nothing written */
     METER_JOB_SETTLE,    /* the gateway's charge of a call it let through */
     METER_JOB_EXHAUSTED, /* the gateway found no budget: pause as a meter 429 does */
+    METER_JOB_COMPLETE,  /* an external agent ends its task (SPEC §14) */
 };
 
 struct meter_job {
     enum meter_job_kind kind;
-    const struct token *tok;   /* borrowed from the request thread; signature verified */
-    struct verified_token *vt; /* borrowed: the cache entry holding tok */
-    const char *ns;            /* borrowed from tok's namespace caveat */
-    const char *name;          /* borrowed from tok's task_id caveat */
-    int64_t max_iterations;    /* out: for the totals body */
-    char *guidance;            /* out: owned copy of the guidance annotation */
-    char *preview;             /* out: owned copy of status.previewUrl */
-    struct meter_decision d;   /* out: the decision, when it carries totals */
-    bool totals;               /* out: answer with the totals body (built by the caller) */
-    bool guidance_sent;        /* the charged call carried the task's guidance to the agent */
-    struct meter_request req;  /* parsed body (when body_ok) */
+    const struct token *tok;     /* borrowed from the request thread; signature verified */
+    struct verified_token *vt;   /* borrowed: the cache entry holding tok */
+    const char *ns;              /* borrowed from tok's namespace caveat */
+    const char *name;            /* borrowed from tok's task_id caveat */
+    int64_t max_iterations;      /* out: for the totals body */
+    char *guidance;              /* out: owned copy of the guidance annotation */
+    char *preview;               /* out: owned copy of status.previewUrl */
+    struct meter_decision d;     /* out: the decision, when it carries totals */
+    bool totals;                 /* out: answer with the totals body (built by the caller) */
+    bool guidance_sent;          /* the charged call carried the task's guidance to the agent */
+    struct meter_request req;    /* parsed body (when body_ok) */
+    struct meter_completion fin; /* METER_JOB_COMPLETE: the parsed body (when body_ok) */
     bool body_ok;
     char body_err[ERR_MSG_MAX]; /* why the body was refused */
     bool excluded;              /* failed alone: answered 503, left out of the retry */
@@ -243,6 +245,10 @@ static int charge(struct batch *b, struct task_txn *tx, json_t *doc, const struc
     if (j->req.has_iteration) {
         update_forecast(status, d, max_iter);
     }
+    /* The budgets this charge was held to (SPEC §14: spec, else the token's caveat). */
+    task_set_effective_limits(
+        doc, d->has_budget_usd ? d->budget_usd : 0, d->has_budget_tokens ? d->budget_tokens : 0,
+        json_integer_value(json_object_get(status, "effectiveMaxIterations")));
     if (j->guidance_sent) {
         note_guidance(status, doc, clock_now_ms(task_txn_clock(tx)));
     }
@@ -378,6 +384,105 @@ static int answer_job(struct batch *b, struct task_txn *tx, json_t *doc, struct 
     return rc;
 }
 
+/* The answer of a completion: the phase it left the task in. */
+static char *completion_body(const json_t *doc, bool duplicate)
+{
+    const json_t *status = json_object_get(doc, "status");
+    json_t *o =
+        json_pack("{s:O?,s:O?,s:O?}", "phase", json_object_get(status, "phase"), "reason",
+                  json_object_get(status, "reason"), "message", json_object_get(status, "message"));
+    char *text;
+
+    if (duplicate) {
+        json_object_set_new(o, "duplicate", json_true());
+    }
+    text = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return text;
+}
+
+/* Whether J's token already finished its task the way J asks: a retry of a completion
+ * whose answer was lost (the token is revoked by then). */
+static bool completed_before(struct task_txn *tx, const json_t *doc, const struct meter_job *j)
+{
+    const json_t *status = json_object_get(doc, "status");
+    const char *reason = json_string_value(json_object_get(status, "reason"));
+    struct task_view v;
+    struct token_record rec;
+    bool same = false;
+
+    task_view_of(&v, doc);
+    if (v.phase != (j->fin.succeeded ? TASK_COMPLETED : TASK_FAILED) || reason == NULL ||
+        strcmp(reason, "AgentReported") != 0) {
+        return false;
+    }
+    if (task_txn_token_current(&rec, tx, j->ns, j->name, NULL) == E_OK) {
+        same = !rec.active && strcmp(rec.token_id, token_identifier(j->tok)) == 0;
+        free(rec.token);
+    }
+    return same;
+}
+
+/* METER_JOB_COMPLETE: checks the token as the meter's step 1 does, then ends the task
+ * (phase, reason AgentReported, message, completionTime) and revokes its token. */
+static int apply_complete(struct batch *b, struct task_txn *tx, json_t *doc, struct meter_job *j,
+                          const struct meter_state *st, struct err *err)
+{
+    struct meter_decision d;
+    char when[CLOCK_RFC3339_MAX];
+    int rc;
+
+    if (st->task_found && st->caveats_ok && !st->token_current && completed_before(tx, doc, j)) {
+        j->status = 200;
+        j->body = completion_body(doc, true);
+        return E_OK;
+    }
+    meter_decide(&d, st, NULL); /* steps 1 and 2 only: refused either way */
+    if (d.outcome == METER_UNAUTHORIZED) {
+        j->status = 401;
+        j->body = error_body(d.reason, "Unauthorized");
+        return E_OK;
+    }
+    if (!j->body_ok) {
+        j->status = 400;
+        j->body = error_body(j->body_err, "BadRequest");
+        return E_OK;
+    }
+    rc = task_txn_token_revoke(tx, j->ns, j->name, err);
+    if (rc != E_OK) {
+        return rc;
+    }
+    task_set_phase(doc, j->fin.succeeded ? TASK_COMPLETED : TASK_FAILED, "AgentReported",
+                   j->fin.message);
+    clock_rfc3339(when, clock_now_ms(task_txn_clock(tx)));
+    json_object_set_new(json_object_get(doc, "status"), "completionTime", json_string(when));
+    mark_dirty(b, doc);
+    log_kv(LOG_INFO, "task_completed_by_agent", "namespace", j->ns, "name", j->name, "result",
+           j->fin.succeeded ? "succeeded" : "failed", NULL);
+    j->status = 200;
+    j->body = completion_body(doc, false);
+    return E_OK;
+}
+
+/* Remembers J's requestId when the call passes steps 1-3 (every later outcome charges);
+ * an id already there is a retry (SPEC §7 step 4): ST->seen. */
+static int claim_request(struct meter_state *st, struct task_txn *tx, const json_t *doc,
+                         const struct meter_job *j, struct err *err)
+{
+    bool fresh = false;
+    int rc;
+
+    if (j->kind == METER_JOB_CHECK || !st->task_found || !st->token_current || !st->caveats_ok ||
+        st->phase != TASK_ACTIVE || !st->body_ok || !st->model_ok) {
+        return E_OK;
+    }
+    rc = task_txn_meter_claim(
+        &fresh, tx, json_string_value(json_object_get(json_object_get(doc, "metadata"), "uid")),
+        j->req.request_id, j->req.tokens_used, j->req.cost_micros, err);
+    st->seen = !fresh;
+    return rc;
+}
+
 static int apply_job(struct batch *b, struct task_txn *tx, struct meter_job *j, struct err *err)
 {
     struct meter_state st;
@@ -397,6 +502,10 @@ static int apply_job(struct batch *b, struct task_txn *tx, struct meter_job *j, 
     if (rc == E_OK) {
         read_state(&st, tx, doc, j, err);
     }
+    if (j->kind == METER_JOB_COMPLETE) {
+        rc = apply_complete(b, tx, doc, j, &st, err);
+        goto out;
+    }
     phase = st.phase;
     if (j->kind == METER_JOB_SETTLE && st.task_found) {
         /* The gateway let this call through while the task was Active and its token
@@ -404,18 +513,9 @@ static int apply_job(struct batch *b, struct task_txn *tx, struct meter_job *j, 
         st.token_current = st.caveats_ok = st.model_ok = true;
         st.phase = TASK_ACTIVE;
     }
-    if (j->kind != METER_JOB_CHECK && st.task_found && st.token_current && st.caveats_ok &&
-        st.phase == TASK_ACTIVE && st.body_ok && st.model_ok) {
-        /* Every later outcome charges, so remember the id now; an id already there is a
-         * retry (SPEC §7 step 4). */
-        bool fresh = false;
-        rc = task_txn_meter_claim(
-            &fresh, tx, json_string_value(json_object_get(json_object_get(doc, "metadata"), "uid")),
-            j->req.request_id, j->req.tokens_used, j->req.cost_micros, err);
-        if (rc != E_OK) {
-            goto out;
-        }
-        st.seen = !fresh;
+    rc = claim_request(&st, tx, doc, j, err);
+    if (rc != E_OK) {
+        goto out;
     }
     meter_decide(&d, &st, j->body_ok ? &j->req : NULL);
     gate_outcome(&d, j->kind, phase);
@@ -630,6 +730,33 @@ static void run_job(struct meter_service *m, struct meter_job *j)
     sem_destroy(&j->done);
 }
 
+/* Checks the Authorization header as the meter does: the verified token into *vt_out, or
+ * the 401 answer. */
+static bool bearer_token(struct verified_token **vt_out, int *status_out, char **body_out,
+                         struct meter_service *m, const char *auth, int auth_count)
+{
+    struct err err = {0};
+
+    *vt_out = NULL;
+    if (auth == NULL || auth_count == 0) {
+        respond(status_out, body_out, 401, "missing Authorization: Bearer <token>", "Unauthorized");
+        return false;
+    }
+    if (auth_count > 1) {
+        respond(status_out, body_out, 401, "more than one Authorization header", "Unauthorized");
+        return false;
+    }
+    if (strncmp(auth, "Bearer ", 7) != 0) {
+        respond(status_out, body_out, 401, "malformed token", "Unauthorized");
+        return false;
+    }
+    if (token_cache_get(vt_out, &m->tokens, auth + 7, m->root_key, &err) != E_OK) {
+        respond(status_out, body_out, 401, err.msg, "Unauthorized");
+        return false;
+    }
+    return true;
+}
+
 void meter_service_handle(int *status_out, char **body_out, struct meter_service *m,
                           const char *auth, int auth_count, const char *body, size_t len)
 {
@@ -638,20 +765,7 @@ void meter_service_handle(int *status_out, char **body_out, struct meter_service
     struct err err = {0};
 
     memset(&j, 0, sizeof(j));
-    if (auth == NULL || auth_count == 0) {
-        respond(status_out, body_out, 401, "missing Authorization: Bearer <token>", "Unauthorized");
-        return;
-    }
-    if (auth_count > 1) {
-        respond(status_out, body_out, 401, "more than one Authorization header", "Unauthorized");
-        return;
-    }
-    if (strncmp(auth, "Bearer ", 7) != 0) {
-        respond(status_out, body_out, 401, "malformed token", "Unauthorized");
-        return;
-    }
-    if (token_cache_get(&vt, &m->tokens, auth + 7, m->root_key, &err) != E_OK) {
-        respond(status_out, body_out, 401, err.msg, "Unauthorized");
+    if (!bearer_token(&vt, status_out, body_out, m, auth, auth_count)) {
         return;
     }
     j.tok = vt->tok;
@@ -674,6 +788,35 @@ void meter_service_handle(int *status_out, char **body_out, struct meter_service
     free(j.guidance);
     free(j.preview);
     meter_request_cleanup(&j.req);
+    token_cache_release(&m->tokens, vt);
+}
+
+void meter_service_complete(int *status_out, char **body_out, struct meter_service *m,
+                            const char *auth, int auth_count, const char *body, size_t len)
+{
+    struct meter_job j;
+    struct verified_token *vt = NULL;
+    struct err err = {0};
+
+    memset(&j, 0, sizeof(j));
+    if (!bearer_token(&vt, status_out, body_out, m, auth, auth_count)) {
+        return;
+    }
+    j.kind = METER_JOB_COMPLETE;
+    j.tok = vt->tok;
+    j.vt = vt;
+    j.name = vt->name;
+    j.ns = vt->ns;
+    j.body_ok = meter_completion_parse(&j.fin, body, len, &err) == E_OK;
+    if (!j.body_ok) {
+        snprintf(j.body_err, sizeof(j.body_err), "%s", err.msg);
+    }
+    run_job(m, &j);
+    *status_out = j.status;
+    *body_out = j.body;
+    free(j.guidance);
+    free(j.preview);
+    meter_completion_cleanup(&j.fin);
     token_cache_release(&m->tokens, vt);
 }
 

@@ -348,23 +348,41 @@ static void put_links(struct sticky *r, const json_t *spec, const json_t *status
     put_preview(r, str_at(status, "previewUrl"));
 }
 
-static void put_usage(struct sticky *r, const struct task_view *v)
+/* The limit that applies: status.effective… (what the server enforces: spec, token caveat
+ * or server default, SPEC §14), else the spec's (a task not started yet); 0 when neither. */
+static int64_t limit_at(const json_t *status, const char *effective, int64_t spec_value)
+{
+    const json_t *e = json_object_get(status, effective);
+    int64_t v = 0;
+
+    if (json_is_integer(e)) {
+        v = json_integer_value(e);
+    } else if (json_is_string(e) && money_parse(&v, NULL, json_string_value(e), NULL) != E_OK) {
+        v = 0;
+    }
+    return v > 0 ? v : spec_value;
+}
+
+static void put_usage(struct sticky *r, const struct task_view *v, const json_t *status)
 {
     char used[MONEY_STR_MAX + 1], limit[MONEY_STR_MAX + 1], money[MONEY_STR_MAX];
+    int64_t tokens = limit_at(status, "effectiveBudgetTokens", v->budget_tokens);
+    int64_t usd = limit_at(status, "effectiveBudgetUSD", v->budget_usd);
+    int64_t iterations = limit_at(status, "effectiveMaxIterations", v->max_iterations);
 
     put(r, "|  | Used | Budget |\n| --- | ---: | ---: |\n");
     format_count(used, v->tokens_consumed);
-    format_count(limit, v->budget_tokens);
-    put_all(r, "| Tokens | ", used, " | ", v->budget_tokens > 0 ? limit : "default", " |\n", NULL);
+    format_count(limit, tokens);
+    put_all(r, "| Tokens | ", used, " | ", tokens > 0 ? limit : "default", " |\n", NULL);
     /* Exact: micro-dollars formatted as a decimal string, never through a double. */
     money_format(money, v->cost_usd);
     snprintf(used, sizeof(used), "$%s", money);
-    money_format(money, v->budget_usd);
+    money_format(money, usd);
     snprintf(limit, sizeof(limit), "$%s", money);
-    put_all(r, "| USD | ", used, " | ", v->budget_usd > 0 ? limit : "default", " |\n", NULL);
+    put_all(r, "| USD | ", used, " | ", usd > 0 ? limit : "default", " |\n", NULL);
     format_count(used, v->iteration);
-    format_count(limit, v->max_iterations);
-    put_all(r, "| Iterations | ", used, " | ", v->max_iterations > 0 ? limit : "—", " |\n", NULL);
+    format_count(limit, iterations);
+    put_all(r, "| Iterations | ", used, " | ", iterations > 0 ? limit : "—", " |\n", NULL);
 }
 
 /* The forecast line (SPEC §15), from the status the meter wrote; it starts with "≈ $":
@@ -570,7 +588,7 @@ static void put_body(struct sticky *r, const json_t *task, const struct task_vie
     put_links(r, spec, status);
     put_dashboard(r, dashboard, v);
     put(r, "\n");
-    put_usage(r, v);
+    put_usage(r, v, status);
     put(r, "\n");
     put_forecast(r, v->phase, status);
     put_state(r, v->phase, status);

@@ -2,6 +2,7 @@
 /* `diverge serve`: flags and environment (SPEC §2), data dir and generated secrets, the
  * store, the HTTP server, endpoint lines on start, and graceful shutdown on SIGTERM. */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -71,6 +72,64 @@ static int check_data_dir(const char *dir, struct err *err)
         return err_set(err, E_DENIED, "data dir %s is writable by others: chmod 700 %s", dir, dir);
     }
     return E_OK;
+}
+
+/* One server per data dir (SPEC §14): a write lock on <data-dir>/serve.lock, held until
+ * the process ends, whose file names the holder's pid. A POSIX record lock (fcntl), not
+ * flock(): it belongs to this process only, so a sandbox or helper forked from the server
+ * never inherits it and never keeps a restarted server out; the kernel drops it when the
+ * process dies, kill -9 included. */
+static int lock_data_dir(int *fd_out, const char *dir, struct err *err)
+{
+    char *path = xasprintf("%s/serve.lock", dir);
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+    char pid[32] = "";
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    int rc = E_OK;
+
+    *fd_out = -1;
+    if (fd < 0) {
+        rc = err_set(err, E_FAIL, "open %s: %s", path, strerror(errno));
+        goto out;
+    }
+    if (fcntl(fd, F_SETLK, &fl) != 0) {
+        ssize_t n = errno == EACCES || errno == EAGAIN ? pread(fd, pid, sizeof(pid) - 1, 0) : -1;
+        long holder = n > 0 ? strtol(pid, NULL, 10) : 0;
+        rc = holder > 0 ? err_set(err, E_CONFLICT,
+                                  "data dir %s is in use (pid %ld): stop that server or use "
+                                  "another --data-dir",
+                                  dir, holder)
+                        : err_set(err, E_CONFLICT,
+                                  "data dir %s is in use by another diverge serve: stop it or "
+                                  "use another --data-dir",
+                                  dir);
+        close(fd);
+        goto out;
+    }
+    snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, strlen(pid), 0) != (ssize_t)strlen(pid)) {
+        rc = err_set(err, E_FAIL, "write %s: %s", path, strerror(errno));
+        close(fd);
+        goto out;
+    }
+    *fd_out = fd;
+out:
+    free(path);
+    return rc;
+}
+
+/* The data dir: created, checked, and locked for this server. */
+static int prepare_data_dir(struct server *srv, struct err *err)
+{
+    int rc = mkdir_p(srv->cfg.data_dir, err);
+
+    if (rc == E_OK) {
+        rc = check_data_dir(srv->cfg.data_dir, err);
+    }
+    if (rc == E_OK && srv->data_lock_fd < 0) {
+        rc = lock_data_dir(&srv->data_lock_fd, srv->cfg.data_dir, err);
+    }
+    return rc;
 }
 
 static int load_secrets(struct server *srv, struct err *err)
@@ -548,10 +607,7 @@ static int start_all(struct server *srv, struct err *err)
     rc = llm_gateway_new(&srv->llm, srv->cfg.llm_upstreams, srv->cfg.llm_key_files,
                          srv->cfg.llm_prices, err);
     if (rc == E_OK) {
-        rc = mkdir_p(srv->cfg.data_dir, err);
-    }
-    if (rc == E_OK) {
-        rc = check_data_dir(srv->cfg.data_dir, err);
+        rc = prepare_data_dir(srv, err);
     }
     if (rc == E_OK) {
         rc = load_secrets(srv, err);
@@ -655,6 +711,10 @@ static void server_cleanup(struct server *srv)
     secret_wipe(srv->root_key, sizeof(srv->root_key));
     free(srv->base_url);
     srv->base_url = NULL;
+    if (srv->data_lock_fd >= 0) {
+        close(srv->data_lock_fd); /* the lock goes with it */
+        srv->data_lock_fd = -1;
+    }
     serve_config_cleanup(&srv->cfg);
 }
 
@@ -664,6 +724,7 @@ int server_start(struct server **out, int argc, char **argv, struct err *err)
     int rc;
 
     *out = NULL;
+    srv->data_lock_fd = -1;
     atomic_init(&srv->shutting_down, false);
     rc = serve_parse_flags(&srv->cfg, argc, argv) == 0 && parse_defaults(srv) == 0
              ? E_OK
@@ -697,6 +758,7 @@ int server_main(int argc, char **argv)
     int rc;
 
     memset(&srv, 0, sizeof(srv));
+    srv.data_lock_fd = -1;
     rc = serve_parse_flags(&srv.cfg, argc, argv);
     if (rc == 0) {
         rc = setup_logging(&srv.cfg);

@@ -210,6 +210,7 @@ int serve_controller_make(struct controller **out, struct server *srv, struct er
         .root_key = srv->root_key,
         .default_budget_usd = srv->default_budget_usd,
         .default_budget_tokens = srv->default_budget_tokens,
+        .default_max_iterations = srv->default_max_iterations,
         .sandbox_provider = srv->cfg.sandbox_provider,
         .deferred = true,
         .agent_cmd = srv->cfg.agent_cmd,

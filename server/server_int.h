@@ -128,6 +128,7 @@ struct server {
     int64_t default_budget_usd;    /* micro-dollars, parsed from the config */
     int64_t default_budget_tokens;
     int64_t default_max_iterations;
+    int data_lock_fd;       /* <data-dir>/serve.lock, locked for the server's life; -1 */
     enum scm_level min_fix; /* permission tiers of the bot */
     enum scm_level min_budget;
     enum scm_level gitlab_min_fix; /* GitLab's tiers */

@@ -18,6 +18,8 @@
 #define TASK_ANN_GUIDANCE "divergedev.com/guidance"
 /* The draft PR opened for a completed task (written by the outbox; not in SPEC §4). */
 #define TASK_ANN_PULL_REQUEST_URL "divergedev.com/pull-request-url"
+/* The --sandbox-provider the task last started under (written by the controller). */
+#define TASK_ANN_SANDBOX_PROVIDER "divergedev.com/sandbox-provider"
 /* Written by the bot on tasks made from comments (not in SPEC §4): the clone URL of the
  * repository the PR/MR targets, its base branch, and the push grant (token_push_grant)
  * that lets the working branch equal spec.repository.baseBranch. */
@@ -150,6 +152,14 @@ void task_forecast_store(json_t *status, const struct task_forecast *f);
  * that does not add up (a hand-written status). */
 bool task_forecast_read(struct task_forecast *out, const json_t *status);
 
+/* The limits that apply (SPEC §14 status.effectiveBudgetUSD, effectiveBudgetTokens,
+ * effectiveMaxIterations): each the spec field when positive, else USD (micro-dollars),
+ * TOKENS or ITERATIONS, which the caller decided (the token caveat, the server default);
+ * 0 there means no limit (the status field is removed). */
+void task_set_effective_limits(json_t *obj, int64_t usd, int64_t tokens, int64_t iterations);
+/* Makes OBJ's effective limits follow its spec where a spec limit is set (after a spec
+ * change: the spec wins over any caveat or default); the others are left as they are. */
+void task_sync_effective_limits(json_t *obj);
 /* Which guidance text reached the agent (status.guidanceHash): 16 hex digits of GUIDANCE. */
 #define TASK_GUIDANCE_HASH_LEN 17
 void task_guidance_hash(char out[TASK_GUIDANCE_HASH_LEN], const char *guidance);

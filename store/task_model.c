@@ -362,6 +362,9 @@ static const struct field_rule g_status_rules[] = {
     {"forecastIterationsLeft", check_count},
     {"forecastBudgetHolds", check_bool},
     {"forecastRunsOutIteration", check_count},
+    {"effectiveBudgetUSD", check_money},
+    {"effectiveBudgetTokens", check_count},
+    {"effectiveMaxIterations", check_count},
     {"startTime", check_time_or_null},
     {"completionTime", check_time_or_null},
     {"guidanceHash", check_string},
@@ -578,6 +581,7 @@ int task_normalize_new(json_t **out, const json_t *obj, const char *ns, struct e
         goto out;
     }
     json_object_set_new(doc, "status", task_initial_status());
+    task_sync_effective_limits(doc); /* the spec's limits; the controller adds defaults */
     *out = doc;
     doc = NULL;
 out:

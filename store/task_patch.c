@@ -100,6 +100,7 @@ int task_apply_merge_patch(json_t *doc, json_t *patch, enum task_patch_scope sco
         }
         if (json_object_get(patch, "spec") != NULL) {
             merge_member(doc, "spec", json_object_get(patch, "spec"));
+            task_sync_effective_limits(doc);
         }
     } else if (json_object_get(patch, "status") != NULL) {
         merge_member(doc, "status", json_object_get(patch, "status"));
@@ -174,4 +175,44 @@ void task_set_phase(json_t *obj, enum task_phase phase, const char *reason, cons
         struct task_forecast none = {.present = false};
         task_forecast_store(status, &none);
     }
+}
+
+/* Sets (VALUE > 0) or removes status.KEY; money as an exact decimal string. */
+static void set_limit(json_t *status, const char *key, int64_t value, bool money)
+{
+    char text[MONEY_STR_MAX];
+
+    if (value <= 0) {
+        json_object_del(status, key);
+    } else if (money) {
+        money_format(text, value);
+        json_object_set_new(status, key, json_string(text));
+    } else {
+        json_object_set_new(status, key, json_integer(value));
+    }
+}
+
+void task_set_effective_limits(json_t *obj, int64_t usd, int64_t tokens, int64_t iterations)
+{
+    json_t *status = json_object_get(obj, "status");
+    struct task_view v;
+
+    if (!json_is_object(status)) {
+        return;
+    }
+    task_view_of(&v, obj);
+    set_limit(status, "effectiveBudgetUSD", v.budget_usd > 0 ? v.budget_usd : usd, true);
+    set_limit(status, "effectiveBudgetTokens", v.budget_tokens > 0 ? v.budget_tokens : tokens,
+              false);
+    set_limit(status, "effectiveMaxIterations",
+              v.max_iterations > 0 ? v.max_iterations : iterations, false);
+}
+
+void task_sync_effective_limits(json_t *obj)
+{
+    json_t *status = json_object_get(obj, "status");
+
+    task_set_effective_limits(obj, money_at(status, "effectiveBudgetUSD"),
+                              int_at(status, "effectiveBudgetTokens"),
+                              int_at(status, "effectiveMaxIterations"));
 }

@@ -80,6 +80,15 @@
     return Math.round((used * 100) / budget);
   }
 
+  // The limit that applies to task T: status.effective<KIND> (what the server enforces:
+  // spec, token caveat or server default), else spec (a task not started yet); or null.
+  function limit(t, kind) {
+    const st = t.status || {}, sp = t.spec || {};
+    const spec = { MaxIterations: sp.maxIterations, BudgetTokens: sp.budgetTokens,
+                   BudgetUSD: sp.budgetUSD }[kind];
+    return st["effective" + kind] || spec || null;
+  }
+
   function meterCell(used, budget, fmt) {
     const td = el("td", "num");
     const p = pct(used, budget);
@@ -91,7 +100,7 @@
     m.optimum = 0;
     m.value = p === null ? 0 : Math.min(p, 100);
     td.appendChild(m);
-    let text = fmt(used) + " / " + (budget ? fmt(budget) : "∞");
+    let text = fmt(used) + " / " + (budget ? fmt(budget) : "default");
     if (p !== null) text += " · " + p + "%";
     td.appendChild(el("div", "spend-text", text));
     return td;
@@ -156,12 +165,12 @@
     tr.appendChild(pr);
     tr.appendChild(el("td", "objective", sp.objective || ""));
     tr.appendChild(el("td", "num iteration",
-                      (st.iteration || 0) + " / " + (sp.maxIterations || "∞")));
-    const tok = meterCell(Number(st.tokensConsumed || 0), Number(sp.budgetTokens || 0),
+                      (st.iteration || 0) + " / " + (limit(t, "MaxIterations") || "—")));
+    const tok = meterCell(Number(st.tokensConsumed || 0), Number(limit(t, "BudgetTokens") || 0),
                           (n) => Number(n).toLocaleString("en-US"));
     tok.classList.add("tokens");
     tr.appendChild(tok);
-    const cost = meterCell(micros(st.costUSD || "0"), micros(sp.budgetUSD || "0"), usd);
+    const cost = meterCell(micros(st.costUSD || "0"), micros(limit(t, "BudgetUSD") || "0"), usd);
     cost.classList.add("spend");
     tr.appendChild(cost);
     const ag = el("td", "num age", age(t.metadata.creationTimestamp));
@@ -211,11 +220,12 @@
       ["Phase", badge(phaseOf(t))],
       ["Reason", st.reason || "—"],
       ["Message", st.message || "—"],
-      ["Iteration", (st.iteration || 0) + " / " + (sp.maxIterations || "∞")],
+      ["Iteration", (st.iteration || 0) + " / " + (limit(t, "MaxIterations") || "—")],
       ["Tokens", Number(st.tokensConsumed || 0).toLocaleString("en-US") + " / " +
-        (sp.budgetTokens ? Number(sp.budgetTokens).toLocaleString("en-US") : "∞")],
+        (limit(t, "BudgetTokens") ? Number(limit(t, "BudgetTokens")).toLocaleString("en-US")
+          : "default")],
       ["Spend", usd(micros(st.costUSD || "0")) + " / " +
-        (sp.budgetUSD ? usd(micros(sp.budgetUSD)) : "∞")],
+        (limit(t, "BudgetUSD") ? usd(micros(limit(t, "BudgetUSD"))) : "default")],
       ["Forecast", forecastText(st)],
       ["PR/MR", prLink(t)],
       ["Started", st.startTime || "—"],

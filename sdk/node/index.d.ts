@@ -2,6 +2,7 @@
 // Type declarations of @divergedev/sdk (index.mjs).
 
 export declare const METER_PATH: "/api/v1/agenttask/meter";
+export declare const COMPLETE_PATH: "/api/v1/agenttask/complete";
 export declare const DEFAULT_TOKEN_FILE: "/etc/diverge/token/token";
 export declare const DEFAULT_MAX_ATTEMPTS: number;
 
@@ -59,3 +60,32 @@ export declare class LLMMeterError extends Error {
 }
 
 export declare function meterLLMUsage(params: MeterLLMUsageParams): Promise<MeterResult>;
+
+export interface CompleteTaskParams {
+  /** "succeeded": the task becomes Completed; "failed": Failed (reason AgentReported). */
+  result: "succeeded" | "failed";
+  /** Shown as the task's status message (at most 4096 bytes, no control characters but
+   * newline and tab). */
+  message?: string | null;
+  /** Tries in all (default DIVERGE_METER_MAX_ATTEMPTS or 5). */
+  maxAttempts?: number;
+  /** Limit for one try, in milliseconds (default 30000). */
+  timeoutMs?: number;
+  /** First retry delay in milliseconds, doubled each time (default 250, at most 10000). */
+  backoffMs?: number;
+}
+
+export interface CompleteResult {
+  /** "Completed" or "Failed". */
+  phase: string;
+  /** "AgentReported". */
+  reason: string;
+  message: string;
+  /** True when this token had already ended the task the same way (a retry). */
+  duplicate: boolean;
+}
+
+export declare class TaskCompleteError extends LLMMeterError {}
+
+/** Ends the agent's own task with its token; the token is revoked. */
+export declare function completeTask(params: CompleteTaskParams): Promise<CompleteResult>;

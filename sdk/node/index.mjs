@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Metering LLM usage against `POST /api/v1/agenttask/meter`, with
-// Node 20 built-ins only. The token, URL and socket come from the environment on every
+// Metering LLM usage against `POST /api/v1/agenttask/meter`, and ending the task with
+// `POST /api/v1/agenttask/complete` (completeTask), with Node 20 built-ins only. The token, URL and socket come from the environment on every
 // call (a token rotated by pause/resume is picked up without a restart):
 //   token: DIVERGE_MACAROON_TOKEN when non-empty, else the first line of the file
 //          DIVERGE_TOKEN_FILE (default /etc/diverge/token/token);
@@ -14,6 +14,7 @@ import http from "node:http";
 import https from "node:https";
 
 export const METER_PATH = "/api/v1/agenttask/meter";
+export const COMPLETE_PATH = "/api/v1/agenttask/complete";
 export const DEFAULT_TOKEN_FILE = "/etc/diverge/token/token";
 export const DEFAULT_MAX_ATTEMPTS = 5;
 const DEFAULT_TIMEOUT_MS = 30000;
@@ -141,9 +142,11 @@ function readToken() {
 
 class NotConfigured extends Error {}
 
-function target() {
+// Where ROUTE (METER_PATH or COMPLETE_PATH) is reached: the completion goes to the meter
+// URL with its last segment "meter" replaced by "complete".
+function target(route = METER_PATH) {
   const socketPath = process.env.DIVERGE_METER_SOCKET;
-  if (socketPath) return { mod: http, opts: { socketPath, path: METER_PATH, host: "localhost" } };
+  if (socketPath) return { mod: http, opts: { socketPath, path: route, host: "localhost" } };
   const raw = process.env.DIVERGE_METER_URL;
   if (!raw) throw new NotConfigured("neither DIVERGE_METER_SOCKET nor DIVERGE_METER_URL is set");
   let u;
@@ -155,15 +158,17 @@ function target() {
   if (u.protocol !== "http:" && u.protocol !== "https:") {
     throw new NotConfigured("DIVERGE_METER_URL must be an http(s) URL");
   }
-  const path = (u.pathname === "/" || u.pathname === "" ? METER_PATH : u.pathname) + u.search;
+  let path = u.pathname === "/" || u.pathname === "" ? METER_PATH : u.pathname;
+  if (route !== METER_PATH) path = path.endsWith("/meter") ? path.slice(0, -5) + "complete" : route;
+  path += u.search;
   return {
     mod: u.protocol === "https:" ? https : http,
     opts: { protocol: u.protocol, hostname: u.hostname.replace(/^\[|\]$/g, ""), port: u.port, path },
   };
 }
 
-function sendOnce(body, timeoutMs) {
-  const { mod, opts } = target();
+function sendOnce(body, timeoutMs, route) {
+  const { mod, opts } = target(route);
   const headers = {
     "Content-Type": "application/json",
     Accept: "application/json",
@@ -216,20 +221,29 @@ export async function meterLLMUsage({
     throw new TypeError("iteration must be an integer");
   }
   const id = requestId || randomUUID();
-  const attempts = Math.max(
-    1,
-    maxAttempts ?? (Number.parseInt(process.env.DIVERGE_METER_MAX_ATTEMPTS ?? "", 10) || DEFAULT_MAX_ATTEMPTS),
-  );
   const fields = { requestId: id, tokensUsed };
   if (model !== undefined && model !== null) fields.model = model;
   if (iteration !== undefined && iteration !== null) fields.iteration = iteration;
   const body = JSON.stringify(fields).slice(0, -1) + `,"costUSD":${costText(costUSD)}}`;
+  const res = await post(body, METER_PATH, LLMMeterError, id, attempts(maxAttempts), timeoutMs, backoffMs);
+  return toResult(res.parsed, res.text, id);
+}
 
+function attempts(maxAttempts) {
+  return Math.max(
+    1,
+    maxAttempts ?? (Number.parseInt(process.env.DIVERGE_METER_MAX_ATTEMPTS ?? "", 10) || DEFAULT_MAX_ATTEMPTS),
+  );
+}
+
+// POSTs BODY to ROUTE, retrying network failures and 5xx: resolves to the 2xx answer
+// ({parsed, text}), rejects with an ErrorClass (a 4xx at once, else the last failure).
+async function post(body, route, ErrorClass, id, tries, timeoutMs, backoffMs) {
   let last = null;
-  for (let attempt = 0; attempt < attempts; attempt++) {
+  for (let attempt = 0; attempt < tries; attempt++) {
     let retryAfter = null;
     try {
-      const res = await sendOnce(body, timeoutMs);
+      const res = await sendOnce(body, timeoutMs, route);
       retryAfter = res.retryAfter;
       let parsed = null;
       try {
@@ -238,23 +252,68 @@ export async function meterLLMUsage({
         parsed = null;
       }
       if (parsed === null || typeof parsed !== "object" || Array.isArray(parsed)) parsed = {};
-      if (res.status >= 200 && res.status < 300) return toResult(parsed, res.text, id);
+      if (res.status >= 200 && res.status < 300) return { parsed, text: res.text };
       const reason = parsed.reason || http.STATUS_CODES[res.status] || "error";
-      last = new LLMMeterError(res.status, reason, parsed.error || reason, parsed, id, res.text);
+      last = new ErrorClass(res.status, reason, parsed.error || reason, parsed, id, res.text);
       if (res.status < 500) throw last;
     } catch (e) {
-      if (e instanceof LLMMeterError && e.status < 500) throw e;
-      if (e instanceof NotConfigured) throw new LLMMeterError(0, "not configured", e.message, null, id);
-      if (!(e instanceof LLMMeterError)) {
-        last = new LLMMeterError(0, "unreachable", `cannot reach the meter: ${e.message}`, null, id);
+      if (e instanceof ErrorClass && e.status < 500) throw e;
+      if (e instanceof NotConfigured) throw new ErrorClass(0, "not configured", e.message, null, id);
+      if (!(e instanceof ErrorClass)) {
+        const what = route === METER_PATH ? "the meter" : "the server";
+        last = new ErrorClass(0, "unreachable", `cannot reach ${what}: ${e.message}`, null, id);
         last.cause = e;
       }
     }
-    if (attempt + 1 < attempts) {
+    if (attempt + 1 < tries) {
       let delay = Math.min(MAX_BACKOFF_MS, backoffMs * 2 ** attempt) * (0.5 + Math.random() / 2);
       if (retryAfter !== null) delay = Math.min(MAX_BACKOFF_MS, Math.max(delay, retryAfter * 1000));
       await sleep(delay);
     }
   }
   throw last;
+}
+
+/** completeTask was refused (status 400, or 401: token revoked, task not Active), or the
+ * server could not be reached after every retry (status 0). */
+export class TaskCompleteError extends LLMMeterError {
+  constructor(status, reason, message, body = null, requestId = null) {
+    super(status, reason, message, body, requestId);
+    this.name = "TaskCompleteError";
+    this.message = status ? `complete: ${message} (HTTP ${status})` : `complete: ${message}`;
+    this.result = null;
+  }
+}
+
+/**
+ * Ends the agent's own task (POST /api/v1/agenttask/complete with the task token): result
+ * "succeeded" makes it Completed, "failed" Failed, reason AgentReported, with message (at
+ * most 4096 bytes) as its status message; the token is revoked. Network failures and 5xx
+ * are retried like meter calls (a retry of a completion that went through answers
+ * duplicate: true). Resolves to {phase, reason, message, duplicate}; rejects with
+ * TaskCompleteError.
+ */
+export async function completeTask({
+  result,
+  message,
+  maxAttempts,
+  timeoutMs = DEFAULT_TIMEOUT_MS,
+  backoffMs = DEFAULT_BACKOFF_MS,
+} = {}) {
+  if (result !== "succeeded" && result !== "failed") {
+    throw new TypeError('result must be "succeeded" or "failed"');
+  }
+  if (message !== undefined && message !== null && typeof message !== "string") {
+    throw new TypeError("message must be a string");
+  }
+  const fields = { result };
+  if (message !== undefined && message !== null) fields.message = message;
+  const res = await post(JSON.stringify(fields), COMPLETE_PATH, TaskCompleteError, null,
+    attempts(maxAttempts), timeoutMs, backoffMs);
+  return {
+    phase: String(res.parsed.phase ?? ""),
+    reason: String(res.parsed.reason ?? ""),
+    message: String(res.parsed.message ?? ""),
+    duplicate: res.parsed.duplicate === true,
+  };
 }

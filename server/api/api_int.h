@@ -31,6 +31,7 @@ int api_task_status_put(struct request *r);
 int api_task_token(struct request *r);
 int api_task_log(struct request *r);
 int api_meter(struct request *r);
+int api_agent_complete(struct request *r);
 int api_webhook_github(struct request *r);
 /* Runs when the headers of a GitHub delivery are in, before any body byte is read:
  * answers 503/401/400 at once when no secret is configured or the signature or event

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* POST /api/v1/agenttask/meter and GET …/agenttasks/{name}/token: thin HTTP shells over
- * meter/ and the token index. */
+/* POST /api/v1/agenttask/meter, POST /api/v1/agenttask/complete and GET
+ * …/agenttasks/{name}/token: thin HTTP shells over meter/ and the token index. */
 #include <microhttpd.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +17,23 @@ int api_meter(struct request *r)
         return http_send_error(r, 503, NULL, NULL, "shutting down; retry");
     }
     meter_service_handle(
+        &status, &body, r->srv->meter, http_header(r, MHD_HTTP_HEADER_AUTHORIZATION),
+        http_header_count(r, MHD_HTTP_HEADER_AUTHORIZATION), r->body.data, r->body.len);
+    ret = http_send_text(r, status, "application/json", body);
+    free(body);
+    return ret;
+}
+
+int api_agent_complete(struct request *r)
+{
+    int status = 500;
+    char *body = NULL;
+    int ret;
+
+    if (atomic_load(&r->srv->shutting_down)) {
+        return http_send_error(r, 503, NULL, NULL, "shutting down; retry");
+    }
+    meter_service_complete(
         &status, &body, r->srv->meter, http_header(r, MHD_HTTP_HEADER_AUTHORIZATION),
         http_header_count(r, MHD_HTTP_HEADER_AUTHORIZATION), r->body.data, r->body.len);
     ret = http_send_text(r, status, "application/json", body);

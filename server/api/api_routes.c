@@ -43,6 +43,7 @@ static const struct http_route g_routes[] = {
     {"GET", API_PREFIX "/namespaces/*/agenttasks/*/token", api_task_token, "tasks.token",
      HTTP_AUTH_ADMIN},
     {"POST", "/api/v1/agenttask/meter", api_meter, "meter", HTTP_AUTH_NONE},
+    {"POST", "/api/v1/agenttask/complete", api_agent_complete, "agent.complete", HTTP_AUTH_NONE},
     /* The LLM gateway (SPEC §13): the task token in the provider's key header, checked by
      * the handlers. */
     {"POST", LLM_PREFIX "/anthropic/v1/messages", api_llm_anthropic_messages, "llm.anthropic",
@@ -94,6 +95,7 @@ static const struct http_route_extra g_route_extras[] = {
     {api_healthz, NULL, 0, HTTP_ROUTE_RESERVED},
     {api_readyz, NULL, 0, HTTP_ROUTE_RESERVED},
     {api_meter, NULL, 0, HTTP_ROUTE_RESERVED | HTTP_ROUTE_UNIX},
+    {api_agent_complete, NULL, 0, HTTP_ROUTE_RESERVED | HTTP_ROUTE_UNIX},
     {api_llm_anthropic_messages, NULL, LLM_BODY_LIMIT, HTTP_ROUTE_LLM},
     {api_llm_anthropic_count_tokens, NULL, LLM_BODY_LIMIT, HTTP_ROUTE_LLM},
     {api_llm_anthropic_hello, NULL, 0, HTTP_ROUTE_LLM},

@@ -16,6 +16,7 @@ from harness import API, task_obj
 
 NS = API + "/namespaces/default/agenttasks"
 METER = "/api/v1/agenttask/meter"
+COMPLETE = "/api/v1/agenttask/complete"
 
 
 def wait_phase(srv, name, phase, timeout=20):
@@ -89,6 +90,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._send(503, b'{"error":"try later","reason":"ServiceUnavailable"}')
             return
         status, payload = forward(fe.upstream, self.path, self.headers, body)
+        if n < fe.drop + fe.fail + fe.lose:
+            # Forwarded, then the answer is lost: the client retries what went through.
+            self.close_connection = True
+            self.connection.shutdown(2)
+            return
         self._send(status, payload)
 
     def _send(self, status, payload):
@@ -115,12 +121,12 @@ class _UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
 
 class FrontEnd:
     """Receives meter requests, records them (path, headers, parsed body), drops the
-    connection of the first DROP, answers 503 to the next FAIL, and forwards the rest to
-    UPSTREAM (the real server). With UNIX_PATH it listens on that unix socket instead of
+    connection of the first DROP, answers 503 to the next FAIL, forwards the next LOSE and
+    drops their answers, and forwards the rest to UPSTREAM (the real server). With UNIX_PATH it listens on that unix socket instead of
     a loopback port (`diverge serve` has no unix listener yet)."""
 
-    def __init__(self, upstream, drop=0, fail=0, unix_path=None, port=0):
-        self.upstream, self.drop, self.fail = upstream, drop, fail
+    def __init__(self, upstream, drop=0, fail=0, unix_path=None, port=0, lose=0):
+        self.upstream, self.drop, self.fail, self.lose = upstream, drop, fail, lose
         self.seen = []
         self.lock = threading.Lock()
         if unix_path:

@@ -19,7 +19,8 @@ from harness import API, DIVERGE_BIN, Server, run_tests
 NS = API + "/namespaces/default/agenttasks"
 ARGS = ["--sandbox-provider", "none"]
 TOOLS = {"diverge_create_task", "diverge_list_tasks", "diverge_task_status",
-         "diverge_guide_task", "diverge_pause_task", "diverge_resume_task"}
+         "diverge_guide_task", "diverge_pause_task", "diverge_resume_task",
+         "diverge_delete_task"}
 
 
 class Mcp:
@@ -167,6 +168,18 @@ def test_initialize_negotiates_the_version():
             assert m.request("ping")["result"] == {}
         assert m.proc.returncode == 0, m.err()
         assert "serving MCP on stdio" in m.err()
+
+
+def test_delete_task():
+    with Server(ARGS) as srv, Mcp(srv) as m:
+        m.initialize()
+        m.ok("diverge_create_task", name="mcp-del", objective="x")
+        res = m.ok("diverge_delete_task", name="mcp-del")
+        assert "deleted" in res["content"][0]["text"], res
+        st, _, _ = srv.request("GET", NS + "/mcp-del")
+        assert st == 404
+        text = m.fails("diverge_delete_task", name="mcp-del")
+        assert "not found" in text, text
 
 
 def test_tools_list_has_the_schemas():
@@ -451,5 +464,5 @@ def test_official_mcp_sdk_client():
 if __name__ == "__main__":
     run_tests([test_initialize_negotiates_the_version, test_tools_list_has_the_schemas,
                test_every_tool_against_the_server, test_settings_like_diverge_task,
-               test_failures_are_tool_results,
+               test_failures_are_tool_results, test_delete_task,
                test_protocol_errors_and_notifications, test_official_mcp_sdk_client])

@@ -18,12 +18,13 @@ from decimal import Decimal
 
 import npm_pin
 from harness import SOURCE_DIR, Server, run_tests
-from sdk_helpers import (METER, Env, FrontEnd, current_token, set_suspended, start_task,
-                         totals, wait_phase)
+from sdk_helpers import (COMPLETE, METER, Env, FrontEnd, current_token, set_suspended,
+                         start_task, totals, wait_phase)
 
 sys.path.insert(0, os.path.join(SOURCE_DIR, "sdk", "python", "src"))
 import diverge_sdk  # noqa: E402
-from diverge_sdk import LLMMeterError, meter_llm_usage  # noqa: E402
+from diverge_sdk import (LLMMeterError, TaskCompleteError, complete_task,  # noqa: E402
+                         meter_llm_usage)
 from diverge_sdk import meter as sdk_meter  # noqa: E402
 
 ARGS = ["--sandbox-provider", "none"]
@@ -242,6 +243,57 @@ def test_python_unix_socket():
             shutil.rmtree(d, ignore_errors=True)
 
 
+def test_python_complete_task():
+    """complete_task ends the token's task (SPEC §14) over the meter URL (its last segment
+    swapped), a bare base URL and the unix socket; a retry after a lost answer is answered
+    duplicate; refusals raise TaskCompleteError without retrying."""
+    with Server(ARGS) as srv:
+        tok = start_task(srv, "py-done")
+        with FrontEnd(srv.url, lose=1) as fe, sdk_env(srv, tok, DIVERGE_METER_URL=fe.url):
+            r = complete_task("succeeded", "fixed in abc123", backoff=0.001)
+            assert r.phase == "Completed" and r.reason == "AgentReported", r
+            assert r.message == "fixed in abc123" and r.duplicate is True, r
+            assert [x["path"] for x in fe.seen] == [COMPLETE, COMPLETE], fe.seen
+            assert fe.seen[0]["body"] == {"result": "succeeded", "message": "fixed in abc123"}
+        b = wait_phase(srv, "py-done", "Completed")
+        assert b["status"]["reason"] == "AgentReported", b["status"]
+        with sdk_env(srv, tok):
+            e = None
+            try:
+                complete_task("failed")
+            except TaskCompleteError as err:
+                e = err
+            assert e is not None and e.status == 401 and e.is_unauthenticated, e
+            assert isinstance(e, LLMMeterError) and str(e).startswith("complete: "), str(e)
+            for bad in ("done", None, True):
+                try:
+                    complete_task(bad)
+                    raise AssertionError("accepted %r" % (bad,))
+                except ValueError:
+                    pass
+        tok = start_task(srv, "py-fail")
+        with sdk_env(srv, tok, DIVERGE_METER_URL=srv.url):  # bare base URL
+            r = complete_task("failed", "tests never passed")
+            assert r.phase == "Failed" and r.duplicate is False, r
+        tok = start_task(srv, "py-bad")
+        with sdk_env(srv, tok):
+            try:
+                complete_task("succeeded", "x" * 5000)
+                raise AssertionError("accepted a long message")
+            except TaskCompleteError as err:
+                assert err.status == 400 and err.reason == "BadRequest", err
+        d = tempfile.mkdtemp(prefix="diverge-sock-")
+        sock = os.path.join(d, "meter.sock")
+        try:
+            with FrontEnd(srv.url, unix_path=sock) as fe, \
+                    sdk_env(srv, tok, DIVERGE_METER_SOCKET=sock,
+                            DIVERGE_METER_URL="http://127.0.0.1:%d" % closed_port()):
+                r = complete_task("succeeded")
+                assert r.phase == "Completed" and [x["path"] for x in fe.seen] == [COMPLETE]
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+
+
 def test_package_metadata():
     """The distributions are what the docs say: diverge-sdk with no dependencies, and
     @divergedev/sdk as ESM whose exports name the declarations and the module."""
@@ -273,7 +325,7 @@ def test_package_metadata():
 
 NODE_DRIVER = r"""
 import { writeFileSync } from "node:fs";
-import { meterLLMUsage, LLMMeterError } from "@divergedev/sdk";
+import { meterLLMUsage, completeTask, LLMMeterError, TaskCompleteError } from "@divergedev/sdk";
 const steps = JSON.parse(process.argv[2]);
 const out = [];
 for (const s of steps) {
@@ -282,12 +334,15 @@ for (const s of steps) {
     if (v === null) delete process.env[k]; else process.env[k] = v;
   }
   try {
-    out.push({ ok: await meterLLMUsage(s.call) });
+    out.push({ ok: s.complete ? await completeTask(s.complete) : await meterLLMUsage(s.call) });
   } catch (e) {
+    if (e instanceof TypeError && s.complete) { out.push({ typeError: e.message }); continue; }
     if (!(e instanceof LLMMeterError)) throw e;
+    if (s.complete && !(e instanceof TaskCompleteError)) throw e;
     out.push({ err: { status: e.status, reason: e.reason, isBudgetExceeded: e.isBudgetExceeded,
       isMaxIterationsExceeded: e.isMaxIterationsExceeded, isModelDisallowed: e.isModelDisallowed,
-      isUnauthenticated: e.isUnauthenticated, result: e.result, requestId: e.requestId } });
+      isUnauthenticated: e.isUnauthenticated, result: e.result, requestId: e.requestId,
+      message: e.message } });
   }
 }
 console.log(JSON.stringify(out));
@@ -412,9 +467,48 @@ def test_node_sdk_retries_and_unix_socket():
             shutil.rmtree(d, ignore_errors=True)
 
 
+def test_node_complete_task():
+    with Server(ARGS) as srv, NodeProject() as node:
+        tok = start_task(srv, "node-done")
+        with FrontEnd(srv.url, lose=1) as fe:
+            out = node.run([
+                {"complete": {"result": "succeeded", "message": "all green", "backoffMs": 1}},
+                {"complete": {"result": "failed", "backoffMs": 1}},
+                {"complete": {"result": "maybe"}},
+            ], {"DIVERGE_METER_URL": fe.url, "DIVERGE_MACAROON_TOKEN": tok})
+            assert [x["path"] for x in fe.seen] == [COMPLETE, COMPLETE, COMPLETE], fe.seen
+        assert out[0]["ok"] == {"phase": "Completed", "reason": "AgentReported",
+                                "message": "all green", "duplicate": True}, out
+        assert out[1]["err"]["status"] == 401 and out[1]["err"]["isUnauthenticated"], out
+        assert out[1]["err"]["message"].startswith("complete: "), out
+        assert "typeError" in out[2], out
+        b = wait_phase(srv, "node-done", "Completed")
+        assert b["status"]["message"] == "all green", b["status"]
+        tok = start_task(srv, "node-fail")
+        d = tempfile.mkdtemp(prefix="diverge-sock-")
+        sock = os.path.join(d, "meter.sock")
+        try:
+            with FrontEnd(srv.url, unix_path=sock) as fe:
+                out = node.run([{"complete": {"result": "failed", "message": "gave up"}}],
+                               {"DIVERGE_METER_SOCKET": sock, "DIVERGE_MACAROON_TOKEN": tok})
+                assert [x["path"] for x in fe.seen] == [COMPLETE], fe.seen
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+        assert out[0]["ok"]["phase"] == "Failed" and out[0]["ok"]["duplicate"] is False, out
+        b = wait_phase(srv, "node-fail", "Failed")
+        assert b["status"]["reason"] == "AgentReported", b["status"]
+
+
 TS_OK = r"""
-import { meterLLMUsage, LLMMeterError, METER_PATH, type MeterResult } from "@divergedev/sdk";
+import { meterLLMUsage, completeTask, LLMMeterError, METER_PATH, COMPLETE_PATH,
+  type MeterResult, type CompleteResult } from "@divergedev/sdk";
 const path: "/api/v1/agenttask/meter" = METER_PATH;
+const done: "/api/v1/agenttask/complete" = COMPLETE_PATH;
+async function finish(): Promise<boolean> {
+  const r: CompleteResult = await completeTask({ result: "succeeded", message: done });
+  return r.duplicate && r.phase === "Completed";
+}
+void finish();
 async function step(): Promise<string | null> {
   try {
     const r: MeterResult = await meterLLMUsage({ model: "m", tokensUsed: 1, costUSD: "0.01" });
@@ -434,6 +528,7 @@ TS_BAD = r"""
 import { meterLLMUsage } from "@divergedev/sdk";
 const r = await meterLLMUsage({ model: "m", tokensUsed: "1", costUSD: 0 });
 const cost: number = r.totalCostUSD;
+await completeTask({ result: "ok" });
 """
 
 
@@ -456,8 +551,10 @@ def test_node_type_declarations():
         r = subprocess.run(["node", tsc] + opts + ["bad.ts"], cwd=node.dir,
                            capture_output=True, text=True, timeout=300)
         assert r.returncode != 0, r.stdout
-        # both mistakes found: tokensUsed (line 3) and totalCostUSD (line 4) are typed
+        # every mistake found: tokensUsed (line 3), totalCostUSD (line 4) and the result
+        # of completeTask (line 5) are typed
         assert "bad.ts(3," in r.stdout and "bad.ts(4," in r.stdout, r.stdout
+        assert "bad.ts(5," in r.stdout, r.stdout
 
 
 # --- the examples, as written ----------------------------------------------------------
@@ -526,6 +623,7 @@ if __name__ == "__main__":
                test_python_retries_reuse_the_request_id,
                test_python_retries_after_connection_refused,
                test_python_token_file_is_read_on_every_call, test_python_refusals,
-               test_python_unix_socket, test_package_metadata, test_node_sdk, test_node_sdk_retries_and_unix_socket,
+               test_python_unix_socket, test_python_complete_task, test_package_metadata,
+               test_node_sdk, test_node_sdk_retries_and_unix_socket, test_node_complete_task,
                test_node_type_declarations, test_examples_run_as_written,
                test_readme_metering_blocks])

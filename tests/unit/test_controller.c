@@ -151,6 +151,31 @@ TEST(decide_rerun)
     }
 }
 
+/* Started under another --sandbox-provider: started again (workspace or not), never
+ * failed as "workspace gone"; without that, a gone workspace still fails. */
+TEST(decide_provider_changed)
+{
+    struct task_view v = view(TASK_ACTIVE, false);
+    struct controller_observed o = {.token_active = true,
+                                    .runs_sandboxes = true,
+                                    .can_run = true,
+                                    .sandbox = SANDBOX_ABSENT,
+                                    .provider_changed = true};
+
+    CHECK(controller_decide(&v, &o) == CONTROLLER_RESTART);
+    o.workspace_exists = true;
+    CHECK(controller_decide(&v, &o) == CONTROLLER_RESTART);
+    v = view(TASK_PAUSED, false);
+    o.workspace_exists = false;
+    CHECK(controller_decide(&v, &o) == CONTROLLER_RESUME_START);
+    o.can_run = false;
+    CHECK(controller_decide(&v, &o) == CONTROLLER_FAIL_SANDBOX);
+    v = view(TASK_ACTIVE, false);
+    o.can_run = true;
+    o.provider_changed = false;
+    CHECK(controller_decide(&v, &o) == CONTROLLER_FAIL_SANDBOX);
+}
+
 /* sandbox.timeoutSeconds counts only the time a sandbox ran under a live server. */
 TEST(active_time_record)
 {

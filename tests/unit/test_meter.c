@@ -464,4 +464,59 @@ TEST(token_cache_carries_budgets)
     free(narrowed);
 }
 
+TEST(completion_bodies)
+{
+    static const char *const bad[] = {
+        "",
+        "not json",
+        "[]",
+        "{}",
+        "{\"result\":\"done\"}",
+        "{\"result\":\"Succeeded\"}",
+        "{\"result\":true}",
+        "{\"result\":null}",
+        "{\"result\":\"failed\",\"result\":\"succeeded\"}",
+        "{\"result\":\"failed\",\"message\":5}",
+        "{\"result\":\"failed\",\"message\":\"a\\u0007b\"}",
+        "{\"result\":\"failed\",\"message\":\"a\\u009bb\"}",
+        "{\"result\":\"failed\",\"message\":\"a\\u0000b\"}",
+        "{\"result\":\"failed\",\"message\":\"\xff\"}",
+    };
+    struct meter_completion c;
+    const char *ok;
+    char *long_msg, *body;
+
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        struct err err = {0};
+        int rc = meter_completion_parse(&c, bad[i], strlen(bad[i]), &err);
+        if (rc != E_INVALID) {
+            t_fail(__FILE__, __LINE__, "body %zu %s: rc=%d", i, bad[i], rc);
+        }
+        CHECK(err.msg[0] != '\0');
+        meter_completion_cleanup(&c);
+    }
+    ok = "{\"result\":\"succeeded\"}";
+    CHECK_OK(meter_completion_parse(&c, ok, strlen(ok), NULL));
+    CHECK(c.succeeded && strcmp(c.message, "") == 0);
+    meter_completion_cleanup(&c);
+    ok = "{\"result\":\"failed\",\"message\":\"line 1\\n\\tline 2 \xc3\xa9\",\"extra\":1}";
+    CHECK_OK(meter_completion_parse(&c, ok, strlen(ok), NULL));
+    CHECK(!c.succeeded && strcmp(c.message, "line 1\n\tline 2 \xc3\xa9") == 0);
+    meter_completion_cleanup(&c);
+    long_msg = xmalloc(METER_COMPLETE_MESSAGE_MAX + 2);
+    memset(long_msg, 'm', METER_COMPLETE_MESSAGE_MAX + 1);
+    long_msg[METER_COMPLETE_MESSAGE_MAX + 1] = '\0';
+    body = xasprintf("{\"result\":\"failed\",\"message\":\"%s\"}", long_msg);
+    CHECK_EQ_INT(meter_completion_parse(&c, body, strlen(body), NULL), E_INVALID);
+    meter_completion_cleanup(&c);
+    free(body);
+    long_msg[METER_COMPLETE_MESSAGE_MAX] = '\0';
+    body = xasprintf("{\"result\":\"failed\",\"message\":\"%s\"}", long_msg);
+    CHECK_OK(meter_completion_parse(&c, body, strlen(body), NULL));
+    CHECK(strlen(c.message) == METER_COMPLETE_MESSAGE_MAX);
+    meter_completion_cleanup(&c);
+    free(body);
+    free(long_msg);
+}
+
 T_MAIN

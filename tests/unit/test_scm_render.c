@@ -267,12 +267,25 @@ TEST(usage_table_exact)
     json_object_del(json_object_get(t, "spec"), "budgetUSD");
     json_object_del(json_object_get(t, "spec"), "budgetTokens");
     json_object_del(json_object_get(t, "spec"), "maxIterations");
+    /* Not started yet: the server's defaults are not decided (status.effective… unset). */
+    json_object_del(json_object_get(t, "status"), "effectiveBudgetUSD");
+    json_object_del(json_object_get(t, "status"), "effectiveBudgetTokens");
+    json_object_del(json_object_get(t, "status"), "effectiveMaxIterations");
     set_at(t, "status", "tokensConsumed", json_integer(1234567));
     set_at(t, "status", "costUSD", json_string("12.345678"));
     body = render(t);
     CHECK_HAS(body, "| Tokens | 1,234,567 | default |\n");
     CHECK_HAS(body, "| USD | $12.345678 | default |\n");
     CHECK_HAS(body, "| Iterations | 3 | — |\n");
+    free(body);
+    /* Started: the limits the server enforces, its defaults included (SPEC §14). */
+    set_at(t, "status", "effectiveBudgetUSD", json_string("5.00"));
+    set_at(t, "status", "effectiveBudgetTokens", json_integer(1000000));
+    set_at(t, "status", "effectiveMaxIterations", json_integer(5));
+    body = render(t);
+    CHECK_HAS(body, "| Tokens | 1,234,567 | 1,000,000 |\n");
+    CHECK_HAS(body, "| USD | $12.345678 | $5.00 |\n");
+    CHECK_HAS(body, "| Iterations | 3 | 5 |\n");
     free(body);
     json_decref(t);
 }

@@ -135,8 +135,8 @@ static json_t *task_msg(const json_t *obj)
     const json_t *repo = json_object_get(spec, "repository");
     json_t *t = json_object(), *r = json_object();
     static const char *const md_keys[] = {"name", "namespace", "resourceVersion"};
-    static const char *const st_keys[] = {"phase",   "reason",     "message",
-                                          "costUSD", "previewUrl", "forecastUSD"};
+    static const char *const st_keys[] = {
+        "phase", "reason", "message", "costUSD", "previewUrl", "forecastUSD", "effectiveBudgetUSD"};
     static const char *const repo_keys[] = {"url", "baseBranch", "workingBranch"};
 
     for (size_t i = 0; i < ARRAY_LEN(md_keys); i++) {
@@ -153,6 +153,8 @@ static json_t *task_msg(const json_t *obj)
     }
     copy_int(t, "iteration", st);
     copy_int(t, "tokensConsumed", st);
+    copy_int(t, "effectiveBudgetTokens", st);
+    copy_int(t, "effectiveMaxIterations", st);
     if (json_object_get(t, "previewUrl") == NULL) {
         copy_string(t, "previewUrl", ann, ANN_PREVIEW_URL);
     }

@@ -33,7 +33,10 @@ static const struct pb_field g_task[] = {
     {15, PB_STRING, 0, "previewUrl", "preview_url", NULL},
     {16, PB_STRING, 0, "resourceVersion", "resource_version", NULL},
     {17, PB_STRING, 0, "guidance", "guidance", NULL},
-    {18, PB_STRING, 0, "forecastUSD", "forecast_usd", NULL},
+    {18, PB_STRING, 0, "effectiveBudgetUSD", "effective_budget_usd", NULL},
+    {19, PB_INT64, 0, "effectiveBudgetTokens", "effective_budget_tokens", NULL},
+    {20, PB_INT64, 0, "effectiveMaxIterations", "effective_max_iterations", NULL},
+    {21, PB_STRING, 0, "forecastUSD", "forecast_usd", NULL},
 };
 MSG(connect_msg_task, "Task", g_task);
 

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Metering LLM usage against `POST /api/v1/agenttask/meter`.
+"""Metering LLM usage against `POST /api/v1/agenttask/meter`, and ending the task with
+`POST /api/v1/agenttask/complete` (complete_task).
 
 Standard library only. The token, URL and socket are read from the environment on every
 call, so a token rotated by a pause/resume is picked up without a restart:
@@ -24,9 +25,11 @@ import uuid
 from decimal import Decimal, InvalidOperation
 
 __all__ = ["meter_llm_usage", "MeterResult", "LLMMeterError", "METER_PATH",
+           "complete_task", "CompleteResult", "TaskCompleteError", "COMPLETE_PATH",
            "DEFAULT_TOKEN_FILE", "DEFAULT_MAX_ATTEMPTS"]
 
 METER_PATH = "/api/v1/agenttask/meter"
+COMPLETE_PATH = "/api/v1/agenttask/complete"
 DEFAULT_TOKEN_FILE = "/etc/diverge/token/token"
 DEFAULT_MAX_ATTEMPTS = 5
 DEFAULT_TIMEOUT = 30.0
@@ -144,28 +147,33 @@ class _UnixConnection(http.client.HTTPConnection):
         self.sock = s
 
 
-def _connection(timeout):
-    """(connection, request path) for the configured transport."""
+def _connection(timeout, route=METER_PATH, error=None):
+    """(connection, request path) for the configured transport. ROUTE is METER_PATH or
+    COMPLETE_PATH: the completion goes to the meter URL with its last segment "meter"
+    replaced by "complete"."""
+    error = error or LLMMeterError
     sock = os.environ.get("DIVERGE_METER_SOCKET", "")
     if sock:
-        return _UnixConnection(sock, timeout), METER_PATH
+        return _UnixConnection(sock, timeout), route
     url = os.environ.get("DIVERGE_METER_URL", "")
     if not url:
-        raise LLMMeterError(0, "not configured",
-                            "neither DIVERGE_METER_SOCKET nor DIVERGE_METER_URL is set")
+        raise error(0, "not configured",
+                    "neither DIVERGE_METER_SOCKET nor DIVERGE_METER_URL is set")
     u = urllib.parse.urlsplit(url)
     if u.scheme not in ("http", "https") or not u.hostname:
-        raise LLMMeterError(0, "not configured", "DIVERGE_METER_URL must be an http(s) URL")
+        raise error(0, "not configured", "DIVERGE_METER_URL must be an http(s) URL")
     path = u.path if u.path not in ("", "/") else METER_PATH
+    if route != METER_PATH:
+        path = path[:-len("meter")] + "complete" if path.endswith("/meter") else route
     if u.query:
         path += "?" + u.query
     cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
     return cls(u.hostname, u.port, timeout=timeout), path
 
 
-def _send_once(body, timeout):
+def _send_once(body, timeout, route=METER_PATH, error=None):
     """One exchange: (status, parsed body or None, Retry-After seconds or None)."""
-    conn, path = _connection(timeout)
+    conn, path = _connection(timeout, route, error)
     headers = {"Content-Type": "application/json", "Accept": "application/json",
                "User-Agent": "diverge-sdk-python/0.1.0"}
     tok = _token()
@@ -205,36 +213,47 @@ def meter_llm_usage(model, tokens_used, cost_usd, request_id=None, iteration=Non
     if iteration is not None and (isinstance(iteration, bool) or not isinstance(iteration, int)):
         raise TypeError("iteration must be an int")
     request_id = request_id or str(uuid.uuid4())
-    if max_attempts is None:
-        try:
-            max_attempts = int(os.environ.get("DIVERGE_METER_MAX_ATTEMPTS") or
-                               DEFAULT_MAX_ATTEMPTS)
-        except ValueError:
-            max_attempts = DEFAULT_MAX_ATTEMPTS
-    max_attempts = max(1, max_attempts)
+    max_attempts = _attempts(max_attempts)
     fields = {"requestId": request_id, "tokensUsed": tokens_used}
     if model is not None:
         fields["model"] = model
     if iteration is not None:
         fields["iteration"] = iteration
     body = (json.dumps(fields)[:-1] + ', "costUSD": ' + _cost_text(cost_usd) + "}").encode()
+    parsed = _post(body, METER_PATH, LLMMeterError, request_id, max_attempts, timeout, backoff)
+    return MeterResult(parsed, request_id)
 
+
+def _attempts(max_attempts):
+    if max_attempts is None:
+        try:
+            max_attempts = int(os.environ.get("DIVERGE_METER_MAX_ATTEMPTS") or
+                               DEFAULT_MAX_ATTEMPTS)
+        except ValueError:
+            max_attempts = DEFAULT_MAX_ATTEMPTS
+    return max(1, max_attempts)
+
+
+def _post(body, route, error, request_id, max_attempts, timeout, backoff):
+    """POSTs BODY to ROUTE, retrying network failures and 5xx; the parsed 2xx body, or
+    raises ERROR (a 4xx at once, else the last failure)."""
     last = None
     for attempt in range(max_attempts):
         retry_after = None
         try:
-            status, parsed, retry_after = _send_once(body, timeout)
+            status, parsed, retry_after = _send_once(body, timeout, route, error)
         except (OSError, http.client.HTTPException) as e:  # refused, reset, timeout, EOF
-            last = LLMMeterError(0, "unreachable", "cannot reach the meter: %s" % e,
-                                 request_id=request_id)
+            what = "the meter" if route == METER_PATH else "the server"
+            last = error(0, "unreachable", "cannot reach %s: %s" % (what, e),
+                         request_id=request_id)
             last.__cause__ = e
         else:
             parsed = parsed or {}
             if 200 <= status < 300:
-                return MeterResult(parsed, request_id)
+                return parsed
             reason = parsed.get("reason") or http.client.responses.get(status, "error")
             message = parsed.get("error") or reason
-            last = LLMMeterError(status, reason, message, parsed, request_id)
+            last = error(status, reason, message, parsed, request_id)
             if status < 500:
                 raise last
         if attempt + 1 < max_attempts:
@@ -243,3 +262,51 @@ def meter_llm_usage(model, tokens_used, cost_usd, request_id=None, iteration=Non
                 delay = min(MAX_BACKOFF, max(delay, retry_after))
             time.sleep(delay)
     raise last
+
+
+class CompleteResult:
+    """The server's answer to complete_task: the phase the task is in now."""
+
+    __slots__ = ("phase", "reason", "message", "duplicate", "raw")
+
+    def __init__(self, body):
+        self.phase = body.get("phase") or ""
+        self.reason = body.get("reason") or ""
+        self.message = body.get("message") or ""
+        self.duplicate = body.get("duplicate") is True
+        self.raw = body
+
+    def __repr__(self):
+        return "CompleteResult(phase=%r, reason=%r, message=%r, duplicate=%r)" % (
+            self.phase, self.reason, self.message, self.duplicate)
+
+
+class TaskCompleteError(LLMMeterError):
+    """complete_task was refused (``status`` 400, or 401: token revoked, task not Active)
+    or the server could not be reached after every retry (``status`` 0)."""
+
+    def __init__(self, status, reason, message, body=None, request_id=None):
+        super().__init__(status, reason, message, body, request_id)
+        self.args = ("complete: %s (HTTP %s)" % (message, status) if status else
+                     "complete: %s" % message,)
+        self.result = None
+
+
+def complete_task(result, message=None, *, max_attempts=None, timeout=DEFAULT_TIMEOUT,
+                  backoff=DEFAULT_BACKOFF):
+    """Ends the agent's own task (``POST /api/v1/agenttask/complete`` with the task token):
+    RESULT "succeeded" makes it Completed, "failed" Failed, reason AgentReported, with
+    MESSAGE (at most 4096 bytes) as its status message; the token is revoked. Network
+    failures and 5xx are retried like meter calls (a retry of a completion that went
+    through answers ``duplicate``). Returns a CompleteResult; raises TaskCompleteError."""
+    if result not in ("succeeded", "failed"):
+        raise ValueError('result must be "succeeded" or "failed"')
+    if message is not None and not isinstance(message, str):
+        raise TypeError("message must be a str")
+    fields = {"result": result}
+    if message is not None:
+        fields["message"] = message
+    body = json.dumps(fields).encode()
+    parsed = _post(body, COMPLETE_PATH, TaskCompleteError, None, _attempts(max_attempts),
+                   timeout, backoff)
+    return CompleteResult(parsed)
