@@ -37,6 +37,18 @@ void controller_timer_set(struct controller *c, const char *ns, const char *name
     pthread_mutex_unlock(&c->notes_lock);
 }
 
+void controller_timer_warn(struct controller *c, const char *ns, const char *name, int64_t warn_ms)
+{
+    pthread_mutex_lock(&c->notes_lock);
+    for (struct controller_timer *t = c->timers; t != NULL; t = t->next) {
+        if (strcmp(t->ns, ns) == 0 && strcmp(t->name, name) == 0) {
+            t->warn_ms = warn_ms;
+            t->warned = false;
+        }
+    }
+    pthread_mutex_unlock(&c->notes_lock);
+}
+
 void controller_on_exit(const char *ns, const char *name, void *userdata)
 {
     struct controller *c = userdata;

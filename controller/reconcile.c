@@ -105,6 +105,9 @@ static int apply_start(struct reconcile *r, struct task_txn *tx, json_t *doc,
         rc = task_txn_token_add(tx, r->ns, r->name, r->generation, r->id, r->token, err);
     }
     task_set_phase(doc, TASK_ACTIVE, NULL, NULL);
+    /* A fresh start or a thaw: the stall and the time left are observed anew. */
+    json_object_del(status, "stalledSince");
+    json_object_del(status, "timeoutAt");
     if (json_is_null(json_object_get(status, "startTime")) ||
         json_object_get(status, "startTime") == NULL) {
         json_object_set_new(status, "startTime", json_string(ts));
@@ -206,6 +209,9 @@ static int apply_phase(struct reconcile *r, struct task_txn *tx, json_t *doc,
     case CONTROLLER_DISK_LIMIT: /* execution sets fail_reason: not reached */
         set_finished(doc, TASK_FAILED, "DiskLimit", r->fail_msg != NULL ? r->fail_msg : "", ts);
         break;
+    case CONTROLLER_PUSH_WIP:
+        *put_out = false; /* written by apply_wip when the push went out */
+        return E_OK;
     case CONTROLLER_REVOKE:
     case CONTROLLER_STOP:
     case CONTROLLER_NOTHING:
@@ -216,12 +222,37 @@ static int apply_phase(struct reconcile *r, struct task_txn *tx, json_t *doc,
     return task_txn_token_revoke(tx, r->ns, r->name, err);
 }
 
+/* The checkpoint R pushed: annotation TASK_ANN_WIP_BRANCH and status.lastFailure (the
+ * sticky comment links the branch and quotes the failure). */
+static void apply_wip(struct reconcile *r, json_t *doc, bool *put_out)
+{
+    json_t *md = json_object_get(doc, "metadata");
+    json_t *ann = json_object_get(md, "annotations");
+    json_t *status = json_object_get(doc, "status");
+
+    if (!r->wip_pushed) {
+        return;
+    }
+    if (!json_is_object(ann)) {
+        ann = json_object();
+        json_object_set_new(md, "annotations", ann);
+    }
+    json_object_set_new(ann, TASK_ANN_WIP_BRANCH, json_sprintf("diverge/wip/%s", r->name));
+    if (r->last_failure != NULL) {
+        json_object_set_new(status, "lastFailure", json_string(r->last_failure));
+    } else {
+        json_object_del(status, "lastFailure");
+    }
+    *put_out = true;
+}
+
 static int apply(struct reconcile *r, struct task_txn *tx, json_t *doc,
                  const struct token_record *rec, const struct task_view *v, const char *ts,
                  bool *put_out, struct err *err)
 {
     int rc = apply_phase(r, tx, doc, rec, v, ts, put_out, err);
 
+    apply_wip(r, doc, put_out);
     if (rc == E_OK) {
         rc = controller_apply_preview(r, tx, doc, err);
     }
@@ -315,6 +346,7 @@ static void reconcile_cleanup(struct reconcile *r)
     free(r->preview_url);
     free(r->pr_url);
     free(r->draft_pr);
+    free(r->last_failure);
     free(r->mirror);
 }
 

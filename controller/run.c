@@ -59,6 +59,7 @@ static void *tick(void *arg)
             }
         }
         pthread_mutex_unlock(&c->notes_lock);
+        controller_runs_tick(c, now);
         while (todo != NULL) {
             n = todo;
             todo = n->next;

@@ -18,6 +18,8 @@
 #define TASK_ANN_GUIDANCE "divergedev.com/guidance"
 /* The draft PR opened for a completed task (written by the outbox; not in SPEC §4). */
 #define TASK_ANN_PULL_REQUEST_URL "divergedev.com/pull-request-url"
+/* The branch a run's last checkpoint was pushed to (SPEC §14 "Work in progress"). */
+#define TASK_ANN_WIP_BRANCH "divergedev.com/wip-branch"
 /* Written by the bot on tasks made from comments (not in SPEC §4): the clone URL of the
  * repository the PR/MR targets, its base branch, and the push grant (token_push_grant)
  * that lets the working branch equal spec.repository.baseBranch. */
