@@ -16,6 +16,12 @@ struct controller_timer {
     int64_t warn_ms;     /* epoch ms of 80 % of its timeout (0: none); the agent is told the
                             time left from then on (status.timeoutAt) */
     bool warned;         /* status.timeoutAt was written for this deadline */
+    /* Stalls (runs.c): the last activity seen, the task log's size then, the newest meter
+     * request id seen (owned, or NULL), whether status.stalledSince is set, whether the
+     * runner's no-progress note was acted on. */
+    int64_t active_ms, log_size;
+    char *meter_id;
+    bool stalled, no_progress;
     struct controller_timer *next;
 };
 

@@ -207,8 +207,10 @@ static void arm_timer(struct controller *c, const struct reconcile *r)
     int64_t now = clock_now_ms(clock_system());
     int64_t used = controller_active_ms(c, r->ns, r->name, now);
 
+    /* Every running sandbox has a timer (stalls are watched), the far future without a
+     * timeout. */
     controller_timer_set(c, r->ns, r->name,
-                         r->timeout_s > 0 ? now + r->timeout_s * 1000 - used : 0);
+                         r->timeout_s > 0 ? now + r->timeout_s * 1000 - used : INT64_MAX);
     /* SPEC §14: at 80 % of sandbox.timeoutSeconds the agent hears how long is left. */
     controller_timer_warn(c, r->ns, r->name,
                           r->timeout_s > 0 ? now + r->timeout_s * 800 - used : 0);

@@ -150,6 +150,15 @@ static int queue_draft_pr(struct reconcile *r, struct task_txn *tx, const json_t
     return rc;
 }
 
+/* Whether DOC is pausing because its runner made no progress (runs.c). */
+static bool is_no_progress(const json_t *doc)
+{
+    const char *reason =
+        json_string_value(json_object_get(json_object_get(doc, "status"), "reason"));
+
+    return reason != NULL && strcmp(reason, "NoProgress") == 0;
+}
+
 /* Writes the outcome of R to DOC and the token index. *put_out: DOC must be stored. */
 static int apply_phase(struct reconcile *r, struct task_txn *tx, json_t *doc,
                        const struct token_record *rec, const struct task_view *v, const char *ts,
@@ -171,7 +180,13 @@ static int apply_phase(struct reconcile *r, struct task_txn *tx, json_t *doc,
         return apply_start(r, tx, doc, rec, ts, err);
     case CONTROLLER_PAUSE:
         rc = task_txn_token_revoke(tx, r->ns, r->name, err);
-        if (v->phase != TASK_PAUSED) {
+        if (v->phase != TASK_PAUSED && is_no_progress(doc)) {
+            const char *m =
+                json_string_value(json_object_get(json_object_get(doc, "status"), "message"));
+            char *msg = xstrdup(m != NULL ? m : "");
+            task_set_phase(doc, TASK_PAUSED, "NoProgress", msg);
+            free(msg);
+        } else if (v->phase != TASK_PAUSED) {
             task_set_phase(doc, TASK_PAUSED, "Suspended", "paused by request");
         } else {
             *put_out = false;

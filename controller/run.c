@@ -118,6 +118,7 @@ void controller_tick_stop(struct controller *c)
         c->timers = t->next;
         free(t->ns);
         free(t->name);
+        free(t->meter_id);
         free(t);
     }
     pthread_mutex_unlock(&c->notes_lock);

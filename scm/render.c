@@ -380,6 +380,9 @@ static const struct reason_text g_pause_texts[] = {
     {"MaxIterationsExceeded", "maximum iterations reached. Raise `spec.maxIterations`, then "
                               "continue with `/diverge resume`."},
     {"Suspended", "paused by request. Continue with `/diverge resume`."},
+    {"NoProgress", "no progress: the same verify failure several iterations in a row (below). "
+                   "Give the agent a hint with `/diverge guide …`, then continue with "
+                   "`/diverge resume`."},
 };
 
 static const struct reason_text g_fail_texts[] = {

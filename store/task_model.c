@@ -347,6 +347,11 @@ static const struct field_rule g_status_rules[] = {
     {"previewUrl", check_string},
     {"startTime", check_time_or_null},
     {"completionTime", check_time_or_null},
+    {"guidanceHash", check_string},
+    {"guidanceDeliveredAt", check_time_or_null},
+    {"lastFailure", check_string}, /* SPEC §14: the failure quoted with a checkpoint */
+    {"stalledSince", check_time_or_null},
+    {"timeoutAt", check_time_or_null},
 };
 
 /* Checks every member of OBJ against RULES; unknown members are errors (a typo such as
