@@ -273,7 +273,7 @@ static bool iterate(struct run *r, struct runner_iteration *it, long iteration)
     it->iteration = iteration;
     runner_say("iteration %ld/%ld: running the agent", iteration, cfg->max_iterations);
     r->iteration = iteration;
-    it->agent_status = run_shell(r, cfg->agent_cmd, set, tail, false);
+    it->agent_status = run_shell(r, cfg->agent_cmd, set, tail, true);
     if (r->stop != -1) {
         runner_say("iteration %ld/%ld: the agent was stopped (the meter paused the task)",
                    iteration, cfg->max_iterations);
