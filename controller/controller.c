@@ -103,8 +103,12 @@ static enum controller_action decide_paused(const struct task_view *v,
 {
     if (v->suspended) {
         /* A task the meter paused (429) keeps running until its runner exits by itself;
-         * one paused by request is frozen. Either way the token goes. */
-        return o->token_active ? CONTROLLER_PAUSE : CONTROLLER_NOTHING;
+         * one paused by request is frozen. Either way the token goes. Once the runner
+         * exited, the run's checkpoint is pushed (SPEC §14) and the sandbox released. */
+        if (o->token_active) {
+            return CONTROLLER_PAUSE;
+        }
+        return o->sandbox == SANDBOX_EXITED ? CONTROLLER_PUSH_WIP : CONTROLLER_NOTHING;
     }
     if (o->sandbox == SANDBOX_PAUSED) {
         return CONTROLLER_THAW;
@@ -166,7 +170,8 @@ const char *controller_action_name(enum controller_action a)
     static const char *const names[] = {"nothing",      "activate",  "pause",       "revoke",
                                         "wait",         "provision", "restart",     "thaw",
                                         "resume-start", "complete",  "fail-runner", "timeout",
-                                        "fail-sandbox", "stop",      "disk-limit",  "rerun"};
+                                        "fail-sandbox", "stop",      "disk-limit",  "rerun",
+                                        "push-wip"};
     return a < ARRAY_LEN(names) ? names[a] : "unknown";
 }
 

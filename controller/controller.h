@@ -60,6 +60,9 @@ struct controller_config {
     int64_t sandbox_disk;           /* bytes a task's files may use (local, process), 0: none */
     int64_t data_dir_reserve;       /* bytes kept free on the data dir's filesystem, 0: none */
     int64_t max_push_bytes;         /* bytes the server pushes to a remote at most, 0: none */
+    bool push_wip;                  /* push a failed run's checkpoint as diverge/wip/<task> */
+    int64_t stall_after_ms;         /* no activity this long: status.stalledSince; 0: never */
+    int64_t no_progress_after;      /* identical verify failures that pause; 0: never */
     size_t log_cap;                 /* task log cap in bytes; 0: SANDBOX_LOG_CAP */
     const char *network;            /* none (NULL) or proxy: without spec.sandbox.network */
     const char *allow_hosts;        /* comma list of egress rules (proxy mode), or NULL */
@@ -106,6 +109,7 @@ enum controller_action {
     CONTROLLER_STOP,         /* finished task with something still running: stop, revoke */
     CONTROLLER_DISK_LIMIT,   /* over --sandbox-disk or the data dir's reserve → Failed */
     CONTROLLER_RERUN,        /* finished, spec.run raised: clean workspace → Pending, run N */
+    CONTROLLER_PUSH_WIP,     /* paused and its runner exited: push the checkpoint, stop */
     CONTROLLER_ACTION_COUNT,
 };
 

@@ -13,6 +13,15 @@
 struct controller_timer {
     char *ns, *name;     /* owned */
     int64_t deadline_ms; /* epoch ms; the task times out at this time */
+    int64_t warn_ms;     /* epoch ms of 80 % of its timeout (0: none); the agent is told the
+                            time left from then on (status.timeoutAt) */
+    bool warned;         /* status.timeoutAt was written for this deadline */
+    /* Stalls (runs.c): the last activity seen, the task log's size then, the newest meter
+     * request id seen (owned, or NULL), whether status.stalledSince is set, whether the
+     * runner's no-progress note was acted on. */
+    int64_t active_ms, log_size;
+    char *meter_id;
+    bool stalled, no_progress;
     struct controller_timer *next;
 };
 
@@ -67,6 +76,9 @@ struct controller {
     /* Disk limits (disk_watch.c): --sandbox-disk, the data dir's reserve, --max-push-bytes
      * (bytes, 0: none), and the watchdog. */
     int64_t sandbox_disk, disk_reserve, max_push_bytes;
+    bool push_wip;                /* --push-wip */
+    int64_t stall_after_ms;       /* --stall-after, 0: never */
+    int64_t no_progress_after;    /* --no-progress-after, 0: never */
     struct controller_disk *disk; /* owned: the watchdog's marks and thread */
 
     /* The queue (queue.c): --max-running-tasks (0: none) and the waiting tasks (guarded by
@@ -103,6 +115,8 @@ struct reconcile {
     char *preview_url;        /* owned: its previewUrl, or NULL */
     char *pr_url;             /* owned: a finished task's pull-request-url annotation */
     char *draft_pr;           /* owned: "<provider> <project>" of a queued draft PR */
+    bool wip_pushed;          /* the run's checkpoint went to the remote (TASK_ANN_WIP_BRANCH) */
+    char *last_failure;       /* owned: the runner's last failure text, with wip_pushed */
     /* The mirror fetched outside the lock (mirror_job.c), when mirror_done. */
     bool mirror_done, mirror_fetched;
     int mirror_rc;
@@ -147,6 +161,12 @@ void controller_queue_pass(struct controller *c);
 bool controller_queue_admitted(struct controller *c, const char *ns, const char *name);
 /* Frees the queue's records. */
 void controller_queue_free(struct controller *c);
+/* The runner's note FILE ("failure", "no-progress") next to the task's usage file, made
+ * safe (valid UTF-8, no control characters but newline and tab, at most
+ * CONTROLLER_FAILURE_MAX - 1 bytes), or NULL when there is none. New string. */
+#define CONTROLLER_FAILURE_MAX 4096
+char *controller_read_failure(struct controller *c, const char *ns, const char *name,
+                              const char *file);
 
 /* Whether A ends the task (Completed or Failed). */
 bool controller_finishes(enum controller_action a);
@@ -297,6 +317,12 @@ void controller_note_seen(struct controller *c, const char *ns, const char *name
 /* Arms (DEADLINE_MS > 0) or disarms (0) the task's timeout timer. */
 void controller_timer_set(struct controller *c, const char *ns, const char *name,
                           int64_t deadline_ms);
+/* Sets when the armed timer of the task warns (WARN_MS, 0: never): from then on the
+ * meter tells the agent the minutes left (status.timeoutAt). */
+void controller_timer_warn(struct controller *c, const char *ns, const char *name, int64_t warn_ms);
+/* The tick thread's work on the timers at NOW_MS, outside notes_lock: status.timeoutAt
+ * of the tasks past their warning (runs.c). */
+void controller_runs_tick(struct controller *c, int64_t now_ms);
 /* The sandbox provider's exit callback (USERDATA the controller), also called by the
  * mirror fetch and the disk watchdog: queues NS/NAME for the tick thread. */
 void controller_on_exit(const char *ns, const char *name, void *userdata);

@@ -6,6 +6,7 @@
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -149,6 +150,7 @@ static size_t build_env(char **env, struct controller *c, const struct reconcile
     env[n++] = xasprintf("DIVERGE_VERIFY_CMD=%s", first_set(r->verify_cmd, c->verify_cmd));
     env[n++] = xasprintf("DIVERGE_WORKSPACE_DIR=%s", ws);
     env[n++] = xasprintf("DIVERGE_USAGE_FILE=%s/usage.jsonl", state);
+    env[n++] = xasprintf("DIVERGE_NO_PROGRESS_AFTER=%lld", (long long)c->no_progress_after);
     n = preview_env(env, n, r);
     env[n] = NULL;
     return n;
@@ -224,8 +226,13 @@ static void arm_timer(struct controller *c, const struct reconcile *r)
     int64_t now = clock_now_ms(clock_system());
     int64_t used = controller_active_ms(c, r->ns, r->name, now);
 
+    /* Every running sandbox has a timer (stalls are watched), the far future without a
+     * timeout. */
     controller_timer_set(c, r->ns, r->name,
-                         r->timeout_s > 0 ? now + r->timeout_s * 1000 - used : 0);
+                         r->timeout_s > 0 ? now + r->timeout_s * 1000 - used : INT64_MAX);
+    /* SPEC §14: at 80 % of sandbox.timeoutSeconds the agent hears how long is left. */
+    controller_timer_warn(c, r->ns, r->name,
+                          r->timeout_s > 0 ? now + r->timeout_s * 800 - used : 0);
 }
 
 /* The log line of a start that is not a first one: after a server restart, or under a
@@ -403,7 +410,7 @@ static void do_pause(struct controller *c, struct reconcile *r, const char *log)
  * E_TOOBIG (with the sizes) when it would not. The staging repo is sanitized first: git
  * reads it here as the server's user. */
 static int check_push_size(struct controller *c, const struct reconcile *r, const char *staging,
-                           struct err *err)
+                           const char *branch, struct err *err)
 {
     char *mirror;
     int64_t size = 0;
@@ -415,7 +422,7 @@ static int check_push_size(struct controller *c, const struct reconcile *r, cons
     mirror = controller_mirror_path(c->data_dir, r->url);
     rc = controller_staging_sanitize(staging, err);
     if (rc == E_OK) {
-        rc = controller_push_size(&size, staging, mirror, r->working, err);
+        rc = controller_push_size(&size, staging, mirror, branch, err);
     }
     free(mirror);
     if (rc == E_OK && size > c->max_push_bytes) {
@@ -423,7 +430,7 @@ static int check_push_size(struct controller *c, const struct reconcile *r, cons
                      "refusing to push refs/heads/%s: it would send %lld bytes of new objects, "
                      "more than the limit of %lld (--max-push-bytes); the commits stay in the "
                      "task's staging repository",
-                     r->working, (long long)size, (long long)c->max_push_bytes);
+                     branch, (long long)size, (long long)c->max_push_bytes);
     }
     return rc;
 }
@@ -436,7 +443,7 @@ static void complete(struct controller *c, struct reconcile *r, const char *log)
     if (r->url != NULL) {
         if (r->push_refusal != NULL) {
             err_set(&err, E_DENIED, "refusing to push the working branch: %s", r->push_refusal);
-        } else if (check_push_size(c, r, staging, &err) == E_OK &&
+        } else if (check_push_size(c, r, staging, r->working, &err) == E_OK &&
                    controller_push(c, staging, r->url, r->working, log, &err) == E_OK) {
             sandbox_log_event(log, "[diverge] pushed refs/heads/%s", r->working);
         }
@@ -446,6 +453,82 @@ static void complete(struct controller *c, struct reconcile *r, const char *log)
         }
     }
     free(staging);
+}
+
+/* The runner's last failure (<state>/usage.jsonl.failure, written inside the sandbox:
+ * untrusted) as valid UTF-8 without control characters but newline and tab, at most
+ * CONTROLLER_FAILURE_MAX bytes; NULL when there is none. */
+char *controller_read_failure(struct controller *c, const char *ns, const char *name,
+                              const char *file)
+{
+    char *path = xasprintf("%s/state/%s/%s/usage.jsonl.%s", c->data_dir, ns, name, file);
+    char raw[CONTROLLER_FAILURE_MAX], *out = NULL;
+    struct stat st;
+    ssize_t n = -1;
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+
+    if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+        n = read(fd, raw, sizeof(raw) - 1);
+    }
+    if (fd >= 0) {
+        close(fd);
+    }
+    if (n > 0) {
+        for (ssize_t i = 0; i < n; i++) {
+            unsigned char ch = (unsigned char)raw[i];
+            if ((ch < 0x20 && ch != '\n' && ch != '\t') || ch == 0x7f) {
+                raw[i] = '?';
+            }
+        }
+        out = xmalloc(CONTROLLER_FAILURE_MAX);
+        (void)err_utf8_copy(out, CONTROLLER_FAILURE_MAX, raw, (size_t)n);
+    }
+    free(path);
+    return out;
+}
+
+/* SPEC §14: a run that ends without a passing verify has its last checkpoint (the
+ * staging repository's refs/heads/diverge/wip/<task>, made by the runner) pushed to the
+ * remote as diverge/wip/<task>, never forced, never as the working or base branch. */
+static void push_wip(struct controller *c, struct reconcile *r, const char *log)
+{
+    char *staging = xasprintf("%s/staging/%s/%s.git", c->data_dir, r->ns, r->name);
+    char *branch = xasprintf("diverge/wip/%s", r->name);
+    char *ref = xasprintf("refs/heads/%s", branch);
+    const char *has[] = {"git", "--git-dir", staging, "rev-parse", "--verify", "-q", ref, NULL};
+    struct err err = {0};
+    struct stat st;
+
+    if (!c->push_wip || r->url == NULL || stat(staging, &st) != 0) {
+        goto out;
+    }
+    if ((r->working != NULL && strcmp(r->working, branch) == 0) ||
+        (r->base != NULL && strcmp(r->base, branch) == 0)) {
+        sandbox_log_event(log,
+                          "[diverge] checkpoint not pushed: %s is the task's working or "
+                          "base branch",
+                          branch);
+        goto out;
+    }
+    /* git reads the staging repository as the server's user: sanitized first. */
+    if (controller_staging_sanitize(staging, &err) != E_OK ||
+        controller_git(NULL, has, &err) != E_OK) {
+        sandbox_log_event(log, "[diverge] no checkpoint to push");
+        goto out;
+    }
+    if (check_push_size(c, r, staging, branch, &err) == E_OK &&
+        controller_push(c, staging, r->url, branch, log, &err) == E_OK) {
+        sandbox_log_event(log, "[diverge] pushed the last checkpoint to refs/heads/%s", branch);
+        r->wip_pushed = true;
+        free(r->last_failure);
+        r->last_failure = controller_read_failure(c, r->ns, r->name, "failure");
+    } else {
+        sandbox_log_event(log, "[diverge] checkpoint push failed: %s", err.msg);
+    }
+out:
+    free(staging);
+    free(branch);
+    free(ref);
 }
 
 /* A task the disk watchdog stopped, or whose start the reserve refused: Failed. */
@@ -507,6 +590,7 @@ void controller_execute(struct controller *c, struct reconcile *r)
 
         sandbox_log_event(log, "[diverge] failed: %s", msg);
         free(msg);
+        push_wip(c, r, log);
         break;
     }
     case CONTROLLER_TIMEOUT:
@@ -514,6 +598,12 @@ void controller_execute(struct controller *c, struct reconcile *r)
                           "[diverge] timeout: sandbox.timeoutSeconds %lld passed; "
                           "stopping every process",
                           (long long)r->timeout_s);
+        /* Nothing may write the staging repository while it is pushed. */
+        sandbox_stop(c->sandboxes, r->ns, r->name);
+        push_wip(c, r, log);
+        break;
+    case CONTROLLER_PUSH_WIP:
+        push_wip(c, r, log);
         break;
     case CONTROLLER_FAIL_SANDBOX:
         sandbox_log_event(log, "[diverge] failed: %s",
@@ -534,7 +624,7 @@ void controller_execute(struct controller *c, struct reconcile *r)
         break;
     }
     if (c->sandboxes != NULL && (controller_finishes(r->action) || r->action == CONTROLLER_STOP ||
-                                 r->fail_reason != NULL)) {
+                                 r->action == CONTROLLER_PUSH_WIP || r->fail_reason != NULL)) {
         controller_timer_set(c, r->ns, r->name, 0);
         controller_note_running(c, r->ns, r->name, false, clock_now_ms(clock_system()));
         sandbox_stop(c->sandboxes, r->ns, r->name);

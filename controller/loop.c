@@ -179,6 +179,9 @@ int controller_new(struct controller **out, struct task_store *store,
     c->sandbox_disk = cfg->sandbox_disk;
     c->disk_reserve = cfg->data_dir_reserve;
     c->max_push_bytes = cfg->max_push_bytes;
+    c->push_wip = cfg->push_wip;
+    c->stall_after_ms = cfg->stall_after_ms;
+    c->no_progress_after = cfg->no_progress_after;
     c->preview_base = cfg->preview_base_url != NULL && cfg->preview_base_url[0] != '\0'
                           ? xstrdup(cfg->preview_base_url)
                           : NULL;

@@ -23,6 +23,7 @@ void controller_timer_set(struct controller *c, const char *ns, const char *name
         *pp = t->next;
         free(t->ns);
         free(t->name);
+        free(t->meter_id);
         free(t);
     } else if (deadline_ms > 0) {
         if (t == NULL) {
@@ -33,6 +34,22 @@ void controller_timer_set(struct controller *c, const char *ns, const char *name
             c->timers = t;
         }
         t->deadline_ms = deadline_ms;
+        t->active_ms = clock_now_ms(clock_system()); /* (re)started: active now */
+        t->log_size = -1;
+        t->no_progress = false;
+        t->stalled = false;
+    }
+    pthread_mutex_unlock(&c->notes_lock);
+}
+
+void controller_timer_warn(struct controller *c, const char *ns, const char *name, int64_t warn_ms)
+{
+    pthread_mutex_lock(&c->notes_lock);
+    for (struct controller_timer *t = c->timers; t != NULL; t = t->next) {
+        if (strcmp(t->ns, ns) == 0 && strcmp(t->name, name) == 0) {
+            t->warn_ms = warn_ms;
+            t->warned = false;
+        }
     }
     pthread_mutex_unlock(&c->notes_lock);
 }

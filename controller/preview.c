@@ -94,6 +94,7 @@ enum controller_env_state controller_preview_state(enum controller_action a, boo
     case CONTROLLER_WAIT:
     case CONTROLLER_STOP:
     case CONTROLLER_RERUN:
+    case CONTROLLER_PUSH_WIP:
     case CONTROLLER_ACTION_COUNT:
         break;
     }

@@ -125,6 +125,9 @@ static int apply_start(struct reconcile *r, struct task_txn *tx, json_t *doc,
     /* What the token just minted carries, and the runner's iteration limit (SPEC §14). */
     task_set_effective_limits(doc, r->c->default_budget_usd, r->c->default_budget_tokens,
                               r->c->sandboxes != NULL ? r->c->default_max_iterations : 0);
+    /* A fresh start or a thaw: the stall and the time left are observed anew. */
+    json_object_del(status, "stalledSince");
+    json_object_del(status, "timeoutAt");
     if (json_is_null(json_object_get(status, "startTime")) ||
         json_object_get(status, "startTime") == NULL) {
         json_object_set_new(status, "startTime", json_string(ts));
@@ -180,6 +183,15 @@ static void start_run(json_t *doc, int64_t run)
     json_object_set_new(status, "completionTime", json_null());
 }
 
+/* Whether DOC is pausing because its runner made no progress (runs.c). */
+static bool is_no_progress(const json_t *doc)
+{
+    const char *reason =
+        json_string_value(json_object_get(json_object_get(doc, "status"), "reason"));
+
+    return reason != NULL && strcmp(reason, "NoProgress") == 0;
+}
+
 /* Writes the outcome of R to DOC and the token index. *put_out: DOC must be stored. */
 static int apply_phase(struct reconcile *r, struct task_txn *tx, json_t *doc,
                        const struct token_record *rec, const struct task_view *v, const char *ts,
@@ -201,7 +213,13 @@ static int apply_phase(struct reconcile *r, struct task_txn *tx, json_t *doc,
         return apply_start(r, tx, doc, rec, ts, err);
     case CONTROLLER_PAUSE:
         rc = task_txn_token_revoke(tx, r->ns, r->name, err);
-        if (v->phase != TASK_PAUSED) {
+        if (v->phase != TASK_PAUSED && is_no_progress(doc)) {
+            const char *m =
+                json_string_value(json_object_get(json_object_get(doc, "status"), "message"));
+            char *msg = xstrdup(m != NULL ? m : "");
+            task_set_phase(doc, TASK_PAUSED, "NoProgress", msg);
+            free(msg);
+        } else if (v->phase != TASK_PAUSED) {
             task_set_phase(doc, TASK_PAUSED, "Suspended", "paused by request");
         } else {
             *put_out = false;
@@ -242,6 +260,9 @@ static int apply_phase(struct reconcile *r, struct task_txn *tx, json_t *doc,
     case CONTROLLER_RERUN:
         start_run(doc, r->run);
         break;
+    case CONTROLLER_PUSH_WIP:
+        *put_out = false; /* written by apply_wip when the push went out */
+        return E_OK;
     case CONTROLLER_REVOKE:
     case CONTROLLER_STOP:
     case CONTROLLER_NOTHING:
@@ -252,12 +273,37 @@ static int apply_phase(struct reconcile *r, struct task_txn *tx, json_t *doc,
     return task_txn_token_revoke(tx, r->ns, r->name, err);
 }
 
+/* The checkpoint R pushed: annotation TASK_ANN_WIP_BRANCH and status.lastFailure (the
+ * sticky comment links the branch and quotes the failure). */
+static void apply_wip(struct reconcile *r, json_t *doc, bool *put_out)
+{
+    json_t *md = json_object_get(doc, "metadata");
+    json_t *ann = json_object_get(md, "annotations");
+    json_t *status = json_object_get(doc, "status");
+
+    if (!r->wip_pushed) {
+        return;
+    }
+    if (!json_is_object(ann)) {
+        ann = json_object();
+        json_object_set_new(md, "annotations", ann);
+    }
+    json_object_set_new(ann, TASK_ANN_WIP_BRANCH, json_sprintf("diverge/wip/%s", r->name));
+    if (r->last_failure != NULL) {
+        json_object_set_new(status, "lastFailure", json_string(r->last_failure));
+    } else {
+        json_object_del(status, "lastFailure");
+    }
+    *put_out = true;
+}
+
 static int apply(struct reconcile *r, struct task_txn *tx, json_t *doc,
                  const struct token_record *rec, const struct task_view *v, const char *ts,
                  bool *put_out, struct err *err)
 {
     int rc = apply_phase(r, tx, doc, rec, v, ts, put_out, err);
 
+    apply_wip(r, doc, put_out);
     if (rc == E_OK) {
         rc = controller_apply_preview(r, tx, doc, err);
     }
@@ -352,6 +398,7 @@ static void reconcile_cleanup(struct reconcile *r)
     free(r->preview_url);
     free(r->pr_url);
     free(r->draft_pr);
+    free(r->last_failure);
     free(r->mirror);
 }
 

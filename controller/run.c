@@ -60,6 +60,7 @@ static void *tick(void *arg)
         }
         pthread_mutex_unlock(&c->notes_lock);
         bool had_notes = todo != NULL;
+        controller_runs_tick(c, now);
         while (todo != NULL) {
             n = todo;
             todo = n->next;
@@ -121,6 +122,7 @@ void controller_tick_stop(struct controller *c)
         c->timers = t->next;
         free(t->ns);
         free(t->name);
+        free(t->meter_id);
         free(t);
     }
     pthread_mutex_unlock(&c->notes_lock);

@@ -305,9 +305,27 @@ static void read_state(struct meter_state *st, struct task_txn *tx, const json_t
     st->iteration = v.iteration;
 }
 
+/* The guidance for the agent: the reviewer's (annotation), after "N minutes left: commit
+ * what works." once the controller set status.timeoutAt (80 % of sandbox.timeoutSeconds
+ * passed, SPEC §14). New string or NULL. */
+static char *guidance_of(const json_t *doc, const char *guidance, int64_t now_ms)
+{
+    const char *at =
+        json_string_value(json_object_get(json_object_get(doc, "status"), "timeoutAt"));
+    int64_t deadline = 0, mins;
+
+    if (at == NULL || clock_parse_rfc3339(&deadline, at) != E_OK || deadline <= now_ms) {
+        return guidance != NULL ? xstrdup(guidance) : NULL;
+    }
+    mins = (deadline - now_ms + 59999) / 60000;
+    return xasprintf("%lld minute%s left: commit what works.%s%s", (long long)mins,
+                     mins == 1 ? "" : "s", guidance != NULL ? "\n\n" : "",
+                     guidance != NULL ? guidance : "");
+}
+
 /* Keeps what the totals body needs; the request thread builds it (off the committer). */
 static void keep_totals(struct meter_job *j, const struct meter_decision *d, const json_t *doc,
-                        int64_t max_iter)
+                        int64_t max_iter, int64_t now_ms)
 {
     const char *guidance = json_string_value(json_object_get(
         json_object_get(json_object_get(doc, "metadata"), "annotations"), TASK_ANN_GUIDANCE));
@@ -319,7 +337,7 @@ static void keep_totals(struct meter_job *j, const struct meter_decision *d, con
     j->max_iterations = max_iter;
     free(j->guidance);
     free(j->preview);
-    j->guidance = guidance != NULL ? xstrdup(guidance) : NULL;
+    j->guidance = guidance_of(doc, guidance, now_ms);
     j->preview = preview != NULL ? xstrdup(preview) : NULL;
 }
 
@@ -371,11 +389,11 @@ static int answer_job(struct batch *b, struct task_txn *tx, json_t *doc, struct 
             rc = charge(b, tx, doc, j, d, max_iter, err);
         }
         if (rc == E_OK) {
-            keep_totals(j, d, doc, max_iter);
+            keep_totals(j, d, doc, max_iter, clock_now_ms(task_txn_clock(tx)));
         }
         break;
     case METER_DUPLICATE:
-        keep_totals(j, d, doc, max_iter);
+        keep_totals(j, d, doc, max_iter, clock_now_ms(task_txn_clock(tx)));
         break;
     }
     if (rc == E_OK) {

@@ -101,6 +101,30 @@ static int load_numbers(struct runner_config *c, runner_getenv_fn get, void *ud,
     return load_run(c, get, ud, err);
 }
 
+/* DIVERGE_USAGE_FILE and the files next to it (the offset state; SPEC §14: the notes for
+ * the server), DIVERGE_NO_PROGRESS_AFTER and DIVERGE_USAGE_FOLLOW_MS. */
+static int load_runs(struct runner_config *c, runner_getenv_fn get, void *ud, struct err *err)
+{
+    const char *v = get_opt(get, ud, "DIVERGE_NO_PROGRESS_AFTER", NULL);
+
+    c->usage_file = get_opt(get, ud, "DIVERGE_USAGE_FILE", NULL);
+    c->state_file = c->usage_file != NULL ? xasprintf("%s.offset", c->usage_file) : NULL;
+
+    if (v != NULL && parse_long(&c->no_progress_after, v, 0, RUNNER_ITERATIONS_MAX) != E_OK) {
+        return err_set(err, E_INVALID, "DIVERGE_NO_PROGRESS_AFTER must be 0 to %d",
+                       RUNNER_ITERATIONS_MAX);
+    }
+    v = get_opt(get, ud, "DIVERGE_USAGE_FOLLOW_MS", NULL);
+    if (v != NULL && parse_long(&c->follow_ms, v, 10, 60000) != E_OK) {
+        return err_set(err, E_INVALID, "DIVERGE_USAGE_FOLLOW_MS must be 10 to 60000");
+    }
+    if (c->usage_file != NULL) {
+        c->failure_file = xasprintf("%s.failure", c->usage_file);
+        c->no_progress_file = xasprintf("%s.no-progress", c->usage_file);
+    }
+    return E_OK;
+}
+
 static int load_git(struct runner_config *c, runner_getenv_fn get, void *ud, struct err *err)
 {
     const char *wb = get_opt(get, ud, "DIVERGE_WORKING_BRANCH", NULL);
@@ -110,6 +134,7 @@ static int load_git(struct runner_config *c, runner_getenv_fn get, void *ud, str
     c->push_url = get_opt(get, ud, "DIVERGE_PUSH_URL", NULL);
     c->workspace = get_opt(get, ud, "DIVERGE_WORKSPACE_DIR", "/workspace");
     c->working_branch = wb != NULL ? xstrdup(wb) : xasprintf("agent/%s", c->task);
+    c->wip_branch = xasprintf("diverge/wip/%s", c->task);
     if (c->repo_url == NULL || !arg_ok(c->repo_url)) {
         return err_set(err, E_INVALID, "DIVERGE_REPO_URL is missing or malformed");
     }
@@ -121,6 +146,10 @@ static int load_git(struct runner_config *c, runner_getenv_fn get, void *ud, str
     }
     if (c->push_url != NULL && !arg_ok(c->push_url)) {
         return err_set(err, E_INVALID, "DIVERGE_PUSH_URL is malformed");
+    }
+    if (strcmp(c->working_branch, c->wip_branch) == 0 ||
+        strcmp(c->base_branch, c->wip_branch) == 0) {
+        return err_set(err, E_INVALID, "the working and base branches cannot be %s", c->wip_branch);
     }
     if (!arg_ok(c->workspace)) {
         return err_set(err, E_INVALID, "DIVERGE_WORKSPACE_DIR is malformed");
@@ -156,6 +185,8 @@ int runner_config_load(struct runner_config *out, runner_getenv_fn get, void *ud
     c->meter_attempts = 8;
     c->revoked_wait_ms = RUNNER_REVOKED_WAIT_MS;
     c->unreachable_ms = RUNNER_UNREACHABLE_MS;
+    c->no_progress_after = 3;
+    c->follow_ms = 250;
     c->task = get_opt(get, ud, "DIVERGE_TASK_NAME", NULL);
     if (c->task == NULL || !task_name_valid(c->task)) {
         return err_set(err, E_INVALID, "DIVERGE_TASK_NAME is missing or not a DNS label");
@@ -170,8 +201,10 @@ int runner_config_load(struct runner_config *out, runner_getenv_fn get, void *ud
     if (rc != E_OK) {
         return rc;
     }
-    c->usage_file = get_opt(get, ud, "DIVERGE_USAGE_FILE", NULL);
-    c->state_file = c->usage_file != NULL ? xasprintf("%s.offset", c->usage_file) : NULL;
+    rc = load_runs(c, get, ud, err);
+    if (rc != E_OK) {
+        return rc;
+    }
     c->agent_cmd = get_opt(get, ud, "DIVERGE_AGENT_CMD", NULL);
     if (c->agent_cmd == NULL) {
         return err_set(err, E_INVALID, "DIVERGE_AGENT_CMD is missing");
@@ -203,6 +236,12 @@ void runner_config_cleanup(struct runner_config *c)
 {
     free(c->working_branch);
     free(c->state_file);
+    free(c->wip_branch);
+    free(c->failure_file);
+    free(c->no_progress_file);
     c->working_branch = NULL;
     c->state_file = NULL;
+    c->wip_branch = NULL;
+    c->failure_file = NULL;
+    c->no_progress_file = NULL;
 }

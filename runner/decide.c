@@ -163,3 +163,23 @@ void runner_iteration_line(char *out, size_t cap, const struct runner_iteration 
         }
     }
 }
+
+/* TEXT after its "iteration N: " prefix. */
+static const char *past_iteration(const char *text)
+{
+    const char *p = text;
+
+    if (strncmp(p, "iteration ", 10) != 0) {
+        return text;
+    }
+    p += 10;
+    while (*p >= '0' && *p <= '9') {
+        p++;
+    }
+    return strncmp(p, ": ", 2) == 0 ? p + 2 : text;
+}
+
+bool runner_same_failure(const char *a, const char *b)
+{
+    return a != NULL && b != NULL && strcmp(past_iteration(a), past_iteration(b)) == 0;
+}

@@ -213,10 +213,12 @@ int runner_git_prepare(const struct runner_config *cfg, struct err *err)
     char **env = git_env(cfg);
     struct stat sb;
     int rc = E_OK;
+    bool fresh = false;
 
     if (stat(dotgit, &sb) == 0) {
         runner_say("workspace already holds a clone: continuing in it");
     } else {
+        fresh = true;
         runner_say("cloning the repository (branch %s)", cfg->base_branch);
         rc = git_ok(NULL, env, "clone",
                     (const char *const[]){"clone", "-q", "--depth=50", "--branch", cfg->base_branch,
@@ -225,6 +227,9 @@ int runner_git_prepare(const struct runner_config *cfg, struct err *err)
     }
     if (rc == E_OK) {
         rc = ensure_branch(cfg, env, err);
+    }
+    if (rc == E_OK && fresh) {
+        rc = runner_git_restore(cfg, err);
     }
     runner_env_free(env);
     free(dotgit);
@@ -279,5 +284,189 @@ int runner_git_publish(const struct runner_config *cfg, struct err *err)
     runner_env_free(env);
     free(msg);
     free(dst);
+    return rc;
+}
+
+#define WIP_REF "refs/diverge/wip" /* the workspace's own pointer to its last checkpoint */
+#define OID_MAX 128                /* bytes of an object id kept (SHA-256: 64) */
+
+/* Runs git ARGS (status 0 required) and keeps the first line of its output in OUT. */
+static int git_line(const struct runner_config *cfg, char *const *env, const char *step,
+                    const char *const *args, char out[OID_MAX], struct err *err)
+{
+    struct buf b;
+    int st = 0, rc;
+
+    buf_init(&b, RUNNER_CAPTURE_MAX);
+    rc = git_run(&st, cfg, env, &b, args, err);
+    if (rc == E_OK && st != 0) {
+        rc = err_set(err, E_FAIL, "git %s failed (exit %d)", step, st);
+    }
+    if (rc == E_OK) {
+        size_t n = strcspn(b.len > 0 ? b.data : "", "\r\n");
+        if (n == 0 || n >= OID_MAX || n > b.len) {
+            rc = err_set(err, E_FAIL, "git %s printed no object id", step);
+        } else {
+            memcpy(out, b.data, n);
+            out[n] = '\0';
+        }
+    }
+    buf_cleanup(&b);
+    return rc;
+}
+
+/* The tree of every file of the workspace, through a separate index. */
+static int workspace_tree(const struct runner_config *cfg, char *const *env, char tree[OID_MAX],
+                          struct err *err)
+{
+    char *index = xasprintf("%s/.git/diverge-wip.index", cfg->workspace);
+    char *var = xasprintf("GIT_INDEX_FILE=%s", index);
+    char **ienv = runner_env_build(env, NULL, (const char *const[]){var, NULL});
+    int rc;
+
+    (void)unlink(index);
+    rc = git_ok(cfg, ienv, "read-tree", (const char *const[]){"read-tree", "HEAD", NULL}, err);
+    if (rc == E_OK) {
+        rc = git_ok(cfg, ienv, "add", (const char *const[]){"add", "-A", NULL}, err);
+    }
+    if (rc == E_OK) {
+        rc =
+            git_line(cfg, ienv, "write-tree", (const char *const[]){"write-tree", NULL}, tree, err);
+    }
+    (void)unlink(index);
+    runner_env_free(ienv);
+    free(var);
+    free(index);
+    return rc;
+}
+
+/* Whether git ARGS exits 0 (false when it cannot run). */
+static bool git_true(const struct runner_config *cfg, char *const *env, const char *const *args)
+{
+    int st = 1;
+
+    return git_run(&st, cfg, env, NULL, args, NULL) == E_OK && st == 0;
+}
+
+/* Makes the checkpoint commit of TREE into ID; *same_out when nothing changed since the
+ * last one (no commit then). */
+static int wip_commit(const struct runner_config *cfg, char *const *env, const char *tree,
+                      long iteration, char id[OID_MAX], bool *same_out, struct err *err)
+{
+    char head[OID_MAX], prev[OID_MAX] = "", prev_tree[OID_MAX] = "";
+    const char *argv[16];
+    char *msg;
+    size_t n = 0;
+    bool head_in = false;
+    int rc =
+        git_line(cfg, env, "rev-parse",
+                 (const char *const[]){"rev-parse", "--verify", "HEAD^{commit}", NULL}, head, err);
+
+    *same_out = false;
+    if (rc != E_OK) {
+        return rc;
+    }
+    if (git_line(cfg, env, "rev-parse",
+                 (const char *const[]){"rev-parse", "--verify", "-q", WIP_REF "^{commit}", NULL},
+                 prev, NULL) == E_OK) {
+        (void)git_line(
+            cfg, env, "rev-parse",
+            (const char *const[]){"rev-parse", "--verify", "-q", WIP_REF "^{tree}", NULL},
+            prev_tree, NULL);
+        head_in = git_true(cfg, env,
+                           (const char *const[]){"merge-base", "--is-ancestor", head, prev, NULL});
+    }
+    if (head_in && strcmp(prev_tree, tree) == 0) {
+        *same_out = true;
+        return E_OK;
+    }
+    msg = xasprintf("diverge wip(%s): iteration %ld", cfg->task, iteration);
+    argv[n++] = "-c";
+    argv[n++] = "commit.gpgsign=false";
+    argv[n++] = "commit-tree";
+    argv[n++] = tree;
+    if (prev[0] != '\0') {
+        argv[n++] = "-p";
+        argv[n++] = prev; /* each checkpoint follows the last: pushes fast-forward */
+    }
+    if (!head_in) {
+        argv[n++] = "-p";
+        argv[n++] = head;
+    }
+    argv[n++] = "-m";
+    argv[n++] = msg;
+    argv[n] = NULL;
+    rc = git_line(cfg, env, "commit-tree", argv, id, err);
+    free(msg);
+    return rc;
+}
+
+int runner_git_checkpoint(const struct runner_config *cfg, long iteration, struct err *err)
+{
+    char **env = git_env(cfg);
+    char tree[OID_MAX], id[OID_MAX];
+    const char *remote = cfg->push_url != NULL ? cfg->push_url : "origin";
+    char *dst = NULL;
+    bool same = false;
+    int rc = workspace_tree(cfg, env, tree, err);
+
+    if (rc == E_OK) {
+        rc = wip_commit(cfg, env, tree, iteration, id, &same, err);
+    }
+    if (rc == E_OK && !same) {
+        rc = git_ok(cfg, env, "update-ref", (const char *const[]){"update-ref", WIP_REF, id, NULL},
+                    err);
+    }
+    if (rc == E_OK && !same) {
+        /* Forced into the staging repository only: it always holds the newest checkpoint. */
+        dst = xasprintf("+%s:refs/heads/%s", id, cfg->wip_branch);
+        rc = git_ok(cfg, env, "push", (const char *const[]){"push", "-q", "--", remote, dst, NULL},
+                    err);
+    }
+    if (rc == E_OK) {
+        runner_say("checkpoint %s: %s", cfg->wip_branch,
+                   same ? "nothing changed since the last one" : "saved");
+    }
+    free(dst);
+    runner_env_free(env);
+    return rc;
+}
+
+int runner_git_restore(const struct runner_config *cfg, struct err *err)
+{
+    char **env;
+    char *ref;
+    int st = 0, rc;
+
+    if (cfg->push_url == NULL) {
+        return E_OK; /* no staging repository: nothing of an earlier run */
+    }
+    env = git_env(cfg);
+    ref = xasprintf("refs/heads/%s", cfg->wip_branch);
+    rc = git_run(&st, cfg, env, NULL,
+                 (const char *const[]){"ls-remote", "--exit-code", "--heads", "--", cfg->push_url,
+                                       ref, NULL},
+                 err);
+    if (rc == E_OK && st == 0) {
+        rc = git_ok(
+            cfg, env, "fetch",
+            (const char *const[]){"fetch", "-q", "--depth=1", "--", cfg->push_url, ref, NULL}, err);
+        if (rc == E_OK) {
+            rc = git_ok(cfg, env, "read-tree",
+                        (const char *const[]){"read-tree", "-u", "--reset", "FETCH_HEAD", NULL},
+                        err);
+        }
+        if (rc == E_OK) {
+            rc = git_ok(cfg, env, "update-ref",
+                        (const char *const[]){"update-ref", WIP_REF, "FETCH_HEAD", NULL}, err);
+        }
+        if (rc == E_OK) {
+            runner_say("continuing from the checkpoint %s of an earlier run", cfg->wip_branch);
+        }
+    } else if (rc == E_OK && st != 2) {
+        rc = err_set(err, E_FAIL, "git ls-remote of the staging repository failed (exit %d)", st);
+    }
+    free(ref);
+    runner_env_free(env);
     return rc;
 }

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "runner/runner_int.h"
@@ -131,6 +132,9 @@ static void child_exec(const struct runner_spawn *sp, int wfd)
         }
     }
     signal(SIGPIPE, SIG_DFL);
+    if (sp->follow != NULL) {
+        (void)setpgid(0, 0); /* a stop kills the agent and whatever it started */
+    }
     if (sp->cwd != NULL && chdir(sp->cwd) != 0) {
         _exit(127);
     }
@@ -177,21 +181,71 @@ static bool pump_once(const struct runner_spawn *sp, int rfd, bool *more)
     return true;
 }
 
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* How long one wait for output lasts: at most 100 ms, at most the follow period. */
+static int follow_wait_ms(const struct runner_spawn *sp)
+{
+    return sp->follow != NULL && sp->follow_ms < 100 ? (int)sp->follow_ms : 100;
+}
+
+/* Calls SP's follow callback when its period has passed; kills the child's process group
+ * (once) when it says stop. */
+static void follow_tick(const struct runner_spawn *sp, pid_t pid, int64_t *next, bool *killed)
+{
+    int64_t now;
+
+    if (sp->follow == NULL || *killed) {
+        return;
+    }
+    now = mono_ms();
+    if (now < *next) {
+        return;
+    }
+    *next = now + sp->follow_ms;
+    if (!sp->follow(sp->follow_userdata)) {
+        (void)kill(-pid, SIGKILL);
+        (void)kill(pid, SIGKILL);
+        *killed = true;
+    }
+}
+
+/* waitpid of PID, without blocking when POLLING (then a pause of WAIT_MS when it still
+ * runs: its pipe is gone, but its usage is still followed). */
+static pid_t reap(int *wst, pid_t pid, bool polling, int wait_ms)
+{
+    pid_t w = waitpid(pid, wst, polling ? WNOHANG : 0);
+
+    if (w == 0 && wait_ms > 0) {
+        (void)poll(NULL, 0, wait_ms);
+    }
+    return w;
+}
+
 /* Passes the child's output on until the child exited and the pipe is drained. A
  * background process the child left behind may keep the pipe open: once the child
  * itself is gone, what is buffered is read and the rest is not waited for. Returns the
  * child's wait status in *wst. */
 static int pump(int *wst, const struct runner_spawn *sp, int rfd, pid_t pid)
 {
-    bool open_pipe = fcntl(rfd, F_SETFL, O_NONBLOCK) == 0, more = false;
+    bool open_pipe = fcntl(rfd, F_SETFL, O_NONBLOCK) == 0, more = false, killed = false;
     struct pollfd pfd = {.fd = rfd, .events = POLLIN};
+    int wait_ms = follow_wait_ms(sp);
+    int64_t next = mono_ms() + wait_ms;
     pid_t w;
 
     for (;;) {
-        if (open_pipe && poll(&pfd, 1, 100) > 0) {
+        if (open_pipe && poll(&pfd, 1, wait_ms) > 0) {
             open_pipe = pump_once(sp, rfd, &more);
         }
-        w = waitpid(pid, wst, open_pipe ? WNOHANG : 0);
+        follow_tick(sp, pid, &next, &killed);
+        w = reap(wst, pid, open_pipe || (sp->follow != NULL && !killed), open_pipe ? 0 : wait_ms);
         if (w == pid) {
             break;
         }
@@ -278,6 +332,9 @@ int runner_spawn_run(int *status_out, const struct runner_spawn *sp, struct err 
     }
     if (pid == 0) {
         child_exec(sp, fds[1]);
+    }
+    if (sp->follow != NULL) {
+        (void)setpgid(pid, pid); /* also here: the group exists before any kill */
     }
     rc = wait_child(&wst, sp, fds, piped, pid, err);
     if (rc != E_OK) {

@@ -4,6 +4,7 @@
  * the final heartbeat and, on success, commit and push. */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,10 @@ struct run {
     char *guidance;                          /* owned: guidance of the last heartbeat, or NULL */
     char *last_failure;                      /* owned: DIVERGE_LAST_FAILURE for the next try */
     char *llm_env[RUNNER_LLM_ENV_COUNT + 1]; /* owned: the agent's LLM variables, or {NULL} */
+    long iteration;                          /* the one running */
+    int stop;                                /* -1, or the exit a meter answer asked for */
+    char *same_failure;                      /* owned: the verify failure repeated, or NULL */
+    long same_count;                         /* iterations in a row that failed so */
 };
 
 /* Records a 200 (or 429: charged too) for a usage line ending at NEW_OFFSET. */
@@ -190,10 +195,25 @@ static int heartbeat(struct run *r, long iteration, bool final)
     return ret;
 }
 
-/* Runs CMD with /bin/sh -c in the workspace, extra environment SET; returns its status. */
-static int run_shell(const struct runner_config *cfg, const char *cmd, const char *const *set,
-                     struct runner_tail *tail)
+/* While the agent runs: meters every usage line as soon as it is complete (SPEC §14
+ * "spend is live"), so a budget stops a long iteration in its middle. False (the agent
+ * is killed) once the meter asked the runner to stop. */
+static bool follow_usage(void *userdata)
 {
+    struct run *r = userdata;
+    int metered = 0;
+
+    if (r->stop == -1) {
+        r->stop = meter_usage(r, r->iteration, false, &metered);
+    }
+    return r->stop == -1;
+}
+
+/* Runs CMD with /bin/sh -c in the workspace, extra environment SET; returns its status. */
+static int run_shell(struct run *r, const char *cmd, const char *const *set,
+                     struct runner_tail *tail, bool follow)
+{
+    const struct runner_config *cfg = r->cfg;
     /* The runner's own per-iteration variables, and the LLM ones (SPEC §13: the relay is
      * the agent's endpoint, whatever the sandbox's environment said). */
     static const char *const unset[] = {"DIVERGE_LAST_FAILURE",
@@ -213,6 +233,11 @@ static int run_shell(const struct runner_config *cfg, const char *cmd, const cha
     struct err err = {0};
     int status = 127;
 
+    if (follow && cfg->usage_file != NULL) {
+        sp.follow = follow_usage;
+        sp.follow_userdata = r;
+        sp.follow_ms = cfg->follow_ms;
+    }
     tail->len = 0;
     if (runner_spawn_run(&status, &sp, &err) != E_OK) {
         runner_say("cannot run a command: %s", err.msg);
@@ -248,10 +273,20 @@ static bool iterate(struct run *r, struct runner_iteration *it, long iteration)
     memset(it, 0, sizeof(*it));
     it->iteration = iteration;
     runner_say("iteration %ld/%ld: running the agent", iteration, cfg->max_iterations);
-    it->agent_status = run_shell(cfg, cfg->agent_cmd, set, tail);
+    r->iteration = iteration;
+    it->agent_status = run_shell(r, cfg->agent_cmd, set, tail, true);
+    if (r->stop != -1) {
+        runner_say("iteration %ld/%ld: the agent was stopped (the meter paused the task)",
+                   iteration, cfg->max_iterations);
+        free(tail);
+        free(v_iter);
+        free(v_fail);
+        free(v_guid);
+        return false;
+    }
     if (it->agent_status == 0 && cfg->verify_cmd != NULL) {
         it->verify_ran = true;
-        it->verify_status = run_shell(cfg, cfg->verify_cmd, set, tail);
+        it->verify_status = run_shell(r, cfg->verify_cmd, set, tail, false);
     }
     if (it->agent_status == 0 && (!it->verify_ran || it->verify_status == 0) &&
         cfg->preview_url != NULL) {
@@ -268,6 +303,93 @@ static bool iterate(struct run *r, struct runner_iteration *it, long iteration)
     free(v_fail);
     free(v_guid);
     return ok;
+}
+
+/* Writes TEXT to PATH through PATH.tmp and a rename (the server reads it). */
+static void write_note(const char *path, const char *text)
+{
+    char *tmp = xasprintf("%s.tmp", path);
+    size_t len = strlen(text);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+    bool ok = fd >= 0 && write(fd, text, len) == (ssize_t)len;
+
+    if (fd >= 0) {
+        close(fd);
+    }
+    if (!ok || rename(tmp, path) != 0) {
+        runner_say("cannot write %s: %s", path, strerror(errno));
+        (void)unlink(tmp);
+    }
+    free(tmp);
+}
+
+/* After an iteration: the last failure for the server (SPEC §14: quoted with the
+ * checkpoint) and the checkpoint of the workspace. */
+static void after_iteration(struct run *r, long iteration, bool ok)
+{
+    struct err err = {0};
+
+    if (r->cfg->failure_file != NULL) {
+        if (ok || r->last_failure == NULL) {
+            (void)unlink(r->cfg->failure_file);
+        } else {
+            write_note(r->cfg->failure_file, r->last_failure);
+        }
+    }
+    if (runner_git_checkpoint(r->cfg, iteration, &err) != E_OK) {
+        runner_say("checkpoint failed: %s", err.msg);
+    }
+}
+
+/* Counts verify failures that repeat; true when the last NO_PROGRESS_AFTER were the same. */
+static bool no_progress(struct run *r, const struct runner_iteration *it)
+{
+    if (!it->verify_ran || it->verify_status == 0 || r->last_failure == NULL) {
+        free(r->same_failure);
+        r->same_failure = NULL;
+        r->same_count = 0;
+        return false;
+    }
+    if (runner_same_failure(r->same_failure, r->last_failure)) {
+        r->same_count++;
+    } else {
+        free(r->same_failure);
+        r->same_failure = xstrdup(r->last_failure);
+        r->same_count = 1;
+    }
+    return r->cfg->no_progress_after > 0 && r->same_count >= r->cfg->no_progress_after;
+}
+
+/* Asks the server to pause the task (reason NoProgress) and waits until it was resumed:
+ * the server freezes the sandbox meanwhile, and a resume writes a fresh token. */
+static void ask_pause(struct run *r)
+{
+    const struct runner_config *cfg = r->cfg;
+    char *before = NULL, *now = NULL;
+
+    r->same_count = 0;
+    if (cfg->no_progress_file == NULL || cfg->token_env != NULL ||
+        runner_token_read(&before, cfg, NULL) != E_OK) {
+        runner_say("no progress: the same verify failure %ld times in a row",
+                   cfg->no_progress_after);
+        return;
+    }
+    write_note(cfg->no_progress_file, r->last_failure);
+    runner_say("no progress: the same verify failure %ld times in a row; waiting for guidance "
+               "and a resume",
+               cfg->no_progress_after);
+    for (;;) {
+        (void)poll(NULL, 0, RUNNER_REVOKED_POLL_MS);
+        if (runner_token_read(&now, cfg, NULL) == E_OK && strcmp(now, before) != 0) {
+            break;
+        }
+        runner_token_free(now);
+        now = NULL;
+    }
+    runner_token_free(now);
+    runner_token_free(before);
+    (void)unlink(cfg->no_progress_file);
+    runner_say("resumed: continuing");
 }
 
 static enum runner_exit finish(struct run *r, bool ok, long last)
@@ -290,15 +412,41 @@ static enum runner_exit finish(struct run *r, bool ok, long last)
     return RUNNER_EXIT_OK;
 }
 
+/* The iterations (SPEC §9 step 3): -1 with *OK and the LAST one run, or an exit code. */
+static int iterations(struct run *r, bool *ok, long *last)
+{
+    const struct runner_config *cfg = r->cfg;
+    struct runner_iteration it;
+    int ret = -1;
+
+    *ok = false;
+    *last = cfg->start_iteration > cfg->max_iterations ? cfg->max_iterations : cfg->start_iteration;
+    for (long i = cfg->start_iteration; i <= cfg->max_iterations && !*ok; i++) {
+        ret = heartbeat(r, i, false);
+        if (ret != -1) {
+            break;
+        }
+        *ok = iterate(r, &it, i);
+        *last = i;
+        after_iteration(r, i, *ok);
+        if (r->stop != -1) {
+            return r->stop;
+        }
+        if (!*ok && i < cfg->max_iterations && no_progress(r, &it)) {
+            ask_pause(r);
+        }
+    }
+    return ret;
+}
+
 enum runner_exit runner_run(const struct runner_config *cfg)
 {
-    struct run r = {.cfg = cfg};
-    struct runner_iteration it;
+    struct run r = {.cfg = cfg, .stop = -1};
     struct err err = {0};
     enum runner_exit ex;
-    long i, last;
+    long last;
     bool ok = false;
-    int ret = -1;
+    int ret;
     uint16_t llm_port = 0;
 
     if (runner_egress_relay_start(cfg, &err) != E_OK) {
@@ -320,18 +468,11 @@ enum runner_exit runner_run(const struct runner_config *cfg)
     if (llm_port != 0) {
         runner_llm_env(r.llm_env, llm_port);
     }
-    last = cfg->start_iteration > cfg->max_iterations ? cfg->max_iterations : cfg->start_iteration;
-    for (i = cfg->start_iteration; i <= cfg->max_iterations && !ok; i++) {
-        ret = heartbeat(&r, i, false);
-        if (ret != -1) {
-            break;
-        }
-        ok = iterate(&r, &it, i);
-        last = i;
-    }
+    ret = iterations(&r, &ok, &last);
     ex = ret != -1 ? (enum runner_exit)ret : finish(&r, ok, last);
     free(r.guidance);
     free(r.last_failure);
+    free(r.same_failure);
     for (size_t k = 0; r.llm_env[k] != NULL; k++) {
         free(r.llm_env[k]);
     }

@@ -133,6 +133,10 @@ struct runner_iteration {
     long preview_status; /* HTTP status of the preview GET, -1 unreachable */
 };
 
+/* Whether two failure texts (runner_failure_text) name the same failure: the same text
+ * after their "iteration N: " prefixes (the command, its exit status, the last lines). */
+bool runner_same_failure(const char *a, const char *b);
+
 /* True when IT succeeded: agent 0, verify 0 (or not set), preview 2xx (or none). */
 bool runner_iteration_ok(const struct runner_iteration *it);
 
@@ -185,6 +189,15 @@ struct runner_config {
     const char *network;       /* DIVERGE_SANDBOX_NETWORK: "none" (default) or "proxy" */
     const char *egress_socket; /* DIVERGE_EGRESS_SOCKET: the server's per-task CONNECT
                                   proxy socket (required with network proxy) */
+    char *wip_branch;          /* owned: "diverge/wip/<task>", the checkpoint branch (SPEC §14) */
+    char *failure_file;        /* owned: "<usage_file>.failure" (the last failure, for the
+                                  server), NULL without a usage file */
+    char *no_progress_file;    /* owned: "<usage_file>.no-progress" (asks the server to pause
+                                  the task), NULL without a usage file */
+    long no_progress_after;    /* DIVERGE_NO_PROGRESS_AFTER or 3: identical verify failures in
+                                  a row that ask for a pause; 0: never */
+    long follow_ms;            /* DIVERGE_USAGE_FOLLOW_MS or 250: how often the usage file is
+                                  read while the agent runs */
 };
 
 /* Looks up NAME in an environment; NULL when unset. */

@@ -35,6 +35,11 @@ struct runner_spawn {
     char *const *envp;        /* the child's environment; borrowed */
     struct buf *capture;      /* stdout collected here (capped) instead of passed on, or NULL */
     struct runner_tail *tail; /* stdout+stderr passed to our stdout and kept here, or NULL */
+    /* Called about every FOLLOW_MS while the child runs (NULL: never); returning false
+     * kills the child's process group (it runs in one of its own then). */
+    bool (*follow)(void *userdata);
+    void *follow_userdata;
+    long follow_ms;
 };
 
 /* Runs SP to completion; *status_out is its exit status (128+N when killed by signal N,
@@ -59,6 +64,18 @@ int runner_git_prepare(const struct runner_config *cfg, struct err *err);
 /* Stages everything, commits "fix(<task>): <objective>" when something changed, and
  * pushes HEAD to the working branch of DIVERGE_PUSH_URL or origin. E_FAIL on failure. */
 int runner_git_publish(const struct runner_config *cfg, struct err *err);
+
+/* Checkpoints the workspace (SPEC §14): a commit of every file (a separate index: the
+ * agent's index and HEAD stay as they are) whose parents are the previous checkpoint and
+ * HEAD, kept as refs/diverge/wip and pushed to refs/heads/<wip branch> of
+ * DIVERGE_PUSH_URL (the staging repository). Nothing new since the last one: nothing
+ * done. E_FAIL when a git step failed (the caller only logs it). */
+int runner_git_checkpoint(const struct runner_config *cfg, long iteration, struct err *err);
+
+/* In a workspace just cloned: when DIVERGE_PUSH_URL holds a checkpoint of this task (an
+ * earlier run), its files are put in the working tree and index (HEAD stays the working
+ * branch), so the run starts from it. No checkpoint: nothing done. */
+int runner_git_restore(const struct runner_config *cfg, struct err *err);
 
 /* --- the meter client (meter_client.c) ------------------------------------------- */
 

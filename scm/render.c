@@ -30,6 +30,7 @@ enum {
     CAP_URL_TEXT = 300, /* the repository link's text */
     CAP_URL = 2048,     /* one link destination (repository, magic link, exit link) */
     CAP_FIXED = 4096,   /* everything else: template text, numbers, the tag, the time */
+    CAP_FAILURE = 4096, /* the last failure quoted with a checkpoint (status.lastFailure) */
 };
 
 /* A code span of CAP content bytes takes at most this much (fences and padding). */
@@ -39,7 +40,8 @@ enum {
 
 _Static_assert(CAP_FIXED + CAP_OBJECTIVE + CAP_GUIDANCE + CAP_MESSAGE + CAP_REASON +
                        CODE_SPAN_MAX(CAP_NAME) + CODE_SPAN_MAX(CAP_BRANCH) + CAP_URL_TEXT +
-                       3 * (CAP_URL + EXIT_EXTRA) + CAP_URL + 4 * CAP_NAME <
+                       3 * (CAP_URL + EXIT_EXTRA) + CAP_URL + 4 * CAP_NAME +
+                       (CAP_URL + 2 * CAP_NAME) + (CAP_FAILURE + 2 * CAP_FAILURE / 3 + 16) <
                    SCM_STICKY_MAX,
                "the field caps must keep a sticky comment under GitHub's limit");
 
@@ -425,6 +427,9 @@ static const struct reason_text g_pause_texts[] = {
                               "continue with `/diverge resume`."},
     {"Suspended", "paused by request. Continue with `/diverge resume`."},
     {TASK_REASON_QUEUED, "resumed; it continues once a sandbox slot is free."},
+    {"NoProgress", "no progress: the same verify failure several iterations in a row (below). "
+                   "Give the agent a hint with `/diverge guide …`, then continue with "
+                   "`/diverge resume`."},
 };
 
 static const struct reason_text g_fail_texts[] = {
@@ -482,6 +487,96 @@ static void put_state(struct sticky *r, enum task_phase phase, const json_t *sta
         put_text(r, message, CAP_MESSAGE);
         put(r, "\n\n");
     }
+}
+
+/* "⚠️ Stalled since HH:MM UTC" for a running task with status.stalledSince (SPEC §14). */
+static void put_stalled(struct sticky *r, enum task_phase phase, const json_t *status)
+{
+    char when[CLOCK_RFC3339_MAX];
+    int64_t ms = 0;
+
+    if ((phase != TASK_ACTIVE && phase != TASK_PROVISIONING) ||
+        clock_parse_rfc3339(&ms, str_at(status, "stalledSince")) != E_OK) {
+        return;
+    }
+    clock_rfc3339(when, ms); /* "YYYY-MM-DDTHH:MM:SSZ", written anew: the status is not
+                                trusted text */
+    put(r, "**⚠️ Stalled since ");
+    if (r->rc == E_OK && strlen(when) >= 16) {
+        r->rc = buf_append(&r->b, when + 11, 5);
+    }
+    put(r, " UTC:** no output, no meter or gateway call since then.\n\n");
+}
+
+/* TEXT (at most CAP_FAILURE bytes of it) as a fenced code block: valid UTF-8, control
+ * characters but newline and tab as spaces, the fence longer than any backtick run in it,
+ * so nothing in it is read as Markdown or HTML (mentions inside code do not notify). */
+static void put_fenced(struct sticky *r, const char *text)
+{
+    size_t n = strlen(text), run = 0, longest = 2;
+    char *t = xmalloc(CAP_FAILURE + 1);
+    char fence[CAP_FAILURE / 3 + 8];
+
+    (void)err_utf8_copy(t, CAP_FAILURE + 1, text, n > CAP_FAILURE ? CAP_FAILURE : n);
+    for (char *p = t; *p != '\0'; p++) {
+        if (((unsigned char)*p < 0x20 && *p != '\n' && *p != '\t') || *p == 0x7f) {
+            *p = ' ';
+        }
+        run = *p == '`' ? run + 1 : 0;
+        longest = run > longest ? run : longest;
+    }
+    n = strlen(t);
+    while (n > 0 && t[n - 1] == '\n') {
+        t[--n] = '\0';
+    }
+    ASSERT(longest + 1 < sizeof(fence));
+    memset(fence, '`', longest + 1);
+    fence[longest + 1] = '\0';
+    put_all(r, fence, "text\n", t, "\n", fence, "\n", NULL);
+    free(t);
+}
+
+/* The checkpoint branch of a run that ended without a passing verify (SPEC §14): a link
+ * when the repository is on an http(s) forge, and the last failure's lines. */
+static void put_wip(struct sticky *r, enum task_phase phase, const json_t *spec,
+                    const json_t *status, const json_t *ann)
+{
+    const char *branch = str_at(ann, TASK_ANN_WIP_BRANCH);
+    const char *url = str_at(json_object_get(spec, "repository"), "url");
+    const char *failure = str_at(status, "lastFailure");
+    bool gitlab = strcmp(str_at(ann, "divergedev.com/provider"), "gitlab") == 0;
+    char *base = NULL, *dest = NULL;
+    size_t n = strlen(url);
+
+    if (branch[0] == '\0' || phase == TASK_COMPLETED || strlen(branch) > 2 * CAP_NAME) {
+        return;
+    }
+    if (is_http_url(url) && n < CAP_URL) {
+        while (n > 0 && url[n - 1] == '/') {
+            n--;
+        }
+        if (n > 4 && strncmp(url + n - 4, ".git", 4) == 0) {
+            n -= 4;
+        }
+        base = xasprintf("%.*s%s%s", (int)n, url, gitlab ? "/-/tree/" : "/tree/", branch);
+        dest = encode_url(base, CAP_URL + 2 * CAP_NAME);
+    }
+    put(r, "**Work in progress:** ");
+    if (dest != NULL) {
+        put(r, "[");
+        put_code(r, branch, 2 * CAP_NAME);
+        put_all(r, "](", dest, ")", NULL);
+    } else {
+        put_code(r, branch, 2 * CAP_NAME);
+    }
+    put(r, " holds the last checkpoint; the next run starts from it.\n\n");
+    if (failure[0] != '\0') {
+        put(r, "Last failure:\n\n");
+        put_fenced(r, failure);
+        put(r, "\n");
+    }
+    free(base);
+    free(dest);
 }
 
 /* Whether URL may go into a Markdown link as is: http(s), and nothing that could end the
@@ -592,6 +687,8 @@ static void put_body(struct sticky *r, const json_t *task, const struct task_vie
     put(r, "\n");
     put_forecast(r, v->phase, status);
     put_state(r, v->phase, status);
+    put_stalled(r, v->phase, status);
+    put_wip(r, v->phase, spec, status, ann);
     if (guidance[0] != '\0') {
         put_guidance(r, guidance, status);
     }

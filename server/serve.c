@@ -337,6 +337,51 @@ static int parse_max_running(struct server *srv)
                             srv->cfg.max_running_tasks);
 }
 
+/* A duration flag: digits with an optional unit (ms, s, m, h; none: seconds) into *OUT
+ * milliseconds. Returns 2 after telling stderr what is wrong. */
+static int parse_duration_flag(int64_t *out, const char *flag, const char *v)
+{
+    static const struct {
+        const char *unit;
+        int64_t ms;
+    } units[] = {{"", 1000}, {"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000}};
+    char *end = NULL;
+    long long n;
+
+    errno = 0;
+    n = strtoll(v, &end, 10);
+    if (errno == 0 && end != v && v[0] >= '0' && v[0] <= '9' && n <= 1000000000LL) {
+        for (size_t i = 0; i < ARRAY_LEN(units); i++) {
+            if (strcmp(end, units[i].unit) == 0) {
+                *out = (int64_t)n * units[i].ms;
+                return 0;
+            }
+        }
+    }
+    fprintf(stderr, "diverge: serve: %s must be a duration such as 10m, 90s or 500ms, not %s\n",
+            flag, v);
+    return 2;
+}
+
+/* --push-wip, --stall-after, --no-progress-after (SPEC §14). */
+static int parse_runs(struct server *srv)
+{
+    if (strcmp(srv->cfg.push_wip, "true") != 0 && strcmp(srv->cfg.push_wip, "false") != 0) {
+        fprintf(stderr, "diverge: serve: --push-wip must be true or false\n");
+        return 2;
+    }
+    if (parse_duration_flag(&srv->stall_after_ms, "--stall-after", srv->cfg.stall_after) != 0 ||
+        parse_count_flag(&srv->no_progress_after, "--no-progress-after",
+                         srv->cfg.no_progress_after) != 0) {
+        return 2;
+    }
+    if (srv->no_progress_after > 10000) {
+        fprintf(stderr, "diverge: serve: --no-progress-after must be 0 to 10000\n");
+        return 2;
+    }
+    return 0;
+}
+
 /* The numeric flags: default budgets and iterations, the notifier interval and the
  * sandbox limits. Returns 2 after telling stderr what is wrong. */
 static int parse_numbers(struct server *srv)
@@ -378,7 +423,10 @@ static int parse_numbers(struct server *srv)
                          false) != 0) {
         return 2;
     }
-    return parse_max_running(srv);
+    if (parse_max_running(srv) != 0) {
+        return 2;
+    }
+    return parse_runs(srv);
 }
 
 static bool one_of(const char *v, const char *const *names, size_t n)

@@ -88,6 +88,14 @@ static const struct flag g_flags[] = {
      "sandboxes (running or frozen) that may exist at once; more tasks wait Pending with reason "
      "Queued and a queue position, first come first served, round robin across namespaces "
      "(default: the number of CPUs; 0: no limit)"},
+    {"--push-wip", "DIVERGE_PUSH_WIP", "true", CFG(push_wip),
+     "push the last checkpoint of a run that ends without a passing verify to the repository "
+     "as branch diverge/wip/<task> (true or false)"},
+    {"--stall-after", "DIVERGE_STALL_AFTER", "10m", CFG(stall_after),
+     "a running task with no meter call, no gateway call and no sandbox output for this long "
+     "is shown as stalled (ms, s, m, h suffixes; plain numbers are seconds; 0: never)"},
+    {"--no-progress-after", "DIVERGE_NO_PROGRESS_AFTER", "3", CFG(no_progress_after),
+     "identical verify failures in a row that pause a task with reason NoProgress (0: never)"},
     {"--sandbox-network", "DIVERGE_SANDBOX_NETWORK", "none", CFG(sandbox_network),
      "none (loopback only) or proxy (egress only through the server's allowlisting proxy)"},
     {"--sandbox-allow-host", "DIVERGE_SANDBOX_ALLOW_HOSTS", NULL, CFG(sandbox_allow_hosts),

@@ -100,6 +100,9 @@ struct server_config {
     char *data_dir_reserve;  /* bytes kept free on the data dir's filesystem */
     char *max_push_bytes;    /* largest push to a repository */
     char *max_running_tasks; /* sandboxes at once; NULL: the number of CPUs */
+    char *push_wip;          /* "true": push a failed run's checkpoint as diverge/wip/<task> */
+    char *stall_after;       /* --stall-after duration */
+    char *no_progress_after; /* --no-progress-after count */
     char *llm_upstreams;     /* --llm-upstream NAME=URL, comma-joined; NULL: public APIs */
     char *llm_key_files;     /* --llm-key-file NAME=PATH, comma-joined */
     char *llm_prices;        /* --llm-prices FILE; NULL: the built-in table */
@@ -142,6 +145,8 @@ struct server {
     int64_t data_dir_reserve;       /* bytes, 0: none */
     int64_t max_push_bytes;         /* bytes, 0: none */
     int64_t max_running_tasks;      /* sandboxes at once (SPEC §14), 0: no limit */
+    int64_t stall_after_ms;         /* --stall-after, 0: never */
+    int64_t no_progress_after;      /* --no-progress-after, 0: never */
     atomic_bool shutting_down;      /* set on SIGTERM: watch streams end */
     struct http_guard *guard;       /* owned by http_start/http_stop */
     struct MHD_Daemon *daemon;      /* owned; the running HTTP server */

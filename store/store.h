@@ -20,6 +20,8 @@
 #define TASK_ANN_PULL_REQUEST_URL "divergedev.com/pull-request-url"
 /* The --sandbox-provider the task last started under (written by the controller). */
 #define TASK_ANN_SANDBOX_PROVIDER "divergedev.com/sandbox-provider"
+/* The branch a run's last checkpoint was pushed to (SPEC §14 "Work in progress"). */
+#define TASK_ANN_WIP_BRANCH "divergedev.com/wip-branch"
 /* Written by the bot on tasks made from comments (not in SPEC §4): the clone URL of the
  * repository the PR/MR targets, its base branch, and the push grant (token_push_grant)
  * that lets the working branch equal spec.repository.baseBranch. */

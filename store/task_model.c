@@ -371,6 +371,9 @@ static const struct field_rule g_status_rules[] = {
     {"guidanceDeliveredAt", check_time_or_null},
     {"run", check_run},
     {"queuePosition", check_count},
+    {"lastFailure", check_string}, /* SPEC §14: the failure quoted with a checkpoint */
+    {"stalledSince", check_time_or_null},
+    {"timeoutAt", check_time_or_null},
 };
 
 /* Checks every member of OBJ against RULES; unknown members are errors (a typo such as

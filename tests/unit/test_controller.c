@@ -86,7 +86,7 @@ TEST(decide_sandbox_table)
         {TASK_PAUSING, true, false, true, true, true, P, 0, CONTROLLER_PAUSE},
         {TASK_PAUSED, true, false, true, false, true, P, 0, CONTROLLER_NOTHING},
         {TASK_PAUSED, true, true, true, false, true, R, 0, CONTROLLER_PAUSE},
-        {TASK_PAUSED, true, false, true, false, true, X, 0, CONTROLLER_NOTHING},
+        {TASK_PAUSED, true, false, true, false, true, X, 0, CONTROLLER_PUSH_WIP},
         {TASK_PAUSED, false, false, true, false, true, P, 0, CONTROLLER_THAW},
         {TASK_PAUSED, false, false, true, false, true, X, 0, CONTROLLER_RESUME_START},
         {TASK_PAUSED, false, false, true, false, true, R, 0, CONTROLLER_RESUME_START},

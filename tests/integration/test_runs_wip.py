@@ -1,0 +1,203 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Work is never thrown away (SPEC §14 "Work in progress"), with the real runner:
+
+- the runner checkpoints the workspace after every iteration on
+  refs/heads/diverge/wip/<task> of the staging repository, and a runner starting on a
+  fresh clone continues from that checkpoint;
+- a run that fails (every iteration failed verify) has its checkpoint pushed to the
+  remote as diverge/wip/<task> (working and base branches untouched), recorded in the
+  annotation divergedev.com/wip-branch and status.lastFailure, and the sticky comment of
+  the local PR links it with the failure's last lines; --push-wip=false keeps it local;
+- past 80 % of sandbox.timeoutSeconds the agent's guidance says how long is left, and the
+  timed-out task's checkpoint is pushed."""
+import os
+import shutil
+import subprocess
+import tempfile
+
+from harness import API, Server, run_tests
+from runner_helpers import FakeMeter, make_bare_repo, run_runner, runner_env
+from sandbox_helpers import git
+from test_local_pr import Clean, sanitized, thread, wait
+from test_sandbox_local import usable
+
+PROVIDER = "local" if usable() is None and not sanitized() else "process"
+ENV = {"GITHUB_TOKEN": None, "DIVERGE_NOTIFIER_TOKEN": None, "DIVERGE_AGENT_CMD": None,
+       "DIVERGE_VERIFY_CMD": None, "DIVERGE_DATA_DIR": None}
+MARKER = "<!-- diverge-agent-task -->"
+
+AGENT = """set -eu
+echo "partial work $DIVERGE_ITERATION" >>work.txt
+if [ -n "${DIVERGE_GUIDANCE:-}" ]; then echo "agent heard: $DIVERGE_GUIDANCE"; fi
+printf '{"model":"m","tokensUsed":10,"costUSD":0.001}\\n' >>"$DIVERGE_USAGE_FILE"
+sleep "${AGENT_SLEEP:-0}"
+"""
+VERIFY = """echo "expected: Hello, world!"
+echo "got: Hello, World! ${VERIFY_SUFFIX:-}"
+exit 1
+"""
+
+
+def make_repo(top, agent_yaml):
+    """TOP/origin.git: main holds the agent, the failing check and AGENT_YAML; branch
+    `feature` one more commit (the PR head)."""
+    src = os.path.join(top, "src")
+    os.makedirs(os.path.join(src, ".diverge"))
+    for name, text in ((".diverge/agent.sh", AGENT), ("check.sh", VERIFY),
+                       (".diverge/agent.yaml", agent_yaml), ("README", "hello\n")):
+        with open(os.path.join(src, name), "w") as f:
+            f.write(text)
+    git("init", "-q", "-b", "main", cwd=src)
+    git("add", "-A", cwd=src)
+    git("commit", "-q", "-m", "base", cwd=src)
+    git("checkout", "-q", "-b", "feature", cwd=src)
+    git("commit", "-q", "--allow-empty", "-m", "pr work", cwd=src)
+    bare = os.path.join(top, "origin.git")
+    git("init", "-q", "--bare", "-b", "main", bare)
+    git("push", "-q", bare, "main", "feature", cwd=src)
+    os.chmod(top, 0o755)
+    return bare
+
+
+YAML = """version: "1"
+agent:
+  command: sh .diverge/agent.sh
+  verifyCommand: sh check.sh
+  budgetUSD: "2.00"
+  maxIterations: 2
+"""
+
+
+def get_task(srv, ns, name):
+    st, _, body = srv.request("GET", API + "/namespaces/%s/agenttasks/%s" % (ns, name))
+    return body if st == 200 else None
+
+
+def refs(bare):
+    return git("--git-dir", bare, "for-each-ref", "--format=%(refname) %(objectname)")
+
+
+def failed_pr_run(serve_args):
+    """Opens a local PR whose task fails verify twice; returns (srv, bare, task, top)."""
+    top = tempfile.mkdtemp(prefix="diverge-wip-")
+    bare = make_repo(top, YAML)
+    srv = Server(["--sandbox-provider", PROVIDER, "--notifier-min-interval", "1"] + serve_args,
+                 env=ENV)
+    srv.__enter__()
+    r = srv.cli("local", "pr", "open", "acme/wip#3", "--repo", "file://" + bare, "--head",
+                "feature")
+    assert r.returncode == 0, r
+    r = srv.cli("local", "comment", "acme/wip#3", "/diverge fix the greeting", "--as", "alice")
+    assert r.returncode == 0, r
+    t = wait(lambda: (lambda t: t if t and t["status"]["phase"] == "Failed" else None)(
+        get_task(srv, "acme-wip", "fix-pr-3")), what="task failed")
+    return srv, bare, t, top
+
+
+def test_failed_run_pushes_its_checkpoint_and_the_sticky_links_it():
+    srv, bare, t, top = failed_pr_run([])
+    with Clean(srv):
+        before = refs(bare)
+        assert t["status"]["reason"] == "RunnerFailed", t["status"]
+        wip = "diverge/wip/fix-pr-3"
+        # The checkpoint holds the work of both iterations; nothing else moved.
+        text = git("--git-dir", bare, "show", "refs/heads/%s:work.txt" % wip)
+        assert text == "partial work 1\npartial work 2\n", text
+        assert "refs/heads/feature" in before and "refs/heads/main" in before
+        subject = git("--git-dir", bare, "log", "-1", "--format=%s", "feature").strip()
+        assert subject == "pr work", subject
+        ann = t["metadata"]["annotations"]
+        assert ann.get("divergedev.com/wip-branch") == wip, ann
+        last = t["status"]["lastFailure"]
+        assert "the verify command failed (exit 1)" in last, last
+        assert "got: Hello, World!" in last, last
+        r = srv.cli("task", "logs", "fix-pr-3", "-n", "acme-wip")
+        assert "checkpoint %s: saved" % wip in r.stdout, r.stdout
+        assert "[diverge] pushed the last checkpoint to refs/heads/" + wip in r.stdout, r.stdout
+        out = wait(lambda: (lambda o: o if "Work in progress" in o else None)(
+            thread(srv, "acme/wip#3")), what="sticky links the checkpoint")
+        assert wip in out and "got: Hello, World!" in out, out
+    shutil.rmtree(top, ignore_errors=True)
+
+
+def test_push_wip_false_keeps_the_checkpoint_in_staging():
+    srv, bare, t, top = failed_pr_run(["--push-wip=false"])
+    with Clean(srv):
+        assert "diverge/wip" not in refs(bare), refs(bare)
+        assert "divergedev.com/wip-branch" not in t["metadata"].get("annotations", {}), t
+        staging = os.path.join(srv.data_dir, "staging", "acme-wip", "fix-pr-3.git")
+        assert "refs/heads/diverge/wip/fix-pr-3" in refs(staging), refs(staging)
+    shutil.rmtree(top, ignore_errors=True)
+
+
+def test_timeout_tells_the_agent_then_pushes_the_checkpoint():
+    top = tempfile.mkdtemp(prefix="diverge-wipto-")
+    bare = make_repo(top, YAML)
+    with Server(["--sandbox-provider", PROVIDER], env=ENV) as srv, Clean(srv):
+        body = {"apiVersion": "divergedev.com/v1alpha1", "kind": "AgentTask",
+                "metadata": {"name": "slow", "namespace": "default"},
+                "spec": {"objective": "x", "maxIterations": 1000,
+                         "repository": {"url": "file://" + bare},
+                         "runner": {"command": "AGENT_SLEEP=0.5 sh .diverge/agent.sh",
+                                    "verifyCommand": "VERIFY_SUFFIX=$(date +%s%N) sh check.sh"},
+                         "sandbox": {"timeoutSeconds": 15}}}
+        st, _, b = srv.request("POST", API + "/namespaces/default/agenttasks", body)
+        assert st == 201, (st, b)
+        t = wait(lambda: (lambda t: t if t and t["status"]["phase"] == "Failed" else None)(
+            get_task(srv, "default", "slow")), timeout=90, what="timeout")
+        assert t["status"]["reason"] == "Timeout", t["status"]
+        log = srv.cli("task", "logs", "slow").stdout
+        assert "agent heard: 1 minute left: commit what works." in log, log
+        assert "diverge/wip/slow" in refs(bare), (refs(bare), log)
+        text = git("--git-dir", bare, "show", "refs/heads/diverge/wip/slow:work.txt")
+        assert text.startswith("partial work 1\n"), text
+    shutil.rmtree(top, ignore_errors=True)
+
+
+def test_runner_continues_from_the_checkpoint_on_a_fresh_clone():
+    tmp = tempfile.mkdtemp(prefix="diverge-wiprun-")
+    try:
+        repo = make_bare_repo(tmp)
+        staging = os.path.join(tmp, "staging.git")
+        git("init", "-q", "--bare", staging)
+        sock = os.path.join(tmp, "meter.sock")
+        meter = FakeMeter(sock)
+        agent = "echo more >>work.txt; cat work.txt"
+        env = runner_env(tmp, "cp", repo, DIVERGE_METER_SOCKET=sock, DIVERGE_MACAROON_TOKEN="t",
+                         DIVERGE_MAX_ITERATIONS="2", DIVERGE_AGENT_CMD=agent,
+                         DIVERGE_VERIFY_CMD="exit 1", DIVERGE_PUSH_URL="file://" + staging)
+        r = run_runner(env)
+        assert r.returncode == 1, (r.stdout, r.stderr)
+        assert "checkpoint diverge/wip/cp: saved" in r.stdout, r.stdout
+        wip = "refs/heads/diverge/wip/cp"
+        assert git("--git-dir", staging, "show", wip + ":work.txt") == "more\nmore\n"
+        # The agent's own branch and index are untouched by a checkpoint.
+        ws = env["DIVERGE_WORKSPACE_DIR"]
+        assert "work.txt" in git("status", "--porcelain", cwd=ws)
+        first = git("--git-dir", staging, "rev-parse", wip).strip()
+        # A fresh clone (the workspace is gone) starts from the checkpoint; the next
+        # checkpoint follows the first one (a fast-forward).
+        shutil.rmtree(ws)
+        os.unlink(os.path.join(tmp, "usage.jsonl.offset")) if os.path.exists(
+            os.path.join(tmp, "usage.jsonl.offset")) else None
+        env["DIVERGE_VERIFY_CMD"] = "grep -c more work.txt | grep -qx 3"
+        env["DIVERGE_MAX_ITERATIONS"] = "1"
+        r = run_runner(env)
+        assert r.returncode == 0, (r.stdout, r.stderr)
+        assert "continuing from the checkpoint diverge/wip/cp" in r.stdout, r.stdout
+        second = git("--git-dir", staging, "rev-parse", wip).strip()
+        assert second != first
+        subprocess.run(["git", "--git-dir", staging, "merge-base", "--is-ancestor", first,
+                        second], check=True)
+        assert git("--git-dir", staging, "show", "refs/heads/agent/cp:work.txt") == \
+            "more\nmore\nmore\n"
+        meter.close()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    run_tests([test_runner_continues_from_the_checkpoint_on_a_fresh_clone,
+               test_failed_run_pushes_its_checkpoint_and_the_sticky_links_it,
+               test_push_wip_false_keeps_the_checkpoint_in_staging,
+               test_timeout_tells_the_agent_then_pushes_the_checkpoint])
