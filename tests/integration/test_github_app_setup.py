@@ -270,6 +270,33 @@ def test_one_click_flow_used_at_once_and_after_restart():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def test_a_pat_gives_way_to_the_app():
+    """With a PAT in the environment the App set up later answers instead (as an App given
+    by flags wins over a PAT), at once."""
+    gh = new_fake()
+    gh.expect_token("ghp_pat", login="pat-user")
+    srv = serve(gh)
+    srv.env["DIVERGE_NOTIFIER_TOKEN"] = "ghp_pat"
+    try:
+        srv.start()
+        st, _, text = page(srv, auth=True)
+        assert st == 200
+        f = Form(text)
+        state = urllib.parse.parse_qs(urllib.parse.urlsplit(f.action).query)["state"][0]
+        code = gh.new_manifest_code(json.loads(f.manifest))
+        st, _, text = callback(srv, "code=%s&state=%s" % (code, state), auth=True)
+        assert st == 200, (st, text)
+        app = gh.created_apps[-1]
+        gh.add_installation(INSTALLATION)
+        cid, st, _ = comment(gh, srv, "/diverge fix it", app["webhook_secret"])
+        assert st == 202, st
+        wait(lambda: gh.reactions(cid), what="the App's reaction")
+        assert gh.reactions(cid)[0]["user"]["login"] == app["slug"] + "[bot]"
+    finally:
+        srv.cleanup()
+        gh.stop()
+
+
 def test_refusals():
     gh = new_fake()
     try:
@@ -322,4 +349,5 @@ def test_refusals():
 
 if __name__ == "__main__":
     run_tests([test_page_needs_admin_and_carries_the_manifest,
-               test_one_click_flow_used_at_once_and_after_restart, test_refusals])
+               test_one_click_flow_used_at_once_and_after_restart, test_a_pat_gives_way_to_the_app,
+               test_refusals])
