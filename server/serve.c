@@ -192,7 +192,7 @@ static int start_gitlab(struct server *srv, struct err *err)
     return rc;
 }
 
-static void print_endpoints(const struct server *srv)
+static void print_endpoints(struct server *srv)
 {
     const char *b = srv->base_url;
 
@@ -202,11 +202,14 @@ static void print_endpoints(const struct server *srv)
         printf("  HTTPS:     %s (kubectl: diverge kubeconfig > kubeconfig)\n", srv->tls_url);
     }
     printf("  meter:     %s/api/v1/agenttask/meter\n", b);
+    /* Already serving: a one-click App setup may be changing these. */
+    pthread_mutex_lock(&srv->gh_mu);
     printf("  GitHub webhook: %s/api/v1/webhooks/github%s\n", b,
            srv->cfg.github_webhook_secret != NULL ? "" : " (off: no --github-webhook-secret)");
     if (srv->cfg.github_app_id == NULL && srv->kube == NULL) {
         printf("  GitHub App setup: %s/setup/github-app\n", b);
     }
+    pthread_mutex_unlock(&srv->gh_mu);
     print_gitlab_endpoint(srv);
     printf("  health:    %s/healthz  %s/readyz\n", b, b);
     printf("  metrics:   %s/metrics\n", b);
