@@ -22,9 +22,13 @@
  * sandbox). TOKEN sets *token_out to a new secret string (the controller wipes and frees
  * it): the installation access token git sends as "x-access-token" for PROJECT
  * ("owner/repo") on the GitHub web host, valid for a while yet (a cached one close to its
- * expiry is exchanged again). FREE (may be NULL) frees USERDATA with the controller. */
+ * expiry is exchanged again). ACTIVE (may be NULL: always) says whether an App is
+ * configured now; while it is not, git uses the environment's PAT as without TOKEN (an App
+ * may be set up while the server runs). FREE (may be NULL) frees USERDATA with the
+ * controller. */
 struct controller_git_auth {
     int (*token)(void *userdata, const char *project, char **token_out, struct err *err);
+    bool (*active)(void *userdata);
     void (*free)(void *userdata);
     void *userdata;
 };

@@ -108,7 +108,8 @@ static void creds_for(struct creds *cr, struct controller *c, const char *url, c
     if (!key_safe(cr->gh_base)) {
         free(cr->gh_base);
         cr->gh_base = NULL;
-    } else if (c->git_auth.token != NULL) {
+    } else if (c->git_auth.token != NULL &&
+               (c->git_auth.active == NULL || c->git_auth.active(c->git_auth.userdata))) {
         cr->gh_token = app_token(c, cr->gh_base, url, log_path);
     } else if ((gh = env_token(gh_vars, ARRAY_LEN(gh_vars))) != NULL) {
         cr->gh_token = xstrdup(gh);

@@ -79,7 +79,9 @@ void scm_pull_cleanup(struct scm_pull *p)
 
 struct scm_provider *scm_registry_get(const struct scm_registry *r, const char *name)
 {
-    for (size_t i = 0; i < r->n; i++) {
+    size_t n = atomic_load_explicit(&r->n, memory_order_acquire);
+
+    for (size_t i = 0; i < n; i++) {
         if (strcmp(r->providers[i]->ops->name, name) == 0) {
             return r->providers[i];
         }
@@ -89,16 +91,21 @@ struct scm_provider *scm_registry_get(const struct scm_registry *r, const char *
 
 void scm_registry_add(struct scm_registry *r, struct scm_provider *p)
 {
-    ASSERT(r->n < SCM_PROVIDERS_MAX);
-    r->providers[r->n++] = p;
+    size_t n = atomic_load_explicit(&r->n, memory_order_relaxed);
+
+    ASSERT(n < SCM_PROVIDERS_MAX);
+    r->providers[n] = p;
+    atomic_store_explicit(&r->n, n + 1, memory_order_release);
 }
 
 void scm_registry_cleanup(struct scm_registry *r)
 {
-    for (size_t i = 0; i < r->n; i++) {
+    size_t n = atomic_load_explicit(&r->n, memory_order_relaxed);
+
+    for (size_t i = 0; i < n; i++) {
         scm_provider_free(r->providers[i]);
     }
-    r->n = 0;
+    atomic_store_explicit(&r->n, 0, memory_order_relaxed);
 }
 
 int64_t scm_rate_wait(const struct scm_rate *r, int cap, int64_t now_ms)

@@ -5,6 +5,7 @@
 #ifndef DIVERGE_SCM_SCM_H
 #define DIVERGE_SCM_SCM_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -128,7 +129,9 @@ struct scm_provider_ops {
     int (*open_pull)(char **url_out, struct scm_provider *p, const struct scm_ref *ref,
                      const struct scm_new_pull *pr, struct scm_result *res, struct err *err);
     /* The bot's own login (configured, or learnt from the API, asked again with backoff
-     * after a failure); NULL while unknown. Once non-NULL it never changes. */
+     * after a failure); NULL while unknown. Once non-NULL it changes only when the
+     * provider's credentials become a GitHub App at run time (the one-click setup); a
+     * string returned stays valid until the provider is freed. */
     const char *(*bot_login)(struct scm_provider *p);
     void (*free)(struct scm_provider *p);
 };
@@ -149,14 +152,17 @@ static inline void scm_provider_free(struct scm_provider *p)
 
 #define SCM_PROVIDERS_MAX 4
 
+/* Providers are only ever added (at start, or once a GitHub App is set up at run time),
+ * never removed before scm_registry_cleanup(): readers in any thread see a slot only after
+ * it is written. */
 struct scm_registry {
     struct scm_provider *providers[SCM_PROVIDERS_MAX]; /* owned */
-    size_t n;
+    atomic_size_t n;                                   /* slots published (release) */
 };
 
-/* The provider named NAME, or NULL. */
+/* The provider named NAME, or NULL. Thread-safe against scm_registry_add(). */
 struct scm_provider *scm_registry_get(const struct scm_registry *r, const char *name);
-/* Takes ownership of P. */
+/* Takes ownership of P. Callers serialise adds among themselves. */
 void scm_registry_add(struct scm_registry *r, struct scm_provider *p);
 void scm_registry_cleanup(struct scm_registry *r);
 

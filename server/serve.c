@@ -149,7 +149,9 @@ static int load_secrets(struct server *srv, struct err *err)
     if (srv->sessions == NULL) {
         ui_sessions_new(&srv->sessions);
     }
-    return token_root_key_load_or_create(srv->root_key, srv->cfg.root_key_file, err);
+    rc = token_root_key_load_or_create(srv->root_key, srv->cfg.root_key_file, err);
+    /* GitHub's: the flags', else the one-click App's files (serve_github.c). */
+    return rc == E_OK ? serve_github_open(srv, err) : rc;
 }
 
 static bool provider_wanted(const struct server *srv, const char *name);
@@ -249,7 +251,7 @@ static int start_gitlab(struct server *srv, struct err *err)
     return rc;
 }
 
-static void print_endpoints(const struct server *srv)
+static void print_endpoints(struct server *srv)
 {
     const char *b = srv->base_url;
 
@@ -259,8 +261,14 @@ static void print_endpoints(const struct server *srv)
         printf("  HTTPS:     %s (kubectl: diverge kubeconfig > kubeconfig)\n", srv->tls_url);
     }
     printf("  meter:     %s/api/v1/agenttask/meter\n", b);
+    /* Already serving: a one-click App setup may be changing these. */
+    pthread_mutex_lock(&srv->gh_mu);
     printf("  GitHub webhook: %s/api/v1/webhooks/github%s\n", b,
            srv->cfg.github_webhook_secret != NULL ? "" : " (off: no --github-webhook-secret)");
+    if (srv->cfg.github_app_id == NULL && srv->kube == NULL) {
+        printf("  GitHub App setup: %s/setup/github-app\n", b);
+    }
+    pthread_mutex_unlock(&srv->gh_mu);
     print_gitlab_endpoint(srv);
     printf("  health:    %s/healthz  %s/readyz\n", b, b);
     printf("  metrics:   %s/metrics\n", b);
@@ -533,25 +541,20 @@ static bool provider_wanted(const struct server *srv, const char *name)
 /* The SCM providers that have credentials, the outbox worker and the bot. */
 static int start_scm(struct server *srv, struct err *err)
 {
-    struct github_auth *auth = NULL;
     struct scm_provider *gh = NULL;
-    struct err aerr = {0};
     int rc;
 
     if (provider_wanted(srv, "github")) {
-        rc = github_auth_from_config(&auth, srv->cfg.github_api_url, srv->cfg.github_app_id,
-                                     srv->cfg.github_app_key_file, clock_system(), &aerr);
-        if (rc == E_OK) {
+        if (github_auth_has_credentials(srv->gh_auth)) {
             struct github_config gc = {.api_url = srv->cfg.github_api_url,
                                        .bot_login = srv->cfg.bot_login};
+            struct github_auth *auth = github_auth_ref(srv->gh_auth);
             rc = github_provider_new(&gh, &gc, auth, err);
             if (rc != E_OK) {
                 github_auth_free(auth);
                 return rc;
             }
             scm_registry_add(&srv->scm, gh);
-        } else if (rc != E_NOTFOUND) {
-            return err_set(err, rc, "GitHub credentials: %s", aerr.msg);
         } else if (srv->cfg.github_webhook_secret != NULL) {
             log_kv(LOG_WARN, "github_no_credentials", "hint",
                    "set DIVERGE_NOTIFIER_TOKEN, GITHUB_TOKEN or --github-app-id: commands are "
@@ -704,6 +707,7 @@ static int start_all(struct server *srv, struct err *err)
         meter_service_free(srv->meter);
         task_store_close(srv->store);
         srv->store = NULL;
+        serve_github_close(srv);
         return rc;
     }
     return E_OK;
@@ -726,6 +730,7 @@ static void stop_all(struct server *srv)
     meter_service_free(srv->meter);
     task_store_close(srv->store);
     srv->store = NULL;
+    serve_github_close(srv); /* after the provider and controller dropped their references */
 }
 
 static int run(struct server *srv)

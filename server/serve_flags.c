@@ -120,13 +120,15 @@ static const struct flag g_flags[] = {
     {"--tls-key-file", "DIVERGE_TLS_KEY_FILE", NULL, CFG(tls_key_file),
      "PEM private key of --tls-cert-file"},
     {"--github-webhook-secret", "DIVERGE_GITHUB_WEBHOOK_SECRET", NULL, CFG(github_webhook_secret),
-     "HMAC secret(s) of GitHub deliveries, comma-separated; none: deliveries get 503"},
+     "HMAC secret(s) of GitHub deliveries, comma-separated (default: <data-dir>/"
+     "github-webhook-secret from /setup/github-app; none: deliveries get 503)"},
     {"--github-api-url", "DIVERGE_GITHUB_API_URL", "https://api.github.com", CFG(github_api_url),
      "GitHub REST base (Enterprise: https://HOST/api/v3)"},
     {"--github-app-id", "DIVERGE_GITHUB_APP_ID", NULL, CFG(github_app_id),
-     "GitHub App id (with --github-app-key-file); else DIVERGE_NOTIFIER_TOKEN or GITHUB_TOKEN"},
+     "GitHub App id (with --github-app-key-file; default: <data-dir>/github-app-id from "
+     "/setup/github-app); else DIVERGE_NOTIFIER_TOKEN or GITHUB_TOKEN"},
     {"--github-app-key-file", "DIVERGE_GITHUB_APP_KEY_FILE", NULL, CFG(github_app_key_file),
-     "GitHub App private key (PEM)"},
+     "GitHub App private key (PEM; default: <data-dir>/github-app-key.pem from /setup/github-app)"},
     {"--bot-login", "DIVERGE_BOT_LOGIN", NULL, CFG(bot_login),
      "the bot's own login, whose comments are ignored (default: asked from the API)"},
     {"--namespace", "DIVERGE_NAMESPACE", NULL, CFG(namespace_),

@@ -31,6 +31,16 @@ int serve_parse_flags(struct server_config *cfg, int argc, char **argv);
 /* Frees the strings serve_parse_flags() stored in CFG. */
 void serve_config_cleanup(struct server_config *cfg);
 
+/* --- GitHub credentials (serve_github.c) --- */
+/* Initialises srv->gh_mu and the setup table, takes from the data dir what the GitHub
+ * flags leave unset (the one-click App's github-app-id with github-app-key.pem, and
+ * github-webhook-secret; each checked as a secret file: 0600, ours, no symbolic link)
+ * and makes srv->gh_auth (none when there are no credentials). E_INVALID, E_DENIED,
+ * E_FAIL with the fix in the message. */
+int serve_github_open(struct server *srv, struct err *err);
+/* Releases what serve_github_open made; safe after a failed or no open. */
+void serve_github_close(struct server *srv);
+
 /* --- sandbox wiring (serve_sandbox.c) --- */
 /* Parses "2G"/"512M"/"1048576" (bytes) or, with MILLI, "1"/"0.5" CPUs into milli-CPUs;
  * prints the usage error and returns 2 when it cannot. */

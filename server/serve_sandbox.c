@@ -88,10 +88,11 @@ bad:
 }
 
 /* The GitHub App as the controller's git sees it (SPEC §9: the server fetches and pushes
- * with its own credentials): an App credential cache of its own, the REST base, and the
- * store whose inbox remembers the installation each project's comments came through. */
+ * with its own credentials): the server's shared credentials (an App set up while serving
+ * counts at once), the REST base, and the store whose inbox remembers the installation
+ * each project's comments came through. */
 struct git_app {
-    struct github_auth *auth; /* owned */
+    struct github_auth *auth; /* one reference */
     char *api_url;            /* owned */
     struct task_store *store; /* borrowed: outlives the controller */
 };
@@ -110,6 +111,13 @@ static int git_app_token(void *userdata, const char *project, char **token_out, 
     return github_git_token(token_out, g->auth, g->api_url, project, inst, err);
 }
 
+static bool git_app_active(void *userdata)
+{
+    struct git_app *g = userdata;
+
+    return github_auth_is_app(g->auth);
+}
+
 static void git_app_free(void *userdata)
 {
     struct git_app *g = userdata;
@@ -119,33 +127,23 @@ static void git_app_free(void *userdata)
     free(g);
 }
 
-/* CC's git_auth when --github-app-id and --github-app-key-file are set; else git uses the
- * PAT of the environment (or nothing). */
+/* CC's git_auth: App tokens whenever the server's credentials are an App; else git uses
+ * the PAT of the environment (or nothing). */
 static int git_app_config(struct controller_config *cc, struct server *srv, struct err *err)
 {
-    struct github_auth *auth = NULL;
     struct git_app *g;
-    struct err aerr = {0};
-    int rc = github_auth_from_config(&auth, srv->cfg.github_api_url, srv->cfg.github_app_id,
-                                     srv->cfg.github_app_key_file, clock_system(), &aerr);
 
-    if (rc == E_NOTFOUND) {
-        return E_OK;
-    }
-    if (rc != E_OK) {
-        return err_set(err, rc, "GitHub credentials: %s", aerr.msg);
-    }
-    if (!github_auth_is_app(auth)) {
-        github_auth_free(auth);
+    (void)err;
+    if (srv->gh_auth == NULL) {
         return E_OK;
     }
     g = xcalloc(1, sizeof(*g));
-    g->auth = auth;
+    g->auth = github_auth_ref(srv->gh_auth);
     g->api_url = xstrdup(srv->cfg.github_api_url != NULL ? srv->cfg.github_api_url
                                                          : GITHUB_AUTH_DEFAULT_API_URL);
     g->store = srv->store;
-    cc->git_auth =
-        (struct controller_git_auth){.token = git_app_token, .free = git_app_free, .userdata = g};
+    cc->git_auth = (struct controller_git_auth){
+        .token = git_app_token, .active = git_app_active, .free = git_app_free, .userdata = g};
     return E_OK;
 }
 

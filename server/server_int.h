@@ -5,6 +5,7 @@
 #ifndef DIVERGE_SERVER_SERVER_INT_H
 #define DIVERGE_SERVER_SERVER_INT_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -108,7 +109,15 @@ struct server_config {
     char *llm_prices;        /* --llm-prices FILE; NULL: the built-in table */
 };
 
+/* The one-click GitHub App's files in the data dir (mode 0600), used when the flags are
+ * absent. */
+#define SERVER_GH_APP_ID_FILE "github-app-id"
+#define SERVER_GH_APP_KEY_FILE "github-app-key.pem"
+#define SERVER_GH_SECRET_FILE "github-webhook-secret"
+
 struct serve_kube;  /* serve_kube.c */
+struct github_auth; /* scm/github/github_auth.h */
+struct gh_setup;    /* server/api/setup/: the pending one-click setups */
 struct llm_gateway; /* server/api/llm/llm.h */
 struct http_routes; /* server/http/http.h */
 
@@ -157,6 +166,15 @@ struct server {
     struct tlscert tls_pem;         /* owned; kept while tls_daemon runs */
     struct serve_kube *kube;        /* owned; --store kubernetes: the Lease and leader's workers */
     const struct http_routes *routes; /* borrowed (static): what the daemons serve */
+    /* GitHub credentials, which the one-click App setup may change while serving. */
+    pthread_mutex_t gh_mu;       /* guards cfg.github_webhook_secret after start, the
+                                  * files below and the registry's late github add */
+    bool gh_mu_ready;            /* gh_mu is initialised */
+    struct github_auth *gh_auth; /* one reference; none, a PAT or an App; shared by the
+                                  * REST provider and the controller's git */
+    bool gh_app_stored;          /* the App came from the data dir files, not flags */
+    bool gh_secret_stored;       /* so did the webhook secret */
+    struct gh_setup *gh_setup;   /* owned: pending setups (state values) */
 };
 
 #endif

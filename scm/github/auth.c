@@ -1,13 +1,16 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* GitHub credentials: App JWTs (signed by auth_key.c), the installation-token exchange
- * and its per-installation cache, or a plain PAT. Invariant: at most one exchange per
- * installation is in flight, and every secret this file allocates is wiped before it is
- * freed. */
+ * and its per-installation cache, or a plain PAT, or none yet. The credentials may turn
+ * into an App while the server runs (the one-click setup); they are read and replaced
+ * under the object's mutex. Invariant: at most one exchange per installation is in
+ * flight, a token exchanged with replaced credentials is never cached, and every secret
+ * this file allocates is wiped before it is freed. */
 #include <inttypes.h>
 #include <jansson.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -38,12 +41,14 @@ struct gh_install {
 };
 
 struct github_auth {
-    char *pat;                 /* owned secret; set for a PAT, NULL for an app */
-    char *api_url;             /* owned; no trailing '/'; NULL for a PAT */
-    char *app_id;              /* owned; the JWT's iss; NULL for a PAT */
-    EVP_PKEY *key;             /* owned RSA private key; NULL for a PAT */
-    const struct clock *clock; /* borrowed; NULL for a PAT */
-    pthread_mutex_t mu;        /* guards inst, n_inst, cap_inst and every entry */
+    atomic_uint refs;          /* references; the last github_auth_free frees */
+    pthread_mutex_t mu;        /* guards every field below */
+    char *pat;                 /* owned secret; set for a PAT, NULL for an app or none */
+    char *api_url;             /* owned; no trailing '/'; NULL unless an app */
+    char *app_id;              /* owned; the JWT's iss; NULL unless an app */
+    EVP_PKEY *key;             /* owned RSA private key; NULL unless an app */
+    const struct clock *clock; /* borrowed; NULL unless an app */
+    uint64_t cred_gen;         /* bumped when the credentials are replaced */
     pthread_cond_t cv;         /* broadcast when an exchange finishes */
     struct gh_install **inst;  /* owned array of owned entries */
     size_t n_inst;             /* entries in use */
@@ -80,8 +85,20 @@ static struct github_auth *auth_alloc(void)
 {
     struct github_auth *a = xcalloc(1, sizeof(*a));
 
+    atomic_init(&a->refs, 1);
     pthread_mutex_init(&a->mu, NULL);
     pthread_cond_init(&a->cv, NULL);
+    return a;
+}
+
+void github_auth_new_none(struct github_auth **out)
+{
+    *out = auth_alloc();
+}
+
+struct github_auth *github_auth_ref(struct github_auth *a)
+{
+    atomic_fetch_add(&a->refs, 1);
     return a;
 }
 
@@ -136,15 +153,17 @@ static int dup_api_url(char **out, const char *url, struct err *err)
     return E_OK;
 }
 
-int github_auth_new_app(struct github_auth **out, const char *api_url, const char *app_id,
+/* Drops every cached installation token (under a->mu): they belong to the credentials
+ * being replaced. An exchange in flight sees cred_gen change and caches nothing. */
+static void install_drop_all(struct github_auth *a);
+
+int github_auth_use_app(struct github_auth *a, const char *api_url, const char *app_id,
                         const char *key_file, const struct clock *clock, struct err *err)
 {
-    struct github_auth *a = NULL;
-    char *url = NULL;
-    EVP_PKEY *key = NULL;
+    char *url = NULL, *id = NULL, *pat;
+    EVP_PKEY *key = NULL, *old_key;
     int rc;
 
-    *out = NULL;
     ASSERT(clock != NULL);
     rc = check_app_id(app_id, err);
     if (rc == E_OK) {
@@ -154,20 +173,41 @@ int github_auth_new_app(struct github_auth **out, const char *api_url, const cha
         rc = github_key_load(&key, key_file, err);
     }
     if (rc != E_OK) {
-        goto out;
+        free(url);
+        return rc;
     }
-    a = auth_alloc();
+    id = xstrdup(app_id);
+    pthread_mutex_lock(&a->mu);
+    pat = a->pat;
+    old_key = a->key;
+    free(a->api_url);
+    free(a->app_id);
+    a->pat = NULL;
     a->api_url = url;
-    url = NULL;
+    a->app_id = id;
     a->key = key;
-    key = NULL;
-    a->app_id = xstrdup(app_id);
     a->clock = clock;
+    a->cred_gen++;
+    install_drop_all(a);
+    pthread_mutex_unlock(&a->mu);
+    free_secret(pat);
+    EVP_PKEY_free(old_key); /* a JWT being signed holds its own reference */
+    return E_OK;
+}
+
+int github_auth_new_app(struct github_auth **out, const char *api_url, const char *app_id,
+                        const char *key_file, const struct clock *clock, struct err *err)
+{
+    struct github_auth *a = auth_alloc();
+    int rc = github_auth_use_app(a, api_url, app_id, key_file, clock, err);
+
+    *out = NULL;
+    if (rc != E_OK) {
+        github_auth_free(a);
+        return rc;
+    }
     *out = a;
-out:
-    free(url);
-    EVP_PKEY_free(key);
-    return rc;
+    return E_OK;
 }
 
 /* VALUE of the first non-empty of FLAG and the environment variable ENV, or NULL. */
@@ -204,14 +244,29 @@ int github_auth_from_config(struct github_auth **out, const char *api_url, const
     return github_auth_new_token(out, token, err);
 }
 
-bool github_auth_is_app(const struct github_auth *a)
+bool github_auth_is_app(struct github_auth *a)
 {
-    return a->key != NULL;
+    bool app;
+
+    pthread_mutex_lock(&a->mu);
+    app = a->key != NULL;
+    pthread_mutex_unlock(&a->mu);
+    return app;
+}
+
+bool github_auth_has_credentials(struct github_auth *a)
+{
+    bool any;
+
+    pthread_mutex_lock(&a->mu);
+    any = a->key != NULL || a->pat != NULL;
+    pthread_mutex_unlock(&a->mu);
+    return any;
 }
 
 void github_auth_free(struct github_auth *a)
 {
-    if (a == NULL) {
+    if (a == NULL || atomic_fetch_sub(&a->refs, 1) != 1) {
         return;
     }
     for (size_t i = 0; i < a->n_inst; i++) {
@@ -234,16 +289,28 @@ void github_auth_free(struct github_auth *a)
 int github_auth_app_jwt(char **jwt_out, struct github_auth *a, struct err *err)
 {
     char claims[APP_ID_MAX + 96];
+    EVP_PKEY *key;
     int64_t now_s;
+    int rc;
 
     *jwt_out = NULL;
-    if (a->key == NULL) {
-        return err_set(err, E_INVALID, "github credentials are a token, not an app");
+    /* The key and id are taken together under the lock; signing happens outside it, with
+     * a reference of our own to the key in case the credentials are replaced meanwhile. */
+    pthread_mutex_lock(&a->mu);
+    key = a->key;
+    if (key != NULL) {
+        EVP_PKEY_up_ref(key);
+        now_s = clock_now_ms(a->clock) / 1000;
+        snprintf(claims, sizeof(claims), "{\"iat\":%" PRId64 ",\"exp\":%" PRId64 ",\"iss\":\"%s\"}",
+                 now_s - GITHUB_AUTH_JWT_BACKDATE_S, now_s + GITHUB_AUTH_JWT_LIFETIME_S, a->app_id);
     }
-    now_s = clock_now_ms(a->clock) / 1000;
-    snprintf(claims, sizeof(claims), "{\"iat\":%" PRId64 ",\"exp\":%" PRId64 ",\"iss\":\"%s\"}",
-             now_s - GITHUB_AUTH_JWT_BACKDATE_S, now_s + GITHUB_AUTH_JWT_LIFETIME_S, a->app_id);
-    return github_jwt_rs256(jwt_out, a->key, claims, err);
+    pthread_mutex_unlock(&a->mu);
+    if (key == NULL) {
+        return err_set(err, E_INVALID, "github credentials are not an app");
+    }
+    rc = github_jwt_rs256(jwt_out, key, claims, err);
+    EVP_PKEY_free(key);
+    return rc;
 }
 
 /* ---- the installation token exchange ---- */
@@ -307,12 +374,13 @@ out:
     return rc;
 }
 
+/* POST URL (the installation's access_tokens endpoint) with the app JWT. */
 static int exchange(char **token_out, int64_t *expires_ms_out, struct github_auth *a, int64_t id,
-                    struct err *err)
+                    const char *url, struct err *err)
 {
     struct httpc_request req = HTTPC_REQUEST_DEFAULTS;
     struct httpc_response resp;
-    char *jwt = NULL, *auth = NULL, *url = NULL;
+    char *jwt = NULL, *auth = NULL;
     const char *headers[5] = {NULL};
     int rc;
 
@@ -323,7 +391,6 @@ static int exchange(char **token_out, int64_t *expires_ms_out, struct github_aut
         goto out;
     }
     auth = xasprintf("Authorization: Bearer %s", jwt);
-    url = xasprintf("%s/app/installations/%" PRId64 "/access_tokens", a->api_url, id);
     headers[0] = auth;
     headers[1] = "Accept: application/vnd.github+json";
     headers[2] = "X-GitHub-Api-Version: 2022-11-28";
@@ -349,7 +416,6 @@ out:
     httpc_response_cleanup(&resp);
     free_secret(auth);
     free_secret(jwt);
-    free(url);
     return rc;
 }
 
@@ -360,6 +426,13 @@ static void install_drop_token(struct gh_install *in)
     free_secret(in->token);
     in->token = NULL;
     in->refresh_at_ms = 0;
+}
+
+static void install_drop_all(struct github_auth *a)
+{
+    for (size_t i = 0; i < a->n_inst; i++) {
+        install_drop_token(a->inst[i]);
+    }
 }
 
 static struct gh_install *install_find(struct github_auth *a, int64_t id)
@@ -409,29 +482,37 @@ static struct gh_install *install_get(struct github_auth *a, int64_t id, int64_t
 }
 
 /* Runs one exchange for IN with a->mu released, then records its outcome for the
- * waiters. Called and returns with a->mu held. */
+ * waiters. Called and returns with a->mu held, the credentials an app. */
 static int install_refresh(char **header_out, struct github_auth *a, struct gh_install *in,
                            struct err *err)
 {
     struct err local = {0};
     char *token = NULL;
+    char *url = xasprintf("%s/app/installations/%" PRId64 "/access_tokens", a->api_url, in->id);
+    uint64_t cred_gen = a->cred_gen;
     int64_t expires_ms = 0;
     int rc;
 
     in->in_flight = true;
     pthread_mutex_unlock(&a->mu);
-    rc = exchange(&token, &expires_ms, a, in->id, &local);
+    rc = exchange(&token, &expires_ms, a, in->id, url, &local);
+    free(url);
     pthread_mutex_lock(&a->mu);
     in->in_flight = false;
     in->gen++;
     in->last_rc = rc;
     memcpy(in->last_msg, local.msg, sizeof(in->last_msg));
     if (rc == E_OK) {
-        install_drop_token(in);
-        in->token = token;
-        in->refresh_at_ms = expires_ms - GITHUB_AUTH_REFRESH_MARGIN_MS;
-        /* A token already inside the margin is still handed out once, never cached. */
+        /* A token already inside the margin is still handed out once, never cached; so is
+         * one exchanged with credentials replaced meanwhile. */
         *header_out = bearer(token);
+        if (cred_gen == a->cred_gen) {
+            install_drop_token(in);
+            in->token = token;
+            in->refresh_at_ms = expires_ms - GITHUB_AUTH_REFRESH_MARGIN_MS;
+        } else {
+            free_secret(token);
+        }
     }
     pthread_cond_broadcast(&a->cv);
     return rc == E_OK ? E_OK : err_set(err, rc, "%s", local.msg);
@@ -473,12 +554,21 @@ int github_auth_header(char **header_out, struct github_auth *a, int64_t install
                        struct err *err)
 {
     char *jwt = NULL;
+    bool app;
     int rc;
 
     *header_out = NULL;
+    pthread_mutex_lock(&a->mu);
     if (a->pat != NULL) {
         *header_out = bearer(a->pat);
+    }
+    app = a->key != NULL;
+    pthread_mutex_unlock(&a->mu);
+    if (*header_out != NULL) {
         return E_OK;
+    }
+    if (!app) {
+        return err_set(err, E_DENIED, "no github credentials: neither an app nor a token");
     }
     if (installation_id < 0) {
         return err_set(err, E_INVALID, "github installation id %" PRId64 " is negative",
@@ -499,9 +589,6 @@ void github_auth_invalidate(struct github_auth *a, int64_t installation_id)
 {
     struct gh_install *in;
 
-    if (a->pat != NULL) {
-        return;
-    }
     pthread_mutex_lock(&a->mu);
     in = install_find(a, installation_id);
     if (in != NULL) {

@@ -78,7 +78,7 @@ static int no_passphrase(char *buf, int size, int rwflag, void *userdata)
     return 0;
 }
 
-static int parse_key(EVP_PKEY **out, const char *pem, size_t len, const char *path, struct err *err)
+int github_key_parse(EVP_PKEY **out, const char *pem, size_t len, const char *path, struct err *err)
 {
     EVP_PKEY *key = NULL;
     BIO *bio = NULL;
@@ -127,7 +127,7 @@ int github_key_load(EVP_PKEY **out, const char *path, struct err *err)
     }
     rc = read_key_file(&pem, &len, path, err);
     if (rc == E_OK) {
-        rc = parse_key(out, pem, len, path, err);
+        rc = github_key_parse(out, pem, len, path, err);
         OPENSSL_cleanse(pem, len);
     }
     free(pem);

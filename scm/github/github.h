@@ -75,7 +75,48 @@ int github_repo_installation(int64_t *id_out, struct github_auth *a, const char 
 int github_git_token(char **token_out, struct github_auth *a, const char *api_url,
                      const char *project, int64_t installation_id, struct err *err);
 
-/* Creates the REST provider; takes ownership of AUTH. */
+/* --- the one-click GitHub App (manifest.c) --- */
+
+#define GITHUB_MANIFEST_CODE_MAX 128
+
+/* Whether CODE (GitHub's redirect parameter) is 1 to GITHUB_MANIFEST_CODE_MAX of
+ * [A-Za-z0-9_-]: only such a code goes into a URL. */
+bool github_manifest_code_valid(const char *code);
+
+/* What the App manifest says besides the fixed permissions (issues, pull requests and
+ * contents write, metadata read) and events (issue_comment, pull_request_review_comment);
+ * all borrowed. */
+struct github_manifest {
+    const char *name;         /* the App's name, unique on GitHub */
+    const char *description;  /* shown on the App's page */
+    const char *url;          /* its homepage: the server's public URL */
+    const char *hook_url;     /* where GitHub delivers webhooks */
+    const char *redirect_url; /* where GitHub sends the browser back with the code */
+};
+
+/* The manifest as compact JSON text (caller frees). Not public, webhook active. */
+char *github_manifest_json(const struct github_manifest *m);
+
+/* What GitHub answers for a manifest code, checked. */
+struct github_app_grant {
+    char *id;             /* owned: the App id, decimal */
+    char *slug;           /* owned, or NULL when GitHub sent none or a malformed one */
+    char *html_url;       /* owned: the App's page, http(s) without quotes or spaces, or NULL */
+    char *pem;            /* owned secret: the RSA private key (checked to load) */
+    char *webhook_secret; /* owned secret: visible ASCII, no ',' */
+};
+
+/* Exchanges CODE at POST {API_URL}/app-manifests/{code}/conversions (no credentials: the
+ * code is one). On E_OK *out holds the new App (caller calls github_app_grant_cleanup,
+ * which wipes the secrets). Errors: E_INVALID CODE is not valid; E_NOTFOUND GitHub knows
+ * no such code (used, or expired); E_DENIED GitHub refused it otherwise; E_AGAIN
+ * unreachable, 5xx or 429; E_FAIL a malformed answer (no id, no loadable key, no secret). */
+int github_manifest_convert(struct github_app_grant *out, const char *api_url, const char *code,
+                            struct err *err);
+/* Wipes the secrets of G and frees what it holds; G is zeroed. */
+void github_app_grant_cleanup(struct github_app_grant *g);
+
+/* Creates the REST provider; takes ownership of AUTH (one reference). */
 int github_provider_new(struct scm_provider **out, const struct github_config *cfg,
                         struct github_auth *auth, struct err *err);
 

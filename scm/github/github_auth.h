@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Credentials for outbound GitHub REST calls: a GitHub App (RS256 JWT exchanged for
  * per-installation access tokens, cached until shortly before they expire) or a personal
- * access token. Secrets never reach a log line or an error message. */
+ * access token, or none yet; they may become an App while in use (the one-click setup).
+ * Secrets never reach a log line or an error message. */
 #ifndef DIVERGE_SCM_GITHUB_AUTH_H
 #define DIVERGE_SCM_GITHUB_AUTH_H
 
@@ -20,9 +21,25 @@
 /* Key files larger than this are refused (E_TOOBIG); a 4096-bit PEM is about 3.3 KiB. */
 #define GITHUB_AUTH_KEY_FILE_MAX (64u * 1024u)
 
-/* Opaque. All functions below may be called from any thread at the same time, except
- * github_auth_free(), which must be the last call. */
+/* Opaque and reference-counted. All functions below may be called from any thread at the
+ * same time, except the github_auth_free() that drops the last reference, which must be
+ * the last call. */
 struct github_auth;
+
+/* No credentials (yet): github_auth_header() fails with E_DENIED until
+ * github_auth_use_app() gives it an App. Free with github_auth_free(). */
+void github_auth_new_none(struct github_auth **out);
+
+/* Takes one more reference to A and returns A: it stays alive until github_auth_free()
+ * has been called once per reference. */
+struct github_auth *github_auth_ref(struct github_auth *a);
+
+/* Makes A (whatever it held: none, a PAT, an App) the GitHub App APP_ID with the key in
+ * KEY_FILE, at once for every holder of a reference; arguments and errors as
+ * github_auth_new_app(), and on error A is unchanged. Cached installation tokens are
+ * dropped; an exchange in flight finishes but its token is not cached. */
+int github_auth_use_app(struct github_auth *a, const char *api_url, const char *app_id,
+                        const char *key_file, const struct clock *clock, struct err *err);
 
 /* A GitHub App as the credential source. API_URL is the REST base without a trailing
  * path ("https://api.github.com", "https://HOST/api/v3", or a fake on loopback; NULL
@@ -54,11 +71,15 @@ int github_auth_new_token(struct github_auth **out, const char *token, struct er
 int github_auth_from_config(struct github_auth **out, const char *api_url, const char *app_id,
                             const char *key_file, const struct clock *clock, struct err *err);
 
-/* Whether A is a GitHub App (else a PAT): an app learns its login from GET /app, as
- * "<slug>[bot]", since GET /user refuses app and installation tokens. */
-bool github_auth_is_app(const struct github_auth *a);
+/* Whether A is a GitHub App (else a PAT or none): an app learns its login from GET /app,
+ * as "<slug>[bot]", since GET /user refuses app and installation tokens. */
+bool github_auth_is_app(struct github_auth *a);
 
-/* Wipes every key and token A holds and frees it. NULL is a no-op. */
+/* Whether A holds any credentials (an App or a PAT). */
+bool github_auth_has_credentials(struct github_auth *a);
+
+/* Drops one reference; the last one wipes every key and token A holds and frees it. NULL
+ * is a no-op. */
 void github_auth_free(struct github_auth *a);
 
 /* Sets *header_out to the value of the Authorization header ("Bearer <token>") for
@@ -71,7 +92,7 @@ void github_auth_free(struct github_auth *a);
  * GitHub is slow. Errors:
  *   E_AGAIN   GitHub unreachable, 5xx or 429: retry later;
  *   E_DENIED  401, 403 or 404 from GitHub: wrong key or app id, or the app is not
- *             installed there;
+ *             installed there; or A holds no credentials;
  *   E_INVALID INSTALLATION_ID is negative;
  *   E_FAIL    anything else (unexpected status, malformed answer; E_TOOBIG when the
  *             answer is over 64 KiB). */
@@ -79,7 +100,7 @@ int github_auth_header(char **header_out, struct github_auth *a, int64_t install
                        struct err *err);
 
 /* Sets *jwt_out to a new app JWT minted at the clock's current time (caller frees as
- * above). E_INVALID when A is a PAT, E_FAIL when signing fails. */
+ * above). E_INVALID when A is not an app, E_FAIL when signing fails. */
 int github_auth_app_jwt(char **jwt_out, struct github_auth *a, struct err *err);
 
 /* Forgets the cached token of INSTALLATION_ID (call it after a 401 on a request made

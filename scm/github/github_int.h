@@ -18,6 +18,11 @@
  * over GITHUB_AUTH_KEY_FILE_MAX; E_INVALID: not such a key; E_FAIL: unreadable. */
 int github_key_load(EVP_PKEY **out, const char *path, struct err *err);
 
+/* The same check on the PEM text PEM[0..len) (WHAT names it in messages): E_INVALID when
+ * it is not such a key, E_FAIL when libcrypto fails. */
+int github_key_parse(EVP_PKEY **out, const char *pem, size_t len, const char *what,
+                     struct err *err);
+
 /* *JWT_OUT: a new RS256 JWT of the JSON CLAIMS signed with KEY (caller frees; it is a
  * credential: wipe it first). E_FAIL when signing fails. */
 int github_jwt_rs256(char **jwt_out, EVP_PKEY *key, const char *claims, struct err *err);

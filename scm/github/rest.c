@@ -25,12 +25,17 @@ struct github {
     struct scm_provider base; /* must be first */
     char *api_url;            /* owned, without a trailing '/' */
     struct github_auth *auth; /* owned */
-    pthread_mutex_t mu;       /* guards the three fields below */
-    char *bot_login;          /* owned; configured or learnt once; never changes after */
-    int login_failures;       /* failed attempts to learn it so far */
-    int64_t login_next_ms;    /* epoch ms before which it is not asked again */
-    char *inst_project;       /* owned: the project of inst_id (App mode), or NULL */
-    int64_t inst_id;          /* its installation, asked from GitHub */
+    pthread_mutex_t mu;       /* guards the fields below */
+    char *bot_login;          /* owned; configured, or learnt (again once an App) */
+    bool login_configured;    /* bot_login came from the configuration */
+    bool login_app;           /* bot_login was learnt with App credentials */
+    char **retired;           /* owned: logins learnt before the credentials became an
+                               * App, kept alive for callers that still hold them */
+    size_t n_retired;
+    int login_failures;    /* failed attempts to learn it so far */
+    int64_t login_next_ms; /* epoch ms before which it is not asked again */
+    char *inst_project;    /* owned: the project of inst_id (App mode), or NULL */
+    int64_t inst_id;       /* its installation, asked from GitHub */
 };
 
 static struct github *to_github(struct scm_provider *p)
@@ -407,9 +412,8 @@ static int gh_open_pull(char **url_out, struct scm_provider *p, const struct scm
 
 /* Asks GitHub who we are: GET /user with a PAT, GET /app with the app JWT for an app
  * (whose comments are by "<slug>[bot]"). *out: new string. */
-static int ask_login(char **out, struct github *gh, struct err *err)
+static int ask_login(char **out, struct github *gh, bool app, struct err *err)
 {
-    bool app = github_auth_is_app(gh->auth);
     char *url = xasprintf("%s/%s", gh->api_url, app ? "app" : "user");
     json_t *ans = NULL;
     const char *name;
@@ -429,18 +433,35 @@ static int ask_login(char **out, struct github *gh, struct err *err)
     return rc;
 }
 
+/* A login learnt as a PAT's user no longer names the bot once the credentials became an
+ * App (the one-click setup): it is learnt again from GET /app. Under gh->mu. */
+static void retire_login(struct github *gh, bool app)
+{
+    if (gh->login_configured || gh->bot_login == NULL || gh->login_app == app) {
+        return;
+    }
+    gh->retired = xrealloc(gh->retired, (gh->n_retired + 1) * sizeof(*gh->retired));
+    gh->retired[gh->n_retired++] = gh->bot_login;
+    gh->bot_login = NULL;
+    gh->login_failures = 0;
+    gh->login_next_ms = 0;
+}
+
 static const char *gh_bot_login(struct scm_provider *p)
 {
     struct github *gh = to_github(p);
     int64_t now = clock_now_ms(clock_system());
+    bool app = github_auth_is_app(gh->auth);
     const char *login;
 
     pthread_mutex_lock(&gh->mu);
+    retire_login(gh, app);
     if (gh->bot_login == NULL && now >= gh->login_next_ms) {
         struct err err = {0};
         char *got = NULL;
-        if (ask_login(&got, gh, &err) == E_OK) {
+        if (ask_login(&got, gh, app, &err) == E_OK) {
             gh->bot_login = got;
+            gh->login_app = app;
             log_kv(LOG_INFO, "github_bot_login", "login", got, NULL);
         } else {
             /* Unknown until asked again: meanwhile the notifier adopts and folds nothing. */
@@ -468,6 +489,10 @@ static void gh_free(struct scm_provider *p)
     github_auth_free(gh->auth);
     free(gh->api_url);
     free(gh->bot_login);
+    for (size_t i = 0; i < gh->n_retired; i++) {
+        free(gh->retired[i]);
+    }
+    free(gh->retired);
     free(gh->inst_project);
     pthread_mutex_destroy(&gh->mu);
     free(gh);
@@ -502,8 +527,8 @@ int github_provider_new(struct scm_provider **out, const struct github_config *c
         gh->api_url[n - 1] = '\0';
     }
     gh->auth = auth;
-    gh->bot_login =
-        cfg->bot_login != NULL && cfg->bot_login[0] != '\0' ? xstrdup(cfg->bot_login) : NULL;
+    gh->login_configured = cfg->bot_login != NULL && cfg->bot_login[0] != '\0';
+    gh->bot_login = gh->login_configured ? xstrdup(cfg->bot_login) : NULL;
     pthread_mutex_init(&gh->mu, NULL);
     *out = &gh->base;
     return E_OK;

@@ -67,6 +67,16 @@ int api_ui_logout(struct request *r);
 bool ui_auth_ok(struct request *r);
 /* False when the request has an Origin header that is not http(s)://<its Host>. */
 bool ui_same_origin(struct request *r);
+/* The request's dashboard session id (borrowed from the cookie) when it names a live
+ * session, else NULL. */
+const char *ui_session_id(struct request *r);
+/* Sends HTML (copied) with STATUS and the dashboard's headers (CSP, no framing, no
+ * referrer, no caching). */
+int ui_send_html(struct request *r, int status, const char *html);
+/* The one-click GitHub App (setup/api_setup.c): GET /setup/github-app and its callback;
+ * admin auth (header or dashboard cookie) checked by the handlers. */
+int api_setup_github_app(struct request *r);
+int api_setup_github_app_callback(struct request *r);
 
 /* Health and metrics (api_health.c): /healthz, /readyz, /metrics. */
 int api_healthz(struct request *r);

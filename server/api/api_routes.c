@@ -84,6 +84,11 @@ static const struct http_route g_routes[] = {
     {"POST", "/ui/logout", api_ui_logout, "ui.logout", HTTP_AUTH_NONE},
     {"GET", "/ui/*", api_ui_file, "ui", HTTP_AUTH_NONE},
     {"GET", "/api/v1/events", api_events, "events", HTTP_AUTH_NONE},
+    /* The one-click GitHub App: admin header or dashboard cookie, checked by the handlers
+     * (their 401 is a page). */
+    {"GET", "/setup/github-app", api_setup_github_app, "setup.github_app", HTTP_AUTH_NONE},
+    {"GET", "/setup/github-app/callback", api_setup_github_app_callback,
+     "setup.github_app.callback", HTTP_AUTH_NONE},
     /* Git smart HTTP for sandbox pods: the task's token, checked by the handlers. */
     {"GET", "/api/v1/git/*/*/info/refs", api_git_info_refs, "git.refs", HTTP_AUTH_NONE},
     {"POST", "/api/v1/git/*/*/git-upload-pack", api_git_upload_pack, "git.upload", HTTP_AUTH_NONE},

@@ -21,6 +21,10 @@ and 6) with GitHub's paths, status codes, headers and JSON shapes:
     GET    /repos/{o}/{r}/installation                   (app JWT)
     GET    /app, GET /app/installations/{id}             (app JWT)
     POST   /app/installations/{id}/access_tokens         (app JWT, RS256 checked with openssl)
+    POST   /app-manifests/{code}/conversions             (no auth; the App manifest flow)
+    and, as github.com's web pages do for the App manifest flow (a browser form post):
+    POST   /settings/apps/new?state=S, /organizations/{org}/settings/apps/new?state=S
+           (form field manifest; 302 to its redirect_url?code=C&state=S)
     and every /repos/{o}/{r}/... path also as /repositories/{repo_id}/... (GitHub's Link
     headers use that form). Every API path is also served under /api/v3 (GitHub
     Enterprise's REST base: --github-api-url URL/api/v3).
@@ -337,11 +341,17 @@ class FakeGitHub:
         self._rate = {"limit": 5000, "remaining": 5000, "reset": int(time.time()) + 3600,
                       "used": 0, "resource": "core"}
         self._next = {"user": 5001, "repo": 700000001, "issue": 1900000001,
-                      "comment": comment_id_start, "reaction": 250000001, "pull": 1700000001}
+                      "comment": comment_id_start, "reaction": 250000001, "pull": 1700000001,
+                      "app": 3100001}
         self.jwts = []                    # (header, claims) of every accepted app JWT
         self._git = {}                    # lower full name -> bare repository served
         self.git_auth = []                # (method, path, user, password) per git request
         self.errors = []                  # tracebacks of bugs in the fake (answered 500)
+        self.manifests = []               # (manifest dict, org or None) posted to the web form
+        self.manifest_key_pem = None      # private key of Apps made from manifests (else one
+                                          # is generated with openssl)
+        self._manifest_codes = {}         # code -> {"manifest", "org", "used"}
+        self.created_apps = []            # conversion answers (id, slug, pem, webhook_secret)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self):
@@ -1074,6 +1084,9 @@ class FakeGitHub:
             ver = hdrs.get("x-github-api-version")
             if ver is not None and ver not in API_VERSIONS:
                 raise Reject(400, "API version '%s' is not supported." % ver)
+            if (re.match(r"^(/organizations/[^/]+)?/settings/apps/new$", path) or
+                    re.match(r"^/app-manifests/[^/]+/conversions$", path)):
+                return self._manifest_routes(method, path, query, hdrs, text)
             if path.startswith("/app") or re.match(r"^/repos/[^/]+/[^/]+/installation$", path):
                 return self._app_routes(method, path, hdrs, text)
             with self._lock:
@@ -1654,6 +1667,75 @@ class FakeGitHub:
                              "events": ["issue_comment"],
                              "installations_count": len(self._installations)}, {}
         raise Reject(404)
+
+    # ------------------------------------------------------------------ App manifests
+    def new_manifest_code(self, manifest, org=None):
+        """What GitHub's web form does once the user confirms: a one-time code for MANIFEST
+        (a dict), exchanged at POST /app-manifests/{code}/conversions within an hour."""
+        code = "".join(random.choice(string.hexdigits.lower()[:16]) for _ in range(20))
+        with self._lock:
+            self._manifest_codes[code] = {"manifest": manifest, "org": org, "used": False}
+        return code
+
+    def _manifest_key(self):
+        if self.manifest_key_pem:
+            return self.manifest_key_pem
+        p = subprocess.run(["openssl", "genpkey", "-algorithm", "RSA", "-pkeyopt",
+                            "rsa_keygen_bits:2048"], check=True, capture_output=True, text=True)
+        return p.stdout
+
+    def _manifest_routes(self, method, path, query, hdrs, text):
+        if method != "POST":
+            raise Reject(404)
+        m = re.match(r"^/app-manifests/([^/]+)/conversions$", path)
+        if m:
+            return self._manifest_convert(urllib.parse.unquote(m.group(1)))
+        form = dict(urllib.parse.parse_qsl(text, keep_blank_values=True))
+        try:
+            manifest = json.loads(form.get("manifest", ""))
+        except ValueError:
+            return 422, "Invalid GitHub App configuration: manifest is not JSON", {}
+        missing = [k for k in ("name", "url", "redirect_url") if not manifest.get(k)]
+        if not (manifest.get("hook_attributes") or {}).get("url"):
+            missing.append("hook_attributes.url")
+        if missing:
+            return 422, "Invalid GitHub App configuration: missing " + ", ".join(missing), {}
+        org = re.match(r"^(?:/organizations/([^/]+))?/settings/apps/new$", path).group(1)
+        with self._lock:
+            self.manifests.append((manifest, org))
+        code = self.new_manifest_code(manifest, org)
+        loc = manifest["redirect_url"] + ("&" if "?" in manifest["redirect_url"] else "?")
+        loc += urllib.parse.urlencode([("code", code)] + ([("state", query["state"])]
+                                                          if "state" in query else []))
+        return 302, None, {"Location": loc}
+
+    def _manifest_convert(self, code):
+        with self._lock:
+            entry = self._manifest_codes.get(code)
+            if entry is None or entry["used"]:
+                raise Reject(404, doc=DOCS + "/apps/apps#create-a-github-app-from-a-manifest")
+            entry["used"] = True
+            man = entry["manifest"]
+            app_id = self._take("app")
+        pem = self._manifest_key()
+        slug = re.sub(r"[^a-z0-9]+", "-", man["name"].lower()).strip("-")
+        secret = "".join(random.choice("0123456789abcdef") for _ in range(40))
+        self.set_app(app_id, pem, slug=slug, name=man["name"])
+        with self._lock:
+            owner = self._user_json(entry["org"] or "octocat")
+            resp = {"id": app_id, "slug": slug, "node_id": node_id("Integration", app_id),
+                    "owner": owner, "name": man["name"],
+                    "description": man.get("description", ""),
+                    "external_url": man["url"], "html_url": self.html_base + "/apps/" + slug,
+                    "created_at": iso(time.time()), "updated_at": iso(time.time()),
+                    "permissions": man.get("default_permissions", {}),
+                    "events": man.get("default_events", []),
+                    "installations_count": 0,
+                    "client_id": "Iv1." + secret[:16], "client_secret": secret[::-1],
+                    "webhook_secret": secret, "pem": pem}
+            self.created_apps.append({"id": app_id, "slug": slug, "pem": pem,
+                                      "webhook_secret": secret})
+        return 201, resp, {}
 
     # ------------------------------------------------------------------ git smart HTTP
     def _git_user(self, hdrs, fn):

@@ -108,6 +108,31 @@ static int send_static(struct request *r, int status, const char *type, const vo
     return ret;
 }
 
+int ui_send_html(struct request *r, int status, const char *html)
+{
+    struct MHD_Response *resp = MHD_create_response_from_buffer(
+        strlen(html), (void *)(uintptr_t)html, MHD_RESPMEM_MUST_COPY);
+    enum MHD_Result ret;
+
+    if (resp == NULL) {
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/html; charset=utf-8");
+    harden(resp);
+    http_guard_answering(r->conn);
+    r->status = status;
+    ret = MHD_queue_response(r->conn, (unsigned int)status, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+const char *ui_session_id(struct request *r)
+{
+    const char *id = session_cookie(r);
+
+    return ui_session_valid(r->srv->sessions, id, now_ms()) ? id : NULL;
+}
+
 static int send_login_page(struct request *r)
 {
     return send_static(r, 401, "text/html; charset=utf-8", g_login_page, sizeof(g_login_page) - 1);

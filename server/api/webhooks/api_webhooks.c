@@ -4,6 +4,7 @@
  * cannot be a command as cheaply as possible, and commit the rest to the durable inbox
  * before answering 202. No outbound call happens here. */
 #include <microhttpd.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include "bot/slashcmd.h"
 #include "common/jsonscan.h"
 #include "common/log.h"
+#include "common/secret.h"
 #include "scm/github/github.h"
 #include "server/api/api_int.h"
 
@@ -35,31 +37,45 @@ static int accepted(struct request *r, const struct inbox_entry *e)
     return http_send_json(r, 202, json_pack("{s:b}", "accepted", 1));
 }
 
-static bool github_configured(const struct request *r)
+/* A copy of the live webhook secret(s), or NULL: the one-click App setup may set them
+ * while the server runs (caller wipes and frees). */
+static char *secret_dup(struct server *srv)
 {
-    return r->srv->cfg.github_webhook_secret != NULL &&
-           r->srv->cfg.github_webhook_secret[0] != '\0';
+    char *s = NULL;
+
+    pthread_mutex_lock(&srv->gh_mu);
+    if (srv->cfg.github_webhook_secret != NULL && srv->cfg.github_webhook_secret[0] != '\0') {
+        s = xstrdup(srv->cfg.github_webhook_secret);
+    }
+    pthread_mutex_unlock(&srv->gh_mu);
+    return s;
 }
 
 int api_webhook_github_begin(struct request *r)
 {
     struct err err = {0};
+    char *secret;
+    int rc;
 
-    if (!github_configured(r)) {
+    secret = secret_dup(r->srv);
+    if (secret == NULL) {
         return http_send_error(r, 503, NULL, NULL,
-                               "GitHub webhooks are not configured (no --github-webhook-secret)");
+                               "GitHub webhooks are not configured (no --github-webhook-secret; "
+                               "or set up a GitHub App at /setup/github-app)");
     }
     if (http_header(r, "X-Hub-Signature-256") == NULL) {
-        return http_send_error(r, 401, NULL, NULL, "missing X-Hub-Signature-256");
+        rc = http_send_error(r, 401, NULL, NULL, "missing X-Hub-Signature-256");
+    } else if (http_header(r, "X-GitHub-Event") == NULL) {
+        rc = http_send_error(r, 400, NULL, NULL, "missing X-GitHub-Event header");
+    } else if (github_webhook_mac_new(&r->gh_mac, secret, http_header(r, "X-Hub-Signature-256"),
+                                      &err) != E_OK) {
+        rc = http_send_error(r, 401, NULL, NULL, "%s", err.msg);
+    } else {
+        rc = MHD_YES;
     }
-    if (http_header(r, "X-GitHub-Event") == NULL) {
-        return http_send_error(r, 400, NULL, NULL, "missing X-GitHub-Event header");
-    }
-    if (github_webhook_mac_new(&r->gh_mac, r->srv->cfg.github_webhook_secret,
-                               http_header(r, "X-Hub-Signature-256"), &err) != E_OK) {
-        return http_send_error(r, 401, NULL, NULL, "%s", err.msg);
-    }
-    return MHD_YES;
+    secret_wipe(secret, strlen(secret));
+    free(secret);
+    return rc;
 }
 
 int api_webhook_github(struct request *r)
