@@ -66,6 +66,10 @@ void meter_decide(struct meter_decision *out, const struct meter_state *st,
     out->total_cost_micros = st->cost_micros;
     out->iteration = st->iteration;
     out->reason = "";
+    out->has_quota_usd = st->has_quota_usd;
+    out->quota_usd_left = st->quota_usd_left;
+    out->has_quota_tokens = st->has_quota_tokens;
+    out->quota_tokens_left = st->quota_tokens_left;
     /* 1-3. Who is asking, for what task, in what state; the body; models. */
     if (refused_request(out, st, req)) {
         return;
@@ -85,7 +89,18 @@ void meter_decide(struct meter_decision *out, const struct meter_state *st,
     if (req->has_iteration && req->iteration > st->iteration) {
         out->iteration = req->iteration;
     }
-    /* 6. Limits: budget first, so both at once reads "budget exceeded". */
+    out->has_quota_usd = st->has_quota_usd;
+    out->quota_usd_left = st->quota_usd_left - (st->has_quota_usd ? req->cost_micros : 0);
+    out->has_quota_tokens = st->has_quota_tokens;
+    out->quota_tokens_left = st->quota_tokens_left - (st->has_quota_tokens ? req->tokens_used : 0);
+    /* 6. Limits. The project's quota first (SPEC §15): a bigger task budget cannot help
+     * there, so the answer names what has to change. Then the budget, so both at once
+     * reads "budget exceeded". */
+    if ((out->has_quota_usd && out->quota_usd_left < 0) ||
+        (out->has_quota_tokens && out->quota_tokens_left < 0)) {
+        refuse(out, METER_OVER_QUOTA, 429, "project quota exceeded");
+        return;
+    }
     if ((out->has_budget_usd && out->total_cost_micros > out->budget_usd) ||
         (out->has_budget_tokens && out->total_tokens > out->budget_tokens)) {
         refuse(out, METER_OVER_BUDGET, 429, "budget exceeded");
