@@ -57,6 +57,20 @@ static int64_t add_saturating(int64_t a, int64_t b)
     return a > INT64_MAX - b ? INT64_MAX : a + b;
 }
 
+/* Charges REQ to the namespace's headroom in OUT; whether that takes it past a quota. */
+static bool over_quota(struct meter_decision *out, const struct meter_state *st,
+                       const struct meter_request *req)
+{
+    if (st->has_quota_usd) {
+        out->quota_usd_left = st->quota_usd_left - req->cost_micros;
+    }
+    if (st->has_quota_tokens) {
+        out->quota_tokens_left = st->quota_tokens_left - req->tokens_used;
+    }
+    return (st->has_quota_usd && out->quota_usd_left < 0) ||
+           (st->has_quota_tokens && out->quota_tokens_left < 0);
+}
+
 void meter_decide(struct meter_decision *out, const struct meter_state *st,
                   const struct meter_request *req)
 {
@@ -89,15 +103,10 @@ void meter_decide(struct meter_decision *out, const struct meter_state *st,
     if (req->has_iteration && req->iteration > st->iteration) {
         out->iteration = req->iteration;
     }
-    out->has_quota_usd = st->has_quota_usd;
-    out->quota_usd_left = st->quota_usd_left - (st->has_quota_usd ? req->cost_micros : 0);
-    out->has_quota_tokens = st->has_quota_tokens;
-    out->quota_tokens_left = st->quota_tokens_left - (st->has_quota_tokens ? req->tokens_used : 0);
     /* 6. Limits. The project's quota first (SPEC §15): a bigger task budget cannot help
      * there, so the answer names what has to change. Then the budget, so both at once
      * reads "budget exceeded". */
-    if ((out->has_quota_usd && out->quota_usd_left < 0) ||
-        (out->has_quota_tokens && out->quota_tokens_left < 0)) {
+    if (over_quota(out, st, req)) {
         refuse(out, METER_OVER_QUOTA, 429, "project quota exceeded");
         return;
     }

@@ -160,7 +160,7 @@ int meter_gate_exhausted(struct meter_service *m, const char *token, const char 
                          const char *model);
 /* As meter_gate_exhausted when what is missing is the namespace's quota: the task pauses
  * QuotaExceeded. */
-int meter_gate_quota_exhausted(struct meter_service *m, const char *token,
-                               const char *request_id, const char *model);
+int meter_gate_quota_exhausted(struct meter_service *m, const char *token, const char *request_id,
+                               const char *model);
 
 #endif

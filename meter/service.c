@@ -171,8 +171,8 @@ struct batch {
     struct err err;           /* out: why */
     json_t **dirty;           /* tasks charged in this batch, written once at the end */
     size_t ndirty, capdirty;
-    json_t *quotas;           /* namespace -> its SpendQuotas as this batch sees them */
-    json_t *quotas_dirty;     /* namespace -> true: quotas charged, written at the end */
+    json_t *quotas;       /* namespace -> its SpendQuotas as this batch sees them */
+    json_t *quotas_dirty; /* namespace -> true: quotas charged, written at the end */
 };
 
 /* The SpendQuotas of NS, read once per batch and rolled into the current month (a new
@@ -455,6 +455,32 @@ static void name_quota(struct meter_job *j, const struct quota_room *room,
     snprintf(j->quota, sizeof(j->quota), "%s", name != NULL ? name : "");
 }
 
+/* Remembers J's request id when every later outcome charges (st->seen: a retry). */
+static int claim(struct meter_state *st, struct task_txn *tx, const json_t *doc,
+                 const struct meter_job *j, struct err *err)
+{
+    bool fresh = false;
+    int rc;
+
+    if (j->kind == METER_JOB_SETTLE && st->task_found) {
+        /* The gateway let this call through while the task was Active and its token
+         * valid: what it cost is charged even when the task paused meanwhile. */
+        st->token_current = st->caveats_ok = st->model_ok = true;
+        st->phase = TASK_ACTIVE;
+    }
+    if (j->kind == METER_JOB_CHECK || !st->task_found || !st->token_current || !st->caveats_ok ||
+        st->phase != TASK_ACTIVE || !st->body_ok || !st->model_ok) {
+        return E_OK;
+    }
+    /* Every later outcome charges, so remember the id now; an id already there is a
+     * retry (SPEC §7 step 4). */
+    rc = task_txn_meter_claim(
+        &fresh, tx, json_string_value(json_object_get(json_object_get(doc, "metadata"), "uid")),
+        j->req.request_id, j->req.tokens_used, j->req.cost_micros, err);
+    st->seen = !fresh;
+    return rc;
+}
+
 static int apply_job(struct batch *b, struct task_txn *tx, struct meter_job *j, struct err *err)
 {
     struct quota_room room;
@@ -482,24 +508,9 @@ static int apply_job(struct batch *b, struct task_txn *tx, struct meter_job *j, 
         }
     }
     phase = st.phase;
-    if (j->kind == METER_JOB_SETTLE && st.task_found) {
-        /* The gateway let this call through while the task was Active and its token
-         * valid: what it cost is charged even when the task paused meanwhile. */
-        st.token_current = st.caveats_ok = st.model_ok = true;
-        st.phase = TASK_ACTIVE;
-    }
-    if (j->kind != METER_JOB_CHECK && st.task_found && st.token_current && st.caveats_ok &&
-        st.phase == TASK_ACTIVE && st.body_ok && st.model_ok) {
-        /* Every later outcome charges, so remember the id now; an id already there is a
-         * retry (SPEC §7 step 4). */
-        bool fresh = false;
-        rc = task_txn_meter_claim(
-            &fresh, tx, json_string_value(json_object_get(json_object_get(doc, "metadata"), "uid")),
-            j->req.request_id, j->req.tokens_used, j->req.cost_micros, err);
-        if (rc != E_OK) {
-            goto out;
-        }
-        st.seen = !fresh;
+    rc = claim(&st, tx, doc, j, err);
+    if (rc != E_OK) {
+        goto out;
     }
     meter_decide(&d, &st, j->body_ok ? &j->req : NULL);
     gate_outcome(&d, j->kind, phase);
@@ -877,8 +888,8 @@ int meter_gate_exhausted(struct meter_service *m, const char *token, const char 
     return run_gate_job(NULL, m, METER_JOB_EXHAUSTED, token, request_id, model, 0, 0, false);
 }
 
-int meter_gate_quota_exhausted(struct meter_service *m, const char *token,
-                               const char *request_id, const char *model)
+int meter_gate_quota_exhausted(struct meter_service *m, const char *token, const char *request_id,
+                               const char *model)
 {
     return run_gate_job(NULL, m, METER_JOB_QUOTA_OUT, token, request_id, model, 0, 0, false);
 }

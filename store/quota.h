@@ -79,14 +79,12 @@ const json_t *quota_used_up(const json_t *quotas);
 
 /* *items_out: a new array of copies of the quotas of NS (NULL: every namespace), in
  * namespace, name order, as stored (not rolled). Copies: change them, then put them. */
-int task_txn_quota_list(json_t **items_out, struct task_txn *tx, const char *ns,
-                        struct err *err);
+int task_txn_quota_list(json_t **items_out, struct task_txn *tx, const char *ns, struct err *err);
 /* Creates or replaces Q (by its metadata.namespace/name); uid and creationTimestamp are
  * kept from the stored one (else set); metadata.resourceVersion is bumped and set in Q. */
 int task_txn_quota_put(struct task_txn *tx, json_t *q, struct err *err);
 /* Deletes the quota NS/NAME (a no-op when absent). */
-int task_txn_quota_delete(struct task_txn *tx, const char *ns, const char *name,
-                          struct err *err);
+int task_txn_quota_delete(struct task_txn *tx, const char *ns, const char *name, struct err *err);
 
 /* --- the store, each call its own transaction (the API's and readers' side) ----------- */
 
@@ -103,9 +101,8 @@ int task_store_quota_create(json_t **out, struct task_store *st, const json_t *o
 /* Changes the quota NS/NAME with FN (on a copy; FN validates, returns E_OK to write);
  * *out the stored result. E_NOTFOUND, E_CONFLICT (FN's resourceVersion check). */
 typedef int (*quota_mutate_fn)(json_t *q, struct err *err, void *userdata);
-int task_store_quota_mutate(json_t **out, struct task_store *st, const char *ns,
-                            const char *name, quota_mutate_fn fn, void *userdata,
-                            struct err *err);
+int task_store_quota_mutate(json_t **out, struct task_store *st, const char *ns, const char *name,
+                            quota_mutate_fn fn, void *userdata, struct err *err);
 /* Deletes the quota NS/NAME; with EXPECT_RV > 0 only at that resourceVersion (else
  * E_CONFLICT). *last_out: the object as it was. E_NOTFOUND. */
 int task_store_quota_delete(json_t **last_out, struct task_store *st, const char *ns,

@@ -163,8 +163,7 @@ static int check_metadata(json_t *md, struct err *err)
                              "metadata.namespace: must be a DNS label");
     }
     if (check_string_map(json_object_get(md, "labels"), "metadata.labels", err) != E_OK ||
-        check_string_map(json_object_get(md, "annotations"), "metadata.annotations", err) !=
-            E_OK) {
+        check_string_map(json_object_get(md, "annotations"), "metadata.annotations", err) != E_OK) {
         return E_INVALID;
     }
     return E_OK;
@@ -237,10 +236,9 @@ int quota_normalize_new(json_t **out, const json_t *obj, const char *ns, int64_t
         return rc;
     }
     spec = json_object_get(obj, "spec");
-    doc = json_pack("{s:s, s:s, s:o, s:o, s:o}", "apiVersion", TASK_API_VERSION, "kind",
-                    QUOTA_KIND, "metadata", md, "spec",
-                    spec != NULL ? json_deep_copy(spec) : json_object(), "status",
-                    zero_status(now_ms));
+    doc = json_pack("{s:s, s:s, s:o, s:o, s:o}", "apiVersion", TASK_API_VERSION, "kind", QUOTA_KIND,
+                    "metadata", md, "spec", spec != NULL ? json_deep_copy(spec) : json_object(),
+                    "status", zero_status(now_ms));
     rc = quota_validate(doc, err);
     if (rc != E_OK) {
         json_decref(doc);

@@ -8,8 +8,7 @@
 #include "store/quota.h"
 #include "store/store_backend.h"
 
-int task_txn_quota_list(json_t **items_out, struct task_txn *tx, const char *ns,
-                        struct err *err)
+int task_txn_quota_list(json_t **items_out, struct task_txn *tx, const char *ns, struct err *err)
 {
     return tx->st->xops->txn_quota_list(items_out, tx, ns, err);
 }
@@ -49,13 +48,13 @@ static int64_t rv_of(const json_t *q)
 }
 
 struct quota_op {
-    const char *ns, *name;  /* the quota (name NULL: a list) */
-    const json_t *obj;      /* create: the normalized object */
-    quota_mutate_fn fn;     /* mutate */
-    void *userdata;         /* fn's */
-    int64_t expect_rv;      /* delete's precondition, 0 none */
-    json_t *out;            /* out: the object or the list */
-    struct err *err;        /* out */
+    const char *ns, *name; /* the quota (name NULL: a list) */
+    const json_t *obj;     /* create: the normalized object */
+    quota_mutate_fn fn;    /* mutate */
+    void *userdata;        /* fn's */
+    int64_t expect_rv;     /* delete's precondition, 0 none */
+    json_t *out;           /* out: the object or the list */
+    struct err *err;       /* out */
 };
 
 /* Runs FN in a transaction and hands op->out over only when it committed. */
@@ -162,8 +161,7 @@ static int create_fn(struct task_txn *tx, void *userdata)
     return rc;
 }
 
-int task_store_quota_create(json_t **out, struct task_store *st, const json_t *obj,
-                            struct err *err)
+int task_store_quota_create(json_t **out, struct task_store *st, const json_t *obj, struct err *err)
 {
     const json_t *md = json_object_get(obj, "metadata");
     struct quota_op op = {.ns = json_string_value(json_object_get(md, "namespace")),
@@ -225,9 +223,8 @@ static int mutate_fn(struct task_txn *tx, void *userdata)
     return rc;
 }
 
-int task_store_quota_mutate(json_t **out, struct task_store *st, const char *ns,
-                            const char *name, quota_mutate_fn fn, void *userdata,
-                            struct err *err)
+int task_store_quota_mutate(json_t **out, struct task_store *st, const char *ns, const char *name,
+                            quota_mutate_fn fn, void *userdata, struct err *err)
 {
     struct quota_op op = {.ns = ns, .name = name, .fn = fn, .userdata = userdata, .err = err};
 
@@ -245,9 +242,9 @@ static int delete_fn(struct task_txn *tx, void *userdata)
     rc = read_one(&q, tx, op);
 
     if (rc == E_OK && op->expect_rv > 0 && rv_of(q) != op->expect_rv) {
-        rc = err_set(op->err, E_CONFLICT,
-                     "spendquotas \"%s\": the object has been modified (resourceVersion)",
-                     op->name);
+        rc =
+            err_set(op->err, E_CONFLICT,
+                    "spendquotas \"%s\": the object has been modified (resourceVersion)", op->name);
     }
     if (rc == E_OK) {
         rc = task_txn_quota_delete(tx, op->ns, op->name, op->err);

@@ -62,7 +62,8 @@ static json_t *table_row(const struct kube_view *v, const json_t *q, int64_t now
     char uu[MONEY_STR_MAX], lu[MONEY_STR_MAX], usd[2 * MONEY_STR_MAX + 4];
     char ut[24], lt[24], tok[52], run[24] = "-", age[KUBE_AGE_MAX] = "<unknown>";
     const json_t *md = json_object_get(q, "metadata");
-    const char *ps = json_string_value(json_object_get(json_object_get(q, "status"), "periodStart"));
+    const char *ps =
+        json_string_value(json_object_get(json_object_get(q, "status"), "periodStart"));
     const char *ts = json_string_value(json_object_get(md, "creationTimestamp"));
     int64_t created = 0;
     json_t *row;
@@ -175,8 +176,8 @@ int api_quota_get(struct request *r)
     if (kube_view_init(&view, r, &ret) != E_OK) {
         return ret;
     }
-    if (task_store_quota_get(&q, r->srv->store, r->params[PARAM_NS], r->params[PARAM_NAME],
-                             &err) != E_OK) {
+    if (task_store_quota_get(&q, r->srv->store, r->params[PARAM_NS], r->params[PARAM_NAME], &err) !=
+        E_OK) {
         ret = http_send_err(r, &err);
     } else if (view.table) {
         ret = send_items(r, &view, json_pack("[o]", q));
@@ -197,8 +198,8 @@ int api_quota_create(struct request *r)
     if (body == NULL) {
         return ret;
     }
-    if (quota_normalize_new(&obj, body, r->params[PARAM_NS], clock_now_ms(clock_system()),
-                            &err) != E_OK ||
+    if (quota_normalize_new(&obj, body, r->params[PARAM_NS], clock_now_ms(clock_system()), &err) !=
+            E_OK ||
         task_store_quota_create(&stored, r->srv->store, obj, &err) != E_OK) {
         ret = http_send_err(r, &err);
     } else {

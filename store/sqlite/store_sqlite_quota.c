@@ -8,8 +8,7 @@
 #include "store/quota.h"
 #include "store/sqlite/store_sqlite_int.h"
 
-int sqlst_txn_quota_list(json_t **items_out, struct task_txn *tx, const char *ns,
-                         struct err *err)
+int sqlst_txn_quota_list(json_t **items_out, struct task_txn *tx, const char *ns, struct err *err)
 {
     struct sqlite_store *s = sqlst_txn_store(tx);
     sqlite3_stmt *q = NULL;
@@ -108,8 +107,7 @@ int sqlst_txn_quota_put(struct task_txn *tx, json_t *q, struct err *err)
     return rc;
 }
 
-int sqlst_txn_quota_delete(struct task_txn *tx, const char *ns, const char *name,
-                           struct err *err)
+int sqlst_txn_quota_delete(struct task_txn *tx, const char *ns, const char *name, struct err *err)
 {
     struct sqlite_store *s = sqlst_txn_store(tx);
     sqlite3_stmt *q = NULL;
