@@ -19,7 +19,8 @@ from harness import API, DIVERGE_BIN, Server, run_tests
 NS = API + "/namespaces/default/agenttasks"
 ARGS = ["--sandbox-provider", "none"]
 TOOLS = {"diverge_create_task", "diverge_list_tasks", "diverge_task_status",
-         "diverge_guide_task", "diverge_pause_task", "diverge_resume_task"}
+         "diverge_guide_task", "diverge_pause_task", "diverge_resume_task",
+         "diverge_quota_status"}
 
 
 class Mcp:

@@ -14,6 +14,7 @@ import time
 from harness import API, Server, run_tests
 from test_meter import call, meter
 from test_kubectl import Kubectl, rows
+from test_mcp import Mcp
 
 ARGS = ["--sandbox-provider", "none"]
 MERGE = {"Content-Type": "application/merge-patch+json"}
@@ -202,6 +203,41 @@ def test_quota_across_two_tasks_pauses_the_crossing_call():
         assert st == 200, (st, r)
 
 
+def test_cli_mcp_and_metrics_show_used_and_quota():
+    with Server(ARGS) as srv:
+        make_quota(srv, "proj", "team", monthlyUSD="2.00", monthlyTokens=1000,
+                   maxRunningTasks=3)
+        make_quota(srv, "proj", "open")
+        a = start(srv, "proj", "a")
+        st, _, _ = meter(srv, a, call("a1", tokens=40, cost="0.036"))
+        assert st == 200
+        r = srv.cli("quota", "list", "-n", "proj")
+        assert r.returncode == 0, r
+        lines = [ln.split() for ln in r.stdout.strip().splitlines()]
+        assert lines[0] == ["NAME", "USD", "TOKENS", "MAX-RUNNING", "PERIOD"], r.stdout
+        assert lines[1][:4] == ["open", "0.036", "40", "-"], r.stdout
+        assert lines[2][:4] == ["team", "0.036/2.00", "40/1000", "3"], r.stdout
+        r = srv.cli("quota", "list", "-A")
+        assert r.returncode == 0 and r.stdout.split()[0] == "NAMESPACE", r
+        r = srv.cli("quota", "status", "team", "-n", "proj")
+        assert r.returncode == 0 and "USD:          0.036/2.00" in r.stdout, r
+        assert "Max running:  3" in r.stdout, r.stdout
+        r = srv.cli("quota", "status", "nope", "-n", "proj")
+        assert r.returncode == 1 and r.stderr.startswith("diverge: "), r
+        r = srv.cli("quota", "list", "-n", "empty")
+        assert r.returncode == 0 and "No spend quotas found" in r.stderr, r
+        with Mcp(srv) as m:
+            m.initialize()
+            res = m.ok("diverge_quota_status", namespace="proj")
+            text = res["content"][0]["text"]
+            assert "team: $0.036 / $2.00, 40 / 1000 tokens this month" in text, text
+            assert [q["metadata"]["name"] for q in res["structuredContent"]["quotas"]] == \
+                ["open", "team"], res
+        _, _, metrics = srv.request("GET", "/metrics", auth=False)
+        assert 'diverge_project_spend_usd{namespace="proj"} 0.036\n' in metrics, metrics
+        assert 'diverge_project_quota_usd{namespace="proj",quota="team"} 2.00\n' in metrics
+
+
 def test_new_month_resets_usage_at_the_first_charge():
     with Server(ARGS) as srv:
         make_quota(srv, "proj", "team", monthlyTokens=100)
@@ -285,5 +321,6 @@ def test_kill9_quota_totals_equal_the_tasks_charges():
 if __name__ == "__main__":
     run_tests([test_api_validation_and_status_subresource, test_kubectl_get_spendquotas,
                test_quota_across_two_tasks_pauses_the_crossing_call,
+               test_cli_mcp_and_metrics_show_used_and_quota,
                test_new_month_resets_usage_at_the_first_charge,
                test_kill9_quota_totals_equal_the_tasks_charges])
