@@ -588,7 +588,7 @@ int api_discovery_group(struct request *r)
         r, 200,
         json_pack("{s:s, s:s, s:s, s:[{s:s, s:s, s:b, s:s, s:[s,s,s,s,s,s,s], s:[s], s:[s,s]},"
                   " {s:s, s:s, s:b, s:s, s:[s,s,s]},"
-                  " {s:s, s:s, s:b, s:s, s:[s,s,s,s,s,s], s:[s], s:[s]},"
+                  " {s:s, s:s, s:b, s:s, s:[s,s,s,s,s,s], s:[s]},"
                   " {s:s, s:s, s:b, s:s, s:[s,s,s]}]}",
                   "kind", "APIResourceList", "apiVersion", "v1", "groupVersion", TASK_API_VERSION,
                   "resources", "name", "agenttasks", "singularName", "agenttask", "namespaced", 1,
@@ -597,7 +597,7 @@ int api_discovery_group(struct request *r)
                   "agenttasks/status", "singularName", "", "namespaced", 1, "kind", "AgentTask",
                   "verbs", "get", "patch", "update", "name", "spendquotas", "singularName",
                   "spendquota", "namespaced", 1, "kind", "SpendQuota", "verbs", "create", "delete",
-                  "get", "list", "patch", "update", "shortNames", "sq", "categories", "diverge",
-                  "name", "spendquotas/status", "singularName", "", "namespaced", 1, "kind",
-                  "SpendQuota", "verbs", "get", "patch", "update"));
+                  "get", "list", "patch", "update", "shortNames", "sq", "name",
+                  "spendquotas/status", "singularName", "", "namespaced", 1, "kind", "SpendQuota",
+                  "verbs", "get", "patch", "update"));
 }
