@@ -8,6 +8,7 @@
 #include "bot/bot_apply.h"
 #include "common/hash.h"
 #include "common/money.h"
+#include "store/quota.h"
 
 #define ANN_PROVIDER "divergedev.com/provider"
 #define ANN_PROJECT "divergedev.com/project"
@@ -288,13 +289,69 @@ static void bump(json_t *spec, const struct slashcmd *c, const struct bot_config
     }
 }
 
+/* *out: the SpendQuotas of IN's namespace, rolled to now (a new array). */
+static int ns_quotas(json_t **out, struct task_txn *tx, const struct bot_input *in, struct err *err)
+{
+    int64_t now = clock_now_ms(task_txn_clock(tx));
+    json_t *q;
+    size_t i;
+    int rc = task_txn_quota_list(out, tx, in->ns, err);
+
+    if (rc == E_OK) {
+        json_array_foreach(*out, i, q)
+        {
+            (void)quota_roll(q, now);
+        }
+    }
+    return rc;
+}
+
+static int64_t spec_money(const json_t *spec, const char *key)
+{
+    int64_t v = 0;
+    const char *s = json_string_value(json_object_get(spec, key));
+
+    return s != NULL && money_parse(&v, NULL, s, NULL) == E_OK ? v : 0;
+}
+
+/* After a budget bump of DOC: no budget raised past what the namespace's quotas leave
+ * (SPEC §15), never lowered below OLD_USD / OLD_TOKENS either; REPLY says so. */
+static int cap_bump(struct task_txn *tx, const struct bot_input *in, json_t *doc, int64_t old_usd,
+                    int64_t old_tokens, struct buf *reply, struct err *err)
+{
+    json_t *spec = json_object_get(doc, "spec"), *qs = NULL;
+    struct task_view v;
+    int64_t usd = spec_money(spec, "budgetUSD");
+    int64_t tokens = json_integer_value(json_object_get(spec, "budgetTokens"));
+    char money[MONEY_STR_MAX];
+    int rc = ns_quotas(&qs, tx, in, err);
+
+    if (rc != E_OK) {
+        return rc;
+    }
+    task_view_of(&v, doc);
+    if (bot_quota_cap(usd > old_usd ? &usd : NULL, old_usd, tokens > old_tokens ? &tokens : NULL,
+                      old_tokens, reply, qs, v.cost_usd, v.tokens_consumed)) {
+        money_format(money, usd);
+        if (usd > 0) {
+            json_object_set_new(spec, "budgetUSD", json_string(money));
+        }
+        if (tokens > 0) {
+            json_object_set_new(spec, "budgetTokens", json_integer(tokens));
+        }
+    }
+    json_decref(qs);
+    return E_OK;
+}
+
 /* guide, budget, pause, resume on the existing task. E_NOTFOUND when there is none;
  * E_DENIED (nothing changed) for a resume of a finished task, which only a fix runs again. */
 static int apply_change(struct task_txn *tx, struct bot_input *in, const struct slashcmd *c,
-                        struct err *err)
+                        struct buf *reply, struct err *err)
 {
     json_t *doc = NULL, *spec, *md, *ann;
     struct task_view v;
+    int64_t old_usd, old_tokens;
     int rc = get_own_task(&doc, tx, in, err);
 
     if (rc != E_OK) {
@@ -307,6 +364,8 @@ static int apply_change(struct task_txn *tx, struct bot_input *in, const struct 
     }
     spec = json_object_get(doc, "spec");
     md = json_object_get(doc, "metadata");
+    old_usd = spec_money(spec, "budgetUSD");
+    old_tokens = json_integer_value(json_object_get(spec, "budgetTokens"));
     switch (c->verb) {
     case SLASHCMD_GUIDE:
         ann = json_object_get(md, "annotations");
@@ -329,12 +388,40 @@ static int apply_change(struct task_txn *tx, struct bot_input *in, const struct 
     default:
         break;
     }
-    task_sync_effective_limits(doc); /* a bumped budget is the effective one at once */
-    rc = task_validate(doc, err);
+    rc =
+        c->has_usd || c->has_tokens ? cap_bump(tx, in, doc, old_usd, old_tokens, reply, err) : E_OK;
+    if (rc == E_OK) {
+        task_sync_effective_limits(doc); /* a bumped budget is the effective one at once */
+        rc = task_validate(doc, err);
+    }
     if (rc == E_OK) {
         rc = task_txn_put(tx, doc, err);
     }
     json_decref(doc);
+    return rc;
+}
+
+/* `/diverge fix`, unless a SpendQuota of the namespace is used up (SPEC §15): then a reply
+ * naming it and its reset day, and no change. */
+static int fix_unless_quota(struct task_txn *tx, struct bot_input *in, const char *objective,
+                            struct buf *reply, struct err *err)
+{
+    json_t *qs = NULL;
+    const json_t *full;
+    int rc = ns_quotas(&qs, tx, in, err);
+
+    if (rc != E_OK) {
+        return rc;
+    }
+    full = quota_used_up(qs);
+    if (full != NULL) {
+        char *text = bot_reply_quota_used_up(in->entry->author, full);
+        buf_puts(reply, text);
+        free(text);
+    } else {
+        rc = apply_fix(tx, in, objective, reply, err);
+    }
+    json_decref(qs);
     return rc;
 }
 
@@ -365,7 +452,7 @@ static int apply_commands(struct task_txn *tx, struct bot_input *in, struct buf 
         const struct slashcmd *c = &in->cmds->cmds[i];
         switch (c->verb) {
         case SLASHCMD_FIX:
-            rc = apply_fix(tx, in, c->text, reply, err);
+            rc = fix_unless_quota(tx, in, c->text, reply, err);
             break;
         case SLASHCMD_STATUS:
             buf_puts(reply, in->status_table != NULL ? in->status_table : "");
@@ -376,7 +463,7 @@ static int apply_commands(struct task_txn *tx, struct bot_input *in, struct buf 
             buf_puts(reply, "\n");
             break;
         default:
-            rc = apply_change(tx, in, c, err);
+            rc = apply_change(tx, in, c, reply, err);
             if (rc == E_NOTFOUND) {
                 reply_no_task(reply, in, c);
                 rc = E_OK;

@@ -81,4 +81,17 @@ char *bot_reply_head_gone(const char *author, const char *provider);
 /* The task NS/TASK exists but is not this PR's (bot_task_belongs): nothing is changed. */
 char *bot_reply_foreign_task(const char *author, const char *ns, const char *task);
 
+/* SpendQuotas (quota_text.c, SPEC §15). QUOTAS: a namespace's, rolled to now. */
+/* Appends one "Project quota `team`: $used / $limit · tokens ... resets DAY" line per
+ * quota to OUT (nothing when QUOTAS is empty). */
+void bot_quota_lines(struct buf *out, const json_t *quotas);
+/* The refusal of `/diverge fix` when the quota Q is used up: its name, use and reset day. */
+char *bot_reply_quota_used_up(const char *author, const json_t *q);
+/* Lowers the raised budgets *USD_IO (micro-dollars, raised from OLD_USD) and *TOKENS_IO
+ * (from OLD_TOKENS; either may be NULL) to what the task has spent (SPENT_*) plus what
+ * QUOTAS leave, never below the old values; appends why to NOTE. Returns whether it
+ * lowered one. */
+bool bot_quota_cap(int64_t *usd_io, int64_t old_usd, int64_t *tokens_io, int64_t old_tokens,
+                   struct buf *note, const json_t *quotas, int64_t spent_usd, int64_t spent_tokens);
+
 #endif

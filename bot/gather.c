@@ -7,6 +7,7 @@
 
 #include "bot/bot_apply.h"
 #include "common/hash.h"
+#include "store/quota.h"
 
 /* --- permissions ------------------------------------------------------------------ */
 
@@ -199,6 +200,10 @@ static char *status_table(struct bot *b, const struct bot_input *in)
         buf_puts(&out, "| — | no tasks yet | | | | |\n");
     }
     json_decref(stickies);
+    if (task_store_quota_list(&items, b->store, in->ns, NULL) == E_OK) {
+        bot_quota_lines(&out, items);
+        json_decref(items);
+    }
     return buf_take(&out);
 }
 

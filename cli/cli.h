@@ -184,6 +184,8 @@ int cli_task_main(int argc, char **argv);
 
 /* `diverge token ...`. */
 int cli_token_main(int argc, char **argv);
+/* `diverge quota list|status` (cmd_quota.c). */
+int cli_quota_main(int argc, char **argv);
 /* `diverge local ...` (cmd_local.c). */
 int cli_local_main(int argc, char **argv);
 

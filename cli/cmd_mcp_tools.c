@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cli/mcp.h"
+#include "common/httpc.h"
 #include "common/money.h"
 
 #define GUIDANCE_ANNOTATION "divergedev.com/guidance"
@@ -362,6 +363,55 @@ static json_t *run_resume(const struct cli_ctx *base, const json_t *args)
     return r;
 }
 
+/* The namespace's SpendQuotas, used against their limits this month (SPEC §15). */
+static json_t *run_quota(const struct cli_ctx *base, const json_t *args)
+{
+    static const char *const known[] = {"namespace", NULL};
+    json_t *bad = cli_mcp_check_known(args, known, "namespace"), *list = NULL, *items, *q, *r;
+    struct cli_ctx ctx;
+    struct err err = {0};
+    struct buf b;
+    char *ns, *path;
+    size_t i;
+    int rc;
+
+    bad = bad != NULL ? bad : cli_mcp_with_namespace(&ctx, base, args);
+    if (bad != NULL) {
+        return bad;
+    }
+    ns = httpc_escape(ctx.ns);
+    path = xasprintf(CLI_API_BASE "/namespaces/%s/spendquotas", ns);
+    free(ns);
+    rc = cli_api_call(&list, NULL, &ctx, "GET", path, NULL, NULL, &err);
+    free(path);
+    if (rc != E_OK) {
+        return cli_mcp_failure(rc, &err);
+    }
+    items = json_object_get(list, "items");
+    buf_init(&b, 0);
+    if (json_array_size(items) == 0) {
+        buf_printf(&b, "No spend quotas in namespace %s: its spend is not capped.", ctx.ns);
+    }
+    json_array_foreach(items, i, q)
+    {
+        const char *lim = cli_json_str(q, "spec.monthlyUSD");
+        const json_t *lt = cli_json_at(q, "spec.monthlyTokens");
+        buf_printf(&b, "%s%s: $%s", i > 0 ? "\n" : "", cli_json_str(q, "metadata.name"),
+                   cli_json_str(q, "status.usedUSD"));
+        buf_printf(&b, lim != NULL ? " / $%s" : "%s", lim != NULL ? lim : "");
+        buf_printf(&b, ", %lld",
+                   (long long)json_integer_value(cli_json_at(q, "status.usedTokens")));
+        if (json_is_integer(lt)) {
+            buf_printf(&b, " / %lld", (long long)json_integer_value(lt));
+        }
+        buf_printf(&b, " tokens this month (since %s)", cli_json_str(q, "status.periodStart"));
+    }
+    r = cli_mcp_result(false, buf_take(&b),
+                       json_pack("{s:O, s:s}", "quotas", items, "namespace", ctx.ns));
+    json_decref(list);
+    return r;
+}
+
 static const struct tool_def tools[] = {
     {"diverge_create_task", "Create an agent task",
      "Creates an AgentTask: an autonomous coding agent works on OBJECTIVE in a sandbox "
@@ -393,6 +443,10 @@ static const struct tool_def tools[] = {
      "Shows one AgentTask: phase and reason, iteration, tokens and cost against the "
      "budgets, the forecast of the spend still expected to finish, guidance and preview URL.",
      S_OBJ(S_NS "," S_NAME, "\"name\""), true, run_status},
+    {"diverge_quota_status", "Show a project's spend quotas",
+     "Shows the SpendQuotas of a namespace (a project): USD and tokens used this month "
+     "against their monthly limits. A call past a quota pauses its task (QuotaExceeded).",
+     S_OBJ(S_NS, ""), true, run_quota},
     {"diverge_guide_task", "Guide an agent task",
      "Gives the agent guidance it receives on its next metering heartbeat; an empty string "
      "clears it.",

@@ -18,6 +18,7 @@ static const char usage[] =
     "  serve      run the server (webhooks, task API, meter, controller, notifier)\n"
     "  task       create and manage agent tasks (init, create, list, status, logs, guide,\n"
     "             pause, resume, token)\n"
+    "  quota      a project's spend quotas, used against their limits (list, status)\n"
     "  token      inspect a capability token\n"
     "  local      the offline SCM: open a PR on a repository, comment, read the thread;\n"
     "             `local demo` sets up an example\n"
@@ -52,6 +53,7 @@ static int cmd_help(struct cli_ctx *ctx, const struct cli_args *args);
 static const struct cli_cmd commands[] = {
     {"serve", 0, 0, cmd_serve, NULL, 0, NULL},
     {"task", 0, 0, cli_task_main, NULL, 0, NULL},
+    {"quota", 0, 0, cli_quota_main, NULL, 0, NULL},
     {"token", 0, 0, cli_token_main, NULL, 0, NULL},
     {"local", 0, 0, cli_local_main, NULL, 0, NULL},
     {"mcp", 0, 0, NULL, cli_mcp_run, 0, CLI_MCP_USAGE},

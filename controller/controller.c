@@ -167,11 +167,10 @@ enum controller_action controller_decide(const struct task_view *v,
 
 const char *controller_action_name(enum controller_action a)
 {
-    static const char *const names[] = {"nothing",      "activate",  "pause",       "revoke",
-                                        "wait",         "provision", "restart",     "thaw",
-                                        "resume-start", "complete",  "fail-runner", "timeout",
-                                        "fail-sandbox", "stop",      "disk-limit",  "rerun",
-                                        "push-wip"};
+    static const char *const names[] = {
+        "nothing",      "activate", "pause",        "revoke",   "wait",        "provision",
+        "restart",      "thaw",     "resume-start", "complete", "fail-runner", "timeout",
+        "fail-sandbox", "stop",     "disk-limit",   "rerun",    "push-wip"};
     return a < ARRAY_LEN(names) ? names[a] : "unknown";
 }
 

@@ -14,6 +14,8 @@ const struct kube_resource KUBE_AGENTTASKS = {"divergedev.com", "v1alpha1", "age
                                               "AgentTask"};
 const struct kube_resource KUBE_ENVIRONMENTS = {"divergedev.com", "v1alpha1", "environments",
                                                 "Environment"};
+const struct kube_resource KUBE_SPENDQUOTAS = {"divergedev.com", "v1alpha1", "spendquotas",
+                                               "SpendQuota"};
 const struct kube_resource KUBE_SECRETS = {"", "v1", "secrets", "Secret"};
 const struct kube_resource KUBE_CONFIGMAPS = {"", "v1", "configmaps", "ConfigMap"};
 const struct kube_resource KUBE_EVENTS = {"events.k8s.io", "v1", "events", "Event"};

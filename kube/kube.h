@@ -81,6 +81,7 @@ struct kube_resource {
 
 extern const struct kube_resource KUBE_AGENTTASKS;    /* divergedev.com/v1alpha1 */
 extern const struct kube_resource KUBE_ENVIRONMENTS;  /* divergedev.com/v1alpha1 */
+extern const struct kube_resource KUBE_SPENDQUOTAS;   /* divergedev.com/v1alpha1 */
 extern const struct kube_resource KUBE_SECRETS;       /* v1 */
 extern const struct kube_resource KUBE_CONFIGMAPS;    /* v1 */
 extern const struct kube_resource KUBE_EVENTS;        /* events.k8s.io/v1 */

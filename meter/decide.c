@@ -57,6 +57,20 @@ static int64_t add_saturating(int64_t a, int64_t b)
     return a > INT64_MAX - b ? INT64_MAX : a + b;
 }
 
+/* Charges REQ to the namespace's headroom in OUT; whether that takes it past a quota. */
+static bool over_quota(struct meter_decision *out, const struct meter_state *st,
+                       const struct meter_request *req)
+{
+    if (st->has_quota_usd) {
+        out->quota_usd_left = st->quota_usd_left - req->cost_micros;
+    }
+    if (st->has_quota_tokens) {
+        out->quota_tokens_left = st->quota_tokens_left - req->tokens_used;
+    }
+    return (st->has_quota_usd && out->quota_usd_left < 0) ||
+           (st->has_quota_tokens && out->quota_tokens_left < 0);
+}
+
 void meter_decide(struct meter_decision *out, const struct meter_state *st,
                   const struct meter_request *req)
 {
@@ -66,6 +80,10 @@ void meter_decide(struct meter_decision *out, const struct meter_state *st,
     out->total_cost_micros = st->cost_micros;
     out->iteration = st->iteration;
     out->reason = "";
+    out->has_quota_usd = st->has_quota_usd;
+    out->quota_usd_left = st->quota_usd_left;
+    out->has_quota_tokens = st->has_quota_tokens;
+    out->quota_tokens_left = st->quota_tokens_left;
     /* 1-3. Who is asking, for what task, in what state; the body; models. */
     if (refused_request(out, st, req)) {
         return;
@@ -85,7 +103,13 @@ void meter_decide(struct meter_decision *out, const struct meter_state *st,
     if (req->has_iteration && req->iteration > st->iteration) {
         out->iteration = req->iteration;
     }
-    /* 6. Limits: budget first, so both at once reads "budget exceeded". */
+    /* 6. Limits. The project's quota first (SPEC §15): a bigger task budget cannot help
+     * there, so the answer names what has to change. Then the budget, so both at once
+     * reads "budget exceeded". */
+    if (over_quota(out, st, req)) {
+        refuse(out, METER_OVER_QUOTA, 429, "project quota exceeded");
+        return;
+    }
     if ((out->has_budget_usd && out->total_cost_micros > out->budget_usd) ||
         (out->has_budget_tokens && out->total_tokens > out->budget_tokens)) {
         refuse(out, METER_OVER_BUDGET, 429, "budget exceeded");

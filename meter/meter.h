@@ -72,6 +72,10 @@ struct meter_state {
     int64_t tokens_consumed;    /* status.tokensConsumed before this call */
     int64_t cost_micros;        /* status.costUSD before this call */
     int64_t iteration;          /* status.iteration before this call */
+    bool has_quota_usd;         /* a SpendQuota of the namespace sets monthlyUSD */
+    int64_t quota_usd_left;     /* the least monthlyUSD - usedUSD before this call */
+    bool has_quota_tokens;      /* a SpendQuota of the namespace sets monthlyTokens */
+    int64_t quota_tokens_left;  /* the least monthlyTokens - usedTokens before this call */
 };
 
 enum meter_outcome {
@@ -82,6 +86,7 @@ enum meter_outcome {
     METER_ALLOWED,         /* 200, charged */
     METER_OVER_BUDGET,     /* 429, charged, task paused, token revoked */
     METER_OVER_ITERATIONS, /* 429, charged, task paused, token revoked */
+    METER_OVER_QUOTA,      /* 429, charged (task and quotas), task paused, token revoked */
 };
 
 struct meter_decision {
@@ -95,6 +100,10 @@ struct meter_decision {
     int64_t budget_usd;        /* effective USD budget, micro-dollars */
     bool has_budget_tokens;    /* an effective token budget exists */
     int64_t budget_tokens;     /* effective token budget */
+    bool has_quota_usd;        /* the namespace has a USD quota (SpendQuota, SPEC §15) */
+    int64_t quota_usd_left;    /* what it leaves after this call (may be negative) */
+    bool has_quota_tokens;     /* the namespace has a token quota */
+    int64_t quota_tokens_left; /* what it leaves after this call */
 };
 
 /* The effective budgets (SPEC §7): the spec field when positive, else the smallest
@@ -159,7 +168,8 @@ void meter_gate_check(struct meter_gate *out, struct meter_service *m, const cha
 void meter_gate_cleanup(struct meter_gate *g);
 
 /* Charges a call the gateway let through (TOKENS, COST_MICROS, once per REQUEST_ID) as a
- * meter call does (steps 4-6, same transaction, task paused over a budget), even when
+ * meter call does (steps 4-6, same transaction, task and namespace quotas, task paused
+ * over a budget or a quota), even when
  * the task paused or its token was revoked since. *out (may be NULL) gets the totals.
  * Returns 200, 429 (charged, and the task paused), 401 (token or task gone) or 503 (not
  * recorded). GUIDANCE_SENT: the call carried the task's guidance (the first such charge
@@ -174,5 +184,9 @@ int meter_gate_settle(struct meter_decision *out, struct meter_service *m, const
  * paused, 401 when the token no longer holds (already paused), 403, 503. Thread-safe. */
 int meter_gate_exhausted(struct meter_service *m, const char *token, const char *request_id,
                          const char *model);
+/* As meter_gate_exhausted when what is missing is the namespace's quota: the task pauses
+ * QuotaExceeded. */
+int meter_gate_quota_exhausted(struct meter_service *m, const char *token, const char *request_id,
+                               const char *model);
 
 #endif

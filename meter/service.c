@@ -15,6 +15,7 @@
 #include "common/money.h"
 #include "common/secret.h"
 #include "meter/meter_int.h"
+#include "store/quota.h"
 
 /* What a job asks of the committer. */
 enum meter_job_kind {
@@ -23,6 +24,7 @@ enum meter_job_kind {
     METER_JOB_SETTLE,    /* the gateway's charge of a call it let through */
     METER_JOB_EXHAUSTED, /* the gateway found no budget: pause as a meter 429 does */
     METER_JOB_COMPLETE,  /* an external agent ends its task (SPEC §14) */
+    METER_JOB_QUOTA_OUT, /* the gateway found no quota left: pause QuotaExceeded */
 };
 
 struct meter_job {
@@ -35,6 +37,7 @@ struct meter_job {
     char *guidance;              /* out: owned copy of the guidance annotation */
     char *preview;               /* out: owned copy of status.previewUrl */
     struct meter_decision d;     /* out: the decision, when it carries totals */
+    char quota[64];              /* out: the SpendQuota that binds (METER_OVER_QUOTA), or "" */
     bool totals;                 /* out: answer with the totals body (built by the caller) */
     bool guidance_sent;          /* the charged call carried the task's guidance to the agent */
     struct meter_request req;    /* parsed body (when body_ok) */
@@ -88,7 +91,7 @@ static char *error_body(const char *msg, const char *reason)
 
 /* Money goes out as a JSON number written from the exact decimal, never via a double. */
 static char *totals_body(const struct meter_decision *d, const char *guidance, const char *preview,
-                         int64_t max_iter)
+                         int64_t max_iter, const char *quota)
 {
     bool allowed = d->outcome == METER_ALLOWED || d->outcome == METER_DUPLICATE;
     char cost[MONEY_STR_MAX], budget[MONEY_STR_MAX];
@@ -108,6 +111,11 @@ static char *totals_body(const struct meter_decision *d, const char *guidance, c
     }
     if (d->outcome == METER_DUPLICATE) {
         buf_puts(&b, "\"duplicate\":true,");
+    }
+    if (d->outcome == METER_OVER_QUOTA && quota != NULL && quota[0] != '\0') {
+        buf_puts(&b, "\"quota\":");
+        put_json_string(&b, quota);
+        buf_puts(&b, ",");
     }
     buf_printf(&b, "\"totalTokensUsed\":%lld,\"totalCostUSD\":%s,\"iteration\":%lld,",
                (long long)d->total_tokens, cost, (long long)d->iteration);
@@ -165,7 +173,48 @@ struct batch {
     struct err err;           /* out: why */
     json_t **dirty;           /* tasks charged in this batch, written once at the end */
     size_t ndirty, capdirty;
+    json_t *quotas;       /* namespace -> its SpendQuotas as this batch sees them */
+    json_t *quotas_dirty; /* namespace -> true: quotas charged, written at the end */
 };
+
+/* The SpendQuotas of NS, read once per batch and rolled into the current month (a new
+ * month's first charge starts from zero). Borrowed from the batch; NULL on a read error. */
+static json_t *batch_quotas(struct batch *b, struct task_txn *tx, const char *ns, struct err *err)
+{
+    json_t *items = json_object_get(b->quotas, ns), *q;
+    int64_t now = clock_now_ms(task_txn_clock(tx));
+    size_t i;
+
+    if (items != NULL) {
+        return items;
+    }
+    if (task_txn_quota_list(&items, tx, ns, err) != E_OK) {
+        return NULL;
+    }
+    json_array_foreach(items, i, q)
+    {
+        (void)quota_roll(q, now);
+    }
+    json_object_set_new(b->quotas, ns, items);
+    return items;
+}
+
+/* Adds the job's charge to every quota of its namespace: the same transaction as the
+ * task's, so exactly once with the task's request id. */
+static void charge_quotas(struct batch *b, const struct meter_job *j)
+{
+    json_t *items = json_object_get(b->quotas, j->ns), *q;
+    size_t i;
+
+    if (json_array_size(items) == 0) {
+        return;
+    }
+    json_array_foreach(items, i, q)
+    {
+        quota_add(q, j->req.tokens_used, j->req.cost_micros);
+    }
+    json_object_set_new(b->quotas_dirty, j->ns, json_true());
+}
 
 /* Marks DOC to be written at the end of the batch: several charges of one task in one
  * batch cost one write (and one MODIFIED event) instead of one each. */
@@ -252,12 +301,22 @@ static int charge(struct batch *b, struct task_txn *tx, json_t *doc, const struc
     if (j->guidance_sent) {
         note_guidance(status, doc, clock_now_ms(task_txn_clock(tx)));
     }
-    if (d->outcome == METER_OVER_BUDGET || d->outcome == METER_OVER_ITERATIONS) {
+    charge_quotas(b, j);
+    if (d->outcome == METER_OVER_QUOTA) {
+        char *msg = xasprintf("project quota exceeded: spendquota %s of namespace %s is used up "
+                              "for this month; an operator raises it, then resume the task",
+                              j->quota, j->ns);
+        task_set_phase(doc, TASK_PAUSED, "QuotaExceeded", msg);
+        free(msg);
+    } else if (d->outcome == METER_OVER_BUDGET || d->outcome == METER_OVER_ITERATIONS) {
         bool budget = d->outcome == METER_OVER_BUDGET;
         task_set_phase(doc, TASK_PAUSED, budget ? "BudgetExceeded" : "MaxIterationsExceeded",
                        budget ? "budget exceeded: add budget with /diverge budget or "
                                 "diverge task resume --budget"
                               : "max iterations exceeded");
+    }
+    if (d->outcome == METER_OVER_BUDGET || d->outcome == METER_OVER_ITERATIONS ||
+        d->outcome == METER_OVER_QUOTA) {
         json_object_set_new(json_object_get(doc, "spec"), "suspended", json_true());
         rc = task_txn_token_revoke(tx, j->ns, j->name, err);
         if (rc != E_OK) {
@@ -354,8 +413,14 @@ static void gate_outcome(struct meter_decision *d, enum meter_job_kind kind, enu
         d->status = 429;
         d->reason = "budget exceeded";
     }
+    if (kind == METER_JOB_QUOTA_OUT && !refused) {
+        d->outcome = METER_OVER_QUOTA;
+        d->status = 429;
+        d->reason = "project quota exceeded";
+    }
     if (kind == METER_JOB_SETTLE && phase != TASK_ACTIVE &&
-        (d->outcome == METER_OVER_BUDGET || d->outcome == METER_OVER_ITERATIONS)) {
+        (d->outcome == METER_OVER_BUDGET || d->outcome == METER_OVER_ITERATIONS ||
+         d->outcome == METER_OVER_QUOTA)) {
         d->outcome = METER_ALLOWED;
         d->status = 200;
         d->reason = "";
@@ -385,6 +450,7 @@ static int answer_job(struct batch *b, struct task_txn *tx, json_t *doc, struct 
     case METER_ALLOWED:
     case METER_OVER_BUDGET:
     case METER_OVER_ITERATIONS:
+    case METER_OVER_QUOTA:
         if (j->kind != METER_JOB_CHECK) {
             rc = charge(b, tx, doc, j, d, max_iter, err);
         }
@@ -400,6 +466,35 @@ static int answer_job(struct batch *b, struct task_txn *tx, json_t *doc, struct 
         j->status = d->status;
     }
     return rc;
+}
+
+/* Reads the headroom of J's namespace quotas into ST; *room_out keeps the quotas' names. */
+static int quota_state(struct quota_room *room_out, struct meter_state *st, struct batch *b,
+                       struct task_txn *tx, const struct meter_job *j, struct err *err)
+{
+    json_t *items = batch_quotas(b, tx, j->ns, err);
+
+    if (items == NULL) {
+        return E_FAIL;
+    }
+    quota_room_of(room_out, items);
+    st->has_quota_usd = room_out->has_usd;
+    st->quota_usd_left = room_out->usd_left;
+    st->has_quota_tokens = room_out->has_tokens;
+    st->quota_tokens_left = room_out->tokens_left;
+    return E_OK;
+}
+
+/* Names in J the quota that stopped it (the USD one when both did). */
+static void name_quota(struct meter_job *j, const struct quota_room *room,
+                       const struct meter_decision *d)
+{
+    const char *name = d->has_quota_usd && (d->quota_usd_left < 0 || !d->has_quota_tokens ||
+                                            d->quota_tokens_left >= 0)
+                           ? room->usd_name
+                           : room->tokens_name;
+
+    snprintf(j->quota, sizeof(j->quota), "%s", name != NULL ? name : "");
 }
 
 /* The answer of a completion: the phase it left the task in. */
@@ -494,6 +589,8 @@ static int claim_request(struct meter_state *st, struct task_txn *tx, const json
         st->phase != TASK_ACTIVE || !st->body_ok || !st->model_ok) {
         return E_OK;
     }
+    /* Every later outcome charges, so remember the id now; an id already there is a
+     * retry (SPEC §7 step 4). */
     rc = task_txn_meter_claim(
         &fresh, tx, json_string_value(json_object_get(json_object_get(doc, "metadata"), "uid")),
         j->req.request_id, j->req.tokens_used, j->req.cost_micros, err);
@@ -503,6 +600,7 @@ static int claim_request(struct meter_state *st, struct task_txn *tx, const json
 
 static int apply_job(struct batch *b, struct task_txn *tx, struct meter_job *j, struct err *err)
 {
+    struct quota_room room;
     struct meter_state st;
     struct meter_decision d;
     enum task_phase phase;
@@ -517,8 +615,14 @@ static int apply_job(struct batch *b, struct task_txn *tx, struct meter_job *j, 
     if (rc != E_OK && rc != E_NOTFOUND) {
         return rc;
     }
+    memset(&room, 0, sizeof(room));
+    j->quota[0] = '\0';
     if (rc == E_OK) {
         read_state(&st, tx, doc, j, err);
+        rc = quota_state(&room, &st, b, tx, j, err);
+        if (rc != E_OK) {
+            goto out;
+        }
     }
     if (j->kind == METER_JOB_COMPLETE) {
         rc = apply_complete(b, tx, doc, j, &st, err);
@@ -537,6 +641,9 @@ static int apply_job(struct batch *b, struct task_txn *tx, struct meter_job *j, 
     }
     meter_decide(&d, &st, j->body_ok ? &j->req : NULL);
     gate_outcome(&d, j->kind, phase);
+    if (d.outcome == METER_OVER_QUOTA) {
+        name_quota(j, &room, &d);
+    }
     rc = answer_job(b, tx, doc, j, &d, st.max_iterations, err);
 out:
     json_decref(doc);
@@ -548,6 +655,13 @@ out:
  * again without that job (failures are rare; savepoints would cost every job). */
 static int apply_jobs(struct task_txn *tx, struct batch *b)
 {
+    const char *ns;
+    json_t *v;
+
+    json_decref(b->quotas); /* a rerun batch reads the quotas again */
+    json_decref(b->quotas_dirty);
+    b->quotas = json_object();
+    b->quotas_dirty = json_object();
     for (struct meter_job *j = b->jobs; j != NULL; j = j->next) {
         if (j->excluded) {
             continue;
@@ -560,6 +674,17 @@ static int apply_jobs(struct task_txn *tx, struct batch *b)
     for (size_t i = 0; i < b->ndirty; i++) {
         if (task_txn_put(tx, b->dirty[i], &b->err) != E_OK) {
             return E_FAIL;
+        }
+    }
+    json_object_foreach(b->quotas_dirty, ns, v)
+    {
+        json_t *q;
+        size_t i;
+        json_array_foreach(json_object_get(b->quotas, ns), i, q)
+        {
+            if (task_txn_quota_put(tx, q, &b->err) != E_OK) {
+                return E_FAIL;
+            }
         }
     }
     return E_OK;
@@ -596,6 +721,8 @@ static void commit_batch(struct meter_service *m, struct meter_job *jobs)
         rc = task_store_txn(m->store, apply_batch, &b, &b.err);
         if (rc == E_OK) {
             free(b.dirty);
+            json_decref(b.quotas);
+            json_decref(b.quotas_dirty);
             return;
         }
         if (b.failed == NULL) {
@@ -606,6 +733,8 @@ static void commit_batch(struct meter_service *m, struct meter_job *jobs)
         fail_job(b.failed);
     }
     free(b.dirty);
+    json_decref(b.quotas);
+    json_decref(b.quotas_dirty);
     log_kv(LOG_ERROR, "meter_batch_failed", "error", b.err.msg, NULL);
     for (struct meter_job *j = jobs; j != NULL; j = j->next) {
         fail_job(j);
@@ -798,7 +927,7 @@ void meter_service_handle(int *status_out, char **body_out, struct meter_service
     run_job(m, &j);
     *status_out = j.status;
     if (j.totals) {
-        *body_out = totals_body(&j.d, j.guidance, j.preview, j.max_iterations);
+        *body_out = totals_body(&j.d, j.guidance, j.preview, j.max_iterations, j.quota);
         free(j.body);
     } else {
         *body_out = j.body;
@@ -928,4 +1057,10 @@ int meter_gate_exhausted(struct meter_service *m, const char *token, const char 
                          const char *model)
 {
     return run_gate_job(NULL, m, METER_JOB_EXHAUSTED, token, request_id, model, 0, 0, false);
+}
+
+int meter_gate_quota_exhausted(struct meter_service *m, const char *token, const char *request_id,
+                               const char *model)
+{
+    return run_gate_job(NULL, m, METER_JOB_QUOTA_OUT, token, request_id, model, 0, 0, false);
 }

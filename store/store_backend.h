@@ -44,6 +44,11 @@ struct task_txn {
     X(int, txn_env_put, (struct task_txn *tx, json_t *env, struct err *err)) \
     X(int, txn_env_delete, (struct task_txn *tx, const char *ns, const char *name, \
         struct err *err)) \
+    X(int, txn_quota_list, (json_t **items_out, struct task_txn *tx, const char *ns, \
+        struct err *err)) \
+    X(int, txn_quota_put, (struct task_txn *tx, json_t *q, struct err *err)) \
+    X(int, txn_quota_delete, (struct task_txn *tx, const char *ns, const char *name, \
+        struct err *err)) \
     X(int, txn_inbox_fail, (struct task_txn *tx, int64_t id, const char *error, \
         struct err *err)) \
     X(int, txn_inbox_done, (struct task_txn *tx, int64_t id, struct err *err)) \

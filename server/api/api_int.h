@@ -47,6 +47,16 @@ int api_local_thread(struct request *r);
 int api_local_pull_put(struct request *r);
 int api_local_pull_get(struct request *r);
 int api_env_list(struct request *r);
+/* SpendQuotas (api_quotas.c, SPEC §15). */
+int api_quota_list(struct request *r);
+int api_quota_list_all(struct request *r);
+int api_quota_get(struct request *r);
+int api_quota_create(struct request *r);
+int api_quota_patch(struct request *r);
+int api_quota_put(struct request *r);
+int api_quota_status_patch(struct request *r);
+int api_quota_status_put(struct request *r);
+int api_quota_delete(struct request *r);
 int api_env_get(struct request *r);
 int api_discovery_api(struct request *r);
 int api_discovery_apis(struct request *r);

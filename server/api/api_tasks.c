@@ -587,11 +587,17 @@ int api_discovery_group(struct request *r)
     return http_send_json(
         r, 200,
         json_pack("{s:s, s:s, s:s, s:[{s:s, s:s, s:b, s:s, s:[s,s,s,s,s,s,s], s:[s], s:[s,s]},"
+                  " {s:s, s:s, s:b, s:s, s:[s,s,s]},"
+                  " {s:s, s:s, s:b, s:s, s:[s,s,s,s,s,s], s:[s]},"
                   " {s:s, s:s, s:b, s:s, s:[s,s,s]}]}",
                   "kind", "APIResourceList", "apiVersion", "v1", "groupVersion", TASK_API_VERSION,
                   "resources", "name", "agenttasks", "singularName", "agenttask", "namespaced", 1,
                   "kind", "AgentTask", "verbs", "create", "delete", "get", "list", "patch",
                   "update", "watch", "shortNames", "at", "categories", "all", "diverge", "name",
                   "agenttasks/status", "singularName", "", "namespaced", 1, "kind", "AgentTask",
+                  "verbs", "get", "patch", "update", "name", "spendquotas", "singularName",
+                  "spendquota", "namespaced", 1, "kind", "SpendQuota", "verbs", "create", "delete",
+                  "get", "list", "patch", "update", "shortNames", "sq", "name",
+                  "spendquotas/status", "singularName", "", "namespaced", 1, "kind", "SpendQuota",
                   "verbs", "get", "patch", "update"));
 }

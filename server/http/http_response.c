@@ -158,10 +158,12 @@ int http_send_error(struct request *r, int status, const char *reason, const str
                 ? err->msg + fl + 2
                 : err->msg;
         char *name = request_object_name(r);
-        json_object_set_new(body, "details",
-                            json_pack("{s:s, s:s, s:s, s:[{s:s, s:s, s:s}]}", "name", name, "group",
-                                      "divergedev.com", "kind", "AgentTask", "causes", "reason",
-                                      "FieldValueInvalid", "message", m, "field", err->field));
+        json_object_set_new(
+            body, "details",
+            json_pack("{s:s, s:s, s:s, s:[{s:s, s:s, s:s}]}", "name", name, "group",
+                      "divergedev.com", "kind",
+                      strstr(r->url, "/spendquotas") != NULL ? "SpendQuota" : "AgentTask", "causes",
+                      "reason", "FieldValueInvalid", "message", m, "field", err->field));
         free(name);
     }
     return http_send_json(r, status, body);

@@ -5,7 +5,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/money.h"
 #include "server/http/http_int.h"
+#include "store/quota.h"
 
 #define MAX_ROUTES 64
 #define NUM_CODES 16
@@ -91,6 +93,53 @@ static void render_route(struct buf *out, const char *name, const struct route_s
                total);
 }
 
+/* Spend this month per project (namespace) with a SpendQuota (SPEC §15): the largest
+ * usedUSD of its quotas (a quota counts from its creation), and each quota's monthlyUSD. */
+static void render_projects(struct buf *out, struct server *srv)
+{
+    json_t *items = NULL, *q;
+    const char *last = "";
+    char used[MONEY_STR_MAX], limit[MONEY_STR_MAX];
+    int64_t top = -1;
+    size_t i;
+
+    if (task_store_quota_list(&items, srv->store, NULL, NULL) != E_OK) {
+        return;
+    }
+    buf_puts(out, "# HELP diverge_project_spend_usd Spend this month of a namespace with a "
+                  "SpendQuota, as its quotas count it.\n# TYPE diverge_project_spend_usd gauge\n");
+    json_array_foreach(items, i, q)
+    {
+        struct quota_view v;
+        quota_view_of(&v, q);
+        if (strcmp(last, v.ns) != 0) {
+            top = -1;
+        }
+        last = v.ns;
+        top = v.used_usd > top ? v.used_usd : top;
+        const json_t *next = json_array_get(items, i + 1);
+        const char *nns =
+            json_string_value(json_object_get(json_object_get(next, "metadata"), "namespace"));
+        if (nns == NULL || strcmp(nns, v.ns) != 0) {
+            money_format(used, top);
+            buf_printf(out, "diverge_project_spend_usd{namespace=\"%s\"} %s\n", v.ns, used);
+        }
+    }
+    buf_puts(out, "# HELP diverge_project_quota_usd spec.monthlyUSD of a SpendQuota.\n"
+                  "# TYPE diverge_project_quota_usd gauge\n");
+    json_array_foreach(items, i, q)
+    {
+        struct quota_view v;
+        quota_view_of(&v, q);
+        if (v.has_usd) {
+            money_format(limit, v.monthly_usd);
+            buf_printf(out, "diverge_project_quota_usd{namespace=\"%s\",quota=\"%s\"} %s\n", v.ns,
+                       v.name, limit);
+        }
+    }
+    json_decref(items);
+}
+
 /* Spend, queues, SCM calls and the meter's group commit. */
 /* diverge_tasks_queued: tasks waiting for a sandbox slot (SPEC §14: reason Queued with a
  * queue position), read from the store so that every replica says the same. */
@@ -132,6 +181,7 @@ static void render_pipeline(struct buf *out, struct server *srv)
                    "# TYPE diverge_tokens_consumed gauge\ndiverge_tokens_consumed %lld\n",
                    totals.cost_usd, (long long)totals.tokens);
     }
+    render_projects(out, srv);
     (void)task_store_inbox_depth(&inbox, srv->store, NULL);
     (void)task_store_outbox_depth(&outbox, srv->store, NULL);
     buf_printf(out,

@@ -57,6 +57,13 @@ int64_t kst_rv_of(const json_t *obj);
 /* Waits (bounded) until the task feed (QUEUE false) or the queue cache (true) has seen RV,
  * so a read after one of our writes sees it. */
 void kst_wait_seen(struct kube_store *s, int64_t rv, bool queue);
+/* store_kube_quota.c: SpendQuotas. QUOTAS maps "ns/name" to the quota a transaction put
+ * (or null: deleted), ORIG to the quota as read; kst_quota_commit writes them (status
+ * through the status subresource), each guarded by the resourceVersion read: E_CONFLICT
+ * reruns the transaction. */
+int kst_quota_list(json_t **items_out, struct kube_store *s, json_t *quotas, json_t *orig,
+                   const char *ns, struct err *err);
+int kst_quota_commit(struct kube_store *s, json_t *quotas, json_t *orig, struct err *err);
 /* store_kube_feed.c: the change feed. */
 void kst_on_task_event(enum kube_event type, const json_t *obj, void *userdata);
 int kst_watch(int64_t *last_rv_out, struct task_store *st, const char *ns, int64_t since_rv,

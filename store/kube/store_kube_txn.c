@@ -23,6 +23,8 @@ struct kst_txn {
     json_t *later;   /* queue writes (kst_txn_defer), made after the tasks are written */
     json_t *sp;      /* savepoint: {docs, dirty} deep copies, or NULL */
     json_t *seg;     /* "ns/name" -> the task when the current inbox entry's step began */
+    json_t *quotas;  /* "ns/name" -> SpendQuota to write at commit, or null to delete */
+    json_t *qorig;   /* "ns/name" -> SpendQuota as read (its resourceVersion guards the write) */
 };
 
 static int env_commit(struct kube_store *s, const char *key, json_t *env, struct err *err);
@@ -56,6 +58,10 @@ static void txn_reset(struct kst_txn *t)
     json_decref(t->later);
     json_decref(t->sp);
     json_decref(t->seg);
+    json_decref(t->quotas);
+    json_decref(t->qorig);
+    t->quotas = json_object();
+    t->qorig = json_object();
     t->seg = json_object();
     t->envs = json_object();
     t->later = json_array();
@@ -73,6 +79,14 @@ static int txn_commit(int64_t *top_out, struct kst_txn *t, struct err *err)
     json_t *v;
 
     *top_out = 0;
+    /* Quotas first: a crash or conflict between the two writes can only count a charge
+     * twice toward a quota, never lose it (there is no multi-object transaction here). */
+    int qrc = kst_quota_commit(t->s, t->quotas, t->qorig, err);
+
+    if (qrc != E_OK) {
+        return qrc;
+    }
+    json_object_clear(t->quotas);
     json_object_foreach(t->dirty, key, v)
     {
         json_t *doc = json_object_get(t->docs, key);
@@ -126,7 +140,42 @@ int kst_txn(struct task_store *st, task_txn_fn fn, void *userdata, struct err *e
     json_decref(t.dirty);
     json_decref(t.claimed);
     json_decref(t.seg);
+    json_decref(t.quotas);
+    json_decref(t.qorig);
     return rc;
+}
+
+int kst_txn_quota_list(json_t **items_out, struct task_txn *tx, const char *ns, struct err *err)
+{
+    struct kst_txn *t = ktx(tx);
+
+    return kst_quota_list(items_out, t->s, t->quotas, t->qorig, ns, err);
+}
+
+int kst_txn_quota_put(struct task_txn *tx, json_t *q, struct err *err)
+{
+    const json_t *md = json_object_get(q, "metadata");
+    const char *ns = json_string_value(json_object_get(md, "namespace"));
+    const char *name = json_string_value(json_object_get(md, "name"));
+    char *key;
+
+    if (ns == NULL || name == NULL) {
+        return err_set(err, E_INVALID, "spendquota without metadata.namespace/name");
+    }
+    key = key_of(ns, name);
+    json_object_set(ktx(tx)->quotas, key, q);
+    free(key);
+    return E_OK;
+}
+
+int kst_txn_quota_delete(struct task_txn *tx, const char *ns, const char *name, struct err *err)
+{
+    char *key = key_of(ns, name);
+
+    (void)err;
+    json_object_set_new(ktx(tx)->quotas, key, json_null());
+    free(key);
+    return E_OK;
 }
 
 int kst_txn_get(json_t **out, struct task_txn *tx, const char *ns, const char *name,

@@ -78,6 +78,10 @@ static const char *const g_migrations[] = {
     " SELECT task_uid,request_id,charged_ms,tokens,cost_micros FROM meter_log"
     " ORDER BY task_uid,request_id;"
     "DELETE FROM meter_log;",
+    /* 8: SpendQuotas (SPEC §15), one row per quota; the meter reads a namespace's. */
+    "CREATE TABLE spend_quotas (namespace TEXT NOT NULL, name TEXT NOT NULL,"
+    " resource_version INTEGER NOT NULL, doc TEXT NOT NULL,"
+    " PRIMARY KEY (namespace, name)) STRICT;",
 };
 
 static int migrate(struct sqlite_store *s, struct err *err)

@@ -42,7 +42,7 @@ describe it; only what a test asks for, nothing runs):
     resume makes a new pod, whose IP may differ).
   - deleting a SandboxClaim deletes the Sandboxes it owns and their pods (the garbage
     collector).
-Resources (namespaced): divergedev.com/v1alpha1 agenttasks, environments; v1 secrets,
+Resources (namespaced): divergedev.com/v1alpha1 agenttasks, environments, spendquotas; v1 secrets,
 configmaps, pods (only the simulated agent-sandbox pods), events (core/v1: what kubectl
 describe lists, with fieldSelector involvedObject.*); events.k8s.io/v1 events (kept apart
 from the core ones, unlike a real server); coordination.k8s.io/v1 leases;
@@ -74,6 +74,7 @@ __all__ = ["FakeKube", "RESOURCES"]
 RESOURCES = {
     "agenttasks": ("divergedev.com", "v1alpha1", "AgentTask", True, True),
     "environments": ("divergedev.com", "v1alpha1", "Environment", True, True),
+    "spendquotas": ("divergedev.com", "v1alpha1", "SpendQuota", True, True),
     "secrets": ("", "v1", "Secret", False, False),
     "configmaps": ("", "v1", "ConfigMap", False, False),
     "pods": ("", "v1", "Pod", True, False),

@@ -105,7 +105,7 @@ def test_lint_every_toggle():
     crds = by_kind(render(extra=["--include-crds"]), "CustomResourceDefinition")
     assert sorted(c["metadata"]["name"] for c in crds) == [
         "agenttasks.divergedev.com", "environments.divergedev.com",
-        "previewgroups.divergedev.com"]
+        "previewgroups.divergedev.com", "spendquotas.divergedev.com"]
     # values.schema.json: a value outside the SPEC's set is refused at render time.
     r = helm("template", "rel", CHART, "--set", "sandbox.provider=docker", check=False)
     assert r.returncode != 0 and "/sandbox/provider" in r.stderr, r.stderr
@@ -271,6 +271,9 @@ def test_rbac_least_privilege():
         "get", "list", "watch", "create", "update", "delete"}
     assert verbs(server, "divergedev.com", "agenttasks/status") == {"update"}
     assert verbs(server, "divergedev.com", "environments") == {"list", "delete"}
+    assert verbs(server, "divergedev.com", "spendquotas") == {"list", "create", "update",
+                                                              "delete"}
+    assert verbs(ctl, "divergedev.com", "spendquotas") == {"list"}
     assert verbs(server, "", "secrets") == {"get"}, "task-token-<task> for GET …/token only"
     assert verbs(ctl, "divergedev.com", "agenttasks") == {"get", "list", "watch", "create",
                                                           "update"}

@@ -208,11 +208,18 @@ UNEXERCISED = {
     "server": {
         ("divergedev.com", "environments", "delete"): "a deleted task's own preview "
         "Environment (this run has no previews)",
+        **{("divergedev.com", "spendquotas", v): "the SpendQuota API (this run makes no "
+           "quota)" for v in ("create", "update", "delete")},
+        ("divergedev.com", "spendquotas/status", "update"): "a charge added to a quota",
     },
     "controller": {
         **{("divergedev.com", "environments", v): "the task's preview Environment (no "
            "previews here)" for v in ("get", "list", "create", "update", "delete")},
         ("divergedev.com", "environments/status", "update"): "its preview's status",
+        **{("divergedev.com", "spendquotas", v): "server.enabled=false: the SpendQuota API"
+           for v in ("create", "update", "delete")},
+        ("divergedev.com", "spendquotas/status", "update"): "a charge added to a quota (this "
+        "run makes no quota)",
         ("divergedev.com", "agenttasks", "delete"): "server.enabled=false only",
         ("", "configmaps", "delete"): "done queue entries after an hour / 7 days",
         ("", "secrets", "patch"): "agent-sandbox: a fresh token on resume",

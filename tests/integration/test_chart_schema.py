@@ -172,7 +172,7 @@ def make(i, patch):
 
 def test_crds_are_structural_with_status_and_columns():
     crds = setup()["crds"]
-    assert sorted(crds) == ["AgentTask", "Environment", "PreviewGroup"]
+    assert sorted(crds) == ["AgentTask", "Environment", "PreviewGroup", "SpendQuota"]
     for kind, crd in crds.items():
         assert crd["apiVersion"] == "apiextensions.k8s.io/v1"
         assert crd["spec"]["group"] == "divergedev.com"
@@ -236,6 +236,17 @@ def test_spec_example_is_valid():
           "metadata": {"name": "checkout", "namespace": "default"},
           "spec": {"baseURL": "https://preview.example.com", "headerKey": "x-diverge-env"}}
     assert ch.crd_verdict(st["js"], st["crds"]["PreviewGroup"], pg) == []
+    # SpendQuota (SPEC §15's example), and what the server refuses too.
+    sq = {"apiVersion": "divergedev.com/v1alpha1", "kind": "SpendQuota",
+          "metadata": {"name": "team", "namespace": "myorg-checkout"},
+          "spec": {"monthlyUSD": "100.00", "monthlyTokens": 50000000, "maxRunningTasks": 2},
+          "status": {"usedUSD": "12.50", "usedTokens": 123456,
+                     "periodStart": "2026-12-01T00:00:00Z"}}
+    assert ch.crd_verdict(st["js"], st["crds"]["SpendQuota"], sq) == []
+    for bad in ({"monthlyUSD": "1.2345678"}, {"monthlyUSD": "-1"}, {"monthlyTokens": -1},
+                {"maxRunningTasks": -1}):
+        assert ch.crd_verdict(st["js"], st["crds"]["SpendQuota"],
+                              merge(sq, {"spec": bad})) != [], bad
     assert ch.crd_verdict(st["js"], st["crds"]["PreviewGroup"],
                           merge(pg, {"spec": {"baseURL": "ftp://x"}})) != []
 

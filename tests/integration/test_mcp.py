@@ -20,7 +20,7 @@ NS = API + "/namespaces/default/agenttasks"
 ARGS = ["--sandbox-provider", "none"]
 TOOLS = {"diverge_create_task", "diverge_list_tasks", "diverge_task_status",
          "diverge_guide_task", "diverge_pause_task", "diverge_resume_task",
-         "diverge_delete_task"}
+         "diverge_delete_task", "diverge_quota_status"}
 
 
 class Mcp:

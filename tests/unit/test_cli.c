@@ -470,7 +470,7 @@ TEST(mcp_initialize_and_tools)
     json_decref(r);
     r = mcp_reply(&m, "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/list\"}");
     tools = json_object_get(json_object_get(r, "result"), "tools");
-    CHECK_EQ_INT(json_array_size(tools), 7);
+    CHECK_EQ_INT(json_array_size(tools), 8);
     for (size_t i = 0; i < json_array_size(tools); i++) {
         CHECK_EQ_STR(cli_json_str(json_array_get(tools, i), "inputSchema.type"), "object");
     }

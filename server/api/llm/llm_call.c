@@ -146,11 +146,67 @@ static void remaining(int64_t *usd, int64_t *tok, const struct meter_decision *d
     *tok = d->has_budget_tokens ? d->budget_tokens - d->total_tokens - res_tok : INT64_MAX;
 }
 
+/* What remains of the namespace's quotas after the reservations RES_USD, RES_TOK of its
+ * calls in flight (SPEC §15: a gateway call cannot take a project past its quota). */
+static void quota_remaining(int64_t *usd, int64_t *tok, const struct meter_decision *d,
+                            int64_t res_usd, int64_t res_tok)
+{
+    *usd = d->has_quota_usd ? d->quota_usd_left - res_usd : INT64_MAX;
+    *tok = d->has_quota_tokens ? d->quota_tokens_left - res_tok : INT64_MAX;
+}
+
+static int64_t min64(int64_t a, int64_t b)
+{
+    return a < b ? a : b;
+}
+
+/* The output C may ask for out of what both the task's budgets and its namespace's quotas
+ * leave, counting the reservations of calls in flight when HELD. */
+static int64_t room_for(const struct llm_call *c, const struct meter_decision *d, int64_t in_max,
+                        int64_t want, bool held, bool budget, bool quota)
+{
+    int64_t usd = INT64_MAX, tok = INT64_MAX, qusd = INT64_MAX, qtok = INT64_MAX;
+
+    pthread_mutex_lock(&c->gw->mu);
+    if (budget) {
+        remaining(&usd, &tok, d, held ? c->task->reserved_micros : 0,
+                  held ? c->task->reserved_tokens : 0);
+    }
+    if (quota) {
+        quota_remaining(&qusd, &qtok, d, held ? c->project->reserved_micros : 0,
+                        held ? c->project->reserved_tokens : 0);
+    }
+    pthread_mutex_unlock(&c->gw->mu);
+    return output_fits(&c->price, in_max, want, min64(usd, qusd), min64(tok, qtok));
+}
+
+/* Why nothing fits: the spend alone (no reservations) leaves no room in the quota, or in
+ * the budget; else calls in flight hold what remains. */
+static enum llm_admit no_room(const struct llm_call *c, const struct meter_decision *d,
+                              int64_t in_max)
+{
+    if (room_for(c, d, in_max, 1, false, false, true) < 1) {
+        return LLM_ADMIT_QUOTA;
+    }
+    if (room_for(c, d, in_max, 1, false, true, false) < 1) {
+        return LLM_ADMIT_EXHAUSTED;
+    }
+    return LLM_ADMIT_BUSY;
+}
+
+/* The namespace part of the task key "ns/name" (a lock's name). */
+static char *project_key_of(const char *task_key)
+{
+    const char *slash = strchr(task_key, '/');
+
+    return xasprintf("%.*s", (int)(slash - task_key), task_key);
+}
+
 enum llm_admit llm_call_admit(int64_t *out_allowed, struct llm_call *c, int64_t want_out)
 {
     struct meter_gate g;
     char *key = task_key_of(c->token);
-    int64_t in_max = (int64_t)c->body_len, usd, tok, out;
+    int64_t in_max = (int64_t)c->body_len, out;
     enum llm_admit verdict;
 
     *out_allowed = 0;
@@ -160,10 +216,17 @@ enum llm_admit llm_call_admit(int64_t *out_allowed, struct llm_call *c, int64_t 
         return LLM_ADMIT_DENIED;
     }
     c->task = task_ref(c->gw, key);
+    {
+        char *pkey = project_key_of(key);
+        c->project = task_ref(c->gw, pkey);
+        free(pkey);
+    }
     free(key);
-    /* One task's checks and reservations in turn: the totals read below and the
-     * reservations of the others are one consistent picture. */
+    /* One task's checks and reservations in turn, and one namespace's (its quotas): the
+     * totals read below and the reservations of the others are one consistent picture.
+     * Lock order: the task, then its namespace. */
     pthread_mutex_lock(&c->task->mu);
+    pthread_mutex_lock(&c->project->mu);
     meter_gate_check(&g, c->srv->meter, c->token, c->model);
     c->gate_status = g.status;
     c->gate_reason = g.reason;
@@ -179,27 +242,25 @@ enum llm_admit llm_call_admit(int64_t *out_allowed, struct llm_call *c, int64_t 
         /* The guidance is sent too: its bytes and its prefix count as input. */
         in_max += (int64_t)strlen(c->guidance) + 64;
     }
-    pthread_mutex_lock(&c->gw->mu);
-    remaining(&usd, &tok, &g.d, c->task->reserved_micros, c->task->reserved_tokens);
-    pthread_mutex_unlock(&c->gw->mu);
-    out = output_fits(&c->price, in_max, want_out, usd, tok);
+    out = room_for(c, &g.d, in_max, want_out, true, true, true);
     if (out < 1) {
         /* Pause only when the spend alone leaves no room: calls in flight may yet settle
          * below what they reserved. */
-        remaining(&usd, &tok, &g.d, 0, 0);
-        verdict =
-            output_fits(&c->price, in_max, 1, usd, tok) < 1 ? LLM_ADMIT_EXHAUSTED : LLM_ADMIT_BUSY;
+        verdict = no_room(c, &g.d, in_max);
         goto out;
     }
     reservation_of(c, in_max, out);
     pthread_mutex_lock(&c->gw->mu);
     c->task->reserved_micros += c->reserved_micros;
     c->task->reserved_tokens += c->reserved_tokens;
+    c->project->reserved_micros += c->reserved_micros;
+    c->project->reserved_tokens += c->reserved_tokens;
     pthread_mutex_unlock(&c->gw->mu);
     c->reserved = true;
     *out_allowed = out;
     verdict = LLM_ADMIT_OK;
 out:
+    pthread_mutex_unlock(&c->project->mu);
     pthread_mutex_unlock(&c->task->mu);
     meter_gate_cleanup(&g);
     return verdict;
@@ -215,17 +276,19 @@ void llm_call_new_request_id(char out[LLM_REQUEST_ID_LEN], enum llm_provider p)
     snprintf(out, LLM_REQUEST_ID_LEN, "llm-%s-%s", llm_provider_name(p), hex);
 }
 
-void llm_call_pause(struct llm_call *c)
+void llm_call_pause(struct llm_call *c, bool quota)
 {
     char id[LLM_REQUEST_ID_LEN];
     int st;
 
     llm_call_new_request_id(id, c->provider);
-    st = meter_gate_exhausted(c->srv->meter, c->token, id, c->model);
+    st = quota ? meter_gate_quota_exhausted(c->srv->meter, c->token, id, c->model)
+               : meter_gate_exhausted(c->srv->meter, c->token, id, c->model);
     if (st == 429 && c->ns != NULL) {
         char *path = sandbox_log_path(c->srv->cfg.data_dir, c->ns, c->name);
-        sandbox_log_event(path, "llm %s %s refused: budget exceeded, task paused",
-                          llm_provider_name(c->provider), c->model_safe);
+        sandbox_log_event(path, "llm %s %s refused: %s, task paused",
+                          llm_provider_name(c->provider), c->model_safe,
+                          quota ? "project quota exceeded" : "budget exceeded");
         free(path);
     }
 }
@@ -268,13 +331,17 @@ void llm_call_settle(struct llm_call *c, const struct llm_usage *u)
      * admission between the two would see the old totals without this reservation, and
      * let a concurrent call pass the budget (seen under load). */
     pthread_mutex_lock(&c->task->mu);
+    pthread_mutex_lock(&c->project->mu);
     st = meter_gate_settle(NULL, c->srv->meter, c->token, id, c->model, tokens, cost,
                            c->guidance != NULL);
     pthread_mutex_lock(&c->gw->mu);
     c->task->reserved_micros -= c->reserved_micros;
     c->task->reserved_tokens -= c->reserved_tokens;
+    c->project->reserved_micros -= c->reserved_micros;
+    c->project->reserved_tokens -= c->reserved_tokens;
     pthread_mutex_unlock(&c->gw->mu);
     c->reserved = false;
+    pthread_mutex_unlock(&c->project->mu);
     pthread_mutex_unlock(&c->task->mu);
     money_format(usd, cost);
     path = sandbox_log_path(c->srv->cfg.data_dir, c->ns, c->name);
@@ -304,6 +371,8 @@ void llm_call_release(struct llm_call *c)
         pthread_mutex_lock(&c->gw->mu);
         c->task->reserved_micros -= c->reserved_micros;
         c->task->reserved_tokens -= c->reserved_tokens;
+        c->project->reserved_micros -= c->reserved_micros;
+        c->project->reserved_tokens -= c->reserved_tokens;
         pthread_mutex_unlock(&c->gw->mu);
         c->reserved = false;
     }
@@ -316,6 +385,7 @@ void llm_call_free(struct llm_call *c)
     }
     llm_call_release(c);
     task_unref(c->gw, c->task);
+    task_unref(c->gw, c->project);
     if (c->token != NULL) {
         secret_wipe(c->token, strlen(c->token));
     }

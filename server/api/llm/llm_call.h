@@ -21,6 +21,7 @@ struct llm_call {
     char model_safe[LLM_MODEL_MAX / 2]; /* the model fit for log lines */
     struct llm_price price;             /* its price row (match borrowed from gw) */
     struct llm_task *task;              /* owned reference, or NULL before admission */
+    struct llm_task *project;           /* owned reference: the namespace's quota table */
     bool reserved;                      /* reserved_* count in task */
     int64_t reserved_micros;            /* most this call can cost */
     int64_t reserved_tokens;            /* most tokens it can use */
@@ -44,13 +45,15 @@ enum llm_admit {
     LLM_ADMIT_DENIED,    /* the meter refused (gate_status, gate_reason) */
     LLM_ADMIT_EXHAUSTED, /* no budget left for even one output token: refuse and pause */
     LLM_ADMIT_BUSY,      /* the budget is held by calls in flight: refuse, no pause */
+    LLM_ADMIT_QUOTA,     /* the namespace's SpendQuota has no room left: refuse and pause */
 };
 
 /* Checks C's token and model with the meter and reserves the most C can cost, output up
  * to WANT_OUT tokens or less as the budget allows (*out_allowed). Thread-safe. */
 enum llm_admit llm_call_admit(int64_t *out_allowed, struct llm_call *c, int64_t want_out);
-/* Pauses C's task BudgetExceeded as a meter 429 does, and says so in the task log. */
-void llm_call_pause(struct llm_call *c);
+/* Pauses C's task BudgetExceeded (QUOTA: QuotaExceeded) as a meter 429 does, and says so
+ * in the task log. */
+void llm_call_pause(struct llm_call *c, bool quota);
 /* Charges C with U (NULL or incomplete: its reservation), writes the task-log line and
  * releases the reservation once the charge is durable. Blocks; no-op when not reserved. */
 void llm_call_settle(struct llm_call *c, const struct llm_usage *u);

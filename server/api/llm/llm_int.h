@@ -117,9 +117,10 @@ int64_t llm_usage_tokens(const struct llm_usage *u);
 
 /* --- the gateway ------------------------------------------------------------------- */
 
-/* The reservations of one task's calls in flight. */
+/* The reservations of one task's calls in flight, or (key without '/') of one namespace's
+ * calls against its SpendQuotas. */
 struct llm_task {
-    char *key;               /* owned: "<namespace>/<name>" */
+    char *key;               /* owned: "<namespace>/<name>", or "<namespace>" */
     pthread_mutex_t mu;      /* held from the budget check to the reservation, and over a settle */
     int64_t reserved_micros; /* under gw->mu */
     int64_t reserved_tokens; /* under gw->mu */

@@ -33,8 +33,13 @@ static int refuse_admission(struct request *r, struct llm_call *c, enum llm_admi
     char msg[256];
     int ret;
 
-    if (verdict == LLM_ADMIT_EXHAUSTED) {
-        llm_call_pause(c);
+    if (verdict == LLM_ADMIT_QUOTA) {
+        llm_call_pause(c, true);
+        ret = llm_send_error(r, p, LLM_ERR_BUDGET,
+                             "diverge: project quota exceeded: the namespace's SpendQuota is used "
+                             "up for this month; the task is paused");
+    } else if (verdict == LLM_ADMIT_EXHAUSTED) {
+        llm_call_pause(c, false);
         ret = llm_send_error(r, p, LLM_ERR_BUDGET,
                              "diverge: budget exceeded: the task is paused; add budget with "
                              "/diverge budget or diverge task resume --budget");
