@@ -148,8 +148,17 @@ struct controller_queue_item {
     int64_t running;       /* slots its namespace holds already */
     int64_t round;         /* in: its round, -1 for a task new to the queue; out: a new
                               one's is RUNNING + the tasks of its namespace waiting before it */
-    int64_t position;      /* for the caller */
+    int64_t ns_cap;        /* in: slots its namespace may hold (SpendQuota maxRunningTasks),
+                              -1: no cap */
+    int64_t position;      /* out (controller_queue_admit): 0 admitted, else 1, 2, ... */
+    bool ns_full;          /* out: it waits for its namespace's cap, not for a free slot */
 };
+/* Admits ITEMS[N], in queue order, into FREE_SLOTS (when LIMITED; else any number): one
+ * is admitted (position 0) while slots remain and its namespace holds fewer than its
+ * ns_cap, counting those admitted before it; the others wait, numbered 1, 2, ... in
+ * order (ns_full: because of their namespace's cap). Pure. */
+void controller_queue_admit(struct controller_queue_item *items, size_t n, bool limited,
+                            int64_t free_slots);
 /* Orders ITEMS[N] in place for the queue: first come first served, round robin across
  * namespaces. A task new to the queue gets a round (the slots its namespace holds plus its
  * namespace's tasks waiting before it), kept while it waits; the queue is by round, then

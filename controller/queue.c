@@ -15,6 +15,7 @@
 
 #include "common/log.h"
 #include "controller/controller_int.h"
+#include "store/quota.h"
 
 /* --- the pure ordering ---------------------------------------------------------------- */
 
@@ -64,6 +65,27 @@ void controller_queue_order(struct controller_queue_item *items, size_t n)
     qsort(items, n, sizeof(*items), by_round);
 }
 
+void controller_queue_admit(struct controller_queue_item *items, size_t n, bool limited,
+                            int64_t free_slots)
+{
+    int64_t waiting = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        struct controller_queue_item *it = &items[i];
+        int64_t used = it->running;
+        for (size_t j = 0; j < i; j++) {
+            used += items[j].position == 0 && strcmp(items[j].ns, it->ns) == 0 ? 1 : 0;
+        }
+        it->ns_full = it->ns_cap >= 0 && used >= it->ns_cap;
+        if (!it->ns_full && (!limited || free_slots > 0)) {
+            it->position = 0;
+            free_slots--;
+        } else {
+            it->position = ++waiting;
+        }
+    }
+}
+
 /* --- the controller's queue state ------------------------------------------------------ */
 
 /* One task the queue knows: when it began to wait, and whether it was given a slot. */
@@ -91,7 +113,7 @@ bool controller_queue_admitted(struct controller *c, const char *ns, const char 
     struct controller_queued *q;
     bool ok;
 
-    if (c->max_running <= 0) {
+    if (c->max_running <= 0 && !atomic_load(&c->ns_caps)) {
         return true;
     }
     pthread_mutex_lock(&c->queue_lock);
@@ -124,7 +146,45 @@ struct pass {
     char **keys;          /* "ns\0name" of items[i], copied (owned) */
     const char **held_ns; /* the namespace of each slot in use (borrowed) */
     size_t n_held_ns;
+    json_t *quotas; /* every SpendQuota (owned), for the namespaces' maxRunningTasks */
 };
+
+/* The slots namespace NS may hold: the least maxRunningTasks of its SpendQuotas (SPEC
+ * §15), -1 when none sets one. */
+static int64_t ns_cap_of(const json_t *quotas, const char *ns)
+{
+    int64_t cap = -1;
+    const json_t *q;
+    size_t i;
+
+    json_array_foreach(quotas, i, q)
+    {
+        struct quota_view v;
+        quota_view_of(&v, q);
+        if (v.has_running && v.ns != NULL && strcmp(v.ns, ns) == 0 &&
+            (cap < 0 || v.max_running < cap)) {
+            cap = v.max_running;
+        }
+    }
+    return cap;
+}
+
+/* Whether some SpendQuota caps its namespace's running tasks. */
+static bool any_cap(const json_t *quotas)
+{
+    const json_t *q;
+    size_t i;
+
+    json_array_foreach(quotas, i, q)
+    {
+        struct quota_view v;
+        quota_view_of(&v, q);
+        if (v.has_running) {
+            return true;
+        }
+    }
+    return false;
+}
 
 static void note_held(struct pass *p, const char *ns)
 {
@@ -261,7 +321,8 @@ static void prune(struct controller *c)
 /* The queue status written to a waiting task (and cleared from one that no longer waits). */
 struct queue_write {
     int64_t position; /* 0: clear */
-    int64_t limit;
+    int64_t limit;    /* --max-running-tasks */
+    int64_t ns_cap;   /* the namespace's cap when it is what the task waits for, else -1 */
 };
 
 static int write_queue_status(json_t *doc, struct err *err, void *userdata)
@@ -290,18 +351,26 @@ static int write_queue_status(json_t *doc, struct err *err, void *userdata)
         (queued && v.queue_position == w->position)) {
         return TASK_MUTATE_UNCHANGED; /* moved on meanwhile, or already says so */
     }
-    snprintf(msg, sizeof(msg),
-             "waiting for a sandbox slot: all %lld are in use (--max-running-tasks)",
-             (long long)w->limit);
+    if (w->ns_cap >= 0) {
+        snprintf(msg, sizeof(msg),
+                 "waiting for a sandbox slot: this project may run %lld at once (SpendQuota "
+                 "maxRunningTasks)",
+                 (long long)w->ns_cap);
+    } else {
+        snprintf(msg, sizeof(msg),
+                 "waiting for a sandbox slot: all %lld are in use (--max-running-tasks)",
+                 (long long)w->limit);
+    }
     json_object_set_new(status, "reason", json_string(TASK_REASON_QUEUED));
     json_object_set_new(status, "message", json_string(msg));
     json_object_set_new(status, "queuePosition", json_integer(w->position));
     return E_OK;
 }
 
-static void write_position(struct controller *c, const char *ns, const char *name, int64_t pos)
+static void write_position(struct controller *c, const char *ns, const char *name, int64_t pos,
+                           int64_t ns_cap)
 {
-    struct queue_write w = {.position = pos, .limit = c->max_running};
+    struct queue_write w = {.position = pos, .limit = c->max_running, .ns_cap = ns_cap};
     struct err err = {0};
     int rc = task_store_mutate(NULL, c->store, ns, name, write_queue_status, &w, &err);
 
@@ -316,24 +385,20 @@ static void write_position(struct controller *c, const char *ns, const char *nam
 static void place(struct pass *p)
 {
     struct controller *c = p->c;
-    int64_t free_slots = c->max_running - p->held;
 
     for (size_t i = 0; i < p->n; i++) {
         for (size_t j = 0; j < p->n_held_ns; j++) {
             p->items[i].running += strcmp(p->held_ns[j], p->items[i].ns) == 0 ? 1 : 0;
         }
+        p->items[i].ns_cap = ns_cap_of(p->quotas, p->items[i].ns);
     }
     controller_queue_order(p->items, p->n);
+    controller_queue_admit(p->items, p->n, c->max_running > 0, c->max_running - p->held);
     for (size_t i = 0; i < p->n; i++) {
         struct controller_queue_item *it = &p->items[i];
         struct controller_queued *q = find(c, it->ns, it->name);
         q->round = it->round;
-        if ((int64_t)i < free_slots) {
-            q->admitted = true;
-            it->position = 0;
-        } else {
-            it->position = (int64_t)i - (free_slots > 0 ? free_slots : 0) + 1;
-        }
+        q->admitted = it->position == 0;
     }
 }
 
@@ -344,10 +409,11 @@ static void write_positions(struct pass *p)
     size_t i;
 
     for (i = 0; i < p->n_clear; i++) {
-        write_position(c, p->clear[i], p->clear[i] + strlen(p->clear[i]) + 1, 0);
+        write_position(c, p->clear[i], p->clear[i] + strlen(p->clear[i]) + 1, 0, -1);
     }
     for (i = 0; i < p->n; i++) {
-        write_position(c, p->keys[i], p->keys[i] + strlen(p->keys[i]) + 1, p->items[i].position);
+        write_position(c, p->keys[i], p->keys[i] + strlen(p->keys[i]) + 1, p->items[i].position,
+                       p->items[i].ns_full ? p->items[i].ns_cap : -1);
     }
     for (i = 0; i < p->n; i++) {
         struct err err = {0};
@@ -368,15 +434,24 @@ void controller_queue_pass(struct controller *c)
     int64_t rv = 0;
     struct err err = {0};
 
-    if (c->max_running <= 0 || c->sandboxes == NULL || atomic_load(&c->stopping)) {
+    if (c->sandboxes == NULL || atomic_load(&c->stopping)) {
         return;
     }
     /* One pass at a time; the store is never called with queue_lock held (a reconcile
      * takes queue_lock inside its store transaction). */
     pthread_mutex_lock(&c->pass_lock);
-    if (task_store_list(&items, &rv, c->store, NULL, &err) != E_OK) {
+    if (task_store_quota_list(&p.quotas, c->store, NULL, &err) != E_OK) {
+        p.quotas = json_array(); /* logged; the server-wide limit still holds */
+        log_kv(LOG_WARN, "queue_quota_list_failed", "error", err.msg, NULL);
+    }
+    atomic_store(&c->ns_caps, any_cap(p.quotas));
+    if ((c->max_running <= 0 && !atomic_load(&c->ns_caps)) ||
+        task_store_list(&items, &rv, c->store, NULL, &err) != E_OK) {
         pthread_mutex_unlock(&c->pass_lock);
-        log_kv(LOG_WARN, "queue_list_failed", "error", err.msg, NULL);
+        if (items == NULL && (c->max_running > 0 || atomic_load(&c->ns_caps))) {
+            log_kv(LOG_WARN, "queue_list_failed", "error", err.msg, NULL);
+        }
+        json_decref(p.quotas);
         return;
     }
     pthread_mutex_lock(&c->queue_lock);
@@ -404,5 +479,6 @@ void controller_queue_pass(struct controller *c)
     free(p.held_ns);
     free(p.clear);
     free(p.items);
+    json_decref(p.quotas);
     json_decref(items);
 }

@@ -98,5 +98,34 @@ def test_one_slot_round_robin_queue():
     shutil.rmtree(top, ignore_errors=True)
 
 
+def test_spendquota_caps_a_projects_running_tasks():
+    """SPEC §15: a SpendQuota's maxRunningTasks caps its namespace's slots, also without a
+    server-wide limit; another namespace is not held back."""
+    top = tempfile.mkdtemp(prefix="diverge-queue-")
+    url = make_repo(top)
+    assert ARGS[-2:] == ["--max-running-tasks", "1"]
+    args = ARGS[:-2] + ["--max-running-tasks", "0"]
+    with Server(args, env=ENV) as srv, Clean(srv):
+        st, _, b = srv.request("POST", API + "/namespaces/alpha/spendquotas", {
+            "apiVersion": "divergedev.com/v1alpha1", "kind": "SpendQuota",
+            "metadata": {"name": "team"}, "spec": {"maxRunningTasks": 1}})
+        assert st == 201, b
+        create(srv, "alpha", "a1", url)
+        wait(lambda: phase(srv, "alpha", "a1")["phase"] == "Active", what="a1 Active")
+        create(srv, "alpha", "a2", url)
+        create(srv, "beta", "b1", url)
+        wait(lambda: phase(srv, "beta", "b1")["phase"] == "Active", what="b1 Active")
+        s = wait(lambda: (lambda s: s if s.get("queuePosition") == 1 else None)(
+            phase(srv, "alpha", "a2")), what="a2 queued")
+        assert s["phase"] == "Pending" and s["reason"] == "Queued", s
+        assert "SpendQuota maxRunningTasks" in s["message"], s
+        release(srv, "alpha", "a1")
+        wait(lambda: phase(srv, "alpha", "a2")["phase"] == "Active", what="a2 Active")
+        release(srv, "alpha", "a2")
+        release(srv, "beta", "b1")
+        wait(lambda: phase(srv, "alpha", "a2")["phase"] == "Completed", what="a2 Completed")
+    shutil.rmtree(top, ignore_errors=True)
+
+
 if __name__ == "__main__":
-    run_tests([test_one_slot_round_robin_queue])
+    run_tests([test_one_slot_round_robin_queue, test_spendquota_caps_a_projects_running_tasks])

@@ -622,6 +622,34 @@ TEST(queue_order_round_robin)
     controller_queue_order(it, 0); /* empty: nothing to do */
 }
 
+/* Admission (SPEC §14, §15): free slots in queue order, a namespace's SpendQuota
+ * maxRunningTasks counting its running tasks and those admitted before; a capped task
+ * does not take a slot from the others. */
+TEST(queue_admit_slots_and_namespace_caps)
+{
+    struct controller_queue_item it[] = {
+        {.ns = "a", .name = "a1", .running = 1, .ns_cap = 2},
+        {.ns = "a", .name = "a2", .running = 1, .ns_cap = 2},
+        {.ns = "b", .name = "b1", .ns_cap = -1},
+        {.ns = "c", .name = "c1", .ns_cap = 0},
+        {.ns = "b", .name = "b2", .ns_cap = -1},
+    };
+    static const int64_t want_pos[] = {0, 1, 0, 2, 3};
+    static const bool want_full[] = {false, true, false, true, false};
+
+    controller_queue_admit(it, ARRAY_LEN(it), true, 2);
+    for (size_t i = 0; i < ARRAY_LEN(it); i++) {
+        CHECK_EQ_INT(it[i].position, want_pos[i]);
+        CHECK(it[i].ns_full == want_full[i]);
+    }
+    /* No server-wide limit: only the caps hold tasks back. */
+    controller_queue_admit(it, ARRAY_LEN(it), false, 0);
+    for (size_t i = 0; i < ARRAY_LEN(it); i++) {
+        CHECK_EQ_INT(it[i].position, i == 1 ? 1 : i == 3 ? 2 : 0);
+    }
+    controller_queue_admit(it, 0, true, 1); /* empty: nothing to do */
+}
+
 /* A namespace that holds slots already waits behind one that holds none, even when its
  * task came first. */
 TEST(queue_order_counts_running_slots)
