@@ -84,7 +84,7 @@ struct controller {
     /* The queue (queue.c): --max-running-tasks (0: none) and the waiting tasks (guarded by
      * queue_lock, taken last: never held while calling the store). */
     int64_t max_running;
-    atomic_bool ns_caps; /* some SpendQuota caps its namespace's running tasks (last pass) */
+    atomic_bool ns_caps;       /* some SpendQuota caps its namespace's running tasks (last pass) */
     pthread_mutex_t pass_lock; /* one queue pass at a time (taken before lock) */
     pthread_mutex_t queue_lock;
     struct controller_queued *queued;

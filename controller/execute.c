@@ -111,6 +111,22 @@ static const char *first_set(const char *a, const char *b)
 }
 
 /* The environment of SPEC §9, with paths as the sandbox sees them. */
+/* The run's limits and commands: iterations, run number, agent and verify commands. */
+static size_t run_env(char **env, size_t n, const struct controller *c, const struct reconcile *r,
+                      int64_t start_iteration)
+{
+    env[n++] = xasprintf(
+        "DIVERGE_MAX_ITERATIONS=%lld",
+        (long long)(r->max_iterations > 0 ? r->max_iterations : c->default_max_iterations));
+    env[n++] = xasprintf("DIVERGE_START_ITERATION=%lld", (long long)start_iteration);
+    env[n++] = xasprintf("DIVERGE_RUN=%lld", (long long)(r->run > 0 ? r->run : 1));
+    /* The task's own commands (spec.runner, from agent.yaml) over the server's defaults. */
+    env[n++] = xasprintf("DIVERGE_AGENT_CMD=%s", first_set(r->agent_cmd, c->agent_cmd));
+    env[n++] = xasprintf("DIVERGE_VERIFY_CMD=%s", first_set(r->verify_cmd, c->verify_cmd));
+    env[n++] = xasprintf("DIVERGE_NO_PROGRESS_AFTER=%lld", (long long)c->no_progress_after);
+    return n;
+}
+
 static size_t build_env(char **env, struct controller *c, const struct reconcile *r,
                         const struct paths *p, int64_t start_iteration)
 {
@@ -140,17 +156,9 @@ static size_t build_env(char **env, struct controller *c, const struct reconcile
     env[n++] = xasprintf("DIVERGE_PUSH_URL=file://%s", inside ? SANDBOX_IN_STAGING : p->staging);
     env[n++] = xasprintf("DIVERGE_BASE_BRANCH=%s", r->base != NULL ? r->base : "main");
     env[n++] = xasprintf("DIVERGE_WORKING_BRANCH=%s", r->working != NULL ? r->working : "");
-    env[n++] = xasprintf(
-        "DIVERGE_MAX_ITERATIONS=%lld",
-        (long long)(r->max_iterations > 0 ? r->max_iterations : r->c->default_max_iterations));
-    env[n++] = xasprintf("DIVERGE_START_ITERATION=%lld", (long long)start_iteration);
-    env[n++] = xasprintf("DIVERGE_RUN=%lld", (long long)(r->run > 0 ? r->run : 1));
-    /* The task's own commands (spec.runner, from agent.yaml) over the server's defaults. */
-    env[n++] = xasprintf("DIVERGE_AGENT_CMD=%s", first_set(r->agent_cmd, c->agent_cmd));
-    env[n++] = xasprintf("DIVERGE_VERIFY_CMD=%s", first_set(r->verify_cmd, c->verify_cmd));
+    n = run_env(env, n, c, r, start_iteration);
     env[n++] = xasprintf("DIVERGE_WORKSPACE_DIR=%s", ws);
     env[n++] = xasprintf("DIVERGE_USAGE_FILE=%s/usage.jsonl", state);
-    env[n++] = xasprintf("DIVERGE_NO_PROGRESS_AFTER=%lld", (long long)c->no_progress_after);
     n = preview_env(env, n, r);
     env[n] = NULL;
     return n;

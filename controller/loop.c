@@ -149,21 +149,10 @@ static void controller_destroy(struct controller *c)
     free(c);
 }
 
-int controller_new(struct controller **out, struct task_store *store,
-                   const struct controller_config *cfg, struct err *err)
+/* C's settings from CFG (strings copied). */
+static void copy_config(struct controller *c, struct task_store *store,
+                        const struct controller_config *cfg)
 {
-    struct controller *c = xcalloc(1, sizeof(*c));
-    int rc;
-
-    *out = NULL;
-    if (cfg->preview_base_url != NULL && cfg->preview_base_url[0] != '\0' &&
-        !controller_preview_base_valid(cfg->preview_base_url)) {
-        free(c);
-        config_release(cfg);
-        return err_set(err, E_INVALID,
-                       "--preview-base-url must be an http:// or https:// URL with a host and "
-                       "no query or fragment");
-    }
     c->store = store;
     c->data_dir = xstrdup(cfg->data_dir);
     memcpy(c->root_key, cfg->root_key, TOKEN_ROOT_KEY_LEN);
@@ -190,6 +179,24 @@ int controller_new(struct controller **out, struct task_store *store,
     c->meter_sockets = cfg->meter_sockets;
     c->kube = cfg->kube;
     c->kube_owned = cfg->kube_owned;
+}
+
+int controller_new(struct controller **out, struct task_store *store,
+                   const struct controller_config *cfg, struct err *err)
+{
+    struct controller *c = xcalloc(1, sizeof(*c));
+    int rc;
+
+    *out = NULL;
+    if (cfg->preview_base_url != NULL && cfg->preview_base_url[0] != '\0' &&
+        !controller_preview_base_valid(cfg->preview_base_url)) {
+        free(c);
+        config_release(cfg);
+        return err_set(err, E_INVALID,
+                       "--preview-base-url must be an http:// or https:// URL with a host and "
+                       "no query or fragment");
+    }
+    copy_config(c, store, cfg);
     pthread_mutex_init(&c->lock, NULL);
     pthread_mutex_init(&c->notes_lock, NULL);
     pthread_mutex_init(&c->active_lock, NULL);

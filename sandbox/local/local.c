@@ -397,6 +397,21 @@ static const struct sandbox_provider_ops local_ops = {
     .free = local_free,
 };
 
+/* Whether the sandbox user (LP's uid/gid) may search the folder PATH; *mode_out its mode. */
+static bool searchable(mode_t *mode_out, const struct local_provider *lp, const char *path)
+{
+    struct stat st;
+    mode_t need;
+
+    *mode_out = 0;
+    if (stat(path, &st) != 0) {
+        return false;
+    }
+    *mode_out = st.st_mode;
+    need = lp->uid == st.st_uid ? S_IXUSR : lp->gid == st.st_gid ? S_IXGRP : S_IXOTH;
+    return (st.st_mode & need) != 0;
+}
+
 /* Whether every folder from / down to the data dir's parent lets the sandbox user (LP's uid/gid)
  * through; the first that does not is named in ERR. Only asked when the server runs as root and the
  * sandbox as another user: bubblewrap then opens the workspace as that user, and a data dir below a
@@ -427,23 +442,18 @@ static int dir_reachable(const struct local_provider *lp, const char *state_dir,
     for (size_t i = 0; rc == E_OK && i <= n; i++) {
         size_t end = i == 0 ? 1 : i; /* the prefix is real[0..end) */
         char saved = real[end];
-        struct stat st;
-        mode_t need = 0;
+        mode_t mode = 0;
         if (i > 0 && real[i] != '/' && real[i] != '\0') {
             continue;
         }
         real[end] = '\0';
-        memset(&st, 0, sizeof(st));
-        if (stat(real, &st) == 0) {
-            need = lp->uid == st.st_uid ? S_IXUSR : lp->gid == st.st_gid ? S_IXGRP : S_IXOTH;
-        }
-        if ((st.st_mode & need) == 0) {
+        if (!searchable(&mode, lp, real)) {
             rc = err_set(err, E_DENIED,
                          "the data dir %s: the sandbox user (uid %u) cannot reach it: %s is "
                          "not searchable by that user (mode %04o); choose a --data-dir "
                          "outside it (e.g. /var/lib/diverge) or make it searchable "
                          "(chmod o+x %s)",
-                         dir, (unsigned)lp->uid, real, (unsigned)(st.st_mode & 07777), real);
+                         dir, (unsigned)lp->uid, real, (unsigned)(mode & 07777), real);
         }
         real[end] = saved;
     }
