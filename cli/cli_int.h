@@ -102,6 +102,10 @@ bool cli_local_parse_ref(char **project_out, long long *number_out, const char *
  * caller). Returns an exit code; on CLI_EXIT_OK *ANS_OUT and *RAW_OUT are the answer. */
 int cli_local_pr_open(json_t **ans_out, char **raw_out, struct cli_ctx *ctx, const char *project,
                       long long number, const char *url, const char *head, const char *base);
+/* MARKDOWN (a comment's stored text) as a person reads it in a terminal: marker comments
+ * and zero-width characters gone, entities and backslash escapes decoded, links as
+ * "text (url)", control characters dropped (term_text.c). New string. */
+char *cli_term_text(const char *markdown);
 /* `diverge local demo` (cmd_local_demo.c). */
 int cli_local_demo(struct cli_ctx *ctx, const struct cli_args *args);
 /* `diverge kubeconfig` (cmd_kubeconfig.c). */

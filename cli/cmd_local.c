@@ -151,6 +151,7 @@ static void print_comment(const json_t *c)
     const char *created = json_string_value(json_object_get(c, "createdAt"));
     const char *updated = json_string_value(json_object_get(c, "updatedAt"));
     const json_t *reactions = json_object_get(c, "reactions"), *r;
+    char *text;
     size_t i;
 
     printf("--- #%lld %s at %s", (long long)json_integer_value(json_object_get(c, "id")),
@@ -162,7 +163,9 @@ static void print_comment(const json_t *c)
     {
         printf(" [%s]", json_string_value(r));
     }
-    printf("\n%s\n\n", json_string_value(json_object_get(c, "body")));
+    text = cli_term_text(json_string_value(json_object_get(c, "body")));
+    printf("\n%s\n\n", text);
+    free(text);
 }
 
 static int cmd_thread(struct cli_ctx *ctx, const struct cli_args *args)

@@ -18,7 +18,7 @@ from github_helpers import comment_payload, deliver, new_fake, server_args, serv
 from github_helpers import BOT
 from harness import API, Server, run_tests
 from sandbox_helpers import git
-from test_local_pr import SERVE, ENV, MARKER, Clean, make_repo, thread, get_task, wait
+from test_local_pr import SERVE, ENV, Clean, make_repo, stickies, thread, get_task, wait
 
 NS = "acme-shop"
 NAME = "fix-pr-12"
@@ -82,7 +82,7 @@ def test_local_fix_reruns_a_finished_task():
         assert t["status"]["costUSD"] in ("0.144", "0.1440"), (first_cost, t["status"])
         out = wait(lambda: (lambda o: o if "· run 2" in o and "✅ Completed" in o else None)(
             thread(srv, REF)), what="sticky run 2")
-        assert out.count(MARKER) == 1, out
+        assert len(stickies(srv, REF)) == 1, out
         log = srv.cli("task", "logs", NAME, "-n", NS).stdout
         assert "run 2 requested" in log, log
         assert git("--git-dir", bare, "log", "-1", "--format=%s", "feature").startswith(

@@ -4,6 +4,7 @@ edited in place at each phase, never duplicated (lost responses, lost database r
 marker comment on page 3 of a 250-comment thread), adopting an older version's marker
 comment, retried through rate limits and 500s,
 re-created when a human deleted it; and the offline `diverge local` walk-through."""
+import json
 import os
 import sqlite3
 import time
@@ -237,14 +238,21 @@ def test_local_walkthrough():
             assert r.returncode == 0, r
             return r.stdout
 
-        wait(lambda: MARKER in thread() and "Running" in thread(), what="sticky in thread")
+        def stickies():
+            r = srv.cli("local", "thread", "octo/demo#1", "-o", "json")
+            assert r.returncode == 0, r
+            return [c for c in json.loads(r.stdout)["comments"]
+                    if c["body"].startswith(MARKER)]
+
+        wait(lambda: len(stickies()) == 1 and "Running" in thread(), what="sticky in thread")
         out = thread()
         assert "alice" in out and "[+1]" in out, out
+        # Read as on the PR page: no marker comments, no zero-width characters.
+        assert "<!--" not in out and "\u200b" not in out and "\u200d" not in out, out
         r = srv.cli("local", "comment", "octo/demo#1", "/diverge pause", "--as", "alice")
         assert r.returncode == 0
         wait(lambda: "Paused" in thread(), what="sticky edited to Paused")
-        out = thread()
-        assert out.count(MARKER) == 1, out
+        assert len(stickies()) == 1
         r = srv.cli("local", "comment", "octo/demo#1", "/diverge budget +$5", "--as", "bob",
                     "--permission", "write")
         wait(lambda: "maintain" in thread(), what="refusal for bob")

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/cli_int.h"
 #include "cli/mcp.h"
 #include "tests/t_check.h"
 
@@ -493,6 +494,32 @@ TEST(mcp_initialize_and_tools)
     CHECK_EQ_INT(mcp_error_code(r), CLI_MCP_INVALID_PARAMS);
     json_decref(r);
     cli_ctx_cleanup(&ctx);
+}
+
+/* `diverge local thread` shows a comment as read on the PR page, never a terminal escape. */
+TEST(term_text_reads_like_the_pr_page)
+{
+    char *t = cli_term_text("<!-- diverge:sticky -->\n<!-- diverge-task:default/x -->\n\n"
+                            "### \xE2\x9C\x85 Completed \xC2\xB7 `x`\n\n"
+                            "**Objective:** see https:\xE2\x80\x8B//evil.example &lt;b&gt; "
+                            "\\*not bold\\* @\xE2\x80\x8D"
+                            "alice\n\n"
+                            "[dashboard](http://127.0.0.1:8080/#/task/default/x)\n"
+                            "<sub>updated 2026-12-01T00:00:00Z</sub>\n\n\n\n"
+                            "bell\x07 escape\x1b[31mred\x7f end");
+
+    CHECK_EQ_STR(t, "### \xE2\x9C\x85 Completed \xC2\xB7 `x`\n\n"
+                    "**Objective:** see https://evil.example <b> *not bold* @alice\n\n"
+                    "dashboard (http://127.0.0.1:8080/#/task/default/x)\n"
+                    "updated 2026-12-01T00:00:00Z\n\n"
+                    "bell escape[31mred end");
+    free(t);
+    t = cli_term_text("[a [b](c) <!-- open");
+    CHECK_EQ_STR(t, "[a b (c) ");
+    free(t);
+    t = cli_term_text(NULL);
+    CHECK_EQ_STR(t, "");
+    free(t);
 }
 
 T_MAIN
