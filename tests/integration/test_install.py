@@ -29,6 +29,7 @@ def installed():
         env = dict(os.environ)
         env.pop("MAKEFLAGS", None)
         env.pop("MFLAGS", None)
+        env.pop("MAKELEVEL", None)  # as from a shell: `make test` runs this test inside make
         p = subprocess.run(["make", "install", "BUILD=" + os.path.abspath(BUILD_DIR),
                             "DESTDIR=" + root, "JOBS=1"], cwd=SOURCE_DIR, env=env,
                            capture_output=True, text=True, timeout=600)
