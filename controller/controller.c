@@ -265,3 +265,12 @@ int controller_mint_for(char **token_out, char **id_out, struct controller *c, c
     o.expires_ms = timeout > 0 ? now_ms + (int64_t)timeout * 1000 : 0;
     return token_mint_task(token_out, id_out, c->root_key, &o, err);
 }
+
+char *controller_runner_failed_msg(const char *url, int exit_code)
+{
+    if (url == NULL && exit_code == 2) {
+        return xstrdup("no repository: set spec.repository.url, or use --sandbox-provider none "
+                       "for an external agent (the runner exited with status 2)");
+    }
+    return xasprintf("the runner exited with status %d", exit_code);
+}

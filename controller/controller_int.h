@@ -154,7 +154,20 @@ int controller_give(struct controller *c, const char *path, struct err *err);
 int controller_socket_dir(char **out, const struct controller *c, const char *kind,
                           struct err *err);
 
+/* One task the queue knows: when it began to wait, and whether it was given a slot. */
+struct controller_queued {
+    char *ns, *name; /* owned */
+    int64_t arrival; /* ms */
+    int64_t round;   /* its round in the queue, fixed when first ordered; -1: not yet */
+    bool admitted;   /* given a slot; its reconcile starts it */
+    bool seen;       /* still waiting in this pass */
+    struct controller_queued *next;
+};
+
 /* --- the queue (queue.c) --- */
+/* The record of NS/NAME, or NULL; the caller holds queue_lock (queue_state.c). */
+struct controller_queued *controller_queued_find(struct controller *c, const char *ns,
+                                                 const char *name);
 /* Looks at every task: admits waiting ones into free slots (and reconciles them), writes
  * the queue positions of the others. A no-op without a limit or sandbox provider. */
 void controller_queue_pass(struct controller *c);

@@ -88,52 +88,6 @@ void controller_queue_admit(struct controller_queue_item *items, size_t n, bool 
 
 /* --- the controller's queue state ------------------------------------------------------ */
 
-/* One task the queue knows: when it began to wait, and whether it was given a slot. */
-struct controller_queued {
-    char *ns, *name; /* owned */
-    int64_t arrival; /* ms */
-    int64_t round;   /* its round in the queue, fixed when first ordered; -1: not yet */
-    bool admitted;   /* given a slot; its reconcile starts it */
-    bool seen;       /* still waiting in this pass */
-    struct controller_queued *next;
-};
-
-static struct controller_queued *find(struct controller *c, const char *ns, const char *name)
-{
-    for (struct controller_queued *q = c->queued; q != NULL; q = q->next) {
-        if (strcmp(q->ns, ns) == 0 && strcmp(q->name, name) == 0) {
-            return q;
-        }
-    }
-    return NULL;
-}
-
-bool controller_queue_admitted(struct controller *c, const char *ns, const char *name)
-{
-    struct controller_queued *q;
-    bool ok;
-
-    if (c->max_running <= 0 && !atomic_load(&c->ns_caps)) {
-        return true;
-    }
-    pthread_mutex_lock(&c->queue_lock);
-    q = find(c, ns, name);
-    ok = q != NULL && q->admitted;
-    pthread_mutex_unlock(&c->queue_lock);
-    return ok;
-}
-
-void controller_queue_free(struct controller *c)
-{
-    while (c->queued != NULL) {
-        struct controller_queued *q = c->queued;
-        c->queued = q->next;
-        free(q->ns);
-        free(q->name);
-        free(q);
-    }
-}
-
 /* What one pass found: the waiting tasks, and the slots in use. */
 struct pass {
     struct controller *c;
@@ -239,7 +193,7 @@ static int64_t first_arrival(const struct pass *p, const json_t *doc, const stru
 static void note_waiting(struct pass *p, const json_t *doc, const struct task_view *v)
 {
     struct controller *c = p->c;
-    struct controller_queued *q = find(c, v->ns, v->name);
+    struct controller_queued *q = controller_queued_find(c, v->ns, v->name);
 
     if (q == NULL) {
         q = xcalloc(1, sizeof(*q));
@@ -396,7 +350,7 @@ static void place(struct pass *p)
     controller_queue_admit(p->items, p->n, c->max_running > 0, c->max_running - p->held);
     for (size_t i = 0; i < p->n; i++) {
         struct controller_queue_item *it = &p->items[i];
-        struct controller_queued *q = find(c, it->ns, it->name);
+        struct controller_queued *q = controller_queued_find(c, it->ns, it->name);
         q->round = it->round;
         q->admitted = it->position == 0;
     }

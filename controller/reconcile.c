@@ -600,12 +600,3 @@ const char *controller_sandbox_problem(const struct controller *c)
 {
     return c != NULL ? c->problem : NULL;
 }
-
-char *controller_runner_failed_msg(const char *url, int exit_code)
-{
-    if (url == NULL && exit_code == 2) {
-        return xstrdup("no repository: set spec.repository.url, or use --sandbox-provider none "
-                       "for an external agent (the runner exited with status 2)");
-    }
-    return xasprintf("the runner exited with status %d", exit_code);
-}

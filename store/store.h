@@ -159,6 +159,10 @@ bool task_forecast_read(struct task_forecast *out, const json_t *status);
  * TOKENS or ITERATIONS, which the caller decided (the token caveat, the server default);
  * 0 there means no limit (the status field is removed). */
 void task_set_effective_limits(json_t *obj, int64_t usd, int64_t tokens, int64_t iterations);
+/* OBJ.KEY as an integer, 0 when absent or not one (task_limits.c). */
+int64_t task_json_int(const json_t *obj, const char *key);
+/* OBJ.KEY as micro-dollars from its decimal string, 0 when absent or malformed. */
+int64_t task_json_money(const json_t *obj, const char *key);
 /* Makes OBJ's effective limits follow its spec where a spec limit is set (after a spec
  * change: the spec wins over any caveat or default); the others are left as they are. */
 void task_sync_effective_limits(json_t *obj);

@@ -108,23 +108,6 @@ int task_apply_merge_patch(json_t *doc, json_t *patch, enum task_patch_scope sco
     return task_validate(doc, err);
 }
 
-static int64_t int_at(const json_t *obj, const char *key)
-{
-    const json_t *v = json_object_get(obj, key);
-    return json_is_integer(v) ? (int64_t)json_integer_value(v) : 0;
-}
-
-static int64_t money_at(const json_t *obj, const char *key)
-{
-    const json_t *v = json_object_get(obj, key);
-    int64_t m = 0;
-
-    if (json_is_string(v) && money_parse(&m, NULL, json_string_value(v), NULL) != E_OK) {
-        m = 0;
-    }
-    return m;
-}
-
 void task_view_of(struct task_view *v, const json_t *obj)
 {
     const json_t *md = json_object_get(obj, "metadata");
@@ -138,20 +121,20 @@ void task_view_of(struct task_view *v, const json_t *obj)
     v->ns = json_string_value(json_object_get(md, "namespace"));
     v->resource_version = json_is_string(rv) ? strtoll(json_string_value(rv), NULL, 10) : 0;
     v->objective = json_string_value(json_object_get(spec, "objective"));
-    v->budget_usd = money_at(spec, "budgetUSD");
-    v->budget_tokens = int_at(spec, "budgetTokens");
-    v->max_iterations = int_at(spec, "maxIterations");
+    v->budget_usd = task_json_money(spec, "budgetUSD");
+    v->budget_tokens = task_json_int(spec, "budgetTokens");
+    v->max_iterations = task_json_int(spec, "maxIterations");
     v->suspended = json_is_true(json_object_get(spec, "suspended"));
     if (json_is_string(json_object_get(status, "phase"))) {
         (void)task_phase_parse(&phase, json_string_value(json_object_get(status, "phase")));
     }
     v->phase = phase;
-    v->iteration = int_at(status, "iteration");
-    v->tokens_consumed = int_at(status, "tokensConsumed");
-    v->cost_usd = money_at(status, "costUSD");
-    v->run = int_at(spec, "run") > 0 ? int_at(spec, "run") : 1;
-    v->status_run = int_at(status, "run") > 0 ? int_at(status, "run") : 1;
-    v->queue_position = int_at(status, "queuePosition");
+    v->iteration = task_json_int(status, "iteration");
+    v->tokens_consumed = task_json_int(status, "tokensConsumed");
+    v->cost_usd = task_json_money(status, "costUSD");
+    v->run = task_json_int(spec, "run") > 0 ? task_json_int(spec, "run") : 1;
+    v->status_run = task_json_int(status, "run") > 0 ? task_json_int(status, "run") : 1;
+    v->queue_position = task_json_int(status, "queuePosition");
 }
 
 bool task_rerun_due(const struct task_view *v)
@@ -175,44 +158,4 @@ void task_set_phase(json_t *obj, enum task_phase phase, const char *reason, cons
         struct task_forecast none = {.present = false};
         task_forecast_store(status, &none);
     }
-}
-
-/* Sets (VALUE > 0) or removes status.KEY; money as an exact decimal string. */
-static void set_limit(json_t *status, const char *key, int64_t value, bool money)
-{
-    char text[MONEY_STR_MAX];
-
-    if (value <= 0) {
-        json_object_del(status, key);
-    } else if (money) {
-        money_format(text, value);
-        json_object_set_new(status, key, json_string(text));
-    } else {
-        json_object_set_new(status, key, json_integer(value));
-    }
-}
-
-void task_set_effective_limits(json_t *obj, int64_t usd, int64_t tokens, int64_t iterations)
-{
-    json_t *status = json_object_get(obj, "status");
-    struct task_view v;
-
-    if (!json_is_object(status)) {
-        return;
-    }
-    task_view_of(&v, obj);
-    set_limit(status, "effectiveBudgetUSD", v.budget_usd > 0 ? v.budget_usd : usd, true);
-    set_limit(status, "effectiveBudgetTokens", v.budget_tokens > 0 ? v.budget_tokens : tokens,
-              false);
-    set_limit(status, "effectiveMaxIterations",
-              v.max_iterations > 0 ? v.max_iterations : iterations, false);
-}
-
-void task_sync_effective_limits(json_t *obj)
-{
-    json_t *status = json_object_get(obj, "status");
-
-    task_set_effective_limits(obj, money_at(status, "effectiveBudgetUSD"),
-                              int_at(status, "effectiveBudgetTokens"),
-                              int_at(status, "effectiveMaxIterations"));
 }
