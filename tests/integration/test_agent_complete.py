@@ -162,8 +162,11 @@ def test_agent_in_sandbox_completes_through_its_socket():
             assert s["phase"] == "Completed" and s["reason"] == "AgentReported", s
             assert s["message"] == "done from the sandbox", s
             ws = os.path.join(srv.data_dir, "workspaces", "default", "in-box")
+            # The answer reaches the agent unless the sandbox's stop (which the Completed
+            # phase starts at once) killed curl first: when it arrived, it says Completed.
             with open(os.path.join(ws, "answer.json")) as f:
-                assert json.load(f)["phase"] == "Completed"
+                answer = f.read()
+            assert answer == "" or json.loads(answer)["phase"] == "Completed", answer
 
             # the agent's sleep, started before it completed, is gone with its sandbox
             with open(os.path.join(ws, "sleep.pid")) as f:
