@@ -139,6 +139,47 @@ static int head_of(struct scm_pull *out, struct scm_provider *p, const struct in
     return rc;
 }
 
+/* A limit: the spec's, else the one that applies (status.effective…), else "-". */
+static const char *limit_text(char tmp[32], const json_t *spec, const char *key,
+                              const json_t *status, const char *effective)
+{
+    const json_t *v = json_object_get(spec, key);
+
+    if (v == NULL || json_is_null(v)) {
+        v = json_object_get(status, effective);
+    }
+    if (json_is_string(v)) {
+        return json_string_value(v);
+    }
+    if (json_is_integer(v) && json_integer_value(v) > 0) {
+        snprintf(tmp, 32, "%lld", (long long)json_integer_value(v));
+        return tmp;
+    }
+    return "-";
+}
+
+/* One row of the status table for task T. */
+static void put_row(struct buf *out, const json_t *t, const char *preview, const char *link)
+{
+    const json_t *spec = json_object_get(t, "spec"), *st = json_object_get(t, "status");
+    const json_t *pos = json_object_get(st, "queuePosition");
+    const char *ph = json_string_value(json_object_get(st, "phase"));
+    const char *cost = json_string_value(json_object_get(st, "costUSD"));
+    char usd[32], tokens[32], phase[64];
+
+    snprintf(phase, sizeof(phase), "%s", ph != NULL ? ph : "Pending");
+    if (json_is_integer(pos) && json_integer_value(pos) > 0) {
+        snprintf(phase, sizeof(phase), "%s (queued #%lld)", ph != NULL ? ph : "Pending",
+                 (long long)json_integer_value(pos));
+    }
+    buf_printf(
+        out, "| `%s` | %s | $%s / $%s | %lld / %s | %s | %s |\n",
+        json_string_value(json_object_get(json_object_get(t, "metadata"), "name")), phase,
+        cost != NULL ? cost : "0", limit_text(usd, spec, "budgetUSD", st, "effectiveBudgetUSD"),
+        (long long)json_integer_value(json_object_get(st, "tokensConsumed")),
+        limit_text(tokens, spec, "budgetTokens", st, "effectiveBudgetTokens"), preview, link);
+}
+
 static char *status_table(struct bot *b, const struct bot_input *in)
 {
     json_t *items = NULL, *t;
@@ -162,7 +203,7 @@ static char *status_table(struct bot *b, const struct bot_input *in)
             const json_t *ann = json_object_get(md, "annotations");
             const char *proj = json_string_value(json_object_get(ann, "divergedev.com/project"));
             const char *prov = json_string_value(json_object_get(ann, "divergedev.com/provider"));
-            const json_t *spec = json_object_get(t, "spec"), *st = json_object_get(t, "status");
+            const json_t *st = json_object_get(t, "status");
             const char *prev = json_string_value(json_object_get(st, "previewUrl"));
             /* Only this exact project's tasks: a namespace may hold other projects' too. */
             if (proj == NULL || strcmp(proj, in->entry->project) != 0 || prov == NULL ||
@@ -182,16 +223,7 @@ static char *status_table(struct bot *b, const struct bot_input *in)
             } else {
                 snprintf(link, sizeof(link), "—");
             }
-            buf_printf(&out, "| `%s` | %s | $%s / $%s | %lld / %lld | %s | %s |\n",
-                       json_string_value(json_object_get(md, "name")),
-                       json_string_value(json_object_get(st, "phase")),
-                       json_string_value(json_object_get(st, "costUSD")),
-                       json_string_value(json_object_get(spec, "budgetUSD")) != NULL
-                           ? json_string_value(json_object_get(spec, "budgetUSD"))
-                           : "-",
-                       (long long)json_integer_value(json_object_get(st, "tokensConsumed")),
-                       (long long)json_integer_value(json_object_get(spec, "budgetTokens")),
-                       prev != NULL && prev[0] != '\0' ? prev : "—", link);
+            put_row(&out, t, prev != NULL && prev[0] != '\0' ? prev : "—", link);
             shown++;
         }
         json_decref(items);

@@ -143,6 +143,15 @@
     return el("span", "badge phase-" + (PHASES.includes(phase) ? phase : "Pending"), phase);
   }
 
+  // The phase badge, and the queue position of a task waiting for a sandbox slot.
+  function phaseCell(t) {
+    const f = document.createDocumentFragment();
+    const pos = Number((t.status || {}).queuePosition || 0);
+    f.appendChild(badge(phaseOf(t)));
+    if (pos > 0) f.appendChild(el("span", "queued", " · queued #" + pos));
+    return f;
+  }
+
   function row(t) {
     const tr = document.createElement("tr");
     const st = t.status || {};
@@ -158,7 +167,7 @@
     name.appendChild(a);
     tr.appendChild(name);
     const ph = el("td", "phase");
-    ph.appendChild(badge(phaseOf(t)));
+    ph.appendChild(phaseCell(t));
     tr.appendChild(ph);
     const pr = el("td");
     pr.appendChild(prLink(t));
@@ -217,7 +226,7 @@
     const sp = t.spec || {};
     const dl = $("t-status");
     const rows = [
-      ["Phase", badge(phaseOf(t))],
+      ["Phase", phaseCell(t)],
       ["Reason", st.reason || "—"],
       ["Message", st.message || "—"],
       ["Iteration", (st.iteration || 0) + " / " + (limit(t, "MaxIterations") || "—")],

@@ -263,6 +263,22 @@ def test_browser():
                             "divergedev.com/mr-iid": "7"},
                status={"phase": "Failed", "reason": "BudgetExceeded", "iteration": 4,
                        "tokensConsumed": 101000, "costUSD": "3.00"})
+        # A task waiting for a sandbox slot shows its place in the queue.
+        # (Paused and resumed after its runner exited, as the queue keeps such a task; the
+        # spec stays suspended here so that the controller leaves the status as written.)
+        obj = task_obj("queued-one", ns="payments", objective="Wait for a slot",
+                       budgetUSD="1.00", suspended=True)
+        st, _, body = srv.request("POST", NS % "payments", obj)
+        assert st == 201, body
+        deadline = time.time() + 10
+        while time.time() < deadline and body["status"].get("phase") != "Paused":
+            time.sleep(0.02)
+            st, _, body = srv.request("GET", NS % "payments" + "/queued-one")
+        assert body["status"]["phase"] == "Paused", body
+        st, _, body = srv.request("PATCH", NS % "payments" + "/queued-one/status",
+                                  {"status": {"reason": "Queued", "queuePosition": 2}},
+                                  headers={"Content-Type": "application/merge-patch+json"})
+        assert st == 200, body
         logdir = os.path.join(srv.data_dir, "logs", "default")
         os.makedirs(logdir, exist_ok=True)
         log_file = os.path.join(logdir, "xss.log")
@@ -276,7 +292,8 @@ def test_browser():
                     "rule=evil.example:443\n")
         job = {
             "url": srv.url, "token": srv.token, "profile": profile,
-            "tasks": ["default/fix-checkout-latency", "default/xss", "payments/flaky-test"],
+            "tasks": ["default/fix-checkout-latency", "default/xss", "payments/flaky-test",
+                      "payments/queued-one"],
             "change": {"ns": "default", "name": "fix-checkout-latency",
                        "status": {"costUSD": "2.50", "tokensConsumed": 90000},
                        "expectSpend": "$2.50 / $5.00 · 50%"},
@@ -306,6 +323,7 @@ def test_browser():
     assert out["statusRows"]["Spend"] == "$0.036 / $2.00", out["statusRows"]
     assert out["statusRows"]["Forecast"] == (
         "≈ $0.108 more to finish at $0.018/iteration · 6 iterations left · budget holds"), out
+    assert rows["payments/queued-one"]["phase"] == "Paused · queued #2", rows
     ft = rows["payments/flaky-test"]
     assert ft["phase"] == "Failed" and ft["spend"] == "$3.00 / $3.00 · 100%", ft
     assert ft["pr"] == "https://gitlab.com/acme/payments/-/merge_requests/7", ft

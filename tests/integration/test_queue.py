@@ -124,6 +124,20 @@ def test_spendquota_caps_a_projects_running_tasks():
         release(srv, "alpha", "a2")
         release(srv, "beta", "b1")
         wait(lambda: phase(srv, "alpha", "a2")["phase"] == "Completed", what="a2 Completed")
+        # A PR's task in a project that may run none: `/diverge status` shows it queued.
+        st, _, b = srv.request("POST", API + "/namespaces/acme-q/spendquotas", {
+            "apiVersion": "divergedev.com/v1alpha1", "kind": "SpendQuota",
+            "metadata": {"name": "frozen"}, "spec": {"maxRunningTasks": 0}})
+        assert st == 201, b
+        r = srv.cli("local", "comment", "acme/q#1", "/diverge fix wait", "--as", "alice")
+        assert r.returncode == 0, r
+        wait(lambda: ((get_task(srv, "acme-q", "fix-pr-1") or {}).get("status") or {}).get(
+            "queuePosition") == 1, what="fix-pr-1 queued")
+        r = srv.cli("local", "comment", "acme/q#1", "/diverge status", "--as", "alice")
+        assert r.returncode == 0, r
+        out = wait(lambda: (lambda o: o if "queued #1" in o else None)(
+            srv.cli("local", "thread", "acme/q#1").stdout), what="status reply")
+        assert "`fix-pr-1` | Pending (queued #1) | $0.00 / $" in out, out
     shutil.rmtree(top, ignore_errors=True)
 
 
