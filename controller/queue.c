@@ -43,6 +43,9 @@ static int by_round(const void *pa, const void *pb)
 
 void controller_queue_order(struct controller_queue_item *items, size_t n)
 {
+    if (n == 0) {
+        return; /* ITEMS may be NULL: qsort must not see it */
+    }
     qsort(items, n, sizeof(*items), by_arrival);
     /* A new task's round (kept while it waits, so that no task ever passes another that
      * was ahead of it): the slots its namespace holds plus the tasks of its namespace that
