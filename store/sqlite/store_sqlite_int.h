@@ -98,6 +98,14 @@ json_t *sqlst_column_json(sqlite3_stmt *st, int col);
 /* Reads one object of TABLE; E_NOTFOUND when absent. Caller holds mu. */
 int sqlst_read_obj(json_t **out, struct sqlite_store *s, const char *table, const char *ns,
                    const char *name, struct err *err);
+/* Stores OBJ (its metadata's namespace and name) in TABLE, a side table of namespaced
+ * objects (environments, spend_quotas) with its own resourceVersion counter: uid and
+ * creationTimestamp kept from the stored one, else made; KIND names it in errors. */
+int sqlst_obj_put(struct sqlite_store *s, const char *table, const char *kind, json_t *obj,
+                  struct err *err);
+/* Deletes NS/NAME from TABLE (nothing to delete is not an error). */
+int sqlst_obj_delete(struct sqlite_store *s, const char *table, const char *kind, const char *ns,
+                     const char *name, struct err *err);
 /* Sets metadata.resourceVersion. */
 void sqlst_set_rv(json_t *obj, int64_t rv);
 /* Moves EV (and its JSON) into the ring, evicting the oldest events past EVENT_RING or

@@ -81,6 +81,94 @@ int sqlst_read_obj(json_t **out, struct sqlite_store *s, const char *table, cons
     return rc;
 }
 
+/* Server-owned metadata of OBJ: kept from OLD (may be NULL), else set now; *rv_out the
+ * next resourceVersion. */
+static void server_fields(json_t *obj, const json_t *old, struct sqlite_store *s, int64_t *rv_out)
+{
+    json_t *md = json_object_get(obj, "metadata");
+    const json_t *omd = json_object_get(old, "metadata");
+    const char *uid = json_string_value(json_object_get(omd, "uid"));
+    const char *ts = json_string_value(json_object_get(omd, "creationTimestamp"));
+    const char *orv = json_string_value(json_object_get(omd, "resourceVersion"));
+    char fresh[37], now[CLOCK_RFC3339_MAX];
+
+    if (uid == NULL) {
+        store_new_uid(fresh);
+        uid = fresh;
+    }
+    if (ts == NULL) {
+        clock_rfc3339(now, clock_now_ms(s->base.clock));
+        ts = now;
+    }
+    json_object_set_new(md, "uid", json_string(uid));
+    json_object_set_new(md, "creationTimestamp", json_string(ts));
+    *rv_out = (orv != NULL ? strtoll(orv, NULL, 10) : 0) + 1;
+    sqlst_set_rv(obj, *rv_out);
+}
+
+int sqlst_obj_put(struct sqlite_store *s, const char *table, const char *kind, json_t *obj,
+                  struct err *err)
+{
+    json_t *md = json_object_get(obj, "metadata"), *old = NULL;
+    const char *ns = json_string_value(json_object_get(md, "namespace"));
+    const char *name = json_string_value(json_object_get(md, "name"));
+    sqlite3_stmt *q = NULL;
+    int64_t rv = 0;
+    char *text, *sql;
+    int rc;
+
+    if (ns == NULL || name == NULL) {
+        return err_set(err, E_INVALID, "%s without metadata.namespace/name", kind);
+    }
+    rc = sqlst_read_obj(&old, s, table, ns, name, NULL);
+    if (rc != E_OK && rc != E_NOTFOUND) {
+        json_decref(old);
+        return err_set(err, rc, "read %s %s/%s", kind, ns, name);
+    }
+    server_fields(obj, old, s, &rv);
+    json_decref(old);
+    sql = xasprintf("INSERT INTO %s(namespace, name, resource_version, doc)"
+                    " VALUES (?1, ?2, ?3, ?4) ON CONFLICT(namespace, name) DO UPDATE SET"
+                    " resource_version=excluded.resource_version, doc=excluded.doc",
+                    table);
+    rc = sqlst_prepare(&q, s, sql, err);
+    free(sql);
+    if (rc != E_OK) {
+        return rc;
+    }
+    text = json_dumps(obj, JSON_COMPACT);
+    sqlite3_bind_text(q, 1, ns, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 2, name, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(q, 3, rv);
+    sqlite3_bind_text(q, 4, text, -1, SQLITE_STATIC);
+    sql = xasprintf("write %s", kind);
+    rc = sqlst_step_done(s, q, sql, err);
+    free(sql);
+    sqlite3_finalize(q);
+    free(text);
+    return rc;
+}
+
+int sqlst_obj_delete(struct sqlite_store *s, const char *table, const char *kind, const char *ns,
+                     const char *name, struct err *err)
+{
+    sqlite3_stmt *q = NULL;
+    char *sql = xasprintf("DELETE FROM %s WHERE namespace=?1 AND name=?2", table);
+    int rc = sqlst_prepare(&q, s, sql, err);
+
+    free(sql);
+    if (rc != E_OK) {
+        return rc;
+    }
+    sqlite3_bind_text(q, 1, ns, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 2, name, -1, SQLITE_STATIC);
+    sql = xasprintf("delete %s", kind);
+    rc = sqlst_step_done(s, q, sql, err);
+    free(sql);
+    sqlite3_finalize(q);
+    return rc;
+}
+
 void sqlst_set_rv(json_t *obj, int64_t rv)
 {
     char buf[32];
