@@ -13,39 +13,16 @@
 static const char *token_of(struct request *r)
 {
     int nkey = http_header_count(r, "x-api-key");
-    int nauth = http_header_count(r, "Authorization");
-    const char *auth = http_header(r, "Authorization");
 
-    if (nkey + nauth != 1) {
+    if (nkey > 1 || (nkey == 1 && http_header_count(r, "Authorization") > 0)) {
         return NULL;
     }
-    if (nkey == 1) {
-        return http_header(r, "x-api-key");
-    }
-    return auth != NULL && strncmp(auth, "Bearer ", 7) == 0 ? auth + 7 : NULL;
-}
-
-static const char *model_of(struct request *r, const json_t *body)
-{
-    (void)r;
-    return json_string_value(json_object_get(body, "model"));
-}
-
-static bool stream_of(struct request *r, const json_t *body)
-{
-    (void)r;
-    return json_is_true(json_object_get(body, "stream"));
+    return nkey == 1 ? http_header(r, "x-api-key") : llm_bearer_token(r);
 }
 
 static int64_t output_of(const json_t *body)
 {
-    const json_t *v = json_object_get(body, "max_tokens");
-
-    if (json_is_integer(v) && json_integer_value(v) > 0 &&
-        json_integer_value(v) <= LLM_TOKENS_MAX) {
-        return (int64_t)json_integer_value(v);
-    }
-    return 0;
+    return llm_body_limit(body, "max_tokens");
 }
 
 static void set_output(json_t *body, int64_t n)
@@ -58,13 +35,7 @@ static void add_guidance(json_t *body, const char *text)
 {
     json_t *sys = json_object_get(body, "system");
 
-    if (sys == NULL || json_is_null(sys)) {
-        json_object_set_new(body, "system", json_string(text));
-    } else if (json_is_string(sys)) {
-        char *joined = xasprintf("%s\n\n%s", json_string_value(sys), text);
-        json_object_set_new(body, "system", json_string(joined));
-        free(joined);
-    } else if (json_is_array(sys)) {
+    if (!llm_append_text(body, "system", text) && json_is_array(sys)) {
         json_array_append_new(sys, json_pack("{s:s, s:s}", "type", "text", "text", text));
     }
 }
@@ -94,8 +65,8 @@ static const struct llm_route g_messages = {
     .dialect = LLM_DIALECT_ANTHROPIC,
     .metered = true,
     .token_of = token_of,
-    .model_of = model_of,
-    .stream_of = stream_of,
+    .model_of = llm_body_model,
+    .stream_of = llm_body_stream,
     .output_of = output_of,
     .set_output = set_output,
     .add_guidance = add_guidance,
@@ -107,8 +78,8 @@ static const struct llm_route g_count_tokens = {
     .dialect = LLM_DIALECT_ANTHROPIC,
     .metered = false,
     .token_of = token_of,
-    .model_of = model_of,
-    .stream_of = stream_of,
+    .model_of = llm_body_model,
+    .stream_of = llm_body_stream,
     .output_of = output_of,
     .set_output = set_output,
     .add_guidance = add_guidance,

@@ -110,6 +110,19 @@ struct llm_route {
     void (*finish)(struct llm_call *c, struct request *r);
 };
 
+/* Shared hooks and pieces of the routes (llm_route.c). */
+/* The token of R's one Authorization: Bearer header, or NULL (none, several, empty). */
+const char *llm_bearer_token(struct request *r);
+/* BODY's "model" (the model_of hook of routes that name it in the body). */
+const char *llm_body_model(struct request *r, const json_t *body);
+/* BODY's "stream": true (the stream_of hook of routes that ask in the body). */
+bool llm_body_stream(struct request *r, const json_t *body);
+/* BODY's FIELD as a believable output limit (1 .. LLM_TOKENS_MAX), 0 when not one. */
+int64_t llm_body_limit(const json_t *body, const char *field);
+/* Appends TEXT to BODY's string FIELD after a blank line, or sets it when absent or null;
+ * false (BODY unchanged) when FIELD holds something else. */
+bool llm_append_text(json_t *body, const char *field, const char *text);
+
 /* Serves R as one call of route RT (SPEC §13). */
 int llm_route_call(struct request *r, const struct llm_route *rt);
 /* Adds "NAME: value" of R's header NAME (else DEF, when not NULL) to C's extra headers. */

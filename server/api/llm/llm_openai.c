@@ -10,47 +10,11 @@
 
 #define CHAT_CHOICES_MAX 128 /* n above this is not believed */
 
-/* The task token of R: one Authorization: Bearer. */
-static const char *token_of(struct request *r)
-{
-    const char *auth = http_header(r, "Authorization");
-
-    if (http_header_count(r, "Authorization") != 1 || auth == NULL ||
-        strncmp(auth, "Bearer ", 7) != 0 || auth[7] == '\0') {
-        return NULL;
-    }
-    return auth + 7;
-}
-
-static const char *model_of(struct request *r, const json_t *body)
-{
-    (void)r;
-    return json_string_value(json_object_get(body, "model"));
-}
-
-static bool stream_of(struct request *r, const json_t *body)
-{
-    (void)r;
-    return json_is_true(json_object_get(body, "stream"));
-}
-
-/* BODY's FIELD as a believable output limit, 0 when absent or not one. */
-static int64_t limit_of(const json_t *body, const char *field)
-{
-    const json_t *v = json_object_get(body, field);
-
-    if (json_is_integer(v) && json_integer_value(v) > 0 &&
-        json_integer_value(v) <= LLM_TOKENS_MAX) {
-        return (int64_t)json_integer_value(v);
-    }
-    return 0;
-}
-
 /* --- Responses --------------------------------------------------------------------- */
 
 static int64_t responses_output_of(const json_t *body)
 {
-    return limit_of(body, "max_output_tokens");
+    return llm_body_limit(body, "max_output_tokens");
 }
 
 static void responses_set_output(json_t *body, int64_t n)
@@ -58,19 +22,11 @@ static void responses_set_output(json_t *body, int64_t n)
     json_object_set_new(body, "max_output_tokens", json_integer(n));
 }
 
-/* Appends TEXT to the request's instructions (a string), creating them when absent. */
+/* Appends TEXT to the request's instructions (a string), creating them when absent; any
+ * other value is not a Responses request, which the upstream refuses as it is. */
 static void responses_add_guidance(json_t *body, const char *text)
 {
-    json_t *ins = json_object_get(body, "instructions");
-
-    if (ins == NULL || json_is_null(ins)) {
-        json_object_set_new(body, "instructions", json_string(text));
-    } else if (json_is_string(ins)) {
-        char *joined = xasprintf("%s\n\n%s", json_string_value(ins), text);
-        json_object_set_new(body, "instructions", json_string(joined));
-        free(joined);
-    }
-    /* Anything else is not a Responses request: the upstream refuses it as it is. */
+    (void)llm_append_text(body, "instructions", text);
 }
 
 /* A Responses request that points at state kept upstream: its input is not bounded by the
@@ -120,7 +76,8 @@ static int64_t chat_choices(const json_t *body)
  * the legacy max_tokens (the lower when both are sent). */
 static int64_t chat_output_of(const json_t *body)
 {
-    int64_t mct = limit_of(body, "max_completion_tokens"), mt = limit_of(body, "max_tokens");
+    int64_t mct = llm_body_limit(body, "max_completion_tokens"),
+            mt = llm_body_limit(body, "max_tokens");
     int64_t per = mct > 0 && (mt == 0 || mct < mt) ? mct : mt;
 
     return per * chat_choices(body);
@@ -186,9 +143,9 @@ static const struct llm_route g_responses = {
     .provider = LLM_OPENAI,
     .dialect = LLM_DIALECT_RESPONSES,
     .metered = true,
-    .token_of = token_of,
-    .model_of = model_of,
-    .stream_of = stream_of,
+    .token_of = llm_bearer_token,
+    .model_of = llm_body_model,
+    .stream_of = llm_body_stream,
     .output_of = responses_output_of,
     .set_output = responses_set_output,
     .add_guidance = responses_add_guidance,
@@ -200,9 +157,9 @@ static const struct llm_route g_chat = {
     .provider = LLM_OPENAI,
     .dialect = LLM_DIALECT_CHAT,
     .metered = true,
-    .token_of = token_of,
-    .model_of = model_of,
-    .stream_of = stream_of,
+    .token_of = llm_bearer_token,
+    .model_of = llm_body_model,
+    .stream_of = llm_body_stream,
     .output_of = chat_output_of,
     .set_output = chat_set_output,
     .add_guidance = chat_add_guidance,
@@ -269,7 +226,7 @@ static int list_model(json_t *list, const struct llm_gateway *gw, const struct l
 int api_llm_openai_models(struct request *r)
 {
     const struct llm_gateway *gw = r->srv->llm;
-    const char *token = token_of(r);
+    const char *token = llm_bearer_token(r);
     json_t *list;
     struct meter_gate g;
     int status;

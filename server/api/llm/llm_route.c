@@ -27,6 +27,56 @@ void llm_pass_header(struct llm_call *c, struct request *r, const char *name, co
     }
 }
 
+const char *llm_bearer_token(struct request *r)
+{
+    const char *auth = http_header(r, "Authorization");
+
+    if (http_header_count(r, "Authorization") != 1 || auth == NULL ||
+        strncmp(auth, "Bearer ", 7) != 0 || auth[7] == '\0') {
+        return NULL;
+    }
+    return auth + 7;
+}
+
+const char *llm_body_model(struct request *r, const json_t *body)
+{
+    (void)r;
+    return json_string_value(json_object_get(body, "model"));
+}
+
+bool llm_body_stream(struct request *r, const json_t *body)
+{
+    (void)r;
+    return json_is_true(json_object_get(body, "stream"));
+}
+
+int64_t llm_body_limit(const json_t *body, const char *field)
+{
+    const json_t *v = json_object_get(body, field);
+
+    if (json_is_integer(v) && json_integer_value(v) > 0 &&
+        json_integer_value(v) <= LLM_TOKENS_MAX) {
+        return (int64_t)json_integer_value(v);
+    }
+    return 0;
+}
+
+bool llm_append_text(json_t *body, const char *field, const char *text)
+{
+    json_t *v = json_object_get(body, field);
+
+    if (v == NULL || json_is_null(v)) {
+        json_object_set_new(body, field, json_string(text));
+    } else if (json_is_string(v)) {
+        char *joined = xasprintf("%s\n\n%s", json_string_value(v), text);
+        json_object_set_new(body, field, json_string(joined));
+        free(joined);
+    } else {
+        return false;
+    }
+    return true;
+}
+
 static int refuse_admission(struct request *r, struct llm_call *c, enum llm_admit verdict)
 {
     enum llm_provider p = c->provider;
