@@ -15,7 +15,7 @@ static void reset_day(char out[16], const struct quota_view *v)
 {
     char ts[CLOCK_RFC3339_MAX];
 
-    clock_rfc3339(ts, quota_next_month(v->period_start_ms));
+    clock_rfc3339(ts, clock_next_month(v->period_start_ms));
     snprintf(out, 16, "%.10s", ts);
 }
 

@@ -55,6 +55,48 @@ static int64_t days_from_civil(int64_t y, int m, int d)
     return era * 146097 + doe - 719468;
 }
 
+/* The year and month (1-12) of DAYS since 1970-01-01 (the inverse: civil_from_days). */
+static void civil_from_days(int64_t *y_out, int *m_out, int64_t days)
+{
+    int64_t z = days + 719468, era, doe, yoe, doy, mp, m;
+
+    era = (z >= 0 ? z : z - 146096) / 146097;
+    doe = z - era * 146097;
+    yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    mp = (5 * doy + 2) / 153;
+    m = mp + (mp < 10 ? 3 : -9);
+    *y_out = yoe + era * 400 + (m <= 2);
+    *m_out = (int)m;
+}
+
+#define CLOCK_MS_PER_DAY INT64_C(86400000)
+
+/* The day (since 1970-01-01) of MS, rounding down before the epoch too. */
+static int64_t day_of(int64_t ms)
+{
+    return ms / CLOCK_MS_PER_DAY - (ms % CLOCK_MS_PER_DAY < 0 ? 1 : 0);
+}
+
+int64_t clock_month_start(int64_t ms)
+{
+    int64_t y;
+    int m;
+
+    civil_from_days(&y, &m, day_of(ms));
+    return days_from_civil(y, m, 1) * CLOCK_MS_PER_DAY;
+}
+
+int64_t clock_next_month(int64_t ms)
+{
+    int64_t y;
+    int m;
+
+    civil_from_days(&y, &m, day_of(ms));
+    return (m == 12 ? days_from_civil(y + 1, 1, 1) : days_from_civil(y, m + 1, 1)) *
+           CLOCK_MS_PER_DAY;
+}
+
 static int digits(const char *s, int n, int *out)
 {
     int v = 0;

@@ -32,5 +32,9 @@ void clock_rfc3339(char out[CLOCK_RFC3339_MAX], int64_t ms);
 
 /* Parses "YYYY-MM-DDTHH:MM:SS[.frac](Z|±hh:mm)" into epoch ms; E_INVALID otherwise. */
 int clock_parse_rfc3339(int64_t *ms_out, const char *s);
+/* The start (00:00:00 UTC on the 1st) of the calendar month holding MS, epoch ms. */
+int64_t clock_month_start(int64_t ms);
+/* The start of the month after the one holding MS. */
+int64_t clock_next_month(int64_t ms);
 
 #endif

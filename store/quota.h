@@ -35,10 +35,7 @@ struct quota_view {
 /* Fills V from the normalized quota Q (which must outlive V). */
 void quota_view_of(struct quota_view *v, const json_t *q);
 
-/* The start (00:00:00 UTC on the 1st) of the calendar month holding NOW_MS, epoch ms. */
-int64_t quota_month_start(int64_t now_ms);
-/* The start of the month after the one holding MS (when a period that began at MS ends). */
-int64_t quota_next_month(int64_t ms);
+/* A quota's period is the UTC calendar month: clock_month_start / clock_next_month. */
 
 /* Validates OBJ, a client's SpendQuota for create in namespace NS (from the URL), into a
  * new normalized object *out: metadata reduced to name, namespace, labels, annotations;

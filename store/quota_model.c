@@ -7,61 +7,8 @@
 #include <string.h>
 
 #include "common/money.h"
+#include "common/clock.h"
 #include "store/quota.h"
-
-#define MS_PER_DAY INT64_C(86400000)
-
-/* --- the calendar (proleptic Gregorian, UTC; no libc time zone state) ----------------- */
-
-/* Days since 1970-01-01 of Y-M-D (Howard Hinnant's days_from_civil). */
-static int64_t days_from_civil(int64_t y, int64_t m, int64_t d)
-{
-    int64_t era, yoe, doy, doe;
-
-    y -= m <= 2;
-    era = (y >= 0 ? y : y - 399) / 400;
-    yoe = y - era * 400;
-    doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
-    doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    return era * 146097 + doe - 719468;
-}
-
-/* The year and month (1-12) of DAYS since 1970-01-01 (civil_from_days). */
-static void civil_from_days(int64_t *y_out, int64_t *m_out, int64_t days)
-{
-    int64_t z = days + 719468, era, doe, yoe, doy, mp, m;
-
-    era = (z >= 0 ? z : z - 146096) / 146097;
-    doe = z - era * 146097;
-    yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-    doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    mp = (5 * doy + 2) / 153;
-    m = mp + (mp < 10 ? 3 : -9);
-    *y_out = yoe + era * 400 + (m <= 2);
-    *m_out = m;
-}
-
-static int64_t floor_div(int64_t a, int64_t b)
-{
-    return a / b - (a % b != 0 && (a < 0) != (b < 0));
-}
-
-int64_t quota_month_start(int64_t now_ms)
-{
-    int64_t y, m;
-
-    civil_from_days(&y, &m, floor_div(now_ms, MS_PER_DAY));
-    return days_from_civil(y, m, 1) * MS_PER_DAY;
-}
-
-int64_t quota_next_month(int64_t ms)
-{
-    int64_t y, m;
-
-    civil_from_days(&y, &m, floor_div(ms, MS_PER_DAY));
-    return m == 12 ? days_from_civil(y + 1, 1, 1) * MS_PER_DAY
-                   : days_from_civil(y, m + 1, 1) * MS_PER_DAY;
-}
 
 /* --- validation ---------------------------------------------------------------------- */
 
@@ -173,7 +120,7 @@ static json_t *zero_status(int64_t now_ms)
 {
     char start[CLOCK_RFC3339_MAX];
 
-    clock_rfc3339(start, quota_month_start(now_ms));
+    clock_rfc3339(start, clock_month_start(now_ms));
     return json_pack("{s:s, s:i, s:s}", "usedUSD", "0.00", "usedTokens", 0, "periodStart", start);
 }
 
@@ -322,7 +269,7 @@ bool quota_roll(json_t *q, int64_t now_ms)
     json_t *status;
 
     quota_view_of(&v, q);
-    if (v.period_start_ms != 0 && now_ms < quota_next_month(v.period_start_ms)) {
+    if (v.period_start_ms != 0 && now_ms < clock_next_month(v.period_start_ms)) {
         return false;
     }
     status = zero_status(now_ms);

@@ -471,4 +471,18 @@ TEST(secret_file_refuses_what_others_could_plant)
     rmdir(dir);
 }
 
+/* A SpendQuota's period: the UTC calendar month (leap years, December, before 1970). */
+TEST(clock_calendar_months)
+{
+    int64_t ms;
+
+    CHECK_OK(clock_parse_rfc3339(&ms, "2024-02-29T23:59:59.999Z"));
+    CHECK_EQ_INT(clock_month_start(ms), INT64_C(1706745600000)); /* 2024-02-01 */
+    CHECK_EQ_INT(clock_next_month(ms), INT64_C(1709251200000));  /* 2024-03-01 */
+    CHECK_OK(clock_parse_rfc3339(&ms, "2026-12-31T12:00:00Z"));
+    CHECK_EQ_INT(clock_next_month(ms), INT64_C(1798761600000)); /* 2027-01-01 */
+    CHECK_EQ_INT(clock_month_start(clock_next_month(ms)), clock_next_month(ms));
+    CHECK_EQ_INT(clock_month_start(-1), INT64_C(-2678400000)); /* 1969-12-01 */
+}
+
 T_MAIN
