@@ -202,20 +202,31 @@ static int parse_count(int64_t *out, bool *has_out, const json_t *v, const char 
     return E_OK;
 }
 
-int meter_request_parse(struct meter_request *out, const char *body, size_t len, struct err *err)
+/* BODY[0..len) as a JSON object (no duplicate keys), or NULL with ERR set (E_INVALID). */
+static json_t *load_object(const char *body, size_t len, struct err *err)
 {
     json_error_t jerr;
+    json_t *j = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+
+    if (j == NULL) {
+        err_set(err, E_INVALID, "body is not valid JSON: %s", jerr.text);
+    } else if (!json_is_object(j)) {
+        err_set(err, E_INVALID, "body must be a JSON object");
+        json_decref(j);
+        j = NULL;
+    }
+    return j;
+}
+
+int meter_request_parse(struct meter_request *out, const char *body, size_t len, struct err *err)
+{
     json_t *j, *v;
     int rc = E_OK;
 
     memset(out, 0, sizeof(*out));
-    j = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    j = load_object(body, len, err);
     if (j == NULL) {
-        return err_set(err, E_INVALID, "body is not valid JSON: %s", jerr.text);
-    }
-    if (!json_is_object(j)) {
-        rc = err_set(err, E_INVALID, "body must be a JSON object");
-        goto out;
+        return E_INVALID;
     }
     v = json_object_get(j, "requestId");
     if (!json_is_string(v)) {
@@ -281,19 +292,14 @@ static int check_message(const char *s, size_t len, struct err *err)
 int meter_completion_parse(struct meter_completion *out, const char *body, size_t len,
                            struct err *err)
 {
-    json_error_t jerr;
     json_t *j, *v;
     const char *result;
     int rc = E_OK;
 
     memset(out, 0, sizeof(*out));
-    j = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    j = load_object(body, len, err);
     if (j == NULL) {
-        return err_set(err, E_INVALID, "body is not valid JSON: %s", jerr.text);
-    }
-    if (!json_is_object(j)) {
-        rc = err_set(err, E_INVALID, "body must be a JSON object");
-        goto out;
+        return E_INVALID;
     }
     result = json_string_value(json_object_get(j, "result"));
     if (result == NULL || (strcmp(result, "succeeded") != 0 && strcmp(result, "failed") != 0)) {

@@ -904,6 +904,15 @@ static bool bearer_token(struct verified_token **vt_out, int *status_out, char *
     return true;
 }
 
+/* J for the verified token VT (borrowed until J is answered): its task. */
+static void job_of(struct meter_job *j, struct verified_token *vt)
+{
+    j->tok = vt->tok;
+    j->vt = vt;
+    j->name = vt->name;
+    j->ns = vt->ns;
+}
+
 void meter_service_handle(int *status_out, char **body_out, struct meter_service *m,
                           const char *auth, int auth_count, const char *body, size_t len)
 {
@@ -915,10 +924,7 @@ void meter_service_handle(int *status_out, char **body_out, struct meter_service
     if (!bearer_token(&vt, status_out, body_out, m, auth, auth_count)) {
         return;
     }
-    j.tok = vt->tok;
-    j.vt = vt;
-    j.name = vt->name;
-    j.ns = vt->ns;
+    job_of(&j, vt);
     j.guidance_sent = true; /* the answer carries the guidance to the runner */
     j.body_ok = meter_request_parse(&j.req, body, len, &err) == E_OK;
     if (!j.body_ok) {
@@ -949,11 +955,8 @@ void meter_service_complete(int *status_out, char **body_out, struct meter_servi
     if (!bearer_token(&vt, status_out, body_out, m, auth, auth_count)) {
         return;
     }
+    job_of(&j, vt);
     j.kind = METER_JOB_COMPLETE;
-    j.tok = vt->tok;
-    j.vt = vt;
-    j.name = vt->name;
-    j.ns = vt->ns;
     j.body_ok = meter_completion_parse(&j.fin, body, len, &err) == E_OK;
     if (!j.body_ok) {
         snprintf(j.body_err, sizeof(j.body_err), "%s", err.msg);
@@ -988,12 +991,9 @@ static int run_gate_job(struct meter_gate *out, struct meter_service *m, enum me
         }
         return 401;
     }
+    job_of(&j, vt);
     j.kind = kind;
     j.guidance_sent = guidance_sent;
-    j.tok = vt->tok;
-    j.vt = vt;
-    j.name = vt->name;
-    j.ns = vt->ns;
     j.body_ok = true;
     j.req.request_id = xstrdup(request_id != NULL ? request_id : "gateway-check");
     j.req.model = model != NULL ? xstrdup(model) : NULL;
