@@ -334,13 +334,7 @@ void llm_call_settle(struct llm_call *c, const struct llm_usage *u)
     pthread_mutex_lock(&c->project->mu);
     st = meter_gate_settle(NULL, c->srv->meter, c->token, id, c->model, tokens, cost,
                            c->guidance != NULL);
-    pthread_mutex_lock(&c->gw->mu);
-    c->task->reserved_micros -= c->reserved_micros;
-    c->task->reserved_tokens -= c->reserved_tokens;
-    c->project->reserved_micros -= c->reserved_micros;
-    c->project->reserved_tokens -= c->reserved_tokens;
-    pthread_mutex_unlock(&c->gw->mu);
-    c->reserved = false;
+    llm_call_release(c);
     pthread_mutex_unlock(&c->project->mu);
     pthread_mutex_unlock(&c->task->mu);
     money_format(usd, cost);
