@@ -51,8 +51,9 @@ models:
 """
 PRICE = {"input": Decimal("1.00"), "output": Decimal("5.00"), "cache_write": Decimal("2.00"),
          "cache_read": Decimal("0.10")}
-ENV = {"GITHUB_TOKEN": None, "DIVERGE_NOTIFIER_TOKEN": None, "DIVERGE_AGENT_CMD": None,
-       "DIVERGE_VERIFY_CMD": None, "DIVERGE_DATA_DIR": None, "DIVERGE_ANTHROPIC_API_KEY": KEY}
+BASE_ENV = {"GITHUB_TOKEN": None, "DIVERGE_NOTIFIER_TOKEN": None, "DIVERGE_AGENT_CMD": None,
+            "DIVERGE_VERIFY_CMD": None, "DIVERGE_DATA_DIR": None}
+ENV = dict(BASE_ENV, DIVERGE_ANTHROPIC_API_KEY=KEY)
 
 
 def claude_tools(top):
@@ -360,26 +361,37 @@ def scenario_budget_guide_resume(srv, fake, top, first_size):
     assert KEY not in log and tok1 not in log
 
 
-def test_claude_code_in_the_local_sandbox():
-    why = usable()
-    runner = runner_path()
+def why_skip():
+    """(why the agent tests cannot run here or None, the runner to use)."""
+    why, runner = usable(), runner_path()
     if why is None and runner is None:
         why = "the runner is a sanitized build, which cannot run under the sandbox's seccomp " \
               "filter, and there is no plain build/diverge-agent-runner to use instead"
+    return why, runner
+
+
+def agent_server(top, tools, prices, provider, upstream, runner, env):
+    """`diverge serve` with the local sandbox, TOOLS, PROVIDER's upstream at UPSTREAM, the
+    price table PRICES (written to TOP) and ENV (the server key among it)."""
+    path = os.path.join(top, "prices.yaml")
+    with open(path, "w") as f:
+        f.write(prices)
+    return Server(["--sandbox-provider", "local", "--sandbox-tools", tools, "--llm-upstream",
+                   provider + "=" + upstream, "--llm-prices", path, "--agent-cmd", "exit 9",
+                   "--verify-cmd", "exit 9", "--notifier-min-interval", "1"],
+                  env=dict(env, DIVERGE_RUNNER_PATH=runner))
+
+
+def test_claude_code_in_the_local_sandbox():
+    why, runner = why_skip()
     if why:
         print("SKIP: " + why)
         return
     top = tempfile.mkdtemp(prefix="diverge-claude-")
     os.chmod(top, 0o755)
     tools = claude_tools(top)
-    prices = os.path.join(top, "prices.yaml")
-    with open(prices, "w") as f:
-        f.write(PRICES)
     fake = FakeAgentLLM(workdir="/workspace", needle=KEY).start()
-    srv = Server(["--sandbox-provider", "local", "--sandbox-tools", tools, "--llm-upstream",
-                  "anthropic=" + fake.url, "--llm-prices", prices, "--agent-cmd", "exit 9",
-                  "--verify-cmd", "exit 9", "--notifier-min-interval", "1"],
-                 env=dict(ENV, DIVERGE_RUNNER_PATH=runner))
+    srv = agent_server(top, tools, PRICES, "anthropic", fake.url, runner, ENV)
     try:
         with srv:
             calls = scenario_fix(srv, fake, top)

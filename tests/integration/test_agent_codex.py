@@ -35,11 +35,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import npm_pin  # noqa: E402
 from fake_llm import FakeLLM  # noqa: E402
-from harness import SOURCE_DIR, Server, run_tests  # noqa: E402
+from harness import SOURCE_DIR, run_tests  # noqa: E402
 from sandbox_helpers import git  # noqa: E402
-from test_agent_claude_code import (comment, files_holding, log_of, make_repo,  # noqa: E402
-                                    runner_path, task, token_of, usd, wait, wait_phase)
-from test_sandbox_local import usable  # noqa: E402
+from test_agent_claude_code import (BASE_ENV, agent_server, comment, files_holding,  # noqa: E402
+                                    log_of, make_repo, task, token_of, usd, wait, wait_phase,
+                                    why_skip)
 
 EXAMPLE = os.path.join(SOURCE_DIR, "examples", "agents", "codex.agent.yaml")
 KEY = "sk-proj-SERVERKEY-4e81c07d2b9a5f36"
@@ -55,8 +55,7 @@ models:
 """
 PRICE = {"input": Decimal("1.00"), "output": Decimal("10.00"), "cache_read": Decimal("0.10")}
 USAGE = {"input": 1000, "output": 120, "cache_write": 0, "cache_read": 400}  # 2240 µ$
-ENV = {"GITHUB_TOKEN": None, "DIVERGE_NOTIFIER_TOKEN": None, "DIVERGE_AGENT_CMD": None,
-       "DIVERGE_VERIFY_CMD": None, "DIVERGE_DATA_DIR": None, "DIVERGE_OPENAI_API_KEY": KEY}
+ENV = dict(BASE_ENV, DIVERGE_OPENAI_API_KEY=KEY)
 FIX = ("exec_command", {"cmd": "sed -i s/wrold/world/ greeting.txt"})
 REFUSED = "refused: budget exceeded, task paused"
 
@@ -329,27 +328,17 @@ def scenario_budget_resume(srv, fake, top, first_size):
 
 
 def test_codex_in_the_local_sandbox():
-    why = usable()
-    runner = runner_path()
-    if why is None and runner is None:
-        why = "the runner is a sanitized build, which cannot run under the sandbox's seccomp " \
-              "filter, and there is no plain build/diverge-agent-runner to use instead"
+    why, runner = why_skip()
     if why:
         print("SKIP: " + why)
         return
     top = tempfile.mkdtemp(prefix="diverge-codex-sb-")
     os.chmod(top, 0o755)
     tools = codex_tools(top)
-    prices = os.path.join(top, "prices.yaml")
-    with open(prices, "w") as f:
-        f.write(PRICES)
     fake = FakeLLM().start()
     fake.usage = dict(USAGE)
     fake.agent_calls = [("exec_command", {"cmd": probe()}), FIX]
-    srv = Server(["--sandbox-provider", "local", "--sandbox-tools", tools, "--llm-upstream",
-                  "openai=" + fake.url, "--llm-prices", prices, "--agent-cmd", "exit 9",
-                  "--verify-cmd", "exit 9", "--notifier-min-interval", "1"],
-                 env=dict(ENV, DIVERGE_RUNNER_PATH=runner))
+    srv = agent_server(top, tools, PRICES, "openai", fake.url, runner, ENV)
     try:
         with srv:
             calls = scenario_fix(srv, fake, top)
