@@ -98,23 +98,28 @@ void cli_ctx_cleanup(struct cli_ctx *ctx)
     ctx->token = NULL;
 }
 
-char *cli_task_path(const struct cli_ctx *ctx, const char *name, bool all)
+char *cli_resource_path(const struct cli_ctx *ctx, const char *plural, const char *name, bool all)
 {
     char *ns, *n, *path;
 
     if (all) {
-        return xstrdup(CLI_API_BASE "/agenttasks");
+        return xasprintf(CLI_API_BASE "/%s", plural);
     }
     ns = httpc_escape(ctx->ns);
     if (name == NULL) {
-        path = xasprintf(CLI_API_BASE "/namespaces/%s/agenttasks", ns);
+        path = xasprintf(CLI_API_BASE "/namespaces/%s/%s", ns, plural);
     } else {
         n = httpc_escape(name);
-        path = xasprintf(CLI_API_BASE "/namespaces/%s/agenttasks/%s", ns, n);
+        path = xasprintf(CLI_API_BASE "/namespaces/%s/%s/%s", ns, plural, n);
         free(n);
     }
     free(ns);
     return path;
+}
+
+char *cli_task_path(const struct cli_ctx *ctx, const char *name, bool all)
+{
+    return cli_resource_path(ctx, "agenttasks", name, all);
 }
 
 static int code_of_status(long status)

@@ -52,6 +52,9 @@ int cli_api_call(json_t **obj_out, char **raw_out, const struct cli_ctx *ctx, co
  * CLI_EXIT_FAILED. Prints ERR's message first. */
 int cli_api_fail(int rc, const struct err *err);
 
+/* The API path of PLURAL (agenttasks, spendquotas) in the context's namespace: the
+ * collection (NAME NULL), one object, or every namespace's (ALL). New string. */
+char *cli_resource_path(const struct cli_ctx *ctx, const char *plural, const char *name, bool all);
 /* "/apis/divergedev.com/v1alpha1/namespaces/NS/agenttasks[/NAME]" with NS and NAME
  * percent-encoded; NAME may be NULL. With ALL (list -A) the cluster-wide list path.
  * Caller frees with free(). */

@@ -40,21 +40,7 @@ int cli_quota_main(int argc, char **argv)
 
 static char *quota_path(const struct cli_ctx *ctx, const char *name, bool all)
 {
-    char *ns, *n, *path;
-
-    if (all) {
-        return xstrdup(CLI_API_BASE "/spendquotas");
-    }
-    ns = httpc_escape(ctx->ns);
-    if (name == NULL) {
-        path = xasprintf(CLI_API_BASE "/namespaces/%s/spendquotas", ns);
-    } else {
-        n = httpc_escape(name);
-        path = xasprintf(CLI_API_BASE "/namespaces/%s/spendquotas/%s", ns, n);
-        free(n);
-    }
-    free(ns);
-    return path;
+    return cli_resource_path(ctx, "spendquotas", name, all);
 }
 
 /* "used / limit" of Q's USED and LIMIT (a JSON string or integer), or "used" unlimited. */
