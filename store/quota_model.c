@@ -124,21 +124,6 @@ static json_t *zero_status(int64_t now_ms)
     return json_pack("{s:s, s:i, s:s}", "usedUSD", "0.00", "usedTokens", 0, "periodStart", start);
 }
 
-static int check_type_fields(const json_t *obj, struct err *err)
-{
-    const json_t *v = json_object_get(obj, "apiVersion");
-
-    if (v != NULL && (!json_is_string(v) || strcmp(json_string_value(v), TASK_API_VERSION) != 0)) {
-        return err_set_field(err, E_INVALID, "apiVersion", "apiVersion: must be %s",
-                             TASK_API_VERSION);
-    }
-    v = json_object_get(obj, "kind");
-    if (v != NULL && (!json_is_string(v) || strcmp(json_string_value(v), QUOTA_KIND) != 0)) {
-        return err_set_field(err, E_INVALID, "kind", "kind: must be %s", QUOTA_KIND);
-    }
-    return E_OK;
-}
-
 /* The metadata a client may set: name, the URL's namespace, labels, annotations. */
 static int copy_metadata(json_t **out, const json_t *md, const char *ns, struct err *err)
 {
@@ -175,7 +160,7 @@ int quota_normalize_new(json_t **out, const json_t *obj, const char *ns, int64_t
     if (!json_is_object(obj)) {
         return err_set_field(err, E_INVALID, "", "the body must be a SpendQuota object");
     }
-    rc = check_type_fields(obj, err);
+    rc = task_check_type_fields(obj, QUOTA_KIND, err);
     if (rc == E_OK) {
         rc = copy_metadata(&md, json_object_get(obj, "metadata"), ns, err);
     }

@@ -70,6 +70,9 @@ int task_normalize_new(json_t **out, const json_t *obj, const char *ns, struct e
 /* Validates an entire stored-shape object (metadata, spec, status) without changing
  * server-owned metadata; used after every patch. Returns E_INVALID with the field path. */
 int task_validate(const json_t *obj, struct err *err);
+/* apiVersion and kind of OBJ, when present, must be ours (divergedev.com/v1alpha1, KIND):
+ * E_INVALID with the field. */
+int task_check_type_fields(const json_t *obj, const char *kind, struct err *err);
 
 /* Which part of the object a patch may change. */
 enum task_patch_scope {

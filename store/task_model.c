@@ -498,8 +498,7 @@ json_t *task_initial_status(void)
                      "completionTime");
 }
 
-/* apiVersion and kind, when present, must be ours. */
-static int check_type_fields(const json_t *obj, struct err *err)
+int task_check_type_fields(const json_t *obj, const char *kind, struct err *err)
 {
     const json_t *v = json_object_get(obj, "apiVersion");
 
@@ -508,8 +507,8 @@ static int check_type_fields(const json_t *obj, struct err *err)
                              TASK_API_VERSION);
     }
     v = json_object_get(obj, "kind");
-    if (v != NULL && (!json_is_string(v) || strcmp(json_string_value(v), TASK_KIND) != 0)) {
-        return err_set_field(err, E_INVALID, "kind", "kind: must be %s", TASK_KIND);
+    if (v != NULL && (!json_is_string(v) || strcmp(json_string_value(v), kind) != 0)) {
+        return err_set_field(err, E_INVALID, "kind", "kind: must be %s", kind);
     }
     return E_OK;
 }
@@ -554,7 +553,7 @@ int task_normalize_new(json_t **out, const json_t *obj, const char *ns, struct e
     if (!json_is_object(obj)) {
         return err_set_field(err, E_INVALID, "", "the body must be an AgentTask object");
     }
-    rc = check_type_fields(obj, err);
+    rc = task_check_type_fields(obj, TASK_KIND, err);
     if (rc != E_OK) {
         return rc;
     }
