@@ -710,6 +710,7 @@ static int start_all(struct server *srv, struct err *err)
         serve_github_close(srv);
         return rc;
     }
+    atomic_store(&srv->started, true);
     return E_OK;
 }
 
@@ -779,6 +780,7 @@ int server_start(struct server **out, int argc, char **argv, struct err *err)
     *out = NULL;
     srv->data_lock_fd = -1;
     atomic_init(&srv->shutting_down, false);
+    atomic_init(&srv->started, false);
     rc = serve_parse_flags(&srv->cfg, argc, argv) == 0 && parse_defaults(srv) == 0
              ? E_OK
              : err_set(err, E_INVALID, "bad serve flags");
@@ -838,6 +840,7 @@ int server_main(int argc, char **argv)
     /* The database and workspaces hold tokens and task data: owner-only. */
     umask(077);
     atomic_init(&srv.shutting_down, false);
+    atomic_init(&srv.started, false);
     rc = run(&srv);
     server_cleanup(&srv);
     return rc;

@@ -157,6 +157,7 @@ struct server {
     int64_t stall_after_ms;         /* --stall-after, 0: never */
     int64_t no_progress_after;      /* --no-progress-after, 0: never */
     atomic_bool shutting_down;      /* set on SIGTERM: watch streams end */
+    atomic_bool started;            /* every listener and worker is up: /readyz may say ok */
     struct http_guard *guard;       /* owned by http_start/http_stop */
     struct MHD_Daemon *daemon;      /* owned; the running HTTP server */
     struct MHD_Daemon *unix_daemon; /* owned; the same on the meter socket, or NULL */

@@ -34,6 +34,11 @@ int api_readyz(struct request *r)
     if (atomic_load(&r->srv->shutting_down)) {
         return http_send_error(r, 503, NULL, NULL, "shutting down");
     }
+    if (!atomic_load(&r->srv->started)) {
+        /* The HTTP listener answers before the TLS listener, its endpoint file and the
+         * sandbox are up: a client that waits for ready may then use all of them. */
+        return http_send_error(r, 503, NULL, NULL, "starting");
+    }
     if (task_store_count_phases(counts, r->srv->store, NULL) != E_OK) {
         return http_send_error(r, 503, NULL, NULL, "database not available");
     }
