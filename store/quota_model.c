@@ -124,31 +124,6 @@ static json_t *zero_status(int64_t now_ms)
     return json_pack("{s:s, s:i, s:s}", "usedUSD", "0.00", "usedTokens", 0, "periodStart", start);
 }
 
-/* The metadata a client may set: name, the URL's namespace, labels, annotations. */
-static int copy_metadata(json_t **out, const json_t *md, const char *ns, struct err *err)
-{
-    static const char *const kept[] = {"name", "labels", "annotations"};
-    const json_t *v = json_object_get(md, "namespace");
-
-    *out = NULL;
-    if (!json_is_object(md)) {
-        return err_set_field(err, E_INVALID, "metadata", "metadata: required");
-    }
-    if (json_is_string(v) && ns != NULL && strcmp(json_string_value(v), ns) != 0) {
-        return err_set_field(err, E_INVALID, "metadata.namespace",
-                             "metadata.namespace: does not match the namespace of the URL");
-    }
-    *out = json_object();
-    json_object_set_new(*out, "namespace", ns != NULL ? json_string(ns) : json_deep_copy(v));
-    for (size_t i = 0; i < ARRAY_LEN(kept); i++) {
-        const json_t *k = json_object_get(md, kept[i]);
-        if (k != NULL) {
-            json_object_set_new(*out, kept[i], json_deep_copy(k));
-        }
-    }
-    return E_OK;
-}
-
 int quota_normalize_new(json_t **out, const json_t *obj, const char *ns, int64_t now_ms,
                         struct err *err)
 {
@@ -162,7 +137,7 @@ int quota_normalize_new(json_t **out, const json_t *obj, const char *ns, int64_t
     }
     rc = task_check_type_fields(obj, QUOTA_KIND, err);
     if (rc == E_OK) {
-        rc = copy_metadata(&md, json_object_get(obj, "metadata"), ns, err);
+        rc = task_copy_metadata(&md, json_object_get(obj, "metadata"), ns, err);
     }
     if (rc != E_OK) {
         return rc;

@@ -73,6 +73,10 @@ int task_validate(const json_t *obj, struct err *err);
 /* apiVersion and kind of OBJ, when present, must be ours (divergedev.com/v1alpha1, KIND):
  * E_INVALID with the field. */
 int task_check_type_fields(const json_t *obj, const char *kind, struct err *err);
+/* *OUT: the parts of metadata MD a client may set (name, labels, annotations), with the
+ * namespace NS of the URL (may be NULL) in place of MD's own, which must then equal it.
+ * E_INVALID when MD is not an object. For every kind of the task API. */
+int task_copy_metadata(json_t **out, const json_t *md, const char *ns, struct err *err);
 
 /* Which part of the object a patch may change. */
 enum task_patch_scope {

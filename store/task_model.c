@@ -513,9 +513,7 @@ int task_check_type_fields(const json_t *obj, const char *kind, struct err *err)
     return E_OK;
 }
 
-/* *OUT: the parts of metadata MD a client may set, with the namespace NS of the URL (may be
- * NULL) in place of MD's own, which must then equal it. */
-static int copy_metadata(json_t **out, const json_t *md, const char *ns, struct err *err)
+int task_copy_metadata(json_t **out, const json_t *md, const char *ns, struct err *err)
 {
     static const char *const kept[] = {"labels", "annotations"}; /* after the namespace */
     const json_t *v = json_object_get(md, "namespace");
@@ -523,6 +521,9 @@ static int copy_metadata(json_t **out, const json_t *md, const char *ns, struct 
     json_t *nmd;
 
     *out = NULL;
+    if (!json_is_object(md)) {
+        return err_set_field(err, E_INVALID, "metadata", "metadata: required");
+    }
     if (v != NULL && json_is_string(v) && ns != NULL && strcmp(json_string_value(v), ns) != 0) {
         return err_set_field(err, E_INVALID, "metadata.namespace",
                              "metadata.namespace: %s does not match the namespace of the URL %s",
@@ -558,10 +559,7 @@ int task_normalize_new(json_t **out, const json_t *obj, const char *ns, struct e
         return rc;
     }
     md = json_object_get(obj, "metadata");
-    if (!json_is_object(md)) {
-        return err_set_field(err, E_INVALID, "metadata", "metadata: required");
-    }
-    rc = copy_metadata(&nmd, md, ns, err);
+    rc = task_copy_metadata(&nmd, md, ns, err);
     if (rc != E_OK) {
         return rc;
     }
