@@ -262,7 +262,12 @@ def test_too_long_guidance_is_refused_once():
     try:
         with Server(server_args(gh), env=server_env()) as srv:
             post(gh, srv, "octo/repo", 7, "/diverge fix it")
-            t = wait(lambda: get_task(srv, "octo-repo", "fix-pr-7"), what="task")
+            # Once started: the start adds its own annotation (the sandbox provider).
+            def started():
+                t = get_task(srv, "octo-repo", "fix-pr-7")
+                return t if t is not None and t["status"]["phase"] == "Active" else None
+
+            t = wait(started, what="task started")
             before = (t["spec"], t["metadata"].get("annotations"))
             cid = post(gh, srv, "octo/repo", 7, "/diverge guide " + "g" * (20 * 1024))
             r = wait(lambda: replies(gh, "octo/repo", 7), what="refusal")
