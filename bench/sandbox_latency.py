@@ -21,6 +21,11 @@ port with a fresh data dir (and stops at the end):
 
 usage: python3 bench/sandbox_latency.py [build-dir] [-n 50] [--cycles 50]
                                         [--only start|pause] [--path auto|api|comment]
+                                        [--reference other-build-dir]
+With --reference, a second server runs the other build (each with its own data dir and
+bare repository) and the two are measured in turn, task by task and cycle by cycle (the
+order swapped every round), so the figures and their reference come from one run under
+the same load; the ratio (this build / reference) is printed for p50, p90 and p99.
 Needs root (the sandbox user is created by the server), bubblewrap and git. Only
 loopback and file:// are used: the server listens on 127.0.0.1, its GitHub/GitLab API
 URLs point at a closed loopback port, SCM tokens and proxies are removed from its
@@ -228,7 +233,7 @@ def start_one(srv, repo, i, comment):
         return None
     path, ns_at = wait(started, 60, 0.002, "the agent of " + name)
     ns = ns or path.split(os.sep)[-3]
-    stages(srv, ns, name, t0)  # while the sandbox's files are still there
+    stages(srv, ns, name, t0, srv.breakdown)  # while the sandbox's files are still there
     phase = wait(lambda: finished(srv, ns, name), 60, 0.02, name + " to finish")
     return ns_at / 1e6 - t0 * 1000.0, phase, ns, name
 
@@ -243,79 +248,103 @@ STAGES = (("token file written (plan + Provisioning txns done)", "tokens/{ns}/{n
            "workspaces/{ns}/{name}/.git/description"),
           ("runner's clone + checkout done", "workspaces/{ns}/{name}/.git/HEAD"),
           ("agent running", "state/{ns}/{name}/started"))
-BREAKDOWN = {}
 
 
-def stages(srv, ns, name, t0):
+def stages(srv, ns, name, t0, into):
     for label, pattern in STAGES:
         paths = glob.glob(os.path.join(srv.data, pattern.format(ns=ns, name=name)))
         if paths:
             ms = max(os.stat(p).st_mtime_ns for p in paths) / 1e6 - t0 * 1000.0
-            BREAKDOWN.setdefault(label, []).append(ms)
+            into.setdefault(label, []).append(ms)
 
 
-def report_breakdown():
-    print("where the time goes (file mtimes, ms after the request; p50 / p90):")
-    for label, _ in STAGES:
-        xs = BREAKDOWN.get(label)
+def report_breakdown(label, breakdown):
+    print("where the time goes, %s (file mtimes, ms after the request; p50 / p90):" % label)
+    for stage, _ in STAGES:
+        xs = breakdown.get(stage)
         if xs:
-            print("  %-52s %7.1f / %7.1f" % (label, pct(xs, 50), pct(xs, 90)))
+            print("  %-52s %7.1f / %7.1f" % (stage, pct(xs, 50), pct(xs, 90)))
 
 
-def start_series(srv, repo, n, comment):
-    """One warm-up task (it also warms the mirror) and N measured ones; returns the ms."""
-    xs, bad = [], []
+def start_series(runs, n, comment):
+    """One warm-up task per server (it also warms the mirror), then N measured ones on
+    each, taken in turn (the order swapped every round, so load drift hits both alike);
+    returns {label: [ms]}."""
+    xs = {r["label"]: [] for r in runs}
+    bad = []
     for i in range(1, n + 2):
-        ms, phase, ns, name = start_one(srv, repo, i, comment)
-        if i == 1:
+        for r in (runs if i % 2 else runs[::-1]):
+            srv = r["srv"]
+            ms, phase, ns, name = start_one(srv, r["repo"], i, comment)
+            if i == 1:
+                if phase != "Completed":
+                    raise SystemExit("bench: warm-up task %s: %s\n%s" % (name, phase,
+                                                                         srv.log(ns, name)))
+                print("warm-up task (%s): %.1f ms" % (r["label"], ms), flush=True)
+                srv.breakdown.clear()
+                continue
+            xs[r["label"]].append(ms)
             if phase != "Completed":
-                raise SystemExit("bench: warm-up task %s: %s\n%s" % (name, phase,
-                                                                     srv.log(ns, name)))
-            print("warm-up task: %.1f ms" % ms, flush=True)
-            BREAKDOWN.clear()
-            continue
-        xs.append(ms)
-        if phase != "Completed":
-            bad.append((name, phase))
+                bad.append((r["label"], name, phase))
     if bad:
         print("tasks not Completed: %r" % bad)
-    print("samples ms: " + " ".join("%.0f" % x for x in xs), flush=True)
-    report_breakdown()
+    for r in runs:
+        print("samples ms (%s): %s" % (r["label"], " ".join("%.0f" % x for x in xs[r["label"]])),
+              flush=True)
+        report_breakdown(r["label"], r["srv"].breakdown)
     return xs
 
 
-def bench_start(binary, n, path):
-    top = tempfile.mkdtemp(prefix="diverge-bench-repo-")
-    repo = bare_repo(top, branches=n + 1)
-    srv = Server(binary, START_AGENT)
-    target = "p50 ≤ 300, p99 ≤ 1000"
+def report_pair(name, xs, target=None):
+    """The build's figures, the reference's from the same run, and their ratio."""
+    for label, v in xs.items():
+        report("%s [%s]" % (name, label), v, target if label == "this build" else None)
+    if len(xs) == 2:
+        a, b = xs["this build"], xs["reference"]
+        print("%-44s p50 %.2f×  p90 %.2f×  p99 %.2f×  (this build / reference)" % (
+            name + " ratio", pct(a, 50) / pct(b, 50), pct(a, 90) / pct(b, 90),
+            pct(a, 99) / pct(b, 99)), flush=True)
+
+
+def bench_start(builds, n, path):
+    runs, tops = [], []
+    target = "p50 ≤ 40, p99 ≤ 100"
     try:
-        pr_open = has_pr_open(srv)
+        for label, binary in builds:
+            top = tempfile.mkdtemp(prefix="diverge-bench-repo-")
+            tops.append(top)
+            srv = Server(binary, START_AGENT)
+            srv.breakdown = {}
+            runs.append({"label": label, "srv": srv, "repo": bare_repo(top, branches=n + 1)})
+        pr_open = all(has_pr_open(r["srv"]) for r in runs)
         if path == "comment" and not pr_open:
             # A comment on a local PR with no repository bound makes a task whose
             # repository is local://…, which fails with SandboxError (nothing to clone).
             raise SystemExit("bench: this build has no `diverge local pr open`; "
                              "use --path api")
         if pr_open and path != "api":
-            for i in range(1, n + 2):
-                r = srv.cli("local", "pr", "open", "%s#%d" % (PROJECT, i), "--repo",
-                            "file://" + repo, "--head", "bench-%d" % i)
-                if r.returncode != 0:
-                    raise SystemExit("bench: local pr open: " + r.stderr.strip())
+            for r in runs:
+                for i in range(1, n + 2):
+                    c = r["srv"].cli("local", "pr", "open", "%s#%d" % (PROJECT, i), "--repo",
+                                     "file://" + r["repo"], "--head", "bench-%d" % i)
+                    if c.returncode != 0:
+                        raise SystemExit("bench: local pr open: " + c.stderr.strip())
             print("== start: `/diverge fix` comment (POST /api/v1/local/comments) on a local "
                   "PR opened with `diverge local pr open … --repo file://… --head …`", flush=True)
-            xs = start_series(srv, repo, n, True)
-            report("start: comment → agent running", xs, target)
+            xs = start_series(runs, n, True)
+            report_pair("start: comment → agent running", xs, target)
         else:
             print("== start: POST …/agenttasks with spec.repository.url = file:// bare repo%s"
                   % ("" if pr_open else " (this build has no `diverge local pr open`: "
                      "comment-made tasks would have no repository)"), flush=True)
-            xs = start_series(srv, repo, n, False)
-            report("start: task API → agent running", xs, target)
+            xs = start_series(runs, n, False)
+            report_pair("start: task API → agent running", xs, target)
         return xs
     finally:
-        srv.stop()
-        shutil.rmtree(top, ignore_errors=True)
+        for r in runs:
+            r["srv"].stop()
+        for top in tops:
+            shutil.rmtree(top, ignore_errors=True)
 
 
 # --- pause / resume ------------------------------------------------------------------
@@ -397,71 +426,101 @@ def thread_states(pids, seen):
             seen[st] = seen.get(st, 0) + 1
 
 
-def bench_pause(binary, cycles):
-    top = tempfile.mkdtemp(prefix="diverge-bench-repo-")
-    repo = bare_repo(top)
-    srv = Server(binary, LOOP_AGENT)
-    try:
-        t = LoopTask(srv, repo, 1)
-        how = ("cgroup %s freezer (%s)" % ("v2" if t.v2 else "v1", t.cg) if t.cg else
-               "SIGSTOP (no cgroup): every process in state T")
-        print("== pause/resume: agent = one usage line + exit 1 per iteration (the runner "
-              "meters before each); frozen = %s" % how, flush=True)
-        pause, paused, resume, thaw, restarts, lost = [], [], [], [], 0, []
-        nprocs, seen = [], {}
-        for _ in range(cycles):
-            time.sleep(0.3)  # running and metering
-            t0 = time.monotonic()
-            t.srv.patch(t.ns, t.name, {"suspended": True})
-            wait(t.frozen, 10, 0.0005, "frozen")
-            pause.append((time.monotonic() - t0) * 1000.0)
-            wait(lambda: t.phase() == "Paused", 10, 0.002, "Paused")
-            paused.append((time.monotonic() - t0) * 1000.0)
-            pids = t.pids()
-            nprocs.append(len(pids))
-            thread_states(pids, seen)
-            time.sleep(0.1)
-            before, leader = read(t.offset), t.leader()
-            t0, thawed_at = time.monotonic(), []
+class PauseRun:
+    """Pause/resume cycles of one build: a server, a LoopTask, the figures."""
 
-            def metering():
-                if not thawed_at and not t.frozen():
-                    thawed_at.append(time.monotonic())
-                return read(t.offset) not in (before, None) or \
-                    t.phase() in ("Failed", "Completed")
-            srv.patch(t.ns, t.name, {"suspended": False})
-            try:
-                wait(metering, 10, 0.0005, "metering again")
-            except SystemExit:
-                print("log tail:\n" + "\n".join(srv.log(t.ns, t.name).splitlines()[-20:]))
-                raise
-            if read(t.offset) in (before, None):
-                # The runner stopped instead of metering: say why, go on with a new task.
-                log = [ln for ln in srv.log(t.ns, t.name).splitlines() if "meter:" in ln]
-                lost.append("%s: %s (%s)" % (t.name, t.phase(), log[-1] if log else "?"))
-                t = LoopTask(srv, repo, len(lost) + 1)
-                continue
-            resume.append((time.monotonic() - t0) * 1000.0)
-            thaw.append(((thawed_at or [time.monotonic()])[0] - t0) * 1000.0)
-            if t.leader() != leader:
-                restarts += 1
-        st = srv.task(t.ns, t.name)["status"]
-        report("pause: PATCH → every process frozen", pause, "≤ 100")
-        report("pause: PATCH → phase Paused (GET polled)", paused)
-        report("resume: PATCH → thawed", thaw)
-        report("resume: PATCH → a meter call charged", resume, "≤ 300")
-        print("processes in the sandbox when frozen: %d–%d; new runner after a resume: %d; "
+    def __init__(self, label, binary):
+        self.label = label
+        self.top = tempfile.mkdtemp(prefix="diverge-bench-repo-")
+        self.repo = bare_repo(self.top)
+        self.srv = Server(binary, LOOP_AGENT)
+        self.t = LoopTask(self.srv, self.repo, 1)
+        self.pause, self.paused, self.resume, self.thaw = [], [], [], []
+        self.restarts, self.lost, self.nprocs, self.seen = 0, [], [], {}
+
+    def how(self):
+        t = self.t
+        return ("cgroup %s freezer (%s)" % ("v2" if t.v2 else "v1", t.cg) if t.cg else
+                "SIGSTOP (no cgroup): every process in state T")
+
+    def cycle(self):
+        t, srv = self.t, self.srv
+        time.sleep(0.3)  # running and metering
+        t0 = time.monotonic()
+        srv.patch(t.ns, t.name, {"suspended": True})
+        wait(t.frozen, 10, 0.0005, "frozen")
+        self.pause.append((time.monotonic() - t0) * 1000.0)
+        wait(lambda: t.phase() == "Paused", 10, 0.002, "Paused")
+        self.paused.append((time.monotonic() - t0) * 1000.0)
+        pids = t.pids()
+        self.nprocs.append(len(pids))
+        thread_states(pids, self.seen)
+        time.sleep(0.1)
+        before, leader = read(t.offset), t.leader()
+        t0, thawed_at = time.monotonic(), []
+
+        def metering():
+            if not thawed_at and not t.frozen():
+                thawed_at.append(time.monotonic())
+            return read(t.offset) not in (before, None) or \
+                t.phase() in ("Failed", "Completed")
+        srv.patch(t.ns, t.name, {"suspended": False})
+        try:
+            wait(metering, 10, 0.0005, "metering again")
+        except SystemExit:
+            print("log tail:\n" + "\n".join(srv.log(t.ns, t.name).splitlines()[-20:]))
+            raise
+        if read(t.offset) in (before, None):
+            # The runner stopped instead of metering: say why, go on with a new task.
+            log = [ln for ln in srv.log(t.ns, t.name).splitlines() if "meter:" in ln]
+            self.lost.append("%s: %s (%s)" % (t.name, t.phase(), log[-1] if log else "?"))
+            self.t = LoopTask(srv, self.repo, len(self.lost) + 1)
+            return
+        self.resume.append((time.monotonic() - t0) * 1000.0)
+        self.thaw.append(((thawed_at or [time.monotonic()])[0] - t0) * 1000.0)
+        if t.leader() != leader:
+            self.restarts += 1
+
+    def summary(self, cycles):
+        t = self.t
+        st = self.srv.task(t.ns, t.name)["status"]
+        print("[%s] processes in the sandbox when frozen: %d–%d; new runner after a resume: %d; "
               "last task %s, iteration %s, tokens %s" % (
-                  min(nprocs), max(nprocs), restarts, st.get("phase"), st.get("iteration"),
-                  st.get("tokensConsumed")), flush=True)
-        print("thread states of the sandbox's processes once frozen (all cycles): " +
-              ", ".join("%s %d" % kv for kv in sorted(seen.items())), flush=True)
-        print("resumes after which the runner stopped instead of metering: %d of %d%s" % (
-            len(lost), cycles, "".join("\n  " + x for x in lost)), flush=True)
-        return pause, resume
+                  self.label, min(self.nprocs), max(self.nprocs), self.restarts,
+                  st.get("phase"), st.get("iteration"), st.get("tokensConsumed")), flush=True)
+        print("[%s] thread states of the sandbox's processes once frozen (all cycles): %s" % (
+            self.label, ", ".join("%s %d" % kv for kv in sorted(self.seen.items()))), flush=True)
+        print("[%s] resumes after which the runner stopped instead of metering: %d of %d%s" % (
+            self.label, len(self.lost), cycles, "".join("\n  " + x for x in self.lost)),
+            flush=True)
+
+    def stop(self):
+        self.srv.stop()
+        shutil.rmtree(self.top, ignore_errors=True)
+
+
+def bench_pause(builds, cycles):
+    runs = []
+    try:
+        for label, binary in builds:
+            runs.append(PauseRun(label, binary))
+        print("== pause/resume: agent = one usage line + exit 1 per iteration (the runner "
+              "meters before each); frozen = %s" % runs[0].how(), flush=True)
+        for i in range(cycles):
+            for r in (runs if i % 2 == 0 else runs[::-1]):
+                r.cycle()
+        figures = (("pause: PATCH → every process frozen", "pause", "≤ 5 (p99)"),
+                   ("pause: PATCH → phase Paused (GET polled)", "paused", None),
+                   ("resume: PATCH → thawed", "thaw", None),
+                   ("resume: PATCH → a meter call charged", "resume", "≤ 10 (p99)"))
+        for name, attr, target in figures:
+            report_pair(name, {r.label: getattr(r, attr) for r in runs}, target)
+        for r in runs:
+            r.summary(cycles)
+        return runs[0].pause, runs[0].resume
     finally:
-        srv.stop()
-        shutil.rmtree(top, ignore_errors=True)
+        for r in runs:
+            r.stop()
 
 
 def machine():
@@ -483,19 +542,28 @@ def main():
     ap.add_argument("--cycles", type=int, default=50, help="pause/resume cycles")
     ap.add_argument("--only", choices=("start", "pause"))
     ap.add_argument("--path", choices=("auto", "api", "comment"), default="auto")
+    ap.add_argument("--reference", metavar="DIR",
+                    help="a second build (e.g. main's) measured in the same run, task by task "
+                         "in turn with this one; its figures and the ratio are printed")
     a = ap.parse_args()
-    build = a.build if os.path.isabs(a.build) else os.path.join(ROOT, a.build)
-    binary = os.path.join(build, "diverge")
+
+    def binary_of(d):
+        return os.path.join(d if os.path.isabs(d) else os.path.join(ROOT, d), "diverge")
+    builds = [("this build", binary_of(a.build))]
+    if a.reference:
+        builds.append(("reference", binary_of(a.reference)))
     if os.geteuid() != 0:
         raise SystemExit("bench: run as root (the local provider's sandbox user and cgroups)")
     for tool in ("bwrap", "git"):
         if shutil.which(tool) is None:
             raise SystemExit("bench: %s is not installed" % tool)
     print("== machine: " + machine(), flush=True)
+    for label, binary in builds:
+        print("== %s: %s" % (label, binary), flush=True)
     if a.only in (None, "start"):
-        bench_start(binary, a.n, a.path)
+        bench_start(builds, a.n, a.path)
     if a.only in (None, "pause"):
-        bench_pause(binary, a.cycles)
+        bench_pause(builds, a.cycles)
     print("== load average at the end: " + (read("/proc/loadavg") or "").strip())
     return 0
 

@@ -455,17 +455,65 @@ int controller_mirror(char **out, struct controller *c, const char *url, const c
     return rc;
 }
 
+/* Writes TEXT into the new file DIR/NAME (mode 0644). */
+static bool put_new(const char *dir, const char *name, const char *text)
+{
+    char *p = xasprintf("%s/%s", dir, name);
+    int fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+    bool ok = fd >= 0 && write(fd, text, strlen(text)) == (ssize_t)strlen(text);
+
+    if (fd >= 0) {
+        ok = close(fd) == 0 && ok;
+    }
+    free(p);
+    return ok;
+}
+
+/* The files of an empty bare repository in the new directory DIR: what git needs to
+ * call it one (HEAD, config, objects/, refs/) and nothing else (no hook samples). */
+static bool bare_skeleton(const char *dir)
+{
+    static const char *const sub[] = {"objects", "objects/info", "objects/pack",
+                                      "refs",    "refs/heads",   "refs/tags"};
+    static const char config[] = "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n"
+                                 "\tbare = true\n";
+
+    for (size_t i = 0; i < ARRAY_LEN(sub); i++) {
+        char *p = xasprintf("%s/%s", dir, sub[i]);
+        int rc = mkdir(p, 0755);
+        free(p);
+        if (rc != 0) {
+            return false;
+        }
+    }
+    return put_new(dir, "config", config) && put_new(dir, "HEAD", "ref: refs/heads/main\n");
+}
+
+static int remove_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw);
+
+/* The staging repository is written here rather than by `git init --bare`: one process
+ * fewer on every start (it was ~13 ms of a ~115 ms start). Made under a temporary name
+ * and renamed, so a crash never leaves a half-made repository that is_dir() would take. */
 int controller_staging(const char *path, const char *log_path, struct err *err)
 {
-    const char *argv[] = {"git", "init", "--bare", "--quiet", path, NULL};
+    unsigned int nonce = (unsigned int)getpid() ^ (unsigned int)clock_mono_ns();
+    char *tmp;
+    int rc = E_OK;
 
+    (void)log_path;
     if (is_dir(path)) {
         return E_OK;
     }
     if (sandbox_mkdirs(path, false) != 0) {
         return err_set(err, E_FAIL, "create the staging directory: %s", strerror(errno));
     }
-    return controller_git(log_path, argv, err);
+    tmp = xasprintf("%s.%08x.tmp", path, nonce);
+    if (mkdir(tmp, 0755) != 0 || !bare_skeleton(tmp) || rename(tmp, path) != 0) {
+        rc = err_set(err, E_FAIL, "create the staging repository: %s", strerror(errno));
+        (void)nftw(tmp, remove_one, 16, FTW_PHYS | FTW_DEPTH);
+    }
+    free(tmp);
+    return rc;
 }
 
 static int tidy_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)

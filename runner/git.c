@@ -146,64 +146,155 @@ static char **git_env(const struct runner_config *cfg)
     return env;
 }
 
+/* Whether the line at LINE (up to END) of a packed-refs file names REF ("<oid> <ref>"). */
+static bool packed_line_is(const char *line, const char *end, const char *ref)
+{
+    const char *sp = memchr(line, ' ', (size_t)(end - line));
+    size_t n = strlen(ref);
+
+    return line[0] != '#' && line[0] != '^' && sp != NULL && (size_t)(end - sp - 1) == n &&
+           memcmp(sp + 1, ref, n) == 0;
+}
+
+/* Whether the packed-refs file of the repository DIR lists REF: 1 yes, 0 no, -1 unreadable
+ * for another reason than its absence. */
+static int packed_has(const char *dir, const char *ref)
+{
+    char *path = xasprintf("%s/packed-refs", dir);
+    FILE *f = fopen(path, "re");
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    int found = 0;
+
+    free(path);
+    if (f == NULL) {
+        return errno == ENOENT ? 0 : -1;
+    }
+    while (found == 0 && (len = getline(&line, &cap, f)) > 0) {
+        size_t n = (size_t)len;
+        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) {
+            n--;
+        }
+        found = packed_line_is(line, line + n, ref) ? 1 : 0;
+    }
+    free(line);
+    fclose(f);
+    return found;
+}
+
+/* Whether the branch REF ("refs/heads/...") is in the repository at URL: 1 yes, 0 no,
+ * read from its files (a loose ref, else packed-refs) when URL is a file:// path to a
+ * repository this process can read; -1 when only git can tell (another scheme, a name a
+ * path could misread). It answers what `git ls-remote --exit-code --heads URL REF` does,
+ * without the two processes (git and upload-pack) of that call. */
+int runner_git_ref_in(const char *url, const char *ref)
+{
+    const char *dir = url != NULL && strncmp(url, "file://", 7) == 0 ? url + 7 : NULL;
+    char *path;
+    struct stat sb;
+    int rc;
+
+    if (dir == NULL || dir[0] != '/' || strncmp(ref, "refs/heads/", 11) != 0 ||
+        strstr(ref, "..") != NULL || strstr(ref, "//") != NULL || strstr(ref, "/.") != NULL ||
+        ref[strlen(ref) - 1] == '/' || strpbrk(ref, "\\ \t\r\n") != NULL) {
+        return -1;
+    }
+    path = xasprintf("%s/HEAD", dir);
+    rc = stat(path, &sb) == 0 ? 0 : -1; /* not a repository this process can read */
+    free(path);
+    if (rc != 0) {
+        return -1;
+    }
+    path = xasprintf("%s/%s", dir, ref);
+    rc = lstat(path, &sb);
+    free(path);
+    if (rc == 0 && S_ISREG(sb.st_mode)) {
+        return 1;
+    }
+    return packed_has(dir, ref);
+}
+
+/* Whether the branch REF is on the remote URL (REMOTE: how git names it): 1, 0, or an
+ * error. From the repository's files when they can be read, else `git ls-remote`. */
+static int on_remote(int *out, const struct runner_config *cfg, char *const *env,
+                     const char *remote, const char *url, const char *ref, struct err *err)
+{
+    struct buf b;
+    int st = 0, rc;
+
+    *out = runner_git_ref_in(url, ref);
+    if (*out >= 0) {
+        return E_OK;
+    }
+    buf_init(&b, RUNNER_CAPTURE_MAX);
+    rc = git_run(
+        &st, cfg, env, &b,
+        (const char *const[]){"ls-remote", "--exit-code", "--heads", "--", remote, ref, NULL}, err);
+    buf_cleanup(&b);
+    if (rc == E_OK && st != 0 && st != 2) {
+        rc = err_set(err, E_FAIL, "git ls-remote failed (exit %d)", st);
+    }
+    *out = st == 0 ? 1 : 0;
+    return rc;
+}
+
+/* Tracks the working branch WB of the remote: a --branch clone fetches only the base, so
+ * WB goes into origin's refspecs and is fetched, and the new branch tracks it. */
+static int track_remote(const struct runner_config *cfg, char *const *env, struct err *err)
+{
+    const char *wb = cfg->working_branch;
+    char *spec = xasprintf("+refs/heads/%s:refs/remotes/origin/%s", wb, wb);
+    char *track = xasprintf("origin/%s", wb);
+    int rc;
+
+    runner_say("working branch %s exists on the remote: tracking it", wb);
+    rc = git_ok(cfg, env, "remote",
+                (const char *const[]){"remote", "set-branches", "--add", "origin", wb, NULL}, err);
+    if (rc == E_OK) {
+        rc = git_ok(cfg, env, "fetch",
+                    (const char *const[]){"fetch", "-q", "--depth=50", "origin", spec, NULL}, err);
+    }
+    if (rc == E_OK) {
+        rc = git_ok(cfg, env, "checkout",
+                    (const char *const[]){"checkout", "-q", "-b", wb, "--track", track, NULL}, err);
+    }
+    free(spec);
+    free(track);
+    return rc;
+}
+
 /* Checks out the working branch: the local one when it exists (a restarted runner), else
- * the remote's (tracked), else a new one from the base. */
-static int ensure_branch(const struct runner_config *cfg, char *const *env, struct err *err)
+ * the remote's (tracked), else a new one from the base. After a FRESH clone the only
+ * local branch is the base, already checked out: no git is asked about the others. */
+static int ensure_branch(const struct runner_config *cfg, char *const *env, bool fresh,
+                         struct err *err)
 {
     const char *wb = cfg->working_branch;
     char *ref = xasprintf("refs/heads/%s", wb);
-    char *remote_ref = xasprintf("refs/remotes/origin/%s", wb);
-    char *spec = xasprintf("+%s:%s", ref, remote_ref);
-    char *track = xasprintf("origin/%s", wb);
-    struct buf out;
-    int st = 0, rc;
+    int st = 1, on = 0, rc = E_OK;
 
-    buf_init(&out, RUNNER_CAPTURE_MAX);
-    rc = git_run(&st, cfg, env, &out,
-                 (const char *const[]){"rev-parse", "--verify", "--quiet", ref, NULL}, err);
-    if (rc != E_OK) {
-        goto out;
+    if (fresh && strcmp(wb, cfg->base_branch) == 0) {
+        free(ref);
+        return E_OK;
     }
-    if (st == 0) {
+    if (!fresh) {
+        rc = git_run(&st, cfg, env, NULL,
+                     (const char *const[]){"rev-parse", "--verify", "--quiet", ref, NULL}, err);
+    }
+    if (rc == E_OK && st == 0) {
         rc = git_ok(cfg, env, "checkout", (const char *const[]){"checkout", "-q", wb, NULL}, err);
-        goto out;
+    } else if (rc == E_OK) {
+        rc = on_remote(&on, cfg, env, "origin", cfg->repo_url, ref, err);
     }
-    rc = git_run(&st, cfg, env, &out,
-                 (const char *const[]){"ls-remote", "--exit-code", "--heads", "origin", ref, NULL},
-                 err);
-    if (rc != E_OK) {
-        goto out;
-    }
-    if (st == 0) {
-        runner_say("working branch %s exists on the remote: tracking it", wb);
-        /* A --branch clone fetches only the base: add the working branch to origin's
-         * refspecs, so it becomes a remote-tracking branch the new one can track. */
-        rc = git_ok(cfg, env, "remote",
-                    (const char *const[]){"remote", "set-branches", "--add", "origin", wb, NULL},
-                    err);
-        if (rc == E_OK) {
-            rc = git_ok(cfg, env, "fetch",
-                        (const char *const[]){"fetch", "-q", "--depth=50", "origin", spec, NULL},
-                        err);
-        }
-        if (rc == E_OK) {
-            rc = git_ok(cfg, env, "checkout",
-                        (const char *const[]){"checkout", "-q", "-b", wb, "--track", track, NULL},
-                        err);
-        }
-    } else if (st == 2) {
+    if (rc == E_OK && st != 0 && on == 1) {
+        rc = track_remote(cfg, env, err);
+    } else if (rc == E_OK && st != 0) {
         runner_say("creating working branch %s from %s", wb, cfg->base_branch);
         rc = git_ok(cfg, env, "checkout", (const char *const[]){"checkout", "-q", "-b", wb, NULL},
                     err);
-    } else {
-        rc = err_set(err, E_FAIL, "git ls-remote failed (exit %d)", st);
     }
-out:
-    buf_cleanup(&out);
     free(ref);
-    free(remote_ref);
-    free(spec);
-    free(track);
     return rc;
 }
 
@@ -226,7 +317,7 @@ int runner_git_prepare(const struct runner_config *cfg, struct err *err)
                     err);
     }
     if (rc == E_OK) {
-        rc = ensure_branch(cfg, env, err);
+        rc = ensure_branch(cfg, env, fresh, err);
     }
     if (rc == E_OK && fresh) {
         rc = runner_git_restore(cfg, err);
@@ -436,18 +527,15 @@ int runner_git_restore(const struct runner_config *cfg, struct err *err)
 {
     char **env;
     char *ref;
-    int st = 0, rc;
+    int on = 0, rc;
 
     if (cfg->push_url == NULL) {
         return E_OK; /* no staging repository: nothing of an earlier run */
     }
     env = git_env(cfg);
     ref = xasprintf("refs/heads/%s", cfg->wip_branch);
-    rc = git_run(&st, cfg, env, NULL,
-                 (const char *const[]){"ls-remote", "--exit-code", "--heads", "--", cfg->push_url,
-                                       ref, NULL},
-                 err);
-    if (rc == E_OK && st == 0) {
+    rc = on_remote(&on, cfg, env, cfg->push_url, cfg->push_url, ref, err);
+    if (rc == E_OK && on == 1) {
         rc = git_ok(
             cfg, env, "fetch",
             (const char *const[]){"fetch", "-q", "--depth=1", "--", cfg->push_url, ref, NULL}, err);
@@ -463,8 +551,6 @@ int runner_git_restore(const struct runner_config *cfg, struct err *err)
         if (rc == E_OK) {
             runner_say("continuing from the checkpoint %s of an earlier run", cfg->wip_branch);
         }
-    } else if (rc == E_OK && st != 2) {
-        rc = err_set(err, E_FAIL, "git ls-remote of the staging repository failed (exit %d)", st);
     }
     free(ref);
     runner_env_free(env);

@@ -111,6 +111,10 @@ char *runner_meter_body(const struct runner_meter_call *call);
 /* The prefix <public-url>/api/v1/git/ (new string) when URL is under the server's git
  * smart HTTP at the public URL METER_URL was made of; else NULL (git then gets no token). */
 char *runner_git_server_prefix(const char *meter_url, const char *url);
+/* Whether the branch REF (refs/heads/...) is in the repository at URL, read from its
+ * files (loose ref, else packed-refs) when URL is a readable file:// repository: 1 yes,
+ * 0 no, -1 when only git can tell (another scheme, a ref name a path could misread). */
+int runner_git_ref_in(const char *url, const char *ref);
 
 int runner_token_read(char **out, const struct runner_config *cfg, struct err *err);
 void runner_token_free(char *tok);

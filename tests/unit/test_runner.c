@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "runner/runner.h"
@@ -34,6 +35,65 @@ TEST(git_token_only_for_the_server)
     CHECK(runner_git_server_prefix("file:///x/api/v1/agenttask/meter", "file:///x/api/v1/git/") ==
           NULL);
     CHECK(runner_git_server_prefix(meter, NULL) == NULL);
+}
+
+static void put_file(const char *dir, const char *name, const char *text)
+{
+    char *p = xasprintf("%s/%s", dir, name);
+    FILE *f = fopen(p, "w");
+
+    CHECK(f != NULL);
+    fputs(text, f);
+    fclose(f);
+    free(p);
+}
+
+/* A branch is looked up in a file:// repository's own files (loose ref, else
+ * packed-refs), as `git ls-remote --heads` would answer; -1 hands it back to git. */
+TEST(git_ref_in_a_local_repository)
+{
+    char tmpl[] = "/tmp/diverge-refin-XXXXXX";
+    char *dir = mkdtemp(tmpl), *url, *sub;
+
+    CHECK(dir != NULL);
+    url = xasprintf("file://%s", dir);
+    CHECK(runner_git_ref_in(url, "refs/heads/main") == -1); /* no HEAD: not a repository */
+    put_file(dir, "HEAD", "ref: refs/heads/main\n");
+    sub = xasprintf("%s/refs", dir);
+    CHECK(mkdir(sub, 0700) == 0);
+    free(sub);
+    sub = xasprintf("%s/refs/heads", dir);
+    CHECK(mkdir(sub, 0700) == 0);
+    free(sub);
+    sub = xasprintf("%s/refs/heads/team", dir);
+    CHECK(mkdir(sub, 0700) == 0);
+    free(sub);
+    CHECK(runner_git_ref_in(url, "refs/heads/main") == 0); /* no ref, no packed-refs */
+    put_file(dir, "refs/heads/loose", "0123456789012345678901234567890123456789\n");
+    put_file(dir, "packed-refs",
+             "# pack-refs with: peeled fully-peeled sorted \n"
+             "0123456789012345678901234567890123456789 refs/heads/main\n"
+             "0123456789012345678901234567890123456789 refs/heads/main-2\r\n"
+             "^0123456789012345678901234567890123456789\n"
+             "0123456789012345678901234567890123456789 refs/tags/v1\n");
+    CHECK(runner_git_ref_in(url, "refs/heads/main") == 1);
+    CHECK(runner_git_ref_in(url, "refs/heads/main-2") == 1);
+    CHECK(runner_git_ref_in(url, "refs/heads/loose") == 1);
+    CHECK(runner_git_ref_in(url, "refs/heads/mai") == 0);
+    CHECK(runner_git_ref_in(url, "refs/heads/team") == 0); /* a folder: branches team/... */
+    CHECK(runner_git_ref_in(url, "refs/heads/v1") == 0);
+    /* Names a path could misread, other schemes: git is asked. */
+    CHECK(runner_git_ref_in(url, "refs/heads/../HEAD") == -1);
+    CHECK(runner_git_ref_in(url, "refs/heads/team/") == -1);
+    CHECK(runner_git_ref_in(url, "refs/heads//main") == -1);
+    CHECK(runner_git_ref_in(url, "refs/tags/v1") == -1);
+    CHECK(runner_git_ref_in("http://127.0.0.1:1/api/v1/git/d/t.git", "refs/heads/main") == -1);
+    CHECK(runner_git_ref_in("file://relative/x.git", "refs/heads/main") == -1);
+    CHECK(runner_git_ref_in(NULL, "refs/heads/main") == -1);
+    free(url);
+    url = xasprintf("rm -rf '%s'", dir);
+    CHECK(system(url) == 0);
+    free(url);
 }
 
 TEST(usage_line_exact_money)
