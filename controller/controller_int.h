@@ -123,11 +123,21 @@ struct reconcile {
     int mirror_rc;
     char *mirror; /* owned */
     struct err mirror_err;
+    /* owned: a start prepared by execution, launched after the apply, or NULL */
+    struct controller_launch *launch;
 };
 
 /* Executes R's side effects (execute.c) with C->lock held; failures that end the task are
  * left in R->fail_reason/fail_msg. */
 void controller_execute(struct controller *c, struct reconcile *r);
+
+/* Starts the sandbox that execution prepared in R->launch, after the apply made R's fresh
+ * token current and the task Active (with C->lock held): a runner that meters at once is
+ * charged, not refused. On failure R->fail_reason is set (SandboxError); returns the
+ * provider's code. */
+int controller_launch(struct controller *c, struct reconcile *r);
+/* Frees a prepared start (its egress proxy and meter socket too, unless launched). */
+void controller_launch_free(struct controller_launch *l);
 
 /* Thaws R's sandbox after the apply of a CONTROLLER_THAW made the fresh token current
  * and the task Active (with C->lock held). On failure the sandbox is stopped and

@@ -282,75 +282,117 @@ static bool dir_empty(const char *dir)
     return empty;
 }
 
-static void do_start(struct controller *c, struct reconcile *r, enum start_mode mode)
-{
+/* A start that execution prepared and the reconcile launches once the apply made its
+ * token current and the task Active (a runner started earlier could meter before the
+ * server knew its token: 401). Owns what the sandbox spec points at. */
+struct controller_launch {
     struct sandbox_spec s;
     struct paths p;
-    struct err err = {0};
     char *env[SANDBOX_ENV_MAX + 1];
-    int64_t iteration = r->iteration > 0 ? r->iteration : 1;
-    bool ws_kept;
     size_t n;
+    enum start_mode mode;
+    int64_t iteration;
+};
+
+void controller_launch_free(struct controller_launch *l)
+{
+    if (l == NULL) {
+        return;
+    }
+    sandbox_egress_free(l->s.egress); /* NULL once started: the sandbox took them over */
+    sandbox_meter_free(l->s.meter);
+    for (size_t i = 0; i < l->n; i++) {
+        free(l->env[i]);
+    }
+    paths_cleanup(&l->p);
+    free(l);
+}
+
+/* The sandbox spec of L for R (pointing into L). */
+static void launch_spec(struct controller_launch *l, const struct controller *c,
+                        const struct reconcile *r)
+{
+    struct sandbox_spec *s = &l->s;
+
+    s->ns = r->ns;
+    s->name = r->name;
+    s->runner_path = c->runner_path;
+    s->workspace = l->p.workspace;
+    s->token_dir = l->p.token_dir;
+    s->mirror = l->p.mirror;
+    s->staging = l->p.staging;
+    s->usage_dir = l->p.state;
+    s->sock_dir = s->meter != NULL ? s->meter->dir : l->p.sock_dir;
+    s->log_path = l->p.log;
+    s->log_cap = c->log_cap;
+    s->token = r->token;
+    s->timeout_s = r->timeout_s;
+    for (size_t i = 0; i <= l->n; i++) {
+        s->env[i] = l->env[i];
+    }
+}
+
+/* Everything of a start but the sandbox itself: the workspace, token file, mirror,
+ * staging, egress proxy and meter socket. R->launch on success, R->fail_reason else. */
+static void do_start(struct controller *c, struct reconcile *r, enum start_mode mode)
+{
+    struct controller_launch *l = xcalloc(1, sizeof(*l));
+    struct err err = {0};
+    bool ws_kept;
     int rc;
 
-    memset(&s, 0, sizeof(s));
-    paths_of(&p, c, r->ns, r->name);
-    ws_kept = !dir_empty(p.workspace); /* before prepare() creates it */
+    l->mode = mode;
+    l->iteration = r->iteration > 0 ? r->iteration : 1;
     if (mode == START_RESUME) {
-        iteration = r->iteration + 1;
+        l->iteration = r->iteration + 1;
     }
+    paths_of(&l->p, c, r->ns, r->name);
+    ws_kept = !dir_empty(l->p.workspace); /* before prepare() creates it */
     /* Whatever an older run left goes first: nothing may write the workspace while it is
      * prepared (and handed to the sandbox user). */
     sandbox_stop(c->sandboxes, r->ns, r->name);
     /* agent-sandbox pods clone and push over the server's git smart HTTP
      * (server/api_git.c), which serves this mirror and staging repository. */
-    rc = prepare(c, r, &p, &err);
+    rc = prepare(c, r, &l->p, &err);
     if (rc == E_OK) {
-        n = build_env(env, c, r, &p, iteration);
-        rc = controller_egress_open(&s.egress, c, r, p.log, env, &n, &err);
+        l->n = build_env(l->env, c, r, &l->p, l->iteration);
+        rc = controller_egress_open(&l->s.egress, c, r, l->p.log, l->env, &l->n, &err);
         if (rc == E_OK && strcmp(c->provider, "agent-sandbox") != 0) {
-            rc = controller_meter_open(&s.meter, c, p.log, env, &n, &err);
+            rc = controller_meter_open(&l->s.meter, c, l->p.log, l->env, &l->n, &err);
         }
-        s.ns = r->ns;
-        s.name = r->name;
-        s.runner_path = c->runner_path;
-        s.workspace = p.workspace;
-        s.token_dir = p.token_dir;
-        s.mirror = p.mirror;
-        s.staging = p.staging;
-        s.usage_dir = p.state;
-        s.sock_dir = s.meter != NULL ? s.meter->dir : p.sock_dir;
-        s.log_path = p.log;
-        s.log_cap = c->log_cap;
-        s.token = r->token;
-        s.timeout_s = r->timeout_s;
-        for (size_t i = 0; i <= n; i++) {
-            s.env[i] = env[i];
-        }
-        log_restart(c, r, p.log, mode, iteration, ws_kept);
-        if (rc == E_OK) {
-            rc = sandbox_start(c->sandboxes, &s, &err); /* takes s.egress and s.meter over */
-        } else {
-            sandbox_egress_free(s.egress);
-            sandbox_meter_free(s.meter);
-        }
-        for (size_t i = 0; i < n; i++) {
-            free(env[i]);
-        }
+        log_restart(c, r, l->p.log, mode, l->iteration, ws_kept);
     }
     if (rc != E_OK) {
-        sandbox_log_event(p.log, "[diverge] failed: %s", err.msg);
+        sandbox_log_event(l->p.log, "[diverge] failed: %s", err.msg);
         fail(r, "SandboxError", &err);
-    } else {
-        controller_note_running(c, r->ns, r->name, true, clock_now_ms(clock_system()));
-        arm_timer(c, r);
-        sandbox_log_event(p.log, "[diverge] %s (provider %s, iteration %lld)",
-                          mode == START_FRESH    ? "provisioned"
-                          : mode == START_RESUME ? "resumed"
-                                                 : "started",
-                          c->provider, (long long)iteration);
+        controller_launch_free(l);
+        return;
     }
-    paths_cleanup(&p);
+    launch_spec(l, c, r);
+    r->launch = l;
+}
+
+int controller_launch(struct controller *c, struct reconcile *r)
+{
+    struct controller_launch *l = r->launch;
+    struct err err = {0};
+    int rc = sandbox_start(c->sandboxes, &l->s, &err); /* takes s.egress and s.meter over */
+
+    l->s.egress = NULL;
+    l->s.meter = NULL;
+    if (rc != E_OK) {
+        sandbox_log_event(l->p.log, "[diverge] failed: %s", err.msg);
+        fail(r, "SandboxError", &err);
+        return rc;
+    }
+    controller_note_running(c, r->ns, r->name, true, clock_now_ms(clock_system()));
+    arm_timer(c, r);
+    sandbox_log_event(l->p.log, "[diverge] %s (provider %s, iteration %lld)",
+                      l->mode == START_FRESH    ? "provisioned"
+                      : l->mode == START_RESUME ? "resumed"
+                                                : "started",
+                      c->provider, (long long)l->iteration);
+    return E_OK;
 }
 
 /* Before the apply: only the fresh token goes into the file. The sandbox is thawed by

@@ -400,6 +400,7 @@ static void reconcile_cleanup(struct reconcile *r)
     free(r->draft_pr);
     free(r->last_failure);
     free(r->mirror);
+    controller_launch_free(r->launch);
 }
 
 /* Logs that the draft PR of a task that just completed was queued. */
@@ -456,13 +457,24 @@ static int mark_provisioning(struct task_txn *tx, void *userdata)
     return rc;
 }
 
-/* A THAW thaws only now that its token is current and the task Active; a thaw that
- * fails turns the task Failed (SandboxError) in one more apply. */
-static int thaw_after_apply(struct controller *c, struct reconcile *r, struct err *err)
+/* A THAW thaws, and a prepared start launches its sandbox, only now that the token is
+ * current and the task Active; one that fails turns the task Failed (SandboxError) in one
+ * more apply. */
+static int start_after_apply(struct controller *c, struct reconcile *r, struct err *err)
 {
     int rc;
 
-    if (r->action != CONTROLLER_THAW || r->fail_reason != NULL || controller_thaw(c, r) == E_OK) {
+    if (r->fail_reason != NULL) {
+        return E_OK;
+    }
+    if (r->launch != NULL) {
+        rc = controller_launch(c, r);
+    } else if (r->action == CONTROLLER_THAW) {
+        rc = controller_thaw(c, r);
+    } else {
+        return E_OK;
+    }
+    if (rc == E_OK) {
         return E_OK;
     }
     r->phase = TASK_ACTIVE; /* what the apply just wrote */
@@ -546,7 +558,9 @@ static int apply_outcome(struct controller *c, struct reconcile *r, struct err *
     r->plan = false;
     rc = task_store_txn(c->store, reconcile_txn, r, err);
     if (rc == E_AGAIN) {
-        rc = E_OK; /* a newer change will be reconciled by its own event */
+        rc = E_OK;                         /* a newer change will be reconciled by its own event */
+        controller_launch_free(r->launch); /* its token never became current */
+        r->launch = NULL;
     } else if (rc == E_OK) {
         if (r->action == CONTROLLER_DISK_LIMIT) {
             controller_disk_clear(c, r->ns, r->name);
@@ -554,7 +568,7 @@ static int apply_outcome(struct controller *c, struct reconcile *r, struct err *
         log_draft_pr(c, r);
         log_kv(LOG_INFO, "reconciled", "namespace", r->ns, "name", r->name, "action",
                controller_action_name(r->action), NULL);
-        rc = thaw_after_apply(c, r, err);
+        rc = start_after_apply(c, r, err);
     }
     return rc;
 }
