@@ -616,7 +616,8 @@
     s.appendChild(cost);
     const last = series[series.length - 1];
     s.appendChild(svg("text", {class: "axis", x: L - 4, y: y(last[1]) + 3, "text-anchor": "end"},
-                      last[1] > 0 && Math.abs(y(last[1]) - y(budget)) > 10 ? usd(last[1]) : ""));
+                      Math.abs(y(last[1]) - y(budget)) > 10 && y(0) - y(last[1]) > 10
+                        ? usd(last[1]) : ""));
     if (fc) {
       s.appendChild(svg("path", {class: "forecast", d: path([last, fc]), fill: "none",
                                  stroke: "#2f6fde", "stroke-width": 2,
