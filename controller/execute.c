@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/proc.h"
 #include "controller/controller_int.h"
 
 enum start_mode { START_FRESH, START_RESTART, START_RESUME };
@@ -485,8 +486,35 @@ static int check_push_size(struct controller *c, const struct reconcile *r, cons
     return rc;
 }
 
+/* The commit refs/heads/BRANCH of the (sanitized) STAGING repository is at, as 40 hex
+ * digits in OUT; "" when git cannot say. */
+static void branch_commit(char out[41], const char *staging, const char *branch)
+{
+    char *ref = xasprintf("refs/heads/%s^{commit}", branch);
+    const char *argv[] = {"git", "--git-dir", staging, "rev-parse", "--verify", "-q", ref, NULL};
+    struct err err = {0};
+    struct buf b;
+    int status = -1;
+    size_t n = 0;
+
+    out[0] = '\0';
+    buf_init(&b, 128);
+    if (proc_run(&status, &b, NULL, false, argv, &err) == E_OK && status == 0 && b.len >= 40) {
+        while (n < 40 && strchr("0123456789abcdef", b.data[n]) != NULL && b.data[n] != '\0') {
+            n++;
+        }
+    }
+    if (n == 40 && (b.len == 40 || b.data[40] == '\n')) {
+        memcpy(out, b.data, 40);
+        out[40] = '\0';
+    }
+    buf_cleanup(&b);
+    free(ref);
+}
+
 static void complete(struct controller *c, struct reconcile *r, const char *log)
 {
+    char commit[41];
     char *staging = xasprintf("%s/staging/%s/%s.git", c->data_dir, r->ns, r->name);
     struct err err = {0};
 
@@ -495,7 +523,9 @@ static void complete(struct controller *c, struct reconcile *r, const char *log)
             err_set(&err, E_DENIED, "refusing to push the working branch: %s", r->push_refusal);
         } else if (check_push_size(c, r, staging, r->working, &err) == E_OK &&
                    controller_push(c, staging, r->url, r->working, log, &err) == E_OK) {
-            sandbox_log_event(log, "[diverge] pushed refs/heads/%s", r->working);
+            branch_commit(commit, staging, r->working);
+            sandbox_log_event(log, "[diverge] pushed refs/heads/%s%s%s", r->working,
+                              commit[0] != '\0' ? " at " : "", commit);
         }
         if (err.code != E_OK) {
             sandbox_log_event(log, "[diverge] push failed: %s", err.msg);

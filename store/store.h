@@ -373,6 +373,24 @@ typedef int (*task_text_fn)(const char *json, size_t len, void *userdata);
 int task_store_list_text(int64_t *rv_out, struct task_store *st, const char *ns, task_text_fn fn,
                          void *userdata, struct err *err);
 
+/* One point of a task's spend over time: every charge up to T_MS (meter and LLM gateway
+ * alike, every run of the task) adds up to TOKENS and COST_MICROS. */
+struct task_charge_point {
+    int64_t t_ms;        /* epoch ms of the last charge the point covers */
+    int64_t tokens;      /* cumulative tokens up to t_ms */
+    int64_t cost_micros; /* cumulative micro-dollars up to t_ms */
+};
+#define TASK_CHARGE_POINTS_MAX 500 /* the most points task_store_charges gives */
+
+/* The spend curve of the task with uid TASK_UID from the charges the store recorded, in at
+ * most MAX points (1..TASK_CHARGE_POINTS_MAX; more is cut to it): the time from the first
+ * charge to the last is cut into MAX equal slices and each slice with a charge gives one
+ * point, at its last charge, so the last point is the task's whole spend on record. *n_out
+ * points in OUT (time order), *count_out the charges behind them (0: none yet). E_INVALID
+ * when the backend keeps no times of charges (the Kubernetes store). */
+int task_store_charges(struct task_charge_point *out, size_t max, size_t *n_out, int64_t *count_out,
+                       struct task_store *st, const char *task_uid, struct err *err);
+
 /* --- inside a transaction (only valid during the task_txn_fn call) ------------------ */
 
 /* *out: a new reference to the stored task, SHARED with the store's cache of parsed tasks

@@ -115,6 +115,10 @@ struct task_txn {
         int64_t number, const char *url, const char *head, const char *base, struct err *err)) \
     X(int, local_pull_get, (json_t **out, struct task_store *st, const char *project, \
         int64_t number, struct err *err))
+/* What a backend may not keep (NULL: the caller gets E_INVALID "not kept by this store"). */
+#define STORE_XOPS_OPTIONAL(X) \
+    X(int, charges, (struct task_charge_point *out, size_t max, size_t *n_out, \
+        int64_t *count_out, struct task_store *st, const char *task_uid, struct err *err))
 /* clang-format on */
 /* A member of struct task_store_xops. */
 #define STORE_XOPS_MEMBER(RET, NAME, PARAMS) RET(*NAME) PARAMS;
@@ -143,6 +147,7 @@ struct task_txn {
 struct task_store_xops {
     STORE_XOPS_SHARED(STORE_XOPS_MEMBER)
     STORE_XOPS_LOCAL(STORE_XOPS_MEMBER)
+    STORE_XOPS_OPTIONAL(STORE_XOPS_MEMBER)
 };
 
 /* One change of a task, as a backend's change feed keeps it for watchers. */

@@ -324,3 +324,17 @@ int task_store_local_pull_get(json_t **out, struct task_store *st, const char *p
     }
     return st->xops->local_pull_get(out, st, project, number, err);
 }
+
+int task_store_charges(struct task_charge_point *out, size_t max, size_t *n_out, int64_t *count_out,
+                       struct task_store *st, const char *task_uid, struct err *err)
+{
+    *n_out = 0;
+    *count_out = 0;
+    if (st->xops->charges == NULL) {
+        return err_set(err, E_INVALID, "the %s store keeps no times of charges", st->ops->name);
+    }
+    if (max > TASK_CHARGE_POINTS_MAX) {
+        max = TASK_CHARGE_POINTS_MAX;
+    }
+    return max == 0 ? E_OK : st->xops->charges(out, max, n_out, count_out, st, task_uid, err);
+}

@@ -11,6 +11,22 @@
   let source = null;
   let current = null; // "ns/name" of the task page, null on the list
   let logLines = 0;
+  let view = "list"; // "list", "projects" or "task"
+  let history = null; // the task page's /ui/api/history answer
+  let notFound = false;
+  let quotas = null; // /ui/api/spendquotas items, null until loaded
+  const timers = {}; // pending reloads by name
+  // What the task page reads from the task log (the server's own lines, and the runner's
+  // iteration lines): bounded, whatever the log holds.
+  const TL_MAX = 300; // timeline entries kept (the newest)
+  const MARKS_MAX = 200; // pause/resume marks kept
+  const HOSTS_MAX = 200; // egress hosts counted one by one; the rest as "other hosts"
+  let side = null;
+
+  function freshSide() {
+    return { tl: [], marks: [], iterStart: new Map(), pushed: null, allowed: 0, denied: 0,
+             hosts: new Map(), pending: false };
+  }
 
   const $ = (id) => document.getElementById(id);
   const key = (t) => t.metadata.namespace + "/" + t.metadata.name;
@@ -41,6 +57,15 @@
     a.rel = "noopener noreferrer";
     a.target = "_blank";
     return a;
+  }
+
+  const SVG_NS = "http://www.w3.org/2000/svg";
+
+  function svg(tag, attrs, text) {
+    const e = document.createElementNS(SVG_NS, tag);
+    for (const k of Object.keys(attrs || {})) e.setAttribute(k, String(attrs[k]));
+    if (text !== undefined) e.textContent = String(text);
+    return e;
   }
 
   // Decimal strings ("5.00", "0.0675") to integer micro-dollars: no float arithmetic.
@@ -118,7 +143,8 @@
 
   function prLink(t) {
     const a = t.metadata.annotations || {};
-    const repo = (t.spec && t.spec.repository && t.spec.repository.url) || "";
+    const repo = ((t.spec && t.spec.repository && t.spec.repository.url) || "")
+      .replace(/\/+$/, "").replace(/\.git$/, "");
     const project = a[ANN + "project"];
     if (a[ANN + "pr-number"]) {
       const n = a[ANN + "pr-number"];
@@ -250,6 +276,12 @@
     }
     dl.replaceChildren(frag);
     $("t-spec").textContent = JSON.stringify(sp, null, 2);
+    if (notFound) {
+      notFound = false;
+      showNotFound();
+    }
+    later("history", 1000, loadHistory);
+    scheduleSide();
     const prev = $("t-preview");
     const url = safeUrl(st.previewUrl || (t.metadata.annotations || {})[ANN + "preview-url"]);
     if (url) {
@@ -281,13 +313,439 @@
       }
       frag.appendChild(span);
       logLines++;
+      if (side) readLine(line);
     }
+    scheduleSide();
     pre.appendChild(frag);
     while (logLines > LOG_MAX_LINES && pre.firstChild) {
       pre.removeChild(pre.firstChild);
       logLines--;
     }
     if ($("follow").checked) pre.scrollTop = pre.scrollHeight;
+  }
+
+  // --- The task page's side panels, from the task log ------------------------------------
+
+  function pushCapped(arr, item, max) {
+    arr.push(item);
+    if (arr.length > max) arr.splice(0, arr.length - max);
+  }
+
+  // "<n>/<max>: …" of a runner line "diverge-agent-runner: iteration <n>/<max>: …".
+  function iterationLine(t, s) {
+    let m = /^(\d{1,9})\/(\d{1,9}): running the agent$/.exec(s);
+    if (m) {
+      if (side.iterStart.size >= 64) side.iterStart.clear();
+      side.iterStart.set(m[1], t);
+      return;
+    }
+    m = /^(\d{1,9})\/(\d{1,9}): (?:agent exit (-?\d{1,4})(?:, verify exit (-?\d{1,4}))?|(the agent was stopped))/.exec(s);
+    if (!m) return;
+    const start = side.iterStart.get(m[1]);
+    side.iterStart.delete(m[1]);
+    pushCapped(side.tl, {
+      t, kind: "iter", n: Number(m[1]), max: Number(m[2]),
+      agent: m[3] === undefined ? null : Number(m[3]),
+      verify: m[4] === undefined ? null : Number(m[4]), stopped: !!m[5],
+      dur: start !== undefined && t >= start ? t - start : null,
+    }, TL_MAX);
+  }
+
+  // The server's own "[diverge] …" lines that change the task's course.
+  const PHASE_LINE = /^(provisioned|started|resumed|paused|failed|pushed|timeout|no progress|run \d+ requested|restarted|draft pull request|task deleted|disk limit)\b/;
+
+  function serverLine(t, s) {
+    const m = PHASE_LINE.exec(s);
+    if (!m) return;
+    if (m[1] === "paused" || m[1] === "resumed") {
+      pushCapped(side.marks, {t, kind: m[1] === "paused" ? "pause" : "resume"}, MARKS_MAX);
+    }
+    const p = /^pushed refs\/heads\/(\S+) at ([0-9a-f]{40})$/.exec(s);
+    if (p) side.pushed = {branch: p[1], commit: p[2]};
+    pushCapped(side.tl, {t, kind: "phase", text: s.length > 300 ? s.slice(0, 300) + "…" : s},
+               TL_MAX);
+  }
+
+  function egressLine(host, verdict, rest) {
+    if (/ closed bytes_out=/.test(rest)) return; // the end of a tunnel already counted
+    const allowed = verdict === "allowed";
+    if (allowed) side.allowed++;
+    else side.denied++;
+    let h = side.hosts.get(host);
+    if (!h) {
+      if (side.hosts.size >= HOSTS_MAX) host = "(other hosts)";
+      h = side.hosts.get(host) || {allowed: 0, denied: 0};
+      side.hosts.set(host, h);
+    }
+    if (allowed) h.allowed++;
+    else h.denied++;
+  }
+
+  // One task log line "<RFC 3339 time> …". Sandbox output ("[sandbox] …") is never read
+  // as the server's; only the runner's iteration lines are taken from it (the runner
+  // shares the sandbox with the agent: what they say is the runner's report).
+  function readLine(line) {
+    const sp = line.indexOf(" ");
+    if (sp < 10 || sp > 40) return;
+    const t = Date.parse(line.slice(0, sp));
+    if (isNaN(t)) return;
+    const rest = line.slice(sp + 1);
+    const RUNNER = "[sandbox] diverge-agent-runner: iteration ";
+    if (rest.startsWith(RUNNER)) {
+      iterationLine(t, rest.slice(RUNNER.length));
+    } else if (rest.startsWith("[diverge] ")) {
+      serverLine(t, rest.slice(10));
+    } else {
+      const m = /^egress (\S{1,300}) (allowed|denied)(?: |$)/.exec(rest);
+      if (m) egressLine(m[1], m[2], rest);
+    }
+  }
+
+  function fmtTime(ms) {
+    return new Date(ms).toISOString().replace("T", " ").slice(0, 19) + " UTC";
+  }
+
+  function fmtDuration(ms) {
+    if (ms === null || ms === undefined) return "—";
+    const s = Math.round(ms / 1000);
+    if (s < 60) return s + " s";
+    if (s < 3600) return Math.floor(s / 60) + " min " + (s % 60) + " s";
+    return Math.floor(s / 3600) + " h " + Math.floor((s % 3600) / 60) + " min";
+  }
+
+  function verifyCell(e) {
+    if (e.stopped) return el("span", "fail", "stopped (paused)");
+    if (e.verify !== null) {
+      return e.verify === 0 ? el("span", "pass", "✓ pass")
+        : el("span", "fail", "✗ fail (exit " + e.verify + ")");
+    }
+    if (e.agent !== null && e.agent !== 0) return el("span", "fail", "agent exit " + e.agent);
+    return el("span", "muted", "no verify");
+  }
+
+  function renderTimeline() {
+    const frag = document.createDocumentFragment();
+    const newest = side.tl.map((e, i) => [e, i]).sort((a, b) => (b[0].t - a[0].t) || (b[1] - a[1]));
+    for (const [e] of newest) {
+      const tr = el("tr", "tl-" + e.kind);
+      tr.appendChild(el("td", "time", fmtTime(e.t)));
+      if (e.kind === "iter") {
+        tr.dataset.verify = e.verify === null ? "none" : e.verify === 0 ? "pass" : "fail";
+        tr.appendChild(el("td", "event", "Iteration " + e.n + " / " + e.max));
+        const v = el("td", "verify");
+        v.appendChild(verifyCell(e));
+        tr.appendChild(v);
+        tr.appendChild(el("td", "duration", fmtDuration(e.dur)));
+      } else {
+        tr.appendChild(el("td", "event", e.text));
+        tr.appendChild(el("td"));
+        tr.appendChild(el("td"));
+      }
+      frag.appendChild(tr);
+    }
+    $("timeline-rows").replaceChildren(frag);
+    $("timeline-empty").hidden = side.tl.length > 0;
+  }
+
+  function renderEgress() {
+    const total = side.allowed + side.denied;
+    $("egress-summary").className = total ? "" : "muted";
+    $("egress-summary").textContent = total
+      ? side.allowed + " allowed · " + side.denied + " denied" : "No egress.";
+    const rows = Array.from(side.hosts.entries())
+      .sort((a, b) => (b[1].denied - a[1].denied) || (b[1].allowed - a[1].allowed)).slice(0, 50);
+    const frag = document.createDocumentFragment();
+    for (const [host, c] of rows) {
+      const tr = el("tr");
+      tr.appendChild(el("td", "host", host));
+      tr.appendChild(el("td", "num", c.allowed));
+      tr.appendChild(el("td", "num" + (c.denied ? " fail" : ""), c.denied));
+      frag.appendChild(tr);
+    }
+    $("egress-rows").replaceChildren(frag);
+    $("egress-hosts").hidden = rows.length === 0;
+  }
+
+  function renderSide() {
+    side.pending = false;
+    if (view !== "task") return;
+    renderTimeline();
+    renderEgress();
+    renderLinks();
+    renderChart();
+  }
+
+  function scheduleSide() {
+    if (side.pending) return;
+    side.pending = true;
+    setTimeout(renderSide, 50);
+  }
+
+  // --- Links: the PR/MR, the pushed commit, the work-in-progress branch -------------------
+
+  // The web page of the task's repository (https only, ".git" dropped), and its kind.
+  function repoWeb(t) {
+    const url = safeUrl(((t.spec || {}).repository || {}).url || "");
+    if (!url) return null;
+    const base = url.replace(/\/+$/, "").replace(/\.git$/, "");
+    const prov = (t.metadata.annotations || {})[ANN + "provider"] || "";
+    const gitlab = prov === "gitlab" || (prov !== "github" && /gitlab/.test(new URL(base).host));
+    return {base, gitlab};
+  }
+
+  function renderLinks() {
+    const t = tasks.get(current);
+    const box = $("t-links");
+    if (!t) {
+      box.replaceChildren();
+      return;
+    }
+    const a = t.metadata.annotations || {};
+    const web = repoWeb(t);
+    const frag = document.createDocumentFragment();
+    const add = (label, node) => {
+      const span = el("span", "link-item");
+      span.appendChild(el("span", "muted", label + " "));
+      span.appendChild(node);
+      frag.appendChild(span);
+    };
+    if (a[ANN + "pr-number"] || a[ANN + "mr-iid"]) add("PR/MR", prLink(t));
+    if (a[ANN + "pull-request-url"]) add("Pull request", link(a[ANN + "pull-request-url"],
+                                                             a[ANN + "pull-request-url"]));
+    if (side.pushed) {
+      const c = side.pushed;
+      const text = c.commit.slice(0, 12) + " on " + c.branch;
+      const href = web ? web.base + (web.gitlab ? "/-/commit/" : "/commit/") + c.commit : null;
+      const node = link(href, text);
+      node.classList.add("commit-link");
+      add("Pushed commit", node);
+    }
+    if (a[ANN + "wip-branch"]) {
+      const b = a[ANN + "wip-branch"];
+      const href = web ? web.base + (web.gitlab ? "/-/tree/" : "/tree/") +
+        b.split("/").map(encodeURIComponent).join("/") : null;
+      const node = link(href, b);
+      node.classList.add("wip-link");
+      add("Work in progress", node);
+    }
+    box.replaceChildren(frag);
+    box.hidden = !box.firstChild;
+  }
+
+  // --- The spend chart (SVG drawn here: no library) ---------------------------------------
+
+  // [time ms, micro-dollars] points: 0 at creation, then the recorded charges; the task's
+  // current total when the charges are not kept (or a charge came after the answer).
+  function spendSeries(t) {
+    const st = t.status || {};
+    const created = Date.parse(t.metadata.creationTimestamp || "");
+    const pts = [];
+    for (const p of (history && history.charges) || []) {
+      const m = micros(p.costUSD);
+      if (Number.isFinite(p.timeMs) && m !== null) pts.push([p.timeMs, m]);
+    }
+    const t0 = Math.min(isNaN(created) ? Infinity : created, pts.length ? pts[0][0] : Infinity);
+    const series = [[Number.isFinite(t0) ? t0 : Date.now(), 0]].concat(pts);
+    const cost = micros(st.costUSD || "0") || 0;
+    const last = series[series.length - 1];
+    if (cost > last[1]) {
+      const end = Date.parse(st.completionTime || "") || Date.now();
+      series.push([Math.max(end, last[0]), cost]);
+    }
+    return series;
+  }
+
+  // The forecast's end: the cost per iteration times the iterations left, at the pace of
+  // the iterations so far (their measured durations, else the time spent per iteration).
+  function forecastEnd(t, series) {
+    const st = t.status || {};
+    const f = micros(st.forecastUSD);
+    const left = st.forecastIterationsLeft;
+    if (f === null || !Number.isInteger(left) || left < 1) return null;
+    const last = series[series.length - 1];
+    const durs = side.tl.filter((e) => e.kind === "iter" && e.dur !== null).map((e) => e.dur);
+    let per = durs.length ? durs.reduce((x, y) => x + y, 0) / durs.length : 0;
+    if (!per) per = (last[0] - series[0][0]) / Math.max(1, (st.iteration || 2) - 1);
+    return [last[0] + Math.max(per, 1000) * left, last[1] + f];
+  }
+
+  function renderChart() {
+    const box = $("chart");
+    const t = tasks.get(current);
+    if (!t) {
+      box.replaceChildren();
+      return;
+    }
+    const W = 460, H = 210, L = 56, R = 12, T = 12, B = 26;
+    const series = spendSeries(t);
+    const fc = forecastEnd(t, series);
+    const budget = micros(limit(t, "BudgetUSD") || "0") || 0;
+    const t0 = series[0][0];
+    let t1 = Math.max(series[series.length - 1][0], fc ? fc[0] : 0, t0 + 1000);
+    for (const m of side.marks) t1 = Math.max(t1, m.t);
+    const ymax = Math.max(budget, series[series.length - 1][1], fc ? fc[1] : 0, 1) * 1.08;
+    const x = (ms) => L + ((ms - t0) / (t1 - t0)) * (W - L - R);
+    const y = (m) => T + (1 - m / ymax) * (H - T - B);
+    const path = (pts) => pts.map((p, i) => (i ? "L" : "M") + x(p[0]).toFixed(1) + " " +
+                                  y(p[1]).toFixed(1)).join(" ");
+    const s = svg("svg", {id: "spend-chart", viewBox: "0 0 " + W + " " + H, role: "img",
+                          "aria-label": "spend over time"});
+    s.appendChild(svg("line", {class: "axis-line", x1: L, y1: y(0), x2: W - R, y2: y(0),
+                               stroke: "#c5cad3"}));
+    s.appendChild(svg("text", {class: "axis", x: L - 4, y: y(0), "text-anchor": "end"}, "$0"));
+    s.appendChild(svg("text", {class: "axis", x: L, y: H - 8}, fmtTime(t0).slice(11, 16)));
+    s.appendChild(svg("text", {class: "axis", x: W - R, y: H - 8, "text-anchor": "end"},
+                      fmtTime(t1).slice(11, 16) + " UTC"));
+    if (budget > 0) {
+      s.appendChild(svg("line", {class: "budget", x1: L, y1: y(budget), x2: W - R, y2: y(budget),
+                                 stroke: "#b3261e", "stroke-width": 1.5}));
+      s.appendChild(svg("text", {class: "axis budget-label", x: L - 4, y: y(budget) + 3,
+                                 "text-anchor": "end"}, usd(budget)));
+    }
+    for (const m of side.marks) {
+      const line = svg("line", {class: "mark mark-" + m.kind, x1: x(m.t), y1: T, x2: x(m.t),
+                                y2: y(0), stroke: m.kind === "pause" ? "#c28a00" : "#1f8a4c",
+                                "stroke-width": 1.5});
+      line.appendChild(svg("title", {}, (m.kind === "pause" ? "paused " : "resumed ") +
+                           fmtTime(m.t)));
+      s.appendChild(line);
+    }
+    const cost = svg("path", {class: "cost", d: path(series), fill: "none", stroke: "#2f6fde",
+                              "stroke-width": 2});
+    cost.dataset.points = String(series.length);
+    s.appendChild(cost);
+    const last = series[series.length - 1];
+    s.appendChild(svg("text", {class: "axis", x: L - 4, y: y(last[1]) + 3, "text-anchor": "end"},
+                      Math.abs(y(last[1]) - y(budget)) > 10 && y(0) - y(last[1]) > 10
+                        ? usd(last[1]) : ""));
+    if (fc) {
+      s.appendChild(svg("path", {class: "forecast", d: path([last, fc]), fill: "none",
+                                 stroke: "#2f6fde", "stroke-width": 2,
+                                 "stroke-dasharray": "6 4"}));
+    }
+    box.replaceChildren(s);
+    const legend = [["spent " + usd(last[1]), "cost"]];
+    if (budget > 0) legend.push(["budget " + usd(budget), "budget"]);
+    if (fc) legend.push(["forecast +" + usd(fc[1] - last[1]) + " (dashed)", "forecast"]);
+    if (side.marks.length) legend.push(["pause/resume marks", "marks"]);
+    if (history && history.chargesKept === false) legend.push(["charge times not kept by this store", "nokept"]);
+    $("chart-legend").replaceChildren(...legend.map(([text, cls]) => el("span", cls, text)));
+  }
+
+  // --- Data the page fetches (same-origin, the session cookie) ----------------------------
+
+  function later(name, ms, fn) {
+    if (timers[name]) return;
+    timers[name] = setTimeout(() => {
+      timers[name] = null;
+      fn();
+    }, ms);
+  }
+
+  function loadHistory() {
+    const want = current;
+    if (!want) return;
+    const [ns, name] = want.split("/");
+    fetch("/ui/api/history/" + encodeURIComponent(ns) + "/" + encodeURIComponent(name),
+          {credentials: "same-origin", cache: "no-store"})
+      .then((r) => (r.status === 404 ? {notFound: true} : r.ok ? r.json() : null))
+      .then((j) => {
+        if (current !== want || !j) return;
+        if (j.notFound) {
+          notFound = !tasks.has(want);
+        } else {
+          history = j;
+          notFound = false;
+        }
+        showNotFound();
+        scheduleSide();
+      })
+      .catch(() => {});
+  }
+
+  function showNotFound() {
+    $("t-notfound").hidden = !notFound;
+    $("t-notfound").textContent = "Task " + current + " not found.";
+    $("t-body").hidden = notFound;
+  }
+
+  function loadQuotas() {
+    fetch("/ui/api/spendquotas", {credentials: "same-origin", cache: "no-store"})
+      .then((r) => (r.ok ? r.json() : null))
+      .then((j) => {
+        if (j && Array.isArray(j.items)) quotas = j.items;
+        renderProjects();
+      })
+      .catch(() => {});
+  }
+
+  // --- Projects: per namespace, this month's spend against its SpendQuotas ----------------
+
+  const RUNNING = ["Provisioning", "Active", "Pausing"];
+
+  function quotaLines(qs, kind) {
+    const td = el("td", "num quota-" + kind);
+    if (!qs.length) {
+      td.appendChild(el("span", "muted no-quota", "no quota"));
+      return td;
+    }
+    for (const q of qs) {
+      const sp = q.spec || {}, st = q.status || {};
+      const usedN = kind === "usd" ? micros(st.usedUSD || "0") : Number(st.usedTokens || 0);
+      const limRaw = kind === "usd" ? sp.monthlyUSD : sp.monthlyTokens;
+      const lim = limRaw === undefined || limRaw === null ? null
+        : kind === "usd" ? micros(limRaw) : Number(limRaw);
+      const fmt = kind === "usd" ? usd : (n) => Number(n).toLocaleString("en-US");
+      const div = el("div", "quota-line");
+      let text = q.metadata.name + ": " + fmt(usedN);
+      if (lim !== null) {
+        const p = lim > 0 ? Math.round((usedN * 100) / lim) : 100;
+        const m = document.createElement("meter");
+        m.min = 0; m.max = 100; m.low = 70; m.high = 90; m.optimum = 0;
+        m.value = Math.min(p, 100);
+        div.appendChild(m);
+        text += " / " + fmt(lim) + " · " + p + "%";
+      } else {
+        text += " (no limit)";
+      }
+      div.appendChild(el("span", "quota-text", text));
+      td.appendChild(div);
+    }
+    return td;
+  }
+
+  function renderProjects() {
+    if (view !== "projects") return;
+    const byNs = new Map();
+    const ns = (n) => {
+      if (!byNs.has(n)) byNs.set(n, {running: 0, queued: 0, tasks: 0, quotas: []});
+      return byNs.get(n);
+    };
+    for (const t of tasks.values()) {
+      const p = ns(t.metadata.namespace), st = t.status || {};
+      p.tasks++;
+      if (RUNNING.includes(phaseOf(t))) p.running++;
+      if (Number(st.queuePosition || 0) > 0 || st.reason === "Queued") p.queued++;
+    }
+    for (const q of quotas || []) ns(q.metadata.namespace).quotas.push(q);
+    const frag = document.createDocumentFragment();
+    for (const n of Array.from(byNs.keys()).sort()) {
+      const p = byNs.get(n);
+      const tr = el("tr");
+      tr.dataset.ns = n;
+      tr.appendChild(el("td", "ns", n));
+      tr.appendChild(el("td", "num running", p.running));
+      tr.appendChild(el("td", "num queued", p.queued));
+      tr.appendChild(el("td", "num tasks", p.tasks));
+      tr.appendChild(quotaLines(p.quotas, "usd"));
+      tr.appendChild(quotaLines(p.quotas, "tokens"));
+      const caps = p.quotas.map((q) => (q.spec || {}).maxRunningTasks)
+        .filter((v) => Number.isInteger(v));
+      tr.appendChild(el("td", "num max-running", caps.length ? Math.min(...caps) : "—"));
+      frag.appendChild(tr);
+    }
+    $("project-rows").replaceChildren(frag);
+    $("projects-empty").hidden = byNs.size > 0;
   }
 
   function setConn(cls, text) {
@@ -320,12 +778,16 @@
       const deleted = !!t.metadata.deletionTimestamp;
       if (deleted) tasks.delete(k);
       else tasks.set(k, t);
-      if (current === null) renderList(k);
-      else if (k === current) renderTask(deleted);
+      if (view === "list") renderList(k);
+      else if (view === "projects") {
+        renderProjects();
+        later("quotas", 1000, loadQuotas);
+      } else if (k === current) renderTask(deleted);
     });
     source.addEventListener("reset", () => {
       tasks.clear();
-      if (current === null) renderList(null);
+      if (view === "list") renderList(null);
+      if (view === "projects") renderProjects();
     });
     source.addEventListener("log", (ev) => appendLog(ev.data));
     source.addEventListener("end", () => {
@@ -335,18 +797,42 @@
 
   function route() {
     const m = /^#\/task\/([^/]+)\/([^/]+)$/.exec(location.hash);
-    const next = m ? decodeURIComponent(m[1]) + "/" + decodeURIComponent(m[2]) : null;
-    $("list-view").hidden = next !== null;
-    $("task-view").hidden = next === null;
+    let next = null;
+    try {
+      next = m ? decodeURIComponent(m[1]) + "/" + decodeURIComponent(m[2]) : null;
+    } catch (e) {
+      next = null;
+    }
+    view = next !== null ? "task" : location.hash === "#/projects" ? "projects" : "list";
+    $("list-view").hidden = view !== "list";
+    $("projects-view").hidden = view !== "projects";
+    $("task-view").hidden = view !== "task";
+    $("nav-tasks").className = view === "list" ? "current" : "";
+    $("nav-projects").className = view === "projects" ? "current" : "";
+    if (view === "projects") {
+      renderProjects();
+      loadQuotas();
+    }
+    if (view === "list") renderList(null);
     if (next === current && source) return;
     current = next;
     $("log").replaceChildren();
     logLines = 0;
+    side = freshSide();
+    history = null;
+    notFound = false;
     $("log-state").textContent = "";
     $("t-spec").textContent = "";
     $("t-status").replaceChildren();
+    $("t-links").replaceChildren();
+    $("chart").replaceChildren();
+    $("chart-legend").replaceChildren();
     $("t-deleted").hidden = true;
-    if (current) $("t-title").textContent = current;
+    showNotFound();
+    if (current) {
+      $("t-title").textContent = current;
+      loadHistory();
+    }
     renderList(null);
     connect();
   }

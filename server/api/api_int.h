@@ -70,6 +70,10 @@ int api_admission_validate(struct request *r);
 int api_ui_index(struct request *r);
 int api_ui_file(struct request *r);
 int api_ui_login(struct request *r);
+/* The dashboard's JSON (api_ui_data.c): GET /ui/api/history/{ns}/{name} (the task's spend
+ * over time) and GET /ui/api/spendquotas; a 401 JSON error without auth. */
+int api_ui_history(struct request *r);
+int api_ui_quotas(struct request *r);
 /* POST /ui/logout: ends the cookie's session (api_ui.c). */
 int api_ui_logout(struct request *r);
 /* The admin token as a bearer header, or a live session id in the diverge_token cookie

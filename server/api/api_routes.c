@@ -99,6 +99,8 @@ static const struct http_route g_routes[] = {
     {"GET", "/", api_ui_index, "ui", HTTP_AUTH_NONE},
     {"GET", "/ui/login", api_ui_login, "ui.login", HTTP_AUTH_NONE},
     {"POST", "/ui/logout", api_ui_logout, "ui.logout", HTTP_AUTH_NONE},
+    {"GET", "/ui/api/history/*/*", api_ui_history, "ui.history", HTTP_AUTH_NONE},
+    {"GET", "/ui/api/spendquotas", api_ui_quotas, "ui.spendquotas", HTTP_AUTH_NONE},
     {"GET", "/ui/*", api_ui_file, "ui", HTTP_AUTH_NONE},
     {"GET", "/api/v1/events", api_events, "events", HTTP_AUTH_NONE},
     /* The one-click GitHub App: admin header or dashboard cookie, checked by the handlers

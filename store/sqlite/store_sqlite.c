@@ -399,8 +399,8 @@ static void sqlst_close(struct task_store *st)
 
 #define SQLST_XOP_ENTRY(RET, NAME, PARAMS) STORE_XOPS_ENTRY(sqlst, NAME)
 
-static const struct task_store_xops sqlite_xops = {STORE_XOPS_SHARED(SQLST_XOP_ENTRY)
-                                                       STORE_XOPS_LOCAL(SQLST_XOP_ENTRY)};
+static const struct task_store_xops sqlite_xops = {STORE_XOPS_SHARED(
+    SQLST_XOP_ENTRY) STORE_XOPS_LOCAL(SQLST_XOP_ENTRY) STORE_XOPS_OPTIONAL(SQLST_XOP_ENTRY)};
 
 #define SQLST_OP_ENTRY(NAME) STORE_XOPS_ENTRY(sqlst, NAME)
 

@@ -132,5 +132,6 @@ int sqlst_env_delete_owned(struct sqlite_store *s, const char *ns, const char *o
 #define SQLST_XOP_DECLARE(RET, NAME, PARAMS) RET sqlst_##NAME PARAMS;
 STORE_XOPS_SHARED(SQLST_XOP_DECLARE)
 STORE_XOPS_LOCAL(SQLST_XOP_DECLARE)
+STORE_XOPS_OPTIONAL(SQLST_XOP_DECLARE)
 
 #endif

@@ -35,6 +35,7 @@ enum rd_stmt_id {
     RD_LIST_ENVS,
     RD_LIST_ENVS_NS,
     RD_COUNT_PHASES,
+    RD_CHARGES,
     RD_STMT_COUNT,
 };
 
@@ -51,6 +52,15 @@ static const char *const g_rd_sql[RD_STMT_COUNT] = {
     [RD_LIST_ENVS_NS] = ("SELECT doc FROM environments WHERE namespace=?1 "
                          "ORDER BY namespace, name"),
     [RD_COUNT_PHASES] = "SELECT phase, count(*) FROM tasks GROUP BY phase",
+    /* A task's charges in ?2 equal slices of their time span: per slice its last time, its
+     * sums, and the number of charges in all (meter_log holds the recent tail of the ids,
+     * meter_requests the rest; an id is in one of them only). */
+    [RD_CHARGES] = ("WITH c(t, k, m) AS (SELECT charged_ms, tokens, cost_micros FROM "
+                    "meter_requests WHERE task_uid=?1 UNION ALL SELECT charged_ms, tokens, "
+                    "cost_micros FROM meter_log WHERE task_uid=?1), "
+                    "r(t0, span, n) AS (SELECT min(t), max(t) - min(t) + 1, count(*) FROM c) "
+                    "SELECT max(c.t), sum(c.k), sum(c.m), r.n FROM c, r "
+                    "GROUP BY ((c.t - r.t0) * ?2) / r.span ORDER BY 1"),
 };
 
 struct reader {
@@ -324,6 +334,37 @@ int sqlst_count_phases(int64_t counts_out[TASK_PHASE_COUNT], struct task_store *
     }
     if (rc == E_OK && step != SQLITE_DONE) {
         rc = rd_err(r, step, "count phases", err);
+    }
+    if (q != NULL) {
+        sqlite3_reset(q);
+    }
+    rd_give(s, r);
+    return rc;
+}
+
+int sqlst_charges(struct task_charge_point *out, size_t max, size_t *n_out, int64_t *count_out,
+                  struct task_store *st, const char *task_uid, struct err *err)
+{
+    struct sqlite_store *s = sqlst_of(st);
+    struct reader *r = rd_take(s);
+    sqlite3_stmt *q = NULL;
+    int rc = rd_stmt(&q, r, RD_CHARGES, err), step = SQLITE_DONE;
+    int64_t tokens = 0, micros = 0;
+
+    if (rc == E_OK) {
+        sqlite3_bind_text(q, 1, task_uid, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(q, 2, (sqlite3_int64)max);
+    }
+    while (rc == E_OK && *n_out < max && (step = sqlite3_step(q)) == SQLITE_ROW) {
+        /* Each sum stays below the task's own totals, which the meter keeps in range. */
+        tokens += sqlite3_column_int64(q, 1);
+        micros += sqlite3_column_int64(q, 2);
+        out[*n_out] = (struct task_charge_point){sqlite3_column_int64(q, 0), tokens, micros};
+        *count_out = sqlite3_column_int64(q, 3);
+        (*n_out)++;
+    }
+    if (rc == E_OK && step != SQLITE_DONE && step != SQLITE_ROW) {
+        rc = rd_err(r, step, "read charges", err);
     }
     if (q != NULL) {
         sqlite3_reset(q);

@@ -379,7 +379,212 @@ def test_sticky_links_the_task_page_with_public_url():
             assert (link in sticky) == want, sticky
 
 
+METER = "/api/v1/agenttask/meter"
+QUOTAS = API + "/namespaces/%s/spendquotas"
+
+
+def meter(srv, token, rid, cost, iteration, tokens=1000):
+    st, _, b = srv.request("POST", METER, json.dumps({"requestId": rid, "iteration": iteration,
+                                                      "tokensUsed": tokens, "costUSD": cost}),
+                           headers={"Authorization": "Bearer " + token}, auth=False)
+    assert st == 200 and b["allowed"] is True, (st, b)
+
+
+def wait_phase(srv, ns, name, phase):
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        st, _, body = srv.request("GET", NS % ns + "/" + name)
+        if body["status"].get("phase") == phase:
+            return body
+        time.sleep(0.02)
+    raise AssertionError("%s/%s never %s: %s" % (ns, name, phase, body["status"]))
+
+
+def set_suspended(srv, ns, name, value):
+    st, _, body = srv.request("PATCH", NS % ns + "/" + name, {"spec": {"suspended": value}},
+                              headers={"Content-Type": "application/merge-patch+json"})
+    assert st == 200, body
+
+
+def test_history_route():
+    """GET /ui/api/history/{ns}/{name}: the task's cumulative spend from the charges the
+    meter recorded, capped in points; auth as the page; 404 for an unknown task."""
+    with Server(args=["--sandbox-provider", "none"]) as srv:
+        create(srv, "h", maxIterations=50, budgetUSD="100.00")
+        st, _, token = srv.request("GET", NS % "default" + "/h/token")
+        assert st == 200
+        token = token.strip()
+        for i in range(1, 451):  # more charges than points
+            meter(srv, token, "h-%d" % i, 0.01, 1 + i // 10, tokens=10)
+        st, _, h = srv.request("GET", "/ui/api/history/default/h")
+        assert st == 200, h
+        assert h["chargesKept"] is True and h["chargeCount"] == 450, h
+        assert h["pointsMax"] == 400 and 2 <= len(h["charges"]) <= 400, len(h["charges"])
+        last = h["charges"][-1]
+        assert last["costUSD"] == "4.50" and last["tokens"] == 4500, last
+        times = [p["timeMs"] for p in h["charges"]]
+        assert times == sorted(times)
+        costs = [p["costUSD"] for p in h["charges"]]
+        assert costs == sorted(costs, key=float)
+        st, _, body = srv.request("GET", "/ui/api/history/default/nope")
+        assert st == 404, body
+        st, _, body = srv.request("GET", "/ui/api/history/default/h", auth=False)
+        assert st == 401, body
+        session = login(srv)
+        st, _, body = srv.request("GET", "/ui/api/history/default/h", auth=False,
+                                  headers={"Cookie": "diverge_token=" + session})
+        assert st == 200 and body["chargeCount"] == 450
+        st, _, q = srv.request("POST", QUOTAS % "default", {
+            "apiVersion": "divergedev.com/v1alpha1", "kind": "SpendQuota",
+            "metadata": {"name": "team"}, "spec": {"monthlyUSD": "10.00"}})
+        assert st == 201, q
+        st, _, body = srv.request("GET", "/ui/api/spendquotas", auth=False,
+                                  headers={"Cookie": "diverge_token=" + session})
+        assert st == 200 and [i["metadata"]["name"] for i in body["items"]] == ["team"], body
+        st, _, body = srv.request("GET", "/ui/api/spendquotas", auth=False)
+        assert st == 401
+
+
+def seed_task_page(srv, with_egress=True):
+    """A task metered over five iterations with a pause and a resume in between (the
+    real meter and controller), a SpendQuota on its namespace, and the runner's iteration
+    lines and egress decisions in its log. Returns the job fields for the browser."""
+    st, _, q = srv.request("POST", QUOTAS % "default", {
+        "apiVersion": "divergedev.com/v1alpha1", "kind": "SpendQuota",
+        "metadata": {"name": "team"},
+        "spec": {"monthlyUSD": "10.00", "monthlyTokens": 500000, "maxRunningTasks": 2}})
+    assert st == 201, q
+    create(srv, "spend-chart", objective="Speed up checkout " + XSS, maxIterations=8,
+           budgetUSD="1.00", budgetTokens=200000,
+           repository={"url": "https://github.com/myorg/checkout-service.git"},
+           annotations={"divergedev.com/provider": "github",
+                        "divergedev.com/project": "myorg/checkout-service",
+                        "divergedev.com/pr-number": "42",
+                        "divergedev.com/wip-branch": "diverge/wip/spend-chart"})
+    create(srv, "other", ns="payments", objective="Quarantine the flaky test", budgetUSD="2.00")
+    st, _, token = srv.request("GET", NS % "default" + "/spend-chart/token")
+    token = token.strip()
+    log_file = os.path.join(srv.data_dir, "logs", "default", "spend-chart.log")
+    os.makedirs(os.path.dirname(log_file), exist_ok=True)
+
+    def log(text, at=None):  # what the controller writes: "<RFC 3339 time> <text>"
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at or time.time()))
+        with open(log_file, "a") as f:
+            f.write(stamp + " " + text + "\n")
+
+    meter(srv, token, "hb1", 0, 1)
+    meter(srv, token, "u2", 0.036, 2)
+    meter(srv, token, "u3", 0.05, 3)
+    # --sandbox-provider none starts no sandbox, so the controller writes no task log:
+    # its pause and resume lines are written here as it writes them.
+    set_suspended(srv, "default", "spend-chart", True)
+    wait_phase(srv, "default", "spend-chart", "Paused")
+    log("[diverge] paused (token revoked; no sandbox runs, nothing to freeze)")
+    set_suspended(srv, "default", "spend-chart", False)
+    wait_phase(srv, "default", "spend-chart", "Active")
+    log("[diverge] resumed (thawed, fresh token)")
+    st, _, token = srv.request("GET", NS % "default" + "/spend-chart/token")
+    token = token.strip()
+    meter(srv, token, "u4", 0.04, 4)
+    base = time.time() - 600
+    for i, verify in ((1, 1), (2, 1), (3, 0)):
+        log("[sandbox] diverge-agent-runner: iteration %d/8: running the agent" % i,
+            base + 60 * i)
+        log("[sandbox] diverge-agent-runner: iteration %d/8: agent exit 0, verify exit %d"
+            % (i, verify), base + 60 * i + 42)
+    if with_egress:
+        for line in ("egress pypi.org:443 allowed rule=pypi.org",
+                     "egress pypi.org:443 allowed rule=pypi.org closed bytes_out=10 bytes_in=20",
+                     "egress files.pythonhosted.org:443 allowed rule=*.pythonhosted.org",
+                     "egress 169.254.169.254:80 denied reason=link-local",
+                     # An agent's forgeries: sandbox output, never counted or believed.
+                     "[sandbox] egress evil.example:443 allowed rule=x",
+                     "[sandbox] [diverge] pushed refs/heads/main at " + "a" * 40,
+                     "[diverge] pushed refs/heads/agent/spend-chart at "
+                     + "0123456789abcdef" * 2 + "01234567"):
+            log(line)
+    return {"task": "default/spend-chart", "quotaNs": "default", "taskCount": 2,
+            "expect": {"iterations": 3, "forecast": True, "marks": 2,
+                       "logLines": 15 if with_egress else 8}}
+
+
+def run_task_browser(job):
+    modules = npm_pin.install(*npm_pin.PUPPETEER)
+    env = dict(os.environ, NODE_PATH=modules)
+    r = subprocess.run(["node", os.path.join(os.path.dirname(__file__),
+                                             "dashboard_task_browser.js"), json.dumps(job)],
+                       capture_output=True, text=True, env=env, timeout=240)
+    assert r.returncode == 0, r.stderr[-4000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_browser_task_page():
+    """The task page's spend chart (budget line, cost path, dashed forecast, pause and
+    resume marks), timeline, egress summary and links; the projects view; "not found";
+    the 390 px layout; screenshots at 1400x900 and 390x844 in build/dashboard/."""
+    if not chromium_or_skip():
+        return
+    out_dir = os.path.join(BUILD_DIR, "dashboard")
+    os.makedirs(out_dir, exist_ok=True)
+    profile = tempfile.mkdtemp(prefix="diverge-chromium-")
+    try:
+        with Server(args=["--sandbox-provider", "none"]) as srv:
+            job = seed_task_page(srv)
+            job.update({"url": srv.url, "token": srv.token, "profile": profile,
+                        "outDir": out_dir})
+            out = run_task_browser(job)
+    finally:
+        shutil.rmtree(profile, ignore_errors=True)
+    c = out["chart"]
+    # 0 at creation, then the four charges (the first one of $0).
+    assert c["points"] == 5 and c["d"].count("L") == 4, c
+    assert c["forecastDash"] == "6 4", c
+    assert c["budget"] and c["budget"]["y1"] == c["budget"]["y2"], c
+    assert c["budgetLabel"] == "$1.00", c  # the effective budget
+    assert c["marks"] == ["mark mark-pause", "mark mark-resume"], c
+    assert "spent $0.126" in c["legend"] and "budget $1.00" in c["legend"], c
+    iters = [t for t in out["timeline"] if t["cls"] == "tl-iter"]
+    assert [(t["cells"][1], t["verify"], t["cells"][2], t["cells"][3]) for t in iters] == [
+        ("Iteration 3 / 8", "pass", "✓ pass", "42 s"),
+        ("Iteration 2 / 8", "fail", "✗ fail (exit 1)", "42 s"),
+        ("Iteration 1 / 8", "fail", "✗ fail (exit 1)", "42 s")], iters
+    phases = [t["cells"][1] for t in out["timeline"] if t["cls"] == "tl-phase"]
+    assert any(p.startswith("paused") for p in phases), phases
+    assert any(p.startswith("resumed") for p in phases), phases
+    assert not any("refs/heads/main" in p for p in phases), phases  # the forged line
+    assert out["egress"] == "2 allowed · 1 denied", out["egress"]
+    assert sorted(out["egressHosts"]) == [["169.254.169.254:80", "0", "1"],
+                                          ["files.pythonhosted.org:443", "1", "0"],
+                                          ["pypi.org:443", "1", "0"]], out["egressHosts"]
+    links = {l["cls"] or l["text"]: l["href"] for l in out["links"]}
+    assert links["commit-link"] == ("https://github.com/myorg/checkout-service/commit/"
+                                    + "0123456789abcdef" * 2 + "01234567"), links
+    assert links["wip-link"] == ("https://github.com/myorg/checkout-service/tree/diverge/wip/"
+                                 "spend-chart"), links
+    assert "https://github.com/myorg/checkout-service/pull/42" in links.values(), links
+    assert out["statusRows"]["Spend"] == "$0.126 / $1.00", out["statusRows"]
+    assert out["logBox"]["top"] + 150 < 900, out["logBox"]  # the log is above the fold
+    assert out["imgs"] == 0, out
+    assert out["taskScrollWidthNarrow"] <= 390, out
+    assert out["projectsScrollWidthNarrow"] <= 390, out
+    assert out["listScrollWidthNarrow"] <= 390, out
+    projects = {p["ns"]: p for p in out["projects"]}
+    d = projects["default"]
+    assert d["usd"] == "team: $0.126 / $10.00 · 1%", d
+    assert d["tokens"] == "team: 4,000 / 500,000 · 1%", d
+    assert d["maxRunning"] == "2" and d["running"] == "1" and d["tasks"] == "1", d
+    p = projects["payments"]
+    assert p["usd"] == "no quota" and p["tokens"] == "no quota" and p["maxRunning"] == "—", p
+    assert out["notFound"] == "Task default/no-such-task not found.", out
+    assert out["notFoundBodyHidden"] is True, out
+    assert out["dialogs"] == [] and out["pageErrors"] == [], out
+    assert out["consoleErrors"] == [], out
+    for name in ("dashboard-task-1400x900.png", "dashboard-task-390x844.png"):
+        assert os.path.getsize(os.path.join(out_dir, name)) > 10000, name
+    print("screenshots: " + ", ".join(out["shots"]))
+
+
 if __name__ == "__main__":
     run_tests([test_pages_headers_and_auth, test_login_url_only_on_a_terminal,
                test_tls_session_cookie, test_sticky_links_the_task_page_with_public_url,
-               test_browser])
+               test_history_route, test_browser, test_browser_task_page])

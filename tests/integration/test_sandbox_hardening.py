@@ -130,7 +130,8 @@ def test_sandbox_cannot_forge_server_lines():
         assert body["status"]["phase"] == "Completed", (body["status"], log)
         lines = log.splitlines()
         # The real controller line: time, then the text.
-        assert any(re.match(r"^\S+Z \[diverge\] pushed refs/heads/agent/fg$", l) for l in lines), log
+        assert any(re.match(r"^\S+Z \[diverge\] pushed refs/heads/agent/fg at [0-9a-f]{40}$", l)
+                   for l in lines), log
         for f in forged:
             mine = [l for l in lines if l.endswith(" " + f)]
             assert mine and all(re.match(r"^\S+Z \[sandbox\] " + re.escape(f) + "$", l)
