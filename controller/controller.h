@@ -131,6 +131,7 @@ struct controller_observed {
     bool disk_over;        /* the disk watchdog stopped it (disk_watch.c) */
     bool queued;           /* it must wait for a sandbox slot (the queue did not admit it) */
     bool provider_changed; /* it last started under another --sandbox-provider */
+    bool checkpoint;       /* its staging repository holds refs/heads/diverge/wip/<task> */
 };
 
 /* The pure decision: V is the task, O what is observed of it. */
