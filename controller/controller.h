@@ -277,6 +277,10 @@ int controller_reconcile(struct controller *c, const char *ns, const char *name,
  * frees up, with the reconcile lock held. A no-op for a NULL C. */
 void controller_release_task(struct controller *c, const char *ns, const char *name);
 
+/* A SpendQuota was created, changed or deleted (its maxRunningTasks may free slots): the
+ * tick thread runs a queue pass now. A no-op for a NULL C. */
+void controller_queue_poke(struct controller *c);
+
 /* Path of the task's token file: new string, caller frees. */
 char *controller_token_path(const struct controller *c, const char *ns, const char *name);
 

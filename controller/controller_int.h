@@ -88,6 +88,7 @@ struct controller {
     pthread_mutex_t pass_lock; /* one queue pass at a time (taken before lock) */
     pthread_mutex_t queue_lock;
     struct controller_queued *queued;
+    atomic_bool queue_poked; /* a pass is due now (controller_queue_poke): the tick runs it */
 };
 
 /* One reconcile of one task: planned in a transaction, executed outside (sandbox, git),
@@ -181,6 +182,12 @@ void controller_queue_pass(struct controller *c);
 bool controller_queue_admitted(struct controller *c, const char *ns, const char *name);
 /* Frees the queue's records. */
 void controller_queue_free(struct controller *c);
+/* Whether some task waits for a slot under a limit (the tick's timed pass: nothing to do
+ * when none does). */
+bool controller_queue_waiting(struct controller *c);
+/* How often the tick thread runs a queue pass while a task waits (a slot or a cap that
+ * changed without a task event, e.g. a SpendQuota written on another replica). */
+#define CONTROLLER_QUEUE_PERIOD_MS 3000
 /* The runner's note FILE ("failure", "no-progress") next to the task's usage file, made
  * safe (valid UTF-8, no control characters but newline and tab, at most
  * CONTROLLER_FAILURE_MAX - 1 bytes), or NULL when there is none. New string. */
