@@ -58,11 +58,14 @@ static enum controller_action decide_absent(const struct controller_observed *o,
 {
     /* Started under another --sandbox-provider: its sandbox is not this provider's (and
      * its workspace may never have existed, as under none). It starts again on what is
-     * left: the workspace if there, else a fresh clone of its working branch. */
+     * left: the workspace if there, else a fresh clone of its working branch (with its
+     * last checkpoint when the staging repository holds one). */
     if (o->can_run && o->provider_changed) {
         return resume ? CONTROLLER_RESUME_START : CONTROLLER_RESTART;
     }
-    if (!o->can_run || !o->workspace_exists) {
+    /* A gone workspace with a checkpoint of it (SPEC §14): a fresh clone continues from
+     * that checkpoint (the runner restores it). */
+    if (!o->can_run || (!o->workspace_exists && !o->checkpoint)) {
         return CONTROLLER_FAIL_SANDBOX;
     }
     return resume ? CONTROLLER_RESUME_START : CONTROLLER_RESTART;

@@ -131,6 +131,7 @@ struct controller_observed {
     bool disk_over;        /* the disk watchdog stopped it (disk_watch.c) */
     bool queued;           /* it must wait for a sandbox slot (the queue did not admit it) */
     bool provider_changed; /* it last started under another --sandbox-provider */
+    bool checkpoint;       /* its staging repository holds refs/heads/diverge/wip/<task> */
 };
 
 /* The pure decision: V is the task, O what is observed of it. */
@@ -275,6 +276,10 @@ int controller_reconcile(struct controller *c, const char *ns, const char *name,
  * sandbox and removes its files (workspace, staging, state, token, log) so that space
  * frees up, with the reconcile lock held. A no-op for a NULL C. */
 void controller_release_task(struct controller *c, const char *ns, const char *name);
+
+/* A SpendQuota was created, changed or deleted (its maxRunningTasks may free slots): the
+ * tick thread runs a queue pass now. A no-op for a NULL C. */
+void controller_queue_poke(struct controller *c);
 
 /* Path of the task's token file: new string, caller frees. */
 char *controller_token_path(const struct controller *c, const char *ns, const char *name);

@@ -88,6 +88,7 @@ struct controller {
     pthread_mutex_t pass_lock; /* one queue pass at a time (taken before lock) */
     pthread_mutex_t queue_lock;
     struct controller_queued *queued;
+    atomic_bool queue_poked; /* a pass is due now (controller_queue_poke): the tick runs it */
 };
 
 /* One reconcile of one task: planned in a transaction, executed outside (sandbox, git),
@@ -146,8 +147,14 @@ int controller_thaw(struct controller *c, struct reconcile *r);
 
 /* Before run RUN of a finished task: removes what the previous run left (workspace,
  * staging repo, state dir with the usage file, counted-time and draft PR records); the
- * token dir and the log stay. */
+ * token dir and the log stay (and a failed run's checkpoint: rerun() in execute.c keeps
+ * it in a new staging repository). */
 void controller_forget_run(struct controller *c, const char *ns, const char *name);
+
+/* Whether the staging repository of task NS/NAME holds its checkpoint
+ * refs/heads/diverge/wip/NAME (a loose ref, or a line of packed-refs). */
+bool controller_has_checkpoint(const struct controller *c, const char *ns, const char *name);
+#define CONTROLLER_PACKED_REFS_MAX (1024 * 1024) /* bytes of packed-refs read for it */
 
 /* Removes a deleted task's workspace, staging repo, state dir, token dir and paused-time
  * record (its log stays). */
@@ -185,6 +192,12 @@ void controller_queue_pass(struct controller *c);
 bool controller_queue_admitted(struct controller *c, const char *ns, const char *name);
 /* Frees the queue's records. */
 void controller_queue_free(struct controller *c);
+/* Whether some task waits for a slot under a limit (the tick's timed pass: nothing to do
+ * when none does). */
+bool controller_queue_waiting(struct controller *c);
+/* How often the tick thread runs a queue pass while a task waits (a slot or a cap that
+ * changed without a task event, e.g. a SpendQuota written on another replica). */
+#define CONTROLLER_QUEUE_PERIOD_MS 3000
 /* The runner's note FILE ("failure", "no-progress") next to the task's usage file, made
  * safe (valid UTF-8, no control characters but newline and tab, at most
  * CONTROLLER_FAILURE_MAX - 1 bytes), or NULL when there is none. New string. */
@@ -296,6 +309,13 @@ int controller_mirror(char **out, struct controller *c, const char *url, const c
 char *controller_mirror_path(const char *data_dir, const char *url);
 /* Creates the staging bare repository PATH unless it exists. */
 int controller_staging(const char *path, const char *log_path, struct err *err);
+/* Whether the repository GIT_DIR (server-owned or sanitized) holds REF. */
+bool controller_repo_has(const char *git_dir, const char *ref);
+/* Copies refs/heads/BRANCH of the repository SRC (the mirror, or a sanitized staging
+ * repository) with the objects it needs into the repository DST (forced, without hooks):
+ * how a run's checkpoint reaches the staging repository of the next one (SPEC §14). */
+int controller_checkpoint_copy(const char *dst, const char *src, const char *branch,
+                               const char *log_path, struct err *err);
 /* Makes the staging repo STAGING (written by a sandbox that no longer runs) safe for the
  * server's git: symlinks and special files removed, owned by the server's user again,
  * hooks, alternates and grafts gone, config replaced by a fixed one. */

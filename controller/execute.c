@@ -63,6 +63,50 @@ void controller_forget_run(struct controller *c, const char *ns, const char *nam
     }
 }
 
+/* Whether a line of the file PATH (at most CONTROLLER_PACKED_REFS_MAX bytes read) ends in
+ * SUFFIX. */
+static bool file_has_line_ending(const char *path, const char *suffix)
+{
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
+    char line[512];
+    size_t n = strlen(suffix), total = 0;
+    bool has = false;
+
+    if (f == NULL) {
+        if (fd >= 0) {
+            close(fd);
+        }
+        return false;
+    }
+    while (!has && total < CONTROLLER_PACKED_REFS_MAX && fgets(line, sizeof(line), f) != NULL) {
+        size_t len = strcspn(line, "\n");
+        total += len + 1;
+        has = len >= n && memcmp(line + len - n, suffix, n) == 0;
+    }
+    fclose(f);
+    return has;
+}
+
+bool controller_has_checkpoint(const struct controller *c, const char *ns, const char *name)
+{
+    char *staging = xasprintf("%s/staging/%s/%s.git", c->data_dir, ns, name);
+    char *loose = xasprintf("%s/refs/heads/diverge/wip/%s", staging, name);
+    char *packed = xasprintf("%s/packed-refs", staging);
+    char *line = xasprintf(" refs/heads/diverge/wip/%s", name);
+    struct stat st;
+    /* Files only (the sandbox wrote them, git does not read them here): a wrong answer
+     * costs a start that finds no checkpoint, nothing else. */
+    bool has = (lstat(loose, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) ||
+               file_has_line_ending(packed, line);
+
+    free(staging);
+    free(loose);
+    free(packed);
+    free(line);
+    return has;
+}
+
 struct paths {
     char *workspace, *token_dir, *staging, *state, *mirror, *log;
     char *sock_dir; /* the meter socket's directory, or NULL */
@@ -246,25 +290,34 @@ static void arm_timer(struct controller *c, const struct reconcile *r)
 
 /* The log line of a start that is not a first one: after a server restart, or under a
  * --sandbox-provider other than the one the task last ran under (WS_KEPT: its workspace
- * held something). */
+ * held something; CHECKPOINT: its staging repository holds its last checkpoint, which
+ * the runner restores on a fresh clone). */
 static void log_restart(const struct controller *c, const struct reconcile *r, const char *log,
-                        enum start_mode mode, int64_t iteration, bool ws_kept)
+                        enum start_mode mode, int64_t iteration, bool ws_kept, bool checkpoint)
 {
+    char *from = ws_kept      ? xstrdup("continuing on its workspace")
+                 : checkpoint ? xasprintf("its workspace was gone, so it continues from its "
+                                          "last checkpoint diverge/wip/%s",
+                                          r->name)
+                              : xstrdup("its workspace was gone, so it continues from its "
+                                        "working branch (nothing of the old sandbox that was "
+                                        "not pushed is kept)");
+
     if (mode != START_FRESH && r->ran_provider != NULL &&
         strcmp(r->ran_provider, c->provider) != 0) {
         sandbox_log_event(log,
                           "[diverge] restarted under --sandbox-provider %s (it ran under "
                           "%s before): %s (iteration %lld)",
-                          c->provider, r->ran_provider,
-                          ws_kept ? "continuing on its workspace"
-                                  : "its workspace was gone, so it continues from "
-                                    "its working branch (nothing of the old sandbox "
-                                    "that was not pushed is kept)",
+                          c->provider, r->ran_provider, from, (long long)iteration);
+    } else if (mode != START_FRESH && !ws_kept) {
+        sandbox_log_event(log, "[diverge] %s: %s (iteration %lld)",
+                          mode == START_RESTART ? "restarted" : "resuming", from,
                           (long long)iteration);
     } else if (mode == START_RESTART) {
         sandbox_log_event(log, "[diverge] restarted after server restart (iteration %lld)",
                           (long long)iteration);
     }
+    free(from);
 }
 
 /* Whether DIR holds nothing (or cannot be read). */
@@ -339,7 +392,7 @@ static void do_start(struct controller *c, struct reconcile *r, enum start_mode 
 {
     struct controller_launch *l = xcalloc(1, sizeof(*l));
     struct err err = {0};
-    bool ws_kept;
+    bool ws_kept, checkpoint;
     int rc;
 
     l->mode = mode;
@@ -349,6 +402,7 @@ static void do_start(struct controller *c, struct reconcile *r, enum start_mode 
     }
     paths_of(&l->p, c, r->ns, r->name);
     ws_kept = !dir_empty(l->p.workspace); /* before prepare() creates it */
+    checkpoint = !ws_kept && controller_has_checkpoint(c, r->ns, r->name);
     /* Whatever an older run left goes first: nothing may write the workspace while it is
      * prepared (and handed to the sandbox user). */
     sandbox_stop(c->sandboxes, r->ns, r->name);
@@ -361,7 +415,7 @@ static void do_start(struct controller *c, struct reconcile *r, enum start_mode 
         if (rc == E_OK && strcmp(c->provider, "agent-sandbox") != 0) {
             rc = controller_meter_open(&l->s.meter, c, l->p.log, l->env, &l->n, &err);
         }
-        log_restart(c, r, l->p.log, mode, l->iteration, ws_kept);
+        log_restart(c, r, l->p.log, mode, l->iteration, ws_kept, checkpoint);
     }
     if (rc != E_OK) {
         sandbox_log_event(l->p.log, "[diverge] failed: %s", err.msg);
@@ -627,17 +681,74 @@ static void disk_limit(struct controller *c, struct reconcile *r, const char *lo
     free(ws);
 }
 
-/* Run N of a finished task: nothing of the previous run runs or stays but its log. */
+/* Before run N of a task whose run N-1 failed (SPEC §14 "the next run ... starts from
+ * it"): a new staging repository at <staging>.next holding nothing but the checkpoint
+ * refs/heads/diverge/wip/<task> of the old one, renamed into place once the old one is
+ * gone. Returns that path, or NULL when there is no checkpoint to keep. */
+static char *keep_checkpoint(struct controller *c, const struct reconcile *r, const char *log)
+{
+    char *staging = xasprintf("%s/staging/%s/%s.git", c->data_dir, r->ns, r->name);
+    char *next = xasprintf("%s.next", staging);
+    char *branch = xasprintf("diverge/wip/%s", r->name);
+    char *ref = xasprintf("refs/heads/%s", branch);
+    struct err err = {0};
+    bool kept = false;
+
+    (void)nftw(next, remove_one, 16, FTW_DEPTH | FTW_PHYS); /* an interrupted one */
+    /* The checkpoint is never the working or base branch (the runner refuses those). */
+    if (r->phase == TASK_FAILED && controller_has_checkpoint(c, r->ns, r->name) &&
+        !(r->working != NULL && strcmp(r->working, branch) == 0) &&
+        !(r->base != NULL && strcmp(r->base, branch) == 0)) {
+        /* The old repository was written by the sandbox: sanitized before git reads it. */
+        kept = controller_staging_sanitize(staging, &err) == E_OK &&
+               controller_repo_has(staging, ref) && controller_staging(next, log, &err) == E_OK &&
+               controller_checkpoint_copy(next, staging, branch, log, &err) == E_OK;
+        if (!kept) {
+            sandbox_log_event(log, "[diverge] the checkpoint %s could not be kept: %s", branch,
+                              err.msg[0] != '\0' ? err.msg : "no such branch");
+        }
+    }
+    if (!kept) {
+        (void)nftw(next, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+        free(next);
+        next = NULL;
+    }
+    free(staging);
+    free(branch);
+    free(ref);
+    return next;
+}
+
+/* Run N of a finished task: nothing of the previous run runs or stays but its log and,
+ * after a failed run, its checkpoint, which the runner of run N restores. */
 static void rerun(struct controller *c, struct reconcile *r, const char *log)
 {
+    char *kept, *staging;
+
     if (c->sandboxes != NULL) {
         controller_timer_set(c, r->ns, r->name, 0);
         sandbox_stop(c->sandboxes, r->ns, r->name);
     }
     controller_disk_clear(c, r->ns, r->name);
+    kept = c->sandboxes != NULL ? keep_checkpoint(c, r, log) : NULL;
     controller_forget_run(c, r->ns, r->name);
     sandbox_log_event(log, "[diverge] run %lld requested: objective \"%s\"", (long long)r->run,
                       r->objective);
+    if (kept != NULL) {
+        staging = xasprintf("%s/staging/%s/%s.git", c->data_dir, r->ns, r->name);
+        if (rename(kept, staging) == 0) {
+            sandbox_log_event(log,
+                              "[diverge] run %lld starts from the checkpoint diverge/wip/%s of "
+                              "the previous run",
+                              (long long)r->run, r->name);
+        } else {
+            sandbox_log_event(log, "[diverge] the checkpoint could not be kept: %s",
+                              strerror(errno));
+            (void)nftw(kept, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+        }
+        free(staging);
+        free(kept);
+    }
 }
 
 void controller_execute(struct controller *c, struct reconcile *r)

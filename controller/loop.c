@@ -207,6 +207,7 @@ int controller_new(struct controller **out, struct task_store *store,
     c->run_id |= 1; /* never 0, the value of "no run" */
     pthread_cond_init(&c->notes_cond, NULL);
     atomic_init(&c->stopping, false);
+    atomic_init(&c->queue_poked, false);
     controller_disk_init(c);
     rc = controller_sandboxes_open(c, cfg, err);
     if (rc == E_OK && !cfg->manual && !cfg->deferred) {

@@ -34,6 +34,32 @@ bool controller_queue_admitted(struct controller *c, const char *ns, const char 
     return ok;
 }
 
+bool controller_queue_waiting(struct controller *c)
+{
+    bool waiting = false;
+
+    if (c->max_running <= 0 && !atomic_load(&c->ns_caps)) {
+        return false;
+    }
+    pthread_mutex_lock(&c->queue_lock);
+    for (struct controller_queued *q = c->queued; q != NULL && !waiting; q = q->next) {
+        waiting = !q->admitted;
+    }
+    pthread_mutex_unlock(&c->queue_lock);
+    return waiting;
+}
+
+void controller_queue_poke(struct controller *c)
+{
+    if (c == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&c->notes_lock);
+    atomic_store(&c->queue_poked, true);
+    pthread_cond_signal(&c->notes_cond);
+    pthread_mutex_unlock(&c->notes_lock);
+}
+
 void controller_queue_free(struct controller *c)
 {
     while (c->queued != NULL) {

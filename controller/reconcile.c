@@ -77,6 +77,7 @@ static void observe(struct controller_observed *o, struct reconcile *r, const st
         o->sandbox = (int)st.state;
         o->exit_code = st.exit_code;
         o->workspace_exists = stat(ws, &sb) == 0 && S_ISDIR(sb.st_mode);
+        o->checkpoint = !o->workspace_exists && controller_has_checkpoint(c, r->ns, r->name);
         o->never_started = !r->started;
         o->disk_over = controller_disk_over(c, r->ns, r->name, NULL);
         o->queued = !controller_queue_admitted(c, r->ns, r->name);

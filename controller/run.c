@@ -32,7 +32,7 @@ static void reconcile_note(struct controller *c, struct controller_note *n)
 static void *tick(void *arg)
 {
     struct controller *c = arg;
-    int64_t next_checkpoint = 0;
+    int64_t next_checkpoint = 0, next_pass = 0;
 
     pthread_mutex_lock(&c->notes_lock);
     while (!atomic_load(&c->stopping)) {
@@ -71,11 +71,15 @@ static void *tick(void *arg)
             free(n->name);
             free(n);
         }
-        if (had_notes) {
-            controller_queue_pass(c); /* a runner exit may have freed a slot */
+        /* A runner exit may have freed a slot, a SpendQuota changed (poked), or a task
+         * waits and a cap may have moved without a task event (every period). */
+        if (atomic_exchange(&c->queue_poked, false) || had_notes ||
+            (now >= next_pass && controller_queue_waiting(c))) {
+            controller_queue_pass(c);
+            next_pass = now + CONTROLLER_QUEUE_PERIOD_MS;
         }
         pthread_mutex_lock(&c->notes_lock);
-        if (c->notes == NULL && !atomic_load(&c->stopping)) {
+        if (c->notes == NULL && !atomic_load(&c->queue_poked) && !atomic_load(&c->stopping)) {
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
             ts.tv_sec += 1;

@@ -516,6 +516,29 @@ int controller_staging(const char *path, const char *log_path, struct err *err)
     return rc;
 }
 
+bool controller_repo_has(const char *git_dir, const char *ref)
+{
+    const char *argv[] = {"git", "--git-dir", git_dir, "rev-parse", "--verify", "-q", ref, NULL};
+    struct err err = {0};
+
+    return is_dir(git_dir) && controller_git(NULL, argv, &err) == E_OK;
+}
+
+int controller_checkpoint_copy(const char *dst, const char *src, const char *branch,
+                               const char *log_path, struct err *err)
+{
+    char *spec = xasprintf("+refs/heads/%s:refs/heads/%s", branch, branch);
+    /* No hooks (not even reference-transaction), no tags, nothing but the one ref. */
+    const char *argv[] = {"git",       "-c",      "core.hooksPath=/dev/null",
+                          "--git-dir", dst,       "fetch",
+                          "--no-tags", "--quiet", "--",
+                          src,         spec,      NULL};
+    int rc = controller_git(log_path, argv, err);
+
+    free(spec);
+    return rc;
+}
+
 static int tidy_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
     (void)ftw;

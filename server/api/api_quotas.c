@@ -204,6 +204,7 @@ int api_quota_create(struct request *r)
         ret = http_send_err(r, &err);
     } else {
         log_change("created", stored);
+        controller_queue_poke(r->srv->controller); /* its maxRunningTasks applies now */
         ret = http_send_json(r, 201, stored);
     }
     json_decref(body);
@@ -304,6 +305,9 @@ static int change(struct request *r, enum scope scope, bool replace)
         ret = http_send_err(r, &err);
     } else {
         log_change(scope == SCOPE_STATUS ? "status changed" : "changed", stored);
+        if (scope == SCOPE_MAIN) {
+            controller_queue_poke(r->srv->controller); /* a raised cap starts tasks now */
+        }
         ret = http_send_json(r, 200, stored);
     }
     json_decref(c.body);
@@ -354,5 +358,6 @@ int api_quota_delete(struct request *r)
         return http_send_err(r, &err);
     }
     log_change("deleted", last);
+    controller_queue_poke(r->srv->controller); /* its cap no longer holds tasks back */
     return http_send_json(r, 200, last);
 }

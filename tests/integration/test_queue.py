@@ -4,7 +4,8 @@ cannot run): with --max-running-tasks 1, a task holds the one slot while its age
 for a file the test writes into its workspace; later tasks stay Pending with reason
 Queued and status.queuePosition, in round-robin order across namespaces (beta's only task
 goes before alpha's second, though it came later); `task list` and /metrics
-(diverge_tasks_queued) show them; each one starts when the slot frees."""
+(diverge_tasks_queued) show them; each one starts when the slot frees, or at once when a
+SpendQuota's maxRunningTasks is raised (no task event needed)."""
 import os
 import shutil
 import tempfile
@@ -141,5 +142,37 @@ def test_spendquota_caps_a_projects_running_tasks():
     shutil.rmtree(top, ignore_errors=True)
 
 
+def test_raised_quota_starts_the_queued_task():
+    """A SpendQuota's maxRunningTasks raised from 1 to 2 through the API: the queued task
+    starts while the first still runs (the quota change runs a queue pass)."""
+    top = tempfile.mkdtemp(prefix="diverge-queue-")
+    url = make_repo(top)
+    args = ARGS[:-2] + ["--max-running-tasks", "0"]
+    quota = API + "/namespaces/gamma/spendquotas/team"
+    with Server(args, env=ENV) as srv, Clean(srv):
+        st, _, b = srv.request("POST", API + "/namespaces/gamma/spendquotas", {
+            "apiVersion": "divergedev.com/v1alpha1", "kind": "SpendQuota",
+            "metadata": {"name": "team"}, "spec": {"maxRunningTasks": 1}})
+        assert st == 201, b
+        create(srv, "gamma", "g1", url)
+        wait(lambda: phase(srv, "gamma", "g1")["phase"] == "Active", what="g1 Active")
+        create(srv, "gamma", "g2", url)
+        s = wait(lambda: (lambda s: s if s.get("queuePosition") == 1 else None)(
+            phase(srv, "gamma", "g2")), what="g2 queued")
+        assert s["phase"] == "Pending" and s["reason"] == "Queued", s
+        st, _, b = srv.request("PATCH", quota, {"spec": {"maxRunningTasks": 2}},
+                               headers={"Content-Type": "application/merge-patch+json"})
+        assert st == 200 and b["spec"]["maxRunningTasks"] == 2, (st, b)
+        s = wait(lambda: (lambda s: s if s["phase"] == "Active" else None)(
+            phase(srv, "gamma", "g2")), what="g2 Active after the raise")
+        assert "queuePosition" not in s and s["reason"] == "", s
+        assert phase(srv, "gamma", "g1")["phase"] == "Active"  # both run at once
+        release(srv, "gamma", "g1")
+        release(srv, "gamma", "g2")
+        wait(lambda: phase(srv, "gamma", "g2")["phase"] == "Completed", what="g2 Completed")
+    shutil.rmtree(top, ignore_errors=True)
+
+
 if __name__ == "__main__":
-    run_tests([test_one_slot_round_robin_queue, test_spendquota_caps_a_projects_running_tasks])
+    run_tests([test_one_slot_round_robin_queue, test_spendquota_caps_a_projects_running_tasks,
+               test_raised_quota_starts_the_queued_task])

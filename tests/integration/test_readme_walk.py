@@ -16,7 +16,9 @@ from test_kubectl import kubectl_bin  # noqa: E402
 
 # What the README's comments promise, by section: text the section's output must hold.
 PROMISED = {
-    "First thing to try": ["fix(fix-pr-1): the typo in greeting.txt"],
+    "First thing to try": ["fix(fix-pr-1): the typo in greeting.txt",
+                           "⏳ Queued — position 1 · `fix-pr-1` · run 2", "Pending (queued #1)",
+                           "run 2 requested: objective \"say hello once more\""],
     "A task that really runs": ["fix(demo): fix the greeting", "Completed"],
     "Metering from your agent": ["metered: 1500 tokens, 0.0225 USD in total",
                                  "metered: 3000 tokens, 0.045 USD in total"],

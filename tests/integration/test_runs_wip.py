@@ -9,7 +9,10 @@
   annotation divergedev.com/wip-branch and status.lastFailure, and the sticky comment of
   the local PR links it with the failure's last lines; --push-wip=false keeps it local;
 - past 80 % of sandbox.timeoutSeconds the agent's guidance says how long is left, and the
-  timed-out task's checkpoint is pushed."""
+  timed-out task's checkpoint is pushed;
+- the next run of a failed task (`diverge task rerun`) starts from its checkpoint: its
+  agent sees the work of the failed run, and the passing run's push lands on the working
+  branch without the checkpoint's history (with --push-wip=false too: staging alone)."""
 import os
 import shutil
 import subprocess
@@ -38,12 +41,12 @@ exit 1
 """
 
 
-def make_repo(top, agent_yaml):
+def make_repo(top, agent_yaml, agent=AGENT):
     """TOP/origin.git: main holds the agent, the failing check and AGENT_YAML; branch
     `feature` one more commit (the PR head)."""
     src = os.path.join(top, "src")
     os.makedirs(os.path.join(src, ".diverge"))
-    for name, text in ((".diverge/agent.sh", AGENT), ("check.sh", VERIFY),
+    for name, text in ((".diverge/agent.sh", agent), ("check.sh", VERIFY),
                        (".diverge/agent.yaml", agent_yaml), ("README", "hello\n")):
         with open(os.path.join(src, name), "w") as f:
             f.write(text)
@@ -77,10 +80,10 @@ def refs(bare):
     return git("--git-dir", bare, "for-each-ref", "--format=%(refname) %(objectname)")
 
 
-def failed_pr_run(serve_args):
+def failed_pr_run(serve_args, agent_yaml=YAML, agent=AGENT):
     """Opens a local PR whose task fails verify twice; returns (srv, bare, task, top)."""
     top = tempfile.mkdtemp(prefix="diverge-wip-")
-    bare = make_repo(top, YAML)
+    bare = make_repo(top, agent_yaml, agent)
     srv = Server(["--sandbox-provider", PROVIDER, "--notifier-min-interval", "1"] + serve_args,
                  env=ENV)
     srv.__enter__()
@@ -128,6 +131,69 @@ def test_push_wip_false_keeps_the_checkpoint_in_staging():
         staging = os.path.join(srv.data_dir, "staging", "acme-wip", "fix-pr-3.git")
         assert "refs/heads/diverge/wip/fix-pr-3" in refs(staging), refs(staging)
     shutil.rmtree(top, ignore_errors=True)
+
+
+# One iteration per run; verify passes once work.txt holds the work of two iterations,
+# which only a run that starts from the failed run's checkpoint can have.
+RERUN_YAML = """version: "1"
+agent:
+  command: sh .diverge/agent.sh
+  verifyCommand: 'test "$(grep -c partial work.txt)" -ge 2'
+  budgetUSD: "2.00"
+  maxIterations: 1
+"""
+RERUN_AGENT = """set -eu
+if [ -f work.txt ]; then echo "agent saw: $(cat work.txt)"; fi
+echo "partial work $DIVERGE_ITERATION" >>work.txt
+printf '{"model":"m","tokensUsed":10,"costUSD":0.001}\\n' >>"$DIVERGE_USAGE_FILE"
+"""
+
+
+def rerun_from_checkpoint(serve_args):
+    srv, bare, t, top = failed_pr_run(serve_args, RERUN_YAML, RERUN_AGENT)
+    wip = "diverge/wip/fix-pr-3"
+    with Clean(srv):
+        assert t["status"]["reason"] == "RunnerFailed", t["status"]
+        head = git("--git-dir", bare, "rev-parse", "feature").strip()
+        staging = os.path.join(srv.data_dir, "staging", "acme-wip", "fix-pr-3.git")
+        checkpoint = git("--git-dir", staging, "rev-parse", "refs/heads/" + wip).strip()
+        r = srv.cli("task", "rerun", "fix-pr-3", "-n", "acme-wip")
+        assert r.returncode == 0 and "run 2 started" in r.stdout, r
+        t = wait(lambda: (lambda t: t if t and t["status"].get("run") == 2 and t["status"][
+            "phase"] in ("Completed", "Failed") else None)(get_task(srv, "acme-wip", "fix-pr-3")),
+            what="run 2 finished")
+        log = srv.cli("task", "logs", "fix-pr-3", "-n", "acme-wip").stdout
+        assert t["status"]["phase"] == "Completed", (t["status"], log)
+        assert "run 2 starts from the checkpoint %s of the previous run" % wip in log, log
+        assert "continuing from the checkpoint %s of an earlier run" % wip in log, log
+        # The agent of run 2 saw the work of run 1 ...
+        assert "agent saw: partial work 1" in log, log
+        # ... and the push of run 2 lands on the working branch: one commit on the PR
+        # head with both runs' work, none of the checkpoint's commits in its history.
+        assert git("--git-dir", bare, "show", "feature:work.txt") == \
+            "partial work 1\npartial work 1\n"
+        assert git("--git-dir", bare, "rev-parse", "feature~1").strip() == head
+        assert git("--git-dir", bare, "log", "-1", "--format=%s", "feature").startswith(
+            "fix(fix-pr-3): ")
+        known = subprocess.run(["git", "--git-dir", bare, "cat-file", "-e", checkpoint])
+        if known.returncode == 0:  # pushed as diverge/wip/<task>: still not in feature
+            anc = subprocess.run(["git", "--git-dir", bare, "merge-base", "--is-ancestor",
+                                  checkpoint, "feature"])
+            assert anc.returncode == 1, anc
+        remote = refs(bare)
+        assert "refs/heads/main" in remote, remote
+    shutil.rmtree(top, ignore_errors=True)
+    return remote
+
+
+def test_rerun_starts_from_the_failed_runs_checkpoint():
+    remote = rerun_from_checkpoint([])
+    assert "refs/heads/diverge/wip/fix-pr-3" in remote, remote
+
+
+def test_rerun_starts_from_the_checkpoint_kept_in_staging_only():
+    remote = rerun_from_checkpoint(["--push-wip=false"])
+    assert "diverge/wip" not in remote, remote
 
 
 def test_timeout_tells_the_agent_then_pushes_the_checkpoint():
@@ -200,4 +266,6 @@ if __name__ == "__main__":
     run_tests([test_runner_continues_from_the_checkpoint_on_a_fresh_clone,
                test_failed_run_pushes_its_checkpoint_and_the_sticky_links_it,
                test_push_wip_false_keeps_the_checkpoint_in_staging,
+               test_rerun_starts_from_the_failed_runs_checkpoint,
+               test_rerun_starts_from_the_checkpoint_kept_in_staging_only,
                test_timeout_tells_the_agent_then_pushes_the_checkpoint])

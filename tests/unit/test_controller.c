@@ -174,6 +174,13 @@ TEST(decide_provider_changed)
     o.can_run = true;
     o.provider_changed = false;
     CHECK(controller_decide(&v, &o) == CONTROLLER_FAIL_SANDBOX);
+    /* A gone workspace with a checkpoint in staging: started again from it (SPEC §14). */
+    o.checkpoint = true;
+    CHECK(controller_decide(&v, &o) == CONTROLLER_RESTART);
+    v = view(TASK_PAUSED, false);
+    CHECK(controller_decide(&v, &o) == CONTROLLER_RESUME_START);
+    o.can_run = false;
+    CHECK(controller_decide(&v, &o) == CONTROLLER_FAIL_SANDBOX);
 }
 
 /* sandbox.timeoutSeconds counts only the time a sandbox ran under a live server. */
