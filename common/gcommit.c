@@ -13,6 +13,7 @@
 struct gcommit {
     gcommit_fn fn;
     void *userdata;
+    enum gcommit_wake wake;
     char name[16];
     pthread_mutex_t mu;               /* guards the queue, stop and the stats */
     pthread_cond_t work;              /* items queued, or stopping */
@@ -22,10 +23,22 @@ struct gcommit {
     int64_t batches, items;
 };
 
+/* Wakes every thread of BATCH itself, oldest first. */
+static void wake_all(struct gcommit_item *batch)
+{
+    struct gcommit_item *it = batch, *next;
+
+    while (it != NULL) {
+        next = it->next; /* IT may be gone once its thread woke */
+        sem_post(&it->done);
+        it = next;
+    }
+}
+
 /* Wakes the threads of BATCH as a binary tree: the committer posts only the root and every
  * woken thread posts its two children (gcommit_run), so waking 64 threads costs the
- * committer one futex call and takes log2(64) rounds. Returns the batch size. */
-static int64_t wake_batch(struct gcommit_item *batch)
+ * committer one futex call and takes log2(64) rounds. */
+static void wake_tree(struct gcommit_item *batch)
 {
     struct gcommit_item *small[128], **all = small, *it;
     size_t n = 0, cap = ARRAY_LEN(small);
@@ -48,7 +61,6 @@ static int64_t wake_batch(struct gcommit_item *batch)
     if (all != small) {
         free(all);
     }
-    return (int64_t)n;
 }
 
 static void *committer(void *arg)
@@ -70,22 +82,35 @@ static void *committer(void *arg)
         g->head = g->tail = NULL;
         pthread_mutex_unlock(&g->mu);
         g->fn(batch, g->userdata);
-        n = wake_batch(batch); /* BATCH's items may be gone once this returns */
+        n = 0;
+        for (struct gcommit_item *it = batch; it != NULL; it = it->next) {
+            n++;
+        }
+        /* Counted before the wake-up: a woken thread may read the stats at once, and
+         * BATCH's items may be gone once their threads woke. */
         pthread_mutex_lock(&g->mu);
         g->batches++;
         g->items += n;
+        pthread_mutex_unlock(&g->mu);
+        if (g->wake == GCOMMIT_WAKE_TREE) {
+            wake_tree(batch);
+        } else {
+            wake_all(batch);
+        }
+        pthread_mutex_lock(&g->mu);
     }
     pthread_mutex_unlock(&g->mu);
     return NULL;
 }
 
-int gcommit_new(struct gcommit **out, const char *name, gcommit_fn fn, void *userdata,
-                struct err *err)
+int gcommit_new(struct gcommit **out, const char *name, enum gcommit_wake wake, gcommit_fn fn,
+                void *userdata, struct err *err)
 {
     struct gcommit *g = xcalloc(1, sizeof(*g));
 
     *out = NULL;
     g->fn = fn;
+    g->wake = wake;
     g->userdata = userdata;
     snprintf(g->name, sizeof(g->name), "%s", name);
     pthread_mutex_init(&g->mu, NULL);
@@ -132,7 +157,7 @@ void gcommit_run(struct gcommit *g, struct gcommit_item *item)
     while (sem_wait(&item->done) != 0) {
         /* EINTR: wait again */
     }
-    /* Pass the wake-up on before anything else (see wake_batch). */
+    /* Pass the wake-up on before anything else (see wake_tree; NULL under wake_all). */
     for (int k = 0; k < 2; k++) {
         if (item->wake[k] != NULL) {
             sem_post(&item->wake[k]->done);

@@ -755,7 +755,7 @@ int meter_service_new(struct meter_service **out, struct task_store *store,
     m->store = store;
     memcpy(m->root_key, root_key, TOKEN_ROOT_KEY_LEN);
     token_cache_init(&m->tokens);
-    rc = gcommit_new(&m->committer, "meter-commit", commit_jobs, m, err);
+    rc = gcommit_new(&m->committer, "meter-commit", GCOMMIT_WAKE_TREE, commit_jobs, m, err);
     if (rc != E_OK) {
         token_cache_cleanup(&m->tokens);
         secret_wipe(m->root_key, sizeof(m->root_key));

@@ -87,7 +87,7 @@ static void commit_adds(struct gcommit_item *batch, void *userdata)
 
 int sqlst_inbox_committer_start(struct sqlite_store *s, struct err *err)
 {
-    return gcommit_new(&s->inbox_committer, "inbox-commit", commit_adds, s, err);
+    return gcommit_new(&s->inbox_committer, "inbox-commit", GCOMMIT_WAKE_ALL, commit_adds, s, err);
 }
 
 int sqlst_inbox_add(bool *duplicate_out, struct task_store *st, const struct inbox_entry *e,

@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Group commit (common/gcommit.c): every queued item is committed exactly once, by one
- * commit at a time, before its gcommit_run returns; one thread's items are committed in
- * the order it queued them; the stats count batches and items. */
+/* Group commit (common/gcommit.c), under both wake-ups: every queued item is committed
+ * exactly once, by one commit at a time, before its gcommit_run returns; one thread's items
+ * are committed in the order it queued them; the stats count batches and items. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/gcommit.h"
 #include "tests/t_check.h"
@@ -72,7 +73,7 @@ static void *work(void *arg)
     return NULL;
 }
 
-TEST(every_item_once_one_commit_at_a_time_in_order)
+static void concurrent(enum gcommit_wake wake)
 {
     static struct ledger l;
     struct worker w[THREADS];
@@ -81,10 +82,11 @@ TEST(every_item_once_one_commit_at_a_time_in_order)
     struct err err = {0};
     int64_t batches = 0, items = 0;
 
+    memset(&l, 0, sizeof(l));
     for (int i = 0; i < THREADS; i++) {
         l.last_seq[i] = -1;
     }
-    CHECK_OK(gcommit_new(&g, "test-commit", commit, &l, &err));
+    CHECK_OK(gcommit_new(&g, "test-commit", wake, commit, &l, &err));
     ASSERT(g != NULL);
     for (int i = 0; i < THREADS; i++) {
         w[i] = (struct worker){.g = g, .thread = i};
@@ -109,6 +111,16 @@ TEST(every_item_once_one_commit_at_a_time_in_order)
     CHECK(l.largest >= 1 && l.largest <= THREADS);
 }
 
+TEST(every_item_once_one_commit_at_a_time_in_order_tree_wake)
+{
+    concurrent(GCOMMIT_WAKE_TREE);
+}
+
+TEST(every_item_once_one_commit_at_a_time_in_order_wake_all)
+{
+    concurrent(GCOMMIT_WAKE_ALL);
+}
+
 TEST(one_thread_one_item_per_batch)
 {
     static struct ledger l;
@@ -117,7 +129,7 @@ TEST(one_thread_one_item_per_batch)
     int64_t batches = 0, items = 0;
 
     l.last_seq[0] = -1;
-    CHECK_OK(gcommit_new(&g, "test-commit", commit, &l, &err));
+    CHECK_OK(gcommit_new(&g, "test-commit", GCOMMIT_WAKE_TREE, commit, &l, &err));
     for (int i = 0; i < 5; i++) {
         struct job j = {.thread = 0, .seq = i};
         gcommit_run(g, &j.link);
