@@ -507,7 +507,8 @@ bool slashcmd_mentions(const char *body, size_t len)
         if (p == NULL) {
             return false;
         }
-        if (slashcmd_ieq(p + 1, wlen - 1, word + 1)) {
+        /* Most slashes of a payload are in URLs: one byte rules them out. */
+        if (slashcmd_lower(p[1]) == 'd' && slashcmd_ieq(p + 1, wlen - 1, word + 1)) {
             return true;
         }
         p++;

@@ -1,16 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The meter service: request threads check the token's signature and parse the body in
- * parallel, then queue a job; one committer thread takes every queued job, applies them
- * in ONE write transaction (each inside its own savepoint, so one failure never fails the
- * others) and answers them all after the single fsync'd COMMIT: group commit. */
-#include <pthread.h>
-#include <semaphore.h>
-#include <sys/prctl.h>
+ * parallel, then queue a job; one committer thread (common/gcommit.h) takes every queued
+ * job, applies them in ONE write transaction and answers them all after the single
+ * fsync'd COMMIT: group commit. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/buf.h"
 #include "common/clock.h"
+#include "common/gcommit.h"
 #include "common/log.h"
 #include "common/money.h"
 #include "common/secret.h"
@@ -47,20 +45,19 @@ struct meter_job {
     bool excluded;              /* failed alone: answered 503, left out of the retry */
     int status;                 /* out: HTTP status */
     char *body;                 /* out: owned JSON text */
-    sem_t done;                 /* posted once the job is answered */
-    struct meter_job *wake[2];  /* jobs this job's thread wakes after it woke (a tree) */
-    struct meter_job *next;     /* queue link */
+    struct gcommit_item link;   /* the committer's queue; link.next: the batch */
 };
+
+/* The job queued as IT, or NULL. */
+static struct meter_job *queued_job(struct gcommit_item *it)
+{
+    return it != NULL ? container_of(it, struct meter_job, link) : NULL;
+}
 
 struct meter_service {
     struct task_store *store; /* borrowed */
     unsigned char root_key[TOKEN_ROOT_KEY_LEN];
-    pthread_mutex_t mu;            /* guards the queue, done flags, stats */
-    pthread_cond_t work;           /* jobs queued or stopping */
-    struct meter_job *head, *tail; /* queued jobs */
-    bool stop;
-    pthread_t thread;
-    int64_t batches, requests;
+    struct gcommit *committer; /* owned: the group commit of every job */
     struct token_cache tokens; /* verified tokens by text */
 };
 
@@ -662,7 +659,7 @@ static int apply_jobs(struct task_txn *tx, struct batch *b)
     json_decref(b->quotas_dirty);
     b->quotas = json_object();
     b->quotas_dirty = json_object();
-    for (struct meter_job *j = b->jobs; j != NULL; j = j->next) {
+    for (struct meter_job *j = b->jobs; j != NULL; j = queued_job(j->link.next)) {
         if (j->excluded) {
             continue;
         }
@@ -736,84 +733,34 @@ static void commit_batch(struct meter_service *m, struct meter_job *jobs)
     json_decref(b.quotas);
     json_decref(b.quotas_dirty);
     log_kv(LOG_ERROR, "meter_batch_failed", "error", b.err.msg, NULL);
-    for (struct meter_job *j = jobs; j != NULL; j = j->next) {
+    for (struct meter_job *j = jobs; j != NULL; j = queued_job(j->link.next)) {
         fail_job(j);
     }
 }
 
 /* --- the committer ----------------------------------------------------------------- */
 
-/* Wakes the waiters of BATCH as a binary tree: the committer posts only the root, and
- * every woken request thread posts its two children, so waking 64 threads costs the
- * committer one futex call and takes log2(64) rounds. Returns the batch size. */
-static int64_t wake_batch(struct meter_job *batch)
+static void commit_jobs(struct gcommit_item *batch, void *userdata)
 {
-    struct meter_job *small[128], **all = small, *j;
-    size_t n = 0, cap = ARRAY_LEN(small);
-
-    for (j = batch; j != NULL; j = j->next) {
-        if (n == cap) {
-            cap *= 2;
-            all = all == small ? memcpy(xmalloc(cap * sizeof(*all)), small, sizeof(small))
-                               : xrealloc(all, cap * sizeof(*all));
-        }
-        all[n++] = j;
-    }
-    for (size_t i = 0; i < n; i++) {
-        all[i]->wake[0] = 2 * i + 1 < n ? all[2 * i + 1] : NULL;
-        all[i]->wake[1] = 2 * i + 2 < n ? all[2 * i + 2] : NULL;
-    }
-    if (n > 0) {
-        sem_post(&all[0]->done);
-    }
-    if (all != small) {
-        free(all);
-    }
-    return (int64_t)n;
-}
-
-static void *committer(void *arg)
-{
-    struct meter_service *m = arg;
-
-    prctl(PR_SET_NAME, "meter-commit", 0, 0, 0);
-    pthread_mutex_lock(&m->mu);
-    for (;;) {
-        struct meter_job *batch;
-        int64_t n;
-        while (m->head == NULL && !m->stop) {
-            pthread_cond_wait(&m->work, &m->mu);
-        }
-        if (m->head == NULL && m->stop) {
-            break;
-        }
-        batch = m->head;
-        m->head = m->tail = NULL;
-        pthread_mutex_unlock(&m->mu);
-        commit_batch(m, batch);
-        n = wake_batch(batch);
-        pthread_mutex_lock(&m->mu);
-        m->batches++;
-        m->requests += n;
-    }
-    pthread_mutex_unlock(&m->mu);
-    return NULL;
+    commit_batch(userdata, queued_job(batch));
 }
 
 int meter_service_new(struct meter_service **out, struct task_store *store,
                       const unsigned char root_key[TOKEN_ROOT_KEY_LEN], struct err *err)
 {
     struct meter_service *m = xcalloc(1, sizeof(*m));
+    int rc;
 
     *out = NULL;
     m->store = store;
     memcpy(m->root_key, root_key, TOKEN_ROOT_KEY_LEN);
-    pthread_mutex_init(&m->mu, NULL);
-    pthread_cond_init(&m->work, NULL);
     token_cache_init(&m->tokens);
-    if (pthread_create(&m->thread, NULL, committer, m) != 0) {
+    rc = gcommit_new(&m->committer, "meter-commit", GCOMMIT_WAKE_TREE, commit_jobs, m, err);
+    if (rc != E_OK) {
+        token_cache_cleanup(&m->tokens);
+        secret_wipe(m->root_key, sizeof(m->root_key));
         free(m);
-        return err_set(err, E_FAIL, "cannot start the meter committer thread");
+        return rc;
     }
     *out = m;
     return E_OK;
@@ -824,13 +771,7 @@ void meter_service_free(struct meter_service *m)
     if (m == NULL) {
         return;
     }
-    pthread_mutex_lock(&m->mu);
-    m->stop = true;
-    pthread_cond_signal(&m->work);
-    pthread_mutex_unlock(&m->mu);
-    pthread_join(m->thread, NULL);
-    pthread_mutex_destroy(&m->mu);
-    pthread_cond_destroy(&m->work);
+    gcommit_free(m->committer);
     token_cache_cleanup(&m->tokens);
     secret_wipe(m->root_key, sizeof(m->root_key));
     free(m);
@@ -838,10 +779,7 @@ void meter_service_free(struct meter_service *m)
 
 void meter_service_stats(struct meter_stats *out, struct meter_service *m)
 {
-    pthread_mutex_lock(&m->mu);
-    out->batches = m->batches;
-    out->requests = m->requests;
-    pthread_mutex_unlock(&m->mu);
+    gcommit_stats(&out->batches, &out->requests, m->committer);
 }
 
 static void respond(int *status_out, char **body_out, int status, const char *msg,
@@ -851,30 +789,10 @@ static void respond(int *status_out, char **body_out, int status, const char *ms
     *body_out = error_body(msg, reason);
 }
 
-/* Queues J (its token set), waits until the committer answered it, and passes the
- * wake-up on. */
+/* Queues J (its token set) and waits until the committer answered it. */
 static void run_job(struct meter_service *m, struct meter_job *j)
 {
-    sem_init(&j->done, 0, 0);
-    pthread_mutex_lock(&m->mu);
-    if (m->tail != NULL) {
-        m->tail->next = j;
-    } else {
-        m->head = j;
-    }
-    m->tail = j;
-    pthread_cond_signal(&m->work);
-    pthread_mutex_unlock(&m->mu);
-    while (sem_wait(&j->done) != 0) {
-        /* EINTR: wait again */
-    }
-    /* Pass the wake-up on before anything else (see wake_batch). */
-    for (int k = 0; k < 2; k++) {
-        if (j->wake[k] != NULL) {
-            sem_post(&j->wake[k]->done);
-        }
-    }
-    sem_destroy(&j->done);
+    gcommit_run(m->committer, &j->link);
 }
 
 /* Checks the Authorization header as the meter does: the verified token into *vt_out, or

@@ -33,14 +33,83 @@ static void fetch_hmac(void)
     g_hmac = EVP_MAC_fetch(NULL, "HMAC", NULL);
 }
 
+/* The HMAC contexts keyed with the secrets last seen, one per non-empty secret: keying
+ * one (two SHA-256 blocks and a digest fetched by name) cost more than hashing a whole
+ * 8 KB delivery, so a delivery copies these instead. Rebuilt when the secrets change (the
+ * GitHub App setup may set them while the server runs). */
+static pthread_mutex_t g_keyed_mu = PTHREAD_MUTEX_INITIALIZER;
+static char *g_keyed_secrets; /* owned; the secrets G_KEYED was keyed with */
+static EVP_MAC_CTX **g_keyed; /* owned */
+static size_t g_keyed_n;      /* entries in g_keyed */
+
+static void keyed_reset(void)
+{
+    for (size_t i = 0; i < g_keyed_n; i++) {
+        EVP_MAC_CTX_free(g_keyed[i]); /* wipes the key schedule */
+    }
+    free(g_keyed);
+    g_keyed = NULL;
+    g_keyed_n = 0;
+    if (g_keyed_secrets != NULL) {
+        secret_wipe(g_keyed_secrets, strlen(g_keyed_secrets));
+        free(g_keyed_secrets);
+        g_keyed_secrets = NULL;
+    }
+}
+
+/* Keys one context per comma-separated secret of SECRETS into g_keyed. Caller holds
+ * g_keyed_mu. */
+static void keyed_build(const char *secrets)
+{
+    OSSL_PARAM params[2];
+    const char *p = secrets;
+    size_t count = 1;
+
+    keyed_reset();
+    g_keyed_secrets = xstrdup(secrets);
+    for (const char *c = secrets; *c != '\0'; c++) {
+        count += *c == ',';
+    }
+    g_keyed = xcalloc(count, sizeof(*g_keyed));
+    pthread_once(&g_hmac_once, fetch_hmac);
+    params[0] =
+        OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, (char *)(uintptr_t) "SHA256", 0);
+    params[1] = OSSL_PARAM_construct_end();
+    while (g_hmac != NULL && p != NULL && *p != '\0') {
+        const char *comma = strchr(p, ',');
+        size_t n = comma != NULL ? (size_t)(comma - p) : strlen(p);
+        EVP_MAC_CTX *ctx = n > 0 ? EVP_MAC_CTX_new(g_hmac) : NULL;
+
+        if (ctx != NULL && EVP_MAC_init(ctx, (const unsigned char *)p, n, params) == 1) {
+            g_keyed[g_keyed_n++] = ctx;
+        } else {
+            EVP_MAC_CTX_free(ctx);
+        }
+        p = comma != NULL ? comma + 1 : NULL;
+    }
+}
+
+/* Copies into M one keyed context per secret of SECRETS. */
+static void keyed_copy(struct github_webhook_mac *m, const char *secrets)
+{
+    pthread_mutex_lock(&g_keyed_mu);
+    if (g_keyed_secrets == NULL || strcmp(g_keyed_secrets, secrets) != 0) {
+        keyed_build(secrets);
+    }
+    m->ctx = xcalloc(g_keyed_n > 0 ? g_keyed_n : 1, sizeof(*m->ctx));
+    for (size_t i = 0; i < g_keyed_n; i++) {
+        EVP_MAC_CTX *ctx = EVP_MAC_CTX_dup(g_keyed[i]);
+        if (ctx != NULL) {
+            m->ctx[m->n++] = ctx;
+        }
+    }
+    pthread_mutex_unlock(&g_keyed_mu);
+}
+
 int github_webhook_mac_new(struct github_webhook_mac **out, const char *secrets,
                            const char *sig_header, struct err *err)
 {
     struct github_webhook_mac *m;
-    EVP_MAC *hmac;
-    OSSL_PARAM params[2];
-    const char *p = secrets;
-    size_t count = 1;
 
     *out = NULL;
     if (sig_header == NULL || strncmp(sig_header, SIG_PREFIX, strlen(SIG_PREFIX)) != 0) {
@@ -51,27 +120,7 @@ int github_webhook_mac_new(struct github_webhook_mac **out, const char *secrets,
         free(m);
         return err_set(err, E_DENIED, "missing or malformed X-Hub-Signature-256");
     }
-    for (const char *c = secrets != NULL ? secrets : ""; *c != '\0'; c++) {
-        count += *c == ',';
-    }
-    m->ctx = xcalloc(count, sizeof(*m->ctx));
-    pthread_once(&g_hmac_once, fetch_hmac);
-    hmac = g_hmac;
-    params[0] =
-        OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, (char *)(uintptr_t) "SHA256", 0);
-    params[1] = OSSL_PARAM_construct_end();
-    while (hmac != NULL && p != NULL && *p != '\0') {
-        const char *comma = strchr(p, ',');
-        size_t n = comma != NULL ? (size_t)(comma - p) : strlen(p);
-        EVP_MAC_CTX *ctx = n > 0 ? EVP_MAC_CTX_new(hmac) : NULL;
-
-        if (ctx != NULL && EVP_MAC_init(ctx, (const unsigned char *)p, n, params) == 1) {
-            m->ctx[m->n++] = ctx;
-        } else {
-            EVP_MAC_CTX_free(ctx);
-        }
-        p = comma != NULL ? comma + 1 : NULL;
-    }
+    keyed_copy(m, secrets != NULL ? secrets : "");
     *out = m;
     return E_OK;
 }

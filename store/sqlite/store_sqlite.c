@@ -379,6 +379,7 @@ static void sqlst_close(struct task_store *st)
 {
     struct sqlite_store *s = sqlst_of(st);
 
+    gcommit_free(s->inbox_committer); /* commits what is queued: before the connection goes */
     for (size_t i = 0; i < EVENT_RING; i++) {
         free(s->ring[i].json);
     }
@@ -392,7 +393,6 @@ static void sqlst_close(struct task_store *st)
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->changed);
     pthread_cond_destroy(&s->inbox_cv);
-    pthread_mutex_destroy(&s->gc_mu);
     pthread_cond_destroy(&s->outbox_cv);
     free(s);
 }
@@ -419,7 +419,6 @@ int task_store_sqlite_open(struct task_store **out, const char *path, const stru
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->changed, NULL);
     pthread_cond_init(&s->inbox_cv, NULL);
-    pthread_mutex_init(&s->gc_mu, NULL);
     pthread_cond_init(&s->outbox_cv, NULL);
     s->cache = json_object();
     s->meter_ids = NULL;
@@ -443,6 +442,9 @@ int task_store_sqlite_open(struct task_store **out, const char *path, const stru
     }
     if (rc == E_OK) {
         rc = sqlst_readers_open(s, path, err);
+    }
+    if (rc == E_OK) {
+        rc = sqlst_inbox_committer_start(s, err);
     }
 out:
     if (rc != E_OK) {

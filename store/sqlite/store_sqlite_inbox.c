@@ -1,28 +1,29 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Adding to the durable inbox by group commit: concurrent webhook requests queue their
- * entry and one leader writes the whole queue in one fsync'd transaction; each request
- * answers only after the COMMIT that holds its entry. */
-#include <semaphore.h>
+/* Adding to the durable inbox by group commit (common/gcommit.h): concurrent webhook
+ * requests queue their entry, the store's inbox committer writes every queued entry in ONE
+ * fsync'd transaction, and each request answers only after the COMMIT that holds its
+ * entry. A delivery already in the inbox (its delivery id, or its comment) is not written
+ * again and is answered as a duplicate. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "store/sqlite/store_sqlite_int.h"
 
-/* Group commit of inbox inserts: concurrent webhook requests queue their entry; one of
- * them (the leader) writes every queued entry in ONE transaction, then hands leadership
- * to the next queued request. Each request still gets its own answer, after the fsync'd
- * COMMIT that holds its entry. */
-struct inbox_waiter {
+/* One queued inbox add. */
+struct inbox_job {
     const struct inbox_entry *e; /* borrowed */
     bool dup;                    /* out */
     int rc;                      /* out */
     struct err err;              /* out */
-    bool lead;                   /* this request runs the next batch */
-    sem_t done;                  /* posted when answered or made leader */
-    struct inbox_waiter *next;
+    struct gcommit_item link;    /* the committer's queue */
 };
 
-static int insert_one(struct sqlite_store *s, struct inbox_waiter *w, int64_t now)
+static struct inbox_job *queued_add(struct gcommit_item *it)
+{
+    return it != NULL ? container_of(it, struct inbox_job, link) : NULL;
+}
+
+static int insert_one(struct sqlite_store *s, struct inbox_job *w, int64_t now)
 {
     const struct inbox_entry *e = w->e;
     sqlite3_stmt *q = NULL;
@@ -48,8 +49,10 @@ static int insert_one(struct sqlite_store *s, struct inbox_waiter *w, int64_t no
     return rc;
 }
 
-static void run_batch(struct sqlite_store *s, struct inbox_waiter *batch, struct inbox_waiter *self)
+/* The committer's function: every queued add in one transaction. */
+static void commit_adds(struct gcommit_item *batch, void *userdata)
 {
+    struct sqlite_store *s = userdata;
     int64_t now = clock_now_ms(s->base.clock);
     struct err err = {0};
     bool added = false;
@@ -57,7 +60,7 @@ static void run_batch(struct sqlite_store *s, struct inbox_waiter *batch, struct
 
     pthread_mutex_lock(&s->mu);
     rc = sqlst_exec(s, "BEGIN IMMEDIATE", &err);
-    for (struct inbox_waiter *w = batch; w != NULL; w = w->next) {
+    for (struct inbox_job *w = queued_add(batch); w != NULL; w = queued_add(w->link.next)) {
         w->rc = rc == E_OK ? insert_one(s, w, now) : rc;
         added = added || (w->rc == E_OK && !w->dup);
     }
@@ -69,7 +72,7 @@ static void run_batch(struct sqlite_store *s, struct inbox_waiter *batch, struct
     }
     if (rc != E_OK) {
         /* Nothing of this batch is durable: nobody is told otherwise. */
-        for (struct inbox_waiter *w = batch; w != NULL; w = w->next) {
+        for (struct inbox_job *w = queued_add(batch); w != NULL; w = queued_add(w->link.next)) {
             w->rc = rc;
             w->err = err;
         }
@@ -80,62 +83,22 @@ static void run_batch(struct sqlite_store *s, struct inbox_waiter *batch, struct
         pthread_cond_broadcast(&s->inbox_cv);
     }
     pthread_mutex_unlock(&s->mu);
-    for (struct inbox_waiter *w = batch; w != NULL;) {
-        struct inbox_waiter *next = w->next; /* W lives on its waiter's stack */
-        if (w != self) {
-            sem_post(&w->done);
-        }
-        w = next;
-    }
+}
+
+int sqlst_inbox_committer_start(struct sqlite_store *s, struct err *err)
+{
+    return gcommit_new(&s->inbox_committer, "inbox-commit", GCOMMIT_WAKE_ALL, commit_adds, s, err);
 }
 
 int sqlst_inbox_add(bool *duplicate_out, struct task_store *st, const struct inbox_entry *e,
                     struct err *err)
 {
     struct sqlite_store *s = sqlst_of(st);
-    struct inbox_waiter w;
-    bool lead;
+    struct inbox_job w;
 
     memset(&w, 0, sizeof(w));
     w.e = e;
-    sem_init(&w.done, 0, 0);
-    pthread_mutex_lock(&s->gc_mu);
-    if (s->gc_tail != NULL) {
-        s->gc_tail->next = &w;
-    } else {
-        s->gc_head = &w;
-    }
-    s->gc_tail = &w;
-    if (!s->gc_leader) {
-        s->gc_leader = true;
-        w.lead = true;
-    }
-    /* Read under the lock: a finishing leader may set w.lead (and post) at any time once
-     * it is released; after sem_wait the post orders that write before our read. */
-    lead = w.lead;
-    pthread_mutex_unlock(&s->gc_mu);
-    if (!lead) {
-        while (sem_wait(&w.done) != 0) {
-        }
-    }
-    if (w.lead) {
-        struct inbox_waiter *batch;
-        pthread_mutex_lock(&s->gc_mu);
-        batch = s->gc_head;
-        s->gc_head = s->gc_tail = NULL;
-        pthread_mutex_unlock(&s->gc_mu);
-        run_batch(s, batch, &w);
-        /* Hand over: the oldest request that queued meanwhile leads the next batch. */
-        pthread_mutex_lock(&s->gc_mu);
-        if (s->gc_head != NULL) {
-            s->gc_head->lead = true;
-            sem_post(&s->gc_head->done);
-        } else {
-            s->gc_leader = false;
-        }
-        pthread_mutex_unlock(&s->gc_mu);
-    }
-    sem_destroy(&w.done);
+    gcommit_run(s->inbox_committer, &w.link);
     *duplicate_out = w.dup;
     if (w.rc != E_OK && err != NULL) {
         *err = w.err;

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 
 #include "common/err.h"
+#include "common/gcommit.h"
 #include "store/store.h"
 #include "store/store_backend.h"
 
@@ -57,11 +58,9 @@ struct sqlite_store {
     int64_t inbox_gen;                /* bumped on every inbox add (and wake) */
     int64_t outbox_gen;               /* bumped on every outbox add (and wake) */
     int64_t outbox_inflight;          /* the entry being sent (never coalesced into), or 0 */
-    pthread_mutex_t gc_mu;            /* the inbox group-commit queue (store_sqlite_queue.c) */
-    struct inbox_waiter *gc_head;     /* queued inbox adds, oldest first */
-    struct inbox_waiter *gc_tail;
-    bool gc_leader;                /* a request is writing a batch */
-    struct sqlst_readers *readers; /* owned: the read-only connections (GET, list) */
+    struct gcommit *inbox_committer;  /* owned: the group commit of inbox adds
+                                         (store_sqlite_inbox.c) */
+    struct sqlst_readers *readers;    /* owned: the read-only connections (GET, list) */
 };
 
 /* Binds V to parameter IDX of Q (a copy), or NULL when V is NULL (store_sqlite_queue.c). */
@@ -73,6 +72,9 @@ int sqlst_stmt(sqlite3_stmt **out, struct sqlite_store *s, enum sqlst_stmt_id id
 int sqlst_step_done(struct sqlite_store *s, sqlite3_stmt *st, const char *what, struct err *err);
 /* Forgets the cached parse of one task (after any write outside task_txn_put). */
 void sqlst_cache_forget(struct sqlite_store *s, const char *ns, const char *name);
+
+/* Starts the inbox committer (store_sqlite_inbox.c); sqlst_close stops it. */
+int sqlst_inbox_committer_start(struct sqlite_store *s, struct err *err);
 
 /* The database handle of a transaction (store_sqlite_queue.c works inside store_sqlite_txn.c's). */
 struct sqlite_store *sqlst_txn_store(struct task_txn *tx);

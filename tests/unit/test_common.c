@@ -192,6 +192,41 @@ TEST(jsonscan_accepts_and_refuses)
     CHECK_OK(jsonscan_check(deep + 100, 1000, NULL));
 }
 
+/* The word-at-a-time string scan: one byte that needs a look (control, quote, backslash,
+ * UTF-8) at every position of a long string, across the 8-byte steps. */
+TEST(jsonscan_string_special_byte_at_every_offset)
+{
+    static const struct {
+        const char *ins; /* put at offset k of the string's text */
+        int want;
+    } cases[] = {
+        {"\x01", E_INVALID}, {"\x1f", E_INVALID}, {"\"", E_INVALID},      {"\\", E_INVALID},
+        {"\\n", E_OK},       {"\\u00e9", E_OK},   {"\xc3\xa9", E_OK},     {"\xc3", E_INVALID},
+        {"\xff", E_INVALID}, {"\x7f", E_OK},      {"\xe2\x80\xa8", E_OK}, {" ", E_OK},
+    };
+    char buf[64];
+
+    for (size_t c = 0; c < ARRAY_LEN(cases); c++) {
+        for (size_t k = 0; k <= 24; k++) {
+            size_t n = 0;
+            buf[n++] = '"';
+            memset(buf + n, 'a', k);
+            n += k;
+            memcpy(buf + n, cases[c].ins, strlen(cases[c].ins));
+            n += strlen(cases[c].ins);
+            memset(buf + n, 'x', 17); /* "\\x" is no escape */
+            n += 17;
+            buf[n++] = '"';
+            if (jsonscan_check(buf, n, NULL) != cases[c].want) {
+                t_fail(__FILE__, __LINE__, "case %zu at offset %zu: want %d", c, k, cases[c].want);
+            }
+        }
+    }
+    /* A string cut short inside an 8-byte step is refused. */
+    CHECK_EQ_INT(jsonscan_check("\"abcdefghijklmnop", 17, NULL), E_INVALID);
+    CHECK_EQ_INT(jsonscan_check("\"abcdefghijklmno\"", 17, NULL), E_OK);
+}
+
 TEST(jsonw_matches_jansson_compact)
 {
     static const char *const docs[] = {
