@@ -128,6 +128,25 @@ def test_exact_spend_streaming_and_not():
         assert log.count(line) == 2, log
 
 
+def test_upstream_connection_is_kept_alive_across_calls():
+    """Calls one after another reuse the gateway's kept-alive upstream connection (no new
+    TCP or TLS handshake per call), streamed or not, and each is charged once."""
+    with Gateway() as gw:
+        srv, fake = gw.srv, gw.fake
+        tok = start_task(srv, "reuse", budgetUSD="5.00")
+        for stream in (False, True, False, True):
+            if stream:
+                st, data, err = stream_raw(srv, MSG, msg_body(stream=True), {"x-api-key": tok})
+                assert st == 200 and err is None and b"message_stop" in data, (st, data, err)
+            else:
+                st, _, raw = post(srv, MSG, msg_body(), {"x-api-key": tok})
+                assert st == 200, raw
+        peers = [r["peer"] for r in fake.requests]
+        assert len(peers) == 4 and len(set(peers)) == 1, peers
+        t = task(srv, "reuse")
+        assert Decimal(t["status"]["costUSD"]) == usd(4 * cost_micros(fake.usage)), t["status"]
+
+
 def test_upstream_errors_pass_through_uncharged():
     with Gateway() as gw:
         srv, fake = gw.srv, gw.fake
@@ -389,7 +408,9 @@ def test_flags_and_key_files():
 
 
 if __name__ == "__main__":
-    run_tests([test_exact_spend_streaming_and_not, test_upstream_errors_pass_through_uncharged,
+    run_tests([test_exact_spend_streaming_and_not,
+               test_upstream_connection_is_kept_alive_across_calls,
+               test_upstream_errors_pass_through_uncharged,
                test_stream_cut_charges_the_reservation, test_auth_and_models,
                test_no_key_configured_is_503, test_budget_lowers_max_tokens_then_402_and_pause,
                test_budget_pause_of_a_task_with_capabilities,

@@ -103,6 +103,7 @@ static void build_request(struct httpc_request *req, const char **hdrs, struct l
     req->body_len = c->send_len;
     req->connect_timeout_ms = 10000;
     req->max_body = LLM_RESPONSE_MAX;
+    req->pool = c->gw->pool;
 }
 
 static void add_pass_headers(struct MHD_Response *resp, const struct httpc_response *up)
