@@ -254,6 +254,12 @@ static int relay_push(struct relay *rl, const char *data, size_t len)
     return rc;
 }
 
+static bool same_usage(const struct llm_usage *a, const struct llm_usage *b)
+{
+    return a->input == b->input && a->output == b->output && a->cache_write == b->cache_write &&
+           a->cache_read == b->cache_read && a->complete == b->complete;
+}
+
 static void *settle_thread(void *arg)
 {
     struct relay *rl = arg;
@@ -330,6 +336,10 @@ static void *relay_worker(void *arg)
     }
     if (rl->settling) {
         pthread_join(rl->settler, NULL); /* the stream ends once its charge is durable */
+        if (!same_usage(&rl->charged, &rl->sse.u)) {
+            log_kv(LOG_WARN, "llm_usage_after_charge", "provider", llm_provider_name(rl->provider),
+                   NULL);
+        }
     } else if (started || (rl->rc == E_OK && rl->up.status >= 200 && rl->up.status < 300)) {
         llm_call_settle(c, &rl->sse.u); /* incomplete usage: the reservation */
     } else {
