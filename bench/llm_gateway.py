@@ -10,7 +10,8 @@ process) that streams Messages SSE events with a controlled pause between them.
    first event byte, to the last event (message_stop) and to the end of the stream (the
    final chunk); for a non-streamed call the time to the whole answer. p50/p99 of each,
    and the gateway's added latency (gateway percentile minus direct percentile). Also
-   direct calls on a new TCP connection each (the gateway opens one upstream per call),
+   direct calls on a new TCP connection each (what a gateway without kept-alive upstream
+   connections pays),
    and the server's CPU time per gateway call (/proc/PID/stat around each call).
 2. CONCURRENT streams held open through the gateway at once (the fake sends message_start
    and the first delta, then holds every stream until all are open): the server's RSS,
@@ -24,7 +25,9 @@ usage: python3 bench/llm_gateway.py [build-dir]
 env: N (300 calls of each kind and path), WARMUP (30), PAUSE_MS (2, between SSE
 events), DELTAS (8 text deltas per stream), CONCURRENT (500), HOLD_S (5, how long the
 streams are held open once all are), PERF (1: `perf record` the server during the
-streamed gateway calls and print its top symbols)"""
+streamed gateway calls and print its top symbols), BASE_BIN (another build's `diverge`,
+e.g. main's: its gateway is called in turn with this one's in the latency part, so both
+are compared in the same run; rows marked "(BASE_BIN)")"""
 import asyncio
 import json
 import os
@@ -45,6 +48,7 @@ DELTAS = int(os.environ.get("DELTAS", "8"))
 CONCURRENT = int(os.environ.get("CONCURRENT", "500"))
 HOLD_S = float(os.environ.get("HOLD_S", "5"))
 PERF = os.environ.get("PERF", "0") == "1"
+BASE_BIN = os.environ.get("BASE_BIN", "")
 MODEL = "claude-sonnet-4-5-20250929"
 USAGE = {"input_tokens": 1000, "output_tokens": 200, "cache_creation_input_tokens": 0,
          "cache_read_input_tokens": 0}
@@ -275,15 +279,19 @@ def bench_body(stream):
                        "messages": [{"role": "user", "content": "say hello"}]}).encode()
 
 
-def latency(srv, fake_port, token):
+def latency(srv, fake_port, token, base=None):
     direct, fresh, gw = Conn(fake_port), Conn(fake_port), Conn(srv.port)
     dh = {"x-api-key": KEY, "anthropic-version": "2023-06-01"}
     gh = {"x-api-key": token, "anthropic-version": "2023-06-01"}
+    extra = ()
+    if base is not None:  # BASE_BIN: the same calls through another build's gateway, in turn
+        extra = (("baseline", Conn(base[0].port), GW + MSG,
+                  {"x-api-key": base[1], "anthropic-version": "2023-06-01"}),)
     rows = {}
     perf = None
     for stream in (True, False):
         body = bench_body(stream)
-        res = {"direct": [], "gateway": [], "fresh": []}
+        res = {"direct": [], "gateway": [], "fresh": [], "baseline": []}
         cpu = 0.0
         if stream and PERF:
             perf = subprocess.Popen(["perf", "record", "-g", "-o", PERF_DATA, "-p",
@@ -292,7 +300,7 @@ def latency(srv, fake_port, token):
             time.sleep(0.5)
         for i in range(WARMUP + N):
             order = (("direct", direct, MSG, dh), ("gateway", gw, GW + MSG, gh),
-                     ("fresh", fresh, MSG, dh))
+                     ("fresh", fresh, MSG, dh)) + extra
             for name, conn, path, h in (order if i % 2 else order[::-1]):
                 if name == "gateway":
                     c0 = cpu_seconds(srv.proc.pid)
@@ -311,6 +319,8 @@ def latency(srv, fake_port, token):
         rows[stream] = (res, cpu / (WARMUP + N))
     direct.close()
     gw.close()
+    for _, conn, _, _ in extra:
+        conn.close()
     t0, c0 = time.perf_counter(), cpu_seconds(srv.proc.pid)
     time.sleep(2)
     rows["idle"] = (cpu_seconds(srv.proc.pid) - c0) / (time.perf_counter() - t0)
@@ -330,11 +340,14 @@ def print_latency(rows):
         res, _ = rows[stream]
         for idx, what in cols:
             d = [x[idx] for x in res["direct"]]
-            g = [x[idx] for x in res["gateway"]]
-            print("| %s | %s | %s | %s | **%s** | %s | %s | **%s** |" % (
-                label, what, ms(pct(d, 50)), ms(pct(g, 50)), ms(pct(g, 50) - pct(d, 50)),
-                ms(pct(d, 99)), ms(pct(g, 99)), ms(pct(g, 99) - pct(d, 99))))
-    print("\nDirect with a new TCP connection per call (as the gateway's upstream calls are):")
+            for path in ("gateway", "baseline") if res["baseline"] else ("gateway",):
+                g = [x[idx] for x in res[path]]
+                print("| %s | %s | %s | %s | **%s** | %s | %s | **%s** |" % (
+                    label, what + (" (BASE_BIN)" if path == "baseline" else ""),
+                    ms(pct(d, 50)), ms(pct(g, 50)), ms(pct(g, 50) - pct(d, 50)),
+                    ms(pct(d, 99)), ms(pct(g, 99)), ms(pct(g, 99) - pct(d, 99))))
+    print("\nDirect with a new TCP connection per call (the gateway keeps its upstream "
+          "connections alive since 2026-12-01; before, it opened one per call):")
     for stream, idx, what in ((True, 0, "streamed, first event byte"),
                               (False, 2, "not streamed, whole answer")):
         res, _ = rows[stream]
@@ -343,11 +356,12 @@ def print_latency(rows):
         print("- %s: p50 %s ms (+%s over keep-alive), p99 %s ms" % (
             what, ms(pct(f, 50)), ms(pct(f, 50) - pct(d, 50)), ms(pct(f, 99))))
     res, _ = rows[True]
-    tail = [g[2] - g[1] for g in res["gateway"]]
-    print("\nThrough the gateway, message_stop to the final chunk (the call's charge, "
-          "committed before the stream ends): p50 %s ms, p99 %s ms; direct: p50 %s ms"
-          % (ms(pct(tail, 50)), ms(pct(tail, 99)),
-             ms(pct([d[2] - d[1] for d in res["direct"]], 50))))
+    for path in ("gateway", "baseline") if res["baseline"] else ("gateway",):
+        tail = [g[2] - g[1] for g in res[path]]
+        print("\nThrough the %s, message_stop to the final chunk (the stream ends once the "
+              "call's charge is durable): p50 %s ms, p99 %s ms; direct: p50 %s ms"
+              % ("gateway" if path == "gateway" else "BASE_BIN gateway", ms(pct(tail, 50)),
+                 ms(pct(tail, 99)), ms(pct([d[2] - d[1] for d in res["direct"]], 50))))
     for stream in (True, False):
         print("Server CPU per gateway call (%s, counted over each call): %.3f ms" % (
             "streamed" if stream else "not streamed", rows[stream][1] * 1000))
@@ -467,10 +481,27 @@ def summarize(label, r):
 PERF_DATA = os.path.join(tempfile.gettempdir(), "diverge-llm-bench-perf.data")
 
 
+def bench_task(srv, ns, task_obj):
+    """Creates the Active task of the run in SRV; returns its token."""
+    st, _, b = srv.request("POST", ns, task_obj("llm-bench", ns="bench", budgetUSD="100000",
+                                                budgetTokens=10 ** 12))
+    assert st == 201, b
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        st, _, b = srv.request("GET", ns + "/llm-bench")
+        if b["status"].get("phase") == "Active":
+            break
+        time.sleep(0.05)
+    st, _, token = srv.request("GET", ns + "/llm-bench/token")
+    assert st == 200, token
+    return token.strip()
+
+
 def main():
     build = sys.argv[1] if len(sys.argv) > 1 else "build"
     os.environ.setdefault("DIVERGE_BIN", os.path.join(ROOT, build, "diverge"))
     sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+    import harness
     from harness import API, Server, task_obj
 
     fake = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--fake"],
@@ -481,23 +512,23 @@ def main():
         with Server(["--sandbox-provider", "none", "--llm-upstream",
                      "anthropic=http://127.0.0.1:%d" % fake_port],
                     env={"DIVERGE_ANTHROPIC_API_KEY": KEY}) as srv:
-            st, _, b = srv.request("POST", ns, task_obj("llm-bench", ns="bench",
-                                                        budgetUSD="100000",
-                                                        budgetTokens=10 ** 12))
-            assert st == 201, b
-            deadline = time.time() + 20
-            while time.time() < deadline:
-                st, _, b = srv.request("GET", ns + "/llm-bench")
-                if b["status"].get("phase") == "Active":
-                    break
-                time.sleep(0.05)
-            st, _, token = srv.request("GET", ns + "/llm-bench/token")
-            assert st == 200, token
-            token = token.strip()
+            token = bench_task(srv, ns, task_obj)
             print("== %s UTC, %d cores, kernel %s; server, fake upstream and client on the "
                   "same box" % (time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
                                 os.cpu_count(), os.uname().release))
-            rows = latency(srv, fake_port, token)
+            if BASE_BIN:
+                harness.DIVERGE_BIN = BASE_BIN
+                try:
+                    with Server(["--sandbox-provider", "none", "--llm-upstream",
+                                 "anthropic=http://127.0.0.1:%d" % fake_port],
+                                env={"DIVERGE_ANTHROPIC_API_KEY": KEY}) as bsrv:
+                        harness.DIVERGE_BIN = os.environ["DIVERGE_BIN"]
+                        rows = latency(srv, fake_port, token,
+                                       (bsrv, bench_task(bsrv, ns, task_obj)))
+                finally:
+                    harness.DIVERGE_BIN = os.environ["DIVERGE_BIN"]
+            else:
+                rows = latency(srv, fake_port, token)
             print_latency(rows)
             if PERF:
                 rep = subprocess.run(["perf", "report", "-i", PERF_DATA, "--no-children",

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* libcurl behind common/httpc.h. One easy handle per call, global init once; bodies and
- * headers land in capped buffers, so a hostile or broken server cannot exhaust memory. */
+/* libcurl behind common/httpc.h. One easy handle per call (a pooled one, reset, when the
+ * request names a pool), global init once; bodies and headers land in capped buffers, so
+ * a hostile or broken server cannot exhaust memory. */
 #include "common/httpc.h"
 
 #include <ctype.h>
@@ -19,6 +20,71 @@ static CURLcode g_init_rc = CURLE_OK;
 static void global_init(void)
 {
     g_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+struct httpc_pool {
+    pthread_mutex_t mu; /* guards idle, n */
+    CURL **idle;        /* owned: handles no request uses, the last one warmest */
+    size_t n, max;
+};
+
+struct httpc_pool *httpc_pool_new(size_t max_idle)
+{
+    struct httpc_pool *p = xcalloc(1, sizeof(*p));
+
+    pthread_mutex_init(&p->mu, NULL);
+    p->max = max_idle;
+    p->idle = xcalloc(max_idle > 0 ? max_idle : 1, sizeof(*p->idle));
+    return p;
+}
+
+void httpc_pool_free(struct httpc_pool *p)
+{
+    if (p == NULL) {
+        return;
+    }
+    for (size_t i = 0; i < p->n; i++) {
+        curl_easy_cleanup(p->idle[i]);
+    }
+    free(p->idle);
+    pthread_mutex_destroy(&p->mu);
+    free(p);
+}
+
+/* A handle for one request: P's warmest idle one, else a new one. */
+static CURL *handle_get(struct httpc_pool *p)
+{
+    CURL *c = NULL;
+
+    if (p != NULL) {
+        pthread_mutex_lock(&p->mu);
+        if (p->n > 0) {
+            c = p->idle[--p->n];
+        }
+        pthread_mutex_unlock(&p->mu);
+        if (c != NULL) {
+            return c;
+        }
+    }
+    return curl_easy_init();
+}
+
+/* Gives C back to P with every option reset (no pointer into the finished request stays;
+ * its connections, DNS and TLS session caches do), or closes it (P NULL or full). */
+static void handle_put(struct httpc_pool *p, CURL *c)
+{
+    if (p != NULL) {
+        curl_easy_reset(c);
+        pthread_mutex_lock(&p->mu);
+        if (p->n < p->max) {
+            p->idle[p->n++] = c;
+            c = NULL;
+        }
+        pthread_mutex_unlock(&p->mu);
+    }
+    if (c != NULL) {
+        curl_easy_cleanup(c);
+    }
 }
 
 /* Per-transfer state shared by the callbacks. */
@@ -288,7 +354,7 @@ static int perform(struct httpc_response *out, const struct httpc_request *req,
     if (g_init_rc != CURLE_OK) {
         return err_set(err, E_FAIL, "libcurl init: %s", curl_easy_strerror(g_init_rc));
     }
-    x.curl = curl_easy_init();
+    x.curl = handle_get(req->pool);
     if (x.curl == NULL) {
         return err_set(err, E_FAIL, "libcurl: cannot create a handle");
     }
@@ -309,7 +375,7 @@ static int perform(struct httpc_response *out, const struct httpc_request *req,
     }
 out:
     curl_slist_free_all(hdrs);
-    curl_easy_cleanup(x.curl);
+    handle_put(req->pool, x.curl);
     return rc;
 }
 

@@ -16,6 +16,18 @@
 
 #define HTTPC_USER_AGENT "diverge/" DIVERGE_VERSION
 
+/* Kept-alive connections for requests that name the pool: idle libcurl handles, each
+ * with the connections (and DNS answers, TLS sessions) of its earlier requests, so a
+ * request to the same host skips a new TCP (and TLS) handshake. A handle is used by one
+ * request at a time (libcurl does not support one connection cache shared by threads at
+ * once). Thread-safe. */
+struct httpc_pool;
+
+/* A pool keeping at most MAX_IDLE idle handles (a handle beyond that is closed). */
+struct httpc_pool *httpc_pool_new(size_t max_idle);
+/* Closes every idle handle; call it once no request uses P. NULL is a no-op. */
+void httpc_pool_free(struct httpc_pool *p);
+
 /* One request. Build it from HTTPC_REQUEST_DEFAULTS and set what differs. */
 struct httpc_request {
     const char *method;         /* "GET", "POST", "PATCH", ...; borrowed */
@@ -40,6 +52,8 @@ struct httpc_request {
                                    that vanished without a FIN) */
     const atomic_int *cancel;   /* checked as the transfer progresses (about once a second
                                    when idle); non-zero stops it with E_AGAIN; or NULL */
+    struct httpc_pool *pool;    /* reuse a kept-alive connection from it, or NULL: a
+                                   connection of this request's own; borrowed */
 };
 
 #define HTTPC_REQUEST_DEFAULTS                                                                     \
@@ -48,7 +62,7 @@ struct httpc_request {
         .connect_timeout_ms = 5000, .timeout_ms = 30000, .max_body = 8u << 20,                     \
         .max_headers = 64u << 10, .ca_file = NULL, .ca_data = NULL, .ca_len = 0,                   \
         .insecure = false, .unix_socket = NULL, .user_agent = NULL, .tcp_keepalive = false,        \
-        .cancel = NULL                                                                             \
+        .cancel = NULL, .pool = NULL                                                               \
     }
 
 /* What came back. Caller storage: httpc_response_init() before use (the request

@@ -114,7 +114,8 @@ class FakeLLM:
         with self.lock:
             self.requests.append({"method": "POST", "path": h.path,
                                   "headers": {k.lower(): v for k, v in h.headers.items()},
-                                  "body": body, "raw_len": len(raw)})
+                                  "body": body, "raw_len": len(raw),
+                                  "peer": h.client_address})
         step = self.next_step()
         h.fake_step = step  # for _sse's pause_after
         with self.lock:

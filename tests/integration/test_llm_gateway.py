@@ -9,6 +9,8 @@ import http.client
 import json
 import os
 import sys
+import threading
+import time
 from decimal import Decimal, ROUND_CEILING
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "fakes"))
@@ -126,6 +128,55 @@ def test_exact_spend_streaming_and_not():
         line = ("llm anthropic %s input=100 output=50 cache_write=10 cache_read=20 usd=0.001094"
                 % MODEL)
         assert log.count(line) == 2, log
+
+
+def test_upstream_connection_is_kept_alive_across_calls():
+    """Calls one after another reuse the gateway's kept-alive upstream connection (no new
+    TCP or TLS handshake per call), streamed or not, and each is charged once."""
+    with Gateway() as gw:
+        srv, fake = gw.srv, gw.fake
+        tok = start_task(srv, "reuse", budgetUSD="5.00")
+        for stream in (False, True, False, True):
+            if stream:
+                st, data, err = stream_raw(srv, MSG, msg_body(stream=True), {"x-api-key": tok})
+                assert st == 200 and err is None and b"message_stop" in data, (st, data, err)
+            else:
+                st, _, raw = post(srv, MSG, msg_body(), {"x-api-key": tok})
+                assert st == 200, raw
+        peers = [r["peer"] for r in fake.requests]
+        assert len(peers) == 4 and len(set(peers)) == 1, peers
+        t = task(srv, "reuse")
+        assert Decimal(t["status"]["costUSD"]) == usd(4 * cost_micros(fake.usage)), t["status"]
+
+
+def test_stream_charged_at_its_final_usage_before_it_ends():
+    """A stream's charge starts when its final usage arrives (message_delta), beside the
+    relay of the rest: with the upstream holding message_stop back, the call is already
+    charged its real usage, once; the stream then ends whole and nothing more is charged."""
+    with Gateway() as gw:
+        srv, fake = gw.srv, gw.fake
+        tok = start_task(srv, "early", budgetUSD="5.00")
+        paused, resume = threading.Event(), threading.Event()
+        # message_start ... message_delta (events 0-6) go out; message_stop waits.
+        fake.script.append({"pause_after": 7, "paused": paused, "resume": resume})
+        with concurrent.futures.ThreadPoolExecutor(1) as ex:
+            f = ex.submit(stream_raw, srv, MSG, msg_body(stream=True), {"x-api-key": tok})
+            try:
+                assert paused.wait(30), "the stream never reached message_stop at the fake"
+                one = usd(cost_micros(fake.usage))
+                deadline = time.monotonic() + 30
+                while Decimal(task(srv, "early")["status"].get("costUSD", "0")) != one:
+                    assert time.monotonic() < deadline, task(srv, "early")["status"]
+                    time.sleep(0.02)
+                assert not f.done()
+            finally:
+                resume.set()
+            st, data, err = f.result()
+        assert st == 200 and err is None, (st, data, err)
+        assert data.decode().count("event: ") == 8 and b"message_stop" in data, data
+        t = task(srv, "early")
+        assert Decimal(t["status"]["costUSD"]) == one, t["status"]
+        assert read_log(srv, "early").count("llm anthropic ") == 1
 
 
 def test_upstream_errors_pass_through_uncharged():
@@ -389,7 +440,10 @@ def test_flags_and_key_files():
 
 
 if __name__ == "__main__":
-    run_tests([test_exact_spend_streaming_and_not, test_upstream_errors_pass_through_uncharged,
+    run_tests([test_exact_spend_streaming_and_not,
+               test_upstream_connection_is_kept_alive_across_calls,
+               test_stream_charged_at_its_final_usage_before_it_ends,
+               test_upstream_errors_pass_through_uncharged,
                test_stream_cut_charges_the_reservation, test_auth_and_models,
                test_no_key_configured_is_503, test_budget_lowers_max_tokens_then_402_and_pause,
                test_budget_pause_of_a_task_with_capabilities,

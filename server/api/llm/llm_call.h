@@ -67,7 +67,9 @@ void llm_call_free(struct llm_call *c);
 /* --- forwarding (llm_forward.c) --- */
 
 /* Sends C upstream and answers R: a non-streamed call in this thread; a stream relayed as
- * it arrives by a worker thread that settles it at its end. Takes ownership of C. */
+ * it arrives by a worker thread, its charge started as soon as its final usage arrived
+ * (else at its end: the reservation), and its end sent once the charge is durable. Takes
+ * ownership of C. */
 int llm_forward(struct request *r, struct llm_call *c);
 /* What went wrong, mapped per provider to its status and error JSON (llm_send_error). */
 enum llm_err {

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Forwarding one call upstream (SPEC §13): a non-streamed answer is read whole, metered
  * and passed on; a stream is relayed as it arrives (a worker thread reads upstream, the
- * connection's thread writes to the client) and settled when it ends. Upstream errors
- * pass through unchanged and are not charged. */
+ * connection's thread writes to the client). A stream's charge starts as soon as its
+ * final usage arrived, beside the relay of the rest, and the stream ends for the client
+ * (its final chunk) once both the upstream ended and the charge is durable. Upstream
+ * errors pass through unchanged and are not charged. */
 #define _GNU_SOURCE /* memmem */
 #include <microhttpd.h>
 #include <stdatomic.h>
@@ -103,6 +105,7 @@ static void build_request(struct httpc_request *req, const char **hdrs, struct l
     req->body_len = c->send_len;
     req->connect_timeout_ms = 10000;
     req->max_body = LLM_RESPONSE_MAX;
+    req->pool = c->gw->pool;
 }
 
 static void add_pass_headers(struct MHD_Response *resp, const struct httpc_response *up)
@@ -205,6 +208,10 @@ struct relay {
     struct buf kept;             /* the worker's: what the filter passes on of a piece */
     struct MHD_Connection *conn; /* the client's, while the response is relayed */
     unsigned int idle_s;         /* its idle timeout before the stream, 0: unknown */
+    bool settle_tried;           /* the worker's: the final usage arrived */
+    bool settling;               /* the worker's: the settler thread charges the call */
+    pthread_t settler;           /* the worker's: joined before the stream ends */
+    struct llm_usage charged;    /* the usage the settler charges (fixed when it starts) */
 };
 
 static void relay_unref(struct relay *rl)
@@ -247,6 +254,40 @@ static int relay_push(struct relay *rl, const char *data, size_t len)
     return rc;
 }
 
+static bool same_usage(const struct llm_usage *a, const struct llm_usage *b)
+{
+    return a->input == b->input && a->output == b->output && a->cache_write == b->cache_write &&
+           a->cache_read == b->cache_read && a->complete == b->complete;
+}
+
+static void *settle_thread(void *arg)
+{
+    struct relay *rl = arg;
+
+    llm_call_settle(rl->call, &rl->charged);
+    return NULL;
+}
+
+/* Starts the call's charge once its final usage arrived (Anthropic message_delta,
+ * Responses response.completed, the Chat usage chunk, Gemini's final chunk): its commit
+ * overlaps the relay of what follows instead of holding the end of the stream. What the
+ * stream says of its usage after this is not charged again: the protocols end there. When
+ * no thread can be started, the call is settled at its end as before. */
+static void settle_early(struct relay *rl)
+{
+    pthread_attr_t attr;
+
+    if (rl->settle_tried || !rl->sse.u.complete) {
+        return;
+    }
+    rl->settle_tried = true;
+    rl->charged = rl->sse.u;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 256u << 10);
+    rl->settling = pthread_create(&rl->settler, &attr, settle_thread, rl) == 0;
+    pthread_attr_destroy(&attr);
+}
+
 static int on_chunk(const char *data, size_t len, void *userdata)
 {
     struct relay *rl = userdata;
@@ -254,14 +295,17 @@ static int on_chunk(const char *data, size_t len, void *userdata)
 
     if (!rl->strip) {
         llm_sse_feed(&rl->sse, data, len);
-        return relay_push(rl, data, len);
+        rc = relay_push(rl, data, len);
+    } else {
+        /* Whole events only, so that the usage-only chunk is dropped however it was
+         * split. */
+        rl->kept.len = 0;
+        if (llm_sse_relay(&rl->sse, data, len, &rl->kept) != E_OK) {
+            return E_TOOBIG;
+        }
+        rc = relay_push(rl, rl->kept.data != NULL ? rl->kept.data : "", rl->kept.len);
     }
-    /* Whole events only, so that the usage-only chunk is dropped however it was split. */
-    rl->kept.len = 0;
-    if (llm_sse_relay(&rl->sse, data, len, &rl->kept) != E_OK) {
-        return E_TOOBIG;
-    }
-    rc = relay_push(rl, rl->kept.data != NULL ? rl->kept.data : "", rl->kept.len);
+    settle_early(rl);
     return rc;
 }
 
@@ -290,7 +334,13 @@ static void *relay_worker(void *arg)
             relay_push(rl, rl->kept.data, rl->kept.len);
         }
     }
-    if (started || (rl->rc == E_OK && rl->up.status >= 200 && rl->up.status < 300)) {
+    if (rl->settling) {
+        pthread_join(rl->settler, NULL); /* the stream ends once its charge is durable */
+        if (!same_usage(&rl->charged, &rl->sse.u)) {
+            log_kv(LOG_WARN, "llm_usage_after_charge", "provider", llm_provider_name(rl->provider),
+                   NULL);
+        }
+    } else if (started || (rl->rc == E_OK && rl->up.status >= 200 && rl->up.status < 300)) {
         llm_call_settle(c, &rl->sse.u); /* incomplete usage: the reservation */
     } else {
         llm_call_release(c);

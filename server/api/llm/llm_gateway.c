@@ -177,6 +177,7 @@ void llm_gateway_free(struct llm_gateway *gw)
         wipe_free(gw->key[i]);
     }
     llm_prices_cleanup(&gw->prices);
+    httpc_pool_free(gw->pool);
     pthread_mutex_destroy(&gw->mu);
     pthread_cond_destroy(&gw->idle);
     free(gw);
@@ -191,6 +192,7 @@ int llm_gateway_new(struct llm_gateway **out, const char *upstreams, const char 
     *out = NULL;
     pthread_mutex_init(&gw->mu, NULL);
     pthread_cond_init(&gw->idle, NULL);
+    gw->pool = httpc_pool_new(LLM_POOL_IDLE);
     for (int i = 0; i < LLM_PROVIDER_COUNT; i++) {
         const char *k = getenv(g_key_env[i]);
         gw->upstream[i] = xstrdup(g_default_urls[i]);

@@ -11,6 +11,7 @@
 
 #include "common/buf.h"
 #include "common/err.h"
+#include "common/httpc.h"
 #include "server/api/llm/llm.h"
 
 #define LLM_RESPONSE_MAX (64u << 20)       /* bytes of a non-streamed upstream answer */
@@ -21,6 +22,7 @@
 #define LLM_PRICE_MAX_MICROS (INT64_C(100000) * 1000000) /* $100,000 per MTok */
 #define LLM_DEFAULT_MAX_OUTPUT 64000 /* output bound when neither request nor table has one */
 #define LLM_MODEL_MAX 256            /* bytes of a model name */
+#define LLM_POOL_IDLE 64             /* idle upstream handles (and their connections) kept */
 
 /* The provider of a route. */
 enum llm_provider {
@@ -132,10 +134,11 @@ struct llm_gateway {
     char *upstream[LLM_PROVIDER_COUNT]; /* owned: base URLs without a trailing '/' */
     char *key[LLM_PROVIDER_COUNT];      /* owned secret, or NULL: not configured (503) */
     struct llm_prices prices;
-    pthread_mutex_t mu;     /* guards tasks, active */
-    pthread_cond_t idle;    /* active reached 0 */
-    struct llm_task *tasks; /* tasks with calls in flight */
-    int active;             /* streams relayed by worker threads */
+    pthread_mutex_t mu;      /* guards tasks, active */
+    pthread_cond_t idle;     /* active reached 0 */
+    struct llm_task *tasks;  /* tasks with calls in flight */
+    int active;              /* streams relayed by worker threads */
+    struct httpc_pool *pool; /* owned: kept-alive upstream connections */
 };
 
 /* The provider's name as in routes, flags and log lines ("anthropic"). */
