@@ -376,6 +376,11 @@ int sqlst_readers_open(struct sqlite_store *s, const char *path, struct err *err
     return E_OK;
 }
 
+bool sqlst_readers_shared(const struct sqlite_store *s)
+{
+    return s->readers == NULL || s->readers->shared;
+}
+
 void sqlst_readers_close(struct sqlite_store *s)
 {
     struct sqlst_readers *p = s->readers;

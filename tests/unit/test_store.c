@@ -327,12 +327,7 @@ TEST(restart_keeps_everything)
     json_decref(o);
     json_decref(a);
     task_store_close(st);
-    unlink(path);
-    char *wal = xasprintf("%s-wal", path), *shm = xasprintf("%s-shm", path);
-    unlink(wal);
-    unlink(shm);
-    free(wal);
-    free(shm);
+    store_unlink_db(path);
 }
 
 T_MAIN
