@@ -180,8 +180,8 @@ static int rd_rv(int64_t *out, struct reader *r, struct err *err)
 
 /* Calls FN with one stored object by namespace and name, as text (its return is
  * returned); E_NOTFOUND names agenttasks. */
-static int rd_get_text(struct sqlite_store *s, enum rd_stmt_id id, const char *ns,
-                       const char *name, task_text_fn fn, void *userdata, struct err *err)
+static int rd_get_text(struct sqlite_store *s, enum rd_stmt_id id, const char *ns, const char *name,
+                       task_text_fn fn, void *userdata, struct err *err)
 {
     struct reader *r = rd_take(s);
     sqlite3_stmt *q = NULL;
