@@ -235,9 +235,10 @@ static int list_ns(struct request *r, const char *ns)
         list_text_head(&l);
     }
     (void)buf_puts(&l.out, "]}\n");
-    ret = http_send_text(r, 200, "application/json", l.out.data);
-    buf_cleanup(&l.out);
-    return ret;
+    {
+        size_t len = l.out.len;
+        return http_send_text_take(r, 200, "application/json", buf_take(&l.out), len);
+    }
 }
 
 int api_task_list(struct request *r)
@@ -316,15 +317,12 @@ static int get_text_and_send(struct request *r)
 {
     char *text = NULL;
     struct err err = {0};
-    int ret;
 
     if (task_store_get_text(r->srv->store, r->params[PARAM_NS], r->params[PARAM_NAME], copy_stored,
                             &text, &err) != E_OK) {
         return http_send_err(r, &err);
     }
-    ret = http_send_text(r, 200, "application/json", text);
-    free(text);
-    return ret;
+    return http_send_text_take(r, 200, "application/json", text, strlen(text));
 }
 
 int api_task_get(struct request *r)
