@@ -3,7 +3,11 @@
 # `diverge serve --sandbox-provider none` on a free port with a fresh data dir, creates
 # TASKS Active tasks with large budgets, then runs wrk (64 connections, 2 threads,
 # DURATION s) against /healthz and the meter, each call with a unique requestId.
-# usage: bench/meter.sh [build-dir]    env: DURATION (10), CONNECTIONS (64), TASKS (64)
+# The reference of the same run: the minimal group-commit prototype (bench/meter_proto:
+# one SQLite transaction per batch, fsync'd, a keyed table of request ids, no tokens or
+# budgets) on a fresh file in the same data dir's file system, the same wrk script; the
+# script prints ours/prototype. PROTO=0 skips it.
+# usage: bench/meter.sh [build-dir]    env: DURATION (10), CONNECTIONS (64), TASKS (64), PROTO (1)
 set -euo pipefail
 build=${1:-build}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -35,11 +39,31 @@ for i in $(seq "$ntasks"); do
     done
     echo "$t" >>"$TOKENS_FILE"
 done
-echo "== machine: $(nproc) cores; server and wrk on the same box; $ntasks Active tasks"
+proto_rps=
+if [ "${PROTO:-1}" != 0 ]; then
+    make -s -C "$root/bench/meter_proto" OUT="$data/meter_proto" >/dev/null
+    pport=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    "$data/meter_proto" "$data/proto.db" "$pport" "$ntasks" >"$out.proto" 2>&1 &
+    ppid=$!
+    trap 'kill $pid $ppid 2>/dev/null; wait $pid $ppid 2>/dev/null; rm -rf "$data" "$out" "$out.proto" "$TOKENS_FILE" "$TOKENS_FILE.proto"' EXIT
+    for _ in $(seq 100); do grep -q listening "$out.proto" 2>/dev/null && break; sleep 0.05; done
+    seq -f 'm%g' "$ntasks" >"$TOKENS_FILE.proto"
+    echo "== reference: minimal group-commit prototype, POST /api/v1/agenttask/meter (${conns} connections, ${dur}s)"
+    res=$(TOKENS_FILE="$TOKENS_FILE.proto" wrk -t2 -c"$conns" -d"${dur}s" --latency -s "$root/bench/meter.lua" "http://127.0.0.1:$pport" | grep -E 'Requests/sec|Latency  |99%|50%|Non-2xx')
+    echo "$res"
+    proto_rps=$(echo "$res" | awk '/Requests\/sec/ {print $2}')
+    echo "-- prototype charged: $(sqlite3 "$data/proto.db" 'SELECT count(*) FROM charges' 2>/dev/null || echo '?') calls"
+    kill $ppid 2>/dev/null; wait $ppid 2>/dev/null || true
+fi
+echo "== machine: $(nproc) cores; server and wrk on the same box; $ntasks Active tasks; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "== GET /healthz (${conns} connections, ${dur}s)"
 wrk -t2 -c"$conns" -d"${dur}s" --latency "$url/healthz" | grep -E 'Requests/sec|Latency  |99%|50%'
 echo "== POST /api/v1/agenttask/meter, durable (${conns} connections, ${dur}s)"
-wrk -t2 -c"$conns" -d"${dur}s" --latency -s "$root/bench/meter.lua" "$url" | grep -E 'Requests/sec|Latency  |99%|50%|Non-2xx'
+res=$(wrk -t2 -c"$conns" -d"${dur}s" --latency -s "$root/bench/meter.lua" "$url" | grep -E 'Requests/sec|Latency  |99%|50%|Non-2xx')
+echo "$res"
+if [ -n "$proto_rps" ]; then
+    echo "== ours / prototype: $(echo "$res" | awk -v p="$proto_rps" '/Requests\/sec/ {printf "%.2fx", $2 / p}')"
+fi
 curl -s "$url/metrics" >"$out.metrics"
 echo "== charged: $(curl -s -H "Authorization: Bearer $tok" "$api" | python3 -c 'import json,sys; print(sum(i["status"]["tokensConsumed"] for i in json.load(sys.stdin)["items"])//150)') meter calls"
 rm -f "$out.metrics"

@@ -372,6 +372,10 @@ typedef int (*task_text_fn)(const char *json, size_t len, void *userdata);
  * *rv_out (set before the first call). Never waits behind a write transaction. */
 int task_store_list_text(int64_t *rv_out, struct task_store *st, const char *ns, task_text_fn fn,
                          void *userdata, struct err *err);
+/* As task_store_get, without parsing: FN gets the task as stored (compact JSON text) and
+ * its return is returned. E_NOTFOUND when absent. Never waits behind a write transaction. */
+int task_store_get_text(struct task_store *st, const char *ns, const char *name, task_text_fn fn,
+                        void *userdata, struct err *err);
 
 /* One point of a task's spend over time: every charge up to T_MS (meter and LLM gateway
  * alike, every run of the task) adds up to TOKENS and COST_MICROS. */

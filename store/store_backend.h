@@ -62,6 +62,8 @@ struct task_txn {
     X(int, totals, (struct task_totals *out, struct task_store *st, struct err *err)) \
     X(int, list_text, (int64_t *rv_out, struct task_store *st, const char *ns, task_text_fn fn, \
         void *userdata, struct err *err)) \
+    X(int, get_text, (struct task_store *st, const char *ns, const char *name, task_text_fn fn, \
+        void *userdata, struct err *err)) \
     X(int, inbox_add, (bool *duplicate_out, struct task_store *st, const struct inbox_entry *e, \
         struct err *err)) \
     X(int, inbox_next_batch, (struct inbox_entry *out, size_t max, size_t *n_out, \

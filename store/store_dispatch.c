@@ -136,6 +136,12 @@ int task_store_list_text(int64_t *rv_out, struct task_store *st, const char *ns,
     return st->xops->list_text(rv_out, st, ns, fn, userdata, err);
 }
 
+int task_store_get_text(struct task_store *st, const char *ns, const char *name, task_text_fn fn,
+                        void *userdata, struct err *err)
+{
+    return st->xops->get_text(st, ns, name, fn, userdata, err);
+}
+
 int task_store_inbox_add(bool *duplicate_out, struct task_store *st, const struct inbox_entry *e,
                          struct err *err)
 {

@@ -235,9 +235,10 @@ static int list_ns(struct request *r, const char *ns)
         list_text_head(&l);
     }
     (void)buf_puts(&l.out, "]}\n");
-    ret = http_send_text(r, 200, "application/json", l.out.data);
-    buf_cleanup(&l.out);
-    return ret;
+    {
+        size_t len = l.out.len;
+        return http_send_text_take(r, 200, "application/json", buf_take(&l.out), len);
+    }
 }
 
 int api_task_list(struct request *r)
@@ -298,6 +299,32 @@ static int get_and_send(struct request *r)
     return http_send_json(r, 200, obj);
 }
 
+/* Copies the stored text of a task, newline-terminated as http_send_json's (the reader
+ * connection goes back to the pool before anything is sent). */
+static int copy_stored(const char *json, size_t len, void *userdata)
+{
+    char **text = userdata;
+
+    *text = xmalloc(len + 2);
+    memcpy(*text, json, len);
+    memcpy(*text + len, "\n", 2);
+    return E_OK;
+}
+
+/* GET of one task as JSON, without parsing and re-encoding it: the store's text, as the
+ * list sends each item. */
+static int get_text_and_send(struct request *r)
+{
+    char *text = NULL;
+    struct err err = {0};
+
+    if (task_store_get_text(r->srv->store, r->params[PARAM_NS], r->params[PARAM_NAME], copy_stored,
+                            &text, &err) != E_OK) {
+        return http_send_err(r, &err);
+    }
+    return http_send_text_take(r, 200, "application/json", text, strlen(text));
+}
+
 int api_task_get(struct request *r)
 {
     struct kube_view view;
@@ -308,8 +335,10 @@ int api_task_get(struct request *r)
     if (kube_view_init(&view, r, &ret) != E_OK) {
         return ret;
     }
-    if (task_store_get(&obj, r->srv->store, r->params[PARAM_NS], r->params[PARAM_NAME], &err) !=
-        E_OK) {
+    if (!view.table) {
+        ret = get_text_and_send(r);
+    } else if (task_store_get(&obj, r->srv->store, r->params[PARAM_NS], r->params[PARAM_NAME],
+                              &err) != E_OK) {
         ret = http_send_err(r, &err);
     } else {
         ret = kube_send_object(r, &view, obj); /* a one-row Table for `kubectl get NAME` */

@@ -46,6 +46,10 @@ struct request {
 /* --- responses (http_response.c, http.c) --- each returns the MHD result of queueing. */
 int http_send_json(struct request *r, int status, json_t *body); /* steals BODY */
 int http_send_text(struct request *r, int status, const char *content_type, const char *text);
+/* As http_send_text for LEN bytes of TEXT, which it takes ownership of (a malloc'd buffer,
+ * freed once sent): a large body (a list of 10,000 tasks) is not copied again. */
+int http_send_text_take(struct request *r, int status, const char *content_type, char *text,
+                        size_t len);
 /* Sends the error body for CODE (an enum err_code or an HTTP status when >= 100). Under
  * /apis/ the body is a metav1.Status. */
 int http_send_error(struct request *r, int status, const char *reason, const struct err *err,

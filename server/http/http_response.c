@@ -46,6 +46,19 @@ int http_send_text(struct request *r, int status, const char *content_type, cons
     return queue(r, status, resp);
 }
 
+int http_send_text_take(struct request *r, int status, const char *content_type, char *text,
+                        size_t len)
+{
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
+
+    if (resp == NULL) {
+        free(text);
+    } else {
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+    }
+    return queue(r, status, resp);
+}
+
 int http_send_json(struct request *r, int status, json_t *body)
 {
     char *text = body != NULL ? json_dumps(body, JSON_COMPACT) : NULL;

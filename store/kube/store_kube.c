@@ -327,6 +327,26 @@ int kst_list_text(int64_t *rv_out, struct task_store *st, const char *ns, task_t
     return rc;
 }
 
+int kst_get_text(struct task_store *st, const char *ns, const char *name, task_text_fn fn,
+                 void *userdata, struct err *err)
+{
+    json_t *obj = NULL;
+    char *text;
+    int rc = kst_get(&obj, st, ns, name, err);
+
+    if (rc != E_OK) {
+        return rc;
+    }
+    text = json_dumps(obj, JSON_COMPACT);
+    json_decref(obj);
+    if (text == NULL) {
+        return err_set(err, E_FAIL, "encode agenttasks \"%s\"", name);
+    }
+    rc = fn(text, strlen(text), userdata);
+    free(text);
+    return rc;
+}
+
 static int kst_count_phases(int64_t counts_out[TASK_PHASE_COUNT], struct task_store *st,
                             struct err *err)
 {

@@ -387,7 +387,8 @@ static void sqlst_close(struct task_store *st)
         sqlite3_finalize(s->stmts[i]);
     }
     json_decref(s->cache);
-    json_decref(s->meter_ids);
+    sqlst_meter_archiver_close(s);
+    sqlst_meter_index_free(s);
     sqlst_readers_close(s); /* before the writer's connection: it checkpoints last */
     sqlite3_close(s->db);
     pthread_mutex_destroy(&s->mu);
@@ -445,6 +446,9 @@ int task_store_sqlite_open(struct task_store **out, const char *path, const stru
     }
     if (rc == E_OK) {
         rc = sqlst_inbox_committer_start(s, err);
+    }
+    if (rc == E_OK) {
+        rc = sqlst_meter_archiver_open(s, path, err);
     }
 out:
     if (rc != E_OK) {

@@ -16,7 +16,8 @@
 #define EVENT_RING 4096
 
 struct inbox_waiter;
-struct sqlst_readers; /* store_sqlite_read.c */
+struct sqlst_readers;  /* store_sqlite_read.c */
+struct sqlst_archiver; /* store_sqlite_meter.c */
 
 /* Cached prepared statements of the hot paths. */
 enum sqlst_stmt_id {
@@ -27,6 +28,8 @@ enum sqlst_stmt_id {
     SQLST_METER_IDS,
     SQLST_METER_INSERT,
     SQLST_METER_SEEN,
+    SQLST_METER_MOVE,
+    SQLST_METER_DROP,
     SQLST_TOKEN_CURRENT,
     SQLST_TOKEN_INSERT,
     SQLST_TOKEN_REVOKE,
@@ -50,9 +53,21 @@ struct sqlite_store {
     int64_t ring_oldest;              /* no event older than this rv is in ring */
     sqlite3_stmt *stmts[SQLST_COUNT]; /* owned; prepared on first use */
     json_t *cache;                    /* "ns/name" -> parsed task, for task_txn_get */
-    json_t *meter_ids;                /* "<task uid>\n<request id>" -> true: exactly the
-                                         ids of meter_log (store_sqlite_txn.c); NULL = unloaded */
+    json_t *meter_ids;                /* "<task uid>\n<request id>" -> true: the ids of
+                                         meter_log's current generation, the rows after
+                                         meter_seal_upto (store_sqlite_txn.c); NULL = unloaded */
     size_t meter_ids_bytes;           /* estimated memory of meter_ids */
+    json_t *meter_sealed;             /* the same for the sealed generation, the rows up to
+                                         meter_seal_upto, moving into meter_requests; or NULL */
+    size_t meter_sealed_bytes;        /* estimated memory of meter_sealed */
+    int64_t meter_first, meter_last;  /* meter_log ids of the current generation (0: empty) */
+    int64_t meter_seal_upto;          /* the last meter_log id of the sealed generation */
+    int64_t meter_seal_seq;           /* generations sealed so far (the archiver's job id) */
+    bool meter_seal_new;              /* sealed in the open transaction: hand it to the
+                                         archiver once the transaction commits */
+    bool meter_main_archive;          /* main.meter_requests may hold ids (else no lookup) */
+    struct sqlst_archiver *archiver;  /* owned: moves sealed generations into the archive
+                                         file off the commit path; NULL for ":memory:" */
     pthread_cond_t inbox_cv;          /* an inbox entry was added, or wake() */
     pthread_cond_t outbox_cv;         /* an outbox entry was added, or wake() */
     int64_t inbox_gen;                /* bumped on every inbox add (and wake) */
@@ -122,6 +137,15 @@ int sqlst_write_obj(struct sqlite_store *s, const json_t *obj, bool is_new, bool
 /* Forgets the meter's request-id index; the next claim reloads it from meter_log
  * (store_sqlite_txn.c). Caller holds mu. */
 void sqlst_meter_index_free(struct sqlite_store *s);
+/* Just before the COMMIT of a write transaction: drops the sealed generation from meter_log
+ * and from memory once the archiver has stored it durably (store_sqlite_meter.c). */
+int sqlst_meter_precommit(struct sqlite_store *s, struct err *err);
+/* Just after that COMMIT: hands a generation sealed in it to the archiver. */
+void sqlst_meter_committed(struct sqlite_store *s);
+/* Starts the archiver for the database at PATH (a file in WAL mode; else none). */
+int sqlst_meter_archiver_open(struct sqlite_store *s, const char *path, struct err *err);
+/* Stops and frees it (before the writer's connection closes). */
+void sqlst_meter_archiver_close(struct sqlite_store *s);
 
 /* Deletes the Environments of NS whose owner is the task with uid OWNER_UID (inside the
  * caller's transaction; store_sqlite_env.c). */

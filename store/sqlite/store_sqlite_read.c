@@ -188,23 +188,24 @@ static int rd_rv(int64_t *out, struct reader *r, struct err *err)
     return rc;
 }
 
-/* One object by namespace and name; E_NOTFOUND names agenttasks. */
-static int rd_get(json_t **out, struct sqlite_store *s, enum rd_stmt_id id, const char *ns,
-                  const char *name, struct err *err)
+/* Calls FN with one stored object by namespace and name, as text (its return is
+ * returned); E_NOTFOUND names agenttasks. */
+static int rd_get_text(struct sqlite_store *s, enum rd_stmt_id id, const char *ns, const char *name,
+                       task_text_fn fn, void *userdata, struct err *err)
 {
     struct reader *r = rd_take(s);
     sqlite3_stmt *q = NULL;
     int rc = rd_stmt(&q, r, id, err), step;
 
-    *out = NULL;
     if (rc == E_OK) {
         sqlite3_bind_text(q, 1, ns, -1, SQLITE_STATIC);
         sqlite3_bind_text(q, 2, name, -1, SQLITE_STATIC);
         step = sqlite3_step(q);
-        if (step == SQLITE_ROW) {
-            *out = sqlst_column_json(q, 0);
-            rc = *out != NULL ? E_OK
-                              : err_set(err, E_FAIL, "stored object %s/%s is corrupt", ns, name);
+        if (step == SQLITE_ROW && sqlite3_column_text(q, 0) != NULL) {
+            rc = fn((const char *)sqlite3_column_text(q, 0), (size_t)sqlite3_column_bytes(q, 0),
+                    userdata);
+        } else if (step == SQLITE_ROW) {
+            rc = err_set(err, E_FAIL, "stored object %s/%s is corrupt", ns, name);
         } else if (step == SQLITE_DONE) {
             rc = err_set(err, E_NOTFOUND, "agenttasks \"%s\" not found", name);
         } else {
@@ -213,6 +214,37 @@ static int rd_get(json_t **out, struct sqlite_store *s, enum rd_stmt_id id, cons
         sqlite3_reset(q);
     }
     rd_give(s, r);
+    return rc;
+}
+
+struct parsed {
+    json_t *obj;  /* out: owned */
+    bool corrupt; /* out: the stored text did not parse */
+};
+
+static int parse_text(const char *json, size_t len, void *userdata)
+{
+    struct parsed *p = userdata;
+
+    p->obj = json_loadb(json, len, 0, NULL);
+    p->corrupt = p->obj == NULL;
+    return p->obj != NULL ? E_OK : E_FAIL;
+}
+
+/* One object by namespace and name, parsed; E_NOTFOUND names agenttasks. */
+static int rd_get(json_t **out, struct sqlite_store *s, enum rd_stmt_id id, const char *ns,
+                  const char *name, struct err *err)
+{
+    struct parsed p = {.obj = NULL, .corrupt = false};
+    int rc = rd_get_text(s, id, ns, name, parse_text, &p, err);
+
+    *out = NULL;
+    if (p.corrupt) {
+        return err_set(err, E_FAIL, "stored object %s/%s is corrupt", ns, name);
+    }
+    if (rc == E_OK) {
+        *out = p.obj;
+    }
     return rc;
 }
 
@@ -292,6 +324,12 @@ int sqlst_get(json_t **out, struct task_store *st, const char *ns, const char *n
               struct err *err)
 {
     return rd_get(out, sqlst_of(st), RD_GET_TASK, ns, name, err);
+}
+
+int sqlst_get_text(struct task_store *st, const char *ns, const char *name, task_text_fn fn,
+                   void *userdata, struct err *err)
+{
+    return rd_get_text(sqlst_of(st), RD_GET_TASK, ns, name, fn, userdata, err);
 }
 
 int sqlst_list(json_t **items_out, int64_t *rv_out, struct task_store *st, const char *ns,
@@ -415,6 +453,11 @@ int sqlst_readers_open(struct sqlite_store *s, const char *path, struct err *err
         p->free = r;
     }
     return E_OK;
+}
+
+bool sqlst_readers_shared(const struct sqlite_store *s)
+{
+    return s->readers == NULL || s->readers->shared;
 }
 
 void sqlst_readers_close(struct sqlite_store *s)

@@ -8,6 +8,9 @@
 /* Opens S's read connections to PATH (after the schema is in place); for ":memory:"
  * reads go to the writer's connection under s->mu instead. */
 int sqlst_readers_open(struct sqlite_store *s, const char *path, struct err *err);
+/* Whether reads share the writer's connection (":memory:", or a file not in WAL mode):
+ * then no other connection may read the file while the writer writes. */
+bool sqlst_readers_shared(const struct sqlite_store *s);
 /* Closes them (before the writer's connection, so the writer checkpoints last). */
 void sqlst_readers_close(struct sqlite_store *s);
 

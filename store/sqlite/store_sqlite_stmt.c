@@ -184,10 +184,15 @@ static const char *const g_stmt_sql[SQLST_COUNT] = {
                           "WHERE namespace=?1 AND name=?2",
     [SQLST_BUMP_RV] = "UPDATE meta SET value=?1 WHERE key='resource_version'",
     [SQLST_GET_TASK] = "SELECT doc FROM tasks WHERE namespace=?1 AND name=?2",
-    [SQLST_METER_IDS] = "SELECT task_uid, request_id FROM meter_log",
+    [SQLST_METER_IDS] = "SELECT id, task_uid, request_id FROM meter_log ORDER BY id",
     [SQLST_METER_INSERT] = "INSERT INTO meter_log(task_uid,request_id,charged_ms,"
                            "tokens,cost_micros) VALUES(?1,?2,?3,?4,?5)",
     [SQLST_METER_SEEN] = "SELECT 1 FROM meter_requests WHERE task_uid=?1 AND request_id=?2",
+    [SQLST_METER_MOVE] = "INSERT OR IGNORE INTO meter_requests(task_uid,request_id,charged_ms,"
+                         "tokens,cost_micros) SELECT task_uid,request_id,charged_ms,tokens,"
+                         "cost_micros FROM meter_log WHERE id<=?1 "
+                         "ORDER BY task_uid,request_id",
+    [SQLST_METER_DROP] = "DELETE FROM meter_log WHERE id<=?1",
     [SQLST_TOKEN_CURRENT] = "SELECT token_id, generation, state, token FROM tokens "
                             "WHERE namespace=?1 AND name=?2 ORDER BY generation DESC LIMIT 1",
     [SQLST_TOKEN_INSERT] = "INSERT INTO tokens(namespace,name,generation,token_id,state,token,"

@@ -45,7 +45,13 @@ int sqlst_txn(struct task_store *st, task_txn_fn fn, void *userdata, struct err 
     }
     rc = fn(&tx.base, userdata);
     if (rc == E_OK) {
+        rc = sqlst_meter_precommit(s, err);
+    }
+    if (rc == E_OK) {
         rc = sqlst_exec(s, "COMMIT", err);
+    }
+    if (rc == E_OK) {
+        sqlst_meter_committed(s);
     }
     if (rc != E_OK) {
         (void)sqlst_exec(s, "ROLLBACK", NULL);
@@ -113,8 +119,8 @@ void task_store_sqlite_mem(struct task_store_mem *out, struct task_store *st)
     }
     s = sqlst_of(st);
     pthread_mutex_lock(&s->mu);
-    out->meter_index_ids = json_object_size(s->meter_ids);
-    out->meter_index_bytes = s->meter_ids_bytes;
+    out->meter_index_ids = json_object_size(s->meter_ids) + json_object_size(s->meter_sealed);
+    out->meter_index_bytes = s->meter_ids_bytes + s->meter_sealed_bytes;
     out->event_bytes = s->ring_bytes;
     for (size_t i = 0; i < EVENT_RING; i++) {
         out->events += s->ring[i].json != NULL;
@@ -226,158 +232,6 @@ void sqlst_txn_rollback_savepoint(struct task_txn *txb)
     (void)run_stmt(tx, SQLST_RELEASE, "release savepoint", NULL);
     tx->s->rv = tx->rv_savepoint;
     drop_events(tx, tx->nevents_savepoint);
-}
-
-/* --- the meter's request-id index -------------------------------------------------------
- * Every id ever charged is kept in SQLite, so no retry is ever charged twice (SPEC §7 step
- * 4), but memory stays bounded however many ids a task token sends (security review
- * finding 7a). Charges append to meter_log (one hot page per commit, no index to update);
- * the in-memory index holds exactly the ids in meter_log. Once it reaches
- * STORE_METER_INDEX_IDS ids or STORE_METER_INDEX_BYTES, the log moves, sorted, into
- * meter_requests (a B-tree on (task uid, request id)) in the same transaction and the index
- * starts empty. An id not in the index is looked up there before it is charged. */
-
-#define METER_KEY_OVERHEAD 64 /* bytes per index entry beyond its key (hash table, node) */
-
-static char *meter_key(const char *uid, const char *id)
-{
-    /* A uid is a UUID: the first '\n' ends it, so distinct pairs get distinct keys. */
-    return xasprintf("%s\n%s", uid, id);
-}
-
-void sqlst_meter_index_free(struct sqlite_store *s)
-{
-    json_decref(s->meter_ids);
-    s->meter_ids = NULL;
-    s->meter_ids_bytes = 0;
-}
-
-static void index_add(struct sqlite_store *s, const char *uid, const char *id)
-{
-    char *key = meter_key(uid, id);
-
-    json_object_set_new_nocheck(s->meter_ids, key, json_true());
-    s->meter_ids_bytes += strlen(key) + METER_KEY_OVERHEAD;
-    free(key);
-}
-
-/* Moves meter_log into meter_requests and empties the index. Inside the caller's
- * transaction: a rollback undoes it and reloads the index. */
-static int meter_archive(struct sqlite_store *s, struct err *err)
-{
-    int rc = sqlst_exec(s,
-                        "INSERT OR IGNORE INTO meter_requests(task_uid,request_id,charged_ms,"
-                        "tokens,cost_micros) SELECT task_uid,request_id,charged_ms,tokens,"
-                        "cost_micros FROM meter_log ORDER BY task_uid,request_id;"
-                        "DELETE FROM meter_log;",
-                        err);
-
-    if (rc == E_OK) {
-        json_object_clear(s->meter_ids);
-        s->meter_ids_bytes = 0;
-    }
-    return rc;
-}
-
-static bool index_full(const struct sqlite_store *s)
-{
-    return json_object_size(s->meter_ids) >= STORE_METER_INDEX_IDS ||
-           s->meter_ids_bytes >= STORE_METER_INDEX_BYTES;
-}
-
-/* Loads the ids of meter_log (bounded: the log is archived whenever the index is full). */
-static int load_meter_ids(struct sqlite_store *s, struct err *err)
-{
-    sqlite3_stmt *st = NULL;
-    int rc, step;
-
-    if (s->meter_ids != NULL) {
-        return E_OK;
-    }
-    rc = sqlst_stmt(&st, s, SQLST_METER_IDS, err);
-    if (rc != E_OK) {
-        return rc;
-    }
-    s->meter_ids = json_object();
-    while ((step = sqlite3_step(st)) == SQLITE_ROW) {
-        index_add(s, (const char *)sqlite3_column_text(st, 0),
-                  (const char *)sqlite3_column_text(st, 1));
-    }
-    sqlite3_reset(st);
-    if (step != SQLITE_DONE) {
-        sqlst_meter_index_free(s);
-        return sqlst_db_err(s, step, "load meter ids", err);
-    }
-    return index_full(s) ? meter_archive(s, err) : E_OK;
-}
-
-/* Whether (UID, ID) is in the archive. */
-static int meter_archived(bool *out, struct sqlite_store *s, const char *uid, const char *id,
-                          struct err *err)
-{
-    sqlite3_stmt *st = NULL;
-    int rc = sqlst_stmt(&st, s, SQLST_METER_SEEN, err), step;
-
-    *out = false;
-    if (rc != E_OK) {
-        return rc;
-    }
-    sqlite3_bind_text(st, 1, uid, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 2, id, -1, SQLITE_STATIC);
-    step = sqlite3_step(st);
-    sqlite3_reset(st);
-    *out = step == SQLITE_ROW;
-    if (step != SQLITE_ROW && step != SQLITE_DONE) {
-        return sqlst_db_err(s, step, "look up meter id", err);
-    }
-    return E_OK;
-}
-
-int sqlst_txn_meter_claim(bool *fresh_out, struct task_txn *txb, const char *task_uid,
-                          const char *request_id, int64_t tokens, int64_t cost_micros,
-                          struct err *err)
-{
-    struct sqlst_txn *tx = sqtx(txb);
-    struct sqlite_store *s = tx->s;
-    sqlite3_stmt *st = NULL;
-    bool archived = false;
-    char *key;
-    int rc;
-
-    *fresh_out = false;
-    if (task_uid == NULL || request_id == NULL) {
-        return err_set(err, E_INVALID, "meter claim without a task uid or request id");
-    }
-    rc = load_meter_ids(s, err);
-    if (rc != E_OK) {
-        return rc;
-    }
-    key = meter_key(task_uid, request_id);
-    archived = json_object_get(s->meter_ids, key) != NULL;
-    free(key);
-    if (archived) {
-        return E_OK; /* a retry, still in the log */
-    }
-    rc = meter_archived(&archived, s, task_uid, request_id, err);
-    if (rc != E_OK || archived) {
-        return rc; /* archived: a retry */
-    }
-    rc = sqlst_stmt(&st, s, SQLST_METER_INSERT, err);
-    if (rc != E_OK) {
-        return rc;
-    }
-    sqlite3_bind_text(st, 1, task_uid, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 2, request_id, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 3, clock_now_ms(s->base.clock));
-    sqlite3_bind_int64(st, 4, tokens);
-    sqlite3_bind_int64(st, 5, cost_micros);
-    rc = sqlst_step_done(s, st, "record meter request", err);
-    if (rc != E_OK) {
-        return rc;
-    }
-    index_add(s, task_uid, request_id);
-    *fresh_out = true;
-    return index_full(s) ? meter_archive(s, err) : E_OK;
 }
 
 static int token_current(struct token_record *out, struct sqlite_store *s, const char *ns,

@@ -411,12 +411,19 @@ def test_kill9_mid_metering_never_overcharges():
             for n in names:
                 st, _, b = srv2.request("GET", NS + "/" + n)
                 uid = b["metadata"]["uid"]
-                # The recent ids are in meter_log, older ones moved to meter_requests.
+                # The recent ids are in meter_log, older ones moved to meter_requests of
+                # the archive file (or of the database itself). A kill -9 between the
+                # archive's commit and the log's trim leaves an id in both: a set.
                 rows = [r[0] for r in con.execute(
                     "SELECT request_id FROM meter_log WHERE task_uid=?1 UNION ALL "
                     "SELECT request_id FROM meter_requests WHERE task_uid=?1", (uid,))]
                 assert len(rows) == len(set(rows)), "an id was recorded twice"
                 recorded = set(rows)
+                if os.path.exists(db + "-meter"):
+                    arc = sqlite3.connect(db + "-meter")
+                    recorded |= {r[0] for r in arc.execute(
+                        "SELECT request_id FROM meter_requests WHERE task_uid=?1", (uid,))}
+                    arc.close()
                 missing = acked[n] - recorded
                 assert not missing, (n, sorted(missing)[:5])
                 assert b["status"]["tokensConsumed"] == 7 * len(recorded), (n, b["status"])
@@ -427,6 +434,58 @@ def test_kill9_mid_metering_never_overcharges():
             con.close()
             assert total_acked > 50, total_acked
             print("acknowledged %d distinct charges before kill -9" % total_acked)
+        finally:
+            srv2.stop()
+    finally:
+        srv.cleanup()
+
+
+SPILL_IDS = 2048  # the meter's in-memory generation of ids (STORE_METER_INDEX_IDS / 2)
+
+
+def test_kill9_across_the_id_spill_never_recharges():
+    """Past the point where the meter's request ids move out of memory into the archive
+    file (off the commit path), a kill -9 and a restart keep every acknowledged id:
+    sent again, each is answered as already charged and adds nothing."""
+    srv = Server(ARGS).start()
+    try:
+        tok = start_task(srv, "spill", budgetUSD="1000.00", budgetTokens=10 ** 9)
+        acked, lock = [], threading.Lock()
+        stop = threading.Event()
+
+        def worker(wid):
+            i = 0
+            while not stop.is_set():
+                rid = "s%d-%d" % (wid, i)
+                i += 1
+                try:
+                    st, _, _ = meter(srv, tok, call(rid, tokens=7, cost="0.003"))
+                except Exception:
+                    continue
+                if st == 200:
+                    with lock:
+                        acked.append(rid)
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=8) as ex:
+            futs = [ex.submit(worker, w) for w in range(8)]
+            deadline = time.time() + 50
+            while len(acked) < 2 * SPILL_IDS + 300 and time.time() < deadline:
+                time.sleep(0.01)
+            srv.kill()
+            stop.set()
+            concurrent.futures.wait(futs)
+        assert len(acked) > 2 * SPILL_IDS, len(acked)
+        srv2 = Server(ARGS, data_dir=srv.data_dir).start()
+        try:
+            st, _, b = srv2.request("GET", NS + "/spill")
+            before = b["status"]["tokensConsumed"]
+            assert before >= 7 * len(acked), (before, len(acked))
+            for rid in acked:
+                st, _, b = meter(srv2, tok, call(rid, tokens=7, cost="0.003"))
+                assert st == 200 and b.get("duplicate") is True, (rid, st, b)
+            st, _, b = srv2.request("GET", NS + "/spill")
+            assert b["status"]["tokensConsumed"] == before, (before, b["status"])
+            print("%d acknowledged ids, all still charged once after kill -9" % len(acked))
         finally:
             srv2.stop()
     finally:
@@ -447,4 +506,5 @@ if __name__ == "__main__":
                test_iteration_never_goes_back, test_guidance_preview_and_caveat_budget, test_attenuated_token_narrows,
                test_request_id_rules_charge_nothing, test_budget_caveats_are_budgets_not_401,
                test_objective_and_guidance_caps,
-               test_kill9_mid_metering_never_overcharges])
+               test_kill9_mid_metering_never_overcharges,
+               test_kill9_across_the_id_spill_never_recharges])

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/clock.h"
 #include "common/err.h"
@@ -32,6 +33,19 @@ static inline int normalize_str(json_t **out, const char *s, struct err *err)
     int rc = task_normalize_new(out, in, "default", err);
     json_decref(in);
     return rc;
+}
+
+/* Removes the SQLite store file PATH and the files beside it (WAL, shared memory, the
+ * meter's archive and its own). */
+static inline void store_unlink_db(const char *path)
+{
+    static const char *const sfx[] = {"", "-wal", "-shm", "-meter", "-meter-wal", "-meter-shm"};
+
+    for (size_t i = 0; i < sizeof(sfx) / sizeof(sfx[0]); i++) {
+        char *f = xasprintf("%s%s", path, sfx[i]);
+        unlink(f);
+        free(f);
+    }
 }
 
 /* Whether the tests run against the Kubernetes backend. */

@@ -208,6 +208,35 @@ TEST(store_create_get_conflict)
     task_store_close(st);
 }
 
+static int keep_text(const char *json, size_t len, void *userdata)
+{
+    json_t **out = userdata;
+
+    CHECK_EQ_INT((int)strlen(json), (int)len);
+    *out = json_loadb(json, len, 0, NULL);
+    return E_OK;
+}
+
+/* The text GET (no parse) answers the same object as the parsed one, and E_NOTFOUND. */
+TEST(store_get_text_is_the_stored_task)
+{
+    struct task_store *st = open_mem();
+    json_t *t = new_task("a"), *stored = NULL, *got = NULL;
+    struct err err = {0};
+
+    CHECK_OK(task_store_create(&stored, st, t, &err));
+    json_decref(stored);
+    stored = NULL;
+    CHECK_OK(task_store_get(&stored, st, "default", "a", &err));
+    CHECK_OK(task_store_get_text(st, "default", "a", keep_text, &got, &err));
+    CHECK(got != NULL && json_equal(got, stored));
+    CHECK_EQ_INT(task_store_get_text(st, "default", "zz", keep_text, &got, &err), E_NOTFOUND);
+    json_decref(t);
+    json_decref(stored);
+    json_decref(got);
+    task_store_close(st);
+}
+
 TEST(store_stale_patch_conflicts)
 {
     struct task_store *st = open_mem();
@@ -327,12 +356,7 @@ TEST(restart_keeps_everything)
     json_decref(o);
     json_decref(a);
     task_store_close(st);
-    unlink(path);
-    char *wal = xasprintf("%s-wal", path), *shm = xasprintf("%s-shm", path);
-    unlink(wal);
-    unlink(shm);
-    free(wal);
-    free(shm);
+    store_unlink_db(path);
 }
 
 T_MAIN

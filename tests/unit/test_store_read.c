@@ -29,13 +29,7 @@ static struct task_store *open_file(char path[32])
 
 static void remove_file(const char *path)
 {
-    char *wal = xasprintf("%s-wal", path), *shm = xasprintf("%s-shm", path);
-
-    unlink(path);
-    unlink(wal);
-    unlink(shm);
-    free(wal);
-    free(shm);
+    store_unlink_db(path);
 }
 
 static const char *objective_of(const json_t *o)

@@ -179,12 +179,7 @@ TEST(meter_ids_survive_restart)
     CHECK_OK(task_store_txn(st, claim_ids, fresh, NULL));
     CHECK(!fresh[0] && !fresh[1] && !fresh[2]); /* every id is remembered after a restart */
     task_store_close(st);
-    unlink(path);
-    char *wal = xasprintf("%s-wal", path), *shm = xasprintf("%s-shm", path);
-    unlink(wal);
-    unlink(shm);
-    free(wal);
-    free(shm);
+    store_unlink_db(path);
 }
 
 /* ==== Bounded memory from a task token (security review finding 7). ==================== */
@@ -325,12 +320,7 @@ TEST(meter_index_bounded_duplicates_never_recharged)
     task_store_sqlite_mem(&mem, st);
     CHECK(mem.meter_index_ids < STORE_METER_INDEX_IDS);
     task_store_close(st);
-    unlink(path);
-    char *wal = xasprintf("%s-wal", path), *shm = xasprintf("%s-shm", path);
-    unlink(wal);
-    unlink(shm);
-    free(wal);
-    free(shm);
+    store_unlink_db(path);
 }
 
 /* Long ids fill the index by bytes before they fill it by count. */
