@@ -45,14 +45,15 @@ run: programs
 install: programs
 	@DESTDIR="$(DESTDIR)" cmake --install $(BUILD) --prefix "$(PREFIX)"
 
-# The test stages are scripts/test.sh's (docs/testing.md says what runs where). ctest runs
-# TEST_JOBS tests at once (default twice the CPUs: the integration tests mostly wait on their
-# servers and fakes); the sanitizer stages run the tests labelled `sanitize`
-# (SANITIZE_TESTS='' runs every test there too).
+# The test stages are scripts/test.sh's (docs/testing.md says what runs where). The normal
+# stage runs TEST_JOBS tests at once (default twice the CPUs: the integration tests mostly
+# wait on their servers and fakes), the sanitizer stages SANITIZE_TEST_JOBS (default the
+# CPUs) of the tests labelled `sanitize` (SANITIZE_TESTS='' runs every test there too).
 TEST_JOBS ?= $(shell echo $$(( $(JOBS) * 2 )))
+SANITIZE_TEST_JOBS ?= $(JOBS)
 SANITIZE_TESTS ?= -L sanitize
-TEST_ENV = JOBS=$(JOBS) TEST_JOBS=$(TEST_JOBS) BUILD=$(BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) \
-	SANITIZE_TESTS='$(SANITIZE_TESTS)'
+TEST_ENV = JOBS=$(JOBS) TEST_JOBS=$(TEST_JOBS) SANITIZE_TEST_JOBS=$(SANITIZE_TEST_JOBS) \
+	BUILD=$(BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) SANITIZE_TESTS='$(SANITIZE_TESTS)'
 
 test-unit: deps test-deps
 	@$(TEST_ENV) bash scripts/test.sh normal

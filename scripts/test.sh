@@ -11,15 +11,18 @@
 # only the CPU they leave idle. Each stage then waits for its tree. The fuzzers run last and
 # alone (each target gets its FUZZ_SECONDS of a whole core).
 #
-# Environment: JOBS (build jobs, default the CPUs), TEST_JOBS (tests ctest runs at once,
-# default 2 x JOBS), BUILD (the normal tree, default build), FUZZ_SECONDS (default 10),
-# SANITIZE_TESTS (ctest arguments choosing the sanitizer stages' tests, default
-# `-L sanitize`; empty runs every test there too).
+# Environment: JOBS (build jobs, default the CPUs), TEST_JOBS (tests the normal stage runs at
+# once, default 2 x JOBS: they mostly wait), SANITIZE_TEST_JOBS (the same for the sanitizer
+# stages, default JOBS: sanitized servers use several times the CPU), BUILD (the normal
+# tree, default build), FUZZ_SECONDS (default 10), SANITIZE_TESTS (ctest arguments choosing
+# the sanitizer stages' tests, default `-L sanitize`; empty runs every test there too).
+# Each stage prints its wall time and the CPU time it used.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 TEST_JOBS=${TEST_JOBS:-$((JOBS * 2))}
+SANITIZE_TEST_JOBS=${SANITIZE_TEST_JOBS:-$JOBS}
 BUILD=${BUILD:-build}
 FUZZ_SECONDS=${FUZZ_SECONDS:-10}
 SANITIZE_TESTS=${SANITIZE_TESTS--L sanitize}
@@ -59,13 +62,13 @@ run() {
         # shellcheck disable=SC2086 # SANITIZE_TESTS is a list of ctest arguments
         (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
             UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-            ctest --output-on-failure -j "$TEST_JOBS" $SANITIZE_TESTS)
+            ctest --output-on-failure -j "$SANITIZE_TEST_JOBS" $SANITIZE_TESTS)
         ;;
     tsan)
         # halt_on_error: the first race fails its test.
         # shellcheck disable=SC2086
         (cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-            ctest --output-on-failure -j "$TEST_JOBS" $SANITIZE_TESTS)
+            ctest --output-on-failure -j "$SANITIZE_TEST_JOBS" $SANITIZE_TESTS)
         ;;
     fuzz) bash scripts/run_fuzz.sh build-fuzz "$FUZZ_SECONDS" "$JOBS" ;;
     esac
@@ -75,14 +78,19 @@ since() {
     echo $(($(date +%s) - $1))
 }
 
+# timed WHAT CMD...: runs CMD, then prints "test: WHAT: <wall> s, <CPU> s CPU" (the CPU time
+# of every process it waited for).
+timed() {
+    local what=$1 rc=0
+    shift
+    local TIMEFORMAT="test: $what: %0R s, %0U+%0S s CPU"
+    time "$@" || rc=$?
+    return "$rc"
+}
+
 one() {
-    local t0
-    t0=$(date +%s)
-    build "$1"
-    echo "test: $1 build: $(since "$t0") s"
-    t0=$(date +%s)
-    run "$1"
-    echo "test: $1 tests: $(since "$t0") s"
+    timed "$1 build" build "$1"
+    timed "$1 tests" run "$1"
 }
 
 # The background builds: one chain, each tree's log in $bg/<tree>.log and its exit status
@@ -110,9 +118,8 @@ start_background() {
         renice -n 19 -p "$BASHPID" >/dev/null # and so every build of the chain
         for t in "$@"; do
             rc=0
-            t0=$(date +%s)
-            build "$t" >"$bg/$t.log" 2>&1 || rc=$?
-            since "$t0" >"$bg/$t.secs"
+            { TIMEFORMAT="%0R s, %0U+%0S s CPU" && time build "$t" >"$bg/$t.log" 2>&1; } \
+                2>"$bg/$t.secs" || rc=$?
             echo "$rc" >"$bg/$t.rc"
             [ "$rc" -eq 0 ] || exit "$rc"
         done
@@ -137,23 +144,19 @@ wait_background() {
         echo "test: $1 build FAILED" >&2
         return 1
     fi
-    echo "test: $1 build: $(cat "$bg/$1.secs") s in the background, waited $(since "$t0") s"
+    echo "test: $1 build: $(cat "$bg/$1.secs") in the background; the stage waited $(since "$t0") s for it"
 }
 
 all() {
-    local t0 start
+    local start
     start=$(date +%s)
-    t0=$start
-    build normal
-    echo "test: normal build: $(since "$t0") s"
+    timed "normal build" build normal
     start_background asan tsan fuzz
     for t in normal asan tsan fuzz; do
         if [ "$t" != normal ]; then
             wait_background "$t"
         fi
-        t0=$(date +%s)
-        run "$t"
-        echo "test: $t tests: $(since "$t0") s"
+        timed "$t tests" run "$t"
     done
     echo "test: all stages passed in $(since "$start") s"
 }
