@@ -120,8 +120,11 @@ def test_fix_creates_task_reacts_and_dedups():
             wait(lambda: gh.reactions(cid), what="+1 reaction")
             assert [r["content"] for r in gh.reactions(cid)] == ["+1"]
             # The same delivery again, and the same comment under a new delivery id.
-            # (The controller may still be writing status: compare what comments change.)
-            before = (task(srv)["spec"], task(srv)["metadata"].get("annotations"))
+            # (The controller may still be writing status: compare what comments change,
+            # once its start has added the sandbox-provider annotation.)
+            t = wait(lambda: (lambda t: t if t and t["status"].get("phase") == "Active"
+                              else None)(task(srv)), what="task fix-pr-7 Active")
+            before = (t["spec"], t["metadata"].get("annotations"))
             # Same comment, new delivery id (a redelivery): a duplicate by comment id.
             st, _, ans = deliver(srv, payload, delivery="dup-1")
             assert st == 200 and ans == {"duplicate": True}, (st, ans)
