@@ -46,10 +46,9 @@ install: programs
 	@DESTDIR="$(DESTDIR)" cmake --install $(BUILD) --prefix "$(PREFIX)"
 
 # The test stages are scripts/test.sh's (docs/testing.md says what runs where). The normal
-# stage runs TEST_JOBS tests at once (default twice the CPUs: the integration tests mostly
-# wait on their servers and fakes), the sanitizer stages SANITIZE_TEST_JOBS (default the
-# CPUs) of the tests labelled `sanitize` (SANITIZE_TESTS='' runs every test there too).
-TEST_JOBS ?= $(shell echo $$(( $(JOBS) * 2 )))
+# stage runs TEST_JOBS tests at once, the sanitizer stages SANITIZE_TEST_JOBS (both default
+# the CPUs) of the tests labelled `sanitize` (SANITIZE_TESTS='' runs every test there too).
+TEST_JOBS ?= $(JOBS)
 SANITIZE_TEST_JOBS ?= $(JOBS)
 SANITIZE_TESTS ?= -L sanitize
 TEST_ENV = JOBS=$(JOBS) TEST_JOBS=$(TEST_JOBS) SANITIZE_TEST_JOBS=$(SANITIZE_TEST_JOBS) \
