@@ -45,29 +45,34 @@ run: programs
 install: programs
 	@DESTDIR="$(DESTDIR)" cmake --install $(BUILD) --prefix "$(PREFIX)"
 
-test-unit: build test-deps
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+# The test stages are scripts/test.sh's (docs/testing.md says what runs where). The normal
+# stage runs TEST_JOBS tests at once, the sanitizer stages SANITIZE_TEST_JOBS (both default
+# the CPUs) of the tests labelled `sanitize` (SANITIZE_TESTS='' runs every test there too).
+TEST_JOBS ?= $(JOBS)
+SANITIZE_TEST_JOBS ?= $(JOBS)
+SANITIZE_TESTS ?= -L sanitize
+TEST_ENV = JOBS=$(JOBS) TEST_JOBS=$(TEST_JOBS) SANITIZE_TEST_JOBS=$(SANITIZE_TEST_JOBS) \
+	BUILD=$(BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) SANITIZE_TESTS='$(SANITIZE_TESTS)'
 
+test-unit: deps test-deps
+	@$(TEST_ENV) bash scripts/test.sh normal
+
+# AddressSanitizer + UndefinedBehaviorSanitizer.
 test-asan: deps test-deps
-	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DWERROR=ON -DSANITIZE=address,undefined >/dev/null
-	@bash scripts/build.sh build-asan $(JOBS)
-	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
-		UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(JOBS)
+	@$(TEST_ENV) bash scripts/test.sh asan
 
-# ThreadSanitizer over every test (unit and integration: the server's threads run under it);
+# ThreadSanitizer (the server's threads run under it in the integration tests);
 # halt_on_error makes the first race fail its test.
 test-tsan: deps test-deps
-	@cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DWERROR=ON -DSANITIZE=thread >/dev/null
-	@bash scripts/build.sh build-tsan $(JOBS)
-	cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-		ctest --output-on-failure -j $(JOBS)
+	@$(TEST_ENV) bash scripts/test.sh tsan
 
 test-fuzz: deps
-	@CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DWERROR=ON -DFUZZ=ON >/dev/null
-	@bash scripts/build.sh build-fuzz $(JOBS)
-	@bash scripts/run_fuzz.sh build-fuzz $(FUZZ_SECONDS)
+	@$(TEST_ENV) bash scripts/test.sh fuzz
 
-test: lint test-deps test-unit test-asan test-tsan test-fuzz
+# lint, the peers, then every stage in order, stopping at the first failure; the sanitizer
+# and fuzz trees are built in the background at nice 19 while the earlier stages' tests run.
+test: lint test-deps
+	@$(TEST_ENV) bash scripts/test.sh all
 
 bench: build
 	bash bench/run.sh $(BUILD)

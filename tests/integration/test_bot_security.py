@@ -23,6 +23,13 @@ def get_task(srv, ns, name):
     return b if st == 200 else None
 
 
+def started_task(srv, ns, name):
+    """The task once the controller has started it (Active): from then on only commands
+    change its spec and annotations (the start itself adds divergedev.com/sandbox-provider)."""
+    return wait(lambda: (lambda t: t if t and t.get("status", {}).get("phase") == "Active"
+                         else None)(get_task(srv, ns, name)), what="task %s Active" % name)
+
+
 def post(gh, srv, repo, number, body, user="alice", association="CONTRIBUTOR"):
     c = gh.add_comment(repo, number, user=user, body=body)
     st, _, ans = deliver(srv, comment_payload(repo, number, c["id"], body, user=user,
@@ -62,7 +69,7 @@ def test_colliding_namespaces_cannot_take_over_a_task():
     try:
         with Server(server_args(gh), env=server_env()) as srv:
             post(gh, srv, VICTIM, 7, "/diverge fix the checkout latency")
-            t = wait(lambda: get_task(srv, "octo-checkout-service", "fix-pr-7"), what="task")
+            t = started_task(srv, "octo-checkout-service", "fix-pr-7")
             assert t["metadata"]["annotations"]["divergedev.com/project"] == VICTIM
             # What comments change (the controller may still be writing status, and the
             # sandbox-provider annotation when it starts the task).

@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """Throttling delays only the sticky edit it throttles (security review finding 13): right
 after a meter call changed the spend, so a spend-only sticky edit waits out
---notifier-min-interval (30 s here), a `/diverge status` reply still goes
-out at once, and the throttled edit follows later. (bench/reply_latency.py measures it.)"""
+--notifier-min-interval (15 s here: longer than the 10 s the reply is given, so a reply that
+waited for the throttle could not pass), a `/diverge status` reply still goes out at once,
+and the throttled edit follows later. (bench/reply_latency.py measures it.)"""
 import json
 import time
 
@@ -35,7 +36,7 @@ def replies(gh):
 def test_reply_does_not_wait_for_a_throttled_edit():
     gh = new_fake()
     try:
-        with Server(server_args(gh, "--notifier-min-interval", "30"), env=server_env()) as srv:
+        with Server(server_args(gh, "--notifier-min-interval", "15"), env=server_env()) as srv:
             comment(gh, srv, "/diverge fix the flaky test")
             wait(lambda: "Running" in sticky(gh), what="sticky Running")
             st, _, tok = srv.request("GET", NS + "/fix-pr-7/token")
@@ -45,10 +46,10 @@ def test_reply_does_not_wait_for_a_throttled_edit():
             st, _, b = srv.request("POST", METER, body, auth=False,
                                    headers={"Authorization": "Bearer " + tok.strip()})
             assert st == 200, b
-            time.sleep(0.3)  # the notifier has queued the spend edit, due in about 30 s
+            time.sleep(0.3)  # the notifier has queued the spend edit, due in about 15 s
             assert "0.0225" not in sticky(gh)
             comment(gh, srv, "/diverge status")
-            # Generous: the point is "not behind the 30 s throttle", not a latency target.
+            # Generous: the point is "not behind the 15 s throttle", not a latency target.
             wait(lambda: replies(gh), timeout=10, what="status reply before the throttle")
             assert "fix-pr-7" in replies(gh)[0]["body"]
             assert "0.0225" not in sticky(gh), "the spend edit was not throttled"

@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# The test stages of `make test` (docs/testing.md says what runs where, and why).
+#
+#   scripts/test.sh normal|asan|tsan|fuzz   one stage: configure and build its tree, run it
+#   scripts/test.sh all                     every stage after lint and test-deps, in order,
+#                                           stopping at the first failure
+#
+# `all` builds the ASan, TSan and fuzz trees in the background at the lowest CPU priority
+# (nice 19) while the normal and sanitizer test stages run: the integration tests spend most
+# of their time waiting on servers, fakes and child processes, and a build at nice 19 takes
+# only the CPU they leave idle. Each stage then waits for its tree. The fuzzers run last and
+# alone (each target gets its FUZZ_SECONDS of a whole core).
+#
+# Environment: JOBS (build jobs, default the CPUs), TEST_JOBS (tests the normal stage runs at
+# once) and SANITIZE_TEST_JOBS (the same for the sanitizer stages), both default JOBS (more
+# at once made the tests with short timeouts fail on a loaded box: docs/testing.md),
+# BUILD (the normal tree, default build), FUZZ_SECONDS (default 10), SANITIZE_TESTS (ctest
+# arguments choosing the sanitizer stages' tests, default `-L sanitize`; empty runs every
+# test there too).
+# Each stage prints its wall time and the CPU time it used.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
+TEST_JOBS=${TEST_JOBS:-$JOBS}
+SANITIZE_TEST_JOBS=${SANITIZE_TEST_JOBS:-$JOBS}
+BUILD=${BUILD:-build}
+FUZZ_SECONDS=${FUZZ_SECONDS:-10}
+SANITIZE_TESTS=${SANITIZE_TESTS--L sanitize}
+
+# configure TREE: the tree's CMake configuration (kept when it exists with the same options).
+configure() {
+    case "$1" in
+    normal) cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWERROR=ON >/dev/null ;;
+    asan)
+        cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DWERROR=ON \
+            -DSANITIZE=address,undefined >/dev/null
+        ;;
+    tsan)
+        cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DWERROR=ON \
+            -DSANITIZE=thread >/dev/null
+        ;;
+    fuzz) CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DWERROR=ON -DFUZZ=ON >/dev/null ;;
+    esac
+}
+
+dir_of() {
+    case "$1" in
+    normal) echo "$BUILD" ;;
+    *) echo "build-$1" ;;
+    esac
+}
+
+build() {
+    configure "$1" && bash scripts/build.sh "$(dir_of "$1")" "$JOBS"
+}
+
+# run TREE: the stage's tests on a built tree.
+run() {
+    case "$1" in
+    normal) (cd "$BUILD" && ctest --output-on-failure -j "$TEST_JOBS") ;;
+    asan)
+        # shellcheck disable=SC2086 # SANITIZE_TESTS is a list of ctest arguments
+        (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+            UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+            ctest --output-on-failure -j "$SANITIZE_TEST_JOBS" $SANITIZE_TESTS)
+        ;;
+    tsan)
+        # halt_on_error: the first race fails its test.
+        # shellcheck disable=SC2086
+        (cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+            ctest --output-on-failure -j "$SANITIZE_TEST_JOBS" $SANITIZE_TESTS)
+        ;;
+    fuzz) bash scripts/run_fuzz.sh build-fuzz "$FUZZ_SECONDS" "$JOBS" ;;
+    esac
+}
+
+since() {
+    echo $(($(date +%s) - $1))
+}
+
+# timed WHAT CMD...: runs CMD, then prints "test: WHAT: <wall> s, <CPU> s CPU" (the CPU time
+# of every process it waited for).
+timed() {
+    local what=$1 rc=0
+    shift
+    local TIMEFORMAT="test: $what: %0R s, %0U+%0S s CPU"
+    time "$@" || rc=$?
+    return "$rc"
+}
+
+one() {
+    timed "$1 build" build "$1"
+    timed "$1 tests" run "$1"
+}
+
+# The background builds: one chain, each tree's log in $bg/<tree>.log and its exit status
+# in $bg/<tree>.rc once done. The chain stops at the first failed build.
+bg=""
+bg_pid=""
+stop_background() {
+    if [ -n "$bg_pid" ]; then
+        kill -TERM -- "-$bg_pid" 2>/dev/null || true
+        wait "$bg_pid" 2>/dev/null || true
+    fi
+    if [ -n "$bg" ]; then
+        rm -rf "$bg"
+    fi
+}
+
+start_background() {
+    bg=$(mktemp -d)
+    trap stop_background EXIT
+    # Its own process group (job control on while forking), so stop_background can end the
+    # whole chain, cmake and compilers included.
+    set -m
+    (
+        set +m
+        renice -n 19 -p "$BASHPID" >/dev/null # and so every build of the chain
+        for t in "$@"; do
+            rc=0
+            { TIMEFORMAT="%0R s, %0U+%0S s CPU" && time build "$t" >"$bg/$t.log" 2>&1; } \
+                2>"$bg/$t.secs" || rc=$?
+            echo "$rc" >"$bg/$t.rc"
+            [ "$rc" -eq 0 ] || exit "$rc"
+        done
+    ) &
+    bg_pid=$!
+    set +m
+}
+
+# wait_background TREE: until its build is done; prints the build's log on failure.
+wait_background() {
+    local t0
+    t0=$(date +%s)
+    while [ ! -f "$bg/$1.rc" ]; do
+        if ! kill -0 "$bg_pid" 2>/dev/null && [ ! -f "$bg/$1.rc" ]; then
+            echo "test: the background build of $1 did not run" >&2
+            return 1
+        fi
+        sleep 1
+    done
+    if [ "$(cat "$bg/$1.rc")" != 0 ]; then
+        cat "$bg/$1.log" >&2
+        echo "test: $1 build FAILED" >&2
+        return 1
+    fi
+    echo "test: $1 build: $(cat "$bg/$1.secs") in the background; the stage waited $(since "$t0") s for it"
+}
+
+all() {
+    local start
+    start=$(date +%s)
+    timed "normal build" build normal
+    start_background asan tsan fuzz
+    for t in normal asan tsan fuzz; do
+        if [ "$t" != normal ]; then
+            wait_background "$t"
+        fi
+        timed "$t tests" run "$t"
+    done
+    echo "test: all stages passed in $(since "$start") s"
+}
+
+case "${1:-}" in
+normal | asan | tsan | fuzz) one "$1" ;;
+all) all ;;
+*)
+    echo "usage: scripts/test.sh normal|asan|tsan|fuzz|all" >&2
+    exit 2
+    ;;
+esac
