@@ -262,6 +262,18 @@ static void log_git_lines(const char *log_path, const char *out, size_t len)
     }
 }
 
+/* The git subcommand of ARGV (after "-c key=value" and "-C dir"), for messages. */
+static const char *git_subcommand(const char *const argv[])
+{
+    size_t i = 1;
+
+    while (argv[i] != NULL && argv[i + 1] != NULL &&
+           (strcmp(argv[i], "-c") == 0 || strcmp(argv[i], "-C") == 0)) {
+        i += 2;
+    }
+    return argv[i] != NULL ? argv[i] : "";
+}
+
 /* Runs git with ARGV, and CR's credentials (may be NULL), its output into LOG_PATH. */
 static int git_run(const struct creds *cr, const char *log_path, const char *const argv[],
                    struct err *err)
@@ -285,7 +297,7 @@ static int git_run(const struct creds *cr, const char *log_path, const char *con
     }
     free(out);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        return err_set(err, E_FAIL, "git %s failed (exit %d)", argv[1],
+        return err_set(err, E_FAIL, "git %s failed (exit %d)", git_subcommand(argv),
                        WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
     }
     return E_OK;
