@@ -48,6 +48,31 @@ static inline void store_unlink_db(const char *path)
     }
 }
 
+/* Claims meter request ids "r<from>".."r<to - 1>" of UID in one transaction (a
+ * task_store_txn callback with a struct store_claims); FRESH: how many were new. */
+struct store_claims {
+    const char *uid;
+    int from, to;
+    int fresh; /* out */
+};
+
+static inline int store_claim_range(struct task_txn *tx, void *userdata)
+{
+    struct store_claims *c = userdata;
+    char id[32];
+
+    c->fresh = 0;
+    for (int i = c->from; i < c->to; i++) {
+        bool f = false;
+        snprintf(id, sizeof(id), "r%d", i);
+        if (task_txn_meter_claim(&f, tx, c->uid, id, 1, 1, NULL) != E_OK) {
+            return E_FAIL;
+        }
+        c->fresh += f;
+    }
+    return E_OK;
+}
+
 /* Whether the tests run against the Kubernetes backend. */
 static inline bool store_is_kube(void)
 {

@@ -14,35 +14,12 @@
 
 enum { HALF = STORE_METER_INDEX_IDS / 2 };
 
-struct claims {
-    const char *uid;
-    int from, to; /* ids "r<from>" .. "r<to - 1>" */
-    int fresh;    /* out: how many were fresh */
-};
-
-static int claim_range(struct task_txn *tx, void *userdata)
-{
-    struct claims *c = userdata;
-    char id[32];
-
-    c->fresh = 0;
-    for (int i = c->from; i < c->to; i++) {
-        bool f = false;
-        snprintf(id, sizeof(id), "r%d", i);
-        if (task_txn_meter_claim(&f, tx, c->uid, id, 1, 1, NULL) != E_OK) {
-            return E_FAIL;
-        }
-        c->fresh += f;
-    }
-    return E_OK;
-}
-
 /* How many of "r<from>".."r<to - 1>" of UID a transaction finds fresh. */
 static int fresh_of(struct task_store *st, const char *uid, int from, int to)
 {
-    struct claims c = {.uid = uid, .from = from, .to = to};
+    struct store_claims c = {.uid = uid, .from = from, .to = to};
 
-    CHECK_OK(task_store_txn(st, claim_range, &c, NULL));
+    CHECK_OK(task_store_txn(st, store_claim_range, &c, NULL));
     return c.fresh;
 }
 

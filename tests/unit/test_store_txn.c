@@ -241,29 +241,6 @@ TEST(objective_and_guidance_caps)
     }
 }
 
-struct claim_many {
-    int from, to; /* ids "r<from>" .. "r<to - 1>" */
-    const char *uid;
-    int fresh; /* out: how many were fresh */
-};
-
-static int claim_range(struct task_txn *tx, void *userdata)
-{
-    struct claim_many *c = userdata;
-    char id[32];
-
-    c->fresh = 0;
-    for (int i = c->from; i < c->to; i++) {
-        bool f = false;
-        snprintf(id, sizeof(id), "r%d", i);
-        if (task_txn_meter_claim(&f, tx, c->uid, id, 1, 1, NULL) != E_OK) {
-            return E_FAIL;
-        }
-        c->fresh += f;
-    }
-    return E_OK;
-}
-
 /* The in-memory index stays under STORE_METER_INDEX_IDS after many distinct ids, while
  * every duplicate, however old (long moved out of memory), is still found in SQLite and
  * never charged twice, also after a restart. */
@@ -278,44 +255,44 @@ TEST(meter_index_bounded_duplicates_never_recharged)
     int fd = mkstemp(path);
     struct task_store *st = NULL;
     struct task_store_mem mem;
-    struct claim_many c = {.uid = "uid-b"};
+    struct store_claims c = {.uid = "uid-b"};
     enum { N = 5 * STORE_METER_INDEX_IDS + 17 };
 
     ASSERT(fd >= 0);
     close(fd);
     CHECK_OK(task_store_sqlite_open(&st, path, clock_system(), NULL));
     c.from = 0, c.to = 10;
-    CHECK_OK(task_store_txn(st, claim_range, &c, NULL));
+    CHECK_OK(task_store_txn(st, store_claim_range, &c, NULL));
     CHECK_EQ_INT(c.fresh, 10);
     task_store_sqlite_mem(&mem, st);
     CHECK_EQ_INT(mem.meter_index_ids, 10);
     /* One at a time, as the meter does, then many per transaction. */
     for (int i = 10; i < STORE_METER_INDEX_IDS + 10; i++) {
         c.from = i, c.to = i + 1;
-        CHECK_OK(task_store_txn(st, claim_range, &c, NULL));
+        CHECK_OK(task_store_txn(st, store_claim_range, &c, NULL));
         CHECK_EQ_INT(c.fresh, 1);
         task_store_sqlite_mem(&mem, st);
         CHECK(mem.meter_index_ids < STORE_METER_INDEX_IDS);
     }
     c.from = STORE_METER_INDEX_IDS + 10, c.to = N;
-    CHECK_OK(task_store_txn(st, claim_range, &c, NULL));
+    CHECK_OK(task_store_txn(st, store_claim_range, &c, NULL));
     CHECK_EQ_INT(c.fresh, N - STORE_METER_INDEX_IDS - 10);
     task_store_sqlite_mem(&mem, st);
     CHECK(mem.meter_index_ids < STORE_METER_INDEX_IDS);
     CHECK(mem.meter_index_bytes < STORE_METER_INDEX_BYTES);
     /* Every id again, the oldest first: none is fresh. */
     c.from = 0, c.to = N;
-    CHECK_OK(task_store_txn(st, claim_range, &c, NULL));
+    CHECK_OK(task_store_txn(st, store_claim_range, &c, NULL));
     CHECK_EQ_INT(c.fresh, 0);
     /* The same ids for another task are its own. */
     c.uid = "uid-c", c.from = 0, c.to = 100;
-    CHECK_OK(task_store_txn(st, claim_range, &c, NULL));
+    CHECK_OK(task_store_txn(st, store_claim_range, &c, NULL));
     CHECK_EQ_INT(c.fresh, 100);
     task_store_close(st);
     /* After a restart: still every one remembered. */
     CHECK_OK(task_store_sqlite_open(&st, path, clock_system(), NULL));
     c.uid = "uid-b", c.from = 0, c.to = N;
-    CHECK_OK(task_store_txn(st, claim_range, &c, NULL));
+    CHECK_OK(task_store_txn(st, store_claim_range, &c, NULL));
     CHECK_EQ_INT(c.fresh, 0);
     task_store_sqlite_mem(&mem, st);
     CHECK(mem.meter_index_ids < STORE_METER_INDEX_IDS);
