@@ -4,14 +4,7 @@
 // result line on stdout: what the DOM showed, console errors, dialogs.
 "use strict";
 const fs = require("fs");
-const { pathToFileURL } = require("url");
-
-// puppeteer-core is an ES module: found through NODE_PATH with require.resolve, loaded
-// with import() (require() of an ES module needs Node 20.19+; this works on 18 too).
-async function loadPuppeteer() {
-  const mod = await import(pathToFileURL(require.resolve("puppeteer-core")).href);
-  return mod.default || mod;
-}
+const { launchBrowser, watchPage, runDriver } = require("./browser_common.js");
 
 const job = JSON.parse(process.argv[2]);
 const API = job.url + "/apis/divergedev.com/v1alpha1/namespaces/";
@@ -27,27 +20,12 @@ async function patchStatus(ns, name, status) {
 }
 
 async function main() {
-  const puppeteer = await loadPuppeteer();
   const out = {consoleErrors: [], pageErrors: [], dialogs: [], failed: []};
-  const browser = await puppeteer.launch({
-    executablePath: "/usr/bin/chromium",
-    headless: true,
-    userDataDir: job.profile,
-    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-           "--disable-component-update", "--disable-sync", "--no-first-run",
-           "--enable-logging=stderr", "--v=0"],
-  });
+  const browser = await launchBrowser(job.profile, ["--enable-logging=stderr", "--v=0"]);
   try {
     const page = await browser.newPage();
     await page.setViewport({width: 1400, height: 800});
-    page.on("console", (m) => {
-      if (m.type() === "error") out.consoleErrors.push(m.text());
-    });
-    page.on("pageerror", (e) => out.pageErrors.push(String(e)));
-    page.on("dialog", async (d) => {
-      out.dialogs.push(d.message());
-      await d.dismiss();
-    });
+    watchPage(page, out);
     page.on("requestfailed", (r) => out.failed.push(r.url()));
 
     // Log in the way a person does: the printed URL sets the cookie and redirects to /.
@@ -134,10 +112,7 @@ async function main() {
   } finally {
     await browser.close();
   }
-  process.stdout.write(JSON.stringify(out) + "\n");
+  return out;
 }
 
-main().catch((e) => {
-  process.stderr.write(String(e && e.stack || e) + "\n");
-  process.exit(1);
-});
+runDriver(main);

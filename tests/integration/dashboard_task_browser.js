@@ -1,39 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
 // Drives Debian's chromium (headless) through puppeteer-core for test_dashboard.py's
-// task page test and for scripts/dashboard_screenshot.sh: the spend chart, the timeline,
+// task page test and for scripts/dashboard_screenshot.py: the spend chart, the timeline,
 // the egress summary and links of a task, the projects view, the "not found" page and the
 // 390 px layout. Reads a JSON job on argv[2], prints one JSON result line on stdout.
 "use strict";
-const { pathToFileURL } = require("url");
-
-async function loadPuppeteer() {
-  const mod = await import(pathToFileURL(require.resolve("puppeteer-core")).href);
-  return mod.default || mod;
-}
+const { launchBrowser, watchPage, runDriver } = require("./browser_common.js");
 
 const job = JSON.parse(process.argv[2]);
 
 async function main() {
-  const puppeteer = await loadPuppeteer();
   const out = {consoleErrors: [], pageErrors: [], dialogs: [], shots: []};
-  const browser = await puppeteer.launch({
-    executablePath: "/usr/bin/chromium",
-    headless: true,
-    userDataDir: job.profile,
-    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-           "--disable-component-update", "--disable-sync", "--no-first-run"],
-  });
+  const browser = await launchBrowser(job.profile);
   try {
     const page = await browser.newPage();
-    page.on("console", (m) => {
-      // A 404 answer is the "not found" page's own fetch, not an error of the page.
-      if (m.type() === "error" && !/status of 404/.test(m.text())) out.consoleErrors.push(m.text());
-    });
-    page.on("pageerror", (e) => out.pageErrors.push(String(e)));
-    page.on("dialog", async (d) => {
-      out.dialogs.push(d.message());
-      await d.dismiss();
-    });
+    // A 404 answer is the "not found" page's own fetch, not an error of the page.
+    watchPage(page, out, /status of 404/);
     const shot = async (name) => {
       const path = job.outDir + "/" + name;
       await page.screenshot({path});
@@ -154,10 +135,7 @@ async function main() {
   } finally {
     await browser.close();
   }
-  process.stdout.write(JSON.stringify(out) + "\n");
+  return out;
 }
 
-main().catch((e) => {
-  process.stderr.write(String(e && e.stack || e) + "\n");
-  process.exit(1);
-});
+runDriver(main);
