@@ -6,12 +6,13 @@ absolute path or a file:// URL), every #anchor names a heading of its target, an
 cites a document that does not ship ("SPEC §N", ../shared/) or an issue number."""
 import os
 import re
+import subprocess
 import sys
 import unicodedata
 import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import SOURCE_DIR, run_tests  # noqa: E402
+from harness import DIVERGE_BIN, SOURCE_DIR, run_tests  # noqa: E402
 
 INLINE = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 REFDEF = re.compile(r"^\s{0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s+.*)?$", re.M)
@@ -145,6 +146,21 @@ def test_no_citation_of_documents_that_do_not_ship():
     assert not bad, "user documentation cites what a clone does not hold:\n  " + "\n  ".join(bad)
 
 
+def test_every_serve_flag_has_a_row_in_the_configuration_reference():
+    """docs/configuration.md is the one full list of flags (the README shows the common
+    ones): each flag `diverge serve --help` names starts a row of its tables."""
+    out = subprocess.run([DIVERGE_BIN, "serve", "--help"], capture_output=True, text=True,
+                         timeout=30)
+    flags = re.findall(r"^  (--[a-z0-9-]+)\s", out.stdout + out.stderr, re.M)
+    assert len(flags) > 20, "found only %d flags in serve --help: is the parser broken?" % len(flags)
+    with open(os.path.join(SOURCE_DIR, "docs", "configuration.md"), encoding="utf-8") as f:
+        rows = [line for line in f if line.startswith("| `--")]
+    missing = [fl for fl in flags if not any(re.search(r"`%s[` =]" % re.escape(fl), r.split(" | ")[0])
+                                             for r in rows)]
+    assert not missing, "flags of serve --help without a row in docs/configuration.md: %s" % missing
+
+
 if __name__ == "__main__":
     run_tests([test_problem_finds_bad_links, test_every_link_names_a_file_of_the_repository,
-               test_no_citation_of_documents_that_do_not_ship])
+               test_no_citation_of_documents_that_do_not_ship,
+               test_every_serve_flag_has_a_row_in_the_configuration_reference])
