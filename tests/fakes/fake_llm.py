@@ -150,15 +150,18 @@ class FakeLLM:
 
     def _gemini_usage(self, u):
         """usageMetadata for U: the prompt counts the cached tokens; thoughts (the optional
-        `thoughts` of `usage`) are apart from the candidates."""
+        `thoughts` of `usage`) are apart from the candidates, and a server-side tool's
+        prompt tokens (the optional `tool_use`) apart from the prompt."""
         meta = {"promptTokenCount": u["input"] + u["cache_read"],
                 "candidatesTokenCount": u["output"],
                 "totalTokenCount": u["input"] + u["cache_read"] + u["output"] +
-                u.get("thoughts", 0)}
+                u.get("thoughts", 0) + u.get("tool_use", 0)}
         if u["cache_read"]:
             meta["cachedContentTokenCount"] = u["cache_read"]
         if u.get("thoughts"):
             meta["thoughtsTokenCount"] = u["thoughts"]
+        if u.get("tool_use"):  # a server-side tool's tokens: apart from the prompt's
+            meta["toolUsePromptTokenCount"] = u["tool_use"]
         return meta
 
     def _gemini_chunks(self, model, u):

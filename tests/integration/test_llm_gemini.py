@@ -69,8 +69,10 @@ def call(srv, path, b, headers):
 
 
 def cost_micros(u):
-    """The charge of fake usage U: input and cached at their prices, thoughts as output."""
-    total = (Decimal(u["input"]) * PRICE["input"] + Decimal(u["cache_read"]) * PRICE["cache_read"]
+    """The charge of fake usage U: input and cached at their prices, a tool's prompt tokens as
+    input, thoughts as output."""
+    total = (Decimal(u["input"] + u.get("tool_use", 0)) * PRICE["input"]
+             + Decimal(u["cache_read"]) * PRICE["cache_read"]
              + Decimal(u["output"] + u.get("thoughts", 0)) * PRICE["output"])
     return int(total.to_integral_value(rounding=ROUND_CEILING))
 
@@ -144,6 +146,34 @@ def test_gemini_exact_spend_both_methods():
         line = "llm gemini %s input=100 output=57 cache_write=0 cache_read=20 usd=0.000174" % MODEL
         assert log.count(line) == 3, log
         assert KEY not in log and KEY not in srv.stderr()
+
+
+def test_gemini_tool_use_prompt_tokens_charged_as_input():
+    """toolUsePromptTokenCount (what a server-side tool such as search put into the prompt)
+    is billed by Gemini as input but is not part of promptTokenCount: it is charged as
+    input, streamed and not, and the task's tokens equal the answer's totalTokenCount."""
+    with Gateway() as gw:
+        srv, fake = gw.srv, gw.fake
+        tok = start_task(srv, "gtool", budgetUSD="5.00")
+        fake.usage = {"input": 100, "output": 50, "cache_write": 0, "cache_read": 0,
+                      "tool_use": 400}
+        one = cost_micros(fake.usage)
+        assert one == 275  # (100 + 400) x 0.30 + 50 x 2.50 micro-dollars
+        st, data, err = call(srv, GEN, body(max_output=100), {"x-goog-api-key": tok})
+        assert st == 200 and err is None, (st, data)
+        meta = json.loads(data)["usageMetadata"]
+        assert meta["toolUsePromptTokenCount"] == 400, meta
+        t = task(srv, "gtool")
+        assert Decimal(t["status"]["costUSD"]) == usd(one), t["status"]
+        assert t["status"]["tokensConsumed"] == meta["totalTokenCount"] == 550, t["status"]
+        st, data, err = call(srv, STREAM, body(max_output=100), {"x-goog-api-key": tok})
+        assert st == 200 and err is None, (st, data, err)
+        assert sse_events(data)[-1]["usageMetadata"]["toolUsePromptTokenCount"] == 400, data
+        t = task(srv, "gtool")
+        assert Decimal(t["status"]["costUSD"]) == usd(2 * one), t["status"]
+        assert t["status"]["tokensConsumed"] == 1100, t["status"]
+        line = "llm gemini %s input=500 output=50 cache_write=0 cache_read=0 usd=0.000275" % MODEL
+        assert read_log(srv, "gtool").count(line) == 2, read_log(srv, "gtool")
 
 
 def test_gemini_guidance_in_system_instruction():
@@ -400,7 +430,9 @@ def test_gemini_cli_through_the_gateway():
 
 
 if __name__ == "__main__":
-    run_tests([test_gemini_exact_spend_both_methods, test_gemini_guidance_in_system_instruction,
+    run_tests([test_gemini_exact_spend_both_methods,
+               test_gemini_tool_use_prompt_tokens_charged_as_input,
+               test_gemini_guidance_in_system_instruction,
                test_gemini_budget_402_and_pause, test_gemini_auth_and_models,
                test_gemini_hostile_paths_refused,
                test_gemini_upstream_errors_pass_through_uncharged,

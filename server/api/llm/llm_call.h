@@ -125,6 +125,12 @@ int64_t llm_body_limit(const json_t *body, const char *field);
  * false (BODY unchanged) when FIELD holds something else. */
 bool llm_append_text(json_t *body, const char *field, const char *text);
 
+/* Removes from BODY the tools DIALECT's provider would run itself (web search, URL fetch,
+ * code execution, remote MCP, file search, image generation: unbounded cost, network
+ * outside the sandbox's policy); NAMES (CAP bytes) gets their kinds, comma-separated and
+ * cut. Returns how many were removed (llm_tools.c). */
+size_t llm_drop_hosted_tools(json_t *body, enum llm_dialect dialect, char *names, size_t cap);
+
 /* Serves R as one call of route RT (SPEC §13). */
 int llm_route_call(struct request *r, const struct llm_route *rt);
 /* Adds "NAME: value" of R's header NAME (else DEF, when not NULL) to C's extra headers. */

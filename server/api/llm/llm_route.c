@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sandbox/sandbox.h"
 #include "server/api/llm/llm_call.h"
 
 #define LLM_HEADER_VALUE_MAX 1024
@@ -120,6 +121,39 @@ static enum llm_admit check_only(struct request *r, struct llm_call *c)
     return c->gate_status == 200 ? LLM_ADMIT_OK : LLM_ADMIT_DENIED;
 }
 
+/* Takes the provider-run tools out of BODY and says so in C's task log. */
+static bool drop_hosted(const struct llm_call *c, json_t *body)
+{
+    char names[200];
+    char *path;
+
+    if (llm_drop_hosted_tools(body, c->dialect, names, sizeof(names)) == 0) {
+        return false;
+    }
+    if (c->ns != NULL) {
+        path = sandbox_log_path(c->srv->cfg.data_dir, c->ns, c->name);
+        sandbox_log_event(path,
+                          "llm %s %s: provider-run tools removed from the request (%s): their "
+                          "cost is not bounded by the request and they reach the network "
+                          "outside the sandbox",
+                          llm_provider_name(c->provider), c->model_safe, names);
+        free(path);
+    }
+    return true;
+}
+
+/* The route's own last changes and the removal of provider-run tools (a charged call);
+ * whether BODY changed. */
+static bool last_changes(const struct llm_route *rt, struct llm_call *c, json_t *body)
+{
+    bool changed = rt->rewrite != NULL && rt->rewrite(c, body);
+
+    if (c->metered && drop_hosted(c, body)) {
+        changed = true;
+    }
+    return changed;
+}
+
 /* Admits C and rewrites BODY into c->body; answers and returns true when refused. */
 static bool prepare(struct request *r, const struct llm_route *rt, struct llm_call *c, json_t *body,
                     int *ret)
@@ -146,7 +180,7 @@ static bool prepare(struct request *r, const struct llm_route *rt, struct llm_ca
         free(text);
         changed = true;
     }
-    if (rt->rewrite != NULL && rt->rewrite(c, body)) {
+    if (last_changes(rt, c, body)) {
         changed = true;
     }
     if (changed) {

@@ -82,21 +82,25 @@ static bool openai_usage(struct llm_usage *u, const json_t *usage, const char *i
 }
 
 /* Gemini usageMetadata: promptTokenCount is required (every answer has one); the others
- * are absent when zero (no cache, no candidates, no thinking). */
+ * are absent when zero (no cache, no candidates, no thinking, no tool). The tokens a
+ * server-side tool put into the prompt (toolUsePromptTokenCount: search results, code
+ * output) are billed as input but are not part of promptTokenCount, so they count as input
+ * too (totalTokenCount is the sum of all four kinds). */
 static bool gemini_usage(struct llm_usage *u, const json_t *meta)
 {
-    int64_t prompt = 0, cached = 0, cand = 0, thoughts = 0;
+    int64_t prompt = 0, cached = 0, cand = 0, thoughts = 0, tool = 0;
 
     if (!json_is_object(meta) || !count_of(&prompt, meta, "promptTokenCount") ||
         !count_opt(&cached, meta, "cachedContentTokenCount") ||
         !count_opt(&cand, meta, "candidatesTokenCount") ||
-        !count_opt(&thoughts, meta, "thoughtsTokenCount")) {
+        !count_opt(&thoughts, meta, "thoughtsTokenCount") ||
+        !count_opt(&tool, meta, "toolUsePromptTokenCount")) {
         return false;
     }
     if (cached > prompt) {
         cached = prompt;
     }
-    u->input = prompt - cached;
+    u->input = prompt - cached + tool;
     u->cache_read = cached;
     u->output = cand + thoughts;
     u->cache_write = 0;
