@@ -122,29 +122,11 @@ char *cli_task_path(const struct cli_ctx *ctx, const char *name, bool all)
     return cli_resource_path(ctx, "agenttasks", name, all);
 }
 
-static int code_of_status(long status)
-{
-    switch (status) {
-    case 400:
-    case 422:
-        return E_INVALID;
-    case 401:
-    case 403:
-        return E_DENIED;
-    case 404:
-        return E_NOTFOUND;
-    case 409:
-        return E_CONFLICT;
-    default:
-        return E_FAIL;
-    }
-}
-
 /* The server's message: metav1.Status "message", else our {"error": ...}. */
 static int error_from_response(const struct cli_ctx *ctx, const struct httpc_response *resp,
                                struct err *err)
 {
-    int code = code_of_status(resp->status);
+    int code = httpc_status_err(resp->status);
     json_t *j = json_loadb(resp->body.data != NULL ? resp->body.data : "", resp->body.len, 0, NULL);
     const char *msg = cli_json_str(j, "message");
     int rc;

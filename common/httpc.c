@@ -411,3 +411,21 @@ char *httpc_escape(const char *s)
     o[j] = '\0';
     return o;
 }
+
+int httpc_status_err(long status)
+{
+    switch (status) {
+    case 400:
+    case 422:
+        return E_INVALID;
+    case 401:
+    case 403:
+        return E_DENIED;
+    case 404:
+        return E_NOTFOUND;
+    case 409:
+        return E_CONFLICT;
+    default:
+        return E_FAIL;
+    }
+}

@@ -110,4 +110,9 @@ int httpc_stream(struct httpc_response *out, const struct httpc_request *req,
  * byte outside ALPHA / DIGIT / "-._~" becomes %XX). Caller frees with free(). */
 char *httpc_escape(const char *s);
 
+/* Our code for an HTTP error STATUS a server answered: 400 and 422 E_INVALID, 401 and 403
+ * E_DENIED, 404 E_NOTFOUND, 409 E_CONFLICT, anything else E_FAIL (a caller that retries
+ * maps its retryable statuses first). */
+int httpc_status_err(long status);
+
 #endif

@@ -114,28 +114,17 @@ int kube_http_do(long *status_out, struct buf *body_out, struct kube_config *cfg
     return rc;
 }
 
-/* Maps an HTTP status of the API server to our code. */
+/* Maps an HTTP status of the API server to our code: what a watch or a write retries
+ * (410 Gone, 429, 5xx) is E_AGAIN, a body over the server's limit E_TOOBIG. */
 static int status_code(long status)
 {
-    switch (status) {
-    case 400:
-    case 422:
-        return E_INVALID;
-    case 401:
-    case 403:
-        return E_DENIED;
-    case 404:
-        return E_NOTFOUND;
-    case 409:
-        return E_CONFLICT;
-    case 413:
+    if (status == 413) {
         return E_TOOBIG;
-    case 410:
-    case 429:
-        return E_AGAIN;
-    default:
-        return status >= 500 ? E_AGAIN : E_FAIL;
     }
+    if (status == 410 || status == 429 || status >= 500) {
+        return E_AGAIN;
+    }
+    return httpc_status_err(status);
 }
 
 int kube_status_error(long status, const struct buf *body, const char *what, struct err *err)
