@@ -166,6 +166,16 @@ void controller_forget_task(struct controller *c, const char *ns, const char *na
 void controller_expose_socket(struct controller *c, const char *path);
 /* Gives PATH (recursively) to the sandbox user when the server runs as root. E_FAIL. */
 int controller_give(struct controller *c, const char *path, struct err *err);
+/* Gives the mirror MIRROR to the sandbox user (it reads it through a read-only bind) when
+ * the server runs as root, but for its object files, which stay the server's and become
+ * read-only for everyone (0444): those can be hard-linked into a workspace the sandbox
+ * writes. Entries already right cost no syscall. With LINK_TO (a new repository's git dir,
+ * holding objects/pack), every object file is also hard-linked to the same path under it.
+ * Call with the mirror's lock held (controller_mirror_lock): no git changes it meanwhile.
+ * E_FAIL; E_INVALID with LINK_TO when the server does not run as root (then the sandbox
+ * user and the server are one: a linked file would be the sandbox's to change). */
+int controller_give_mirror(struct controller *c, const char *mirror, const char *link_to,
+                           struct err *err);
 /* Creates <data-dir>/KIND/<16 random hex> (0700, a task's socket directory: KIND "meter"
  * or "egress") into *OUT (new string). E_FAIL. */
 int controller_socket_dir(char **out, const struct controller *c, const char *kind,
@@ -305,6 +315,27 @@ int controller_git(const char *log_path, const char *const argv[], struct err *e
  * (*fetched_out), with the server's credentials for URL's host. */
 int controller_mirror(char **out, struct controller *c, const char *url, const char *log_path,
                       bool *fetched_out, struct err *err);
+/* Takes the lock that serializes every git and every walk on the mirror of URL (flock on
+ * <data-dir>/run/mirror.<hash>.lock): its descriptor, closed to release it; -1 on error. */
+int controller_mirror_lock(const char *data_dir, const char *url, struct err *err);
+/* A workspace's git directory made outside the sandbox (workspace_clone.c). */
+#define CONTROLLER_PREPARED_MARK "diverge-prepared" /* in .git: made by the server, new */
+struct controller_clone {
+    const char *url;     /* the repository (names the mirror's lock) */
+    const char *mirror;  /* its mirror, fetched */
+    const char *gitdir;  /* <workspace>/.git, absent */
+    const char *base;    /* the base branch */
+    const char *working; /* the working branch */
+};
+/* Makes Q->gitdir what the runner's clone of the base branch and checkout of the working
+ * branch would leave in it but the checked-out files (the runner checks out when it finds
+ * CONTROLLER_PREPARED_MARK): the mirror's object files hard-linked (read-only, the
+ * server's), the two branches' refs, origin at the mirror's path in the sandbox, the
+ * shallow list of a depth-50 clone. E_INVALID (a branch name it leaves to git),
+ * E_NOTFOUND (no base branch in the mirror), E_FAIL: the caller empties the workspace and
+ * the runner clones as before. The server must run as root (controller_give_mirror). */
+int controller_workspace_clone(struct controller *c, const struct controller_clone *q,
+                               struct err *err);
 /* Where the mirror of URL is under DATA_DIR: new string. */
 char *controller_mirror_path(const char *data_dir, const char *url);
 /* Creates the staging bare repository PATH unless it exists. */
