@@ -297,9 +297,13 @@ bool controller_disk_refuse_start(struct controller *c, struct reconcile *r);
 /* The bytes PATH's tree occupies on disk (st_blocks), without following symlinks or
  * leaving PATH's filesystem; *bytes_out 0 when PATH is absent. Stops early once past
  * STOP_AT (0: never). E_TOOBIG when the tree is deeper than CONTROLLER_DISK_DEPTH_MAX or
- * has more than *ENTRIES (decremented per entry) entries; E_FAIL when it cannot be read. */
+ * has more than *ENTRIES (decremented per entry) entries; E_FAIL when it cannot be read.
+ * SKIP_LINKS (the server runs as root, the sandbox as another user): regular files of the
+ * server's user with more than one link are not counted: the mirror's object files linked
+ * into a workspace (controller_give_mirror), which the task did not write and the sandbox
+ * user cannot make. */
 int controller_disk_usage(int64_t *bytes_out, const char *path, int64_t stop_at, int64_t *entries,
-                          struct err *err);
+                          bool skip_links, struct err *err);
 /* The bytes available on the filesystem of PATH (statvfs f_bavail), or -1. */
 int64_t controller_disk_free(const char *path);
 /* The size of what a push of refs/heads/WORKING from STAGING would send (git rev-list
