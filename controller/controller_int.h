@@ -257,6 +257,9 @@ int controller_egress_open(struct sandbox_egress **out, struct controller *c,
 #define CONTROLLER_EGRESS_ENV_MAX 11
 
 /* --- the mirror fetched off the reconcile lock (mirror_job.c) --- */
+/* While the mirror of R (a PROVISION) is fetched: the staging repository prepare() would
+ * make, made now (it does not depend on the fetch; prepare() finds it made). */
+void controller_prepare_early(struct controller *c, const struct reconcile *r);
 /* Whether R's start fetches the mirror in a thread of its own (a provider that starts
  * sandboxes, a repository, the tick thread running to pick the task up again). */
 bool controller_mirror_async(const struct controller *c, const struct reconcile *r);

@@ -283,6 +283,21 @@ static int mirror_workspace(struct controller *c, const struct reconcile *r, str
     return rc;
 }
 
+void controller_prepare_early(struct controller *c, const struct reconcile *r)
+{
+    struct paths p;
+    struct err err = {0};
+
+    if (r->action != CONTROLLER_PROVISION || c->sandboxes == NULL) {
+        return;
+    }
+    paths_of(&p, c, r->ns, r->name);
+    /* Not the workspace: whether it exists decides how a task starts (reconcile.c). An
+     * error is prepare()'s to report: it makes the same again. */
+    (void)controller_staging(p.staging, p.log, &err);
+    paths_cleanup(&p);
+}
+
 /* Prepares everything the sandbox needs; E_OK or an error for SandboxError. */
 static int prepare(struct controller *c, struct reconcile *r, struct paths *p, struct err *err)
 {

@@ -401,8 +401,20 @@ static int mirror_locked(char **out, struct controller *c, const char *url, cons
         if (n < 0 || strcmp(got, url) != 0) {
             rc = err_set(err, E_FAIL, "the mirror directory %s belongs to another URL", dir);
         } else {
-            const char *argv[] = {"git",     "--git-dir", dir,      "fetch",
-                                  "--prune", "--quiet",   "origin", "+refs/heads/*:refs/heads/*",
+            /* What a fetch brings stays one pack (fetch.unpackLimit=1), never loose
+             * objects: a start hard-links the mirror's object files into the workspace,
+             * a few packs cost a few links where loose objects cost one (and a directory)
+             * each. git's gc --auto after a fetch bounds the number of packs. */
+            const char *argv[] = {"git",
+                                  "-c",
+                                  "fetch.unpackLimit=1",
+                                  "--git-dir",
+                                  dir,
+                                  "fetch",
+                                  "--prune",
+                                  "--quiet",
+                                  "origin",
+                                  "+refs/heads/*:refs/heads/*",
                                   NULL};
             rc = git_remote(c, url, log_path, argv, err);
             *fetched_out = true;

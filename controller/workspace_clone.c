@@ -112,10 +112,12 @@ static int put_file(const char *dir, const char *name, const char *text, struct 
     return ok ? E_OK : err_set(err, E_FAIL, "write .git/%s: %s", name, strerror(errno));
 }
 
+/* What git needs to call GITDIR a repository (HEAD, objects/, refs/; HEAD comes later)
+ * and the directory of the packs: nothing git makes when it needs it (every directory
+ * costs a metadata write, which a busy disk makes slow). */
 static int skeleton(const char *gitdir, struct err *err)
 {
-    static const char *const sub[] = {"",     "objects",    "objects/pack", "objects/info",
-                                      "refs", "refs/heads", "refs/tags"};
+    static const char *const sub[] = {"", "objects", "objects/pack", "refs"};
 
     for (size_t i = 0; i < ARRAY_LEN(sub); i++) {
         char *p = xasprintf("%s/%s", gitdir, sub[i]);
