@@ -345,6 +345,9 @@ int controller_workspace_clone(struct controller *c, const struct controller_clo
                                struct err *err);
 /* Where the mirror of URL is under DATA_DIR: new string. */
 char *controller_mirror_path(const char *data_dir, const char *url);
+/* Writes TEXT into the new file DIR/NAME (mode 0644; never an existing one or through a
+ * symlink). */
+bool controller_put_new(const char *dir, const char *name, const char *text);
 /* Creates the staging bare repository PATH unless it exists. */
 int controller_staging(const char *path, const char *log_path, struct err *err);
 /* Whether the repository GIT_DIR (server-owned or sanitized) holds REF. */

@@ -488,8 +488,7 @@ int controller_mirror(char **out, struct controller *c, const char *url, const c
     return rc;
 }
 
-/* Writes TEXT into the new file DIR/NAME (mode 0644). */
-static bool put_new(const char *dir, const char *name, const char *text)
+bool controller_put_new(const char *dir, const char *name, const char *text)
 {
     char *p = xasprintf("%s/%s", dir, name);
     int fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
@@ -521,7 +520,8 @@ static bool bare_skeleton(const char *dir)
             return false;
         }
     }
-    return put_new(dir, "config", config) && put_new(dir, "HEAD", "ref: refs/heads/main\n");
+    return controller_put_new(dir, "config", config) &&
+           controller_put_new(dir, "HEAD", "ref: refs/heads/main\n");
 }
 
 static int remove_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw);

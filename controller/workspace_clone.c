@@ -101,15 +101,9 @@ static int read_branch(char oid[OID_HEX + 1], const char *dir, const char *branc
 /* Writes TEXT into the new file DIR/NAME. */
 static int put_file(const char *dir, const char *name, const char *text, struct err *err)
 {
-    char *p = xasprintf("%s/%s", dir, name);
-    int fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
-    bool ok = fd >= 0 && write(fd, text, strlen(text)) == (ssize_t)strlen(text);
-
-    if (fd >= 0) {
-        ok = close(fd) == 0 && ok;
-    }
-    free(p);
-    return ok ? E_OK : err_set(err, E_FAIL, "write .git/%s: %s", name, strerror(errno));
+    return controller_put_new(dir, name, text)
+               ? E_OK
+               : err_set(err, E_FAIL, "write .git/%s: %s", name, strerror(errno));
 }
 
 /* What git needs to call GITDIR a repository (HEAD, objects/, refs/; HEAD comes later)

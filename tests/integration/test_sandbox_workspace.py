@@ -15,7 +15,7 @@ import stat
 import sys
 
 from harness import Server, run_tests
-from sandbox_helpers import bare_repo, create, get, git, task, task_log, wait_phase
+from sandbox_helpers import bare_repo, create, git, task, task_log, wait_phase
 from test_sandbox_local import usable
 
 # What the agent reports of its workspace, one "key=value" per line in the task log, then
@@ -50,16 +50,17 @@ def repo_with_feature(commits):
     top = os.path.dirname(bare)
     os.chmod(top, 0o755)
     work = os.path.join(top, "work")
+
+    def commit(path, text, msg):
+        with open(os.path.join(work, path), "a") as f:
+            f.write(text)
+        git("add", path, cwd=work)
+        git("commit", "-q", "-m", msg, cwd=work)
     for i in range(commits - 1):
-        with open(os.path.join(work, "README"), "a") as f:
-            f.write("%d\n" % i)
-        git("commit", "-q", "-am", "commit %d" % i, cwd=work)
+        commit("README", "%d\n" % i, "commit %d" % i)
     git("push", "-q", bare, "main", cwd=work)
     git("checkout", "-q", "-b", "feature", cwd=work)
-    with open(os.path.join(work, "feature.txt"), "w") as f:
-        f.write("on feature\n")
-    git("add", "feature.txt", cwd=work)
-    git("commit", "-q", "-m", "feature", cwd=work)
+    commit("feature.txt", "on feature\n", "feature")
     git("push", "-q", bare, "feature", cwd=work)
     return bare
 
@@ -72,17 +73,23 @@ def object_files(git_dir):
     return out
 
 
+def run_task(srv, name, bare, working):
+    """Runs task NAME on BARE with the working branch WORKING to Completed; its log."""
+    create(srv, task(name, maxIterations=1,
+                     repository={"url": "file://" + bare, "workingBranch": working}))
+    body = wait_phase(srv, name, ("Completed", "Failed"), timeout=60)
+    log = task_log(srv, name)
+    assert body["status"]["phase"] == "Completed", (body["status"], log)
+    return log
+
+
 def test_workspace_made_from_the_mirror():
     bare = repo_with_feature(60)
     feature = git("--git-dir", bare, "rev-parse", "feature").strip()
     main = git("--git-dir", bare, "rev-parse", "main").strip()
-    agent = REPORT + PROBE + CHANGE
-    with Server(args=["--sandbox-provider", "local", "--agent-cmd", agent]) as srv:
-        create(srv, task("ws", "file://" + bare, maxIterations=1,
-                         repository={"url": "file://" + bare, "workingBranch": "feature"}))
-        body = wait_phase(srv, "ws", ("Completed", "Failed"), timeout=60)
-        log = task_log(srv, "ws")
-        assert body["status"]["phase"] == "Completed", (body["status"], log)
+    with Server(args=["--sandbox-provider", "local", "--agent-cmd",
+                      REPORT + PROBE + CHANGE]) as srv:
+        log = run_task(srv, "ws", bare, "feature")
         assert "workspace made from the mirror by the server: checking out feature" in log, log
         assert "cloning the repository" not in log, log
         got = report(log)
@@ -109,17 +116,12 @@ def test_workspace_made_from_the_mirror():
 def test_a_branch_left_to_git_is_cloned_by_the_runner():
     bare = repo_with_feature(2)
     with Server(args=["--sandbox-provider", "local", "--agent-cmd", REPORT + CHANGE]) as srv:
-        create(srv, task("wg", "file://" + bare, maxIterations=1,
-                         repository={"url": "file://" + bare, "workingBranch": "fix#1"}))
-        body = wait_phase(srv, "wg", ("Completed", "Failed"), timeout=60)
-        log = task_log(srv, "wg")
-        assert body["status"]["phase"] == "Completed", (body["status"], log)
+        log = run_task(srv, "wg", bare, "fix#1")
         assert "workspace not made from the mirror" in log, log
         assert "cloning the repository" in log, log
         got = report(log)
         assert got.get("head") == "fix#1" and got.get("dirty") == "0", got
         assert git("--git-dir", bare, "show", "fix#1:change.txt") == "changed\n"
-        assert get(srv, "wg")["status"]["phase"] == "Completed"
     shutil.rmtree(os.path.dirname(bare), ignore_errors=True)
 
 
