@@ -244,7 +244,7 @@ STAGES = (("token file written (plan + Provisioning txns done)", "tokens/{ns}/{n
           ("mirror fetched from the remote", "mirrors/*/FETCH_HEAD"),
           ("staging repo created", "staging/{ns}/{name}.git/HEAD"),
           ("sandbox spawned (bwrap forked)", "run/{ns}.{name}"),
-          ("workspace .git made outside the sandbox (config)",
+          ("workspace .git/config (server, or the runner's clone)",
            "workspaces/{ns}/{name}/.git/config"),
           ("runner's clone started (git init in /workspace)",
            "workspaces/{ns}/{name}/.git/description"),
