@@ -244,9 +244,12 @@ STAGES = (("token file written (plan + Provisioning txns done)", "tokens/{ns}/{n
           ("mirror fetched from the remote", "mirrors/*/FETCH_HEAD"),
           ("staging repo created", "staging/{ns}/{name}.git/HEAD"),
           ("sandbox spawned (bwrap forked)", "run/{ns}.{name}"),
+          ("workspace .git/config (server, or the runner's clone)",
+           "workspaces/{ns}/{name}/.git/config"),
           ("runner's clone started (git init in /workspace)",
            "workspaces/{ns}/{name}/.git/description"),
-          ("runner's clone + checkout done", "workspaces/{ns}/{name}/.git/HEAD"),
+          ("runner's clone + checkout done (.git/HEAD)", "workspaces/{ns}/{name}/.git/HEAD"),
+          ("checkout done (.git/index)", "workspaces/{ns}/{name}/.git/index"),
           ("agent running", "state/{ns}/{name}/started"))
 
 

@@ -166,6 +166,16 @@ void controller_forget_task(struct controller *c, const char *ns, const char *na
 void controller_expose_socket(struct controller *c, const char *path);
 /* Gives PATH (recursively) to the sandbox user when the server runs as root. E_FAIL. */
 int controller_give(struct controller *c, const char *path, struct err *err);
+/* Gives the mirror MIRROR to the sandbox user (it reads it through a read-only bind) when
+ * the server runs as root, but for its object files, which stay the server's and become
+ * read-only for everyone (0444): those can be hard-linked into a workspace the sandbox
+ * writes. Entries already right cost no syscall. With LINK_TO (a new repository's git dir,
+ * holding objects/pack), every object file is also hard-linked to the same path under it.
+ * Call with the mirror's lock held (controller_mirror_lock): no git changes it meanwhile.
+ * E_FAIL; E_INVALID with LINK_TO when the server does not run as root (then the sandbox
+ * user and the server are one: a linked file would be the sandbox's to change). */
+int controller_give_mirror(struct controller *c, const char *mirror, const char *link_to,
+                           struct err *err);
 /* Creates <data-dir>/KIND/<16 random hex> (0700, a task's socket directory: KIND "meter"
  * or "egress") into *OUT (new string). E_FAIL. */
 int controller_socket_dir(char **out, const struct controller *c, const char *kind,
@@ -247,6 +257,9 @@ int controller_egress_open(struct sandbox_egress **out, struct controller *c,
 #define CONTROLLER_EGRESS_ENV_MAX 11
 
 /* --- the mirror fetched off the reconcile lock (mirror_job.c) --- */
+/* While the mirror of R (a PROVISION) is fetched: the staging repository prepare() would
+ * make, made now (it does not depend on the fetch; prepare() finds it made). */
+void controller_prepare_early(struct controller *c, const struct reconcile *r);
 /* Whether R's start fetches the mirror in a thread of its own (a provider that starts
  * sandboxes, a repository, the tick thread running to pick the task up again). */
 bool controller_mirror_async(const struct controller *c, const struct reconcile *r);
@@ -287,9 +300,13 @@ bool controller_disk_refuse_start(struct controller *c, struct reconcile *r);
 /* The bytes PATH's tree occupies on disk (st_blocks), without following symlinks or
  * leaving PATH's filesystem; *bytes_out 0 when PATH is absent. Stops early once past
  * STOP_AT (0: never). E_TOOBIG when the tree is deeper than CONTROLLER_DISK_DEPTH_MAX or
- * has more than *ENTRIES (decremented per entry) entries; E_FAIL when it cannot be read. */
+ * has more than *ENTRIES (decremented per entry) entries; E_FAIL when it cannot be read.
+ * SKIP_LINKS (the server runs as root, the sandbox as another user): regular files of the
+ * server's user with more than one link are not counted: the mirror's object files linked
+ * into a workspace (controller_give_mirror), which the task did not write and the sandbox
+ * user cannot make. */
 int controller_disk_usage(int64_t *bytes_out, const char *path, int64_t stop_at, int64_t *entries,
-                          struct err *err);
+                          bool skip_links, struct err *err);
 /* The bytes available on the filesystem of PATH (statvfs f_bavail), or -1. */
 int64_t controller_disk_free(const char *path);
 /* The size of what a push of refs/heads/WORKING from STAGING would send (git rev-list
@@ -305,8 +322,32 @@ int controller_git(const char *log_path, const char *const argv[], struct err *e
  * (*fetched_out), with the server's credentials for URL's host. */
 int controller_mirror(char **out, struct controller *c, const char *url, const char *log_path,
                       bool *fetched_out, struct err *err);
+/* Takes the lock that serializes every git and every walk on the mirror of URL (flock on
+ * <data-dir>/run/mirror.<hash>.lock): its descriptor, closed to release it; -1 on error. */
+int controller_mirror_lock(const char *data_dir, const char *url, struct err *err);
+/* A workspace's git directory made outside the sandbox (workspace_clone.c). */
+#define CONTROLLER_PREPARED_MARK "diverge-prepared" /* in .git: made by the server, new */
+struct controller_clone {
+    const char *url;     /* the repository (names the mirror's lock) */
+    const char *mirror;  /* its mirror, fetched */
+    const char *gitdir;  /* <workspace>/.git, absent */
+    const char *base;    /* the base branch */
+    const char *working; /* the working branch */
+};
+/* Makes Q->gitdir what the runner's clone of the base branch and checkout of the working
+ * branch would leave in it but the checked-out files (the runner checks out when it finds
+ * CONTROLLER_PREPARED_MARK): the mirror's object files hard-linked (read-only, the
+ * server's), the two branches' refs, origin at the mirror's path in the sandbox, the
+ * shallow list of a depth-50 clone. E_INVALID (a branch name it leaves to git),
+ * E_NOTFOUND (no base branch in the mirror), E_FAIL: the caller empties the workspace and
+ * the runner clones as before. The server must run as root (controller_give_mirror). */
+int controller_workspace_clone(struct controller *c, const struct controller_clone *q,
+                               struct err *err);
 /* Where the mirror of URL is under DATA_DIR: new string. */
 char *controller_mirror_path(const char *data_dir, const char *url);
+/* Writes TEXT into the new file DIR/NAME (mode 0644; never an existing one or through a
+ * symlink). */
+bool controller_put_new(const char *dir, const char *name, const char *text);
 /* Creates the staging bare repository PATH unless it exists. */
 int controller_staging(const char *path, const char *log_path, struct err *err);
 /* Whether the repository GIT_DIR (server-owned or sanitized) holds REF. */

@@ -48,6 +48,7 @@ struct walk {
     int64_t stop_at;  /* 0: never stop early */
     int64_t *entries; /* entries left before the walk gives up */
     dev_t dev;        /* the filesystem of the root: never left */
+    bool skip_links;  /* the server's hard-linked files do not count (controller_disk_usage) */
     bool too_deep, too_many, failed;
     int error; /* errno of the failure */
 };
@@ -72,7 +73,9 @@ static void walk_entry(struct walk *w, int dfd, const char *name, int depth)
     if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
         return; /* gone meanwhile */
     }
-    w->bytes += (int64_t)st.st_blocks * 512;
+    if (!(w->skip_links && S_ISREG(st.st_mode) && st.st_nlink > 1 && st.st_uid == geteuid())) {
+        w->bytes += (int64_t)st.st_blocks * 512;
+    }
     if (!S_ISDIR(st.st_mode) || st.st_dev != w->dev || walk_done(w)) {
         return;
     }
@@ -109,9 +112,9 @@ static void walk_dir(struct walk *w, int dfd, int depth)
 }
 
 int controller_disk_usage(int64_t *bytes_out, const char *path, int64_t stop_at, int64_t *entries,
-                          struct err *err)
+                          bool skip_links, struct err *err)
 {
-    struct walk w = {.stop_at = stop_at, .entries = entries};
+    struct walk w = {.stop_at = stop_at, .entries = entries, .skip_links = skip_links};
     struct stat st;
     int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 
@@ -267,7 +270,7 @@ static int measure(int64_t *bytes_out, struct controller *c, const char *ns, con
     for (size_t i = 0; i < ARRAY_LEN(dirs) && rc == E_OK; i++) {
         int64_t left = c->sandbox_disk > 0 ? c->sandbox_disk - total : 0;
         rc = controller_disk_usage(&part, dirs[i], c->sandbox_disk > 0 ? (left > 0 ? left : 1) : 0,
-                                   &entries, &err);
+                                   &entries, c->chown_files, &err);
         total += part;
     }
     for (size_t i = 0; i < ARRAY_LEN(dirs); i++) {

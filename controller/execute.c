@@ -240,6 +240,64 @@ static int mirror_of(struct controller *c, struct reconcile *r, struct paths *p,
     return rc;
 }
 
+static bool dir_empty(const char *dir);
+
+/* The mirror given to the sandbox user (controller_give_mirror) and, for a fresh local
+ * sandbox, the workspace's git directory made from it (workspace_clone.c); when that
+ * cannot be done, the workspace is left empty and the runner clones as before. */
+static int mirror_workspace(struct controller *c, const struct reconcile *r, struct paths *p,
+                            struct err *err)
+{
+    const char *working = r->working != NULL && r->working[0] != '\0' ? r->working : NULL;
+    int lock, rc;
+
+    if (c->chown_files && strcmp(c->provider, "local") == 0 && working != NULL &&
+        dir_empty(p->workspace)) {
+        char *gitdir = xasprintf("%s/.git", p->workspace);
+        struct controller_clone q = {.url = r->url,
+                                     .mirror = p->mirror,
+                                     .gitdir = gitdir,
+                                     .base = r->base != NULL ? r->base : "main",
+                                     .working = working};
+        struct err why = {0};
+
+        rc = controller_workspace_clone(c, &q, &why);
+        if (rc != E_OK) {
+            sandbox_log_event(p->log,
+                              "[diverge] workspace not made from the mirror (%s): the "
+                              "runner clones it",
+                              why.msg);
+            (void)nftw(gitdir, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+        }
+        free(gitdir);
+        if (rc == E_OK) {
+            return E_OK;
+        }
+    }
+    lock = controller_mirror_lock(c->data_dir, r->url, err);
+    if (lock < 0) {
+        return E_FAIL;
+    }
+    rc = controller_give_mirror(c, p->mirror, NULL, err);
+    close(lock);
+    return rc;
+}
+
+void controller_prepare_early(struct controller *c, const struct reconcile *r)
+{
+    struct paths p;
+    struct err err = {0};
+
+    if (r->action != CONTROLLER_PROVISION || c->sandboxes == NULL) {
+        return;
+    }
+    paths_of(&p, c, r->ns, r->name);
+    /* Not the workspace: whether it exists decides how a task starts (reconcile.c). An
+     * error is prepare()'s to report: it makes the same again. */
+    (void)controller_staging(p.staging, p.log, &err);
+    paths_cleanup(&p);
+}
+
 /* Prepares everything the sandbox needs; E_OK or an error for SandboxError. */
 static int prepare(struct controller *c, struct reconcile *r, struct paths *p, struct err *err)
 {
@@ -256,6 +314,9 @@ static int prepare(struct controller *c, struct reconcile *r, struct paths *p, s
     if (rc == E_OK) {
         rc = controller_staging(p->staging, p->log, err);
     }
+    if (rc == E_OK && p->mirror != NULL) {
+        rc = mirror_workspace(c, r, p, err);
+    }
     if (rc == E_OK) {
         rc = controller_give(c, p->workspace, err);
     }
@@ -267,9 +328,6 @@ static int prepare(struct controller *c, struct reconcile *r, struct paths *p, s
     }
     if (rc == E_OK) {
         rc = controller_give(c, p->token_dir, err);
-    }
-    if (rc == E_OK && p->mirror != NULL) {
-        rc = controller_give(c, p->mirror, err);
     }
     return rc;
 }

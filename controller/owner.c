@@ -19,11 +19,22 @@
 static uid_t g_chown_uid; /* nftw has no userdata: guarded by the controller lock */
 static gid_t g_chown_gid;
 
+/* Whether SB is a file of the mirror hard-linked into a workspace (controller_give_mirror):
+ * the server's, read-only, with more than one link. Never given away: the sandbox user
+ * could make it writable and change the mirror every later task reads. The sandbox user
+ * cannot make such a file (it is not the server's user). */
+static bool shared_object(const struct stat *sb)
+{
+    return S_ISREG(sb->st_mode) && sb->st_nlink > 1 && sb->st_uid == geteuid();
+}
+
 static int chown_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
-    (void)sb;
     (void)flag;
     (void)ftw;
+    if (shared_object(sb) || (sb->st_uid == g_chown_uid && sb->st_gid == g_chown_gid)) {
+        return 0;
+    }
     return lchown(path, g_chown_uid, g_chown_gid) == 0 ? 0 : -1;
 }
 
@@ -70,6 +81,84 @@ int controller_give(struct controller *c, const char *path, struct err *err)
     if (nftw(path, chown_one, 16, FTW_PHYS) != 0) {
         return err_set(err, E_FAIL, "chown %s: %s", path, strerror(errno));
     }
+    return E_OK;
+}
+
+static size_t g_mirror_len; /* the mirror walk's state: guarded by the controller lock */
+static const char *g_link_to;
+
+/* Whether REL (a path in a repository) is an object file a clone reads: a loose object
+ * objects/<2 hex>/<38 hex>, or objects/pack/pack-<hex>.<ext>. */
+static bool object_file(const char *rel)
+{
+    size_t n = strlen(rel);
+
+    if (strncmp(rel, "objects/pack/pack-", 18) == 0) {
+        return strchr(rel + 18, '/') == NULL && strspn(rel + 18, "0123456789abcdef") >= 40;
+    }
+    return n == 8 + 2 + 1 + 38 && strncmp(rel, "objects/", 8) == 0 &&
+           strspn(rel + 8, "0123456789abcdef") == 2 && rel[10] == '/' &&
+           strspn(rel + 11, "0123456789abcdef") == 38;
+}
+
+/* Hard-links the object file PATH (REL in the mirror) to the same REL under g_link_to. */
+static int link_object(const char *path, const char *rel)
+{
+    char *dst = xasprintf("%s/%s", g_link_to, rel);
+    char *slash = strrchr(dst, '/');
+    int rc;
+
+    *slash = '\0';
+    rc = mkdir(dst, 0700) == 0 || errno == EEXIST ? 0 : -1;
+    *slash = '/';
+    if (rc == 0) {
+        rc = link(path, dst);
+    }
+    free(dst);
+    return rc;
+}
+
+static int mirror_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    const char *rel = path[g_mirror_len] == '/' ? path + g_mirror_len + 1 : "";
+
+    (void)ftw;
+    if (flag == FTW_F && S_ISREG(sb->st_mode) && strncmp(rel, "objects/", 8) == 0) {
+        /* The server's and read-only for everyone else: the sandbox user reads it (through
+         * the mirror's bind, or a hard link in its workspace) and can never change it. */
+        if ((sb->st_uid != geteuid() || sb->st_gid != getegid()) &&
+            lchown(path, geteuid(), getegid()) != 0) {
+            return -1;
+        }
+        if ((sb->st_mode & 07777) != 0444 && chmod(path, 0444) != 0) {
+            return -1;
+        }
+        return g_link_to != NULL && object_file(rel) ? link_object(path, rel) : 0;
+    }
+    if (sb->st_uid == g_chown_uid && sb->st_gid == g_chown_gid) {
+        return 0; /* given at an earlier start: no syscall */
+    }
+    return lchown(path, g_chown_uid, g_chown_gid) == 0 ? 0 : -1;
+}
+
+int controller_give_mirror(struct controller *c, const char *mirror, const char *link_to,
+                           struct err *err)
+{
+    if (!c->chown_files) {
+        return link_to == NULL ? E_OK : err_set(err, E_INVALID, "the server does not run as root");
+    }
+    reach(c, mirror);
+    g_chown_uid = c->sandbox_uid;
+    g_chown_gid = c->sandbox_gid;
+    g_mirror_len = strlen(mirror);
+    g_link_to = link_to;
+    if (nftw(mirror, mirror_one, 16, FTW_PHYS) != 0) {
+        int e = errno;
+        g_link_to = NULL;
+        return err_set(err, E_FAIL, "%s %s: %s", link_to != NULL ? "link the objects of" : "chown",
+                       mirror, strerror(e));
+    }
+    g_link_to = NULL;
     return E_OK;
 }
 

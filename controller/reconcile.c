@@ -594,6 +594,7 @@ int controller_reconcile(struct controller *c, const char *ns, const char *name,
         rc = controller_mirror_ready(c, &r, err);
         if (rc == E_AGAIN) {
             rc = E_OK; /* the fetch runs: it reconciles the task again when done */
+            controller_prepare_early(c, &r);
             r.action = CONTROLLER_NOTHING;
         }
     }

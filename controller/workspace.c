@@ -401,8 +401,20 @@ static int mirror_locked(char **out, struct controller *c, const char *url, cons
         if (n < 0 || strcmp(got, url) != 0) {
             rc = err_set(err, E_FAIL, "the mirror directory %s belongs to another URL", dir);
         } else {
-            const char *argv[] = {"git",     "--git-dir", dir,      "fetch",
-                                  "--prune", "--quiet",   "origin", "+refs/heads/*:refs/heads/*",
+            /* What a fetch brings stays one pack (fetch.unpackLimit=1), never loose
+             * objects: a start hard-links the mirror's object files into the workspace,
+             * a few packs cost a few links where loose objects cost one (and a directory)
+             * each. git's gc --auto after a fetch bounds the number of packs. */
+            const char *argv[] = {"git",
+                                  "-c",
+                                  "fetch.unpackLimit=1",
+                                  "--git-dir",
+                                  dir,
+                                  "fetch",
+                                  "--prune",
+                                  "--quiet",
+                                  "origin",
+                                  "+refs/heads/*:refs/heads/*",
                                   NULL};
             rc = git_remote(c, url, log_path, argv, err);
             *fetched_out = true;
@@ -439,36 +451,44 @@ static int mirror_locked(char **out, struct controller *c, const char *url, cons
     return rc;
 }
 
+int controller_mirror_lock(const char *data_dir, const char *url, struct err *err)
+{
+    char *lock = xasprintf("%s/run/mirror.%016llx.lock", data_dir,
+                           (unsigned long long)hash_fnv1a_str(url != NULL ? url : ""));
+    int fd = -1;
+
+    if (sandbox_mkdirs(lock, false) == 0) {
+        fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    }
+    if (fd < 0) {
+        err_set(err, E_FAIL, "open the mirror lock: %s", strerror(errno));
+    } else {
+        while (flock(fd, LOCK_EX) != 0 && errno == EINTR) {
+        }
+    }
+    free(lock);
+    return fd;
+}
+
 /* One git at a time per mirror (fetches run off the reconcile lock, several tasks may
  * start on one repository): an flock on <data-dir>/run/mirror.<hash>.lock, held while cloning or
  * fetching. A later task waits for the clone and then fetches into it. */
 int controller_mirror(char **out, struct controller *c, const char *url, const char *log_path,
                       bool *fetched_out, struct err *err)
 {
-    const char *data_dir = c->data_dir;
-    char *lock = xasprintf("%s/run/mirror.%016llx.lock", data_dir,
-                           (unsigned long long)hash_fnv1a_str(url != NULL ? url : ""));
-    int fd = -1, rc;
+    int fd = controller_mirror_lock(c->data_dir, url, err), rc;
 
-    if (sandbox_mkdirs(lock, false) == 0) {
-        fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-    }
     if (fd < 0) {
-        rc = err_set(err, E_FAIL, "open the mirror lock: %s", strerror(errno));
         *out = NULL;
         *fetched_out = false;
-    } else {
-        while (flock(fd, LOCK_EX) != 0 && errno == EINTR) {
-        }
-        rc = mirror_locked(out, c, url, log_path, fetched_out, err);
-        close(fd); /* releases the lock */
+        return E_FAIL;
     }
-    free(lock);
+    rc = mirror_locked(out, c, url, log_path, fetched_out, err);
+    close(fd); /* releases the lock */
     return rc;
 }
 
-/* Writes TEXT into the new file DIR/NAME (mode 0644). */
-static bool put_new(const char *dir, const char *name, const char *text)
+bool controller_put_new(const char *dir, const char *name, const char *text)
 {
     char *p = xasprintf("%s/%s", dir, name);
     int fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
@@ -482,13 +502,15 @@ static bool put_new(const char *dir, const char *name, const char *text)
 }
 
 /* The files of an empty bare repository in the new directory DIR: what git needs to
- * call it one (HEAD, config, objects/, refs/) and nothing else (no hook samples). */
+ * call it one (HEAD, config, objects/, refs/) and nothing else (no hook samples). It takes
+ * pushes from a shallow clone (receive.shallowUpdate): the runner's depth-50 clone of a
+ * branch with a longer history is one, and git refuses its push without it. */
 static bool bare_skeleton(const char *dir)
 {
     static const char *const sub[] = {"objects", "objects/info", "objects/pack",
                                       "refs",    "refs/heads",   "refs/tags"};
     static const char config[] = "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n"
-                                 "\tbare = true\n";
+                                 "\tbare = true\n[receive]\n\tshallowUpdate = true\n";
 
     for (size_t i = 0; i < ARRAY_LEN(sub); i++) {
         char *p = xasprintf("%s/%s", dir, sub[i]);
@@ -498,7 +520,8 @@ static bool bare_skeleton(const char *dir)
             return false;
         }
     }
-    return put_new(dir, "config", config) && put_new(dir, "HEAD", "ref: refs/heads/main\n");
+    return controller_put_new(dir, "config", config) &&
+           controller_put_new(dir, "HEAD", "ref: refs/heads/main\n");
 }
 
 static int remove_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw);
@@ -541,10 +564,10 @@ int controller_checkpoint_copy(const char *dst, const char *src, const char *bra
 {
     char *spec = xasprintf("+refs/heads/%s:refs/heads/%s", branch, branch);
     /* No hooks (not even reference-transaction), no tags, nothing but the one ref. */
-    const char *argv[] = {"git",       "-c",      "core.hooksPath=/dev/null",
-                          "--git-dir", dst,       "fetch",
-                          "--no-tags", "--quiet", "--",
-                          src,         spec,      NULL};
+    const char *argv[] = {
+        "git",       "-c",      "core.hooksPath=/dev/null", "--git-dir", dst, "fetch",
+        "--no-tags", "--quiet", "--update-shallow",         "--",        src, spec,
+        NULL};
     int rc = controller_git(log_path, argv, err);
 
     free(spec);
@@ -575,7 +598,8 @@ int controller_staging_sanitize(const char *staging, struct err *err)
 {
     static const char *const drop[] = {"objects/info/alternates", "objects/info/http-alternates",
                                        "commondir", "info/grafts", "gitdir"};
-    static const char config[] = "[core]\n\trepositoryformatversion = 0\n\tbare = true\n";
+    static const char config[] = "[core]\n\trepositoryformatversion = 0\n\tbare = true\n"
+                                 "[receive]\n\tshallowUpdate = true\n";
     char *p;
     int fd, rc = E_OK;
 

@@ -3,6 +3,7 @@
  * checkout of the working branch, commit and push. Every value reaches git as one argv
  * element after the options it belongs to; hooks are off (the agent can write them). */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -298,15 +299,52 @@ static int ensure_branch(const struct runner_config *cfg, char *const *env, bool
     return rc;
 }
 
+/* A workspace whose git directory the server made from the mirror (the local provider:
+ * controller/workspace_clone.c), marked by .git/RUNNER_PREPARED_MARK: what this clone
+ * and checkout would have made but the files, which are checked out here, inside the
+ * sandbox. The mark goes first: a runner started again later continues in the workspace
+ * as in one it cloned. */
+static int checkout_prepared(const struct runner_config *cfg, char *const *env, const char *mark,
+                             struct err *err)
+{
+    char *head = xasprintf("%s/.git/HEAD", cfg->workspace);
+    char *want = xasprintf("ref: refs/heads/%s\n", cfg->working_branch);
+    char got[512];
+    int fd = open(head, O_RDONLY | O_NOFOLLOW | O_CLOEXEC), rc = E_OK;
+    ssize_t n = fd >= 0 ? read(fd, got, sizeof(got) - 1) : -1;
+
+    if (fd >= 0) {
+        close(fd);
+    }
+    got[n > 0 ? n : 0] = '\0';
+    if (unlink(mark) != 0) {
+        rc = err_set(err, E_FAIL, "remove %s: %s", mark, strerror(errno));
+    } else if (strcmp(got, want) != 0) {
+        rc = err_set(err, E_FAIL, "the workspace made by the server is not on branch %s",
+                     cfg->working_branch);
+    } else {
+        runner_say("workspace made from the mirror by the server: checking out %s",
+                   cfg->working_branch);
+        rc = git_ok(cfg, env, "checkout", (const char *const[]){"checkout", "-q", "-f", NULL}, err);
+    }
+    free(head);
+    free(want);
+    return rc;
+}
+
 int runner_git_prepare(const struct runner_config *cfg, struct err *err)
 {
     char *dotgit = xasprintf("%s/.git", cfg->workspace);
+    char *mark = xasprintf("%s/" RUNNER_PREPARED_MARK, dotgit);
     char **env = git_env(cfg);
     struct stat sb;
     int rc = E_OK;
-    bool fresh = false;
+    bool fresh = false, mark_seen = false;
 
-    if (stat(dotgit, &sb) == 0) {
+    if (lstat(mark, &sb) == 0 && S_ISREG(sb.st_mode)) {
+        fresh = mark_seen = true;
+        rc = checkout_prepared(cfg, env, mark, err);
+    } else if (stat(dotgit, &sb) == 0) {
         runner_say("workspace already holds a clone: continuing in it");
     } else {
         fresh = true;
@@ -316,7 +354,7 @@ int runner_git_prepare(const struct runner_config *cfg, struct err *err)
                                           "--", cfg->repo_url, cfg->workspace, NULL},
                     err);
     }
-    if (rc == E_OK) {
+    if (rc == E_OK && !(fresh && mark_seen)) {
         rc = ensure_branch(cfg, env, fresh, err);
     }
     if (rc == E_OK && fresh) {
@@ -324,6 +362,7 @@ int runner_git_prepare(const struct runner_config *cfg, struct err *err)
     }
     runner_env_free(env);
     free(dotgit);
+    free(mark);
     return rc;
 }
 

@@ -61,6 +61,9 @@ char *runner_which(const char *prog);
  * out the working branch (tracking it when the remote has it, else created from the
  * base). E_FAIL when a git command failed (logged). */
 int runner_git_prepare(const struct runner_config *cfg, struct err *err);
+/* The file in .git of a workspace whose git directory the server made from the mirror
+ * (controller's CONTROLLER_PREPARED_MARK): the runner checks it out as a fresh clone. */
+#define RUNNER_PREPARED_MARK "diverge-prepared"
 /* Stages everything, commits "fix(<task>): <objective>" when something changed, and
  * pushes HEAD to the working branch of DIVERGE_PUSH_URL or origin. E_FAIL on failure. */
 int runner_git_publish(const struct runner_config *cfg, struct err *err);

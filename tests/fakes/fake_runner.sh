@@ -1,12 +1,17 @@
 #!/bin/sh
 # A stand-in for diverge-agent-runner (SPEC §9) used by the sandbox tests: clone the
-# mirror, meter once with the token file, run $DIVERGE_AGENT_CMD (the test's control
-# channel), commit and push the working branch to the staging repo; exit with the
-# agent command's status (0, or 0 on a 429 like the real runner).
+# mirror (or check out the workspace the server made from it), meter once with the token
+# file, run $DIVERGE_AGENT_CMD (the test's control channel), commit and push the working
+# branch to the staging repo; exit with the agent command's status (0, or 0 on a 429
+# like the real runner).
 set -u
 echo "fake runner: start iteration ${DIVERGE_START_ITERATION:-1} uid $(id -u)"
 cd "$DIVERGE_WORKSPACE_DIR" || exit 10
-if [ ! -d .git ] && [ -n "${DIVERGE_REPO_URL:-}" ]; then
+if [ -f .git/diverge-prepared ]; then
+    # The server made the git directory from the mirror (local provider): check it out.
+    rm -f .git/diverge-prepared || exit 11
+    git checkout -q -f || exit 12
+elif [ ! -d .git ] && [ -n "${DIVERGE_REPO_URL:-}" ]; then
     git clone -q --branch "$DIVERGE_BASE_BRANCH" "$DIVERGE_REPO_URL" . || exit 11
     git checkout -q -B "$DIVERGE_WORKING_BRANCH" || exit 12
 fi

@@ -83,7 +83,7 @@ static int64_t usage(const char *path, int64_t stop_at, int64_t max_entries, int
 {
     int64_t bytes = -1, entries = max_entries;
 
-    *rc_out = controller_disk_usage(&bytes, path, stop_at, &entries, NULL);
+    *rc_out = controller_disk_usage(&bytes, path, stop_at, &entries, false, NULL);
     return bytes;
 }
 
@@ -143,6 +143,38 @@ TEST(disk_usage_measures_the_tree)
     free(link);
     free(outside);
     free(file);
+    free(sub);
+    CHECK_OK(nftw(root, remove_one, 16, FTW_DEPTH | FTW_PHYS));
+}
+
+/* A file of the server's user hard-linked into the tree (the mirror's objects in a
+ * workspace) is not the task's with SKIP_LINKS; a file with one link is. */
+TEST(disk_usage_skips_the_servers_links)
+{
+    char dir[] = "/tmp/diverge-disk-XXXXXX";
+    char *root = mkdtemp(dir), *sub, *shared, *linked, *own;
+    int64_t base, bytes = -1, entries = 100;
+    int rc;
+
+    CHECK(root != NULL);
+    sub = xasprintf("%s/ws", root);
+    CHECK_OK(mkdir(sub, 0700));
+    base = usage(sub, 0, 100, &rc);
+    shared = xasprintf("%s/mirror-pack", root);
+    linked = xasprintf("%s/ws/pack", root);
+    own = xasprintf("%s/ws/own", root);
+    write_file(shared, 4 << 20);
+    CHECK_OK(link(shared, linked));
+    CHECK(usage(sub, 0, 100, &rc) >= base + (4 << 20)); /* counted without SKIP_LINKS */
+    CHECK_OK(controller_disk_usage(&bytes, sub, 0, &entries, true, NULL));
+    CHECK(bytes < base + (1 << 20));
+    write_file(own, 1 << 20);
+    entries = 100;
+    CHECK_OK(controller_disk_usage(&bytes, sub, 0, &entries, true, NULL));
+    CHECK(bytes >= base + (1 << 20) && bytes < base + (2 << 20));
+    free(shared);
+    free(linked);
+    free(own);
     free(sub);
     CHECK_OK(nftw(root, remove_one, 16, FTW_DEPTH | FTW_PHYS));
 }
