@@ -58,18 +58,6 @@ static bool escape(struct scan *s)
     return true;
 }
 
-/* Whether any byte of the 8 in W needs a look of its own in a string: a control
- * character, '"', '\\' or a byte >= 0x80 (word-at-a-time tests, no branch per byte). */
-static bool word_special(uint64_t w)
-{
-    const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
-    uint64_t quote = w ^ (ones * '"'), bslash = w ^ (ones * '\\');
-    uint64_t zero = ((quote - ones) & ~quote) | ((bslash - ones) & ~bslash);
-
-    /* A byte < 0x20 borrows in w - 0x20..: its high bit shows (as does any high byte). */
-    return ((zero | (w - ones * 0x20) | w) & highs) != 0;
-}
-
 static bool string(struct scan *s)
 {
     s->p++; /* the opening quote */
@@ -79,7 +67,7 @@ static bool string(struct scan *s)
         /* Eight plain ASCII bytes at a time, the usual case, then one byte at a time. */
         while (s->end - s->p >= 8) {
             memcpy(&w, s->p, sizeof(w));
-            if (word_special(w)) {
+            if (jsonscan_word_special(w)) {
                 break;
             }
             s->p += 8;

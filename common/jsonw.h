@@ -14,6 +14,9 @@
  * jansson's own formatting. */
 void jsonw_append(struct buf *out, const json_t *j);
 
+/* Appends the NUL-terminated string S as a JSON string, escaped as jansson escapes it. */
+void jsonw_string(struct buf *out, const char *s);
+
 /* The compact JSON of J as a new string (caller frees). */
 char *jsonw_dumps(const json_t *j);
 
