@@ -190,10 +190,9 @@ int sqlst_txn_put(struct task_txn *txb, json_t *doc, struct err *err)
     }
     store_event_fill(&tx->events[tx->nevents], tx->s->rv, TASK_EVENT_MODIFIED, doc, text);
     {
-        struct task_view v;
-        char *key;
-        task_view_of(&v, doc);
-        key = cache_key(v.ns, v.name);
+        const json_t *md = json_object_get(doc, "metadata");
+        char *key = cache_key(json_string_value(json_object_get(md, "namespace")),
+                              json_string_value(json_object_get(md, "name")));
         json_object_set(tx->s->cache, key, doc);
         free(key);
     }
