@@ -76,6 +76,52 @@ int sqlst_prepare(sqlite3_stmt **out, struct sqlite_store *s, const char *sql, s
     return rc == SQLITE_OK ? E_OK : sqlst_db_err(s, rc, "prepare", err);
 }
 
+int sqlst_prepare_cached(sqlite3_stmt **out, struct sqlite_store *s, const char *sql,
+                         struct err *err)
+{
+    int rc;
+
+    for (size_t i = 0; i < s->nby_text; i++) {
+        if (strcmp(s->by_text[i].sql, sql) == 0) {
+            sqlite3_reset(s->by_text[i].st);
+            sqlite3_clear_bindings(s->by_text[i].st);
+            *out = s->by_text[i].st;
+            return E_OK;
+        }
+    }
+    *out = NULL;
+    rc = sqlite3_prepare_v3(s->db, sql, -1, SQLITE_PREPARE_PERSISTENT, out, NULL);
+    if (rc != SQLITE_OK) {
+        return sqlst_db_err(s, rc, "prepare", err);
+    }
+    if (s->nby_text < SQLST_BY_TEXT_MAX) {
+        s->by_text[s->nby_text].sql = xstrdup(sql);
+        s->by_text[s->nby_text].st = *out;
+        s->nby_text++;
+    }
+    return E_OK;
+}
+
+void sqlst_unprepare(struct sqlite_store *s, sqlite3_stmt *st)
+{
+    for (size_t i = 0; i < s->nby_text; i++) {
+        if (s->by_text[i].st == st) {
+            sqlite3_reset(st);
+            return;
+        }
+    }
+    sqlite3_finalize(st);
+}
+
+void sqlst_by_text_free(struct sqlite_store *s)
+{
+    for (size_t i = 0; i < s->nby_text; i++) {
+        sqlite3_finalize(s->by_text[i].st);
+        free(s->by_text[i].sql);
+    }
+    s->nby_text = 0;
+}
+
 char *sqlst_col_dup(sqlite3_stmt *q, int col)
 {
     const char *t = (const char *)sqlite3_column_text(q, col);
