@@ -100,6 +100,11 @@ static void put_int(struct buf *out, json_int_t v)
     put(out, p, (size_t)(num + sizeof(num) - p));
 }
 
+void jsonw_int(struct buf *out, int64_t v)
+{
+    put_int(out, (json_int_t)v);
+}
+
 void jsonw_string(struct buf *out, const char *s)
 {
     put_string(out, s, strlen(s));

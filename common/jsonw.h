@@ -7,6 +7,7 @@
 #define DIVERGE_COMMON_JSONW_H
 
 #include <jansson.h>
+#include <stdint.h>
 
 #include "common/buf.h"
 
@@ -16,6 +17,9 @@ void jsonw_append(struct buf *out, const json_t *j);
 
 /* Appends the NUL-terminated string S as a JSON string, escaped as jansson escapes it. */
 void jsonw_string(struct buf *out, const char *s);
+
+/* Appends V as a JSON integer (decimal, no printf). */
+void jsonw_int(struct buf *out, int64_t v);
 
 /* The compact JSON of J as a new string (caller frees). */
 char *jsonw_dumps(const json_t *j);

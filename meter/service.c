@@ -98,8 +98,10 @@ static char *totals_body(const struct meter_decision *d, const char *guidance, c
     money_format(cost, d->total_cost_micros);
     money_format(budget, d->budget_usd);
     buf_init(&b, 0);
-    buf_printf(&b, "{\"allowed\":%s,\"suspended\":%s,", allowed ? "true" : "false",
-               allowed ? "false" : "true");
+    buf_reserve(&b, 256);
+    /* Appends, no printf: every meter call answers with this body. */
+    buf_puts(&b, allowed ? "{\"allowed\":true,\"suspended\":false,"
+                         : "{\"allowed\":false,\"suspended\":true,");
     if (!allowed) {
         buf_puts(&b, "\"reason\":");
         put_json_string(&b, d->reason);
@@ -115,14 +117,24 @@ static char *totals_body(const struct meter_decision *d, const char *guidance, c
         put_json_string(&b, quota);
         buf_puts(&b, ",");
     }
-    buf_printf(&b, "\"totalTokensUsed\":%lld,\"totalCostUSD\":%s,\"iteration\":%lld,",
-               (long long)d->total_tokens, cost, (long long)d->iteration);
-    buf_printf(&b, "\"maxIterations\":%lld,", (long long)max_iter);
+    buf_puts(&b, "\"totalTokensUsed\":");
+    jsonw_int(&b, d->total_tokens);
+    buf_puts(&b, ",\"totalCostUSD\":");
+    buf_puts(&b, cost);
+    buf_puts(&b, ",\"iteration\":");
+    jsonw_int(&b, d->iteration);
+    buf_puts(&b, ",\"maxIterations\":");
+    jsonw_int(&b, max_iter);
+    buf_puts(&b, ",");
     if (d->has_budget_usd) {
-        buf_printf(&b, "\"budgetUSD\":%s,", budget);
+        buf_puts(&b, "\"budgetUSD\":");
+        buf_puts(&b, budget);
+        buf_puts(&b, ",");
     }
     if (d->has_budget_tokens) {
-        buf_printf(&b, "\"budgetTokens\":%lld,", (long long)d->budget_tokens);
+        buf_puts(&b, "\"budgetTokens\":");
+        jsonw_int(&b, d->budget_tokens);
+        buf_puts(&b, ",");
     }
     /* Both come from the task's document (jansson keeps valid UTF-8 only). */
     buf_puts(&b, "\"guidance\":");

@@ -104,6 +104,14 @@ TEST(money_format_roundtrip)
     }
     money_format(out, -22500);
     CHECK_EQ_STR(out, "-0.0225");
+    money_format(out, INT64_MIN);
+    CHECK_EQ_STR(out, "-9223372036854.775808");
+    money_format(out, -1);
+    CHECK_EQ_STR(out, "-0.000001");
+    money_format(out, 10);
+    CHECK_EQ_STR(out, "0.00001");
+    money_format(out, 1200000);
+    CHECK_EQ_STR(out, "1.20");
 }
 
 TEST(money_add_overflow)
