@@ -7,6 +7,8 @@
 #include <pthread.h>
 #include <sqlite3.h>
 #include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "common/err.h"
 #include "common/gcommit.h"
@@ -111,6 +113,36 @@ int sqlst_txn(struct task_store *st, task_txn_fn fn, void *userdata, struct err 
 static inline struct sqlite_store *sqlst_of(struct task_store *st)
 {
     return container_of(st, struct sqlite_store, base);
+}
+
+/* Room for the usual key of sqlst_key on the stack. */
+#define SQLST_KEY_SMALL 320
+
+/* A, SEP, B as one string (NULL written "(null)"), in SMALL when it fits, else a new one:
+ * the keys of the task cache and the meter's id index, built per call without printf.
+ * Give it back with sqlst_key_free. */
+static inline char *sqlst_key(char small[SQLST_KEY_SMALL], const char *a, char sep, const char *b)
+{
+    size_t na, nb;
+    char *k;
+
+    a = a != NULL ? a : "(null)";
+    b = b != NULL ? b : "(null)";
+    na = strlen(a);
+    nb = strlen(b);
+    k = na + nb + 2 <= SQLST_KEY_SMALL ? small : xmalloc(na + nb + 2);
+    memcpy(k, a, na);
+    k[na] = sep;
+    memcpy(k + na + 1, b, nb);
+    k[na + 1 + nb] = '\0';
+    return k;
+}
+
+static inline void sqlst_key_free(char *k, const char *small)
+{
+    if (k != small) {
+        free(k);
+    }
 }
 
 /* A copy of text column COL (caller frees), or NULL for SQL NULL. */
