@@ -185,6 +185,7 @@ static bool value_start(struct scan *s, char *stack, size_t *depth, bool *opened
 struct pathing {
     const struct jsonscan_path *paths; /* borrowed; NULL when only checking */
     size_t npaths;
+    size_t *plen;                       /* owned: strlen of each path, taken once */
     struct jsonscan_value *out;         /* one per path */
     char buf[JSONSCAN_PATH_MAX];        /* the current path */
     size_t len[JSONSCAN_MAX_DEPTH + 1]; /* path length of each open container; SIZE_MAX: none */
@@ -217,8 +218,7 @@ static int path_match(const struct pathing *pg)
         return -1;
     }
     for (size_t i = 0; i < pg->npaths; i++) {
-        if (strlen(pg->paths[i].path) == pg->cur &&
-            memcmp(pg->paths[i].path, pg->buf, pg->cur) == 0) {
+        if (pg->plen[i] == pg->cur && memcmp(pg->paths[i].path, pg->buf, pg->cur) == 0) {
             return (int)i;
         }
     }
@@ -360,8 +360,13 @@ int jsonscan_extract(struct jsonscan_value *out, const char *str, size_t n,
     memset(out, 0, npaths * sizeof(*out));
     pg->paths = paths;
     pg->npaths = npaths;
+    pg->plen = xmalloc((npaths > 0 ? npaths : 1) * sizeof(*pg->plen));
+    for (size_t i = 0; i < npaths; i++) {
+        pg->plen[i] = strlen(paths[i].path);
+    }
     pg->out = out;
     rc = walk(str, n, pg, err);
+    free(pg->plen);
     free(pg);
     if (rc != E_OK) {
         memset(out, 0, npaths * sizeof(*out));
