@@ -42,8 +42,9 @@ done
 # Server CPU (user+system, all threads) in µs per call over a wrk run: robust to a shared
 # box, where req/s mostly measures what the other jobs leave.
 hz=$(getconf CLK_TCK)
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-per_call() { awk -v t="$1" -v hz="$hz" -v r="$2" -v d="$dur" 'BEGIN { if (r > 0) printf "%.1f", t * 1e6 / hz / (r * d); else print "?" }'; }
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo -1; }
+# usage: per_call TICKS_BEFORE TICKS_AFTER REQ_PER_S ("?" when the process was gone)
+per_call() { awk -v a="$1" -v b="$2" -v hz="$hz" -v r="$3" -v d="$dur" 'BEGIN { if (a >= 0 && b >= 0 && r > 0) printf "%.1f", (b - a) * 1e6 / hz / (r * d); else print "?" }'; }
 proto_rps=
 proto_us=
 if [ "${PROTO:-1}" != 0 ]; then
@@ -60,7 +61,7 @@ if [ "${PROTO:-1}" != 0 ]; then
     t1=$(ticks "$ppid")
     echo "$res"
     proto_rps=$(echo "$res" | awk '/Requests\/sec/ {print $2}')
-    proto_us=$(per_call $((t1 - t0)) "$proto_rps")
+    proto_us=$(per_call "$t0" "$t1" "$proto_rps")
     echo "-- prototype CPU: $proto_us us per call"
     echo "-- prototype charged: $(sqlite3 "$data/proto.db" 'SELECT count(*) FROM charges' 2>/dev/null || echo '?') calls"
     kill $ppid 2>/dev/null; wait $ppid 2>/dev/null || true
@@ -73,10 +74,10 @@ t0=$(ticks "$pid")
 res=$(wrk -t2 -c"$conns" -d"${dur}s" --latency -s "$root/bench/meter.lua" "$url" | grep -E 'Requests/sec|Latency  |99%|50%|Non-2xx')
 t1=$(ticks "$pid")
 echo "$res"
-ours_us=$(per_call $((t1 - t0)) "$(echo "$res" | awk '/Requests\/sec/ {print $2}')")
+ours_us=$(per_call "$t0" "$t1" "$(echo "$res" | awk '/Requests\/sec/ {print $2}')")
 echo "-- server CPU: $ours_us us per call"
 if [ -n "$proto_rps" ]; then
-    echo "== ours / prototype: $(echo "$res" | awk -v p="$proto_rps" '/Requests\/sec/ {printf "%.2fx", $2 / p}') (req/s); CPU per call $(awk -v a="$ours_us" -v b="$proto_us" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else print "?" }') the prototype's"
+    echo "== ours / prototype: $(echo "$res" | awk -v p="$proto_rps" '/Requests\/sec/ {printf "%.2fx", $2 / p}') (req/s); CPU per call $(awk -v a="$ours_us" -v b="$proto_us" 'BEGIN { if (a > 0 && b > 0) printf "%.2fx", a / b; else print "?" }') the prototype's"
 fi
 curl -s "$url/metrics" >"$out.metrics"
 echo "== charged: $(curl -s -H "Authorization: Bearer $tok" "$api" | python3 -c 'import json,sys; print(sum(i["status"]["tokensConsumed"] for i in json.load(sys.stdin)["items"])//150)') meter calls"
