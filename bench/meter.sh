@@ -39,7 +39,14 @@ for i in $(seq "$ntasks"); do
     done
     echo "$t" >>"$TOKENS_FILE"
 done
+# Server CPU (user+system, all threads) in µs per call over a wrk run: robust to a shared
+# box, where req/s mostly measures what the other jobs leave.
+hz=$(getconf CLK_TCK)
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo -1; }
+# usage: per_call TICKS_BEFORE TICKS_AFTER REQ_PER_S ("?" when the process was gone)
+per_call() { awk -v a="$1" -v b="$2" -v hz="$hz" -v r="$3" -v d="$dur" 'BEGIN { if (a >= 0 && b >= 0 && r > 0) printf "%.1f", (b - a) * 1e6 / hz / (r * d); else print "?" }'; }
 proto_rps=
+proto_us=
 if [ "${PROTO:-1}" != 0 ]; then
     make -s -C "$root/bench/meter_proto" OUT="$data/meter_proto" >/dev/null
     pport=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
@@ -49,9 +56,13 @@ if [ "${PROTO:-1}" != 0 ]; then
     for _ in $(seq 100); do grep -q listening "$out.proto" 2>/dev/null && break; sleep 0.05; done
     seq -f 'm%g' "$ntasks" >"$TOKENS_FILE.proto"
     echo "== reference: minimal group-commit prototype, POST /api/v1/agenttask/meter (${conns} connections, ${dur}s)"
+    t0=$(ticks "$ppid")
     res=$(TOKENS_FILE="$TOKENS_FILE.proto" wrk -t2 -c"$conns" -d"${dur}s" --latency -s "$root/bench/meter.lua" "http://127.0.0.1:$pport" | grep -E 'Requests/sec|Latency  |99%|50%|Non-2xx')
+    t1=$(ticks "$ppid")
     echo "$res"
     proto_rps=$(echo "$res" | awk '/Requests\/sec/ {print $2}')
+    proto_us=$(per_call "$t0" "$t1" "$proto_rps")
+    echo "-- prototype CPU: $proto_us us per call"
     echo "-- prototype charged: $(sqlite3 "$data/proto.db" 'SELECT count(*) FROM charges' 2>/dev/null || echo '?') calls"
     kill $ppid 2>/dev/null; wait $ppid 2>/dev/null || true
 fi
@@ -59,10 +70,14 @@ echo "== machine: $(nproc) cores; server and wrk on the same box; $ntasks Active
 echo "== GET /healthz (${conns} connections, ${dur}s)"
 wrk -t2 -c"$conns" -d"${dur}s" --latency "$url/healthz" | grep -E 'Requests/sec|Latency  |99%|50%'
 echo "== POST /api/v1/agenttask/meter, durable (${conns} connections, ${dur}s)"
+t0=$(ticks "$pid")
 res=$(wrk -t2 -c"$conns" -d"${dur}s" --latency -s "$root/bench/meter.lua" "$url" | grep -E 'Requests/sec|Latency  |99%|50%|Non-2xx')
+t1=$(ticks "$pid")
 echo "$res"
+ours_us=$(per_call "$t0" "$t1" "$(echo "$res" | awk '/Requests\/sec/ {print $2}')")
+echo "-- server CPU: $ours_us us per call"
 if [ -n "$proto_rps" ]; then
-    echo "== ours / prototype: $(echo "$res" | awk -v p="$proto_rps" '/Requests\/sec/ {printf "%.2fx", $2 / p}')"
+    echo "== ours / prototype: $(echo "$res" | awk -v p="$proto_rps" '/Requests\/sec/ {printf "%.2fx", $2 / p}') (req/s); CPU per call $(awk -v a="$ours_us" -v b="$proto_us" 'BEGIN { if (a > 0 && b > 0) printf "%.2fx", a / b; else print "?" }') the prototype's"
 fi
 curl -s "$url/metrics" >"$out.metrics"
 echo "== charged: $(curl -s -H "Authorization: Bearer $tok" "$api" | python3 -c 'import json,sys; print(sum(i["status"]["tokensConsumed"] for i in json.load(sys.stdin)["items"])//150)') meter calls"

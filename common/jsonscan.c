@@ -58,18 +58,6 @@ static bool escape(struct scan *s)
     return true;
 }
 
-/* Whether any byte of the 8 in W needs a look of its own in a string: a control
- * character, '"', '\\' or a byte >= 0x80 (word-at-a-time tests, no branch per byte). */
-static bool word_special(uint64_t w)
-{
-    const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
-    uint64_t quote = w ^ (ones * '"'), bslash = w ^ (ones * '\\');
-    uint64_t zero = ((quote - ones) & ~quote) | ((bslash - ones) & ~bslash);
-
-    /* A byte < 0x20 borrows in w - 0x20..: its high bit shows (as does any high byte). */
-    return ((zero | (w - ones * 0x20) | w) & highs) != 0;
-}
-
 static bool string(struct scan *s)
 {
     s->p++; /* the opening quote */
@@ -79,7 +67,7 @@ static bool string(struct scan *s)
         /* Eight plain ASCII bytes at a time, the usual case, then one byte at a time. */
         while (s->end - s->p >= 8) {
             memcpy(&w, s->p, sizeof(w));
-            if (word_special(w)) {
+            if (jsonscan_word_special(w)) {
                 break;
             }
             s->p += 8;
@@ -197,6 +185,7 @@ static bool value_start(struct scan *s, char *stack, size_t *depth, bool *opened
 struct pathing {
     const struct jsonscan_path *paths; /* borrowed; NULL when only checking */
     size_t npaths;
+    size_t *plen;                       /* owned: strlen of each path, taken once */
     struct jsonscan_value *out;         /* one per path */
     char buf[JSONSCAN_PATH_MAX];        /* the current path */
     size_t len[JSONSCAN_MAX_DEPTH + 1]; /* path length of each open container; SIZE_MAX: none */
@@ -229,8 +218,7 @@ static int path_match(const struct pathing *pg)
         return -1;
     }
     for (size_t i = 0; i < pg->npaths; i++) {
-        if (strlen(pg->paths[i].path) == pg->cur &&
-            memcmp(pg->paths[i].path, pg->buf, pg->cur) == 0) {
+        if (pg->plen[i] == pg->cur && memcmp(pg->paths[i].path, pg->buf, pg->cur) == 0) {
             return (int)i;
         }
     }
@@ -372,8 +360,13 @@ int jsonscan_extract(struct jsonscan_value *out, const char *str, size_t n,
     memset(out, 0, npaths * sizeof(*out));
     pg->paths = paths;
     pg->npaths = npaths;
+    pg->plen = xmalloc((npaths > 0 ? npaths : 1) * sizeof(*pg->plen));
+    for (size_t i = 0; i < npaths; i++) {
+        pg->plen[i] = strlen(paths[i].path);
+    }
     pg->out = out;
     rc = walk(str, n, pg, err);
+    free(pg->plen);
     free(pg);
     if (rc != E_OK) {
         memset(out, 0, npaths * sizeof(*out));

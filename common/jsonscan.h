@@ -19,6 +19,19 @@
  * with the byte offset in the message. */
 int jsonscan_check(const char *s, size_t n, struct err *err);
 
+/* Whether any byte of the 8 in W needs a look of its own in a JSON string: a control
+ * character, '"', '\\' or a byte >= 0x80 (word-at-a-time tests, no branch per byte). The
+ * scanner and the writer (common/jsonw.c) skip plain ASCII eight bytes at a time with it. */
+static inline bool jsonscan_word_special(uint64_t w)
+{
+    const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
+    uint64_t quote = w ^ (ones * '"'), bslash = w ^ (ones * '\\');
+    uint64_t zero = ((quote - ones) & ~quote) | ((bslash - ones) & ~bslash);
+
+    /* A byte < 0x20 borrows in w - 0x20..: its high bit shows (as does any high byte). */
+    return ((zero | (w - ones * 0x20) | w) & highs) != 0;
+}
+
 #define JSONSCAN_PATH_MAX 256
 
 /* A value to pick out: object keys joined by '.' ("comment.user.login"); values inside

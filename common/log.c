@@ -72,6 +72,9 @@ static size_t value_len(const char *s, bool *cut_out)
     size_t n = 0, len = strlen(s);
 
     *cut_out = false;
+    if (len <= LOG_VALUE_MAX) {
+        return len; /* the usual case: nothing to cut */
+    }
     while (n < len) {
         size_t c = err_utf8_char_len(s + n, len - n);
         c = c > 0 ? c : 1;
@@ -93,7 +96,19 @@ static void put_json_str(struct line *l, const char *s)
     put(l, "\"", 1);
     for (size_t i = 0; i < len;) {
         unsigned char c = (unsigned char)s[i];
-        size_t n = err_utf8_char_len(s + i, len - i);
+        size_t n, run = i;
+
+        /* A run of printable ASCII other than '"' and '\\' goes out as it is, at once. */
+        while (run < len && (unsigned char)s[run] >= 0x20 && (unsigned char)s[run] < 0x7f &&
+               s[run] != '"' && s[run] != '\\') {
+            run++;
+        }
+        if (run > i) {
+            put(l, s + i, run - i);
+            i = run;
+            continue;
+        }
+        n = err_utf8_char_len(s + i, len - i);
 
         if (n == 0) {
             put(l, "\\ufffd", 6); /* not UTF-8: the replacement character */

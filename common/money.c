@@ -91,15 +91,30 @@ void money_format(char out[MONEY_STR_MAX], int64_t micros)
 {
     uint64_t m = micros < 0 ? (uint64_t)0 - (uint64_t)micros : (uint64_t)micros;
     uint64_t whole = m / 1000000u, frac = m % 1000000u;
-    char fbuf[8];
+    char digits[24], *p = digits + sizeof(digits);
+    size_t o = 0;
     int n;
 
-    snprintf(fbuf, sizeof(fbuf), "%06" PRIu64, frac);
-    /* Trim trailing zeros, keeping at least two decimals. */
-    for (n = 6; n > 2 && fbuf[n - 1] == '0'; n--) {
+    /* No printf: the meter writes several amounts per charge. */
+    if (micros < 0) {
+        out[o++] = '-';
     }
-    fbuf[n] = '\0';
-    snprintf(out, MONEY_STR_MAX, "%s%" PRIu64 ".%s", micros < 0 ? "-" : "", whole, fbuf);
+    do {
+        *--p = (char)('0' + whole % 10);
+        whole /= 10;
+    } while (whole != 0);
+    memcpy(out + o, p, (size_t)(digits + sizeof(digits) - p));
+    o += (size_t)(digits + sizeof(digits) - p);
+    out[o++] = '.';
+    for (int i = 5; i >= 0; i--) {
+        digits[i] = (char)('0' + frac % 10);
+        frac /= 10;
+    }
+    /* Trim trailing zeros, keeping at least two decimals. */
+    for (n = 6; n > 2 && digits[n - 1] == '0'; n--) {
+    }
+    memcpy(out + o, digits, (size_t)n);
+    out[o + (size_t)n] = '\0';
 }
 
 int money_add(int64_t *sum_out, int64_t a, int64_t b, struct err *err)

@@ -4,10 +4,12 @@
 #define DIVERGE_METER_METER_INT_H
 
 #include <pthread.h>
+#include <stdint.h>
 
 #include "meter/meter.h"
 
 #define METER_TOKEN_CACHE_SLOTS 1024
+#define METER_TOKEN_CACHE_WAYS 8 /* slots per set: tokens whose hashes collide still fit */
 
 /* A presented token whose signature verified, shared by the requests that present it. */
 struct verified_token {
@@ -34,6 +36,8 @@ int token_cache_check(struct token_grant *out, struct verified_token *vt,
 struct token_cache {
     pthread_mutex_t mu;
     struct verified_token *slots[METER_TOKEN_CACHE_SLOTS];
+    uint64_t used[METER_TOKEN_CACHE_SLOTS]; /* when each slot was last hit: LRU in a set */
+    uint64_t clock;                         /* ticks once per lookup */
 };
 
 void token_cache_init(struct token_cache *c);

@@ -9,6 +9,7 @@
 #include "common/buf.h"
 #include "common/clock.h"
 #include "common/gcommit.h"
+#include "common/jsonw.h"
 #include "common/log.h"
 #include "common/money.h"
 #include "common/secret.h"
@@ -97,8 +98,10 @@ static char *totals_body(const struct meter_decision *d, const char *guidance, c
     money_format(cost, d->total_cost_micros);
     money_format(budget, d->budget_usd);
     buf_init(&b, 0);
-    buf_printf(&b, "{\"allowed\":%s,\"suspended\":%s,", allowed ? "true" : "false",
-               allowed ? "false" : "true");
+    buf_reserve(&b, 256);
+    /* Appends, no printf: every meter call answers with this body. */
+    buf_puts(&b, allowed ? "{\"allowed\":true,\"suspended\":false,"
+                         : "{\"allowed\":false,\"suspended\":true,");
     if (!allowed) {
         buf_puts(&b, "\"reason\":");
         put_json_string(&b, d->reason);
@@ -114,19 +117,30 @@ static char *totals_body(const struct meter_decision *d, const char *guidance, c
         put_json_string(&b, quota);
         buf_puts(&b, ",");
     }
-    buf_printf(&b, "\"totalTokensUsed\":%lld,\"totalCostUSD\":%s,\"iteration\":%lld,",
-               (long long)d->total_tokens, cost, (long long)d->iteration);
-    buf_printf(&b, "\"maxIterations\":%lld,", (long long)max_iter);
+    buf_puts(&b, "\"totalTokensUsed\":");
+    jsonw_int(&b, d->total_tokens);
+    buf_puts(&b, ",\"totalCostUSD\":");
+    buf_puts(&b, cost);
+    buf_puts(&b, ",\"iteration\":");
+    jsonw_int(&b, d->iteration);
+    buf_puts(&b, ",\"maxIterations\":");
+    jsonw_int(&b, max_iter);
+    buf_puts(&b, ",");
     if (d->has_budget_usd) {
-        buf_printf(&b, "\"budgetUSD\":%s,", budget);
+        buf_puts(&b, "\"budgetUSD\":");
+        buf_puts(&b, budget);
+        buf_puts(&b, ",");
     }
     if (d->has_budget_tokens) {
-        buf_printf(&b, "\"budgetTokens\":%lld,", (long long)d->budget_tokens);
+        buf_puts(&b, "\"budgetTokens\":");
+        jsonw_int(&b, d->budget_tokens);
+        buf_puts(&b, ",");
     }
+    /* Both come from the task's document (jansson keeps valid UTF-8 only). */
     buf_puts(&b, "\"guidance\":");
-    put_json_string(&b, guidance);
+    jsonw_string(&b, guidance != NULL ? guidance : "");
     buf_puts(&b, ",\"previewUrl\":");
-    put_json_string(&b, preview);
+    jsonw_string(&b, preview != NULL ? preview : "");
     buf_puts(&b, "}");
     return buf_take(&b);
 }
@@ -172,7 +186,47 @@ struct batch {
     size_t ndirty, capdirty;
     json_t *quotas;       /* namespace -> its SpendQuotas as this batch sees them */
     json_t *quotas_dirty; /* namespace -> true: quotas charged, written at the end */
+    /* Whether each verified token seen in this batch is its task's current active token:
+     * read once per token and batch, forgotten when the batch revokes a token. */
+    struct tok_seen {
+        const struct verified_token *vt;
+        bool current;
+    } * seen;
+    size_t nseen, capseen;
 };
+
+/* Whether J's token is its task's current, active one (SPEC §7 step 1), as this batch's
+ * transaction sees it. */
+static bool token_is_current(struct batch *b, struct task_txn *tx, const struct meter_job *j,
+                             struct err *err)
+{
+    struct token_record rec;
+    bool current = false;
+
+    for (size_t i = 0; i < b->nseen; i++) {
+        if (b->seen[i].vt == j->vt) {
+            return b->seen[i].current;
+        }
+    }
+    if (task_txn_token_current(&rec, tx, j->ns, j->name, err) == E_OK) {
+        current = rec.active && strcmp(rec.token_id, token_identifier(j->tok)) == 0;
+        free(rec.token);
+    }
+    if (b->nseen == b->capseen) {
+        b->capseen = b->capseen == 0 ? 64 : b->capseen * 2;
+        b->seen = xrealloc(b->seen, b->capseen * sizeof(*b->seen));
+    }
+    b->seen[b->nseen++] = (struct tok_seen){.vt = j->vt, .current = current};
+    return current;
+}
+
+/* Revokes the token of J's task inside TX; the batch reads every token state again. */
+static int revoke_token(struct batch *b, struct task_txn *tx, const struct meter_job *j,
+                        struct err *err)
+{
+    b->nseen = 0;
+    return task_txn_token_revoke(tx, j->ns, j->name, err);
+}
 
 /* The SpendQuotas of NS, read once per batch and rolled into the current month (a new
  * month's first charge starts from zero). Borrowed from the batch; NULL on a read error. */
@@ -315,7 +369,7 @@ static int charge(struct batch *b, struct task_txn *tx, json_t *doc, const struc
     if (d->outcome == METER_OVER_BUDGET || d->outcome == METER_OVER_ITERATIONS ||
         d->outcome == METER_OVER_QUOTA) {
         json_object_set_new(json_object_get(doc, "spec"), "suspended", json_true());
-        rc = task_txn_token_revoke(tx, j->ns, j->name, err);
+        rc = revoke_token(b, tx, j, err);
         if (rc != E_OK) {
             return rc;
         }
@@ -326,12 +380,11 @@ static int charge(struct batch *b, struct task_txn *tx, json_t *doc, const struc
     return E_OK;
 }
 
-static void read_state(struct meter_state *st, struct task_txn *tx, const json_t *doc,
-                       struct meter_job *j, struct err *err)
+static void read_state(struct meter_state *st, struct batch *b, struct task_txn *tx,
+                       const json_t *doc, struct meter_job *j, struct err *err)
 {
     const json_t *spec = json_object_get(doc, "spec");
     const json_t *repo = json_object_get(spec, "repository");
-    struct token_record rec;
     struct task_view v;
     struct token_context ctx = {
         .task = j->name,
@@ -344,10 +397,7 @@ static void read_state(struct meter_state *st, struct task_txn *tx, const json_t
 
     task_view_of(&v, doc);
     st->task_found = true;
-    if (task_txn_token_current(&rec, tx, j->ns, j->name, err) == E_OK) {
-        st->token_current = rec.active && strcmp(rec.token_id, token_identifier(j->tok)) == 0;
-        free(rec.token);
-    }
+    st->token_current = token_is_current(b, tx, j, err);
     st->caveats_ok = token_cache_check(&st->grant, j->vt, &ctx) == E_OK;
     st->phase = v.phase;
     st->body_ok = j->body_ok;
@@ -558,7 +608,7 @@ static int apply_complete(struct batch *b, struct task_txn *tx, json_t *doc, str
         j->body = error_body(j->body_err, "BadRequest");
         return E_OK;
     }
-    rc = task_txn_token_revoke(tx, j->ns, j->name, err);
+    rc = revoke_token(b, tx, j, err);
     if (rc != E_OK) {
         return rc;
     }
@@ -615,7 +665,7 @@ static int apply_job(struct batch *b, struct task_txn *tx, struct meter_job *j, 
     memset(&room, 0, sizeof(room));
     j->quota[0] = '\0';
     if (rc == E_OK) {
-        read_state(&st, tx, doc, j, err);
+        read_state(&st, b, tx, doc, j, err);
         rc = quota_state(&room, &st, b, tx, j, err);
         if (rc != E_OK) {
             goto out;
@@ -655,6 +705,7 @@ static int apply_jobs(struct task_txn *tx, struct batch *b)
     const char *ns;
     json_t *v;
 
+    b->nseen = 0;           /* a rerun batch reads the tokens again */
     json_decref(b->quotas); /* a rerun batch reads the quotas again */
     json_decref(b->quotas_dirty);
     b->quotas = json_object();
@@ -718,6 +769,7 @@ static void commit_batch(struct meter_service *m, struct meter_job *jobs)
         rc = task_store_txn(m->store, apply_batch, &b, &b.err);
         if (rc == E_OK) {
             free(b.dirty);
+            free(b.seen);
             json_decref(b.quotas);
             json_decref(b.quotas_dirty);
             return;
@@ -730,6 +782,7 @@ static void commit_batch(struct meter_service *m, struct meter_job *jobs)
         fail_job(b.failed);
     }
     free(b.dirty);
+    free(b.seen);
     json_decref(b.quotas);
     json_decref(b.quotas_dirty);
     log_kv(LOG_ERROR, "meter_batch_failed", "error", b.err.msg, NULL);

@@ -41,9 +41,42 @@ void token_cache_cleanup(struct token_cache *c)
     pthread_mutex_destroy(&c->mu);
 }
 
-static size_t slot_of(const char *text)
+/* The first slot of TEXT's set: a token may sit in any of its METER_TOKEN_CACHE_WAYS
+ * slots, so a few dozen tasks' tokens never evict each other over a hash collision (with
+ * one slot per hash, two colliding tokens in use re-ran the HMAC chain on every call). */
+static size_t set_of(const char *text)
 {
-    return (size_t)(hash_fnv1a_str(text) % METER_TOKEN_CACHE_SLOTS);
+    const size_t sets = METER_TOKEN_CACHE_SLOTS / METER_TOKEN_CACHE_WAYS;
+
+    return (size_t)(hash_fnv1a_str(text) % sets) * METER_TOKEN_CACHE_WAYS;
+}
+
+/* The slot holding TEXT in the set at SET, or -1. Under the mutex. */
+static long find(const struct token_cache *c, size_t set, const char *text)
+{
+    for (size_t i = set; i < set + METER_TOKEN_CACHE_WAYS; i++) {
+        if (c->slots[i] != NULL && strcmp(c->slots[i]->text, text) == 0) {
+            return (long)i;
+        }
+    }
+    return -1;
+}
+
+/* The slot a new token takes in the set at SET: an empty one, else the least recently
+ * used. Under the mutex. */
+static size_t victim(const struct token_cache *c, size_t set)
+{
+    size_t best = set;
+
+    for (size_t i = set; i < set + METER_TOKEN_CACHE_WAYS; i++) {
+        if (c->slots[i] == NULL) {
+            return i;
+        }
+        if (c->used[i] < c->used[best]) {
+            best = i;
+        }
+    }
+    return best;
 }
 
 /* The value of the only caveat NAME of T; NULL when absent or repeated (a token naming
@@ -95,14 +128,17 @@ static int verify(struct verified_token **out, const char *text,
 int token_cache_get(struct verified_token **out, struct token_cache *c, const char *text,
                     const unsigned char root_key[TOKEN_ROOT_KEY_LEN], struct err *err)
 {
-    size_t slot = slot_of(text);
+    size_t set = set_of(text), slot;
     struct verified_token *vt;
+    long hit;
     int rc;
 
     pthread_mutex_lock(&c->mu);
-    vt = c->slots[slot];
-    if (vt != NULL && strcmp(vt->text, text) == 0) {
+    hit = find(c, set, text);
+    if (hit >= 0) {
+        vt = c->slots[hit];
         vt->refs++;
+        c->used[hit] = ++c->clock;
         pthread_mutex_unlock(&c->mu);
         *out = vt;
         return E_OK;
@@ -114,10 +150,20 @@ int token_cache_get(struct verified_token **out, struct token_cache *c, const ch
         *out = NULL;
         return rc;
     }
-    vt->refs = 2; /* the slot's and the caller's */
     pthread_mutex_lock(&c->mu);
-    unref(c->slots[slot]);
-    c->slots[slot] = vt;
+    hit = find(c, set, text); /* another request verified it meanwhile: share that one */
+    if (hit >= 0) {
+        vt_free(vt);
+        vt = c->slots[hit];
+        vt->refs++;
+        c->used[hit] = ++c->clock;
+    } else {
+        slot = victim(c, set);
+        vt->refs = 2; /* the slot's and the caller's */
+        unref(c->slots[slot]);
+        c->slots[slot] = vt;
+        c->used[slot] = ++c->clock;
+    }
     pthread_mutex_unlock(&c->mu);
     *out = vt;
     return E_OK;

@@ -386,6 +386,7 @@ static void sqlst_close(struct task_store *st)
     for (size_t i = 0; i < SQLST_COUNT; i++) {
         sqlite3_finalize(s->stmts[i]);
     }
+    sqlst_by_text_free(s);
     json_decref(s->cache);
     sqlst_meter_archiver_close(s);
     sqlst_meter_index_free(s);

@@ -7,6 +7,8 @@
 #include <pthread.h>
 #include <sqlite3.h>
 #include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "common/err.h"
 #include "common/gcommit.h"
@@ -18,6 +20,9 @@
 struct inbox_waiter;
 struct sqlst_readers;  /* store_sqlite_read.c */
 struct sqlst_archiver; /* store_sqlite_meter.c */
+
+/* How many statements sqlst_prepare_cached keeps (the queues use about a dozen texts). */
+#define SQLST_BY_TEXT_MAX 32
 
 /* Cached prepared statements of the hot paths. */
 enum sqlst_stmt_id {
@@ -37,6 +42,9 @@ enum sqlst_stmt_id {
     SQLST_RELEASE,
     SQLST_ROLLBACK_TO,
     SQLST_INBOX_INSERT,
+    SQLST_BEGIN_IMMEDIATE,
+    SQLST_COMMIT,
+    SQLST_QUOTA_LIST_NS,
     SQLST_COUNT,
 };
 
@@ -52,30 +60,35 @@ struct sqlite_store {
                                          the newest event alone */
     int64_t ring_oldest;              /* no event older than this rv is in ring */
     sqlite3_stmt *stmts[SQLST_COUNT]; /* owned; prepared on first use */
-    json_t *cache;                    /* "ns/name" -> parsed task, for task_txn_get */
-    json_t *meter_ids;                /* "<task uid>\n<request id>" -> true: the ids of
-                                         meter_log's current generation, the rows after
-                                         meter_seal_upto (store_sqlite_txn.c); NULL = unloaded */
-    size_t meter_ids_bytes;           /* estimated memory of meter_ids */
-    json_t *meter_sealed;             /* the same for the sealed generation, the rows up to
-                                         meter_seal_upto, moving into meter_requests; or NULL */
-    size_t meter_sealed_bytes;        /* estimated memory of meter_sealed */
-    int64_t meter_first, meter_last;  /* meter_log ids of the current generation (0: empty) */
-    int64_t meter_seal_upto;          /* the last meter_log id of the sealed generation */
-    int64_t meter_seal_seq;           /* generations sealed so far (the archiver's job id) */
-    bool meter_seal_new;              /* sealed in the open transaction: hand it to the
-                                         archiver once the transaction commits */
-    bool meter_main_archive;          /* main.meter_requests may hold ids (else no lookup) */
-    struct sqlst_archiver *archiver;  /* owned: moves sealed generations into the archive
-                                         file off the commit path; NULL for ":memory:" */
-    pthread_cond_t inbox_cv;          /* an inbox entry was added, or wake() */
-    pthread_cond_t outbox_cv;         /* an outbox entry was added, or wake() */
-    int64_t inbox_gen;                /* bumped on every inbox add (and wake) */
-    int64_t outbox_gen;               /* bumped on every outbox add (and wake) */
-    int64_t outbox_inflight;          /* the entry being sent (never coalesced into), or 0 */
-    struct gcommit *inbox_committer;  /* owned: the group commit of inbox adds
-                                         (store_sqlite_inbox.c) */
-    struct sqlst_readers *readers;    /* owned: the read-only connections (GET, list) */
+    struct sqlst_by_text {            /* statements of the queues, cached by their SQL */
+        char *sql;                    /* owned */
+        sqlite3_stmt *st;             /* owned */
+    } by_text[SQLST_BY_TEXT_MAX];
+    size_t nby_text;
+    json_t *cache;                   /* "ns/name" -> parsed task, for task_txn_get */
+    json_t *meter_ids;               /* "<task uid>\n<request id>" -> true: the ids of
+                                        meter_log's current generation, the rows after
+                                        meter_seal_upto (store_sqlite_txn.c); NULL = unloaded */
+    size_t meter_ids_bytes;          /* estimated memory of meter_ids */
+    json_t *meter_sealed;            /* the same for the sealed generation, the rows up to
+                                        meter_seal_upto, moving into meter_requests; or NULL */
+    size_t meter_sealed_bytes;       /* estimated memory of meter_sealed */
+    int64_t meter_first, meter_last; /* meter_log ids of the current generation (0: empty) */
+    int64_t meter_seal_upto;         /* the last meter_log id of the sealed generation */
+    int64_t meter_seal_seq;          /* generations sealed so far (the archiver's job id) */
+    bool meter_seal_new;             /* sealed in the open transaction: hand it to the
+                                        archiver once the transaction commits */
+    bool meter_main_archive;         /* main.meter_requests may hold ids (else no lookup) */
+    struct sqlst_archiver *archiver; /* owned: moves sealed generations into the archive
+                                        file off the commit path; NULL for ":memory:" */
+    pthread_cond_t inbox_cv;         /* an inbox entry was added, or wake() */
+    pthread_cond_t outbox_cv;        /* an outbox entry was added, or wake() */
+    int64_t inbox_gen;               /* bumped on every inbox add (and wake) */
+    int64_t outbox_gen;              /* bumped on every outbox add (and wake) */
+    int64_t outbox_inflight;         /* the entry being sent (never coalesced into), or 0 */
+    struct gcommit *inbox_committer; /* owned: the group commit of inbox adds
+                                        (store_sqlite_inbox.c) */
+    struct sqlst_readers *readers;   /* owned: the read-only connections (GET, list) */
 };
 
 /* Binds V to parameter IDX of Q (a copy), or NULL when V is NULL (store_sqlite_queue.c). */
@@ -102,6 +115,36 @@ static inline struct sqlite_store *sqlst_of(struct task_store *st)
     return container_of(st, struct sqlite_store, base);
 }
 
+/* Room for the usual key of sqlst_key on the stack. */
+#define SQLST_KEY_SMALL 320
+
+/* A, SEP, B as one string (NULL written "(null)"), in SMALL when it fits, else a new one:
+ * the keys of the task cache and the meter's id index, built per call without printf.
+ * Give it back with sqlst_key_free. */
+static inline char *sqlst_key(char small[SQLST_KEY_SMALL], const char *a, char sep, const char *b)
+{
+    size_t na, nb;
+    char *k;
+
+    a = a != NULL ? a : "(null)";
+    b = b != NULL ? b : "(null)";
+    na = strlen(a);
+    nb = strlen(b);
+    k = na + nb + 2 <= SQLST_KEY_SMALL ? small : xmalloc(na + nb + 2);
+    memcpy(k, a, na);
+    k[na] = sep;
+    memcpy(k + na + 1, b, nb);
+    k[na + 1 + nb] = '\0';
+    return k;
+}
+
+static inline void sqlst_key_free(char *k, const char *small)
+{
+    if (k != small) {
+        free(k);
+    }
+}
+
 /* A copy of text column COL (caller frees), or NULL for SQL NULL. */
 char *sqlst_col_dup(sqlite3_stmt *q, int col);
 
@@ -110,6 +153,15 @@ int sqlst_db_err(struct sqlite_store *s, int rc, const char *what, struct err *e
 /* Runs SQL (no results). */
 int sqlst_exec(struct sqlite_store *s, const char *sql, struct err *err);
 int sqlst_prepare(sqlite3_stmt **out, struct sqlite_store *s, const char *sql, struct err *err);
+/* As sqlst_prepare, from a cache keyed by the SQL text (no parse on the queues' hot paths:
+ * the bot's batch runs them under the writer lock). Caller holds mu, gives the statement
+ * back with sqlst_unprepare (not sqlite3_finalize) and runs no other use of it meanwhile. */
+int sqlst_prepare_cached(sqlite3_stmt **out, struct sqlite_store *s, const char *sql,
+                         struct err *err);
+/* Resets a statement of sqlst_prepare_cached (finalizes one the full cache could not keep). */
+void sqlst_unprepare(struct sqlite_store *s, sqlite3_stmt *st);
+/* Finalizes every statement of sqlst_prepare_cached (on close). */
+void sqlst_by_text_free(struct sqlite_store *s);
 /* Parses column COL as JSON; NULL when absent or corrupt. */
 json_t *sqlst_column_json(sqlite3_stmt *st, int col);
 /* Reads one object of TABLE; E_NOTFOUND when absent. Caller holds mu. */

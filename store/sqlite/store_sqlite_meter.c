@@ -59,10 +59,11 @@ static void look_end(struct sqlite_store *s)
     }
 }
 
-static char *meter_key(const char *uid, const char *id)
+/* The index key of (UID, ID) in SMALL or a new string (sqlst_key_free): a uid is a UUID, the
+ * first '\n' ends it, so distinct pairs get distinct keys. */
+static char *meter_key(char small[SQLST_KEY_SMALL], const char *uid, const char *id)
 {
-    /* A uid is a UUID: the first '\n' ends it, so distinct pairs get distinct keys. */
-    return xasprintf("%s\n%s", uid, id);
+    return sqlst_key(small, uid, '\n', id);
 }
 
 void sqlst_meter_index_free(struct sqlite_store *s)
@@ -78,11 +79,11 @@ void sqlst_meter_index_free(struct sqlite_store *s)
 
 static void index_add(struct sqlite_store *s, int64_t row, const char *uid, const char *id)
 {
-    char *key = meter_key(uid, id);
+    char small[SQLST_KEY_SMALL], *key = meter_key(small, uid, id);
 
     json_object_set_new_nocheck(s->meter_ids, key, json_true());
     s->meter_ids_bytes += strlen(key) + METER_KEY_OVERHEAD;
-    free(key);
+    sqlst_key_free(key, small);
     if (s->meter_first == 0) {
         s->meter_first = row;
     }
@@ -293,11 +294,11 @@ static int meter_archived(bool *out, struct sqlite_store *s, const char *uid, co
 /* Whether (UID, ID) is in either generation of the in-memory index. */
 static bool in_index(const struct sqlite_store *s, const char *uid, const char *id)
 {
-    char *key = meter_key(uid, id);
+    char small[SQLST_KEY_SMALL], *key = meter_key(small, uid, id);
     bool hit = json_object_get(s->meter_ids, key) != NULL ||
                (s->meter_sealed != NULL && json_object_get(s->meter_sealed, key) != NULL);
 
-    free(key);
+    sqlst_key_free(key, small);
     return hit;
 }
 

@@ -22,7 +22,7 @@ static int run(struct sqlite_store *s, const char *sql, int64_t a, int64_t b, co
                struct err *err)
 {
     sqlite3_stmt *q = NULL;
-    int rc = sqlst_prepare(&q, s, sql, err);
+    int rc = sqlst_prepare_cached(&q, s, sql, err);
 
     if (rc != E_OK) {
         return rc;
@@ -31,7 +31,7 @@ static int run(struct sqlite_store *s, const char *sql, int64_t a, int64_t b, co
     sqlite3_bind_int64(q, 2, b);
     sqlst_bind_opt(q, 3, text);
     rc = sqlst_step_done(s, q, "queue update", err);
-    sqlite3_finalize(q);
+    sqlst_unprepare(s, q);
     return rc;
 }
 
@@ -82,7 +82,7 @@ static int next_due(size_t *n_out, int64_t *wait_ms_out, struct sqlite_store *s,
                           cols, lane, table);
     sqlite3_stmt *q = NULL;
     json_t *seen = NULL;
-    int rc = sqlst_prepare(&q, s, sql, err), step = SQLITE_DONE, key_col, scanned = 0;
+    int rc = sqlst_prepare_cached(&q, s, sql, err), step = SQLITE_DONE, key_col, scanned = 0;
 
     free(sql);
     *n_out = 0;
@@ -102,7 +102,7 @@ static int next_due(size_t *n_out, int64_t *wait_ms_out, struct sqlite_store *s,
         take_row(q, key_col, seen, now, n_out, wait_ms_out, fn, userdata);
     }
     json_decref(seen);
-    sqlite3_finalize(q);
+    sqlst_unprepare(s, q);
     if (step != SQLITE_ROW && step != SQLITE_DONE) {
         return sqlst_db_err(s, step, "queue next", err);
     }

@@ -12,11 +12,10 @@ int sqlst_txn_quota_list(json_t **items_out, struct task_txn *tx, const char *ns
 {
     struct sqlite_store *s = sqlst_txn_store(tx);
     sqlite3_stmt *q = NULL;
-    int rc = sqlst_prepare(&q, s,
-                           ns != NULL ? "SELECT doc FROM spend_quotas WHERE namespace=?1"
-                                        " ORDER BY name"
-                                      : "SELECT doc FROM spend_quotas ORDER BY namespace, name",
-                           err),
+    /* A namespace's list is read by every meter batch: a cached statement. */
+    int rc = ns != NULL ? sqlst_stmt(&q, s, SQLST_QUOTA_LIST_NS, err)
+                        : sqlst_prepare(
+                              &q, s, "SELECT doc FROM spend_quotas ORDER BY namespace, name", err),
         step;
 
     *items_out = NULL;
@@ -38,7 +37,11 @@ int sqlst_txn_quota_list(json_t **items_out, struct task_txn *tx, const char *ns
         json_decref(*items_out);
         *items_out = NULL;
     }
-    sqlite3_finalize(q);
+    if (ns != NULL) {
+        sqlite3_reset(q);
+    } else {
+        sqlite3_finalize(q);
+    }
     return rc;
 }
 

@@ -19,10 +19,45 @@ int sqlst_db_err(struct sqlite_store *s, int rc, const char *what, struct err *e
     return err_set(err, E_FAIL, "%s: %s", what, sqlite3_errmsg(s->db));
 }
 
+/* BEGIN IMMEDIATE and COMMIT, run once per group commit, from cached statements (no
+ * parse each time); E_OK when SQL is neither and *ran stays false. */
+static int exec_cached(bool *ran, struct sqlite_store *s, const char *sql, struct err *err)
+{
+    enum sqlst_stmt_id id;
+    sqlite3_stmt *st = NULL;
+    int rc, step;
+
+    *ran = false;
+    if (strcmp(sql, "BEGIN IMMEDIATE") == 0) {
+        id = SQLST_BEGIN_IMMEDIATE;
+    } else if (strcmp(sql, "COMMIT") == 0) {
+        id = SQLST_COMMIT;
+    } else {
+        return E_OK;
+    }
+    *ran = true;
+    rc = sqlst_stmt(&st, s, id, err);
+    if (rc != E_OK) {
+        return rc;
+    }
+    step = sqlite3_step(st);
+    rc = step == SQLITE_DONE ? E_OK
+                             : err_set(err, step == SQLITE_BUSY ? E_AGAIN : E_FAIL, "sqlite: %s",
+                                       sqlite3_errmsg(s->db));
+    sqlite3_reset(st);
+    return rc;
+}
+
 int sqlst_exec(struct sqlite_store *s, const char *sql, struct err *err)
 {
     char *msg = NULL;
-    int rc = sqlite3_exec(s->db, sql, NULL, NULL, &msg);
+    bool cached = false;
+    int rc = exec_cached(&cached, s, sql, err);
+
+    if (cached) {
+        return rc;
+    }
+    rc = sqlite3_exec(s->db, sql, NULL, NULL, &msg);
 
     if (rc != SQLITE_OK) {
         int code = err_set(err, rc == SQLITE_BUSY ? E_AGAIN : E_FAIL, "sqlite: %s",
@@ -39,6 +74,52 @@ int sqlst_prepare(sqlite3_stmt **out, struct sqlite_store *s, const char *sql, s
 {
     int rc = sqlite3_prepare_v2(s->db, sql, -1, out, NULL);
     return rc == SQLITE_OK ? E_OK : sqlst_db_err(s, rc, "prepare", err);
+}
+
+int sqlst_prepare_cached(sqlite3_stmt **out, struct sqlite_store *s, const char *sql,
+                         struct err *err)
+{
+    int rc;
+
+    for (size_t i = 0; i < s->nby_text; i++) {
+        if (strcmp(s->by_text[i].sql, sql) == 0) {
+            sqlite3_reset(s->by_text[i].st);
+            sqlite3_clear_bindings(s->by_text[i].st);
+            *out = s->by_text[i].st;
+            return E_OK;
+        }
+    }
+    *out = NULL;
+    rc = sqlite3_prepare_v3(s->db, sql, -1, SQLITE_PREPARE_PERSISTENT, out, NULL);
+    if (rc != SQLITE_OK) {
+        return sqlst_db_err(s, rc, "prepare", err);
+    }
+    if (s->nby_text < SQLST_BY_TEXT_MAX) {
+        s->by_text[s->nby_text].sql = xstrdup(sql);
+        s->by_text[s->nby_text].st = *out;
+        s->nby_text++;
+    }
+    return E_OK;
+}
+
+void sqlst_unprepare(struct sqlite_store *s, sqlite3_stmt *st)
+{
+    for (size_t i = 0; i < s->nby_text; i++) {
+        if (s->by_text[i].st == st) {
+            sqlite3_reset(st);
+            return;
+        }
+    }
+    sqlite3_finalize(st);
+}
+
+void sqlst_by_text_free(struct sqlite_store *s)
+{
+    for (size_t i = 0; i < s->nby_text; i++) {
+        sqlite3_finalize(s->by_text[i].st);
+        free(s->by_text[i].sql);
+    }
+    s->nby_text = 0;
 }
 
 char *sqlst_col_dup(sqlite3_stmt *q, int col)
@@ -202,6 +283,9 @@ static const char *const g_stmt_sql[SQLST_COUNT] = {
     [SQLST_SAVEPOINT] = "SAVEPOINT job",
     [SQLST_RELEASE] = "RELEASE job",
     [SQLST_ROLLBACK_TO] = "ROLLBACK TO job",
+    [SQLST_BEGIN_IMMEDIATE] = "BEGIN IMMEDIATE",
+    [SQLST_COMMIT] = "COMMIT",
+    [SQLST_QUOTA_LIST_NS] = "SELECT doc FROM spend_quotas WHERE namespace=?1 ORDER BY name",
     [SQLST_INBOX_INSERT] = "INSERT OR IGNORE INTO inbox(provider,delivery_id,project,number,"
                            "comment_id,author,author_association,author_id,installation_id,"
                            "body,extra,next_ms,received_ms) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,"

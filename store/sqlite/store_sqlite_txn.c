@@ -131,35 +131,30 @@ void task_store_sqlite_mem(struct task_store_mem *out, struct task_store *st)
 /* The cache holds at most this many parsed tasks; past it, it starts over. */
 #define CACHE_MAX 4096
 
-static char *cache_key(const char *ns, const char *name)
-{
-    return xasprintf("%s/%s", ns, name);
-}
-
 void sqlst_cache_forget(struct sqlite_store *s, const char *ns, const char *name)
 {
-    char *key;
+    char small[SQLST_KEY_SMALL], *key;
 
     if (ns == NULL || name == NULL) {
         return;
     }
-    key = cache_key(ns, name);
+    key = sqlst_key(small, ns, '/', name);
     json_object_del(s->cache, key);
-    free(key);
+    sqlst_key_free(key, small);
 }
 
 int sqlst_txn_get(json_t **out, struct task_txn *txb, const char *ns, const char *name,
                   struct err *err)
 {
     struct sqlst_txn *tx = sqtx(txb);
-    char *key = cache_key(ns, name);
+    char small[SQLST_KEY_SMALL], *key = sqlst_key(small, ns, '/', name);
     json_t *hit = json_object_get(tx->s->cache, key);
     int rc;
 
     *out = NULL;
     if (hit != NULL) {
         *out = json_incref(hit);
-        free(key);
+        sqlst_key_free(key, small);
         return E_OK;
     }
     rc = sqlst_read_obj(out, tx->s, "tasks", ns, name, err);
@@ -169,7 +164,7 @@ int sqlst_txn_get(json_t **out, struct task_txn *txb, const char *ns, const char
         }
         json_object_set(tx->s->cache, key, *out);
     }
-    free(key);
+    sqlst_key_free(key, small);
     return rc;
 }
 
@@ -190,12 +185,12 @@ int sqlst_txn_put(struct task_txn *txb, json_t *doc, struct err *err)
     }
     store_event_fill(&tx->events[tx->nevents], tx->s->rv, TASK_EVENT_MODIFIED, doc, text);
     {
-        struct task_view v;
-        char *key;
-        task_view_of(&v, doc);
-        key = cache_key(v.ns, v.name);
+        const json_t *md = json_object_get(doc, "metadata");
+        char small[SQLST_KEY_SMALL];
+        char *key = sqlst_key(small, json_string_value(json_object_get(md, "namespace")), '/',
+                              json_string_value(json_object_get(md, "name")));
         json_object_set(tx->s->cache, key, doc);
-        free(key);
+        sqlst_key_free(key, small);
     }
     tx->nevents++;
     return E_OK;

@@ -104,6 +104,14 @@ TEST(money_format_roundtrip)
     }
     money_format(out, -22500);
     CHECK_EQ_STR(out, "-0.0225");
+    money_format(out, INT64_MIN);
+    CHECK_EQ_STR(out, "-9223372036854.775808");
+    money_format(out, -1);
+    CHECK_EQ_STR(out, "-0.000001");
+    money_format(out, 10);
+    CHECK_EQ_STR(out, "0.00001");
+    money_format(out, 1200000);
+    CHECK_EQ_STR(out, "1.20");
 }
 
 TEST(money_add_overflow)
@@ -235,6 +243,7 @@ TEST(jsonw_matches_jansson_compact)
         "{\"a\":1,\"b\":[true,false,null,-7],\"c\":{\"d\":\"x\\ny\\t\\\"q\\\\\"}}",
         "{\"u\":\"\\u0001\\u001f caf\\u00e9 \\u20ac /\",\"big\":9223372036854775807}",
         "[{\"k\":[]},{\"k\":{}},\"\"]",
+        "[0,-1,10,-9223372036854775808,1000000,\"0123456789abcdef\\u007f\\u0080x\"]",
     };
     for (size_t i = 0; i < ARRAY_LEN(docs); i++) {
         json_t *j = json_loads(docs[i], 0, NULL);
@@ -244,6 +253,56 @@ TEST(jsonw_matches_jansson_compact)
         free(b);
         json_decref(j);
     }
+}
+
+/* Every byte that must be escaped, at every offset of a string around the writer's 8-byte
+ * steps, and a string longer than the writer's first buffer. */
+TEST(jsonw_escapes_at_every_offset)
+{
+    static const char specials[] = {'"', '\\', '\n', '\x01', '\x1f', (char)0xc3};
+    char s[40], *big = xmalloc(5001);
+
+    for (size_t k = 0; k < sizeof(specials); k++) {
+        for (size_t len = 1; len < sizeof(s); len++) {
+            for (size_t at = 0; at < len; at++) {
+                json_t *j;
+                char *a, *b;
+                memset(s, 'a', len);
+                s[len] = '\0';
+                s[at] = specials[k];
+                if (specials[k] == (char)0xc3) {
+                    s[at] = at + 1 < len ? (char)0xc3 : 'z'; /* a whole UTF-8 é */
+                    if (at + 1 < len) {
+                        s[at + 1] = (char)0xa9;
+                    }
+                }
+                j = json_string(s);
+                a = json_dumps(j, JSON_ENCODE_ANY | JSON_COMPACT);
+                b = jsonw_dumps(j);
+                CHECK_EQ_STR(b, a);
+                free(a);
+                free(b);
+                json_decref(j);
+            }
+        }
+    }
+    memset(big, 'q', 5000);
+    big[5000] = '\0';
+    big[4999] = '"';
+    {
+        json_t *j = json_pack("{s:s,s:I}", "big", big, "n", (json_int_t)-42);
+        char *a = json_dumps(j, JSON_COMPACT), *b = jsonw_dumps(j);
+        struct buf w;
+        CHECK_EQ_STR(b, a);
+        buf_init(&w, 0);
+        jsonw_string(&w, big);
+        CHECK_EQ_INT((long long)w.len, 5002 + 1);
+        buf_cleanup(&w);
+        free(a);
+        free(b);
+        json_decref(j);
+    }
+    free(big);
 }
 
 TEST(jsonscan_extracts_paths)

@@ -464,6 +464,40 @@ TEST(token_cache_carries_budgets)
     free(narrowed);
 }
 
+/* 64 tasks' tokens in use at once all stay verified: a second call with each finds the
+ * same cache entry (no token evicts another over a hash collision, no HMAC run again). */
+TEST(token_cache_keeps_every_task_token)
+{
+    unsigned char key[TOKEN_ROOT_KEY_LEN] = {0};
+    struct token_cache c;
+    char *text[64] = {0};
+    struct verified_token *first[64] = {0};
+
+    token_cache_init(&c);
+    for (size_t i = 0; i < ARRAY_LEN(text); i++) {
+        struct token_mint_opts o = TOKEN_MINT_OPTS_DEFAULTS;
+        char name[16];
+        snprintf(name, sizeof(name), "m%zu", i);
+        o.task = name, o.ns = "bench";
+        CHECK_OK(token_mint_task(&text[i], NULL, key, &o, NULL));
+        CHECK_OK(token_cache_get(&first[i], &c, text[i] != NULL ? text[i] : "", key, NULL));
+        if (first[i] != NULL) {
+            CHECK_EQ_STR(first[i]->name, name);
+            token_cache_release(&c, first[i]);
+        }
+    }
+    for (size_t i = 0; i < ARRAY_LEN(text); i++) {
+        struct verified_token *again = NULL;
+        CHECK_OK(token_cache_get(&again, &c, text[i] != NULL ? text[i] : "", key, NULL));
+        CHECK(again != NULL && again == first[i]);
+        if (again != NULL) {
+            token_cache_release(&c, again);
+        }
+        free(text[i]);
+    }
+    token_cache_cleanup(&c);
+}
+
 TEST(completion_bodies)
 {
     static const char *const bad[] = {
