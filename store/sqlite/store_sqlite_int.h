@@ -37,6 +37,8 @@ enum sqlst_stmt_id {
     SQLST_RELEASE,
     SQLST_ROLLBACK_TO,
     SQLST_INBOX_INSERT,
+    SQLST_RESV_PUT,
+    SQLST_RESV_DROP,
     SQLST_COUNT,
 };
 
