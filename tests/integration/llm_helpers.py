@@ -56,3 +56,13 @@ def wait_charges(srv, name, n, ns="default", timeout=30):
         lines = charge_lines(srv, name, ns)
     assert len(lines) >= n, (n, lines)
     return lines
+
+
+def wait_for(cond, what, timeout=30):
+    """Waits until COND() is true (polling), else fails naming WHAT."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if cond():
+            return
+        time.sleep(0.02)
+    raise AssertionError("timed out waiting for " + what)

@@ -9,6 +9,7 @@ reservation once, also after a second restart; a call whose charge did commit is
 charged again. And a call's charge is capped at its reservation: an upstream reporting more
 output than the call was allowed cannot take the task past its budget."""
 import concurrent.futures
+import contextlib
 import json
 import os
 import shutil
@@ -16,14 +17,13 @@ import sqlite3
 import sys
 import tempfile
 import threading
-import time
 from decimal import Decimal, ROUND_CEILING
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "fakes"))
 
 from fake_llm import FakeLLM  # noqa: E402
 from harness import Server, run_tests  # noqa: E402
-from llm_helpers import KEY_ENV, wait_charges  # noqa: E402
+from llm_helpers import KEY_ENV, wait_charges, wait_for  # noqa: E402
 from sdk_helpers import NS, start_task  # noqa: E402
 from test_llm_gateway import post, stream_raw  # noqa: E402
 
@@ -74,13 +74,16 @@ def records(data):
         con.close()
 
 
-def wait_for(cond, what, timeout=30):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if cond():
-            return
-        time.sleep(0.02)
-    raise AssertionError("timed out waiting for " + what)
+@contextlib.contextmanager
+def data_and_fake():
+    """A data dir kept across the server's restarts, and the fake upstream."""
+    data = tempfile.mkdtemp(prefix="diverge-test-")
+    fake = FakeLLM().start()
+    try:
+        yield data, fake
+    finally:
+        fake.stop()
+        shutil.rmtree(data, ignore_errors=True)
 
 
 def task_log(data, name):
@@ -103,9 +106,7 @@ def restart_twice_and_check(data, fake, name, micros, tokens):
 
 
 def test_killed_mid_stream_charges_the_reservation_once():
-    data = tempfile.mkdtemp(prefix="diverge-test-")
-    fake = FakeLLM().start()
-    try:
+    with data_and_fake() as (data, fake):
         srv = server(data, fake).start()
         tok = start_task(srv, "midway", budgetUSD="5.00")
         paused, resume = threading.Event(), threading.Event()
@@ -127,18 +128,13 @@ def test_killed_mid_stream_charges_the_reservation_once():
         line = [ln for ln in task_log(data, "midway").splitlines() if RESTARTED in ln]
         assert line[0].endswith("llm anthropic %s: %s tokens=%d usd=%s"
                                 % (MODEL, RESTARTED, tokens, usd(micros).normalize())), line
-    finally:
-        fake.stop()
-        shutil.rmtree(data, ignore_errors=True)
 
 
 def test_killed_after_the_answers_ended_before_their_charge():
     """The answers (a stream's last chunk, a whole body) waited only for the records: with
     the charges held back, a kill then leaves both calls to the next start, which charges
     each its reservation, once (not their usage: it was never recorded)."""
-    data = tempfile.mkdtemp(prefix="diverge-test-")
-    fake = FakeLLM().start()
-    try:
+    with data_and_fake() as (data, fake):
         srv = server(data, fake, {"DIVERGE_TEST_LLM_SETTLE_DELAY_MS": "600000"}).start()
         tok = start_task(srv, "ended", budgetUSD="5.00")
         sb, wb = body(max_tokens=150, stream=True), body(max_tokens=120)
@@ -159,15 +155,10 @@ def test_killed_after_the_answers_ended_before_their_charge():
                 assert cost == usd(m1 + m2) and used == t1 + t2, (status, m1 + m2)
                 assert records(data) == []
                 assert task_log(data, "ended").count(RESTARTED) == 2
-    finally:
-        fake.stop()
-        shutil.rmtree(data, ignore_errors=True)
 
 
 def test_a_committed_charge_is_not_charged_again():
-    data = tempfile.mkdtemp(prefix="diverge-test-")
-    fake = FakeLLM().start()
-    try:
+    with data_and_fake() as (data, fake):
         srv = server(data, fake).start()
         tok = start_task(srv, "settled", budgetUSD="5.00")
         st, got, err = stream_raw(srv, MSG, body(stream=True), {"x-api-key": tok})
@@ -182,18 +173,13 @@ def test_a_committed_charge_is_not_charged_again():
             cost, used, status = spend(srv, "settled")
             assert cost == usd(real) and used == 150, status
             assert RESTARTED not in task_log(data, "settled")
-    finally:
-        fake.stop()
-        shutil.rmtree(data, ignore_errors=True)
 
 
 def test_charge_capped_at_the_reservation():
     """An upstream reporting 5000 output tokens for calls allowed 100 is charged no more
     than each call's reservation; the task log says the charge was capped; a task whose
     budget holds only a few such calls never passes it."""
-    data = tempfile.mkdtemp(prefix="diverge-test-")
-    fake = FakeLLM().start()
-    try:
+    with data_and_fake() as (data, fake):
         with server(data, fake) as srv:
             tok = start_task(srv, "capped", budgetUSD="0.01")
             fake.usage = {"input": 20, "output": 5000, "cache_write": 0, "cache_read": 0}
@@ -220,9 +206,6 @@ def test_charge_capped_at_the_reservation():
             assert log.count("output=5000 cache_write=0 cache_read=0 usd=") == ok, log
             assert log.count("(capped at the call's reservation: the upstream reported more "
                              "than the call was allowed)") == ok, log
-    finally:
-        fake.stop()
-        shutil.rmtree(data, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "fakes"))
 
 from fake_llm import FakeLLM  # noqa: E402
 from harness import API, Server, run_tests  # noqa: E402
-from llm_helpers import wait_charges  # noqa: E402
+from llm_helpers import wait_charges, wait_for  # noqa: E402
 from sdk_helpers import start_task  # noqa: E402
 
 NS = API + "/namespaces/default/agenttasks"
@@ -64,15 +64,6 @@ def nofile_of(pid):
                 soft, hard = line.split()[3:5]
                 return int(soft), int(hard)
     raise AssertionError("no Max open files in /proc/%d/limits" % pid)
-
-
-def wait_for(cond, what, timeout=30):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if cond():
-            return
-        time.sleep(0.02)
-    raise AssertionError("timed out waiting for " + what)
 
 
 def test_soft_fd_limit_raised_and_concurrent_streams_served():

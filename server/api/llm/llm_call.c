@@ -529,6 +529,35 @@ static void finish_now(struct finish *f)
     llm_call_free(f->call);
 }
 
+int llm_gateway_thread(struct llm_gateway *gw, void *(*fn)(void *), void *arg)
+{
+    pthread_attr_t attr;
+    pthread_t th;
+    int rc;
+
+    pthread_mutex_lock(&gw->mu);
+    gw->active++;
+    pthread_mutex_unlock(&gw->mu);
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, 256u << 10);
+    rc = pthread_create(&th, &attr, fn, arg);
+    pthread_attr_destroy(&attr);
+    if (rc != 0) {
+        llm_gateway_idle_one(gw);
+    }
+    return rc;
+}
+
+void llm_gateway_idle_one(struct llm_gateway *gw)
+{
+    pthread_mutex_lock(&gw->mu);
+    if (--gw->active == 0) {
+        pthread_cond_broadcast(&gw->idle);
+    }
+    pthread_mutex_unlock(&gw->mu);
+}
+
 static void *finish_thread(void *arg)
 {
     struct finish *f = arg;
@@ -536,11 +565,7 @@ static void *finish_thread(void *arg)
 
     finish_now(f);
     free(f);
-    pthread_mutex_lock(&gw->mu);
-    if (--gw->active == 0) {
-        pthread_cond_broadcast(&gw->idle);
-    }
-    pthread_mutex_unlock(&gw->mu);
+    llm_gateway_idle_one(gw);
     return NULL;
 }
 
@@ -548,9 +573,6 @@ void llm_call_finish_later(struct llm_call *c, const struct llm_usage *usage, bo
 {
     struct finish *f = xcalloc(1, sizeof(*f));
     struct llm_gateway *gw = c->gw;
-    pthread_attr_t attr;
-    pthread_t th;
-    int rc;
 
     f->call = c;
     f->charge = charge;
@@ -563,16 +585,9 @@ void llm_call_finish_later(struct llm_call *c, const struct llm_usage *usage, bo
         free(f);
         return;
     }
-    pthread_mutex_lock(&gw->mu);
-    gw->active++;
-    pthread_mutex_unlock(&gw->mu);
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&attr, 256u << 10);
-    rc = pthread_create(&th, &attr, finish_thread, f);
-    pthread_attr_destroy(&attr);
-    if (rc != 0) {
-        finish_thread(f);
+    if (llm_gateway_thread(gw, finish_thread, f) != 0) {
+        finish_now(f);
+        free(f);
     }
 }
 

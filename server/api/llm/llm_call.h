@@ -78,6 +78,12 @@ bool llm_call_recorded(struct llm_call *c);
 /* Notes that C's answer ends before its charge (or release): an admission the budget
  * binds waits for such calls to settle, so that it decides on their real cost. */
 void llm_call_ended(struct llm_call *c);
+/* Starts FN(ARG) on a detached thread (256 KiB stack) counted in GW's calls in flight
+ * (gw->active), which FN ends with llm_gateway_idle_one; pthread_create's result (not
+ * counted when it failed). */
+int llm_gateway_thread(struct llm_gateway *gw, void *(*fn)(void *), void *arg);
+/* One of GW's calls in flight (gw->active) is done: the last wakes llm_gateway_free. */
+void llm_gateway_idle_one(struct llm_gateway *gw);
 /* Charges C (USAGE, or without it its reservation) when CHARGE, else releases it, then
  * frees C, on a thread of its own counted in the gateway's calls in flight (so that the
  * answer already queued is not held by the commit); in this thread when none starts. */

@@ -379,11 +379,7 @@ static void *relay_worker(void *arg)
     rl->call = NULL;
     llm_call_free(c);
     relay_unref(rl);
-    pthread_mutex_lock(&gw->mu);
-    if (--gw->active == 0) {
-        pthread_cond_broadcast(&gw->idle);
-    }
-    pthread_mutex_unlock(&gw->mu);
+    llm_gateway_idle_one(gw);
     return NULL;
 }
 
@@ -477,9 +473,6 @@ static int answer_stream(struct request *r, struct relay *rl)
 static int forward_stream(struct request *r, struct llm_call *c)
 {
     struct relay *rl = xcalloc(1, sizeof(*rl));
-    pthread_attr_t attr;
-    pthread_t th;
-    int rc;
 
     pthread_mutex_init(&rl->mu, NULL);
     pthread_cond_init(&rl->cv, NULL);
@@ -491,19 +484,8 @@ static int forward_stream(struct request *r, struct llm_call *c)
     rl->refs = 2;
     rl->call = c;
     rl->provider = c->provider;
-    pthread_mutex_lock(&c->gw->mu);
-    c->gw->active++;
-    pthread_mutex_unlock(&c->gw->mu);
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&attr, 256u << 10);
-    rc = pthread_create(&th, &attr, relay_worker, rl);
-    pthread_attr_destroy(&attr);
-    if (rc != 0) {
+    if (llm_gateway_thread(c->gw, relay_worker, rl) != 0) {
         enum llm_provider rl_provider = c->provider;
-        pthread_mutex_lock(&c->gw->mu);
-        c->gw->active--;
-        pthread_mutex_unlock(&c->gw->mu);
         rl->call = NULL;
         rl->refs = 1;
         relay_unref(rl);
