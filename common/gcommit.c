@@ -37,11 +37,12 @@ static void wake_all(struct gcommit_item *batch)
 
 /* Wakes the threads of BATCH as a binary tree: the committer posts only the root and every
  * woken thread posts its two children (gcommit_run), so waking 64 threads costs the
- * committer one futex call and takes log2(64) rounds. */
+ * committer one futex call and takes log2(64) rounds. Items queued by gcommit_post are
+ * posted directly, after the tree is built (their memory may be gone once posted). */
 static void wake_tree(struct gcommit_item *batch)
 {
     struct gcommit_item *small[128], **all = small, *it;
-    size_t n = 0, cap = ARRAY_LEN(small);
+    size_t n = 0, cap = ARRAY_LEN(small), tree = 0;
 
     for (it = batch; it != NULL; it = it->next) {
         if (n == cap) {
@@ -51,11 +52,22 @@ static void wake_tree(struct gcommit_item *batch)
         }
         all[n++] = it;
     }
+    /* The tree's items to the front, the posted ones behind them. */
     for (size_t i = 0; i < n; i++) {
-        all[i]->wake[0] = 2 * i + 1 < n ? all[2 * i + 1] : NULL;
-        all[i]->wake[1] = 2 * i + 2 < n ? all[2 * i + 2] : NULL;
+        if (!all[i]->posted) {
+            struct gcommit_item *t = all[i];
+            all[i] = all[tree];
+            all[tree++] = t;
+        }
     }
-    if (n > 0) {
+    for (size_t i = 0; i < tree; i++) {
+        all[i]->wake[0] = 2 * i + 1 < tree ? all[2 * i + 1] : NULL;
+        all[i]->wake[1] = 2 * i + 2 < tree ? all[2 * i + 2] : NULL;
+    }
+    for (size_t i = tree; i < n; i++) {
+        sem_post(&all[i]->done);
+    }
+    if (tree > 0) {
         sem_post(&all[0]->done);
     }
     if (all != small) {
@@ -140,10 +152,11 @@ void gcommit_free(struct gcommit *g)
     free(g);
 }
 
-void gcommit_run(struct gcommit *g, struct gcommit_item *item)
+static void enqueue(struct gcommit *g, struct gcommit_item *item, bool posted)
 {
     item->next = NULL;
     item->wake[0] = item->wake[1] = NULL;
+    item->posted = posted;
     sem_init(&item->done, 0, 0);
     pthread_mutex_lock(&g->mu);
     if (g->tail != NULL) {
@@ -154,15 +167,36 @@ void gcommit_run(struct gcommit *g, struct gcommit_item *item)
     g->tail = item;
     pthread_cond_signal(&g->work);
     pthread_mutex_unlock(&g->mu);
+}
+
+static void wait_done(struct gcommit_item *item)
+{
     while (sem_wait(&item->done) != 0) {
         /* EINTR: wait again */
     }
+}
+
+void gcommit_run(struct gcommit *g, struct gcommit_item *item)
+{
+    enqueue(g, item, false);
+    wait_done(item);
     /* Pass the wake-up on before anything else (see wake_tree; NULL under wake_all). */
     for (int k = 0; k < 2; k++) {
         if (item->wake[k] != NULL) {
             sem_post(&item->wake[k]->done);
         }
     }
+    sem_destroy(&item->done);
+}
+
+void gcommit_post(struct gcommit *g, struct gcommit_item *item)
+{
+    enqueue(g, item, true);
+}
+
+void gcommit_wait(struct gcommit_item *item)
+{
+    wait_done(item);
     sem_destroy(&item->done);
 }
 

@@ -7,6 +7,7 @@
 #define DIVERGE_COMMON_GCOMMIT_H
 
 #include <semaphore.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "common/err.h"
@@ -17,6 +18,7 @@ struct gcommit_item {
     struct gcommit_item *next;    /* the batch, oldest first; NULL ends it */
     struct gcommit_item *wake[2]; /* private: the items this item's thread wakes */
     sem_t done;                   /* private: posted once the item's batch is committed */
+    bool posted;                  /* private: queued by gcommit_post (woken by the committer) */
 };
 
 /* Commits BATCH (linked by next, oldest first) and stores each item's answer in its job.
@@ -47,6 +49,13 @@ void gcommit_free(struct gcommit *g);
 /* Queues ITEM (caller storage, borrowed until this returns) and blocks until the batch
  * holding it was committed by FN. */
 void gcommit_run(struct gcommit *g, struct gcommit_item *item);
+/* Queues ITEM (caller storage, borrowed until gcommit_wait returns) without waiting: the
+ * caller goes on with other work and collects the answer with gcommit_wait, which it must
+ * call exactly once. Such an item is woken by the committer itself, never in a tree (its
+ * thread may be busy for long). */
+void gcommit_post(struct gcommit *g, struct gcommit_item *item);
+/* Blocks until the batch holding ITEM (queued by gcommit_post) was committed. */
+void gcommit_wait(struct gcommit_item *item);
 /* Batches committed and items in them, since the start. */
 void gcommit_stats(int64_t *batches_out, int64_t *items_out, struct gcommit *g);
 

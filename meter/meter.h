@@ -189,4 +189,28 @@ int meter_gate_exhausted(struct meter_service *m, const char *token, const char 
 int meter_gate_quota_exhausted(struct meter_service *m, const char *token, const char *request_id,
                                const char *model);
 
+/* --- the gateway's reservation records (SPEC §13): a call let through is recorded,
+ * beside its forwarding, so that a server that dies before its charge charges it at its
+ * next start; the charge (meter_gate_settle with the same request id) removes the record
+ * in its own transaction. Only where the store keeps them (the SQLite store). --- */
+
+/* Whether M's store keeps reservation records. */
+bool meter_keeps_resv(const struct meter_service *m);
+
+/* A queued record, collected with meter_gate_reserve_wait. */
+struct meter_pending;
+
+/* Queues the record of the call REQUEST_ID of TOKEN's task (MODEL, PROVIDER a static name,
+ * the reserved TOKENS and COST_MICROS) through the committer WITHOUT waiting for it.
+ * NULL when the store keeps no records or TOKEN does not verify. Thread-safe. */
+struct meter_pending *meter_gate_reserve_post(struct meter_service *m, const char *token,
+                                              const char *request_id, const char *model,
+                                              const char *provider, int64_t tokens,
+                                              int64_t cost_micros);
+/* Waits until P is durable and frees P: 200 when recorded, 503 when not (NULL: 503). */
+int meter_gate_reserve_wait(struct meter_pending *p);
+/* Removes the record REQUEST_ID without a charge (the call is not charged: the upstream
+ * failed); blocks until durable. 200 (also when the store keeps none), 401, 503. */
+int meter_gate_resv_drop(struct meter_service *m, const char *token, const char *request_id);
+
 #endif

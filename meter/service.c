@@ -24,6 +24,8 @@ enum meter_job_kind {
     METER_JOB_EXHAUSTED, /* the gateway found no budget: pause as a meter 429 does */
     METER_JOB_COMPLETE,  /* an external agent ends its task (SPEC §14) */
     METER_JOB_QUOTA_OUT, /* the gateway found no quota left: pause QuotaExceeded */
+    METER_JOB_RESERVE,   /* the gateway's record of a call it let through (its reservation) */
+    METER_JOB_RESV_DROP, /* that record removed without a charge (the call was not charged) */
 };
 
 struct meter_job {
@@ -39,6 +41,8 @@ struct meter_job {
     char quota[64];              /* out: the SpendQuota that binds (METER_OVER_QUOTA), or "" */
     bool totals;                 /* out: answer with the totals body (built by the caller) */
     bool guidance_sent;          /* the charged call carried the task's guidance to the agent */
+    bool keeps_resv;             /* SETTLE: the store keeps reservation records (drop its own) */
+    const char *provider;        /* RESERVE: the call's provider name (static) */
     struct meter_request req;    /* parsed body (when body_ok) */
     struct meter_completion fin; /* METER_JOB_COMPLETE: the parsed body (when body_ok) */
     bool body_ok;
@@ -57,6 +61,7 @@ static struct meter_job *queued_job(struct gcommit_item *it)
 
 struct meter_service {
     struct task_store *store; /* borrowed */
+    bool keeps_resv;          /* the store keeps the gateway's reservation records */
     unsigned char root_key[TOKEN_ROOT_KEY_LEN];
     struct gcommit *committer; /* owned: the group commit of every job */
     struct token_cache tokens; /* verified tokens by text */
@@ -645,6 +650,29 @@ static int claim_request(struct meter_state *st, struct task_txn *tx, const json
     return rc;
 }
 
+/* METER_JOB_RESERVE and METER_JOB_RESV_DROP: the gateway's reservation record of a call
+ * (SPEC §13), written or removed; nothing else is read or changed. */
+static int apply_resv(struct task_txn *tx, struct meter_job *j, struct err *err)
+{
+    struct store_resv r = {
+        .request_id = j->req.request_id,
+        .ns = j->ns,
+        .name = j->name,
+        .token = j->vt->text,
+        .model = j->req.model != NULL ? j->req.model : "",
+        .provider = j->provider != NULL ? j->provider : "",
+        .tokens = j->req.tokens_used,
+        .cost_micros = j->req.cost_micros,
+    };
+    int rc = j->kind == METER_JOB_RESERVE ? task_txn_resv_put(tx, &r, err)
+                                          : task_txn_resv_drop(tx, j->req.request_id, err);
+
+    if (rc == E_OK) {
+        j->status = 200;
+    }
+    return rc;
+}
+
 static int apply_job(struct batch *b, struct task_txn *tx, struct meter_job *j, struct err *err)
 {
     struct quota_room room;
@@ -692,6 +720,10 @@ static int apply_job(struct batch *b, struct task_txn *tx, struct meter_job *j, 
         name_quota(j, &room, &d);
     }
     rc = answer_job(b, tx, doc, j, &d, st.max_iterations, err);
+    if (rc == E_OK && j->kind == METER_JOB_SETTLE && j->keeps_resv) {
+        /* The call's record goes with its charge: never charged again at a restart. */
+        rc = task_txn_resv_drop(tx, j->req.request_id, err);
+    }
 out:
     json_decref(doc);
     return rc;
@@ -714,7 +746,8 @@ static int apply_jobs(struct task_txn *tx, struct batch *b)
         if (j->excluded) {
             continue;
         }
-        if (apply_job(b, tx, j, &b->err) != E_OK) {
+        bool resv = j->kind == METER_JOB_RESERVE || j->kind == METER_JOB_RESV_DROP;
+        if ((resv ? apply_resv(tx, j, &b->err) : apply_job(b, tx, j, &b->err)) != E_OK) {
             b->failed = j;
             return E_FAIL;
         }
@@ -806,6 +839,7 @@ int meter_service_new(struct meter_service **out, struct task_store *store,
 
     *out = NULL;
     m->store = store;
+    m->keeps_resv = task_store_keeps_resv(store);
     memcpy(m->root_key, root_key, TOKEN_ROOT_KEY_LEN);
     token_cache_init(&m->tokens);
     rc = gcommit_new(&m->committer, "meter-commit", GCOMMIT_WAKE_TREE, commit_jobs, m, err);
@@ -943,6 +977,41 @@ void meter_service_complete(int *status_out, char **body_out, struct meter_servi
 
 /* --- the LLM gateway's jobs (SPEC §13) ----------------------------------------------- */
 
+/* Sets up J as a gateway job of KIND for TOKEN with a request built from the arguments,
+ * *vt_out its verified token; false when TOKEN does not verify (401). */
+static bool gate_job_init(struct meter_job *j, struct verified_token **vt_out,
+                          struct meter_service *m, enum meter_job_kind kind, const char *token,
+                          const char *request_id, const char *model, int64_t tokens,
+                          int64_t cost_micros)
+{
+    struct err err = {0};
+
+    memset(j, 0, sizeof(*j));
+    *vt_out = NULL;
+    if (token == NULL || token_cache_get(vt_out, &m->tokens, token, m->root_key, &err) != E_OK) {
+        return false;
+    }
+    job_of(j, *vt_out);
+    j->kind = kind;
+    j->keeps_resv = m->keeps_resv;
+    j->body_ok = true;
+    j->req.request_id = xstrdup(request_id != NULL ? request_id : "gateway-check");
+    j->req.model = model != NULL ? xstrdup(model) : NULL;
+    j->req.tokens_used = tokens;
+    j->req.cost_micros = cost_micros;
+    return true;
+}
+
+static void gate_job_cleanup(struct meter_service *m, struct meter_job *j,
+                             struct verified_token *vt)
+{
+    free(j->body);
+    free(j->guidance);
+    free(j->preview);
+    meter_request_cleanup(&j->req);
+    token_cache_release(&m->tokens, vt);
+}
+
 /* Runs a gateway job of KIND for TOKEN with a request built from the arguments; fills
  * OUT when it is not NULL. Returns the job's HTTP status. */
 static int run_gate_job(struct meter_gate *out, struct meter_service *m, enum meter_job_kind kind,
@@ -951,25 +1020,16 @@ static int run_gate_job(struct meter_gate *out, struct meter_service *m, enum me
 {
     struct meter_job j;
     struct verified_token *vt = NULL;
-    struct err err = {0};
     int status;
 
-    memset(&j, 0, sizeof(j));
-    if (token == NULL || token_cache_get(&vt, &m->tokens, token, m->root_key, &err) != E_OK) {
+    if (!gate_job_init(&j, &vt, m, kind, token, request_id, model, tokens, cost_micros)) {
         if (out != NULL) {
             out->status = 401;
             out->reason = token == NULL ? "missing token" : "malformed token or bad signature";
         }
         return 401;
     }
-    job_of(&j, vt);
-    j.kind = kind;
     j.guidance_sent = guidance_sent;
-    j.body_ok = true;
-    j.req.request_id = xstrdup(request_id != NULL ? request_id : "gateway-check");
-    j.req.model = model != NULL ? xstrdup(model) : NULL;
-    j.req.tokens_used = tokens;
-    j.req.cost_micros = cost_micros;
     run_job(m, &j);
     status = j.status;
     if (out != NULL) {
@@ -981,11 +1041,7 @@ static int run_gate_job(struct meter_gate *out, struct meter_service *m, enum me
         out->guidance = j.guidance;
         j.guidance = NULL;
     }
-    free(j.body);
-    free(j.guidance);
-    free(j.preview);
-    meter_request_cleanup(&j.req);
-    token_cache_release(&m->tokens, vt);
+    gate_job_cleanup(m, &j, vt);
     return status;
 }
 
@@ -1034,4 +1090,61 @@ int meter_gate_quota_exhausted(struct meter_service *m, const char *token, const
                                const char *model)
 {
     return run_gate_job(NULL, m, METER_JOB_QUOTA_OUT, token, request_id, model, 0, 0, false);
+}
+
+/* --- reservation records (SPEC §13) ----------------------------------------------- */
+
+struct meter_pending {
+    struct meter_service *m;
+    struct verified_token *vt;
+    struct meter_job j;
+};
+
+bool meter_keeps_resv(const struct meter_service *m)
+{
+    return m->keeps_resv;
+}
+
+struct meter_pending *meter_gate_reserve_post(struct meter_service *m, const char *token,
+                                              const char *request_id, const char *model,
+                                              const char *provider, int64_t tokens,
+                                              int64_t cost_micros)
+{
+    struct meter_pending *p;
+
+    if (!m->keeps_resv) {
+        return NULL;
+    }
+    p = xcalloc(1, sizeof(*p));
+    p->m = m;
+    if (!gate_job_init(&p->j, &p->vt, m, METER_JOB_RESERVE, token, request_id, model, tokens,
+                       cost_micros)) {
+        free(p);
+        return NULL;
+    }
+    p->j.provider = provider;
+    gcommit_post(m->committer, &p->j.link);
+    return p;
+}
+
+int meter_gate_reserve_wait(struct meter_pending *p)
+{
+    int status;
+
+    if (p == NULL) {
+        return 503;
+    }
+    gcommit_wait(&p->j.link);
+    status = p->j.status;
+    gate_job_cleanup(p->m, &p->j, p->vt);
+    free(p);
+    return status;
+}
+
+int meter_gate_resv_drop(struct meter_service *m, const char *token, const char *request_id)
+{
+    if (!m->keeps_resv) {
+        return 200;
+    }
+    return run_gate_job(NULL, m, METER_JOB_RESV_DROP, token, request_id, NULL, 0, 0, false);
 }

@@ -674,6 +674,9 @@ static int start_all(struct server *srv, struct err *err)
     if (rc == E_OK) {
         rc = meter_service_new(&srv->meter, srv->store, srv->root_key, err);
     }
+    if (rc == E_OK) {
+        llm_gateway_recover(srv); /* before tasks restart: they see what was charged */
+    }
     if (rc == E_OK && srv->kube == NULL) {
         rc = serve_controller_new(srv, err); /* cluster mode: the leader's (serve_kube.c) */
     }

@@ -418,6 +418,29 @@ int task_txn_meter_claim(bool *fresh_out, struct task_txn *tx, const char *task_
                          const char *request_id, int64_t tokens, int64_t cost_micros,
                          struct err *err);
 
+/* The LLM gateway's reservation records (SPEC §13): a call it let through, durable from
+ * its admission until its charge, so a server that dies before the charge still charges
+ * it at its next start (exactly once: the record's request id is the charge's). Kept by
+ * the SQLite backend only (task_store_keeps_resv). */
+struct store_resv {
+    const char *request_id; /* the gateway's id of the call, the charge's requestId */
+    const char *ns, *name;  /* the task */
+    const char *token;      /* the task token the call presented (the charge's) */
+    const char *model;      /* the call's model */
+    const char *provider;   /* "anthropic", "openai", "gemini" */
+    int64_t tokens;         /* tokens reserved */
+    int64_t cost_micros;    /* micro-dollars reserved */
+};
+/* Whether ST keeps reservation records (else the functions below return E_INVALID). */
+bool task_store_keeps_resv(struct task_store *st);
+/* Records R in the transaction (a record with the same request id is replaced). */
+int task_txn_resv_put(struct task_txn *tx, const struct store_resv *r, struct err *err);
+/* Removes the record REQUEST_ID in the transaction (a no-op when absent). */
+int task_txn_resv_drop(struct task_txn *tx, const char *request_id, struct err *err);
+/* *items_out: a new JSON array of every record, oldest first, each {"requestId",
+ * "namespace", "name", "token", "model", "provider", "tokens", "costMicros", "createdMs"}. */
+int task_store_resv_list(json_t **items_out, struct task_store *st, struct err *err);
+
 /* What the SQLite backend holds in memory for the meter and for watchers. */
 struct task_store_mem {
     size_t meter_index_ids;   /* request ids in memory, < STORE_METER_INDEX_IDS */

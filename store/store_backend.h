@@ -120,7 +120,10 @@ struct task_txn {
 /* What a backend may not keep (NULL: the caller gets E_INVALID "not kept by this store"). */
 #define STORE_XOPS_OPTIONAL(X) \
     X(int, charges, (struct task_charge_point *out, size_t max, size_t *n_out, \
-        int64_t *count_out, struct task_store *st, const char *task_uid, struct err *err))
+        int64_t *count_out, struct task_store *st, const char *task_uid, struct err *err)) \
+    X(int, txn_resv_put, (struct task_txn *tx, const struct store_resv *r, struct err *err)) \
+    X(int, txn_resv_drop, (struct task_txn *tx, const char *request_id, struct err *err)) \
+    X(int, resv_list, (json_t **items_out, struct task_store *st, struct err *err))
 /* clang-format on */
 /* A member of struct task_store_xops. */
 #define STORE_XOPS_MEMBER(RET, NAME, PARAMS) RET(*NAME) PARAMS;

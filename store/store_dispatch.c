@@ -344,3 +344,38 @@ int task_store_charges(struct task_charge_point *out, size_t max, size_t *n_out,
     }
     return max == 0 ? E_OK : st->xops->charges(out, max, n_out, count_out, st, task_uid, err);
 }
+
+bool task_store_keeps_resv(struct task_store *st)
+{
+    return st->xops->resv_list != NULL;
+}
+
+static int resv_refused(struct task_store *st, struct err *err)
+{
+    return err_set(err, E_INVALID, "the %s store keeps no reservation records", st->ops->name);
+}
+
+int task_txn_resv_put(struct task_txn *tx, const struct store_resv *r, struct err *err)
+{
+    if (tx->st->xops->txn_resv_put == NULL) {
+        return resv_refused(tx->st, err);
+    }
+    return tx->st->xops->txn_resv_put(tx, r, err);
+}
+
+int task_txn_resv_drop(struct task_txn *tx, const char *request_id, struct err *err)
+{
+    if (tx->st->xops->txn_resv_drop == NULL) {
+        return resv_refused(tx->st, err);
+    }
+    return tx->st->xops->txn_resv_drop(tx, request_id, err);
+}
+
+int task_store_resv_list(json_t **items_out, struct task_store *st, struct err *err)
+{
+    *items_out = NULL;
+    if (st->xops->resv_list == NULL) {
+        return resv_refused(st, err);
+    }
+    return st->xops->resv_list(items_out, st, err);
+}

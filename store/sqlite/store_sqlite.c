@@ -82,6 +82,11 @@ static const char *const g_migrations[] = {
     "CREATE TABLE spend_quotas (namespace TEXT NOT NULL, name TEXT NOT NULL,"
     " resource_version INTEGER NOT NULL, doc TEXT NOT NULL,"
     " PRIMARY KEY (namespace, name)) STRICT;",
+    /* 9: the LLM gateway's reservation records (a call admitted, not yet charged). */
+    "CREATE TABLE llm_reservations (request_id TEXT PRIMARY KEY, namespace TEXT NOT NULL,"
+    " name TEXT NOT NULL, token TEXT NOT NULL, model TEXT NOT NULL, provider TEXT NOT NULL,"
+    " tokens INTEGER NOT NULL, cost_micros INTEGER NOT NULL, created_ms INTEGER NOT NULL)"
+    " STRICT;",
 };
 
 static int migrate(struct sqlite_store *s, struct err *err)

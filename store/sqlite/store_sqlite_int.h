@@ -45,6 +45,8 @@ enum sqlst_stmt_id {
     SQLST_BEGIN_IMMEDIATE,
     SQLST_COMMIT,
     SQLST_QUOTA_LIST_NS,
+    SQLST_RESV_PUT,
+    SQLST_RESV_DROP,
     SQLST_COUNT,
 };
 

@@ -290,6 +290,10 @@ static const char *const g_stmt_sql[SQLST_COUNT] = {
                            "comment_id,author,author_association,author_id,installation_id,"
                            "body,extra,next_ms,received_ms) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,"
                            "?10,?11,?12,?12)",
+    [SQLST_RESV_PUT] = "INSERT OR REPLACE INTO llm_reservations(request_id,namespace,name,token,"
+                       "model,provider,tokens,cost_micros,created_ms) "
+                       "VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9)",
+    [SQLST_RESV_DROP] = "DELETE FROM llm_reservations WHERE request_id=?1",
 };
 
 int sqlst_stmt(sqlite3_stmt **out, struct sqlite_store *s, enum sqlst_stmt_id id, struct err *err)

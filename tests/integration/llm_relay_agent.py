@@ -126,7 +126,11 @@ def frozen():
     url = os.environ["OPENAI_BASE_URL"] + "/responses"
     headers = {"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"],
                "Content-Type": "application/json"}
-    body = b'{"model":"gpt-relay-1","input":"say hello","max_output_tokens":50}'
+    # At least as many bytes as the fake reports input tokens (100): a call's charge is
+    # capped at its reservation, whose input bound is the body's byte count.
+    body = (b'{"model":"gpt-relay-1","input":"say hello to the reviewer of this pull request'
+            b' in one short line","max_output_tokens":50}')
+    assert len(body) >= 100
     got = [call("POST", url, headers, body)]
     print("llmfrozen 1 %d %s" % (got[0][0], got[0][1]), flush=True)
     go = os.path.join(os.environ["DIVERGE_WORKSPACE_DIR"], "go")

@@ -124,12 +124,14 @@ def test_codex_stops_at_once_on_insufficient_quota():
     with gateway() as gw:
         srv, fake = gw.srv, gw.fake
         fake.agent_calls = [FIX]
-        # The first call (the tool call) spends all but 100 micro-dollars of $1.00: the
-        # next call's input alone costs more, so it is refused with 429 insufficient_quota.
-        fake.usage = {"input": 499750, "output": 50, "cache_write": 0, "cache_read": 0}
+        # The first call (the tool call, a body of about 41 kB: its reservation of about
+        # $0.09 fits in $0.10) spends $0.0604: what remains cannot pay for the next call's
+        # input (its body is larger), so it is refused with 429 insufficient_quota. (A
+        # call's charge is capped at its reservation: the usage must fit its body.)
+        fake.usage = {"input": 30000, "output": 50, "cache_write": 0, "cache_read": 0}
         spent = cost(fake.usage)
-        assert spent == 999900
-        tok = start_task(srv, "broke", budgetUSD="1.00")
+        assert spent == 60400
+        tok = start_task(srv, "broke", budgetUSD="0.10")
         r, events = run.codex_exec(srv.url, tok)
         assert r.returncode == 1, (r.returncode, r.stdout[-3000:], r.stderr[-3000:])
         assert run.greeting() == "Hello, world!\n"  # the tool call ran before the refusal
@@ -138,7 +140,7 @@ def test_codex_stops_at_once_on_insufficient_quota():
         assert "Quota exceeded" in r.stdout + r.stderr, (r.stdout[-2000:], r.stderr[-2000:])
         t = wait_phase(srv, "broke", "Paused")
         assert t["status"]["reason"] == "BudgetExceeded", t["status"]
-        assert Decimal(t["status"]["costUSD"]) == usd(spent) <= Decimal("1.00")
+        assert Decimal(t["status"]["costUSD"]) == usd(spent) <= Decimal("0.10")
         log = read_log(srv, "broke")
         # Refused once, and never asked again (a retry would meet the revoked token).
         assert log.count("refused: budget exceeded, task paused") == 1, log

@@ -17,7 +17,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "fakes"))
 
 from fake_llm import FakeLLM  # noqa: E402
 from harness import Server, run_tests  # noqa: E402
-from llm_helpers import NS, LLMGateway, start_task, wait_phase  # noqa: E402,F401
+from llm_helpers import NS, LLMGateway, start_task, wait_charges, wait_phase  # noqa: E402,F401
 
 MSG = "/api/v1/llm/anthropic/v1/messages"
 KEY = "sk-ant-server-key-5e1f0c4a9b7d"
@@ -101,6 +101,7 @@ def test_exact_spend_streaming_and_not():
         assert h.get("request-id") == "req_fake", h
         one = cost_micros(fake.usage)
         assert one == 1094  # 300 + 750 + 37.5 + 6 micro-dollars, rounded up
+        wait_charges(srv, "exact", 1)
         t = task(srv, "exact")
         assert Decimal(t["status"]["costUSD"]) == usd(one), t["status"]
         assert t["status"]["tokensConsumed"] == 180, t["status"]
@@ -121,6 +122,7 @@ def test_exact_spend_streaming_and_not():
         assert r1["path"] == "/v1/messages?beta=true", r1["path"]
         assert r1["headers"]["anthropic-beta"] == "prompt-caching-2024-07-31"
         assert r1["headers"]["x-api-key"] == KEY and "authorization" not in r1["headers"]
+        wait_charges(srv, "exact", 2)
         t = task(srv, "exact")
         assert Decimal(t["status"]["costUSD"]) == usd(2 * one), t["status"]
         assert t["status"]["tokensConsumed"] == 360
@@ -145,6 +147,7 @@ def test_upstream_connection_is_kept_alive_across_calls():
                 assert st == 200, raw
         peers = [r["peer"] for r in fake.requests]
         assert len(peers) == 4 and len(set(peers)) == 1, peers
+        wait_charges(srv, "reuse", 4)
         t = task(srv, "reuse")
         assert Decimal(t["status"]["costUSD"]) == usd(4 * cost_micros(fake.usage)), t["status"]
 
@@ -212,6 +215,7 @@ def test_stream_cut_charges_the_reservation():
         # Input priced at the dearest input kind (cache write), output at max_tokens.
         reserve = int((Decimal(n) * PRICE["cache_write"] + 200 * PRICE["output"])
                       .to_integral_value(rounding=ROUND_CEILING))
+        wait_charges(srv, "cut", 1)
         t = task(srv, "cut")
         assert Decimal(t["status"]["costUSD"]) == usd(reserve), (t["status"], reserve)
         assert t["status"]["tokensConsumed"] == n + 200
@@ -241,6 +245,7 @@ def test_auth_and_models():
         st, _, raw = post(srv, MSG, dict(msg_body(), model="claude-haiku-4-5"),
                           {"x-api-key": tok})
         assert st == 200, raw
+        wait_charges(srv, "caps", 1)
         # count_tokens: forwarded, not charged; the probe answers 200.
         before = task(srv, "caps")["status"]["costUSD"]
         st, _, raw = post(srv, MSG + "/count_tokens", dict(msg_body(), model="claude-haiku-4-5"),
@@ -293,6 +298,7 @@ def test_budget_lowers_max_tokens_then_402_and_pause():
         assert fake.requests[-1]["body"]["max_tokens"] == allowed, \
             (fake.requests[-1]["body"], allowed)
         spent = cost_micros(fake.usage)  # 300 + 6000
+        wait_charges(srv, "poor", 1)
         assert Decimal(task(srv, "poor")["status"]["costUSD"]) == usd(spent)
         # What remains (3700 micro-dollars) cannot pay for this input: 402, task paused.
         calls = len(fake.requests)
@@ -345,6 +351,7 @@ def test_concurrent_calls_never_pass_the_budget():
             statuses = list(ex.map(one, range(48)))
         assert set(statuses) <= {200, 402, 401}, statuses
         assert statuses.count(200) >= 4, statuses
+        wait_charges(srv, "race", statuses.count(200))
         t = task(srv, "race")
         assert Decimal(t["status"]["costUSD"]) <= Decimal("0.20"), t["status"]
         assert Decimal(t["status"]["costUSD"]) > Decimal("0.15"), t["status"]
@@ -425,14 +432,17 @@ def test_flags_and_key_files():
                      "--llm-prices", prices, "--llm-upstream", "anthropic=" + fake.url],
                     env={"DIVERGE_ANTHROPIC_API_KEY": None}) as srv:
             tok = start_task(srv, "files", budgetUSD="5.00")
-            fake.usage = {"input": 1000, "output": 10, "cache_write": 0, "cache_read": 0}
+            # At most the body's 39 bytes of input (a call's charge is capped at its
+            # reservation).
+            fake.usage = {"input": 30, "output": 10, "cache_write": 0, "cache_read": 0}
             st, _, raw = post(srv, MSG, {"model": "my-model-1", "messages": []},
                               {"x-api-key": tok})
             assert st == 200, raw
             assert fake.requests[-1]["headers"]["x-api-key"] == "sk-from-file-0001"
             # No max_tokens in the request: the table's maxOutputTokens.
             assert fake.requests[-1]["body"]["max_tokens"] == 10
-            assert task(srv, "files")["status"]["costUSD"] == "0.00102"  # 1000 + 20 micros
+            wait_charges(srv, "files", 1)
+            assert task(srv, "files")["status"]["costUSD"] == "0.00005"  # 30 + 20 micros
             st, _, raw = post(srv, MSG, msg_body(), {"x-api-key": tok})
             assert st == 403, raw  # not in this table
     finally:

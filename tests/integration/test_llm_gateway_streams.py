@@ -23,6 +23,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "fakes"))
 
 from fake_llm import FakeLLM  # noqa: E402
 from harness import API, Server, run_tests  # noqa: E402
+from llm_helpers import wait_charges, wait_for  # noqa: E402
 from sdk_helpers import start_task  # noqa: E402
 
 NS = API + "/namespaces/default/agenttasks"
@@ -63,15 +64,6 @@ def nofile_of(pid):
                 soft, hard = line.split()[3:5]
                 return int(soft), int(hard)
     raise AssertionError("no Max open files in /proc/%d/limits" % pid)
-
-
-def wait_for(cond, what, timeout=30):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if cond():
-            return
-        time.sleep(0.02)
-    raise AssertionError("timed out waiting for " + what)
 
 
 def test_soft_fd_limit_raised_and_concurrent_streams_served():
@@ -119,6 +111,7 @@ def test_soft_fd_limit_raised_and_concurrent_streams_served():
         for st, data, err in results:
             assert st == 200 and err is None, (st, data[:300], err)
             assert data.decode().count("event: ") == 8 and b"message_stop" in data, data
+        wait_charges(srv, "many", STREAMS)
         st, _, t = srv.request("GET", NS + "/many")
         # Each call: 100 input x $3 + 50 output x $15 per million tokens = $0.00105.
         assert fake.usage == {"input": 100, "output": 50, "cache_write": 0, "cache_read": 0}
@@ -159,6 +152,7 @@ def test_stream_silent_past_the_idle_timeout_is_relayed_to_its_end():
         text = data.decode()
         assert text.count("event: ") == 8 and "message_stop" in text, text
         # Charged its real usage (100 in, 50 out), not its reservation.
+        wait_charges(srv, "silent", 1)
         st, _, t = srv.request("GET", NS + "/silent")
         assert Decimal(t["status"]["costUSD"]) == Decimal("0.00105"), t["status"]
         log = read_log(srv, "silent")

@@ -19,7 +19,7 @@ from decimal import Decimal, ROUND_CEILING
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "fakes"))
 
 from harness import run_tests  # noqa: E402
-from llm_helpers import LLMGateway  # noqa: E402
+from llm_helpers import LLMGateway, wait_charges  # noqa: E402
 from test_llm_gateway import NS, read_log, start_task, task, usd, wait_phase  # noqa: E402
 
 BASE = "/api/v1/llm/gemini/v1beta/models/"
@@ -115,6 +115,7 @@ def test_gemini_exact_spend_both_methods():
         assert r0["path"] == "/v1beta/models/%s:generateContent" % MODEL, r0["path"]
         assert r0["headers"]["x-goog-api-key"] == KEY, r0["headers"]
         assert r0["body"] == body(max_output=100), r0["body"]  # passed on unchanged
+        wait_charges(srv, "gexact", 1)
         t = task(srv, "gexact")
         assert Decimal(t["status"]["costUSD"]) == usd(one), t["status"]
         assert t["status"]["tokensConsumed"] == 177, t["status"]
@@ -133,6 +134,7 @@ def test_gemini_exact_spend_both_methods():
         assert r1["body"]["generationConfig"] == {"maxOutputTokens": MAX_OUTPUT}, r1["body"]
         for r in fake.requests:
             assert tok not in json.dumps(r), r
+        wait_charges(srv, "gexact", 2)
         t = task(srv, "gexact")
         assert Decimal(t["status"]["costUSD"]) == usd(2 * one), t["status"]
         assert t["status"]["tokensConsumed"] == 2 * 177
@@ -142,9 +144,15 @@ def test_gemini_exact_spend_both_methods():
         assert st == 200, data
         assert fake.requests[-1]["body"] == {"contents": [], "generation_config": {
             "max_output_tokens": 10}}, fake.requests[-1]["body"]
+        wait_charges(srv, "gexact", 3)
         log = read_log(srv, "gexact")
         line = "llm gemini %s input=100 output=57 cache_write=0 cache_read=20 usd=0.000174" % MODEL
-        assert log.count(line) == 3, log
+        assert log.count(line) == 2, log
+        # The third call was allowed 10 output tokens: the fake's 57 are charged no more
+        # than the call's reservation.
+        assert log.count("llm gemini %s input=100 output=57 cache_write=0 cache_read=20 usd="
+                         % MODEL) == 3, log
+        assert log.count("(capped at the call's reservation") == 1, log
         assert KEY not in log and KEY not in srv.stderr()
 
 
@@ -217,6 +225,7 @@ def test_gemini_budget_402_and_pause():
         sent = fake.requests[-1]["body"]["generationConfig"]
         assert sent == {"temperature": 0, "maxOutputTokens": allowed}, (sent, allowed)
         spent = cost_micros(fake.usage)
+        wait_charges(srv, "gpoor", 1)
         assert Decimal(task(srv, "gpoor")["status"]["costUSD"]) == usd(spent)
         calls = len(fake.requests)
         st, data, _ = call(srv, STREAM, b, {"x-goog-api-key": tok})
@@ -318,6 +327,7 @@ def test_gemini_stream_cut_charges_the_reservation():
         assert st == 200 and len(sse_events(data)) == 2, (st, data)
         assert err is not None, "the client must see the stream cut, not a normal end"
         n = len(json.dumps(b).encode())
+        wait_charges(srv, "gcut", 1)
         t = task(srv, "gcut")
         assert Decimal(t["status"]["costUSD"]) == usd(reservation(n, 300)), t["status"]
         assert t["status"]["tokensConsumed"] == n + 300
@@ -338,6 +348,7 @@ def test_gemini_output_limit_counts_every_candidate():
         assert st == 200 and err is not None, (st, data)
         assert fake.requests[-1]["body"] == b  # within the budget: unchanged
         n = len(json.dumps(b).encode())
+        wait_charges(srv, "gcands", 1)
         t = task(srv, "gcands")
         assert Decimal(t["status"]["costUSD"]) == usd(reservation(n, 300)), t["status"]
         # Two spellings of one field: the gateway does not guess which one counts; it
@@ -409,6 +420,7 @@ def test_gemini_cli_through_the_gateway():
             # The CLI's own totals equal what the gateway charged, call for call.
             tokens = res["stats"]["models"][MODEL]["tokens"]
             n = len(calls)
+            wait_charges(srv, "gcli", n)
             assert tokens["prompt"] == 120 * n and tokens["cached"] == 20 * n, tokens
             assert tokens["candidates"] == 50 * n and tokens["thoughts"] == 7 * n, tokens
             t = task(srv, "gcli")

@@ -13,7 +13,7 @@ from decimal import Decimal, ROUND_CEILING
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "fakes"))
 
 from harness import run_tests  # noqa: E402
-from llm_helpers import LLMGateway  # noqa: E402
+from llm_helpers import LLMGateway, wait_charges  # noqa: E402
 from test_llm_gateway import (NS, post, read_log, start_task, stream_raw, task,  # noqa: E402
                               usd, wait_phase)
 
@@ -106,6 +106,7 @@ def test_responses_exact_spend():
         r0 = fake.requests[-1]
         assert r0["path"] == "/v1/responses" and r0["headers"]["accept"] == "application/json"
         assert r0["body"]["max_output_tokens"] == 300 and "instructions" not in r0["body"], r0
+        wait_charges(srv, "resp", 1)
         t = task(srv, "resp")["status"]
         assert Decimal(t["costUSD"]) == usd(one) and t["tokensConsumed"] == 170, t
         # Streamed: the usage of response.completed; no limit asked: the table's.
@@ -115,6 +116,7 @@ def test_responses_exact_spend():
         assert [e[0] for e in evs][-1] == "response.completed" and len(evs) == 8, evs
         assert_upstream_saw_key(fake, tok)
         assert fake.requests[-1]["body"]["max_output_tokens"] == TABLE_MAX_OUTPUT
+        wait_charges(srv, "resp", 2)
         t = task(srv, "resp")["status"]
         assert Decimal(t["costUSD"]) == usd(2 * one) and t["tokensConsumed"] == 340, t
         assert read_log(srv, "resp").count(log_line(USAGE)) == 2, read_log(srv, "resp")
@@ -153,6 +155,7 @@ def test_chat_exact_spend_and_the_usage_chunk():
             assert len(chunks) == 4 and all(c["choices"] for c in chunks), chunks
             assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks) == \
                 "hello"
+        wait_charges(srv, "chat", 4)
         t = task(srv, "chat")["status"]
         assert Decimal(t["costUSD"]) == usd(4 * one) and t["tokensConsumed"] == 4 * 170, t
         # The client asked for the usage itself: it gets it, unchanged.
@@ -165,6 +168,7 @@ def test_chat_exact_spend_and_the_usage_chunk():
         last = json.loads(evs[-2][1])
         assert evs[-1] == (None, "[DONE]") and last["choices"] == [] and \
             last["usage"]["prompt_tokens"] == 120, evs
+        wait_charges(srv, "chat", 5)
         t = task(srv, "chat")["status"]
         assert Decimal(t["costUSD"]) == usd(5 * one), t
         assert read_log(srv, "chat").count(log_line(USAGE)) == 5
@@ -324,7 +328,7 @@ def test_stream_cut_charges_the_reservation():
     with Gateway() as gw:
         srv, fake = gw.srv, gw.fake
         tok = start_task(srv, "cut", budgetUSD="5.00")
-        total, tokens = 0, 0
+        total, tokens, calls = 0, 0, 0
         for path, body in ((RESP, resp_body(stream=True, max_output_tokens=200)),
                            (CHAT, chat_body(stream=True, max_completion_tokens=200))):
             fake.script.append({"cut_after": 3})
@@ -335,6 +339,8 @@ def test_stream_cut_charges_the_reservation():
             total += int((Decimal(n) * PRICE["input"] + 200 * PRICE["output"])
                          .to_integral_value(rounding=ROUND_CEILING))
             tokens += n + 200
+            calls += 1
+            wait_charges(srv, "cut", calls)
             t = task(srv, "cut")["status"]
             assert Decimal(t["costUSD"]) == usd(total) and t["tokensConsumed"] == tokens, \
                 (t, total)

@@ -17,7 +17,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "fakes"))
 
 import npm_pin  # noqa: E402
 from harness import API, run_tests  # noqa: E402
-from llm_helpers import LLMGateway  # noqa: E402
+from llm_helpers import LLMGateway, wait_charges  # noqa: E402
 from sdk_helpers import start_task  # noqa: E402
 
 NS = API + "/namespaces/default/agenttasks"
@@ -171,7 +171,9 @@ def test_sdk_calls_streamed_and_not_are_charged_exactly():
     with Gateway() as gw:
         srv, fake = gw.srv, gw.fake
         tok = start_task(srv, "sdk-good", budgetUSD="5.00")
-        fake.usage = {"input": 1200, "output": 345, "cache_write": 64, "cache_read": 512}
+        # Within what each call may use (its body's bytes in, its max_tokens of 100 out): a
+        # call's charge is capped at its reservation.
+        fake.usage = {"input": 20, "output": 45, "cache_write": 4, "cache_read": 12}
         created, helper, raw = gw.sdk(tok, [{"kind": "create", "model": MODEL},
                                             {"kind": "stream", "model": MODEL},
                                             {"kind": "raw", "model": MODEL}])
@@ -203,12 +205,13 @@ def test_sdk_calls_streamed_and_not_are_charged_exactly():
         assert [bool(r["body"].get("stream")) for r in fake.requests] == [False, True, True]
         # Spend = usage x prices, exactly, once per call.
         one = cost_micros(fake.usage)
-        assert one == 9169  # 3600 + 5175 + 240 + 153.6 micro-dollars, rounded up
+        assert one == 754  # 60 + 675 + 15 + 3.6 micro-dollars, rounded up
+        wait_charges(srv, "sdk-good", 3)
         cost, tokens = spent(srv, "sdk-good")
         assert cost == usd(3 * one), (cost, one)
         assert tokens == 3 * sum(fake.usage.values()), tokens
-        line = ("llm anthropic %s input=1200 output=345 cache_write=64 cache_read=512 "
-                "usd=0.009169" % MODEL)
+        line = ("llm anthropic %s input=20 output=45 cache_write=4 cache_read=12 "
+                "usd=0.000754" % MODEL)
         assert read_log(srv, "sdk-good").count(line) == 3, read_log(srv, "sdk-good")
 
 
@@ -236,6 +239,7 @@ def test_sdk_sees_a_cut_stream_and_the_reservation_is_charged():
             assert r["body"]["max_tokens"] == 300, r  # forwarded as the SDK sent it
             reserve_one = (Decimal(r["raw_len"]) * PRICE["cache_write"] + 300 * PRICE["output"])
             reserve += int(reserve_one.to_integral_value(rounding=ROUND_CEILING))
+        wait_charges(srv, "sdk-cut", 2)
         cost, tokens = spent(srv, "sdk-cut")
         assert cost == usd(reserve), (cost, reserve)
         assert tokens == sum(r["raw_len"] + 300 for r in fake.requests), tokens
@@ -277,6 +281,7 @@ def test_sdk_gets_upstream_errors_unchanged_and_uncharged():
         # The task still works after them, and is charged for that call only.
         (ok,) = gw.sdk(tok, [{"kind": "create", "model": MODEL}])
         assert not ok.get("error"), ok
+        wait_charges(srv, "sdk-errs", 1)
         assert spent(srv, "sdk-errs")[0] == usd(cost_micros(fake.usage))
 
 

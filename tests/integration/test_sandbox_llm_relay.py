@@ -31,6 +31,7 @@ from decimal import Decimal
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fakes"))
 
 from fake_llm import FakeLLM  # noqa: E402
+from llm_helpers import wait_charges  # noqa: E402
 from harness import API, Server, run_tests  # noqa: E402
 from runner_helpers import METER, make_bare_repo, run_runner, runner_env  # noqa: E402
 from sandbox_helpers import (create, get, git, patch, task, task_log, wait_log,  # noqa: E402
@@ -305,10 +306,13 @@ def test_frozen_agent_calls_with_the_rotated_token():
                 assert tok1 not in json.dumps(r) and tok2 not in json.dumps(r)
             line = "llm openai gpt-relay-1 input=100 output=50 cache_write=0 cache_read=0 " \
                 "usd=0.0006"
+            wait_charges(srv, name, 2)
+            log = task_log(srv, name)
             assert log.count(line) == 2, log
             assert line in log[log.index("resumed (thawed, fresh token)"):], log
             # One agent process throughout: thawed, not started again.
             assert log.count("llmfrozen 1 ") == 1 and log.count("running the agent") == 1, log
+            body = get(srv, name)
             st = body["status"]
             assert Decimal(st["costUSD"]) == Decimal("0.0012") and st["tokensConsumed"] == 300, st
             # The old token, shown to the gateway directly, is refused (and not charged).

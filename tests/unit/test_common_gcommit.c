@@ -142,4 +142,44 @@ TEST(one_thread_one_item_per_batch)
     gcommit_free(NULL);
 }
 
+/* Items queued with gcommit_post are never part of a tree: the threads queued beside them
+ * are all woken although the posting thread collects its answers only later. */
+TEST(posted_items_never_hold_the_tree)
+{
+    static struct ledger l;
+    struct job posted[4];
+    struct worker w[THREADS];
+    pthread_t t[THREADS];
+    struct gcommit *g = NULL;
+    struct err err = {0};
+
+    memset(&l, 0, sizeof(l));
+    for (int i = 0; i < THREADS; i++) {
+        l.last_seq[i] = -1;
+    }
+    CHECK_OK(gcommit_new(&g, "test-commit", GCOMMIT_WAKE_TREE, commit, &l, &err));
+    /* Thread slot 0 is the poster's: its items are seqs 0..3, before the workers' runs
+     * (which use the slots 1..THREADS-1). */
+    for (int i = 0; i < 4; i++) {
+        posted[i] = (struct job){.thread = 0, .seq = i};
+        gcommit_post(g, &posted[i].link);
+    }
+    for (int i = 1; i < THREADS; i++) {
+        w[i] = (struct worker){.g = g, .thread = i};
+        ASSERT(pthread_create(&t[i], NULL, work, &w[i]) == 0);
+    }
+    for (int i = 1; i < THREADS; i++) {
+        pthread_join(t[i], NULL); /* would hang were a posted item a tree's inner node */
+        CHECK_EQ_INT(w[i].unanswered, 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        gcommit_wait(&posted[i].link);
+        CHECK(posted[i].batch >= 1);
+        CHECK_EQ_INT(l.committed[0][i], 1);
+    }
+    gcommit_free(g);
+    CHECK_EQ_INT(l.order_breaks, 0);
+    CHECK_EQ_INT(atomic_load(&l.overlaps), 0);
+}
+
 T_MAIN

@@ -26,6 +26,13 @@ int llm_gateway_new(struct llm_gateway **out, const char *upstreams, const char 
  * wiping the keys. NULL is a no-op. */
 void llm_gateway_free(struct llm_gateway *gw);
 
+/* Charges every call the server died in (SPEC §13): each reservation record left (a call
+ * admitted but not charged: the server stopped mid-call or before its charge committed)
+ * is charged its reservation exactly once, under its own request id, as any gateway charge
+ * (budget and quota rules, pause), and the task log says so. Call once at start, with the
+ * meter running and before tasks restart. A no-op on a store that keeps no records. */
+void llm_gateway_recover(struct server *srv);
+
 /* --- routes (server/api/llm/llm_routes.c) --- */
 int api_llm_anthropic_messages(struct request *r);
 int api_llm_anthropic_count_tokens(struct request *r);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/log.h"
 #include "common/money.h"
@@ -202,12 +203,55 @@ static char *project_key_of(const char *task_key)
     return xasprintf("%.*s", (int)(slash - task_key), task_key);
 }
 
+/* SNAP: how many calls of C's task and namespace had been answered before their charge. */
+static void snapshot(int64_t snap[2], const struct llm_call *c)
+{
+    pthread_mutex_lock(&c->gw->mu);
+    snap[0] = c->task->ended;
+    snap[1] = c->project->ended;
+    pthread_mutex_unlock(&c->gw->mu);
+}
+
+/* Whether fewer calls of C's task or namespace settled than had ended at SNAP. */
+static bool unsettled_since(const struct llm_call *c, const int64_t snap[2])
+{
+    bool any;
+
+    pthread_mutex_lock(&c->gw->mu);
+    any = c->task->settled < snap[0] || c->project->settled < snap[1];
+    pthread_mutex_unlock(&c->gw->mu);
+    return any;
+}
+
+/* Waits until as many calls of C's task and namespace settled as had ended at SNAP (calls
+ * settle in about the order they ended; one settling late only makes this wait shorter). */
+static void wait_settled(const struct llm_call *c, const int64_t snap[2])
+{
+    pthread_mutex_lock(&c->gw->mu);
+    while (c->task->settled < snap[0] || c->project->settled < snap[1]) {
+        pthread_cond_wait(&c->gw->settled, &c->gw->mu);
+    }
+    pthread_mutex_unlock(&c->gw->mu);
+}
+
+void llm_call_ended(struct llm_call *c)
+{
+    pthread_mutex_lock(&c->gw->mu);
+    if (c->held && !c->ended) {
+        c->task->ended++;
+        c->project->ended++;
+        c->ended = true;
+    }
+    pthread_mutex_unlock(&c->gw->mu);
+}
+
 enum llm_admit llm_call_admit(int64_t *out_allowed, struct llm_call *c, int64_t want_out)
 {
     struct meter_gate g;
     char *key = task_key_of(c->token);
-    int64_t in_max = (int64_t)c->body_len, out;
+    int64_t in_max = (int64_t)c->body_len, out, snap[2];
     enum llm_admit verdict;
+    bool waited = false;
 
     *out_allowed = 0;
     if (key == NULL) {
@@ -222,6 +266,8 @@ enum llm_admit llm_call_admit(int64_t *out_allowed, struct llm_call *c, int64_t 
         free(pkey);
     }
     free(key);
+again:
+    snapshot(snap, c);
     /* One task's checks and reservations in turn, and one namespace's (its quotas): the
      * totals read below and the reservations of the others are one consistent picture.
      * Lock order: the task, then its namespace. */
@@ -236,6 +282,8 @@ enum llm_admit llm_call_admit(int64_t *out_allowed, struct llm_call *c, int64_t 
     }
     free(c->guidance);
     c->guidance = g.guidance != NULL && g.guidance[0] != '\0' ? xstrdup(g.guidance) : NULL;
+    free(c->ns);
+    free(c->name);
     c->ns = xstrdup(g.ns);
     c->name = xstrdup(g.name);
     if (c->guidance != NULL) {
@@ -243,6 +291,17 @@ enum llm_admit llm_call_admit(int64_t *out_allowed, struct llm_call *c, int64_t 
         in_max += (int64_t)strlen(c->guidance) + 64;
     }
     out = room_for(c, &g.d, in_max, want_out, true, true, true);
+    if (out < want_out && !waited && unsettled_since(c, snap)) {
+        /* The budget binds while calls that already ended hold their reservations: decide
+         * on what they really cost, once they are charged (a moment). */
+        pthread_mutex_unlock(&c->project->mu);
+        pthread_mutex_unlock(&c->task->mu);
+        meter_gate_cleanup(&g);
+        wait_settled(c, snap);
+        waited = true;
+        in_max = (int64_t)c->body_len;
+        goto again;
+    }
     if (out < 1) {
         /* Pause only when the spend alone leaves no room: calls in flight may yet settle
          * below what they reserved. */
@@ -255,8 +314,10 @@ enum llm_admit llm_call_admit(int64_t *out_allowed, struct llm_call *c, int64_t 
     c->task->reserved_tokens += c->reserved_tokens;
     c->project->reserved_micros += c->reserved_micros;
     c->project->reserved_tokens += c->reserved_tokens;
+    c->held = true;
     pthread_mutex_unlock(&c->gw->mu);
     c->reserved = true;
+    llm_call_new_request_id(c->request_id, c->provider);
     *out_allowed = out;
     verdict = LLM_ADMIT_OK;
 out:
@@ -293,59 +354,54 @@ void llm_call_pause(struct llm_call *c, bool quota)
     }
 }
 
-/* The model name fit for a log line: printable ASCII without spaces, cut. */
-void llm_call_set_model(struct llm_call *c, const char *model)
+void llm_log_safe(char *out, size_t size, const char *s)
 {
     size_t n = 0;
 
-    free(c->model);
-    c->model = xstrdup(model);
-    for (const char *m = model; *m != '\0' && n + 1 < sizeof(c->model_safe); m++) {
-        c->model_safe[n++] = *m > 0x20 && *m < 0x7f ? *m : '?';
+    for (; *s != '\0' && n + 1 < size; s++) {
+        out[n++] = *s > 0x20 && *s < 0x7f ? *s : '?';
     }
-    c->model_safe[n] = '\0';
+    out[n] = '\0';
 }
 
-void llm_call_settle(struct llm_call *c, const struct llm_usage *u)
+/* The model name fit for a log line: printable ASCII without spaces, cut. */
+void llm_call_set_model(struct llm_call *c, const char *model)
 {
-    struct llm_usage used = {0};
-    char id[LLM_REQUEST_ID_LEN], usd[MONEY_STR_MAX], *path;
-    int64_t cost, tokens;
-    int st;
+    free(c->model);
+    c->model = xstrdup(model);
+    llm_log_safe(c->model_safe, sizeof(c->model_safe), model);
+}
 
-    if (!c->reserved) {
-        return;
+static void release_amounts(struct llm_call *c);
+
+/* Sleeps MS milliseconds (the tests' settle delay). */
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
+
+    while (nanosleep(&ts, &ts) != 0) {
+        /* EINTR: sleep the rest */
     }
-    if (u != NULL && u->complete) {
-        used = *u;
-        cost = llm_cost_micros(&c->price, &used);
-        tokens = llm_usage_tokens(&used);
-    } else {
-        /* Cut before its usage arrived: the reservation is what it may have cost. */
-        cost = c->reserved_micros;
-        tokens = c->reserved_tokens;
-    }
-    llm_call_new_request_id(id, c->provider);
-    /* The charge and the release of the reservation are one step for the task's
-     * admissions (they hold the same lock from their totals to their reservation): an
-     * admission between the two would see the old totals without this reservation, and
-     * let a concurrent call pass the budget (seen under load). */
-    pthread_mutex_lock(&c->task->mu);
-    pthread_mutex_lock(&c->project->mu);
-    st = meter_gate_settle(NULL, c->srv->meter, c->token, id, c->model, tokens, cost,
-                           c->guidance != NULL);
-    llm_call_release(c);
-    pthread_mutex_unlock(&c->project->mu);
-    pthread_mutex_unlock(&c->task->mu);
+}
+
+/* The task-log line of C's charge. */
+static void log_charge(const struct llm_call *c, const struct llm_usage *u, int64_t tokens,
+                       int64_t cost, bool capped)
+{
+    char usd[MONEY_STR_MAX], *path;
+
     money_format(usd, cost);
     path = sandbox_log_path(c->srv->cfg.data_dir, c->ns, c->name);
     if (u != NULL && u->complete) {
         sandbox_log_event(path,
                           "llm %s %s input=%lld output=%lld cache_write=%lld "
-                          "cache_read=%lld usd=%s",
-                          llm_provider_name(c->provider), c->model_safe, (long long)used.input,
-                          (long long)used.output, (long long)used.cache_write,
-                          (long long)used.cache_read, usd);
+                          "cache_read=%lld usd=%s%s",
+                          llm_provider_name(c->provider), c->model_safe, (long long)u->input,
+                          (long long)u->output, (long long)u->cache_write, (long long)u->cache_read,
+                          usd,
+                          capped ? " (capped at the call's reservation: the upstream reported "
+                                   "more than the call was allowed)"
+                                 : "");
     } else {
         sandbox_log_event(path,
                           "llm %s %s ended before its usage arrived: charged the "
@@ -353,22 +409,185 @@ void llm_call_settle(struct llm_call *c, const struct llm_usage *u)
                           llm_provider_name(c->provider), c->model_safe, (long long)tokens, usd);
     }
     free(path);
+}
+
+void llm_call_settle(struct llm_call *c, const struct llm_usage *u)
+{
+    bool complete = u != NULL && u->complete, capped = false;
+    char usd[MONEY_STR_MAX];
+    int64_t cost, tokens;
+    int st;
+
+    if (!c->reserved) {
+        return;
+    }
+    if (complete) {
+        cost = llm_cost_micros(&c->price, u);
+        tokens = llm_usage_tokens(u);
+        /* Never more than reserved: an upstream reporting more output than the call's
+         * limit would otherwise take the task past its budget by this call. */
+        if (cost > c->reserved_micros || tokens > c->reserved_tokens) {
+            capped = true;
+            cost = min64(cost, c->reserved_micros);
+            tokens = min64(tokens, c->reserved_tokens);
+        }
+    } else {
+        /* Cut before its usage arrived: the reservation is what it may have cost. */
+        cost = c->reserved_micros;
+        tokens = c->reserved_tokens;
+    }
+    if (c->gw->settle_delay_ms > 0) {
+        sleep_ms(c->gw->settle_delay_ms);
+    }
+    /* The charge and the release of the reservation are one step for the task's
+     * admissions (they hold the same lock from their totals to their reservation): an
+     * admission between the two would see the old totals without this reservation, and
+     * let a concurrent call pass the budget (seen under load). The charge's request id is
+     * the reservation record's, which the same transaction removes. */
+    pthread_mutex_lock(&c->task->mu);
+    pthread_mutex_lock(&c->project->mu);
+    st = meter_gate_settle(NULL, c->srv->meter, c->token, c->request_id, c->model, tokens, cost,
+                           c->guidance != NULL);
+    c->reserved = false;
+    release_amounts(c);
+    pthread_mutex_unlock(&c->project->mu);
+    pthread_mutex_unlock(&c->task->mu);
+    log_charge(c, u, tokens, cost, capped);
     if (st != 200 && st != 429) {
+        money_format(usd, cost);
         log_kv(LOG_ERROR, "llm_charge_failed", "namespace", c->ns, "name", c->name, "usd", usd,
                NULL);
     }
 }
 
+/* Takes C's reserved amounts out of its task's and namespace's calls in flight. */
+static void release_amounts(struct llm_call *c)
+{
+    pthread_mutex_lock(&c->gw->mu);
+    c->task->reserved_micros -= c->reserved_micros;
+    c->task->reserved_tokens -= c->reserved_tokens;
+    c->project->reserved_micros -= c->reserved_micros;
+    c->project->reserved_tokens -= c->reserved_tokens;
+    c->held = false;
+    if (c->ended) {
+        c->task->settled++;
+        c->project->settled++;
+        pthread_cond_broadcast(&c->gw->settled);
+    }
+    pthread_mutex_unlock(&c->gw->mu);
+}
+
 void llm_call_release(struct llm_call *c)
 {
-    if (c->reserved) {
-        pthread_mutex_lock(&c->gw->mu);
-        c->task->reserved_micros -= c->reserved_micros;
-        c->task->reserved_tokens -= c->reserved_tokens;
-        c->project->reserved_micros -= c->reserved_micros;
-        c->project->reserved_tokens -= c->reserved_tokens;
-        pthread_mutex_unlock(&c->gw->mu);
-        c->reserved = false;
+    if (!c->reserved) {
+        return;
+    }
+    /* The record first: a restart between the two charges nothing, the other order could
+     * charge a call that was not charged (an upstream error). */
+    if (llm_call_recorded(c) &&
+        meter_gate_resv_drop(c->srv->meter, c->token, c->request_id) != 200) {
+        log_kv(LOG_ERROR, "llm_record_drop_failed", "namespace", c->ns, "name", c->name, NULL);
+    }
+    release_amounts(c);
+    c->reserved = false;
+}
+
+void llm_call_record(struct llm_call *c)
+{
+    if (c->reserved && c->record == NULL && c->record_status == 0) {
+        c->record = meter_gate_reserve_post(c->srv->meter, c->token, c->request_id, c->model,
+                                            llm_provider_name(c->provider), c->reserved_tokens,
+                                            c->reserved_micros);
+        if (c->record == NULL) {
+            c->record_status = 503; /* no record: the store keeps none */
+        }
+    }
+}
+
+bool llm_call_recorded(struct llm_call *c)
+{
+    if (c->record != NULL) {
+        c->record_status = meter_gate_reserve_wait(c->record);
+        c->record = NULL;
+    }
+    return c->record_status == 200;
+}
+
+struct finish {
+    struct llm_call *call;
+    struct llm_usage usage;
+    bool has_usage, charge;
+};
+
+static void finish_now(struct finish *f)
+{
+    if (f->charge) {
+        llm_call_settle(f->call, f->has_usage ? &f->usage : NULL);
+    } else {
+        llm_call_release(f->call);
+    }
+    llm_call_free(f->call);
+}
+
+int llm_gateway_thread(struct llm_gateway *gw, void *(*fn)(void *), void *arg)
+{
+    pthread_attr_t attr;
+    pthread_t th;
+    int rc;
+
+    pthread_mutex_lock(&gw->mu);
+    gw->active++;
+    pthread_mutex_unlock(&gw->mu);
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, 256u << 10);
+    rc = pthread_create(&th, &attr, fn, arg);
+    pthread_attr_destroy(&attr);
+    if (rc != 0) {
+        llm_gateway_idle_one(gw);
+    }
+    return rc;
+}
+
+void llm_gateway_idle_one(struct llm_gateway *gw)
+{
+    pthread_mutex_lock(&gw->mu);
+    if (--gw->active == 0) {
+        pthread_cond_broadcast(&gw->idle);
+    }
+    pthread_mutex_unlock(&gw->mu);
+}
+
+static void *finish_thread(void *arg)
+{
+    struct finish *f = arg;
+    struct llm_gateway *gw = f->call->gw;
+
+    finish_now(f);
+    free(f);
+    llm_gateway_idle_one(gw);
+    return NULL;
+}
+
+void llm_call_finish_later(struct llm_call *c, const struct llm_usage *usage, bool charge)
+{
+    struct finish *f = xcalloc(1, sizeof(*f));
+    struct llm_gateway *gw = c->gw;
+
+    f->call = c;
+    f->charge = charge;
+    if (usage != NULL) {
+        f->usage = *usage;
+        f->has_usage = true;
+    }
+    if (!c->reserved || (!charge && c->record == NULL && c->record_status != 200)) {
+        finish_now(f); /* nothing to commit */
+        free(f);
+        return;
+    }
+    if (llm_gateway_thread(gw, finish_thread, f) != 0) {
+        finish_now(f);
+        free(f);
     }
 }
 
@@ -378,6 +597,7 @@ void llm_call_free(struct llm_call *c)
         return;
     }
     llm_call_release(c);
+    (void)llm_call_recorded(c); /* a record still being committed is collected */
     task_unref(c->gw, c->task);
     task_unref(c->gw, c->project);
     if (c->token != NULL) {

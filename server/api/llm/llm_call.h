@@ -11,6 +11,8 @@
 #define LLM_REQUEST_ID_LEN 64 /* "llm-<provider>-<24 hex>" and a NUL */
 #define LLM_EXTRA_HEADERS 6
 
+struct meter_pending; /* meter/meter.h */
+
 struct llm_call {
     struct server *srv;                 /* borrowed: outlives every call (see llm_gateway_free) */
     struct llm_gateway *gw;             /* borrowed */
@@ -38,6 +40,11 @@ struct llm_call {
     bool stream;                            /* the client asked for a stream */
     bool strip_usage_chunk; /* Chat stream: the usage chunk was asked for by us, not passed on */
     bool metered;           /* charged (not count_tokens) */
+    char request_id[LLM_REQUEST_ID_LEN]; /* once admitted: the charge's requestId, the record's */
+    struct meter_pending *record;        /* owned: the reservation record being committed */
+    int record_status;                   /* 0: not waited for; 200: durable; else not recorded */
+    bool held;                           /* under gw->mu: reserved_* count in task and project */
+    bool ended; /* under gw->mu: answered while held (counted in task->ended, project->ended) */
 };
 
 enum llm_admit {
@@ -57,9 +64,34 @@ void llm_call_pause(struct llm_call *c, bool quota);
 /* Charges C with U (NULL or incomplete: its reservation), writes the task-log line and
  * releases the reservation once the charge is durable. Blocks; no-op when not reserved. */
 void llm_call_settle(struct llm_call *c, const struct llm_usage *u);
-/* Releases C's reservation without a charge (the upstream answered an error). */
+/* Releases C's reservation without a charge (the upstream answered an error); its
+ * reservation record, when one was made, is removed (blocks until durable). */
 void llm_call_release(struct llm_call *c);
+/* Queues C's reservation record (SPEC §13: the call is charged its reservation at the next
+ * start should the server die before its charge) without waiting: called as C is
+ * forwarded, its commit overlaps the upstream call. No-op when C reserved nothing or the
+ * store keeps no records. */
+void llm_call_record(struct llm_call *c);
+/* Whether C's reservation record is durable (waits for its commit, once). False when none
+ * was made: the answer's end must then wait for the charge itself. */
+bool llm_call_recorded(struct llm_call *c);
+/* Notes that C's answer ends before its charge (or release): an admission the budget
+ * binds waits for such calls to settle, so that it decides on their real cost. */
+void llm_call_ended(struct llm_call *c);
+/* Starts FN(ARG) on a detached thread (256 KiB stack) counted in GW's calls in flight
+ * (gw->active), which FN ends with llm_gateway_idle_one; pthread_create's result (not
+ * counted when it failed). */
+int llm_gateway_thread(struct llm_gateway *gw, void *(*fn)(void *), void *arg);
+/* One of GW's calls in flight (gw->active) is done: the last wakes llm_gateway_free. */
+void llm_gateway_idle_one(struct llm_gateway *gw);
+/* Charges C (USAGE, or without it its reservation) when CHARGE, else releases it, then
+ * frees C, on a thread of its own counted in the gateway's calls in flight (so that the
+ * answer already queued is not held by the commit); in this thread when none starts. */
+void llm_call_finish_later(struct llm_call *c, const struct llm_usage *usage, bool charge);
 void llm_call_set_model(struct llm_call *c, const char *model);
+/* S fit for a log line in OUT[0..size): printable ASCII without spaces ('?' for the rest),
+ * cut. */
+void llm_log_safe(char *out, size_t size, const char *s);
 void llm_call_new_request_id(char out[LLM_REQUEST_ID_LEN], enum llm_provider p);
 /* Releases everything of C (the reservation too); NULL is a no-op. */
 void llm_call_free(struct llm_call *c);

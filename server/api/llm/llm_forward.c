@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Forwarding one call upstream (SPEC §13): a non-streamed answer is read whole, metered
  * and passed on; a stream is relayed as it arrives (a worker thread reads upstream, the
- * connection's thread writes to the client). A stream's charge starts as soon as its
- * final usage arrived, beside the relay of the rest, and the stream ends for the client
- * (its final chunk) once both the upstream ended and the charge is durable. Upstream
- * errors pass through unchanged and are not charged. */
+ * connection's thread writes to the client). The call's reservation record is committed
+ * beside the upstream call; the answer (a stream's final chunk) waits for that record to
+ * be durable, not for the charge, which follows it (a stream's starts as soon as its
+ * final usage arrived). Upstream errors pass through unchanged and are not charged. */
 #define _GNU_SOURCE /* memmem */
 #include <microhttpd.h>
 #include <stdatomic.h>
@@ -161,28 +161,33 @@ static int forward_whole(struct request *r, struct llm_call *c)
     struct httpc_request req = HTTPC_REQUEST_DEFAULTS;
     struct httpc_response up;
     const char *hdrs[LLM_EXTRA_HEADERS + 3];
+    struct llm_usage u = {0};
     struct err err = {0};
+    bool charge = false;
     int rc, ret;
 
     build_request(&req, hdrs, c);
     req.timeout_ms = LLM_UPSTREAM_TIMEOUT_MS;
     rc = httpc_request(&up, &req, &err);
     if (rc != E_OK) {
-        llm_call_release(c);
+        llm_call_ended(c);
         ret = unreachable(r, c->provider);
     } else {
         if (up.status >= 200 && up.status < 300) {
-            struct llm_usage u;
             llm_usage_from_body(&u, c->dialect, up.body.data, up.body.len);
-            llm_call_settle(c, &u);
-        } else {
-            llm_call_release(c); /* upstream errors are not charged */
+            charge = true;
+            if (!llm_call_recorded(c)) {
+                llm_call_settle(c, &u); /* no durable record: the answer waits for the charge */
+            }
         }
         mask_key(&up.body, c);
+        llm_call_ended(c);
         ret = send_upstream_answer(r, &up);
     }
     httpc_response_cleanup(&up);
-    llm_call_free(c);
+    /* Charged (or, upstream errors, released) once the answer is on its way: its record
+     * is durable, so a server dying before the charge charges it at its next start. */
+    llm_call_finish_later(c, &u, charge);
     return ret;
 }
 
@@ -309,6 +314,24 @@ static int on_chunk(const char *data, size_t len, void *userdata)
     return rc;
 }
 
+/* Ends C's charge: the settler's, joined, or C charged with the stream's usage (its
+ * reservation when incomplete) when CHARGE, else released. */
+static void relay_finish_call(struct relay *rl, struct llm_call *c, bool charge)
+{
+    if (rl->settling) {
+        pthread_join(rl->settler, NULL);
+        rl->settling = false;
+        if (!same_usage(&rl->charged, &rl->sse.u)) {
+            log_kv(LOG_WARN, "llm_usage_after_charge", "provider", llm_provider_name(rl->provider),
+                   NULL);
+        }
+    } else if (charge) {
+        llm_call_settle(c, &rl->sse.u); /* incomplete usage: the reservation */
+    } else {
+        llm_call_release(c);
+    }
+}
+
 static void *relay_worker(void *arg)
 {
     struct relay *rl = arg;
@@ -317,7 +340,7 @@ static void *relay_worker(void *arg)
     const char *hdrs[LLM_EXTRA_HEADERS + 3];
     struct llm_gateway *gw = c->gw;
     struct err err = {0};
-    bool started;
+    bool started, charge, before;
 
     build_request(&req, hdrs, c);
     req.timeout_ms = 0;
@@ -334,31 +357,29 @@ static void *relay_worker(void *arg)
             relay_push(rl, rl->kept.data, rl->kept.len);
         }
     }
-    if (rl->settling) {
-        pthread_join(rl->settler, NULL); /* the stream ends once its charge is durable */
-        if (!same_usage(&rl->charged, &rl->sse.u)) {
-            log_kv(LOG_WARN, "llm_usage_after_charge", "provider", llm_provider_name(rl->provider),
-                   NULL);
-        }
-    } else if (started || (rl->rc == E_OK && rl->up.status >= 200 && rl->up.status < 300)) {
-        llm_call_settle(c, &rl->sse.u); /* incomplete usage: the reservation */
-    } else {
-        llm_call_release(c);
+    charge =
+        rl->settling || started || (rl->rc == E_OK && rl->up.status >= 200 && rl->up.status < 300);
+    /* The stream ends once the call's reservation record is durable (a server dying now
+     * charges it at its next start), its charge follows; without a record, once the
+     * charge is durable. */
+    before = charge && !llm_call_recorded(c);
+    if (before) {
+        relay_finish_call(rl, c, true);
     }
     mask_key(&rl->up.body, c);
+    llm_call_ended(c);
     pthread_mutex_lock(&rl->mu);
     rl->cut = rl->rc != E_OK || !rl->sse.u.complete;
     rl->done = true;
     pthread_cond_broadcast(&rl->cv);
     pthread_mutex_unlock(&rl->mu);
+    if (!before) {
+        relay_finish_call(rl, c, charge);
+    }
     rl->call = NULL;
     llm_call_free(c);
     relay_unref(rl);
-    pthread_mutex_lock(&gw->mu);
-    if (--gw->active == 0) {
-        pthread_cond_broadcast(&gw->idle);
-    }
-    pthread_mutex_unlock(&gw->mu);
+    llm_gateway_idle_one(gw);
     return NULL;
 }
 
@@ -452,9 +473,6 @@ static int answer_stream(struct request *r, struct relay *rl)
 static int forward_stream(struct request *r, struct llm_call *c)
 {
     struct relay *rl = xcalloc(1, sizeof(*rl));
-    pthread_attr_t attr;
-    pthread_t th;
-    int rc;
 
     pthread_mutex_init(&rl->mu, NULL);
     pthread_cond_init(&rl->cv, NULL);
@@ -466,19 +484,8 @@ static int forward_stream(struct request *r, struct llm_call *c)
     rl->refs = 2;
     rl->call = c;
     rl->provider = c->provider;
-    pthread_mutex_lock(&c->gw->mu);
-    c->gw->active++;
-    pthread_mutex_unlock(&c->gw->mu);
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&attr, 256u << 10);
-    rc = pthread_create(&th, &attr, relay_worker, rl);
-    pthread_attr_destroy(&attr);
-    if (rc != 0) {
+    if (llm_gateway_thread(c->gw, relay_worker, rl) != 0) {
         enum llm_provider rl_provider = c->provider;
-        pthread_mutex_lock(&c->gw->mu);
-        c->gw->active--;
-        pthread_mutex_unlock(&c->gw->mu);
         rl->call = NULL;
         rl->refs = 1;
         relay_unref(rl);
@@ -491,5 +498,6 @@ static int forward_stream(struct request *r, struct llm_call *c)
 
 int llm_forward(struct request *r, struct llm_call *c)
 {
+    llm_call_record(c); /* committed beside the upstream call, never before it */
     return c->stream ? forward_stream(r, c) : forward_whole(r, c);
 }

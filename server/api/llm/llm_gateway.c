@@ -180,6 +180,7 @@ void llm_gateway_free(struct llm_gateway *gw)
     httpc_pool_free(gw->pool);
     pthread_mutex_destroy(&gw->mu);
     pthread_cond_destroy(&gw->idle);
+    pthread_cond_destroy(&gw->settled);
     free(gw);
 }
 
@@ -192,7 +193,17 @@ int llm_gateway_new(struct llm_gateway **out, const char *upstreams, const char 
     *out = NULL;
     pthread_mutex_init(&gw->mu, NULL);
     pthread_cond_init(&gw->idle, NULL);
+    pthread_cond_init(&gw->settled, NULL);
     gw->pool = httpc_pool_new(LLM_POOL_IDLE);
+    {
+        /* Tests only (docs/testing.md): hold each charge back, to kill the server before
+         * it commits. */
+        const char *d = getenv("DIVERGE_TEST_LLM_SETTLE_DELAY_MS");
+        gw->settle_delay_ms = d != NULL ? strtol(d, NULL, 10) : 0;
+        if (gw->settle_delay_ms < 0 || gw->settle_delay_ms > 600000) {
+            gw->settle_delay_ms = 0;
+        }
+    }
     for (int i = 0; i < LLM_PROVIDER_COUNT; i++) {
         const char *k = getenv(g_key_env[i]);
         gw->upstream[i] = xstrdup(g_default_urls[i]);

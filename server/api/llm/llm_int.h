@@ -127,6 +127,8 @@ struct llm_task {
     int64_t reserved_micros; /* under gw->mu */
     int64_t reserved_tokens; /* under gw->mu */
     int refs;                /* under gw->mu */
+    int64_t ended;           /* under gw->mu: calls answered before their charge, ever */
+    int64_t settled;         /* under gw->mu: of those, charged or released since */
     struct llm_task *next;
 };
 
@@ -136,9 +138,13 @@ struct llm_gateway {
     struct llm_prices prices;
     pthread_mutex_t mu;      /* guards tasks, active */
     pthread_cond_t idle;     /* active reached 0 */
+    pthread_cond_t settled;  /* a call answered before its charge was charged or released */
     struct llm_task *tasks;  /* tasks with calls in flight */
     int active;              /* streams relayed by worker threads */
     struct httpc_pool *pool; /* owned: kept-alive upstream connections */
+    /* Tests only: DIVERGE_TEST_LLM_SETTLE_DELAY_MS (docs/testing.md) holds each charge
+     * back this long after its call ended, so a test can kill the server in between. */
+    long settle_delay_ms;
 };
 
 /* The provider's name as in routes, flags and log lines ("anthropic"). */
