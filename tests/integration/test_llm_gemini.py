@@ -159,24 +159,30 @@ def test_gemini_exact_spend_both_methods():
 def test_gemini_tool_use_prompt_tokens_charged_as_input():
     """toolUsePromptTokenCount (what a server-side tool such as search put into the prompt)
     is billed by Gemini as input but is not part of promptTokenCount: it is charged as
-    input, streamed and not, and the task's tokens equal the answer's totalTokenCount."""
+    input, streamed and not, and the task's tokens equal the answer's totalTokenCount. (The
+    prompt is long enough that the call's reservation covers them: a charge is capped at
+    its reservation.)"""
     with Gateway() as gw:
         srv, fake = gw.srv, gw.fake
         tok = start_task(srv, "gtool", budgetUSD="5.00")
         fake.usage = {"input": 100, "output": 50, "cache_write": 0, "cache_read": 0,
                       "tool_use": 400}
         one = cost_micros(fake.usage)
+        long_body = body(max_output=100)
+        long_body["contents"][0]["parts"][0]["text"] = "say hello " * 60  # 600 bytes
         assert one == 275  # (100 + 400) x 0.30 + 50 x 2.50 micro-dollars
-        st, data, err = call(srv, GEN, body(max_output=100), {"x-goog-api-key": tok})
+        st, data, err = call(srv, GEN, long_body, {"x-goog-api-key": tok})
         assert st == 200 and err is None, (st, data)
         meta = json.loads(data)["usageMetadata"]
         assert meta["toolUsePromptTokenCount"] == 400, meta
+        wait_charges(srv, "gtool", 1)
         t = task(srv, "gtool")
         assert Decimal(t["status"]["costUSD"]) == usd(one), t["status"]
         assert t["status"]["tokensConsumed"] == meta["totalTokenCount"] == 550, t["status"]
-        st, data, err = call(srv, STREAM, body(max_output=100), {"x-goog-api-key": tok})
+        st, data, err = call(srv, STREAM, long_body, {"x-goog-api-key": tok})
         assert st == 200 and err is None, (st, data, err)
         assert sse_events(data)[-1]["usageMetadata"]["toolUsePromptTokenCount"] == 400, data
+        wait_charges(srv, "gtool", 2)
         t = task(srv, "gtool")
         assert Decimal(t["status"]["costUSD"]) == usd(2 * one), t["status"]
         assert t["status"]["tokensConsumed"] == 1100, t["status"]

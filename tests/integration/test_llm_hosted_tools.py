@@ -14,7 +14,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from harness import run_tests  # noqa: E402
-from llm_helpers import LLMGateway  # noqa: E402
+from llm_helpers import LLMGateway, wait_charges  # noqa: E402
 from test_llm_gateway import post, read_log, start_task, task  # noqa: E402
 
 KEYS = {"DIVERGE_OPENAI_API_KEY": "sk-proj-server-key-hosted-1",
@@ -63,6 +63,7 @@ def test_anthropic_server_tools_and_mcp_servers_removed():
         assert sent["tools"] == own, sent["tools"]  # order and content of the rest kept
         assert "mcp_servers" not in sent, sent
         assert sent["messages"] == body["messages"]
+        wait_charges(srv, "hosted-a", 1)
         assert float(task(srv, "hosted-a")["status"]["costUSD"]) > 0
         (line,) = removed_lines(srv, "hosted-a")
         assert "(web_search_20250305,web_fetch_20250910,code_execution_20250825,mcp_servers)" \
