@@ -13,8 +13,8 @@
 # target still for its FUZZ_SECONDS); `all` waits for them after the TSan stage.
 #
 # Environment: JOBS (build jobs, default the CPUs), TEST_JOBS (tests the normal stage runs at
-# once) and SANITIZE_TEST_JOBS (the same for the sanitizer stages), both default JOBS (more
-# at once made the tests with short timeouts fail on a loaded box: docs/testing.md),
+# once) and SANITIZE_TEST_JOBS (the same for the sanitizer stages), both default JOBS + 1
+# (the tests mostly wait; the two with short timeouts take two slots: docs/testing.md),
 # BUILD (the normal tree, default build), FUZZ_SECONDS (default 10), ASAN_TESTS and
 # TSAN_TESTS (ctest arguments choosing the sanitizer stages' tests, default `-L sanitize`
 # and `-L sanitize|tsan`: docs/testing.md), SANITIZE_TESTS (when set, both of them; empty
@@ -24,8 +24,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
-TEST_JOBS=${TEST_JOBS:-$JOBS}
-SANITIZE_TEST_JOBS=${SANITIZE_TEST_JOBS:-$JOBS}
+TEST_JOBS=${TEST_JOBS:-$((JOBS + 1))}
+SANITIZE_TEST_JOBS=${SANITIZE_TEST_JOBS:-$((JOBS + 1))}
 BUILD=${BUILD:-build}
 FUZZ_SECONDS=${FUZZ_SECONDS:-10}
 ASAN_TESTS=${SANITIZE_TESTS-${ASAN_TESTS--L sanitize}}
