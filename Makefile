@@ -47,12 +47,17 @@ install: programs
 
 # The test stages are scripts/test.sh's (docs/testing.md says what runs where). The normal
 # stage runs TEST_JOBS tests at once, the sanitizer stages SANITIZE_TEST_JOBS (both default
-# the CPUs) of the tests labelled `sanitize` (SANITIZE_TESTS='' runs every test there too).
-TEST_JOBS ?= $(JOBS)
-SANITIZE_TEST_JOBS ?= $(JOBS)
-SANITIZE_TESTS ?= -L sanitize
+# the CPUs + 1: docs/testing.md): ASan+UBSan the tests labelled `sanitize` (ASAN_TESTS, default `-L sanitize`),
+# TSan those and the ones labelled `tsan` (TSAN_TESTS, default `-L sanitize|tsan`).
+# SANITIZE_TESTS, when given, sets both (SANITIZE_TESTS= runs every test there too).
+TEST_JOBS ?= $(shell echo $$(($(JOBS) + 1)))
+SANITIZE_TEST_JOBS ?= $(TEST_JOBS)
+ASAN_TESTS ?= -L sanitize
+TSAN_TESTS ?= -L sanitize|tsan
 TEST_ENV = JOBS=$(JOBS) TEST_JOBS=$(TEST_JOBS) SANITIZE_TEST_JOBS=$(SANITIZE_TEST_JOBS) \
-	BUILD=$(BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) SANITIZE_TESTS='$(SANITIZE_TESTS)'
+	BUILD=$(BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) ASAN_TESTS='$(ASAN_TESTS)' \
+	TSAN_TESTS='$(TSAN_TESTS)' \
+	$(if $(filter undefined,$(origin SANITIZE_TESTS)),,SANITIZE_TESTS='$(SANITIZE_TESTS)')
 
 test-unit: deps test-deps
 	@$(TEST_ENV) bash scripts/test.sh normal

@@ -86,6 +86,10 @@ static int load_numbers(struct runner_config *c, runner_getenv_fn get, void *ud,
         return err_set(err, E_INVALID, "DIVERGE_METER_ATTEMPTS must be 1 to 100");
     }
     c->meter_attempts = (int)n;
+    v = get_opt(get, ud, "DIVERGE_METER_BACKOFF_MS", NULL);
+    if (v != NULL && parse_long(&c->backoff_ms, v, 1, 1000) != E_OK) {
+        return err_set(err, E_INVALID, "DIVERGE_METER_BACKOFF_MS must be 1 to 1000");
+    }
     c->ca_file = get_opt(get, ud, "DIVERGE_CA_FILE", NULL);
     if (c->ca_file != NULL && c->ca_file[0] != '/') {
         return err_set(err, E_INVALID, "DIVERGE_CA_FILE must be an absolute path");
@@ -183,6 +187,7 @@ int runner_config_load(struct runner_config *out, runner_getenv_fn get, void *ud
     c->run = 1;
     c->max_iterations = 5;
     c->meter_attempts = 8;
+    c->backoff_ms = 100;
     c->revoked_wait_ms = RUNNER_REVOKED_WAIT_MS;
     c->unreachable_ms = RUNNER_UNREACHABLE_MS;
     c->no_progress_after = 3;

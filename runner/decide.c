@@ -49,14 +49,15 @@ enum runner_exit runner_exit_for(enum runner_meter_next next)
     return RUNNER_EXIT_PROTOCOL;
 }
 
-long runner_backoff_ms(int attempt)
+long runner_backoff_ms(int attempt, long first_ms)
 {
-    long ms = 100;
+    long cap = first_ms * RUNNER_BACKOFF_CAP_FACTOR;
+    long ms = first_ms;
 
-    for (int i = 1; i < attempt && ms < 5000; i++) {
+    for (int i = 1; i < attempt && ms < cap; i++) {
         ms *= 2;
     }
-    return ms > 5000 ? 5000 : ms;
+    return ms > cap ? cap : ms;
 }
 
 bool runner_meter_again(int attempt, int max_attempts, bool unreachable, long elapsed_ms,

@@ -314,7 +314,7 @@ void runner_meter_send(struct runner_meter_answer *out, const struct runner_conf
                                 cfg->unreachable_ms)) {
             break;
         }
-        sleep_ms(runner_backoff_ms(attempt));
+        sleep_ms(runner_backoff_ms(attempt, cfg->backoff_ms));
     }
     runner_token_free(token);
     free(body);

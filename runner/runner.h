@@ -111,9 +111,11 @@ enum runner_meter_next {
 enum runner_meter_next runner_meter_classify(int rc, long status);
 /* The exit code a stop for NEXT means (RUNNER_EXIT_OK for PAUSED). */
 enum runner_exit runner_exit_for(enum runner_meter_next next);
-/* Delay before retry ATTEMPT (1-based) of a meter call, ms: 100, 200, 400, ... capped
- * at 5000. */
-long runner_backoff_ms(int attempt);
+/* Delay before retry ATTEMPT (1-based) of a meter call, ms: FIRST_MS (DIVERGE_METER_BACKOFF_MS,
+ * 100 by default), twice that, four times, ... capped at RUNNER_BACKOFF_CAP_FACTOR times
+ * FIRST_MS (5000 by default). */
+#define RUNNER_BACKOFF_CAP_FACTOR 50
+long runner_backoff_ms(int attempt, long first_ms);
 /* Whether a meter call is tried again after ATTEMPT (1-based) of MAX_ATTEMPTS ended in
  * RUNNER_METER_RETRY, ELAPSED_MS after its first try began: within MAX_ATTEMPTS always;
  * past them only when the server was not reached at all (UNREACHABLE: no HTTP answer,
@@ -177,6 +179,8 @@ struct runner_config {
     const char *ca_file;       /* DIVERGE_CA_FILE: PEM bundle that https meter, preview and
                                   git calls trust instead of the system's, or NULL */
     int meter_attempts;        /* DIVERGE_METER_ATTEMPTS or 8: tries per meter call */
+    long backoff_ms;           /* DIVERGE_METER_BACKOFF_MS or 100: the first wait between
+                                  them (runner_backoff_ms) */
     long revoked_wait_ms;      /* DIVERGE_REVOKED_WAIT_MS or 30000: how long a 401 with a
                                   token file waits for a new token (a pause in progress) */
     long unreachable_ms;       /* DIVERGE_METER_UNREACHABLE_MS or 60000: how long a meter

@@ -8,25 +8,28 @@
 # `all` builds the ASan, TSan and fuzz trees in the background at the lowest CPU priority
 # (nice 19) while the normal and sanitizer test stages run: the integration tests spend most
 # of their time waiting on servers, fakes and child processes, and a build at nice 19 takes
-# only the CPU they leave idle. Each stage then waits for its tree. The fuzzers run last and
-# alone (each target gets its FUZZ_SECONDS of a whole core).
+# only the CPU they leave idle. Each stage then waits for its tree. Once every tree is built
+# the fuzzers run in the background too, at nice 10, during the sanitizer stages (each
+# target still for its FUZZ_SECONDS); `all` waits for them after the TSan stage.
 #
 # Environment: JOBS (build jobs, default the CPUs), TEST_JOBS (tests the normal stage runs at
-# once) and SANITIZE_TEST_JOBS (the same for the sanitizer stages), both default JOBS (more
-# at once made the tests with short timeouts fail on a loaded box: docs/testing.md),
-# BUILD (the normal tree, default build), FUZZ_SECONDS (default 10), SANITIZE_TESTS (ctest
-# arguments choosing the sanitizer stages' tests, default `-L sanitize`; empty runs every
-# test there too).
+# once) and SANITIZE_TEST_JOBS (the same for the sanitizer stages), both default JOBS + 1
+# (the tests mostly wait; the two with short timeouts take two slots: docs/testing.md),
+# BUILD (the normal tree, default build), FUZZ_SECONDS (default 10), ASAN_TESTS and
+# TSAN_TESTS (ctest arguments choosing the sanitizer stages' tests, default `-L sanitize`
+# and `-L sanitize|tsan`: docs/testing.md), SANITIZE_TESTS (when set, both of them; empty
+# runs every test there too).
 # Each stage prints its wall time and the CPU time it used.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
-TEST_JOBS=${TEST_JOBS:-$JOBS}
-SANITIZE_TEST_JOBS=${SANITIZE_TEST_JOBS:-$JOBS}
+TEST_JOBS=${TEST_JOBS:-$((JOBS + 1))}
+SANITIZE_TEST_JOBS=${SANITIZE_TEST_JOBS:-$((JOBS + 1))}
 BUILD=${BUILD:-build}
 FUZZ_SECONDS=${FUZZ_SECONDS:-10}
-SANITIZE_TESTS=${SANITIZE_TESTS--L sanitize}
+ASAN_TESTS=${SANITIZE_TESTS-${ASAN_TESTS--L sanitize}}
+TSAN_TESTS=${SANITIZE_TESTS-${TSAN_TESTS--L sanitize|tsan}}
 
 # configure TREE: the tree's CMake configuration (kept when it exists with the same options).
 configure() {
@@ -60,16 +63,16 @@ run() {
     case "$1" in
     normal) (cd "$BUILD" && ctest --output-on-failure -j "$TEST_JOBS") ;;
     asan)
-        # shellcheck disable=SC2086 # SANITIZE_TESTS is a list of ctest arguments
+        # shellcheck disable=SC2086 # ASAN_TESTS is a list of ctest arguments
         (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
             UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-            ctest --output-on-failure -j "$SANITIZE_TEST_JOBS" $SANITIZE_TESTS)
+            ctest --output-on-failure -j "$SANITIZE_TEST_JOBS" $ASAN_TESTS)
         ;;
     tsan)
         # halt_on_error: the first race fails its test.
         # shellcheck disable=SC2086
         (cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-            ctest --output-on-failure -j "$SANITIZE_TEST_JOBS" $SANITIZE_TESTS)
+            ctest --output-on-failure -j "$SANITIZE_TEST_JOBS" $TSAN_TESTS)
         ;;
     fuzz) bash scripts/run_fuzz.sh build-fuzz "$FUZZ_SECONDS" "$JOBS" ;;
     esac
@@ -98,11 +101,15 @@ one() {
 # in $bg/<tree>.rc once done. The chain stops at the first failed build.
 bg=""
 bg_pid=""
+fuzz_pid=""
 stop_background() {
-    if [ -n "$bg_pid" ]; then
-        kill -TERM -- "-$bg_pid" 2>/dev/null || true
-        wait "$bg_pid" 2>/dev/null || true
-    fi
+    local pid
+    for pid in "$bg_pid" "$fuzz_pid"; do
+        if [ -n "$pid" ]; then
+            kill -TERM -- "-$pid" 2>/dev/null || true
+            wait "$pid" 2>/dev/null || true
+        fi
+    done
     if [ -n "$bg" ]; then
         rm -rf "$bg"
     fi
@@ -148,17 +155,42 @@ wait_background() {
     echo "test: $1 build: $(cat "$bg/$1.secs") in the background; the stage waited $(since "$t0") s for it"
 }
 
+# start_fuzz: once the TSan and fuzz trees are built, the fuzzers run in the background at
+# nice 10 (their own process group, for stop_background), output in $bg/fuzz.out.
+start_fuzz() {
+    set -m
+    (
+        set +m
+        wait_background tsan >/dev/null && wait_background fuzz || exit 1
+        renice -n 10 -p "$BASHPID" >/dev/null
+        timed "fuzz run (in the background, nice 10)" run fuzz
+    ) >"$bg/fuzz.out" 2>&1 &
+    fuzz_pid=$!
+    set +m
+}
+
+wait_fuzz() {
+    local t0 rc=0
+    t0=$(date +%s)
+    wait "$fuzz_pid" || rc=$?
+    fuzz_pid=""
+    cat "$bg/fuzz.out"
+    echo "test: fuzz: the stage waited $(since "$t0") s for the background fuzzers"
+    return "$rc"
+}
+
 all() {
     local start
     start=$(date +%s)
     timed "normal build" build normal
     start_background asan tsan fuzz
-    for t in normal asan tsan fuzz; do
-        if [ "$t" != normal ]; then
-            wait_background "$t"
-        fi
-        timed "$t tests" run "$t"
-    done
+    timed "normal tests" run normal
+    wait_background asan
+    start_fuzz
+    timed "asan tests" run asan
+    wait_background tsan
+    timed "tsan tests" run tsan
+    wait_fuzz
     echo "test: all stages passed in $(since "$start") s"
 }
 

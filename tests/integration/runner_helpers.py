@@ -55,6 +55,9 @@ def runner_env(tmp, task, repo_url, **extra):
         "DIVERGE_VERIFY_CMD": "sh test.sh",
         "DIVERGE_WORKSPACE_DIR": os.path.join(tmp, "workspace"),
         "DIVERGE_USAGE_FILE": os.path.join(tmp, "usage.jsonl"),
+        # Retries of a meter call wait 10 ms, 20 ms, ... 500 ms instead of 100 ms ... 5 s:
+        # the same attempts, in a tenth of the time.
+        "DIVERGE_METER_BACKOFF_MS": "10",
     })
     for k, v in extra.items():
         if v is None:

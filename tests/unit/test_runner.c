@@ -259,9 +259,11 @@ TEST(meter_answers_and_exit_codes)
     CHECK_EQ_INT(runner_exit_for(RUNNER_METER_UNAUTHORIZED), 4);
     CHECK_EQ_INT(runner_exit_for(RUNNER_METER_RETRY), 5);
     CHECK_EQ_INT(runner_exit_for(RUNNER_METER_PROTOCOL), 7);
-    CHECK_EQ_INT(runner_backoff_ms(1), 100);
-    CHECK_EQ_INT(runner_backoff_ms(3), 400);
-    CHECK_EQ_INT(runner_backoff_ms(30), 5000);
+    CHECK_EQ_INT(runner_backoff_ms(1, 100), 100);
+    CHECK_EQ_INT(runner_backoff_ms(3, 100), 400);
+    CHECK_EQ_INT(runner_backoff_ms(30, 100), 5000);
+    CHECK_EQ_INT(runner_backoff_ms(3, 10), 40);
+    CHECK_EQ_INT(runner_backoff_ms(30, 10), 500);
     /* Within the attempts always; past them only while no server answered for less than
      * the unreachable window. */
     CHECK(runner_meter_again(7, 8, false, 0, 60000));
