@@ -52,9 +52,9 @@ def test_runner_meters_after_every_resume():
             wait_until(lambda: failed() or read(offset) != before, what="metering after resume")
         failed()
         log = task_log(srv, "rz")
-        # A meter call caught between Pausing (token revoked) and the freeze gets a 401
-        # (SPEC §4, §7); the runner then waits for the fresh token the resume writes and
-        # goes on: it never stops on it.
+        # A meter call sent just before the freeze and answered after Pausing (token
+        # revoked) gets a 401 (SPEC §4, §7); the runner then waits for the fresh token the
+        # resume writes and goes on: it never stops on it.
         assert ": stopping" not in log and "runner exited" not in log, log
         # Every resume thawed the sandbox, or (a freeze that did not complete stops the
         # sandbox rather than leave it running unmetered) started a new runner that went
