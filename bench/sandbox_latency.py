@@ -480,7 +480,9 @@ class PauseRun:
         try:
             wait(metering, 10, 0.0005, "metering again")
         except SystemExit:
-            print("log tail:\n" + "\n".join(srv.log(t.ns, t.name).splitlines()[-20:]))
+            print("[%s] %s: log tail:\n%s" % (
+                self.label, "frozen" if t.frozen() else "not frozen",
+                "\n".join(srv.log(t.ns, t.name).splitlines()[-20:])))
             raise
         if read(t.offset) in (before, None):
             # The runner stopped instead of metering: say why, go on with a new task.
