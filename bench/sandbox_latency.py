@@ -13,14 +13,19 @@ port with a fresh data dir (and stops at the end):
           task runs to Completed before the next one is made.
   pause   PATCH spec.suspended=true → every process of the sandbox frozen: the cgroup's
           freezer.state reads FROZEN (v1) / cgroup.events `frozen 1` (v2), or, without a
-          cgroup, every process of the sandbox is in state T (SIGSTOP).
+          cgroup, every process of the sandbox is in state T (SIGSTOP). Also from the
+          PATCH's answer on (after its fsync'd commit: what the controller adds).
   resume  PATCH spec.suspended=false → the runner metering again: the runner's usage
           offset file (<usage>.offset, rewritten only after the meter answered 200 for a
           line) changes. The agent appends one usage line per iteration and fails, so the
           runner meters a line before every iteration.
 
+  iterations (--only iterations) iterations per second of a task whose agent only
+          appends its usage line and fails: the runner's own time per iteration.
+
 usage: python3 bench/sandbox_latency.py [build-dir] [-n 50] [--cycles 50]
-                                        [--only start|pause] [--path auto|api|comment]
+                                        [--only start|pause|iterations]
+                                        [--path auto|api|comment]
                                         [--reference other-build-dir]
 With --reference, a second server runs the other build (each with its own data dir and
 bare repository) and the two are measured in turn, task by task and cycle by cycle (the
@@ -439,6 +444,7 @@ class PauseRun:
         self.srv = Server(binary, LOOP_AGENT)
         self.t = LoopTask(self.srv, self.repo, 1)
         self.pause, self.paused, self.resume, self.thaw = [], [], [], []
+        self.pause_after, self.thaw_after = [], []  # from the PATCH's answer on
         self.restarts, self.lost, self.nprocs, self.seen = 0, [], [], {}
 
     def how(self):
@@ -451,8 +457,10 @@ class PauseRun:
         time.sleep(0.3)  # running and metering
         t0 = time.monotonic()
         srv.patch(t.ns, t.name, {"suspended": True})
+        answered = time.monotonic()
         wait(t.frozen, 10, 0.0005, "frozen")
         self.pause.append((time.monotonic() - t0) * 1000.0)
+        self.pause_after.append((time.monotonic() - answered) * 1000.0)
         wait(lambda: t.phase() == "Paused", 10, 0.002, "Paused")
         self.paused.append((time.monotonic() - t0) * 1000.0)
         pids = t.pids()
@@ -468,10 +476,13 @@ class PauseRun:
             return read(t.offset) not in (before, None) or \
                 t.phase() in ("Failed", "Completed")
         srv.patch(t.ns, t.name, {"suspended": False})
+        answered = time.monotonic()
         try:
             wait(metering, 10, 0.0005, "metering again")
         except SystemExit:
-            print("log tail:\n" + "\n".join(srv.log(t.ns, t.name).splitlines()[-20:]))
+            print("[%s] %s: log tail:\n%s" % (
+                self.label, "frozen" if t.frozen() else "not frozen",
+                "\n".join(srv.log(t.ns, t.name).splitlines()[-20:])))
             raise
         if read(t.offset) in (before, None):
             # The runner stopped instead of metering: say why, go on with a new task.
@@ -481,6 +492,7 @@ class PauseRun:
             return
         self.resume.append((time.monotonic() - t0) * 1000.0)
         self.thaw.append(((thawed_at or [time.monotonic()])[0] - t0) * 1000.0)
+        self.thaw_after.append(((thawed_at or [time.monotonic()])[0] - answered) * 1000.0)
         if t.leader() != leader:
             self.restarts += 1
 
@@ -513,8 +525,10 @@ def bench_pause(builds, cycles):
             for r in (runs if i % 2 == 0 else runs[::-1]):
                 r.cycle()
         figures = (("pause: PATCH → every process frozen", "pause", "≤ 5 (p99)"),
+                   ("pause: PATCH answered → every process frozen", "pause_after", None),
                    ("pause: PATCH → phase Paused (GET polled)", "paused", None),
                    ("resume: PATCH → thawed", "thaw", None),
+                   ("resume: PATCH answered → thawed", "thaw_after", None),
                    ("resume: PATCH → a meter call charged", "resume", "≤ 10 (p99)"))
         for name, attr, target in figures:
             report_pair(name, {r.label: getattr(r, attr) for r in runs}, target)
@@ -524,6 +538,37 @@ def bench_pause(builds, cycles):
     finally:
         for r in runs:
             r.stop()
+
+
+# Iteration rate: the agent only appends its usage line and fails, so an iteration is the
+# runner's own work (spawn and reap the agent, checkpoint, meter the line).
+RATE_AGENT = 'echo \'{"tokensUsed":1,"costUSD":0.000001}\' >> "$DIVERGE_USAGE_FILE"; exit 1'
+
+
+def bench_rate(builds, rounds, secs=5.0):
+    """Iterations per second of a task whose agent does nothing, each build in turn."""
+    rates = {label: [] for label, _ in builds}
+    print("== iterations: agent = one usage line + exit 1, %.0f s per sample" % secs, flush=True)
+    for i in range(rounds):
+        for label, binary in (builds if i % 2 == 0 else builds[::-1]):
+            top = tempfile.mkdtemp(prefix="diverge-bench-repo-")
+            srv = Server(binary, RATE_AGENT)
+            try:
+                t = LoopTask(srv, bare_repo(top), 1)
+                i0, t0 = srv.task(t.ns, t.name)["status"].get("iteration", 0), time.monotonic()
+                time.sleep(secs)
+                i1, t1 = srv.task(t.ns, t.name)["status"].get("iteration", 0), time.monotonic()
+                rates[label].append((i1 - i0) / (t1 - t0))
+            finally:
+                srv.stop()
+                shutil.rmtree(top, ignore_errors=True)
+    for label, xs in rates.items():
+        print("iterations per second [%s]: %s" % (label, " ".join("%.1f" % x for x in xs)),
+              flush=True)
+    if len(rates) == 2:
+        a, b = rates["this build"], rates["reference"]
+        print("iterations per second ratio: median %.2f× (this build / reference)" % (
+            pct(a, 50) / pct(b, 50)), flush=True)
 
 
 def machine():
@@ -543,7 +588,7 @@ def main():
     ap.add_argument("build", nargs="?", default="build")
     ap.add_argument("-n", type=int, default=50, help="start samples (after one warm-up)")
     ap.add_argument("--cycles", type=int, default=50, help="pause/resume cycles")
-    ap.add_argument("--only", choices=("start", "pause"))
+    ap.add_argument("--only", choices=("start", "pause", "iterations"))
     ap.add_argument("--path", choices=("auto", "api", "comment"), default="auto")
     ap.add_argument("--reference", metavar="DIR",
                     help="a second build (e.g. main's) measured in the same run, task by task "
@@ -567,6 +612,8 @@ def main():
         bench_start(builds, a.n, a.path)
     if a.only in (None, "pause"):
         bench_pause(builds, a.cycles)
+    if a.only == "iterations":
+        bench_rate(builds, 4)
     print("== load average at the end: " + (read("/proc/loadavg") or "").strip())
     return 0
 

@@ -126,6 +126,7 @@ struct reconcile {
     struct err mirror_err;
     /* owned: a start prepared by execution, launched after the apply, or NULL */
     struct controller_launch *launch;
+    bool froze; /* a PAUSE froze the sandbox (controller_pause_freeze) */
 };
 
 /* Executes R's side effects (execute.c) with C->lock held; failures that end the task are
@@ -139,6 +140,16 @@ void controller_execute(struct controller *c, struct reconcile *r);
 int controller_launch(struct controller *c, struct reconcile *r);
 /* Frees a prepared start (its egress proxy and meter socket too, unless launched). */
 void controller_launch_free(struct controller_launch *l);
+
+/* The freeze of a PAUSE planned on Pending, Provisioning or Active, before the Pausing
+ * transaction revokes the token (with C->lock held): a frozen runner makes no meter call,
+ * so none is caught between the revocation and the freeze (a 401 it would have to wait
+ * out), and the freeze is not behind that transaction's fsync. Sets R->froze once every
+ * process is frozen; a sandbox that cannot be frozen is stopped. */
+void controller_pause_freeze(struct controller *c, struct reconcile *r);
+/* Thaws what controller_pause_freeze froze when the Pausing transaction found that the
+ * task moved on (resumed meanwhile, or paused by the meter): it runs as it did. */
+void controller_pause_undo(struct controller *c, struct reconcile *r);
 
 /* Thaws R's sandbox after the apply of a CONTROLLER_THAW made the fresh token current
  * and the task Active (with C->lock held). On failure the sandbox is stopped and

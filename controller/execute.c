@@ -544,19 +544,17 @@ int controller_thaw(struct controller *c, struct reconcile *r)
     return rc;
 }
 
-static void do_pause(struct controller *c, struct reconcile *r, const char *log)
+void controller_pause_freeze(struct controller *c, struct reconcile *r)
 {
+    char *log = sandbox_log_path(c->data_dir, r->ns, r->name);
     struct sandbox_status st;
     struct err err = {0};
 
     controller_timer_set(c, r->ns, r->name, 0);
     controller_note_running(c, r->ns, r->name, false, clock_now_ms(clock_system()));
     sandbox_status(&st, c->sandboxes, r->ns, r->name);
-    /* A task the meter paused keeps running until its runner stops by itself (exit 0 on
-     * 429); freezing it there would turn that exit into a completion after a thaw. */
-    if (r->phase == TASK_PAUSED || st.state != SANDBOX_RUNNING) {
-        sandbox_log_event(log, "[diverge] paused (token revoked%s)",
-                          st.state == SANDBOX_ABSENT ? "; no sandbox runs, nothing to freeze" : "");
+    if (st.state != SANDBOX_RUNNING) {
+        free(log);
         return;
     }
     if (sandbox_suspend(c->sandboxes, r->ns, r->name, &err) != E_OK) {
@@ -564,9 +562,50 @@ static void do_pause(struct controller *c, struct reconcile *r, const char *log)
          * (a resume starts a new runner from the next iteration on the workspace). */
         sandbox_log_event(log, "[diverge] freeze failed: %s; sandbox stopped instead", err.msg);
         sandbox_stop(c->sandboxes, r->ns, r->name);
+    } else {
+        r->froze = true;
+    }
+    free(log);
+}
+
+void controller_pause_undo(struct controller *c, struct reconcile *r)
+{
+    struct err err = {0};
+
+    if (!r->froze) {
         return;
     }
-    sandbox_log_event(log, "[diverge] paused (every process frozen, token revoked)");
+    r->froze = false;
+    if (sandbox_resume(c->sandboxes, r->ns, r->name, &err) == E_OK) {
+        controller_note_running(c, r->ns, r->name, true, clock_now_ms(clock_system()));
+        arm_timer(c, r);
+    }
+}
+
+static void do_pause(struct controller *c, struct reconcile *r, const char *log)
+{
+    struct sandbox_status st;
+
+    if (r->froze) {
+        sandbox_log_event(log, "[diverge] paused (every process frozen, token revoked)");
+        return;
+    }
+    /* Pausing or Paused already (a server restarted mid-pause, or a task the meter
+     * paused): the freeze of controller_pause_freeze did not run. */
+    sandbox_status(&st, c->sandboxes, r->ns, r->name);
+    if (r->phase == TASK_PAUSED || st.state != SANDBOX_RUNNING) {
+        /* A task the meter paused keeps running until its runner stops by itself (exit 0
+         * on 429); freezing it there would turn that exit into a completion after a thaw. */
+        controller_timer_set(c, r->ns, r->name, 0);
+        controller_note_running(c, r->ns, r->name, false, clock_now_ms(clock_system()));
+        sandbox_log_event(log, "[diverge] paused (token revoked%s)",
+                          st.state == SANDBOX_ABSENT ? "; no sandbox runs, nothing to freeze" : "");
+        return;
+    }
+    controller_pause_freeze(c, r);
+    if (r->froze) {
+        sandbox_log_event(log, "[diverge] paused (every process frozen, token revoked)");
+    }
 }
 
 /* E_OK when the push of R's working branch from STAGING stays within --max-push-bytes;

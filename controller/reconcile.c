@@ -483,10 +483,11 @@ static int start_after_apply(struct controller *c, struct reconcile *r, struct e
     return rc == E_AGAIN ? E_OK : rc;
 }
 
-/* Active (or Pending/Provisioning) → Pausing before the sandbox is frozen (SPEC §4): the
+/* Active (or Pending/Provisioning) → Pausing once the sandbox is frozen (SPEC §4): the
  * token is revoked in the same transaction, so no meter charge is accepted from here on
- * (the meter charges Active tasks with an active token only). Paused follows once the
- * freeze is confirmed; a server that dies in between finishes the pause on its restart. */
+ * (the meter charges Active tasks with an active token only; a call the runner sent just
+ * before the freeze may still be charged before it). Paused follows in the apply; a server
+ * that dies in between finishes the pause on its restart (its sandboxes died with it). */
 static int mark_pausing(struct task_txn *tx, void *userdata)
 {
     struct reconcile *r = userdata;
@@ -542,9 +543,13 @@ static int before_execute(struct controller *c, struct reconcile *r, struct err 
         rc = task_store_txn(c->store, mark_provisioning, r, err);
     }
     if (rc == E_OK && pauses_through_pausing(r->action, r->phase)) {
+        if (c->sandboxes != NULL) {
+            controller_pause_freeze(c, r); /* frozen first: see controller_int.h */
+        }
         rc = task_store_txn(c->store, mark_pausing, r, err);
         if (rc == E_AGAIN) {
             rc = E_OK;
+            controller_pause_undo(c, r);
             r->action = CONTROLLER_NOTHING;
         }
     }

@@ -229,10 +229,11 @@ static enum runner_meter_next exchange(struct runner_meter_answer *a,
 
 /* After a 401 with token TOKEN read from the file: whether the file holds another token,
  * looking again every RUNNER_REVOKED_POLL_MS for up to cfg->revoked_wait_ms. A task being
- * paused revokes its token and then freezes the sandbox, this runner included; on resume
- * the server writes a fresh token into the file before it thaws, so a runner caught in
- * between sees the new token right after the thaw. A token that stays revoked (task
- * deleted or finished) ends the wait: the caller exits RUNNER_EXIT_UNAUTHORIZED. */
+ * paused has its sandbox frozen, this runner included, and its token revoked; a call sent
+ * just before the freeze may be answered 401 once the token is revoked. On resume the
+ * server writes a fresh token into the file before it thaws, so a runner caught so sees
+ * the new token right after the thaw. A token that stays revoked (task deleted or
+ * finished) ends the wait: the caller exits RUNNER_EXIT_UNAUTHORIZED. */
 static bool new_token_arrived(const struct runner_config *cfg, const char *token)
 {
     int64_t waited = 0;
@@ -297,8 +298,8 @@ void runner_meter_send(struct runner_meter_answer *out, const struct runner_conf
         if (out->next == RUNNER_METER_UNAUTHORIZED && rotations < RUNNER_ROTATIONS_MAX &&
             cfg->token_env == NULL && new_token_arrived(cfg, token)) {
             /* The token was rotated while this call was on its way, or the task was being
-             * paused (SPEC §4: the token is revoked in Pausing, before the freeze) and has
-             * been resumed with a fresh token in the same file: use the new one. */
+             * paused (SPEC §4: the token is revoked in Pausing) and has been resumed with a
+             * fresh token in the same file: use the new one. */
             rotations++;
             attempt--;
             continue;

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Children of the runner: fork + execve with an argv array (no shell interpolates data
  * here), stdin from /dev/null, output passed through to the task log and its tail kept. */
+#define _GNU_SOURCE /* syscall */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -10,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -216,14 +218,33 @@ static void follow_tick(const struct runner_spawn *sp, pid_t pid, int64_t *next,
     }
 }
 
-/* waitpid of PID, without blocking when POLLING (then a pause of WAIT_MS when it still
- * runs: its pipe is gone, but its usage is still followed). */
-static pid_t reap(int *wst, pid_t pid, bool polling, int wait_ms)
+/* A descriptor that becomes readable when PID exits (pidfd_open, Linux 5.3), or -1. */
+static int exit_fd(pid_t pid)
+{
+#ifdef SYS_pidfd_open
+    int fd = (int)syscall(SYS_pidfd_open, pid, 0);
+    if (fd >= 0) {
+        (void)fcntl(fd, F_SETFD, FD_CLOEXEC);
+    }
+    return fd;
+#else
+    (void)pid;
+    return -1;
+#endif
+}
+
+/* waitpid of PID, without blocking when POLLING (then, when it still runs, a wait of up
+ * to WAIT_MS that ends as soon as it exits when XFD, its exit_fd, is there: its pipe is
+ * gone, but its usage is still followed). The pipe reads end of file a moment before the
+ * child can be reaped (its files are closed early in its exit): a plain pause here made
+ * about every other iteration wait the whole WAIT_MS for nothing. */
+static pid_t reap(int *wst, pid_t pid, int xfd, bool polling, int wait_ms)
 {
     pid_t w = waitpid(pid, wst, polling ? WNOHANG : 0);
 
     if (w == 0 && wait_ms > 0) {
-        (void)poll(NULL, 0, wait_ms);
+        struct pollfd p = {.fd = xfd, .events = POLLIN};
+        (void)poll(xfd >= 0 ? &p : NULL, xfd >= 0 ? 1 : 0, wait_ms);
     }
     return w;
 }
@@ -232,30 +253,47 @@ static pid_t reap(int *wst, pid_t pid, bool polling, int wait_ms)
  * background process the child left behind may keep the pipe open: once the child
  * itself is gone, what is buffered is read and the rest is not waited for. Returns the
  * child's wait status in *wst. */
+/* Waits up to WAIT_MS for output on RFD (passed on), the end of the pipe, or the exit of
+ * the child (XFD, when there); false once the pipe is done. */
+static bool pump_wait(const struct runner_spawn *sp, int rfd, int xfd, int wait_ms, bool *more)
+{
+    struct pollfd pfd[2] = {{.fd = rfd, .events = POLLIN}, {.fd = xfd, .events = POLLIN}};
+
+    if (poll(pfd, xfd >= 0 ? 2 : 1, wait_ms) > 0 && pfd[0].revents != 0) {
+        return pump_once(sp, rfd, more);
+    }
+    return true;
+}
+
 static int pump(int *wst, const struct runner_spawn *sp, int rfd, pid_t pid)
 {
     bool open_pipe = fcntl(rfd, F_SETFL, O_NONBLOCK) == 0, more = false, killed = false;
-    struct pollfd pfd = {.fd = rfd, .events = POLLIN};
-    int wait_ms = follow_wait_ms(sp);
+    int xfd = exit_fd(pid);
+    int wait_ms = follow_wait_ms(sp), rc = E_OK;
     int64_t next = mono_ms() + wait_ms;
     pid_t w;
 
     for (;;) {
-        if (open_pipe && poll(&pfd, 1, wait_ms) > 0) {
-            open_pipe = pump_once(sp, rfd, &more);
+        if (open_pipe) {
+            open_pipe = pump_wait(sp, rfd, xfd, wait_ms, &more);
         }
         follow_tick(sp, pid, &next, &killed);
-        w = reap(wst, pid, open_pipe || (sp->follow != NULL && !killed), open_pipe ? 0 : wait_ms);
+        w = reap(wst, pid, xfd, open_pipe || (sp->follow != NULL && !killed),
+                 open_pipe ? 0 : wait_ms);
         if (w == pid) {
             break;
         }
         if (w < 0 && errno != EINTR) {
-            return E_FAIL;
+            rc = E_FAIL;
+            break;
         }
     }
-    while (open_pipe && pump_once(sp, rfd, &more) && more) {
+    while (rc == E_OK && open_pipe && pump_once(sp, rfd, &more) && more) {
     }
-    return E_OK;
+    if (xfd >= 0) {
+        close(xfd);
+    }
+    return rc;
 }
 
 /* Opens the output pipe, both ends close-on-exec; on failure nothing is left open. */

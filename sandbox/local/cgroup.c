@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/hash.h"
 #include "common/log.h"
 #include "sandbox/local/local_int.h"
@@ -296,10 +297,15 @@ void local_cgroup_join(int *fds, struct local_provider *lp, const char *ns, cons
     }
 }
 
+static void sleep_us(long us)
+{
+    struct timespec ts = {.tv_sec = us / 1000000L, .tv_nsec = (us % 1000000L) * 1000L};
+    nanosleep(&ts, NULL);
+}
+
 static void sleep_ms(long ms)
 {
-    struct timespec ts = {.tv_sec = 0, .tv_nsec = ms * 1000000L};
-    nanosleep(&ts, NULL);
+    sleep_us(ms * 1000L);
 }
 
 static bool file_has(const char *path, const char *text)
@@ -314,6 +320,32 @@ static bool file_has(const char *path, const char *text)
     return n > 0 && strstr(buf, text) != NULL;
 }
 
+/* Waits up to ~5 s for the freezer cgroup D to read frozen (STATE: its freezer.state or
+ * cgroup.events). A freeze usually completes within a millisecond: the state is read
+ * again after 50 us, then twice as late each time up to every 2 ms, so the pause is not
+ * reported a whole 2 ms late. A v1 freezer that stays FREEZING (a task it could not stop
+ * yet, e.g. one in the middle of a fork or an uninterruptible wait) retries on another
+ * write of FROZEN, every 100 ms; v2 keeps trying by itself. */
+static bool cg_wait_frozen(struct local_provider *lp, const char *d, const char *state)
+{
+    int64_t start = clock_mono_ns(), retried = start, now;
+    long pause_us = 50;
+
+    while (!file_has(state, lp->v2 ? "frozen 1" : "FROZEN")) {
+        now = clock_mono_ns();
+        if (now - start > INT64_C(5000000000)) {
+            return false;
+        }
+        if (!lp->v2 && now - retried >= INT64_C(100000000)) {
+            (void)put(d, "freezer.state", "FROZEN");
+            retried = now;
+        }
+        sleep_us(pause_us);
+        pause_us = pause_us < 1000 ? pause_us * 2 : 2000;
+    }
+    return true;
+}
+
 static int cg_freeze(struct sbx *x, void *ctx, struct err *err)
 {
     struct local_provider *lp = ctx;
@@ -324,20 +356,8 @@ static int cg_freeze(struct sbx *x, void *ctx, struct err *err)
 
     if (d == NULL || !put(d, lp->v2 ? "cgroup.freeze" : "freezer.state", lp->v2 ? "1" : "FROZEN")) {
         sbx_signal_tree(x->pid, SIGSTOP); /* no cgroup: every process of the sandbox */
-    } else {
-        int i;
-        /* Up to ~5 s. A v1 freezer that stays FREEZING (a task it could not stop yet, e.g.
-         * one in the middle of a fork or an uninterruptible wait) retries on another write
-         * of FROZEN, every 100 ms; v2 keeps trying by itself. */
-        for (i = 0; i < 2500 && !file_has(state, lp->v2 ? "frozen 1" : "FROZEN"); i++) {
-            if (!lp->v2 && i % 50 == 49) {
-                (void)put(d, "freezer.state", "FROZEN");
-            }
-            sleep_ms(2);
-        }
-        if (i == 2500) {
-            rc = err_set(err, E_FAIL, "the sandbox did not freeze");
-        }
+    } else if (!cg_wait_frozen(lp, d, state)) {
+        rc = err_set(err, E_FAIL, "the sandbox did not freeze");
     }
     free(state);
     free(d);

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Resume of a frozen sandbox with the real diverge-agent-runner: the runner's next meter
-call after the thaw is accepted. The controller used to thaw the sandbox before the
+"""Pause and resume of a sandbox with the real diverge-agent-runner: once the task reads
+Pausing (token revoked) every process is frozen already, and the runner's next meter call
+after the thaw is accepted. The controller used to thaw the sandbox before the
 transaction that makes the fresh token current and the task Active, so a runner thawed
 right before a heartbeat metered with a token the server did not know yet (401 "token
 revoked"), exited 4 and the task failed (RunnerFailed) — about one resume in four with an
@@ -9,10 +10,11 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 
 from harness import Server, run_tests
 from sandbox_helpers import bare_repo, create, get, patch, task, task_log, wait_until
-from test_sandbox_local import usable
+from test_sandbox_local import cgroup_dirs, usable
 
 # One usage line per iteration and a failure: the runner meters before every iteration.
 AGENT = "echo '{\"tokensUsed\":1,\"costUSD\":0.000001}' >> \"$DIVERGE_USAGE_FILE\"; exit 1"
@@ -39,10 +41,30 @@ def test_runner_meters_after_every_resume():
             st = get(srv, "rz")["status"]
             assert st["phase"] not in ("Failed", "Completed"), (st, task_log(srv, "rz"))
 
+        freezer, _, v2 = cgroup_dirs(srv, "rz")
+        seen = []
+
+        def pausing():
+            # The phase first, then the freezer: a sandbox frozen before the Pausing
+            # transaction reads frozen from the first moment the phase is not Active.
+            phase = get(srv, "rz")["status"]["phase"]
+            if phase not in ("Pausing", "Paused"):
+                return False
+            if freezer is not None:
+                state = read(os.path.join(freezer, "cgroup.events" if v2 else "freezer.state"))
+                seen.append((phase, "frozen 1" in (state or "") if v2 else
+                             (state or "").strip() == "FROZEN"))
+            return True
+
         for _ in range(CYCLES):
             before = read(offset)
             wait_until(lambda: failed() or read(offset) != before, what="metering")
             patch(srv, "rz", {"suspended": True})
+            deadline = time.monotonic() + 20
+            while not pausing():  # polled closely, to catch Pausing before Paused
+                failed()
+                assert time.monotonic() < deadline, "timed out waiting for Pausing"
+                time.sleep(0.001)
             wait_until(lambda: failed() or get(srv, "rz")["status"]["phase"] == "Paused",
                        what="Paused")
             before = read(offset)
@@ -52,9 +74,11 @@ def test_runner_meters_after_every_resume():
             wait_until(lambda: failed() or read(offset) != before, what="metering after resume")
         failed()
         log = task_log(srv, "rz")
-        # A meter call caught between Pausing (token revoked) and the freeze gets a 401
-        # (SPEC §4, §7); the runner then waits for the fresh token the resume writes and
-        # goes on: it never stops on it.
+        if "freeze failed" not in log:
+            assert all(f for _, f in seen), (seen, log)
+        # A meter call sent just before the freeze and answered after Pausing (token
+        # revoked) gets a 401 (SPEC §4, §7); the runner then waits for the fresh token the
+        # resume writes and goes on: it never stops on it.
         assert ": stopping" not in log and "runner exited" not in log, log
         # Every resume thawed the sandbox, or (a freeze that did not complete stops the
         # sandbox rather than leave it running unmetered) started a new runner that went
