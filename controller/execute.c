@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/gitref.h"
 #include "common/log.h"
 #include "common/proc.h"
 #include "controller/controller_int.h"
@@ -63,47 +64,16 @@ void controller_forget_run(struct controller *c, const char *ns, const char *nam
     }
 }
 
-/* Whether a line of the file PATH (at most CONTROLLER_PACKED_REFS_MAX bytes read) ends in
- * SUFFIX. */
-static bool file_has_line_ending(const char *path, const char *suffix)
-{
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
-    FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
-    char line[512];
-    size_t n = strlen(suffix), total = 0;
-    bool has = false;
-
-    if (f == NULL) {
-        if (fd >= 0) {
-            close(fd);
-        }
-        return false;
-    }
-    while (!has && total < CONTROLLER_PACKED_REFS_MAX && fgets(line, sizeof(line), f) != NULL) {
-        size_t len = strcspn(line, "\n");
-        total += len + 1;
-        has = len >= n && memcmp(line + len - n, suffix, n) == 0;
-    }
-    fclose(f);
-    return has;
-}
-
 bool controller_has_checkpoint(const struct controller *c, const char *ns, const char *name)
 {
     char *staging = xasprintf("%s/staging/%s/%s.git", c->data_dir, ns, name);
-    char *loose = xasprintf("%s/refs/heads/diverge/wip/%s", staging, name);
-    char *packed = xasprintf("%s/packed-refs", staging);
-    char *line = xasprintf(" refs/heads/diverge/wip/%s", name);
-    struct stat st;
-    /* Files only (the sandbox wrote them, git does not read them here): a wrong answer
-     * costs a start that finds no checkpoint, nothing else. */
-    bool has = (lstat(loose, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) ||
-               file_has_line_ending(packed, line);
+    char *ref = xasprintf("refs/heads/diverge/wip/%s", name);
+    /* From the files (the sandbox wrote them; git does not read them here): a wrong
+     * answer costs a start that finds no checkpoint, nothing else. */
+    bool has = gitref_read(NULL, staging, ref, CONTROLLER_PACKED_REFS_MAX) == 1;
 
     free(staging);
-    free(loose);
-    free(packed);
-    free(line);
+    free(ref);
     return has;
 }
 

@@ -22,12 +22,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/gitref.h"
 #include "common/proc.h"
 #include "controller/controller_int.h"
 
-#define OID_HEX 40   /* SHA-1 object ids only; any other format: the runner clones */
 #define DEPTH_MAX 50 /* commits kept, as the runner's clone --depth=50 (rev-list's argv) */
-#define REF_LINE_MAX 1200
+#define MIRROR_PACKED_REFS_MAX (64 * 1024 * 1024)
 
 /* Whether NAME is a branch name that needs no quoting in a config subsection or a path
  * and that git reads the same way: [A-Za-z0-9._/+-], no "..", "//", "/.", no leading '-',
@@ -48,54 +48,16 @@ static bool plain_branch(const char *name)
     return !(n >= 5 && strcmp(name + n - 5, ".lock") == 0);
 }
 
-static bool is_oid(const char *s, size_t n)
+/* Where refs/heads/BRANCH of the mirror DIR points (OID): 1, 0 absent, -1 not readable
+ * from its files. The fetches that write the mirror are git's; its packed-refs may be
+ * long (every tag of a large repository). */
+static int read_branch(char oid[GITREF_OID_HEX + 1], const char *dir, const char *branch)
 {
-    return n == OID_HEX && strspn(s, "0123456789abcdef") >= OID_HEX;
-}
+    char *ref = xasprintf("refs/heads/%s", branch);
+    int rc = gitref_read(oid, dir, ref, MIRROR_PACKED_REFS_MAX);
 
-/* The object id refs/heads/BRANCH of the bare repository DIR points at (a loose ref, else
- * packed-refs) into OID: 1 found, 0 absent, -1 unreadable or not a SHA-1 id. */
-static int read_branch(char oid[OID_HEX + 1], const char *dir, const char *branch)
-{
-    char *path = xasprintf("%s/refs/heads/%s", dir, branch);
-    char line[REF_LINE_MAX];
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC), found = 0;
-    size_t want = strlen(branch);
-    FILE *f;
-
-    free(path);
-    if (fd >= 0) {
-        ssize_t n = read(fd, line, sizeof(line) - 1);
-        close(fd);
-        if (n != OID_HEX + 1 || line[OID_HEX] != '\n' || !is_oid(line, OID_HEX)) {
-            return -1;
-        }
-        memcpy(oid, line, OID_HEX);
-        oid[OID_HEX] = '\0';
-        return 1;
-    }
-    if (errno != ENOENT) {
-        return -1;
-    }
-    path = xasprintf("%s/packed-refs", dir);
-    f = fopen(path, "re");
-    free(path);
-    if (f == NULL) {
-        return errno == ENOENT ? 0 : -1;
-    }
-    /* "<oid> refs/heads/<branch>" */
-    while (found == 0 && fgets(line, sizeof(line), f) != NULL) {
-        size_t len = strcspn(line, "\n");
-        if (len == OID_HEX + 12 + want && is_oid(line, OID_HEX) &&
-            memcmp(line + OID_HEX, " refs/heads/", 12) == 0 &&
-            memcmp(line + OID_HEX + 12, branch, want) == 0) {
-            memcpy(oid, line, OID_HEX);
-            oid[OID_HEX] = '\0';
-            found = 1;
-        }
-    }
-    fclose(f);
-    return found;
+    free(ref);
+    return rc;
 }
 
 /* Writes TEXT into the new file DIR/NAME. */
@@ -175,7 +137,7 @@ static int write_refs(const struct controller_clone *q, const char *base_oid, bo
 static bool listed(char *const *lines, size_t n, const char *s)
 {
     for (size_t i = 0; i < n; i++) {
-        if (memcmp(lines[i], s, OID_HEX) == 0) {
+        if (memcmp(lines[i], s, GITREF_OID_HEX) == 0) {
             return true;
         }
     }
@@ -205,7 +167,7 @@ static int write_shallow(const char *gitdir, const char *tip1, const char *tip2,
     }
     for (line = strtok_r(out.data, "\n", &save); rc == E_OK && line != NULL;
          line = strtok_r(NULL, "\n", &save)) {
-        if (n == ARRAY_LEN(lines) || strlen(line) % (OID_HEX + 1) != OID_HEX) {
+        if (n == ARRAY_LEN(lines) || strlen(line) % (GITREF_OID_HEX + 1) != GITREF_OID_HEX) {
             rc = err_set(err, E_FAIL, "git rev-list: unexpected output");
         } else {
             lines[n++] = line;
@@ -213,9 +175,9 @@ static int write_shallow(const char *gitdir, const char *tip1, const char *tip2,
     }
     for (size_t i = 0; rc == E_OK && i < n; i++) {
         size_t len = strlen(lines[i]);
-        for (size_t at = OID_HEX + 1; at < len; at += OID_HEX + 1) {
+        for (size_t at = GITREF_OID_HEX + 1; at < len; at += GITREF_OID_HEX + 1) {
             if (!listed(lines, n, lines[i] + at)) {
-                buf_printf(&shallow, "%.*s\n", OID_HEX, lines[i]);
+                buf_printf(&shallow, "%.*s\n", GITREF_OID_HEX, lines[i]);
                 break;
             }
         }
@@ -231,7 +193,7 @@ static int write_shallow(const char *gitdir, const char *tip1, const char *tip2,
 /* The two tips: base and, when they differ, the working branch's. */
 static int make(struct controller *c, const struct controller_clone *q, struct err *err)
 {
-    char base_oid[OID_HEX + 1], working_oid[OID_HEX + 1];
+    char base_oid[GITREF_OID_HEX + 1], working_oid[GITREF_OID_HEX + 1];
     int lock, has_base = -1, has_working = 0, rc;
 
     rc = skeleton(q->gitdir, err);
