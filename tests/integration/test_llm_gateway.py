@@ -67,8 +67,9 @@ def read_log(srv, name):
         return f.read()
 
 
-def stream_raw(srv, path, body, headers):
-    """Reads a streamed answer with http.client; returns (status, bytes, error or None)."""
+def stream_raw(srv, path, body, headers, watch=None):
+    """Reads a streamed answer with http.client; returns (status, bytes, error or None).
+    WATCH, (marker, event): the event is set once the marker has reached the client."""
     host, port = srv.url.split("//")[1].split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=30)
     h = {"Content-Type": "application/json"}
@@ -82,6 +83,8 @@ def stream_raw(srv, path, body, headers):
             if not chunk:
                 break
             data += chunk
+            if watch is not None and watch[0] in data:
+                watch[1].set()
     except (http.client.IncompleteRead, ConnectionError) as e:
         err = e
     conn.close()

@@ -114,8 +114,10 @@ def test_killed_mid_stream_charges_the_reservation_once():
         fake.script.append({"pause_after": 2, "paused": paused, "resume": resume})
         b = body(max_tokens=200, stream=True)
         with concurrent.futures.ThreadPoolExecutor(1) as ex:
-            f = ex.submit(stream_raw, srv, MSG, b, {"x-api-key": tok})
+            seen = threading.Event()
+            f = ex.submit(stream_raw, srv, MSG, b, {"x-api-key": tok}, (b"message_start", seen))
             assert paused.wait(30), "the stream never reached the fake"
+            assert seen.wait(30), "the stream's first events never reached the client"
             wait_for(lambda: len(records(data)) == 1, "the call's reservation record")
             assert spend(srv, "midway")[0] == 0
             srv.kill()
