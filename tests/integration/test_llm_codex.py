@@ -17,6 +17,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "fakes"))
 
 import npm_pin  # noqa: E402
 from harness import run_tests  # noqa: E402
+from llm_helpers import wait_charges  # noqa: E402
 from test_llm_gateway import read_log, start_task, task, usd, wait_phase  # noqa: E402
 from test_llm_openai import Gateway  # noqa: E402
 
@@ -105,6 +106,7 @@ def test_codex_fixes_the_file_with_exact_spend():
         outs = [i for i in fake.requests[1]["body"]["input"]
                 if isinstance(i, dict) and i.get("type") == "function_call_output"]
         assert len(outs) == 1, fake.requests[1]["body"]["input"]
+        wait_charges(srv, "codex", 2)  # the last call's charge follows its answer
         t = task(srv, "codex")["status"]
         assert Decimal(t["costUSD"]) == usd(2 * cost(fake.usage)), t
         assert t["tokensConsumed"] == 2 * 1580, t

@@ -182,6 +182,8 @@ def test_stream_charged_at_its_final_usage_before_it_ends():
         assert data.decode().count("event: ") == 8 and b"message_stop" in data, data
         t = task(srv, "early")
         assert Decimal(t["status"]["costUSD"]) == one, t["status"]
+        # The log line follows the charge's commit (the spend can be read a moment before).
+        assert len(wait_charges(srv, "early", 1)) == 1
         assert read_log(srv, "early").count("llm anthropic ") == 1
 
 
@@ -371,6 +373,7 @@ def test_key_never_leaves_the_server():
         assert st == 401 and KEY.encode() not in raw, raw
         post(srv, MSG, msg_body(), {"x-api-key": tok})
         stream_raw(srv, MSG, msg_body(stream=True), {"x-api-key": tok})
+        wait_charges(srv, "leak", 2)  # the log holds both calls' lines
         _, _, metrics = srv.request("GET", "/metrics")
         assert KEY not in metrics
         assert KEY not in read_log(srv, "leak")

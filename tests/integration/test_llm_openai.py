@@ -355,6 +355,7 @@ def test_key_never_leaves_the_server():
         tok = start_task(srv, "leak", budgetUSD="5.00")
         post(srv, RESP, resp_body(), bearer(tok))
         stream_raw(srv, CHAT, chat_body(stream=True), bearer(tok))
+        wait_charges(srv, "leak", 2)  # the log holds both calls' lines
         _, _, metrics = srv.request("GET", "/metrics")
         assert KEY not in metrics and KEY not in read_log(srv, "leak")
         assert KEY not in srv.stderr()

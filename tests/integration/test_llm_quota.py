@@ -9,7 +9,7 @@ import json
 from decimal import Decimal
 
 from harness import API, run_tests
-from llm_helpers import NS, start_task, wait_phase
+from llm_helpers import NS, charge_lines, start_task, wait_for, wait_phase
 from test_llm_gateway import MSG, Gateway, msg_body, post, stream_raw
 
 QUOTAS = API + "/namespaces/default/spendquotas"
@@ -52,6 +52,9 @@ def test_concurrent_calls_of_two_tasks_never_pass_the_quota():
         assert statuses.count(200) >= 4, statuses
         refused = [json.loads(raw)["error"]["message"] for st, raw in res if st == 402]
         assert any(m.startswith("diverge: project quota exceeded") for m in refused), refused
+        # Each answered call's charge follows its answer: wait for all of them.
+        wait_for(lambda: sum(len(charge_lines(srv, n)) for n in ("qa", "qb")) ==
+                 statuses.count(200), "a charge line for every answered call")
         spent = sum(Decimal(srv.request("GET", NS + "/" + n)[2]["status"]["costUSD"])
                     for n in ("qa", "qb"))
         assert spent <= Decimal("0.20") and spent > Decimal("0.15"), spent

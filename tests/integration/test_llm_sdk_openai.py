@@ -15,6 +15,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "fakes"))
 
 import npm_pin  # noqa: E402
 from harness import run_tests  # noqa: E402
+from llm_helpers import wait_charges  # noqa: E402
 from test_llm_gateway import start_task, task, usd, wait_phase  # noqa: E402
 from test_llm_openai import MODEL, Gateway, cost_micros  # noqa: E402
 
@@ -115,6 +116,7 @@ def test_good_calls_exact_spend():
         # gateway asked for it); with it, the client gets it.
         assert out[3]["usageOnly"] == 0 and out[3]["usage"] is None, out[3]
         assert out[4]["usageOnly"] == 1 and out[4]["usage"]["completion_tokens"] == 50, out[4]
+        wait_charges(srv, "sdk", 5)
         t = task(srv, "sdk")["status"]
         assert Decimal(t["costUSD"]) == usd(5 * cost_micros(USAGE)), t
         assert t["tokensConsumed"] == 5 * 170, t
