@@ -232,8 +232,7 @@ static int kst_remove(json_t **out, struct task_store *st, const char *ns, const
     }
     if (rc == E_OK) {
         /* as the embedded store: deleting the task revokes its token (index entry kept) */
-        struct task_txn tx = {.st = st};
-        (void)kst_txn_token_revoke(&tx, ns, name, NULL);
+        (void)kst_token_revoke(st, ns, name, NULL);
         delete_owned_envs(
             s, ns, json_string_value(json_object_get(json_object_get(cur, "metadata"), "uid")));
         /* the DELETED event has a newer rv than the object: wait for the object to go */

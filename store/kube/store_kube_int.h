@@ -74,6 +74,8 @@ void kst_queue_event(enum kube_event type, const json_t *obj, void *userdata);
 
 /* store_kube_txn.c */
 int kst_txn(struct task_store *st, task_txn_fn fn, void *userdata, struct err *err);
+/* Revokes the current token of NS/NAME at once (outside a transaction: a deleted task). */
+int kst_token_revoke(struct task_store *st, const char *ns, const char *name, struct err *err);
 /* Queues OP (taken) to be written after the transaction's tasks, once (store_kube_txn.c). */
 void kst_txn_defer(struct task_txn *tx, json_t *op);
 /* A bot step for inbox entry ID ends (its done/fail mark): when a task it changed already

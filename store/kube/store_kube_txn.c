@@ -2,10 +2,15 @@
 /* Transactions of the Kubernetes backend (docs/cluster-mode.md "task_txn semantics"). There
  * is no multi-object transaction in Kubernetes: a transaction reads tasks fresh from the
  * API server, buffers task_txn_put and commits each changed task as rv-guarded writes when
- * FN returns E_OK; a stale write (409) reruns FN from fresh reads (bounded). Token index,
+ * FN returns E_OK; a stale write (409) reruns FN from fresh reads (bounded). Token adds,
  * Environment and queue writes are single-object writes made at once, ordered so that a
- * crash between them converges. Meter request ids are the 32-entry
- * status.lastMeterRequestIds ring of the task, written with its charge (SPEC §7). */
+ * crash between them converges. A token revocation waits until the tasks are written: made
+ * at once, a rerun after a stale task write would find the token its own first run revoked
+ * and refuse what that run had accepted (a meter charge over the budget answered 401 and
+ * never paused its task); written after, a crash in between leaves a token that no longer
+ * matters (its task is no longer Active) and is revoked by the next pause or start. Meter request
+ * ids are the 32-entry status.lastMeterRequestIds ring of the task, written with its charge (SPEC
+ * §7). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,6 +30,7 @@ struct kst_txn {
     json_t *seg;     /* "ns/name" -> the task when the current inbox entry's step began */
     json_t *quotas;  /* "ns/name" -> SpendQuota to write at commit, or null to delete */
     json_t *qorig;   /* "ns/name" -> SpendQuota as read (its resourceVersion guards the write) */
+    json_t *revokes; /* "ns/name" -> the token id revoked, written after the tasks */
 };
 
 static int env_commit(struct kube_store *s, const char *key, json_t *env, struct err *err);
@@ -60,6 +66,8 @@ static void txn_reset(struct kst_txn *t)
     json_decref(t->seg);
     json_decref(t->quotas);
     json_decref(t->qorig);
+    json_decref(t->revokes);
+    t->revokes = json_object();
     t->quotas = json_object();
     t->qorig = json_object();
     t->seg = json_object();
@@ -108,6 +116,8 @@ static int txn_commit(int64_t *top_out, struct kst_txn *t, struct err *err)
     return E_OK;
 }
 
+static int revokes_commit(struct kube_store *s, json_t *revokes, struct err *err);
+
 int kst_txn(struct task_store *st, task_txn_fn fn, void *userdata, struct err *err)
 {
     struct kst_txn t = {.base = {.st = st}, .s = kst_of(st)};
@@ -120,6 +130,9 @@ int kst_txn(struct task_store *st, task_txn_fn fn, void *userdata, struct err *e
         if (rc == E_OK) {
             rc = txn_commit(&top, &t, err);
         }
+    }
+    if (rc == E_OK) {
+        rc = revokes_commit(t.s, t.revokes, err);
     }
     if (top > 0) {
         kst_wait_seen(t.s, top, false);
@@ -142,6 +155,7 @@ int kst_txn(struct task_store *st, task_txn_fn fn, void *userdata, struct err *e
     json_decref(t.seg);
     json_decref(t.quotas);
     json_decref(t.qorig);
+    json_decref(t.revokes);
     return rc;
 }
 
@@ -228,10 +242,10 @@ int kst_txn_savepoint(struct task_txn *tx, struct err *err)
 
     (void)err;
     json_decref(t->sp);
-    t->sp = json_pack("{s:o,s:o,s:o,s:o,s:o,s:o}", "docs", json_deep_copy(t->docs), "dirty",
+    t->sp = json_pack("{s:o,s:o,s:o,s:o,s:o,s:o,s:o}", "docs", json_deep_copy(t->docs), "dirty",
                       json_deep_copy(t->dirty), "claimed", json_deep_copy(t->claimed), "envs",
                       json_deep_copy(t->envs), "later", json_deep_copy(t->later), "seg",
-                      json_deep_copy(t->seg));
+                      json_deep_copy(t->seg), "revokes", json_deep_copy(t->revokes));
     return E_OK;
 }
 
@@ -258,6 +272,8 @@ void kst_txn_rollback_savepoint(struct task_txn *tx)
     json_decref(t->envs);
     json_decref(t->later);
     json_decref(t->seg);
+    json_decref(t->revokes);
+    t->revokes = json_incref(json_object_get(t->sp, "revokes"));
     t->seg = json_incref(json_object_get(t->sp, "seg"));
     t->envs = json_incref(json_object_get(t->sp, "envs"));
     t->later = json_incref(json_object_get(t->sp, "later"));
@@ -400,7 +416,15 @@ int kst_token_current(struct token_record *out, struct task_store *st, const cha
 int kst_txn_token_current(struct token_record *out, struct task_txn *tx, const char *ns,
                           const char *name, struct err *err)
 {
-    return read_token(out, kst_of(tx->st), ns, name, err);
+    char *key = key_of(ns, name);
+    const char *revoked = json_string_value(json_object_get(ktx(tx)->revokes, key));
+    int rc = read_token(out, kst_of(tx->st), ns, name, err);
+
+    if (rc == E_OK && revoked != NULL && strcmp(revoked, out->token_id) == 0) {
+        out->active = false; /* revoked by this transaction, written at its commit */
+    }
+    free(key);
+    return rc;
 }
 
 /* Creates or replaces the Secret NS/NAME with KEY = VALUE (other keys kept). */
@@ -456,19 +480,63 @@ int kst_txn_token_add(struct task_txn *tx, const char *ns, const char *name, int
 
 int kst_txn_token_revoke(struct task_txn *tx, const char *ns, const char *name, struct err *err)
 {
-    struct kube_store *s = kst_of(tx->st);
+    struct token_record cur;
+    int rc = kst_txn_token_current(&cur, tx, ns, name, NULL);
+
+    if (rc == E_OK && cur.active) {
+        char *key = key_of(ns, name);
+        json_object_set_new(ktx(tx)->revokes, key, json_string(cur.token_id));
+        free(key);
+    }
+    free(cur.token);
+    if (rc == E_NOTFOUND || rc == E_OK) {
+        return E_OK;
+    }
+    return err_set(err, rc, "cannot read the token index");
+}
+
+/* Revokes the token of NS/NAME at once when it is still TOKEN_ID (NULL: whichever is
+ * current); absent or already revoked is done. */
+static int revoke_now(struct kube_store *s, const char *ns, const char *name, const char *token_id,
+                      struct err *err)
+{
     struct token_record cur;
     int rc = read_token(&cur, s, ns, name, NULL);
 
-    if (rc == E_NOTFOUND || (rc == E_OK && !cur.active)) {
-        free(cur.token);
-        return E_OK;
+    if (rc == E_OK && cur.active && (token_id == NULL || strcmp(cur.token_id, token_id) == 0)) {
+        rc = index_put(s, ns, name, cur.token_id, cur.generation, false, err);
+    } else if (rc == E_NOTFOUND || rc == E_OK) {
+        rc = E_OK;
+    } else {
+        rc = err_set(err, rc, "cannot read the token index");
     }
     free(cur.token);
-    if (rc != E_OK) {
-        return err_set(err, rc, "cannot read the token index");
+    return rc;
+}
+
+int kst_token_revoke(struct task_store *st, const char *ns, const char *name, struct err *err)
+{
+    return revoke_now(kst_of(st), ns, name, NULL, err);
+}
+
+/* After the tasks are written: revokes each token REVOKES names, unless the index has
+ * moved on to another token meanwhile (a later start minted one). */
+static int revokes_commit(struct kube_store *s, json_t *revokes, struct err *err)
+{
+    const char *key;
+    json_t *id;
+
+    json_object_foreach(revokes, key, id)
+    {
+        const char *slash = strchr(key, '/');
+        char *ns = xstrndup(key, (size_t)(slash - key));
+        int rc = revoke_now(s, ns, slash + 1, json_string_value(id), err);
+        free(ns);
+        if (rc != E_OK) {
+            return rc;
+        }
     }
-    return index_put(s, ns, name, cur.token_id, cur.generation, false, err);
+    return E_OK;
 }
 
 int kst_txn_create(json_t **out, struct task_txn *tx, const json_t *obj, struct err *err)

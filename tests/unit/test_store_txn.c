@@ -488,4 +488,83 @@ TEST(meter_window_is_the_status_ring)
     task_store_close(st);
 }
 
+/* A transaction that revokes a token and whose task write turns out stale (Kubernetes: an
+ * other writer changed the task in between) runs again from fresh reads: the rerun must
+ * see the token as it was, not revoked by the first run (the revocation is written with
+ * the commit), and the token is revoked once the task is written. */
+struct revoke_ud {
+    struct task_store *st;
+    int runs;
+    bool active_at_start[2];
+};
+
+static int touch(json_t *doc, struct err *err, void *userdata)
+{
+    (void)err;
+    (void)userdata;
+    json_object_set_new(json_object_get(doc, "status"), "message", json_string("elsewhere"));
+    return 0;
+}
+
+static int revoke_work(struct task_txn *tx, void *userdata)
+{
+    struct revoke_ud *u = userdata;
+    struct token_record rec;
+    json_t *doc = NULL;
+    struct err err = {0};
+    int run = u->runs++;
+
+    CHECK_OK(task_txn_get(&doc, tx, "default", "r", &err));
+    CHECK_OK(task_txn_token_current(&rec, tx, "default", "r", &err));
+    if (run < 2) {
+        u->active_at_start[run] = rec.active;
+    }
+    free(rec.token);
+    json_object_set_new(json_object_get(doc, "spec"), "suspended", json_true());
+    CHECK_OK(task_txn_put(tx, doc, &err));
+    CHECK_OK(task_txn_token_revoke(tx, "default", "r", &err));
+    CHECK_OK(task_txn_token_current(&rec, tx, "default", "r", &err));
+    CHECK(!rec.active); /* this transaction sees its own revocation */
+    free(rec.token);
+    json_decref(doc);
+    if (run == 0 && store_is_kube()) {
+        /* another writer: this transaction's task write is now stale */
+        CHECK_OK(task_store_mutate(NULL, u->st, "default", "r", touch, NULL, &err));
+    }
+    return E_OK;
+}
+
+static int add_token(struct task_txn *tx, void *userdata)
+{
+    struct err err = {0};
+
+    (void)userdata;
+    return task_txn_token_add(tx, "default", "r", 1, "id-r1", "tok-r1", &err);
+}
+
+TEST(txn_rerun_sees_the_token_its_first_run_revoked_as_it_was)
+{
+    struct task_store *st = open_mem();
+    json_t *r = new_task("r"), *o = NULL;
+    struct revoke_ud u = {.st = st};
+    struct token_record rec;
+    struct err err = {0};
+
+    CHECK_OK(task_store_create(&o, st, r, &err));
+    json_decref(o);
+    CHECK_OK(task_store_txn(st, add_token, NULL, &err));
+    CHECK_OK(task_store_txn(st, revoke_work, &u, &err));
+    CHECK_EQ_INT(u.runs, store_is_kube() ? 2 : 1);
+    CHECK(u.active_at_start[0]);
+    if (store_is_kube()) {
+        CHECK(u.active_at_start[1]); /* not revoked by the stale first run */
+    }
+    CHECK_OK(task_store_token_current(&rec, st, "default", "r", &err));
+    CHECK(!rec.active);
+    CHECK_EQ_STR(rec.token_id, "id-r1");
+    free(rec.token);
+    json_decref(r);
+    task_store_close(st);
+}
+
 T_MAIN
