@@ -67,6 +67,7 @@ struct controller {
     pthread_t tick;
     struct store_worker *worker;               /* owned; NULL in manual mode */
     struct controller_mirror_job *mirror_jobs; /* fetches running or done (notes_lock) */
+    struct controller_launch *prelaunches;     /* gated sandboxes (lock; launch.c) */
 
     /* Egress (network.c): --sandbox-network proxy (tasks may say otherwise), and
      * the --sandbox-allow-host rules plus the server's own addresses (owned). */
@@ -138,8 +139,76 @@ void controller_execute(struct controller *c, struct reconcile *r);
  * charged, not refused. On failure R->fail_reason is set (SandboxError); returns the
  * provider's code. */
 int controller_launch(struct controller *c, struct reconcile *r);
-/* Frees a prepared start (its egress proxy and meter socket too, unless launched). */
+/* Frees a prepared start (its egress proxy and meter socket too, unless launched); a
+ * prelaunch's gate is closed (its runner exits without starting). */
 void controller_launch_free(struct controller_launch *l);
+
+/* --- a start's paths, environment and sandbox spec; the prelaunch (launch.c) --- */
+enum controller_start_mode {
+    CONTROLLER_START_FRESH,
+    CONTROLLER_START_RESTART,
+    CONTROLLER_START_RESUME
+};
+/* The host paths of a task's sandbox (owned strings). */
+struct controller_paths {
+    char *workspace, *token_dir, *staging, *state, *mirror, *log;
+    char *sock_dir; /* the meter socket's directory, or NULL */
+};
+#define CONTROLLER_PRELAUNCH_DIRS 5 /* workspace, state, staging, token dir, mirror */
+/* A start that execution prepared and the reconcile launches once the apply made its
+ * token current and the task Active (a runner started earlier could meter before the
+ * server knew its token: 401). Owns what the sandbox spec points at. */
+struct controller_launch {
+    struct sandbox_spec s;
+    struct controller_paths p;
+    char *env[SANDBOX_ENV_MAX + 1];
+    size_t n;
+    enum controller_start_mode mode;
+    int64_t iteration;
+    /* A prelaunch: the write end of its runner's start gate (-1: none, the sandbox is
+     * spawned by controller_launch), how many of ENV controller_build_env made, and the
+     * identities of the directories its sandbox was given (inode, then device). */
+    int gate;
+    size_t n_base;
+    unsigned long long ids[CONTROLLER_PRELAUNCH_DIRS][2];
+    char *ns, *name; /* owned copies (the prelaunch outlives its reconcile) */
+    struct controller_launch *next;
+};
+/* Whether DIR holds nothing (or cannot be read). */
+bool controller_dir_empty(const char *dir);
+/* A new start of MODE (no gate). */
+struct controller_launch *controller_launch_new(enum controller_start_mode mode);
+void controller_paths_of(struct controller_paths *p, struct controller *c, const char *ns,
+                         const char *name);
+void controller_paths_cleanup(struct controller_paths *p);
+/* The runner's environment of SPEC §9 at ENV (NULL-terminated), with paths as the sandbox
+ * sees them; returns how many entries. */
+size_t controller_build_env(char **env, struct controller *c, const struct reconcile *r,
+                            const struct controller_paths *p, int64_t start_iteration);
+/* The sandbox spec of L for R (pointing into L). */
+void controller_launch_spec(struct controller_launch *l, const struct controller *c,
+                            const struct reconcile *r);
+/* While R's mirror is fetched (a fresh PROVISION on the local provider, the mirror
+ * already there, the workspace empty, no checkpoint, no sandbox): spawns the sandbox
+ * gated and keeps it in C's prelaunches (C->lock held). Silent when it cannot: the start
+ * then spawns as before. */
+void controller_prelaunch(struct controller *c, const struct reconcile *r);
+/* The prelaunch of NS/NAME taken out of C's list, or NULL; stopped and freed instead
+ * when its sandbox no longer runs. */
+struct controller_launch *controller_prelaunch_take(struct controller *c, const char *ns,
+                                                    const char *name);
+/* Whether the prelaunch PRE was given what the start L (prepared, not spawned) would give
+ * its sandbox: the same environment and the same directories. */
+bool controller_prelaunch_fits(const struct controller_launch *pre,
+                               const struct controller_launch *l);
+/* Stops PRE's sandbox and frees it (NULL: nothing). */
+void controller_prelaunch_discard(struct controller *c, struct controller_launch *pre);
+/* Stops and frees the prelaunch of NS/NAME, if any (C->lock held). */
+void controller_prelaunch_drop(struct controller *c, const char *ns, const char *name);
+/* Stops and frees every prelaunch (shutdown). */
+void controller_prelaunch_drop_all(struct controller *c);
+/* Opens L's gate: its runner goes on. E_FAIL when the runner is gone. */
+int controller_gate_open(struct controller_launch *l, struct err *err);
 
 /* The freeze of a PAUSE planned on Pending, Provisioning or Active, before the Pausing
  * transaction revokes the token (with C->lock held): a frozen runner makes no meter call,

@@ -19,8 +19,6 @@
 #include "common/proc.h"
 #include "controller/controller_int.h"
 
-enum start_mode { START_FRESH, START_RESTART, START_RESUME };
-
 static int remove_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
     (void)sb;
@@ -77,108 +75,6 @@ bool controller_has_checkpoint(const struct controller *c, const char *ns, const
     return has;
 }
 
-struct paths {
-    char *workspace, *token_dir, *staging, *state, *mirror, *log;
-    char *sock_dir; /* the meter socket's directory, or NULL */
-};
-
-static void paths_of(struct paths *p, struct controller *c, const char *ns, const char *name)
-{
-    p->workspace = xasprintf("%s/workspaces/%s/%s", c->data_dir, ns, name);
-    p->token_dir = xasprintf("%s/tokens/%s/%s", c->data_dir, ns, name);
-    p->staging = xasprintf("%s/staging/%s/%s.git", c->data_dir, ns, name);
-    p->state = xasprintf("%s/state/%s/%s", c->data_dir, ns, name);
-    p->mirror = NULL;
-    p->log = sandbox_log_path(c->data_dir, ns, name);
-    p->sock_dir = NULL;
-    if (c->meter_socket != NULL && c->meter_sockets.open == NULL) {
-        p->sock_dir = xstrdup(c->meter_socket);
-        *strrchr(p->sock_dir, '/') = '\0';
-    }
-}
-
-static void paths_cleanup(struct paths *p)
-{
-    free(p->workspace);
-    free(p->token_dir);
-    free(p->staging);
-    free(p->state);
-    free(p->mirror);
-    free(p->log);
-    free(p->sock_dir);
-}
-
-/* The preview variables of SPEC §4 at ENV[N] when the task has a linked preview. */
-static size_t preview_env(char **env, size_t n, const struct reconcile *r)
-{
-    if (r->preview_url != NULL) {
-        env[n++] = xasprintf("DIVERGE_PREVIEW_URL=%s", r->preview_url);
-        env[n++] = xstrdup("DIVERGE_PREVIEW_HEADER_KEY=" CONTROLLER_PREVIEW_HEADER);
-        env[n++] = xasprintf("DIVERGE_PREVIEW_HEADER_VALUE=%s", r->preview_env);
-    }
-    return n;
-}
-
-/* A, else B, else "". */
-static const char *first_set(const char *a, const char *b)
-{
-    return a != NULL ? a : b != NULL ? b : "";
-}
-
-/* The environment of SPEC §9, with paths as the sandbox sees them. */
-/* The run's limits and commands: iterations, run number, agent and verify commands. */
-static size_t run_env(char **env, size_t n, const struct controller *c, const struct reconcile *r,
-                      int64_t start_iteration)
-{
-    env[n++] = xasprintf(
-        "DIVERGE_MAX_ITERATIONS=%lld",
-        (long long)(r->max_iterations > 0 ? r->max_iterations : c->default_max_iterations));
-    env[n++] = xasprintf("DIVERGE_START_ITERATION=%lld", (long long)start_iteration);
-    env[n++] = xasprintf("DIVERGE_RUN=%lld", (long long)(r->run > 0 ? r->run : 1));
-    /* The task's own commands (spec.runner, from agent.yaml) over the server's defaults. */
-    env[n++] = xasprintf("DIVERGE_AGENT_CMD=%s", first_set(r->agent_cmd, c->agent_cmd));
-    env[n++] = xasprintf("DIVERGE_VERIFY_CMD=%s", first_set(r->verify_cmd, c->verify_cmd));
-    env[n++] = xasprintf("DIVERGE_NO_PROGRESS_AFTER=%lld", (long long)c->no_progress_after);
-    return n;
-}
-
-static size_t build_env(char **env, struct controller *c, const struct reconcile *r,
-                        const struct paths *p, int64_t start_iteration)
-{
-    bool inside = strcmp(c->provider, "local") == 0;
-    const char *ws = inside ? SANDBOX_IN_WORKSPACE : p->workspace;
-    const char *state = inside ? SANDBOX_IN_STATE : p->state;
-    size_t n = 0;
-
-    env[n++] = c->sandbox_tools != NULL
-                   ? xasprintf("PATH=%s/bin:/usr/local/bin:/usr/bin:/bin", c->sandbox_tools)
-                   : xstrdup("PATH=/usr/local/bin:/usr/bin:/bin");
-    env[n++] = xasprintf("HOME=%s", state);
-    env[n++] = xstrdup("LANG=C.UTF-8");
-    env[n++] = xasprintf("DIVERGE_METER_URL=%s", c->meter_url != NULL ? c->meter_url : "");
-    if (c->meter_socket != NULL && c->meter_sockets.open == NULL) {
-        env[n++] = inside ? xstrdup("DIVERGE_METER_SOCKET=" SANDBOX_IN_SOCK_DIR "/meter.sock")
-                          : xasprintf("DIVERGE_METER_SOCKET=%s", c->meter_socket);
-    }
-    env[n++] = inside ? xasprintf("DIVERGE_TOKEN_FILE=%s/token", SANDBOX_IN_TOKEN_DIR)
-                      : xasprintf("DIVERGE_TOKEN_FILE=%s/token", p->token_dir);
-    env[n++] = xasprintf("DIVERGE_TASK_NAME=%s", r->name);
-    env[n++] = xasprintf("DIVERGE_NAMESPACE=%s", r->ns);
-    env[n++] = xasprintf("DIVERGE_OBJECTIVE=%s", r->objective);
-    if (p->mirror != NULL) {
-        env[n++] = xasprintf("DIVERGE_REPO_URL=file://%s", inside ? SANDBOX_IN_MIRROR : p->mirror);
-    }
-    env[n++] = xasprintf("DIVERGE_PUSH_URL=file://%s", inside ? SANDBOX_IN_STAGING : p->staging);
-    env[n++] = xasprintf("DIVERGE_BASE_BRANCH=%s", r->base != NULL ? r->base : "main");
-    env[n++] = xasprintf("DIVERGE_WORKING_BRANCH=%s", r->working != NULL ? r->working : "");
-    n = run_env(env, n, c, r, start_iteration);
-    env[n++] = xasprintf("DIVERGE_WORKSPACE_DIR=%s", ws);
-    env[n++] = xasprintf("DIVERGE_USAGE_FILE=%s/usage.jsonl", state);
-    n = preview_env(env, n, r);
-    env[n] = NULL;
-    return n;
-}
-
 static void fail(struct reconcile *r, const char *reason, const struct err *err)
 {
     r->fail_reason = reason;
@@ -187,8 +83,8 @@ static void fail(struct reconcile *r, const char *reason, const struct err *err)
 }
 
 /* R's mirror into P: the one fetched off the lock (mirror_job.c), else fetched now. */
-static int mirror_of(struct controller *c, struct reconcile *r, struct paths *p, bool *fetched,
-                     struct err *err)
+static int mirror_of(struct controller *c, struct reconcile *r, struct controller_paths *p,
+                     bool *fetched, struct err *err)
 {
     int rc;
 
@@ -210,19 +106,17 @@ static int mirror_of(struct controller *c, struct reconcile *r, struct paths *p,
     return rc;
 }
 
-static bool dir_empty(const char *dir);
-
 /* The mirror given to the sandbox user (controller_give_mirror) and, for a fresh local
  * sandbox, the workspace's git directory made from it (workspace_clone.c); when that
  * cannot be done, the workspace is left empty and the runner clones as before. */
-static int mirror_workspace(struct controller *c, const struct reconcile *r, struct paths *p,
-                            struct err *err)
+static int mirror_workspace(struct controller *c, const struct reconcile *r,
+                            struct controller_paths *p, struct err *err)
 {
     const char *working = r->working != NULL && r->working[0] != '\0' ? r->working : NULL;
     int lock, rc;
 
     if (c->chown_files && strcmp(c->provider, "local") == 0 && working != NULL &&
-        dir_empty(p->workspace)) {
+        controller_dir_empty(p->workspace)) {
         char *gitdir = xasprintf("%s/.git", p->workspace);
         struct controller_clone q = {.url = r->url,
                                      .mirror = p->mirror,
@@ -255,21 +149,22 @@ static int mirror_workspace(struct controller *c, const struct reconcile *r, str
 
 void controller_prepare_early(struct controller *c, const struct reconcile *r)
 {
-    struct paths p;
+    struct controller_paths p;
     struct err err = {0};
 
     if (r->action != CONTROLLER_PROVISION || c->sandboxes == NULL) {
         return;
     }
-    paths_of(&p, c, r->ns, r->name);
+    controller_paths_of(&p, c, r->ns, r->name);
     /* Not the workspace: whether it exists decides how a task starts (reconcile.c). An
      * error is prepare()'s to report: it makes the same again. */
     (void)controller_staging(p.staging, p.log, &err);
-    paths_cleanup(&p);
+    controller_paths_cleanup(&p);
 }
 
 /* Prepares everything the sandbox needs; E_OK or an error for SandboxError. */
-static int prepare(struct controller *c, struct reconcile *r, struct paths *p, struct err *err)
+static int prepare(struct controller *c, struct reconcile *r, struct controller_paths *p,
+                   struct err *err)
 {
     bool fetched = false;
     int rc = controller_write_token_file(c, r->ns, r->name, r->token, err);
@@ -321,7 +216,8 @@ static void arm_timer(struct controller *c, const struct reconcile *r)
  * held something; CHECKPOINT: its staging repository holds its last checkpoint, which
  * the runner restores on a fresh clone). */
 static void log_restart(const struct controller *c, const struct reconcile *r, const char *log,
-                        enum start_mode mode, int64_t iteration, bool ws_kept, bool checkpoint)
+                        enum controller_start_mode mode, int64_t iteration, bool ws_kept,
+                        bool checkpoint)
 {
     char *from = ws_kept      ? xstrdup("continuing on its workspace")
                  : checkpoint ? xasprintf("its workspace was gone, so it continues from its "
@@ -331,135 +227,100 @@ static void log_restart(const struct controller *c, const struct reconcile *r, c
                                         "working branch (nothing of the old sandbox that was "
                                         "not pushed is kept)");
 
-    if (mode != START_FRESH && r->ran_provider != NULL &&
+    if (mode != CONTROLLER_START_FRESH && r->ran_provider != NULL &&
         strcmp(r->ran_provider, c->provider) != 0) {
         sandbox_log_event(log,
                           "[diverge] restarted under --sandbox-provider %s (it ran under "
                           "%s before): %s (iteration %lld)",
                           c->provider, r->ran_provider, from, (long long)iteration);
-    } else if (mode != START_FRESH && !ws_kept) {
+    } else if (mode != CONTROLLER_START_FRESH && !ws_kept) {
         sandbox_log_event(log, "[diverge] %s: %s (iteration %lld)",
-                          mode == START_RESTART ? "restarted" : "resuming", from,
+                          mode == CONTROLLER_START_RESTART ? "restarted" : "resuming", from,
                           (long long)iteration);
-    } else if (mode == START_RESTART) {
+    } else if (mode == CONTROLLER_START_RESTART) {
         sandbox_log_event(log, "[diverge] restarted after server restart (iteration %lld)",
                           (long long)iteration);
     }
     free(from);
 }
 
-/* Whether DIR holds nothing (or cannot be read). */
-static bool dir_empty(const char *dir)
+/* The start L prepared for R, on the gated sandbox PRE spawned while the mirror was
+ * fetched when that was given the same (then L is freed and PRE is R's launch), else on a
+ * sandbox of its own: its egress proxy and meter socket opened here. */
+static int finish_start(struct controller *c, struct reconcile *r, struct controller_launch *l,
+                        struct controller_launch *pre, struct err *err)
 {
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    bool empty = true;
+    int rc = E_OK;
 
-    while (d != NULL && empty && (e = readdir(d)) != NULL) {
-        empty = strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0;
+    if (pre != NULL && controller_prelaunch_fits(pre, l)) {
+        controller_launch_free(l);
+        r->launch = pre;
+        return E_OK;
     }
-    if (d != NULL) {
-        closedir(d);
+    if (pre != NULL) {
+        sandbox_log_event(l->p.log, "[diverge] the sandbox started early does not fit the "
+                                    "start any more: starting another");
+        controller_prelaunch_discard(c, pre);
     }
-    return empty;
-}
-
-/* A start that execution prepared and the reconcile launches once the apply made its
- * token current and the task Active (a runner started earlier could meter before the
- * server knew its token: 401). Owns what the sandbox spec points at. */
-struct controller_launch {
-    struct sandbox_spec s;
-    struct paths p;
-    char *env[SANDBOX_ENV_MAX + 1];
-    size_t n;
-    enum start_mode mode;
-    int64_t iteration;
-};
-
-void controller_launch_free(struct controller_launch *l)
-{
-    if (l == NULL) {
-        return;
+    rc = controller_egress_open(&l->s.egress, c, r, l->p.log, l->env, &l->n, err);
+    if (rc == E_OK && strcmp(c->provider, "agent-sandbox") != 0) {
+        rc = controller_meter_open(&l->s.meter, c, l->p.log, l->env, &l->n, err);
     }
-    sandbox_egress_free(l->s.egress); /* NULL once started: the sandbox took them over */
-    sandbox_meter_free(l->s.meter);
-    for (size_t i = 0; i < l->n; i++) {
-        free(l->env[i]);
+    if (rc == E_OK) {
+        controller_launch_spec(l, c, r);
+        r->launch = l;
     }
-    paths_cleanup(&l->p);
-    free(l);
-}
-
-/* The sandbox spec of L for R (pointing into L). */
-static void launch_spec(struct controller_launch *l, const struct controller *c,
-                        const struct reconcile *r)
-{
-    struct sandbox_spec *s = &l->s;
-
-    s->ns = r->ns;
-    s->name = r->name;
-    s->runner_path = c->runner_path;
-    s->workspace = l->p.workspace;
-    s->token_dir = l->p.token_dir;
-    s->mirror = l->p.mirror;
-    s->staging = l->p.staging;
-    s->usage_dir = l->p.state;
-    s->sock_dir = s->meter != NULL ? s->meter->dir : l->p.sock_dir;
-    s->log_path = l->p.log;
-    s->log_cap = c->log_cap;
-    s->token = r->token;
-    s->timeout_s = r->timeout_s;
-    for (size_t i = 0; i <= l->n; i++) {
-        s->env[i] = l->env[i];
-    }
+    return rc;
 }
 
 /* Everything of a start but the sandbox itself: the workspace, token file, mirror,
  * staging, egress proxy and meter socket. R->launch on success, R->fail_reason else. */
-static void do_start(struct controller *c, struct reconcile *r, enum start_mode mode)
+static void do_start(struct controller *c, struct reconcile *r, enum controller_start_mode mode)
 {
-    struct controller_launch *l = xcalloc(1, sizeof(*l));
+    struct controller_launch *l = controller_launch_new(mode);
+    struct controller_launch *pre = NULL;
     struct err err = {0};
     bool ws_kept, checkpoint;
     int rc;
 
-    l->mode = mode;
     l->iteration = r->iteration > 0 ? r->iteration : 1;
-    if (mode == START_RESUME) {
+    if (mode == CONTROLLER_START_RESUME) {
         l->iteration = r->iteration + 1;
     }
-    paths_of(&l->p, c, r->ns, r->name);
-    ws_kept = !dir_empty(l->p.workspace); /* before prepare() creates it */
+    controller_paths_of(&l->p, c, r->ns, r->name);
+    ws_kept = !controller_dir_empty(l->p.workspace); /* before prepare() creates it */
     checkpoint = !ws_kept && controller_has_checkpoint(c, r->ns, r->name);
-    /* Whatever an older run left goes first: nothing may write the workspace while it is
-     * prepared (and handed to the sandbox user). */
-    sandbox_stop(c->sandboxes, r->ns, r->name);
+    if (mode == CONTROLLER_START_FRESH) {
+        pre = controller_prelaunch_take(c, r->ns, r->name); /* gated: it wrote nothing */
+    }
+    if (pre == NULL) {
+        /* Whatever an older run left goes first: nothing may write the workspace while it
+         * is prepared (and handed to the sandbox user). */
+        sandbox_stop(c->sandboxes, r->ns, r->name);
+    }
     /* agent-sandbox pods clone and push over the server's git smart HTTP
      * (server/api_git.c), which serves this mirror and staging repository. */
     rc = prepare(c, r, &l->p, &err);
     if (rc == E_OK) {
-        l->n = build_env(l->env, c, r, &l->p, l->iteration);
-        rc = controller_egress_open(&l->s.egress, c, r, l->p.log, l->env, &l->n, &err);
-        if (rc == E_OK && strcmp(c->provider, "agent-sandbox") != 0) {
-            rc = controller_meter_open(&l->s.meter, c, l->p.log, l->env, &l->n, &err);
-        }
+        l->n = controller_build_env(l->env, c, r, &l->p, l->iteration);
         log_restart(c, r, l->p.log, mode, l->iteration, ws_kept, checkpoint);
+        rc = finish_start(c, r, l, pre, &err);
+        pre = NULL;
     }
     if (rc != E_OK) {
         sandbox_log_event(l->p.log, "[diverge] failed: %s", err.msg);
         fail(r, "SandboxError", &err);
         controller_launch_free(l);
-        return;
+        controller_prelaunch_discard(c, pre);
     }
-    launch_spec(l, c, r);
-    r->launch = l;
 }
 
 int controller_launch(struct controller *c, struct reconcile *r)
 {
     struct controller_launch *l = r->launch;
     struct err err = {0};
-    int rc = sandbox_start(c->sandboxes, &l->s, &err); /* takes s.egress and s.meter over */
+    int rc = l->gate >= 0 ? controller_gate_open(l, &err)
+                          : sandbox_start(c->sandboxes, &l->s, &err); /* takes s.egress, s.meter */
 
     l->s.egress = NULL;
     l->s.meter = NULL;
@@ -471,9 +332,9 @@ int controller_launch(struct controller *c, struct reconcile *r)
     controller_note_running(c, r->ns, r->name, true, clock_now_ms(clock_system()));
     arm_timer(c, r);
     sandbox_log_event(l->p.log, "[diverge] %s (provider %s, iteration %lld)",
-                      l->mode == START_FRESH    ? "provisioned"
-                      : l->mode == START_RESUME ? "resumed"
-                                                : "started",
+                      l->mode == CONTROLLER_START_FRESH    ? "provisioned"
+                      : l->mode == CONTROLLER_START_RESUME ? "resumed"
+                                                           : "started",
                       c->provider, (long long)l->iteration);
     return E_OK;
 }
@@ -824,13 +685,13 @@ void controller_execute(struct controller *c, struct reconcile *r)
 
     switch (r->action) {
     case CONTROLLER_PROVISION:
-        do_start(c, r, START_FRESH);
+        do_start(c, r, CONTROLLER_START_FRESH);
         break;
     case CONTROLLER_RESTART:
-        do_start(c, r, START_RESTART);
+        do_start(c, r, CONTROLLER_START_RESTART);
         break;
     case CONTROLLER_RESUME_START:
-        do_start(c, r, START_RESUME);
+        do_start(c, r, CONTROLLER_START_RESUME);
         break;
     case CONTROLLER_THAW:
         thaw_prepare(c, r, log);

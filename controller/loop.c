@@ -263,6 +263,7 @@ void controller_free(struct controller *c)
         controller_tick_stop(c);
         controller_disk_stop(c);      /* it stops sandboxes: before the provider goes */
         store_worker_stop(c->worker); /* no reconcile runs past this line */
+        controller_prelaunch_drop_all(c);
         /* Sandboxes die with the server (SPEC §9); the next one restarts them. */
         sandbox_provider_free(c->sandboxes);
         c->sandboxes = NULL;

@@ -579,6 +579,20 @@ static int apply_outcome(struct controller *c, struct reconcile *r, struct err *
     return rc;
 }
 
+/* The planning transaction of R and what comes before its execution. */
+static int plan(struct controller *c, struct reconcile *r, struct err *err)
+{
+    int rc = task_store_txn(c->store, reconcile_txn, r, err);
+
+    if (rc == E_OK) {
+        (void)controller_disk_refuse_start(c, r); /* the data dir is short of space */
+    }
+    if (rc != E_OK || r->action != CONTROLLER_PROVISION) {
+        controller_prelaunch_drop(c, r->ns, r->name); /* started early, not wanted now */
+    }
+    return rc == E_OK ? before_execute(c, r, err) : rc;
+}
+
 int controller_reconcile(struct controller *c, const char *ns, const char *name, struct err *err)
 {
     struct reconcile r = {.c = c, .ns = ns, .name = name, .plan = true};
@@ -590,16 +604,13 @@ int controller_reconcile(struct controller *c, const char *ns, const char *name,
         pthread_mutex_unlock(&c->lock);
         return E_OK;
     }
-    rc = task_store_txn(c->store, reconcile_txn, &r, err);
-    if (rc == E_OK) {
-        (void)controller_disk_refuse_start(c, &r); /* the data dir is short of space */
-        rc = before_execute(c, &r, err);
-    }
+    rc = plan(c, &r, err);
     if (rc == E_OK && controller_mirror_async(c, &r)) {
         rc = controller_mirror_ready(c, &r, err);
         if (rc == E_AGAIN) {
             rc = E_OK; /* the fetch runs: it reconciles the task again when done */
             controller_prepare_early(c, &r);
+            controller_prelaunch(c, &r);
             r.action = CONTROLLER_NOTHING;
         }
     }

@@ -53,7 +53,13 @@ static int parse_long(long *out, const char *s, long min, long max)
  * file from offset 0; its ids must not be those of the runs before). */
 static int load_run(struct runner_config *c, runner_getenv_fn get, void *ud, struct err *err)
 {
-    const char *v = get_opt(get, ud, "DIVERGE_RUN", NULL);
+    const char *v = get_opt(get, ud, "DIVERGE_START_GATE_FD", NULL);
+
+    if (v != NULL && parse_long(&c->gate_fd, v, 3, 65535) != E_OK) {
+        return err_set(err, E_INVALID,
+                       "DIVERGE_START_GATE_FD must be a descriptor from 3 to 65535");
+    }
+    v = get_opt(get, ud, "DIVERGE_RUN", NULL);
 
     if (v != NULL && parse_long(&c->run, v, 1, 1000000000L) != E_OK) {
         return err_set(err, E_INVALID, "DIVERGE_RUN must be a number from 1 to 1000000000");
@@ -192,6 +198,7 @@ int runner_config_load(struct runner_config *out, runner_getenv_fn get, void *ud
     c->unreachable_ms = RUNNER_UNREACHABLE_MS;
     c->no_progress_after = 3;
     c->follow_ms = 250;
+    c->gate_fd = -1;
     c->task = get_opt(get, ud, "DIVERGE_TASK_NAME", NULL);
     if (c->task == NULL || !task_name_valid(c->task)) {
         return err_set(err, E_INVALID, "DIVERGE_TASK_NAME is missing or not a DNS label");

@@ -457,6 +457,10 @@ enum runner_exit runner_run(const struct runner_config *cfg)
         runner_say("usage state: %s", err.msg);
         return RUNNER_EXIT_CONFIG;
     }
+    if (runner_gate_wait(cfg, &err) != E_OK) {
+        runner_say("%s", err.msg);
+        return RUNNER_EXIT_CONFIG;
+    }
     if (runner_git_prepare(cfg, &err) != E_OK) {
         runner_say("workspace: %s", err.msg);
         return RUNNER_EXIT_GIT;

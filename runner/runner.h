@@ -202,7 +202,15 @@ struct runner_config {
                                   a row that ask for a pause; 0: never */
     long follow_ms;            /* DIVERGE_USAGE_FOLLOW_MS or 250: how often the usage file is
                                   read while the agent runs */
+    long gate_fd;              /* DIVERGE_START_GATE_FD or -1: a descriptor to read one byte
+                                  from before touching the workspace (runner_gate_wait) */
 };
+
+/* The start gate of a sandbox the server started while it still made the workspace
+ * (its mirror fetch): with CFG->gate_fd set, blocks until the server writes "g" (the
+ * workspace is made and the task Active: go on) and closes the descriptor; E_FAIL when it
+ * wrote anything else or closed its end (the start was called off). */
+int runner_gate_wait(const struct runner_config *cfg, struct err *err);
 
 /* Looks up NAME in an environment; NULL when unset. */
 typedef const char *(*runner_getenv_fn)(const char *name, void *userdata);

@@ -111,6 +111,9 @@ struct sandbox_spec {
      * their sandbox reads it, and spec.sandbox.timeoutSeconds (0: none). */
     const char *token;
     int64_t timeout_s;
+    /* Local provider: a descriptor (> 2) the sandbox inherits as it is, the read end of
+     * the runner's start gate (DIVERGE_START_GATE_FD); 0 or less: none. */
+    int gate_fd;
 };
 
 enum sandbox_state {

@@ -301,6 +301,10 @@ static int local_spawn(pid_t *pid_out, const struct sandbox_spec *s, int out_fd,
     }
     if (rc == E_OK) {
         pl.keep[nfds] = seccomp_fd;
+        if (s->gate_fd > 2) {
+            ASSERT(nfds + 1 < LOCAL_FDS);
+            pl.keep[nfds + 1] = s->gate_fd;
+        }
         arg(&a, "--seccomp");
         argf(&a, seccomp_fd);
         arg(&a, "--");

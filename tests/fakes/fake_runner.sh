@@ -6,6 +6,15 @@
 # like the real runner).
 set -u
 echo "fake runner: start iteration ${DIVERGE_START_ITERATION:-1} uid $(id -u)"
+if [ -n "${DIVERGE_START_GATE_FD:-}" ]; then
+    # Started while the server still makes the workspace: wait for its go, as the runner.
+    go=$(head -c 1 "/proc/self/fd/$DIVERGE_START_GATE_FD")
+    if [ "$go" != g ]; then
+        echo "fake runner: the server called this start off before it began"
+        exit 2
+    fi
+    echo "fake runner: start gate opened"
+fi
 cd "$DIVERGE_WORKSPACE_DIR" || exit 10
 if [ -f .git/diverge-prepared ]; then
     # The server made the git directory from the mirror (local provider): check it out.

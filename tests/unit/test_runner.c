@@ -2,6 +2,7 @@
 /* Unit tests of the runner's pure parts: usage lines (exact money), request ids, the
  * offset state, line splitting, meter answers and exit codes, the iteration verdict,
  * DIVERGE_LAST_FAILURE, the environment. */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -584,3 +585,25 @@ TEST(token_model_from_caveat)
 }
 
 T_MAIN
+
+/* The start gate: "g" goes on, anything else or the server's end closed calls the start
+ * off; the descriptor is closed either way (the agent never inherits it). */
+TEST(start_gate)
+{
+    struct runner_config cfg = {.gate_fd = -1};
+    struct err err = {0};
+    int p[2];
+
+    CHECK_OK(runner_gate_wait(&cfg, &err)); /* no gate: nothing to wait for */
+    const char *sent[] = {"g", "x", NULL};
+    for (size_t i = 0; i < 3; i++) {
+        CHECK(pipe(p) == 0);
+        if (sent[i] != NULL) {
+            CHECK(write(p[1], sent[i], 1) == 1);
+        }
+        close(p[1]);
+        cfg.gate_fd = p[0];
+        CHECK_EQ_INT(runner_gate_wait(&cfg, &err), i == 0 ? E_OK : E_FAIL);
+        CHECK(fcntl(p[0], F_GETFD) == -1); /* closed */
+    }
+}
