@@ -24,11 +24,13 @@ void runner_say(const char *fmt, ...)
     va_list ap;
 
     va_start(ap, fmt);
+    flockfile(stdout); /* one whole line: the relays and the first heartbeat say from threads */
     fputs("diverge-agent-runner: ", stdout);
     vfprintf(stdout, fmt, ap);
     fputc('\n', stdout);
-    va_end(ap);
     fflush(stdout);
+    funlockfile(stdout);
+    va_end(ap);
 }
 
 void runner_tail_add(struct runner_tail *t, const char *data, size_t len)

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,8 @@ struct run {
     int stop;                                /* -1, or the exit a meter answer asked for */
     char *same_failure;                      /* owned: the verify failure repeated, or NULL */
     long same_count;                         /* iterations in a row that failed so */
+    bool beat_done;                          /* the first iteration's heartbeat went out ... */
+    int beat_ret;                            /* ... while the workspace was prepared: its result */
 };
 
 /* Records a 200 (or 429: charged too) for a usage line ending at NEW_OFFSET. */
@@ -422,7 +425,7 @@ static int iterations(struct run *r, bool *ok, long *last)
     *ok = false;
     *last = cfg->start_iteration > cfg->max_iterations ? cfg->max_iterations : cfg->start_iteration;
     for (long i = cfg->start_iteration; i <= cfg->max_iterations && !*ok; i++) {
-        ret = heartbeat(r, i, false);
+        ret = r->beat_done && i == cfg->start_iteration ? r->beat_ret : heartbeat(r, i, false);
         if (ret != -1) {
             break;
         }
@@ -437,6 +440,35 @@ static int iterations(struct run *r, bool *ok, long *last)
         }
     }
     return ret;
+}
+
+static void *beat_main(void *arg)
+{
+    struct run *r = arg;
+
+    r->beat_ret = heartbeat(r, r->cfg->start_iteration, false);
+    return NULL;
+}
+
+/* Prepares the workspace (runner_git_prepare) while the first iteration's heartbeat goes
+ * out on a thread of its own: it needs nothing of the workspace, and the agent starts
+ * after both. False (reported) when the workspace could not be prepared. */
+static bool prepare_and_beat(struct run *r)
+{
+    struct err err = {0};
+    pthread_t t;
+    bool beat = r->cfg->start_iteration <= r->cfg->max_iterations &&
+                pthread_create(&t, NULL, beat_main, r) == 0;
+    int rc = runner_git_prepare(r->cfg, &err);
+
+    if (beat) {
+        pthread_join(t, NULL);
+        r->beat_done = true;
+    }
+    if (rc != E_OK) {
+        runner_say("workspace: %s", err.msg);
+    }
+    return rc == E_OK;
 }
 
 enum runner_exit runner_run(const struct runner_config *cfg)
@@ -461,8 +493,7 @@ enum runner_exit runner_run(const struct runner_config *cfg)
         runner_say("%s", err.msg);
         return RUNNER_EXIT_CONFIG;
     }
-    if (runner_git_prepare(cfg, &err) != E_OK) {
-        runner_say("workspace: %s", err.msg);
+    if (!prepare_and_beat(&r)) {
         return RUNNER_EXIT_GIT;
     }
     if (runner_llm_relay_start(&llm_port, cfg, &err) != E_OK) {
