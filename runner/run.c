@@ -28,6 +28,7 @@ struct run {
     int stop;                                /* -1, or the exit a meter answer asked for */
     char *same_failure;                      /* owned: the verify failure repeated, or NULL */
     long same_count;                         /* iterations in a row that failed so */
+    struct runner_wip_memo wip;              /* what the last checkpoint found */
 };
 
 /* Records a 200 (or 429: charged too) for a usage line ending at NEW_OFFSET. */
@@ -336,7 +337,7 @@ static void after_iteration(struct run *r, long iteration, bool ok)
             write_note(r->cfg->failure_file, r->last_failure);
         }
     }
-    if (runner_git_checkpoint(r->cfg, iteration, &err) != E_OK) {
+    if (runner_git_checkpoint(r->cfg, iteration, &r->wip, &err) != E_OK) {
         runner_say("checkpoint failed: %s", err.msg);
     }
 }
