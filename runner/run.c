@@ -238,6 +238,7 @@ static int run_shell(struct run *r, const char *cmd, const char *const *set,
         sp.follow = follow_usage;
         sp.follow_userdata = r;
         sp.follow_ms = cfg->follow_ms;
+        sp.follow_path = cfg->usage_file;
     }
     tail->len = 0;
     if (runner_spawn_run(&status, &sp, &err) != E_OK) {
@@ -245,6 +246,25 @@ static int run_shell(struct run *r, const char *cmd, const char *const *set,
     }
     runner_env_free(env);
     return status;
+}
+
+/* After the agent of ITERATION: its last usage lines are charged now, not after verify
+ * and the checkpoint (the next heartbeat would). True when the meter stopped the run. */
+static bool agent_stopped(struct run *r, long iteration)
+{
+    int metered = 0;
+
+    if (r->stop != -1) {
+        runner_say("iteration %ld/%ld: the agent was stopped (the meter paused the task)",
+                   iteration, r->cfg->max_iterations);
+        return true;
+    }
+    r->stop = meter_usage(r, iteration, false, &metered);
+    if (r->stop != -1) {
+        runner_say("iteration %ld/%ld: the meter paused the task after the agent", iteration,
+                   r->cfg->max_iterations);
+    }
+    return r->stop != -1;
 }
 
 /* One iteration: agent, verify, preview. Fills *it; true on success. */
@@ -276,9 +296,7 @@ static bool iterate(struct run *r, struct runner_iteration *it, long iteration)
     runner_say("iteration %ld/%ld: running the agent", iteration, cfg->max_iterations);
     r->iteration = iteration;
     it->agent_status = run_shell(r, cfg->agent_cmd, set, tail, true);
-    if (r->stop != -1) {
-        runner_say("iteration %ld/%ld: the agent was stopped (the meter paused the task)",
-                   iteration, cfg->max_iterations);
+    if (agent_stopped(r, iteration)) {
         free(tail);
         free(v_iter);
         free(v_fail);

@@ -40,6 +40,9 @@ struct runner_spawn {
     bool (*follow)(void *userdata);
     void *follow_userdata;
     long follow_ms;
+    /* With FOLLOW: the file it reads, or NULL. A write to it calls FOLLOW at once (an
+     * inotify watch of its directory) instead of at the next period. */
+    const char *follow_path;
 };
 
 /* Runs SP to completion; *status_out is its exit status (128+N when killed by signal N,
