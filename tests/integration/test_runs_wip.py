@@ -220,18 +220,26 @@ def test_timeout_tells_the_agent_then_pushes_the_checkpoint():
     shutil.rmtree(top, ignore_errors=True)
 
 
+def runner_with_staging(tmp, task, **extra):
+    """The runner's environment for TASK in TMP: a fresh repository, TMP/staging.git as
+    DIVERGE_PUSH_URL and a fake meter (close it). Returns (env, staging, meter)."""
+    repo = make_bare_repo(tmp)
+    staging = os.path.join(tmp, "staging.git")
+    git("init", "-q", "--bare", staging)
+    sock = os.path.join(tmp, "meter.sock")
+    meter = FakeMeter(sock)
+    env = runner_env(tmp, task, repo, DIVERGE_METER_SOCKET=sock, DIVERGE_MACAROON_TOKEN="t",
+                     DIVERGE_PUSH_URL="file://" + staging, **extra)
+    return env, staging, meter
+
+
 def test_runner_continues_from_the_checkpoint_on_a_fresh_clone():
     tmp = tempfile.mkdtemp(prefix="diverge-wiprun-")
     try:
-        repo = make_bare_repo(tmp)
-        staging = os.path.join(tmp, "staging.git")
-        git("init", "-q", "--bare", staging)
-        sock = os.path.join(tmp, "meter.sock")
-        meter = FakeMeter(sock)
         agent = "echo more >>work.txt; cat work.txt"
-        env = runner_env(tmp, "cp", repo, DIVERGE_METER_SOCKET=sock, DIVERGE_MACAROON_TOKEN="t",
-                         DIVERGE_MAX_ITERATIONS="2", DIVERGE_AGENT_CMD=agent,
-                         DIVERGE_VERIFY_CMD="exit 1", DIVERGE_PUSH_URL="file://" + staging)
+        env, staging, meter = runner_with_staging(tmp, "cp", DIVERGE_MAX_ITERATIONS="2",
+                                                  DIVERGE_AGENT_CMD=agent,
+                                                  DIVERGE_VERIFY_CMD="exit 1")
         r = run_runner(env)
         assert r.returncode == 1, (r.stdout, r.stderr)
         assert "checkpoint diverge/wip/cp: saved" in r.stdout, r.stdout
@@ -278,18 +286,12 @@ def test_checkpoint_follows_what_moved_between_iterations():
     with what the runner remembers: an agent's commit, a deleted or moved checkpoint ref."""
     tmp = tempfile.mkdtemp(prefix="diverge-wipmove-")
     try:
-        repo = make_bare_repo(tmp)
-        staging = os.path.join(tmp, "staging.git")
-        git("init", "-q", "--bare", staging)
-        sock = os.path.join(tmp, "meter.sock")
-        meter = FakeMeter(sock)
         log = os.path.join(tmp, "wips")
         with open(os.path.join(tmp, "agent.sh"), "w") as f:
             f.write(AGENT_MOVES % {"log": log})
-        env = runner_env(tmp, "mv", repo, DIVERGE_METER_SOCKET=sock, DIVERGE_MACAROON_TOKEN="t",
-                         DIVERGE_MAX_ITERATIONS="7", DIVERGE_VERIFY_CMD="exit 1",
-                         DIVERGE_AGENT_CMD="sh " + os.path.join(tmp, "agent.sh"),
-                         DIVERGE_PUSH_URL="file://" + staging)
+        env, staging, meter = runner_with_staging(
+            tmp, "mv", DIVERGE_MAX_ITERATIONS="7", DIVERGE_VERIFY_CMD="exit 1",
+            DIVERGE_AGENT_CMD="sh " + os.path.join(tmp, "agent.sh"))
         r = run_runner(env)
         meter.close()
         assert r.returncode == 1, (r.stdout, r.stderr)
