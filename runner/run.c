@@ -21,6 +21,7 @@ extern char **environ;
 struct run {
     const struct runner_config *cfg;         /* borrowed */
     struct runner_state state;               /* the offset state */
+    struct runner_wip_memo wip;              /* what the last checkpoint found */
     char *guidance;                          /* owned: guidance of the last heartbeat, or NULL */
     char *last_failure;                      /* owned: DIVERGE_LAST_FAILURE for the next try */
     char *llm_env[RUNNER_LLM_ENV_COUNT + 1]; /* owned: the agent's LLM variables, or {NULL} */
@@ -28,7 +29,6 @@ struct run {
     int stop;                                /* -1, or the exit a meter answer asked for */
     char *same_failure;                      /* owned: the verify failure repeated, or NULL */
     long same_count;                         /* iterations in a row that failed so */
-    struct runner_wip_memo wip;              /* what the last checkpoint found */
 };
 
 /* Records a 200 (or 429: charged too) for a usage line ending at NEW_OFFSET. */
