@@ -510,7 +510,8 @@ static bool bare_skeleton(const char *dir)
     static const char *const sub[] = {"objects", "objects/info", "objects/pack",
                                       "refs",    "refs/heads",   "refs/tags"};
     static const char config[] = "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n"
-                                 "\tbare = true\n[receive]\n\tshallowUpdate = true\n";
+                                 "\tbare = true\n[receive]\n\tshallowUpdate = true\n"
+                                 "\tautogc = false\n"; /* no `gc --auto` after each push */
 
     for (size_t i = 0; i < ARRAY_LEN(sub); i++) {
         char *p = xasprintf("%s/%s", dir, sub[i]);
@@ -599,7 +600,7 @@ int controller_staging_sanitize(const char *staging, struct err *err)
     static const char *const drop[] = {"objects/info/alternates", "objects/info/http-alternates",
                                        "commondir", "info/grafts", "gitdir"};
     static const char config[] = "[core]\n\trepositoryformatversion = 0\n\tbare = true\n"
-                                 "[receive]\n\tshallowUpdate = true\n";
+                                 "[receive]\n\tshallowUpdate = true\n\tautogc = false\n";
     char *p;
     int fd, rc = E_OK;
 

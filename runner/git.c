@@ -435,35 +435,134 @@ static bool git_true(const struct runner_config *cfg, char *const *env, const ch
     return git_run(&st, cfg, env, NULL, args, NULL) == E_OK && st == 0;
 }
 
-/* Makes the checkpoint commit of TREE into ID; *same_out when nothing changed since the
- * last one (no commit then). */
-static int wip_commit(const struct runner_config *cfg, char *const *env, const char *tree,
-                      long iteration, char id[OID_MAX], bool *same_out, struct err *err)
+/* Reads git rev-parse's lines for HEAD^{commit}, the checkpoint's ^{commit} and ^{tree}
+ * into OUT: true when all three were there. Every argument before "--" is a revision:
+ * no file of the workspace is consulted. */
+static bool wip_refs_at_once(const struct runner_config *cfg, char *const *env, char *const out[3])
 {
-    char head[OID_MAX], prev[OID_MAX] = "", prev_tree[OID_MAX] = "";
-    const char *argv[16];
-    char *msg;
-    size_t n = 0;
-    bool head_in = false;
-    int rc =
-        git_line(cfg, env, "rev-parse",
-                 (const char *const[]){"rev-parse", "--verify", "HEAD^{commit}", NULL}, head, err);
+    struct buf b;
+    int st = 1;
+    size_t pos = 0, k = 0;
 
-    *same_out = false;
-    if (rc != E_OK) {
-        return rc;
+    buf_init(&b, RUNNER_CAPTURE_MAX);
+    if (git_run(&st, cfg, env, &b,
+                (const char *const[]){"rev-parse", "HEAD^{commit}", WIP_REF "^{commit}",
+                                      WIP_REF "^{tree}", "--", NULL},
+                NULL) == E_OK &&
+        st == 0) {
+        for (; k < 3 && pos < b.len; k++) {
+            size_t n = strcspn(b.data + pos, "\r\n");
+            if (n == 0 || n >= OID_MAX || pos + n > b.len) {
+                break;
+            }
+            memcpy(out[k], b.data + pos, n);
+            out[k][n] = '\0';
+            pos += n + 1;
+        }
     }
-    if (git_line(cfg, env, "rev-parse",
+    buf_cleanup(&b);
+    return k == 3;
+}
+
+/* Bytes of packed-refs read to see that a ref did not move before git is asked instead. */
+#define RUNNER_WIP_PACKED_MAX (1024 * 1024)
+
+/* Whether HEAD is still the working branch at MEMO's commit and the checkpoint ref still
+ * MEMO's checkpoint, read from the workspace's files (common/gitref.h: no symbolic link
+ * followed, anything unusual is "cannot tell") instead of a git process. */
+static bool wip_refs_unchanged(const struct runner_config *cfg, const struct runner_wip_memo *memo)
+{
+    char *gitdir = xasprintf("%s/.git", cfg->workspace);
+    char *ref = xasprintf("refs/heads/%s", cfg->working_branch);
+    char *want = xasprintf("ref: %s\n", ref);
+    char got[512], oid[GITREF_OID_HEX + 1];
+    int dfd =
+        memo->tree[0] != '\0' ? open(gitdir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
+    int fd = dfd >= 0 ? openat(dfd, "HEAD", O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) : -1;
+    ssize_t n = fd >= 0 ? read(fd, got, sizeof(got) - 1) : -1;
+    bool same;
+
+    if (fd >= 0) {
+        close(fd);
+    }
+    if (dfd >= 0) {
+        close(dfd);
+    }
+    got[n > 0 ? n : 0] = '\0';
+    same = n > 0 && strcmp(got, want) == 0 &&
+           gitref_read(oid, gitdir, ref, RUNNER_WIP_PACKED_MAX) == 1 &&
+           strcmp(oid, memo->head) == 0 &&
+           gitref_read(oid, gitdir, WIP_REF, RUNNER_WIP_PACKED_MAX) == 1 &&
+           strcmp(oid, memo->wip) == 0;
+    free(gitdir);
+    free(ref);
+    free(want);
+    return same;
+}
+
+/* HEAD's commit, and the last checkpoint's commit and tree when refs/diverge/wip names one
+ * (else PREV and PREV_TREE are ""). No git process when neither moved since this runner's
+ * last checkpoint (MEMO), one when the checkpoint ref was there then, else one per value,
+ * quiet about a missing ref. */
+static int wip_refs(const struct runner_config *cfg, char *const *env,
+                    const struct runner_wip_memo *memo, char head[OID_MAX], char prev[OID_MAX],
+                    char prev_tree[OID_MAX], struct err *err)
+{
+    int rc;
+
+    if (wip_refs_unchanged(cfg, memo)) {
+        snprintf(head, OID_MAX, "%s", memo->head);
+        snprintf(prev, OID_MAX, "%s", memo->wip);
+        snprintf(prev_tree, OID_MAX, "%s", memo->tree);
+        return E_OK;
+    }
+    if (memo->wip[0] != '\0' &&
+        wip_refs_at_once(cfg, env, (char *const[]){head, prev, prev_tree})) {
+        return E_OK;
+    }
+    prev[0] = prev_tree[0] = '\0';
+    rc = git_line(cfg, env, "rev-parse",
+                  (const char *const[]){"rev-parse", "--verify", "HEAD^{commit}", NULL}, head, err);
+    if (rc == E_OK &&
+        git_line(cfg, env, "rev-parse",
                  (const char *const[]){"rev-parse", "--verify", "-q", WIP_REF "^{commit}", NULL},
                  prev, NULL) == E_OK) {
         (void)git_line(
             cfg, env, "rev-parse",
             (const char *const[]){"rev-parse", "--verify", "-q", WIP_REF "^{tree}", NULL},
             prev_tree, NULL);
-        head_in = git_true(cfg, env,
+    }
+    return rc;
+}
+
+/* Makes the checkpoint commit of TREE into ID; *same_out when nothing changed since the
+ * last one (no commit then). MEMO: the HEAD and checkpoint of this runner's last
+ * checkpoint (HEAD is an ancestor of it): the same pair again needs no merge-base. */
+static int wip_commit(const struct runner_config *cfg, char *const *env, const char *tree,
+                      long iteration, struct runner_wip_memo *memo, char id[OID_MAX],
+                      bool *same_out, struct err *err)
+{
+    char head[OID_MAX], prev[OID_MAX], prev_tree[OID_MAX];
+    const char *argv[16];
+    char *msg;
+    size_t n = 0;
+    bool head_in = false;
+    int rc = wip_refs(cfg, env, memo, head, prev, prev_tree, err);
+
+    *same_out = false;
+    if (rc != E_OK) {
+        return rc;
+    }
+    if (prev[0] != '\0') {
+        head_in = (strcmp(memo->head, head) == 0 && strcmp(memo->wip, prev) == 0) ||
+                  git_true(cfg, env,
                            (const char *const[]){"merge-base", "--is-ancestor", head, prev, NULL});
     }
+    snprintf(memo->head, sizeof(memo->head), "%s", head);
+    memo->wip[0] = memo->tree[0] = '\0'; /* set again once the ref names a commit after HEAD */
     if (head_in && strcmp(prev_tree, tree) == 0) {
+        snprintf(memo->wip, sizeof(memo->wip), "%s", prev);
+        snprintf(memo->tree, sizeof(memo->tree), "%s", tree);
         *same_out = true;
         return E_OK;
     }
@@ -488,7 +587,8 @@ static int wip_commit(const struct runner_config *cfg, char *const *env, const c
     return rc;
 }
 
-int runner_git_checkpoint(const struct runner_config *cfg, long iteration, struct err *err)
+int runner_git_checkpoint(const struct runner_config *cfg, long iteration,
+                          struct runner_wip_memo *memo, struct err *err)
 {
     char **env = git_env(cfg);
     char tree[OID_MAX], id[OID_MAX];
@@ -498,11 +598,15 @@ int runner_git_checkpoint(const struct runner_config *cfg, long iteration, struc
     int rc = workspace_tree(cfg, env, tree, err);
 
     if (rc == E_OK) {
-        rc = wip_commit(cfg, env, tree, iteration, id, &same, err);
+        rc = wip_commit(cfg, env, tree, iteration, memo, id, &same, err);
     }
     if (rc == E_OK && !same) {
         rc = git_ok(cfg, env, "update-ref", (const char *const[]){"update-ref", WIP_REF, id, NULL},
                     err);
+        if (rc == E_OK) {
+            snprintf(memo->wip, sizeof(memo->wip), "%s", id); /* a child of HEAD's line */
+            snprintf(memo->tree, sizeof(memo->tree), "%s", tree);
+        }
     }
     if (rc == E_OK && !same) {
         /* Forced into the staging repository only: it always holds the newest checkpoint. */

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
@@ -251,33 +252,86 @@ static pid_t reap(int *wst, pid_t pid, int xfd, bool polling, int wait_ms)
     return w;
 }
 
+/* A watch of the directory of SP's follow_path, so a write to the file wakes the follow
+ * at once; -1 without one (then the follow runs every follow_ms only). Made before the
+ * child starts: its first write is not missed. */
+static int follow_watch(const struct runner_spawn *sp)
+{
+    const char *path = sp->follow_path, *slash = path != NULL ? strrchr(path, '/') : NULL;
+    char *dir;
+    int fd;
+
+    if (sp->follow == NULL || slash == NULL || slash[1] == '\0') {
+        return -1;
+    }
+    fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    if (fd < 0) {
+        return -1;
+    }
+    dir = slash == path ? xstrdup("/") : xasprintf("%.*s", (int)(slash - path), path);
+    if (inotify_add_watch(fd, dir, IN_MODIFY | IN_MOVED_TO | IN_ONLYDIR | IN_DONT_FOLLOW) < 0) {
+        close(fd);
+        fd = -1;
+    }
+    free(dir);
+    return fd;
+}
+
+/* Drains the events of IFD (follow_watch); true when one was about SP's follow_path (or
+ * some were lost). */
+static bool follow_touched(const struct runner_spawn *sp, int ifd)
+{
+    char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+    const char *name = strrchr(sp->follow_path, '/') + 1;
+    bool hit = false;
+    ssize_t n;
+
+    while ((n = read(ifd, buf, sizeof(buf))) > 0) {
+        for (size_t pos = 0; pos + sizeof(struct inotify_event) <= (size_t)n;) {
+            const struct inotify_event *ev = (const struct inotify_event *)(buf + pos);
+            hit = hit || (ev->mask & IN_Q_OVERFLOW) != 0 ||
+                  (ev->len > 0 && strncmp(ev->name, name, ev->len) == 0);
+            pos += sizeof(*ev) + ev->len;
+        }
+    }
+    return hit;
+}
+
 /* Passes the child's output on until the child exited and the pipe is drained. A
  * background process the child left behind may keep the pipe open: once the child
  * itself is gone, what is buffered is read and the rest is not waited for. Returns the
  * child's wait status in *wst. */
 /* Waits up to WAIT_MS for output on RFD (passed on), the end of the pipe, or the exit of
  * the child (XFD, when there); false once the pipe is done. */
-static bool pump_wait(const struct runner_spawn *sp, int rfd, int xfd, int wait_ms, bool *more)
+static bool pump_wait(const struct runner_spawn *sp, const int fd[3], int wait_ms, bool *more,
+                      int64_t *next)
 {
-    struct pollfd pfd[2] = {{.fd = rfd, .events = POLLIN}, {.fd = xfd, .events = POLLIN}};
+    /* The output, the child's exit, a write to the followed file (-1s are skipped). */
+    struct pollfd pfd[3] = {{.fd = fd[0], .events = POLLIN},
+                            {.fd = fd[1], .events = POLLIN},
+                            {.fd = fd[2], .events = POLLIN}};
 
-    if (poll(pfd, xfd >= 0 ? 2 : 1, wait_ms) > 0 && pfd[0].revents != 0) {
-        return pump_once(sp, rfd, more);
+    if (poll(pfd, 3, wait_ms) <= 0) {
+        return true;
     }
-    return true;
+    if (pfd[2].revents != 0 && follow_touched(sp, fd[2])) {
+        *next = 0; /* a usage line may be complete: follow now */
+    }
+    return pfd[0].revents != 0 ? pump_once(sp, fd[0], more) : true;
 }
 
-static int pump(int *wst, const struct runner_spawn *sp, int rfd, pid_t pid)
+static int pump(int *wst, const struct runner_spawn *sp, int rfd, pid_t pid, int ifd)
 {
     bool open_pipe = fcntl(rfd, F_SETFL, O_NONBLOCK) == 0, more = false, killed = false;
-    int xfd = exit_fd(pid);
+    const int fd[3] = {rfd, exit_fd(pid), ifd};
+    int xfd = fd[1];
     int wait_ms = follow_wait_ms(sp), rc = E_OK;
     int64_t next = mono_ms() + wait_ms;
     pid_t w;
 
     for (;;) {
         if (open_pipe) {
-            open_pipe = pump_wait(sp, rfd, xfd, wait_ms, &more);
+            open_pipe = pump_wait(sp, fd, wait_ms, &more, &next);
         }
         follow_tick(sp, pid, &next, &killed);
         w = reap(wst, pid, xfd, open_pipe || (sp->follow != NULL && !killed),
@@ -315,12 +369,12 @@ static int open_cloexec_pipe(int fds[2], struct err *err)
 /* Waits for PID, passing its output on from the read end FDS[0] when PIPED (both ends
  * are closed here). Stores the wait status in *wst. */
 static int wait_child(int *wst, const struct runner_spawn *sp, int fds[2], bool piped, pid_t pid,
-                      struct err *err)
+                      int ifd, struct err *err)
 {
     if (piped) {
         int prc;
         close(fds[1]);
-        prc = pump(wst, sp, fds[0], pid);
+        prc = pump(wst, sp, fds[0], pid, ifd);
         close(fds[0]);
         if (prc != E_OK) {
             return err_set(err, E_FAIL, "waitpid: %s", strerror(errno));
@@ -349,7 +403,7 @@ static int exit_code_of(int wst)
 
 int runner_spawn_run(int *status_out, const struct runner_spawn *sp, struct err *err)
 {
-    int fds[2] = {-1, -1}, wst = 0, rc;
+    int fds[2] = {-1, -1}, wst = 0, ifd, rc;
     bool piped = sp->capture != NULL || sp->tail != NULL;
     pid_t pid;
 
@@ -360,6 +414,7 @@ int runner_spawn_run(int *status_out, const struct runner_spawn *sp, struct err 
             return rc;
         }
     }
+    ifd = piped ? follow_watch(sp) : -1;
     fflush(stdout);
     fflush(stderr);
     pid = fork();
@@ -367,6 +422,9 @@ int runner_spawn_run(int *status_out, const struct runner_spawn *sp, struct err 
         if (piped) {
             close(fds[0]);
             close(fds[1]);
+        }
+        if (ifd >= 0) {
+            close(ifd);
         }
         return err_set(err, E_FAIL, "fork: %s", strerror(errno));
     }
@@ -376,7 +434,10 @@ int runner_spawn_run(int *status_out, const struct runner_spawn *sp, struct err 
     if (sp->follow != NULL) {
         (void)setpgid(pid, pid); /* also here: the group exists before any kill */
     }
-    rc = wait_child(&wst, sp, fds, piped, pid, err);
+    rc = wait_child(&wst, sp, fds, piped, pid, ifd, err);
+    if (ifd >= 0) {
+        close(ifd);
+    }
     if (rc != E_OK) {
         return rc;
     }

@@ -22,6 +22,7 @@ extern char **environ;
 struct run {
     const struct runner_config *cfg;         /* borrowed */
     struct runner_state state;               /* the offset state */
+    struct runner_wip_memo wip;              /* what the last checkpoint found */
     char *guidance;                          /* owned: guidance of the last heartbeat, or NULL */
     char *last_failure;                      /* owned: DIVERGE_LAST_FAILURE for the next try */
     char *llm_env[RUNNER_LLM_ENV_COUNT + 1]; /* owned: the agent's LLM variables, or {NULL} */
@@ -240,6 +241,7 @@ static int run_shell(struct run *r, const char *cmd, const char *const *set,
         sp.follow = follow_usage;
         sp.follow_userdata = r;
         sp.follow_ms = cfg->follow_ms;
+        sp.follow_path = cfg->usage_file;
     }
     tail->len = 0;
     if (runner_spawn_run(&status, &sp, &err) != E_OK) {
@@ -247,6 +249,25 @@ static int run_shell(struct run *r, const char *cmd, const char *const *set,
     }
     runner_env_free(env);
     return status;
+}
+
+/* After the agent of ITERATION: its last usage lines are charged now, not after verify
+ * and the checkpoint (the next heartbeat would). True when the meter stopped the run. */
+static bool agent_stopped(struct run *r, long iteration)
+{
+    int metered = 0;
+
+    if (r->stop != -1) {
+        runner_say("iteration %ld/%ld: the agent was stopped (the meter paused the task)",
+                   iteration, r->cfg->max_iterations);
+        return true;
+    }
+    r->stop = meter_usage(r, iteration, false, &metered);
+    if (r->stop != -1) {
+        runner_say("iteration %ld/%ld: the meter paused the task after the agent", iteration,
+                   r->cfg->max_iterations);
+    }
+    return r->stop != -1;
 }
 
 /* One iteration: agent, verify, preview. Fills *it; true on success. */
@@ -278,9 +299,7 @@ static bool iterate(struct run *r, struct runner_iteration *it, long iteration)
     runner_say("iteration %ld/%ld: running the agent", iteration, cfg->max_iterations);
     r->iteration = iteration;
     it->agent_status = run_shell(r, cfg->agent_cmd, set, tail, true);
-    if (r->stop != -1) {
-        runner_say("iteration %ld/%ld: the agent was stopped (the meter paused the task)",
-                   iteration, cfg->max_iterations);
+    if (agent_stopped(r, iteration)) {
         free(tail);
         free(v_iter);
         free(v_fail);
@@ -339,7 +358,7 @@ static void after_iteration(struct run *r, long iteration, bool ok)
             write_note(r->cfg->failure_file, r->last_failure);
         }
     }
-    if (runner_git_checkpoint(r->cfg, iteration, &err) != E_OK) {
+    if (runner_git_checkpoint(r->cfg, iteration, &r->wip, &err) != E_OK) {
         runner_say("checkpoint failed: %s", err.msg);
     }
 }

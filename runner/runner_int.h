@@ -40,6 +40,9 @@ struct runner_spawn {
     bool (*follow)(void *userdata);
     void *follow_userdata;
     long follow_ms;
+    /* With FOLLOW: the file it reads, or NULL. A write to it calls FOLLOW at once (an
+     * inotify watch of its directory) instead of at the next period. */
+    const char *follow_path;
 };
 
 /* Runs SP to completion; *status_out is its exit status (128+N when killed by signal N,
@@ -68,12 +71,21 @@ int runner_git_prepare(const struct runner_config *cfg, struct err *err);
  * pushes HEAD to the working branch of DIVERGE_PUSH_URL or origin. E_FAIL on failure. */
 int runner_git_publish(const struct runner_config *cfg, struct err *err);
 
+/* What one checkpoint leaves for the next in the same runner: HEAD's commit, the
+ * checkpoint made after it and its tree ("" when unknown). Zeroed before the first. */
+struct runner_wip_memo {
+    char head[128];
+    char wip[128];
+    char tree[128];
+};
 /* Checkpoints the workspace (SPEC §14): a commit of every file (a separate index: the
  * agent's index and HEAD stay as they are) whose parents are the previous checkpoint and
  * HEAD, kept as refs/diverge/wip and pushed to refs/heads/<wip branch> of
  * DIVERGE_PUSH_URL (the staging repository). Nothing new since the last one: nothing
- * done. E_FAIL when a git step failed (the caller only logs it). */
-int runner_git_checkpoint(const struct runner_config *cfg, long iteration, struct err *err);
+ * done. MEMO carries what the merge-base of HEAD and the last checkpoint said. E_FAIL
+ * when a git step failed (the caller only logs it). */
+int runner_git_checkpoint(const struct runner_config *cfg, long iteration,
+                          struct runner_wip_memo *memo, struct err *err);
 
 /* In a workspace just cloned: when DIVERGE_PUSH_URL holds a checkpoint of this task (an
  * earlier run), its files are put in the working tree and index (HEAD stays the working

@@ -64,6 +64,51 @@ def test_runner_stops_a_long_iteration_at_the_budget():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def test_a_usage_line_is_charged_when_written_and_before_verify():
+    """With a follow period of 60 s, the second line is charged while the agent still runs
+    (a write to the usage file wakes the follow), and the last line, written just before
+    the agent exits, is charged before the verify command runs."""
+    tmp = tempfile.mkdtemp(prefix="diverge-live-")
+    try:
+        repo = make_bare_repo(tmp)
+        charged = os.path.join(tmp, "charged")
+        os.mkdir(charged)
+        line = '{"model":"m","tokensUsed":1,"costUSD":0.000001}'
+        agent = os.path.join(tmp, "agent.sh")
+        with open(agent, "w") as f:
+            # Each line waits (up to 60 s) until the meter saw the one before: the first
+            # is charged by the first follow read, the second only by a write waking it.
+            f.write("""set -e
+wait_for() { i=0; while [ ! -e "%(d)s/$1" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; }
+echo '%(l)s' >>"$DIVERGE_USAGE_FILE"; wait_for 1
+echo '%(l)s' >>"$DIVERGE_USAGE_FILE"; wait_for 2
+[ -e "%(d)s/2" ] || { echo "line 2 not charged while the agent ran"; exit 3; }
+echo '%(l)s' >>"$DIVERGE_USAGE_FILE"
+""" % {"d": charged, "l": line})
+        sock = os.path.join(tmp, "meter.sock")
+        seen = []
+
+        def answer(body, headers):
+            if "-u" in body["requestId"]:
+                seen.append((body["requestId"], body.get("iteration")))
+                open(os.path.join(charged, str(len(seen))), "w").close()
+            return 200, {"allowed": True}
+
+        meter = FakeMeter(sock, answer)
+        env = runner_env(tmp, "prompt", repo, DIVERGE_METER_SOCKET=sock,
+                         DIVERGE_MACAROON_TOKEN="t", DIVERGE_MAX_ITERATIONS="1",
+                         DIVERGE_USAGE_FOLLOW_MS="60000", DIVERGE_AGENT_CMD="sh " + agent,
+                         DIVERGE_VERIFY_CMD="test -e %s/3" % charged)
+        r = run_runner(env)
+        meter.close()
+        assert "line 2 not charged" not in r.stdout, r.stdout
+        assert "verify exit 0" in r.stdout, (r.stdout, meter.ids(), os.listdir(charged))
+        assert r.returncode == 0, (r.stdout, r.stderr)
+        assert [it for _, it in seen] == [1, 1, 1], seen  # charged in their iteration
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 YAML = """version: "1"
 agent:
   command: sh .diverge/long.sh
@@ -117,4 +162,5 @@ def test_budget_pauses_mid_iteration_and_pushes_the_checkpoint():
 
 if __name__ == "__main__":
     run_tests([test_runner_stops_a_long_iteration_at_the_budget,
+               test_a_usage_line_is_charged_when_written_and_before_verify,
                test_budget_pauses_mid_iteration_and_pushes_the_checkpoint])

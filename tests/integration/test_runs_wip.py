@@ -220,18 +220,26 @@ def test_timeout_tells_the_agent_then_pushes_the_checkpoint():
     shutil.rmtree(top, ignore_errors=True)
 
 
+def runner_with_staging(tmp, task, **extra):
+    """The runner's environment for TASK in TMP: a fresh repository, TMP/staging.git as
+    DIVERGE_PUSH_URL and a fake meter (close it). Returns (env, staging, meter)."""
+    repo = make_bare_repo(tmp)
+    staging = os.path.join(tmp, "staging.git")
+    git("init", "-q", "--bare", staging)
+    sock = os.path.join(tmp, "meter.sock")
+    meter = FakeMeter(sock)
+    env = runner_env(tmp, task, repo, DIVERGE_METER_SOCKET=sock, DIVERGE_MACAROON_TOKEN="t",
+                     DIVERGE_PUSH_URL="file://" + staging, **extra)
+    return env, staging, meter
+
+
 def test_runner_continues_from_the_checkpoint_on_a_fresh_clone():
     tmp = tempfile.mkdtemp(prefix="diverge-wiprun-")
     try:
-        repo = make_bare_repo(tmp)
-        staging = os.path.join(tmp, "staging.git")
-        git("init", "-q", "--bare", staging)
-        sock = os.path.join(tmp, "meter.sock")
-        meter = FakeMeter(sock)
         agent = "echo more >>work.txt; cat work.txt"
-        env = runner_env(tmp, "cp", repo, DIVERGE_METER_SOCKET=sock, DIVERGE_MACAROON_TOKEN="t",
-                         DIVERGE_MAX_ITERATIONS="2", DIVERGE_AGENT_CMD=agent,
-                         DIVERGE_VERIFY_CMD="exit 1", DIVERGE_PUSH_URL="file://" + staging)
+        env, staging, meter = runner_with_staging(tmp, "cp", DIVERGE_MAX_ITERATIONS="2",
+                                                  DIVERGE_AGENT_CMD=agent,
+                                                  DIVERGE_VERIFY_CMD="exit 1")
         r = run_runner(env)
         assert r.returncode == 1, (r.stdout, r.stderr)
         assert "checkpoint diverge/wip/cp: saved" in r.stdout, r.stdout
@@ -262,8 +270,58 @@ def test_runner_continues_from_the_checkpoint_on_a_fresh_clone():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+AGENT_MOVES = """w=$(git rev-parse -q --verify refs/diverge/wip || echo none); echo "$w" >>%(log)s
+case $DIVERGE_ITERATION in
+1) echo a >a.txt ;;
+3) git add -A && git -c user.name=a -c user.email=a@example.invalid commit -qm mine ;;
+5) git update-ref -d refs/diverge/wip ;;
+6) echo b >a.txt ;;
+7) git update-ref refs/diverge/wip "$(sed -n 2p %(log)s)" ;;
+esac
+"""
+
+
+def test_checkpoint_follows_what_moved_between_iterations():
+    """Each checkpoint compares with what HEAD and refs/diverge/wip hold when it runs, not
+    with what the runner remembers: an agent's commit, a deleted or moved checkpoint ref."""
+    tmp = tempfile.mkdtemp(prefix="diverge-wipmove-")
+    try:
+        log = os.path.join(tmp, "wips")
+        with open(os.path.join(tmp, "agent.sh"), "w") as f:
+            f.write(AGENT_MOVES % {"log": log})
+        env, staging, meter = runner_with_staging(
+            tmp, "mv", DIVERGE_MAX_ITERATIONS="7", DIVERGE_VERIFY_CMD="exit 1",
+            DIVERGE_AGENT_CMD="sh " + os.path.join(tmp, "agent.sh"))
+        r = run_runner(env)
+        meter.close()
+        assert r.returncode == 1, (r.stdout, r.stderr)
+        said = [ln.split(": ", 2)[2] for ln in r.stdout.splitlines() if ": checkpoint " in ln]
+        same, saved = "nothing changed since the last one", "saved"
+        assert said == [saved, same, saved, same, saved, saved, saved], r.stdout
+        ws = env["DIVERGE_WORKSPACE_DIR"]
+        with open(log) as f:
+            w = f.read().split()  # the checkpoint ref before each iteration
+        head = git("rev-parse", "HEAD", cwd=ws).strip()
+        base = git("rev-parse", "HEAD~1", cwd=ws).strip()
+
+        def parents(c):
+            return git("rev-parse", c + "^@", cwd=ws).split()
+        assert w[0] == "none" and w[1] == w[2] and w[3] == w[4], w
+        assert parents(w[1]) == [base]          # iteration 1: after HEAD
+        assert parents(w[3]) == [w[1], head]    # the agent's commit joins in
+        assert parents(w[5]) == [head]          # the ref deleted: starts again after HEAD
+        assert parents(w[6]) == [w[5]]          # HEAD already in: follows the last one
+        last = git("rev-parse", "refs/diverge/wip", cwd=ws).strip()
+        assert parents(last) == [w[1], head]    # the ref moved back by the agent
+        assert git("--git-dir", staging, "rev-parse", "refs/heads/diverge/wip/mv").strip() == last
+        assert git("--git-dir", staging, "show", last + ":a.txt") == "b\n"
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 if __name__ == "__main__":
     run_tests([test_runner_continues_from_the_checkpoint_on_a_fresh_clone,
+               test_checkpoint_follows_what_moved_between_iterations,
                test_failed_run_pushes_its_checkpoint_and_the_sticky_links_it,
                test_push_wip_false_keeps_the_checkpoint_in_staging,
                test_rerun_starts_from_the_failed_runs_checkpoint,
