@@ -44,6 +44,10 @@ int sqlst_txn(struct task_store *st, task_txn_fn fn, void *userdata, struct err 
         goto out;
     }
     rc = fn(&tx.base, userdata);
+    if (rc == E_OK && s->rv != tx.rv_begin) {
+        /* Once per transaction, however many objects it wrote (sqlst_write_obj). */
+        rc = sqlst_bump_rv(s, s->rv, err);
+    }
     if (rc == E_OK) {
         rc = sqlst_meter_precommit(s, err);
     }
