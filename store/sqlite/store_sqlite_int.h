@@ -58,6 +58,7 @@ struct sqlite_store {
     pthread_cond_t changed; /* broadcast on every new event and on wake */
     int64_t rv;             /* latest resourceVersion */
     int64_t wake_gen;       /* bumped by wake() so waiters return */
+    uint64_t token_epoch;   /* bumped by every write to the tokens table (under mu) */
     struct event ring[EVENT_RING];
     size_t ring_bytes;                /* JSON bytes held by ring, <= STORE_EVENT_RING_BYTES but for
                                          the newest event alone */
