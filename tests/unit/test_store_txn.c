@@ -206,6 +206,71 @@ TEST(meter_ids_survive_restart)
     store_unlink_db(path);
 }
 
+/* Writes tasks a and b in one transaction, a with another uid (the update that sets it). */
+static int put_two(struct task_txn *tx, void *userdata)
+{
+    json_t *a = NULL, *b = NULL;
+
+    (void)userdata;
+    ASSERT(task_txn_get(&a, tx, "default", "a", NULL) == E_OK);
+    ASSERT(task_txn_get(&b, tx, "default", "b", NULL) == E_OK);
+    json_object_set_new(json_object_get(a, "metadata"), "uid", json_string("uid-replaced"));
+    json_object_set_new(json_object_get(b, "status"), "iteration", json_integer(7));
+    ASSERT(task_txn_put(tx, a, NULL) == E_OK);
+    ASSERT(task_txn_put(tx, b, NULL) == E_OK);
+    json_decref(a);
+    json_decref(b);
+    return E_OK;
+}
+
+/* A transaction that writes several objects stores the resourceVersion counter once, at its
+ * end: after a restart the next change still comes after every one of them, and every
+ * object reads back as written (an update that changes the uid included). */
+TEST(txn_rv_counter_once_per_transaction_survives_restart)
+{
+    if (store_is_kube()) {
+        store_backend_note("the counter row", "a sqlite file test: runs on sqlite");
+    }
+    char path[] = "/tmp/diverge-rv-XXXXXX";
+    int fd = mkstemp(path);
+    struct task_store *st = NULL;
+    json_t *a = new_task("a"), *b = new_task("b"), *c = new_task("c"), *o = NULL;
+    struct err err = {0};
+    int64_t since, rv_b;
+
+    ASSERT(fd >= 0);
+    close(fd);
+    CHECK_OK(task_store_sqlite_open(&st, path, clock_system(), NULL));
+    CHECK_OK(task_store_create(&o, st, a, &err));
+    json_decref(o);
+    CHECK_OK(task_store_create(&o, st, b, &err));
+    json_decref(o);
+    since = feed_rv(st);
+    CHECK_OK(task_store_txn(st, put_two, NULL, NULL));
+    CHECK_EQ_INT(feed_rv(st), since + 2);
+    task_store_close(st);
+    CHECK_OK(task_store_sqlite_open(&st, path, clock_system(), NULL));
+    CHECK_EQ_INT(feed_rv(st), since + 2);
+    CHECK_OK(task_store_get(&o, st, "default", "a", NULL));
+    CHECK_EQ_STR(json_string_value(json_object_get(json_object_get(o, "metadata"), "uid")),
+                 "uid-replaced");
+    CHECK_EQ_INT(obj_rv(o), since + 1);
+    json_decref(o);
+    CHECK_OK(task_store_get(&o, st, "default", "b", NULL));
+    CHECK_EQ_INT(json_integer_value(json_object_get(json_object_get(o, "status"), "iteration")), 7);
+    rv_b = obj_rv(o);
+    CHECK_EQ_INT(rv_b, since + 2);
+    json_decref(o);
+    CHECK_OK(task_store_create(&o, st, c, &err));
+    CHECK_EQ_INT(obj_rv(o), rv_b + 1);
+    json_decref(o);
+    task_store_close(st);
+    store_unlink_db(path);
+    json_decref(a);
+    json_decref(b);
+    json_decref(c);
+}
+
 /* ==== Bounded memory from a task token (security review finding 7). ==================== */
 
 /* One past TASK_OBJECTIVE_MAX / TASK_GUIDANCE_MAX is 422 naming the field, on create and
