@@ -183,19 +183,29 @@ static int claim_ids(struct task_txn *tx, void *userdata)
     return E_OK;
 }
 
-TEST(meter_ids_survive_restart)
+/* A SQLite store on a new file made from the mkstemp template PATH; under the kube backend
+ * too (a file test: CHECK names what it covers in the note). */
+static struct task_store *open_file_store(char *path, const char *check)
 {
-    if (store_is_kube()) {
-        store_backend_note("meter ids survive a restart", "a sqlite file test: runs on sqlite");
-    }
-    char path[] = "/tmp/diverge-meter-XXXXXX";
-    int fd = mkstemp(path);
     struct task_store *st = NULL;
-    int fresh[3] = {0};
+    int fd;
 
+    if (store_is_kube()) {
+        store_backend_note(check, "a sqlite file test: runs on sqlite");
+    }
+    fd = mkstemp(path);
     ASSERT(fd >= 0);
     close(fd);
-    CHECK_OK(task_store_sqlite_open(&st, path, clock_system(), NULL));
+    ASSERT(task_store_sqlite_open(&st, path, clock_system(), NULL) == E_OK);
+    return st;
+}
+
+TEST(meter_ids_survive_restart)
+{
+    char path[] = "/tmp/diverge-meter-XXXXXX";
+    struct task_store *st = open_file_store(path, "meter ids survive a restart");
+    int fresh[3] = {0};
+
     CHECK_OK(task_store_txn(st, claim_ids, fresh, NULL));
     CHECK(fresh[0] && !fresh[1] && fresh[2]);
     task_store_close(st);
@@ -228,19 +238,12 @@ static int put_two(struct task_txn *tx, void *userdata)
  * object reads back as written (an update that changes the uid included). */
 TEST(txn_rv_counter_once_per_transaction_survives_restart)
 {
-    if (store_is_kube()) {
-        store_backend_note("the counter row", "a sqlite file test: runs on sqlite");
-    }
     char path[] = "/tmp/diverge-rv-XXXXXX";
-    int fd = mkstemp(path);
-    struct task_store *st = NULL;
+    struct task_store *st = open_file_store(path, "the counter row written once per transaction");
     json_t *a = new_task("a"), *b = new_task("b"), *c = new_task("c"), *o = NULL;
     struct err err = {0};
     int64_t since, rv_b;
 
-    ASSERT(fd >= 0);
-    close(fd);
-    CHECK_OK(task_store_sqlite_open(&st, path, clock_system(), NULL));
     CHECK_OK(task_store_create(&o, st, a, &err));
     json_decref(o);
     CHECK_OK(task_store_create(&o, st, b, &err));
