@@ -24,6 +24,10 @@ struct verified_token {
     struct token_grant ck_grant;          /* its result */
     int64_t ck_until_ms;                  /* valid before this time (expires), or INT64_MAX */
     bool ck_valid;
+    /* Whether it was its task's current, active token when the store's token epoch
+     * (task_txn_token_epoch) was cur_epoch. Committer thread only, like ck_*. */
+    uint64_t cur_epoch;
+    bool cur_known, cur_value;
 };
 
 /* token_check_caveats() for VT in CTX, remembering the answer for the same repo, branch

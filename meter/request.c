@@ -66,6 +66,16 @@ int meter_cost_from_double(int64_t *micros_out, double cost, struct err *err)
     if (cost == 0) {
         return E_OK;
     }
+    /* The usual case without printf: a whole number of micro-dollars M whose decimal
+     * M / 10^6 reads back as COST (division of two exact doubles rounds correctly, as
+     * strtod does). Below 1e9 an ulp is under 1.2e-7, so no other decimal with at most
+     * six places reads back as COST: the shortest form below is then M / 10^6 too. */
+    v = llround(cost * 1e6);
+    if ((double)v / 1e6 == cost) {
+        *micros_out = v;
+        return E_OK;
+    }
+    v = 0;
     shortest_decimal(buf, cost);
     e = strchr(buf, 'e');
     ASSERT(e != NULL);

@@ -201,21 +201,35 @@ struct batch {
 };
 
 /* Whether J's token is its task's current, active one (SPEC §7 step 1), as this batch's
- * transaction sees it. */
+ * transaction sees it: read once per batch, or once until the store's tokens change where
+ * the store counts their changes. */
 static bool token_is_current(struct batch *b, struct task_txn *tx, const struct meter_job *j,
                              struct err *err)
 {
     struct token_record rec;
-    bool current = false;
+    struct verified_token *vt = j->vt;
+    bool current = false, counted;
+    uint64_t epoch = 0;
+    int rc;
 
+    counted = task_txn_token_epoch(&epoch, tx) == E_OK;
+    if (counted && vt->cur_known && vt->cur_epoch == epoch) {
+        return vt->cur_value;
+    }
     for (size_t i = 0; i < b->nseen; i++) {
         if (b->seen[i].vt == j->vt) {
             return b->seen[i].current;
         }
     }
-    if (task_txn_token_current(&rec, tx, j->ns, j->name, err) == E_OK) {
+    rc = task_txn_token_current(&rec, tx, j->ns, j->name, err);
+    if (rc == E_OK) {
         current = rec.active && strcmp(rec.token_id, token_identifier(j->tok)) == 0;
         free(rec.token);
+    }
+    if (counted && (rc == E_OK || rc == E_NOTFOUND)) { /* never a failed read */
+        vt->cur_epoch = epoch;
+        vt->cur_known = true;
+        vt->cur_value = current;
     }
     if (b->nseen == b->capseen) {
         b->capseen = b->capseen == 0 ? 64 : b->capseen * 2;

@@ -458,6 +458,11 @@ int task_txn_token_add(struct task_txn *tx, const char *ns, const char *name, in
                        const char *token_id, const char *token, struct err *err);
 /* Revokes every active token of the task (a no-op when none is active). */
 int task_txn_token_revoke(struct task_txn *tx, const char *ns, const char *name, struct err *err);
+/* *out: a number that changes whenever any task's token may have changed (added, revoked,
+ * task deleted) since it was last read, in this process: a token state read in a
+ * transaction under the same number still holds. E_INVALID: the backend does not count
+ * (read the token each time). */
+int task_txn_token_epoch(uint64_t *out, struct task_txn *tx);
 /* The store's clock (for timestamps written inside a transaction). */
 const struct clock *task_txn_clock(struct task_txn *tx);
 

@@ -119,6 +119,7 @@ struct task_txn {
         int64_t number, struct err *err))
 /* What a backend may not keep (NULL: the caller gets E_INVALID "not kept by this store"). */
 #define STORE_XOPS_OPTIONAL(X) \
+    X(int, txn_token_epoch, (uint64_t *out, struct task_txn *tx)) \
     X(int, charges, (struct task_charge_point *out, size_t max, size_t *n_out, \
         int64_t *count_out, struct task_store *st, const char *task_uid, struct err *err)) \
     X(int, txn_resv_put, (struct task_txn *tx, const struct store_resv *r, struct err *err)) \

@@ -355,6 +355,15 @@ static int resv_refused(struct task_store *st, struct err *err)
     return err_set(err, E_INVALID, "the %s store keeps no reservation records", st->ops->name);
 }
 
+int task_txn_token_epoch(uint64_t *out, struct task_txn *tx)
+{
+    *out = 0;
+    if (tx->st->xops->txn_token_epoch == NULL) {
+        return E_INVALID;
+    }
+    return tx->st->xops->txn_token_epoch(out, tx);
+}
+
 int task_txn_resv_put(struct task_txn *tx, const struct store_resv *r, struct err *err)
 {
     if (tx->st->xops->txn_resv_put == NULL) {

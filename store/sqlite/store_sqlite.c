@@ -242,6 +242,7 @@ static int remove_dependents(struct sqlite_store *s, const json_t *cur, const ch
         sqlite3_bind_text(rev, 1, ns, -1, SQLITE_STATIC);
         sqlite3_bind_text(rev, 2, name, -1, SQLITE_STATIC);
         sqlite3_bind_int64(rev, 3, clock_now_ms(s->base.clock));
+        s->token_epoch++;
         rc = sqlst_step_done(s, rev, "revoke tokens", err);
     }
     return rc;

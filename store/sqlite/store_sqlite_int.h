@@ -28,6 +28,7 @@ struct sqlst_archiver; /* store_sqlite_meter.c */
 enum sqlst_stmt_id {
     SQLST_INSERT_TASK,
     SQLST_UPDATE_TASK,
+    SQLST_UPDATE_TASK_SAME_UID,
     SQLST_BUMP_RV,
     SQLST_GET_TASK,
     SQLST_METER_IDS,
@@ -57,6 +58,7 @@ struct sqlite_store {
     pthread_cond_t changed; /* broadcast on every new event and on wake */
     int64_t rv;             /* latest resourceVersion */
     int64_t wake_gen;       /* bumped by wake() so waiters return */
+    uint64_t token_epoch;   /* bumped by every write to the tokens table (under mu) */
     struct event ring[EVENT_RING];
     size_t ring_bytes;                /* JSON bytes held by ring, <= STORE_EVENT_RING_BYTES but for
                                          the newest event alone */
@@ -182,9 +184,12 @@ void sqlst_set_rv(json_t *obj, int64_t rv);
 /* Moves EV (and its JSON) into the ring, evicting the oldest events past EVENT_RING or
  * STORE_EVENT_RING_BYTES, and wakes watchers. Caller holds mu. (store_sqlite_txn.c) */
 void sqlst_publish(struct sqlite_store *s, struct event *ev);
-/* Writes OBJ (carrying rv s->rv + 1) and bumps the counter row, inside the caller's
- * transaction when IN_TXN, else in its own. Increments s->rv on success. *json_out (may be
+/* Writes OBJ (carrying rv s->rv + 1): inside the caller's sqlst_txn when IN_TXN (which
+ * writes the counter row once, before its COMMIT: sqlst_bump_rv), else in a transaction of
+ * its own that bumps the counter row too. Increments s->rv on success. *json_out (may be
  * NULL) gets the JSON text written, which the caller frees. */
+/* Stores RV as the resourceVersion counter row, in the caller's transaction. */
+int sqlst_bump_rv(struct sqlite_store *s, int64_t rv, struct err *err);
 int sqlst_write_obj(struct sqlite_store *s, const json_t *obj, bool is_new, bool in_txn,
                     char **json_out, struct err *err);
 

@@ -44,7 +44,8 @@ struct sqlst_archiver {
     sqlite3 *arc_db;    /* the archive, written by the thread only */
     sqlite3 *look_db;   /* the archive, read by the writer under the store's mu */
     sqlite3_stmt *look; /* owned: the lookup on look_db */
-    bool look_open;     /* look_db is in a read transaction (until the write one ends) */
+    sqlite3_stmt *look_begin, *look_commit; /* owned: its read transaction's BEGIN, COMMIT */
+    bool look_open; /* look_db is in a read transaction (until the write one ends) */
 };
 
 /* Ends the read transaction on the archive: the next lookup sees its latest commit. Must
@@ -54,7 +55,8 @@ static void look_end(struct sqlite_store *s)
     struct sqlst_archiver *a = s->archiver;
 
     if (a != NULL && a->look_open) {
-        (void)sqlite3_exec(a->look_db, "COMMIT", NULL, NULL, NULL);
+        (void)sqlite3_step(a->look_commit);
+        (void)sqlite3_reset(a->look_commit);
         a->look_open = false;
     }
 }
@@ -283,7 +285,9 @@ static int meter_archived(bool *out, struct sqlite_store *s, const char *uid, co
         return rc;
     }
     if (!a->look_open) {
-        if (sqlite3_exec(a->look_db, "BEGIN", NULL, NULL, NULL) != SQLITE_OK) {
+        int step = sqlite3_step(a->look_begin);
+        sqlite3_reset(a->look_begin);
+        if (step != SQLITE_DONE) {
             return err_set(err, E_FAIL, "read the meter archive: %s", sqlite3_errmsg(a->look_db));
         }
         a->look_open = true;
@@ -453,6 +457,11 @@ static int archiver_dbs(struct sqlst_archiver *a, const char *path, const char *
                                          -1, &a->look, NULL) != SQLITE_OK) {
         rc = err_set(err, E_FAIL, "prepare archive lookup: %s", sqlite3_errmsg(a->look_db));
     }
+    if (rc == E_OK &&
+        (sqlite3_prepare_v2(a->look_db, "BEGIN", -1, &a->look_begin, NULL) != SQLITE_OK ||
+         sqlite3_prepare_v2(a->look_db, "COMMIT", -1, &a->look_commit, NULL) != SQLITE_OK)) {
+        rc = err_set(err, E_FAIL, "prepare archive reads: %s", sqlite3_errmsg(a->look_db));
+    }
     return rc;
 }
 
@@ -513,6 +522,8 @@ void sqlst_meter_archiver_close(struct sqlite_store *s)
         pthread_join(a->thread, NULL);
     }
     sqlite3_finalize(a->look);
+    sqlite3_finalize(a->look_begin);
+    sqlite3_finalize(a->look_commit);
     sqlite3_close(a->look_db);
     sqlite3_close(a->log_db);
     sqlite3_close(a->arc_db);

@@ -263,6 +263,9 @@ static const char *const g_stmt_sql[SQLST_COUNT] = {
                           "VALUES(?1,?2,?3,?4,?5,?6)",
     [SQLST_UPDATE_TASK] = "UPDATE tasks SET uid=?3, resource_version=?4, phase=?5, doc=?6 "
                           "WHERE namespace=?1 AND name=?2",
+    /* The usual update: the uid is the stored one, so its UNIQUE index is left alone. */
+    [SQLST_UPDATE_TASK_SAME_UID] = "UPDATE tasks SET resource_version=?4, phase=?5, doc=?6 "
+                                   "WHERE namespace=?1 AND name=?2 AND uid=?3",
     [SQLST_BUMP_RV] = "UPDATE meta SET value=?1 WHERE key='resource_version'",
     [SQLST_GET_TASK] = "SELECT doc FROM tasks WHERE namespace=?1 AND name=?2",
     [SQLST_METER_IDS] = "SELECT id, task_uid, request_id FROM meter_log ORDER BY id",
@@ -328,12 +331,55 @@ int sqlst_step_done(struct sqlite_store *s, sqlite3_stmt *st, const char *what, 
     return sqlst_db_err(s, step, what, err);
 }
 
-int sqlst_write_obj(struct sqlite_store *s, const json_t *obj, bool is_new, bool in_txn,
-                    char **json_out, struct err *err)
+int sqlst_bump_rv(struct sqlite_store *s, int64_t rv, struct err *err)
+{
+    sqlite3_stmt *bump = NULL;
+    int rc = sqlst_stmt(&bump, s, SQLST_BUMP_RV, err);
+
+    if (rc != E_OK) {
+        return rc;
+    }
+    sqlite3_bind_int64(bump, 1, rv);
+    return sqlst_step_done(s, bump, "bump resourceVersion", err);
+}
+
+/* Inserts or updates OBJ's row with its JSON text DOC at rv s->rv + 1. */
+static int write_task_row(struct sqlite_store *s, const json_t *obj, bool is_new, const char *doc,
+                          struct err *err)
 {
     const json_t *md = json_object_get(obj, "metadata");
     const json_t *status = json_object_get(obj, "status");
-    sqlite3_stmt *st = NULL, *bump = NULL;
+    enum sqlst_stmt_id id = is_new ? SQLST_INSERT_TASK : SQLST_UPDATE_TASK_SAME_UID;
+
+    for (;;) {
+        sqlite3_stmt *st = NULL;
+        int rc = sqlst_stmt(&st, s, id, err);
+        if (rc != E_OK) {
+            return rc;
+        }
+        sqlite3_bind_text(st, 1, json_string_value(json_object_get(md, "namespace")), -1,
+                          SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, json_string_value(json_object_get(md, "name")), -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 3, json_string_value(json_object_get(md, "uid")), -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 4, s->rv + 1);
+        sqlite3_bind_text(st, 5, json_string_value(json_object_get(status, "phase")), -1,
+                          SQLITE_STATIC);
+        sqlite3_bind_text(st, 6, doc, -1, SQLITE_STATIC);
+        rc = sqlst_step_done(s, st, "write task", err);
+        if (rc == E_CONFLICT) {
+            return err_set(err, E_CONFLICT, "agenttasks \"%s\" already exists",
+                           json_string_value(json_object_get(md, "name")));
+        }
+        if (rc != E_OK || id != SQLST_UPDATE_TASK_SAME_UID || sqlite3_changes(s->db) > 0) {
+            return rc;
+        }
+        id = SQLST_UPDATE_TASK; /* the row holds another uid: the update that sets it */
+    }
+}
+
+int sqlst_write_obj(struct sqlite_store *s, const json_t *obj, bool is_new, bool in_txn,
+                    char **json_out, struct err *err)
+{
     char *doc = NULL;
     int rc;
 
@@ -343,33 +389,12 @@ int sqlst_write_obj(struct sqlite_store *s, const json_t *obj, bool is_new, bool
             return rc;
         }
     }
-    rc = sqlst_stmt(&st, s, is_new ? SQLST_INSERT_TASK : SQLST_UPDATE_TASK, err);
-    if (rc == E_OK) {
-        rc = sqlst_stmt(&bump, s, SQLST_BUMP_RV, err);
-    }
-    if (rc != E_OK) {
-        goto out;
-    }
     doc = jsonw_dumps(obj);
-    sqlite3_bind_text(st, 1, json_string_value(json_object_get(md, "namespace")), -1,
-                      SQLITE_STATIC);
-    sqlite3_bind_text(st, 2, json_string_value(json_object_get(md, "name")), -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 3, json_string_value(json_object_get(md, "uid")), -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 4, s->rv + 1);
-    sqlite3_bind_text(st, 5, json_string_value(json_object_get(status, "phase")), -1,
-                      SQLITE_STATIC);
-    sqlite3_bind_text(st, 6, doc, -1, SQLITE_STATIC);
-    rc = sqlst_step_done(s, st, "write task", err);
-    if (rc == E_CONFLICT) {
-        rc = err_set(err, E_CONFLICT, "agenttasks \"%s\" already exists",
-                     json_string_value(json_object_get(md, "name")));
+    rc = write_task_row(s, obj, is_new, doc, err);
+    /* Inside a sqlst_txn the counter row is written once, before its COMMIT. */
+    if (rc == E_OK && !in_txn) {
+        rc = sqlst_bump_rv(s, s->rv + 1, err);
     }
-    if (rc != E_OK) {
-        goto out;
-    }
-    sqlite3_bind_int64(bump, 1, s->rv + 1);
-    rc = sqlst_step_done(s, bump, "bump resourceVersion", err);
-out:
     if (!in_txn && rc == E_OK) {
         rc = sqlst_exec(s, "COMMIT", err);
     }

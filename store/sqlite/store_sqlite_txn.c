@@ -44,6 +44,10 @@ int sqlst_txn(struct task_store *st, task_txn_fn fn, void *userdata, struct err 
         goto out;
     }
     rc = fn(&tx.base, userdata);
+    if (rc == E_OK && s->rv != tx.rv_begin) {
+        /* Once per transaction, however many objects it wrote (sqlst_write_obj). */
+        rc = sqlst_bump_rv(s, s->rv, err);
+    }
     if (rc == E_OK) {
         rc = sqlst_meter_precommit(s, err);
     }
@@ -293,6 +297,7 @@ int sqlst_txn_token_add(struct task_txn *txb, const char *ns, const char *name, 
     sqlite3_bind_text(st, 4, token_id, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 5, token, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 6, clock_now_ms(tx->s->base.clock));
+    tx->s->token_epoch++;
     return sqlst_step_done(tx->s, st, "add token", err);
 }
 
@@ -308,7 +313,15 @@ int sqlst_txn_token_revoke(struct task_txn *txb, const char *ns, const char *nam
     sqlite3_bind_text(st, 1, ns, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 3, clock_now_ms(tx->s->base.clock));
+    tx->s->token_epoch++;
     return sqlst_step_done(tx->s, st, "revoke token", err);
+}
+
+int sqlst_txn_token_epoch(uint64_t *out, struct task_txn *txb)
+{
+    struct sqlst_txn *tx = sqtx(txb);
+    *out = tx->s->token_epoch;
+    return E_OK;
 }
 
 struct sqlite_store *sqlst_txn_store(struct task_txn *txb)

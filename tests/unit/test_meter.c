@@ -35,6 +35,32 @@ TEST(cost_from_double_is_exact)
     CHECK_EQ_INT(meter_cost_from_double(&v, INFINITY, NULL), E_INVALID);
 }
 
+/* Every whole number of micro-dollars, written as a double, reads back exactly (spread over
+ * the whole accepted range), and the double just above each is refused: more than six
+ * decimals. */
+TEST(cost_from_double_every_micro_amount)
+{
+    int64_t m = 1;
+
+    for (int i = 0; i < 200000; i++) {
+        int64_t v = -1;
+        double d = (double)m / 1e6, up = nextafter(d, INFINITY);
+        if (meter_cost_from_double(&v, d, NULL) != E_OK || v != m) {
+            t_fail(__FILE__, __LINE__, "%lld micro-dollars (%.17g) read back as %lld", (long long)m,
+                   d, (long long)v);
+            return;
+        }
+        if (meter_cost_from_double(&v, up, NULL) != E_INVALID && up <= 1e9) {
+            t_fail(__FILE__, __LINE__, "%.17g accepted as %lld", up, (long long)v);
+            return;
+        }
+        m = i < 100000 ? m + 1 : m + m / 5000 + 7; /* every small amount, then sparser ones */
+        if (m > INT64_C(1000000000000000)) {
+            m = m % INT64_C(1000000000000000) + 1;
+        }
+    }
+}
+
 TEST(parse_good_bodies)
 {
     struct meter_request r;
