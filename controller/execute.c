@@ -377,18 +377,25 @@ int controller_thaw(struct controller *c, struct reconcile *r)
 
 void controller_pause_freeze(struct controller *c, struct reconcile *r)
 {
-    char *log = sandbox_log_path(c->data_dir, r->ns, r->name);
+    int64_t now = clock_now_ms(clock_system());
     struct sandbox_status st;
     struct err err = {0};
+    char *log;
+    int rc = E_OK;
 
-    controller_timer_set(c, r->ns, r->name, 0);
-    controller_note_running(c, r->ns, r->name, false, clock_now_ms(clock_system()));
     sandbox_status(&st, c->sandboxes, r->ns, r->name);
+    if (st.state == SANDBOX_RUNNING) {
+        rc = sandbox_suspend(c->sandboxes, r->ns, r->name, &err);
+    }
+    /* The time counted toward the timeout ends when the freeze began; the bookkeeping (a
+     * file rewritten) comes after it, off the pause's way. */
+    controller_timer_set(c, r->ns, r->name, 0);
+    controller_note_running(c, r->ns, r->name, false, now);
     if (st.state != SANDBOX_RUNNING) {
-        free(log);
         return;
     }
-    if (sandbox_suspend(c->sandboxes, r->ns, r->name, &err) != E_OK) {
+    log = sandbox_log_path(c->data_dir, r->ns, r->name);
+    if (rc != E_OK) {
         /* Nothing may keep running unmetered: a sandbox that cannot be frozen is stopped
          * (a resume starts a new runner from the next iteration on the workspace). */
         sandbox_log_event(log, "[diverge] freeze failed: %s; sandbox stopped instead", err.msg);
