@@ -207,7 +207,9 @@ void controller_prelaunch_discard(struct controller *c, struct controller_launch
 void controller_prelaunch_drop(struct controller *c, const char *ns, const char *name);
 /* Stops and frees every prelaunch (shutdown). */
 void controller_prelaunch_drop_all(struct controller *c);
-/* Opens L's gate: its runner goes on. E_FAIL when the runner is gone. */
+/* Tells L's runner that its workspace is made (it checks it out; "c"). */
+void controller_gate_ready(struct controller_launch *l);
+/* Opens L's gate: its runner goes on ("g"). E_FAIL when the runner is gone. */
 int controller_gate_open(struct controller_launch *l, struct err *err);
 
 /* The freeze of a PAUSE planned on Pending, Provisioning or Active, before the Pausing

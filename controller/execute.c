@@ -254,6 +254,7 @@ static int finish_start(struct controller *c, struct reconcile *r, struct contro
 
     if (pre != NULL && controller_prelaunch_fits(pre, l)) {
         controller_launch_free(l);
+        controller_gate_ready(pre); /* the checkout runs while the apply commits */
         r->launch = pre;
         return E_OK;
     }

@@ -3,9 +3,10 @@
  * (SPEC §9) and the sandbox spec; and the prelaunch, a fresh local start whose sandbox
  * is spawned while its mirror is still fetched, so that bubblewrap and the runner start
  * alongside the fetch. Its runner waits on a start gate (DIVERGE_START_GATE_FD: the read
- * end of a pipe the sandbox inherits) before it touches the workspace or meters; the
- * start opens the gate once the workspace is made and the apply made the task Active
- * (controller_launch), exactly when it would have spawned the sandbox otherwise. A
+ * end of a pipe the sandbox inherits) before it touches the workspace or meters: the
+ * start writes "c" once the workspace is made (the runner checks it out) and "g" once the
+ * apply made the task Active and its token current (controller_launch), exactly when it
+ * would have spawned the sandbox otherwise (the runner meters and runs the agent). A
  * prelaunch that does not fit the start (anything the sandbox was given differs) or is
  * not wanted any more is stopped and the start spawns as before. */
 #define _GNU_SOURCE
@@ -389,6 +390,16 @@ void controller_prelaunch_drop_all(struct controller *c)
         c->prelaunches = l->next;
         controller_prelaunch_discard(c, l);
     }
+}
+
+void controller_gate_ready(struct controller_launch *l)
+{
+    ssize_t n;
+
+    do {
+        n = write(l->gate, "c", 1);
+    } while (n < 0 && errno == EINTR);
+    (void)n; /* a runner that is gone shows at the "g" (controller_gate_open) */
 }
 
 int controller_gate_open(struct controller_launch *l, struct err *err)

@@ -30,6 +30,7 @@ struct run {
     int stop;                                /* -1, or the exit a meter answer asked for */
     char *same_failure;                      /* owned: the verify failure repeated, or NULL */
     long same_count;                         /* iterations in a row that failed so */
+    bool gate_later;                         /* the start gate said "c": "g" comes later */
     bool beat_done;                          /* the first iteration's heartbeat went out ... */
     int beat_ret;                            /* ... while the workspace was prepared: its result */
 };
@@ -464,15 +465,22 @@ static int iterations(struct run *r, bool *ok, long *last)
 static void *beat_main(void *arg)
 {
     struct run *r = arg;
+    struct err err = {0};
 
+    if (r->gate_later && runner_gate_go(r->cfg, &err) != E_OK) {
+        runner_say("%s", err.msg);
+        r->beat_ret = RUNNER_EXIT_CONFIG;
+        return NULL;
+    }
     r->beat_ret = heartbeat(r, r->cfg->start_iteration, false);
     return NULL;
 }
 
 /* Prepares the workspace (runner_git_prepare) while the first iteration's heartbeat goes
- * out on a thread of its own: it needs nothing of the workspace, and the agent starts
- * after both. False (reported) when the workspace could not be prepared. */
-static bool prepare_and_beat(struct run *r)
+ * out on a thread of its own (after the start gate's "g" when it said "c" first): it needs
+ * nothing of the workspace, and the agent starts after both. -1 to go on, else an exit
+ * (reported). */
+static int prepare_and_beat(struct run *r)
 {
     struct err err = {0};
     pthread_t t;
@@ -480,14 +488,17 @@ static bool prepare_and_beat(struct run *r)
                 pthread_create(&t, NULL, beat_main, r) == 0;
     int rc = runner_git_prepare(r->cfg, &err);
 
-    if (beat) {
-        pthread_join(t, NULL);
-        r->beat_done = true;
-    }
     if (rc != E_OK) {
         runner_say("workspace: %s", err.msg);
     }
-    return rc == E_OK;
+    if (beat) {
+        pthread_join(t, NULL);
+        r->beat_done = true;
+    } else if (r->gate_later && runner_gate_go(r->cfg, &err) != E_OK) {
+        runner_say("%s", err.msg);
+        return RUNNER_EXIT_CONFIG;
+    }
+    return rc == E_OK ? -1 : RUNNER_EXIT_GIT;
 }
 
 enum runner_exit runner_run(const struct runner_config *cfg)
@@ -508,12 +519,13 @@ enum runner_exit runner_run(const struct runner_config *cfg)
         runner_say("usage state: %s", err.msg);
         return RUNNER_EXIT_CONFIG;
     }
-    if (runner_gate_wait(cfg, &err) != E_OK) {
+    if (runner_gate_wait(cfg, &r.gate_later, &err) != E_OK) {
         runner_say("%s", err.msg);
         return RUNNER_EXIT_CONFIG;
     }
-    if (!prepare_and_beat(&r)) {
-        return RUNNER_EXIT_GIT;
+    ret = prepare_and_beat(&r);
+    if (ret != -1) {
+        return (enum runner_exit)ret;
     }
     if (runner_llm_relay_start(&llm_port, cfg, &err) != E_OK) {
         runner_say("llm relay: %s", err.msg);

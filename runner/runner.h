@@ -208,9 +208,12 @@ struct runner_config {
 
 /* The start gate of a sandbox the server started while it still made the workspace
  * (its mirror fetch): with CFG->gate_fd set, blocks until the server writes "g" (the
- * workspace is made and the task Active: go on) and closes the descriptor; E_FAIL when it
- * wrote anything else or closed its end (the start was called off). */
-int runner_gate_wait(const struct runner_config *cfg, struct err *err);
+ * workspace is made and the task Active: go on), or "c" (the workspace is made: *LATER
+ * is set, and runner_gate_go waits for the "g" before anything is metered). E_FAIL when
+ * the server wrote anything else or closed its end (the start was called off). The
+ * descriptor is closed once the "g" came (or the start was called off). */
+int runner_gate_wait(const struct runner_config *cfg, bool *later, struct err *err);
+int runner_gate_go(const struct runner_config *cfg, struct err *err);
 
 /* Looks up NAME in an environment; NULL when unset. */
 typedef const char *(*runner_getenv_fn)(const char *name, void *userdata);

@@ -9,6 +9,10 @@ echo "fake runner: start iteration ${DIVERGE_START_ITERATION:-1} uid $(id -u)"
 if [ -n "${DIVERGE_START_GATE_FD:-}" ]; then
     # Started while the server still makes the workspace: wait for its go, as the runner.
     go=$(head -c 1 "/proc/self/fd/$DIVERGE_START_GATE_FD")
+    if [ "$go" = c ]; then
+        # The workspace is made; "g" follows once the task is Active (checked out after).
+        go=$(head -c 1 "/proc/self/fd/$DIVERGE_START_GATE_FD")
+    fi
     if [ "$go" != g ]; then
         echo "fake runner: the server called this start off before it began"
         exit 2

@@ -586,15 +586,18 @@ TEST(token_model_from_caveat)
 
 T_MAIN
 
-/* The start gate: "g" goes on, anything else or the server's end closed calls the start
- * off; the descriptor is closed either way (the agent never inherits it). */
+/* The start gate: "g" goes on, "c" then "g" goes on in two steps, anything else or the
+ * server's end closed calls the start off; the descriptor is closed once it is decided
+ * (the agent never inherits it). */
 TEST(start_gate)
 {
     struct runner_config cfg = {.gate_fd = -1};
     struct err err = {0};
+    bool later = true;
     int p[2];
 
-    CHECK_OK(runner_gate_wait(&cfg, &err)); /* no gate: nothing to wait for */
+    CHECK_OK(runner_gate_wait(&cfg, &later, &err)); /* no gate: nothing to wait for */
+    CHECK(!later);
     const char *sent[] = {"g", "x", NULL};
     for (size_t i = 0; i < 3; i++) {
         CHECK(pipe(p) == 0);
@@ -603,7 +606,20 @@ TEST(start_gate)
         }
         close(p[1]);
         cfg.gate_fd = p[0];
-        CHECK_EQ_INT(runner_gate_wait(&cfg, &err), i == 0 ? E_OK : E_FAIL);
+        CHECK_EQ_INT(runner_gate_wait(&cfg, &later, &err), i == 0 ? E_OK : E_FAIL);
+        CHECK(!later);
         CHECK(fcntl(p[0], F_GETFD) == -1); /* closed */
+    }
+    const char *two[] = {"cg", "c", "cx"};
+    for (size_t i = 0; i < 3; i++) {
+        CHECK(pipe(p) == 0);
+        CHECK(write(p[1], two[i], strlen(two[i])) == (ssize_t)strlen(two[i]));
+        close(p[1]);
+        cfg.gate_fd = p[0];
+        CHECK_OK(runner_gate_wait(&cfg, &later, &err));
+        CHECK(later);
+        CHECK(fcntl(p[0], F_GETFD) == FD_CLOEXEC); /* open, not for the git processes */
+        CHECK_EQ_INT(runner_gate_go(&cfg, &err), i == 0 ? E_OK : E_FAIL);
+        CHECK(fcntl(p[0], F_GETFD) == -1);
     }
 }
