@@ -348,6 +348,9 @@ bool controller_mirror_async(const struct controller *c, const struct reconcile 
 int controller_mirror_ready(struct controller *c, struct reconcile *r, struct err *err);
 /* A deleted task's running fetch: nobody takes its result. */
 void controller_mirror_forget(struct controller *c, const char *ns, const char *name);
+/* After a start that took its mirror from a fetch: the mirror's upkeep
+ * (controller_mirror_upkeep) in a thread of its own when it wants one, off the start. */
+void controller_mirror_upkeep_async(struct controller *c, const struct reconcile *r);
 /* Waits for every fetch and frees them (threads stopped). */
 void controller_mirror_jobs_stop(struct controller *c);
 
@@ -405,6 +408,12 @@ int controller_mirror(char **out, struct controller *c, const char *url, const c
 /* Takes the lock that serializes every git and every walk on the mirror of URL (flock on
  * <data-dir>/run/mirror.<hash>.lock): its descriptor, closed to release it; -1 on error. */
 int controller_mirror_lock(const char *data_dir, const char *url, struct err *err);
+/* Whether the mirror DIR has as many packs or loose objects as make git's gc --auto act
+ * (its default limits); a count of directory entries, no git. */
+bool controller_mirror_wants_upkeep(const char *dir);
+/* Under the mirror's lock, `git maintenance run --auto` on the mirror of URL when
+ * controller_mirror_wants_upkeep says so (its gc not detached). E_FAIL. */
+int controller_mirror_upkeep(struct controller *c, const char *url, struct err *err);
 /* A workspace's git directory made outside the sandbox (workspace_clone.c). */
 #define CONTROLLER_PREPARED_MARK "diverge-prepared" /* in .git: made by the server, new */
 struct controller_clone {

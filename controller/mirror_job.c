@@ -6,7 +6,10 @@
  * returns; the fetch queues the task for the tick thread when it is done, whose reconcile
  * plans again and starts the sandbox. One fetch per task at a time (the reconciles in
  * between see it running); fetches of one repository are serialized by the mirror's own
- * lock (controller_mirror), so two tasks on it never run git on it at once. */
+ * lock (controller_mirror), so two tasks on it never run git on it at once.
+ *
+ * The mirror's gc (controller_mirror_upkeep) runs in a job of its own after a start, under the
+ * mirror's lock, when the mirror's packs call for it: never on a start's way. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,8 +20,9 @@ struct controller_mirror_job {
     struct controller *c;
     char *ns, *name, *url, *log; /* owned */
     pthread_t thread;
-    bool done;  /* guarded by c->notes_lock; the fields below are the thread's until then */
-    bool stale; /* the task was deleted while it ran: nobody takes the result */
+    bool done;   /* guarded by c->notes_lock; the fields below are the thread's until then */
+    bool stale;  /* the task was deleted while it ran: nobody takes the result */
+    bool upkeep; /* the mirror's gc (ns "", name the URL), not a task's fetch */
     int rc;
     char *dir; /* owned: the mirror when rc == E_OK */
     bool fetched;
@@ -43,6 +47,15 @@ static void *job_main(void *arg)
     struct controller_mirror_job *j = arg;
     struct controller *c = j->c;
 
+    if (j->upkeep) {
+        if (controller_mirror_upkeep(c, j->url, &j->err) != E_OK) {
+            log_kv(LOG_WARN, "mirror_upkeep_failed", "error", j->err.msg, NULL);
+        }
+        pthread_mutex_lock(&c->notes_lock);
+        j->done = true;
+        pthread_mutex_unlock(&c->notes_lock);
+        return NULL;
+    }
     j->rc = controller_mirror(&j->dir, c, j->url, j->log, &j->fetched, &j->err);
     if (j->rc == E_OK) {
         sandbox_log_event(j->log, "[diverge] repository mirror %s",
@@ -62,7 +75,7 @@ static struct controller_mirror_job *find(struct controller *c, const char *ns, 
     struct controller_mirror_job **pp;
 
     for (pp = &c->mirror_jobs; *pp != NULL; pp = &(*pp)->next) {
-        if (strcmp((*pp)->ns, ns) == 0 && strcmp((*pp)->name, name) == 0) {
+        if (!(*pp)->upkeep && strcmp((*pp)->ns, ns) == 0 && strcmp((*pp)->name, name) == 0) {
             *pp_out = pp;
             return *pp;
         }
@@ -70,16 +83,18 @@ static struct controller_mirror_job *find(struct controller *c, const char *ns, 
     return NULL;
 }
 
-/* Starts the fetch of R's mirror (notes_lock held). */
-static int start_job(struct controller *c, const struct reconcile *r, struct err *err)
+/* Starts the fetch of NS/NAME's mirror of URL (notes_lock held); *OUT: the job. */
+static int start_job(struct controller_mirror_job **out, struct controller *c, const char *ns,
+                     const char *name, const char *url, struct err *err)
 {
     struct controller_mirror_job *j = xcalloc(1, sizeof(*j));
 
     j->c = c;
-    j->ns = xstrdup(r->ns);
-    j->name = xstrdup(r->name);
-    j->url = xstrdup(r->url);
-    j->log = sandbox_log_path(c->data_dir, r->ns, r->name);
+    j->ns = xstrdup(ns);
+    j->name = xstrdup(name);
+    j->url = xstrdup(url);
+    j->upkeep = ns[0] == '\0';
+    j->log = j->upkeep ? NULL : sandbox_log_path(c->data_dir, ns, name);
     if (pthread_create(&j->thread, NULL, job_main, j) != 0) {
         free(j->ns);
         free(j->name);
@@ -90,6 +105,7 @@ static int start_job(struct controller *c, const struct reconcile *r, struct err
     }
     j->next = c->mirror_jobs;
     c->mirror_jobs = j;
+    *out = j;
     return E_OK;
 }
 
@@ -124,7 +140,8 @@ int controller_mirror_ready(struct controller *c, struct reconcile *r, struct er
         j = NULL;
     }
     if (j == NULL && (done == NULL || done->stale || strcmp(done->url, r->url) != 0)) {
-        rc = start_job(c, r, err); /* none, or one for another URL or a deleted task */
+        rc = start_job(&j, c, r->ns, r->name, r->url, err); /* none, or one for another URL
+                                                               or a deleted task */
         rc = rc == E_OK ? E_AGAIN : rc;
     } else if (j == NULL) {
         rc = E_OK;
@@ -149,6 +166,51 @@ void controller_mirror_forget(struct controller *c, const char *ns, const char *
         j->stale = true;
     }
     pthread_mutex_unlock(&c->notes_lock);
+}
+
+/* Takes the finished upkeep jobs out of C's list into *DONE; whether one for URL runs. */
+static bool reap_upkeep(struct controller *c, const char *url, struct controller_mirror_job **done)
+{
+    struct controller_mirror_job **pp = &c->mirror_jobs;
+    bool running = false;
+
+    while (*pp != NULL) {
+        struct controller_mirror_job *j = *pp;
+        if (j->upkeep && j->done) {
+            *pp = j->next;
+            j->next = *done;
+            *done = j;
+        } else {
+            running = running || (j->upkeep && strcmp(j->url, url) == 0);
+            pp = &j->next;
+        }
+    }
+    return running;
+}
+
+void controller_mirror_upkeep_async(struct controller *c, const struct reconcile *r)
+{
+    struct controller_mirror_job *done = NULL, *j;
+    struct err err = {0};
+    char *dir;
+    bool wants;
+
+    if (!r->mirror_done || r->mirror_rc != E_OK || r->url == NULL) {
+        return;
+    }
+    dir = controller_mirror_path(c->data_dir, r->url);
+    wants = controller_mirror_wants_upkeep(dir); /* a count without the lock: a hint */
+    free(dir);
+    pthread_mutex_lock(&c->notes_lock);
+    if (!reap_upkeep(c, r->url, &done) && wants && !atomic_load(&c->stopping)) {
+        (void)start_job(&j, c, "", r->url, r->url, &err);
+    }
+    pthread_mutex_unlock(&c->notes_lock);
+    while (done != NULL) {
+        struct controller_mirror_job *next = done->next;
+        job_free(done);
+        done = next;
+    }
 }
 
 void controller_mirror_jobs_stop(struct controller *c)

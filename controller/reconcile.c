@@ -616,6 +616,7 @@ int controller_reconcile(struct controller *c, const char *ns, const char *name,
     }
     if (rc == E_OK && r.action != CONTROLLER_NOTHING && r.action != CONTROLLER_ACTIVATE) {
         controller_execute(c, &r);
+        controller_mirror_upkeep_async(c, &r); /* after the start took the mirror */
     }
     if (rc == E_OK && r.action != CONTROLLER_NOTHING) {
         rc = apply_outcome(c, &r, err);
