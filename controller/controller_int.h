@@ -348,6 +348,14 @@ bool controller_mirror_async(const struct controller *c, const struct reconcile 
 int controller_mirror_ready(struct controller *c, struct reconcile *r, struct err *err);
 /* A deleted task's running fetch: nobody takes its result. */
 void controller_mirror_forget(struct controller *c, const char *ns, const char *name);
+/* The fetch of a task that was just made (the store's ADDED event: Pending, not suspended,
+ * with a repository), started before its first plan and the queue pass that admits it;
+ * the plan's start adopts it. A plan that does not start the task, or a queue pass that
+ * makes it wait, drops it (controller_mirror_unwanted): a later start fetches again. */
+void controller_mirror_prefetch(struct controller *c, const char *ns, const char *name,
+                                const char *url);
+/* A prefetch of NS/NAME is not taken by any start (one still running is waited for). */
+void controller_mirror_unwanted(struct controller *c, const char *ns, const char *name);
 /* After a start that took its mirror from a fetch: the mirror's upkeep
  * (controller_mirror_upkeep) in a thread of its own when it wants one, off the start. */
 void controller_mirror_upkeep_async(struct controller *c, const struct reconcile *r);

@@ -8,7 +8,10 @@
  * between see it running); fetches of one repository are serialized by the mirror's own
  * lock (controller_mirror), so two tasks on it never run git on it at once.
  *
- * The mirror's gc (controller_mirror_upkeep) runs in a job of its own after a start, under the
+ * A task's fetch may start as soon as the task exists (controller_mirror_prefetch, from
+ * the store's ADDED event, before the first plan and its transactions): always after the
+ * request that made it, so its start still gets the head of that moment or later. The
+ * mirror's gc (controller_mirror_upkeep) runs in a job of its own after a start, under the
  * mirror's lock, when the mirror's packs call for it: never on a start's way. */
 #include <stdlib.h>
 #include <string.h>
@@ -20,9 +23,10 @@ struct controller_mirror_job {
     struct controller *c;
     char *ns, *name, *url, *log; /* owned */
     pthread_t thread;
-    bool done;   /* guarded by c->notes_lock; the fields below are the thread's until then */
-    bool stale;  /* the task was deleted while it ran: nobody takes the result */
-    bool upkeep; /* the mirror's gc (ns "", name the URL), not a task's fetch */
+    bool done;     /* guarded by c->notes_lock; the fields below are the thread's until then */
+    bool stale;    /* the task was deleted while it ran: nobody takes the result */
+    bool prefetch; /* started for a new task, not yet adopted by a plan that starts it */
+    bool upkeep;   /* the mirror's gc (ns "", name the URL), not a task's fetch */
     int rc;
     char *dir; /* owned: the mirror when rc == E_OK */
     bool fetched;
@@ -141,10 +145,13 @@ int controller_mirror_ready(struct controller *c, struct reconcile *r, struct er
     }
     if (j == NULL && (done == NULL || done->stale || strcmp(done->url, r->url) != 0)) {
         rc = start_job(&j, c, r->ns, r->name, r->url, err); /* none, or one for another URL
-                                                               or a deleted task */
+                                                               or a dropped or deleted task */
         rc = rc == E_OK ? E_AGAIN : rc;
     } else if (j == NULL) {
         rc = E_OK;
+    } else {
+        j->prefetch = false; /* a prefetch this start adopts; one for another URL is
+                                taken when done, seen to differ and fetched again */
     }
     pthread_mutex_unlock(&c->notes_lock);
     if (done != NULL) {
@@ -166,6 +173,41 @@ void controller_mirror_forget(struct controller *c, const char *ns, const char *
         j->stale = true;
     }
     pthread_mutex_unlock(&c->notes_lock);
+}
+
+void controller_mirror_prefetch(struct controller *c, const char *ns, const char *name,
+                                const char *url)
+{
+    struct controller_mirror_job **pp = NULL, *j;
+    struct err err = {0};
+
+    if (c->sandboxes == NULL || !c->mirror_async || url == NULL || ns[0] == '\0' ||
+        atomic_load(&c->stopping)) {
+        return;
+    }
+    pthread_mutex_lock(&c->notes_lock);
+    if (find(c, ns, name, &pp) == NULL && start_job(&j, c, ns, name, url, &err) == E_OK) {
+        j->prefetch = true;
+    }
+    pthread_mutex_unlock(&c->notes_lock);
+}
+
+void controller_mirror_unwanted(struct controller *c, const char *ns, const char *name)
+{
+    struct controller_mirror_job **pp = NULL, *j, *done = NULL;
+
+    pthread_mutex_lock(&c->notes_lock);
+    j = find(c, ns, name, &pp);
+    if (j != NULL && j->prefetch && j->done) {
+        *pp = j->next;
+        done = j;
+    } else if (j != NULL && j->prefetch) {
+        j->stale = true; /* still fetching: a later start waits for it and fetches again */
+    }
+    pthread_mutex_unlock(&c->notes_lock);
+    if (done != NULL) {
+        job_free(done);
+    }
 }
 
 /* Takes the finished upkeep jobs out of C's list into *DONE; whether one for URL runs. */

@@ -173,6 +173,45 @@ def test_raised_quota_starts_the_queued_task():
     shutil.rmtree(top, ignore_errors=True)
 
 
+def task_log(srv, ns, name):
+    try:
+        with open(os.path.join(srv.data_dir, "logs", ns, name + ".log"), errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def test_queued_task_starts_on_the_head_of_its_start():
+    """A new task's mirror fetch starts with the task, before the queue admits it; a task
+    the queue makes wait does not start on that fetch: main moved on while it waited, and
+    its workspace has main's new commit."""
+    top = tempfile.mkdtemp(prefix="diverge-queue-")
+    url = make_repo(top)
+    with Server(ARGS, env=ENV) as srv, Clean(srv):
+        create(srv, "delta", "d1", url)
+        wait(lambda: phase(srv, "delta", "d1")["phase"] == "Active", what="d1 Active")
+        create(srv, "delta", "d2", url)
+        wait(lambda: phase(srv, "delta", "d2").get("queuePosition") == 1, what="d2 queued")
+        # The fetch made when d2 was created is over (it logs when done).
+        wait(lambda: "repository mirror" in task_log(srv, "delta", "d2"), what="d2's fetch")
+        src = os.path.join(top, "src")
+        with open(os.path.join(src, "LATER"), "w") as f:
+            f.write("pushed while d2 waited\n")
+        git("add", "-A", cwd=src)
+        git("commit", "-q", "-m", "later", cwd=src)
+        git("push", "-q", url[len("file://"):], "main", cwd=src)
+        release(srv, "delta", "d1")
+        wait(lambda: phase(srv, "delta", "d2")["phase"] == "Active", what="d2 Active")
+        ws = os.path.join(srv.data_dir, "workspaces", "delta", "d2")
+        wait(lambda: os.path.exists(os.path.join(ws, ".git", "index")), what="d2's checkout")
+        assert os.path.exists(os.path.join(ws, "LATER")), (os.listdir(ws),
+                                                           task_log(srv, "delta", "d2"))
+        release(srv, "delta", "d2")
+        wait(lambda: phase(srv, "delta", "d2")["phase"] == "Completed", what="d2 Completed")
+    shutil.rmtree(top, ignore_errors=True)
+
+
 if __name__ == "__main__":
     run_tests([test_one_slot_round_robin_queue, test_spendquota_caps_a_projects_running_tasks,
+               test_queued_task_starts_on_the_head_of_its_start,
                test_raised_quota_starts_the_queued_task])
