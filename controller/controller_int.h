@@ -353,7 +353,7 @@ void controller_mirror_forget(struct controller *c, const char *ns, const char *
  * the plan's start adopts it. A plan that does not start the task, or a queue pass that
  * makes it wait, drops it (controller_mirror_unwanted): a later start fetches again. */
 void controller_mirror_prefetch(struct controller *c, const char *ns, const char *name,
-                                const char *url);
+                                const char *url, const char *base, const char *working);
 /* A prefetch of NS/NAME is not taken by any start (one still running is waited for). */
 void controller_mirror_unwanted(struct controller *c, const char *ns, const char *name);
 /* After a start that took its mirror from a fetch: the mirror's upkeep
@@ -413,6 +413,16 @@ int controller_git(const char *log_path, const char *const argv[], struct err *e
  * (*fetched_out), with the server's credentials for URL's host. */
 int controller_mirror(char **out, struct controller *c, const char *url, const char *log_path,
                       bool *fetched_out, struct err *err);
+/* controller_mirror fetching only the branches BRANCHES (NULL-terminated, each one
+ * controller_plain_branch takes; what a start needs) into an existing mirror; every
+ * branch when NULL. A clone takes every branch. */
+int controller_mirror_branches(char **out, struct controller *c, const char *url,
+                               const char *const *branches, const char *log_path, bool *fetched_out,
+                               struct err *err);
+/* Whether NAME is a branch name that needs no quoting in a config subsection, a path or a
+ * refspec and that git reads the same way: [A-Za-z0-9._/+-], no "..", "//", "/.", no
+ * leading '-', '.' or '/', no trailing '/', '.' or ".lock". */
+bool controller_plain_branch(const char *name);
 /* Takes the lock that serializes every git and every walk on the mirror of URL (flock on
  * <data-dir>/run/mirror.<hash>.lock): its descriptor, closed to release it; -1 on error. */
 int controller_mirror_lock(const char *data_dir, const char *url, struct err *err);

@@ -35,16 +35,18 @@ static void reconcile_one(struct controller *c, const char *ns, const char *name
  * Provisioning transaction then run while git fetches. */
 static void prefetch(struct controller *c, const struct task_event *ev)
 {
-    json_t *doc;
+    json_t *doc, *repo;
     const char *url;
 
     if (c->sandboxes == NULL || ev->json == NULL) {
         return;
     }
     doc = json_loads(ev->json, 0, NULL);
-    url = json_string_value(
-        json_object_get(json_object_get(json_object_get(doc, "spec"), "repository"), "url"));
-    controller_mirror_prefetch(c, ev->ns, ev->name, url);
+    repo = json_object_get(json_object_get(doc, "spec"), "repository");
+    url = json_string_value(json_object_get(repo, "url"));
+    controller_mirror_prefetch(c, ev->ns, ev->name, url,
+                               json_string_value(json_object_get(repo, "baseBranch")),
+                               json_string_value(json_object_get(repo, "workingBranch")));
     json_decref(doc);
 }
 

@@ -22,6 +22,7 @@
 struct controller_mirror_job {
     struct controller *c;
     char *ns, *name, *url, *log; /* owned */
+    char *base, *working;        /* owned, or NULL: the branches the start needs */
     pthread_t thread;
     bool done;     /* guarded by c->notes_lock; the fields below are the thread's until then */
     bool stale;    /* the task was deleted while it ran: nobody takes the result */
@@ -42,8 +43,21 @@ static void job_free(struct controller_mirror_job *j)
     free(j->name);
     free(j->url);
     free(j->log);
+    free(j->base);
+    free(j->working);
     free(j->dir);
     free(j);
+}
+
+static bool same(const char *a, const char *b)
+{
+    return a == NULL ? b == NULL : b != NULL && strcmp(a, b) == 0;
+}
+
+/* Whether J fetched what R's start needs: the same repository and branches. */
+static bool serves(const struct controller_mirror_job *j, const struct reconcile *r)
+{
+    return strcmp(j->url, r->url) == 0 && same(j->base, r->base) && same(j->working, r->working);
 }
 
 static void *job_main(void *arg)
@@ -60,7 +74,13 @@ static void *job_main(void *arg)
         pthread_mutex_unlock(&c->notes_lock);
         return NULL;
     }
-    j->rc = controller_mirror(&j->dir, c, j->url, j->log, &j->fetched, &j->err);
+    /* The task's base and working branches when both are plain names (the working one
+     * may be unset); else every branch, as the runner's own clone may need. */
+    const char *branches[] = {j->base, j->working, NULL};
+    bool only = j->base != NULL && controller_plain_branch(j->base) &&
+                (j->working == NULL || controller_plain_branch(j->working));
+    j->rc = controller_mirror_branches(&j->dir, c, j->url, only ? branches : NULL, j->log,
+                                       &j->fetched, &j->err);
     if (j->rc == E_OK) {
         sandbox_log_event(j->log, "[diverge] repository mirror %s",
                           j->fetched ? "fetched (reused)" : "cloned");
@@ -87,9 +107,11 @@ static struct controller_mirror_job *find(struct controller *c, const char *ns, 
     return NULL;
 }
 
-/* Starts the fetch of NS/NAME's mirror of URL (notes_lock held); *OUT: the job. */
+/* Starts the fetch of NS/NAME's mirror of URL, for its branches BASE and WORKING (either
+ * may be NULL), with notes_lock held; *OUT: the job. */
 static int start_job(struct controller_mirror_job **out, struct controller *c, const char *ns,
-                     const char *name, const char *url, struct err *err)
+                     const char *name, const char *url, const char *base, const char *working,
+                     struct err *err)
 {
     struct controller_mirror_job *j = xcalloc(1, sizeof(*j));
 
@@ -97,6 +119,8 @@ static int start_job(struct controller_mirror_job **out, struct controller *c, c
     j->ns = xstrdup(ns);
     j->name = xstrdup(name);
     j->url = xstrdup(url);
+    j->base = base != NULL ? xstrdup(base) : NULL;
+    j->working = working != NULL ? xstrdup(working) : NULL;
     j->upkeep = ns[0] == '\0';
     j->log = j->upkeep ? NULL : sandbox_log_path(c->data_dir, ns, name);
     if (pthread_create(&j->thread, NULL, job_main, j) != 0) {
@@ -104,6 +128,8 @@ static int start_job(struct controller_mirror_job **out, struct controller *c, c
         free(j->name);
         free(j->url);
         free(j->log);
+        free(j->base);
+        free(j->working);
         free(j);
         return err_set(err, E_FAIL, "cannot start the mirror fetch thread");
     }
@@ -143,15 +169,16 @@ int controller_mirror_ready(struct controller *c, struct reconcile *r, struct er
         done = j;
         j = NULL;
     }
-    if (j == NULL && (done == NULL || done->stale || strcmp(done->url, r->url) != 0)) {
-        rc = start_job(&j, c, r->ns, r->name, r->url, err); /* none, or one for another URL
-                                                               or a dropped or deleted task */
+    if (j == NULL && (done == NULL || done->stale || !serves(done, r))) {
+        /* none, or one for another URL or branches, or a dropped or deleted task */
+        rc = start_job(&j, c, r->ns, r->name, r->url, r->base, r->working, err);
         rc = rc == E_OK ? E_AGAIN : rc;
     } else if (j == NULL) {
         rc = E_OK;
     } else {
-        j->prefetch = false; /* a prefetch this start adopts; one for another URL is
-                                taken when done, seen to differ and fetched again */
+        j->prefetch = false; /* a prefetch this start adopts; one for another URL or
+                                branches is taken when done, seen to differ and fetched
+                                again */
     }
     pthread_mutex_unlock(&c->notes_lock);
     if (done != NULL) {
@@ -176,7 +203,7 @@ void controller_mirror_forget(struct controller *c, const char *ns, const char *
 }
 
 void controller_mirror_prefetch(struct controller *c, const char *ns, const char *name,
-                                const char *url)
+                                const char *url, const char *base, const char *working)
 {
     struct controller_mirror_job **pp = NULL, *j;
     struct err err = {0};
@@ -186,7 +213,8 @@ void controller_mirror_prefetch(struct controller *c, const char *ns, const char
         return;
     }
     pthread_mutex_lock(&c->notes_lock);
-    if (find(c, ns, name, &pp) == NULL && start_job(&j, c, ns, name, url, &err) == E_OK) {
+    if (find(c, ns, name, &pp) == NULL &&
+        start_job(&j, c, ns, name, url, base, working, &err) == E_OK) {
         j->prefetch = true;
     }
     pthread_mutex_unlock(&c->notes_lock);
@@ -245,7 +273,7 @@ void controller_mirror_upkeep_async(struct controller *c, const struct reconcile
     free(dir);
     pthread_mutex_lock(&c->notes_lock);
     if (!reap_upkeep(c, r->url, &done) && wants && !atomic_load(&c->stopping)) {
-        (void)start_job(&j, c, "", r->url, r->url, &err);
+        (void)start_job(&j, c, "", r->url, r->url, NULL, NULL, &err);
     }
     pthread_mutex_unlock(&c->notes_lock);
     while (done != NULL) {

@@ -375,8 +375,53 @@ static int url_refused(const char *data_dir, const char *url, struct err *err)
     return E_OK;
 }
 
-static int mirror_locked(char **out, struct controller *c, const char *url, const char *log_path,
-                         bool *fetched_out, struct err *err)
+/* Fetches the mirror DIR of URL: the branches BRANCHES (NULL-terminated, names
+ * controller_plain_branch takes), or every branch when NULL. */
+static int fetch_mirror(struct controller *c, const char *url, const char *dir,
+                        const char *const *branches, const char *log_path, struct err *err)
+{
+    /* What a fetch brings stays one pack (fetch.unpackLimit=1), never loose objects: a
+     * start hard-links the mirror's object files into the workspace, a few packs cost a
+     * few links where loose objects cost one (and a directory) each. No `git maintenance
+     * run --auto` after the fetch (a process of its own on every start's way, ~3 ms, and a
+     * gc it would start detached, outside this lock): controller_mirror_upkeep bounds the
+     * packs after the start. A start needs its base and working branches only: the
+     * others are not fetched for it (nor their new objects packed, sent, indexed and
+     * checked); a pattern "<name>*" takes a branch the remote does not have (yet) without
+     * an error, and its look-alikes ("<name>-2"), which is only more. */
+    const char *argv[16] = {"git",
+                            "-c",
+                            "fetch.unpackLimit=1",
+                            "-c",
+                            "maintenance.auto=false",
+                            "--git-dir",
+                            dir,
+                            "fetch",
+                            "--prune",
+                            "--quiet",
+                            "origin"};
+    char *specs[2] = {NULL, NULL};
+    size_t n = 11, k = 0;
+    int rc;
+
+    for (; branches != NULL && branches[k] != NULL && k < ARRAY_LEN(specs); k++) {
+        specs[k] = xasprintf("+refs/heads/%s*:refs/heads/%s*", branches[k], branches[k]);
+        argv[n++] = specs[k];
+    }
+    if (k == 0) {
+        argv[n++] = "+refs/heads/*:refs/heads/*";
+    }
+    argv[n] = NULL;
+    rc = git_remote(c, url, log_path, argv, err);
+    for (size_t i = 0; i < k; i++) {
+        free(specs[i]);
+    }
+    return rc;
+}
+
+static int mirror_locked(char **out, struct controller *c, const char *url,
+                         const char *const *branches, const char *log_path, bool *fetched_out,
+                         struct err *err)
 {
     const char *data_dir = c->data_dir;
     char *dir, *tmp, *marker;
@@ -402,26 +447,7 @@ static int mirror_locked(char **out, struct controller *c, const char *url, cons
         if (n < 0 || strcmp(got, url) != 0) {
             rc = err_set(err, E_FAIL, "the mirror directory %s belongs to another URL", dir);
         } else {
-            /* What a fetch brings stays one pack (fetch.unpackLimit=1), never loose
-             * objects: a start hard-links the mirror's object files into the workspace,
-             * a few packs cost a few links where loose objects cost one (and a directory)
-             * each. No `git maintenance run --auto` after the fetch (a process of its own
-             * on every start's way, ~3 ms, and a gc it would start detached, outside this
-             * lock): controller_mirror_upkeep bounds the packs after the start. */
-            const char *argv[] = {"git",
-                                  "-c",
-                                  "fetch.unpackLimit=1",
-                                  "-c",
-                                  "maintenance.auto=false",
-                                  "--git-dir",
-                                  dir,
-                                  "fetch",
-                                  "--prune",
-                                  "--quiet",
-                                  "origin",
-                                  "+refs/heads/*:refs/heads/*",
-                                  NULL};
-            rc = git_remote(c, url, log_path, argv, err);
+            rc = fetch_mirror(c, url, dir, branches, log_path, err);
             *fetched_out = true;
         }
     } else {
@@ -481,6 +507,13 @@ int controller_mirror_lock(const char *data_dir, const char *url, struct err *er
 int controller_mirror(char **out, struct controller *c, const char *url, const char *log_path,
                       bool *fetched_out, struct err *err)
 {
+    return controller_mirror_branches(out, c, url, NULL, log_path, fetched_out, err);
+}
+
+int controller_mirror_branches(char **out, struct controller *c, const char *url,
+                               const char *const *branches, const char *log_path, bool *fetched_out,
+                               struct err *err)
+{
     int fd = controller_mirror_lock(c->data_dir, url, err), rc;
 
     if (fd < 0) {
@@ -488,7 +521,7 @@ int controller_mirror(char **out, struct controller *c, const char *url, const c
         *fetched_out = false;
         return E_FAIL;
     }
-    rc = mirror_locked(out, c, url, log_path, fetched_out, err);
+    rc = mirror_locked(out, c, url, branches, log_path, fetched_out, err);
     close(fd); /* releases the lock */
     return rc;
 }
