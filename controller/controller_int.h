@@ -350,6 +350,17 @@ bool controller_mirror_async(const struct controller *c, const struct reconcile 
 int controller_mirror_ready(struct controller *c, struct reconcile *r, struct err *err);
 /* A deleted task's running fetch: nobody takes its result. */
 void controller_mirror_forget(struct controller *c, const char *ns, const char *name);
+/* The fetch of a task that was just made (the store's ADDED event: Pending, not suspended,
+ * with a repository), started before its first plan and the queue pass that admits it;
+ * the plan's start adopts it. A plan that does not start the task, or a queue pass that
+ * makes it wait, drops it (controller_mirror_unwanted): a later start fetches again. */
+void controller_mirror_prefetch(struct controller *c, const char *ns, const char *name,
+                                const char *url, const char *base, const char *working);
+/* A prefetch of NS/NAME is not taken by any start (one still running is waited for). */
+void controller_mirror_unwanted(struct controller *c, const char *ns, const char *name);
+/* After a start that took its mirror from a fetch: the mirror's upkeep
+ * (controller_mirror_upkeep) in a thread of its own when it wants one, off the start. */
+void controller_mirror_upkeep_async(struct controller *c, const struct reconcile *r);
 /* Waits for every fetch and frees them (threads stopped). */
 void controller_mirror_jobs_stop(struct controller *c);
 
@@ -404,9 +415,25 @@ int controller_git(const char *log_path, const char *const argv[], struct err *e
  * (*fetched_out), with the server's credentials for URL's host. */
 int controller_mirror(char **out, struct controller *c, const char *url, const char *log_path,
                       bool *fetched_out, struct err *err);
+/* controller_mirror fetching only the branches BRANCHES (NULL-terminated, each one
+ * controller_plain_branch takes; what a start needs) into an existing mirror; every
+ * branch when NULL. A clone takes every branch. */
+int controller_mirror_branches(char **out, struct controller *c, const char *url,
+                               const char *const *branches, const char *log_path, bool *fetched_out,
+                               struct err *err);
+/* Whether NAME is a branch name that needs no quoting in a config subsection, a path or a
+ * refspec and that git reads the same way: [A-Za-z0-9._/+-], no "..", "//", "/.", no
+ * leading '-', '.' or '/', no trailing '/', '.' or ".lock". */
+bool controller_plain_branch(const char *name);
 /* Takes the lock that serializes every git and every walk on the mirror of URL (flock on
  * <data-dir>/run/mirror.<hash>.lock): its descriptor, closed to release it; -1 on error. */
 int controller_mirror_lock(const char *data_dir, const char *url, struct err *err);
+/* Whether the mirror DIR has as many packs or loose objects as make git's gc --auto act
+ * (its default limits); a count of directory entries, no git. */
+bool controller_mirror_wants_upkeep(const char *dir);
+/* Under the mirror's lock, `git maintenance run --auto` on the mirror of URL when
+ * controller_mirror_wants_upkeep says so (its gc not detached). E_FAIL. */
+int controller_mirror_upkeep(struct controller *c, const char *url, struct err *err);
 /* A workspace's git directory made outside the sandbox (workspace_clone.c). */
 #define CONTROLLER_PREPARED_MARK "diverge-prepared" /* in .git: made by the server, new */
 struct controller_clone {

@@ -31,6 +31,25 @@ static void reconcile_one(struct controller *c, const char *ns, const char *name
     }
 }
 
+/* A new task's mirror fetch, started before its plan (mirror_job.c): the plan and the
+ * Provisioning transaction then run while git fetches. */
+static void prefetch(struct controller *c, const struct task_event *ev)
+{
+    json_t *doc, *repo;
+    const char *url;
+
+    if (c->sandboxes == NULL || ev->json == NULL) {
+        return;
+    }
+    doc = json_loads(ev->json, 0, NULL);
+    repo = json_object_get(json_object_get(doc, "spec"), "repository");
+    url = json_string_value(json_object_get(repo, "url"));
+    controller_mirror_prefetch(c, ev->ns, ev->name, url,
+                               json_string_value(json_object_get(repo, "baseBranch")),
+                               json_string_value(json_object_get(repo, "workingBranch")));
+    json_decref(doc);
+}
+
 /* A deleted task: nothing of it runs, its files go (its log stays unless DROP_LOG). */
 static void forget(struct controller *c, const char *ns, const char *name, bool drop_log)
 {
@@ -68,6 +87,9 @@ static void apply(const struct task_event *ev, void *userdata)
     if (ev->type == TASK_EVENT_DELETED) {
         forget(c, ev->ns, ev->name, false);
     } else {
+        if (ev->type == TASK_EVENT_ADDED && ev->phase == TASK_PENDING && !ev->suspended) {
+            prefetch(c, ev);
+        }
         reconcile_one(c, ev->ns, ev->name);
     }
     controller_queue_pass(c); /* a slot may have come free, or a task joined the queue */

@@ -375,8 +375,9 @@ static void write_positions(struct pass *p)
     for (i = 0; i < p->n; i++) {
         struct err err = {0};
         const char *ns = p->keys[i], *name = p->keys[i] + strlen(p->keys[i]) + 1;
-        if (p->items[i].position == 0 && controller_reconcile(c, ns, name, &err) != E_OK &&
-            err.code != E_NOTFOUND) {
+        if (p->items[i].position != 0) {
+            controller_mirror_unwanted(c, ns, name); /* it waits: its start fetches anew */
+        } else if (controller_reconcile(c, ns, name, &err) != E_OK && err.code != E_NOTFOUND) {
             log_kv(LOG_WARN, "reconcile_error", "namespace", ns, "task", name, "error", err.msg,
                    NULL);
         }

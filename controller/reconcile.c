@@ -590,6 +590,12 @@ static int plan(struct controller *c, struct reconcile *r, struct err *err)
     if (rc != E_OK || r->action != CONTROLLER_PROVISION) {
         controller_prelaunch_drop(c, r->ns, r->name); /* started early, not wanted now */
     }
+    if (rc == E_OK && !controller_mirror_async(c, r) &&
+        !(r->action == CONTROLLER_NOTHING && r->phase == TASK_PENDING)) {
+        /* A fetch made before this plan is not this start's: no start, or a later one. A
+         * Pending task left alone waits for the queue pass, which decides (queue.c). */
+        controller_mirror_unwanted(c, r->ns, r->name);
+    }
     return rc == E_OK ? before_execute(c, r, err) : rc;
 }
 
@@ -616,6 +622,7 @@ int controller_reconcile(struct controller *c, const char *ns, const char *name,
     }
     if (rc == E_OK && r.action != CONTROLLER_NOTHING && r.action != CONTROLLER_ACTIVATE) {
         controller_execute(c, &r);
+        controller_mirror_upkeep_async(c, &r); /* after the start took the mirror */
     }
     if (rc == E_OK && r.action != CONTROLLER_NOTHING) {
         rc = apply_outcome(c, &r, err);

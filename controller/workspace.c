@@ -7,6 +7,7 @@
  * installation token or PAT for the GitHub web host, GitLab token for the GitLab URL)
  * through credential helpers reading git's environment: never argv, URL or a file. */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -374,8 +375,53 @@ static int url_refused(const char *data_dir, const char *url, struct err *err)
     return E_OK;
 }
 
-static int mirror_locked(char **out, struct controller *c, const char *url, const char *log_path,
-                         bool *fetched_out, struct err *err)
+/* Fetches the mirror DIR of URL: the branches BRANCHES (NULL-terminated, names
+ * controller_plain_branch takes), or every branch when NULL. */
+static int fetch_mirror(struct controller *c, const char *url, const char *dir,
+                        const char *const *branches, const char *log_path, struct err *err)
+{
+    /* What a fetch brings stays one pack (fetch.unpackLimit=1), never loose objects: a
+     * start hard-links the mirror's object files into the workspace, a few packs cost a
+     * few links where loose objects cost one (and a directory) each. No `git maintenance
+     * run --auto` after the fetch (a process of its own on every start's way, ~3 ms, and a
+     * gc it would start detached, outside this lock): controller_mirror_upkeep bounds the
+     * packs after the start. A start needs its base and working branches only: the
+     * others are not fetched for it (nor their new objects packed, sent, indexed and
+     * checked); a pattern "<name>*" takes a branch the remote does not have (yet) without
+     * an error, and its look-alikes ("<name>-2"), which is only more. */
+    const char *argv[16] = {"git",
+                            "-c",
+                            "fetch.unpackLimit=1",
+                            "-c",
+                            "maintenance.auto=false",
+                            "--git-dir",
+                            dir,
+                            "fetch",
+                            "--prune",
+                            "--quiet",
+                            "origin"};
+    char *specs[2] = {NULL, NULL};
+    size_t n = 11, k = 0;
+    int rc;
+
+    for (; branches != NULL && branches[k] != NULL && k < ARRAY_LEN(specs); k++) {
+        specs[k] = xasprintf("+refs/heads/%s*:refs/heads/%s*", branches[k], branches[k]);
+        argv[n++] = specs[k];
+    }
+    if (k == 0) {
+        argv[n++] = "+refs/heads/*:refs/heads/*";
+    }
+    argv[n] = NULL;
+    rc = git_remote(c, url, log_path, argv, err);
+    for (size_t i = 0; i < k; i++) {
+        free(specs[i]);
+    }
+    return rc;
+}
+
+static int mirror_locked(char **out, struct controller *c, const char *url,
+                         const char *const *branches, const char *log_path, bool *fetched_out,
+                         struct err *err)
 {
     const char *data_dir = c->data_dir;
     char *dir, *tmp, *marker;
@@ -401,22 +447,7 @@ static int mirror_locked(char **out, struct controller *c, const char *url, cons
         if (n < 0 || strcmp(got, url) != 0) {
             rc = err_set(err, E_FAIL, "the mirror directory %s belongs to another URL", dir);
         } else {
-            /* What a fetch brings stays one pack (fetch.unpackLimit=1), never loose
-             * objects: a start hard-links the mirror's object files into the workspace,
-             * a few packs cost a few links where loose objects cost one (and a directory)
-             * each. git's gc --auto after a fetch bounds the number of packs. */
-            const char *argv[] = {"git",
-                                  "-c",
-                                  "fetch.unpackLimit=1",
-                                  "--git-dir",
-                                  dir,
-                                  "fetch",
-                                  "--prune",
-                                  "--quiet",
-                                  "origin",
-                                  "+refs/heads/*:refs/heads/*",
-                                  NULL};
-            rc = git_remote(c, url, log_path, argv, err);
+            rc = fetch_mirror(c, url, dir, branches, log_path, err);
             *fetched_out = true;
         }
     } else {
@@ -476,6 +507,13 @@ int controller_mirror_lock(const char *data_dir, const char *url, struct err *er
 int controller_mirror(char **out, struct controller *c, const char *url, const char *log_path,
                       bool *fetched_out, struct err *err)
 {
+    return controller_mirror_branches(out, c, url, NULL, log_path, fetched_out, err);
+}
+
+int controller_mirror_branches(char **out, struct controller *c, const char *url,
+                               const char *const *branches, const char *log_path, bool *fetched_out,
+                               struct err *err)
+{
     int fd = controller_mirror_lock(c->data_dir, url, err), rc;
 
     if (fd < 0) {
@@ -483,8 +521,59 @@ int controller_mirror(char **out, struct controller *c, const char *url, const c
         *fetched_out = false;
         return E_FAIL;
     }
-    rc = mirror_locked(out, c, url, log_path, fetched_out, err);
+    rc = mirror_locked(out, c, url, branches, log_path, fetched_out, err);
     close(fd); /* releases the lock */
+    return rc;
+}
+
+/* How many entries of the directory PATH end in SUFFIX, counting no further than MAX. */
+static size_t count_entries(const char *path, const char *suffix, size_t max)
+{
+    DIR *d = opendir(path);
+    size_t n = 0, k = strlen(suffix);
+    struct dirent *e;
+
+    while (d != NULL && n <= max && (e = readdir(d)) != NULL) {
+        size_t len = strlen(e->d_name);
+        n += e->d_name[0] != '.' && len >= k && strcmp(e->d_name + len - k, suffix) == 0;
+    }
+    if (d != NULL) {
+        closedir(d);
+    }
+    return n;
+}
+
+bool controller_mirror_wants_upkeep(const char *dir)
+{
+    /* git's own tests for gc --auto with its defaults: more than gc.autoPackLimit (50)
+     * packs, or more than gc.auto (6700) / 256 loose objects in objects/17. */
+    char *packs = xasprintf("%s/objects/pack", dir), *loose = xasprintf("%s/objects/17", dir);
+    bool wants = count_entries(packs, ".pack", 50) > 50 || count_entries(loose, "", 27) > 27;
+
+    free(packs);
+    free(loose);
+    return wants;
+}
+
+int controller_mirror_upkeep(struct controller *c, const char *url, struct err *err)
+{
+    char *dir = controller_mirror_path(c->data_dir, url);
+    /* Not detached: the gc runs under the mirror's lock, never while a start links the
+     * mirror's packs into its workspace or a fetch writes it. */
+    const char *argv[] = {
+        "git",     "-c", "gc.autoDetach=false", "--git-dir", dir, "maintenance", "run", "--auto",
+        "--quiet", NULL};
+    int fd = controller_mirror_lock(c->data_dir, url, err), rc = E_OK;
+
+    if (fd < 0) {
+        free(dir);
+        return E_FAIL;
+    }
+    if (is_dir(dir) && controller_mirror_wants_upkeep(dir)) {
+        rc = git_run(NULL, NULL, argv, err);
+    }
+    close(fd);
+    free(dir);
     return rc;
 }
 

@@ -29,10 +29,7 @@
 #define DEPTH_MAX 50 /* commits kept, as the runner's clone --depth=50 (rev-list's argv) */
 #define MIRROR_PACKED_REFS_MAX (64 * 1024 * 1024)
 
-/* Whether NAME is a branch name that needs no quoting in a config subsection or a path
- * and that git reads the same way: [A-Za-z0-9._/+-], no "..", "//", "/.", no leading '-',
- * '.' or '/', no trailing '/', '.' or ".lock". Others are left to the runner's clone. */
-static bool plain_branch(const char *name)
+bool controller_plain_branch(const char *name)
 {
     size_t n = name != NULL ? strlen(name) : 0;
 
@@ -234,7 +231,8 @@ static int make(struct controller *c, const struct controller_clone *q, struct e
 int controller_workspace_clone(struct controller *c, const struct controller_clone *q,
                                struct err *err)
 {
-    if (!plain_branch(q->base) || !plain_branch(q->working)) {
+    /* Other names are left to the runner's clone. */
+    if (!controller_plain_branch(q->base) || !controller_plain_branch(q->working)) {
         return err_set(err, E_INVALID, "a branch name it leaves to git");
     }
     return make(c, q, err);

@@ -76,8 +76,8 @@ def patch(srv, name, spec):
     return body
 
 
-def task_log(srv, name):
-    path = os.path.join(srv.data_dir, "logs", "default", name + ".log")
+def task_log(srv, name, ns="default"):
+    path = os.path.join(srv.data_dir, "logs", ns, name + ".log")
     try:
         with open(path, errors="replace") as f:
             return f.read()

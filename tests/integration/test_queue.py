@@ -11,7 +11,7 @@ import shutil
 import tempfile
 
 from harness import API, Server, run_tests
-from sandbox_helpers import git
+from sandbox_helpers import git, task_log
 from test_local_pr import SERVE, ENV, Clean, get_task, wait
 
 AGENT = "while [ ! -e go ]; do sleep 0.1; done"
@@ -52,6 +52,12 @@ def release(srv, ns, name):
         f.write("go\n")
 
 
+def start_active(srv, ns, name, url):
+    """Creates NS/NAME and waits until it runs (it holds a slot)."""
+    create(srv, ns, name, url)
+    wait(lambda: phase(srv, ns, name)["phase"] == "Active", what=name + " Active")
+
+
 def queued_metric(srv):
     st, _, body = srv.request("GET", "/metrics", auth=False, raw=True)
     for line in body.decode().splitlines():
@@ -64,8 +70,7 @@ def test_one_slot_round_robin_queue():
     top = tempfile.mkdtemp(prefix="diverge-queue-")
     url = make_repo(top)
     with Server(ARGS, env=ENV) as srv, Clean(srv):
-        create(srv, "alpha", "a1", url)
-        wait(lambda: phase(srv, "alpha", "a1")["phase"] == "Active", what="a1 Active")
+        start_active(srv, "alpha", "a1", url)
         create(srv, "alpha", "a2", url)
         create(srv, "beta", "b1", url)
         s = wait(lambda: (lambda s: s if s.get("queuePosition") == 2 else None)(
@@ -173,6 +178,36 @@ def test_raised_quota_starts_the_queued_task():
     shutil.rmtree(top, ignore_errors=True)
 
 
+def test_queued_task_starts_on_the_head_of_its_start():
+    """A new task's mirror fetch starts with the task, before the queue admits it; a task
+    the queue makes wait does not start on that fetch: main moved on while it waited, and
+    its workspace has main's new commit."""
+    top = tempfile.mkdtemp(prefix="diverge-queue-")
+    url = make_repo(top)
+    with Server(ARGS, env=ENV) as srv, Clean(srv):
+        start_active(srv, "delta", "d1", url)
+        create(srv, "delta", "d2", url)
+        wait(lambda: phase(srv, "delta", "d2").get("queuePosition") == 1, what="d2 queued")
+        # The fetch made when d2 was created is over (it logs when done).
+        wait(lambda: "repository mirror" in task_log(srv, "d2", ns="delta"), what="d2's fetch")
+        src = os.path.join(top, "src")
+        with open(os.path.join(src, "LATER"), "w") as f:
+            f.write("pushed while d2 waited\n")
+        git("add", "-A", cwd=src)
+        git("commit", "-q", "-m", "later", cwd=src)
+        git("push", "-q", url[len("file://"):], "main", cwd=src)
+        release(srv, "delta", "d1")
+        wait(lambda: phase(srv, "delta", "d2")["phase"] == "Active", what="d2 Active")
+        ws = os.path.join(srv.data_dir, "workspaces", "delta", "d2")
+        wait(lambda: os.path.exists(os.path.join(ws, ".git", "index")), what="d2's checkout")
+        assert os.path.exists(os.path.join(ws, "LATER")), (os.listdir(ws),
+                                                           task_log(srv, "d2", ns="delta"))
+        release(srv, "delta", "d2")
+        wait(lambda: phase(srv, "delta", "d2")["phase"] == "Completed", what="d2 Completed")
+    shutil.rmtree(top, ignore_errors=True)
+
+
 if __name__ == "__main__":
     run_tests([test_one_slot_round_robin_queue, test_spendquota_caps_a_projects_running_tasks,
+               test_queued_task_starts_on_the_head_of_its_start,
                test_raised_quota_starts_the_queued_task])

@@ -125,6 +125,32 @@ def test_a_branch_left_to_git_is_cloned_by_the_runner():
     shutil.rmtree(os.path.dirname(bare), ignore_errors=True)
 
 
+def test_a_start_fetches_its_branches():
+    """A start fetches the heads of its base and working branches into the mirror, a
+    working branch the remote does not have yet included; not the remote's other
+    branches, which no start of this task reads."""
+    bare = repo_with_feature(2)
+    work = os.path.join(os.path.dirname(bare), "work")
+    with Server(args=["--sandbox-provider", "local", "--agent-cmd", REPORT + CHANGE]) as srv:
+        run_task(srv, "b1", bare, "feature")  # clones the mirror: every branch
+        git("checkout", "-q", "main", cwd=work)
+        with open(os.path.join(work, "later.txt"), "w") as f:
+            f.write("later\n")
+        git("add", "later.txt", cwd=work)
+        git("commit", "-q", "-m", "later", cwd=work)
+        git("push", "-q", bare, "main", "main:other", cwd=work)
+        main = git("--git-dir", bare, "rev-parse", "main").strip()
+        log = run_task(srv, "b2", bare, "fresh")
+        got = report(log)
+        assert got.get("head") == "fresh" and got.get("base") == main, (got, log)
+        mirrors = os.path.join(srv.data_dir, "mirrors")
+        mirror = os.path.join(mirrors, os.listdir(mirrors)[0])
+        assert git("--git-dir", mirror, "rev-parse", "main").strip() == main
+        assert git("--git-dir", mirror, "for-each-ref", "refs/heads/other") == ""
+        assert git("--git-dir", bare, "show", "fresh:change.txt") == "changed\n"
+    shutil.rmtree(os.path.dirname(bare), ignore_errors=True)
+
+
 if __name__ == "__main__":
     why = usable()
     if not why and os.geteuid() != 0:
@@ -133,4 +159,5 @@ if __name__ == "__main__":
         print("SKIP test_sandbox_workspace: " + why)
         sys.exit(0)
     run_tests([test_workspace_made_from_the_mirror,
-               test_a_branch_left_to_git_is_cloned_by_the_runner])
+               test_a_branch_left_to_git_is_cloned_by_the_runner,
+               test_a_start_fetches_its_branches])

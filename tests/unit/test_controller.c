@@ -680,3 +680,112 @@ TEST(queue_order_counts_running_slots)
         CHECK_EQ_STR(it[i].name, want[i]);
     }
 }
+
+/* Creates N empty files DIR/<i>SUFFIX. */
+static void touch_n(const char *dir, const char *suffix, int n)
+{
+    for (int i = 0; i < n; i++) {
+        char *p = xasprintf("%s/%d%s", dir, i, suffix);
+        FILE *f = fopen(p, "w");
+        CHECK(f != NULL);
+        if (f != NULL) {
+            fclose(f);
+        }
+        free(p);
+    }
+}
+
+/* Copies the one pack of the repository GITDIR (its name in objects/one) N times under
+ * other names: N more packs, as N fetches would leave. */
+static void copy_pack(const char *gitdir, int n)
+{
+    char *one = xasprintf("%s/objects/one", gitdir), name[128] = {0};
+    FILE *f = fopen(one, "r");
+
+    CHECK(f != NULL && fgets(name, sizeof(name), f) != NULL);
+    if (f != NULL) {
+        fclose(f);
+    }
+    name[strcspn(name, "\n")] = '\0';
+    for (int i = 0; i < n; i++) {
+        for (int k = 0; k < 2; k++) {
+            const char *ext = k == 0 ? "pack" : "idx";
+            char *src = xasprintf("%s/objects/pack/%s.%s", gitdir, name, ext);
+            char *dst = xasprintf("%s/objects/pack/pack-%040d.%s", gitdir, i, ext);
+            char data[4096];
+            FILE *in = fopen(src, "r"), *o = fopen(dst, "w");
+            size_t len = in != NULL ? fread(data, 1, sizeof(data), in) : 0;
+            CHECK(len > 0 && len < sizeof(data) && o != NULL && fwrite(data, 1, len, o) == len);
+            if (in != NULL) {
+                fclose(in);
+            }
+            if (o != NULL) {
+                fclose(o);
+            }
+            free(src);
+            free(dst);
+        }
+    }
+    CHECK(unlink(one) == 0);
+    free(one);
+}
+
+/* The fetch no longer runs git's maintenance: the mirror's upkeep does, when its packs or
+ * loose objects are as many as make gc --auto act (git's defaults), under the mirror's
+ * lock; then the packs are one. */
+TEST(mirror_upkeep)
+{
+    char dir[] = "/tmp/diverge-upkeep-XXXXXX";
+    char *dd = mkdtemp(dir), *cmd;
+    struct controller c = {.data_dir = dd};
+    const char *url = "https://example.com/o/r.git";
+    char *mirror = controller_mirror_path(dd, url);
+    char *fake = xasprintf("%s/fake", dd), *packs = xasprintf("%s/objects/pack", fake);
+    char *loose = xasprintf("%s/objects/17", fake);
+    struct err err = {0};
+
+    cmd = xasprintf("mkdir -p %s %s", packs, loose);
+    CHECK(system(cmd) == 0);
+    free(cmd);
+    touch_n(packs, ".pack", 50);
+    touch_n(packs, ".idx", 60);
+    touch_n(loose, "", 27);
+    CHECK(!controller_mirror_wants_upkeep(fake));
+    touch_n(loose, "", 28);
+    CHECK(controller_mirror_wants_upkeep(fake)); /* 28 loose objects in objects/17 */
+    cmd = xasprintf("rm -r %s && mkdir -p %s", loose, loose);
+    CHECK(system(cmd) == 0);
+    free(cmd);
+    touch_n(packs, ".pack", 51);
+    CHECK(controller_mirror_wants_upkeep(fake)); /* 51 packs */
+
+    /* A mirror with 51 packs (one pack and 50 copies under other names): the upkeep
+     * leaves one. Nothing to do (no mirror): no git at all. */
+    CHECK_OK(controller_mirror_upkeep(&c, "https://example.com/none.git", &err));
+    cmd = xasprintf("set -e; git init -q --bare %s; cd %s; b=$(echo x | git hash-object -w "
+                    "--stdin); t=$(printf '100644 blob %%s\\tf\\n' $b | git mktree); "
+                    "c=$(echo m | git -c user.name=t -c user.email=t@t commit-tree $t); "
+                    "git update-ref refs/heads/main $c; git repack -q -a -d; "
+                    "cd objects/pack; ls pack-*.pack | sed 's/.pack$//' > ../one",
+                    mirror, mirror);
+    CHECK(system(cmd) == 0);
+    free(cmd);
+    copy_pack(mirror, 50);
+    CHECK(controller_mirror_wants_upkeep(mirror));
+    CHECK_OK(controller_mirror_upkeep(&c, url, &err));
+    CHECK(!controller_mirror_wants_upkeep(mirror));
+    free(packs);
+    packs = xasprintf("%s/objects/pack", mirror);
+    cmd = xasprintf("test $(ls %s | grep -c '\\.pack$') = 1 && "
+                    "git --git-dir %s rev-parse -q --verify refs/heads/main >/dev/null",
+                    packs, mirror);
+    CHECK(system(cmd) == 0);
+    free(cmd);
+    cmd = xasprintf("rm -rf %s", dd);
+    CHECK(system(cmd) == 0);
+    free(cmd);
+    free(mirror);
+    free(fake);
+    free(packs);
+    free(loose);
+}
