@@ -580,9 +580,31 @@ static int apply_outcome(struct controller *c, struct reconcile *r, struct err *
 }
 
 /* The planning transaction of R and what comes before its execution. */
-static int plan(struct controller *c, struct reconcile *r, struct err *err)
+/* A start whose mirror is still fetched waits for it (*FETCHING; the fetch reconciles the
+ * task again when done): its staging repository is made meanwhile and, on the local
+ * provider, its sandbox spawned gated (launch.c), before the Provisioning transaction,
+ * since the sandbox's start is the longest way to the agent. */
+static int mirror_or_wait(struct controller *c, struct reconcile *r, bool *fetching,
+                          struct err *err)
 {
-    int rc = task_store_txn(c->store, reconcile_txn, r, err);
+    int rc = E_OK;
+
+    *fetching = false;
+    if (controller_mirror_async(c, r)) {
+        rc = controller_mirror_ready(c, r, err);
+        if (rc == E_AGAIN) {
+            rc = E_OK;
+            *fetching = true;
+            controller_prepare_early(c, r);
+            controller_prelaunch(c, r);
+        }
+    }
+    return rc;
+}
+
+static int plan(struct controller *c, struct reconcile *r, bool *fetching, struct err *err)
+{
+    int rc = task_store_txn(c->store, reconcile_txn, r, err), mrc;
 
     if (rc == E_OK) {
         (void)controller_disk_refuse_start(c, r); /* the data dir is short of space */
@@ -596,12 +618,18 @@ static int plan(struct controller *c, struct reconcile *r, struct err *err)
          * Pending task left alone waits for the queue pass, which decides (queue.c). */
         controller_mirror_unwanted(c, r->ns, r->name);
     }
-    return rc == E_OK ? before_execute(c, r, err) : rc;
+    if (rc != E_OK) {
+        return rc;
+    }
+    mrc = mirror_or_wait(c, r, fetching, err);
+    rc = before_execute(c, r, err);
+    return rc == E_OK ? mrc : rc;
 }
 
 int controller_reconcile(struct controller *c, const char *ns, const char *name, struct err *err)
 {
     struct reconcile r = {.c = c, .ns = ns, .name = name, .plan = true};
+    bool fetching = false;
     int rc;
 
     pthread_mutex_lock(&c->lock);
@@ -610,15 +638,9 @@ int controller_reconcile(struct controller *c, const char *ns, const char *name,
         pthread_mutex_unlock(&c->lock);
         return E_OK;
     }
-    rc = plan(c, &r, err);
-    if (rc == E_OK && controller_mirror_async(c, &r)) {
-        rc = controller_mirror_ready(c, &r, err);
-        if (rc == E_AGAIN) {
-            rc = E_OK; /* the fetch runs: it reconciles the task again when done */
-            controller_prepare_early(c, &r);
-            controller_prelaunch(c, &r);
-            r.action = CONTROLLER_NOTHING;
-        }
+    rc = plan(c, &r, &fetching, err);
+    if (fetching) {
+        r.action = CONTROLLER_NOTHING; /* the fetch reconciles the task again when done */
     }
     if (rc == E_OK && r.action != CONTROLLER_NOTHING && r.action != CONTROLLER_ACTIVATE) {
         controller_execute(c, &r);
