@@ -48,6 +48,7 @@ static void prefetch(struct controller *c, const struct task_event *ev)
                                json_string_value(json_object_get(repo, "baseBranch")),
                                json_string_value(json_object_get(repo, "workingBranch")));
     json_decref(doc);
+    sandbox_warm(c->sandboxes); /* a start is coming */
 }
 
 /* A deleted task: nothing of it runs, its files go (its log stays unless DROP_LOG). */

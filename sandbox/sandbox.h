@@ -158,6 +158,8 @@ struct sandbox_provider_ops {
     /* Optional: the host user that must own what the sandbox writes; false when files
      * stay the server's. */
     bool (*owner)(struct sandbox_provider *p, unsigned int *uid_out, unsigned int *gid_out);
+    /* Optional: a start is coming soon; get ready for it (best effort, never blocks). */
+    void (*warm)(struct sandbox_provider *p);
     /* Stops every sandbox and frees P. */
     void (*free)(struct sandbox_provider *p);
     /* Optional: the address the sandbox is reached at (a new string), NULL while unknown.
@@ -199,6 +201,14 @@ static inline void sandbox_status(struct sandbox_status *out, struct sandbox_pro
 static inline void sandbox_stop(struct sandbox_provider *p, const char *ns, const char *name)
 {
     p->ops->stop(p, ns, name);
+}
+
+/* A start is coming soon (a task was made): a provider may get ready for it (optional). */
+static inline void sandbox_warm(struct sandbox_provider *p)
+{
+    if (p != NULL && p->ops->warm != NULL) {
+        p->ops->warm(p);
+    }
 }
 
 static inline char *sandbox_probe(struct sandbox_provider *p)

@@ -385,6 +385,7 @@ static void local_free(struct sandbox_provider *p)
     free(lp->problem);
     free(lp->bwrap);
     free(lp->tools);
+    local_warm_cleanup(lp);
     local_cgroup_cleanup(lp);
     free(lp);
 }
@@ -398,6 +399,7 @@ static const struct sandbox_provider_ops local_ops = {
     .stop = local_stop,
     .probe = local_probe,
     .owner = local_owner,
+    .warm = local_warm,
     .free = local_free,
 };
 
@@ -539,6 +541,7 @@ int sandbox_local_new(struct sandbox_provider **out, const struct sandbox_local_
     if (lp->problem == NULL) {
         local_cgroup_init(lp, o);
     }
+    local_warm_init(lp);
     *out = &lp->base;
     return E_OK;
 }

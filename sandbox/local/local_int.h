@@ -4,6 +4,8 @@
 #ifndef DIVERGE_SANDBOX_LOCAL_INT_H
 #define DIVERGE_SANDBOX_LOCAL_INT_H
 
+#include <pthread.h>
+#include <stdbool.h>
 #include <sys/types.h>
 
 #include "sandbox/sandbox_int.h"
@@ -22,6 +24,12 @@ struct local_provider {
     bool v2;                          /* unified cgroup hierarchy */
     char *cg_root[LOCAL_CG_MAX];      /* owned: parent cgroup dirs (NULL: not available) */
     int64_t memory, pids, cpus_milli; /* limits */
+    /* cgroup_warm.c: the thread that takes the cgroup lock's slow path ahead of a start */
+    pthread_t warm_thread;
+    pthread_mutex_t warm_lock;
+    pthread_cond_t warm_cond;
+    bool warm_want, warm_stop, warm_running; /* warm_lock */
+    int warm_fd;                             /* the server's own cgroup.procs, or -1 */
 };
 
 extern const struct sbx_hooks local_hooks;
@@ -36,6 +44,11 @@ void local_cgroup_create(struct local_provider *lp, const char *ns, const char *
                          size_t limits_len);
 /* Opens the task's cgroup.procs files (write) into FDS[0..LOCAL_CG_MAX), -1 unused. */
 void local_cgroup_join(int *fds, struct local_provider *lp, const char *ns, const char *name);
+/* The warm-up of cgroup_warm.c: set up after local_cgroup_init, asked for by the
+ * provider's warm op (sandbox_warm), stopped before local_cgroup_cleanup. */
+void local_warm_init(struct local_provider *lp);
+void local_warm(struct sandbox_provider *p);
+void local_warm_cleanup(struct local_provider *lp);
 /* A memfd holding the seccomp BPF program for bwrap --seccomp. */
 int local_seccomp_fd(int *fd_out, struct err *err);
 

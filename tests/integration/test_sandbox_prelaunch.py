@@ -5,7 +5,8 @@ mirror is fetched, with the real diverge-agent-runner: the runner waits at its s
 workspace from the fetched mirror and the task is Active; then it runs on the head the
 fetch brought, pushed after the sandbox had started. A task suspended while its runner
 waits gets that sandbox stopped and no workspace left behind; resumed, it is provisioned
-as any other. A deleted one gets its waiting sandbox stopped. The remote is a dumb-HTTP
+as any other. A deleted one gets its waiting sandbox stopped. The server stays in its own
+cgroups (a start's cgroup warm-up moves it where it is). The remote is a dumb-HTTP
 server on loopback that holds every request until released (the fetch takes its time).
 Skipped with a message when bubblewrap or user namespaces are missing."""
 import os
@@ -81,10 +82,16 @@ class Setup:
         shutil.rmtree(os.path.dirname(self.repo), ignore_errors=True)
 
 
+def cgroups(pid):
+    with open("/proc/%d/cgroup" % pid) as f:
+        return f.read()
+
+
 def test_runner_waits_at_the_gate_then_runs_on_the_fetched_head():
     with Setup() as s:
-        s.hold("early")
         srv = s.srv
+        before = cgroups(srv.proc.pid)
+        s.hold("early")
         # Waiting: nothing in the workspace, no agent, no meter call.
         assert os.listdir(workspace(srv, "early")) == []
         log = task_log(srv, "early")
@@ -104,6 +111,8 @@ def test_runner_waits_at_the_gate_then_runs_on_the_fetched_head():
         assert "late.txt" in files and "README" in files, log
         assert log.index("repository mirror fetched") < log.index("[diverge] provisioned") < \
             log.index("files:"), log
+        # The warm-up ahead of a start moves the server into the cgroups it was in.
+        assert cgroups(srv.proc.pid) == before
 
 
 def test_suspended_or_deleted_while_waiting_stops_the_early_sandbox():

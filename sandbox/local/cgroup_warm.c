@@ -1,0 +1,115 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The first move of a process between cgroups after a quiet while waits for an RCU grace
+ * period: the kernel's cgroup_threadgroup_rwsem takes its slow path for writers only after
+ * one (rcu_sync), and stays cheap for a grace period after the last writer. A sandbox's
+ * child moves itself into the task's cgroups right after the fork, so it paid those 5 to
+ * 20 ms on the start's way. When a start is coming (sandbox_warm: a task was made), a
+ * thread of the provider pays them ahead: it moves the server into the cgroup it is
+ * already in, which changes nothing but takes the same lock. Best effort: without a
+ * cgroup (not root) or its file, nothing happens. */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "sandbox/local/local_int.h"
+
+/* The cgroup.procs file of the server's own cgroup in the hierarchy the sandboxes use
+ * (the freezer's under v1, the unified one under v2), opened for writing; -1 if none. */
+static int own_procs(const struct local_provider *lp)
+{
+    char line[4096], *path = NULL;
+    FILE *f = fopen("/proc/self/cgroup", "re");
+    int fd = -1;
+
+    while (f != NULL && path == NULL && fgets(line, sizeof(line), f) != NULL) {
+        char *p = strchr(line, ':'), *q = p != NULL ? strchr(p + 1, ':') : NULL;
+        bool ours = q != NULL && (lp->v2 ? q == p + 1 && strncmp(line, "0:", 2) == 0
+                                         : strncmp(p + 1, "freezer:", 8) == 0);
+
+        if (ours && q[1] == '/') {
+            q[strcspn(q, "\n")] = '\0';
+            path = xasprintf("/sys/fs/cgroup%s%s/cgroup.procs", lp->v2 ? "" : "/freezer",
+                             strcmp(q + 1, "/") == 0 ? "" : q + 1);
+        }
+    }
+    if (f != NULL) {
+        fclose(f);
+    }
+    if (path != NULL && strstr(path, "/../") == NULL) {
+        fd = open(path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+    }
+    free(path);
+    return fd;
+}
+
+static void *warm_main(void *arg)
+{
+    struct local_provider *lp = arg;
+
+    pthread_mutex_lock(&lp->warm_lock);
+    for (;;) {
+        while (!lp->warm_want && !lp->warm_stop) {
+            pthread_cond_wait(&lp->warm_cond, &lp->warm_lock);
+        }
+        if (lp->warm_stop) {
+            break;
+        }
+        lp->warm_want = false;
+        pthread_mutex_unlock(&lp->warm_lock);
+        (void)!write(lp->warm_fd, "0", 1); /* "0": the writer's own process */
+        pthread_mutex_lock(&lp->warm_lock);
+    }
+    pthread_mutex_unlock(&lp->warm_lock);
+    return NULL;
+}
+
+void local_warm_init(struct local_provider *lp)
+{
+    lp->warm_fd = -1;
+    pthread_mutex_init(&lp->warm_lock, NULL);
+    pthread_cond_init(&lp->warm_cond, NULL);
+    if (lp->cg_root[0] == NULL) {
+        return; /* no cgroup: nothing moves at a start */
+    }
+    lp->warm_fd = own_procs(lp);
+    if (lp->warm_fd >= 0 && pthread_create(&lp->warm_thread, NULL, warm_main, lp) == 0) {
+        lp->warm_running = true;
+    } else if (lp->warm_fd >= 0) {
+        close(lp->warm_fd);
+        lp->warm_fd = -1;
+    }
+}
+
+void local_warm(struct sandbox_provider *p)
+{
+    struct local_provider *lp = (struct local_provider *)p;
+
+    if (!lp->warm_running) {
+        return;
+    }
+    pthread_mutex_lock(&lp->warm_lock);
+    lp->warm_want = true;
+    pthread_cond_signal(&lp->warm_cond);
+    pthread_mutex_unlock(&lp->warm_lock);
+}
+
+void local_warm_cleanup(struct local_provider *lp)
+{
+    if (lp->warm_running) {
+        pthread_mutex_lock(&lp->warm_lock);
+        lp->warm_stop = true;
+        pthread_cond_signal(&lp->warm_cond);
+        pthread_mutex_unlock(&lp->warm_lock);
+        pthread_join(lp->warm_thread, NULL);
+        lp->warm_running = false;
+    }
+    if (lp->warm_fd >= 0) {
+        close(lp->warm_fd);
+    }
+    pthread_cond_destroy(&lp->warm_cond);
+    pthread_mutex_destroy(&lp->warm_lock);
+}
