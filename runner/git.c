@@ -608,15 +608,25 @@ int runner_git_checkpoint(const struct runner_config *cfg, long iteration,
             snprintf(memo->tree, sizeof(memo->tree), "%s", tree);
         }
     }
-    if (rc == E_OK && !same) {
+    /* Unchanged, the last checkpoint is pushed again when its push did not go through. */
+    const char *push = rc != E_OK                             ? NULL
+                       : !same                                ? id
+                       : strcmp(memo->pushed, memo->wip) != 0 ? memo->wip
+                                                              : NULL;
+    if (push != NULL) {
         /* Forced into the staging repository only: it always holds the newest checkpoint. */
-        dst = xasprintf("+%s:refs/heads/%s", id, cfg->wip_branch);
+        dst = xasprintf("+%s:refs/heads/%s", push, cfg->wip_branch);
         rc = git_ok(cfg, env, "push", (const char *const[]){"push", "-q", "--", remote, dst, NULL},
                     err);
+        if (rc == E_OK) {
+            snprintf(memo->pushed, sizeof(memo->pushed), "%s", push);
+        }
     }
     if (rc == E_OK) {
         runner_say("checkpoint %s: %s", cfg->wip_branch,
-                   same ? "nothing changed since the last one" : "saved");
+                   !same          ? "saved"
+                   : push != NULL ? "nothing changed since the last one, which is pushed now"
+                                  : "nothing changed since the last one");
     }
     free(dst);
     runner_env_free(env);

@@ -72,18 +72,20 @@ int runner_git_prepare(const struct runner_config *cfg, struct err *err);
 int runner_git_publish(const struct runner_config *cfg, struct err *err);
 
 /* What one checkpoint leaves for the next in the same runner: HEAD's commit, the
- * checkpoint made after it and its tree ("" when unknown). Zeroed before the first. */
+ * checkpoint made after it and its tree ("" when unknown), and the last checkpoint whose
+ * push went through. Zeroed before the first. */
 struct runner_wip_memo {
     char head[128];
     char wip[128];
     char tree[128];
+    char pushed[128];
 };
 /* Checkpoints the workspace (SPEC §14): a commit of every file (a separate index: the
  * agent's index and HEAD stay as they are) whose parents are the previous checkpoint and
  * HEAD, kept as refs/diverge/wip and pushed to refs/heads/<wip branch> of
- * DIVERGE_PUSH_URL (the staging repository). Nothing new since the last one: nothing
- * done. MEMO carries what the merge-base of HEAD and the last checkpoint said. E_FAIL
- * when a git step failed (the caller only logs it). */
+ * DIVERGE_PUSH_URL (the staging repository). Nothing new since the last one: no commit,
+ * and no push unless that one's push did not go through. MEMO carries what the merge-base of HEAD
+ * and the last checkpoint said. E_FAIL when a git step failed (the caller only logs it). */
 int runner_git_checkpoint(const struct runner_config *cfg, long iteration,
                           struct runner_wip_memo *memo, struct err *err);
 

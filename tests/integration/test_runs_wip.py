@@ -270,6 +270,28 @@ def test_runner_continues_from_the_checkpoint_on_a_fresh_clone():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def test_a_checkpoint_whose_push_failed_is_pushed_again_when_nothing_changed():
+    tmp = tempfile.mkdtemp(prefix="diverge-wipretry-")
+    try:
+        # Iteration 1 changes a file and takes the staging repository away (its checkpoint
+        # push fails); iteration 2 changes nothing and puts it back.
+        agent = ('if [ "$DIVERGE_ITERATION" = 1 ]; then echo one >work.txt; '
+                 'mv "$STAGING" "$STAGING.off"; else mv "$STAGING.off" "$STAGING"; fi')
+        env, staging, meter = runner_with_staging(tmp, "rt", DIVERGE_MAX_ITERATIONS="2",
+                                                  DIVERGE_AGENT_CMD=agent,
+                                                  DIVERGE_VERIFY_CMD="exit 1")
+        env["STAGING"] = staging
+        r = run_runner(env)
+        assert r.returncode == 1, (r.stdout, r.stderr)
+        assert "checkpoint failed" in r.stdout, r.stdout
+        assert "nothing changed since the last one, which is pushed now" in r.stdout, r.stdout
+        assert git("--git-dir", staging, "show",
+                   "refs/heads/diverge/wip/rt:work.txt") == "one\n"
+        meter.close()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 AGENT_MOVES = """w=$(git rev-parse -q --verify refs/diverge/wip || echo none); echo "$w" >>%(log)s
 case $DIVERGE_ITERATION in
 1) echo a >a.txt ;;
@@ -326,4 +348,5 @@ if __name__ == "__main__":
                test_push_wip_false_keeps_the_checkpoint_in_staging,
                test_rerun_starts_from_the_failed_runs_checkpoint,
                test_rerun_starts_from_the_checkpoint_kept_in_staging_only,
-               test_timeout_tells_the_agent_then_pushes_the_checkpoint])
+               test_timeout_tells_the_agent_then_pushes_the_checkpoint,
+               test_a_checkpoint_whose_push_failed_is_pushed_again_when_nothing_changed])
