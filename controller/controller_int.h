@@ -185,6 +185,10 @@ void controller_paths_cleanup(struct controller_paths *p);
  * sees them; returns how many entries. */
 size_t controller_build_env(char **env, struct controller *c, const struct reconcile *r,
                             const struct controller_paths *p, int64_t start_iteration);
+/* Opens L's egress proxy and (but for agent-sandbox, whose pods meter over HTTP) its
+ * meter socket, adding their variables to L's environment. */
+int controller_launch_sockets(struct controller *c, struct controller_launch *l,
+                              const struct reconcile *r, struct err *err);
 /* The sandbox spec of L for R (pointing into L). */
 void controller_launch_spec(struct controller_launch *l, const struct controller *c,
                             const struct reconcile *r);

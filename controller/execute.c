@@ -250,7 +250,7 @@ static void log_restart(const struct controller *c, const struct reconcile *r, c
 static int finish_start(struct controller *c, struct reconcile *r, struct controller_launch *l,
                         struct controller_launch *pre, struct err *err)
 {
-    int rc = E_OK;
+    int rc;
 
     if (pre != NULL && controller_prelaunch_fits(pre, l)) {
         controller_launch_free(l);
@@ -263,10 +263,7 @@ static int finish_start(struct controller *c, struct reconcile *r, struct contro
                                     "start any more: starting another");
         controller_prelaunch_discard(c, pre);
     }
-    rc = controller_egress_open(&l->s.egress, c, r, l->p.log, l->env, &l->n, err);
-    if (rc == E_OK && strcmp(c->provider, "agent-sandbox") != 0) {
-        rc = controller_meter_open(&l->s.meter, c, l->p.log, l->env, &l->n, err);
-    }
+    rc = controller_launch_sockets(c, l, r, err);
     if (rc == E_OK) {
         controller_launch_spec(l, c, r);
         r->launch = l;

@@ -204,6 +204,17 @@ bool controller_dir_empty(const char *dir)
     return empty;
 }
 
+/* The link to the prelaunch of NS/NAME in C's list (its target NULL when there is none). */
+static struct controller_launch **find_pre(struct controller *c, const char *ns, const char *name)
+{
+    struct controller_launch **pp = &c->prelaunches;
+
+    while (*pp != NULL && (strcmp((*pp)->ns, ns) != 0 || strcmp((*pp)->name, name) != 0)) {
+        pp = &(*pp)->next;
+    }
+    return pp;
+}
+
 /* Whether R may be prelaunched now (C->lock held); its mirror's path in *MIRROR_OUT. */
 static bool wanted(char **mirror_out, struct controller *c, const struct reconcile *r,
                    const struct controller_paths *p)
@@ -216,10 +227,8 @@ static bool wanted(char **mirror_out, struct controller *c, const struct reconci
         r->action != CONTROLLER_PROVISION || r->url == NULL || r->started) {
         return false;
     }
-    for (const struct controller_launch *l = c->prelaunches; l != NULL; l = l->next) {
-        if (strcmp(l->ns, r->ns) == 0 && strcmp(l->name, r->name) == 0) {
-            return false;
-        }
+    if (*find_pre(c, r->ns, r->name) != NULL) {
+        return false;
     }
     sandbox_status(&st, c->sandboxes, r->ns, r->name);
     if (st.state != SANDBOX_ABSENT || controller_has_checkpoint(c, r->ns, r->name) ||
@@ -248,6 +257,17 @@ static int make_dirs(struct controller *c, const struct controller_paths *p, str
     return rc;
 }
 
+int controller_launch_sockets(struct controller *c, struct controller_launch *l,
+                              const struct reconcile *r, struct err *err)
+{
+    int rc = controller_egress_open(&l->s.egress, c, r, l->p.log, l->env, &l->n, err);
+
+    if (rc == E_OK && strcmp(c->provider, "agent-sandbox") != 0) {
+        rc = controller_meter_open(&l->s.meter, c, l->p.log, l->env, &l->n, err);
+    }
+    return rc;
+}
+
 /* Opens L's egress proxy and meter socket and spawns its sandbox with the read end of
  * a new gate; L->gate is the write end. */
 static int spawn_gated(struct controller *c, struct controller_launch *l, const struct reconcile *r,
@@ -261,10 +281,7 @@ static int spawn_gated(struct controller *c, struct controller_launch *l, const 
     l->gate = gate[1];
     l->env[l->n++] = xasprintf("DIVERGE_START_GATE_FD=%d", gate[0]);
     l->env[l->n] = NULL;
-    rc = controller_egress_open(&l->s.egress, c, r, l->p.log, l->env, &l->n, err);
-    if (rc == E_OK) {
-        rc = controller_meter_open(&l->s.meter, c, l->p.log, l->env, &l->n, err);
-    }
+    rc = controller_launch_sockets(c, l, r, err);
     if (rc == E_OK) {
         controller_launch_spec(l, c, r);
         l->s.gate_fd = gate[0];
@@ -318,36 +335,29 @@ void controller_prelaunch_discard(struct controller *c, struct controller_launch
     if (pre == NULL) {
         return;
     }
-    if (pre->gate >= 0) {
-        close(pre->gate);
-        pre->gate = -1;
-    }
     if (pre->ns != NULL && c->sandboxes != NULL) {
         sandbox_stop(c->sandboxes, pre->ns, pre->name);
     }
-    controller_launch_free(pre);
+    controller_launch_free(pre); /* closes the gate */
 }
 
 struct controller_launch *controller_prelaunch_take(struct controller *c, const char *ns,
                                                     const char *name)
 {
-    for (struct controller_launch **pp = &c->prelaunches; *pp != NULL; pp = &(*pp)->next) {
-        struct controller_launch *l = *pp;
-        struct sandbox_status st;
+    struct controller_launch **pp = find_pre(c, ns, name), *l = *pp;
+    struct sandbox_status st;
 
-        if (strcmp(l->ns, ns) != 0 || strcmp(l->name, name) != 0) {
-            continue;
-        }
-        *pp = l->next;
-        l->next = NULL;
-        sandbox_status(&st, c->sandboxes, ns, name);
-        if (st.state != SANDBOX_RUNNING) {
-            controller_prelaunch_discard(c, l);
-            return NULL;
-        }
-        return l;
+    if (l == NULL) {
+        return NULL;
     }
-    return NULL;
+    *pp = l->next;
+    l->next = NULL;
+    sandbox_status(&st, c->sandboxes, ns, name);
+    if (st.state != SANDBOX_RUNNING) {
+        controller_prelaunch_discard(c, l);
+        return NULL;
+    }
+    return l;
 }
 
 bool controller_prelaunch_fits(const struct controller_launch *pre,
@@ -369,8 +379,7 @@ bool controller_prelaunch_fits(const struct controller_launch *pre,
 
 void controller_prelaunch_drop(struct controller *c, const char *ns, const char *name)
 {
-    struct controller_launch *l =
-        c->prelaunches != NULL ? controller_prelaunch_take(c, ns, name) : NULL;
+    struct controller_launch *l = controller_prelaunch_take(c, ns, name);
     char *ws = l != NULL ? xstrdup(l->p.workspace) : NULL;
 
     controller_prelaunch_discard(c, l);
@@ -392,24 +401,27 @@ void controller_prelaunch_drop_all(struct controller *c)
     }
 }
 
-void controller_gate_ready(struct controller_launch *l)
+/* Writes the gate's byte B; whether it went through. */
+static bool gate_say(const struct controller_launch *l, char b)
 {
     ssize_t n;
 
     do {
-        n = write(l->gate, "c", 1);
+        n = write(l->gate, &b, 1);
     } while (n < 0 && errno == EINTR);
-    (void)n; /* a runner that is gone shows at the "g" (controller_gate_open) */
+    return n == 1;
+}
+
+void controller_gate_ready(struct controller_launch *l)
+{
+    (void)gate_say(l, 'c'); /* a runner that is gone shows at the "g" (controller_gate_open) */
 }
 
 int controller_gate_open(struct controller_launch *l, struct err *err)
 {
-    ssize_t n;
+    bool ok = gate_say(l, 'g');
 
-    do {
-        n = write(l->gate, "g", 1);
-    } while (n < 0 && errno == EINTR);
     close(l->gate);
     l->gate = -1;
-    return n == 1 ? E_OK : err_set(err, E_FAIL, "the sandbox exited before its start");
+    return ok ? E_OK : err_set(err, E_FAIL, "the sandbox exited before its start");
 }

@@ -29,6 +29,18 @@ static int gate_byte(int fd, struct err *err)
     return n == 0 ? 0 : (unsigned char)b;
 }
 
+/* Closes the gate FD after its last byte B: E_OK for a "g", else the start was called off
+ * (or the read failed, ERR set already). */
+static int gate_end(int fd, int b, struct err *err)
+{
+    close(fd); /* the agent never inherits it */
+    if (b < 0) {
+        return E_FAIL;
+    }
+    return b == 'g' ? E_OK
+                    : err_set(err, E_FAIL, "the server called this start off before it began");
+}
+
 int runner_gate_wait(const struct runner_config *cfg, bool *later, struct err *err)
 {
     int fd = (int)cfg->gate_fd, b;
@@ -43,22 +55,12 @@ int runner_gate_wait(const struct runner_config *cfg, bool *later, struct err *e
         *later = true; /* the workspace is there; the token is not current yet */
         return E_OK;
     }
-    close(fd); /* the agent never inherits it */
-    if (b < 0) {
-        return E_FAIL;
-    }
-    return b == 'g' ? E_OK
-                    : err_set(err, E_FAIL, "the server called this start off before it began");
+    return gate_end(fd, b, err);
 }
 
 int runner_gate_go(const struct runner_config *cfg, struct err *err)
 {
-    int fd = (int)cfg->gate_fd, b = gate_byte(fd, err);
+    int fd = (int)cfg->gate_fd;
 
-    close(fd);
-    if (b < 0) {
-        return E_FAIL;
-    }
-    return b == 'g' ? E_OK
-                    : err_set(err, E_FAIL, "the server called this start off before it began");
+    return gate_end(fd, gate_byte(fd, err), err);
 }
