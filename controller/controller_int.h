@@ -247,6 +247,9 @@ bool controller_has_checkpoint(const struct controller *c, const char *ns, const
 void controller_forget_task(struct controller *c, const char *ns, const char *name);
 
 /* --- the sandbox user's access to the data dir (owner.c) --- */
+/* Lets the sandbox user's group search the directories from the data dir down to PATH's
+ * parent (bubblewrap resolves its bind sources by name), when files are given away. */
+void controller_reach(struct controller *c, const char *path);
 /* Lets the sandbox user connect to the socket PATH (group of the sandbox user, 0660, its
  * directories searchable by that group) when the server runs as root. */
 void controller_expose_socket(struct controller *c, const char *path);

@@ -250,6 +250,7 @@ static int make_dirs(struct controller *c, const struct controller_paths *p, str
         return err_set(err, E_FAIL, "create the task's directories: %s", strerror(errno));
     }
     rc = controller_staging(p->staging, p->log, err);
+    controller_reach(c, p->mirror); /* a mirror cloned for this task was not reached yet */
     const char *give[] = {p->workspace, p->state, p->staging, p->token_dir};
     for (size_t i = 0; i < ARRAY_LEN(give) && rc == E_OK; i++) {
         rc = controller_give(c, give[i], err);

@@ -44,11 +44,11 @@ static void prefetch(struct controller *c, const struct task_event *ev)
     doc = json_loads(ev->json, 0, NULL);
     repo = json_object_get(json_object_get(doc, "spec"), "repository");
     url = json_string_value(json_object_get(repo, "url"));
+    sandbox_warm(c->sandboxes, ev->ns, ev->name); /* a start is coming: its cgroups first */
     controller_mirror_prefetch(c, ev->ns, ev->name, url,
                                json_string_value(json_object_get(repo, "baseBranch")),
                                json_string_value(json_object_get(repo, "workingBranch")));
     json_decref(doc);
-    sandbox_warm(c->sandboxes); /* a start is coming */
 }
 
 /* A deleted task: nothing of it runs, its files go (its log stays unless DROP_LOG). */

@@ -59,6 +59,13 @@ static void reach(struct controller *c, const char *path)
     free(p);
 }
 
+void controller_reach(struct controller *c, const char *path)
+{
+    if (c->chown_files) {
+        reach(c, path);
+    }
+}
+
 void controller_expose_socket(struct controller *c, const char *path)
 {
     if (!c->chown_files) {

@@ -158,8 +158,9 @@ struct sandbox_provider_ops {
     /* Optional: the host user that must own what the sandbox writes; false when files
      * stay the server's. */
     bool (*owner)(struct sandbox_provider *p, unsigned int *uid_out, unsigned int *gid_out);
-    /* Optional: a start is coming soon; get ready for it (best effort, never blocks). */
-    void (*warm)(struct sandbox_provider *p);
+    /* Optional: a start of NS/NAME is coming soon; get ready for it (best effort, never
+     * blocks). A stop of NS/NAME undoes what it prepared. */
+    void (*warm)(struct sandbox_provider *p, const char *ns, const char *name);
     /* Stops every sandbox and frees P. */
     void (*free)(struct sandbox_provider *p);
     /* Optional: the address the sandbox is reached at (a new string), NULL while unknown.
@@ -203,11 +204,12 @@ static inline void sandbox_stop(struct sandbox_provider *p, const char *ns, cons
     p->ops->stop(p, ns, name);
 }
 
-/* A start is coming soon (a task was made): a provider may get ready for it (optional). */
-static inline void sandbox_warm(struct sandbox_provider *p)
+/* A start of NS/NAME is coming soon (the task was made): a provider may get ready for it
+ * (optional); sandbox_stop undoes it. */
+static inline void sandbox_warm(struct sandbox_provider *p, const char *ns, const char *name)
 {
     if (p != NULL && p->ops->warm != NULL) {
-        p->ops->warm(p);
+        p->ops->warm(p, ns, name);
     }
 }
 

@@ -503,7 +503,8 @@ static int seccomp_personality(scmp_filter_ctx ctx)
     return rc;
 }
 
-int local_seccomp_fd(int *fd_out, struct err *err)
+/* Builds the filter and exports it into a new memfd (at offset 0) in *FD_OUT. */
+static int build_filter(int *fd_out, struct err *err)
 {
     static const char *const eperm[] = {"syslog",         "uselib",           "acct",
                                         "modify_ldt",     "quotactl",         "add_key",
@@ -558,4 +559,46 @@ int local_seccomp_fd(int *fd_out, struct err *err)
     seccomp_release(ctx);
     *fd_out = fd;
     return rc;
+}
+
+void local_seccomp_init(struct local_provider *lp)
+{
+    struct err err = {0};
+    struct stat st;
+    int fd = -1;
+
+    if (build_filter(&fd, &err) != E_OK) {
+        return; /* each spawn builds it again and reports the failure */
+    }
+    if (fstat(fd, &st) == 0 && st.st_size > 0 && st.st_size < (1 << 20)) {
+        unsigned char *prog = xmalloc((size_t)st.st_size);
+        if (read(fd, prog, (size_t)st.st_size) == st.st_size) {
+            lp->seccomp_prog = prog;
+            lp->seccomp_len = (size_t)st.st_size;
+        } else {
+            free(prog);
+        }
+    }
+    close(fd);
+}
+
+int local_seccomp_fd(const struct local_provider *lp, int *fd_out, struct err *err)
+{
+    int fd;
+
+    if (lp->seccomp_prog == NULL) {
+        return build_filter(fd_out, err);
+    }
+    *fd_out = -1;
+    fd = memfd_create("diverge-seccomp", MFD_CLOEXEC);
+    if (fd < 0 || write(fd, lp->seccomp_prog, lp->seccomp_len) != (ssize_t)lp->seccomp_len ||
+        lseek(fd, 0, SEEK_SET) != 0) {
+        int e = errno;
+        if (fd >= 0) {
+            close(fd);
+        }
+        return err_set(err, E_FAIL, "write the seccomp filter: %s", strerror(e));
+    }
+    *fd_out = fd;
+    return E_OK;
 }

@@ -1,12 +1,17 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The first move of a process between cgroups after a quiet while waits for an RCU grace
- * period: the kernel's cgroup_threadgroup_rwsem takes its slow path for writers only after
- * one (rcu_sync), and stays cheap for a grace period after the last writer. A sandbox's
- * child moves itself into the task's cgroups right after the fork, so it paid those 5 to
- * 20 ms on the start's way. When a start is coming (sandbox_warm: a task was made), a
- * thread of the provider pays them ahead: it moves the server into the cgroup it is
- * already in, which changes nothing but takes the same lock. Best effort: without a
- * cgroup (not root) or its file, nothing happens. */
+/* A start's cgroups, made ahead. The first move of a process between cgroups after a quiet
+ * while waits for an RCU grace period: the kernel's cgroup_threadgroup_rwsem takes its slow
+ * path for writers only after one (rcu_sync), and stays cheap for a grace period after the
+ * last writer. The move waits holding cgroup_mutex, which every cgroup mkdir (of any v1
+ * hierarchy) takes too. A sandbox's child moves itself into the task's cgroups right after
+ * the fork, so a start paid those 5 to 20 ms on its way, in the mkdir or in the move.
+ * When a start is coming (sandbox_warm: a task was made), a thread of the provider makes
+ * the task's cgroups with their limits first (local_cgroup_create, while nothing holds the
+ * mutex) and then pays the grace period ahead: it moves the server into the cgroup it is
+ * already in, which changes nothing but takes the same lock. A stop of the task that
+ * comes first drops its entry; one that comes after removes what was made
+ * (local_stop takes warm_lock, under which the thread makes the cgroups). Best effort:
+ * without a cgroup (not root) or its file, nothing happens. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <pthread.h>
@@ -46,17 +51,35 @@ static int own_procs(const struct local_provider *lp)
     return fd;
 }
 
+/* Takes the oldest wanted task (warm_lock held) into NS and NAME (64 bytes each); false
+ * when none is waiting. */
+static bool take(struct local_provider *lp, char *ns, char *name)
+{
+    if (lp->warm_n == 0) {
+        return false;
+    }
+    memcpy(ns, lp->warm_q[0].ns, sizeof(lp->warm_q[0].ns));
+    memcpy(name, lp->warm_q[0].name, sizeof(lp->warm_q[0].name));
+    lp->warm_n--;
+    memmove(&lp->warm_q[0], &lp->warm_q[1], lp->warm_n * sizeof(lp->warm_q[0]));
+    return true;
+}
+
 static void *warm_main(void *arg)
 {
     struct local_provider *lp = arg;
+    char ns[LOCAL_WARM_NAME], name[LOCAL_WARM_NAME], limits[512];
 
     pthread_mutex_lock(&lp->warm_lock);
     for (;;) {
-        while (!lp->warm_want && !lp->warm_stop) {
+        while (!lp->warm_want && lp->warm_n == 0 && !lp->warm_stop) {
             pthread_cond_wait(&lp->warm_cond, &lp->warm_lock);
         }
         if (lp->warm_stop) {
             break;
+        }
+        while (take(lp, ns, name)) {
+            local_cgroup_create(lp, ns, name, limits, sizeof(limits)); /* under warm_lock */
         }
         lp->warm_want = false;
         pthread_mutex_unlock(&lp->warm_lock);
@@ -84,16 +107,46 @@ void local_warm_init(struct local_provider *lp)
     }
 }
 
-void local_warm(struct sandbox_provider *p)
+void local_warm(struct sandbox_provider *p, const char *ns, const char *name)
 {
     struct local_provider *lp = (struct local_provider *)p;
+    size_t i;
 
     if (!lp->warm_running) {
         return;
     }
     pthread_mutex_lock(&lp->warm_lock);
     lp->warm_want = true;
+    if (ns != NULL && name != NULL && strlen(ns) < LOCAL_WARM_NAME &&
+        strlen(name) < LOCAL_WARM_NAME) {
+        if (lp->warm_n == LOCAL_WARM_MAX) { /* a burst: the oldest is made at its start */
+            lp->warm_n--;
+            memmove(&lp->warm_q[0], &lp->warm_q[1], lp->warm_n * sizeof(lp->warm_q[0]));
+        }
+        i = lp->warm_n++;
+        memcpy(lp->warm_q[i].ns, ns, strlen(ns) + 1);
+        memcpy(lp->warm_q[i].name, name, strlen(name) + 1);
+    }
     pthread_cond_signal(&lp->warm_cond);
+    pthread_mutex_unlock(&lp->warm_lock);
+}
+
+void local_warm_forget(struct local_provider *lp, const char *ns, const char *name)
+{
+    size_t i = 0;
+
+    if (!lp->warm_running) {
+        return;
+    }
+    pthread_mutex_lock(&lp->warm_lock);
+    while (i < lp->warm_n) {
+        if (strcmp(lp->warm_q[i].ns, ns) == 0 && strcmp(lp->warm_q[i].name, name) == 0) {
+            lp->warm_n--;
+            memmove(&lp->warm_q[i], &lp->warm_q[i + 1], (lp->warm_n - i) * sizeof(lp->warm_q[0]));
+        } else {
+            i++;
+        }
+    }
     pthread_mutex_unlock(&lp->warm_lock);
 }
 

@@ -297,7 +297,7 @@ static int local_spawn(pid_t *pid_out, const struct sandbox_spec *s, int out_fd,
     base_args(&a, lp, true);
     rc = bind_spec(&a, &pl, fds, &nfds, s, lp->tools, err);
     if (rc == E_OK) {
-        rc = local_seccomp_fd(&seccomp_fd, err);
+        rc = local_seccomp_fd(lp, &seccomp_fd, err);
     }
     if (rc == E_OK) {
         pl.keep[nfds] = seccomp_fd;
@@ -359,6 +359,7 @@ static void local_status(struct sandbox_status *out, struct sandbox_provider *p,
 
 static void local_stop(struct sandbox_provider *p, const char *ns, const char *name)
 {
+    local_warm_forget(to_local(p), ns, name); /* then its cgroups made ahead go too */
     sbx_stop(&to_local(p)->set, ns, name);
 }
 
@@ -387,6 +388,7 @@ static void local_free(struct sandbox_provider *p)
     free(lp->tools);
     local_warm_cleanup(lp);
     local_cgroup_cleanup(lp);
+    free(lp->seccomp_prog);
     free(lp);
 }
 
@@ -542,6 +544,7 @@ int sandbox_local_new(struct sandbox_provider **out, const struct sandbox_local_
         local_cgroup_init(lp, o);
     }
     local_warm_init(lp);
+    local_seccomp_init(lp);
     *out = &lp->base;
     return E_OK;
 }

@@ -10,7 +10,9 @@
 
 #include "sandbox/sandbox_int.h"
 
-#define LOCAL_CG_MAX 4 /* cgroup v1 hierarchies used: freezer, memory, pids, cpu */
+#define LOCAL_CG_MAX 4     /* cgroup v1 hierarchies used: freezer, memory, pids, cpu */
+#define LOCAL_WARM_MAX 8   /* tasks whose cgroups wait to be made ahead */
+#define LOCAL_WARM_NAME 64 /* a namespace or name and its NUL (DNS labels: 63) */
 
 struct local_provider {
     struct sandbox_provider base; /* must be first */
@@ -30,6 +32,12 @@ struct local_provider {
     pthread_cond_t warm_cond;
     bool warm_want, warm_stop, warm_running; /* warm_lock */
     int warm_fd;                             /* the server's own cgroup.procs, or -1 */
+    struct {
+        char ns[LOCAL_WARM_NAME], name[LOCAL_WARM_NAME];
+    } warm_q[LOCAL_WARM_MAX]; /* warm_lock: tasks whose cgroups are to be made */
+    size_t warm_n;
+    unsigned char *seccomp_prog; /* owned: the filter built once (local_seccomp_init) */
+    size_t seccomp_len;
 };
 
 extern const struct sbx_hooks local_hooks;
@@ -47,9 +55,15 @@ void local_cgroup_join(int *fds, struct local_provider *lp, const char *ns, cons
 /* The warm-up of cgroup_warm.c: set up after local_cgroup_init, asked for by the
  * provider's warm op (sandbox_warm), stopped before local_cgroup_cleanup. */
 void local_warm_init(struct local_provider *lp);
-void local_warm(struct sandbox_provider *p);
+void local_warm(struct sandbox_provider *p, const char *ns, const char *name);
+/* Drops a wanted task NS/NAME not made yet; when this returns, the thread is not making
+ * its cgroups (what it made is there for the caller to remove). */
+void local_warm_forget(struct local_provider *lp, const char *ns, const char *name);
 void local_warm_cleanup(struct local_provider *lp);
-/* A memfd holding the seccomp BPF program for bwrap --seccomp. */
-int local_seccomp_fd(int *fd_out, struct err *err);
+/* Builds the seccomp BPF program for bwrap --seccomp once, into LP (left unset when it
+ * cannot: then every spawn builds it and reports why). */
+void local_seccomp_init(struct local_provider *lp);
+/* A new memfd holding the seccomp BPF program for bwrap --seccomp, at offset 0. */
+int local_seccomp_fd(const struct local_provider *lp, int *fd_out, struct err *err);
 
 #endif

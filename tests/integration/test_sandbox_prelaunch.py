@@ -9,6 +9,7 @@ as any other. A deleted one gets its waiting sandbox stopped. The server stays i
 cgroups (a start's cgroup warm-up moves it where it is). The remote is a dumb-HTTP
 server on loopback that holds every request until released (the fetch takes its time).
 Skipped with a message when bubblewrap or user namespaces are missing."""
+import glob
 import os
 import shutil
 import sys
@@ -87,6 +88,12 @@ def cgroups(pid):
         return f.read()
 
 
+def task_cgroups(name):
+    """The cgroup folders of task default/NAME (v1: one per hierarchy; v2: one)."""
+    return (glob.glob("/sys/fs/cgroup/*/diverge/*/default." + name) +
+            glob.glob("/sys/fs/cgroup/diverge/*/default." + name))
+
+
 def test_runner_waits_at_the_gate_then_runs_on_the_fetched_head():
     with Setup() as s:
         srv = s.srv
@@ -131,9 +138,12 @@ def test_suspended_or_deleted_while_waiting_stops_the_early_sandbox():
         wait_log(srv, "held", "files:", timeout=60)
 
         s.hold("gone")
+        made = task_cgroups("gone")  # made ahead of the start (none without root cgroups)
         st, _, body = srv.request("DELETE", API + "/namespaces/default/agenttasks/gone")
         assert st in (200, 202), (st, body)
         wait_until(lambda: not runners("gone"), timeout=30, what="the deleted task's sandbox")
+        wait_until(lambda: not task_cgroups("gone"), timeout=30,
+                   what="the deleted task's cgroups %r to go" % made)
 
 
 if __name__ == "__main__":
