@@ -90,6 +90,9 @@ static void apply(const struct task_event *ev, void *userdata)
     } else {
         if (ev->type == TASK_EVENT_ADDED && ev->phase == TASK_PENDING && !ev->suspended) {
             prefetch(c, ev);
+            /* Under a running-task limit (the default) the queue admits a new task: its
+             * pass first, so the plan below (or the pass's own) starts it, not the next. */
+            controller_queue_pass(c);
         }
         reconcile_one(c, ev->ns, ev->name);
     }
