@@ -67,7 +67,9 @@ int main(int argc, char **argv)
         runner_config_cleanup(&cfg);
         return RUNNER_EXIT_CONFIG;
     }
+    runner_curl_preload(); /* while the runner waits at its gate and checks out */
     ex = (int)runner_run(&cfg);
+    runner_curl_settle();
     runner_relays_stop();
     printf("diverge-agent-runner: exit %d\n", ex);
     runner_config_cleanup(&cfg);

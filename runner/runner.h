@@ -215,6 +215,12 @@ struct runner_config {
 int runner_gate_wait(const struct runner_config *cfg, bool *later, struct err *err);
 int runner_gate_go(const struct runner_config *cfg, struct err *err);
 
+/* Starts loading libcurl on a thread of its own (curl_lazy.c, the executable only): the
+ * runner's HTTP calls wait for it. runner_curl_settle waits for that thread (before the
+ * runner exits). */
+void runner_curl_preload(void);
+void runner_curl_settle(void);
+
 /* Looks up NAME in an environment; NULL when unset. */
 typedef const char *(*runner_getenv_fn)(const char *name, void *userdata);
 
