@@ -80,15 +80,35 @@ def installed(instructions):
     return pkgs
 
 
+# Libraries a binary loads at run time (dlopen) rather than through NEEDED: the runner
+# loads libcurl on a thread of its own once it started (runner/curl_lazy.c).
+LOADED_LATER = {"diverge-agent-runner": ["libcurl.so.4"]}
+
+
+def loaded_later(binary):
+    """{soname: path} of BINARY's run-time loaded libraries, from ldconfig's cache."""
+    ldconfig = shutil.which("ldconfig") or "/sbin/ldconfig"
+    cache = subprocess.run([ldconfig, "-p"], capture_output=True, text=True).stdout
+    out = {}
+    for lib in LOADED_LATER.get(os.path.basename(binary), []):
+        m = re.search(r"^\s*%s \(libc6,x86-64\) => (\S+)" % re.escape(lib), cache, re.M)
+        assert m, (binary, lib, "not in ldconfig -p")
+        out[lib] = m.group(1)
+    return out
+
+
 def needed_packages(binary):
-    """Debian packages of the shared libraries BINARY links against directly."""
+    """Debian packages of the shared libraries BINARY links against directly (its NEEDED
+    entries and the ones it loads at run time)."""
     if not (shutil.which("readelf") and shutil.which("dpkg") and os.path.exists(binary)):
         return None
     dyn = subprocess.run(["readelf", "-d", binary], capture_output=True, text=True).stdout
     ldd = subprocess.run(["ldd", binary], capture_output=True, text=True).stdout
     paths = dict(re.findall(r"^\s*(\S+) => (\S+)", ldd, re.M))
+    paths.update(loaded_later(binary))
     pkgs = set()
-    for lib in re.findall(r"\(NEEDED\)\s+Shared library: \[(.+)\]", dyn):
+    for lib in re.findall(r"\(NEEDED\)\s+Shared library: \[(.+)\]", dyn) + list(
+            LOADED_LATER.get(os.path.basename(binary), [])):
         real = os.path.realpath(paths[lib])
         r = subprocess.run(["dpkg", "-S", real], capture_output=True, text=True)
         if r.returncode != 0:  # usrmerge: dpkg knows the /lib path
