@@ -32,6 +32,11 @@ struct bot_config {
     /* TOKEN_ROOT_KEY_LEN bytes (copied; required): the key of the push grants the bot
      * writes on the tasks it makes (token_push_grant, controller_push_refusal). */
     const unsigned char *root_key;
+    /* Optional: called (on the bot's thread) when a permitted commenter's `fix` is about
+     * to be gathered, before the SCM calls that precede its task: a start may be coming
+     * (controller_start_coming). A hint only; it must not block. */
+    void (*fix_coming)(void *userdata);
+    void *fix_coming_userdata;
 };
 
 #define BOT_CONFIG_DEFAULTS                                                                        \
@@ -39,7 +44,7 @@ struct bot_config {
         .namespace_override = NULL, .default_budget_usd = 5000000,                                 \
         .default_budget_tokens = 1000000, .default_max_iterations = 5, .min_fix = SCM_LEVEL_WRITE, \
         .min_budget = SCM_LEVEL_MAINTAIN, .permission_ttl_ms = 180000, .max_attempts = 10,         \
-        .root_key = NULL,                                                                          \
+        .root_key = NULL, .fix_coming = NULL, .fix_coming_userdata = NULL,                         \
     }
 
 /* The namespace of a project's tasks (SPEC §2): the path as a DNS label

@@ -327,6 +327,9 @@ int bot_gather(struct gathered *g, struct bot *b, struct scm_provider *p,
         return E_OK;
     }
     if (has_verb(g->cmds, SLASHCMD_FIX)) {
+        if (b->cfg.fix_coming != NULL) {
+            b->cfg.fix_coming(b->cfg.fix_coming_userdata);
+        }
         rc = gather_fix(g, p, e, err);
         if (rc != E_OK) {
             return rc;

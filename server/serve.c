@@ -539,6 +539,12 @@ static bool provider_wanted(const struct server *srv, const char *name)
 }
 
 /* The SCM providers that have credentials, the outbox worker and the bot. */
+/* bot_config.fix_coming: the embedded controller's sandbox provider gets ready. */
+static void fix_coming(void *userdata)
+{
+    controller_start_coming(userdata);
+}
+
 static int start_scm(struct server *srv, struct err *err)
 {
     struct scm_provider *gh = NULL;
@@ -600,6 +606,8 @@ int serve_scm_workers_start(struct server *srv, struct scm_outbox **outbox, stru
     bc.gitlab_min_fix = srv->gitlab_min_fix;
     bc.gitlab_min_budget = srv->gitlab_min_budget;
     bc.root_key = srv->root_key;
+    bc.fix_coming = fix_coming;
+    bc.fix_coming_userdata = srv->controller; /* freed after the bot (stop_scm first) */
     rc = bot_new(bot, srv->store, &srv->scm, &bc, err);
     if (rc == E_OK) {
         /* The sticky comment links the task's dashboard page only when --public-url
