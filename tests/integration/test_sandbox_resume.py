@@ -6,6 +6,7 @@ transaction that makes the fresh token current and the task Active, so a runner 
 right before a heartbeat metered with a token the server did not know yet (401 "token
 revoked"), exited 4 and the task failed (RunnerFailed) — about one resume in four with an
 agent that meters before every iteration (bench/sandbox_latency.py found it)."""
+import contextlib
 import os
 import shutil
 import sys
@@ -29,13 +30,24 @@ def read(path):
         return None
 
 
-def test_runner_meters_after_every_resume():
+@contextlib.contextmanager
+def metering_task(name):
+    """A server on the local provider and its task NAME running AGENT, once it metered:
+    yields the server and the runner's usage offset file."""
     repo = bare_repo()
     os.chmod(os.path.dirname(repo), 0o755)
-    with Server(args=["--sandbox-provider", "local", "--agent-cmd", AGENT]) as srv:
-        create(srv, task("rz", "file://" + repo, maxIterations=10000))
-        offset = os.path.join(srv.data_dir, "state", "default", "rz", "usage.jsonl.offset")
-        wait_until(lambda: read(offset), timeout=60, what="the first meter call")
+    try:
+        with Server(args=["--sandbox-provider", "local", "--agent-cmd", AGENT]) as srv:
+            create(srv, task(name, "file://" + repo, maxIterations=10000))
+            offset = os.path.join(srv.data_dir, "state", "default", name, "usage.jsonl.offset")
+            wait_until(lambda: read(offset), timeout=60, what="the first meter call")
+            yield srv, offset
+    finally:
+        shutil.rmtree(os.path.dirname(repo), ignore_errors=True)
+
+
+def test_runner_meters_after_every_resume():
+    with metering_task("rz") as (srv, offset):
 
         def failed():
             st = get(srv, "rz")["status"]
@@ -86,7 +98,6 @@ def test_runner_meters_after_every_resume():
         resumed = (log.count("[diverge] resumed (thawed, fresh token)") +
                    log.count("[diverge] resumed (provider "))
         assert resumed == CYCLES, log
-    shutil.rmtree(os.path.dirname(repo), ignore_errors=True)
 
 
 def test_resume_right_after_suspend():
@@ -94,12 +105,7 @@ def test_resume_right_after_suspend():
     the pause); a resume sent right after it, often before the controller reconciled the
     suspend, must leave the sandbox thawed and the runner metering, never frozen under an
     Active task. A delete right after a suspend stops the sandbox."""
-    repo = bare_repo()
-    os.chmod(os.path.dirname(repo), 0o755)
-    with Server(args=["--sandbox-provider", "local", "--agent-cmd", AGENT]) as srv:
-        create(srv, task("rr", "file://" + repo, maxIterations=10000))
-        offset = os.path.join(srv.data_dir, "state", "default", "rr", "usage.jsonl.offset")
-        wait_until(lambda: read(offset), timeout=60, what="the first meter call")
+    with metering_task("rr") as (srv, offset):
         freezer, _, v2 = cgroup_dirs(srv, "rr")
 
         def running():
@@ -129,7 +135,6 @@ def test_resume_right_after_suspend():
             wait_until(lambda: not os.path.isdir(freezer) or
                        not (read(os.path.join(freezer, "cgroup.procs")) or "").split(),
                        what="no process left in the sandbox's cgroup")
-    shutil.rmtree(os.path.dirname(repo), ignore_errors=True)
 
 
 if __name__ == "__main__":
