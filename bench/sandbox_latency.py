@@ -14,11 +14,19 @@ port with a fresh data dir (and stops at the end):
   pause   PATCH spec.suspended=true → every process of the sandbox frozen: the cgroup's
           freezer.state reads FROZEN (v1) / cgroup.events `frozen 1` (v2), or, without a
           cgroup, every process of the sandbox is in state T (SIGSTOP). Also from the
-          PATCH's answer on (after its fsync'd commit: what the controller adds).
+          PATCH's answer on (after its fsync'd commit: what the controller adds; negative
+          when the sandbox was frozen before the answer). The freezer is polled from the
+          moment the PATCH is sent, in a thread beside the request: a server may freeze
+          before its answer.
   resume  PATCH spec.suspended=false → the runner metering again: the runner's usage
           offset file (<usage>.offset, rewritten only after the meter answered 200 for a
           line) changes. The agent appends one usage line per iteration and fails, so the
-          runner meters a line before every iteration.
+          runner meters a line before every iteration. That figure holds the agent's own
+          pace (its next line comes after its 0.02 s sleep, the runner's checkpoint and
+          the next iteration's start), so it is also split: PATCH → thawed (the server),
+          thawed → a line to charge (the usage file holds bytes past the charged offset
+          and the sandbox is thawed: the agent's pace), and that moment → charged (the
+          runner's meter call, the server's durable commit, the runner's offset saved).
 
   iterations (--only iterations) iterations per second of a task whose agent only
           appends its usage line and fails: the runner's own time per iteration.
@@ -309,9 +317,10 @@ def report_pair(name, xs, target=None):
         report("%s [%s]" % (name, label), v, target if label == "this build" else None)
     if len(xs) == 2:
         a, b = xs["this build"], xs["reference"]
+        def ratio(p):
+            return pct(a, p) / pct(b, p) if pct(b, p) > 0 else float("nan")
         print("%-44s p50 %.2f×  p90 %.2f×  p99 %.2f×  (this build / reference)" % (
-            name + " ratio", pct(a, 50) / pct(b, 50), pct(a, 90) / pct(b, 90),
-            pct(a, 99) / pct(b, 99)), flush=True)
+            name + " ratio", ratio(50), ratio(90), ratio(99)), flush=True)
 
 
 def bench_start(builds, n, path):
@@ -426,6 +435,15 @@ class LoopTask:
     def pids(self):
         return sandbox_pids(self.srv, self.ns, self.name, self.cg)
 
+    def uncharged(self, state):
+        """Whether the usage file holds bytes past the offset charged in STATE (the
+        offset file's text): a line the runner is to charge."""
+        try:
+            charged = int((state or "0").split("\n", 1)[0] or 0)
+            return os.path.getsize(self.offset[:-len(".offset")]) > charged
+        except (OSError, ValueError):
+            return False
+
 
 def thread_states(pids, seen):
     for pid in pids:  # evidence: what the kernel says of each thread once frozen
@@ -445,6 +463,7 @@ class PauseRun:
         self.t = LoopTask(self.srv, self.repo, 1)
         self.pause, self.paused, self.resume, self.thaw = [], [], [], []
         self.pause_after, self.thaw_after = [], []  # from the PATCH's answer on
+        self.pause_answer, self.line_wait, self.charge = [], [], []
         self.restarts, self.lost, self.nprocs, self.seen = 0, [], [], {}
 
     def how(self):
@@ -455,12 +474,25 @@ class PauseRun:
     def cycle(self):
         t, srv = self.t, self.srv
         time.sleep(0.3)  # running and metering
+        seen = []
+
+        def poll_frozen():
+            try:
+                wait(t.frozen, 10, 0.0005, "frozen")
+                seen.append(time.monotonic())
+            except SystemExit:
+                pass
+        poller = threading.Thread(target=poll_frozen)
         t0 = time.monotonic()
+        poller.start()
         srv.patch(t.ns, t.name, {"suspended": True})
         answered = time.monotonic()
-        wait(t.frozen, 10, 0.0005, "frozen")
-        self.pause.append((time.monotonic() - t0) * 1000.0)
-        self.pause_after.append((time.monotonic() - answered) * 1000.0)
+        poller.join()
+        if not seen:
+            raise SystemExit("bench: timed out waiting for frozen")
+        self.pause.append((seen[0] - t0) * 1000.0)
+        self.pause_after.append((seen[0] - answered) * 1000.0)
+        self.pause_answer.append((answered - t0) * 1000.0)
         wait(lambda: t.phase() == "Paused", 10, 0.002, "Paused")
         self.paused.append((time.monotonic() - t0) * 1000.0)
         pids = t.pids()
@@ -468,11 +500,13 @@ class PauseRun:
         thread_states(pids, self.seen)
         time.sleep(0.1)
         before, leader = read(t.offset), t.leader()
-        t0, thawed_at = time.monotonic(), []
+        t0, thawed_at, line_at = time.monotonic(), [], []
 
         def metering():
             if not thawed_at and not t.frozen():
                 thawed_at.append(time.monotonic())
+            if thawed_at and not line_at and t.uncharged(before):
+                line_at.append(time.monotonic())
             return read(t.offset) not in (before, None) or \
                 t.phase() in ("Failed", "Completed")
         srv.patch(t.ns, t.name, {"suspended": False})
@@ -490,7 +524,12 @@ class PauseRun:
             self.lost.append("%s: %s (%s)" % (t.name, t.phase(), log[-1] if log else "?"))
             self.t = LoopTask(srv, self.repo, len(self.lost) + 1)
             return
-        self.resume.append((time.monotonic() - t0) * 1000.0)
+        charged = time.monotonic()
+        self.resume.append((charged - t0) * 1000.0)
+        thawed = (thawed_at or [charged])[0]
+        line = max(thawed, (line_at or [charged])[0])
+        self.line_wait.append((line - thawed) * 1000.0)
+        self.charge.append((charged - line) * 1000.0)
         self.thaw.append(((thawed_at or [time.monotonic()])[0] - t0) * 1000.0)
         self.thaw_after.append(((thawed_at or [time.monotonic()])[0] - answered) * 1000.0)
         if t.leader() != leader:
@@ -526,10 +565,13 @@ def bench_pause(builds, cycles):
                 r.cycle()
         figures = (("pause: PATCH → every process frozen", "pause", "≤ 5 (p99)"),
                    ("pause: PATCH answered → every process frozen", "pause_after", None),
+                   ("pause: PATCH → answered (its fsync'd commit)", "pause_answer", None),
                    ("pause: PATCH → phase Paused (GET polled)", "paused", None),
                    ("resume: PATCH → thawed", "thaw", None),
                    ("resume: PATCH answered → thawed", "thaw_after", None),
-                   ("resume: PATCH → a meter call charged", "resume", "≤ 10 (p99)"))
+                   ("resume: PATCH → a meter call charged", "resume", "≤ 10 (p99)"),
+                   ("resume: thawed → a line to charge (agent)", "line_wait", None),
+                   ("resume: line to charge → charged (runner+server)", "charge", None))
         for name, attr, target in figures:
             report_pair(name, {r.label: getattr(r, attr) for r in runs}, target)
         for r in runs:

@@ -272,6 +272,16 @@ void controller_free(struct controller *c);
 /* Reconciles one task now (also used by tests). E_NOTFOUND when it is gone. */
 int controller_reconcile(struct controller *c, const char *ns, const char *name, struct err *err);
 
+/* Runs CHANGE (a write of task NS/NAME that may set spec.suspended, e.g. a PATCH) with
+ * the task's sandbox frozen first when the task is Active, not suspended and its sandbox
+ * runs, so that the pause's freeze is not behind the change's fsync and the controller's
+ * wake-up. Kept frozen when the task is Active and suspended after CHANGE (its reconcile
+ * then revokes the token and writes Paused), else thawed again. Only when no reconcile
+ * is at work (the reconcile lock is taken without waiting); otherwise, and for a NULL C
+ * or one without sandboxes, CHANGE alone. Returns what CHANGE returned. */
+int controller_suspend_change(struct controller *c, const char *ns, const char *name,
+                              int (*change)(void *userdata), void *userdata);
+
 /* For a DELETE the store could not record (its filesystem full): stops the task's
  * sandbox and removes its files (workspace, staging, state, token, log) so that space
  * frees up, with the reconcile lock held. A no-op for a NULL C. */

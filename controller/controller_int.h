@@ -220,7 +220,8 @@ int controller_gate_open(struct controller_launch *l, struct err *err);
  * transaction revokes the token (with C->lock held): a frozen runner makes no meter call,
  * so none is caught between the revocation and the freeze (a 401 it would have to wait
  * out), and the freeze is not behind that transaction's fsync. Sets R->froze once every
- * process is frozen; a sandbox that cannot be frozen is stopped. */
+ * process is frozen (also when the request that suspended the task froze it already,
+ * controller_suspend_change); a sandbox that cannot be frozen is stopped. */
 void controller_pause_freeze(struct controller *c, struct reconcile *r);
 /* Thaws what controller_pause_freeze froze when the Pausing transaction found that the
  * task moved on (resumed meanwhile, or paused by the meter): it runs as it did. */

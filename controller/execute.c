@@ -389,6 +389,10 @@ void controller_pause_freeze(struct controller *c, struct reconcile *r)
      * file rewritten) comes after it, off the pause's way. */
     controller_timer_set(c, r->ns, r->name, 0);
     controller_note_running(c, r->ns, r->name, false, now);
+    if (st.state == SANDBOX_PAUSED) {
+        r->froze = true; /* frozen by the request that suspended it (suspend.c) */
+        return;
+    }
     if (st.state != SANDBOX_RUNNING) {
         return;
     }

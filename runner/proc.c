@@ -252,9 +252,18 @@ static pid_t reap(int *wst, pid_t pid, int xfd, bool polling, int wait_ms)
     return w;
 }
 
+/* The runner's one inotify instance (follow_watch), kept open for the process's life:
+ * closing one waits in the kernel, uninterruptibly, for an SRCU grace period (tens of ms
+ * measured on a loaded box), and a freeze of the sandbox cannot complete while the runner
+ * waits there. Spawns that follow run one at a time (the agent). */
+static int g_follow_fd = -1;
+
+static bool follow_touched(const struct runner_spawn *sp, int ifd);
+
 /* A watch of the directory of SP's follow_path, so a write to the file wakes the follow
  * at once; -1 without one (then the follow runs every follow_ms only). Made before the
- * child starts: its first write is not missed. */
+ * child starts: its first write is not missed. Events left from an earlier spawn are
+ * drained first. */
 static int follow_watch(const struct runner_spawn *sp)
 {
     const char *path = sp->follow_path, *slash = path != NULL ? strrchr(path, '/') : NULL;
@@ -264,13 +273,17 @@ static int follow_watch(const struct runner_spawn *sp)
     if (sp->follow == NULL || slash == NULL || slash[1] == '\0') {
         return -1;
     }
-    fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    if (g_follow_fd < 0) {
+        g_follow_fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    }
+    fd = g_follow_fd;
     if (fd < 0) {
         return -1;
     }
+    (void)follow_touched(sp, fd);
     dir = slash == path ? xstrdup("/") : xasprintf("%.*s", (int)(slash - path), path);
+    /* The same directory again keeps its one watch (its mask replaced). */
     if (inotify_add_watch(fd, dir, IN_MODIFY | IN_MOVED_TO | IN_ONLYDIR | IN_DONT_FOLLOW) < 0) {
-        close(fd);
         fd = -1;
     }
     free(dir);
@@ -423,9 +436,6 @@ int runner_spawn_run(int *status_out, const struct runner_spawn *sp, struct err 
             close(fds[0]);
             close(fds[1]);
         }
-        if (ifd >= 0) {
-            close(ifd);
-        }
         return err_set(err, E_FAIL, "fork: %s", strerror(errno));
     }
     if (pid == 0) {
@@ -435,9 +445,6 @@ int runner_spawn_run(int *status_out, const struct runner_spawn *sp, struct err 
         (void)setpgid(pid, pid); /* also here: the group exists before any kill */
     }
     rc = wait_child(&wst, sp, fds, piped, pid, ifd, err);
-    if (ifd >= 0) {
-        close(ifd);
-    }
     if (rc != E_OK) {
         return rc;
     }

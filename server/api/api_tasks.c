@@ -358,6 +358,10 @@ struct patch_args {
     json_t *patch;
     enum task_patch_scope scope;
     const char *data_dir; /* the server's */
+    struct task_store *store;
+    const char *ns, *name;
+    json_t *stored; /* out: the task as stored */
+    struct err *err;
 };
 
 static int apply_patch(json_t *doc, struct err *err, void *userdata)
@@ -368,13 +372,33 @@ static int apply_patch(json_t *doc, struct err *err, void *userdata)
     return rc == E_OK ? api_task_repo_check(a->data_dir, doc, err) : rc;
 }
 
+static int mutate_patch(void *userdata)
+{
+    struct patch_args *a = userdata;
+
+    return task_store_mutate(&a->stored, a->store, a->ns, a->name, apply_patch, a, a->err);
+}
+
+/* Whether PATCH (of SCOPE) asks to suspend the task: its sandbox is then frozen before
+ * the change is committed (controller_suspend_change). */
+static bool suspends(const json_t *patch, enum task_patch_scope scope)
+{
+    return scope == TASK_PATCH_MAIN &&
+           json_is_true(json_object_get(json_object_get(patch, "spec"), "suspended"));
+}
+
 static int patch(struct request *r, enum task_patch_scope scope)
 {
     const char *ct = http_header(r, MHD_HTTP_HEADER_CONTENT_TYPE);
-    struct patch_args a = {.patch = NULL, .scope = scope, .data_dir = r->srv->cfg.data_dir};
-    json_t *stored = NULL;
     struct err err = {0};
-    int ret;
+    struct patch_args a = {.patch = NULL,
+                           .scope = scope,
+                           .data_dir = r->srv->cfg.data_dir,
+                           .store = r->srv->store,
+                           .ns = r->params[PARAM_NS],
+                           .name = r->params[PARAM_NAME],
+                           .err = &err};
+    int ret, rc;
 
     if (ct == NULL || strncmp(ct, "application/merge-patch+json", 28) != 0) {
         /* The header is request bytes: not echoed. */
@@ -390,13 +414,15 @@ static int patch(struct request *r, enum task_patch_scope scope)
         ret = http_send_error(r, 400, NULL, NULL, "a merge patch must be a JSON object");
         goto out;
     }
-    if (task_store_mutate(&stored, r->srv->store, r->params[PARAM_NS], r->params[PARAM_NAME],
-                          apply_patch, &a, &err) != E_OK) {
+    rc = suspends(a.patch, scope)
+             ? controller_suspend_change(r->srv->controller, a.ns, a.name, mutate_patch, &a)
+             : mutate_patch(&a);
+    if (rc != E_OK) {
         ret = http_send_err(r, &err);
         goto out;
     }
-    log_change(scope == TASK_PATCH_STATUS ? "status patched" : "patched", stored);
-    ret = http_send_json(r, 200, stored);
+    log_change(scope == TASK_PATCH_STATUS ? "status patched" : "patched", a.stored);
+    ret = http_send_json(r, 200, a.stored);
 out:
     json_decref(a.patch);
     return ret;

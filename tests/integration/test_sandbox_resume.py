@@ -6,6 +6,7 @@ transaction that makes the fresh token current and the task Active, so a runner 
 right before a heartbeat metered with a token the server did not know yet (401 "token
 revoked"), exited 4 and the task failed (RunnerFailed) — about one resume in four with an
 agent that meters before every iteration (bench/sandbox_latency.py found it)."""
+import contextlib
 import os
 import shutil
 import sys
@@ -29,13 +30,24 @@ def read(path):
         return None
 
 
-def test_runner_meters_after_every_resume():
+@contextlib.contextmanager
+def metering_task(name):
+    """A server on the local provider and its task NAME running AGENT, once it metered:
+    yields the server and the runner's usage offset file."""
     repo = bare_repo()
     os.chmod(os.path.dirname(repo), 0o755)
-    with Server(args=["--sandbox-provider", "local", "--agent-cmd", AGENT]) as srv:
-        create(srv, task("rz", "file://" + repo, maxIterations=10000))
-        offset = os.path.join(srv.data_dir, "state", "default", "rz", "usage.jsonl.offset")
-        wait_until(lambda: read(offset), timeout=60, what="the first meter call")
+    try:
+        with Server(args=["--sandbox-provider", "local", "--agent-cmd", AGENT]) as srv:
+            create(srv, task(name, "file://" + repo, maxIterations=10000))
+            offset = os.path.join(srv.data_dir, "state", "default", name, "usage.jsonl.offset")
+            wait_until(lambda: read(offset), timeout=60, what="the first meter call")
+            yield srv, offset
+    finally:
+        shutil.rmtree(os.path.dirname(repo), ignore_errors=True)
+
+
+def test_runner_meters_after_every_resume():
+    with metering_task("rz") as (srv, offset):
 
         def failed():
             st = get(srv, "rz")["status"]
@@ -86,7 +98,43 @@ def test_runner_meters_after_every_resume():
         resumed = (log.count("[diverge] resumed (thawed, fresh token)") +
                    log.count("[diverge] resumed (provider "))
         assert resumed == CYCLES, log
-    shutil.rmtree(os.path.dirname(repo), ignore_errors=True)
+
+
+def test_resume_right_after_suspend():
+    """A suspend's request freezes the sandbox before its commit (the controller finishes
+    the pause); a resume sent right after it, often before the controller reconciled the
+    suspend, must leave the sandbox thawed and the runner metering, never frozen under an
+    Active task. A delete right after a suspend stops the sandbox."""
+    with metering_task("rr") as (srv, offset):
+        freezer, _, v2 = cgroup_dirs(srv, "rr")
+
+        def running():
+            st = get(srv, "rr")["status"]
+            assert st["phase"] not in ("Failed", "Completed"), (st, task_log(srv, "rr"))
+            if freezer is None:
+                return st["phase"] == "Active"
+            state = read(os.path.join(freezer, "cgroup.events" if v2 else "freezer.state"))
+            thawed = "frozen 0" in (state or "") if v2 else (state or "").strip() == "THAWED"
+            return st["phase"] == "Active" and thawed
+
+        for _ in range(CYCLES):
+            patch(srv, "rr", {"suspended": True})
+            patch(srv, "rr", {"suspended": False})
+            before = read(offset)
+            wait_until(lambda: running() and read(offset) != before,
+                       what="Active, thawed and metering after a suspend and a resume")
+        log = task_log(srv, "rr")
+        assert ": stopping" not in log and "runner exited" not in log, log
+        patch(srv, "rr", {"suspended": True})
+        st, _, body = srv.request("DELETE",
+                                  "/apis/divergedev.com/v1alpha1/namespaces/default/agenttasks/rr")
+        assert st == 200, (st, body)
+        wait_until(lambda: not os.path.exists(os.path.join(srv.data_dir, "run", "default.rr")),
+                   what="the sandbox stopped after the delete")
+        if freezer is not None:
+            wait_until(lambda: not os.path.isdir(freezer) or
+                       not (read(os.path.join(freezer, "cgroup.procs")) or "").split(),
+                       what="no process left in the sandbox's cgroup")
 
 
 if __name__ == "__main__":
@@ -94,4 +142,4 @@ if __name__ == "__main__":
     if why:
         print("SKIP test_sandbox_resume: " + why)
         sys.exit(0)
-    run_tests([test_runner_meters_after_every_resume])
+    run_tests([test_runner_meters_after_every_resume, test_resume_right_after_suspend])

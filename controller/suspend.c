@@ -1,0 +1,99 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* A request that suspends a running task freezes its sandbox before the change is
+ * committed (SPEC §4 pause): the freeze no longer waits for the change's fsync, the
+ * controller's wake-up and its plan. The reconcile that follows stays the one owner of
+ * the pause: it finds the sandbox frozen (controller_pause_freeze), revokes the token
+ * (Pausing) and writes Paused; a change that did not suspend the task thaws it again
+ * before the reconcile lock is released. */
+#include <pthread.h>
+#include <string.h>
+
+#include "controller/controller_int.h"
+
+/* Whether NS/NAME is Active, not suspended, and its sandbox runs (C->lock held). */
+static bool runs_unsuspended(struct controller *c, const char *ns, const char *name)
+{
+    struct sandbox_status st;
+    struct task_view v;
+    json_t *doc = NULL;
+    bool yes = false;
+
+    if (task_store_get(&doc, c->store, ns, name, NULL) == E_OK) {
+        task_view_of(&v, doc);
+        yes = v.phase == TASK_ACTIVE && !v.suspended;
+        json_decref(doc);
+    }
+    if (yes) {
+        sandbox_status(&st, c->sandboxes, ns, name);
+        yes = st.state == SANDBOX_RUNNING;
+    }
+    return yes;
+}
+
+/* Whether NS/NAME is Active and suspended: the reconcile of that change pauses it. */
+static bool suspended_active(struct controller *c, const char *ns, const char *name)
+{
+    struct task_view v;
+    json_t *doc = NULL;
+    bool yes = false;
+
+    if (task_store_get(&doc, c->store, ns, name, NULL) == E_OK) {
+        task_view_of(&v, doc);
+        yes = v.phase == TASK_ACTIVE && v.suspended;
+        json_decref(doc);
+    }
+    return yes;
+}
+
+/* The freeze of controller_suspend_change, beside the change's commit. */
+struct freezing {
+    struct controller *c;
+    const char *ns, *name;
+    bool froze; /* out */
+};
+
+static void *freeze_thread(void *arg)
+{
+    struct freezing *f = arg;
+
+    /* A sandbox that does not freeze is left to the reconcile (it stops it). */
+    f->froze = sandbox_suspend(f->c->sandboxes, f->ns, f->name, NULL) == E_OK;
+    return NULL;
+}
+
+int controller_suspend_change(struct controller *c, const char *ns, const char *name,
+                              int (*change)(void *userdata), void *userdata)
+{
+    struct freezing f = {.c = c, .ns = ns, .name = name};
+    pthread_t th;
+    bool started = false;
+    int rc;
+
+    /* A reconcile at work (it may take long: a start, a push) is not waited for: the
+     * change then takes the usual way, the freeze planned by its own reconcile. So does
+     * a provider whose freeze is not a local one (agent: the cluster's API). */
+    if (c == NULL || c->sandboxes == NULL ||
+        (strcmp(c->provider, "local") != 0 && strcmp(c->provider, "process") != 0) ||
+        pthread_mutex_trylock(&c->lock) != 0) {
+        return change(userdata);
+    }
+    if (!atomic_load(&c->stopping) && runs_unsuspended(c, ns, name)) {
+        /* The kernel freezes the sandbox while the change is written and fsync'd. */
+        started = pthread_create(&th, NULL, freeze_thread, &f) == 0;
+        if (!started) {
+            freeze_thread(&f);
+        }
+    }
+    rc = change(userdata);
+    if (started) {
+        pthread_join(th, NULL);
+    }
+    /* Every change committed from here on is reconciled after the unlock, whatever the
+     * feed batches: the reconcile of a task Active again with its sandbox frozen thaws it
+     * (controller_decide: THAW, with a fresh token). */
+    if (f.froze && (rc != E_OK || !suspended_active(c, ns, name))) {
+        (void)sandbox_resume(c->sandboxes, ns, name, NULL);
+    }
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
