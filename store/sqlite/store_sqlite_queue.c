@@ -261,11 +261,11 @@ int sqlst_txn_outbox_add(int64_t *id_out, struct task_txn *tx, const struct outb
         /* A pending entry with the same key takes the newer body (and stays in its place
          * in the queue): a newer edit supersedes an older one not yet sent. It may go out
          * sooner, unless it waits after a failure: Retry-After and backoff still hold. */
-        rc = sqlst_prepare(&q, s,
-                           "UPDATE outbox SET body=?2, next_ms=CASE WHEN attempts > 0 THEN "
-                           "next_ms ELSE min(next_ms, max(?3, ?4)) END WHERE "
-                           "coalesce_key=?1 AND state='pending' AND id<>?5 RETURNING id",
-                           err);
+        rc = sqlst_prepare_cached(&q, s,
+                                  "UPDATE outbox SET body=?2, next_ms=CASE WHEN attempts > 0 THEN "
+                                  "next_ms ELSE min(next_ms, max(?3, ?4)) END WHERE "
+                                  "coalesce_key=?1 AND state='pending' AND id<>?5 RETURNING id",
+                                  err);
         if (rc != E_OK) {
             return rc;
         }
@@ -279,18 +279,19 @@ int sqlst_txn_outbox_add(int64_t *id_out, struct task_txn *tx, const struct outb
             if (id_out != NULL) {
                 *id_out = sqlite3_column_int64(q, 0);
             }
-            sqlite3_finalize(q);
+            sqlst_unprepare(s, q);
             s->outbox_gen++;
             pthread_cond_broadcast(&s->outbox_cv);
             return E_OK;
         }
-        sqlite3_finalize(q);
+        sqlst_unprepare(s, q);
     }
-    rc = sqlst_prepare(&q, s,
-                       "INSERT INTO outbox(provider,kind,project,number,target,body,"
-                       "coalesce_key,installation_id,next_ms,created_ms) "
-                       "VALUES(?1,?2,?3,?4,?5,?6,?7,?8,max(?9,?10),?9)",
-                       err);
+    /* Both statements are cached: the bot queues a reply or a reaction for most comments. */
+    rc = sqlst_prepare_cached(&q, s,
+                              "INSERT INTO outbox(provider,kind,project,number,target,body,"
+                              "coalesce_key,installation_id,next_ms,created_ms) "
+                              "VALUES(?1,?2,?3,?4,?5,?6,?7,?8,max(?9,?10),?9)",
+                              err);
     if (rc != E_OK) {
         return rc;
     }
@@ -305,7 +306,7 @@ int sqlst_txn_outbox_add(int64_t *id_out, struct task_txn *tx, const struct outb
     sqlite3_bind_int64(q, 9, now);
     sqlite3_bind_int64(q, 10, e->not_before_ms);
     rc = sqlst_step_done(s, q, "outbox add", err);
-    sqlite3_finalize(q);
+    sqlst_unprepare(s, q);
     if (rc == E_OK) {
         if (id_out != NULL) {
             *id_out = sqlite3_last_insert_rowid(s->db);
