@@ -45,6 +45,7 @@ struct guard_conn {
     atomic_bool head_done;          /* the request head is in: the request deadline applies */
     atomic_bool answering;          /* request complete: exempt from the deadlines */
     bool reaped;                    /* shut down once already (under g->mu) */
+    int unix_sock;                  /* 1: accepted on a unix socket, 0: not, -1: unknown */
     struct guard_conn *prev, *next; /* list under g->mu */
 };
 
@@ -294,6 +295,14 @@ static void track(struct http_guard *g, struct MHD_Connection *conn, void **sock
 
     c->fd = ci != NULL ? (int)ci->connect_fd : -1;
     address_of(c, conn);
+    {
+        /* Once per connection, not per request (http_route_find asks on every request). */
+        struct sockaddr_storage ss;
+        socklen_t len = sizeof(ss);
+        c->unix_sock = c->fd < 0 || getsockname(c->fd, (struct sockaddr *)&ss, &len) != 0
+                           ? -1
+                           : ss.ss_family == AF_UNIX;
+    }
     atomic_init(&c->since_ns, clock_mono_ns());
     atomic_init(&c->head_done, false);
     atomic_init(&c->answering, false);
@@ -367,6 +376,13 @@ bool http_guard_head(struct MHD_Connection *conn, bool reserved_route)
      * connection is shut down already. */
     ok = reserved_route || c->pool != POOL_RESERVE;
     return ok;
+}
+
+int http_guard_unix_socket(struct MHD_Connection *conn)
+{
+    const struct guard_conn *c = conn_of(conn);
+
+    return c != NULL ? c->unix_sock : -1;
 }
 
 void http_guard_answering(struct MHD_Connection *conn)

@@ -52,6 +52,9 @@ void http_guard_notify(void *cls, struct MHD_Connection *conn, void **socket_con
  * the reserve pool serves. False: the connection holds a reserve slot and the route is
  * another; the caller answers 503. */
 bool http_guard_head(struct MHD_Connection *conn, bool reserved_route);
+/* 1 when CONN was accepted on a unix socket, 0 when not, -1 when the guard does not know
+ * (no guard, or the socket could not be asked when it was accepted). */
+int http_guard_unix_socket(struct MHD_Connection *conn);
 /* The response on CONN ended: the next request's clock starts now. */
 void http_guard_request_done(struct MHD_Connection *conn);
 /* Connections shut down so far for missing a deadline. */

@@ -81,11 +81,15 @@ static bool match(struct request *r, const char *pattern, const char *path)
 /* True when CONN came in on a unix socket, or when that cannot be told (fail closed). */
 static bool unix_peer(struct MHD_Connection *conn)
 {
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    int known = http_guard_unix_socket(conn); /* asked once when the guard took it */
+    const union MHD_ConnectionInfo *ci;
     struct sockaddr_storage ss;
     socklen_t len = sizeof(ss);
 
+    if (known >= 0) {
+        return known == 1;
+    }
+    ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     return ci == NULL || getsockname(ci->connect_fd, (struct sockaddr *)&ss, &len) != 0 ||
            ss.ss_family == AF_UNIX;
 }
