@@ -16,7 +16,7 @@
 # once) and SANITIZE_TEST_JOBS (the same for the sanitizer stages), both default JOBS + 1
 # (the tests mostly wait; the two with short timeouts take two slots: docs/testing.md),
 # BUILD (the normal tree, default build), FUZZ_SECONDS (default 10), ASAN_TESTS and
-# TSAN_TESTS (ctest arguments choosing the sanitizer stages' tests, default `-L sanitize`
+# TSAN_TESTS (ctest arguments choosing the sanitizer stages' tests, default `-L sanitize|asan`
 # and `-L sanitize|tsan`: docs/testing.md), SANITIZE_TESTS (when set, both of them; empty
 # runs every test there too).
 # Each stage prints its wall time and the CPU time it used.
@@ -28,7 +28,7 @@ TEST_JOBS=${TEST_JOBS:-$((JOBS + 1))}
 SANITIZE_TEST_JOBS=${SANITIZE_TEST_JOBS:-$((JOBS + 1))}
 BUILD=${BUILD:-build}
 FUZZ_SECONDS=${FUZZ_SECONDS:-10}
-ASAN_TESTS=${SANITIZE_TESTS-${ASAN_TESTS--L sanitize}}
+ASAN_TESTS=${SANITIZE_TESTS-${ASAN_TESTS--L sanitize|asan}}
 TSAN_TESTS=${SANITIZE_TESTS-${TSAN_TESTS--L sanitize|tsan}}
 
 # configure TREE: the tree's CMake configuration (kept when it exists with the same options).
