@@ -47,12 +47,13 @@ install: programs
 
 # The test stages are scripts/test.sh's (docs/testing.md says what runs where). The normal
 # stage runs TEST_JOBS tests at once, the sanitizer stages SANITIZE_TEST_JOBS (both default
-# the CPUs + 1: docs/testing.md): ASan+UBSan the tests labelled `sanitize` (ASAN_TESTS, default `-L sanitize`),
-# TSan those and the ones labelled `tsan` (TSAN_TESTS, default `-L sanitize|tsan`).
+# the CPUs + 1: docs/testing.md): ASan+UBSan the tests labelled `sanitize` or `asan`
+# (ASAN_TESTS, default `-L sanitize|asan`),
+# TSan the tests labelled `sanitize` or `tsan` (TSAN_TESTS, default `-L sanitize|tsan`).
 # SANITIZE_TESTS, when given, sets both (SANITIZE_TESTS= runs every test there too).
 TEST_JOBS ?= $(shell echo $$(($(JOBS) + 1)))
 SANITIZE_TEST_JOBS ?= $(TEST_JOBS)
-ASAN_TESTS ?= -L sanitize
+ASAN_TESTS ?= -L sanitize|asan
 TSAN_TESTS ?= -L sanitize|tsan
 TEST_ENV = JOBS=$(JOBS) TEST_JOBS=$(TEST_JOBS) SANITIZE_TEST_JOBS=$(SANITIZE_TEST_JOBS) \
 	BUILD=$(BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) ASAN_TESTS='$(ASAN_TESTS)' \

@@ -92,7 +92,7 @@ static const struct cli_cmd task_cmds[] = {
      "pushed.\n" CLI_GLOBAL_HELP},
     {"token", 1, 1, NULL, cli_task_token, 0,
      "Usage: diverge task token NAME\n\nPrints the task's current capability "
-     "token.\n" CLI_GLOBAL_HELP},
+     "token; waits up to 10 s (DIVERGE_TOKEN_WAIT_MS) for one not minted yet.\n" CLI_GLOBAL_HELP},
 };
 
 int cli_task_main(int argc, char **argv)

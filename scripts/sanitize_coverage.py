@@ -14,8 +14,9 @@
         Prints the figures (for TSan with the TSAN_ALSO list of tests/CMakeLists.txt added)
         and the chosen tests: the SANITIZED list of tests/CMakeLists.txt.
     scripts/sanitize_coverage.py check [--out DIR]
-        the figures of what tests/CMakeLists.txt labels `sanitize` (both sanitizer stages)
-        and `tsan` (the TSan stage too) now, in --build (any configured tree).
+        the figures of what tests/CMakeLists.txt labels `sanitize` (both sanitizer stages),
+        `asan` (the ASan+UBSan stage too) and `tsan` (the TSan stage too) now, in --build
+        (any configured tree).
 
 Lines run only by processes killed with SIGKILL, or inside a sandbox that cannot write
 DIR, are counted by neither the suite nor the subset (gcov writes at a normal exit).
@@ -207,8 +208,10 @@ def cmd_choose(args):
         rest.remove(best)
     print("ASan+UBSan (every unit test and the integration tests chosen above):")
     figures(data, chosen)
-    print("TSan (those and the concurrency tests of the TSAN_ALSO list):")
-    figures(data, chosen + [n for n in cmake_list("TSAN_ALSO") if n in data and n not in chosen])
+    print("TSan (those but the ASAN_ALSO list, and the concurrency tests of TSAN_ALSO):")
+    asan_only = cmake_list("ASAN_ALSO")
+    figures(data, [n for n in chosen if n not in asan_only] +
+            [n for n in cmake_list("TSAN_ALSO") if n in data and n not in chosen])
     print("chosen integration tests (the SANITIZED list of tests/CMakeLists.txt):")
     print(" ".join(sorted(n[len("integration."):] for n in chosen
                           if n.startswith("integration."))))
@@ -217,7 +220,7 @@ def cmd_choose(args):
 def cmd_check(args):
     data = load(args.out)
     tests = list_tests(os.path.abspath(args.build))
-    for stage, labels in (("ASan+UBSan", {"sanitize"}), ("TSan", {"sanitize", "tsan"})):
+    for stage, labels in (("ASan+UBSan", {"sanitize", "asan"}), ("TSan", {"sanitize", "tsan"})):
         print("%s (the tests labelled %s now):" % (stage, " or ".join(sorted(labels))))
         figures(data, [t["name"] for t in tests
                        if labels & set(t["labels"]) and t["name"] in data])

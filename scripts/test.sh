@@ -8,15 +8,16 @@
 # `all` builds the ASan, TSan and fuzz trees in the background at the lowest CPU priority
 # (nice 19) while the normal and sanitizer test stages run: the integration tests spend most
 # of their time waiting on servers, fakes and child processes, and a build at nice 19 takes
-# only the CPU they leave idle. Each stage then waits for its tree. Once every tree is built
-# the fuzzers run in the background too, at nice 10, during the sanitizer stages (each
-# target still for its FUZZ_SECONDS); `all` waits for them after the TSan stage.
+# only the CPU they leave idle. Each stage then waits for its tree. The fuzzers run in the
+# background too, at nice 10, during the TSan stage (each target still for its
+# FUZZ_SECONDS), whose tests leave more CPU idle than the ASan stage's (docs/testing.md);
+# `all` waits for them after the TSan stage.
 #
 # Environment: JOBS (build jobs, default the CPUs), TEST_JOBS (tests the normal stage runs at
 # once) and SANITIZE_TEST_JOBS (the same for the sanitizer stages), both default JOBS + 1
-# (the tests mostly wait; the two with short timeouts take two slots: docs/testing.md),
+# (the tests mostly wait; the two with short timeouts run last, by themselves: docs/testing.md),
 # BUILD (the normal tree, default build), FUZZ_SECONDS (default 10), ASAN_TESTS and
-# TSAN_TESTS (ctest arguments choosing the sanitizer stages' tests, default `-L sanitize`
+# TSAN_TESTS (ctest arguments choosing the sanitizer stages' tests, default `-L sanitize|asan`
 # and `-L sanitize|tsan`: docs/testing.md), SANITIZE_TESTS (when set, both of them; empty
 # runs every test there too).
 # Each stage prints its wall time and the CPU time it used.
@@ -28,7 +29,7 @@ TEST_JOBS=${TEST_JOBS:-$((JOBS + 1))}
 SANITIZE_TEST_JOBS=${SANITIZE_TEST_JOBS:-$((JOBS + 1))}
 BUILD=${BUILD:-build}
 FUZZ_SECONDS=${FUZZ_SECONDS:-10}
-ASAN_TESTS=${SANITIZE_TESTS-${ASAN_TESTS--L sanitize}}
+ASAN_TESTS=${SANITIZE_TESTS-${ASAN_TESTS--L sanitize|asan}}
 TSAN_TESTS=${SANITIZE_TESTS-${TSAN_TESTS--L sanitize|tsan}}
 
 # configure TREE: the tree's CMake configuration (kept when it exists with the same options).
@@ -186,9 +187,9 @@ all() {
     start_background asan tsan fuzz
     timed "normal tests" run normal
     wait_background asan
-    start_fuzz
     timed "asan tests" run asan
     wait_background tsan
+    start_fuzz
     timed "tsan tests" run tsan
     wait_fuzz
     echo "test: all stages passed in $(since "$start") s"

@@ -82,7 +82,8 @@ class FakeGitLab:
 
     # --- lifecycle ---
     def start(self):
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.httpd.serve_forever,
+                                       kwargs={"poll_interval": 0.05}, daemon=True)
         self.thread.start()
         return self
 

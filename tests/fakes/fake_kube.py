@@ -154,7 +154,8 @@ class FakeKube:
         self.url = "%s://%s:%d" % (scheme, host, self.httpd.server_address[1])
 
     def start(self):
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                         daemon=True).start()
 
     def stop(self):
         with self.lock:

@@ -129,7 +129,8 @@ class FakeMeter:
             daemon_threads = True
 
         self.srv = Srv(path, Handler)
-        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+        threading.Thread(target=self.srv.serve_forever, kwargs={"poll_interval": 0.05},
+                         daemon=True).start()
 
     def close(self):
         self.srv.shutdown()

@@ -95,12 +95,14 @@ def wait_log(srv, name, text, timeout=30):
 
 
 def leader_pid(srv, name):
-    """The pid of the task's sandbox leader, or None."""
+    """The pid of the task's sandbox leader, or None (no sandbox, or its record not
+    written yet: a read can come between the file's creation and its write)."""
     try:
         with open(os.path.join(srv.data_dir, "run", "default." + name)) as f:
-            return int(f.read().split()[0])
+            words = f.read().split()
     except OSError:
         return None
+    return int(words[0]) if words else None
 
 
 def proc_state(pid):

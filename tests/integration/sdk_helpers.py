@@ -136,7 +136,8 @@ class FrontEnd:
             self.httpd = _TcpServer(("127.0.0.1", port), _Handler)
             self.url = "http://127.0.0.1:%d%s" % (self.httpd.server_address[1], METER)
         self.httpd.front = self
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.httpd.serve_forever,
+                                       kwargs={"poll_interval": 0.05}, daemon=True)
         self.thread.start()
 
     def request_ids(self):

@@ -273,7 +273,8 @@ class Preview:
 
         self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
         self.url = "http://127.0.0.1:%d/?_diverge_env=agent-preview-x" % self.srv.server_port
-        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+        threading.Thread(target=self.srv.serve_forever, kwargs={"poll_interval": 0.05},
+                         daemon=True).start()
 
     def close(self):
         self.srv.shutdown()

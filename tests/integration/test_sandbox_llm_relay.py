@@ -106,7 +106,8 @@ class FakeServer:
 
         self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
         self.port = self.srv.server_address[1]
-        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+        threading.Thread(target=self.srv.serve_forever, kwargs={"poll_interval": 0.05},
+                         daemon=True).start()
 
     def close(self):
         self.srv.shutdown()
