@@ -159,7 +159,8 @@ struct sandbox_provider_ops {
      * stay the server's. */
     bool (*owner)(struct sandbox_provider *p, unsigned int *uid_out, unsigned int *gid_out);
     /* Optional: a start of NS/NAME is coming soon; get ready for it (best effort, never
-     * blocks). A stop of NS/NAME undoes what it prepared. */
+     * blocks). A stop of NS/NAME undoes what it prepared. NS and NAME NULL: a start of a
+     * task not made yet. */
     void (*warm)(struct sandbox_provider *p, const char *ns, const char *name);
     /* Stops every sandbox and frees P. */
     void (*free)(struct sandbox_provider *p);
@@ -204,8 +205,8 @@ static inline void sandbox_stop(struct sandbox_provider *p, const char *ns, cons
     p->ops->stop(p, ns, name);
 }
 
-/* A start of NS/NAME is coming soon (the task was made): a provider may get ready for it
- * (optional); sandbox_stop undoes it. */
+/* A start of NS/NAME is coming soon (the task was made; both NULL: a task may be made): a
+ * provider may get ready for it (optional); sandbox_stop undoes it. */
 static inline void sandbox_warm(struct sandbox_provider *p, const char *ns, const char *name)
 {
     if (p != NULL && p->ops->warm != NULL) {

@@ -51,6 +51,13 @@ static int own_procs(const struct local_provider *lp)
     return fd;
 }
 
+/* Removes the wanted task at I (warm_lock held). */
+static void drop_at(struct local_provider *lp, size_t i)
+{
+    lp->warm_n--;
+    memmove(&lp->warm_q[i], &lp->warm_q[i + 1], (lp->warm_n - i) * sizeof(lp->warm_q[0]));
+}
+
 /* Takes the oldest wanted task (warm_lock held) into NS and NAME (64 bytes each); false
  * when none is waiting. */
 static bool take(struct local_provider *lp, char *ns, char *name)
@@ -60,8 +67,7 @@ static bool take(struct local_provider *lp, char *ns, char *name)
     }
     memcpy(ns, lp->warm_q[0].ns, sizeof(lp->warm_q[0].ns));
     memcpy(name, lp->warm_q[0].name, sizeof(lp->warm_q[0].name));
-    lp->warm_n--;
-    memmove(&lp->warm_q[0], &lp->warm_q[1], lp->warm_n * sizeof(lp->warm_q[0]));
+    drop_at(lp, 0);
     return true;
 }
 
@@ -120,8 +126,7 @@ void local_warm(struct sandbox_provider *p, const char *ns, const char *name)
     if (ns != NULL && name != NULL && strlen(ns) < LOCAL_WARM_NAME &&
         strlen(name) < LOCAL_WARM_NAME) {
         if (lp->warm_n == LOCAL_WARM_MAX) { /* a burst: the oldest is made at its start */
-            lp->warm_n--;
-            memmove(&lp->warm_q[0], &lp->warm_q[1], lp->warm_n * sizeof(lp->warm_q[0]));
+            drop_at(lp, 0);
         }
         i = lp->warm_n++;
         memcpy(lp->warm_q[i].ns, ns, strlen(ns) + 1);
@@ -141,8 +146,7 @@ void local_warm_forget(struct local_provider *lp, const char *ns, const char *na
     pthread_mutex_lock(&lp->warm_lock);
     while (i < lp->warm_n) {
         if (strcmp(lp->warm_q[i].ns, ns) == 0 && strcmp(lp->warm_q[i].name, name) == 0) {
-            lp->warm_n--;
-            memmove(&lp->warm_q[i], &lp->warm_q[i + 1], (lp->warm_n - i) * sizeof(lp->warm_q[0]));
+            drop_at(lp, i);
         } else {
             i++;
         }
