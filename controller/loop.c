@@ -51,6 +51,13 @@ static void prefetch(struct controller *c, const struct task_event *ev)
     json_decref(doc);
 }
 
+void controller_start_coming(struct controller *c)
+{
+    if (c != NULL && c->sandboxes != NULL) {
+        sandbox_warm(c->sandboxes, NULL, NULL); /* the task's own warm-up: prefetch */
+    }
+}
+
 /* A deleted task: nothing of it runs, its files go (its log stays unless DROP_LOG). */
 static void forget(struct controller *c, const char *ns, const char *name, bool drop_log)
 {
@@ -84,6 +91,7 @@ void controller_release_task(struct controller *c, const char *ns, const char *n
 static void apply(const struct task_event *ev, void *userdata)
 {
     struct controller *c = userdata;
+    bool passed = false;
 
     if (ev->type == TASK_EVENT_DELETED) {
         forget(c, ev->ns, ev->name, false);
@@ -91,12 +99,16 @@ static void apply(const struct task_event *ev, void *userdata)
         if (ev->type == TASK_EVENT_ADDED && ev->phase == TASK_PENDING && !ev->suspended) {
             prefetch(c, ev);
             /* Under a running-task limit (the default) the queue admits a new task: its
-             * pass first, so the plan below (or the pass's own) starts it, not the next. */
+             * pass first, so the plan below (or the pass's own) starts it, not the next.
+             * The plan of a new task frees no slot: that pass is the event's one. */
             controller_queue_pass(c);
+            passed = true;
         }
         reconcile_one(c, ev->ns, ev->name);
     }
-    controller_queue_pass(c); /* a slot may have come free, or a task joined the queue */
+    if (!passed) {
+        controller_queue_pass(c); /* a slot may have come free, or a task joined the queue */
+    }
 }
 
 /* Reconciles every task and rewrites the token files of tasks holding an active token. */

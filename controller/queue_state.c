@@ -70,10 +70,3 @@ void controller_queue_free(struct controller *c)
         free(q);
     }
 }
-
-void controller_start_coming(struct controller *c)
-{
-    if (c != NULL && c->sandboxes != NULL) {
-        sandbox_warm(c->sandboxes, NULL, NULL);
-    }
-}
