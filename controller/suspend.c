@@ -10,39 +10,42 @@
 
 #include "controller/controller_int.h"
 
-/* Whether NS/NAME is Active, not suspended, and its sandbox runs (C->lock held). */
-static bool runs_unsuspended(struct controller *c, const char *ns, const char *name)
+/* Whether NS/NAME is Active; *SUSPENDED: its spec.suspended (C->lock held). */
+static bool active(bool *suspended, struct controller *c, const char *ns, const char *name)
 {
-    struct sandbox_status st;
     struct task_view v;
     json_t *doc = NULL;
     bool yes = false;
 
+    *suspended = false;
     if (task_store_get(&doc, c->store, ns, name, NULL) == E_OK) {
         task_view_of(&v, doc);
-        yes = v.phase == TASK_ACTIVE && !v.suspended;
+        yes = v.phase == TASK_ACTIVE;
+        *suspended = v.suspended;
         json_decref(doc);
     }
-    if (yes) {
-        sandbox_status(&st, c->sandboxes, ns, name);
-        yes = st.state == SANDBOX_RUNNING;
-    }
     return yes;
+}
+
+/* Whether NS/NAME is Active, not suspended, and its sandbox runs (C->lock held). */
+static bool runs_unsuspended(struct controller *c, const char *ns, const char *name)
+{
+    struct sandbox_status st;
+    bool suspended;
+
+    if (!active(&suspended, c, ns, name) || suspended) {
+        return false;
+    }
+    sandbox_status(&st, c->sandboxes, ns, name);
+    return st.state == SANDBOX_RUNNING;
 }
 
 /* Whether NS/NAME is Active and suspended: the reconcile of that change pauses it. */
 static bool suspended_active(struct controller *c, const char *ns, const char *name)
 {
-    struct task_view v;
-    json_t *doc = NULL;
-    bool yes = false;
+    bool suspended;
 
-    if (task_store_get(&doc, c->store, ns, name, NULL) == E_OK) {
-        task_view_of(&v, doc);
-        yes = v.phase == TASK_ACTIVE && v.suspended;
-        json_decref(doc);
-    }
-    return yes;
+    return active(&suspended, c, ns, name) && suspended;
 }
 
 /* The freeze of controller_suspend_change, beside the change's commit. */

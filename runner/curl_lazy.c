@@ -4,8 +4,8 @@
  * start lies on the way from a comment to the agent; the runner's first HTTP call (the
  * first heartbeat) comes only after its start gate. So the executable defines the few
  * libcurl functions common/httpc.c calls; each forwards to libcurl.so.4, which a thread
- * started first thing in main() loads (dlopen) while the runner waits at its gate and
- * checks out; a call that comes earlier waits for the load. Linked into the
+ * started once main() read its environment loads (dlopen) while the runner waits at its
+ * gate and checks out; a call that comes earlier waits for the load. Linked into the
  * diverge-agent-runner executable only (with --as-needed, so libcurl is not a NEEDED
  * library of it); the unit tests link libcurl itself. When the library cannot be loaded,
  * every request fails with the loader's reason (httpc reports it). The runner waits for
