@@ -102,16 +102,6 @@ static int level_of(enum scm_level *out, struct bot *b, struct scm_provider *p,
 
 /* --- gathering ---------------------------------------------------------------------- */
 
-static bool has_verb(const struct slashcmd_list *cmds, enum slashcmd_verb v)
-{
-    for (size_t i = 0; cmds != NULL && i < cmds->len; i++) {
-        if (cmds->cmds[i].verb == v) {
-            return true;
-        }
-    }
-    return false;
-}
-
 /* The PR head (and base branch): from the payload when it carried them (GitLab), else the
  * SCM's API. */
 static int head_of(struct scm_pull *out, struct scm_provider *p, const struct inbox_entry *e,
@@ -326,7 +316,7 @@ int bot_gather(struct gathered *g, struct bot *b, struct scm_provider *p,
     if (g->refusal != NULL) {
         return E_OK;
     }
-    if (has_verb(g->cmds, SLASHCMD_FIX)) {
+    if (slashcmd_has(g->cmds, SLASHCMD_FIX)) {
         if (b->cfg.fix_coming != NULL) {
             b->cfg.fix_coming(b->cfg.fix_coming_userdata);
         }
@@ -335,7 +325,7 @@ int bot_gather(struct gathered *g, struct bot *b, struct scm_provider *p,
             return rc;
         }
     }
-    if (g->refusal == NULL && has_verb(g->cmds, SLASHCMD_STATUS)) {
+    if (g->refusal == NULL && slashcmd_has(g->cmds, SLASHCMD_STATUS)) {
         g->status = status_table(b, in);
     }
     return E_OK;

@@ -493,6 +493,30 @@ void slashcmd_list_free(struct slashcmd_list *list)
     free(list);
 }
 
+bool slashcmd_has(const struct slashcmd_list *list, enum slashcmd_verb v)
+{
+    for (size_t i = 0; list != NULL && i < list->len; i++) {
+        if (list->cmds[i].verb == v) {
+            return true;
+        }
+    }
+    return false;
+}
+
+bool slashcmd_asks_fix(const char *body, size_t len)
+{
+    struct slashcmd_list *list = NULL;
+    struct err err = {0};
+    bool fix;
+
+    if (!slashcmd_mentions(body, len) || slashcmd_parse(&list, body, len, &err) != E_OK) {
+        return false;
+    }
+    fix = slashcmd_has(list, SLASHCMD_FIX);
+    slashcmd_list_free(list);
+    return fix;
+}
+
 bool slashcmd_mentions(const char *body, size_t len)
 {
     static const char word[] = "/diverge";

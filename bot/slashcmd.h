@@ -59,6 +59,12 @@ int slashcmd_parse(struct slashcmd_list **out, const char *body, size_t len, str
 /* Frees LIST and the texts of its commands. NULL is a no-op. */
 void slashcmd_list_free(struct slashcmd_list *list);
 
+/* Whether LIST (NULL: none) holds a command with verb V. */
+bool slashcmd_has(const struct slashcmd_list *list, enum slashcmd_verb v);
+
+/* Whether the comment BODY[0..len) parses (slashcmd_parse) and asks for a `fix`. */
+bool slashcmd_asks_fix(const char *body, size_t len);
+
 /* Cheap prefilter: false when BODY[0..len) cannot hold a command because "/diverge" does
  * not occur in it (ASCII case-insensitive). True does not promise a command. */
 bool slashcmd_mentions(const char *body, size_t len);

@@ -291,10 +291,14 @@ void controller_release_task(struct controller *c, const char *ns, const char *n
  * tick thread runs a queue pass now. A no-op for a NULL C. */
 void controller_queue_poke(struct controller *c);
 
-/* A task may be made and started soon (the bot gathers a permitted `fix`): the sandbox
- * provider may get ready for a start of a task it does not know yet (sandbox_warm). A
- * hint that never blocks; a no-op for a NULL C or without sandboxes. */
+/* A task may be made and started soon (a comment that asks for a `fix` came in, or the
+ * bot gathers a permitted one): the sandbox provider may get ready for a start of a task
+ * it does not know yet (sandbox_warm). A hint that never blocks; a no-op for a NULL C or
+ * without sandboxes. */
 void controller_start_coming(struct controller *c);
+/* Whether controller_start_coming does anything for C (NULL: no): callers skip the work of
+ * finding out whether a start is coming when it would not. */
+bool controller_warms(const struct controller *c);
 
 /* Path of the task's token file: new string, caller frees. */
 char *controller_token_path(const struct controller *c, const char *ns, const char *name);

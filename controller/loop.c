@@ -51,6 +51,11 @@ static void prefetch(struct controller *c, const struct task_event *ev)
     json_decref(doc);
 }
 
+bool controller_warms(const struct controller *c)
+{
+    return c != NULL && sandbox_warms(c->sandboxes);
+}
+
 void controller_start_coming(struct controller *c)
 {
     if (c != NULL && c->sandboxes != NULL) {

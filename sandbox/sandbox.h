@@ -214,6 +214,12 @@ static inline void sandbox_warm(struct sandbox_provider *p, const char *ns, cons
     }
 }
 
+/* Whether P gets ready for a start it is told of (sandbox_warm does anything). */
+static inline bool sandbox_warms(const struct sandbox_provider *p)
+{
+    return p != NULL && p->ops->warm != NULL;
+}
+
 static inline char *sandbox_probe(struct sandbox_provider *p)
 {
     return p->ops->probe != NULL ? p->ops->probe(p) : NULL;

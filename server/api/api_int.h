@@ -38,6 +38,10 @@ int api_webhook_github(struct request *r);
  * header is missing or malformed; else starts r->gh_mac and leaves r->status 0. */
 int api_webhook_github_begin(struct request *r);
 int api_webhook_gitlab(struct request *r);
+/* A comment TEXT on its way to the inbox: when it asks for a `fix`, the embedded controller
+ * is told a start may come (controller_start_coming) before the durable insert and the
+ * bot's gathering, so the sandbox provider gets ready meanwhile. */
+void api_comment_hint(struct server *srv, const char *text);
 /* Runs when the headers of a GitLab delivery are in: 503 when neither a token nor a
  * signing secret is configured, 401 at once when X-Gitlab-Token is wrong or neither it
  * nor a well-formed, fresh Standard Webhooks header set is there (api_webhooks_gitlab.c). */

@@ -108,6 +108,7 @@ int api_local_comment(struct request *r)
         json_decref(body);
         return ret;
     }
+    api_comment_hint(r->srv, c.text);
     if (task_store_local_permission_set(r->srv->store, c.project, c.author, (int)c.level, &err) !=
             E_OK ||
         task_store_local_add(&id, r->srv->store, c.project, c.number, c.author, c.text, &err) !=

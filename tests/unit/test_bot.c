@@ -426,6 +426,36 @@ TEST(mentions_prefilter)
     CHECK(!slashcmd_mentions(NULL, 0));
 }
 
+TEST(asks_fix)
+{
+    static const struct {
+        const char *body;
+        bool want;
+    } m[] = {
+        {"/diverge fix the N+1 query", true},
+        {"looks good\n/diverge budget $2\n/diverge fix it", true},
+        {"/diverge status", false},
+        {"```\n/diverge fix inside a code block\n```", false},
+        {"/diverge fix", false}, /* no objective: the parse refuses the whole comment */
+        {"/diverge frobnicate", false},
+        {"no command at all", false},
+    };
+    struct slashcmd_list *list = NULL;
+    struct err err = {0};
+
+    for (size_t i = 0; i < ARRAY_LEN(m); i++) {
+        if (slashcmd_asks_fix(m[i].body, strlen(m[i].body)) != m[i].want) {
+            t_fail(__FILE__, __LINE__, "slashcmd_asks_fix(\"%s\") != %d", m[i].body, m[i].want);
+        }
+    }
+    CHECK(!slashcmd_asks_fix(NULL, 0));
+    CHECK(!slashcmd_has(NULL, SLASHCMD_FIX));
+    CHECK_EQ_INT(slashcmd_parse(&list, "/diverge pause\n/diverge status", 30, &err), E_OK);
+    CHECK(slashcmd_has(list, SLASHCMD_STATUS) && slashcmd_has(list, SLASHCMD_PAUSE));
+    CHECK(!slashcmd_has(list, SLASHCMD_FIX));
+    slashcmd_list_free(list);
+}
+
 TEST(verb_names_and_help)
 {
     static const char *const names[] = {"fix",    "guide",  "budget", "pause",

@@ -16,6 +16,15 @@
 #include "scm/github/github.h"
 #include "server/api/api_int.h"
 
+void api_comment_hint(struct server *srv, const char *text)
+{
+    /* The parse only where a hint does anything: the webhook's hot path stays as it was. */
+    if (controller_warms(srv->controller) && text != NULL &&
+        slashcmd_asks_fix(text, strlen(text))) {
+        controller_start_coming(srv->controller);
+    }
+}
+
 static int accepted(struct request *r, const struct inbox_entry *e)
 {
     bool dup = false;
@@ -116,6 +125,7 @@ int api_webhook_github(struct request *r)
     case GITHUB_EVENT_COMMENT:
         break;
     }
+    api_comment_hint(r->srv, e.body);
     ret = accepted(r, &e);
     inbox_entry_cleanup(&e);
     return ret;

@@ -160,6 +160,7 @@ int api_webhook_gitlab(struct request *r)
         log_kv(LOG_DEBUG, "delivery_ignored", "provider", "gitlab", "why", why, NULL);
         return http_send_text(r, 204, "application/json", "");
     }
+    api_comment_hint(r->srv, e.body);
     ret = accept_note(r, &e);
     inbox_entry_cleanup(&e);
     return ret;
