@@ -48,28 +48,29 @@ static bool suspended_active(struct controller *c, const char *ns, const char *n
     return active(&suspended, c, ns, name) && suspended;
 }
 
-/* The freeze of controller_suspend_change, beside the change's commit. */
-struct freezing {
-    struct controller *c;
-    const char *ns, *name;
-    bool froze; /* out */
+/* The change of controller_suspend_change, committed on a thread of its own while the
+ * request's thread freezes the sandbox: the freezer is written at once, not once a new
+ * thread gets a CPU (on a busy host, often only after the change's own work). */
+struct changing {
+    int (*change)(void *userdata);
+    void *userdata;
+    int rc; /* out */
 };
 
-static void *freeze_thread(void *arg)
+static void *change_thread(void *arg)
 {
-    struct freezing *f = arg;
+    struct changing *ch = arg;
 
-    /* A sandbox that does not freeze is left to the reconcile (it stops it). */
-    f->froze = sandbox_suspend(f->c->sandboxes, f->ns, f->name, NULL) == E_OK;
+    ch->rc = ch->change(ch->userdata);
     return NULL;
 }
 
 int controller_suspend_change(struct controller *c, const char *ns, const char *name,
                               int (*change)(void *userdata), void *userdata)
 {
-    struct freezing f = {.c = c, .ns = ns, .name = name};
+    struct changing ch = {.change = change, .userdata = userdata, .rc = E_FAIL};
     pthread_t th;
-    bool started = false;
+    bool started = false, froze = false;
     int rc;
 
     /* A reconcile at work (it may take long: a start, a push) is not waited for: the
@@ -82,19 +83,15 @@ int controller_suspend_change(struct controller *c, const char *ns, const char *
     }
     if (!atomic_load(&c->stopping) && runs_unsuspended(c, ns, name)) {
         /* The kernel freezes the sandbox while the change is written and fsync'd. */
-        started = pthread_create(&th, NULL, freeze_thread, &f) == 0;
-        if (!started) {
-            freeze_thread(&f);
-        }
+        started = pthread_create(&th, NULL, change_thread, &ch) == 0;
+        /* A sandbox that does not freeze is left to the reconcile (it stops it). */
+        froze = sandbox_suspend(c->sandboxes, ns, name, NULL) == E_OK;
     }
-    rc = change(userdata);
-    if (started) {
-        pthread_join(th, NULL);
-    }
+    rc = started ? (pthread_join(th, NULL), ch.rc) : change(userdata);
     /* Every change committed from here on is reconciled after the unlock, whatever the
      * feed batches: the reconcile of a task Active again with its sandbox frozen thaws it
      * (controller_decide: THAW, with a fresh token). */
-    if (f.froze && (rc != E_OK || !suspended_active(c, ns, name))) {
+    if (froze && (rc != E_OK || !suspended_active(c, ns, name))) {
         (void)sandbox_resume(c->sandboxes, ns, name, NULL);
     }
     pthread_mutex_unlock(&c->lock);
