@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "runner/runner.h"
@@ -648,6 +649,23 @@ static bool snap_equal(const struct buf *a, const struct buf *b)
     return a->len == b->len && memcmp(a->data, b->data, a->len) == 0;
 }
 
+/* Writes DIR/NAME (TEXT), waits past that change, and checks that the next snapshot
+ * differs from *A, which becomes it. */
+static void snapshot_sees(struct buf *a, const struct runner_config *cfg, const char *top,
+                          const char *dir, const char *name, const char *text)
+{
+    char *path = xasprintf("%s/%s", dir, name);
+    struct buf b;
+
+    put_file(dir, name, text);
+    wait_past_change(top, path);
+    CHECK(runner_wip_snapshot(&b, cfg));
+    CHECK(!snap_equal(a, &b));
+    buf_cleanup(a);
+    *a = b;
+    free(path);
+}
+
 /* The checkpoint's snapshot (runner_wip_snapshot): the same text while nothing changed
  * but git's own files, another after a changed or new file, directory or excludes; no
  * vouching for a change as new as the snapshot, or for a git config that names other
@@ -658,6 +676,7 @@ TEST(wip_snapshot_sees_every_change)
     char *top = mkdtemp(tmpl), *ws, *home, *gitdir, *path;
     struct runner_config cfg = {0};
     struct buf a, b;
+    int fd;
     char *old_home = getenv("HOME") != NULL ? xstrdup(getenv("HOME")) : NULL;
 
     CHECK(top != NULL);
@@ -672,41 +691,30 @@ TEST(wip_snapshot_sees_every_change)
     put_file(gitdir, "config", "[core]\n\tbare = false\n");
     put_file(ws, "a.txt", "a\n");
     path = xasprintf("%s/a.txt", ws);
-    CHECK(!runner_wip_snapshot(&a, &cfg)); /* a.txt may change again within its stamp */
-    buf_cleanup(&a);
     wait_past_change(top, path);
     CHECK(runner_wip_snapshot(&a, &cfg));
     put_file(gitdir, "index", "git's own\n"); /* not what the checkpoint reads */
     CHECK(runner_wip_snapshot(&b, &cfg));
     CHECK(snap_equal(&a, &b));
     buf_cleanup(&b);
-    put_file(ws, "a.txt", "ab\n");
-    wait_past_change(top, path);
-    CHECK(runner_wip_snapshot(&b, &cfg));
-    CHECK(!snap_equal(&a, &b));
-    buf_cleanup(&a);
-    a = b;
+    snapshot_sees(&a, &cfg, top, ws, "a.txt", "ab\n");
     free(path);
     path = xasprintf("%s/d", ws);
     CHECK(mkdir(path, 0700) == 0);
-    put_file(path, "new", "");
-    free(path);
-    path = xasprintf("%s/d/new", ws);
-    wait_past_change(top, path);
-    CHECK(runner_wip_snapshot(&b, &cfg));
-    CHECK(!snap_equal(&a, &b));
-    buf_cleanup(&a);
-    a = b;
+    snapshot_sees(&a, &cfg, top, path, "new", "");
     free(path);
     path = xasprintf("%s/info", gitdir);
     CHECK(mkdir(path, 0700) == 0);
-    put_file(path, "exclude", "a.txt\n");
+    snapshot_sees(&a, &cfg, top, path, "exclude", "a.txt\n");
     free(path);
-    path = xasprintf("%s/info/exclude", gitdir);
-    wait_past_change(top, path);
-    CHECK(runner_wip_snapshot(&b, &cfg));
-    CHECK(!snap_equal(&a, &b));
+    path = xasprintf("%s/later", ws); /* stamped after the snapshot's own stamp */
+    fd = open(path, O_WRONLY | O_CREAT, 0600);
+    CHECK(fd >= 0 && futimens(fd, (struct timespec[]){{.tv_sec = time(NULL) + 3600},
+                                                      {.tv_sec = time(NULL) + 3600}}) == 0);
+    close(fd);
+    CHECK(!runner_wip_snapshot(&b, &cfg)); /* it may change again within its stamp */
     buf_cleanup(&b);
+    unlink(path);
     put_file(home, ".gitconfig", "[core]\n\texcludesFile = /elsewhere\n");
     CHECK(!runner_wip_snapshot(&b, &cfg)); /* a file the snapshot does not read */
     buf_cleanup(&b);
