@@ -48,29 +48,28 @@ static bool suspended_active(struct controller *c, const char *ns, const char *n
     return active(&suspended, c, ns, name) && suspended;
 }
 
-/* The change of controller_suspend_change, committed on a thread of its own while the
- * request's thread freezes the sandbox: the freezer is written at once, not once a new
- * thread gets a CPU (on a busy host, often only after the change's own work). */
-struct changing {
-    int (*change)(void *userdata);
-    void *userdata;
-    int rc; /* out */
+/* The freeze of controller_suspend_change, beside the change's commit. */
+struct freezing {
+    struct controller *c;
+    const char *ns, *name;
+    bool froze; /* out */
 };
 
-static void *change_thread(void *arg)
+static void *freeze_thread(void *arg)
 {
-    struct changing *ch = arg;
+    struct freezing *f = arg;
 
-    ch->rc = ch->change(ch->userdata);
+    /* A sandbox that does not freeze is left to the reconcile (it stops it). */
+    f->froze = sandbox_suspend(f->c->sandboxes, f->ns, f->name, NULL) == E_OK;
     return NULL;
 }
 
 int controller_suspend_change(struct controller *c, const char *ns, const char *name,
                               int (*change)(void *userdata), void *userdata)
 {
-    struct changing ch = {.change = change, .userdata = userdata, .rc = E_FAIL};
+    struct freezing f = {.c = c, .ns = ns, .name = name};
     pthread_t th;
-    bool started = false, froze = false;
+    bool started = false;
     int rc;
 
     /* A reconcile at work (it may take long: a start, a push) is not waited for: the
@@ -83,15 +82,19 @@ int controller_suspend_change(struct controller *c, const char *ns, const char *
     }
     if (!atomic_load(&c->stopping) && runs_unsuspended(c, ns, name)) {
         /* The kernel freezes the sandbox while the change is written and fsync'd. */
-        started = pthread_create(&th, NULL, change_thread, &ch) == 0;
-        /* A sandbox that does not freeze is left to the reconcile (it stops it). */
-        froze = sandbox_suspend(c->sandboxes, ns, name, NULL) == E_OK;
+        started = pthread_create(&th, NULL, freeze_thread, &f) == 0;
+        if (!started) {
+            freeze_thread(&f);
+        }
     }
-    rc = started ? (pthread_join(th, NULL), ch.rc) : change(userdata);
+    rc = change(userdata);
+    if (started) {
+        pthread_join(th, NULL);
+    }
     /* Every change committed from here on is reconciled after the unlock, whatever the
      * feed batches: the reconcile of a task Active again with its sandbox frozen thaws it
      * (controller_decide: THAW, with a fresh token). */
-    if (froze && (rc != E_OK || !suspended_active(c, ns, name))) {
+    if (f.froze && (rc != E_OK || !suspended_active(c, ns, name))) {
         (void)sandbox_resume(c->sandboxes, ns, name, NULL);
     }
     pthread_mutex_unlock(&c->lock);
