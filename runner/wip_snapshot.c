@@ -157,51 +157,55 @@ static void walk_dir(struct snap *s, int dfd, int depth)
     closedir(d);
 }
 
-/* Whether the git config file FD (regular, SIZE bytes) names another file whose content
- * decides what is taken: an include, an excludes or attributes file. */
-static bool config_points_away(int fd, off_t size)
+/* Whether the git config file PATH (relative to DFD), a regular file whose status is SB,
+ * names another file whose content decides what is taken: an include, an excludes or
+ * attributes file. True too when it cannot be read whole. */
+static bool config_points_away(int dfd, const char *path, const struct stat *sb)
 {
+    struct stat now;
+    int fd = openat(dfd, path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
     char *text;
     ssize_t n;
     bool away;
 
-    if (size > SNAP_CONFIG_MAX) {
+    if (fd < 0 || fstat(fd, &now) != 0 || now.st_ino != sb->st_ino || now.st_dev != sb->st_dev ||
+        !S_ISREG(now.st_mode) || now.st_size > SNAP_CONFIG_MAX) {
+        if (fd >= 0) {
+            close(fd);
+        }
         return true;
     }
-    text = xmalloc((size_t)size + 1);
-    n = pread(fd, text, (size_t)size, 0);
+    text = xmalloc((size_t)now.st_size + 1);
+    n = pread(fd, text, (size_t)now.st_size, 0);
+    close(fd);
     text[n > 0 ? n : 0] = '\0';
     for (ssize_t i = 0; i < n; i++) {
         text[i] = (char)tolower((unsigned char)text[i]);
     }
-    away = n != (ssize_t)size || strlen(text) != (size_t)n || strstr(text, "include") ||
+    away = n != (ssize_t)now.st_size || strlen(text) != (size_t)n || strstr(text, "include") ||
            strstr(text, "excludesfile") || strstr(text, "attributesfile");
     free(text);
     return away;
 }
 
 /* The file PATH (relative to DFD unless absolute), followed as git follows it: its status,
- * or that it is absent; when CONFIG, a git config file that must not point elsewhere. */
+ * or that it is absent; when CONFIG, a git config file that must not point elsewhere. Only
+ * a regular config file is ever opened (never a device or a FIFO). */
 static void snap_file(struct snap *s, int dfd, const char *path, bool config)
 {
     struct stat sb;
-    int fd = openat(dfd, path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
 
-    if (fd < 0) {
+    if (fstatat(dfd, path, &sb, 0) != 0) {
         if (errno == ENOENT || errno == ENOTDIR) {
             snap_put(s, path, NULL, "-");
         } else {
             s->bad = true;
         }
-        return;
-    }
-    if (fstat(fd, &sb) != 0 ||
-        (config && (!S_ISREG(sb.st_mode) || config_points_away(fd, sb.st_size)))) {
+    } else if (config && (!S_ISREG(sb.st_mode) || config_points_away(dfd, path, &sb))) {
         s->bad = true;
     } else {
         snap_put(s, path, &sb, NULL);
     }
-    close(fd);
 }
 
 /* The user's and the system's git files that `git add -A` reads (git's own defaults). */
