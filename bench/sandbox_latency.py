@@ -21,12 +21,14 @@ port with a fresh data dir (and stops at the end):
   resume  PATCH spec.suspended=false → the runner metering again: the runner's usage
           offset file (<usage>.offset, rewritten only after the meter answered 200 for a
           line) changes. The agent appends one usage line per iteration and fails, so the
-          runner meters a line before every iteration. That figure holds the agent's own
-          pace (its next line comes after its 0.02 s sleep, the runner's checkpoint and
-          the next iteration's start), so it is also split: PATCH → thawed (the server),
+          runner meters a line before every iteration. That figure holds the wait for
+          the agent's next line, so it is also split: PATCH → thawed (the server),
           thawed → a line to charge (the usage file holds bytes past the charged offset
-          and the sandbox is thawed: the agent's pace), and that moment → charged (the
-          runner's meter call, the server's durable commit, the runner's offset saved).
+          and the sandbox is thawed: mostly the runner's work between two agent runs,
+          its checkpoint, the next heartbeat and the next agent's start; an agent frozen
+          in its 0.02 s sleep ends it at once on thaw, its deadline passed), and that
+          moment → charged (the runner's meter call, the server's durable commit, the
+          runner's offset saved).
 
   iterations (--only iterations) iterations per second of a task whose agent only
           appends its usage line and fails: the runner's own time per iteration.
@@ -570,7 +572,7 @@ def bench_pause(builds, cycles):
                    ("resume: PATCH → thawed", "thaw", None),
                    ("resume: PATCH answered → thawed", "thaw_after", None),
                    ("resume: PATCH → a meter call charged", "resume", "≤ 10 (p99)"),
-                   ("resume: thawed → a line to charge (agent)", "line_wait", None),
+                   ("resume: thawed → a line to charge (runner+agent)", "line_wait", None),
                    ("resume: line to charge → charged (runner+server)", "charge", None))
         for name, attr, target in figures:
             report_pair(name, {r.label: getattr(r, attr) for r in runs}, target)

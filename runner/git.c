@@ -587,20 +587,18 @@ static int wip_commit(const struct runner_config *cfg, char *const *env, const c
     return rc;
 }
 
-int runner_git_checkpoint(const struct runner_config *cfg, long iteration,
-                          struct runner_wip_memo *memo, struct err *err)
+/* The tree of the workspace and, when it differs from the last checkpoint's, its
+ * checkpoint commit ID made and refs/diverge/wip set to it (*SAME_OUT otherwise). */
+static int wip_save(const struct runner_config *cfg, char *const *env, long iteration,
+                    struct runner_wip_memo *memo, char id[OID_MAX], bool *same_out, struct err *err)
 {
-    char **env = git_env(cfg);
-    char tree[OID_MAX], id[OID_MAX];
-    const char *remote = cfg->push_url != NULL ? cfg->push_url : "origin";
-    char *dst = NULL;
-    bool same = false;
+    char tree[OID_MAX];
     int rc = workspace_tree(cfg, env, tree, err);
 
     if (rc == E_OK) {
-        rc = wip_commit(cfg, env, tree, iteration, memo, id, &same, err);
+        rc = wip_commit(cfg, env, tree, iteration, memo, id, same_out, err);
     }
-    if (rc == E_OK && !same) {
+    if (rc == E_OK && !*same_out) {
         rc = git_ok(cfg, env, "update-ref", (const char *const[]){"update-ref", WIP_REF, id, NULL},
                     err);
         if (rc == E_OK) {
@@ -608,6 +606,35 @@ int runner_git_checkpoint(const struct runner_config *cfg, long iteration,
             snprintf(memo->tree, sizeof(memo->tree), "%s", tree);
         }
     }
+    return rc;
+}
+
+/* Whether the workspace is as the last checkpoint found it, without a git process: SNAP
+ * (VOUCHED: runner_wip_snapshot said it can be trusted) is the one MEMO's tree was made
+ * after, and HEAD and the checkpoint ref did not move. */
+static bool wip_unchanged(const struct runner_config *cfg, const struct runner_wip_memo *memo,
+                          const struct buf *snap, bool vouched)
+{
+    return vouched && memo->snap_ok && memo->snap.len == snap->len &&
+           memcmp(memo->snap.data, snap->data, snap->len) == 0 && wip_refs_unchanged(cfg, memo);
+}
+
+int runner_git_checkpoint(const struct runner_config *cfg, long iteration,
+                          struct runner_wip_memo *memo, struct err *err)
+{
+    char **env = git_env(cfg);
+    char id[OID_MAX];
+    const char *remote = cfg->push_url != NULL ? cfg->push_url : "origin";
+    char *dst = NULL;
+    struct buf snap;
+    /* Taken before git reads the files: what changes later shows in the next one. */
+    bool vouched = runner_wip_snapshot(&snap, cfg);
+    bool same = wip_unchanged(cfg, memo, &snap, vouched);
+    int rc = same ? E_OK : wip_save(cfg, env, iteration, memo, id, &same, err);
+
+    buf_cleanup(&memo->snap);
+    memo->snap = snap; /* taken over */
+    memo->snap_ok = vouched && rc == E_OK;
     /* Unchanged, the last checkpoint is pushed again when its push did not go through. */
     const char *push = rc != E_OK                             ? NULL
                        : !same                                ? id

@@ -539,6 +539,7 @@ enum runner_exit runner_run(const struct runner_config *cfg)
     free(r.guidance);
     free(r.last_failure);
     free(r.same_failure);
+    runner_wip_memo_cleanup(&r.wip);
     for (size_t k = 0; r.llm_env[k] != NULL; k++) {
         free(r.llm_env[k]);
     }

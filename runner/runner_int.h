@@ -72,14 +72,31 @@ int runner_git_prepare(const struct runner_config *cfg, struct err *err);
 int runner_git_publish(const struct runner_config *cfg, struct err *err);
 
 /* What one checkpoint leaves for the next in the same runner: HEAD's commit, the
- * checkpoint made after it and its tree ("" when unknown), and the last checkpoint whose
- * push went through. Zeroed before the first. */
+ * checkpoint made after it and its tree ("" when unknown), the last checkpoint whose
+ * push went through, and the workspace's snapshot (runner_wip_snapshot) taken before
+ * that tree was made, when it vouched for it. Zeroed before the first; released with
+ * runner_wip_memo_cleanup. */
 struct runner_wip_memo {
     char head[128];
     char wip[128];
     char tree[128];
     char pushed[128];
+    struct buf snap; /* owned */
+    bool snap_ok;    /* SNAP vouches for TREE */
 };
+/* Releases what MEMO owns. */
+void runner_wip_memo_cleanup(struct runner_wip_memo *memo);
+/* Writes into OUT (initialised here; caller cleans up) what the tree of a checkpoint
+ * depends on besides HEAD, read without git: the status (mode, inode, size, modification
+ * and change times) of the workspace and of every entry under it but .git, in name order,
+ * and of the git files that decide what `git add -A` takes (the workspace's .git/config,
+ * info/exclude, info/attributes, ...; the user's and system's git config, ignore and
+ * attributes files). The same text again means the same tree (as git's index trusts an
+ * unchanged status). False when it cannot vouch for that: an entry stamped at or after
+ * .git/diverge-wip.stamp, touched as the snapshot begins (it may change again within the
+ * same time stamp: git's "racy git" rule), an entry that cannot be read, a git config
+ * that names other files (include, excludesFile, attributesFile), a snapshot over its cap. */
+bool runner_wip_snapshot(struct buf *out, const struct runner_config *cfg);
 /* Checkpoints the workspace (SPEC §14): a commit of every file (a separate index: the
  * agent's index and HEAD stay as they are) whose parents are the previous checkpoint and
  * HEAD, kept as refs/diverge/wip and pushed to refs/heads/<wip branch> of

@@ -341,8 +341,64 @@ def test_checkpoint_follows_what_moved_between_iterations():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+# A checkpoint that finds the workspace as the last one left it runs no git process; any
+# change it must see (a same-size rewrite, a new directory, the excludes) is still
+# saved. A change stamped as late as the checkpoint's own stamp is not trusted (it could
+# change again within the same time stamp), so the agent waits longer than a whole-second
+# stamp before the checkpoints whose successor must run no git (after iterations 3 and 8).
+AGENT_AGES = """echo "agent $DIVERGE_ITERATION" >>%(calls)s
+case $DIVERGE_ITERATION in
+1) echo a >a.txt ;;
+2|6) sleep 1.1 ;;
+4) echo b >a.txt ;;
+5) mkdir -p d/e && : >d/e/new ;;
+7) echo a.txt >>.git/info/exclude; sleep 1.1 ;;
+esac
+"""
+
+
+def test_an_unchanged_checkpoint_runs_no_git_and_every_change_is_saved():
+    tmp = tempfile.mkdtemp(prefix="diverge-wipstat-")
+    try:
+        calls, bindir = os.path.join(tmp, "calls"), os.path.join(tmp, "bin")
+        os.mkdir(bindir)
+        with open(os.path.join(bindir, "git"), "w") as f:  # logs every git the runner runs
+            f.write('#!/bin/sh\necho "git $*" >>%s\nexec %s "$@"\n' % (
+                calls, shutil.which("git")))
+        os.chmod(os.path.join(bindir, "git"), 0o755)
+        with open(os.path.join(tmp, "agent.sh"), "w") as f:
+            f.write(AGENT_AGES % {"calls": calls})
+        home = os.path.join(tmp, "home")  # no user git config of the machine's
+        os.mkdir(home)
+        env, staging, meter = runner_with_staging(
+            tmp, "st", DIVERGE_MAX_ITERATIONS="8", DIVERGE_VERIFY_CMD="exit 1",
+            DIVERGE_AGENT_CMD="sh " + os.path.join(tmp, "agent.sh"), HOME=home,
+            XDG_CONFIG_HOME=None, GIT_CONFIG_GLOBAL=None,
+            PATH=bindir + os.pathsep + os.environ["PATH"])
+        r = run_runner(env)
+        meter.close()
+        assert r.returncode == 1, (r.stdout, r.stderr)
+        said = [ln.split(": ", 2)[2] for ln in r.stdout.splitlines() if ": checkpoint " in ln]
+        same, saved = "nothing changed since the last one", "saved"
+        assert said == [saved, same, same, saved, saved, same, saved, same], r.stdout
+        with open(calls) as f:
+            log = f.read().split("agent ")
+        after = {int(part.split("\n", 1)[0]): part.split("\n", 1)[1] for part in log[1:]}
+        assert after[3] == "" and after[8] == "", log  # no git process at all
+        assert all("write-tree" in after[i] for i in (4, 5, 7)), log  # changed: git asked
+        wip = "refs/heads/diverge/wip/st"
+        show = lambda rev: git("--git-dir", staging, "show", rev)  # noqa: E731
+        assert show(wip + "~3:a.txt") == "a\n"   # iteration 1
+        assert show(wip + "~2:a.txt") == "b\n"   # 4: the same size, rewritten
+        assert show(wip + "~1:d/e/new") == ""     # 5: a new directory
+        names = git("--git-dir", staging, "ls-tree", "-r", "--name-only", wip)
+        assert "a.txt" not in names.split() and "d/e/new" in names, names  # 7: excluded
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
 if __name__ == "__main__":
     run_tests([test_runner_continues_from_the_checkpoint_on_a_fresh_clone,
+               test_an_unchanged_checkpoint_runs_no_git_and_every_change_is_saved,
                test_checkpoint_follows_what_moved_between_iterations,
                test_failed_run_pushes_its_checkpoint_and_the_sticky_links_it,
                test_push_wip_false_keeps_the_checkpoint_in_staging,

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "runner/runner.h"
@@ -622,4 +623,118 @@ TEST(start_gate)
         CHECK_EQ_INT(runner_gate_go(&cfg, &err), i == 0 ? E_OK : E_FAIL);
         CHECK(fcntl(p[0], F_GETFD) == -1);
     }
+}
+
+/* Waits until a file stamped now in DIR is stamped later than PATH's last change (any
+ * time stamp granularity): PATH's change is then older than the next snapshot's stamp. */
+static void wait_past_change(const char *dir, const char *path)
+{
+    char *probe = xasprintf("%s/probe", dir);
+    struct stat a, b;
+    int fd;
+
+    CHECK(stat(path, &a) == 0);
+    do {
+        fd = open(probe, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        CHECK(fd >= 0 && futimens(fd, NULL) == 0 && fstat(fd, &b) == 0);
+        close(fd);
+    } while (b.st_ctim.tv_sec < a.st_ctim.tv_sec ||
+             (b.st_ctim.tv_sec == a.st_ctim.tv_sec && b.st_ctim.tv_nsec <= a.st_ctim.tv_nsec));
+    unlink(probe);
+    free(probe);
+}
+
+static bool snap_equal(const struct buf *a, const struct buf *b)
+{
+    return a->len == b->len && memcmp(a->data, b->data, a->len) == 0;
+}
+
+/* Writes DIR/NAME (TEXT), waits past that change, and checks that the next snapshot
+ * differs from *A, which becomes it. */
+static void snapshot_sees(struct buf *a, const struct runner_config *cfg, const char *top,
+                          const char *dir, const char *name, const char *text)
+{
+    char *path = xasprintf("%s/%s", dir, name);
+    struct buf b;
+
+    put_file(dir, name, text);
+    wait_past_change(top, path);
+    CHECK(runner_wip_snapshot(&b, cfg));
+    CHECK(!snap_equal(a, &b));
+    buf_cleanup(a);
+    *a = b;
+    free(path);
+}
+
+/* The checkpoint's snapshot (runner_wip_snapshot): the same text while nothing changed
+ * but git's own files, another after a changed or new file, directory or excludes; no
+ * vouching for a change as new as the snapshot, or for a git config that names other
+ * files. */
+TEST(wip_snapshot_sees_every_change)
+{
+    char tmpl[] = "/tmp/diverge-wipsnap-XXXXXX";
+    char *top = mkdtemp(tmpl), *ws, *home, *gitdir, *path;
+    struct runner_config cfg = {0};
+    struct buf a, b;
+    int fd;
+    char *old_home = getenv("HOME") != NULL ? xstrdup(getenv("HOME")) : NULL;
+
+    CHECK(top != NULL);
+    ws = xasprintf("%s/ws", top);
+    home = xasprintf("%s/home", top);
+    gitdir = xasprintf("%s/.git", ws);
+    CHECK(mkdir(ws, 0700) == 0 && mkdir(home, 0700) == 0 && mkdir(gitdir, 0700) == 0);
+    setenv("HOME", home, 1);
+    unsetenv("XDG_CONFIG_HOME");
+    unsetenv("GIT_CONFIG_GLOBAL");
+    cfg.workspace = ws;
+    put_file(gitdir, "config", "[core]\n\tbare = false\n");
+    put_file(ws, "a.txt", "a\n");
+    path = xasprintf("%s/a.txt", ws);
+    wait_past_change(top, path);
+    CHECK(runner_wip_snapshot(&a, &cfg));
+    put_file(gitdir, "index", "git's own\n"); /* not what the checkpoint reads */
+    CHECK(runner_wip_snapshot(&b, &cfg));
+    CHECK(snap_equal(&a, &b));
+    buf_cleanup(&b);
+    snapshot_sees(&a, &cfg, top, ws, "a.txt", "ab\n");
+    free(path);
+    path = xasprintf("%s/d", ws);
+    CHECK(mkdir(path, 0700) == 0);
+    snapshot_sees(&a, &cfg, top, path, "new", "");
+    free(path);
+    path = xasprintf("%s/info", gitdir);
+    CHECK(mkdir(path, 0700) == 0);
+    snapshot_sees(&a, &cfg, top, path, "exclude", "a.txt\n");
+    free(path);
+    path = xasprintf("%s/later", ws); /* stamped after the snapshot's own stamp */
+    fd = open(path, O_WRONLY | O_CREAT, 0600);
+    CHECK(fd >= 0 && futimens(fd, (struct timespec[]){{.tv_sec = time(NULL) + 3600},
+                                                      {.tv_sec = time(NULL) + 3600}}) == 0);
+    close(fd);
+    CHECK(!runner_wip_snapshot(&b, &cfg)); /* it may change again within its stamp */
+    buf_cleanup(&b);
+    unlink(path);
+    put_file(home, ".gitconfig", "[core]\n\texcludesFile = /elsewhere\n");
+    CHECK(!runner_wip_snapshot(&b, &cfg)); /* a file the snapshot does not read */
+    buf_cleanup(&b);
+    put_file(home, ".gitconfig", "");
+    put_file(gitdir, "config", "[Include]\n\tpath = other\n");
+    free(path);
+    path = xasprintf("%s/config", gitdir);
+    wait_past_change(top, path);
+    CHECK(!runner_wip_snapshot(&b, &cfg));
+    buf_cleanup(&b);
+    buf_cleanup(&a);
+    free(path);
+    path = xasprintf("rm -rf -- '%s'", top);
+    CHECK(system(path) == 0);
+    free(path);
+    if (old_home != NULL) {
+        setenv("HOME", old_home, 1);
+    }
+    free(old_home);
+    free(ws);
+    free(home);
+    free(gitdir);
 }
