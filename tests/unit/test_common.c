@@ -255,6 +255,33 @@ TEST(jsonw_matches_jansson_compact)
     }
 }
 
+/* Two bytes to escape at every pair of offsets (the short strings' one-word check and the
+ * tail check run again after each escape), in a value and in an object key. */
+TEST(jsonw_two_escapes_in_values_and_keys)
+{
+    char s[20];
+
+    for (size_t len = 2; len < sizeof(s); len++) {
+        for (size_t a = 0; a < len; a++) {
+            for (size_t b = a + 1; b < len; b++) {
+                json_t *j = json_object();
+                char *x, *y;
+                memset(s, 'k', len);
+                s[len] = '\0';
+                s[a] = '"';
+                s[b] = '\n';
+                json_object_set_new(j, s, json_string(s));
+                x = json_dumps(j, JSON_COMPACT);
+                y = jsonw_dumps(j);
+                CHECK_EQ_STR(y, x);
+                free(x);
+                free(y);
+                json_decref(j);
+            }
+        }
+    }
+}
+
 /* Every byte that must be escaped, at every offset of a string around the writer's 8-byte
  * steps, and a string longer than the writer's first buffer. */
 TEST(jsonw_escapes_at_every_offset)
