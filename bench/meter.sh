@@ -7,7 +7,11 @@
 # one SQLite transaction per batch, fsync'd, a keyed table of request ids, no tokens or
 # budgets) on a fresh file in the same data dir's file system, the same wrk script; the
 # script prints ours/prototype. PROTO=0 skips it.
-# usage: bench/meter.sh [build-dir]    env: DURATION (10), CONNECTIONS (64), TASKS (64), PROTO (1)
+# AB=<other build dir>: after the usual runs, starts a second server from that build (fresh
+# data dir, same tasks) and meters both at the same time (one wrk each, CONNECTIONS each):
+# on a shared box both see the same load, so "this / other" moves far less between runs
+# than either's ratio to the prototype.
+# usage: bench/meter.sh [build-dir]    env: DURATION (10), CONNECTIONS (64), TASKS (64), PROTO (1), AB
 set -euo pipefail
 build=${1:-build}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -16,29 +20,40 @@ conns=${CONNECTIONS:-64}
 ntasks=${TASKS:-64}
 bin=$build/diverge; [[ $build = /* ]] || bin=$root/$build/diverge
 command -v wrk >/dev/null || { echo "bench: installing wrk" >&2; apt-get install -y -qq wrk >/dev/null; }
-data=$(mktemp -d)
 out=$(mktemp)
 export TOKENS_FILE=$(mktemp)
-"$bin" serve --listen 127.0.0.1:0 --data-dir "$data" --sandbox-provider none \
-    --log-format json >"$out" 2>/dev/null &
-pid=$!
-trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$data" "$out" "$TOKENS_FILE"' EXIT
-for _ in $(seq 100); do grep -q "admin token" "$out" 2>/dev/null && break; sleep 0.05; done
-url=$(grep -o 'http://127.0.0.1:[0-9]*' "$out" | head -n 1)
-tok=$(cat "$data/api-token")
-api="$url/apis/divergedev.com/v1alpha1/namespaces/bench/agenttasks"
-for i in $(seq "$ntasks"); do
-    curl -sf -o /dev/null -X POST -H "Authorization: Bearer $tok" -H 'Content-Type: application/json' \
-        -d "{\"metadata\":{\"name\":\"m$i\"},\"spec\":{\"objective\":\"bench\",\"budgetUSD\":\"1000000.00\",\"budgetTokens\":100000000000,\"capabilities\":[\"claude-*\"]}}" "$api"
-done
-for i in $(seq "$ntasks"); do
-    for _ in $(seq 100); do
-        t=$(curl -sf -H "Authorization: Bearer $tok" "$api/m$i/token" || true)
-        [ -n "$t" ] && break
-        sleep 0.02
+pids=()
+datas=()
+trap 'kill ${pids[*]} 2>/dev/null; wait ${pids[*]} 2>/dev/null; rm -rf ${datas[*]} "$out"* "$TOKENS_FILE"*' EXIT
+# usage: start_server BINARY TOKENS_OUT -> sets srv_pid, url, tok, api, data (TASKS tasks
+# created, each one's meter token a line of TOKENS_OUT)
+start_server() {
+    local log=$out.$RANDOM
+    data=$(mktemp -d)
+    datas+=("$data")
+    "$1" serve --listen 127.0.0.1:0 --data-dir "$data" --sandbox-provider none \
+        --log-format json >"$log" 2>/dev/null &
+    srv_pid=$!
+    pids+=("$srv_pid")
+    for _ in $(seq 100); do grep -q "admin token" "$log" 2>/dev/null && break; sleep 0.05; done
+    url=$(grep -o 'http://127.0.0.1:[0-9]*' "$log" | head -n 1)
+    tok=$(cat "$data/api-token")
+    api="$url/apis/divergedev.com/v1alpha1/namespaces/bench/agenttasks"
+    for i in $(seq "$ntasks"); do
+        curl -sf -o /dev/null -X POST -H "Authorization: Bearer $tok" -H 'Content-Type: application/json' \
+            -d "{\"metadata\":{\"name\":\"m$i\"},\"spec\":{\"objective\":\"bench\",\"budgetUSD\":\"1000000.00\",\"budgetTokens\":100000000000,\"capabilities\":[\"claude-*\"]}}" "$api"
     done
-    echo "$t" >>"$TOKENS_FILE"
-done
+    for i in $(seq "$ntasks"); do
+        for _ in $(seq 100); do
+            t=$(curl -sf -H "Authorization: Bearer $tok" "$api/m$i/token" || true)
+            [ -n "$t" ] && break
+            sleep 0.02
+        done
+        echo "$t" >>"$2"
+    done
+}
+start_server "$bin" "$TOKENS_FILE"
+pid=$srv_pid
 # Server CPU (user+system, all threads) in µs per call over a wrk run: robust to a shared
 # box, where req/s mostly measures what the other jobs leave.
 hz=$(getconf CLK_TCK)
@@ -52,7 +67,7 @@ if [ "${PROTO:-1}" != 0 ]; then
     pport=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
     "$data/meter_proto" "$data/proto.db" "$pport" "$ntasks" >"$out.proto" 2>&1 &
     ppid=$!
-    trap 'kill $pid $ppid 2>/dev/null; wait $pid $ppid 2>/dev/null; rm -rf "$data" "$out" "$out.proto" "$TOKENS_FILE" "$TOKENS_FILE.proto"' EXIT
+    pids+=("$ppid")
     for _ in $(seq 100); do grep -q listening "$out.proto" 2>/dev/null && break; sleep 0.05; done
     seq -f 'm%g' "$ntasks" >"$TOKENS_FILE.proto"
     echo "== reference: minimal group-commit prototype, POST /api/v1/agenttask/meter (${conns} connections, ${dur}s)"
@@ -82,3 +97,26 @@ fi
 curl -s "$url/metrics" >"$out.metrics"
 echo "== charged: $(curl -s -H "Authorization: Bearer $tok" "$api" | python3 -c 'import json,sys; print(sum(i["status"]["tokensConsumed"] for i in json.load(sys.stdin)["items"])//150)') meter calls"
 rm -f "$out.metrics"
+if [ -n "${AB:-}" ]; then
+    obin=$AB/diverge; [[ $AB = /* ]] || obin=$root/$AB/diverge
+    # Two fresh servers (neither has the ids of the runs above), this build's first.
+    start_server "$bin" "$TOKENS_FILE.a"
+    apid=$srv_pid aurl=$url
+    start_server "$obin" "$TOKENS_FILE.b"
+    bpid=$srv_pid burl=$url
+    echo "== A/B: $build and $AB metered at the same time (${conns} connections each, ${dur}s); load average $(cut -d' ' -f1-3 /proc/loadavg)"
+    a0=$(ticks "$apid") b0=$(ticks "$bpid")
+    TOKENS_FILE="$TOKENS_FILE.a" wrk -t2 -c"$conns" -d"${dur}s" --latency -s "$root/bench/meter.lua" "$aurl" >"$out.a" &
+    wa=$!
+    TOKENS_FILE="$TOKENS_FILE.b" wrk -t2 -c"$conns" -d"${dur}s" --latency -s "$root/bench/meter.lua" "$burl" >"$out.b" &
+    wb=$!
+    wait $wa $wb
+    a1=$(ticks "$apid") b1=$(ticks "$bpid")
+    arps=$(awk '/Requests\/sec/ {print $2}' "$out.a")
+    brps=$(awk '/Requests\/sec/ {print $2}' "$out.b")
+    aus=$(per_call "$a0" "$a1" "$arps")
+    bus=$(per_call "$b0" "$b1" "$brps")
+    echo "-- $build: $arps req/s, p99 $(awk '/ 99%/ {print $2}' "$out.a"), server CPU $aus us per call$(grep -h 'Non-2xx' "$out.a" || true)"
+    echo "-- $AB: $brps req/s, p99 $(awk '/ 99%/ {print $2}' "$out.b"), server CPU $bus us per call$(grep -h 'Non-2xx' "$out.b" || true)"
+    echo "== $build / $AB: $(awk -v a="$arps" -v b="$brps" 'BEGIN { if (b > 0) printf "%.3fx", a / b; else print "?" }') (req/s); CPU per call $(awk -v a="$aus" -v b="$bus" 'BEGIN { if (a > 0 && b > 0) printf "%.3fx", a / b; else print "?" }')"
+fi

@@ -52,10 +52,27 @@ static size_t escape_of(char esc[6], unsigned char c)
     return 6;
 }
 
+/* Whether the N (< 8) bytes at S hold one that jsonscan_word_special flags: one word
+ * check, padded with spaces (plain ASCII). */
+static inline bool short_special(const char *s, size_t n)
+{
+    uint64_t w = 0x2020202020202020ULL;
+
+    memcpy(&w, s, n);
+    return jsonscan_word_special(w);
+}
+
 static void put_string(struct buf *out, const char *s, size_t n)
 {
     size_t run = 0, i = 0;
 
+    /* A short key or value with nothing to escape (the usual case): one check, one copy. */
+    if (n < 8 && !short_special(s, n)) {
+        put(out, "\"", 1);
+        put(out, s, n);
+        put(out, "\"", 1);
+        return;
+    }
     put(out, "\"", 1);
     while (i < n) {
         char esc[6];
@@ -71,6 +88,9 @@ static void put_string(struct buf *out, const char *s, size_t n)
         }
         if (i >= n) {
             break;
+        }
+        if (n - i < 8 && !short_special(s + i, n - i)) {
+            break; /* the tail is plain too */
         }
         elen = escape_of(esc, (unsigned char)s[i]);
         if (elen > 0) {
@@ -114,19 +134,18 @@ void jsonw_append(struct buf *out, const json_t *j)
 {
     switch (json_typeof(j)) {
     case JSON_OBJECT: {
-        const char *key;
-        json_t *v;
+        json_t *o = (json_t *)(uintptr_t)j;
         bool first = true;
         put(out, "{", 1);
-        json_object_foreach((json_t *)(uintptr_t)j, key, v)
-        {
+        /* The iterator itself: the key's length is stored, no strlen or key lookups. */
+        for (void *it = json_object_iter(o); it != NULL; it = json_object_iter_next(o, it)) {
             if (!first) {
                 put(out, ",", 1);
             }
             first = false;
-            put_string(out, key, strlen(key));
+            put_string(out, json_object_iter_key(it), json_object_iter_key_len(it));
             put(out, ":", 1);
-            jsonw_append(out, v);
+            jsonw_append(out, json_object_iter_value(it));
         }
         put(out, "}", 1);
         break;

@@ -4,6 +4,7 @@
 
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -210,20 +211,62 @@ static const char *level_name(enum log_level level)
     return names[level];
 }
 
+/* The UTC calendar date of DAYS since 1970-01-01 (proleptic Gregorian). Arithmetic only:
+ * gmtime_r takes a glibc lock, which every request thread of the server would contend for
+ * (one access line per request), and a child forked while another thread held it would
+ * wait for it forever. */
+static void civil_from_days(int64_t days, int64_t *y, unsigned *m, unsigned *d)
+{
+    int64_t z = days + 719468, era = (z >= 0 ? z : z - 146096) / 146097;
+    unsigned doe = (unsigned)(z - era * 146097);
+    unsigned yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    unsigned doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    unsigned mp = (5 * doy + 2) / 153;
+
+    *d = doy - (153 * mp + 2) / 5 + 1;
+    *m = mp < 10 ? mp + 3 : mp - 9;
+    *y = (int64_t)yoe + era * 400 + (*m <= 2);
+}
+
+/* "YYYY-MM-DDTHH:MM:SS.mmmZ" of NOW into TS (at least 96 bytes). The part up to the
+ * seconds is formatted once per second per thread. */
+static void timestamp(char *ts, const struct timespec *now)
+{
+    static __thread __attribute__((tls_model("initial-exec"))) time_t sec = (time_t)-1;
+    static __thread __attribute__((tls_model("initial-exec"))) char prefix[80];
+    static __thread __attribute__((tls_model("initial-exec"))) size_t plen;
+    long ms = now->tv_nsec / 1000000;
+
+    if (now->tv_sec != sec) {
+        int64_t t = (int64_t)now->tv_sec, days = (t >= 0 ? t : t - 86399) / 86400, y;
+        int64_t rem = t - days * 86400;
+        unsigned m, d;
+        int n;
+        civil_from_days(days, &y, &m, &d);
+        n = snprintf(prefix, sizeof(prefix), "%04lld-%02u-%02uT%02d:%02d:%02d.", (long long)y, m, d,
+                     (int)(rem / 3600), (int)(rem / 60 % 60), (int)(rem % 60));
+        plen = n > 0 && (size_t)n < sizeof(prefix) ? (size_t)n : 0;
+        sec = now->tv_sec;
+    }
+    memcpy(ts, prefix, plen);
+    ts[plen] = (char)('0' + ms / 100);
+    ts[plen + 1] = (char)('0' + ms / 10 % 10);
+    ts[plen + 2] = (char)('0' + ms % 10);
+    ts[plen + 3] = 'Z';
+    ts[plen + 4] = '\0';
+}
+
 void log_kv(enum log_level level, const char *event, ...)
 {
     struct line l = {.buf = NULL, .len = 0, .cap = 0};
     char ts[96];
     struct timespec now;
-    struct tm tm;
     va_list ap;
     const char *k, *v;
     ssize_t w;
 
     clock_gettime(CLOCK_REALTIME, &now);
-    gmtime_r(&now.tv_sec, &tm);
-    snprintf(ts, sizeof(ts), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900,
-             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, now.tv_nsec / 1000000);
+    timestamp(ts, &now);
     if (g_format == LOG_FORMAT_JSON) {
         puts_(&l, "{\"ts\":\"");
         puts_(&l, ts);

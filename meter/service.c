@@ -414,7 +414,7 @@ static void read_state(struct meter_state *st, struct batch *b, struct task_txn 
         .now_ms = clock_now_ms(task_txn_clock(tx)),
     };
 
-    task_view_of(&v, doc);
+    task_view_spend_of(&v, doc);
     st->task_found = true;
     st->token_current = token_is_current(b, tx, j, err);
     st->caveats_ok = token_cache_check(&st->grant, j->vt, &ctx) == E_OK;

@@ -117,6 +117,9 @@ struct task_view {
 
 /* Fills V from the normalized object OBJ (which must outlive V). */
 void task_view_of(struct task_view *v, const json_t *obj);
+/* Fills only what a charge is decided on (the budgets, maxIterations, phase, iteration and
+ * spend; the rest zero): the meter's committer reads it once per charge. */
+void task_view_spend_of(struct task_view *v, const json_t *obj);
 
 /* Whether V asks for a run that has not started yet: finished (Completed or Failed) with
  * spec.run above status.run (SPEC §14). */

@@ -108,30 +108,39 @@ int task_apply_merge_patch(json_t *doc, json_t *patch, enum task_patch_scope sco
     return task_validate(doc, err);
 }
 
+void task_view_spend_of(struct task_view *v, const json_t *obj)
+{
+    const json_t *spec = json_object_get(obj, "spec");
+    const json_t *status = json_object_get(obj, "status");
+    const json_t *phase_name = json_object_get(status, "phase");
+    enum task_phase phase = TASK_PENDING;
+
+    memset(v, 0, sizeof(*v));
+    v->budget_usd = task_json_money(spec, "budgetUSD");
+    v->budget_tokens = task_json_int(spec, "budgetTokens");
+    v->max_iterations = task_json_int(spec, "maxIterations");
+    if (json_is_string(phase_name)) {
+        (void)task_phase_parse(&phase, json_string_value(phase_name));
+    }
+    v->phase = phase;
+    v->iteration = task_json_int(status, "iteration");
+    v->tokens_consumed = task_json_int(status, "tokensConsumed");
+    v->cost_usd = task_json_money(status, "costUSD");
+}
+
 void task_view_of(struct task_view *v, const json_t *obj)
 {
     const json_t *md = json_object_get(obj, "metadata");
     const json_t *spec = json_object_get(obj, "spec");
     const json_t *status = json_object_get(obj, "status");
     const json_t *rv = json_object_get(md, "resourceVersion");
-    enum task_phase phase = TASK_PENDING;
 
-    memset(v, 0, sizeof(*v));
+    task_view_spend_of(v, obj);
     v->name = json_string_value(json_object_get(md, "name"));
     v->ns = json_string_value(json_object_get(md, "namespace"));
     v->resource_version = json_is_string(rv) ? strtoll(json_string_value(rv), NULL, 10) : 0;
     v->objective = json_string_value(json_object_get(spec, "objective"));
-    v->budget_usd = task_json_money(spec, "budgetUSD");
-    v->budget_tokens = task_json_int(spec, "budgetTokens");
-    v->max_iterations = task_json_int(spec, "maxIterations");
     v->suspended = json_is_true(json_object_get(spec, "suspended"));
-    if (json_is_string(json_object_get(status, "phase"))) {
-        (void)task_phase_parse(&phase, json_string_value(json_object_get(status, "phase")));
-    }
-    v->phase = phase;
-    v->iteration = task_json_int(status, "iteration");
-    v->tokens_consumed = task_json_int(status, "tokensConsumed");
-    v->cost_usd = task_json_money(status, "costUSD");
     v->run = task_json_int(spec, "run") > 0 ? task_json_int(spec, "run") : 1;
     v->status_run = task_json_int(status, "run") > 0 ? task_json_int(status, "run") : 1;
     v->queue_position = task_json_int(status, "queuePosition");

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/buf.h"
@@ -255,6 +256,33 @@ TEST(jsonw_matches_jansson_compact)
     }
 }
 
+/* Two bytes to escape at every pair of offsets (the short strings' one-word check and the
+ * tail check run again after each escape), in a value and in an object key. */
+TEST(jsonw_two_escapes_in_values_and_keys)
+{
+    char s[20];
+
+    for (size_t len = 2; len < sizeof(s); len++) {
+        for (size_t a = 0; a < len; a++) {
+            for (size_t b = a + 1; b < len; b++) {
+                json_t *j = json_object();
+                char *x, *y;
+                memset(s, 'k', len);
+                s[len] = '\0';
+                s[a] = '"';
+                s[b] = '\n';
+                json_object_set_new(j, s, json_string(s));
+                x = json_dumps(j, JSON_COMPACT);
+                y = jsonw_dumps(j);
+                CHECK_EQ_STR(y, x);
+                free(x);
+                free(y);
+                json_decref(j);
+            }
+        }
+    }
+}
+
 /* Every byte that must be escaped, at every offset of a string around the writer's 8-byte
  * steps, and a string longer than the writer's first buffer. */
 TEST(jsonw_escapes_at_every_offset)
@@ -429,6 +457,29 @@ static char *capture_log(enum log_format fmt, void (*fn)(void))
     out[n] = '\0';
     fclose(f);
     return out;
+}
+
+static void log_one(void)
+{
+    log_kv(LOG_INFO, "one", NULL);
+}
+
+/* The timestamp (formatted without gmtime_r) is the UTC time of the line: between the
+ * times taken before and after it, as gmtime_r and strftime write them. */
+TEST(log_timestamp_is_utc_now)
+{
+    char before[32], after[32];
+    time_t t0 = time(NULL), t1;
+    struct tm tm;
+    char *out = capture_log(LOG_FORMAT_TEXT, log_one);
+
+    t1 = time(NULL);
+    strftime(before, sizeof(before), "%Y-%m-%dT%H:%M:%S", gmtime_r(&t0, &tm));
+    strftime(after, sizeof(after), "%Y-%m-%dT%H:%M:%S", gmtime_r(&t1, &tm));
+    CHECK(strlen(out) > 24);
+    CHECK(strncmp(out, before, 19) >= 0 && strncmp(out, after, 19) <= 0);
+    CHECK(out[19] == '.' && out[23] == 'Z' && out[24] == ' ');
+    free(out);
 }
 
 static char g_long[5000 + 1];
