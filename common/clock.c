@@ -32,16 +32,6 @@ int64_t clock_mono_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-void clock_rfc3339(char out[CLOCK_RFC3339_MAX], int64_t ms)
-{
-    time_t secs = (time_t)(ms / 1000);
-    struct tm tm;
-
-    gmtime_r(&secs, &tm);
-    snprintf(out, CLOCK_RFC3339_MAX, "%04d-%02d-%02dT%02d:%02d:%02dZ", tm.tm_year + 1900,
-             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
-}
-
 /* Days since 1970-01-01 of a civil date (Howard Hinnant's algorithm). */
 static int64_t days_from_civil(int64_t y, int m, int d)
 {
@@ -55,8 +45,9 @@ static int64_t days_from_civil(int64_t y, int m, int d)
     return era * 146097 + doe - 719468;
 }
 
-/* The year and month (1-12) of DAYS since 1970-01-01 (the inverse: civil_from_days). */
-static void civil_from_days(int64_t *y_out, int *m_out, int64_t days)
+/* The year, month (1-12) and day (1-31) of DAYS since 1970-01-01 (the inverse of
+ * days_from_civil). */
+static void civil_from_days(int64_t *y_out, int *m_out, int *d_out, int64_t days)
 {
     int64_t z = days + 719468, era, doe, yoe, doy, mp, m;
 
@@ -68,6 +59,26 @@ static void civil_from_days(int64_t *y_out, int *m_out, int64_t days)
     m = mp + (mp < 10 ? 3 : -9);
     *y_out = yoe + era * 400 + (m <= 2);
     *m_out = (int)m;
+    *d_out = (int)(doy - (153 * mp + 2) / 5 + 1);
+}
+
+size_t clock_utc_seconds(char out[CLOCK_RFC3339_MAX], int64_t secs)
+{
+    int64_t days = secs / 86400 - (secs % 86400 < 0 ? 1 : 0), rem = secs - days * 86400, y;
+    int m, d;
+    int n;
+
+    civil_from_days(&y, &m, &d, days);
+    n = snprintf(out, CLOCK_RFC3339_MAX, "%04lld-%02d-%02dT%02d:%02d:%02d", (long long)y, m, d,
+                 (int)(rem / 3600), (int)(rem / 60 % 60), (int)(rem % 60));
+    return n > 0 && n < CLOCK_RFC3339_MAX ? (size_t)n : 0;
+}
+
+void clock_rfc3339(char out[CLOCK_RFC3339_MAX], int64_t ms)
+{
+    size_t n = clock_utc_seconds(out, ms / 1000);
+
+    snprintf(out + n, CLOCK_RFC3339_MAX - n, "Z");
 }
 
 #define CLOCK_MS_PER_DAY INT64_C(86400000)
@@ -81,18 +92,18 @@ static int64_t day_of(int64_t ms)
 int64_t clock_month_start(int64_t ms)
 {
     int64_t y;
-    int m;
+    int m, d;
 
-    civil_from_days(&y, &m, day_of(ms));
+    civil_from_days(&y, &m, &d, day_of(ms));
     return days_from_civil(y, m, 1) * CLOCK_MS_PER_DAY;
 }
 
 int64_t clock_next_month(int64_t ms)
 {
     int64_t y;
-    int m;
+    int m, d;
 
-    civil_from_days(&y, &m, day_of(ms));
+    civil_from_days(&y, &m, &d, day_of(ms));
     return (m == 12 ? days_from_civil(y + 1, 1, 1) : days_from_civil(y, m + 1, 1)) *
            CLOCK_MS_PER_DAY;
 }

@@ -27,6 +27,10 @@ int64_t clock_mono_ns(void);
 
 #define CLOCK_RFC3339_MAX 80
 
+/* Formats SECS (since the epoch) as "2026-11-29T10:00:00" (UTC) into OUT; its length.
+ * Arithmetic only: gmtime_r takes a glibc lock, which every request thread's access line
+ * would contend for (and a child forked while another thread held it would wait for ever). */
+size_t clock_utc_seconds(char out[CLOCK_RFC3339_MAX], int64_t secs);
 /* Formats MS (epoch ms) as "2026-11-29T10:00:00Z" into OUT. */
 void clock_rfc3339(char out[CLOCK_RFC3339_MAX], int64_t ms);
 

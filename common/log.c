@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/err.h"
 
 static enum log_format g_format = LOG_FORMAT_TEXT;
@@ -211,41 +212,18 @@ static const char *level_name(enum log_level level)
     return names[level];
 }
 
-/* The UTC calendar date of DAYS since 1970-01-01 (proleptic Gregorian). Arithmetic only:
- * gmtime_r takes a glibc lock, which every request thread of the server would contend for
- * (one access line per request), and a child forked while another thread held it would
- * wait for it forever. */
-static void civil_from_days(int64_t days, int64_t *y, unsigned *m, unsigned *d)
-{
-    int64_t z = days + 719468, era = (z >= 0 ? z : z - 146096) / 146097;
-    unsigned doe = (unsigned)(z - era * 146097);
-    unsigned yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-    unsigned doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    unsigned mp = (5 * doy + 2) / 153;
-
-    *d = doy - (153 * mp + 2) / 5 + 1;
-    *m = mp < 10 ? mp + 3 : mp - 9;
-    *y = (int64_t)yoe + era * 400 + (*m <= 2);
-}
-
 /* "YYYY-MM-DDTHH:MM:SS.mmmZ" of NOW into TS (at least 96 bytes). The part up to the
  * seconds is formatted once per second per thread. */
 static void timestamp(char *ts, const struct timespec *now)
 {
     static __thread __attribute__((tls_model("initial-exec"))) time_t sec = (time_t)-1;
-    static __thread __attribute__((tls_model("initial-exec"))) char prefix[80];
+    static __thread __attribute__((tls_model("initial-exec"))) char prefix[CLOCK_RFC3339_MAX];
     static __thread __attribute__((tls_model("initial-exec"))) size_t plen;
     long ms = now->tv_nsec / 1000000;
 
     if (now->tv_sec != sec) {
-        int64_t t = (int64_t)now->tv_sec, days = (t >= 0 ? t : t - 86399) / 86400, y;
-        int64_t rem = t - days * 86400;
-        unsigned m, d;
-        int n;
-        civil_from_days(days, &y, &m, &d);
-        n = snprintf(prefix, sizeof(prefix), "%04lld-%02u-%02uT%02d:%02d:%02d.", (long long)y, m, d,
-                     (int)(rem / 3600), (int)(rem / 60 % 60), (int)(rem % 60));
-        plen = n > 0 && (size_t)n < sizeof(prefix) ? (size_t)n : 0;
+        plen = clock_utc_seconds(prefix, (int64_t)now->tv_sec);
+        prefix[plen++] = '.';
         sec = now->tv_sec;
     }
     memcpy(ts, prefix, plen);

@@ -146,6 +146,26 @@ TEST(rfc3339)
     CHECK_EQ_INT(clock_parse_rfc3339(&ms, "2026-11-29 10:00:00Z"), E_INVALID);
 }
 
+TEST(utc_seconds_agree_with_gmtime)
+{
+    /* From 1600 to 2400 in steps just under 13 days, so the time of day moves too:
+     * leap days, century years and seconds before the epoch. */
+    for (int64_t t = INT64_C(-11676096000); t < INT64_C(13569465600); t += 86399 * 13) {
+        char ours[CLOCK_RFC3339_MAX], want[CLOCK_RFC3339_MAX];
+        time_t secs = (time_t)t;
+        struct tm tm;
+
+        gmtime_r(&secs, &tm);
+        snprintf(want, sizeof(want), "%04d-%02d-%02dT%02d:%02d:%02d", tm.tm_year + 1900,
+                 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
+        CHECK_EQ_INT((long long)clock_utc_seconds(ours, t), (long long)strlen(want));
+        if (strcmp(ours, want) != 0) {
+            t_fail(__FILE__, __LINE__, "%lld: %s, gmtime says %s", (long long)t, ours, want);
+            return;
+        }
+    }
+}
+
 TEST(jsonscan_accepts_and_refuses)
 {
     static const char *const good[] = {
