@@ -66,13 +66,6 @@ static void put_string(struct buf *out, const char *s, size_t n)
 {
     size_t run = 0, i = 0;
 
-    /* A short key or value with nothing to escape (the usual case): one check, one copy. */
-    if (n < 8 && !short_special(s, n)) {
-        put(out, "\"", 1);
-        put(out, s, n);
-        put(out, "\"", 1);
-        return;
-    }
     put(out, "\"", 1);
     while (i < n) {
         char esc[6];
@@ -90,7 +83,7 @@ static void put_string(struct buf *out, const char *s, size_t n)
             break;
         }
         if (n - i < 8 && !short_special(s + i, n - i)) {
-            break; /* the tail is plain too */
+            break; /* a plain tail (or a whole short string, the usual key): one copy */
         }
         elen = escape_of(esc, (unsigned char)s[i]);
         if (elen > 0) {
