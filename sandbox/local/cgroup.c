@@ -170,6 +170,10 @@ void local_cgroup_init(struct local_provider *lp, const struct sandbox_local_opt
 
 void local_cgroup_cleanup(struct local_provider *lp)
 {
+    /* Sandboxes die with the server (SPEC §9): what is left are the cgroups made ahead for
+     * starts that never came (local_warm) and those of sandboxes that already stopped. A
+     * data dir that is never served again (a test's) would keep them for good. */
+    sweep(lp);
     for (int i = 0; i < LOCAL_CG_MAX; i++) {
         if (lp->cg_root[i] != NULL) {
             (void)rmdir(lp->cg_root[i]); /* empty once every sandbox stopped */

@@ -248,6 +248,36 @@ def test_frozen_sandbox_swept_after_kill9():
         shutil.rmtree(srv.data_dir, ignore_errors=True)
 
 
+def test_stopped_server_leaves_no_cgroup():
+    """A server stopped by SIGTERM removes its cgroups: those of a running sandbox (it dies
+    with the server) and those made ahead for a start that never came (a task waiting for
+    the one running slot). A data dir never served again kept them for good before."""
+    cmd = "echo marked; exec sleep 300"
+    srv = Server(args=["--sandbox-provider", "local", "--agent-cmd", cmd,
+                       "--max-running-tasks", "1"],
+                 env={"DIVERGE_RUNNER_PATH": FAKE_RUNNER}).start()
+    try:
+        create(srv, task("runs"))
+        wait_log(srv, "runs", "marked")
+        create(srv, task("waits"))
+        freezer, _, v2 = cgroup_dirs(srv, "runs")
+        if freezer is None:
+            print("  (no cgroup here: nothing to check)")
+            return
+        root = os.path.dirname(freezer)
+        roots = [root]
+        if not v2:
+            roots = [root.replace("/freezer/", "/%s/" % h, 1) for h in os.listdir("/sys/fs/cgroup")]
+            roots = [r for r in roots if os.path.isdir(r)]
+        wait_until(lambda: os.path.isdir(os.path.join(root, "default.waits")),
+                   what="the cgroup made ahead for the waiting task")
+        assert get(srv, "waits")["status"]["phase"] == "Pending"
+        assert srv.stop() == 0, srv.stderr()
+        left = [r for r in roots if os.path.exists(r)]
+        assert not left, "cgroups left after the server stopped: %s" % left
+    finally:
+        srv.cleanup()
+
 def states(cmdline):
     want = ("\0".join(cmdline) + "\0").encode()
     out = []
@@ -390,4 +420,4 @@ if __name__ == "__main__":
     run_tests([test_isolation_from_inside, test_pause_freezes_setsid_and_fork_bomb,
                test_restart_after_kill9, test_hostile_staging_repo_runs_nothing_on_the_host,
                test_unprivileged_server_pauses_by_sigstop, test_frozen_sandbox_swept_after_kill9,
-               test_sandbox_tools_folder])
+               test_sandbox_tools_folder, test_stopped_server_leaves_no_cgroup])
