@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Children of the runner: fork + execve with an argv array (no shell interpolates data
+/* Children of the runner: posix_spawn with an argv array (no shell interpolates data
  * here), stdin from /dev/null, output passed through to the task log and its tail kept. */
 #define _GNU_SOURCE /* syscall */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -123,28 +124,44 @@ char *runner_which(const char *prog)
     return found;
 }
 
-/* In the child: wire the descriptors, move, exec. Only async-signal-safe calls. */
-static void child_exec(const struct runner_spawn *sp, int wfd)
+/* Starts SP's child into *PID: stdin from /dev/null, stdout (and stderr with a tail) to WFD
+ * when >= 0, SIGPIPE back to its default, its own process group when followed, in SP's
+ * cwd. posix_spawn (a vfork-style clone sharing the runner's memory until the exec), not
+ * fork: the runner has threads and libcurl mapped, and a fork copies their page tables
+ * while it holds the memory map's lock, which stalls every other thread's page fault. 0 or
+ * the error of the exec (then no child exists). */
+static int spawn_child(pid_t *pid, const struct runner_spawn *sp, int wfd)
 {
-    int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t at;
+    sigset_t dfl;
+    short flags = POSIX_SPAWN_SETSIGDEF;
+    int rc;
 
-    if (devnull < 0 || dup2(devnull, STDIN_FILENO) < 0) {
-        _exit(127);
-    }
+    posix_spawn_file_actions_init(&fa);
+    posix_spawnattr_init(&at);
+    (void)posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
     if (wfd >= 0) {
-        if (dup2(wfd, STDOUT_FILENO) < 0 || (sp->tail != NULL && dup2(wfd, STDERR_FILENO) < 0)) {
-            _exit(127);
+        (void)posix_spawn_file_actions_adddup2(&fa, wfd, STDOUT_FILENO);
+        if (sp->tail != NULL) {
+            (void)posix_spawn_file_actions_adddup2(&fa, wfd, STDERR_FILENO);
         }
     }
-    signal(SIGPIPE, SIG_DFL);
+    if (sp->cwd != NULL) {
+        (void)posix_spawn_file_actions_addchdir_np(&fa, sp->cwd);
+    }
+    sigemptyset(&dfl);
+    sigaddset(&dfl, SIGPIPE);
+    (void)posix_spawnattr_setsigdefault(&at, &dfl);
     if (sp->follow != NULL) {
-        (void)setpgid(0, 0); /* a stop kills the agent and whatever it started */
+        flags |= POSIX_SPAWN_SETPGROUP; /* a stop kills the agent and whatever it started */
+        (void)posix_spawnattr_setpgroup(&at, 0);
     }
-    if (sp->cwd != NULL && chdir(sp->cwd) != 0) {
-        _exit(127);
-    }
-    execve(sp->argv[0], (char *const *)(uintptr_t)sp->argv, sp->envp);
-    _exit(127);
+    (void)posix_spawnattr_setflags(&at, flags);
+    rc = posix_spawn(pid, sp->argv[0], &fa, &at, (char *const *)(uintptr_t)sp->argv, sp->envp);
+    posix_spawnattr_destroy(&at);
+    posix_spawn_file_actions_destroy(&fa);
+    return rc;
 }
 
 static void write_all(int fd, const char *p, size_t n)
@@ -430,16 +447,16 @@ int runner_spawn_run(int *status_out, const struct runner_spawn *sp, struct err 
     ifd = piped ? follow_watch(sp) : -1;
     fflush(stdout);
     fflush(stderr);
-    pid = fork();
-    if (pid < 0) {
+    rc = spawn_child(&pid, sp, piped ? fds[1] : -1);
+    if (rc != 0) {
         if (piped) {
             close(fds[0]);
             close(fds[1]);
         }
-        return err_set(err, E_FAIL, "fork: %s", strerror(errno));
-    }
-    if (pid == 0) {
-        child_exec(sp, fds[1]);
+        /* No process (EAGAIN, ENOMEM) is an error; an exec that failed is status 127. */
+        return rc == EAGAIN || rc == ENOMEM
+                   ? err_set(err, E_FAIL, "start %s: %s", sp->argv[0], strerror(rc))
+                   : E_OK;
     }
     if (sp->follow != NULL) {
         (void)setpgid(pid, pid); /* also here: the group exists before any kill */
