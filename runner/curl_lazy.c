@@ -7,10 +7,11 @@
  * started once main() read its environment loads (dlopen) while the runner waits at its
  * gate and checks out; a call that comes earlier waits for the load. Linked into the
  * diverge-agent-runner executable only (with --as-needed, so libcurl is not a NEEDED
- * library of it); the unit tests link libcurl itself. When the library cannot be loaded,
- * every request fails with the loader's reason (httpc reports it). The runner waits for
- * the load before it exits (runner_curl_settle): libraries must not be set up while the
- * process tears them down. */
+ * library of it); the unit tests link libcurl itself. The loading thread is the runner's
+ * early thread (early.c), which then sends the start's first heartbeat. When the library cannot be
+ * loaded, every request fails with the loader's reason (httpc reports it). The runner waits for the
+ * load before it exits (runner_curl_settle): libraries must not be set up while the process tears
+ * them down. */
 #define CURL_DISABLE_TYPECHECK
 #include <dlfcn.h>
 #include <pthread.h>
@@ -76,27 +77,19 @@ static bool ready(void)
     return g_why[0] == '\0';
 }
 
-static void *preload_main(void *arg)
+static void preload(void)
 {
-    (void)arg;
     (void)ready();
-    return NULL;
 }
-
-static pthread_t g_preload;
-static bool g_preloading;
 
 void runner_curl_preload(void)
 {
-    g_preloading = pthread_create(&g_preload, NULL, preload_main, NULL) == 0;
+    runner_early_start(preload);
 }
 
 void runner_curl_settle(void)
 {
-    if (g_preloading) {
-        pthread_join(g_preload, NULL);
-        g_preloading = false;
-    }
+    runner_early_stop();
 }
 
 CURLcode curl_global_init(long flags)

@@ -476,22 +476,35 @@ static void *beat_main(void *arg)
     return NULL;
 }
 
+static void beat_job(void *arg)
+{
+    (void)beat_main(arg);
+}
+
 /* Prepares the workspace (runner_git_prepare) while the first iteration's heartbeat goes
- * out on a thread of its own (after the start gate's "g" when it said "c" first): it needs
- * nothing of the workspace, and the agent starts after both. -1 to go on, else an exit
- * (reported). */
+ * out beside it (after the start gate's "g" when it said "c" first): it needs nothing of
+ * the workspace, and the agent starts after both. The heartbeat goes to the early thread
+ * (early.c: a new thread would wait for libcurl's load before the checkout could start),
+ * else to a thread of its own. -1 to go on, else an exit (reported). */
 static int prepare_and_beat(struct run *r)
 {
     struct err err = {0};
     pthread_t t;
-    bool beat = r->cfg->start_iteration <= r->cfg->max_iterations &&
-                pthread_create(&t, NULL, beat_main, r) == 0;
-    int rc = runner_git_prepare(r->cfg, &err);
+    bool early = false, beat = false;
+    int rc;
 
+    if (r->cfg->start_iteration <= r->cfg->max_iterations) {
+        early = runner_early_then(beat_job, r);
+        beat = early || pthread_create(&t, NULL, beat_main, r) == 0;
+    }
+    rc = runner_git_prepare(r->cfg, &err);
     if (rc != E_OK) {
         runner_say("workspace: %s", err.msg);
     }
-    if (beat) {
+    if (early) {
+        runner_early_wait();
+        r->beat_done = true;
+    } else if (beat) {
         pthread_join(t, NULL);
         r->beat_done = true;
     } else if (r->gate_later && runner_gate_go(r->cfg, &err) != E_OK) {

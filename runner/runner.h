@@ -215,11 +215,20 @@ struct runner_config {
 int runner_gate_wait(const struct runner_config *cfg, bool *later, struct err *err);
 int runner_gate_go(const struct runner_config *cfg, struct err *err);
 
-/* Starts loading libcurl on a thread of its own (curl_lazy.c, the executable only): the
+/* Starts loading libcurl on the early thread (curl_lazy.c, the executable only): the
  * runner's HTTP calls wait for it. runner_curl_settle waits for that thread (before the
  * runner exits). */
 void runner_curl_preload(void);
 void runner_curl_settle(void);
+
+/* The early thread (early.c): runner_early_start runs FIRST on a new thread, which then
+ * runs at most one job handed over by runner_early_then (false when there is no early
+ * thread or it has a job already: the caller runs JOB itself). runner_early_wait waits
+ * until the handed job returned; runner_early_stop joins the thread. */
+void runner_early_start(void (*first)(void));
+bool runner_early_then(void (*job)(void *), void *arg);
+void runner_early_wait(void);
+void runner_early_stop(void);
 
 /* Looks up NAME in an environment; NULL when unset. */
 typedef const char *(*runner_getenv_fn)(const char *name, void *userdata);
