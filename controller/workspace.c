@@ -239,26 +239,6 @@ static int git_start(pid_t *pid_out, int *fd_out, const char *const argv[], cons
     return E_OK;
 }
 
-/* Reads FD to its end, keeping the first CAP bytes in OUT; returns how many were kept. */
-static size_t read_capped(char *out, size_t cap, int fd)
-{
-    char buf[4096];
-    size_t len = 0;
-
-    for (;;) {
-        ssize_t got = read(fd, buf, sizeof(buf));
-        if (got < 0 && errno == EINTR) {
-            continue;
-        }
-        if (got <= 0) {
-            return len;
-        }
-        size_t take = (size_t)got < cap - len ? (size_t)got : cap - len;
-        memcpy(out + len, buf, take);
-        len += take;
-    }
-}
-
 /* Writes each non-empty line of OUT[0..len) to the task log as "[git] line". */
 static void log_git_lines(const char *log_path, const char *out, size_t len)
 {
@@ -334,12 +314,13 @@ static void bound_group(struct controller_git_bound *b, pid_t pgid)
     pthread_mutex_unlock(&b->lock);
 }
 
-/* Reads FD like read_capped until its end, B's wall-clock limit (then *LATE) or B's
- * cancel (the group is killed: its pipe ends); the group of PID is killed on the limit. */
-static size_t read_bounded(char *out, size_t cap, int fd, pid_t pid, struct controller_git_bound *b,
-                           bool *late)
+/* Reads FD to its end, keeping the first CAP bytes in OUT; returns how many were kept.
+ * With B, only until B's wall-clock limit (then *LATE, and the group of PID is killed) or
+ * B's cancel (the group is killed: its pipe ends). */
+static size_t read_output(char *out, size_t cap, int fd, pid_t pid, struct controller_git_bound *b,
+                          bool *late)
 {
-    int64_t deadline = clock_mono_ns() / 1000000 + b->limit_ms;
+    int64_t deadline = b != NULL ? clock_mono_ns() / 1000000 + b->limit_ms : 0;
     char buf[4096];
     size_t len = 0;
 
@@ -347,14 +328,14 @@ static size_t read_bounded(char *out, size_t cap, int fd, pid_t pid, struct cont
     for (;;) {
         int64_t left = deadline - clock_mono_ns() / 1000000;
         struct pollfd p = {.fd = fd, .events = POLLIN};
-        if (left <= 0) {
+        if (b != NULL && left <= 0) {
             *late = true;
             (void)kill(-pid, SIGKILL);
             return len;
         }
         /* At most a second at a time: a helper outside the group that keeps the pipe
          * open cannot hold a cancelled run. */
-        if (poll(&p, 1, left < 1000 ? (int)left : 1000) <= 0) {
+        if (b != NULL && poll(&p, 1, left < 1000 ? (int)left : 1000) <= 0) {
             if (controller_git_cancelled(b) != NULL) {
                 return len;
             }
@@ -415,10 +396,10 @@ static int git_run(const struct creds *cr, const char *log_path, const char *con
     out = xmalloc(GIT_OUTPUT_MAX + 1);
     if (b != NULL) {
         bound_group(b, pid);
-        len = read_bounded(out, GIT_OUTPUT_MAX, fd, pid, b, &late);
+    }
+    len = read_output(out, GIT_OUTPUT_MAX, fd, pid, b, &late);
+    if (b != NULL) {
         bound_group(b, 0); /* before the reap: the group id is not git's once reaped */
-    } else {
-        len = read_capped(out, GIT_OUTPUT_MAX, fd);
     }
     close(fd);
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {

@@ -9,7 +9,7 @@ that takes its time, or hangs without sending a byte. Python 3 stdlib and git on
         remote.wait_held()                 # a push reached the remote and waits
         remote.release()                   # held requests go on, later ones are served
 
-Nothing is held until hold_pushes() or hold_all(); `requests` lists (method, path) of
+Nothing is held until hold_pushes(); `requests` lists (method, path) of
 every request in arrival order; `held` counts requests waiting now."""
 import http.server
 import os
@@ -17,7 +17,39 @@ import subprocess
 import threading
 import time
 
-__all__ = ["HeldGit"]
+__all__ = ["HeldGit", "serve_http_backend"]
+
+
+def serve_http_backend(h, root, path_info, method, query, body, headers, user="git"):
+    """Answers the request of handler H with `git http-backend` on the repositories under
+    ROOT (PATH_INFO names the repository and service; HEADERS maps lower-case names, e.g.
+    content-type). Pushes are allowed (REMOTE_USER)."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/"),
+           "GIT_PROJECT_ROOT": root, "GIT_HTTP_EXPORT_ALL": "1", "PATH_INFO": path_info,
+           "REQUEST_METHOD": method, "QUERY_STRING": query, "REMOTE_USER": user,
+           "REMOTE_ADDR": "127.0.0.1", "CONTENT_TYPE": headers.get("content-type", ""),
+           "CONTENT_LENGTH": str(len(body))}
+    for header, var in (("content-encoding", "HTTP_CONTENT_ENCODING"),
+                        ("git-protocol", "GIT_PROTOCOL")):
+        if headers.get(header):
+            env[var] = headers[header]
+    p = subprocess.run(["git", "http-backend"], input=body, env=env, capture_output=True)
+    head, sep, payload = p.stdout.partition(b"\r\n\r\n")
+    if not sep:
+        head, _, payload = p.stdout.partition(b"\n\n")
+    status, out = 200, []
+    for line in head.decode("latin-1").splitlines():
+        k, _, v = line.partition(":")
+        if k.strip().lower() == "status":
+            status = int(v.split()[0])
+        elif k.strip():
+            out.append((k.strip(), v.strip()))
+    h.send_response(status)
+    for k, v in out:
+        h.send_header(k, v)
+    h.send_header("Content-Length", str(len(payload)))
+    h.end_headers()
+    h.wfile.write(payload)
 
 
 class HeldGit:
@@ -25,7 +57,7 @@ class HeldGit:
         self.root = os.path.realpath(root)
         self.requests = []
         self.held = 0
-        self._what = None  # None, "push" or "all"
+        self._what = None  # None or "push"
         self._gate = threading.Event()
         self._gate.set()
         self._lock = threading.Lock()
@@ -60,10 +92,6 @@ class HeldGit:
         self._what = "push"
         self._gate.clear()
 
-    def hold_all(self):
-        self._what = "all"
-        self._gate.clear()
-
     def release(self):
         self._what = None
         self._gate.set()
@@ -83,7 +111,7 @@ class HeldGit:
         self.httpd.server_close()
 
     def _holds(self, path):
-        return self._what == "all" or (self._what == "push" and "git-receive-pack" in path)
+        return self._what == "push" and "git-receive-pack" in path
 
     @staticmethod
     def _body(h):
@@ -109,32 +137,7 @@ class HeldGit:
             self._gate.wait()
             with self._lock:
                 self.held -= 1
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/"),
-               "GIT_PROJECT_ROOT": self.root, "GIT_HTTP_EXPORT_ALL": "1", "PATH_INFO": path,
-               "REQUEST_METHOD": method, "QUERY_STRING": query, "REMOTE_USER": "git",
-               "REMOTE_ADDR": "127.0.0.1", "CONTENT_TYPE": h.headers.get("Content-Type", ""),
-               "CONTENT_LENGTH": str(len(body))}
-        for header, var in (("Content-Encoding", "HTTP_CONTENT_ENCODING"),
-                            ("Git-Protocol", "GIT_PROTOCOL")):
-            if h.headers.get(header):
-                env[var] = h.headers[header]
-        p = subprocess.run(["git", "http-backend"], input=body, env=env, capture_output=True)
-        head, sep, payload = p.stdout.partition(b"\r\n\r\n")
-        if not sep:
-            head, _, payload = p.stdout.partition(b"\n\n")
-        status, headers = 200, []
-        for line in head.decode("latin-1").splitlines():
-            k, _, v = line.partition(":")
-            if k.strip().lower() == "status":
-                status = int(v.split()[0])
-            elif k.strip():
-                headers.append((k.strip(), v.strip()))
         try:
-            h.send_response(status)
-            for k, v in headers:
-                h.send_header(k, v)
-            h.send_header("Content-Length", str(len(payload)))
-            h.end_headers()
-            h.wfile.write(payload)
+            serve_http_backend(h, self.root, path, method, query, body, h.headers)
         except OSError:
             pass  # the client went (killed, or its low-speed limit)

@@ -18,8 +18,8 @@ import sys
 import tempfile
 
 from harness import API, Server, run_tests
-from sandbox_helpers import FAKE_RUNNER, bare_repo, create, get, git, patch, task, task_log, \
-    wait_log, wait_phase, wait_until
+from sandbox_helpers import FAKE_RUNNER, bare_repo, create, get, git, patch, proc_state, task, \
+    task_log, wait_log, wait_phase, wait_until
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fakes"))
 from held_git import HeldGit  # noqa: E402
@@ -62,25 +62,22 @@ def pushing(name, remote):
 
 
 def git_processes(srv, name):
-    """Pids of the git processes (and git's helpers) working on task NAME's staging
-    repository: in their argv, or in their environment (GIT_DIR of a remote helper)."""
+    """Pids of the live git processes (and git's helpers) working on task NAME's staging
+    repository: named in their argv, or in their environment (a remote helper's GIT_DIR)."""
     staging = os.path.join(srv.data_dir, "staging", "default", name + ".git").encode()
-    out = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
+
+    def about_task(pid):
         try:
-            with open("/proc/%s/cmdline" % d, "rb") as f:
-                cmd = f.read()
-            with open("/proc/%s/environ" % d, "rb") as f:
+            with open("/proc/%d/cmdline" % pid, "rb") as f:
+                argv = f.read()
+            with open("/proc/%d/environ" % pid, "rb") as f:
                 env = f.read()
-            with open("/proc/%s/stat" % d) as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
         except OSError:
-            continue
-        if state != "Z" and b"git" in cmd and (staging in cmd or staging in env):
-            out.append(int(d))
-    return out
+            return False
+        return b"git" in argv and (staging in argv or staging in env)
+
+    pids = [int(d) for d in os.listdir("/proc") if d.isdigit()]
+    return [p for p in pids if about_task(p) and proc_state(p) not in (None, "Z")]
 
 
 def held_push(srv, remote, name):
