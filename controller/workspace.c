@@ -365,9 +365,13 @@ static int git_failed(const char *const argv[], int status, const char *out, siz
     if (why != NULL) {
         return err_set(err, E_FAIL, "git %s stopped: %s", sub, why);
     }
-    if (late) {
+    if (late && b->limit_ms >= 60000) {
         return err_set(err, E_FAIL, "git %s stopped after %lld minutes without finishing", sub,
                        (long long)(b->limit_ms / 60000));
+    }
+    if (late) {
+        return err_set(err, E_FAIL, "git %s stopped after %lld ms without finishing", sub,
+                       (long long)b->limit_ms);
     }
     if (memmem(out, len, "Operation too slow", 18) != NULL) {
         return err_set(err, E_FAIL,
