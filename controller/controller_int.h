@@ -65,9 +65,11 @@ struct controller {
     bool mirror_async; /* the tick thread was started: set once, before any reconcile */
     atomic_bool stopping;
     pthread_t tick;
-    struct store_worker *worker;               /* owned; NULL in manual mode */
-    struct controller_mirror_job *mirror_jobs; /* fetches running or done (notes_lock) */
-    struct controller_launch *prelaunches;     /* gated sandboxes (lock; launch.c) */
+    struct store_worker *worker;                /* owned; NULL in manual mode */
+    struct controller_mirror_job *mirror_jobs;  /* fetches running or done (notes_lock) */
+    struct controller_push_job *push_jobs;      /* pushes running or done (notes_lock) */
+    struct controller_push_job *push_forgotten; /* deleted tasks' pushes (notes_lock) */
+    struct controller_launch *prelaunches;      /* gated sandboxes (lock; launch.c) */
 
     /* Egress (network.c): --sandbox-network proxy (tasks may say otherwise), and
      * the --sandbox-allow-host rules plus the server's own addresses (owned). */
@@ -125,6 +127,11 @@ struct reconcile {
     int mirror_rc;
     char *mirror; /* owned */
     struct err mirror_err;
+    /* The push of a COMPLETE, FAIL_RUNNER, TIMEOUT or PUSH_WIP runs off the lock
+     * (push_job.c): PUSHED once its outcome is in the fields above (execution does not
+     * push again); GIT_BOUND (borrowed, or NULL) bounds and cancels the job's git. */
+    bool pushed;
+    struct controller_git_bound *git_bound;
     /* owned: a start prepared by execution, launched after the apply, or NULL */
     struct controller_launch *launch;
     bool froze; /* a PAUSE froze the sandbox (controller_pause_freeze) */
@@ -133,6 +140,32 @@ struct reconcile {
 /* Executes R's side effects (execute.c) with C->lock held; failures that end the task are
  * left in R->fail_reason/fail_msg. */
 void controller_execute(struct controller *c, struct reconcile *r);
+/* Whether R's action pushes to the remote (the working branch of a COMPLETE, the
+ * checkpoint of a FAIL_RUNNER, TIMEOUT or PUSH_WIP). */
+bool controller_pushes(const struct controller *c, const struct reconcile *r);
+/* What R's pushing action does before its push, with C->lock held (its log line; a
+ * TIMEOUT stops the sandbox: nothing may write the staging repository while it is pushed);
+ * the task's time stops counting. */
+void controller_push_begin(struct controller *c, struct reconcile *r, const char *log);
+/* The push of R's action (off the lock in a push job: R is the job's, C's settings are
+ * read only), logged to LOG; its outcome in R's fail_reason/fail_msg, wip_pushed and
+ * last_failure. */
+void controller_push_run(struct controller *c, struct reconcile *r, const char *log);
+
+/* --- the pushes off the reconcile lock (push_job.c) --- */
+/* A push to a slow or hanging remote must not hold every other task: the reconcile that
+ * plans a pushing action (controller_pushes) starts it in a thread of its own and plans
+ * NOTHING while it runs (the task stays as it is: Active, or Paused for a checkpoint);
+ * the job queues the task for the tick thread when done, whose reconcile takes its
+ * outcome and applies the action as a push under the lock would have. Returns true when
+ * R waits for its push (R->action NOTHING); with a finished push of R's task, R takes
+ * its action and outcome (R->pushed) and false is returned. C->lock held. */
+bool controller_push_async(struct controller *c, struct reconcile *r);
+/* A deleted task's push: its git (and its helpers) killed, the result dropped. */
+void controller_push_forget(struct controller *c, const char *ns, const char *name);
+/* Kills every push's git and waits for the jobs (shutdown: the task is restarted as any
+ * other after a server restart). */
+void controller_push_jobs_stop(struct controller *c);
 
 /* Starts the sandbox that execution prepared in R->launch, after the apply made R's fresh
  * token current and the task Active (with C->lock held): a runner that meters at once is
@@ -478,11 +511,33 @@ int controller_checkpoint_copy(const char *dst, const char *src, const char *bra
  * server's git: symlinks and special files removed, owned by the server's user again,
  * hooks, alternates and grafts gone, config replaced by a fixed one. */
 int controller_staging_sanitize(const char *staging, struct err *err);
+/* A bound on a git run: its wall-clock limit, and a cancel from another thread that kills
+ * its process group (git and its helpers: git-remote-http, ssh). */
+struct controller_git_bound {
+    pthread_mutex_t lock;
+    pid_t pgid;      /* the running git's group (lock), 0: none */
+    const char *why; /* static: why it was cancelled (lock), NULL: it was not */
+    int64_t limit_ms;
+};
+void controller_git_bound_init(struct controller_git_bound *b, int64_t limit_ms);
+void controller_git_bound_cleanup(struct controller_git_bound *b);
+/* Kills B's running git (and any it starts later), saying WHY (static) in its error. */
+void controller_git_cancel(struct controller_git_bound *b, const char *why);
+/* Why B was cancelled, or NULL. */
+const char *controller_git_cancelled(struct controller_git_bound *b);
+/* A push's bounds: the remote sending less than CONTROLLER_PUSH_SILENT_BPS bytes a second
+ * for CONTROLLER_PUSH_SILENT_S seconds (http and https: git's http.lowSpeedLimit and
+ * http.lowSpeedTime), and its git running CONTROLLER_PUSH_LIMIT_MS in all (every scheme),
+ * end it as failed. Minutes: a big branch to a busy remote is slow. */
+#define CONTROLLER_PUSH_SILENT_BPS "1"
+#define CONTROLLER_PUSH_SILENT_S "300"
+#define CONTROLLER_PUSH_LIMIT_MS (60LL * 60 * 1000)
 /* Pushes refs/heads/WORKING from STAGING to URL, never forced, without hooks, after
  * controller_staging_sanitize(), with the server's credentials for URL's host (a GitHub
- * App token asked again now, so a long task pushes with an unexpired one). */
+ * App token asked again now, so a long task pushes with an unexpired one); bounded by B
+ * (NULL: CONTROLLER_PUSH_LIMIT_MS, no cancel). */
 int controller_push(struct controller *c, const char *staging, const char *url, const char *working,
-                    const char *log_path, struct err *err);
+                    const char *log_path, struct controller_git_bound *b, struct err *err);
 
 /* --- counted time behind sandbox.timeoutSeconds (active.c) --- */
 /* The record of one task: USED_MS of closed intervals, and the open one (SINCE_MS, 0: none)

@@ -503,6 +503,18 @@ static void branch_commit(char out[41], const char *staging, const char *branch)
     free(ref);
 }
 
+/* Whether R's push was cancelled (the task deleted, the server stopping): its outcome is
+ * dropped, so the log says so instead of a failure. */
+static bool push_cancelled(const struct reconcile *r, const char *log, const char *what)
+{
+    const char *why = r->git_bound != NULL ? controller_git_cancelled(r->git_bound) : NULL;
+
+    if (why != NULL) {
+        sandbox_log_event(log, "[diverge] %s stopped: %s", what, why);
+    }
+    return why != NULL;
+}
+
 static void complete(struct controller *c, struct reconcile *r, const char *log)
 {
     char commit[41];
@@ -513,12 +525,13 @@ static void complete(struct controller *c, struct reconcile *r, const char *log)
         if (r->push_refusal != NULL) {
             err_set(&err, E_DENIED, "refusing to push the working branch: %s", r->push_refusal);
         } else if (check_push_size(c, r, staging, r->working, &err) == E_OK &&
-                   controller_push(c, staging, r->url, r->working, log, &err) == E_OK) {
+                   controller_push(c, staging, r->url, r->working, log, r->git_bound, &err) ==
+                       E_OK) {
             branch_commit(commit, staging, r->working);
             sandbox_log_event(log, "[diverge] pushed refs/heads/%s%s%s", r->working,
                               commit[0] != '\0' ? " at " : "", commit);
         }
-        if (err.code != E_OK) {
+        if (err.code != E_OK && !push_cancelled(r, log, "push")) {
             sandbox_log_event(log, "[diverge] push failed: %s", err.msg);
             fail(r, err.code == E_TOOBIG ? "PushTooLarge" : "PushFailed", &err);
         }
@@ -588,12 +601,12 @@ static void push_wip(struct controller *c, struct reconcile *r, const char *log)
         goto out;
     }
     if (check_push_size(c, r, staging, branch, &err) == E_OK &&
-        controller_push(c, staging, r->url, branch, log, &err) == E_OK) {
+        controller_push(c, staging, r->url, branch, log, r->git_bound, &err) == E_OK) {
         sandbox_log_event(log, "[diverge] pushed the last checkpoint to refs/heads/%s", branch);
         r->wip_pushed = true;
         free(r->last_failure);
         r->last_failure = controller_read_failure(c, r->ns, r->name, "failure");
-    } else {
+    } else if (!push_cancelled(r, log, "checkpoint push")) {
         sandbox_log_event(log, "[diverge] checkpoint push failed: %s", err.msg);
     }
 out:
@@ -688,6 +701,50 @@ static void rerun(struct controller *c, struct reconcile *r, const char *log)
     }
 }
 
+bool controller_pushes(const struct controller *c, const struct reconcile *r)
+{
+    switch (r->action) {
+    case CONTROLLER_COMPLETE:
+        return r->url != NULL;
+    case CONTROLLER_FAIL_RUNNER:
+    case CONTROLLER_TIMEOUT:
+    case CONTROLLER_PUSH_WIP:
+        return c->push_wip && r->url != NULL;
+    default:
+        return false;
+    }
+}
+
+void controller_push_begin(struct controller *c, struct reconcile *r, const char *log)
+{
+    if (r->action == CONTROLLER_FAIL_RUNNER) {
+        char *msg = controller_runner_failed_msg(r->url, r->exit_code);
+
+        sandbox_log_event(log, "[diverge] failed: %s", msg);
+        free(msg);
+    } else if (r->action == CONTROLLER_TIMEOUT) {
+        sandbox_log_event(log,
+                          "[diverge] timeout: sandbox.timeoutSeconds %lld passed; "
+                          "stopping every process",
+                          (long long)r->timeout_s);
+        /* Nothing may write the staging repository while it is pushed. */
+        sandbox_stop(c->sandboxes, r->ns, r->name);
+    }
+    if (c->sandboxes != NULL && r->action != CONTROLLER_PUSH_WIP) {
+        controller_timer_set(c, r->ns, r->name, 0);
+        controller_note_running(c, r->ns, r->name, false, clock_now_ms(clock_system()));
+    }
+}
+
+void controller_push_run(struct controller *c, struct reconcile *r, const char *log)
+{
+    if (r->action == CONTROLLER_COMPLETE) {
+        complete(c, r, log);
+    } else {
+        push_wip(c, r, log);
+    }
+}
+
 void controller_execute(struct controller *c, struct reconcile *r)
 {
     char *log = sandbox_log_path(c->data_dir, r->ns, r->name);
@@ -711,27 +768,14 @@ void controller_execute(struct controller *c, struct reconcile *r)
         }
         break;
     case CONTROLLER_COMPLETE:
-        complete(c, r, log);
-        break;
-    case CONTROLLER_FAIL_RUNNER: {
-        char *msg = controller_runner_failed_msg(r->url, r->exit_code);
-
-        sandbox_log_event(log, "[diverge] failed: %s", msg);
-        free(msg);
-        push_wip(c, r, log);
-        break;
-    }
+    case CONTROLLER_FAIL_RUNNER:
     case CONTROLLER_TIMEOUT:
-        sandbox_log_event(log,
-                          "[diverge] timeout: sandbox.timeoutSeconds %lld passed; "
-                          "stopping every process",
-                          (long long)r->timeout_s);
-        /* Nothing may write the staging repository while it is pushed. */
-        sandbox_stop(c->sandboxes, r->ns, r->name);
-        push_wip(c, r, log);
-        break;
     case CONTROLLER_PUSH_WIP:
-        push_wip(c, r, log);
+        /* Pushed off the lock already (push_job.c), or pushed now: no tick thread. */
+        if (!r->pushed) {
+            controller_push_begin(c, r, log);
+            controller_push_run(c, r, log);
+        }
         break;
     case CONTROLLER_FAIL_SANDBOX:
         sandbox_log_event(log, "[diverge] failed: %s",

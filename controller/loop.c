@@ -73,6 +73,7 @@ static void forget(struct controller *c, const char *ns, const char *name, bool 
     if (c->sandboxes != NULL) {
         sandbox_stop(c->sandboxes, ns, name);
     }
+    controller_push_forget(c, ns, name); /* its git killed before its staging goes */
     controller_forget_task(c, ns, name); /* a new task of that name starts clean */
     controller_mirror_forget(c, ns, name);
     controller_disk_clear(c, ns, name);
@@ -310,6 +311,7 @@ void controller_free(struct controller *c)
         /* Sandboxes die with the server (SPEC §9); the next one restarts them. */
         sandbox_provider_free(c->sandboxes);
         c->sandboxes = NULL;
+        controller_push_jobs_stop(c);   /* kills pushes still running */
         controller_mirror_jobs_stop(c); /* waits for fetches still running */
         controller_tick_stop(c);        /* frees what exits and fetches queued meanwhile */
         controller_destroy(c);

@@ -606,7 +606,8 @@ static int plan(struct controller *c, struct reconcile *r, bool *fetching, struc
 {
     int rc = task_store_txn(c->store, reconcile_txn, r, err), mrc;
 
-    if (rc == E_OK) {
+    /* A push off the lock: NOTHING while it runs, its action once done (push_job.c). */
+    if (rc == E_OK && !controller_push_async(c, r)) {
         (void)controller_disk_refuse_start(c, r); /* the data dir is short of space */
     }
     if (rc != E_OK || r->action != CONTROLLER_PROVISION) {

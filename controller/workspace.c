@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <poll.h>
+#include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -171,7 +172,9 @@ static char **git_env(const struct creds *cr)
                                        "HTTPS_PROXY=",
                                        "https_proxy=",
                                        "GIT_CONFIG_GLOBAL=",
-                                       "GIT_CONFIG_NOSYSTEM="};
+                                       "GIT_CONFIG_NOSYSTEM=",
+                                       "GIT_HTTP_LOW_SPEED_LIMIT=",
+                                       "GIT_HTTP_LOW_SPEED_TIME="};
     size_t n = 0, cap = ARRAY_LEN(keep) + 4;
     char **env = xcalloc(cap, sizeof(*env));
 
@@ -200,11 +203,13 @@ static void env_free(char **env)
 }
 
 /* Starts git with ARGV and a filtered environment, stdin /dev/null and stdout and stderr
- * into a pipe whose read end goes to *FD_OUT. */
+ * into a pipe whose read end goes to *FD_OUT; in a process group of its own with GROUP
+ * (its helpers, git-remote-http or ssh, are killed with it). */
 static int git_start(pid_t *pid_out, int *fd_out, const char *const argv[], const struct creds *cr,
-                     struct err *err)
+                     bool group, struct err *err)
 {
     posix_spawn_file_actions_t fa;
+    posix_spawnattr_t attr;
     char **env;
     int pipefd[2], rc;
 
@@ -216,7 +221,13 @@ static int git_start(pid_t *pid_out, int *fd_out, const char *const argv[], cons
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
     posix_spawn_file_actions_adddup2(&fa, pipefd[1], 1);
     posix_spawn_file_actions_adddup2(&fa, pipefd[1], 2);
-    rc = posix_spawnp(pid_out, "git", &fa, NULL, (char *const *)(uintptr_t)argv, env);
+    posix_spawnattr_init(&attr);
+    if (group) {
+        posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+        posix_spawnattr_setpgroup(&attr, 0);
+    }
+    rc = posix_spawnp(pid_out, "git", &fa, &attr, (char *const *)(uintptr_t)argv, env);
+    posix_spawnattr_destroy(&attr);
     posix_spawn_file_actions_destroy(&fa);
     close(pipefd[1]);
     env_free(env);
@@ -226,26 +237,6 @@ static int git_start(pid_t *pid_out, int *fd_out, const char *const argv[], cons
     }
     *fd_out = pipefd[0];
     return E_OK;
-}
-
-/* Reads FD to its end, keeping the first CAP bytes in OUT; returns how many were kept. */
-static size_t read_capped(char *out, size_t cap, int fd)
-{
-    char buf[4096];
-    size_t len = 0;
-
-    for (;;) {
-        ssize_t got = read(fd, buf, sizeof(buf));
-        if (got < 0 && errno == EINTR) {
-            continue;
-        }
-        if (got <= 0) {
-            return len;
-        }
-        size_t take = (size_t)got < cap - len ? (size_t)got : cap - len;
-        memcpy(out + len, buf, take);
-        len += take;
-    }
 }
 
 /* Writes each non-empty line of OUT[0..len) to the task log as "[git] line". */
@@ -263,61 +254,185 @@ static void log_git_lines(const char *log_path, const char *out, size_t len)
     }
 }
 
-/* The git subcommand of ARGV (after "-c key=value" and "-C dir"), for messages. */
+/* The git subcommand of ARGV (after "-c key=value", "-C dir" and "--git-dir dir"), for
+ * messages. */
 static const char *git_subcommand(const char *const argv[])
 {
     size_t i = 1;
 
     while (argv[i] != NULL && argv[i + 1] != NULL &&
-           (strcmp(argv[i], "-c") == 0 || strcmp(argv[i], "-C") == 0)) {
+           (strcmp(argv[i], "-c") == 0 || strcmp(argv[i], "-C") == 0 ||
+            strcmp(argv[i], "--git-dir") == 0)) {
         i += 2;
     }
     return argv[i] != NULL ? argv[i] : "";
 }
 
-/* Runs git with ARGV, and CR's credentials (may be NULL), its output into LOG_PATH. */
+void controller_git_bound_init(struct controller_git_bound *b, int64_t limit_ms)
+{
+    memset(b, 0, sizeof(*b));
+    pthread_mutex_init(&b->lock, NULL);
+    b->limit_ms = limit_ms;
+}
+
+void controller_git_bound_cleanup(struct controller_git_bound *b)
+{
+    pthread_mutex_destroy(&b->lock);
+}
+
+void controller_git_cancel(struct controller_git_bound *b, const char *why)
+{
+    pthread_mutex_lock(&b->lock);
+    if (b->why == NULL) {
+        b->why = why;
+    }
+    if (b->pgid > 0) {
+        (void)kill(-b->pgid, SIGKILL); /* its leader is not reaped yet: the group is git's */
+    }
+    pthread_mutex_unlock(&b->lock);
+}
+
+const char *controller_git_cancelled(struct controller_git_bound *b)
+{
+    const char *why;
+
+    pthread_mutex_lock(&b->lock);
+    why = b->why;
+    pthread_mutex_unlock(&b->lock);
+    return why;
+}
+
+/* Records PGID (0: none any more) as B's running git; with a cancel already asked, the
+ * group is killed at once. */
+static void bound_group(struct controller_git_bound *b, pid_t pgid)
+{
+    pthread_mutex_lock(&b->lock);
+    b->pgid = pgid;
+    if (pgid > 0 && b->why != NULL) {
+        (void)kill(-pgid, SIGKILL);
+    }
+    pthread_mutex_unlock(&b->lock);
+}
+
+/* Reads FD to its end, keeping the first CAP bytes in OUT; returns how many were kept.
+ * With B, only until B's wall-clock limit (then *LATE, and the group of PID is killed) or
+ * B's cancel (the group is killed: its pipe ends). */
+static size_t read_output(char *out, size_t cap, int fd, pid_t pid, struct controller_git_bound *b,
+                          bool *late)
+{
+    int64_t deadline = b != NULL ? clock_mono_ns() / 1000000 + b->limit_ms : 0;
+    char buf[4096];
+    size_t len = 0;
+
+    *late = false;
+    for (;;) {
+        int64_t left = deadline - clock_mono_ns() / 1000000;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (b != NULL && left <= 0) {
+            *late = true;
+            (void)kill(-pid, SIGKILL);
+            return len;
+        }
+        /* At most a second at a time: a helper outside the group that keeps the pipe
+         * open cannot hold a cancelled run. */
+        if (b != NULL && poll(&p, 1, left < 1000 ? (int)left : 1000) <= 0) {
+            if (controller_git_cancelled(b) != NULL) {
+                return len;
+            }
+            continue;
+        }
+        ssize_t got = read(fd, buf, sizeof(buf));
+        if (got < 0 && errno == EINTR) {
+            continue;
+        }
+        if (got <= 0) {
+            return len;
+        }
+        size_t take = (size_t)got < cap - len ? (size_t)got : cap - len;
+        memcpy(out + len, buf, take);
+        len += take;
+    }
+}
+
+/* The error of a git run that did not exit 0 (OUT its output). */
+static int git_failed(const char *const argv[], int status, const char *out, size_t len,
+                      struct controller_git_bound *b, bool late, struct err *err)
+{
+    const char *sub = git_subcommand(argv);
+    const char *why = b != NULL ? controller_git_cancelled(b) : NULL;
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+
+    if (why != NULL) {
+        return err_set(err, E_FAIL, "git %s stopped: %s", sub, why);
+    }
+    if (late && b->limit_ms >= 60000) {
+        return err_set(err, E_FAIL, "git %s stopped after %lld minutes without finishing", sub,
+                       (long long)(b->limit_ms / 60000));
+    }
+    if (late) {
+        return err_set(err, E_FAIL, "git %s stopped after %lld ms without finishing", sub,
+                       (long long)b->limit_ms);
+    }
+    if (memmem(out, len, "Operation too slow", 18) != NULL) {
+        return err_set(err, E_FAIL,
+                       "git %s failed: the remote sent (almost) nothing for too long "
+                       "(http.lowSpeedTime) (exit %d)",
+                       sub, code);
+    }
+    return err_set(err, E_FAIL, "git %s failed (exit %d)", sub, code);
+}
+
+/* Runs git with ARGV, and CR's credentials (may be NULL), its output into LOG_PATH; with
+ * B, in a process group of its own that B's cancel or wall-clock limit kills. */
 static int git_run(const struct creds *cr, const char *log_path, const char *const argv[],
-                   struct err *err)
+                   struct controller_git_bound *b, struct err *err)
 {
     char *out;
     size_t len;
     int fd = -1, status = 0, rc;
     pid_t pid = -1;
+    bool late = false;
 
-    rc = git_start(&pid, &fd, argv, cr, err);
+    rc = git_start(&pid, &fd, argv, cr, b != NULL, err);
     if (rc != E_OK) {
         return rc;
     }
     out = xmalloc(GIT_OUTPUT_MAX + 1);
-    len = read_capped(out, GIT_OUTPUT_MAX, fd);
+    if (b != NULL) {
+        bound_group(b, pid);
+    }
+    len = read_output(out, GIT_OUTPUT_MAX, fd, pid, b, &late);
+    if (b != NULL) {
+        bound_group(b, 0); /* before the reap: the group id is not git's once reaped */
+    }
     close(fd);
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
     if (log_path != NULL) {
         log_git_lines(log_path, out, len);
     }
-    free(out);
+    rc = E_OK;
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        return err_set(err, E_FAIL, "git %s failed (exit %d)", git_subcommand(argv),
-                       WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+        rc = git_failed(argv, status, out, len, b, late, err);
     }
-    return E_OK;
+    free(out);
+    return rc;
 }
 
 int controller_git(const char *log_path, const char *const argv[], struct err *err)
 {
-    return git_run(NULL, log_path, argv, err);
+    return git_run(NULL, log_path, argv, NULL, err);
 }
 
-/* git_run() with the server's credentials for URL. */
+/* git_run() with the server's credentials for URL (B: see git_run). */
 static int git_remote(struct controller *c, const char *url, const char *log_path,
-                      const char *const argv[], struct err *err)
+                      const char *const argv[], struct controller_git_bound *b, struct err *err)
 {
     struct creds cr;
     int rc;
 
     creds_for(&cr, c, url, log_path);
-    rc = git_run(&cr, log_path, argv, err);
+    rc = git_run(&cr, log_path, argv, b, err);
     creds_free(&cr);
     return rc;
 }
@@ -412,7 +527,7 @@ static int fetch_mirror(struct controller *c, const char *url, const char *dir,
         argv[n++] = "+refs/heads/*:refs/heads/*";
     }
     argv[n] = NULL;
-    rc = git_remote(c, url, log_path, argv, err);
+    rc = git_remote(c, url, log_path, argv, NULL, err);
     for (size_t i = 0; i < k; i++) {
         free(specs[i]);
     }
@@ -457,7 +572,7 @@ static int mirror_locked(char **out, struct controller *c, const char *url,
             rc = err_set(err, E_FAIL, "create the mirrors directory: %s", strerror(errno));
         } else {
             const char *argv[] = {"git", "clone", "--mirror", "--quiet", "--", url, tmp, NULL};
-            rc = git_remote(c, url, log_path, argv, err);
+            rc = git_remote(c, url, log_path, argv, NULL, err);
         }
         if (rc == E_OK) {
             char *tmp_marker = xasprintf("%s/diverge-url", tmp);
@@ -570,7 +685,7 @@ int controller_mirror_upkeep(struct controller *c, const char *url, struct err *
         return E_FAIL;
     }
     if (is_dir(dir) && controller_mirror_wants_upkeep(dir)) {
-        rc = git_run(NULL, NULL, argv, err);
+        rc = git_run(NULL, NULL, argv, NULL, err);
     }
     close(fd);
     free(dir);
@@ -719,13 +834,29 @@ int controller_staging_sanitize(const char *staging, struct err *err)
 }
 
 int controller_push(struct controller *c, const char *staging, const char *url, const char *working,
-                    const char *log_path, struct err *err)
+                    const char *log_path, struct controller_git_bound *b, struct err *err)
 {
     char *ref = xasprintf("refs/heads/%s:refs/heads/%s", working, working);
-    const char *argv[] = {"git",         "-c",      "core.hooksPath=/dev/null",
-                          "--git-dir",   staging,   "push",
-                          "--no-verify", "--quiet", "--",
-                          url,           ref,       NULL};
+    /* A remote that sends nothing for CONTROLLER_PUSH_SILENT_S seconds ends an http(s)
+     * push (GIT_HTTP_LOW_SPEED_LIMIT/_TIME in the server's environment win, as in git);
+     * every scheme has B's wall-clock limit. */
+    const char *argv[] = {"git",
+                          "-c",
+                          "core.hooksPath=/dev/null",
+                          "-c",
+                          "http.lowSpeedLimit=" CONTROLLER_PUSH_SILENT_BPS,
+                          "-c",
+                          "http.lowSpeedTime=" CONTROLLER_PUSH_SILENT_S,
+                          "--git-dir",
+                          staging,
+                          "push",
+                          "--no-verify",
+                          "--quiet",
+                          "--",
+                          url,
+                          ref,
+                          NULL};
+    struct controller_git_bound own;
     int rc;
 
     if (!url_ok(url)) {
@@ -735,8 +866,12 @@ int controller_push(struct controller *c, const char *staging, const char *url, 
     /* The sandbox wrote the staging repo: nothing of it but refs and objects is used. */
     rc = controller_staging_sanitize(staging, err);
     /* Never "+": a push that is not a fast-forward is refused by the remote. */
-    if (rc == E_OK) {
-        rc = git_remote(c, url, log_path, argv, err);
+    if (rc == E_OK && b == NULL) {
+        controller_git_bound_init(&own, CONTROLLER_PUSH_LIMIT_MS);
+        rc = git_remote(c, url, log_path, argv, &own, err);
+        controller_git_bound_cleanup(&own);
+    } else if (rc == E_OK) {
+        rc = git_remote(c, url, log_path, argv, b, err);
     }
     free(ref);
     return rc;

@@ -64,6 +64,8 @@ import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from held_git import serve_http_backend
+
 __all__ = ["FakeGitHub", "make_jwt", "REACTIONS", "ROLES"]
 
 JSON_CT = "application/json; charset=utf-8"
@@ -1782,34 +1784,8 @@ class FakeGitHub:
             h.end_headers()
             h.wfile.write(out)
             return
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-               "HOME": os.environ.get("HOME", "/"),
-               "GIT_PROJECT_ROOT": os.path.dirname(bare), "GIT_HTTP_EXPORT_ALL": "1",
-               "PATH_INFO": "/" + os.path.basename(bare) + m.group(3),
-               "REQUEST_METHOD": method, "QUERY_STRING": query, "REMOTE_USER": user or "git",
-               "REMOTE_ADDR": "127.0.0.1", "CONTENT_TYPE": hdrs.get("content-type", ""),
-               "CONTENT_LENGTH": str(len(body))}
-        if hdrs.get("content-encoding"):
-            env["HTTP_CONTENT_ENCODING"] = hdrs["content-encoding"]
-        if hdrs.get("git-protocol"):
-            env["GIT_PROTOCOL"] = hdrs["git-protocol"]
-        p = subprocess.run(["git", "http-backend"], input=body, env=env, capture_output=True)
-        head, sep, payload = p.stdout.partition(b"\r\n\r\n")
-        if not sep:
-            head, _, payload = p.stdout.partition(b"\n\n")
-        status, headers = 200, []
-        for line in head.decode("latin-1").splitlines():
-            k, _, v = line.partition(":")
-            if k.strip().lower() == "status":
-                status = int(v.split()[0])
-            elif k.strip():
-                headers.append((k.strip(), v.strip()))
-        h.send_response(status)
-        for k, v in headers:
-            h.send_header(k, v)
-        h.send_header("Content-Length", str(len(payload)))
-        h.end_headers()
-        h.wfile.write(payload)
+        serve_http_backend(h, os.path.dirname(bare), "/" + os.path.basename(bare) + m.group(3),
+                           method, query, body, hdrs, user or "git")
 
     def _installation_json(self, iid):
         inst = self._installations.get(iid) or {}
