@@ -458,10 +458,11 @@ int controller_mirror(char **out, struct controller *c, const char *url, const c
                       bool *fetched_out, struct err *err);
 /* controller_mirror fetching only the branches BRANCHES (NULL-terminated, each one
  * controller_plain_branch takes; what a start needs) into an existing mirror; every
- * branch when NULL. A clone takes every branch. */
+ * branch when NULL. A clone takes every branch. Bounded as a push is (B, or the push's
+ * limits when NULL): a remote that hangs ends the fetch, and B's cancel kills it. */
 int controller_mirror_branches(char **out, struct controller *c, const char *url,
                                const char *const *branches, const char *log_path, bool *fetched_out,
-                               struct err *err);
+                               struct controller_git_bound *b, struct err *err);
 /* Whether NAME is a branch name that needs no quoting in a config subsection, a path or a
  * refspec and that git reads the same way: [A-Za-z0-9._/+-], no "..", "//", "/.", no
  * leading '-', '.' or '/', no trailing '/', '.' or ".lock". */

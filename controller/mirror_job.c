@@ -21,8 +21,9 @@
 
 struct controller_mirror_job {
     struct controller *c;
-    char *ns, *name, *url, *log; /* owned */
-    char *base, *working;        /* owned, or NULL: the branches the start needs */
+    char *ns, *name, *url, *log;       /* owned */
+    char *base, *working;              /* owned, or NULL: the branches the start needs */
+    struct controller_git_bound bound; /* cancelled at shutdown */
     pthread_t thread;
     bool done;     /* guarded by c->notes_lock; the fields below are the thread's until then */
     bool stale;    /* the task was deleted while it ran: nobody takes the result */
@@ -39,6 +40,7 @@ struct controller_mirror_job {
 static void job_free(struct controller_mirror_job *j)
 {
     pthread_join(j->thread, NULL);
+    controller_git_bound_cleanup(&j->bound);
     free(j->ns);
     free(j->name);
     free(j->url);
@@ -80,10 +82,13 @@ static void *job_main(void *arg)
     bool only = j->base != NULL && controller_plain_branch(j->base) &&
                 (j->working == NULL || controller_plain_branch(j->working));
     j->rc = controller_mirror_branches(&j->dir, c, j->url, only ? branches : NULL, j->log,
-                                       &j->fetched, &j->err);
+                                       &j->fetched, &j->bound, &j->err);
     if (j->rc == E_OK) {
         sandbox_log_event(j->log, "[diverge] repository mirror %s",
                           j->fetched ? "fetched (reused)" : "cloned");
+    } else if (controller_git_cancelled(&j->bound) != NULL) {
+        /* No reconcile reports it: the server stops. */
+        sandbox_log_event(j->log, "[diverge] repository mirror: %s", j->err.msg);
     }
     pthread_mutex_lock(&c->notes_lock);
     j->done = true;
@@ -123,7 +128,9 @@ static int start_job(struct controller_mirror_job **out, struct controller *c, c
     j->working = working != NULL ? xstrdup(working) : NULL;
     j->upkeep = ns[0] == '\0';
     j->log = j->upkeep ? NULL : sandbox_log_path(c->data_dir, ns, name);
+    controller_git_bound_init(&j->bound, CONTROLLER_PUSH_LIMIT_MS);
     if (pthread_create(&j->thread, NULL, job_main, j) != 0) {
+        controller_git_bound_cleanup(&j->bound);
         free(j->ns);
         free(j->name);
         free(j->url);
@@ -290,6 +297,11 @@ void controller_mirror_jobs_stop(struct controller *c)
     pthread_mutex_lock(&c->notes_lock);
     j = c->mirror_jobs;
     c->mirror_jobs = NULL;
+    for (struct controller_mirror_job *k = j; k != NULL; k = k->next) {
+        /* A remote that hangs must not hold the server's stop: the start is made again
+         * by the next server. */
+        controller_git_cancel(&k->bound, "the server is stopping");
+    }
     pthread_mutex_unlock(&c->notes_lock);
     while (j != NULL) {
         struct controller_mirror_job *next = j->next;

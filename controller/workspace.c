@@ -490,10 +490,13 @@ static int url_refused(const char *data_dir, const char *url, struct err *err)
     return E_OK;
 }
 
+static int remove_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw);
+
 /* Fetches the mirror DIR of URL: the branches BRANCHES (NULL-terminated, names
  * controller_plain_branch takes), or every branch when NULL. */
 static int fetch_mirror(struct controller *c, const char *url, const char *dir,
-                        const char *const *branches, const char *log_path, struct err *err)
+                        const char *const *branches, const char *log_path,
+                        struct controller_git_bound *b, struct err *err)
 {
     /* What a fetch brings stays one pack (fetch.unpackLimit=1), never loose objects: a
      * start hard-links the mirror's object files into the workspace, a few packs cost a
@@ -504,11 +507,15 @@ static int fetch_mirror(struct controller *c, const char *url, const char *dir,
      * others are not fetched for it (nor their new objects packed, sent, indexed and
      * checked); a pattern "<name>*" takes a branch the remote does not have (yet) without
      * an error, and its look-alikes ("<name>-2"), which is only more. */
-    const char *argv[16] = {"git",
+    const char *argv[20] = {"git",
                             "-c",
                             "fetch.unpackLimit=1",
                             "-c",
                             "maintenance.auto=false",
+                            "-c",
+                            "http.lowSpeedLimit=" CONTROLLER_PUSH_SILENT_BPS,
+                            "-c",
+                            "http.lowSpeedTime=" CONTROLLER_PUSH_SILENT_S,
                             "--git-dir",
                             dir,
                             "fetch",
@@ -516,7 +523,7 @@ static int fetch_mirror(struct controller *c, const char *url, const char *dir,
                             "--quiet",
                             "origin"};
     char *specs[2] = {NULL, NULL};
-    size_t n = 11, k = 0;
+    size_t n = 15, k = 0;
     int rc;
 
     for (; branches != NULL && branches[k] != NULL && k < ARRAY_LEN(specs); k++) {
@@ -527,7 +534,7 @@ static int fetch_mirror(struct controller *c, const char *url, const char *dir,
         argv[n++] = "+refs/heads/*:refs/heads/*";
     }
     argv[n] = NULL;
-    rc = git_remote(c, url, log_path, argv, NULL, err);
+    rc = git_remote(c, url, log_path, argv, b, err);
     for (size_t i = 0; i < k; i++) {
         free(specs[i]);
     }
@@ -536,7 +543,7 @@ static int fetch_mirror(struct controller *c, const char *url, const char *dir,
 
 static int mirror_locked(char **out, struct controller *c, const char *url,
                          const char *const *branches, const char *log_path, bool *fetched_out,
-                         struct err *err)
+                         struct controller_git_bound *b, struct err *err)
 {
     const char *data_dir = c->data_dir;
     char *dir, *tmp, *marker;
@@ -562,7 +569,7 @@ static int mirror_locked(char **out, struct controller *c, const char *url,
         if (n < 0 || strcmp(got, url) != 0) {
             rc = err_set(err, E_FAIL, "the mirror directory %s belongs to another URL", dir);
         } else {
-            rc = fetch_mirror(c, url, dir, branches, log_path, err);
+            rc = fetch_mirror(c, url, dir, branches, log_path, b, err);
             *fetched_out = true;
         }
     } else {
@@ -571,8 +578,23 @@ static int mirror_locked(char **out, struct controller *c, const char *url,
         if (sandbox_mkdirs(dir, false) != 0) {
             rc = err_set(err, E_FAIL, "create the mirrors directory: %s", strerror(errno));
         } else {
-            const char *argv[] = {"git", "clone", "--mirror", "--quiet", "--", url, tmp, NULL};
-            rc = git_remote(c, url, log_path, argv, NULL, err);
+            const char *argv[] = {"git",
+                                  "-c",
+                                  "http.lowSpeedLimit=" CONTROLLER_PUSH_SILENT_BPS,
+                                  "-c",
+                                  "http.lowSpeedTime=" CONTROLLER_PUSH_SILENT_S,
+                                  "clone",
+                                  "--mirror",
+                                  "--quiet",
+                                  "--",
+                                  url,
+                                  tmp,
+                                  NULL};
+            rc = git_remote(c, url, log_path, argv, b, err);
+            if (rc != E_OK) {
+                /* A git that was killed (a cancel, its limit) left its half clone. */
+                (void)nftw(tmp, remove_one, 16, FTW_PHYS | FTW_DEPTH);
+            }
         }
         if (rc == E_OK) {
             char *tmp_marker = xasprintf("%s/diverge-url", tmp);
@@ -622,21 +644,28 @@ int controller_mirror_lock(const char *data_dir, const char *url, struct err *er
 int controller_mirror(char **out, struct controller *c, const char *url, const char *log_path,
                       bool *fetched_out, struct err *err)
 {
-    return controller_mirror_branches(out, c, url, NULL, log_path, fetched_out, err);
+    return controller_mirror_branches(out, c, url, NULL, log_path, fetched_out, NULL, err);
 }
 
 int controller_mirror_branches(char **out, struct controller *c, const char *url,
                                const char *const *branches, const char *log_path, bool *fetched_out,
-                               struct err *err)
+                               struct controller_git_bound *b, struct err *err)
 {
     int fd = controller_mirror_lock(c->data_dir, url, err), rc;
+    struct controller_git_bound own;
 
     if (fd < 0) {
         *out = NULL;
         *fetched_out = false;
         return E_FAIL;
     }
-    rc = mirror_locked(out, c, url, branches, log_path, fetched_out, err);
+    if (b == NULL) {
+        controller_git_bound_init(&own, CONTROLLER_PUSH_LIMIT_MS);
+    }
+    rc = mirror_locked(out, c, url, branches, log_path, fetched_out, b != NULL ? b : &own, err);
+    if (b == NULL) {
+        controller_git_bound_cleanup(&own);
+    }
     close(fd); /* releases the lock */
     return rc;
 }
@@ -728,8 +757,6 @@ static bool bare_skeleton(const char *dir)
     return controller_put_new(dir, "config", config) &&
            controller_put_new(dir, "HEAD", "ref: refs/heads/main\n");
 }
-
-static int remove_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw);
 
 /* The staging repository is written here rather than by `git init --bare`: one process
  * fewer on every start (it was ~13 ms of a ~115 ms start). Made under a temporary name

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 
 from harness import API, Server, run_tests
 from sandbox_helpers import (FAKE_RUNNER, bare_repo, create, get, git, patch, task, task_log,
@@ -278,6 +279,50 @@ def test_stopped_server_leaves_no_cgroup():
     finally:
         srv.cleanup()
 
+def test_server_stops_while_a_fetch_hangs():
+    """A remote that takes the connection and never answers holds a start's mirror fetch;
+    SIGTERM still stops the server at once (its git killed, nothing of it left), and the
+    next server of the data dir starts the task again."""
+    mute = socket.socket()
+    mute.bind(("127.0.0.1", 0))
+    mute.listen(8)
+    url = "http://127.0.0.1:%d/repo.git" % mute.getsockname()[1]
+    args = ["--sandbox-provider", "local", "--agent-cmd", "true"]
+    env = {"DIVERGE_RUNNER_PATH": FAKE_RUNNER}
+    srv = Server(args=args, env=env).start()
+    try:
+        create(srv, task("hangs", url))
+        wait_until(lambda: gits_of(url), what="the mirror's git on the mute remote")
+        t0 = time.time()
+        assert srv.stop() == 0, srv.stderr()
+        assert time.time() - t0 < 10, "the stop waited %.1f s" % (time.time() - t0)
+        wait_until(lambda: not gits_of(url), what="the fetch's git gone")
+        assert "the server is stopping" in task_log(srv, "hangs"), task_log(srv, "hangs")
+        srv2 = Server(args=args, env=env, data_dir=srv.data_dir).start()
+        try:
+            wait_until(lambda: gits_of(url), what="the next server's fetch")
+            assert get(srv2, "hangs")["status"]["phase"] in ("Pending", "Provisioning")
+        finally:
+            srv2.cleanup()
+    finally:
+        mute.close()
+        srv.cleanup()
+        shutil.rmtree(srv.data_dir, ignore_errors=True)
+
+
+def gits_of(url):
+    """Pids of the processes whose command line names URL."""
+    out = []
+    for d in os.listdir("/proc"):
+        try:
+            with open("/proc/%s/cmdline" % d, "rb") as f:
+                if url.encode() in f.read():
+                    out.append(int(d))
+        except (OSError, ValueError):
+            continue
+    return out
+
+
 def states(cmdline):
     want = ("\0".join(cmdline) + "\0").encode()
     out = []
@@ -420,4 +465,5 @@ if __name__ == "__main__":
     run_tests([test_isolation_from_inside, test_pause_freezes_setsid_and_fork_bomb,
                test_restart_after_kill9, test_hostile_staging_repo_runs_nothing_on_the_host,
                test_unprivileged_server_pauses_by_sigstop, test_frozen_sandbox_swept_after_kill9,
-               test_sandbox_tools_folder, test_stopped_server_leaves_no_cgroup])
+               test_sandbox_tools_folder, test_stopped_server_leaves_no_cgroup,
+               test_server_stops_while_a_fetch_hangs])
