@@ -22,9 +22,13 @@ extern char **environ;
 struct run {
     const struct runner_config *cfg;         /* borrowed */
     struct runner_state state;               /* the offset state */
+    struct runner_state_file state_file;     /* its file, kept open once written */
     struct runner_wip_memo wip;              /* what the last checkpoint found */
     char *guidance;                          /* owned: guidance of the last heartbeat, or NULL */
     char *last_failure;                      /* owned: DIVERGE_LAST_FAILURE for the next try */
+    char *noted;                             /* owned: the failure file's text as written ... */
+    struct stat noted_st;                    /* ... and its status then; NULL: not written */
+    bool note_cleared;                       /* the failure file was removed since */
     char *llm_env[RUNNER_LLM_ENV_COUNT + 1]; /* owned: the agent's LLM variables, or {NULL} */
     long iteration;                          /* the one running */
     int stop;                                /* -1, or the exit a meter answer asked for */
@@ -44,7 +48,8 @@ static int commit_offset(struct run *r, uint64_t new_offset, const char *model)
     if (model != NULL) {
         snprintf(r->state.model, sizeof(r->state.model), "%s", model);
     }
-    if (r->cfg->state_file != NULL && runner_state_save(r->cfg->state_file, &r->state, &err)) {
+    if (r->cfg->state_file != NULL &&
+        runner_state_store(&r->state_file, r->cfg->state_file, &r->state, &err)) {
         runner_say("usage state: %s", err.msg);
         return RUNNER_EXIT_CONFIG;
     }
@@ -329,7 +334,7 @@ static bool iterate(struct run *r, struct runner_iteration *it, long iteration)
 }
 
 /* Writes TEXT to PATH through PATH.tmp and a rename (the server reads it). */
-static void write_note(const char *path, const char *text)
+static bool write_note(const char *path, const char *text)
 {
     char *tmp = xasprintf("%s.tmp", path);
     size_t len = strlen(text);
@@ -342,8 +347,47 @@ static void write_note(const char *path, const char *text)
     if (!ok || rename(tmp, path) != 0) {
         runner_say("cannot write %s: %s", path, strerror(errno));
         (void)unlink(tmp);
+        ok = false;
     }
     free(tmp);
+    return ok;
+}
+
+/* Whether the failure file still holds what this runner wrote there last. */
+static bool same_stat(const struct stat *a, const struct stat *b)
+{
+    return a->st_ino == b->st_ino && a->st_size == b->st_size &&
+           a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec &&
+           a->st_ctim.tv_sec == b->st_ctim.tv_sec && a->st_ctim.tv_nsec == b->st_ctim.tv_nsec;
+}
+
+/* The last failure for the server (SPEC §14: quoted with the checkpoint), or none. A
+ * failure repeated word for word leaves the file as it is (no new file and rename per
+ * iteration) while it is still the one this runner wrote. */
+static void note_failure(struct run *r, const char *text)
+{
+    const char *path = r->cfg->failure_file;
+    struct stat now;
+
+    if (text == NULL) {
+        if (r->noted != NULL || !r->note_cleared) {
+            (void)unlink(path);
+        }
+        free(r->noted);
+        r->noted = NULL;
+        r->note_cleared = true;
+        return;
+    }
+    if (r->noted != NULL && strcmp(r->noted, text) == 0 && lstat(path, &now) == 0 &&
+        same_stat(&now, &r->noted_st)) {
+        return;
+    }
+    free(r->noted);
+    r->noted = NULL;
+    r->note_cleared = false;
+    if (write_note(path, text) && lstat(path, &r->noted_st) == 0) {
+        r->noted = xstrdup(text);
+    }
 }
 
 /* After an iteration: the last failure for the server (SPEC §14: quoted with the
@@ -353,11 +397,7 @@ static void after_iteration(struct run *r, long iteration, bool ok)
     struct err err = {0};
 
     if (r->cfg->failure_file != NULL) {
-        if (ok || r->last_failure == NULL) {
-            (void)unlink(r->cfg->failure_file);
-        } else {
-            write_note(r->cfg->failure_file, r->last_failure);
-        }
+        note_failure(r, ok ? NULL : r->last_failure);
     }
     if (runner_git_checkpoint(r->cfg, iteration, &r->wip, &err) != E_OK) {
         runner_say("checkpoint failed: %s", err.msg);
@@ -397,7 +437,7 @@ static void ask_pause(struct run *r)
                    cfg->no_progress_after);
         return;
     }
-    write_note(cfg->no_progress_file, r->last_failure);
+    (void)write_note(cfg->no_progress_file, r->last_failure);
     runner_say("no progress: the same verify failure %ld times in a row; waiting for guidance "
                "and a resume",
                cfg->no_progress_after);
@@ -516,7 +556,7 @@ static int prepare_and_beat(struct run *r)
 
 enum runner_exit runner_run(const struct runner_config *cfg)
 {
-    struct run r = {.cfg = cfg, .stop = -1};
+    struct run r = {.cfg = cfg, .stop = -1, .state_file = {.fd = -1}};
     struct err err = {0};
     enum runner_exit ex;
     long last;
@@ -551,8 +591,10 @@ enum runner_exit runner_run(const struct runner_config *cfg)
     ex = ret != -1 ? (enum runner_exit)ret : finish(&r, ok, last);
     free(r.guidance);
     free(r.last_failure);
+    free(r.noted);
     free(r.same_failure);
     runner_wip_memo_cleanup(&r.wip);
+    runner_state_file_close(&r.state_file);
     for (size_t k = 0; r.llm_env[k] != NULL; k++) {
         free(r.llm_env[k]);
     }

@@ -91,6 +91,19 @@ struct runner_state {
 int runner_state_load(struct runner_state *out, const char *path, struct err *err);
 /* Writes ST to PATH atomically (PATH.tmp, fsync, rename). E_FAIL on I/O errors. */
 int runner_state_save(const char *path, const struct runner_state *st, struct err *err);
+/* The state file as its one writer keeps it: runner_state_store writes the first state
+ * and any of another length with runner_state_save, then keeps the file open and
+ * rewrites a state of the same length in place (one pwrite of at most one 512-byte
+ * sector at offset 0, then fdatasync): no new inode, no rename and no freed block per
+ * charge, so the fsync'd record costs one data write. A power cut leaves the old or the
+ * new text (a sector is written whole), as the rename left the old or the new file. */
+struct runner_state_file {
+    int fd;     /* the file at PATH, open for writing; -1 until the first store */
+    size_t len; /* bytes of the text it holds */
+};
+int runner_state_store(struct runner_state_file *f, const char *path, const struct runner_state *st,
+                       struct err *err);
+void runner_state_file_close(struct runner_state_file *f);
 /* Formats ST as the file's text ("<offset>\n<model>\n") into OUT (CAP bytes); returns
  * the length. Parses such text back with runner_state_parse (E_INVALID when junk). */
 size_t runner_state_format(char *out, size_t cap, const struct runner_state *st);

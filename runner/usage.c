@@ -401,3 +401,36 @@ out:
     free(tmp);
     return rc;
 }
+
+/* Bytes a state is rewritten in place up to: one sector, written whole or not at all. */
+#define RUNNER_STATE_SECTOR 512
+
+void runner_state_file_close(struct runner_state_file *f)
+{
+    if (f->fd >= 0) {
+        close(f->fd);
+    }
+    f->fd = -1;
+    f->len = 0;
+}
+
+int runner_state_store(struct runner_state_file *f, const char *path, const struct runner_state *st,
+                       struct err *err)
+{
+    char text[RUNNER_STATE_MAX + 8];
+    size_t len = runner_state_format(text, sizeof(text), st);
+    int rc;
+
+    if (f->fd >= 0 && len == f->len && len <= RUNNER_STATE_SECTOR &&
+        pwrite(f->fd, text, len, 0) == (ssize_t)len && fdatasync(f->fd) == 0) {
+        return E_OK;
+    }
+    /* The first state, another length, or a failed rewrite: a new file, then kept. */
+    runner_state_file_close(f);
+    rc = runner_state_save(path, st, err);
+    if (rc == E_OK) {
+        f->fd = open(path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+        f->len = len;
+    }
+    return rc;
+}

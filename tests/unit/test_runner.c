@@ -242,6 +242,47 @@ TEST(state_file_round_trip)
     free(path);
 }
 
+/* The runner's kept state file: a state of the same length is rewritten in place (the
+ * same inode), one of another length replaces the file; each reads back as stored. */
+TEST(state_file_kept_and_rewritten_in_place)
+{
+    struct runner_state_file f = {.fd = -1};
+    struct runner_state st = {.offset = 100}, back;
+    char dir[] = "/tmp/runner-test-XXXXXX", *path;
+    struct stat a, b;
+
+    CHECK(mkdtemp(dir) != NULL);
+    path = xasprintf("%s/usage.jsonl.offset", dir);
+    snprintf(st.model, sizeof(st.model), "m1");
+    CHECK_OK(runner_state_store(&f, path, &st, NULL));
+    CHECK(f.fd >= 0);
+    CHECK_EQ_INT(stat(path, &a), 0);
+    st.offset = 200;
+    snprintf(st.model, sizeof(st.model), "m2");
+    CHECK_OK(runner_state_store(&f, path, &st, NULL));
+    CHECK_EQ_INT(stat(path, &b), 0);
+    CHECK_EQ_INT(a.st_ino, b.st_ino); /* in place */
+    CHECK_OK(runner_state_load(&back, path, NULL));
+    CHECK_EQ_INT(back.offset, 200);
+    CHECK_EQ_STR(back.model, "m2");
+    st.offset = 1000; /* one digit more: a new file of the new length */
+    CHECK_OK(runner_state_store(&f, path, &st, NULL));
+    CHECK_OK(runner_state_load(&back, path, NULL));
+    CHECK_EQ_INT(back.offset, 1000);
+    CHECK_EQ_STR(back.model, "m2");
+    CHECK_EQ_INT(stat(path, &b), 0);
+    CHECK_EQ_INT((long long)b.st_size, 8);
+    st.offset = 1001;
+    CHECK_OK(runner_state_store(&f, path, &st, NULL));
+    CHECK_OK(runner_state_load(&back, path, NULL));
+    CHECK_EQ_INT(back.offset, 1001);
+    runner_state_file_close(&f);
+    CHECK_EQ_INT(f.fd, -1);
+    unlink(path);
+    rmdir(dir);
+    free(path);
+}
+
 TEST(meter_answers_and_exit_codes)
 {
     struct runner_meter_answer a = {0};
