@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -197,6 +198,18 @@ static void sleep_ms(long ms)
     }
 }
 
+/* The meter connection kept alive from one call to the next (a heartbeat and the
+ * iteration's charges reuse it: no connect, and no new server thread per call). A
+ * connection the server closed meanwhile (idle timeout, a restart) is replaced by
+ * libcurl, and a call that fails on it is retried with its requestId as before. */
+static pthread_once_t g_pool_once = PTHREAD_ONCE_INIT;
+static struct httpc_pool *g_pool;
+
+static void pool_init(void)
+{
+    g_pool = httpc_pool_new(1);
+}
+
 /* One exchange with TOKEN. Returns the classification; fills A's status and texts. */
 static enum runner_meter_next exchange(struct runner_meter_answer *a,
                                        const struct runner_config *cfg, const char *token,
@@ -217,6 +230,8 @@ static enum runner_meter_next exchange(struct runner_meter_answer *a,
     req.body_len = strlen(body);
     req.timeout_ms = RUNNER_METER_TIMEOUT_MS;
     req.max_body = RUNNER_ANSWER_MAX;
+    (void)pthread_once(&g_pool_once, pool_init);
+    req.pool = g_pool;
     rc = httpc_request(&resp, &req, err);
     a->status = rc == E_OK ? resp.status : 0;
     if (rc == E_OK) {
