@@ -2,6 +2,7 @@
 /* The reconcile loop. Every decision is taken and written inside one store transaction
  * (token index + task status together); the token file is written after the commit and
  * rewritten on every start, so a crash between the two only delays the file. */
+#define _GNU_SOURCE /* renameat2 */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -193,7 +194,12 @@ char *controller_token_path(const struct controller *c, const char *ns, const ch
  * sandboxes die with the server), and a server that starts again writes every active
  * token's file anew (loop.c resync) and a fresh one before any sandbox starts. A resume
  * writes it while the task waits to be thawed: an fsync there was a disk flush on that
- * path for nothing. */
+ * path for nothing. The new file takes the path's place by an exchange, then the old one
+ * is removed: a reader finds one whole token file at every moment, as with a rename, but
+ * ext4 does not first force out the new file's blocks as it does for a rename over a file
+ * (auto_da_alloc; 0.5 ms at the median and several at the tail on this path, for a file
+ * that is rewritten after a crash anyway). The first file, or a file system without the
+ * exchange, takes the rename. */
 int controller_write_token_file(struct controller *c, const char *ns, const char *name,
                                 const char *token, struct err *err)
 {
@@ -223,7 +229,9 @@ int controller_write_token_file(struct controller *c, const char *ns, const char
         rc = err_set(err, E_FAIL, "write %s: %s", tmp, strerror(errno));
     }
     close(fd);
-    if (rc == E_OK && rename(tmp, path) != 0) {
+    if (rc == E_OK && renameat2(AT_FDCWD, tmp, AT_FDCWD, path, RENAME_EXCHANGE) == 0) {
+        (void)unlink(tmp); /* the old token's file */
+    } else if (rc == E_OK && rename(tmp, path) != 0) {
         rc = err_set(err, E_FAIL, "rename %s: %s", tmp, strerror(errno));
     }
 out:

@@ -730,6 +730,48 @@ static void copy_pack(const char *gitdir, int n)
     free(one);
 }
 
+static char *read_small(const char *path)
+{
+    char buf[256] = {0};
+    FILE *f = fopen(path, "r");
+    size_t n = f != NULL ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+
+    if (f != NULL) {
+        fclose(f);
+    }
+    return xstrndup(buf, n);
+}
+
+/* The token file: a second write replaces the first whole (by an exchange, then the old
+ * file's removal), 0600, and leaves no other file in its directory. */
+TEST(token_file_replaced_whole)
+{
+    char dir[] = "/tmp/diverge-tokfile-XXXXXX";
+    char *dd = mkdtemp(dir), *path, *text, *cmd;
+    struct controller c = {.data_dir = dd};
+    struct stat st;
+    struct err err = {0};
+
+    path = controller_token_path(&c, "ns", "t1");
+    CHECK_OK(controller_write_token_file(&c, "ns", "t1", "first-token", &err));
+    text = read_small(path);
+    CHECK_EQ_STR(text, "first-token");
+    free(text);
+    CHECK_OK(controller_write_token_file(&c, "ns", "t1", "second-token", &err));
+    text = read_small(path);
+    CHECK_EQ_STR(text, "second-token");
+    free(text);
+    CHECK_EQ_INT(stat(path, &st), 0);
+    CHECK_EQ_INT(st.st_mode & 0777, 0600);
+    cmd = xasprintf("test \"$(ls -A %s/tokens/ns/t1)\" = token", dd);
+    CHECK(system(cmd) == 0);
+    free(cmd);
+    cmd = xasprintf("rm -r %s", dd);
+    CHECK(system(cmd) == 0);
+    free(cmd);
+    free(path);
+}
+
 /* The fetch no longer runs git's maintenance: the mirror's upkeep does, when its packs or
  * loose objects are as many as make gc --auto act (git's defaults), under the mirror's
  * lock; then the packs are one. */
