@@ -72,9 +72,10 @@ int controller_suspend_change(struct controller *c, const char *ns, const char *
     bool started = false;
     int rc;
 
-    /* A reconcile at work (it may take long: a start, a push) is not waited for: the
-     * change then takes the usual way, the freeze planned by its own reconcile. So does
-     * a provider whose freeze is not a local one (agent: the cluster's API). */
+    /* A reconcile at work (it may take long: a start; pushes run off the lock) is not
+     * waited for: the change then takes the usual way, the freeze planned by its own
+     * reconcile. So does a provider whose freeze is not a local one (agent: the cluster's
+     * API). */
     if (c == NULL || c->sandboxes == NULL ||
         (strcmp(c->provider, "local") != 0 && strcmp(c->provider, "process") != 0) ||
         pthread_mutex_trylock(&c->lock) != 0) {
