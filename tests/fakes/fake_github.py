@@ -1822,10 +1822,11 @@ def _main(argv=None):
         gh.set_file("octo/repo", ".diverge/agent.yaml", 'version: "1"\n', ref="feature-x")
         gh.set_permission("octo/repo", "alice", "write")
         gh.add_comment("octo/repo", 1, user="alice", body="hello")
+    done = threading.Event()
+    # Before the URL is printed: a caller may stop the fake as soon as it has read it.
+    signal.signal(signal.SIGTERM, lambda *x: done.set())
     gh.start()
     print(gh.url, flush=True)
-    done = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *x: done.set())
     try:
         while not done.wait(0.5):
             pass

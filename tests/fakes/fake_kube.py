@@ -772,10 +772,11 @@ def _main(argv=None):
     fake = FakeKube(a.host, a.port, token=a.token, history=a.history,
                     bookmark_seconds=a.bookmark_seconds, tls_cert=a.tls_cert,
                     tls_key=a.tls_key)
+    done = threading.Event()
+    # Before the URL is printed: a caller may stop the fake as soon as it has read it.
+    signal.signal(signal.SIGTERM, lambda *x: done.set())
     fake.start()
     print(fake.url, flush=True)
-    done = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *x: done.set())
     try:
         while not done.wait(0.5):
             pass
