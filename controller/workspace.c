@@ -424,16 +424,24 @@ int controller_git(const char *log_path, const char *const argv[], struct err *e
     return git_run(NULL, log_path, argv, NULL, err);
 }
 
-/* git_run() with the server's credentials for URL (B: see git_run). */
+/* git_run() with the server's credentials for URL, bounded by B, or when B is NULL by
+ * CONTROLLER_PUSH_LIMIT_MS (no cancel): every git that talks to a remote is bounded. */
 static int git_remote(struct controller *c, const char *url, const char *log_path,
                       const char *const argv[], struct controller_git_bound *b, struct err *err)
 {
+    struct controller_git_bound own;
     struct creds cr;
     int rc;
 
+    if (b == NULL) {
+        controller_git_bound_init(&own, CONTROLLER_PUSH_LIMIT_MS);
+    }
     creds_for(&cr, c, url, log_path);
-    rc = git_run(&cr, log_path, argv, b, err);
+    rc = git_run(&cr, log_path, argv, b != NULL ? b : &own, err);
     creds_free(&cr);
+    if (b == NULL) {
+        controller_git_bound_cleanup(&own);
+    }
     return rc;
 }
 
@@ -652,20 +660,13 @@ int controller_mirror_branches(char **out, struct controller *c, const char *url
                                struct controller_git_bound *b, struct err *err)
 {
     int fd = controller_mirror_lock(c->data_dir, url, err), rc;
-    struct controller_git_bound own;
 
     if (fd < 0) {
         *out = NULL;
         *fetched_out = false;
         return E_FAIL;
     }
-    if (b == NULL) {
-        controller_git_bound_init(&own, CONTROLLER_PUSH_LIMIT_MS);
-    }
-    rc = mirror_locked(out, c, url, branches, log_path, fetched_out, b != NULL ? b : &own, err);
-    if (b == NULL) {
-        controller_git_bound_cleanup(&own);
-    }
+    rc = mirror_locked(out, c, url, branches, log_path, fetched_out, b, err);
     close(fd); /* releases the lock */
     return rc;
 }
@@ -883,7 +884,6 @@ int controller_push(struct controller *c, const char *staging, const char *url, 
                           url,
                           ref,
                           NULL};
-    struct controller_git_bound own;
     int rc;
 
     if (!url_ok(url)) {
@@ -893,11 +893,7 @@ int controller_push(struct controller *c, const char *staging, const char *url, 
     /* The sandbox wrote the staging repo: nothing of it but refs and objects is used. */
     rc = controller_staging_sanitize(staging, err);
     /* Never "+": a push that is not a fast-forward is refused by the remote. */
-    if (rc == E_OK && b == NULL) {
-        controller_git_bound_init(&own, CONTROLLER_PUSH_LIMIT_MS);
-        rc = git_remote(c, url, log_path, argv, &own, err);
-        controller_git_bound_cleanup(&own);
-    } else if (rc == E_OK) {
+    if (rc == E_OK) {
         rc = git_remote(c, url, log_path, argv, b, err);
     }
     free(ref);
