@@ -78,6 +78,7 @@ static void pump_lines(struct sbx *x, char *buf, size_t *len, bool flush)
 {
     size_t start = 0;
 
+    pthread_mutex_lock(&x->log_lock);
     for (size_t i = 0; i < *len; i++) {
         if (buf[i] == '\n') {
             sandbox_log_output(x->log_path, x->log_cap, buf + start, i - start);
@@ -88,6 +89,7 @@ static void pump_lines(struct sbx *x, char *buf, size_t *len, bool flush)
         sandbox_log_output(x->log_path, x->log_cap, buf + start, *len - start);
         start = *len;
     }
+    pthread_mutex_unlock(&x->log_lock);
     memmove(buf, buf + start, *len - start);
     *len -= start;
 }
@@ -192,7 +194,9 @@ static void pump_finish(struct sbx *x, int status)
         /* Logged before the state changes: a reconcile of the exit comes after it. */
         char line[80];
         int n = snprintf(line, sizeof(line), "[diverge] runner exited (status %d)", code);
+        pthread_mutex_lock(&x->log_lock);
         sandbox_log_write(x->log_path, x->log_cap, line, (size_t)n);
+        pthread_mutex_unlock(&x->log_lock);
     }
     pthread_mutex_lock(&x->set->lock);
     x->exit_code = code;
@@ -223,6 +227,7 @@ static void sbx_free(struct sbx *x)
     free(x->log_path);
     free(x->record);
     free(x->ext);
+    pthread_mutex_destroy(&x->log_lock);
     free(x);
 }
 
@@ -318,6 +323,7 @@ int sbx_launch(struct sbx_set *set, const struct sandbox_spec *s, sbx_spawn_fn s
     x->name = xstrdup(s->name);
     x->log_path = xstrdup(s->log_path);
     x->log_cap = s->log_cap;
+    pthread_mutex_init(&x->log_lock, NULL);
     x->record = sbx_record_path(set, s->ns, s->name);
     x->ext = ext;
     x->egress = s->egress;
@@ -355,6 +361,57 @@ int sbx_launch(struct sbx_set *set, const struct sandbox_spec *s, sbx_spawn_fn s
     set->head = x;
     pthread_mutex_unlock(&set->lock);
     return E_OK;
+}
+
+/* Hands X (running, lock held) to NS/NAME: its record file renamed, its name and log. */
+static int claim_locked(struct sbx *x, const char *ns, const char *name, const char *log_path,
+                        size_t log_cap, struct err *err)
+{
+    char *record = sbx_record_path(x->set, ns, name);
+
+    if (rename(x->record, record) != 0) {
+        int e = errno;
+        free(record);
+        return err_set(err, E_FAIL, "rename the sandbox's record: %s", strerror(e));
+    }
+    free(x->record);
+    x->record = record;
+    free(x->ns);
+    free(x->name);
+    x->ns = xstrdup(ns);
+    x->name = xstrdup(name);
+    pthread_mutex_lock(&x->log_lock);
+    free(x->log_path);
+    x->log_path = xstrdup(log_path);
+    x->log_cap = log_cap;
+    pthread_mutex_unlock(&x->log_lock);
+    return E_OK;
+}
+
+int sbx_claim(struct sbx_set *set, const char *from_ns, const char *from_name, const char *ns,
+              const char *name, const char *log_path, size_t log_cap,
+              void (*seen)(const void *ext, void *arg), void *arg, struct err *err)
+{
+    struct sbx *x;
+    int rc;
+
+    kill_recorded(set, ns, name); /* what a previous server left under that name */
+    pthread_mutex_lock(&set->lock);
+    x = find(set, from_ns, from_name);
+    if (x == NULL || x->state != SANDBOX_RUNNING || x->reaped || x->stopping) {
+        rc = err_set(err, E_NOTFOUND, "the warm sandbox does not run any more");
+    } else if (find(set, ns, name) != NULL) {
+        rc = err_set(err, E_CONFLICT, "a sandbox already runs for this task");
+    } else {
+        /* Not reaped: the pump thread reads the name only after its reap, under this
+         * lock, so it sees the new one. */
+        rc = claim_locked(x, ns, name, log_path, log_cap, err);
+        if (rc == E_OK && seen != NULL) {
+            seen(x->ext, arg);
+        }
+    }
+    pthread_mutex_unlock(&set->lock);
+    return rc;
 }
 
 /* Sends SIG to X's process group and to every descendant of its leader. */

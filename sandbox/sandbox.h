@@ -164,6 +164,13 @@ struct sandbox_provider_ops {
     void (*warm)(struct sandbox_provider *p, const char *ns, const char *name);
     /* Stops every sandbox and frees P. */
     void (*free)(struct sandbox_provider *p);
+    /* Optional (local): the running sandbox FROM_NS/FROM_NAME, started gated and given no
+     * task yet (a warm slot), becomes NS/NAME's: every later operation on NS/NAME is on
+     * it, its output goes to LOG_PATH (cap LOG_CAP) and its record is NS/NAME's.
+     * E_NOTFOUND when it does not run any more, E_CONFLICT when NS/NAME has a sandbox. */
+    int (*claim)(struct sandbox_provider *p, const char *from_ns, const char *from_name,
+                 const char *ns, const char *name, const char *log_path, size_t log_cap,
+                 struct err *err);
     /* Optional: the address the sandbox is reached at (a new string), NULL while unknown.
      * Without it a running sandbox is on the server's own host (CONTROLLER_SANDBOX_IP). */
     char *(*address)(struct sandbox_provider *p, const char *ns, const char *name);
@@ -212,6 +219,17 @@ static inline void sandbox_warm(struct sandbox_provider *p, const char *ns, cons
     if (p != NULL && p->ops->warm != NULL) {
         p->ops->warm(p, ns, name);
     }
+}
+
+/* ops->claim; E_FAIL when P has no claim. */
+static inline int sandbox_claim(struct sandbox_provider *p, const char *from_ns,
+                                const char *from_name, const char *ns, const char *name,
+                                const char *log_path, size_t log_cap, struct err *err)
+{
+    if (p == NULL || p->ops->claim == NULL) {
+        return err_set(err, E_FAIL, "this sandbox provider has no warm slots");
+    }
+    return p->ops->claim(p, from_ns, from_name, ns, name, log_path, log_cap, err);
 }
 
 /* Whether P gets ready for a start it is told of (sandbox_warm does anything). */

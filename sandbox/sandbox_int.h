@@ -36,8 +36,9 @@ struct sbx {
     int exit_code;
     bool stopping;  /* stop() asked: no exit callback */
     bool reaped;    /* the leader was reaped: its pid may be reused */
-    char *log_path; /* owned */
-    size_t log_cap;
+    char *log_path; /* owned; log_lock (a claim retargets it) */
+    size_t log_cap; /* log_lock */
+    pthread_mutex_t log_lock;
     char *record; /* owned: the state-dir record of this sandbox */
     void *ext;    /* the provider's per-sandbox data, owned by the provider */
     /* owned, or NULL: freed by the pump thread when the runner exits, else after that
@@ -68,6 +69,12 @@ int sbx_launch(struct sbx_set *set, const struct sandbox_spec *s, sbx_spawn_fn s
 int sbx_suspend(struct sbx_set *set, const char *ns, const char *name, struct err *err);
 int sbx_resume(struct sbx_set *set, const char *ns, const char *name, struct err *err);
 void sbx_status(struct sandbox_status *out, struct sbx_set *set, const char *ns, const char *name);
+/* Makes the running sandbox FROM_NS/FROM_NAME NS/NAME's (sandbox_provider_ops.claim): its
+ * name, record file and log change; the provider's EXT stays (SEEN, when not NULL, reads it
+ * with ARG under the table's lock once the claim is done). */
+int sbx_claim(struct sbx_set *set, const char *from_ns, const char *from_name, const char *ns,
+              const char *name, const char *log_path, size_t log_cap,
+              void (*seen)(const void *ext, void *arg), void *arg, struct err *err);
 /* Stops the sandbox; with none known, kills what a previous server left (its record). */
 void sbx_stop(struct sbx_set *set, const char *ns, const char *name);
 /* The path of a sandbox's record file: new string. */

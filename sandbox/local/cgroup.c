@@ -187,6 +187,18 @@ static char *cg_dir(struct local_provider *lp, int i, const char *ns, const char
     return lp->cg_root[i] != NULL ? xasprintf("%s/%s.%s", lp->cg_root[i], ns, name) : NULL;
 }
 
+/* The cgroup of sandbox X: named at its start (its EXT, which a claim keeps), else by its
+ * task (a record of a previous server). */
+static char *cg_dir_of(struct local_provider *lp, int i, const struct sbx *x)
+{
+    if (x->ext == NULL) {
+        return cg_dir(lp, i, x->ns, x->name);
+    }
+    return lp->cg_root[i] != NULL
+               ? xasprintf("%s/%s", lp->cg_root[i], ((const struct local_ext *)x->ext)->cg)
+               : NULL;
+}
+
 static bool put(const char *dir, const char *file, const char *value)
 {
     char *p = xasprintf("%s/%s", dir, file);
@@ -353,7 +365,7 @@ static bool cg_wait_frozen(struct local_provider *lp, const char *d, const char 
 static int cg_freeze(struct sbx *x, void *ctx, struct err *err)
 {
     struct local_provider *lp = ctx;
-    char *d = cg_dir(lp, 0, x->ns, x->name);
+    char *d = cg_dir_of(lp, 0, x);
     char *state =
         d != NULL ? xasprintf("%s/%s", d, lp->v2 ? "cgroup.events" : "freezer.state") : NULL;
     int rc = E_OK;
@@ -371,7 +383,7 @@ static int cg_freeze(struct sbx *x, void *ctx, struct err *err)
 static int cg_thaw(struct sbx *x, void *ctx, struct err *err)
 {
     struct local_provider *lp = ctx;
-    char *d = cg_dir(lp, 0, x->ns, x->name);
+    char *d = cg_dir_of(lp, 0, x);
 
     (void)err;
     if (d == NULL || !put(d, lp->v2 ? "cgroup.freeze" : "freezer.state", lp->v2 ? "0" : "THAWED")) {
@@ -421,7 +433,7 @@ static void cg_kill(struct sbx *x, void *ctx)
     struct local_provider *lp = ctx;
 
     for (int i = 0; i < LOCAL_CG_MAX; i++) {
-        char *d = cg_dir(lp, i, x->ns, x->name);
+        char *d = cg_dir_of(lp, i, x);
         char buf[8192];
         bool listed = cg_read_procs(buf, sizeof(buf), d);
 
@@ -443,13 +455,20 @@ static void cg_forget(struct sbx *x, void *ctx)
     struct local_provider *lp = ctx;
 
     for (int i = 0; i < LOCAL_CG_MAX; i++) {
-        char *d = cg_dir(lp, i, x->ns, x->name);
+        char *d = cg_dir_of(lp, i, x);
         for (int tries = 0; d != NULL && tries < 50 && rmdir(d) != 0 && errno == EBUSY; tries++) {
             cg_kill(x, ctx);
             sleep_ms(10);
         }
         free(d);
     }
+}
+
+void local_cgroup_remove(struct local_provider *lp, const char *ns, const char *name)
+{
+    struct sbx tmp = {.ns = (char *)(uintptr_t)ns, .name = (char *)(uintptr_t)name, .pid = -1};
+
+    cg_forget(&tmp, lp);
 }
 
 const struct sbx_hooks local_hooks = {

@@ -326,6 +326,7 @@ static int local_spawn(pid_t *pid_out, const struct sandbox_spec *s, int out_fd,
 static int local_start(struct sandbox_provider *p, const struct sandbox_spec *s, struct err *err)
 {
     struct local_provider *lp = to_local(p);
+    struct local_ext *ext;
     char limits[512];
 
     if (lp->problem != NULL) {
@@ -334,9 +335,13 @@ static int local_start(struct sandbox_provider *p, const struct sandbox_spec *s,
         return err_set(err, E_FAIL, "%s", lp->problem);
     }
     local_cgroup_create(lp, s->ns, s->name, limits, sizeof(limits));
-    sandbox_log_event(s->log_path, "[diverge] sandbox local (bubblewrap) as uid %u; %s",
-                      (unsigned)lp->uid, limits);
-    return sbx_launch(&lp->set, s, local_spawn, NULL, err);
+    /* The cgroups keep the start's name when a claim gives the sandbox to a task. */
+    ext = xcalloc(1, sizeof(*ext));
+    snprintf(ext->cg, sizeof(ext->cg), "%s.%s", s->ns, s->name);
+    snprintf(ext->line, sizeof(ext->line), "[diverge] sandbox local (bubblewrap) as uid %u; %s",
+             (unsigned)lp->uid, limits);
+    sandbox_log_event(s->log_path, "%s", ext->line);
+    return sbx_launch(&lp->set, s, local_spawn, ext, err);
 }
 
 static int local_suspend(struct sandbox_provider *p, const char *ns, const char *name,
@@ -361,6 +366,32 @@ static void local_stop(struct sandbox_provider *p, const char *ns, const char *n
 {
     local_warm_forget(to_local(p), ns, name); /* then its cgroups made ahead go too */
     sbx_stop(&to_local(p)->set, ns, name);
+    /* A sandbox taken from a warm slot had cgroups of its own: those made ahead go. */
+    local_cgroup_remove(to_local(p), ns, name);
+}
+
+/* sbx_claim's SEEN: the sandbox's line of its start into ARG. */
+static void copy_line(const void *ext, void *arg)
+{
+    const struct local_ext *e = ext;
+
+    if (e != NULL) {
+        memcpy(arg, e->line, sizeof(e->line));
+    }
+}
+
+static int local_claim(struct sandbox_provider *p, const char *from_ns, const char *from_name,
+                       const char *ns, const char *name, const char *log_path, size_t log_cap,
+                       struct err *err)
+{
+    char line[sizeof(((struct local_ext *)NULL)->line)] = "";
+    int rc = sbx_claim(&to_local(p)->set, from_ns, from_name, ns, name, log_path, log_cap,
+                       copy_line, line, err);
+
+    if (rc == E_OK) {
+        sandbox_log_event(log_path, "%s", line); /* its user and cgroups, in the task's log */
+    }
+    return rc;
 }
 
 static char *local_probe(struct sandbox_provider *p)
@@ -403,6 +434,7 @@ static const struct sandbox_provider_ops local_ops = {
     .owner = local_owner,
     .warm = local_warm,
     .free = local_free,
+    .claim = local_claim,
 };
 
 /* Whether the sandbox user (LP's uid/gid) may search the folder PATH; *mode_out its mode. */

@@ -40,6 +40,12 @@ struct local_provider {
     size_t seccomp_len;
 };
 
+/* A local sandbox's EXT: what its start named, which a claim keeps. */
+struct local_ext {
+    char cg[2 * LOCAL_WARM_NAME + 2]; /* its cgroups' name "<ns>.<name>" */
+    char line[600];                   /* the task log's line on its user and limits */
+};
+
 extern const struct sbx_hooks local_hooks;
 
 /* Resolves (and as root creates) the sandbox user NAME (NULL: SPEC §2 default). */
@@ -50,6 +56,9 @@ void local_cgroup_cleanup(struct local_provider *lp);
 /* Creates the task's cgroups with the limits; LIMITS gets a sentence for the task log. */
 void local_cgroup_create(struct local_provider *lp, const char *ns, const char *name, char *limits,
                          size_t limits_len);
+/* Removes the cgroups named after NS/NAME (made ahead for a start that took a warm slot,
+ * whose sandbox keeps its own), killing what is in them. */
+void local_cgroup_remove(struct local_provider *lp, const char *ns, const char *name);
 /* Opens the task's cgroup.procs files (write) into FDS[0..LOCAL_CG_MAX), -1 unused. */
 void local_cgroup_join(int *fds, struct local_provider *lp, const char *ns, const char *name);
 /* The warm-up of cgroup_warm.c: set up after local_cgroup_init, asked for by the
