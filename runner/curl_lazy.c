@@ -87,6 +87,11 @@ void runner_curl_preload(void)
     runner_early_start(preload);
 }
 
+void runner_curl_wait(void)
+{
+    (void)ready();
+}
+
 void runner_curl_settle(void)
 {
     runner_early_stop();

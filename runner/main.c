@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* diverge-agent-runner: reads its environment (SPEC §9) and runs the task; the exit
  * code says how it ended (runner.h, docs/runner.md). */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +53,7 @@ int main(int argc, char **argv)
 {
     struct runner_config cfg;
     struct err err = {0};
+    bool slot;
     int ex;
 
     if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
@@ -62,12 +64,25 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: %s (no arguments: see %s --help)\n", argv[0], argv[0]);
         return RUNNER_EXIT_CONFIG;
     }
+    /* A warm slot loads libcurl while it waits for its task's environment. */
+    slot = getenv("DIVERGE_START_GATE_ENV") != NULL;
+    if (slot) {
+        runner_curl_preload();
+        if (runner_gate_env(runner_curl_wait, &err) != E_OK) {
+            fprintf(stderr, "diverge-agent-runner: %s\n", err.msg);
+            runner_curl_settle();
+            return RUNNER_EXIT_CONFIG;
+        }
+    }
     if (runner_config_load(&cfg, env_get, NULL, &err) != E_OK) {
         fprintf(stderr, "diverge-agent-runner: %s\n", err.msg);
         runner_config_cleanup(&cfg);
+        runner_curl_settle();
         return RUNNER_EXIT_CONFIG;
     }
-    runner_curl_preload(); /* while the runner waits at its gate and checks out */
+    if (!slot) {
+        runner_curl_preload(); /* while the runner waits at its gate and checks out */
+    }
     ex = (int)runner_run(&cfg);
     runner_curl_settle();
     runner_relays_stop();

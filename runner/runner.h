@@ -228,11 +228,26 @@ struct runner_config {
 int runner_gate_wait(const struct runner_config *cfg, bool *later, struct err *err);
 int runner_gate_go(const struct runner_config *cfg, struct err *err);
 
+#define RUNNER_GATE_ENV_MAX 60000 /* bytes of the environment a warm slot's gate brings */
+#define RUNNER_GATE_ENV_ENTRIES 96
+
+/* A warm slot's runner (DIVERGE_START_GATE_ENV=1, started before any task was known): its
+ * environment is the task's, which the server writes into the start gate before the "c"
+ * and "g": "e", the length (4 bytes, big-endian, 1 to RUNNER_GATE_ENV_MAX), then
+ * "KEY=VALUE" entries each ended by a NUL. Blocks until it came, runs BEFORE_SET (may be
+ * NULL: the runner waits there for its loading thread), then makes the process's
+ * environment exactly those entries plus its own DIVERGE_START_GATE_FD. E_OK at once
+ * without DIVERGE_START_GATE_ENV; E_FAIL when the message is malformed or the server
+ * closed the gate. */
+int runner_gate_env(void (*before_set)(void), struct err *err);
+
 /* Starts loading libcurl on the early thread (curl_lazy.c, the executable only): the
  * runner's HTTP calls wait for it. runner_curl_settle waits for that thread (before the
  * runner exits). */
 void runner_curl_preload(void);
 void runner_curl_settle(void);
+/* Waits until the load runner_curl_preload started is done. */
+void runner_curl_wait(void);
 
 /* The early thread (early.c): runner_early_start runs FIRST on a new thread, which then
  * runs at most one job handed over by runner_early_then (false when there is no early

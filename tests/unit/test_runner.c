@@ -2,7 +2,9 @@
 /* Unit tests of the runner's pure parts: usage lines (exact money), request ids, the
  * offset state, line splitting, meter answers and exit codes, the iteration verdict,
  * DIVERGE_LAST_FAILURE, the environment. */
+#define _GNU_SOURCE
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -664,6 +666,99 @@ TEST(start_gate)
         CHECK_EQ_INT(runner_gate_go(&cfg, &err), i == 0 ? E_OK : E_FAIL);
         CHECK(fcntl(p[0], F_GETFD) == -1);
     }
+}
+
+/* Writes the gate message "e", LEN (big-endian) and BODY[0..n) into a new pipe whose read
+ * end becomes DIVERGE_START_GATE_FD; the write end is closed. */
+static void gate_message(uint32_t len, const char *body, size_t n)
+{
+    unsigned char head[5] = {'e', (unsigned char)(len >> 24), (unsigned char)(len >> 16),
+                             (unsigned char)(len >> 8), (unsigned char)len};
+    char fd[16];
+    int p[2];
+
+    CHECK(pipe(p) == 0);
+    CHECK(write(p[1], head, sizeof(head)) == (ssize_t)sizeof(head));
+    CHECK(n == 0 || write(p[1], body, n) == (ssize_t)n);
+    close(p[1]);
+    snprintf(fd, sizeof(fd), "%d", p[0]);
+    setenv("DIVERGE_START_GATE_FD", fd, 1);
+    setenv("DIVERGE_START_GATE_ENV", "1", 1);
+}
+
+static int g_before_set_calls;
+
+static void before_set(void)
+{
+    g_before_set_calls++;
+}
+
+/* A warm slot's environment through the gate: exactly the entries sent (and the gate's own
+ * descriptor), the rest gone; a malformed message changes nothing and fails. */
+TEST(start_gate_env)
+{
+    extern char **environ;
+    struct err err = {0};
+    char **saved;
+    size_t n = 0;
+
+    while (environ[n] != NULL) {
+        n++;
+    }
+    saved = xcalloc(n + 1, sizeof(*saved));
+    for (size_t i = 0; i < n; i++) {
+        saved[i] = xstrdup(environ[i]);
+    }
+    unsetenv("DIVERGE_START_GATE_ENV");
+    CHECK_OK(runner_gate_env(before_set, &err)); /* not a slot: nothing read */
+    CHECK_EQ_INT(g_before_set_calls, 0);
+
+    const struct {
+        uint32_t len;
+        const char *body;
+        size_t n;
+    } bad[] = {
+        {0, "", 0},                       /* empty */
+        {4, "A=1", 3},                    /* no final NUL */
+        {5, "A=1\0", 4},                  /* shorter than said */
+        {3, "=1\0", 3},                   /* no name */
+        {4, "AB\0\0", 4},                 /* no "=" */
+        {RUNNER_GATE_ENV_MAX + 1, "", 0}, /* too long */
+    };
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        gate_message(bad[i].len, bad[i].body, bad[i].n);
+        CHECK_EQ_INT(runner_gate_env(before_set, &err), E_FAIL);
+        CHECK(getenv("DIVERGE_START_GATE_ENV") != NULL); /* the environment unchanged */
+        close((int)strtol(getenv("DIVERGE_START_GATE_FD"), NULL, 10));
+    }
+    CHECK_EQ_INT(g_before_set_calls, 0);
+
+    static const char good[] = "DIVERGE_TASK_NAME=t1\0PATH=/bin\0DIVERGE_START_GATE_ENV=1\0"
+                               "V=a=b\0";
+    gate_message(sizeof(good) - 1, good, sizeof(good) - 1);
+    const char *fd = getenv("DIVERGE_START_GATE_FD");
+    char *want_fd = xstrdup(fd);
+    CHECK_OK(runner_gate_env(before_set, &err));
+    CHECK_EQ_INT(g_before_set_calls, 1);
+    CHECK_EQ_STR(getenv("DIVERGE_TASK_NAME"), "t1");
+    CHECK_EQ_STR(getenv("PATH"), "/bin");
+    CHECK_EQ_STR(getenv("V"), "a=b");
+    CHECK_EQ_STR(getenv("DIVERGE_START_GATE_FD"), want_fd);
+    CHECK(getenv("DIVERGE_START_GATE_ENV") == NULL && getenv("HOME") == NULL);
+    n = 0;
+    while (environ[n] != NULL) {
+        n++;
+    }
+    CHECK_EQ_INT(n, 4);
+    CHECK(fcntl((int)strtol(want_fd, NULL, 10), F_GETFD) ==
+          FD_CLOEXEC); /* kept for the "c" and "g" */
+    close((int)strtol(want_fd, NULL, 10));
+    free(want_fd);
+    clearenv();
+    for (size_t i = 0; saved[i] != NULL; i++) {
+        putenv(saved[i]); /* the process's environment from now on */
+    }
+    free(saved);
 }
 
 /* Waits until a file stamped now in DIR is stamped later than PATH's last change (any
