@@ -60,6 +60,7 @@ struct controller_config {
     const char *sandbox_tools;      /* local, process: read-only tools folder (bin/ on PATH) */
     int64_t sandbox_memory;         /* bytes, 0: none */
     int64_t sandbox_pids;           /* 0: none */
+    int64_t warm_slots;             /* local: sandboxes started ahead (slot.c), 0: none */
     int64_t sandbox_cpus_milli;     /* 1000 = one CPU, 0: none */
     int64_t sandbox_disk;           /* bytes a task's files may use (local, process), 0: none */
     int64_t data_dir_reserve;       /* bytes kept free on the data dir's filesystem, 0: none */

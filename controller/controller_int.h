@@ -70,6 +70,12 @@ struct controller {
     struct controller_push_job *push_jobs;      /* pushes running or done (notes_lock) */
     struct controller_push_job *push_forgotten; /* deleted tasks' pushes (notes_lock) */
     struct controller_launch *prelaunches;      /* gated sandboxes (lock; launch.c) */
+    /* Warm slots (slot.c; lock): at most slot_max (--sandbox-warm-slots), one per
+     * repository a fresh start wanted (slot_wants, newest first). */
+    int64_t slot_max;
+    uint64_t slot_seq;
+    struct controller_slot *slots;
+    struct controller_slot_want *slot_wants;
 
     /* Egress (network.c): --sandbox-network proxy (tasks may say otherwise), and
      * the --sandbox-allow-host rules plus the server's own addresses (owned). */
@@ -244,6 +250,29 @@ void controller_prelaunch_discard(struct controller *c, struct controller_launch
 void controller_prelaunch_drop(struct controller *c, const char *ns, const char *name);
 /* Stops and frees every prelaunch (shutdown). */
 void controller_prelaunch_drop_all(struct controller *c);
+/* "PATH=..." as a sandbox gets it: new string. */
+char *controller_env_path(const struct controller *c);
+
+/* --- warm slots (slot.c) ------------------------------------------------------------- */
+
+#define CONTROLLER_SLOT_NS "_slot" /* a slot's sandbox name until claimed: no task's */
+#define CONTROLLER_SLOT_IDLE_MS (10 * 60 * 1000)
+#define CONTROLLER_SLOT_ENV_MAX 60000 /* the runner's RUNNER_GATE_ENV_MAX */
+
+/* Removes what a previous server left under <data-dir>/slots and sets the bound MAX (0
+ * without the local provider). */
+void controller_slots_init(struct controller *c, int64_t max);
+/* A fresh start of a task of URL's repository ran (C->lock held): a slot is wanted. */
+void controller_slot_want(struct controller *c, const char *url);
+/* The tick thread: stops idle slots, then makes one wanted slot (C->lock not held). */
+void controller_slots_tick(struct controller *c, int64_t now);
+/* Stops every slot (shutdown, threads stopped). */
+void controller_slots_drop_all(struct controller *c);
+/* In place of the prelaunch's spawn (C->lock held): the slot of L's mirror made R's
+ * sandbox, L's environment built and sent, L->gate its gate; false when there was none
+ * (or it did not fit: it is stopped), and L is as it was given but for its environment. */
+bool controller_slot_claim(struct controller *c, struct controller_launch *l,
+                           const struct reconcile *r);
 /* Tells L's runner that its workspace is made (it checks it out; "c"). */
 void controller_gate_ready(struct controller_launch *l);
 /* Opens L's gate: its runner goes on ("g"). E_FAIL when the runner is gone. */
@@ -374,6 +403,8 @@ void controller_egress_cleanup(struct controller *c);
  * spec.sandbox.allowedHosts) into *OUT and appends the proxy variables to ENV (*N
  * entries, new strings, NULL-terminated; at most CONTROLLER_EGRESS_ENV_MAX more), with
  * paths as the provider shows them. *OUT stays NULL in `none` mode. */
+/* Whether R's sandbox gets network none without asking for the proxy. */
+bool controller_egress_none(const struct controller *c, const struct reconcile *r);
 int controller_egress_open(struct sandbox_egress **out, struct controller *c,
                            const struct reconcile *r, const char *log_path, char **env, size_t *n,
                            struct err *err);

@@ -329,6 +329,9 @@ int controller_launch(struct controller *c, struct reconcile *r)
     }
     controller_note_running(c, r->ns, r->name, true, clock_now_ms(clock_system()));
     arm_timer(c, r);
+    if (l->mode == CONTROLLER_START_FRESH) {
+        controller_slot_want(c, r->url); /* the next task of this repository: warm */
+    }
     sandbox_log_event(l->p.log, "[diverge] %s (provider %s, iteration %lld)",
                       l->mode == CONTROLLER_START_FRESH    ? "provisioned"
                       : l->mode == CONTROLLER_START_RESUME ? "resumed"

@@ -83,6 +83,13 @@ static size_t run_env(char **env, size_t n, const struct controller *c, const st
     return n;
 }
 
+char *controller_env_path(const struct controller *c)
+{
+    return c->sandbox_tools != NULL
+               ? xasprintf("PATH=%s/bin:/usr/local/bin:/usr/bin:/bin", c->sandbox_tools)
+               : xstrdup("PATH=/usr/local/bin:/usr/bin:/bin");
+}
+
 size_t controller_build_env(char **env, struct controller *c, const struct reconcile *r,
                             const struct controller_paths *p, int64_t start_iteration)
 {
@@ -91,9 +98,7 @@ size_t controller_build_env(char **env, struct controller *c, const struct recon
     const char *state = inside ? SANDBOX_IN_STATE : p->state;
     size_t n = 0;
 
-    env[n++] = c->sandbox_tools != NULL
-                   ? xasprintf("PATH=%s/bin:/usr/local/bin:/usr/bin:/bin", c->sandbox_tools)
-                   : xstrdup("PATH=/usr/local/bin:/usr/bin:/bin");
+    env[n++] = controller_env_path(c);
     env[n++] = xasprintf("HOME=%s", state);
     env[n++] = xstrdup("LANG=C.UTF-8");
     env[n++] = xasprintf("DIVERGE_METER_URL=%s", c->meter_url != NULL ? c->meter_url : "");
@@ -313,6 +318,12 @@ void controller_prelaunch(struct controller *c, const struct reconcile *r)
     l->ns = xstrdup(r->ns);
     l->name = xstrdup(r->name);
     l->iteration = r->iteration > 0 ? r->iteration : 1;
+    if (controller_slot_claim(c, l, r)) {
+        dir_ids(l->ids, &l->p);
+        l->next = c->prelaunches;
+        c->prelaunches = l;
+        return;
+    }
     rc = make_dirs(c, &l->p, &err);
     if (rc == E_OK) {
         l->n = l->n_base = controller_build_env(l->env, c, r, &l->p, l->iteration);

@@ -254,6 +254,9 @@ int controller_new(struct controller **out, struct task_store *store,
     atomic_init(&c->queue_poked, false);
     controller_disk_init(c);
     rc = controller_sandboxes_open(c, cfg, err);
+    if (rc == E_OK) {
+        controller_slots_init(c, cfg->warm_slots);
+    }
     if (rc == E_OK && !cfg->manual && !cfg->deferred) {
         rc = controller_start(c, NULL, NULL, err);
     }
@@ -308,6 +311,7 @@ void controller_free(struct controller *c)
         controller_disk_stop(c);      /* it stops sandboxes: before the provider goes */
         store_worker_stop(c->worker); /* no reconcile runs past this line */
         controller_prelaunch_drop_all(c);
+        controller_slots_drop_all(c); /* the warm sandboxes and their folders */
         /* Sandboxes die with the server (SPEC §9); the next one restarts them. */
         sandbox_provider_free(c->sandboxes);
         c->sandboxes = NULL;

@@ -203,6 +203,13 @@ static void proxy_env(char **env, size_t *n, const char *sock)
     env[(*n)++] = xstrdup("no_proxy=localhost,127.0.0.1,::1");
 }
 
+bool controller_egress_none(const struct controller *c, const struct reconcile *r)
+{
+    const char *net = json_string_value(json_object_get(r->sandbox, "network"));
+
+    return !(net != NULL ? strcmp(net, "proxy") == 0 : c->network_proxy);
+}
+
 int controller_egress_open(struct sandbox_egress **out, struct controller *c,
                            const struct reconcile *r, const char *log_path, char **env, size_t *n,
                            struct err *err)

@@ -57,8 +57,12 @@ void controller_timer_warn(struct controller *c, const char *ns, const char *nam
 void controller_on_exit(const char *ns, const char *name, void *userdata)
 {
     struct controller *c = userdata;
-    struct controller_note *n = xcalloc(1, sizeof(*n));
+    struct controller_note *n;
 
+    if (strcmp(ns, CONTROLLER_SLOT_NS) == 0) {
+        return; /* a warm slot's runner, no task's: a claim finds it gone */
+    }
+    n = xcalloc(1, sizeof(*n));
     n->ns = xstrdup(ns);
     n->name = xstrdup(name);
     pthread_mutex_lock(&c->notes_lock);

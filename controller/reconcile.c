@@ -595,8 +595,8 @@ static int mirror_or_wait(struct controller *c, struct reconcile *r, bool *fetch
         if (rc == E_AGAIN) {
             rc = E_OK;
             *fetching = true;
+            controller_prelaunch(c, r); /* first: a warm slot brings its staging along */
             controller_prepare_early(c, r);
-            controller_prelaunch(c, r);
         }
     }
     return rc;

@@ -61,6 +61,7 @@ static void *tick(void *arg)
         pthread_mutex_unlock(&c->notes_lock);
         bool had_notes = todo != NULL;
         controller_runs_tick(c, now);
+        controller_slots_tick(c, now);
         while (todo != NULL) {
             n = todo;
             todo = n->next;

@@ -332,10 +332,20 @@ static int parse_count_flag(int64_t *out, const char *flag, const char *v)
     return 0;
 }
 
-/* --max-running-tasks: default the number of CPUs online (SPEC §14). */
+/* --max-running-tasks: default the number of CPUs online (SPEC §14); and
+ * --sandbox-warm-slots, a few at most. */
 static int parse_max_running(struct server *srv)
 {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+
+    if (parse_count_flag(&srv->sandbox_warm_slots, "--sandbox-warm-slots",
+                         srv->cfg.sandbox_warm_slots) != 0) {
+        return 2;
+    }
+    if (srv->sandbox_warm_slots > 16) {
+        fprintf(stderr, "diverge: serve: --sandbox-warm-slots must be 0 to 16\n");
+        return 2;
+    }
 
     if (srv->cfg.max_running_tasks == NULL || srv->cfg.max_running_tasks[0] == '\0') {
         srv->max_running_tasks = cpus > 0 ? cpus : 1;

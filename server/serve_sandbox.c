@@ -217,6 +217,7 @@ int serve_controller_make(struct controller **out, struct server *srv, struct er
         .sandbox_tools = srv->cfg.sandbox_tools,
         .sandbox_memory = srv->sandbox_memory,
         .sandbox_pids = srv->sandbox_pids,
+        .warm_slots = srv->sandbox_warm_slots,
         .sandbox_cpus_milli = srv->sandbox_cpus_milli,
         .sandbox_disk = srv->sandbox_disk,
         .data_dir_reserve = srv->data_dir_reserve,

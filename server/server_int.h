@@ -81,6 +81,7 @@ struct server_config {
     char *sandbox_tools;         /* host folder bound read-only into sandboxes, or NULL */
     char *sandbox_allow_hosts;   /* egress rules, comma-joined (--sandbox-allow-host) */
     char *sandbox_memory, *sandbox_pids, *sandbox_cpus; /* per-sandbox limits */
+    char *sandbox_warm_slots;                           /* local: warm sandboxes ("2") */
     char *git_push_max;                                 /* receive-pack body cap ("64M") */
     char *agent_cmd, *verify_cmd;                       /* the runner's commands; NULL: none */
     char *preview_base_url;      /* the preview router; NULL: no linked previews */
@@ -148,6 +149,7 @@ struct server {
     int64_t notifier_min_interval_ms;
     int64_t sandbox_memory;         /* bytes, 0: none */
     int64_t sandbox_pids;           /* 0: none */
+    int64_t sandbox_warm_slots;     /* local: warm sandboxes at most, 0: none */
     int64_t sandbox_cpus_milli;     /* 1000 = one CPU, 0: none */
     int64_t git_push_max;           /* bytes of a git receive-pack body (--git-push-max) */
     int64_t sandbox_disk;           /* bytes, 0: none */

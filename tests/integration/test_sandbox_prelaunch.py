@@ -57,7 +57,9 @@ class Setup:
         git("--git-dir", self.repo, "update-server-info")
         self.gs = SlowGitServer(self.repo)
         self.gs.release()
-        self.srv = Server(args=["--sandbox-provider", "local", "--agent-cmd", AGENT])
+        # The prelaunch's own spawn: no warm slot (test_sandbox_slots) takes its place.
+        self.srv = Server(args=["--sandbox-provider", "local", "--agent-cmd", AGENT,
+                                "--sandbox-warm-slots", "0"])
         self.srv.__enter__()
         create(self.srv, task("warm", self.gs.url))
         wait_log(self.srv, "warm", "files:", timeout=60)

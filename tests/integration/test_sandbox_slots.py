@@ -1,0 +1,216 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Warm slots of the local provider (--sandbox-warm-slots, default 2), with real bubblewrap
+and the real diverge-agent-runner. After a first task of a repository, a sandbox is
+started ahead for it (bound to folders of its own and that repository's mirror; its runner
+waits at its gate knowing no task). The next new task of that repository takes it: the
+slot's folders become the task's (the same inodes, which the sandbox's binds follow), its
+runner gets the task's environment through the gate and runs the task as any other. The
+task sees only its own workspace, token and state; a slot of one repository is never
+taken by a task of another; at most two slots exist however many tasks come; nothing of a
+slot is left after its task is deleted, after the server stops, or after it was killed.
+Skipped with a message when bubblewrap or user namespaces are missing."""
+import glob
+import os
+import re
+import shutil
+import sys
+import time
+
+from harness import API, Server, run_tests
+from sandbox_helpers import bare_repo, create, task, task_log, wait_log, wait_phase, wait_until
+from test_sandbox_local import usable
+
+# What the agent sees: its environment, its workspace, state and token folders.
+AGENT = ('echo "env: task=$DIVERGE_TASK_NAME token=$DIVERGE_TOKEN_FILE '
+         'ws=$DIVERGE_WORKSPACE_DIR slotflag=${DIVERGE_START_GATE_ENV:-unset}"; '
+         'echo "ws: $(ls -A /workspace | tr "\\n" " ")"; '
+         'echo "state: $(ls -A /diverge/state | tr "\\n" " ")"; '
+         'echo "tokens: $(ls -A /etc/diverge/token | tr "\\n" " ")"; '
+         'echo "mine: $(cat /etc/diverge/token/token | wc -c)"; '
+         'echo "$DIVERGE_TASK_NAME" > "$DIVERGE_TASK_NAME.txt"; '
+         'echo "$DIVERGE_TASK_NAME" > "/diverge/state/$DIVERGE_TASK_NAME.mark"')
+CLAIMED = "taken from the warm slot of this repository"
+
+
+def slots(srv):
+    """The slots not taken yet: {id: workspace inode} from their folders."""
+    out = {}
+    for d in glob.glob(os.path.join(srv.data_dir, "slots", "s*")):
+        if os.path.isdir(d):
+            try:
+                out[os.path.basename(d)] = os.stat(os.path.join(d, "workspace")).st_ino
+            except OSError:
+                pass
+    return out
+
+
+def slot_records(srv):
+    return glob.glob(os.path.join(srv.data_dir, "run", "_slot.*"))
+
+
+def subtree(log):
+    """This server's cgroup subtree id (from a task's log line), or None without cgroups."""
+    m = re.search(r"cgroup v[12] \S*/diverge/([0-9a-f]{16})/", log)
+    return m.group(1) if m else None
+
+
+def slot_cgroups(tree):
+    """The cgroup folders of this server's slot sandboxes (claimed or not: a claimed one
+    keeps its cgroups until its task's sandbox stops)."""
+    if tree is None:
+        return []
+    return (glob.glob("/sys/fs/cgroup/*/diverge/%s/_slot.*" % tree) +
+            glob.glob("/sys/fs/cgroup/diverge/%s/_slot.*" % tree))
+
+
+def slot_procs(tree):
+    """Live processes in this server's slot cgroups."""
+    out = set()
+    for d in slot_cgroups(tree):
+        try:
+            with open(os.path.join(d, "cgroup.procs")) as f:
+                out.update(int(x) for x in f.read().split())
+        except OSError:
+            pass
+    return sorted(p for p in out if os.path.exists("/proc/%d" % p))
+
+
+def line(log, prefix):
+    found = [l.split(prefix, 1)[1] for l in log.splitlines() if prefix in l]
+    assert found, (prefix, log)
+    return found[0]
+
+
+def repo_url():
+    repo = bare_repo()
+    os.chmod(os.path.dirname(repo), 0o755)
+    return "file://" + repo, os.path.dirname(repo)
+
+
+def run_task(srv, name, url):
+    create(srv, task(name, url, maxIterations=1))
+    wait_log(srv, name, "mine:", timeout=60)
+    wait_phase(srv, name, ("Completed", "Failed"), timeout=60)
+    return task_log(srv, name)
+
+
+def test_claimed_slot_runs_the_task_on_its_own_files_only():
+    url, top = repo_url()
+    with Server(args=["--sandbox-provider", "local", "--agent-cmd", AGENT]) as srv:
+        log = run_task(srv, "first", url)
+        assert CLAIMED not in log, log  # no mirror before it: no slot
+        made = wait_until(lambda: slots(srv), timeout=30, what="a warm slot")
+        (sid, ino), = made.items()
+        assert len(slot_records(srv)) == 1
+        log = run_task(srv, "second", url)
+        assert CLAIMED in log, log
+        # The task's log says where it runs: the slot's cgroups, under the same limits.
+        assert "sandbox local (bubblewrap) as uid" in log, log
+        assert subtree(log) is None or "/_slot.%s: memory limited" % sid in log, log
+        env = line(log, "env: ")
+        assert "task=second " in env and "token=/etc/diverge/token/token " in env, env
+        assert "ws=/workspace " in env and "slotflag=unset" in env, env
+        # Only its own files: the repository's, its state, its token.
+        ws = line(log, "ws: ").split()
+        assert "README" in ws and "first.txt" not in ws, ws
+        assert "first.mark" not in line(log, "state: ").split(), log
+        assert line(log, "tokens: ").split() == ["token"], log
+        # The slot's folder is the task's now (the inode the sandbox's bind follows): what
+        # the agent wrote inside is there.
+        mine = os.path.join(srv.data_dir, "workspaces", "default", "second")
+        assert os.stat(mine).st_ino == ino
+        with open(os.path.join(mine, "second.txt")) as f:
+            assert f.read() == "second\n"
+        state = os.path.join(srv.data_dir, "state", "default", "second", "second.mark")
+        assert os.path.exists(state)
+        assert sid not in slots(srv), "a taken slot's folder stays"
+        assert not os.path.exists(os.path.join(srv.data_dir, "slots", sid + ".log"))
+        # Deleted: its folders go as any task's, and a new slot comes for the repository.
+        st, _, body = srv.request("DELETE", API + "/namespaces/default/agenttasks/second")
+        assert st in (200, 202), (st, body)
+        wait_until(lambda: not os.path.exists(mine), timeout=30, what="the task's folders")
+        wait_until(lambda: slots(srv), timeout=30, what="a new warm slot")
+    shutil.rmtree(top, ignore_errors=True)
+
+
+def test_slot_serves_its_repository_only_and_the_bound_holds():
+    urls = [repo_url() for _ in range(4)]
+    with Server(args=["--sandbox-provider", "local", "--agent-cmd", AGENT]) as srv:
+        run_task(srv, "a1", urls[0][0])
+        ino_a = list(wait_until(lambda: slots(srv), timeout=30, what="A's slot").values())[0]
+        # A task of B does not take A's slot.
+        log = run_task(srv, "b1", urls[1][0])
+        assert CLAIMED not in log, log
+        assert ino_a in slots(srv).values()
+        assert os.stat(os.path.join(srv.data_dir, "workspaces", "default", "b1")).st_ino != ino_a
+        wait_until(lambda: len(slots(srv)) == 2, timeout=30, what="B's slot")
+        # Many tasks of many repositories: never more than two slots.
+        most = 0
+        names = []
+        for k in range(3):
+            for i, (url, _) in enumerate(urls):
+                name = "m%d-%d" % (k, i)
+                names.append(name)
+                create(srv, task(name, url, maxIterations=1))
+                most = max(most, len(slots(srv)), len(slot_records(srv)))
+        pending = list(names)
+        while pending:
+            most = max(most, len(slots(srv)), len(slot_records(srv)))
+            st, _, body = srv.request("GET", API + "/namespaces/default/agenttasks/" + pending[0])
+            if st == 200 and body["status"].get("phase") in ("Completed", "Failed"):
+                pending.pop(0)
+            time.sleep(0.01)
+        for name in names:
+            log = task_log(srv, name)
+            assert "mine:" in log, log
+            assert "task=%s " % name in line(log, "env: "), log
+        assert most <= 2, most
+    for _, top in urls:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+def test_nothing_of_a_slot_outlives_the_server():
+    url, top = repo_url()
+    srv = Server(args=["--sandbox-provider", "local", "--agent-cmd", AGENT])
+    srv2 = srv3 = None
+    srv.start()
+    try:
+        tree = subtree(run_task(srv, "one", url))
+        wait_until(lambda: slots(srv) and slot_records(srv), timeout=30, what="a warm slot")
+        assert tree is None or slot_procs(tree)
+        srv.stop()
+        assert not slots(srv) and not slot_records(srv)
+        assert not slot_cgroups(tree) and not slot_procs(tree), slot_cgroups(tree)
+        # Killed: the slot dies with it; the next server removes what is left.
+        srv2 = Server(args=["--sandbox-provider", "local", "--agent-cmd", AGENT],
+                      data_dir=srv.data_dir)
+        srv2.start()
+        run_task(srv2, "two", url)
+        left = wait_until(lambda: slots(srv2), timeout=30, what="a warm slot")
+        srv2.kill()
+        wait_until(lambda: not slot_procs(tree), timeout=30, what="the slot to die")
+        assert slots(srv2) == left and slot_records(srv2)
+        srv3 = Server(args=["--sandbox-provider", "local", "--agent-cmd", AGENT,
+                            "--sandbox-warm-slots", "0"], data_dir=srv.data_dir)
+        srv3.start()
+        assert not slots(srv3) and not slot_records(srv3)
+        assert not slot_cgroups(tree), slot_cgroups(tree)
+        log = run_task(srv3, "three", url)
+        assert CLAIMED not in log, log
+        srv3.stop()
+    finally:
+        for s in (srv3, srv2, srv):
+            if s is not None:
+                s.stop()
+        shutil.rmtree(srv.data_dir, ignore_errors=True)
+        shutil.rmtree(top, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    why = usable()
+    if why is not None:
+        print("SKIP: " + why)
+        sys.exit(0)
+    run_tests([test_claimed_slot_runs_the_task_on_its_own_files_only,
+               test_slot_serves_its_repository_only_and_the_bound_holds,
+               test_nothing_of_a_slot_outlives_the_server])
