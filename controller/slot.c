@@ -10,8 +10,9 @@
  * and carry the same limits), and the task's environment goes through the gate before
  * the usual "c" and "g" (runner_gate_env: no file holds it). A slot serves one task and
  * is never given back; a slot whose mirror was replaced is stopped, not claimed. At most
- * one per repository and warm_slots in all; made off the start path by the tick thread,
- * only for a repository whose mirror exists and that a task started on within
+ * one per repository and warm_slots in all; made by the tick thread after the exits it
+ * was woken for (under the lock, as a start is: a start that comes meanwhile waits the few
+ * ms), only for a repository whose mirror exists and that a task started on within
  * CONTROLLER_SLOT_IDLE_MS, and stopped once that long passed without one, at the
  * server's stop, and (as any sandbox) by the next server after a crash. */
 #define _GNU_SOURCE
@@ -282,12 +283,10 @@ static const struct controller_slot_want *want_of(const struct controller *c, co
     return NULL;
 }
 
-/* (C->lock held) Moves the slots no start wanted for CONTROLLER_SLOT_IDLE_MS to *GONE and
- * returns a repository's mirror that wants a slot and may have one (new string), or NULL. */
-static char *slots_plan(struct controller *c, int64_t now, struct controller_slot **gone)
+/* (C->lock held) Moves the slots no start wanted for CONTROLLER_SLOT_IDLE_MS to *GONE. */
+static void slots_expire(struct controller *c, int64_t now, struct controller_slot **gone)
 {
     struct controller_slot **pp = &c->slots;
-    struct stat sb;
 
     while (*pp != NULL) {
         const struct controller_slot_want *w = want_of(c, (*pp)->mirror);
@@ -300,6 +299,14 @@ static char *slots_plan(struct controller *c, int64_t now, struct controller_slo
             pp = &(*pp)->next;
         }
     }
+}
+
+/* (C->lock held) A repository's mirror that wants a slot and may have one (new string), or
+ * NULL. */
+static char *slots_wanted(struct controller *c, int64_t now)
+{
+    struct stat sb;
+
     if (slot_count(c) >= (size_t)c->slot_max) {
         return NULL;
     }
@@ -315,41 +322,29 @@ static char *slots_plan(struct controller *c, int64_t now, struct controller_slo
 void controller_slots_tick(struct controller *c, int64_t now)
 {
     struct controller_slot *gone = NULL, *s = NULL;
-    char *mirror;
-    uint64_t seq;
+    char *mirror = NULL;
 
     if (c->slot_max <= 0) {
         return;
     }
     pthread_mutex_lock(&c->lock);
-    mirror = slots_plan(c, now, &gone);
-    seq = ++c->slot_seq;
+    slots_expire(c, now, &gone);
     pthread_mutex_unlock(&c->lock);
-    while (gone != NULL) {
+    while (gone != NULL) { /* stopped before another is made: the bound holds throughout */
         s = gone;
         gone = s->next;
         slot_free(c, s);
     }
-    if (mirror == NULL || atomic_load(&c->stopping)) {
-        free(mirror);
-        return;
-    }
-    s = slot_make(c, mirror, seq); /* off the lock: no start waits for it */
-    free(mirror);
-    if (s == NULL) {
-        return;
-    }
+    /* Under the lock, as a start (the sandbox user's files, the meter socket). */
     pthread_mutex_lock(&c->lock);
-    if (!atomic_load(&c->stopping) && *slot_find(c, s->mirror) == NULL &&
-        slot_count(c) < (size_t)c->slot_max) {
+    mirror = atomic_load(&c->stopping) ? NULL : slots_wanted(c, now);
+    s = mirror != NULL ? slot_make(c, mirror, ++c->slot_seq) : NULL;
+    if (s != NULL) {
         s->next = c->slots;
         c->slots = s;
-        s = NULL;
     }
     pthread_mutex_unlock(&c->lock);
-    if (s != NULL) {
-        slot_free(c, s);
-    }
+    free(mirror);
 }
 
 void controller_slots_drop_all(struct controller *c)
