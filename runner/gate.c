@@ -130,6 +130,9 @@ static int env_message(int fd, char **out, size_t *len_out, struct err *err)
     return E_OK;
 }
 
+/* What the environment points into from runner_gate_env on (kept for good). */
+static char *g_env_block, *g_env_gate;
+
 int runner_gate_env(void (*before_set)(void), struct err *err)
 {
     const char *v = getenv("DIVERGE_START_GATE_FD");
@@ -158,9 +161,13 @@ int runner_gate_env(void (*before_set)(void), struct err *err)
     }
     gate = xasprintf("DIVERGE_START_GATE_FD=%ld", fd);
     clearenv();
+    free(g_env_block); /* a second call (the tests): nothing points into the first's now */
+    free(g_env_gate);
+    g_env_block = block;
+    g_env_gate = gate;
     for (int i = 0; i < n; i++) {
         if (strncmp(entries[i], "DIVERGE_START_GATE_", 19) != 0) {
-            putenv(entries[i]); /* BLOCK and GATE stay the environment's for good */
+            putenv(entries[i]);
         }
     }
     putenv(gate);

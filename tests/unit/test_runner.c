@@ -687,6 +687,7 @@ static void gate_message(uint32_t len, const char *body, size_t n)
 }
 
 static int g_before_set_calls;
+static char **g_saved_env;
 
 static void before_set(void)
 {
@@ -758,7 +759,7 @@ TEST(start_gate_env)
     for (size_t i = 0; saved[i] != NULL; i++) {
         putenv(saved[i]); /* the process's environment from now on */
     }
-    free(saved);
+    g_saved_env = saved; /* the environment points into it from now on */
 }
 
 /* Waits until a file stamped now in DIR is stamped later than PATH's last change (any
