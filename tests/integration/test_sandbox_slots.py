@@ -17,7 +17,8 @@ import sys
 import time
 
 from harness import API, Server, run_tests
-from sandbox_helpers import bare_repo, create, task, task_log, wait_log, wait_phase, wait_until
+from sandbox_helpers import (bare_repo, create, git, task, task_log, wait_log, wait_phase,
+                             wait_until)
 from test_sandbox_local import usable
 
 # What the agent sees: its environment, its workspace, state and token folders.
@@ -169,6 +170,33 @@ def test_slot_serves_its_repository_only_and_the_bound_holds():
         shutil.rmtree(top, ignore_errors=True)
 
 
+def test_comments_without_permission_make_no_slot():
+    url, top = repo_url()
+    git("--git-dir", url[len("file://"):], "branch", "feature", "main")
+    with Server(args=["--sandbox-provider", "local", "--agent-cmd", AGENT]) as srv:
+        r = srv.cli("local", "pr", "open", "acme/r0#1", "--repo", url, "--head", "feature")
+        assert r.returncode == 0, r
+        for i in range(20):
+            st, _, body = srv.request("POST", "/api/v1/local/comments", {
+                "project": "acme/r0", "number": 1, "body": "/diverge fix it %d" % i,
+                "author": "mallory", "permission": "read"})
+            assert st in (200, 202), (st, body)
+        r = srv.cli("local", "comment", "acme/r0#1", "/diverge fix it", "--as", "alice")
+        assert r.returncode == 0, r
+        # The bot takes comments in order: by the time alice's task is there, mallory's
+        # twenty were refused, and made neither a task nor a slot.
+        wait_until(lambda: srv.request("GET", API + "/namespaces/acme-r0/agenttasks/fix-pr-1")[0]
+                   == 200, timeout=60, what="alice's task")
+        st, _, body = srv.request("GET", API + "/namespaces/acme-r0/agenttasks")
+        assert st == 200 and len(body["items"]) == 1, body
+        assert not slots(srv) and not slot_records(srv)
+        wait_until(lambda: "mine:" in task_log(srv, "fix-pr-1", ns="acme-r0"), timeout=60,
+                   what="alice's agent")
+        assert "task=fix-pr-1 " in line(task_log(srv, "fix-pr-1", ns="acme-r0"), "env: ")
+        assert len(wait_until(lambda: slots(srv), timeout=30, what="the repository's slot")) == 1
+    shutil.rmtree(top, ignore_errors=True)
+
+
 def test_nothing_of_a_slot_outlives_the_server():
     url, top = repo_url()
     srv = Server(args=["--sandbox-provider", "local", "--agent-cmd", AGENT])
@@ -213,4 +241,5 @@ if __name__ == "__main__":
         sys.exit(0)
     run_tests([test_claimed_slot_runs_the_task_on_its_own_files_only,
                test_slot_serves_its_repository_only_and_the_bound_holds,
+               test_comments_without_permission_make_no_slot,
                test_nothing_of_a_slot_outlives_the_server])
