@@ -73,6 +73,7 @@ struct controller {
     /* Warm slots (slot.c; lock): at most slot_max (--sandbox-warm-slots), one per
      * repository a fresh start wanted (slot_wants, newest first). */
     int64_t slot_max;
+    int64_t slot_busy_ms; /* the last start that claimed or launched (epoch ms) */
     uint64_t slot_seq;
     struct controller_slot *slots;
     struct controller_slot_want *slot_wants;
@@ -257,6 +258,7 @@ char *controller_env_path(const struct controller *c);
 
 #define CONTROLLER_SLOT_NS "_slot" /* a slot's sandbox name until claimed: no task's */
 #define CONTROLLER_SLOT_IDLE_MS (10 * 60 * 1000)
+#define CONTROLLER_SLOT_QUIET_MS 100  /* no slot is made this soon after a start */
 #define CONTROLLER_SLOT_ENV_MAX 60000 /* the runner's RUNNER_GATE_ENV_MAX */
 
 /* Removes what a previous server left under <data-dir>/slots and sets the bound MAX (0

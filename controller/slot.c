@@ -115,6 +115,7 @@ void controller_slot_want(struct controller *c, const char *url)
         w->mirror = mirror;
     }
     w->last_ms = clock_now_ms(clock_system());
+    c->slot_busy_ms = w->last_ms;
     w->next = c->slot_wants;
     c->slot_wants = w;
     /* At most slot_max repositories are remembered: the oldest goes. */
@@ -307,7 +308,10 @@ static char *slots_wanted(struct controller *c, int64_t now)
 {
     struct stat sb;
 
-    if (slot_count(c) >= (size_t)c->slot_max) {
+    /* Never beside a start: not while one is under way (its sandbox gated), nor right
+     * after one (its runner checks out and starts the agent). The tick comes again. */
+    if (slot_count(c) >= (size_t)c->slot_max || c->prelaunches != NULL ||
+        now - c->slot_busy_ms < CONTROLLER_SLOT_QUIET_MS) {
         return NULL;
     }
     for (const struct controller_slot_want *w = c->slot_wants; w != NULL; w = w->next) {
@@ -498,7 +502,8 @@ bool controller_slot_claim(struct controller *c, struct controller_launch *l,
     }
     l->gate = s->gate;
     s->gate = -1;
-    age = clock_now_ms(clock_system()) - s->made_ms;
+    c->slot_busy_ms = clock_now_ms(clock_system());
+    age = c->slot_busy_ms - s->made_ms;
     sandbox_log_event(l->p.log,
                       "[diverge] sandbox started while the mirror is fetched: taken from "
                       "the warm slot of this repository (started %lld ms before); its "
