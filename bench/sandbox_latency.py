@@ -36,7 +36,7 @@ port with a fresh data dir (and stops at the end):
 usage: python3 bench/sandbox_latency.py [build-dir] [-n 50] [--cycles 50]
                                         [--only start|pause|iterations]
                                         [--path auto|api|comment]
-                                        [--reference other-build-dir]
+                                        [--reference other-build-dir] [--gap seconds]
 With --reference, a second server runs the other build (each with its own data dir and
 bare repository) and the two are measured in turn, task by task and cycle by cycle (the
 order swapped every round), so the figures and their reference come from one run under
@@ -284,16 +284,21 @@ def report_breakdown(label, breakdown):
             print("  %-52s %7.1f / %7.1f" % (stage, pct(xs, 50), pct(xs, 90)))
 
 
+GAP = 0.0  # --gap: seconds of quiet after each task finished, before the next comment
+
+
 def start_series(runs, n, comment):
     """One warm-up task per server (it also warms the mirror), then N measured ones on
     each, taken in turn (the order swapped every round, so load drift hits both alike);
-    returns {label: [ms]}."""
+    returns {label: [ms]}. With --gap, each task is followed by GAP seconds of quiet (what
+    a server does after a task, e.g. start a warm slot, then hits no start)."""
     xs = {r["label"]: [] for r in runs}
     bad = []
     for i in range(1, n + 2):
         for r in (runs if i % 2 else runs[::-1]):
             srv = r["srv"]
             ms, phase, ns, name = start_one(srv, r["repo"], i, comment)
+            time.sleep(GAP)
             if i == 1:
                 if phase != "Completed":
                     raise SystemExit("bench: warm-up task %s: %s\n%s" % (name, phase,
@@ -637,7 +642,12 @@ def main():
     ap.add_argument("--reference", metavar="DIR",
                     help="a second build (e.g. main's) measured in the same run, task by task "
                          "in turn with this one; its figures and the ratio are printed")
+    ap.add_argument("--gap", type=float, default=0.0, metavar="SECONDS",
+                    help="start: quiet after each task finished, before the next comment "
+                         "(comments on a real server are seldom back to back)")
     a = ap.parse_args()
+    global GAP
+    GAP = a.gap
 
     def binary_of(d):
         return os.path.join(d if os.path.isabs(d) else os.path.join(ROOT, d), "diverge")
