@@ -68,25 +68,79 @@ static int kst_get(json_t **out, struct task_store *st, const char *ns, const ch
     return rc;
 }
 
+static bool same_uid(const json_t *a, const json_t *b)
+{
+    const char *ua = json_string_value(json_object_get(json_object_get(a, "metadata"), "uid"));
+    const char *ub = json_string_value(json_object_get(json_object_get(b, "metadata"), "uid"));
+
+    return ua != NULL && ub != NULL && strcmp(ua, ub) == 0;
+}
+
+/* Writes STATUS onto *MADE, the object just created (the API server drops a status given to
+ * a create). Another writer may have written the new object's status first: a leader's
+ * controller that saw its ADDED event and reconciled it (its status starts from the same
+ * initial one). Then the object is made all the same and that status stands (*WROTE false).
+ * A conflict while no status is written yet retries on the fresh object. *MADE is replaced
+ * by the object as stored. */
+static int create_status(json_t **made, bool *wrote, struct kube_store *s, const char *ns,
+                         json_t *status, struct err *err)
+{
+    const char *name =
+        json_string_value(json_object_get(json_object_get(*made, "metadata"), "name"));
+
+    *wrote = false;
+    for (int i = 0; i < KST_RETRIES; i++) {
+        json_t *done = NULL, *fresh = NULL;
+        int rc;
+
+        json_object_set(*made, "status", status);
+        rc = kube_update_status(&done, s->c, &KUBE_AGENTTASKS, ns, *made, err);
+        if (rc == E_OK) {
+            json_decref(*made);
+            *made = done;
+            *wrote = true;
+            return E_OK;
+        }
+        if (rc != E_CONFLICT || kube_get(&fresh, s->c, &KUBE_AGENTTASKS, ns, name, err) != E_OK) {
+            return rc;
+        }
+        if (!same_uid(fresh, *made)) {
+            json_decref(fresh);
+            return err_set(err, E_FAIL,
+                           "agenttasks \"%s\" was deleted and made again while it "
+                           "was being created",
+                           name);
+        }
+        json_decref(*made);
+        *made = fresh;
+        if (json_is_object(json_object_get(fresh, "status"))) {
+            log_kv(LOG_INFO, "task_create_status_taken", "namespace", ns, "name", name, NULL);
+            return E_OK;
+        }
+    }
+    return err_set(err, E_AGAIN,
+                   "agenttasks \"%s\": its status kept changing while it was "
+                   "being created",
+                   name);
+}
+
 int kst_create_task(json_t **out, struct kube_store *s, const json_t *obj, struct err *err)
 {
     const char *ns =
         json_string_value(json_object_get(json_object_get(obj, "metadata"), "namespace"));
-    json_t *made = NULL, *done = NULL;
+    json_t *made = NULL;
     int rc = kube_create(&made, s->c, &KUBE_AGENTTASKS, ns, obj, err);
 
-    if (rc == E_OK && json_object_get(obj, "status") != NULL) {
-        json_object_set(made, "status", json_object_get(obj, "status"));
-        rc = kube_update_status(&done, s->c, &KUBE_AGENTTASKS, ns, made, err);
-        json_decref(made);
-        made = done;
-        if (rc == E_OK) {
-            kst_event_phase(s, made, "");
-        }
-    }
     if (rc == E_CONFLICT) {
         rc = err_set(err, E_CONFLICT, "agenttasks \"%s\" already exists",
                      json_string_value(json_object_get(json_object_get(obj, "metadata"), "name")));
+    }
+    if (rc == E_OK && json_object_get(obj, "status") != NULL) {
+        bool wrote = false;
+        rc = create_status(&made, &wrote, s, ns, json_object_get(obj, "status"), err);
+        if (rc == E_OK && wrote) {
+            kst_event_phase(s, made, "");
+        }
     }
     if (rc == E_OK) {
         kst_wait_seen(s, kst_rv_of(made), false);

@@ -143,6 +143,9 @@ class FakeKube:
         self.stopping = False
         self.frozen = False  # watch streams deliver nothing while set (test control)
         self.epoch = 0  # bumped by compact(): every open watch stream ends
+        # test hook: called as after_create(plural, ns, obj) under the lock right after an
+        # object is made, before its creator's answer (another writer that comes first)
+        self.after_create = None
         self.httpd = _Server((host, port), _Handler)
         self.httpd.fake = self
         scheme = "http"
@@ -204,6 +207,10 @@ class FakeKube:
         self._bump(obj)
         self.objects[(plural, ns, name)] = obj
         self._record(plural, ns, "ADDED", obj)
+        if self.after_create is not None:
+            made = json.loads(json.dumps(obj))  # the creator's answer: as made, before it
+            self.after_create(plural, ns, json.loads(json.dumps(obj)))
+            return made
         return obj
 
     def _gr(self, plural):

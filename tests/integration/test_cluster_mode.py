@@ -304,6 +304,49 @@ def test_phase_changes_are_events():
         c.close()
 
 
+def test_create_meets_a_status_written_first():
+    """Another writer may change a task between its create and the initial status the
+    creating request writes next (the API server drops a create's status): the leader's
+    controller, woken by the ADDED event, writing the status first, or any write of the main
+    resource. The create still answers 201 with the task as stored, never 409 "already
+    exists" for a task it made; a status written first stands, and after a write that left
+    the status unset the initial one is written on the fresh object."""
+    c = Cluster()
+    try:
+        a = c.replica("replica-a")
+        wait(lambda: c.holder() == "replica-a", what="replica-a leads")
+
+        def first(plural, ns, obj):
+            name = obj["metadata"]["name"]
+            if plural != "agenttasks" or name not in ("raced", "relabelled"):
+                return
+            if name == "raced":
+                obj["status"] = {"phase": "Pending", "reason": "", "message": "written first",
+                                 "iteration": 0, "tokensConsumed": 0, "costUSD": "0.00"}
+                c.kube.write(plural, ns, name, obj, "status", True)
+            else:
+                obj["metadata"]["labels"] = {"touched": "yes"}
+                c.kube.write(plural, ns, name, obj, None, True)
+        c.kube.after_create = first
+        bodies = {}
+        for name in ("raced", "relabelled"):
+            st, _, body = a.request("POST", NS, {
+                "apiVersion": "divergedev.com/v1alpha1", "kind": "AgentTask",
+                "metadata": {"name": name}, "spec": {"objective": "do it"}})
+            assert st == 201, (name, st, body)
+            bodies[name] = body
+        assert bodies["raced"]["status"]["message"] == "written first", bodies["raced"]
+        assert bodies["relabelled"]["metadata"]["labels"] == {"touched": "yes"}, bodies
+        assert bodies["relabelled"]["status"]["phase"] == "Pending", bodies["relabelled"]
+        for name in ("raced", "relabelled"):
+            wait(lambda: phase(a, NS + "/" + name) == "Active", what=name + " Active")
+        assert c.phases("default", "relabelled")[0] == "Pending", c.phases("default",
+                                                                            "relabelled")
+        assert "task_create_status_taken" in a.stderr(), "the raced create took the status"
+    finally:
+        c.close()
+
+
 def test_local_scm_refused():
     c = Cluster()
     try:
@@ -319,4 +362,4 @@ if __name__ == "__main__":
     run_tests([test_two_replicas_handover,
                test_lost_lease_stops_the_controller_and_regained_restarts_it,
                test_task_applied_without_status, test_phase_changes_are_events,
-               test_local_scm_refused])
+               test_create_meets_a_status_written_first, test_local_scm_refused])
