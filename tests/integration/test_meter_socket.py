@@ -156,13 +156,17 @@ def socket_dirs(srv):
     return sorted(os.listdir(root)) if os.path.isdir(root) else []
 
 
+# The tasks' own sockets, counted: no warm sandbox (test_sandbox_slots) holds one of its own.
+SANDBOXED = ["--sandbox-provider", "local", "--sandbox-warm-slots", "0"]
+
+
 def test_sandbox_socket_is_its_own():
     """A task's socket: only the meter there, a new one per sandbox, gone with it; a task
     that holds more connections than the shared cap (1024) to its own socket leaves
     another project's task unharmed."""
     bare = repo_with_hold()
     try:
-        with Server(args=["--sandbox-provider", "local"]) as srv:
+        with Server(args=SANDBOXED) as srv:
             create_in(srv, "default", task_doc("hog", "default", "file://" + bare,
                                                maxIterations=1,
                                                runner={"command": "python3 hold.py 1100"}))
@@ -206,7 +210,7 @@ def test_sandbox_socket_serves_only_the_meter():
     bare = bare_repo()
     os.chmod(os.path.dirname(bare), 0o755)
     try:
-        with Server(args=["--sandbox-provider", "local"]) as srv:
+        with Server(args=SANDBOXED) as srv:
             create_in(srv, "default", task_doc("probe", "default", "file://" + bare,
                                                maxIterations=1,
                                                runner={"command": "echo waiting; while [ ! "
