@@ -251,6 +251,8 @@ void controller_prelaunch_discard(struct controller *c, struct controller_launch
 void controller_prelaunch_drop(struct controller *c, const char *ns, const char *name);
 /* Stops and frees every prelaunch (shutdown). */
 void controller_prelaunch_drop_all(struct controller *c);
+/* Removes PATH and everything below it, best effort (execute.c). */
+void controller_remove_tree(const char *path);
 /* "PATH=..." as a sandbox gets it: new string. */
 char *controller_env_path(const struct controller *c);
 

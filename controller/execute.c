@@ -28,6 +28,11 @@ static int remove_one(const char *path, const struct stat *sb, int flag, struct 
     return 0;
 }
 
+void controller_remove_tree(const char *path)
+{
+    (void)nftw(path, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 void controller_forget_task(struct controller *c, const char *ns, const char *name)
 {
     char *dirs[] = {

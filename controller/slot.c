@@ -18,7 +18,6 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,15 +49,6 @@ struct controller_slot_want {
 /* The directories of a slot, in the order of struct controller_paths' task paths. */
 static const char *const g_subdirs[] = {"workspace", "state", "token", "staging.git"};
 
-static int remove_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    (void)remove(path);
-    return 0;
-}
-
 static char *slots_dir(const struct controller *c)
 {
     return xasprintf("%s/slots", c->data_dir);
@@ -69,7 +59,7 @@ void controller_slots_init(struct controller *c, int64_t max)
     char *dir = slots_dir(c);
 
     /* What a previous server left: its sandboxes died with it (or were swept). */
-    (void)nftw(dir, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+    controller_remove_tree(dir);
     free(dir);
     c->slot_max = c->sandboxes != NULL && strcmp(c->provider, "local") == 0 ? max : 0;
 }
@@ -83,7 +73,7 @@ static void slot_free(struct controller *c, struct controller_slot *s)
     if (!s->claimed && c->sandboxes != NULL) {
         sandbox_stop(c->sandboxes, CONTROLLER_SLOT_NS, s->id);
     }
-    (void)nftw(s->dir, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+    controller_remove_tree(s->dir);
     (void)unlink(s->log);
     free(s->id);
     free(s->mirror);
