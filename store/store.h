@@ -448,6 +448,8 @@ int task_store_resv_list(json_t **items_out, struct task_store *st, struct err *
 struct task_store_mem {
     size_t meter_index_ids;   /* request ids in memory, < STORE_METER_INDEX_IDS */
     size_t meter_index_bytes; /* their estimated bytes, < STORE_METER_INDEX_BYTES + one id */
+    bool meter_filter_ready;  /* the filter in front of the archive's lookups is in use */
+    uint64_t meter_lookups;   /* lookups of fresh-looking ids in the archive so far */
     size_t event_bytes;       /* JSON of the events kept for watchers */
     size_t events;            /* events kept for watchers */
 };
