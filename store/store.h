@@ -117,6 +117,8 @@ struct task_view {
 
 /* Fills V from the normalized object OBJ (which must outlive V). */
 void task_view_of(struct task_view *v, const json_t *obj);
+/* status.phase of the task STATUS (task_view's phase): Pending when unset or unknown. */
+enum task_phase task_phase_of(const json_t *status);
 /* Fills only what a charge is decided on (the budgets, maxIterations, phase, iteration and
  * spend; the rest zero): the meter's committer reads it once per charge. */
 void task_view_spend_of(struct task_view *v, const json_t *obj);
@@ -416,7 +418,8 @@ void task_txn_rollback_savepoint(struct task_txn *tx);
 /* Records REQUEST_ID (with its amounts, for audits) as charged to the task with uid
  * TASK_UID, unless it was already: *fresh_out tells which (false = a retry). Every id
  * ever charged is remembered (in SQLite); memory stays under STORE_METER_INDEX_IDS ids
- * and about STORE_METER_INDEX_BYTES. */
+ * and about STORE_METER_INDEX_BYTES, plus the SQLite file store's fixed 4 MiB filter of
+ * the archived ids (store/sqlite/store_sqlite_idf.h). */
 int task_txn_meter_claim(bool *fresh_out, struct task_txn *tx, const char *task_uid,
                          const char *request_id, int64_t tokens, int64_t cost_micros,
                          struct err *err);
@@ -448,6 +451,8 @@ int task_store_resv_list(json_t **items_out, struct task_store *st, struct err *
 struct task_store_mem {
     size_t meter_index_ids;   /* request ids in memory, < STORE_METER_INDEX_IDS */
     size_t meter_index_bytes; /* their estimated bytes, < STORE_METER_INDEX_BYTES + one id */
+    bool meter_filter_ready;  /* the filter in front of the archive's lookups is in use */
+    uint64_t meter_lookups;   /* lookups of fresh-looking ids in the archive so far */
     size_t event_bytes;       /* JSON of the events kept for watchers */
     size_t events;            /* events kept for watchers */
 };

@@ -108,21 +108,27 @@ int task_apply_merge_patch(json_t *doc, json_t *patch, enum task_patch_scope sco
     return task_validate(doc, err);
 }
 
+enum task_phase task_phase_of(const json_t *status)
+{
+    const json_t *phase_name = json_object_get(status, "phase");
+    enum task_phase phase = TASK_PENDING;
+
+    if (json_is_string(phase_name)) {
+        (void)task_phase_parse(&phase, json_string_value(phase_name));
+    }
+    return phase;
+}
+
 void task_view_spend_of(struct task_view *v, const json_t *obj)
 {
     const json_t *spec = json_object_get(obj, "spec");
     const json_t *status = json_object_get(obj, "status");
-    const json_t *phase_name = json_object_get(status, "phase");
-    enum task_phase phase = TASK_PENDING;
 
     memset(v, 0, sizeof(*v));
     v->budget_usd = task_json_money(spec, "budgetUSD");
     v->budget_tokens = task_json_int(spec, "budgetTokens");
     v->max_iterations = task_json_int(spec, "maxIterations");
-    if (json_is_string(phase_name)) {
-        (void)task_phase_parse(&phase, json_string_value(phase_name));
-    }
-    v->phase = phase;
+    v->phase = task_phase_of(status);
     v->iteration = task_json_int(status, "iteration");
     v->tokens_consumed = task_json_int(status, "tokensConsumed");
     v->cost_usd = task_json_money(status, "costUSD");

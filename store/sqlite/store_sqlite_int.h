@@ -83,6 +83,12 @@ struct sqlite_store {
     bool meter_seal_new;             /* sealed in the open transaction: hand it to the
                                         archiver once the transaction commits */
     bool meter_main_archive;         /* main.meter_requests may hold ids (else no lookup) */
+    uint64_t *meter_seen;            /* owned: Bloom filter (store_sqlite_idf.h) of every id
+                                        of meter_log, main.meter_requests and the archive
+                                        once meter_seen_ready; NULL without an archiver */
+    bool meter_seen_ready;           /* the archiver's scan of what was stored at open is
+                                        merged in: a "never" skips the lookups */
+    uint64_t meter_lookups;          /* lookups in main.meter_requests or the archive */
     struct sqlst_archiver *archiver; /* owned: moves sealed generations into the archive
                                         file off the commit path; NULL for ":memory:" */
     pthread_cond_t inbox_cv;         /* an inbox entry was added, or wake() */

@@ -19,13 +19,28 @@
  * Invariants: the archive holds only committed ids (it reads meter_log on a connection of
  * its own, after the COMMIT); a row leaves meter_log only after it is durable in the
  * archive or in main.meter_requests; a kill -9 in between leaves it in both, which lookups
- * tolerate. */
+ * tolerate.
+ *
+ * In front of those two lookups, a Bloom filter (store_sqlite_idf.h, s->meter_seen) of
+ * every id they could find: an id it has never seen is fresh without a B-tree probe. It
+ * has no false negative, because (1) a row enters main.meter_requests or the archive only
+ * from meter_log (SQLST_METER_MOVE, the archiver, migration 7 before the open) or was
+ * there at the open; (2) a row enters meter_log only in sqlst_txn_meter_claim, and every
+ * meter_log row reaches the index through index_add (the claim, or load_meter_ids before
+ * any seal can move it), which adds it to the filter; (3) the rows stored at the open are
+ * added by a scan on connections of its own (a snapshot taken after the open: no row is
+ * ever deleted from those tables), merged in before the filter is first trusted
+ * (meter_seen_ready; until then every fresh id is looked up as before); (4) nothing is
+ * ever removed from the filter: an id of a rolled-back transaction stays in it, which
+ * costs that id a lookup, never a charge. Only this process writes these files (one
+ * server per data dir, server/serve.c). */
 #include <pthread.h>
 #include <sqlite3.h>
 #include <string.h>
 #include <sys/prctl.h>
 
 #include "common/log.h"
+#include "store/sqlite/store_sqlite_idf.h"
 #include "store/sqlite/store_sqlite_int.h"
 #include "store/sqlite/store_sqlite_read.h"
 
@@ -45,7 +60,12 @@ struct sqlst_archiver {
     sqlite3 *look_db;   /* the archive, read by the writer under the store's mu */
     sqlite3_stmt *look; /* owned: the lookup on look_db */
     sqlite3_stmt *look_begin, *look_commit; /* owned: its read transaction's BEGIN, COMMIT */
-    bool look_open; /* look_db is in a read transaction (until the write one ends) */
+    bool look_open;        /* look_db is in a read transaction (until the write one ends) */
+    char *path, *arc_path; /* owned: the main file and the archive, for the scanner */
+    pthread_t scanner;     /* reads the ids stored at the open into scan */
+    bool scanner_started;  /* scanner is running or joinable */
+    uint64_t *scan;        /* owned: the scanner's filter, once scan_done (under mu) */
+    bool scan_done;        /* scan holds every id stored at the open (under mu) */
 };
 
 /* Ends the read transaction on the archive: the next lookup sees its latest commit. Must
@@ -82,6 +102,10 @@ void sqlst_meter_index_free(struct sqlite_store *s)
 static void index_add(struct sqlite_store *s, int64_t row, const char *uid, const char *id)
 {
     char small[SQLST_KEY_SMALL], *key = meter_key(small, uid, id);
+
+    if (s->meter_seen != NULL) { /* before the id can reach either lookup's tables */
+        sqlst_idf_add(s->meter_seen, sqlst_idf_hash(uid, strlen(uid), id, strlen(id)));
+    }
 
     json_object_set_new_nocheck(s->meter_ids, key, json_true());
     s->meter_ids_bytes += strlen(key) + METER_KEY_OVERHEAD;
@@ -191,8 +215,28 @@ static int maybe_seal(struct sqlite_store *s, struct err *err)
     return E_OK;
 }
 
+/* Whether s->meter_seen holds every id stored: the scanner's part merged in (once). */
+static bool seen_ready(struct sqlite_store *s)
+{
+    struct sqlst_archiver *a = s->archiver;
+
+    if (s->meter_seen_ready || a == NULL || s->meter_seen == NULL) {
+        return s->meter_seen_ready;
+    }
+    pthread_mutex_lock(&a->mu);
+    if (a->scan_done) {
+        sqlst_idf_merge(s->meter_seen, a->scan);
+        free(a->scan);
+        a->scan = NULL;
+        s->meter_seen_ready = true;
+    }
+    pthread_mutex_unlock(&a->mu);
+    return s->meter_seen_ready;
+}
+
 int sqlst_meter_precommit(struct sqlite_store *s, struct err *err)
 {
+    (void)seen_ready(s); /* the scan merged in soon, even before the next claim */
     look_end(s);
     if (s->meter_sealed == NULL || !archived(s)) {
         return E_OK;
@@ -275,6 +319,7 @@ static int meter_archived(bool *out, struct sqlite_store *s, const char *uid, co
     int rc = E_OK;
 
     *out = false;
+    s->meter_lookups++;
     if (s->meter_main_archive || a == NULL) {
         rc = sqlst_stmt(&st, s, SQLST_METER_SEEN, err);
         if (rc == E_OK) {
@@ -326,9 +371,13 @@ int sqlst_txn_meter_claim(bool *fresh_out, struct task_txn *txb, const char *tas
     if (in_index(s, task_uid, request_id)) {
         return E_OK; /* a retry, still in the log */
     }
-    rc = meter_archived(&seen, s, task_uid, request_id, err);
-    if (rc != E_OK || seen) {
-        return rc; /* archived: a retry */
+    if (!seen_ready(s) ||
+        sqlst_idf_maybe(s->meter_seen, sqlst_idf_hash(task_uid, strlen(task_uid), request_id,
+                                                      strlen(request_id)))) {
+        rc = meter_archived(&seen, s, task_uid, request_id, err);
+        if (rc != E_OK || seen) {
+            return rc; /* archived: a retry */
+        }
     }
     rc = sqlst_stmt(&st, s, SQLST_METER_INSERT, err);
     if (rc != E_OK) {
@@ -419,6 +468,63 @@ static void *archiver(void *arg)
     return NULL;
 }
 
+static int open_db(sqlite3 **out, const char *path, int flags, struct err *err);
+
+/* Adds every id of DB's meter_requests to F; false on an error or when asked to stop. */
+static bool scan_ids(uint64_t *f, struct sqlst_archiver *a, sqlite3 *db)
+{
+    sqlite3_stmt *st = NULL;
+    int step = SQLITE_ERROR;
+    bool stop = false;
+
+    if (sqlite3_prepare_v2(db, "SELECT task_uid, request_id FROM meter_requests", -1, &st, NULL) !=
+        SQLITE_OK) {
+        return false;
+    }
+    for (uint64_t n = 1; !stop && (step = sqlite3_step(st)) == SQLITE_ROW; n++) {
+        sqlst_idf_add(f, sqlst_idf_hash((const char *)sqlite3_column_text(st, 0),
+                                        (size_t)sqlite3_column_bytes(st, 0),
+                                        (const char *)sqlite3_column_text(st, 1),
+                                        (size_t)sqlite3_column_bytes(st, 1)));
+        if (n % 4096 == 0) {
+            pthread_mutex_lock(&a->mu);
+            stop = a->stop;
+            pthread_mutex_unlock(&a->mu);
+        }
+    }
+    sqlite3_finalize(st);
+    return !stop && step == SQLITE_DONE;
+}
+
+/* The scanner thread: the ids stored at the open (main.meter_requests, the archive) into a
+ * filter of its own, on read-only connections of its own, handed to the writer. */
+static void *scanner(void *arg)
+{
+    struct sqlst_archiver *a = arg;
+    uint64_t *f = sqlst_idf_new();
+    sqlite3 *main_db = NULL, *arc_db = NULL;
+    bool ok;
+
+    prctl(PR_SET_NAME, "meter-idscan", 0, 0, 0);
+    ok = open_db(&main_db, a->path, SQLITE_OPEN_READONLY, NULL) == E_OK &&
+         open_db(&arc_db, a->arc_path, SQLITE_OPEN_READONLY, NULL) == E_OK &&
+         scan_ids(f, a, main_db) && scan_ids(f, a, arc_db);
+    sqlite3_close(main_db);
+    sqlite3_close(arc_db);
+    pthread_mutex_lock(&a->mu);
+    if (ok) {
+        a->scan = f;
+        a->scan_done = true;
+        f = NULL;
+    } else if (!a->stop) {
+        /* Every fresh id is then looked up, as without the filter. */
+        log_kv(LOG_ERROR, "meter_id_scan_failed", NULL);
+    }
+    pthread_mutex_unlock(&a->mu);
+    free(f);
+    return NULL;
+}
+
 static int open_db(sqlite3 **out, const char *path, int flags, struct err *err)
 {
     int rc = sqlite3_open_v2(path, out, flags | SQLITE_OPEN_NOMUTEX, NULL);
@@ -504,6 +610,11 @@ int sqlst_meter_archiver_open(struct sqlite_store *s, const char *path, struct e
         return err_set(err, E_FAIL, "start the meter archiver");
     }
     a->started = true;
+    /* After archiver_dbs: the archive file and its table exist for the scanner. */
+    s->meter_seen = sqlst_idf_new();
+    a->path = xstrdup(path);
+    a->arc_path = xasprintf("%s-meter", path);
+    a->scanner_started = pthread_create(&a->scanner, NULL, scanner, a) == 0;
     return E_OK;
 }
 
@@ -521,6 +632,15 @@ void sqlst_meter_archiver_close(struct sqlite_store *s)
         pthread_mutex_unlock(&a->mu);
         pthread_join(a->thread, NULL);
     }
+    if (a->scanner_started) { /* a->stop is set: it ends within 4,096 rows */
+        pthread_join(a->scanner, NULL);
+    }
+    free(a->scan);
+    free(a->path);
+    free(a->arc_path);
+    free(s->meter_seen);
+    s->meter_seen = NULL;
+    s->meter_seen_ready = false;
     sqlite3_finalize(a->look);
     sqlite3_finalize(a->look_begin);
     sqlite3_finalize(a->look_commit);

@@ -125,6 +125,8 @@ void task_store_sqlite_mem(struct task_store_mem *out, struct task_store *st)
     pthread_mutex_lock(&s->mu);
     out->meter_index_ids = json_object_size(s->meter_ids) + json_object_size(s->meter_sealed);
     out->meter_index_bytes = s->meter_ids_bytes + s->meter_sealed_bytes;
+    out->meter_filter_ready = s->meter_seen_ready;
+    out->meter_lookups = s->meter_lookups;
     out->event_bytes = s->ring_bytes;
     for (size_t i = 0; i < EVENT_RING; i++) {
         out->events += s->ring[i].json != NULL;

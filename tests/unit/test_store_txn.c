@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "store/store.h"
+#include "store/store_backend.h"
 #include "tests/t_check.h"
 #include "tests/unit/store_fixture.h"
 
@@ -657,6 +658,47 @@ TEST(txn_rerun_sees_the_token_its_first_run_revoked_as_it_was)
     free(rec.token);
     json_decref(r);
     task_store_close(st);
+}
+
+/* A change event carries what task_view_of reads of the object (namespace, name, phase,
+ * spec.suspended), cut as snprintf would cut it, for every shape a document can have. */
+TEST(event_fill_matches_task_view)
+{
+    static const char *const docs[] = {
+        "{}",
+        "{\"metadata\":{\"namespace\":\"ns\",\"name\":\"a\"}}",
+        "{\"metadata\":{\"namespace\":\"ns\",\"name\":\"a\"},\"status\":{\"phase\":"
+        "\"Active\"},\"spec\":{\"suspended\":true}}",
+        "{\"metadata\":{\"namespace\":7,\"name\":null},\"status\":{\"phase\":\"Nope\"},"
+        "\"spec\":{\"suspended\":\"true\"}}",
+        "{\"metadata\":{\"name\":\"b\",\"annotations\":{\"divergedev.com/provider\":\"gh\"}},"
+        "\"status\":{\"phase\":\"Paused\"},\"spec\":{\"suspended\":false}}",
+        "{\"status\":{\"phase\":3},\"spec\":[]}",
+    };
+    char longname[200];
+
+    memset(longname, 'x', sizeof(longname) - 1);
+    longname[sizeof(longname) - 1] = '\0';
+    for (size_t i = 0; i <= ARRAY_LEN(docs); i++) {
+        json_t *doc = i < ARRAY_LEN(docs) ? json_loads(docs[i], 0, NULL)
+                                          : json_pack("{s:{s:s,s:s}}", "metadata", "namespace",
+                                                      longname, "name", longname);
+        struct task_view v;
+        struct event e;
+        char want[64];
+        ASSERT(doc != NULL);
+        task_view_of(&v, doc);
+        memset(&e, 0, sizeof(e));
+        store_event_fill(&e, 5, TASK_EVENT_MODIFIED, doc, NULL);
+        snprintf(want, sizeof(want), "%s", v.ns != NULL ? v.ns : "");
+        CHECK_EQ_STR(e.ns, want);
+        snprintf(want, sizeof(want), "%s", v.name != NULL ? v.name : "");
+        CHECK_EQ_STR(e.name, want);
+        CHECK_EQ_INT(e.phase, v.phase);
+        CHECK(e.suspended == v.suspended);
+        CHECK(e.from_scm == (i == 4));
+        json_decref(doc);
+    }
 }
 
 T_MAIN
