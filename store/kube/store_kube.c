@@ -85,13 +85,14 @@ static bool same_uid(const json_t *a, const json_t *b)
 static int create_status(json_t **made, bool *wrote, struct kube_store *s, const char *ns,
                          json_t *status, struct err *err)
 {
-    const char *name =
-        json_string_value(json_object_get(json_object_get(*made, "metadata"), "name"));
+    /* A copy: *MADE, which holds the name, is replaced below. */
+    char *name =
+        xstrdup(json_string_value(json_object_get(json_object_get(*made, "metadata"), "name")));
+    int rc = E_OK;
 
     *wrote = false;
     for (int i = 0; i < KST_RETRIES; i++) {
         json_t *done = NULL, *fresh = NULL;
-        int rc;
 
         json_object_set(*made, "status", status);
         rc = kube_update_status(&done, s->c, &KUBE_AGENTTASKS, ns, *made, err);
@@ -99,29 +100,34 @@ static int create_status(json_t **made, bool *wrote, struct kube_store *s, const
             json_decref(*made);
             *made = done;
             *wrote = true;
-            return E_OK;
+            goto out;
         }
-        if (rc != E_CONFLICT || kube_get(&fresh, s->c, &KUBE_AGENTTASKS, ns, name, err) != E_OK) {
-            return rc;
+        if (rc != E_CONFLICT ||
+            (rc = kube_get(&fresh, s->c, &KUBE_AGENTTASKS, ns, name, err)) != E_OK) {
+            goto out;
         }
         if (!same_uid(fresh, *made)) {
             json_decref(fresh);
-            return err_set(err, E_FAIL,
-                           "agenttasks \"%s\" was deleted and made again while it "
-                           "was being created",
-                           name);
+            rc = err_set(err, E_FAIL,
+                         "agenttasks \"%s\" was deleted and made again while it "
+                         "was being created",
+                         name);
+            goto out;
         }
         json_decref(*made);
         *made = fresh;
         if (json_is_object(json_object_get(fresh, "status"))) {
             log_kv(LOG_INFO, "task_create_status_taken", "namespace", ns, "name", name, NULL);
-            return E_OK;
+            goto out;
         }
     }
-    return err_set(err, E_AGAIN,
-                   "agenttasks \"%s\": its status kept changing while it was "
-                   "being created",
-                   name);
+    rc = err_set(err, E_AGAIN,
+                 "agenttasks \"%s\": its status kept changing while it was "
+                 "being created",
+                 name);
+out:
+    free(name);
+    return rc;
 }
 
 int kst_create_task(json_t **out, struct kube_store *s, const json_t *obj, struct err *err)
