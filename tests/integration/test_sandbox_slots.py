@@ -197,6 +197,38 @@ def test_comments_without_permission_make_no_slot():
     shutil.rmtree(top, ignore_errors=True)
 
 
+def test_slot_of_a_replaced_mirror_is_not_taken():
+    """A slot binds its repository's mirror at its start: when the mirror folder is another
+    one by the next start (cloned again, here copied and put in its place), the slot is
+    stopped, not taken; the task starts a sandbox of its own on the mirror as it is now."""
+    url, top = repo_url()
+    with Server(args=["--sandbox-provider", "local", "--agent-cmd", AGENT]) as srv:
+        tree = subtree(run_task(srv, "first", url))
+        (sid, _), = wait_until(lambda: slots(srv), timeout=30, what="a warm slot").items()
+        mirror, = glob.glob(os.path.join(srv.data_dir, "mirrors", "*.git"))
+        old_ino = os.stat(mirror).st_ino
+        shutil.copytree(mirror, mirror + ".new", symlinks=True, copy_function=shutil.copy2)
+        st = os.stat(mirror)
+        for d, _, files in os.walk(mirror + ".new"):  # the owner as before: the server's
+            for x in [d] + [os.path.join(d, f) for f in files]:
+                os.lchown(x, st.st_uid, st.st_gid)
+        os.rename(mirror, mirror + ".old")
+        os.rename(mirror + ".new", mirror)
+        assert os.stat(mirror).st_ino != old_ino
+        log = run_task(srv, "second", url)
+        assert CLAIMED not in log, log
+        assert "task=second " in line(log, "env: "), log
+        assert "README" in line(log, "ws: ").split(), log
+        assert sid not in slots(srv), "the stale slot's folder stays"
+        assert not [r for r in slot_records(srv) if r.endswith("." + sid)], slot_records(srv)
+        assert tree is None or not glob.glob("/sys/fs/cgroup/*/diverge/%s/_slot.%s" % (tree, sid))
+        # A slot on the mirror as it is now comes for the next task.
+        wait_until(lambda: slots(srv), timeout=30, what="a slot on the new mirror")
+        log = run_task(srv, "third", url)
+        assert CLAIMED in log, log
+    shutil.rmtree(top, ignore_errors=True)
+
+
 def test_nothing_of_a_slot_outlives_the_server():
     url, top = repo_url()
     srv = Server(args=["--sandbox-provider", "local", "--agent-cmd", AGENT])
@@ -237,6 +269,7 @@ def test_nothing_of_a_slot_outlives_the_server():
 TESTS = [test_claimed_slot_runs_the_task_on_its_own_files_only,
          test_slot_serves_its_repository_only_and_the_bound_holds,
          test_comments_without_permission_make_no_slot,
+         test_slot_of_a_replaced_mirror_is_not_taken,
          test_nothing_of_a_slot_outlives_the_server]
 
 if __name__ == "__main__":
