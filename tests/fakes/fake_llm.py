@@ -18,7 +18,8 @@ next answers with `script` (a list of dicts, taken in order, then the default):
     {"split": N}                            OpenAI streams: written N bytes at a time
     {"text": "..."}                         OpenAI: the answer's text (default "hello")
     {"pause_after": N, "resume": threading.Event}   a stream sends N events, sets
-        "paused" (a threading.Event, when given), then waits until "resume" is set
+        "paused" (a threading.Event, when given), then waits until "resume" is set (N the
+        number of the stream's events: before its final chunk)
 Every request is recorded in `requests` (method, path, headers lower-cased, JSON body,
 raw_len: the body's byte count)
 so tests can assert which key reached the upstream and what the system prompt said.
@@ -214,6 +215,10 @@ class FakeLLM:
             chunk = ("data: %s\r\n\r\n" % json.dumps(data)).encode()
             h.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
             h.wfile.flush()
+        if step.get("pause_after") == len(events):
+            if step.get("paused") is not None:
+                step["paused"].set()
+            step["resume"].wait(30)
         h.wfile.write(b"0\r\n\r\n")
         h.wfile.flush()
 
@@ -249,6 +254,10 @@ class FakeLLM:
             chunk = ("event: %s\ndata: %s\n\n" % (name, json.dumps(data))).encode()
             h.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
             h.wfile.flush()
+        if step.get("pause_after") == len(events):
+            if step.get("paused") is not None:
+                step["paused"].set()
+            step["resume"].wait(30)
         h.wfile.write(b"0\r\n\r\n")
         h.wfile.flush()
 

@@ -179,6 +179,36 @@ def test_stream_silent_past_the_idle_timeout_is_relayed_to_its_end():
         fake.stop()
 
 
+def test_stream_silent_before_its_end_gets_its_final_chunk():
+    """Every event relayed, then the upstream stays silent past the listener's idle timeout
+    before it ends the stream (as a slow end or charge can): the client still gets the
+    stream's final chunk. The idle timeout the ended stream gets back counts from its end,
+    not from its last event (the connection was closed before the final chunk)."""
+    fake = FakeLLM().start()
+    srv = Server(["--sandbox-provider", "none", "--llm-upstream", "anthropic=" + fake.url],
+                 env={"DIVERGE_ANTHROPIC_API_KEY": KEY, "DIVERGE_IDLE_TIMEOUT_S": "1",
+                      "DIVERGE_HEAD_DEADLINE_MS": "60000"})
+    try:
+        srv.start()
+        tok = start_task(srv, "late-end", budgetUSD="5.00")
+        paused, resume = threading.Event(), threading.Event()
+        fake.script.append({"pause_after": 8, "paused": paused, "resume": resume})
+        with concurrent.futures.ThreadPoolExecutor(1) as ex:
+            f = ex.submit(stream, srv, tok)
+            assert paused.wait(30), "the stream never reached its end at the fake"
+            time.sleep(3)  # the stimulus: three idle timeouts of silence before the end
+            resume.set()
+            st, data, err = f.result()
+        assert st == 200 and err is None, (st, data, err)
+        text = data.decode()
+        assert text.count("event: ") == 8 and "message_stop" in text, text
+        wait_charges(srv, "late-end", 1)
+    finally:
+        srv.cleanup()
+        fake.stop()
+
+
 if __name__ == "__main__":
     run_tests([test_soft_fd_limit_raised_and_concurrent_streams_served,
-               test_stream_silent_past_the_idle_timeout_is_relayed_to_its_end])
+               test_stream_silent_past_the_idle_timeout_is_relayed_to_its_end,
+               test_stream_silent_before_its_end_gets_its_final_chunk])

@@ -410,7 +410,11 @@ static ssize_t relay_read(void *cls, uint64_t pos, char *out, size_t max)
     pthread_mutex_unlock(&rl->mu);
     if (n < 0 && rl->idle_s > 0) {
         /* The stream ended: the listener's idle timeout again (this is the thread of the
-         * connection, which is alive while MHD reads its response). */
+         * connection, which is alive while MHD reads its response), counted from now. Set
+         * over a timeout of 0, a timeout restarts its timer; else it counts from the last
+         * byte sent, and a stream whose end came later than that (a slow upstream end or
+         * charge) was closed before its final chunk. */
+        MHD_set_connection_option(rl->conn, MHD_CONNECTION_OPTION_TIMEOUT, 0);
         MHD_set_connection_option(rl->conn, MHD_CONNECTION_OPTION_TIMEOUT, rl->idle_s);
     }
     return n;
