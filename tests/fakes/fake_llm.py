@@ -215,10 +215,6 @@ class FakeLLM:
             chunk = ("data: %s\r\n\r\n" % json.dumps(data)).encode()
             h.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
             h.wfile.flush()
-        if step.get("pause_after") == len(events):
-            if step.get("paused") is not None:
-                step["paused"].set()
-            step["resume"].wait(30)
         h.wfile.write(b"0\r\n\r\n")
         h.wfile.flush()
 
