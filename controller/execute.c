@@ -46,7 +46,7 @@ void controller_forget_task(struct controller *c, const char *ns, const char *na
     };
 
     for (size_t i = 0; i < ARRAY_LEN(dirs); i++) {
-        (void)nftw(dirs[i], remove_one, 16, FTW_DEPTH | FTW_PHYS);
+        controller_remove_tree(dirs[i]);
         free(dirs[i]);
     }
 }
@@ -62,7 +62,7 @@ void controller_forget_run(struct controller *c, const char *ns, const char *nam
     };
 
     for (size_t i = 0; i < ARRAY_LEN(dirs); i++) {
-        (void)nftw(dirs[i], remove_one, 16, FTW_DEPTH | FTW_PHYS);
+        controller_remove_tree(dirs[i]);
         free(dirs[i]);
     }
 }
@@ -136,7 +136,7 @@ static int mirror_workspace(struct controller *c, const struct reconcile *r,
                               "[diverge] workspace not made from the mirror (%s): the "
                               "runner clones it",
                               why.msg);
-            (void)nftw(gitdir, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+            controller_remove_tree(gitdir);
         }
         free(gitdir);
         if (rc == E_OK) {
@@ -652,7 +652,7 @@ static char *keep_checkpoint(struct controller *c, const struct reconcile *r, co
     struct err err = {0};
     bool kept = false;
 
-    (void)nftw(next, remove_one, 16, FTW_DEPTH | FTW_PHYS); /* an interrupted one */
+    controller_remove_tree(next); /* an interrupted one */
     /* The checkpoint is never the working or base branch (the runner refuses those). */
     if (r->phase == TASK_FAILED && controller_has_checkpoint(c, r->ns, r->name) &&
         !(r->working != NULL && strcmp(r->working, branch) == 0) &&
@@ -667,7 +667,7 @@ static char *keep_checkpoint(struct controller *c, const struct reconcile *r, co
         }
     }
     if (!kept) {
-        (void)nftw(next, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+        controller_remove_tree(next);
         free(next);
         next = NULL;
     }
@@ -702,7 +702,7 @@ static void rerun(struct controller *c, struct reconcile *r, const char *log)
         } else {
             sandbox_log_event(log, "[diverge] the checkpoint could not be kept: %s",
                               strerror(errno));
-            (void)nftw(kept, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+            controller_remove_tree(kept);
         }
         free(staging);
         free(kept);
