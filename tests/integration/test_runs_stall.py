@@ -89,10 +89,11 @@ def test_same_failure_three_times_pauses_with_no_progress():
             "divergedev.com/guidance") == "compare the case of World", what="guidance set")
         r = srv.cli("local", "comment", "acme/loop#5", "/diverge resume", "--as", "alice")
         assert r.returncode == 0, r
-        # The frozen runner continues: iteration 4 hears the guidance.
-        log = wait(lambda: (lambda l: l if "agent heard: compare the case" in l else None)(
+        # The frozen runner continues: iteration 4 hears the guidance. The controller logs
+        # the thaw right after it, so the runner may log first: wait for both lines.
+        log = wait(lambda: (lambda l: l if "agent heard: compare the case" in l and
+                            "resumed (thawed, fresh token)" in l else None)(
             srv.cli("task", "logs", "fix-pr-5", "-n", "acme-loop").stdout), what="guidance")
-        assert "resumed (thawed, fresh token)" in log, log
         assert "iteration 4/5: running the agent" in log, log
     shutil.rmtree(top, ignore_errors=True)
 
