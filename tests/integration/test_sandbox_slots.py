@@ -97,7 +97,7 @@ def run_task(srv, name, url):
 
 def test_claimed_slot_runs_the_task_on_its_own_files_only():
     url, top = repo_url()
-    with Server(args=["--sandbox-provider", "local", "--agent-cmd", AGENT]) as srv:
+    with Server(args=["--sandbox-provider", "local", "--sandbox-warm-slots", "2", "--agent-cmd", AGENT]) as srv:
         log = run_task(srv, "first", url)
         assert CLAIMED not in log, log  # no mirror before it: no slot
         made = wait_until(lambda: slots(srv), timeout=30, what="a warm slot")
@@ -136,7 +136,7 @@ def test_claimed_slot_runs_the_task_on_its_own_files_only():
 
 def test_slot_serves_its_repository_only_and_the_bound_holds():
     urls = [repo_url() for _ in range(4)]
-    with Server(args=["--sandbox-provider", "local", "--agent-cmd", AGENT]) as srv:
+    with Server(args=["--sandbox-provider", "local", "--sandbox-warm-slots", "2", "--agent-cmd", AGENT]) as srv:
         run_task(srv, "a1", urls[0][0])
         ino_a = list(wait_until(lambda: slots(srv), timeout=30, what="A's slot").values())[0]
         # A task of B does not take A's slot.
@@ -173,7 +173,7 @@ def test_slot_serves_its_repository_only_and_the_bound_holds():
 def test_comments_without_permission_make_no_slot():
     url, top = repo_url()
     git("--git-dir", url[len("file://"):], "branch", "feature", "main")
-    with Server(args=["--sandbox-provider", "local", "--agent-cmd", AGENT]) as srv:
+    with Server(args=["--sandbox-provider", "local", "--sandbox-warm-slots", "2", "--agent-cmd", AGENT]) as srv:
         r = srv.cli("local", "pr", "open", "acme/r0#1", "--repo", url, "--head", "feature")
         assert r.returncode == 0, r
         for i in range(20):
@@ -202,7 +202,7 @@ def test_slot_of_a_replaced_mirror_is_not_taken():
     one by the next start (cloned again, here copied and put in its place), the slot is
     stopped, not taken; the task starts a sandbox of its own on the mirror as it is now."""
     url, top = repo_url()
-    with Server(args=["--sandbox-provider", "local", "--agent-cmd", AGENT]) as srv:
+    with Server(args=["--sandbox-provider", "local", "--sandbox-warm-slots", "2", "--agent-cmd", AGENT]) as srv:
         tree = subtree(run_task(srv, "first", url))
         (sid, _), = wait_until(lambda: slots(srv), timeout=30, what="a warm slot").items()
         mirror, = glob.glob(os.path.join(srv.data_dir, "mirrors", "*.git"))
@@ -231,7 +231,7 @@ def test_slot_of_a_replaced_mirror_is_not_taken():
 
 def test_nothing_of_a_slot_outlives_the_server():
     url, top = repo_url()
-    srv = Server(args=["--sandbox-provider", "local", "--agent-cmd", AGENT])
+    srv = Server(args=["--sandbox-provider", "local", "--sandbox-warm-slots", "2", "--agent-cmd", AGENT])
     srv2 = srv3 = None
     srv.start()
     try:
@@ -242,7 +242,7 @@ def test_nothing_of_a_slot_outlives_the_server():
         assert not slots(srv) and not slot_records(srv)
         assert not slot_cgroups(tree) and not slot_procs(tree), slot_cgroups(tree)
         # Killed: the slot dies with it; the next server removes what is left.
-        srv2 = Server(args=["--sandbox-provider", "local", "--agent-cmd", AGENT],
+        srv2 = Server(args=["--sandbox-provider", "local", "--sandbox-warm-slots", "2", "--agent-cmd", AGENT],
                       data_dir=srv.data_dir)
         srv2.start()
         run_task(srv2, "two", url)
@@ -250,7 +250,7 @@ def test_nothing_of_a_slot_outlives_the_server():
         srv2.kill()
         wait_until(lambda: not slot_procs(tree), timeout=30, what="the slot to die")
         assert slots(srv2) == left and slot_records(srv2)
-        srv3 = Server(args=["--sandbox-provider", "local", "--agent-cmd", AGENT,
+        srv3 = Server(args=["--sandbox-provider", "local", "--sandbox-warm-slots", "2", "--agent-cmd", AGENT,
                             "--sandbox-warm-slots", "0"], data_dir=srv.data_dir)
         srv3.start()
         assert not slots(srv3) and not slot_records(srv3)
