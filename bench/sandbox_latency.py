@@ -37,10 +37,14 @@ usage: python3 bench/sandbox_latency.py [build-dir] [-n 50] [--cycles 50]
                                         [--only start|pause|iterations]
                                         [--path auto|api|comment]
                                         [--reference other-build-dir] [--gap seconds]
+                                        [--serve-args ARGS] [--reference-serve-args ARGS]
 With --reference, a second server runs the other build (each with its own data dir and
 bare repository) and the two are measured in turn, task by task and cycle by cycle (the
 order swapped every round), so the figures and their reference come from one run under
 the same load; the ratio (this build / reference) is printed for p50, p90 and p99.
+--serve-args (and --reference-serve-args for the reference) adds `diverge serve` flags,
+e.g. --serve-args "--sandbox-warm-slots 0" to measure without warm slots; a reference
+built before a flag existed must not be given it.
 Needs root (the sandbox user is created by the server), bubblewrap and git. Only
 loopback and file:// are used: the server listens on 127.0.0.1, its GitHub/GitLab API
 URLs point at a closed loopback port, SCM tokens and proxies are removed from its
@@ -51,6 +55,7 @@ import json
 import os
 import platform
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -101,6 +106,7 @@ def bare_repo(top, branches=0):
 class Server:
     def __init__(self, binary, agent_cmd, extra=()):
         self.binary = binary
+        extra = list(SERVE_EXTRA.get(binary, ())) + list(extra)
         self.data = tempfile.mkdtemp(prefix="diverge-bench-")
         env = {k: v for k, v in os.environ.items() if k not in SCRUB}
         env["NO_PROXY"] = env["no_proxy"] = "*"
@@ -284,6 +290,7 @@ def report_breakdown(label, breakdown):
             print("  %-52s %7.1f / %7.1f" % (stage, pct(xs, 50), pct(xs, 90)))
 
 
+SERVE_EXTRA = {}  # binary -> more `diverge serve` flags (--serve-args, --reference-serve-args)
 GAP = 0.0  # --gap: seconds of quiet after each task finished, before the next comment
 
 
@@ -645,6 +652,10 @@ def main():
     ap.add_argument("--gap", type=float, default=0.0, metavar="SECONDS",
                     help="start: quiet after each task finished, before the next comment "
                          "(comments on a real server are seldom back to back)")
+    ap.add_argument("--serve-args", default="", metavar="ARGS",
+                    help="more `diverge serve` flags for this build (one string)")
+    ap.add_argument("--reference-serve-args", default="", metavar="ARGS",
+                    help="more `diverge serve` flags for the reference build")
     a = ap.parse_args()
     global GAP
     GAP = a.gap
@@ -652,8 +663,13 @@ def main():
     def binary_of(d):
         return os.path.join(d if os.path.isabs(d) else os.path.join(ROOT, d), "diverge")
     builds = [("this build", binary_of(a.build))]
+    SERVE_EXTRA[builds[0][1]] = shlex.split(a.serve_args)
     if a.reference:
         builds.append(("reference", binary_of(a.reference)))
+        if builds[1][1] == builds[0][1] and a.serve_args != a.reference_serve_args:
+            raise SystemExit("bench: --reference is this build; give a copy in another dir "
+                             "to compare flags")
+        SERVE_EXTRA[builds[1][1]] = shlex.split(a.reference_serve_args)
     if os.geteuid() != 0:
         raise SystemExit("bench: run as root (the local provider's sandbox user and cgroups)")
     for tool in ("bwrap", "git"):
@@ -661,7 +677,7 @@ def main():
             raise SystemExit("bench: %s is not installed" % tool)
     print("== machine: " + machine(), flush=True)
     for label, binary in builds:
-        print("== %s: %s" % (label, binary), flush=True)
+        print("== %s: %s %s" % (label, binary, " ".join(SERVE_EXTRA[binary])), flush=True)
     if a.only in (None, "start"):
         bench_start(builds, a.n, a.path)
     if a.only in (None, "pause"):
