@@ -14,6 +14,7 @@ in temporary directories:
 - a bad agent.yaml key is answered in the thread with file, line and key; no task;
 - `local pr open` usage errors exit 2 with one `diverge: ` line; the server's refusals
   exit 1; comments on PRs never opened behave as before."""
+import glob
 import json
 import os
 import re
@@ -75,6 +76,22 @@ class Clean:
         if exc[0] is None:
             err = self.srv.stderr()
             assert "Sanitizer" not in err and "runtime error" not in err, err[-4000:]
+        else:
+            self.tell()
+
+    def tell(self):
+        """On a failure: what the server and its sandboxes said last (a rare failure in CI
+        is then read from its output, not rerun blind)."""
+        print("---- server output, last 40 lines:")
+        print("\n".join(self.srv.lines[-40:]))
+        print("---- server stderr, end:")
+        print(self.srv.stderr()[-12000:])
+        logs = sorted(p for p in glob.glob(os.path.join(self.srv.data_dir, "**", "*.log"),
+                                           recursive=True) if p != self.srv.stderr_path)
+        for path in logs[:12]:
+            with open(path, errors="replace") as f:
+                print("---- %s, end:" % os.path.relpath(path, self.srv.data_dir))
+                print(f.read()[-1500:])
 
 
 def wait(fn, timeout=60, what="condition"):
