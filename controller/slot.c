@@ -4,10 +4,12 @@
  * directories of its own under <data-dir>/slots/<id> and to that repository's mirror (a
  * bind cannot change later, and the mirror is per repository). Its runner loads libcurl
  * and waits at its start gate knowing no task. The next fresh start of a task of that
- * repository claims it in place of the prelaunch's spawn (launch.c): the slot's
- * directories are renamed onto the task's paths (the binds follow the inodes), the
+ * repository claims it in place of the prelaunch's spawn (launch.c), once its runner runs
+ * (until then bubblewrap resolves the bound folders by name, and a rename under it fails
+ * the sandbox; a start that comes earlier starts its own and leaves the slot): the
  * provider makes the sandbox the task's (name, record, log; its cgroups keep their name
- * and carry the same limits), and the task's environment goes through the gate before
+ * and carry the same limits), the slot's directories are renamed onto the task's paths
+ * (the binds follow the inodes), and the task's environment goes through the gate before
  * the usual "c" and "g" (runner_gate_env: no file holds it). A slot serves one task and
  * is never given back; a slot whose mirror was replaced is stopped, not claimed. At most
  * one per repository and warm_slots in all; made by the tick thread after the exits it
@@ -431,21 +433,24 @@ static int send_env(int fd, char *const *env, size_t n, struct err *err)
     return rc;
 }
 
-/* S given to R: its directories, its sandbox, then R's environment L->env (its start's,
- * with the network and meter variables a slot's start has). */
+/* S given to R: its sandbox (E_AGAIN, nothing changed, while bubblewrap still sets it
+ * up: it reaches the folders by name until then), its directories, then R's environment
+ * L->env (its start's, with the network and meter variables a slot's start has). */
 static int claim(struct controller *c, struct controller_slot *s, struct controller_launch *l,
                  const struct reconcile *r, struct err *err)
 {
-    int rc = move_dirs(s, &l->p, err);
-
-    if (rc == E_OK) {
-        rc = sandbox_claim(c->sandboxes, CONTROLLER_SLOT_NS, s->id, r->ns, r->name, l->p.log,
+    int rc = sandbox_claim(c->sandboxes, CONTROLLER_SLOT_NS, s->id, r->ns, r->name, l->p.log,
                            c->log_cap, err);
-    }
+
     if (rc != E_OK) {
         return rc;
     }
     s->claimed = true;
+    rc = move_dirs(s, &l->p, err);
+    if (rc != E_OK) {
+        sandbox_stop(c->sandboxes, r->ns, r->name);
+        return rc;
+    }
     l->n = l->n_base = controller_build_env(l->env, c, r, &l->p, l->iteration);
     l->env[l->n++] = xstrdup("DIVERGE_SANDBOX_NETWORK=none");
     if (s->meter_env != NULL) {
@@ -466,6 +471,7 @@ bool controller_slot_claim(struct controller *c, struct controller_launch *l,
     unsigned long long ino = 0, dev = 0;
     struct err err = {0};
     int64_t age;
+    int rc;
 
     if (c->slot_max <= 0 || l->p.mirror == NULL || !controller_egress_none(c, r)) {
         return false; /* a task with the egress proxy starts its own sandbox */
@@ -480,7 +486,14 @@ bool controller_slot_claim(struct controller *c, struct controller_launch *l,
         slot_free(c, s); /* the mirror was cloned again: the slot binds the old one */
         return false;
     }
-    if (claim(c, s, l, r, &err) != E_OK) {
+    rc = claim(c, s, l, r, &err);
+    if (rc == E_AGAIN) {
+        s->next = *pp; /* kept for the next start; this one starts its own */
+        *pp = s;
+        log_kv(LOG_DEBUG, "warm_slot_not_ready", "namespace", r->ns, "task", r->name, NULL);
+        return false;
+    }
+    if (rc != E_OK) {
         log_kv(LOG_INFO, "warm_slot_not_claimed", "namespace", r->ns, "task", r->name, "error",
                err.msg, NULL);
         for (size_t i = 0; i < l->n; i++) {

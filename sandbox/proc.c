@@ -400,6 +400,10 @@ int sbx_claim(struct sbx_set *set, const char *from_ns, const char *from_name, c
     x = find(set, from_ns, from_name);
     if (x == NULL || x->state != SANDBOX_RUNNING || x->reaped || x->stopping) {
         rc = err_set(err, E_NOTFOUND, "the warm sandbox does not run any more");
+    } else if (!sbx_tree_runs(x->pid, strrchr(SANDBOX_IN_RUNNER, '/') + 1)) {
+        /* bubblewrap still sets it up: it reaches the bound folders by the names their
+         * descriptors point at, which the claim is about to rename. */
+        rc = err_set(err, E_AGAIN, "the warm sandbox is still starting");
     } else if (find(set, ns, name) != NULL) {
         rc = err_set(err, E_CONFLICT, "a sandbox already runs for this task");
     } else {

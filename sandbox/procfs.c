@@ -5,6 +5,7 @@
  * descriptor sweep every sandbox child does before exec. */
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -103,7 +104,9 @@ void sbx_kill_group(pid_t pgid, unsigned long long starttime)
     closedir(d);
 }
 
-#define SBX_TREE_MAX 4096 /* processes of one sandbox signalled by the fallback */
+#define SBX_TREE_MAX 4096     /* processes of one sandbox signalled by the fallback */
+#define SBX_READY_TREE_MAX 64 /* processes of a starting sandbox looked at for its program */
+#define SBX_COMM_MAX 15       /* what the kernel keeps of a command's name (TASK_COMM_LEN - 1) */
 
 /* True if PID is not in SEEN[0..N) but its parent is. */
 static bool is_new_child(const pid_t *seen, size_t n, pid_t pid)
@@ -175,6 +178,86 @@ void sbx_signal_tree(pid_t root, int sig)
         done = n;
     }
     pthread_mutex_unlock(&lock);
+}
+
+/* Whether /proc/<PID>/comm is COMM (a command name, at most 15 characters kept). */
+static bool comm_is(pid_t pid, const char *comm)
+{
+    char path[64], buf[32];
+    ssize_t n;
+    int fd;
+
+    snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        return false;
+    }
+    n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0) {
+        return false;
+    }
+    buf[n] = '\0';
+    buf[strcspn(buf, "\n")] = '\0';
+    return strncmp(buf, comm, SBX_COMM_MAX) == 0;
+}
+
+/* Appends to KIDS[*n..] the children of PID listed in /proc/<pid>/task/<pid>/children
+ * (each thread has its own list; a process's children are those of its threads, but
+ * bubblewrap and the runner's start fork from their main thread). False when the kernel
+ * has no such file. */
+static bool children_of(pid_t pid, pid_t *kids, size_t *n, size_t max)
+{
+    char path[96], buf[512], *p, *end;
+    ssize_t got;
+    int fd;
+
+    snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)pid, (int)pid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        return errno != ENOENT || kill(pid, 0) != 0; /* gone: nothing to list */
+    }
+    got = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    buf[got > 0 ? got : 0] = '\0';
+    for (p = buf; *n < max; p = end) {
+        long v = strtol(p, &end, 10);
+        if (end == p) {
+            break;
+        }
+        kids[(*n)++] = (pid_t)v;
+    }
+    return true;
+}
+
+bool sbx_tree_runs(pid_t root, const char *comm)
+{
+    pid_t tree[SBX_READY_TREE_MAX];
+    size_t n = 1;
+
+    tree[0] = root;
+    for (size_t i = 0; i < n; i++) {
+        if (comm_is(tree[i], comm)) {
+            return true;
+        }
+        if (!children_of(tree[i], tree, &n, ARRAY_LEN(tree))) {
+            /* No children files (CONFIG_PROC_CHILDREN off): the whole tree from /proc. */
+            static pid_t seen[SBX_TREE_MAX];
+            static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+            bool yes = false;
+            size_t m = 1;
+
+            pthread_mutex_lock(&lock);
+            seen[0] = root;
+            collect(seen, &m);
+            for (size_t k = 0; k < m && !yes; k++) {
+                yes = comm_is(seen[k], comm);
+            }
+            pthread_mutex_unlock(&lock);
+            return yes;
+        }
+    }
+    return false;
 }
 
 int sbx_cloexec_from_3(void)

@@ -167,7 +167,8 @@ struct sandbox_provider_ops {
     /* Optional (local): the running sandbox FROM_NS/FROM_NAME, started gated and given no
      * task yet (a warm slot), becomes NS/NAME's: every later operation on NS/NAME is on
      * it, its output goes to LOG_PATH (cap LOG_CAP) and its record is NS/NAME's.
-     * E_NOTFOUND when it does not run any more, E_CONFLICT when NS/NAME has a sandbox. */
+     * E_NOTFOUND when it does not run any more, E_CONFLICT when NS/NAME has a sandbox,
+     * E_AGAIN (nothing changed) while its program (the runner) does not run yet. */
     int (*claim)(struct sandbox_provider *p, const char *from_ns, const char *from_name,
                  const char *ns, const char *name, const char *log_path, size_t log_cap,
                  struct err *err);
@@ -221,7 +222,8 @@ static inline void sandbox_warm(struct sandbox_provider *p, const char *ns, cons
     }
 }
 
-/* ops->claim; E_FAIL when P has no claim. */
+/* ops->claim; E_FAIL when P has no claim, E_AGAIN (nothing changed) while the sandbox's
+ * program does not run yet. */
 static inline int sandbox_claim(struct sandbox_provider *p, const char *from_ns,
                                 const char *from_name, const char *ns, const char *name,
                                 const char *log_path, size_t log_cap, struct err *err)

@@ -87,6 +87,10 @@ void sbx_kill_group(pid_t pgid, unsigned long long starttime);
 void sbx_signal_tree(pid_t root, int sig);
 /* /proc/<pid>/stat field 22, 0 when unknown. */
 unsigned long long sbx_starttime(pid_t pid);
+/* Whether ROOT or one of its descendants runs the program whose command name is COMM
+ * (compared as the kernel keeps it: its first 15 characters), i.e. whether bubblewrap has
+ * set the sandbox up and executed it. */
+bool sbx_tree_runs(pid_t root, const char *comm);
 
 /* In a forked child before execve: marks every descriptor from 3 up close-on-exec
  * (close_range; one fcntl per descriptor up to RLIMIT_NOFILE on kernels before 5.11), so
