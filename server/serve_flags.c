@@ -73,7 +73,7 @@ static const struct flag g_flags[] = {
      "process limit per sandbox (0: none)"},
     {"--sandbox-cpus", "DIVERGE_SANDBOX_CPUS", "1", CFG(sandbox_cpus),
      "CPU limit per sandbox, e.g. 1 or 0.5 (0: none)"},
-    {"--sandbox-warm-slots", "DIVERGE_SANDBOX_WARM_SLOTS", "0", CFG(sandbox_warm_slots),
+    {"--sandbox-warm-slots", "DIVERGE_SANDBOX_WARM_SLOTS", "2", CFG(sandbox_warm_slots),
      "local: sandboxes started ahead, at most one per repository a task recently started on "
      "(idle ones stop after 10 minutes); the next new task of that repository takes it "
      "instead of starting bubblewrap (0: none)"},
