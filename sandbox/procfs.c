@@ -155,18 +155,33 @@ static void collect(pid_t *seen, size_t *n)
     } while (*n != before);
 }
 
+/* The processes of one tree, as collect() reads them from /proc: one array (too large for
+ * a thread's stack) for every walk, the walks one at a time. tree_begin locks it and puts
+ * ROOT first; tree_end unlocks it. */
+static pid_t tree_seen[SBX_TREE_MAX];
+static pthread_mutex_t tree_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static pid_t *tree_begin(pid_t root)
+{
+    pthread_mutex_lock(&tree_lock);
+    tree_seen[0] = root;
+    return tree_seen;
+}
+
+static void tree_end(void)
+{
+    pthread_mutex_unlock(&tree_lock);
+}
+
 /* Sends SIG to ROOT and every descendant (also those that left its session or process
  * group, e.g. inside bubblewrap's pid namespace). The tree is read before any signal
  * (a killed parent would hand its children to init) and read again until no new process
  * shows up; the deepest get the signal first. */
 void sbx_signal_tree(pid_t root, int sig)
 {
-    static pid_t seen[SBX_TREE_MAX];
-    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    pid_t *seen = tree_begin(root);
     size_t n = 1, done = 0;
 
-    pthread_mutex_lock(&lock);
-    seen[0] = root;
     for (int round = 0; round < 8; round++) {
         collect(seen, &n);
         if (n == done && round > 0) {
@@ -177,7 +192,7 @@ void sbx_signal_tree(pid_t root, int sig)
         }
         done = n;
     }
-    pthread_mutex_unlock(&lock);
+    tree_end();
 }
 
 /* Whether /proc/<PID>/comm is COMM (a command name, at most 15 characters kept). */
@@ -242,18 +257,15 @@ bool sbx_tree_runs(pid_t root, const char *comm)
         }
         if (!children_of(tree[i], tree, &n, ARRAY_LEN(tree))) {
             /* No children files (CONFIG_PROC_CHILDREN off): the whole tree from /proc. */
-            static pid_t seen[SBX_TREE_MAX];
-            static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+            pid_t *seen = tree_begin(root);
             bool yes = false;
             size_t m = 1;
 
-            pthread_mutex_lock(&lock);
-            seen[0] = root;
             collect(seen, &m);
             for (size_t k = 0; k < m && !yes; k++) {
                 yes = comm_is(seen[k], comm);
             }
-            pthread_mutex_unlock(&lock);
+            tree_end();
             return yes;
         }
     }
