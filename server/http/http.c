@@ -306,6 +306,13 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
     http_guard_notify(cls, conn, socket_context, (int)code);
 }
 
+/* The accept policy (CLS is the guard): a connection the guard would refuse is closed
+ * before libmicrohttpd makes its thread. */
+static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen)
+{
+    return http_guard_accept(cls, addr, addrlen) ? MHD_YES : MHD_NO;
+}
+
 /* libmicrohttpd's own messages go through log_kv, so stderr stays one line per entry. */
 __attribute__((format(printf, 2, 0))) static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 {
@@ -361,7 +368,7 @@ int http_start(struct MHD_Daemon **out, uint16_t *port_out, struct server *srv, 
     d = MHD_start_daemon(
         MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG |
             MHD_USE_ITC,
-        0, NULL, NULL, on_request, srv,
+        0, on_accept, srv->guard, on_request, srv,
         /* first, so that it sees the messages about the other options */
         MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL, MHD_OPTION_SOCK_ADDR, &sa,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
@@ -420,9 +427,9 @@ int http_start_tls(struct MHD_Daemon **out, uint16_t *port_out, struct server *s
     *out =
         MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD |
                              MHD_USE_ERROR_LOG | MHD_USE_ITC | MHD_USE_TLS,
-                         0, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log,
-                         NULL, MHD_OPTION_SOCK_ADDR, &sa, MHD_OPTION_HTTPS_MEM_CERT, cert_pem,
-                         MHD_OPTION_HTTPS_MEM_KEY, key_pem, MHD_OPTION_NOTIFY_COMPLETED,
+                         0, on_accept, srv->guard, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER,
+                         on_mhd_log, NULL, MHD_OPTION_SOCK_ADDR, &sa, MHD_OPTION_HTTPS_MEM_CERT,
+                         cert_pem, MHD_OPTION_HTTPS_MEM_KEY, key_pem, MHD_OPTION_NOTIFY_COMPLETED,
                          on_completed, srv, MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv->guard,
                          MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)SERVER_IDLE_TIMEOUT_S,
                          MHD_OPTION_CONNECTION_LIMIT, (unsigned int)HTTP_MHD_CONN_LIMIT,

@@ -12,7 +12,11 @@
  *   request within the head deadline. A full reserve makes room by shutting down an
  *   incomplete reserve connection from the prefix, then the address, holding the most
  *   reserve slots (the oldest of them), so flooding sources evict each other first.
- * Every connection is tracked from MHD_OPTION_NOTIFY_CONNECTION until it is closed. */
+ * A connection the limits would refuse is refused in libmicrohttpd's accept policy
+ * callback, before a thread is made for it (under a flood, threads of connections shut down
+ * at once were most of the listener's work); the decision is made again, authoritatively,
+ * when the connection is tracked. Every connection is tracked from
+ * MHD_OPTION_NOTIFY_CONNECTION until it is closed. */
 #include <arpa/inet.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
@@ -176,13 +180,9 @@ long long http_guard_refused(struct http_guard *g)
     return g != NULL ? atomic_load(&g->refused) + atomic_load(&g->evicted) : 0;
 }
 
-/* Fills C's family, address and prefix from the client address of CONN. */
-static void address_of(struct guard_conn *c, struct MHD_Connection *conn)
+/* Fills C's family, address and prefix from the client address SA (may be NULL). */
+static void address_from(struct guard_conn *c, const struct sockaddr *sa)
 {
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-    const struct sockaddr *sa = ci != NULL ? ci->client_addr : NULL;
-
     c->family = sa != NULL ? sa->sa_family : AF_UNSPEC;
     if (c->family == AF_INET) {
         const struct sockaddr_in *in = (const struct sockaddr_in *)(const void *)sa;
@@ -227,14 +227,18 @@ static void count_reserve(int *addr_out, int *prefix_out, struct guard_conn *con
     }
 }
 
-/* Frees a reserve slot by shutting down an incomplete reserve connection: one from the
- * prefix holding the most reserve slots, then the address, then the oldest. False when
- * every reserve connection is being answered (under g->mu). */
-static bool evict_one(struct http_guard *g)
+/* The reserve connection a full reserve drops first: an incomplete one from the prefix
+ * holding the most reserve slots, then the address, then the oldest; NULL when every
+ * reserve connection is being answered. Gathers the reserve into g->scratch (*N_OUT
+ * entries) and sets *PREFIX_OUT and *ADDR_OUT to the victim's slot counts (under g->mu). */
+static struct guard_conn *pick_victim(struct http_guard *g, int *n_out, int *prefix_out,
+                                      int *addr_out)
 {
     struct guard_conn *victim = NULL;
-    int n = 0, best_prefix = -1, best_addr = -1;
+    int n = 0;
 
+    *prefix_out = -1;
+    *addr_out = -1;
     for (struct guard_conn *c = g->head; c != NULL && n < g->lim.reserve_max; c = c->next) {
         if (c->pool == POOL_RESERVE) {
             g->scratch[n++] = c;
@@ -247,16 +251,34 @@ static bool evict_one(struct http_guard *g)
             continue;
         }
         count_reserve(&in_addr, &in_prefix, g->scratch, n, c);
-        if (in_prefix > best_prefix || (in_prefix == best_prefix && in_addr > best_addr) ||
-            (in_prefix == best_prefix && in_addr == best_addr &&
+        if (in_prefix > *prefix_out || (in_prefix == *prefix_out && in_addr > *addr_out) ||
+            (in_prefix == *prefix_out && in_addr == *addr_out &&
              atomic_load(&c->since_ns) < atomic_load(&victim->since_ns))) {
             victim = c;
-            best_prefix = in_prefix;
-            best_addr = in_addr;
+            *prefix_out = in_prefix;
+            *addr_out = in_addr;
         }
     }
-    if (victim == NULL) {
+    *n_out = n;
+    return victim;
+}
+
+/* Frees a reserve slot for the new connection NEWCOMER by shutting down pick_victim's
+ * connection, only for a newcomer whose prefix, then address, holds fewer reserve slots
+ * than the victim's: a source does not push out its own (or an equal source's)
+ * connections, which under a flood would only churn threads. False when no connection
+ * may go; DRY: nothing is shut down (under g->mu). */
+static bool evict_one(struct http_guard *g, const struct guard_conn *newcomer, bool dry)
+{
+    int n, v_prefix, v_addr, new_addr, new_prefix;
+    struct guard_conn *victim = pick_victim(g, &n, &v_prefix, &v_addr);
+
+    count_reserve(&new_addr, &new_prefix, g->scratch, n, newcomer);
+    if (victim == NULL || new_prefix > v_prefix || (new_prefix == v_prefix && new_addr >= v_addr)) {
         return false;
+    }
+    if (dry) {
+        return true;
     }
     cut(victim);
     victim->pool = POOL_NONE;
@@ -265,8 +287,9 @@ static bool evict_one(struct http_guard *g)
     return true;
 }
 
-/* Puts the new connection C in a pool (under g->mu); POOL_NONE when it is refused. */
-static enum guard_pool admit(struct http_guard *g, const struct guard_conn *c)
+/* Puts the new connection C in a pool (under g->mu); POOL_NONE when it is refused. DRY:
+ * only says which, evicting nobody. */
+static enum guard_pool admit(struct http_guard *g, const struct guard_conn *c, bool dry)
 {
     int in_addr, in_prefix;
 
@@ -281,7 +304,7 @@ static enum guard_pool admit(struct http_guard *g, const struct guard_conn *c)
         in_prefix < g->lim.per_prefix_max) {
         return POOL_GENERAL;
     }
-    if (g->n_reserve < g->lim.reserve_max || evict_one(g)) {
+    if (g->n_reserve < g->lim.reserve_max || evict_one(g, c, dry)) {
         return POOL_RESERVE;
     }
     return POOL_NONE;
@@ -291,10 +314,12 @@ static void track(struct http_guard *g, struct MHD_Connection *conn, void **sock
 {
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    const union MHD_ConnectionInfo *ai =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
     struct guard_conn *c = xcalloc(1, sizeof(*c));
 
     c->fd = ci != NULL ? (int)ci->connect_fd : -1;
-    address_of(c, conn);
+    address_from(c, ai != NULL ? ai->client_addr : NULL);
     {
         /* Once per connection, not per request (http_route_find asks on every request). */
         struct sockaddr_storage ss;
@@ -308,7 +333,7 @@ static void track(struct http_guard *g, struct MHD_Connection *conn, void **sock
     atomic_init(&c->answering, false);
     c->reaped = c->fd < 0; /* nothing to shut down */
     pthread_mutex_lock(&g->mu);
-    c->pool = admit(g, c);
+    c->pool = admit(g, c, false);
     g->n_general += c->pool == POOL_GENERAL;
     g->n_reserve += c->pool == POOL_RESERVE;
     g->n_ip += c->pool != POOL_LOCAL;
@@ -323,6 +348,27 @@ static void track(struct http_guard *g, struct MHD_Connection *conn, void **sock
     g->head = c;
     pthread_mutex_unlock(&g->mu);
     *socket_context = c;
+}
+
+bool http_guard_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen)
+{
+    struct http_guard *g = cls;
+    struct guard_conn c = {.family = AF_UNSPEC};
+    enum guard_pool pool;
+
+    if (addr != NULL && addrlen >= (socklen_t)sizeof(sa_family_t) &&
+        ((addr->sa_family == AF_INET && addrlen >= (socklen_t)sizeof(struct sockaddr_in)) ||
+         (addr->sa_family == AF_INET6 && addrlen >= (socklen_t)sizeof(struct sockaddr_in6)))) {
+        address_from(&c, addr);
+    }
+    pthread_mutex_lock(&g->mu);
+    pool = admit(g, &c, true);
+    pthread_mutex_unlock(&g->mu);
+    if (pool == POOL_NONE) {
+        atomic_fetch_add(&g->refused, 1);
+        return false;
+    }
+    return true;
 }
 
 void http_guard_notify(void *cls, struct MHD_Connection *conn, void **socket_context, int code)

@@ -6,6 +6,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "common/err.h"
 #include "server/http/http.h"
@@ -48,6 +49,10 @@ void http_guard_free(struct http_guard *g);
  * enum MHD_ConnectionNotificationCode. A new TCP connection is admitted to the general or
  * the reserve pool, or refused (its socket shut down at once). */
 void http_guard_notify(void *cls, struct MHD_Connection *conn, void **socket_context, int code);
+/* For the accept policy callback (CLS is the guard): false when a connection from ADDR
+ * would be refused now, which then counts as refused. A connection accepted here is
+ * admitted (or refused) again by http_guard_notify. */
+bool http_guard_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen);
 /* The head of the request on CONN is in; RESERVED_ROUTE says whether it asks for a route
  * the reserve pool serves. False: the connection holds a reserve slot and the route is
  * another; the caller answers 503. */

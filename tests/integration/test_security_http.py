@@ -347,6 +347,68 @@ def test_slow_clients_do_not_starve_health_and_meter():
         assert_alive(srv)
 
 
+def hold(src, port, n):
+    """N connections from SRC, each with a request head it never finishes."""
+    socks = []
+    for _ in range(n):
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        socks.append(s)
+        s.settimeout(5)
+        s.bind((src, 0))
+        s.connect(("127.0.0.1", port))
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Half: ")
+    return socks
+
+
+def closed(s, wait):
+    """Whether the server closed S (EOF or reset) within WAIT seconds."""
+    r, _, _ = select.select([s], [], [], wait)
+    if not r:
+        return False
+    try:
+        return s.recv(4096) == b""
+    except OSError:
+        return True
+
+
+def closed_among(socks, wait):
+    """The indexes of SOCKS the server closed, after WAIT seconds."""
+    time.sleep(wait)
+    r, _, _ = select.select(socks, [], [], 0)
+    return sorted(i for i, s in enumerate(socks) if s in r and closed(s, 0))
+
+
+def test_full_reserve_refuses_the_address_holding_it():
+    """With the general pool full for the /24 and the whole reserve held by one address, a
+    new connection from that address is closed at once and pushes none of its own out; a
+    connection from another address of the /24 still gets a reserve slot (the oldest of
+    the holder's is dropped) and its health call is answered."""
+    env = {"DIVERGE_HEAD_DEADLINE_MS": "60000", "DIVERGE_REQUEST_DEADLINE_MS": "60000"}
+    with Server(ARGS, env=env) as srv:
+        socks = []
+        try:
+            socks += hold("127.0.0.2", srv.port, 128)  # the general pool: the address's cap
+            socks += hold("127.0.0.3", srv.port, 128)  # ... and the /24's (256)
+            reserve = hold("127.0.0.2", srv.port, 64)  # the whole reserve
+            socks += reserve
+            late = hold("127.0.0.2", srv.port, 5)
+            socks += late
+            for i, s in enumerate(late):
+                assert closed(s, 10), "connection %d over the holder's reserve is open" % i
+            gone = closed_among(reserve, 0.5)
+            assert gone == [], "the holder's own reserve connections were dropped: %r" % gone
+            st, _, body = raw(srv, b"GET /healthz HTTP/1.1\r\nHost: x\r\n"
+                              b"Connection: close\r\n\r\n", src="127.0.0.4", timeout=10)
+            assert st == 200 and json.loads(body) == {"status": "ok"}, (st, body)
+            gone = closed_among(reserve, 0.5)
+            assert gone == [0], "not just the oldest reserve connection dropped: %r" % gone
+        finally:
+            for s in socks:
+                s.close()
+        st, _, text = srv.request("GET", "/metrics", auth=False)
+        assert st == 200 and "diverge_http_connections_refused_total 6\n" in text, text
+
+
 def test_trickling_client_is_cut_at_the_request_deadline():
     env = {"DIVERGE_REQUEST_DEADLINE_MS": "2000"}
     with Server(ARGS, env=env) as srv:
@@ -406,6 +468,7 @@ if __name__ == "__main__":
         test_webhook_without_secret_is_503_before_body,
         test_signed_delivery_hashed_as_it_streams,
         test_slow_clients_do_not_starve_health_and_meter,
+        test_full_reserve_refuses_the_address_holding_it,
         test_trickling_client_is_cut_at_the_request_deadline,
         test_watch_stream_outlives_the_request_deadline,
     ])
