@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <microhttpd.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +25,7 @@
 /* libmicrohttpd's connection limit on the TCP listeners: above the guard's hard cap, which
  * refuses connections itself (http_guard.c). */
 #define HTTP_MHD_CONN_LIMIT (SERVER_CONN_HARD_MAX + 64)
+#define HTTP_LIBRARY_LOG_PER_S 20 /* libmicrohttpd messages logged a second, at most */
 
 /* --- MHD callbacks ---------------------------------------------------------------- */
 
@@ -313,6 +315,41 @@ static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen
     return http_guard_accept(cls, addr, addrlen) ? MHD_YES : MHD_NO;
 }
 
+/* Whether a libmicrohttpd message may be logged now: at most HTTP_LIBRARY_LOG_PER_S a
+ * second. Under a flood it writes one for nearly every connection cut or reset (thousands
+ * a second); the first message of a second after dropped ones is preceded by a count of
+ * them (event http_library_suppressed). */
+static bool mhd_log_allowed(void)
+{
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static int64_t window;         /* the second of the messages counted, under mu */
+    static int in_window, dropped; /* messages logged in it, and dropped since the last */
+    int64_t now = clock_mono_ns() / 1000000000;
+    int dropped_before = 0;
+    bool ok;
+
+    pthread_mutex_lock(&mu);
+    if (now != window) {
+        window = now;
+        in_window = 0;
+    }
+    ok = in_window < HTTP_LIBRARY_LOG_PER_S;
+    if (ok) {
+        in_window++;
+        dropped_before = dropped;
+        dropped = 0;
+    } else {
+        dropped++;
+    }
+    pthread_mutex_unlock(&mu);
+    if (dropped_before > 0) {
+        char n[16];
+        snprintf(n, sizeof(n), "%d", dropped_before);
+        log_kv(LOG_WARN, "http_library_suppressed", "messages", n, NULL);
+    }
+    return ok;
+}
+
 /* libmicrohttpd's own messages go through log_kv, so stderr stays one line per entry. */
 __attribute__((format(printf, 2, 0))) static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 {
@@ -320,6 +357,9 @@ __attribute__((format(printf, 2, 0))) static void on_mhd_log(void *cls, const ch
     size_t n;
 
     (void)cls;
+    if (!mhd_log_allowed()) {
+        return;
+    }
     vsnprintf(msg, sizeof(msg), fmt, ap);
     n = strlen(msg);
     while (n > 0 && (msg[n - 1] == '\n' || msg[n - 1] == '\r')) {
