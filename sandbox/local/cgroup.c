@@ -336,12 +336,16 @@ static bool file_has(const char *path, const char *text)
     return n > 0 && strstr(buf, text) != NULL;
 }
 
+#define CG_V1_REFREEZE_NS INT64_C(2000000) /* a FREEZING v1 freezer is told FROZEN again */
+
 /* Waits up to ~5 s for the freezer cgroup D to read frozen (STATE: its freezer.state or
  * cgroup.events). A freeze usually completes within a millisecond: the state is read
  * again after 50 us, then twice as late each time up to every 2 ms, so the pause is not
  * reported a whole 2 ms late. A v1 freezer that stays FREEZING (a task it could not stop
- * yet, e.g. one in the middle of a fork or an uninterruptible wait) retries on another
- * write of FROZEN, every 100 ms; v2 keeps trying by itself. */
+ * yet, e.g. one in the middle of a fork or an uninterruptible wait) only tries again on
+ * another write of FROZEN: one every CG_V1_REFREEZE_NS (a write of an already frozen
+ * task is a no-op, so it is cheap; at every 100 ms, 1 to 4 of 40 pauses of a task whose
+ * runner forks all the time took 110 ms: bench/RESULTS.md). v2 keeps trying by itself. */
 static bool cg_wait_frozen(struct local_provider *lp, const char *d, const char *state)
 {
     int64_t start = clock_mono_ns(), retried = start, now;
@@ -352,7 +356,7 @@ static bool cg_wait_frozen(struct local_provider *lp, const char *d, const char 
         if (now - start > INT64_C(5000000000)) {
             return false;
         }
-        if (!lp->v2 && now - retried >= INT64_C(100000000)) {
+        if (!lp->v2 && now - retried >= CG_V1_REFREEZE_NS) {
             (void)put(d, "freezer.state", "FROZEN");
             retried = now;
         }
