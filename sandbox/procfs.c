@@ -22,27 +22,34 @@
 #endif
 #define SBX_FD_SCAN_MAX (1 << 20) /* descriptors the fallback marks one by one */
 
+/* Reads up to SIZE - 1 bytes of PATH (a small /proc file) into BUF, NUL-terminated; the
+ * bytes read, or -1 (BUF empty, errno the open's or read's). */
+static ssize_t proc_read(const char *path, char *buf, size_t size)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, buf, size - 1) : -1;
+    int saved = errno;
+
+    if (fd >= 0) {
+        close(fd);
+    }
+    buf[n > 0 ? n : 0] = '\0';
+    errno = saved;
+    return n;
+}
+
 /* Field FIELD (1-based, as in proc(5): 4 ppid, 5 pgrp, 22 starttime) of
  * /proc/<PID>/stat, parsed from the text after the command's last ')' (the command may
  * hold spaces and parentheses). *OK_OUT is false when the process is gone. */
 static unsigned long long stat_field(pid_t pid, int field, bool *ok_out)
 {
     char path[64], buf[1024], *p;
-    ssize_t n;
-    int fd;
 
     *ok_out = false;
     snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
+    if (proc_read(path, buf, sizeof(buf)) <= 0) {
         return 0;
     }
-    n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0) {
-        return 0;
-    }
-    buf[n] = '\0';
     p = strrchr(buf, ')');
     /* p is at ") S ...": field 3 follows the first space, field k the (k-2)th. */
     for (int f = 2; p != NULL && f < field; f++) {
@@ -199,20 +206,11 @@ void sbx_signal_tree(pid_t root, int sig)
 static bool comm_is(pid_t pid, const char *comm)
 {
     char path[64], buf[32];
-    ssize_t n;
-    int fd;
 
     snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
+    if (proc_read(path, buf, sizeof(buf)) <= 0) {
         return false;
     }
-    n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0) {
-        return false;
-    }
-    buf[n] = '\0';
     buf[strcspn(buf, "\n")] = '\0';
     return strncmp(buf, comm, SBX_COMM_MAX) == 0;
 }
@@ -224,17 +222,11 @@ static bool comm_is(pid_t pid, const char *comm)
 static bool children_of(pid_t pid, pid_t *kids, size_t *n, size_t max)
 {
     char path[96], buf[512], *p, *end;
-    ssize_t got;
-    int fd;
 
     snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)pid, (int)pid);
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        return errno != ENOENT || kill(pid, 0) != 0; /* gone: nothing to list */
+    if (proc_read(path, buf, sizeof(buf)) < 0 && errno == ENOENT && kill(pid, 0) == 0) {
+        return false; /* the process is there, its children file is not */
     }
-    got = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    buf[got > 0 ? got : 0] = '\0';
     for (p = buf; *n < max; p = end) {
         long v = strtol(p, &end, 10);
         if (end == p) {
