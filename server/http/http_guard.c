@@ -11,7 +11,9 @@
  *   serves only the health and meter routes (http_guard_head) and must send its whole
  *   request within the head deadline. A full reserve makes room by shutting down an
  *   incomplete reserve connection from the prefix, then the address, holding the most
- *   reserve slots (the oldest of them), so flooding sources evict each other first.
+ *   reserve slots (the oldest of them), so flooding sources evict each other first; it
+ *   does so only for a newcomer whose prefix, then address, holds fewer reserve slots
+ *   than that one's (a source never pushes out its own).
  * A connection the limits would refuse is refused in libmicrohttpd's accept policy
  * callback, before a thread is made for it (under a flood, threads of connections shut down
  * at once were most of the listener's work); the decision is made again, authoritatively,
