@@ -134,7 +134,10 @@ class FakeKube:
         self.audit = []  # (user or None, method, path, query dict): what each client asked
         self.bookmark_seconds = bookmark_seconds
         self.lock = threading.Condition()
-        self.rv = 0
+        # A serving API server's resourceVersion (etcd's revision) is never 0, and a list's
+        # "0" would make the informer's next watch a "start anywhere" one (synthetic ADDED
+        # of the current state), which drops the changes made before it connects.
+        self.rv = 1
         self.objects = {}  # (plural, ns, name) -> object
         self.history = collections.deque(maxlen=history)  # (rv, plural, ns, type, obj)
         self.compacted = 0  # events with rv <= this may be gone from the history
