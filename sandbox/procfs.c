@@ -22,9 +22,7 @@
 #endif
 #define SBX_FD_SCAN_MAX (1 << 20) /* descriptors the fallback marks one by one */
 
-/* Reads up to SIZE - 1 bytes of PATH (a small /proc file) into BUF, NUL-terminated; the
- * bytes read, or -1 (BUF empty, errno the open's or read's). */
-static ssize_t proc_read(const char *path, char *buf, size_t size)
+ssize_t sbx_read_small(const char *path, char *buf, size_t size)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     ssize_t n = fd >= 0 ? read(fd, buf, size - 1) : -1;
@@ -47,7 +45,7 @@ static unsigned long long stat_field(pid_t pid, int field, bool *ok_out)
 
     *ok_out = false;
     snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    if (proc_read(path, buf, sizeof(buf)) <= 0) {
+    if (sbx_read_small(path, buf, sizeof(buf)) <= 0) {
         return 0;
     }
     p = strrchr(buf, ')');
@@ -208,7 +206,7 @@ static bool comm_is(pid_t pid, const char *comm)
     char path[64], buf[32];
 
     snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
-    if (proc_read(path, buf, sizeof(buf)) <= 0) {
+    if (sbx_read_small(path, buf, sizeof(buf)) <= 0) {
         return false;
     }
     buf[strcspn(buf, "\n")] = '\0';
@@ -224,7 +222,7 @@ static bool children_of(pid_t pid, pid_t *kids, size_t *n, size_t max)
     char path[96], buf[512], *p, *end;
 
     snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)pid, (int)pid);
-    if (proc_read(path, buf, sizeof(buf)) < 0 && errno == ENOENT && kill(pid, 0) == 0) {
+    if (sbx_read_small(path, buf, sizeof(buf)) < 0 && errno == ENOENT && kill(pid, 0) == 0) {
         return false; /* the process is there, its children file is not */
     }
     for (p = buf; *n < max; p = end) {

@@ -85,6 +85,9 @@ void sbx_kill_group(pid_t pgid, unsigned long long starttime);
 /* Sends SIG to ROOT and all its descendants, repeating until the set is stable (the
  * pause fallback without a cgroup: it reaches into bubblewrap's pid namespace). */
 void sbx_signal_tree(pid_t root, int sig);
+/* Reads up to SIZE - 1 bytes of PATH (a small /proc or cgroup file) into BUF,
+ * NUL-terminated; the bytes read, or -1 (BUF empty, errno the open's or read's). */
+ssize_t sbx_read_small(const char *path, char *buf, size_t size);
 /* /proc/<pid>/stat field 22, 0 when unknown. */
 unsigned long long sbx_starttime(pid_t pid);
 /* Whether ROOT or one of its descendants runs the program whose command name is COMM

@@ -326,14 +326,9 @@ static void sleep_ms(long ms)
 
 static bool file_has(const char *path, const char *text)
 {
-    char buf[512] = {0};
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+    char buf[512];
 
-    if (fd >= 0) {
-        close(fd);
-    }
-    return n > 0 && strstr(buf, text) != NULL;
+    return sbx_read_small(path, buf, sizeof(buf)) > 0 && strstr(buf, text) != NULL;
 }
 
 #define CG_V1_REFREEZE_NS INT64_C(2000000) /* a FREEZING v1 freezer is told FROZEN again */
