@@ -64,7 +64,7 @@ struct sqlst_archiver {
     char *path, *arc_path; /* owned: the main file and the archive, for the scanner */
     pthread_t scanner;     /* reads the ids stored at the open into scan */
     bool scanner_started;  /* scanner is running or joinable */
-    uint64_t *scan;        /* owned: the scanner's filter, once scan_done (under mu) */
+    uint64_t *scan;        /* owned: the scanner's filter, once scan_done; NULL: no id (mu) */
     bool scan_done;        /* scan holds every id stored at the open (under mu) */
 };
 
@@ -225,7 +225,9 @@ static bool seen_ready(struct sqlite_store *s)
     }
     pthread_mutex_lock(&a->mu);
     if (a->scan_done) {
-        sqlst_idf_merge(s->meter_seen, a->scan);
+        if (a->scan != NULL) { /* NULL: nothing was stored at the open */
+            sqlst_idf_merge(s->meter_seen, a->scan);
+        }
         free(a->scan);
         a->scan = NULL;
         s->meter_seen_ready = true;
@@ -470,8 +472,10 @@ static void *archiver(void *arg)
 
 static int open_db(sqlite3 **out, const char *path, int flags, struct err *err);
 
-/* Adds every id of DB's meter_requests to F; false on an error or when asked to stop. */
-static bool scan_ids(uint64_t *f, struct sqlst_archiver *a, sqlite3 *db)
+/* Adds every id of DB's meter_requests to *F, made at the first id (a data dir with none
+ * never touches the filter's 4 MiB, nor merges them); false on an error or when asked to
+ * stop. */
+static bool scan_ids(uint64_t **f, struct sqlst_archiver *a, sqlite3 *db)
 {
     sqlite3_stmt *st = NULL;
     int step = SQLITE_ERROR;
@@ -482,10 +486,13 @@ static bool scan_ids(uint64_t *f, struct sqlst_archiver *a, sqlite3 *db)
         return false;
     }
     for (uint64_t n = 1; !stop && (step = sqlite3_step(st)) == SQLITE_ROW; n++) {
-        sqlst_idf_add(f, sqlst_idf_hash((const char *)sqlite3_column_text(st, 0),
-                                        (size_t)sqlite3_column_bytes(st, 0),
-                                        (const char *)sqlite3_column_text(st, 1),
-                                        (size_t)sqlite3_column_bytes(st, 1)));
+        if (*f == NULL) {
+            *f = sqlst_idf_new();
+        }
+        sqlst_idf_add(*f, sqlst_idf_hash((const char *)sqlite3_column_text(st, 0),
+                                         (size_t)sqlite3_column_bytes(st, 0),
+                                         (const char *)sqlite3_column_text(st, 1),
+                                         (size_t)sqlite3_column_bytes(st, 1)));
         if (n % 4096 == 0) {
             pthread_mutex_lock(&a->mu);
             stop = a->stop;
@@ -501,14 +508,14 @@ static bool scan_ids(uint64_t *f, struct sqlst_archiver *a, sqlite3 *db)
 static void *scanner(void *arg)
 {
     struct sqlst_archiver *a = arg;
-    uint64_t *f = sqlst_idf_new();
+    uint64_t *f = NULL;
     sqlite3 *main_db = NULL, *arc_db = NULL;
     bool ok;
 
     prctl(PR_SET_NAME, "meter-idscan", 0, 0, 0);
     ok = open_db(&main_db, a->path, SQLITE_OPEN_READONLY, NULL) == E_OK &&
          open_db(&arc_db, a->arc_path, SQLITE_OPEN_READONLY, NULL) == E_OK &&
-         scan_ids(f, a, main_db) && scan_ids(f, a, arc_db);
+         scan_ids(&f, a, main_db) && scan_ids(&f, a, arc_db);
     sqlite3_close(main_db);
     sqlite3_close(arc_db);
     pthread_mutex_lock(&a->mu);
