@@ -13,6 +13,12 @@
         wall time, until the subset covers --target of the lines the whole suite covers.
         Prints the figures (for TSan with the TSAN_ALSO list of tests/CMakeLists.txt added)
         and the chosen tests: the SANITIZED list of tests/CMakeLists.txt.
+    scripts/sanitize_coverage.py cpu --build TREE [--label RE] [--jobs N] [--out DIR]
+        runs the tests of TREE (those with a label matching RE: a sanitizer stage's), N at
+        once as the stage does, the ones the stage runs last by themselves (a ctest DEPENDS)
+        after the others, and writes DIR/cpu-<TREE>.json: each test's wall time and CPU
+        seconds (user + system of the test and every process it waited for). The stage's
+        environment (ASAN_OPTIONS, TSAN_OPTIONS) is the caller's. `choose --cost` weighs by it.
     scripts/sanitize_coverage.py check [--out DIR]
         the figures of what tests/CMakeLists.txt labels `sanitize` (both sanitizer stages),
         `asan` (the ASan+UBSan stage too) and `tsan` (the TSan stage too) now, in --build
@@ -56,7 +62,8 @@ def list_tests(build):
                       "labels": props.get("LABELS", []),
                       "timeout": props.get("TIMEOUT", 1500),
                       "cwd": props.get("WORKING_DIRECTORY", build),
-                      "lock": props.get("RESOURCE_LOCK", [])})
+                      "lock": props.get("RESOURCE_LOCK", []),
+                      "depends": props.get("DEPENDS", [])})
     return tests
 
 
@@ -102,6 +109,62 @@ def run_all(tests, raw, jobs):
             for name, rc, secs in res:
                 results[name] = (rc, secs)
     return results
+
+
+def cpu_one(t, logdir):
+    """Runs one test; returns (wall seconds, CPU seconds, exit status)."""
+    env = dict(os.environ)
+    for kv in t["env"]:
+        k, _, v = kv.partition("=")
+        env[k] = v
+    start = time.monotonic()
+    with open(os.path.join(logdir, t["name"] + ".log"), "wb") as log:
+        p = subprocess.Popen(t["command"], cwd=t["cwd"], env=env, stdout=log,
+                             stderr=subprocess.STDOUT)
+        try:
+            # wait4: the rusage of the test and of every process it waited for.
+            _, status, ru = os.wait4(p.pid, 0)
+        finally:
+            p.returncode = 0  # reaped above; keeps Popen from waiting again
+    secs = time.monotonic() - start
+    cpu = ru.ru_utime + ru.ru_stime
+    rc = os.waitstatus_to_exitcode(status)
+    print("%-45s %s %6.1f s wall %6.1f s CPU" % (t["name"], "ok" if rc == 0 else
+                                                  "FAILED %s" % rc, secs, cpu), flush=True)
+    return secs, cpu, rc
+
+
+def cmd_cpu(args):
+    build = os.path.abspath(args.build)
+    tests = [t for t in list_tests(build)
+             if any(re.fullmatch(args.label, lb) for lb in t["labels"])
+             and re.search(args.only, t["name"])]
+    logdir = os.path.join(os.path.abspath(args.out), "cpu-logs-" + os.path.basename(build))
+    os.makedirs(logdir, exist_ok=True)
+    names = {t["name"] for t in tests}
+    # The tests the stage runs last, each by itself (a DEPENDS on others of the stage).
+    last = [t for t in tests if set(t["depends"]) & names]
+    last.sort(key=lambda t: len(t["depends"]))
+    first = [t for t in tests if t not in last]
+    results = {}
+    start = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+        futs = {pool.submit(cpu_one, t, logdir): t["name"] for t in first}
+        for f in concurrent.futures.as_completed(futs):
+            results[futs[f]] = f.result()
+    for t in last:
+        results[t["name"]] = cpu_one(t, logdir)
+    wall = time.monotonic() - start
+    out = os.path.join(args.out, "cpu-%s.json" % os.path.basename(build))
+    with open(out, "w") as f:
+        json.dump({n: {"wall": round(w, 2), "cpu": round(c, 2), "rc": rc}
+                   for n, (w, c, rc) in results.items()}, f, indent=0, sort_keys=True)
+    total = sum(c for _, c, _ in results.values())
+    failed = sorted(n for n, (_, _, rc) in results.items() if rc != 0)
+    print("%d tests in %.0f s at -j%d: %.0f CPU seconds; failed: %s; %s" %
+          (len(results), wall, args.jobs, total, failed or "none", out))
+    for n, (w, c, _) in sorted(results.items(), key=lambda kv: -kv[1][1])[:25]:
+        print("  %6.1f s CPU %6.1f s wall  %s" % (c, w, n))
 
 
 def covered_lines(prefix, build):
@@ -229,15 +292,18 @@ def cmd_check(args):
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["run", "choose", "check"])
+    ap.add_argument("what", choices=["run", "choose", "check", "cpu"])
     ap.add_argument("--build", default="build-cov")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--out", default="/tmp/diverge-coverage")
     ap.add_argument("--target", type=float, default=0.99)
+    ap.add_argument("--label", default=".*",
+                    help="cpu: the tests with a label matching this regex")
     ap.add_argument("--only", default=".",
-                    help="run: just the tests matching this regex (the others' lines are kept)")
+                    help="run, cpu: just the tests matching this regex (run keeps the others' lines)")
     args = ap.parse_args()
-    {"run": cmd_run, "choose": cmd_choose, "check": cmd_check}[args.what](args)
+    {"run": cmd_run, "choose": cmd_choose, "check": cmd_check,
+     "cpu": cmd_cpu}[args.what](args)
 
 
 if __name__ == "__main__":

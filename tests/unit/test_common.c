@@ -485,17 +485,21 @@ static void log_one(void)
 }
 
 /* The timestamp (formatted without gmtime_r) is the UTC time of the line: between the
- * times taken before and after it, as gmtime_r and strftime write them. */
+ * times taken before and after it, as gmtime_r and strftime write them. Those are read
+ * from the clock the log reads: time(NULL) is the coarse clock, up to a tick behind, so
+ * a line written just after a second began could be "after" a time(NULL) taken later. */
 TEST(log_timestamp_is_utc_now)
 {
     char before[32], after[32];
-    time_t t0 = time(NULL), t1;
+    struct timespec t0, t1;
     struct tm tm;
-    char *out = capture_log(LOG_FORMAT_TEXT, log_one);
+    char *out;
 
-    t1 = time(NULL);
-    strftime(before, sizeof(before), "%Y-%m-%dT%H:%M:%S", gmtime_r(&t0, &tm));
-    strftime(after, sizeof(after), "%Y-%m-%dT%H:%M:%S", gmtime_r(&t1, &tm));
+    clock_gettime(CLOCK_REALTIME, &t0);
+    out = capture_log(LOG_FORMAT_TEXT, log_one);
+    clock_gettime(CLOCK_REALTIME, &t1);
+    strftime(before, sizeof(before), "%Y-%m-%dT%H:%M:%S", gmtime_r(&t0.tv_sec, &tm));
+    strftime(after, sizeof(after), "%Y-%m-%dT%H:%M:%S", gmtime_r(&t1.tv_sec, &tm));
     CHECK(strlen(out) > 24);
     CHECK(strncmp(out, before, 19) >= 0 && strncmp(out, after, 19) <= 0);
     CHECK(out[19] == '.' && out[23] == 'Z' && out[24] == ' ');
