@@ -83,13 +83,25 @@ since() {
     echo $(($(date +%s) - $1))
 }
 
-# timed WHAT CMD...: runs CMD, then prints "test: WHAT: <wall> s, <CPU> s CPU" (the CPU time
-# of every process it waited for).
+# timed WHAT CMD...: runs CMD, then prints "test: WHAT: <wall> s, <user>+<system> s CPU": the
+# CPU time of CMD's processes only. CMD runs in a subshell whose `times` counts its own
+# children; bash's `time` would also count any background job of this shell reaped while
+# CMD ran (the build chain that ends during the TSan stage counted as that stage's CPU).
 timed() {
-    local what=$1 rc=0
+    local what=$1 rc=0 t0 cpu
     shift
-    local TIMEFORMAT="test: $what: %0R s, %0U+%0S s CPU"
-    time "$@" || rc=$?
+    t0=$(date +%s)
+    cpu=$(mktemp)
+    (
+        rc=0
+        "$@" || rc=$?
+        times >"$cpu"
+        exit "$rc"
+    ) || rc=$?
+    echo "test: $what: $(since "$t0") s, $(awk 'NR == 2 { print cpu_s($1) "+" cpu_s($2) }
+        function cpu_s(t,  m) { m = t; sub(/m.*/, "", m); sub(/^[0-9]+m/, "", t)
+                                return sprintf("%.0f", m * 60 + t) }' "$cpu") s CPU"
+    rm -f "$cpu"
     return "$rc"
 }
 
