@@ -8,20 +8,23 @@
         DIR/lines.json: for each test, the lines of our C code (not tests/) it executed,
         and its wall time.
     scripts/sanitize_coverage.py choose [--out DIR] [--target 0.99]
-        from DIR/lines.json: starts from every unit test, then adds, greedily, the
-        integration test that covers the most lines not yet covered per second of its
-        wall time, until the subset covers --target of the lines the whole suite covers.
-        Prints the figures (for TSan with the TSAN_ALSO list of tests/CMakeLists.txt added)
-        and the chosen tests: the SANITIZED list of tests/CMakeLists.txt.
+                                        [--asan-cost FILE] [--tsan-cost FILE]
+        from DIR/lines.json, for each sanitizer stage: starts from every unit test and the
+        tests the stage runs whatever they add (ASAN_FORCED, TSAN_FORCED below), then adds,
+        greedily, the integration test that covers the most lines not yet covered per
+        second of its cost, until the stage covers --target of the lines the whole suite
+        covers. A test's cost is its CPU seconds in that stage's tree (a `cpu` file), or
+        without one its wall time in the coverage run. Prints each stage's figures and the
+        three lists of tests/CMakeLists.txt: SANITIZED (in both), ASAN_ALSO, TSAN_ALSO.
     scripts/sanitize_coverage.py cpu --build TREE [--label RE] [--jobs N] [--out DIR]
         runs the tests of TREE (those with a label matching RE: a sanitizer stage's), N at
         once as the stage does, the ones the stage runs last by themselves (a ctest DEPENDS)
         after the others, and writes DIR/cpu-<TREE>.json: each test's wall time and CPU
         seconds (user + system of the test and every process it waited for). The stage's
-        environment (ASAN_OPTIONS, TSAN_OPTIONS) is the caller's. `choose --cost` weighs by it.
+        environment (ASAN_OPTIONS, TSAN_OPTIONS) is the caller's. `choose` weighs by it.
     scripts/sanitize_coverage.py check [--out DIR]
         the figures of what tests/CMakeLists.txt labels `sanitize` (both sanitizer stages),
-        `asan` (the ASan+UBSan stage too) and `tsan` (the TSan stage too) now, in --build
+        `asan` (the ASan+UBSan stage only) and `tsan` (the TSan stage only) now, in --build
         (any configured tree).
 
 Lines run only by processes killed with SIGKILL, or inside a sandbox that cannot write
@@ -235,15 +238,39 @@ def cmake_list(name):
     return ["integration." + w for w in body.split()]
 
 
-def figures(data, chosen):
+# The TSan stage runs these whatever lines they add: they drive our threads the hardest
+# (concurrent requests and streams, the meter's group commit, the inbox, the controller and
+# the runner, the sandbox table, replicas and Leases). test_slow_sources never runs there
+# (docs/testing.md: its probes time out under TSan during its flood of threads).
+TSAN_FORCED = ["integration." + n for n in (
+    "test_llm_gateway_streams", "test_meter", "test_meter_socket", "test_github_bot",
+    "test_controller_phases", "test_runs_live", "test_runs_wip", "test_queue",
+    "test_sandbox_slots", "test_cluster_mode", "test_cluster_agent_sandbox",
+    "test_kube_lease_processes")]
+TSAN_NEVER = ["integration.test_slow_sources"]
+# The ASan+UBSan stage runs these whatever lines they add: real third-party webhook
+# payloads (the octokit examples) through our parsers of untrusted input.
+ASAN_FORCED = ["integration.test_octokit_examples"]
+
+
+def load_cost(path, data):
+    """Each test's cost: its CPU seconds from a `cpu` run's file, or without one (or for a
+    test it lacks) its wall time in the coverage run."""
+    cpu = {}
+    if path:
+        with open(path) as f:
+            cpu = {n: d["cpu"] for n, d in json.load(f).items()}
+    return {n: cpu.get(n, d[1]) for n, d in data.items()}
+
+
+def figures(data, chosen, cost):
     full = set().union(*(d[0] for d in data.values()))
     sub = set().union(*(data[n][0] for n in chosen))
-    secs = sum(data[n][1] for n in chosen)
-    all_secs = sum(d[1] for d in data.values())
-    print("lines the whole suite covers: %d (%d tests, %.0f s of test time)" %
-          (len(full), len(data), all_secs))
-    print("lines the subset covers:      %d = %.2f %% (%d tests, %.0f s of test time)" %
-          (len(sub), 100.0 * len(sub) / len(full), len(chosen), secs))
+    print("lines the whole suite covers: %d (%d tests, %.0f s)" %
+          (len(full), len(data), sum(cost.values())))
+    print("lines the subset covers:      %d = %.2f %% (%d tests, %.0f s)" %
+          (len(sub), 100.0 * len(sub) / len(full), len(chosen),
+           sum(cost[n] for n in chosen)))
     missed = full - sub
     per_file = {}
     for key in missed:
@@ -254,30 +281,47 @@ def figures(data, chosen):
         print("  %5d %s" % (n, path))
 
 
-def cmd_choose(args):
-    data = load(args.out)
+def greedy(data, cost, start, never, target):
+    """From START, adds the integration test with the most lines not yet covered per
+    second of its cost, until the subset covers TARGET of the whole suite's lines."""
     full = set().union(*(d[0] for d in data.values()))
-    chosen = [n for n in data if n.startswith("unit.")]
+    chosen = [n for n in start if n in data]
     have = set().union(*(data[n][0] for n in chosen))
-    rest = [n for n in data if n.startswith("integration.")]
-    while len(have) < args.target * len(full) and rest:
-        best = max(rest, key=lambda n: len(data[n][0] - have) / max(data[n][1], 1.0))
+    rest = [n for n in data if n.startswith("integration.") and n not in chosen + never]
+    while len(have) < target * len(full) and rest:
+        best = max(rest, key=lambda n: len(data[n][0] - have) / max(cost[n], 1.0))
         gain = len(data[best][0] - have)
         if gain == 0:
             break
-        print("  + %-40s %5d new lines, %5.1f s" % (best, gain, data[best][1]))
+        print("  + %-40s %5d new lines, %5.1f s" % (best, gain, cost[best]))
         chosen.append(best)
         have |= data[best][0]
         rest.remove(best)
-    print("ASan+UBSan (every unit test and the integration tests chosen above):")
-    figures(data, chosen)
-    print("TSan (those but the ASAN_ALSO list, and the concurrency tests of TSAN_ALSO):")
-    asan_only = cmake_list("ASAN_ALSO")
-    figures(data, [n for n in chosen if n not in asan_only] +
-            [n for n in cmake_list("TSAN_ALSO") if n in data and n not in chosen])
-    print("chosen integration tests (the SANITIZED list of tests/CMakeLists.txt):")
-    print(" ".join(sorted(n[len("integration."):] for n in chosen
-                          if n.startswith("integration."))))
+    return chosen
+
+
+def cmd_choose(args):
+    data = load(args.out)
+    units = [n for n in data if n.startswith("unit.")]
+    stages = {}
+    for stage, cost_file, start, never in (
+            ("ASan+UBSan", args.asan_cost, units + ASAN_FORCED, []),
+            ("TSan", args.tsan_cost, units + TSAN_FORCED, TSAN_NEVER)):
+        cost = load_cost(cost_file, data)
+        print("%s: every unit test and %s, then by lines per %s:" %
+              (stage, "TSAN_FORCED" if never else "ASAN_FORCED",
+               "CPU second" if cost_file else "second of the coverage run"))
+        stages[stage] = set(greedy(data, cost, start, never, args.target))
+        figures(data, sorted(stages[stage]), cost)
+    asan, tsan = stages["ASan+UBSan"], stages["TSan"]
+
+    def names(tests):
+        return " ".join(sorted(n[len("integration."):] for n in tests
+                               if n.startswith("integration.")))
+    print("tests/CMakeLists.txt's lists:")
+    print("SANITIZED (both stages): " + names(asan & tsan))
+    print("ASAN_ALSO (ASan+UBSan only): " + names(asan - tsan))
+    print("TSAN_ALSO (TSan only): " + names(tsan - asan))
 
 
 def cmd_check(args):
@@ -286,7 +330,8 @@ def cmd_check(args):
     for stage, labels in (("ASan+UBSan", {"sanitize", "asan"}), ("TSan", {"sanitize", "tsan"})):
         print("%s (the tests labelled %s now):" % (stage, " or ".join(sorted(labels))))
         figures(data, [t["name"] for t in tests
-                       if labels & set(t["labels"]) and t["name"] in data])
+                       if labels & set(t["labels"]) and t["name"] in data],
+                load_cost(None, data))
 
 
 def main():
@@ -297,6 +342,8 @@ def main():
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--out", default="/tmp/diverge-coverage")
     ap.add_argument("--target", type=float, default=0.99)
+    ap.add_argument("--asan-cost", help="choose: a `cpu` file of the ASan tree (CPU seconds)")
+    ap.add_argument("--tsan-cost", help="choose: a `cpu` file of the TSan tree (CPU seconds)")
     ap.add_argument("--label", default=".*",
                     help="cpu: the tests with a label matching this regex")
     ap.add_argument("--only", default=".",
