@@ -93,9 +93,12 @@ async function main() {
     // The projects view.
     await wide();
     await page.goto(job.url + "/#/projects", {waitUntil: "domcontentloaded"});
+    // Both of the row's sources: the quotas (fetched) and the task (from the event stream,
+    // which can come after the fetch on a loaded box).
     await page.waitForFunction((ns) => {
       const tr = document.querySelector('#project-rows tr[data-ns="' + ns + '"]');
-      return tr && !/no quota/.test(tr.querySelector("td.quota-usd").textContent);
+      return tr && !/no quota/.test(tr.querySelector("td.quota-usd").textContent) &&
+        tr.querySelector("td.tasks").textContent !== "0";
     }, {timeout: 15000}, job.quotaNs).catch(async (e) => {
       throw new Error(e + ": " + await page.$eval("#projects-view", (v) => v.textContent));
     });
