@@ -70,14 +70,20 @@ def list_tests(build):
     return tests
 
 
+def test_env(t, **extra):
+    """The environment a test runs in: ours, EXTRA, then the test's ctest ENVIRONMENT."""
+    env = dict(os.environ, **extra)
+    for kv in t["env"]:
+        k, _, v = kv.partition("=")
+        env[k] = v
+    return env
+
+
 def run_one(t, raw):
     prefix = os.path.join(raw, t["name"])
     shutil.rmtree(prefix, ignore_errors=True)
     os.makedirs(prefix)
-    env = dict(os.environ, GCOV_PREFIX=prefix, GCOV_PREFIX_STRIP="0")
-    for kv in t["env"]:
-        k, _, v = kv.partition("=")
-        env[k] = v
+    env = test_env(t, GCOV_PREFIX=prefix, GCOV_PREFIX_STRIP="0")
     start = time.monotonic()
     try:
         p = subprocess.run(t["command"], cwd=t["cwd"], env=env, timeout=t["timeout"],
@@ -116,10 +122,7 @@ def run_all(tests, raw, jobs):
 
 def cpu_one(t, logdir):
     """Runs one test; returns (wall seconds, CPU seconds, exit status)."""
-    env = dict(os.environ)
-    for kv in t["env"]:
-        k, _, v = kv.partition("=")
-        env[k] = v
+    env = test_env(t)
     start = time.monotonic()
     with open(os.path.join(logdir, t["name"] + ".log"), "wb") as log:
         p = subprocess.Popen(t["command"], cwd=t["cwd"], env=env, stdout=log,
@@ -227,15 +230,6 @@ def load(out):
     with open(os.path.join(out, "lines.json")) as f:
         data = json.load(f)
     return {n: (set(d["lines"]), d["secs"], d["labels"]) for n, d in data.items()}
-
-
-def cmake_list(name):
-    """The names in set(<name> ...) of tests/CMakeLists.txt."""
-    with open(os.path.join(SRC, "tests/CMakeLists.txt")) as f:
-        text = f.read()
-    m = re.search(r"set\(%s\s(.*?)\)" % name, text, re.S)
-    body = re.sub(r"#[^\n]*", "", m.group(1)) if m else ""
-    return ["integration." + w for w in body.split()]
 
 
 # The TSan stage runs these whatever lines they add: they drive our threads the hardest
