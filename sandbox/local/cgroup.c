@@ -107,6 +107,19 @@ static void enable_controllers(const char *dir)
     free(p);
 }
 
+static bool put(const char *dir, const char *file, const char *value)
+{
+    char *p = xasprintf("%s/%s", dir, file);
+    int fd = open(p, O_WRONLY | O_CLOEXEC);
+    bool ok = fd >= 0 && write(fd, value, strlen(value)) == (ssize_t)strlen(value);
+
+    if (fd >= 0) {
+        close(fd);
+    }
+    free(p);
+    return ok;
+}
+
 /* Kills whatever a previous server with this data dir left in its cgroups (frozen
  * sandboxes ignore the parent-death signal until thawed) and removes them. */
 static void sweep(struct local_provider *lp)
@@ -131,6 +144,20 @@ static void sweep(struct local_provider *lp)
             closedir(d);
         }
     }
+}
+
+/* The v1 freezer turns a kernel-wide static key on when a cgroup starts freezing and off
+ * when the last one thaws, and each turn rewrites kernel text on every CPU: a pause's write
+ * of FROZEN took 4 to 9 ms here for that alone, 0.6 ms with the key left on
+ * (bench/RESULTS.md). An empty freezer cgroup kept FROZEN while the server runs keeps it
+ * on. It holds no process; what it costs is the freezer's slow check in the kernel's
+ * freezing() for every task of the host. Its name has no dot, so sweep() never takes it
+ * for a sandbox's. v2 freezes without that key. */
+#define CG_V1_PIN "freeze-pin"
+
+static char *v1_pin(const struct local_provider *lp)
+{
+    return !lp->v2 && lp->cg_root[0] != NULL ? xasprintf("%s/" CG_V1_PIN, lp->cg_root[0]) : NULL;
 }
 
 void local_cgroup_init(struct local_provider *lp, const struct sandbox_local_opts *o)
@@ -164,6 +191,16 @@ void local_cgroup_init(struct local_provider *lp, const struct sandbox_local_opt
             }
             free(base);
         }
+        char *pin = v1_pin(lp);
+        if (pin != NULL) {
+            mkdir(pin, 0755); /* a previous server's (kill -9) is taken over */
+            if (!put(pin, "freezer.state", "FROZEN")) {
+                log_kv(LOG_WARN, "cgroup_freeze_pin_failed", "cgroup", pin, "error",
+                       strerror(errno), "message",
+                       "not frozen: each pause pays the kernel's switch of the v1 freezer", NULL);
+            }
+            free(pin);
+        }
     }
     sweep(lp);
 }
@@ -174,6 +211,11 @@ void local_cgroup_cleanup(struct local_provider *lp)
      * starts that never came (local_warm) and those of sandboxes that already stopped. A
      * data dir that is never served again (a test's) would keep them for good. */
     sweep(lp);
+    char *pin = v1_pin(lp);
+    if (pin != NULL) {
+        (void)rmdir(pin); /* empty: removed frozen, which also turns its key off */
+        free(pin);
+    }
     for (int i = 0; i < LOCAL_CG_MAX; i++) {
         if (lp->cg_root[i] != NULL) {
             (void)rmdir(lp->cg_root[i]); /* empty once every sandbox stopped */
@@ -197,19 +239,6 @@ static char *cg_dir_of(struct local_provider *lp, int i, const struct sbx *x)
     return lp->cg_root[i] != NULL
                ? xasprintf("%s/%s", lp->cg_root[i], ((const struct local_ext *)x->ext)->cg)
                : NULL;
-}
-
-static bool put(const char *dir, const char *file, const char *value)
-{
-    char *p = xasprintf("%s/%s", dir, file);
-    int fd = open(p, O_WRONLY | O_CLOEXEC);
-    bool ok = fd >= 0 && write(fd, value, strlen(value)) == (ssize_t)strlen(value);
-
-    if (fd >= 0) {
-        close(fd);
-    }
-    free(p);
-    return ok;
 }
 
 /* What local_cgroup_create managed to set up, for the limits description. */

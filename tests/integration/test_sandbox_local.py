@@ -272,6 +272,14 @@ def test_stopped_server_leaves_no_cgroup():
             roots = [r for r in roots if os.path.isdir(r)]
         wait_until(lambda: os.path.isdir(os.path.join(root, "default.waits")),
                    what="the cgroup made ahead for the waiting task")
+        if not v2:
+            # The v1 freezer's kernel switch is kept on by an empty frozen cgroup (a pause's
+            # write of FROZEN then skips rewriting kernel text): no process in it, ever.
+            pin = os.path.join(root, "freeze-pin")
+            with open(os.path.join(pin, "freezer.state")) as f:
+                assert f.read().strip() == "FROZEN"
+            with open(os.path.join(pin, "cgroup.procs")) as f:
+                assert f.read() == ""
         assert get(srv, "waits")["status"]["phase"] == "Pending"
         assert srv.stop() == 0, srv.stderr()
         left = [r for r in roots if os.path.exists(r)]
