@@ -57,8 +57,10 @@ static inline void fake_kube_start(struct fake_kube *f, const char *const *extra
 {
     const char *src = getenv("DIVERGE_SOURCE_DIR");
     char *script = xasprintf("%s/tests/fakes/fake_kube.py", src != NULL ? src : ".");
-    char *argv[20] = {fixture_unconst("python3"), script, fixture_unconst("--token"),
-                      fixture_unconst(FAKE_TOKEN)};
+    /* The interpreter CMake resolved (tests/CMakeLists.txt): not a version manager's shim. */
+    const char *py = getenv("DIVERGE_TEST_PYTHON");
+    char *argv[20] = {fixture_unconst(py != NULL && py[0] != '\0' ? py : "python3"), script,
+                      fixture_unconst("--token"), fixture_unconst(FAKE_TOKEN)};
     size_t n = 4;
     posix_spawn_file_actions_t fa;
     int fds[2];
@@ -72,7 +74,7 @@ static inline void fake_kube_start(struct fake_kube *f, const char *const *extra
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
     posix_spawn_file_actions_addclose(&fa, fds[0]);
-    ASSERT(posix_spawnp(&f->pid, "python3", &fa, NULL, argv, environ) == 0);
+    ASSERT(posix_spawnp(&f->pid, argv[0], &fa, NULL, argv, environ) == 0);
     posix_spawn_file_actions_destroy(&fa);
     close(fds[1]);
     in = fdopen(fds[0], "r");
