@@ -65,10 +65,29 @@ def can_mount():
     return None
 
 
-def fill(path, leave=0):
+def space_report(top):
+    """What holds the space under TOP: statvfs and the largest files (a failure's message)."""
+    st = os.statvfs(top)
+    sizes = []
+    for d, _, names in os.walk(top):
+        for n in names:
+            try:
+                sizes.append((os.lstat(os.path.join(d, n)).st_size, os.path.join(d, n)))
+            except OSError:
+                pass
+    return "%d of %d bytes free; largest: %s" % (st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize,
+                                               sorted(sizes, reverse=True)[:8])
+
+
+def fill(path, leave=0, top=None):
     """Writes PATH until its filesystem has at most LEAVE bytes free (or is full)."""
     chunk = b"\0" * MIB
-    with open(path, "wb") as f:
+    try:
+        f = open(path, "wb")
+    except OSError as e:
+        # Seen once in a CI run (the tmpfs full before this file): say what filled it.
+        raise AssertionError("cannot create %s: %s; %s" % (path, e, space_report(top or os.path.dirname(path))))
+    with f:
         try:
             while free_bytes(os.path.dirname(path)) > leave + MIB:
                 f.write(chunk)
@@ -225,7 +244,7 @@ def delete_on_a_full_filesystem(provider):
             else:
                 os.makedirs(ws)  # what an external agent left, say
             # What a runaway agent does: its workspace takes every byte.
-            fill(os.path.join(ws, "big.bin"))
+            fill(os.path.join(ws, "big.bin"), top=data)
             code, _, body = srv.request("POST", API + "/namespaces/default/agenttasks",
                                         task("cannot"))
             assert code == 500 and "full" in body["error"], (code, body)
