@@ -75,7 +75,7 @@ def space_report(top):
                 sizes.append((os.lstat(os.path.join(d, n)).st_size, os.path.join(d, n)))
             except OSError:
                 pass
-    return "%d of %d bytes free; largest: %s" % (st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize,
+    return "%d of %d bytes free; largest: %s" % (free_bytes(top), st.f_blocks * st.f_frsize,
                                                sorted(sizes, reverse=True)[:8])
 
 
@@ -86,7 +86,8 @@ def fill(path, leave=0, top=None):
         f = open(path, "wb")
     except OSError as e:
         # Seen once in a CI run (the tmpfs full before this file): say what filled it.
-        raise AssertionError("cannot create %s: %s; %s" % (path, e, space_report(top or os.path.dirname(path))))
+        raise AssertionError("cannot create %s: %s; %s"
+                             % (path, e, space_report(top or os.path.dirname(path))))
     with f:
         try:
             while free_bytes(os.path.dirname(path)) > leave + MIB:
