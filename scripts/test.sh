@@ -15,7 +15,7 @@
 #
 # Environment: JOBS (build jobs, default the CPUs), TEST_JOBS (tests the normal stage runs at
 # once) and SANITIZE_TEST_JOBS (the same for the sanitizer stages), both default JOBS + 1
-# (the tests mostly wait; the two with short timeouts run last, by themselves: docs/testing.md),
+# (the tests mostly wait; test_slow_sources runs last, by itself: docs/testing.md),
 # BUILD (the normal tree, default build), FUZZ_SECONDS (default 10), ASAN_TESTS and
 # TSAN_TESTS (ctest arguments choosing the sanitizer stages' tests, default `-L sanitize|asan`
 # and `-L sanitize|tsan`: docs/testing.md), SANITIZE_TESTS (when set, both of them; empty
