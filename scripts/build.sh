@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `cmake --build` with short output: compiler messages and errors as they come, progress as
-# one line per 10 % (rewritten in place on a terminal) instead of a line per object and
-# make's "Entering directory" chatter. Exit status: cmake's.
+# one line per 10 % (rewritten in place on a terminal) instead of a line per object (make's
+# "[ 42%]" or Ninja's "[113/270]") and make's "Entering directory" chatter. Exit status:
+# cmake's.
 # Usage: scripts/build.sh BUILD_DIR JOBS [TARGET...]
 set -uo pipefail
 
@@ -30,6 +31,12 @@ cmake "${args[@]}" 2>&1 | awk -v tty="$tty" '
         progress(p + 0)
         next
     }
+    /^\[[0-9]+\/[0-9]+\] / {
+        p = $0; sub(/^\[/, "", p); sub(/\].*/, "", p); split(p, nm, "/")
+        progress(nm[2] > 0 ? int(100 * nm[1] / nm[2]) : 100)
+        next
+    }
+    /^ninja: no work to do\.$/ { next }
     /^(Consolidate compiler generated dependencies|Scanning dependencies) / { next }
     {
         if (open_line) { printf "\n"; open_line = 0 }

@@ -4,7 +4,7 @@
 set -euo pipefail
 
 PKGS=(
-    build-essential cmake pkg-config git ca-certificates
+    build-essential cmake ninja-build ccache pkg-config git ca-certificates
     clang libclang-rt-14-dev
     libmicrohttpd-dev libjansson-dev libpcre2-dev libssl-dev
     libcurl4-openssl-dev libyaml-dev libsqlite3-dev sqlite3

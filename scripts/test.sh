@@ -24,6 +24,25 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# New trees are Ninja's (scripts/deps.sh installs it): on this kind of machine the Makefile
+# generator's own processes (a cmake per object for its progress line, per-target dependency
+# scans, recursive makes) cost a third of a tree's build CPU (docs/testing.md). A tree that
+# exists keeps the generator it was made with; CMAKE_GENERATOR chooses another.
+if [ -z "${CMAKE_GENERATOR:-}" ] && command -v ninja >/dev/null; then
+    export CMAKE_GENERATOR=Ninja
+fi
+# New trees compile through ccache when it is installed and its cache directory is writable
+# (CMAKE_C_COMPILER_LAUNCHER= turns it off). The cache is the machine's, outside the checkout:
+# a fresh clone's trees reuse what an earlier run on this machine compiled. Paths under the
+# checkout are hashed relative to it and compiled in relative (__FILE__, debug info), so two
+# clones in different folders share the objects; ccache checks every input's content.
+if [ -z "${CMAKE_C_COMPILER_LAUNCHER+x}" ] && command -v ccache >/dev/null &&
+    ccache_dir=$(ccache -k cache_dir 2>/dev/null) && mkdir -p "$ccache_dir" 2>/dev/null &&
+    [ -w "$ccache_dir" ]; then
+    export CMAKE_C_COMPILER_LAUNCHER=ccache CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=1
+    export CFLAGS="${CFLAGS:+$CFLAGS }-ffile-prefix-map=$PWD/="
+fi
+
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 TEST_JOBS=${TEST_JOBS:-$((JOBS + 1))}
 SANITIZE_TEST_JOBS=${SANITIZE_TEST_JOBS:-$((JOBS + 1))}
