@@ -121,12 +121,24 @@ static int read_packed(char *oid, int fd, const char *ref, size_t max)
     return found;
 }
 
+/* Whether GITDIR keeps its refs in files: a reftable repository (git 2.45 on) keeps
+ * them in reftable/, its loose refs and packed-refs are no answer. */
+static bool files_backend(const char *gitdir)
+{
+    char *p = xasprintf("%s/reftable", gitdir);
+    struct stat st;
+    bool files = lstat(p, &st) != 0 && errno == ENOENT;
+
+    free(p);
+    return files;
+}
+
 int gitref_read(char oid[GITREF_OID_HEX + 1], const char *gitdir, const char *ref,
                 size_t packed_max)
 {
     int fd;
 
-    if (!plain_ref(ref)) {
+    if (!plain_ref(ref) || !files_backend(gitdir)) {
         return -1;
     }
     fd = open_in(gitdir, ref);

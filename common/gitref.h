@@ -16,7 +16,8 @@
  * repository, or a work tree's .git) points at, into OID (may be NULL). Reads at most
  * PACKED_MAX bytes of packed-refs. Returns 1 found, 0 absent, -1 when the files cannot
  * tell (unreadable, a symbolic link, a ref file that is not one SHA-1 id, packed-refs
- * over the cap before REF was found, a REF that is not a plain name under refs/). */
+ * over the cap before REF was found, a REF that is not a plain name under refs/, a
+ * reftable repository). */
 int gitref_read(char oid[GITREF_OID_HEX + 1], const char *gitdir, const char *ref,
                 size_t packed_max);
 

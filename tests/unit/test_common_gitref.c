@@ -96,6 +96,20 @@ TEST(hostile_files_and_names_cannot_tell)
     drop(dir);
 }
 
+TEST(a_reftable_repository_cannot_tell_absent)
+{
+    char *dir = repo();
+    char *tables = xasprintf("%s/reftable", dir);
+
+    put(dir, "packed-refs", A " refs/heads/main\n");
+    ASSERT(mkdir(tables, 0700) == 0);
+    /* Its refs are in reftable/: neither "absent" nor a stale packed-refs is an answer. */
+    CHECK_EQ_INT(gitref_read(NULL, dir, "refs/heads/other", 1 << 20), -1);
+    CHECK_EQ_INT(gitref_read(NULL, dir, "refs/heads/main", 1 << 20), -1);
+    free(tables);
+    drop(dir);
+}
+
 TEST(packed_refs_believed_only_by_whole_lines_within_the_cap)
 {
     char *dir = repo();
