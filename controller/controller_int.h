@@ -65,7 +65,15 @@ struct controller {
     bool mirror_async; /* the tick thread was started: set once, before any reconcile */
     atomic_bool stopping;
     pthread_t tick;
-    struct store_worker *worker;                /* owned; NULL in manual mode */
+    struct store_worker *worker; /* owned; NULL in manual mode */
+    /* The depth-50 shallow lists of recent workspaces by their tips (lock): a commit's
+     * parents never change, so a start on tips seen before runs no `git rev-list`
+     * (workspace_clone.c). */
+    struct controller_shallow_memo {
+        char tips[2 * 40 + 19]; /* "<tip1> <tip2> <mirror path's hash>", "" unused */
+        char *text;             /* owned: the shallow file, "" when the history fits */
+    } shallow_memo[8];
+    size_t shallow_next;                        /* the entry the next one replaces */
     struct controller_mirror_job *mirror_jobs;  /* fetches running or done (notes_lock) */
     struct controller_push_job *push_jobs;      /* pushes running or done (notes_lock) */
     struct controller_push_job *push_forgotten; /* deleted tasks' pushes (notes_lock) */
@@ -130,7 +138,8 @@ struct reconcile {
     bool wip_pushed;          /* the run's checkpoint went to the remote (TASK_ANN_WIP_BRANCH) */
     char *last_failure;       /* owned: the runner's last failure text, with wip_pushed */
     /* The mirror fetched outside the lock (mirror_job.c), when mirror_done. */
-    bool mirror_done, mirror_fetched;
+    bool mirror_done;
+    const char *mirror_how; /* static: controller_mirror's *how_out */
     int mirror_rc;
     char *mirror; /* owned */
     struct err mirror_err;

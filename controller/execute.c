@@ -89,22 +89,21 @@ static void fail(struct reconcile *r, const char *reason, const struct err *err)
 
 /* R's mirror into P: the one fetched off the lock (mirror_job.c), else fetched now. */
 static int mirror_of(struct controller *c, struct reconcile *r, struct controller_paths *p,
-                     bool *fetched, struct err *err)
+                     const char **how, struct err *err)
 {
     int rc;
 
     if (!r->mirror_done) {
-        rc = controller_mirror(&p->mirror, c, r->url, p->log, fetched, err);
+        rc = controller_mirror(&p->mirror, c, r->url, p->log, how, err);
         if (rc == E_OK) {
-            sandbox_log_event(p->log, "[diverge] repository mirror %s",
-                              *fetched ? "fetched (reused)" : "cloned");
+            sandbox_log_event(p->log, "[diverge] repository mirror %s", *how);
         }
         return rc;
     }
     rc = r->mirror_rc;
     p->mirror = r->mirror;
     r->mirror = NULL;
-    *fetched = r->mirror_fetched;
+    *how = r->mirror_how;
     if (rc != E_OK) {
         *err = r->mirror_err;
     }
@@ -171,7 +170,7 @@ void controller_prepare_early(struct controller *c, const struct reconcile *r)
 static int prepare(struct controller *c, struct reconcile *r, struct controller_paths *p,
                    struct err *err)
 {
-    bool fetched = false;
+    const char *how = NULL;
     int rc = controller_write_token_file(c, r->ns, r->name, r->token, err);
 
     if (rc == E_OK &&
@@ -179,7 +178,7 @@ static int prepare(struct controller *c, struct reconcile *r, struct controller_
         rc = err_set(err, E_FAIL, "create the workspace: %s", strerror(errno));
     }
     if (rc == E_OK && r->url != NULL) {
-        rc = mirror_of(c, r, p, &fetched, err);
+        rc = mirror_of(c, r, p, &how, err);
     }
     if (rc == E_OK) {
         rc = controller_staging(p->staging, p->log, err);

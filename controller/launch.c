@@ -336,8 +336,9 @@ void controller_prelaunch(struct controller *c, const struct reconcile *r)
         controller_prelaunch_discard(c, l);
         return;
     }
-    sandbox_log_event(l->p.log, "[diverge] sandbox started while the mirror is fetched: its "
-                                "runner waits until the workspace is made");
+    sandbox_log_event(
+        l->p.log, "[diverge] sandbox %s: its runner waits until the workspace is made",
+        r->mirror_done ? "started ahead of the workspace" : "started while the mirror is fetched");
     l->next = c->prelaunches;
     c->prelaunches = l;
 }

@@ -30,8 +30,8 @@ struct controller_mirror_job {
     bool prefetch; /* started for a new task, not yet adopted by a plan that starts it */
     bool upkeep;   /* the mirror's gc (ns "", name the URL), not a task's fetch */
     int rc;
-    char *dir; /* owned: the mirror when rc == E_OK */
-    bool fetched;
+    char *dir;       /* owned: the mirror when rc == E_OK */
+    const char *how; /* static */
     struct err err;
     struct controller_mirror_job *next;
 };
@@ -81,11 +81,10 @@ static void *job_main(void *arg)
     const char *branches[] = {j->base, j->working, NULL};
     bool only = j->base != NULL && controller_plain_branch(j->base) &&
                 (j->working == NULL || controller_plain_branch(j->working));
-    j->rc = controller_mirror_branches(&j->dir, c, j->url, only ? branches : NULL, j->log,
-                                       &j->fetched, &j->bound, &j->err);
+    j->rc = controller_mirror_branches(&j->dir, c, j->url, only ? branches : NULL, j->log, &j->how,
+                                       &j->bound, &j->err);
     if (j->rc == E_OK) {
-        sandbox_log_event(j->log, "[diverge] repository mirror %s",
-                          j->fetched ? "fetched (reused)" : "cloned");
+        sandbox_log_event(j->log, "[diverge] repository mirror %s", j->how);
     } else if (controller_git_cancelled(&j->bound) != NULL) {
         /* No reconcile reports it: the server stops. */
         sandbox_log_event(j->log, "[diverge] repository mirror: %s", j->err.msg);
@@ -153,7 +152,7 @@ static void take(struct reconcile *r, struct controller_mirror_job *j)
     r->mirror_rc = j->rc;
     r->mirror = j->dir;
     j->dir = NULL;
-    r->mirror_fetched = j->fetched;
+    r->mirror_how = j->how;
     r->mirror_err = j->err;
 }
 

@@ -583,7 +583,9 @@ static int apply_outcome(struct controller *c, struct reconcile *r, struct err *
 /* A start whose mirror is still fetched waits for it (*FETCHING; the fetch reconciles the
  * task again when done): its staging repository is made meanwhile and, on the local
  * provider, its sandbox spawned gated (launch.c), before the Provisioning transaction,
- * since the sandbox's start is the longest way to the agent. */
+ * since the sandbox's start is the longest way to the agent. A start whose mirror was
+ * ready at once (a local remote whose branches the mirror has: no fetch) spawns it, or
+ * takes its repository's warm slot, the same way before the workspace is made. */
 static int mirror_or_wait(struct controller *c, struct reconcile *r, bool *fetching,
                           struct err *err)
 {
@@ -597,6 +599,8 @@ static int mirror_or_wait(struct controller *c, struct reconcile *r, bool *fetch
             *fetching = true;
             controller_prelaunch(c, r); /* first: a warm slot brings its staging along */
             controller_prepare_early(c, r);
+        } else if (rc == E_OK && r->mirror_rc == E_OK) {
+            controller_prelaunch(c, r);
         }
     }
     return rc;

@@ -508,9 +508,10 @@ bool controller_slot_claim(struct controller *c, struct controller_launch *l,
     c->slot_busy_ms = clock_now_ms(clock_system());
     age = c->slot_busy_ms - s->made_ms;
     sandbox_log_event(l->p.log,
-                      "[diverge] sandbox started while the mirror is fetched: taken from "
-                      "the warm slot of this repository (started %lld ms before); its "
-                      "runner waits until the workspace is made",
+                      "[diverge] sandbox %s: taken from the warm slot of this repository "
+                      "(started %lld ms before); its runner waits until the workspace is made",
+                      r->mirror_done ? "started ahead of the workspace"
+                                     : "started while the mirror is fetched",
                       (long long)age);
     slot_free(c, s);
     return true;

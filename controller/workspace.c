@@ -22,6 +22,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/gitref.h"
 #include "common/hash.h"
 #include "common/secret.h"
 #include "controller/controller_int.h"
@@ -500,10 +501,63 @@ static int url_refused(const char *data_dir, const char *url, struct err *err)
 
 static int remove_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw);
 
+/* The git directory of a file:// URL whose refs can be read from its files, as git's
+ * local transport finds it (PATH/.git, else PATH); NULL for any other URL (a host, an
+ * escape, a relative path) or a directory that is not plainly a repository. */
+static char *file_gitdir(const char *url)
+{
+    static const char *const sub[] = {"/.git", ""};
+    const char *path = strncmp(url, "file:///", 8) == 0 ? url + 7 : NULL;
+
+    if (path == NULL || strchr(path, '%') != NULL) {
+        return NULL;
+    }
+    for (size_t i = 0; i < ARRAY_LEN(sub); i++) {
+        char *dir = xasprintf("%s%s", path, sub[i]), *head = xasprintf("%s/HEAD", dir);
+        struct stat st;
+        bool dir_there = lstat(dir, &st) == 0, repo = dir_there && S_ISDIR(st.st_mode) &&
+                                                      lstat(head, &st) == 0 && S_ISREG(st.st_mode);
+        free(head);
+        if (repo) {
+            return dir;
+        }
+        free(dir);
+        if (dir_there) {
+            return NULL; /* a .git git would follow (a file, a link): git's to read */
+        }
+    }
+    return NULL;
+}
+
+#define REMOTE_PACKED_REFS_MAX (64 * 1024 * 1024)
+
+/* Whether the mirror DIR already holds what a fetch of BRANCHES from URL would bring, told
+ * from the remote's files when URL is a local repository: each branch where the mirror
+ * has it, or absent from both (the base must be there). The fetch's processes (git,
+ * upload-pack, a rev-list checking the objects are all here) were most of a start on a
+ * local repository; a branch that moved is fetched as before. */
+static bool remote_unchanged(const char *url, const char *dir, const char *const *branches)
+{
+    char *remote = file_gitdir(url);
+    bool same = remote != NULL && branches != NULL && branches[0] != NULL;
+
+    for (size_t i = 0; same && branches[i] != NULL; i++) {
+        char *ref = xasprintf("refs/heads/%s", branches[i]);
+        char theirs[GITREF_OID_HEX + 1], ours[GITREF_OID_HEX + 1];
+        int t = gitref_read(theirs, remote, ref, REMOTE_PACKED_REFS_MAX);
+        int o = gitref_read(ours, dir, ref, REMOTE_PACKED_REFS_MAX);
+
+        same = t >= 0 && t == o && (t == 1 ? strcmp(theirs, ours) == 0 : i > 0);
+        free(ref);
+    }
+    free(remote);
+    return same;
+}
+
 /* Fetches the mirror DIR of URL: the branches BRANCHES (NULL-terminated, names
- * controller_plain_branch takes), or every branch when NULL. */
+ * controller_plain_branch takes), or every branch when NULL; *HOW_OUT what was done. */
 static int fetch_mirror(struct controller *c, const char *url, const char *dir,
-                        const char *const *branches, const char *log_path,
+                        const char *const *branches, const char *log_path, const char **how_out,
                         struct controller_git_bound *b, struct err *err)
 {
     /* What a fetch brings stays one pack (fetch.unpackLimit=1), never loose objects: a
@@ -534,6 +588,12 @@ static int fetch_mirror(struct controller *c, const char *url, const char *dir,
     size_t n = 15, k = 0;
     int rc;
 
+    if (remote_unchanged(url, dir, branches)) {
+        *how_out = "up to date (reused): the remote's branches are the mirror's, read from its "
+                   "files; nothing to fetch";
+        return E_OK;
+    }
+    *how_out = "fetched (reused)";
     for (; branches != NULL && branches[k] != NULL && k < ARRAY_LEN(specs); k++) {
         specs[k] = xasprintf("+refs/heads/%s*:refs/heads/%s*", branches[k], branches[k]);
         argv[n++] = specs[k];
@@ -550,7 +610,7 @@ static int fetch_mirror(struct controller *c, const char *url, const char *dir,
 }
 
 static int mirror_locked(char **out, struct controller *c, const char *url,
-                         const char *const *branches, const char *log_path, bool *fetched_out,
+                         const char *const *branches, const char *log_path, const char **how_out,
                          struct controller_git_bound *b, struct err *err)
 {
     const char *data_dir = c->data_dir;
@@ -558,7 +618,7 @@ static int mirror_locked(char **out, struct controller *c, const char *url,
     int rc = E_OK;
 
     *out = NULL;
-    *fetched_out = false;
+    *how_out = "cloned";
     rc = url_refused(data_dir, url, err);
     if (rc != E_OK) {
         return rc;
@@ -577,8 +637,7 @@ static int mirror_locked(char **out, struct controller *c, const char *url,
         if (n < 0 || strcmp(got, url) != 0) {
             rc = err_set(err, E_FAIL, "the mirror directory %s belongs to another URL", dir);
         } else {
-            rc = fetch_mirror(c, url, dir, branches, log_path, b, err);
-            *fetched_out = true;
+            rc = fetch_mirror(c, url, dir, branches, log_path, how_out, b, err);
         }
     } else {
         unsigned int nonce = (unsigned int)getpid() ^ (unsigned int)clock_mono_ns();
@@ -650,23 +709,24 @@ int controller_mirror_lock(const char *data_dir, const char *url, struct err *er
  * start on one repository): an flock on <data-dir>/run/mirror.<hash>.lock, held while cloning or
  * fetching. A later task waits for the clone and then fetches into it. */
 int controller_mirror(char **out, struct controller *c, const char *url, const char *log_path,
-                      bool *fetched_out, struct err *err)
+                      const char **how_out, struct err *err)
 {
-    return controller_mirror_branches(out, c, url, NULL, log_path, fetched_out, NULL, err);
+    return controller_mirror_branches(out, c, url, NULL, log_path, how_out, NULL, err);
 }
 
 int controller_mirror_branches(char **out, struct controller *c, const char *url,
-                               const char *const *branches, const char *log_path, bool *fetched_out,
-                               struct controller_git_bound *b, struct err *err)
+                               const char *const *branches, const char *log_path,
+                               const char **how_out, struct controller_git_bound *b,
+                               struct err *err)
 {
     int fd = controller_mirror_lock(c->data_dir, url, err), rc;
 
     if (fd < 0) {
         *out = NULL;
-        *fetched_out = false;
+        *how_out = "not fetched";
         return E_FAIL;
     }
-    rc = mirror_locked(out, c, url, branches, log_path, fetched_out, b, err);
+    rc = mirror_locked(out, c, url, branches, log_path, how_out, b, err);
     close(fd); /* releases the lock */
     return rc;
 }

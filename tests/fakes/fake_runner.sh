@@ -8,10 +8,16 @@ set -u
 echo "fake runner: start iteration ${DIVERGE_START_ITERATION:-1} uid $(id -u)"
 if [ -n "${DIVERGE_START_GATE_FD:-}" ]; then
     # Started while the server still makes the workspace: wait for its go, as the runner.
-    go=$(head -c 1 "/proc/self/fd/$DIVERGE_START_GATE_FD")
+    # One byte at a time from the inherited descriptor itself ("c" and "g" may both be
+    # there; /proc/self/fd/N of the server's pipe cannot be opened as the sandbox user,
+    # and sh redirects no descriptor above 9: bash's read does).
+    gate_byte() {
+        bash -c 'IFS= read -r -N 1 -u "$1" c && printf %s "$c"' gate "$DIVERGE_START_GATE_FD"
+    }
+    go=$(gate_byte)
     if [ "$go" = c ]; then
         # The workspace is made; "g" follows once the task is Active (checked out after).
-        go=$(head -c 1 "/proc/self/fd/$DIVERGE_START_GATE_FD")
+        go=$(gate_byte)
     fi
     if [ "$go" != g ]; then
         echo "fake runner: the server called this start off before it began"
@@ -43,7 +49,14 @@ meter() {
 }
 meter "${DIVERGE_START_ITERATION:-1}"
 if [ "$code" = 429 ]; then exit 0; fi
-sh -c "$DIVERGE_AGENT_CMD"
+if [ -n "${DIVERGE_START_GATE_FD:-}" ]; then
+    # The gate is closed before the agent runs, as the runner closes it (bash: sh closes
+    # no descriptor above 9).
+    bash -c 'g=$1; exec {g}<&-; unset DIVERGE_START_GATE_FD; exec sh -c "$DIVERGE_AGENT_CMD"' \
+        agent "$DIVERGE_START_GATE_FD"
+else
+    sh -c "$DIVERGE_AGENT_CMD"
+fi
 rc=$?
 echo "fake runner: agent exited $rc"
 [ $rc -eq 0 ] || exit $rc

@@ -2,7 +2,9 @@
 """The controller with `--sandbox-provider process` and a fake runner (DIVERGE_RUNNER_PATH):
 provision from a file:// bare repo, runner exit 0 → the server pushes the working branch
 → Completed; pause freezes and resume thaws; timeout; runner failure; delete; kill -9 of
-serve mid-run → restarted on the same workspace; the mirror is reused by a second task."""
+serve mid-run → restarted on the same workspace; the mirror is reused by a second task
+(not fetched while the remote's branches are the mirror's) and fetched for a third after
+the remote's main moved."""
 import os
 import re
 import shutil
@@ -37,11 +39,28 @@ def test_complete_pushes_working_branch():
         assert msg.strip() == "fix(t1): fix the thing", msg
         # main untouched
         assert git("--git-dir", repo, "log", "--format=%s", "main").strip() == "initial"
-        # A second task on the same repository reuses the mirror.
+        # A second task on the same repository reuses the mirror: the remote's branches,
+        # read from its files, are the mirror's, so nothing is fetched.
         create(srv, task("t2", "file://" + repo))
         wait_phase(srv, "t2", "Completed")
-        assert "repository mirror fetched (reused)" in task_log(srv, "t2")
-        assert len(os.listdir(os.path.join(srv.data_dir, "mirrors"))) == 1
+        assert "repository mirror up to date (reused)" in task_log(srv, "t2")
+        mirrors = os.listdir(os.path.join(srv.data_dir, "mirrors"))
+        assert len(mirrors) == 1
+        # A commit on the remote's main: the next start fetches it and runs on it.
+        work = os.path.join(os.path.dirname(repo), "work")
+        with open(os.path.join(work, "later.txt"), "w") as f:
+            f.write("later\n")
+        git("add", "later.txt", cwd=work)
+        git("commit", "-q", "-m", "later", cwd=work)
+        git("push", "-q", repo, "main", cwd=work)
+        create(srv, task("t3", "file://" + repo))
+        wait_phase(srv, "t3", "Completed")
+        log = task_log(srv, "t3")
+        assert "repository mirror fetched (reused)" in log, log
+        mirror = os.path.join(srv.data_dir, "mirrors", mirrors[0])
+        assert git("--git-dir", mirror, "rev-parse", "main") == \
+            git("--git-dir", repo, "rev-parse", "main")
+        assert git("--git-dir", repo, "show", "agent/t3:later.txt") == "later\n"
         # The token is revoked once finished.
         st, _, _ = srv.request("GET", API + "/namespaces/default/agenttasks/t1/token")
         assert st in (200, 404, 409, 410), st
