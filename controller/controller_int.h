@@ -496,17 +496,19 @@ int controller_push_size(int64_t *bytes_out, const char *staging, const char *mi
 /* git plumbing (workspace.c). ARGV starts with "git"; output goes to LOG_PATH. No SCM
  * credentials: only controller_mirror and controller_push give git any. */
 int controller_git(const char *log_path, const char *const argv[], struct err *err);
-/* *out: the mirror of URL (new string) under C's data dir; cloned once, fetched afterwards
- * (*fetched_out), with the server's credentials for URL's host. */
+/* *out: the mirror of URL (new string) under C's data dir; cloned once, fetched afterwards,
+ * with the server's credentials for URL's host. *HOW_OUT: what was done, for the task's log
+ * ("cloned", "fetched (reused)", or reused without a fetch: a static string). */
 int controller_mirror(char **out, struct controller *c, const char *url, const char *log_path,
-                      bool *fetched_out, struct err *err);
+                      const char **how_out, struct err *err);
 /* controller_mirror fetching only the branches BRANCHES (NULL-terminated, each one
  * controller_plain_branch takes; what a start needs) into an existing mirror; every
  * branch when NULL. A clone takes every branch. Bounded as a push is (B, or the push's
  * limits when NULL): a remote that hangs ends the fetch, and B's cancel kills it. */
 int controller_mirror_branches(char **out, struct controller *c, const char *url,
-                               const char *const *branches, const char *log_path, bool *fetched_out,
-                               struct controller_git_bound *b, struct err *err);
+                               const char *const *branches, const char *log_path,
+                               const char **how_out, struct controller_git_bound *b,
+                               struct err *err);
 /* Whether NAME is a branch name that needs no quoting in a config subsection, a path or a
  * refspec and that git reads the same way: [A-Za-z0-9._/+-], no "..", "//", "/.", no
  * leading '-', '.' or '/', no trailing '/', '.' or ".lock". */

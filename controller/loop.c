@@ -183,6 +183,9 @@ static void controller_destroy(struct controller *c)
     if (c->git_auth.free != NULL) {
         c->git_auth.free(c->git_auth.userdata);
     }
+    for (size_t i = 0; i < ARRAY_LEN(c->shallow_memo); i++) {
+        free(c->shallow_memo[i].text);
+    }
     pthread_mutex_destroy(&c->lock);
     pthread_mutex_destroy(&c->notes_lock);
     pthread_mutex_destroy(&c->active_lock);

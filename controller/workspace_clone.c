@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "common/gitref.h"
+#include "common/hash.h"
 #include "common/proc.h"
 #include "controller/controller_int.h"
 
@@ -143,8 +144,9 @@ static bool listed(char *const *lines, size_t n, const char *s)
 
 /* The shallow list of DEPTH_MAX commits from the tips: `rev-list --parents` of them, and
  * every listed commit with a parent outside the list is a boundary (git then reads it as
- * having none). Nothing when the whole history fits. */
-static int write_shallow(const char *gitdir, const char *tip1, const char *tip2, struct err *err)
+ * having none). "" when the whole history fits. Into *LIST_OUT (a new string). */
+static int shallow_list(char **list_out, const char *gitdir, const char *tip1, const char *tip2,
+                        struct err *err)
 {
     const char *argv[] = {"git", "--git-dir", gitdir, "rev-list", "--parents", "--max-count=50",
                           tip1,  tip2,        NULL};
@@ -179,11 +181,44 @@ static int write_shallow(const char *gitdir, const char *tip1, const char *tip2,
             }
         }
     }
-    if (rc == E_OK && shallow.len > 0) {
-        rc = put_file(gitdir, "shallow", shallow.data, err);
-    }
+    *list_out = rc == E_OK ? xstrdup(shallow.len > 0 ? shallow.data : "") : NULL;
     buf_cleanup(&out);
     buf_cleanup(&shallow);
+    return rc;
+}
+
+/* GITDIR's shallow file for the tips TIP1 and TIP2 of MIRROR: from C's memo of recent
+ * starts (lock held; commits are immutable, so the same tips of one mirror have the same
+ * list), else shallow_list. */
+static int write_shallow(struct controller *c, const char *gitdir, const char *mirror,
+                         const char *tip1, const char *tip2, struct err *err)
+{
+    char tips[sizeof(c->shallow_memo[0].tips)];
+    const char *text = NULL;
+    char *made = NULL;
+    int rc = E_OK;
+
+    snprintf(tips, sizeof(tips), "%s %s %016llx", tip1, tip2,
+             (unsigned long long)hash_fnv1a_str(mirror));
+    for (size_t i = 0; i < ARRAY_LEN(c->shallow_memo) && text == NULL; i++) {
+        if (strcmp(c->shallow_memo[i].tips, tips) == 0) {
+            text = c->shallow_memo[i].text;
+        }
+    }
+    if (text == NULL) {
+        rc = shallow_list(&made, gitdir, tip1, tip2, err);
+        if (rc == E_OK) {
+            struct controller_shallow_memo *m = &c->shallow_memo[c->shallow_next];
+            c->shallow_next = (c->shallow_next + 1) % ARRAY_LEN(c->shallow_memo);
+            free(m->text);
+            memcpy(m->tips, tips, sizeof(tips));
+            m->text = made;
+            text = made;
+        }
+    }
+    if (rc == E_OK && text[0] != '\0') {
+        rc = put_file(gitdir, "shallow", text, err);
+    }
     return rc;
 }
 
@@ -220,7 +255,7 @@ static int make(struct controller *c, const struct controller_clone *q, struct e
         rc = write_refs(q, base_oid, has_working == 1, working_oid, err);
     }
     if (rc == E_OK) {
-        rc = write_shallow(q->gitdir, working_oid, base_oid, err);
+        rc = write_shallow(c, q->gitdir, q->mirror, working_oid, base_oid, err);
     }
     if (rc == E_OK) {
         rc = put_file(q->gitdir, CONTROLLER_PREPARED_MARK, "", err);
