@@ -3,16 +3,32 @@
  * whole pipeline (inbox, bot, controller, notifier, outbox) offline. Its bot account is
  * SCM_LOCAL_BOT; a commenter's permission is what `diverge local comment --permission`
  * said last. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/buf.h"
+#include "common/gitref.h"
 #include "common/proc.h"
 #include "scm/scm.h"
+
+#define LOCAL_MEMO_MAX 8                         /* files remembered by commit */
+#define LOCAL_MEMO_FILE_MAX (64 * 1024)          /* a longer file is read every time */
+#define LOCAL_PACKED_REFS_MAX (64 * 1024 * 1024) /* a branch looked up in packed-refs */
+
+/* A file as it is at one commit: what git read, or that the commit has no such path. */
+struct local_memo {
+    char *key;     /* owned: "<git dir>\n<commit>\n<path>"; NULL when unused */
+    char *content; /* owned; NULL: no such file at that commit */
+    size_t len;
+};
 
 struct local_scm {
     struct scm_provider base; /* must be first */
     struct task_store *store; /* borrowed */
+    pthread_mutex_t memo_lock;
+    struct local_memo memo[LOCAL_MEMO_MAX]; /* the agent.yaml reads of recent comments */
+    size_t memo_next;                       /* the entry the next one replaces */
 };
 
 static struct local_scm *to_local(struct scm_provider *p)
@@ -143,17 +159,112 @@ static int lc_pull(struct scm_pull *out, struct scm_provider *p, const struct sc
 
 #define LOCAL_FILE_MAX (1024 * 1024) /* bytes of a file read from a bound repository */
 
+/* N bytes at S, NUL-terminated (a file may hold NULs). */
+static char *copy_bytes(const char *s, size_t n)
+{
+    char *d = xmalloc(n + 1);
+
+    memcpy(d, s, n);
+    d[n] = '\0';
+    return d;
+}
+
+/* KEY's memo entry of L into *OUT / *LEN_OUT (a copy; NULL: no such file): true when
+ * there is one. */
+static bool memo_get(char **out, size_t *len_out, struct local_scm *l, const char *key)
+{
+    bool found = false;
+
+    pthread_mutex_lock(&l->memo_lock);
+    for (size_t i = 0; i < LOCAL_MEMO_MAX && !found; i++) {
+        struct local_memo *m = &l->memo[i];
+        if (m->key != NULL && strcmp(m->key, key) == 0) {
+            found = true;
+            *out = m->content != NULL ? copy_bytes(m->content, m->len) : NULL;
+            *len_out = m->len;
+        }
+    }
+    pthread_mutex_unlock(&l->memo_lock);
+    return found;
+}
+
+/* Remembers KEY's file CONTENT (LEN bytes; NULL: none) in L, over its oldest entry. */
+static void memo_put(struct local_scm *l, const char *key, const char *content, size_t len)
+{
+    struct local_memo *m;
+
+    pthread_mutex_lock(&l->memo_lock);
+    m = &l->memo[l->memo_next];
+    l->memo_next = (l->memo_next + 1) % LOCAL_MEMO_MAX;
+    free(m->key);
+    free(m->content);
+    m->key = xstrdup(key);
+    m->content = content != NULL ? copy_bytes(content, len) : NULL;
+    m->len = content != NULL ? len : 0;
+    pthread_mutex_unlock(&l->memo_lock);
+}
+
+/* Whether git's failure to read OBJECT ("<commit>:<path>") from GIT_DIR (its argument) is
+ * that the commit has no such path, asked again with git's message: a failure of another
+ * kind (a process limit, a broken pack) is never remembered. */
+static bool path_absent(const char *git_dir, const char *object)
+{
+    struct buf msg;
+    int status = 0;
+    struct err err = {0};
+    bool absent;
+
+    buf_init(&msg, 4096);
+    absent = proc_run(&status, &msg, NULL, true,
+                      (const char *const[]){"git", git_dir, "cat-file", "blob", object, NULL},
+                      &err) == E_OK &&
+             status == 128 && msg.data != NULL && strstr(msg.data, "' does not exist in '") != NULL;
+    buf_cleanup(&msg);
+    return absent;
+}
+
+/* OBJECT ("<commit or branch>:<path>") of the repository GIT_DIR (git's --git-dir=
+ * argument) read with git into *OUT / *LEN_OUT; with KEY (OBJECT names a commit), what
+ * is found, or that the commit has no such path, is remembered in L. */
+static int read_object(char **out, size_t *len_out, struct local_scm *l, const char *git_dir,
+                       const char *object, const char *key, struct err *err)
+{
+    struct buf content;
+    int status = 0, rc;
+
+    buf_init(&content, LOCAL_FILE_MAX);
+    rc = proc_run(&status, &content, NULL, false,
+                  (const char *const[]){"git", git_dir, "cat-file", "blob", object, NULL}, err);
+    if (rc == E_OK && status != 0) {
+        if (key != NULL && status == 128 && path_absent(git_dir, object)) {
+            memo_put(l, key, NULL, 0);
+        }
+        rc = E_NOTFOUND;
+    }
+    if (rc == E_OK) {
+        if (key != NULL && content.len <= LOCAL_MEMO_FILE_MAX) {
+            memo_put(l, key, content.data != NULL ? content.data : "", content.len);
+        }
+        *len_out = content.len;
+        *out = buf_take(&content);
+    }
+    buf_cleanup(&content);
+    return rc;
+}
+
 /* PATH at branch GIT_REF of the repository the PR is bound to, read with git from a
  * file:// repository. https repositories are not read here (no agent.yaml: the server's
- * defaults), nor are PRs never opened. */
+ * defaults), nor are PRs never opened. A branch whose commit its files tell is read at
+ * that commit, and what is found there (or that nothing is) remembered: a commit's files
+ * never change, so the next comment on the same base runs no git. */
 static int lc_file(char **out, size_t *len_out, struct scm_provider *p, const struct scm_ref *ref,
                    const char *git_ref, const char *path, struct scm_result *res, struct err *err)
 {
     json_t *pr = NULL;
     const char *url;
-    char *git_dir = NULL, *object = NULL;
-    struct buf content;
-    int rc, status = 0;
+    char *git_dir = NULL, *object = NULL, *branch, *key = NULL;
+    char commit[GITREF_OID_HEX + 1];
+    int rc;
 
     (void)res;
     *out = NULL;
@@ -169,21 +280,26 @@ static int lc_file(char **out, size_t *len_out, struct scm_provider *p, const st
         return err_set(err, E_NOTFOUND, "%s: only file:// repositories are read", path);
     }
     git_dir = xasprintf("--git-dir=%s", url + 7);
-    object = xasprintf("refs/heads/%s:%s", git_ref, path);
-    json_decref(pr);
-    buf_init(&content, LOCAL_FILE_MAX);
-    rc = proc_run(&status, &content, NULL, false,
-                  (const char *const[]){"git", git_dir, "cat-file", "blob", object, NULL}, err);
-    if (rc == E_OK && status != 0) {
-        rc = err_set(err, E_NOTFOUND, "%s: not found at %s", path, git_ref);
+    branch = xasprintf("refs/heads/%s", git_ref);
+    if (gitref_read(commit, url + 7, branch, LOCAL_PACKED_REFS_MAX) == 1) {
+        key = xasprintf("%s\n%s\n%s", url + 7, commit, path);
+        object = xasprintf("%s:%s", commit, path); /* what the memo's entry will hold */
+    } else {
+        object = xasprintf("refs/heads/%s:%s", git_ref, path);
     }
-    if (rc == E_OK) {
-        *len_out = content.len;
-        *out = buf_take(&content);
-    } else if (rc != E_NOTFOUND) {
+    free(branch);
+    json_decref(pr);
+    if (key != NULL && memo_get(out, len_out, to_local(p), key)) {
+        rc = *out != NULL ? E_OK : E_NOTFOUND;
+    } else {
+        rc = read_object(out, len_out, to_local(p), git_dir, object, key, err);
+    }
+    if (rc == E_NOTFOUND) {
+        rc = err_set(err, E_NOTFOUND, "%s: not found at %s", path, git_ref);
+    } else if (rc != E_OK) {
         rc = E_AGAIN;
     }
-    buf_cleanup(&content);
+    free(key);
     free(git_dir);
     free(object);
     return rc;
@@ -217,7 +333,14 @@ static const char *lc_bot_login(struct scm_provider *p)
 
 static void lc_free(struct scm_provider *p)
 {
-    free(to_local(p));
+    struct local_scm *l = to_local(p);
+
+    for (size_t i = 0; i < LOCAL_MEMO_MAX; i++) {
+        free(l->memo[i].key);
+        free(l->memo[i].content);
+    }
+    pthread_mutex_destroy(&l->memo_lock);
+    free(l);
 }
 
 static const struct scm_provider_ops local_ops = {
@@ -242,6 +365,7 @@ int scm_local_new(struct scm_provider **out, struct task_store *store, struct er
     (void)err;
     l->base.ops = &local_ops;
     l->store = store;
+    pthread_mutex_init(&l->memo_lock, NULL);
     *out = &l->base;
     return E_OK;
 }

@@ -217,4 +217,88 @@ TEST(local_provider_answers_from_the_bound_pr)
     CHECK_EQ_INT(git_ok((const char *const[]){"rm", "-rf", dir, NULL}), 0);
 }
 
+/* Writes TEXT into W's .diverge/agent.yaml and commits it on main. */
+static void commit_agent_yaml(const char *w, const char *text)
+{
+    char *f = xasprintf("%s/.diverge/agent.yaml", w);
+    FILE *fp = fopen(f, "w");
+
+    ASSERT(fp != NULL);
+    fputs(text, fp);
+    fclose(fp);
+    CHECK_EQ_INT(git_ok((const char *const[]){"git", "-C", w, "-c", "user.name=t", "-c",
+                                              "user.email=t@example.invalid", "commit", "-q", "-a",
+                                              "-m", "c", NULL}),
+                 0);
+    free(f);
+}
+
+/* Reads PATH at main of P's PR o/r#3: its text, or "<none>" for E_NOTFOUND. */
+static char *read_at_main(struct scm_provider *p, const char *path)
+{
+    struct scm_ref ref = {.project = "o/r", .number = 3};
+    struct err err = {0};
+    char *out = NULL;
+    size_t len = 0;
+    int rc = p->ops->file_at(&out, &len, p, &ref, "main", path, NULL, &err);
+
+    if (rc == E_NOTFOUND) {
+        CHECK(out == NULL);
+        return xstrdup("<none>");
+    }
+    CHECK_OK(rc);
+    CHECK_EQ_INT(len, out != NULL ? strlen(out) : 0);
+    return out;
+}
+
+static void check_read(struct scm_provider *p, const char *path, const char *want)
+{
+    char *got = read_at_main(p, path);
+
+    CHECK_EQ_STR(got, want);
+    free(got);
+}
+
+TEST(local_provider_remembers_a_commits_files_and_reads_a_new_commit)
+{
+    struct task_store *st = NULL;
+    struct scm_provider *p = NULL;
+    struct err err = {0};
+    char tmpl[] = "/tmp/test-scm-local-XXXXXX", *dir = mkdtemp(tmpl), *url, *w, *objects, *away;
+    bool created = false;
+
+    ASSERT(dir != NULL);
+    ASSERT(task_store_sqlite_open(&st, ":memory:", clock_system(), &err) == E_OK);
+    CHECK_OK(scm_local_new(&p, st, &err));
+    url = repo_with_agent_yaml(dir);
+    w = xasprintf("%s/w", dir);
+    objects = xasprintf("%s/w/.git/objects", dir);
+    away = xasprintf("%s/w/.git/objects.away", dir);
+    CHECK_OK(task_store_local_pull_set(&created, st, "o/r", 3, url, "feature", "main", &err));
+    check_read(p, ".diverge/agent.yaml", "version: \"1\"\n");
+    check_read(p, "nope.yaml", "<none>");
+    /* Without its objects git could read nothing: the same commit is answered from what
+     * was read, the file and the absence alike. */
+    CHECK_EQ_INT(rename(objects, away), 0);
+    check_read(p, ".diverge/agent.yaml", "version: \"1\"\n");
+    check_read(p, "nope.yaml", "<none>");
+    CHECK_EQ_INT(rename(away, objects), 0);
+    /* A new commit on the branch is read anew. */
+    commit_agent_yaml(w, "version: \"1\"\n# second\n");
+    check_read(p, ".diverge/agent.yaml", "version: \"1\"\n# second\n");
+    /* A failure that is not an absence (here: no objects) is never remembered. */
+    commit_agent_yaml(w, "version: \"1\"\n# third\n");
+    CHECK_EQ_INT(rename(objects, away), 0);
+    check_read(p, ".diverge/agent.yaml", "<none>");
+    CHECK_EQ_INT(rename(away, objects), 0);
+    check_read(p, ".diverge/agent.yaml", "version: \"1\"\n# third\n");
+    free(url);
+    free(w);
+    free(objects);
+    free(away);
+    scm_provider_free(p);
+    task_store_close(st);
+    CHECK_EQ_INT(git_ok((const char *const[]){"rm", "-rf", dir, NULL}), 0);
+}
+
 T_MAIN
