@@ -77,6 +77,24 @@ def probe():
             "echo '== probe done'" % (pattern, pattern))
 
 
+def tools_top():
+    """A new folder for codex_tools, searchable by all: in the temporary folder when that is
+    on the npm cache's filesystem (hard links), else in /var/tmp or /tmp when one is (a
+    TMPDIR on tmpfs: scripts/test.sh)."""
+    dev = os.stat(npm_pin.install(*npm_pin.CODEX)).st_dev
+    where = None
+    for d in (tempfile.gettempdir(), "/var/tmp", "/tmp"):
+        try:
+            if os.stat(d).st_dev == dev:
+                where = d
+                break
+        except OSError:
+            pass
+    top = tempfile.mkdtemp(prefix="diverge-codex-sb-", dir=where)
+    os.chmod(top, 0o755)
+    return top
+
+
 def codex_tools(top):
     """TOP/tools as `npm install -g --prefix TOP/tools @openai/codex` lays it out
     (lib/node_modules/@openai/{codex,codex-linux-x64}, bin/codex -> the launcher), made
@@ -86,7 +104,10 @@ def codex_tools(top):
     tools = os.path.join(top, "tools")
     lib = os.path.join(tools, "lib", "node_modules")
     os.makedirs(lib, mode=0o755)
-    subprocess.run(["cp", "-al", os.path.join(nm, "@openai"), lib], check=True)
+    if subprocess.run(["cp", "-al", os.path.join(nm, "@openai"), lib]).returncode != 0:
+        # Another filesystem than the cache's (tools_top found none): a copy (~400 MB).
+        shutil.rmtree(os.path.join(lib, "@openai"), ignore_errors=True)
+        subprocess.run(["cp", "-a", os.path.join(nm, "@openai"), lib], check=True)
     for d, dirs, _ in os.walk(tools):
         os.chmod(d, 0o755)
     os.makedirs(os.path.join(tools, "bin"), mode=0o755)
@@ -332,8 +353,7 @@ def test_codex_in_the_local_sandbox():
     if why:
         print("SKIP: " + why)
         return
-    top = tempfile.mkdtemp(prefix="diverge-codex-sb-")
-    os.chmod(top, 0o755)
+    top = tools_top()
     tools = codex_tools(top)
     fake = FakeLLM().start()
     fake.usage = dict(USAGE)
