@@ -7,6 +7,7 @@ schemas (the part of the API server's CRD validation that needs no server).
 Helm and kubectl never reach a cluster or the network: KUBECONFIG names a cluster at
 https://127.0.0.1:1 (nothing listens there; a connection would be refused at once) and
 every HELM_* and HOME folder is a fresh temporary one."""
+import atexit
 import datetime
 import json
 import os
@@ -68,23 +69,24 @@ def offline_env():
 NODE_TOOL = r"""
 import { parseAllDocuments } from 'yaml'
 import { evaluate } from '@marcbachmann/cel-js'
-import { readFileSync } from 'node:fs'
+import { createInterface } from 'node:readline'
 
-const req = JSON.parse(readFileSync(process.argv[2], 'utf8'))
+// One request per line on stdin, one answer per line on stdout ({"ok": …} or {"error": …}):
+// one node for every request of a test, not one per request (~0.25 s of CPU each).
 // JSON integers are CEL ints (BigInt); everything else as is.
 const ints = (v) => typeof v === 'number' && Number.isInteger(v) ? BigInt(v)
   : Array.isArray(v) ? v.map(ints)
   : v && typeof v === 'object' ? Object.fromEntries(Object.entries(v).map(([k, x]) => [k, ints(x)]))
   : v
 const out = (v) => typeof v === 'bigint' ? Number(v) : v
-let res
-if (req.op === 'yaml') {
-  res = parseAllDocuments(req.text).map((d) => {
-    if (d.errors.length) throw new Error(String(d.errors[0]))
-    return d.toJS()
-  }).filter((d) => d !== null)
-} else {
-  res = req.cases.map((c) => {
+function answer(req) {
+  if (req.op === 'yaml') {
+    return parseAllDocuments(req.text).map((d) => {
+      if (d.errors.length) throw new Error(String(d.errors[0]))
+      return d.toJS()
+    }).filter((d) => d !== null)
+  }
+  return req.cases.map((c) => {
     try {
       const ctx = ints(c.ctx)
       if (c.variables) {
@@ -97,30 +99,55 @@ if (req.op === 'yaml') {
     }
   })
 }
-process.stdout.write(JSON.stringify(res, (k, v) => typeof v === 'bigint' ? Number(v) : v))
+for await (const line of createInterface({ input: process.stdin, crlfDelay: Infinity })) {
+  let res
+  try {
+    res = { ok: answer(JSON.parse(line)) }
+  } catch (e) {
+    res = { error: String(e && e.stack || e) }
+  }
+  process.stdout.write(JSON.stringify(res, (k, v) => typeof v === 'bigint' ? Number(v) : v) + '\n')
+}
 """
 
 
 class Js:
-    """YAML → JSON (the yaml package) and CEL evaluation (cel-js) through one node script."""
+    """YAML → JSON (the yaml package) and CEL evaluation (cel-js) through one node process,
+    started at the first request and ended with the test's process (or close())."""
 
     def __init__(self):
         self.modules = npm(npm_pin.install_many, "chart-js", JS_TOOLS)
         self.script = npm_pin.write_file(
-            os.path.join(os.path.dirname(self.modules), "chart_tool.mjs"), NODE_TOOL)
+            os.path.join(os.path.dirname(self.modules), "chart_tool_lines.mjs"), NODE_TOOL)
+        self.proc = None
+        self.err = None
 
     def _run(self, req):
-        # The request goes through a file: readFileSync(0) on a pipe can fail with EAGAIN
-        # (seen with Debian's Node 18 when stdin is non-blocking).
-        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-            json.dump(req, f)
-        try:
-            r = subprocess.run(["node", self.script, f.name], stdin=subprocess.DEVNULL,
-                               capture_output=True, text=True, timeout=120)
-        finally:
-            os.unlink(f.name)
-        assert r.returncode == 0, r.stderr[-2000:]
-        return json.loads(r.stdout)
+        if self.proc is None:
+            self.err = tempfile.TemporaryFile("w+")
+            self.proc = subprocess.Popen(["node", self.script], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=self.err, text=True)
+            atexit.register(self.close)
+        self.proc.stdin.write(json.dumps(req) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            self.err.seek(0)
+            raise AssertionError("the node tool ended: " + self.err.read()[-2000:])
+        res = json.loads(line)
+        assert "ok" in res, res.get("error", res)[-2000:]
+        return res["ok"]
+
+    def close(self):
+        if self.proc is not None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc = None
+            self.err.close()
 
     def yaml(self, text):
         return self._run({"op": "yaml", "text": text})
