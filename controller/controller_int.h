@@ -139,7 +139,6 @@ struct reconcile {
     char *last_failure;       /* owned: the runner's last failure text, with wip_pushed */
     /* The mirror fetched outside the lock (mirror_job.c), when mirror_done. */
     bool mirror_done;
-    const char *mirror_how; /* static: controller_mirror's *how_out */
     int mirror_rc;
     char *mirror; /* owned */
     struct err mirror_err;

@@ -87,23 +87,24 @@ static void fail(struct reconcile *r, const char *reason, const struct err *err)
     r->fail_msg = xstrdup(err->msg[0] != '\0' ? err->msg : "sandbox error");
 }
 
-/* R's mirror into P: the one fetched off the lock (mirror_job.c), else fetched now. */
+/* R's mirror into P: the one fetched off the lock (mirror_job.c, which logged how), else
+ * fetched now. */
 static int mirror_of(struct controller *c, struct reconcile *r, struct controller_paths *p,
-                     const char **how, struct err *err)
+                     struct err *err)
 {
+    const char *how = NULL;
     int rc;
 
     if (!r->mirror_done) {
-        rc = controller_mirror(&p->mirror, c, r->url, p->log, how, err);
+        rc = controller_mirror(&p->mirror, c, r->url, p->log, &how, err);
         if (rc == E_OK) {
-            sandbox_log_event(p->log, "[diverge] repository mirror %s", *how);
+            sandbox_log_event(p->log, "[diverge] repository mirror %s", how);
         }
         return rc;
     }
     rc = r->mirror_rc;
     p->mirror = r->mirror;
     r->mirror = NULL;
-    *how = r->mirror_how;
     if (rc != E_OK) {
         *err = r->mirror_err;
     }
@@ -170,7 +171,6 @@ void controller_prepare_early(struct controller *c, const struct reconcile *r)
 static int prepare(struct controller *c, struct reconcile *r, struct controller_paths *p,
                    struct err *err)
 {
-    const char *how = NULL;
     int rc = controller_write_token_file(c, r->ns, r->name, r->token, err);
 
     if (rc == E_OK &&
@@ -178,7 +178,7 @@ static int prepare(struct controller *c, struct reconcile *r, struct controller_
         rc = err_set(err, E_FAIL, "create the workspace: %s", strerror(errno));
     }
     if (rc == E_OK && r->url != NULL) {
-        rc = mirror_of(c, r, p, &how, err);
+        rc = mirror_of(c, r, p, err);
     }
     if (rc == E_OK) {
         rc = controller_staging(p->staging, p->log, err);

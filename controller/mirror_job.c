@@ -152,7 +152,6 @@ static void take(struct reconcile *r, struct controller_mirror_job *j)
     r->mirror_rc = j->rc;
     r->mirror = j->dir;
     j->dir = NULL;
-    r->mirror_how = j->how;
     r->mirror_err = j->err;
 }
 
