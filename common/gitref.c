@@ -133,6 +133,31 @@ static bool files_backend(const char *gitdir)
     return files;
 }
 
+char *gitref_url_gitdir(const char *url)
+{
+    static const char *const sub[] = {"/.git", ""};
+    const char *path = url != NULL && strncmp(url, "file:///", 8) == 0 ? url + 7 : NULL;
+
+    if (path == NULL || strchr(path, '%') != NULL) {
+        return NULL;
+    }
+    for (size_t i = 0; i < sizeof(sub) / sizeof(sub[0]); i++) {
+        char *dir = xasprintf("%s%s", path, sub[i]), *head = xasprintf("%s/HEAD", dir);
+        struct stat st;
+        bool dir_there = lstat(dir, &st) == 0, repo = dir_there && S_ISDIR(st.st_mode) &&
+                                                      lstat(head, &st) == 0 && S_ISREG(st.st_mode);
+        free(head);
+        if (repo) {
+            return dir;
+        }
+        free(dir);
+        if (dir_there) {
+            return NULL; /* a .git git would follow (a file, a link): git's to read */
+        }
+    }
+    return NULL;
+}
+
 int gitref_read(char oid[GITREF_OID_HEX + 1], const char *gitdir, const char *ref,
                 size_t packed_max)
 {

@@ -11,6 +11,9 @@
 #include <stddef.h>
 
 #define GITREF_OID_HEX 40 /* SHA-1 object ids; a repository of another format answers -1 */
+/* The bytes of packed-refs the readers look through for a branch (every tag of a large
+ * repository fits) before they ask git instead. */
+#define GITREF_PACKED_MAX (64 * 1024 * 1024)
 
 /* The object id the ref REF ("refs/heads/<branch>") of the git directory GITDIR (a bare
  * repository, or a work tree's .git) points at, into OID (may be NULL). Reads at most
@@ -20,5 +23,11 @@
  * reftable repository). */
 int gitref_read(char oid[GITREF_OID_HEX + 1], const char *gitdir, const char *ref,
                 size_t packed_max);
+
+/* The git directory of the repository a file:// URL names, as git's local transport finds
+ * it (PATH/.git, else PATH), when it is plainly one: a folder with a regular HEAD, reached
+ * without a symbolic link at its end. NULL (the caller asks git) for any other URL: another
+ * scheme, a host or relative path, a %-escape, a .git that is a file or a link. Free it. */
+char *gitref_url_gitdir(const char *url);
 
 #endif

@@ -501,36 +501,6 @@ static int url_refused(const char *data_dir, const char *url, struct err *err)
 
 static int remove_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw);
 
-/* The git directory of a file:// URL whose refs can be read from its files, as git's
- * local transport finds it (PATH/.git, else PATH); NULL for any other URL (a host, an
- * escape, a relative path) or a directory that is not plainly a repository. */
-static char *file_gitdir(const char *url)
-{
-    static const char *const sub[] = {"/.git", ""};
-    const char *path = strncmp(url, "file:///", 8) == 0 ? url + 7 : NULL;
-
-    if (path == NULL || strchr(path, '%') != NULL) {
-        return NULL;
-    }
-    for (size_t i = 0; i < ARRAY_LEN(sub); i++) {
-        char *dir = xasprintf("%s%s", path, sub[i]), *head = xasprintf("%s/HEAD", dir);
-        struct stat st;
-        bool dir_there = lstat(dir, &st) == 0, repo = dir_there && S_ISDIR(st.st_mode) &&
-                                                      lstat(head, &st) == 0 && S_ISREG(st.st_mode);
-        free(head);
-        if (repo) {
-            return dir;
-        }
-        free(dir);
-        if (dir_there) {
-            return NULL; /* a .git git would follow (a file, a link): git's to read */
-        }
-    }
-    return NULL;
-}
-
-#define REMOTE_PACKED_REFS_MAX (64 * 1024 * 1024)
-
 /* Whether the mirror DIR already holds what a fetch of BRANCHES from URL would bring, told
  * from the remote's files when URL is a local repository: each branch where the mirror
  * has it, or absent from both (the base must be there). The fetch's processes (git,
@@ -538,14 +508,14 @@ static char *file_gitdir(const char *url)
  * local repository; a branch that moved is fetched as before. */
 static bool remote_unchanged(const char *url, const char *dir, const char *const *branches)
 {
-    char *remote = file_gitdir(url);
+    char *remote = gitref_url_gitdir(url);
     bool same = remote != NULL && branches != NULL && branches[0] != NULL;
 
     for (size_t i = 0; same && branches[i] != NULL; i++) {
         char *ref = xasprintf("refs/heads/%s", branches[i]);
         char theirs[GITREF_OID_HEX + 1], ours[GITREF_OID_HEX + 1];
-        int t = gitref_read(theirs, remote, ref, REMOTE_PACKED_REFS_MAX);
-        int o = gitref_read(ours, dir, ref, REMOTE_PACKED_REFS_MAX);
+        int t = gitref_read(theirs, remote, ref, GITREF_PACKED_MAX);
+        int o = gitref_read(ours, dir, ref, GITREF_PACKED_MAX);
 
         same = t >= 0 && t == o && (t == 1 ? strcmp(theirs, ours) == 0 : i > 0);
         free(ref);

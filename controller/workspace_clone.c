@@ -28,7 +28,6 @@
 #include "controller/controller_int.h"
 
 #define DEPTH_MAX 50 /* commits kept, as the runner's clone --depth=50 (rev-list's argv) */
-#define MIRROR_PACKED_REFS_MAX (64 * 1024 * 1024)
 
 bool controller_plain_branch(const char *name)
 {
@@ -52,7 +51,7 @@ bool controller_plain_branch(const char *name)
 static int read_branch(char oid[GITREF_OID_HEX + 1], const char *dir, const char *branch)
 {
     char *ref = xasprintf("refs/heads/%s", branch);
-    int rc = gitref_read(oid, dir, ref, MIRROR_PACKED_REFS_MAX);
+    int rc = gitref_read(oid, dir, ref, GITREF_PACKED_MAX);
 
     free(ref);
     return rc;

@@ -153,24 +153,13 @@ static char **git_env(const struct runner_config *cfg)
  * repository this process can read; -1 when only git can tell (another scheme, a name a
  * path could misread). It answers what `git ls-remote --exit-code --heads URL REF` does,
  * without the two processes (git and upload-pack) of that call. */
-/* The remote is the server's mirror or a repository of the task's: its refs, tags included,
- * read up to this many bytes before git is asked instead. */
-#define RUNNER_PACKED_REFS_MAX (64 * 1024 * 1024)
-
 int runner_git_ref_in(const char *url, const char *ref)
 {
-    const char *dir = url != NULL && strncmp(url, "file://", 7) == 0 ? url + 7 : NULL;
-    char *path;
-    struct stat sb;
-    int rc;
+    char *dir = strncmp(ref, "refs/heads/", 11) == 0 ? gitref_url_gitdir(url) : NULL;
+    int rc = dir != NULL ? gitref_read(NULL, dir, ref, GITREF_PACKED_MAX) : -1;
 
-    if (dir == NULL || dir[0] != '/' || strncmp(ref, "refs/heads/", 11) != 0) {
-        return -1;
-    }
-    path = xasprintf("%s/HEAD", dir);
-    rc = stat(path, &sb) == 0 ? 0 : -1; /* not a repository this process can read */
-    free(path);
-    return rc != 0 ? -1 : gitref_read(NULL, dir, ref, RUNNER_PACKED_REFS_MAX);
+    free(dir); /* NULL: not a repository this process can read, or not a local one */
+    return rc;
 }
 
 /* Whether the branch REF is on the remote URL (REMOTE: how git names it): 1, 0, or an

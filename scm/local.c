@@ -12,9 +12,8 @@
 #include "common/proc.h"
 #include "scm/scm.h"
 
-#define LOCAL_MEMO_MAX 8                         /* files remembered by commit */
-#define LOCAL_MEMO_FILE_MAX (64 * 1024)          /* a longer file is read every time */
-#define LOCAL_PACKED_REFS_MAX (64 * 1024 * 1024) /* a branch looked up in packed-refs */
+#define LOCAL_MEMO_MAX 8                /* files remembered by commit */
+#define LOCAL_MEMO_FILE_MAX (64 * 1024) /* a longer file is read every time */
 
 /* A file as it is at one commit: what git read, or that the commit has no such path. */
 struct local_memo {
@@ -281,7 +280,7 @@ static int lc_file(char **out, size_t *len_out, struct scm_provider *p, const st
     }
     git_dir = xasprintf("--git-dir=%s", url + 7);
     branch = xasprintf("refs/heads/%s", git_ref);
-    if (gitref_read(commit, url + 7, branch, LOCAL_PACKED_REFS_MAX) == 1) {
+    if (gitref_read(commit, url + 7, branch, GITREF_PACKED_MAX) == 1) {
         key = xasprintf("%s\n%s\n%s", url + 7, commit, path);
         object = xasprintf("%s:%s", commit, path); /* what the memo's entry will hold */
     } else {

@@ -110,6 +110,45 @@ TEST(a_reftable_repository_cannot_tell_absent)
     drop(dir);
 }
 
+TEST(a_file_url_names_its_git_directory_as_git_finds_it)
+{
+    char *dir = repo(), *url, *got, *work, *dotgit, *cmd;
+
+    url = xasprintf("file://%s", dir);
+    CHECK(gitref_url_gitdir(url) == NULL); /* no HEAD: not plainly a repository */
+    put(dir, "HEAD", "ref: refs/heads/main\n");
+    got = gitref_url_gitdir(url);
+    CHECK_EQ_STR(got != NULL ? got : "(null)", dir); /* a bare repository */
+    free(got);
+    free(url);
+    work = xasprintf("%s/work", dir); /* a work tree: its .git first */
+    dotgit = xasprintf("%s/.git", work);
+    ASSERT(mkdir(work, 0700) == 0 && mkdir(dotgit, 0700) == 0);
+    put(dotgit, "HEAD", "ref: refs/heads/main\n");
+    url = xasprintf("file://%s", work);
+    got = gitref_url_gitdir(url);
+    CHECK_EQ_STR(got != NULL ? got : "(null)", dotgit);
+    free(got);
+    free(url);
+    /* What git would resolve otherwise, or another scheme: NULL, git is asked. */
+    url = xasprintf("file://%s%%2e", dir);
+    CHECK(gitref_url_gitdir(url) == NULL);
+    free(url);
+    CHECK(gitref_url_gitdir("file://relative/x.git") == NULL);
+    CHECK(gitref_url_gitdir("https://example.invalid/x.git") == NULL);
+    CHECK(gitref_url_gitdir(NULL) == NULL);
+    cmd = xasprintf("rm -rf '%s'", dotgit);
+    ASSERT(system(cmd) == 0);
+    free(cmd);
+    put(work, ".git", "gitdir: /elsewhere\n");
+    url = xasprintf("file://%s", work);
+    CHECK(gitref_url_gitdir(url) == NULL); /* a .git file git would follow */
+    free(url);
+    free(dotgit);
+    free(work);
+    drop(dir);
+}
+
 TEST(packed_refs_believed_only_by_whole_lines_within_the_cap)
 {
     char *dir = repo();
