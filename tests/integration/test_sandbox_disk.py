@@ -83,7 +83,9 @@ def fill(path, leave=0, top=None):
     """Writes PATH until its filesystem has at most LEAVE bytes free (or is full)."""
     chunk = b"\0" * MIB
     try:
-        f = open(path, "wb")
+        # Unbuffered: a write the full filesystem cut short leaves nothing behind for the
+        # close to write (and fail on) again.
+        f = open(path, "wb", buffering=0)
     except OSError as e:
         # Seen once in a CI run (the tmpfs full before this file): say what filled it.
         raise AssertionError("cannot create %s: %s; %s"
