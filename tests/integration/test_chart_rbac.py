@@ -13,6 +13,7 @@ also have been granted nothing it never used (least privilege shown by a run).""
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -137,7 +138,8 @@ def run_roles(objs, tmp):
             srvs[role] = Server(argv, env=env, data_dir=data).start()
             if role == "controller":
                 wait(lambda: lease_holder(kube) == "%s-controller-0" % FN, what="lease")
-        drive(srvs.get("server", srvs["controller"]), gh)  # the Service's pods
+        drive(srvs.get("server", srvs["controller"]), gh,  # the Service's pods
+              srvs["controller"] if "server" in srvs else None)
         for role in ("server", "controller"):  # SIGTERM: a clean exit (the Lease released)
             if role in srvs:
                 assert srvs[role].stop() == 0, role
@@ -169,8 +171,12 @@ def phase(srv, path):
     return b["status"]["phase"] if st == 200 else None
 
 
-def drive(srv, gh):
-    """What users and sandboxes do with the server Deployment (the Service's pods)."""
+def drive(srv, gh, controller=None):
+    """What users and sandboxes do with the server Deployment (the Service's pods). With
+    CONTROLLER (a Deployment of its own), it is stopped (SIGSTOP) while the server answers
+    the charge over the budget: that charge's transaction revokes the task's token, and a
+    controller reconciling the pause it sees first would revoke it before the server's
+    commit, which then finds nothing to update (the server's `secrets update` unused)."""
     st, _, b = srv.request("POST", NS, {
         "apiVersion": "divergedev.com/v1alpha1", "kind": "AgentTask",
         "metadata": {"name": "t1"}, "spec": {"objective": "do it", "budgetUSD": "5.00",
@@ -183,7 +189,13 @@ def drive(srv, gh):
     for i, n in enumerate((100, 100, 5000)):  # the last one exceeds the budget: 429
         body = json.dumps({"requestId": "r%d" % i, "iteration": 1, "tokensUsed": n,
                            "costUSD": 0.01})
-        st, _, ans = srv.request("POST", METER, body, headers=hdr, auth=False)
+        if i == 2 and controller is not None:
+            os.kill(controller.proc.pid, signal.SIGSTOP)
+        try:
+            st, _, ans = srv.request("POST", METER, body, headers=hdr, auth=False)
+        finally:
+            if i == 2 and controller is not None:
+                os.kill(controller.proc.pid, signal.SIGCONT)
         assert st == (429 if i == 2 else 200), (st, ans)
     wait(lambda: phase(srv, NS + "/t1") == "Paused", what="t1 paused by its budget")
     st, _, ans = srv.request("GET", API + "/namespaces/default/environments")
