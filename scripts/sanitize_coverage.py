@@ -7,7 +7,7 @@
         own GCOV_PREFIX (so each test's counters land in a folder of its own), and writes
         DIR/lines.json: for each test, the lines of our C code (not tests/) it executed,
         and its wall time.
-    scripts/sanitize_coverage.py choose [--out DIR] [--target 0.99]
+    scripts/sanitize_coverage.py choose [--out DIR] [--target 0.97]
                                         [--asan-cost FILE] [--tsan-cost FILE]
         from DIR/lines.json, for each sanitizer stage: starts from every unit test and the
         tests the stage runs whatever they add (ASAN_FORCED, TSAN_FORCED below), then adds,
@@ -234,17 +234,19 @@ def load(out):
 
 # The TSan stage runs these whatever lines they add: they drive our threads the hardest
 # (concurrent requests and streams, the meter's group commit, the inbox, the controller and
-# the runner, the sandbox table, replicas and Leases). test_slow_sources never runs there
+# the runner, the sandbox table, replicas and Leases; the slow-client guard and the egress
+# proxy, whose threads no cheaper test drives). test_slow_sources never runs there
 # (docs/testing.md: its probes time out under TSan during its flood of threads).
 TSAN_FORCED = ["integration." + n for n in (
     "test_llm_gateway_streams", "test_meter", "test_meter_socket", "test_github_bot",
     "test_controller_phases", "test_runs_live", "test_runs_wip", "test_queue",
     "test_sandbox_slots", "test_cluster_mode", "test_cluster_agent_sandbox",
-    "test_kube_lease_processes")]
+    "test_kube_lease_processes", "test_security_http", "test_sandbox_egress")]
 TSAN_NEVER = ["integration.test_slow_sources"]
 # The ASan+UBSan stage runs these whatever lines they add: real third-party webhook
-# payloads (the octokit examples) through our parsers of untrusted input.
-ASAN_FORCED = ["integration.test_octokit_examples"]
+# payloads (the octokit examples) and a provider's streamed answers translated (Gemini's,
+# the translator no cheaper test reaches) through our parsers of untrusted input.
+ASAN_FORCED = ["integration.test_octokit_examples", "integration.test_llm_gemini"]
 
 
 def load_cost(path, data):
@@ -335,7 +337,7 @@ def main():
     ap.add_argument("--build", default="build-cov")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--out", default="/tmp/diverge-coverage")
-    ap.add_argument("--target", type=float, default=0.99)
+    ap.add_argument("--target", type=float, default=0.97)
     ap.add_argument("--asan-cost", help="choose: a `cpu` file of the ASan tree (CPU seconds)")
     ap.add_argument("--tsan-cost", help="choose: a `cpu` file of the TSan tree (CPU seconds)")
     ap.add_argument("--label", default=".*",
