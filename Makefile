@@ -50,13 +50,13 @@ install: programs
 	@DESTDIR="$(DESTDIR)" cmake --install $(BUILD) --prefix "$(PREFIX)"
 
 # The test stages are scripts/test.sh's (docs/testing.md says what runs where). The normal
-# stage runs TEST_JOBS tests at once, the sanitizer stages SANITIZE_TEST_JOBS (both default
-# the CPUs + 1: docs/testing.md): ASan+UBSan the tests labelled `sanitize` or `asan`
-# (ASAN_TESTS, default `-L sanitize|asan`),
+# stage runs TEST_JOBS tests at once (default the CPUs + 1), the sanitizer stages
+# SANITIZE_TEST_JOBS (default the CPUs + 2: docs/testing.md): ASan+UBSan the tests
+# labelled `sanitize` or `asan` (ASAN_TESTS, default `-L sanitize|asan`),
 # TSan the tests labelled `sanitize` or `tsan` (TSAN_TESTS, default `-L sanitize|tsan`).
 # SANITIZE_TESTS, when given, sets both (SANITIZE_TESTS= runs every test there too).
 TEST_JOBS ?= $(shell echo $$(($(JOBS) + 1)))
-SANITIZE_TEST_JOBS ?= $(TEST_JOBS)
+SANITIZE_TEST_JOBS ?= $(shell echo $$(($(JOBS) + 2)))
 ASAN_TESTS ?= -L sanitize|asan
 TSAN_TESTS ?= -L sanitize|tsan
 TEST_ENV = JOBS=$(JOBS) TEST_JOBS=$(TEST_JOBS) SANITIZE_TEST_JOBS=$(SANITIZE_TEST_JOBS) \

@@ -14,7 +14,7 @@
 # `all` waits for them after the TSan stage.
 #
 # Environment: JOBS (build jobs, default the CPUs), TEST_JOBS (tests the normal stage runs at
-# once) and SANITIZE_TEST_JOBS (the same for the sanitizer stages), both default JOBS + 1
+# once) and SANITIZE_TEST_JOBS (the same for the sanitizer stages), default JOBS + 1 and JOBS + 2
 # (the tests mostly wait; test_slow_sources runs last, by itself: docs/testing.md),
 # BUILD (the normal tree, default build), FUZZ_SECONDS (default 10), ASAN_TESTS and
 # TSAN_TESTS (ctest arguments choosing the sanitizer stages' tests, default `-L sanitize|asan`
@@ -60,7 +60,7 @@ fi
 
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 TEST_JOBS=${TEST_JOBS:-$((JOBS + 1))}
-SANITIZE_TEST_JOBS=${SANITIZE_TEST_JOBS:-$((JOBS + 1))}
+SANITIZE_TEST_JOBS=${SANITIZE_TEST_JOBS:-$((JOBS + 2))}
 BUILD=${BUILD:-build}
 FUZZ_SECONDS=${FUZZ_SECONDS:-10}
 ASAN_TESTS=${SANITIZE_TESTS-${ASAN_TESTS--L sanitize|asan}}
