@@ -4,9 +4,18 @@
 #define DIVERGE_METER_METER_INT_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "meter/meter.h"
+
+/* meter_request_parse's two ways (request.c), for the tests that compare them: the plain
+ * body read in place (true: parsed into *out, caller storage, released with
+ * meter_request_cleanup; false: *out holds nothing, the body is not one it reads), and the
+ * general path through jansson, which reads and refuses everything else. */
+bool meter_request_parse_plain(struct meter_request *out, const char *body, size_t len);
+int meter_request_parse_json(struct meter_request *out, const char *body, size_t len,
+                             struct err *err);
 
 #define METER_TOKEN_CACHE_SLOTS 1024
 #define METER_TOKEN_CACHE_WAYS 8 /* slots per set: tokens whose hashes collide still fit */

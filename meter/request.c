@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Parsing of meter bodies: strict types, exact money, never a charge from a bad body. */
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdbool.h>
@@ -10,6 +11,7 @@
 
 #include "common/money.h"
 #include "meter/meter.h"
+#include "meter/meter_int.h"
 
 /* The largest cost accepted in one call, in dollars: beyond any real LLM call and far
  * from overflowing the micro-dollar totals. */
@@ -228,7 +230,292 @@ static json_t *load_object(const char *body, size_t len, struct err *err)
     return j;
 }
 
+/* --- the plain body, read without a JSON tree ------------------------------------------ */
+
+/* The bodies runners, the gateway and SDKs send, read in place: one object whose members are
+ * only the five keys below, each at most once, with ASCII strings without escapes and
+ * unsigned numbers. Anything else (another key, an escape, a byte outside printable ASCII in
+ * a string, a sign, a string cost, a value out of range) is left to the general path
+ * (meter_request_parse_json), which also words every refusal: this path only accepts, and
+ * only what that one accepts, with the same values (tests/fuzz/fuzz_meter_body.c compares
+ * the two on every input). */
+enum plain_key { PK_ID, PK_MODEL, PK_ITERATION, PK_TOKENS, PK_COST, PK_COUNT };
+
+struct plain {
+    const char *p, *end;
+};
+
+static void plain_ws(struct plain *s)
+{
+    while (s->p < s->end && (*s->p == ' ' || *s->p == '\t' || *s->p == '\n' || *s->p == '\r')) {
+        s->p++;
+    }
+}
+
+/* Whether the next byte past whitespace is C (then taken). */
+static bool plain_eat(struct plain *s, char c)
+{
+    plain_ws(s);
+    if (s->p < s->end && *s->p == c) {
+        s->p++;
+        return true;
+    }
+    return false;
+}
+
+/* A string of printable ASCII without escapes: its bytes at *start, *len. */
+static bool plain_string(const char **start, size_t *len, struct plain *s)
+{
+    const char *b;
+
+    if (!plain_eat(s, '"')) {
+        return false;
+    }
+    for (b = s->p; s->p < s->end && *s->p != '"'; s->p++) {
+        unsigned char c = (unsigned char)*s->p;
+        if (c < 0x20 || c > 0x7e || c == '\\') {
+            return false;
+        }
+    }
+    if (s->p == s->end) {
+        return false;
+    }
+    *start = b;
+    *len = (size_t)(s->p - b);
+    s->p++;
+    return true;
+}
+
+static bool plain_null(struct plain *s)
+{
+    plain_ws(s);
+    if (s->end - s->p >= 4 && memcmp(s->p, "null", 4) == 0) {
+        s->p += 4;
+        return true;
+    }
+    return false;
+}
+
+/* Whether the next byte (no whitespace skipped) is one of SET; then it is taken. */
+static bool plain_at(struct plain *s, const char *set)
+{
+    if (s->p < s->end && *s->p != '\0' && strchr(set, *s->p) != NULL) {
+        s->p++;
+        return true;
+    }
+    return false;
+}
+
+/* Takes the digits at S; whether there was at least one. */
+static bool plain_digits(struct plain *s)
+{
+    const char *b = s->p;
+
+    while (s->p < s->end && *s->p >= '0' && *s->p <= '9') {
+        s->p++;
+    }
+    return s->p > b;
+}
+
+/* An unsigned JSON number: its text at *start, *len, and whether it is an integer (no
+ * fraction, no exponent), as jansson tells them apart. */
+static bool plain_number(const char **start, size_t *len, bool *integer, struct plain *s)
+{
+    const char *b;
+
+    plain_ws(s);
+    b = s->p;
+    /* "0", or digits not starting with one (JSON has no leading zero) */
+    if (!plain_at(s, "0") && !plain_digits(s)) {
+        return false;
+    }
+    *integer = true;
+    if (plain_at(s, ".")) {
+        *integer = false;
+        if (!plain_digits(s)) {
+            return false;
+        }
+    }
+    if (plain_at(s, "eE")) {
+        *integer = false;
+        (void)plain_at(s, "+-");
+        if (!plain_digits(s)) {
+            return false;
+        }
+    }
+    *start = b;
+    *len = (size_t)(s->p - b);
+    return true;
+}
+
+/* An integer literal of at most 18 digits (no long long overflow) into *out. */
+static bool plain_integer(int64_t *out, const char *text, size_t len)
+{
+    int64_t v = 0;
+
+    if (len > 18) {
+        return false;
+    }
+    for (size_t i = 0; i < len; i++) {
+        v = v * 10 + (text[i] - '0');
+    }
+    *out = v;
+    return true;
+}
+
+/* A count (iteration, tokensUsed): null or an integer within range. */
+static bool plain_count(int64_t *out, bool *has, struct plain *s)
+{
+    const char *text;
+    size_t len;
+    bool integer;
+
+    if (plain_null(s)) {
+        *out = 0;
+        *has = false;
+        return true;
+    }
+    if (!plain_number(&text, &len, &integer, s) || !integer || !plain_integer(out, text, len) ||
+        *out > METER_TOKENS_MAX) {
+        return false;
+    }
+    *has = true;
+    return true;
+}
+
+/* costUSD: null, an integer number of dollars, or a real read as jansson reads it (strtod
+ * of the same text; ERANGE is its "real number overflow") and converted as parse_cost does. */
+static bool plain_cost(int64_t *out, struct plain *s)
+{
+    char buf[64];
+    const char *text;
+    size_t len;
+    bool integer;
+    double d;
+
+    if (plain_null(s)) {
+        *out = 0;
+        return true;
+    }
+    if (!plain_number(&text, &len, &integer, s)) {
+        return false;
+    }
+    if (integer) {
+        if (!plain_integer(out, text, len) || *out > (int64_t)METER_COST_MAX_USD) {
+            return false;
+        }
+        *out *= MONEY_MICROS_PER_USD;
+        return true;
+    }
+    if (len >= sizeof(buf)) {
+        return false;
+    }
+    memcpy(buf, text, len);
+    buf[len] = '\0';
+    errno = 0;
+    d = strtod(buf, NULL);
+    return errno == 0 && meter_cost_from_double(out, d, NULL) == E_OK;
+}
+
+static enum plain_key plain_key_of(const char *k, size_t len)
+{
+    static const char *const names[PK_COUNT] = {"requestId", "model", "iteration", "tokensUsed",
+                                                "costUSD"};
+
+    for (int i = 0; i < PK_COUNT; i++) {
+        if (strlen(names[i]) == len && memcmp(names[i], k, len) == 0) {
+            return (enum plain_key)i;
+        }
+    }
+    return PK_COUNT;
+}
+
+/* What a plain body said, pointing into it. */
+struct plain_fields {
+    const char *id, *model; /* NULL: not given (model: or null) */
+    size_t id_len, model_len;
+    int64_t iteration, tokens, cost;
+    bool has_iteration, has_tokens;
+    bool seen[PK_COUNT];
+};
+
+/* One member "key": value into F. */
+static bool plain_member(struct plain_fields *f, struct plain *s)
+{
+    const char *k;
+    size_t klen;
+    enum plain_key key;
+
+    if (!plain_string(&k, &klen, s) || (key = plain_key_of(k, klen)) == PK_COUNT || f->seen[key] ||
+        !plain_eat(s, ':')) {
+        return false;
+    }
+    f->seen[key] = true;
+    switch (key) {
+    case PK_ID:
+        return plain_string(&f->id, &f->id_len, s);
+    case PK_MODEL:
+        return plain_null(s) || plain_string(&f->model, &f->model_len, s);
+    case PK_ITERATION:
+        return plain_count(&f->iteration, &f->has_iteration, s);
+    case PK_TOKENS:
+        return plain_count(&f->tokens, &f->has_tokens, s);
+    default:
+        return plain_cost(&f->cost, s);
+    }
+}
+
+/* The id as check_request_id wants it: printable ASCII is valid UTF-8 without control
+ * characters, and its only whitespace is the space. */
+static bool plain_id_ok(const struct plain_fields *f)
+{
+    size_t spaces = 0;
+
+    while (spaces < f->id_len && f->id[spaces] == ' ') {
+        spaces++;
+    }
+    return f->id != NULL && f->id_len <= METER_REQUEST_ID_MAX && spaces < f->id_len;
+}
+
+bool meter_request_parse_plain(struct meter_request *out, const char *body, size_t len)
+{
+    struct plain s = {.p = body, .end = body + len};
+    struct plain_fields f = {0};
+
+    memset(out, 0, sizeof(*out));
+    if (!plain_eat(&s, '{')) {
+        return false;
+    }
+    do {
+        if (!plain_member(&f, &s)) {
+            return false;
+        }
+    } while (plain_eat(&s, ','));
+    if (!plain_eat(&s, '}')) {
+        return false;
+    }
+    plain_ws(&s);
+    if (s.p != s.end || !plain_id_ok(&f)) {
+        return false;
+    }
+    out->request_id = xstrndup(f.id, f.id_len);
+    out->model = f.model != NULL ? xstrndup(f.model, f.model_len) : NULL;
+    out->has_iteration = f.has_iteration;
+    out->iteration = f.iteration;
+    out->tokens_used = f.tokens;
+    out->cost_micros = f.cost;
+    return true;
+}
+
 int meter_request_parse(struct meter_request *out, const char *body, size_t len, struct err *err)
+{
+    return meter_request_parse_plain(out, body, len)
+               ? E_OK
+               : meter_request_parse_json(out, body, len, err);
+}
+
+int meter_request_parse_json(struct meter_request *out, const char *body, size_t len,
+                             struct err *err)
 {
     json_t *j, *v;
     int rc = E_OK;

@@ -1,14 +1,34 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* libFuzzer target: meter request bodies. A body either parses into a request with a
  * well-formed id and non-negative amounts, or is refused with a message; the decision over
- * the parsed request must keep totals monotonic and never below the previous ones. */
+ * the parsed request must keep totals monotonic and never below the previous ones. A body
+ * the plain reader takes must read the same through jansson (meter_int.h). */
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "meter/meter.h"
+#include "meter/meter_int.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* The plain reader accepts only what the general path accepts, with the same values. */
+static void same_as_json(const uint8_t *data, size_t size)
+{
+    struct meter_request a, b;
+    struct err err = {0};
+
+    if (meter_request_parse_plain(&a, (const char *)data, size)) {
+        ASSERT(meter_request_parse_json(&b, (const char *)data, size, &err) == E_OK);
+        ASSERT(strcmp(a.request_id, b.request_id) == 0);
+        ASSERT((a.model == NULL) == (b.model == NULL));
+        ASSERT(a.model == NULL || strcmp(a.model, b.model) == 0);
+        ASSERT(a.has_iteration == b.has_iteration && a.iteration == b.iteration);
+        ASSERT(a.tokens_used == b.tokens_used && a.cost_micros == b.cost_micros);
+        meter_request_cleanup(&b);
+    }
+    meter_request_cleanup(&a);
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -16,7 +36,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct meter_state st;
     struct meter_decision d;
     struct err err = {0};
-    int rc = meter_request_parse(&r, (const char *)data, size, &err);
+    int rc;
+
+    same_as_json(data, size);
+    rc = meter_request_parse(&r, (const char *)data, size, &err);
 
     if (rc != E_OK) {
         ASSERT(rc == E_INVALID && err.msg[0] != '\0');

@@ -134,6 +134,70 @@ TEST(parse_bad_bodies)
     free(body);
 }
 
+/* The plain reader (the bodies runners and SDKs send, read without jansson) takes the usual
+ * shapes, gives each the values the general path gives, and leaves every other body to it. */
+TEST(plain_reader_matches_jansson)
+{
+    static const char *const taken[] = {
+        "{\"requestId\":\"fix-1\",\"iteration\":1,\"model\":\"claude-3-7-sonnet\","
+        "\"tokensUsed\":1500,\"costUSD\":0.0225}",
+        /* as the runner's jansson writes it: spaces, 17 significant digits */
+        "{\"requestId\": \"t-u120\", \"iteration\": 3, \"model\": \"m\", \"tokensUsed\": 15, "
+        "\"costUSD\": 0.022499999999999999}",
+        " {\"costUSD\":2,\"tokensUsed\":0,\"model\":null,\"iteration\":null,\"requestId\":\" "
+        "a\"}\n",
+        "{\"requestId\":\"x\",\"costUSD\":999999999.999999,\"tokensUsed\":1000000000000}",
+        "{\"requestId\":\"x\",\"costUSD\":2.5e-3}",
+        "{\"requestId\":\"x\",\"costUSD\":0E0,\"tokensUsed\":0}",
+        "{\"requestId\":\"x\",\"costUSD\":1000000000}",
+        "{\"requestId\":\"x\",\"costUSD\":null}",
+    };
+    static const char *const left[] = {
+        "{\"requestId\":\"x\",\"costUSD\":\"0.0675\"}",       /* a string cost */
+        "{\"requestId\":\"x\",\"costUSD\":2,\"extra\":[1]}",  /* another key */
+        "{\"requestId\":\"\\u0078\"}",                        /* an escape */
+        "{\"requestId\":\"caf\xc3\xa9\"}",                    /* not ASCII */
+        "{\"requestId\":\"x\",\"tokensUsed\":-0}",            /* a sign */
+        "{\"requestId\":\"x\",\"tokensUsed\":01}",            /* not JSON */
+        "{\"requestId\":\"x\",\"costUSD\":1000000000.5}",     /* too large */
+        "{\"requestId\":\"x\",\"costUSD\":1e400}",            /* overflow */
+        "{\"requestId\":\"x\",\"costUSD\":0.0000001}",        /* over-precise */
+        "{\"requestId\":\"x\",\"tokensUsed\":1000000000001}", /* too many */
+        "{\"requestId\":\"x\",\"tokensUsed\":1.0}",           /* a real count */
+        "{\"requestId\":\"x\",\"requestId\":\"y\"}",          /* a duplicate */
+        "{\"requestId\":\"   \"}",                            /* blank */
+        "{\"requestId\":\"x\"} x",                            /* trailing bytes */
+        "{\"requestId\":\"x\",}",                             /* a trailing comma */
+        "{\"requestId\":\"x\"",                               /* cut short */
+        "{\"model\":\"m\"}",                                  /* no id */
+        "{\"requestId\":\"x\",\"costUSD\":nul}",
+    };
+    for (size_t i = 0; i < ARRAY_LEN(taken); i++) {
+        struct meter_request a, b;
+        CHECK(meter_request_parse_plain(&a, taken[i], strlen(taken[i])));
+        CHECK_OK(meter_request_parse_json(&b, taken[i], strlen(taken[i]), NULL));
+        CHECK_EQ_STR(a.request_id, b.request_id);
+        CHECK((a.model == NULL) == (b.model == NULL));
+        if (a.model != NULL) {
+            CHECK_EQ_STR(a.model, b.model);
+        }
+        CHECK(a.has_iteration == b.has_iteration);
+        CHECK_EQ_INT(a.iteration, b.iteration);
+        CHECK_EQ_INT(a.tokens_used, b.tokens_used);
+        CHECK_EQ_INT(a.cost_micros, b.cost_micros);
+        meter_request_cleanup(&a);
+        meter_request_cleanup(&b);
+    }
+    for (size_t i = 0; i < ARRAY_LEN(left); i++) {
+        struct meter_request a;
+        if (meter_request_parse_plain(&a, left[i], strlen(left[i]))) {
+            t_fail(__FILE__, __LINE__, "body %zu %s: taken by the plain reader", i, left[i]);
+        }
+        CHECK(a.request_id == NULL && a.model == NULL);
+        meter_request_cleanup(&a);
+    }
+}
+
 /* An Active task with $5 / 200000 tokens in the spec, nothing spent, and a token whose
  * caveats allow $1 / 1000 tokens. */
 static struct meter_state base_state(void)
