@@ -234,6 +234,9 @@ int controller_write_token_file(struct controller *c, const char *ns, const char
     } else if (rc == E_OK && rename(tmp, path) != 0) {
         rc = err_set(err, E_FAIL, "rename %s: %s", tmp, strerror(errno));
     }
+    if (rc != E_OK) {
+        (void)unlink(tmp); /* no token left behind in the folder the sandbox reads */
+    }
 out:
     free(path);
     free(tmp);

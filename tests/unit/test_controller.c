@@ -1,9 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests of controller/: the pure phase/token decision, and one reconcile pass on the
  * real SQLite store (":memory:") minting, pausing and re-minting tokens. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "controller/controller.h"
@@ -763,6 +766,46 @@ TEST(token_file_replaced_whole)
     free(text);
     CHECK_EQ_INT(stat(path, &st), 0);
     CHECK_EQ_INT(st.st_mode & 0777, 0600);
+    cmd = xasprintf("test \"$(ls -A %s/tokens/ns/t1)\" = token", dd);
+    CHECK(system(cmd) == 0);
+    free(cmd);
+    cmd = xasprintf("rm -r %s", dd);
+    CHECK(system(cmd) == 0);
+    free(cmd);
+    free(path);
+}
+
+/* A token file that cannot be written whole (here: no file may grow, RLIMIT_FSIZE 0, in a
+ * child) is an error and leaves no temporary file holding the token in the folder the
+ * sandbox reads; the token file already there stays as it was. */
+TEST(token_file_failed_write_leaves_nothing)
+{
+    char dir[] = "/tmp/diverge-tokfail-XXXXXX";
+    char *dd = mkdtemp(dir), *path, *text, *cmd;
+    struct controller c = {.data_dir = dd};
+    struct err err = {0};
+    int status = 0;
+    pid_t pid;
+
+    path = controller_token_path(&c, "ns", "t1");
+    CHECK_OK(controller_write_token_file(&c, "ns", "t1", "first-token", &err));
+    pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        struct rlimit none = {0, 0};
+        struct err cerr = {0};
+        signal(SIGXFSZ, SIG_IGN); /* write() fails with EFBIG instead */
+        setrlimit(RLIMIT_FSIZE, &none);
+        _exit(controller_write_token_file(&c, "ns", "t1", "second-token", &cerr) != E_OK &&
+                      strstr(cerr.msg, "write") != NULL
+                  ? 0
+                  : 1);
+    }
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    text = read_small(path);
+    CHECK_EQ_STR(text, "first-token");
+    free(text);
     cmd = xasprintf("test \"$(ls -A %s/tokens/ns/t1)\" = token", dd);
     CHECK(system(cmd) == 0);
     free(cmd);
