@@ -12,6 +12,7 @@ import datetime
 import json
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 
@@ -50,6 +51,7 @@ def tools():
 def offline_env():
     """An environment in which helm/kubectl cannot reach a cluster or the network."""
     home = tempfile.mkdtemp(prefix="diverge-chart-")
+    atexit.register(shutil.rmtree, home, True)
     kubeconfig = os.path.join(home, "kubeconfig")
     with open(kubeconfig, "w") as f:
         f.write("apiVersion: v1\nkind: Config\nclusters:\n- name: none\n  cluster:\n"

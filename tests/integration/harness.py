@@ -7,6 +7,7 @@ Usage:
     with Server() as srv:
         status, headers, body = srv.request("GET", "/healthz")
 """
+import atexit
 import json
 import os
 import re
@@ -38,6 +39,10 @@ class Server:
     def __init__(self, args=(), env=None, data_dir=None, log_format="json", pass_fds=()):
         self.own_dir = data_dir is None
         self.data_dir = data_dir or tempfile.mkdtemp(prefix="diverge-test-")
+        if self.own_dir:
+            # Gone at the test's exit however the test ended or used it (a restart on the
+            # same data, a scratch dir, a server never started): nothing left in /tmp.
+            atexit.register(shutil.rmtree, self.data_dir, True)
         self.args = list(args)
         self.env = dict(os.environ)
         # Tests start several tasks at once on small machines: no queue (--max-running-tasks

@@ -1,7 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """Helpers of the sandbox tests: a bare git repository to work on, task polling, and
 the pid of a task's sandbox leader (from the server's record under <data-dir>/run)."""
+import atexit
 import os
+import shutil
 import subprocess
 import tempfile
 import time
@@ -21,6 +23,7 @@ def git(*args, cwd=None):
 def bare_repo():
     """A bare repository with one commit on main; returns its directory."""
     top = tempfile.mkdtemp(prefix="diverge-repo-")
+    atexit.register(shutil.rmtree, top, True)  # callers that remove it first: no harm
     bare = os.path.join(top, "repo.git")
     work = os.path.join(top, "work")
     git("init", "-q", "--bare", "-b", "main", bare)

@@ -6,8 +6,10 @@ price table exactly and equals Codex's own reported usage, and a spent budget's 
 insufficient_quota stops Codex at once (no retry). Codex's provider is configured with -c
 (it ignores OPENAI_BASE_URL); every other connection it might try goes to a dead loopback
 proxy."""
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -39,6 +41,7 @@ class Run:
     def __init__(self):
         self.codex = os.path.join(npm_pin.install(*npm_pin.CODEX), ".bin", "codex")
         self.dir = tempfile.mkdtemp(prefix="diverge-codex-")
+        atexit.register(shutil.rmtree, self.dir, True)
         self.repo = os.path.join(self.dir, "repo")
         self.home = os.path.join(self.dir, "home")
         self.tmp = os.path.join(self.dir, "tmp")
@@ -82,6 +85,7 @@ class Run:
 
 def gateway():
     d = tempfile.mkdtemp(prefix="diverge-prices-")
+    atexit.register(shutil.rmtree, d, True)
     path = os.path.join(d, "prices.yaml")
     with open(path, "w") as f:
         f.write(PRICES)

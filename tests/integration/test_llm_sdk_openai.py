@@ -4,8 +4,10 @@ routes (SPEC §13), against the scripted fake upstream: Responses and Chat Compl
 streamed and not, with the exact spend; upstream 500 and 429 passed through to the client
 and not charged; a model outside the price table is the client's PermissionDeniedError;
 a spent budget is the client's 429 with code insufficient_quota."""
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -69,6 +71,7 @@ class Client:
     def __init__(self):
         self.modules = npm_pin.install(*npm_pin.OPENAI_SDK)
         self.dir = tempfile.mkdtemp(prefix="diverge-openai-sdk-")
+        atexit.register(shutil.rmtree, self.dir, True)
         self.driver = os.path.join(self.dir, "driver.js")
         with open(self.driver, "w") as f:
             f.write(DRIVER)

@@ -63,7 +63,8 @@ sandbox:
 
 class Clean:
     """Stops SRV at the end of the block and checks that it said nothing of a sanitizer
-    (ASan/UBSan/LSan builds: a leak or error in the server fails the test)."""
+    (ASan/UBSan/LSan builds: a leak or error in the server fails the test); then removes
+    the data dir the Server made (srv.cleanup)."""
 
     def __init__(self, srv):
         self.srv = srv
@@ -73,11 +74,14 @@ class Clean:
 
     def __exit__(self, *exc):
         self.srv.stop()
-        if exc[0] is None:
-            err = self.srv.stderr()
-            assert "Sanitizer" not in err and "runtime error" not in err, err[-4000:]
-        else:
-            self.tell()
+        try:
+            if exc[0] is None:
+                err = self.srv.stderr()
+                assert "Sanitizer" not in err and "runtime error" not in err, err[-4000:]
+            else:
+                self.tell()
+        finally:
+            self.srv.cleanup()
 
     def tell(self):
         """On a failure: what the server and its sandboxes said last (a rare failure in CI

@@ -46,6 +46,7 @@ class Cluster:
 
     def __exit__(self, *exc):
         self.fake.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
 
     def server(self, data_dir=None, args=()):
         return Server(args=["--sandbox-provider", "agent-sandbox", "--kubeconfig",
@@ -238,9 +239,10 @@ def test_restarted_server_adopts_claims():
 
 
 def test_no_cluster_configuration_waits():
+    home = tempfile.mkdtemp(prefix="diverge-home-")
     with Server(args=["--sandbox-provider", "agent-sandbox"],
                 env={"KUBECONFIG": None, "KUBERNETES_SERVICE_HOST": None,
-                     "HOME": tempfile.mkdtemp()}) as srv:
+                     "HOME": home}) as srv:
         create(srv, task("c1"))
         deadline = time.time() + 10
         while time.time() < deadline:
@@ -250,6 +252,7 @@ def test_no_cluster_configuration_waits():
             time.sleep(0.05)
         assert body["status"]["phase"] == "Pending", body["status"]
         assert "no Kubernetes configuration" in body["status"]["message"], body["status"]
+    shutil.rmtree(home, ignore_errors=True)
 
 
 if __name__ == "__main__":

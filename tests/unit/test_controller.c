@@ -14,6 +14,15 @@
 #include "sandbox/sandbox.h"
 #include "tests/t_check.h"
 
+/* Removes DIR and everything under it (a test's scratch folder under /tmp). */
+static void rm_tree(const char *dir)
+{
+    char *cmd = xasprintf("rm -rf -- '%s'", dir);
+
+    CHECK(system(cmd) == 0);
+    free(cmd);
+}
+
 static struct task_view view(enum task_phase p, bool suspended)
 {
     struct task_view v;
@@ -253,6 +262,7 @@ TEST(active_time_survives_restart)
     CHECK(unlink(path) == 0);
     free(path);
     task_store_close(st);
+    rm_tree(dir);
 }
 
 /* An AgentTask as the controller reads it: default/t pushing WORKING to URL, cloned from
@@ -435,8 +445,8 @@ TEST(task_log_cap)
     text = slurp(path);
     CHECK(strstr(text, "evil?2026-01-01T00:00:00Z forged?[2J\n") != NULL);
     free(text);
-    unlink(path);
     free(path);
+    rm_tree(dir);
 }
 
 /* Sandbox output carries "[sandbox] " after the time; a forged server line printed by the
@@ -465,8 +475,8 @@ TEST(task_log_sandbox_mark)
         }
     }
     free(text);
-    unlink(path);
     free(path);
+    rm_tree(dir);
 }
 
 static json_t *phase_of(struct task_store *st, const char *name, const char *field)
@@ -606,6 +616,7 @@ TEST(reconcile_mints_pauses_and_reminted)
     json_decref(obj);
     json_decref(stored);
     task_store_close(st);
+    rm_tree(dir);
 }
 
 T_MAIN

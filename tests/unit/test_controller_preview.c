@@ -336,6 +336,7 @@ TEST(reconcile_writes_preview)
     struct controller *c = NULL;
     unsigned char key[TOKEN_ROOT_KEY_LEN] = {0};
     char dir[] = "/tmp/diverge-prev-XXXXXX";
+    char *cmd;
     struct controller_config cfg = {.data_dir = mkdtemp(dir),
                                     .root_key = key,
                                     .default_budget_usd = 5000000,
@@ -389,6 +390,9 @@ TEST(reconcile_writes_preview)
     json_decref(obj);
     json_decref(stored);
     task_store_close(st);
+    cmd = xasprintf("rm -rf -- '%s'", dir);
+    CHECK(system(cmd) == 0);
+    free(cmd);
 }
 
 T_MAIN
