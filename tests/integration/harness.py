@@ -32,17 +32,23 @@ API = "/apis/divergedev.com/v1alpha1"
 LISTEN_RE = re.compile(r"listening on (http://[0-9.]+:(\d+))")
 
 
+def scratch_dir(prefix):
+    """A new folder (mkdtemp, PREFIX) removed with everything in it when the test process
+    exits, however the test ended: nothing a test makes is left in the temporary dir."""
+    d = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, d, True)
+    return d
+
+
 class Server:
     """A `diverge serve` child process. data_dir survives stop()/kill() so a test can
     restart on the same data (pass data_dir= to the next Server)."""
 
     def __init__(self, args=(), env=None, data_dir=None, log_format="json", pass_fds=()):
         self.own_dir = data_dir is None
-        self.data_dir = data_dir or tempfile.mkdtemp(prefix="diverge-test-")
-        if self.own_dir:
-            # Gone at the test's exit however the test ended or used it (a restart on the
-            # same data, a scratch dir, a server never started): nothing left in /tmp.
-            atexit.register(shutil.rmtree, self.data_dir, True)
+        # Also gone at the test's exit when cleanup() never ran (a restart on the same
+        # data, a scratch dir, a server never started).
+        self.data_dir = data_dir or scratch_dir("diverge-test-")
         self.args = list(args)
         self.env = dict(os.environ)
         # Tests start several tasks at once on small machines: no queue (--max-running-tasks

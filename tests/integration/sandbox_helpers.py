@@ -1,14 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
 """Helpers of the sandbox tests: a bare git repository to work on, task polling, and
 the pid of a task's sandbox leader (from the server's record under <data-dir>/run)."""
-import atexit
 import os
-import shutil
 import subprocess
-import tempfile
 import time
 
-from harness import API, SOURCE_DIR
+from harness import API, SOURCE_DIR, scratch_dir
 
 FAKE_RUNNER = os.path.join(SOURCE_DIR, "tests", "fakes", "fake_runner.sh")
 
@@ -22,8 +19,7 @@ def git(*args, cwd=None):
 
 def bare_repo():
     """A bare repository with one commit on main; returns its directory."""
-    top = tempfile.mkdtemp(prefix="diverge-repo-")
-    atexit.register(shutil.rmtree, top, True)  # callers that remove it first: no harm
+    top = scratch_dir("diverge-repo-")  # callers that remove it first: no harm
     bare = os.path.join(top, "repo.git")
     work = os.path.join(top, "work")
     git("init", "-q", "--bare", "-b", "main", bare)

@@ -6,19 +6,16 @@ price table exactly and equals Codex's own reported usage, and a spent budget's 
 insufficient_quota stops Codex at once (no retry). Codex's provider is configured with -c
 (it ignores OPENAI_BASE_URL); every other connection it might try goes to a dead loopback
 proxy."""
-import atexit
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from decimal import Decimal, ROUND_CEILING
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "fakes"))
 
 import npm_pin  # noqa: E402
-from harness import run_tests  # noqa: E402
+from harness import run_tests, scratch_dir  # noqa: E402
 from llm_helpers import wait_charges  # noqa: E402
 from test_llm_gateway import read_log, start_task, task, usd, wait_phase  # noqa: E402
 from test_llm_openai import Gateway  # noqa: E402
@@ -40,8 +37,7 @@ class Run:
 
     def __init__(self):
         self.codex = os.path.join(npm_pin.install(*npm_pin.CODEX), ".bin", "codex")
-        self.dir = tempfile.mkdtemp(prefix="diverge-codex-")
-        atexit.register(shutil.rmtree, self.dir, True)
+        self.dir = scratch_dir("diverge-codex-")
         self.repo = os.path.join(self.dir, "repo")
         self.home = os.path.join(self.dir, "home")
         self.tmp = os.path.join(self.dir, "tmp")
@@ -84,8 +80,7 @@ class Run:
 
 
 def gateway():
-    d = tempfile.mkdtemp(prefix="diverge-prices-")
-    atexit.register(shutil.rmtree, d, True)
+    d = scratch_dir("diverge-prices-")
     path = os.path.join(d, "prices.yaml")
     with open(path, "w") as f:
         f.write(PRICES)

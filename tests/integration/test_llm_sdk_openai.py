@@ -4,19 +4,16 @@ routes (SPEC §13), against the scripted fake upstream: Responses and Chat Compl
 streamed and not, with the exact spend; upstream 500 and 429 passed through to the client
 and not charged; a model outside the price table is the client's PermissionDeniedError;
 a spent budget is the client's 429 with code insufficient_quota."""
-import atexit
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from decimal import Decimal
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "fakes"))
 
 import npm_pin  # noqa: E402
-from harness import run_tests  # noqa: E402
+from harness import run_tests, scratch_dir  # noqa: E402
 from llm_helpers import wait_charges  # noqa: E402
 from test_llm_gateway import start_task, task, usd, wait_phase  # noqa: E402
 from test_llm_openai import MODEL, Gateway, cost_micros  # noqa: E402
@@ -70,8 +67,7 @@ async function one(s) {
 class Client:
     def __init__(self):
         self.modules = npm_pin.install(*npm_pin.OPENAI_SDK)
-        self.dir = tempfile.mkdtemp(prefix="diverge-openai-sdk-")
-        atexit.register(shutil.rmtree, self.dir, True)
+        self.dir = scratch_dir("diverge-openai-sdk-")
         self.driver = os.path.join(self.dir, "driver.js")
         with open(self.driver, "w") as f:
             f.write(DRIVER)

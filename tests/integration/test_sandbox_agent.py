@@ -17,7 +17,7 @@ import tempfile
 import time
 import urllib.request
 
-from harness import API, Server, run_tests
+from harness import API, Server, run_tests, scratch_dir
 from sandbox_helpers import create, get, patch, task, task_log, wait_phase, wait_until
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -31,7 +31,7 @@ POOL = "diverge-sandbox"
 class Cluster:
     def __init__(self):
         self.fake = FakeKube(token=TOKEN)
-        self.dir = tempfile.mkdtemp(prefix="diverge-agent-")
+        self.dir = scratch_dir("diverge-agent-")
         self.kubeconfig = os.path.join(self.dir, "kubeconfig")
         with open(self.kubeconfig, "w") as f:
             f.write("apiVersion: v1\nkind: Config\n"
@@ -46,7 +46,6 @@ class Cluster:
 
     def __exit__(self, *exc):
         self.fake.stop()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
     def server(self, data_dir=None, args=()):
         return Server(args=["--sandbox-provider", "agent-sandbox", "--kubeconfig",
@@ -239,7 +238,7 @@ def test_restarted_server_adopts_claims():
 
 
 def test_no_cluster_configuration_waits():
-    home = tempfile.mkdtemp(prefix="diverge-home-")
+    home = scratch_dir("diverge-home-")
     with Server(args=["--sandbox-provider", "agent-sandbox"],
                 env={"KUBECONFIG": None, "KUBERNETES_SERVICE_HOST": None,
                      "HOME": home}) as srv:
@@ -252,7 +251,6 @@ def test_no_cluster_configuration_waits():
             time.sleep(0.05)
         assert body["status"]["phase"] == "Pending", body["status"]
         assert "no Kubernetes configuration" in body["status"]["message"], body["status"]
-    shutil.rmtree(home, ignore_errors=True)
 
 
 if __name__ == "__main__":
