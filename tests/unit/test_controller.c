@@ -265,6 +265,16 @@ TEST(active_time_survives_restart)
     rm_tree(dir);
 }
 
+/* Whether the token folder of ns/t1 under DD holds the file "token" and nothing else. */
+static bool only_token_file(const char *dd)
+{
+    char *cmd = xasprintf("test \"$(ls -A %s/tokens/ns/t1)\" = token", dd);
+    bool yes = system(cmd) == 0;
+
+    free(cmd);
+    return yes;
+}
+
 /* An AgentTask as the controller reads it: default/t pushing WORKING to URL, cloned from
  * BASE; with PR_URL, the bot's record of the repository and branch the PR targets. */
 static json_t *push_task(const char *url, const char *base, const char *working, const char *pr_url,
@@ -761,7 +771,7 @@ static char *read_small(const char *path)
 TEST(token_file_replaced_whole)
 {
     char dir[] = "/tmp/diverge-tokfile-XXXXXX";
-    char *dd = mkdtemp(dir), *path, *text, *cmd;
+    char *dd = mkdtemp(dir), *path, *text;
     struct controller c = {.data_dir = dd};
     struct stat st;
     struct err err = {0};
@@ -777,12 +787,8 @@ TEST(token_file_replaced_whole)
     free(text);
     CHECK_EQ_INT(stat(path, &st), 0);
     CHECK_EQ_INT(st.st_mode & 0777, 0600);
-    cmd = xasprintf("test \"$(ls -A %s/tokens/ns/t1)\" = token", dd);
-    CHECK(system(cmd) == 0);
-    free(cmd);
-    cmd = xasprintf("rm -r %s", dd);
-    CHECK(system(cmd) == 0);
-    free(cmd);
+    CHECK(only_token_file(dd));
+    rm_tree(dd);
     free(path);
 }
 
@@ -792,7 +798,7 @@ TEST(token_file_replaced_whole)
 TEST(token_file_failed_write_leaves_nothing)
 {
     char dir[] = "/tmp/diverge-tokfail-XXXXXX";
-    char *dd = mkdtemp(dir), *path, *text, *cmd;
+    char *dd = mkdtemp(dir), *path, *text;
     struct controller c = {.data_dir = dd};
     struct err err = {0};
     int status = 0;
@@ -817,12 +823,8 @@ TEST(token_file_failed_write_leaves_nothing)
     text = read_small(path);
     CHECK_EQ_STR(text, "first-token");
     free(text);
-    cmd = xasprintf("test \"$(ls -A %s/tokens/ns/t1)\" = token", dd);
-    CHECK(system(cmd) == 0);
-    free(cmd);
-    cmd = xasprintf("rm -r %s", dd);
-    CHECK(system(cmd) == 0);
-    free(cmd);
+    CHECK(only_token_file(dd));
+    rm_tree(dd);
     free(path);
 }
 
@@ -877,9 +879,7 @@ TEST(mirror_upkeep)
                     packs, mirror);
     CHECK(system(cmd) == 0);
     free(cmd);
-    cmd = xasprintf("rm -rf %s", dd);
-    CHECK(system(cmd) == 0);
-    free(cmd);
+    rm_tree(dd);
     free(mirror);
     free(fake);
     free(packs);
