@@ -166,16 +166,25 @@ static int check_request_id(const char *s, size_t len, struct err *err)
     return E_OK;
 }
 
+/* A cost given as a whole number of DOLLARS into micro-dollars; false when it is negative
+ * or above METER_COST_MAX_USD. */
+static bool whole_dollars(int64_t *out, int64_t dollars)
+{
+    if (dollars < 0 || dollars > (int64_t)METER_COST_MAX_USD) {
+        return false;
+    }
+    *out = dollars * MONEY_MICROS_PER_USD;
+    return true;
+}
+
 static int parse_cost(int64_t *out, const json_t *v, struct err *err)
 {
     struct err perr = {0};
 
     if (json_is_integer(v)) {
-        if (json_integer_value(v) < 0 || json_integer_value(v) > (json_int_t)METER_COST_MAX_USD) {
-            return err_set(err, E_INVALID, "costUSD must be a non-negative number of dollars");
-        }
-        *out = (int64_t)json_integer_value(v) * MONEY_MICROS_PER_USD;
-        return E_OK;
+        return whole_dollars(out, (int64_t)json_integer_value(v))
+                   ? E_OK
+                   : err_set(err, E_INVALID, "costUSD must be a non-negative number of dollars");
     }
     if (json_is_real(v)) {
         return meter_cost_from_double(out, json_real_value(v), err);
@@ -363,23 +372,22 @@ static bool plain_integer(int64_t *out, const char *text, size_t len)
     return true;
 }
 
-/* A count (iteration, tokensUsed): null or an integer within range. */
+/* A count (iteration, tokensUsed): null or an integer within range; *HAS (may be NULL)
+ * says which. */
 static bool plain_count(int64_t *out, bool *has, struct plain *s)
 {
     const char *text;
     size_t len;
-    bool integer;
+    bool integer, given = !plain_null(s);
 
-    if (plain_null(s)) {
-        *out = 0;
-        *has = false;
-        return true;
-    }
-    if (!plain_number(&text, &len, &integer, s) || !integer || !plain_integer(out, text, len) ||
-        *out > METER_TOKENS_MAX) {
+    *out = 0;
+    if (given && (!plain_number(&text, &len, &integer, s) || !integer ||
+                  !plain_integer(out, text, len) || *out > METER_TOKENS_MAX)) {
         return false;
     }
-    *has = true;
+    if (has != NULL) {
+        *has = given;
+    }
     return true;
 }
 
@@ -401,11 +409,8 @@ static bool plain_cost(int64_t *out, struct plain *s)
         return false;
     }
     if (integer) {
-        if (!plain_integer(out, text, len) || *out > (int64_t)METER_COST_MAX_USD) {
-            return false;
-        }
-        *out *= MONEY_MICROS_PER_USD;
-        return true;
+        int64_t dollars;
+        return plain_integer(&dollars, text, len) && whole_dollars(out, dollars);
     }
     if (len >= sizeof(buf)) {
         return false;
@@ -435,7 +440,7 @@ struct plain_fields {
     const char *id, *model; /* NULL: not given (model: or null) */
     size_t id_len, model_len;
     int64_t iteration, tokens, cost;
-    bool has_iteration, has_tokens;
+    bool has_iteration;
     bool seen[PK_COUNT];
 };
 
@@ -459,22 +464,10 @@ static bool plain_member(struct plain_fields *f, struct plain *s)
     case PK_ITERATION:
         return plain_count(&f->iteration, &f->has_iteration, s);
     case PK_TOKENS:
-        return plain_count(&f->tokens, &f->has_tokens, s);
+        return plain_count(&f->tokens, NULL, s);
     default:
         return plain_cost(&f->cost, s);
     }
-}
-
-/* The id as check_request_id wants it: printable ASCII is valid UTF-8 without control
- * characters, and its only whitespace is the space. */
-static bool plain_id_ok(const struct plain_fields *f)
-{
-    size_t spaces = 0;
-
-    while (spaces < f->id_len && f->id[spaces] == ' ') {
-        spaces++;
-    }
-    return f->id != NULL && f->id_len <= METER_REQUEST_ID_MAX && spaces < f->id_len;
 }
 
 bool meter_request_parse_plain(struct meter_request *out, const char *body, size_t len)
@@ -495,7 +488,7 @@ bool meter_request_parse_plain(struct meter_request *out, const char *body, size
         return false;
     }
     plain_ws(&s);
-    if (s.p != s.end || !plain_id_ok(&f)) {
+    if (s.p != s.end || f.id == NULL || check_request_id(f.id, f.id_len, NULL) != E_OK) {
         return false;
     }
     out->request_id = xstrndup(f.id, f.id_len);
