@@ -154,6 +154,7 @@ struct controller_queue_item {
                               -1: no cap */
     int64_t position;      /* out (controller_queue_admit): 0 admitted, else 1, 2, ... */
     bool ns_full;          /* out: it waits for its namespace's cap, not for a free slot */
+    const char *url;       /* borrowed: its spec.repository.url, or NULL */
 };
 /* Admits ITEMS[N], in queue order, into FREE_SLOTS (when LIMITED; else any number): one
  * is admitted (position 0) while slots remain and its namespace holds fewer than its

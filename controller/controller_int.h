@@ -82,6 +82,7 @@ struct controller {
      * repository a fresh start wanted (slot_wants, newest first). */
     int64_t slot_max;
     int64_t slot_busy_ms; /* the last start that claimed or launched (epoch ms) */
+    int64_t slot_room;    /* slots --max-running-tasks leaves room for (queue.c), -1: any */
     uint64_t slot_seq;
     struct controller_slot *slots;
     struct controller_slot_want *slot_wants;
@@ -276,6 +277,11 @@ char *controller_env_path(const struct controller *c);
 void controller_slots_init(struct controller *c, int64_t max);
 /* A fresh start of a task of URL's repository ran (C->lock held): a slot is wanted. */
 void controller_slot_want(struct controller *c, const char *url);
+/* The queue's pass (C->lock not held): ROOM slots are left by --max-running-tasks once the
+ * tasks it admitted start, whose repositories are URLS[N]. Slots beyond ROOM are stopped,
+ * a slot of one of URLS (which its task takes) counting as that task's; the tick makes
+ * none beyond ROOM. No-op without a limit. */
+void controller_slots_fit(struct controller *c, int64_t room, const char *const *urls, size_t n);
 /* The tick thread: stops idle slots, then makes one wanted slot (C->lock not held). */
 void controller_slots_tick(struct controller *c, int64_t now);
 /* Stops every slot (shutdown, threads stopped). */

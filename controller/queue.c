@@ -217,7 +217,13 @@ static void note_waiting(struct pass *p, const json_t *doc, const struct task_vi
         p->items = xrealloc(p->items, p->cap * sizeof(*p->items));
     }
     p->items[p->n++] = (struct controller_queue_item){
-        .ns = q->ns, .name = q->name, .arrival = q->arrival, .round = q->round, .position = 0};
+        .ns = q->ns,
+        .name = q->name,
+        .arrival = q->arrival,
+        .round = q->round,
+        .position = 0,
+        .url = json_string_value(
+            json_object_get(json_object_get(json_object_get(doc, "spec"), "repository"), "url"))};
 }
 
 static char *key_of(const char *ns, const char *name)
@@ -359,6 +365,26 @@ static void place(struct pass *p)
     }
 }
 
+/* After the queue lock, before the admitted start: the warm slots are fitted into what
+ * --max-running-tasks leaves (SPEC §14: every sandbox holds a slot), those the admitted
+ * tasks will take kept. */
+static void fit_slots(struct pass *p)
+{
+    const char **urls = xcalloc(p->n + 1, sizeof(*urls));
+    int64_t held = p->held;
+    size_t n = 0;
+
+    for (size_t i = 0; i < p->n; i++) {
+        if (p->items[i].position == 0) {
+            held++;
+            urls[n] = p->items[i].url;
+            n += urls[n] != NULL ? 1 : 0;
+        }
+    }
+    controller_slots_fit(p->c, p->c->max_running - held, urls, n);
+    free(urls);
+}
+
 /* After the queue lock: the statuses, then the reconciles that start the admitted. */
 static void write_positions(struct pass *p)
 {
@@ -425,6 +451,7 @@ void controller_queue_pass(struct controller *c)
         p.keys[i] = key_of(p.items[i].ns, p.items[i].name);
     }
     pthread_mutex_unlock(&c->queue_lock);
+    fit_slots(&p);
     write_positions(&p);
     pthread_mutex_unlock(&c->pass_lock);
     for (i = 0; i < p.n_clear; i++) {

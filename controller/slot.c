@@ -64,6 +64,7 @@ void controller_slots_init(struct controller *c, int64_t max)
     controller_remove_tree(dir);
     free(dir);
     c->slot_max = c->sandboxes != NULL && strcmp(c->provider, "local") == 0 ? max : 0;
+    c->slot_room = c->max_running > 0 ? c->max_running : -1; /* no task holds one yet */
 }
 
 /* Stops S's sandbox unless a task took it, removes its files and frees it. */
@@ -303,6 +304,7 @@ static char *slots_wanted(struct controller *c, int64_t now)
     /* Never beside a start: not while one is under way (its sandbox gated), nor right
      * after one (its runner checks out and starts the agent). The tick comes again. */
     if (slot_count(c) >= (size_t)c->slot_max || c->prelaunches != NULL ||
+        (c->slot_room >= 0 && (int64_t)slot_count(c) >= c->slot_room) ||
         now - c->slot_busy_ms < CONTROLLER_SLOT_QUIET_MS) {
         return NULL;
     }
@@ -313,6 +315,55 @@ static char *slots_wanted(struct controller *c, int64_t now)
         }
     }
     return NULL;
+}
+
+/* Whether S's repository is one of URLS[N]'s. */
+static bool slot_of_any(const struct controller *c, const struct controller_slot *s,
+                        const char *const *urls, size_t n)
+{
+    bool found = false;
+
+    for (size_t i = 0; i < n && !found; i++) {
+        char *mirror = controller_mirror_path(c->data_dir, urls[i]);
+        found = strcmp(mirror, s->mirror) == 0;
+        free(mirror);
+    }
+    return found;
+}
+
+void controller_slots_fit(struct controller *c, int64_t room, const char *const *urls, size_t n)
+{
+    struct controller_slot **pp, *gone = NULL, *s;
+    int64_t others = 0;
+
+    if (c->slot_max <= 0 || c->max_running <= 0) {
+        return;
+    }
+    pthread_mutex_lock(&c->lock);
+    c->slot_room = room > 0 ? room : 0;
+    for (s = c->slots; s != NULL; s = s->next) {
+        others += slot_of_any(c, s, urls, n) ? 0 : 1;
+    }
+    /* The list is newest first: the oldest slots go. */
+    while (others > c->slot_room) {
+        struct controller_slot **last = NULL;
+        for (pp = &c->slots; *pp != NULL; pp = &(*pp)->next) {
+            last = slot_of_any(c, *pp, urls, n) ? last : pp;
+        }
+        s = *last;
+        *last = s->next;
+        s->next = gone;
+        gone = s;
+        others--;
+    }
+    pthread_mutex_unlock(&c->lock);
+    while (gone != NULL) {
+        s = gone;
+        gone = s->next;
+        log_kv(LOG_INFO, "warm_slot_stopped", "mirror", s->mirror, "reason",
+               "a task needs its place under --max-running-tasks", NULL);
+        slot_free(c, s);
+    }
 }
 
 void controller_slots_tick(struct controller *c, int64_t now)

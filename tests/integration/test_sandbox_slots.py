@@ -229,6 +229,71 @@ def test_slot_of_a_replaced_mirror_is_not_taken():
     shutil.rmtree(top, ignore_errors=True)
 
 
+def runner_in(pids):
+    """Whether one of PIDS is a diverge-agent-runner."""
+    for pid in pids:
+        try:
+            with open("/proc/%d/comm" % pid) as f:
+                if f.read().startswith("diverge-agent-r"):
+                    return True
+        except OSError:
+            pass
+    return False
+
+
+def sandbox_records(srv):
+    """Every sandbox of the server, a task's or a slot's: its record <ns>.<name> in run/."""
+    run = os.path.join(srv.data_dir, "run")
+    try:
+        names = os.listdir(run)
+    except OSError:
+        return []
+    return [n for n in names if n.count(".") == 1 and not n.startswith("mirror.")]
+
+
+def test_slots_hold_places_under_max_running_tasks():
+    """SPEC §14: every existing sandbox holds a place of --max-running-tasks, a warm one
+    too. With a limit of 1: no slot while a task runs; one once it ended; that slot is
+    stopped before a task of another repository starts, and a task of its own repository
+    takes it. Never more than one sandbox at a time."""
+    (url_a, top_a), (url_b, top_b) = repo_url(), repo_url()
+    agent = AGENT + '; case "$DIVERGE_TASK_NAME" in long*) sleep 3;; esac'
+    with Server(args=["--sandbox-provider", "local", "--sandbox-warm-slots", "2",
+                      "--max-running-tasks", "1", "--agent-cmd", agent]) as srv:
+        tree = subtree(run_task(srv, "a1", url_a))
+        wait_until(lambda: slots(srv), timeout=30, what="A's slot")
+        create(srv, task("long-b1", url_b, maxIterations=1))
+        most, seen_running = 0, False
+        while True:
+            recs, made = sandbox_records(srv), slots(srv)
+            most = max(most, len(recs))
+            if "default.long-b1" in recs and "default.long-b1" in sandbox_records(srv):
+                seen_running = seen_running or "mine:" in task_log(srv, "long-b1")
+                assert not made, made  # none while the task's sandbox exists, A's neither
+            st, _, body = srv.request("GET", API + "/namespaces/default/agenttasks/long-b1")
+            if st == 200 and body["status"].get("phase") in ("Completed", "Failed"):
+                break
+            time.sleep(0.01)
+        assert seen_running
+        log = task_log(srv, "long-b1")
+        assert CLAIMED not in log, log
+        # It ended: a slot for B, the repository started last, which B's next task takes
+        # once the slot's runner runs (a start before that starts its own sandbox).
+        wait_until(lambda: slots(srv), timeout=30, what="B's slot")
+        if tree is None:
+            time.sleep(1)
+        else:
+            wait_until(lambda: runner_in(slot_procs(tree)), timeout=30, what="the slot's runner")
+        most = max(most, len(sandbox_records(srv)))
+        log = run_task(srv, "b2", url_b)
+        assert CLAIMED in log, (log, [l for l in srv.stderr().splitlines() if "slot" in l])
+        assert "task=b2 " in line(log, "env: "), log
+        assert most <= 1, most
+        assert "warm_slot_stopped" in srv.stderr()
+    shutil.rmtree(top_a, ignore_errors=True)
+    shutil.rmtree(top_b, ignore_errors=True)
+
+
 def test_nothing_of_a_slot_outlives_the_server():
     url, top = repo_url()
     srv = Server(args=["--sandbox-provider", "local", "--sandbox-warm-slots", "2", "--agent-cmd", AGENT])
@@ -270,6 +335,7 @@ TESTS = [test_claimed_slot_runs_the_task_on_its_own_files_only,
          test_slot_serves_its_repository_only_and_the_bound_holds,
          test_comments_without_permission_make_no_slot,
          test_slot_of_a_replaced_mirror_is_not_taken,
+         test_slots_hold_places_under_max_running_tasks,
          test_nothing_of_a_slot_outlives_the_server]
 
 if __name__ == "__main__":
