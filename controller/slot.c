@@ -16,7 +16,10 @@
  * was woken for (under the lock, as a start is: a start that comes meanwhile waits the few
  * ms), only for a repository whose mirror exists and that a task started on within
  * CONTROLLER_SLOT_IDLE_MS, and stopped once that long passed without one, at the
- * server's stop, and (as any sandbox) by the next server after a crash. */
+ * server's stop, and (as any sandbox) by the next server after a crash. Under
+ * --max-running-tasks a slot holds a place as every sandbox does (SPEC §14): one is made
+ * only in a place no task holds or was admitted to, and the queue's pass stops those an
+ * admitted task needs before that task starts (controller_slots_fit). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
