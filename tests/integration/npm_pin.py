@@ -175,6 +175,16 @@ def apt_ensure(pins):
         say("installed %s in %.0f s" % (" ".join(missing), time.monotonic() - t0))
 
 
+def node_major():
+    """The major version of the node on PATH, 0 when there is none."""
+    try:
+        out = subprocess.run(["node", "--version"], capture_output=True, text=True,
+                             timeout=30).stdout
+        return int(out.strip().lstrip("v").split(".")[0])
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return 0
+
+
 def ensure_node():
     if shutil.which("node") and shutil.which("npm"):
         return

@@ -407,6 +407,15 @@ def run_gemini_cli(srv, tok, workdir):
 
 
 def test_gemini_cli_through_the_gateway():
+    import npm_pin
+    npm_pin.ensure_node()
+    if npm_pin.node_major() < 20:
+        # The pinned CLI is a bundle that needs Node 20 (Debian 12's own nodejs is 18: it
+        # fails there at its first regular expression with the v flag). The gateway's
+        # Gemini path is still checked above with the hand-made requests.
+        print("SKIP test_gemini_cli_through_the_gateway: needs Node 20 or newer, found %d"
+              % npm_pin.node_major())
+        return
     with Gateway() as gw:
         srv, fake = gw.srv, gw.fake
         work = tempfile.mkdtemp(prefix="diverge-gemini-cli-")
