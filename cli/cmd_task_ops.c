@@ -538,8 +538,9 @@ static int resume_once(json_t **done, char **raw, char summary[128], bool *refus
                        "(`diverge task resume %s` continues a paused one)",
                        name, phase != NULL ? phase : "new", name);
         } else {
-            cli_errorf("task %s is finished (%s): there is nothing to resume; `diverge task "
-                       "rerun %s` starts a new run",
+            cli_errorf("task %s is finished (%s): there is nothing to resume; `/diverge fix "
+                       "<objective>` on its pull request or `diverge task rerun %s` starts a "
+                       "new run",
                        name, phase, name);
         }
         rc = E_DENIED;

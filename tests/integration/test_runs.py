@@ -92,6 +92,7 @@ def test_local_fix_reruns_a_finished_task():
         r = srv.cli("task", "resume", NAME, "-n", NS)
         assert r.returncode == 1, r
         assert "is finished" in r.stderr and "diverge task rerun" in r.stderr, r.stderr
+        assert "/diverge fix" in r.stderr, r.stderr  # SPEC §14: the bot's message
         r = srv.cli("task", "rerun", NAME, "-n", NS, "--objective", "third time")
         assert r.returncode == 0, r
         assert "run 3 started" in r.stdout, r.stdout
