@@ -78,6 +78,13 @@ def test_signature_and_events():
                                "pull_request": {}}, "comment": {"id": 9, "body": "/diverge x"},
                                "repository": {"full_name": "octo/repo"}}).encode())
             assert st == 400
+            # Missing fields -> 400 without a command too (SPEC §5): read as a command's is.
+            no_login = {"action": "created", "issue": {"number": 7, "pull_request": {}},
+                        "comment": {"id": 9, "body": "LGTM"},
+                        "repository": {"full_name": "octo/repo"}}
+            for bad in (b"{}", b'{"action": "created"}', json.dumps(no_login).encode()):
+                st, _, b = deliver(srv, bad)
+                assert st == 400 and b["reason"] == "BadRequest", (bad, st, b)
             # 25 MiB cap
             big = b"{\"x\":\"" + b"a" * (26 * 1024 * 1024) + b"\"}"
             assert deliver(srv, big)[0] == 413

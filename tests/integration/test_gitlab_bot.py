@@ -288,6 +288,12 @@ def test_ignored_and_malformed_deliveries():
             body, _ = note_payload("/diverge fix x", source="a..b", user_id=uid)
             st, _, _ = deliver(srv, body)
             assert st == 400, st
+            # Missing fields -> 400 without a command too (SPEC §5).
+            p = json.loads(note_payload("no command here", user_id=uid)[0])
+            del p["merge_request"]
+            for bad in (b"{}", json.dumps(p).encode()):
+                st, _, _ = deliver(srv, bad)
+                assert st == 400, (bad[:60], st)
             # The note id is required and the MR iid must be positive.
             p = json.loads(note_payload("/diverge help", user_id=uid)[0])
             p["merge_request"]["iid"] = -3

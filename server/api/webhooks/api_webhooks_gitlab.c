@@ -144,13 +144,8 @@ int api_webhook_gitlab(struct request *r)
     if (authenticate(r, body, &err) != E_OK) {
         return http_send_error(r, 401, NULL, NULL, "%s", err.msg);
     }
-    /* Cheap rejection: a well-formed delivery without "/diverge" holds no command. */
-    if (!slashcmd_mentions(body, r->body.len)) {
-        if (jsonscan_check(body, r->body.len, &err) != E_OK) {
-            return http_send_error(r, 400, NULL, NULL, "payload is not JSON: %s", err.msg);
-        }
-        return http_send_text(r, 204, "application/json", "");
-    }
+    /* Every delivery is read and checked as a command's is (malformed or missing fields:
+     * 400, SPEC §5); a note without "/diverge" anywhere holds no command: nothing stored. */
     if (gitlab_webhook_parse(&kind, &e, &why, event, delivery_of(r),
                              http_header(r, "X-Gitlab-Event-UUID"), body, r->body.len,
                              &err) != E_OK) {
@@ -158,6 +153,10 @@ int api_webhook_gitlab(struct request *r)
     }
     if (kind == GITLAB_EVENT_IGNORED) {
         log_kv(LOG_DEBUG, "delivery_ignored", "provider", "gitlab", "why", why, NULL);
+        return http_send_text(r, 204, "application/json", "");
+    }
+    if (!slashcmd_mentions(body, r->body.len)) {
+        inbox_entry_cleanup(&e);
         return http_send_text(r, 204, "application/json", "");
     }
     api_comment_hint(r->srv, e.body);
