@@ -117,6 +117,36 @@ void money_format(char out[MONEY_STR_MAX], int64_t micros)
     out[o + (size_t)n] = '\0';
 }
 
+bool money_micros_of_digits(int64_t *micros_out, const char *dig, size_t nd, long scale)
+{
+    long keep;
+    int64_t v = 0;
+
+    *micros_out = 0;
+    while (nd > 0 && dig[nd - 1] == '0') {
+        nd--;
+        scale++;
+    }
+    if (nd == 0) {
+        return true;
+    }
+    keep = (long)nd + scale; /* digits of whole micro-dollars */
+    if (keep > 16) {
+        return false;
+    }
+    for (long k = 0; k < keep && k < (long)nd; k++) {
+        v = v * 10 + (dig[k] - '0');
+    }
+    for (long k = (long)nd; k < keep; k++) {
+        v *= 10; /* at most 16 digits: below INT64_MAX */
+    }
+    if (keep >= 0 && keep < (long)nd && dig[keep] >= '5') {
+        v++;
+    }
+    *micros_out = v > 0 ? v : 1;
+    return true;
+}
+
 int money_add(int64_t *sum_out, int64_t a, int64_t b, struct err *err)
 {
     if ((b > 0 && a > INT64_MAX - b) || (b < 0 && a < INT64_MIN - b)) {

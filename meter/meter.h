@@ -51,9 +51,10 @@ int meter_completion_parse(struct meter_completion *out, const char *body, size_
                            struct err *err);
 void meter_completion_cleanup(struct meter_completion *c);
 
-/* Converts a JSON real COST (dollars) to exact micro-dollars through its shortest
- * round-trip decimal form, so 0.0225 is 22500 and 0.0000001 is an error (E_INVALID), as
- * is a negative, infinite or NaN value; E_TOOBIG when it does not fit. */
+/* Converts a JSON real COST (dollars) to micro-dollars through its shortest round-trip
+ * decimal form, so 0.0225 is 22500; a cost finer than that is rounded to the nearest
+ * micro-dollar and at least one (0.1 + 0.2 is 300000, 0.0000001 is 1). A negative,
+ * infinite or NaN value, or one over METER_COST_MAX_USD, is an error (E_INVALID). */
 int meter_cost_from_double(int64_t *micros_out, double cost, struct err *err);
 
 /* Everything the decision needs, read inside the transaction. */

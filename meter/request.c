@@ -84,15 +84,10 @@ int meter_cost_from_double(int64_t *micros_out, double cost, struct err *err)
     nd = mantissa_digits(digits, buf, e);
     /* value = digits * 10^(exponent - (nd - 1)); micro-dollars add 6 to the exponent. */
     exp10 = strtol(e + 1, NULL, 10) - (nd - 1) + 6;
-    if (exp10 < 0) {
-        return err_set(err, E_INVALID, "costUSD has more than 6 decimals");
-    }
-    for (int i = 0; i < nd; i++) {
-        v = v * 10 + (digits[i] - '0');
-    }
-    for (long i = 0; i < exp10; i++) {
-        v *= 10; /* cannot overflow: cost <= 1e9 dollars = 1e15 micro-dollars */
-    }
+    /* Finer than a micro-dollar (float arithmetic's 0.1 + 0.2, a price times tokens):
+     * rounded, never to zero, as the runner rounds a usage line. Cannot fail: cost <= 1e9
+     * dollars is at most 16 digits of micro-dollars. */
+    (void)money_micros_of_digits(&v, digits, (size_t)nd, exp10);
     *micros_out = v;
     return E_OK;
 }

@@ -98,26 +98,13 @@ static bool parse_mantissa(char *dig, size_t *nd, long *frac, const char *s, siz
     return true;
 }
 
-/* The value of the ND > 0 digits DIG times 10^SCALE, in *micros_out when it is a whole
- * number of micro-dollars no larger than RUNNER_COST_MAX_MICROS. */
+/* The value of the ND > 0 digits DIG times 10^SCALE micro-dollars (rounded as the meter
+ * rounds a JSON number) in *micros_out when it is no larger than RUNNER_COST_MAX_MICROS. */
 static int digits_to_micros(int64_t *micros_out, const char *dig, size_t nd, long scale)
 {
     int64_t v = 0;
 
-    while (nd > 0 && dig[nd - 1] == '0') {
-        nd--;
-        scale++;
-    }
-    if (scale < 0 || (long)nd + scale > 16) {
-        return E_INVALID; /* finer than a micro-dollar, or far above the cap */
-    }
-    for (size_t k = 0; k < nd; k++) {
-        v = v * 10 + (dig[k] - '0');
-    }
-    for (long k = 0; k < scale; k++) {
-        v *= 10; /* nd + scale <= 16 digits: below INT64_MAX */
-    }
-    if (v > RUNNER_COST_MAX_MICROS) {
+    if (!money_micros_of_digits(&v, dig, nd, scale) || v > RUNNER_COST_MAX_MICROS) {
         return E_INVALID;
     }
     *micros_out = v;

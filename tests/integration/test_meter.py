@@ -127,7 +127,7 @@ def test_status_codes_in_order():
                '{"requestId":"x","tokensUsed":123456789012345678901234567890}',
                '{"requestId":"x","requestId":"y","model":"gpt-4o"}',
                b'{"requestId":"\xff\xfe","model":"gpt-4o"}',
-               json.dumps({"requestId": "x", "costUSD": 0.0000001, "model": "gpt-4o"})]
+               ]
         for body in bad:
             st, _, b = meter(srv, tok, body)
             assert st == 400 and b["reason"] == "BadRequest" and b["error"], (body, st, b)
@@ -146,6 +146,12 @@ def test_status_codes_in_order():
         assert st == st2 == 200 and b1["totalCostUSD"] == b2["totalCostUSD"], (b1, b2)
         assert b2.get("duplicate") is True
         assert totals(srv, "codes")[:2] == (210, "0.12")
+        # A float amount finer than a micro-dollar is rounded to the nearest one, and a
+        # positive one never to nothing (SPEC §7: only negative or non-numeric is 400).
+        for rid, cost in (("f1", 0.1 + 0.2), ("f2", 1500 * 0.000015), ("f3", 0.0000001)):
+            body = {"requestId": rid, "tokensUsed": 0, "costUSD": cost, "model": "gpt-4o"}
+            assert meter(srv, tok, body)[0] == 200, (rid, cost)
+        assert totals(srv, "codes")[:2] == (210, "0.442501")
 
 
 def dup_auth(srv, tok, body):

@@ -303,12 +303,13 @@ def test_fake_meter_socket_retry_guidance_preview():
         agent = os.path.join(tmp, "agent.sh")
         with open(agent, "w") as f:
             # Records what the runner hands over, appends usage (one junk line, one line
-            # with an exponent), and lets the preview pass from iteration 2 on.
+            # with an exponent, one finer than a micro-dollar: charged as one), and lets the
+            # preview pass from iteration 2 on.
             f.write('printf "%s|%s\\n" "$DIVERGE_ITERATION" "$DIVERGE_GUIDANCE" >> ../seen\n'
                     'printf "%s\\n---\\n" "$DIVERGE_LAST_FAILURE" >> ../failures\n'
                     'echo "not json" >> "$DIVERGE_USAGE_FILE"\n'
                     'echo \'{"model":"m","tokensUsed":7,"costUSD":2.5e-2}\' >> "$DIVERGE_USAGE_FILE"\n'
-                    'echo \'{"model":"m","tokensUsed":1,"costUSD":0.0000001}\' >> "$DIVERGE_USAGE_FILE"\n'
+                    'echo \'{"model":"m","tokensUsed":1,"costUSD":0.00000049}\' >> "$DIVERGE_USAGE_FILE"\n'
                     'echo "$DIVERGE_ITERATION" > iteration.txt\n'
                     '[ "$DIVERGE_ITERATION" = 1 ] || touch ../preview-ok\n')
         env = runner_env(tmp, "fake", repo, DIVERGE_METER_SOCKET=sock, DIVERGE_TOKEN_FILE=tokfile,
@@ -327,10 +328,13 @@ def test_fake_meter_socket_retry_guidance_preview():
         # 503 then the same id again; then usage lines by offset, each once.
         assert ids[0] == ids[1] == "fake-i1-h", ids
         usage_ids = [i for i in ids[2:] if "-u" in i]
-        assert len(usage_ids) == len(set(usage_ids)) == 2, ids
-        bodies = [c[2] for c in meter.calls if "-u" in c[2]["requestId"]]
-        assert all(b["costUSD"] == "0.025" and b["tokensUsed"] == 7 and b["model"] == "m"
-                   for b in bodies), bodies
+        assert len(usage_ids) == len(set(usage_ids)) == 4, ids
+        both = [c[2] for c in meter.calls if "-u" in c[2]["requestId"]]
+        bodies = [b for b in both if b["tokensUsed"] == 7]
+        assert len(bodies) == 2 and all(b["costUSD"] == "0.025" and b["model"] == "m"
+                                        for b in bodies), both
+        fine = [b for b in both if b["tokensUsed"] == 1]
+        assert len(fine) == 2 and all(b["costUSD"] == "0.000001" for b in fine), both
         # Iteration 1's line goes out while the agent runs (live metering: iteration 1) or,
         # when the agent exits before the follower reads it, with iteration 2's first call.
         assert bodies[0]["iteration"] in (1, 2) and bodies[1]["iteration"] == 2, bodies
@@ -345,7 +349,7 @@ def test_fake_meter_socket_retry_guidance_preview():
             fails = f.read().split("---\n")
         assert fails[0].strip() == "", fails
         assert fails[1].startswith("iteration 1: the preview answered HTTP 503"), fails
-        assert "ignored" in r.stdout  # the junk and the over-precise lines
+        assert "ignored" in r.stdout  # the junk lines
         assert branch_log(repo, "agent/fake")[0] == "fix(fake): fix the greeting"
         assert show_file(repo, "agent/fake", "iteration.txt") == "2\n"
     finally:

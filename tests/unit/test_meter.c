@@ -14,13 +14,24 @@ TEST(cost_from_double_is_exact)
         int64_t want;
         int rc;
     } cases[] = {
-        {0.0225, 22500, E_OK}, {0.0675, 67500, E_OK},
-        {1.5, 1500000, E_OK},  {0.000001, 1, E_OK},
-        {0, 0, E_OK},          {12345.678901, 12345678901, E_OK},
-        {0.1, 100000, E_OK},   {0.3, 300000, E_OK},
-        {1e-7, 0, E_INVALID},  {0.0000015, 0, E_INVALID},
-        {-0.01, 0, E_INVALID}, {1e300, 0, E_INVALID},
-        {5.00, 5000000, E_OK}, {999999999.999999, 999999999999999, E_OK},
+        {0.0225, 22500, E_OK},
+        {0.0675, 67500, E_OK},
+        {1.5, 1500000, E_OK},
+        {0.000001, 1, E_OK},
+        {0, 0, E_OK},
+        {12345.678901, 12345678901, E_OK},
+        {0.1, 100000, E_OK},
+        {0.3, 300000, E_OK},
+        {1e-7, 1, E_OK},
+        {0.0000015, 2, E_OK},
+        {1e-300, 1, E_OK},
+        {0.1 + 0.2, 300000, E_OK},
+        {1500 * 0.000015, 22500, E_OK},
+        {0.0000004, 1, E_OK},
+        {-0.01, 0, E_INVALID},
+        {1e300, 0, E_INVALID},
+        {5.00, 5000000, E_OK},
+        {999999999.999999, 999999999999999, E_OK},
     };
     for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
         int64_t v = -1;
@@ -36,8 +47,8 @@ TEST(cost_from_double_is_exact)
 }
 
 /* Every whole number of micro-dollars, written as a double, reads back exactly (spread over
- * the whole accepted range), and the double just above each is refused: more than six
- * decimals. */
+ * the whole accepted range), and the doubles just above and below each (more than six
+ * decimals) round to it. */
 TEST(cost_from_double_every_micro_amount)
 {
     int64_t m = 1;
@@ -50,8 +61,13 @@ TEST(cost_from_double_every_micro_amount)
                    d, (long long)v);
             return;
         }
-        if (meter_cost_from_double(&v, up, NULL) != E_INVALID && up <= 1e9) {
-            t_fail(__FILE__, __LINE__, "%.17g accepted as %lld", up, (long long)v);
+        if (up <= 1e9 && (meter_cost_from_double(&v, up, NULL) != E_OK || v != m)) {
+            t_fail(__FILE__, __LINE__, "%.17g read as %lld, not %lld", up, (long long)v,
+                   (long long)m);
+            return;
+        }
+        if (meter_cost_from_double(&v, nextafter(d, 0), NULL) != E_OK || v != m) {
+            t_fail(__FILE__, __LINE__, "just below %lld read as %lld", (long long)m, (long long)v);
             return;
         }
         m = i < 100000 ? m + 1 : m + m / 5000 + 7; /* every small amount, then sparser ones */
@@ -107,7 +123,6 @@ TEST(parse_bad_bodies)
         "{\"requestId\":\"a\",\"costUSD\":1e400}",
         "{\"requestId\":\"a\",\"costUSD\":1e300}",
         "{\"requestId\":\"a\",\"costUSD\":NaN}",
-        "{\"requestId\":\"a\",\"costUSD\":0.0000001}",
         "{\"requestId\":\"a\",\"iteration\":-2}",
         "{\"requestId\":\"a\",\"model\":5}",
         "{\"requestId\":\"a\",\"requestId\":\"b\"}",
@@ -151,6 +166,8 @@ TEST(plain_reader_matches_jansson)
         "{\"requestId\":\"x\",\"costUSD\":0E0,\"tokensUsed\":0}",
         "{\"requestId\":\"x\",\"costUSD\":1000000000}",
         "{\"requestId\":\"x\",\"costUSD\":null}",
+        "{\"requestId\":\"x\",\"costUSD\":0.0000001}", /* finer: rounded */
+        "{\"requestId\":\"x\",\"costUSD\":0.30000000000000004}",
     };
     static const char *const left[] = {
         "{\"requestId\":\"x\",\"costUSD\":\"0.0675\"}",       /* a string cost */
@@ -161,7 +178,6 @@ TEST(plain_reader_matches_jansson)
         "{\"requestId\":\"x\",\"tokensUsed\":01}",            /* not JSON */
         "{\"requestId\":\"x\",\"costUSD\":1000000000.5}",     /* too large */
         "{\"requestId\":\"x\",\"costUSD\":1e400}",            /* overflow */
-        "{\"requestId\":\"x\",\"costUSD\":0.0000001}",        /* over-precise */
         "{\"requestId\":\"x\",\"tokensUsed\":1000000000001}", /* too many */
         "{\"requestId\":\"x\",\"tokensUsed\":1.0}",           /* a real count */
         "{\"requestId\":\"x\",\"requestId\":\"y\"}",          /* a duplicate */

@@ -131,8 +131,6 @@ TEST(usage_line_refused)
                                       "[]",
                                       "{",
                                       "{\"costUSD\":-0.01}",
-                                      "{\"costUSD\":0.0000001}",
-                                      "{\"costUSD\":1e-7}",
                                       "{\"costUSD\":\"+1\"}",
                                       "{\"costUSD\":\"$1\"}",
                                       "{\"costUSD\":1000000000.000001}",
@@ -182,6 +180,17 @@ TEST(cost_numbers)
     CHECK_EQ_INT(v, 12500000);
     CHECK_OK(runner_cost_parse(&v, "0e5", 3));
     CHECK_EQ_INT(v, 0);
+    /* Finer than a micro-dollar: rounded half up, and never to nothing. */
+    CHECK_OK(runner_cost_parse(&v, "0.00045000000000000004", 22));
+    CHECK_EQ_INT(v, 450);
+    CHECK_OK(runner_cost_parse(&v, "0.0000015", 9));
+    CHECK_EQ_INT(v, 2);
+    CHECK_OK(runner_cost_parse(&v, "0.0000014999", 12));
+    CHECK_EQ_INT(v, 1);
+    CHECK_OK(runner_cost_parse(&v, "1e-7", 4));
+    CHECK_EQ_INT(v, 1);
+    CHECK_OK(runner_cost_parse(&v, "12.9999996", 10));
+    CHECK_EQ_INT(v, 13000000);
     CHECK_EQ_INT(runner_cost_parse(&v, "01", 2), E_INVALID);
     CHECK_EQ_INT(runner_cost_parse(&v, "1.", 2), E_INVALID);
     CHECK_EQ_INT(runner_cost_parse(&v, "1e", 2), E_INVALID);
