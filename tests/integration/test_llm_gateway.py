@@ -241,6 +241,11 @@ def test_auth_and_models():
         st, _, raw = post(srv, MSG, dict(msg_body(), model="no-such-model"), {"x-api-key": tok})
         b = json.loads(raw)
         assert st == 403 and b["error"]["message"] == "diverge: no price for model no-such-model"
+        # A refused token is 401 before anything else is refused (SPEC §13, as the meter).
+        for body in (dict(msg_body(), model="no-such-model"), {"messages": []}, [1]):
+            st, _, raw = post(srv, MSG, body, {"x-api-key": "not-a-token"})
+            assert st == 401 and json.loads(raw)["error"]["type"] == "authentication_error", \
+                (body, st, raw)
         for hdrs in ({}, {"x-api-key": "not-a-token"}, {"Authorization": "Basic eDp5"},
                      {"x-api-key": tok, "Authorization": "Bearer " + tok}):
             st, _, raw = post(srv, MSG, dict(msg_body(), model="claude-haiku-4-5"), hdrs)
@@ -280,6 +285,9 @@ def test_no_key_configured_is_503():
             tok = start_task(srv, "nokey")
             st, _, raw = post(srv, MSG, msg_body(), {"x-api-key": tok})
             assert st == 503 and json.loads(raw)["type"] == "error", raw
+            # A refused token is still 401 there (SPEC §13: verified as the meter verifies).
+            st, _, raw = post(srv, MSG, msg_body(), {"x-api-key": "not-a-token"})
+            assert st == 401, raw
             assert fake.requests == []
     finally:
         fake.stop()

@@ -194,6 +194,25 @@ static bool prepare(struct request *r, const struct llm_route *rt, struct llm_ca
     return false;
 }
 
+/* Whether TOKEN is refused (R answered 401): asked before any other refusal of a call, so
+ * that a refused token is 401 whatever else is wrong, as at the meter (SPEC §13, §7). */
+static bool token_refused(struct request *r, const struct llm_route *rt, const char *token,
+                          int *ret)
+{
+    struct meter_gate g;
+    char msg[256];
+    bool refused;
+
+    meter_gate_check(&g, r->srv->meter, token, NULL);
+    refused = g.status == 401;
+    if (refused) {
+        snprintf(msg, sizeof(msg), "diverge: %s", g.reason);
+        *ret = llm_send_error(r, rt->provider, LLM_ERR_AUTH, msg);
+    }
+    meter_gate_cleanup(&g);
+    return refused;
+}
+
 /* A new call of RT for R with TOKEN and MODEL, or NULL after answering R. */
 static struct llm_call *new_call(struct request *r, const struct llm_route *rt, const char *token,
                                  const char *model, int *ret)
@@ -211,6 +230,10 @@ static struct llm_call *new_call(struct request *r, const struct llm_route *rt, 
     c->metered = rt->metered;
     c->body_len = r->body.len;
     llm_call_set_model(c, model);
+    if ((price == NULL || gw->key[rt->provider] == NULL) && token_refused(r, rt, token, ret)) {
+        llm_call_free(c);
+        return NULL;
+    }
     if (price == NULL) {
         snprintf(msg, sizeof(msg), "diverge: no price for model %s", c->model_safe);
         *ret = llm_send_error(r, rt->provider, LLM_ERR_PERMISSION, msg);
@@ -241,12 +264,16 @@ int llm_route_call(struct request *r, const struct llm_route *rt)
     model = json_is_object(body) ? rt->model_of(r, body) : NULL;
     if (model == NULL || *model == '\0' || strlen(model) > LLM_MODEL_MAX) {
         json_decref(body);
-        return llm_send_error(r, rt->provider, LLM_ERR_INVALID,
-                              "diverge: the body must be a JSON object and name a model");
+        return token_refused(r, rt, token, &ret)
+                   ? ret
+                   : llm_send_error(r, rt->provider, LLM_ERR_INVALID,
+                                    "diverge: the body must be a JSON object and name a model");
     }
     if (rt->refuse != NULL && (why = rt->refuse(body)) != NULL) {
         json_decref(body);
-        return llm_send_error(r, rt->provider, LLM_ERR_INVALID, why);
+        return token_refused(r, rt, token, &ret)
+                   ? ret
+                   : llm_send_error(r, rt->provider, LLM_ERR_INVALID, why);
     }
     c = new_call(r, rt, token, model, &ret);
     if (c == NULL) {
