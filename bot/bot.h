@@ -53,11 +53,12 @@ struct bot_config {
 void bot_project_namespace(char out[64], const char *project);
 
 /* The name of the task PR/MR NUMBER of PROVIDER's PROJECT acts on (OUT has 64 bytes).
- * In the project's own namespace it is SPEC's "fix-pr-<number>" (GitLab "fix-mr-<iid>").
- * With SHARED_NS (--namespace: every project's tasks in one namespace) it is
+ * Without SHARED_NS it is SPEC's "fix-pr-<number>" (GitLab "fix-mr-<iid>"). With it,
  * "fix-pr-<number>-<8 hex>", the hex being the low 32 bits of FNV-1a over
- * "<provider>:<project>", so the PRs #N of two projects do not share one task. (SPEC §5
- * names only the first form.) A name is never proof of ownership: see bot_task_belongs. */
+ * "<provider>:<project>": in one namespace for every project (--namespace) the bot uses
+ * that name only when the plain one is another project's or an API-made task's (or the
+ * task was made under it), so the PRs #N of two projects do not share one task. A name is
+ * never proof of ownership: see bot_task_belongs. */
 void bot_task_name(char out[64], const char *provider, const char *project, int64_t number,
                    bool shared_ns);
 

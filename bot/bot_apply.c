@@ -511,6 +511,35 @@ static int foreign_refusal(char **out, struct task_txn *tx, const struct bot_inp
     return rc == E_NOTFOUND ? E_OK : rc;
 }
 
+/* In one namespace for every project (--namespace), the PR's task is SPEC's plain
+ * "fix-pr-<number>" when that name is free or already this PR's, else (another project's
+ * task, or one made through the API) the name with the project's hash; a task made under
+ * the hashed name keeps it. Sets IN->task. */
+static int pick_shared_name(struct task_txn *tx, struct bot_input *in, struct err *err)
+{
+    const struct inbox_entry *e = in->entry;
+    char plain[64], hashed[64];
+    json_t *doc = NULL;
+    struct err gerr = {0};
+    int rc;
+
+    bot_task_name(plain, e->provider, e->project, e->number, false);
+    bot_task_name(hashed, e->provider, e->project, e->number, true);
+    rc = task_txn_get(&doc, tx, in->ns, hashed, &gerr);
+    if (rc == E_NOTFOUND) {
+        rc = task_txn_get(&doc, tx, in->ns, plain, &gerr);
+        if (rc == E_NOTFOUND ||
+            (rc == E_OK && bot_task_belongs(doc, e->provider, e->project, e->number))) {
+            snprintf(in->task, sizeof(in->task), "%s", plain);
+            json_decref(doc);
+            return E_OK;
+        }
+    }
+    json_decref(doc);
+    snprintf(in->task, sizeof(in->task), "%s", hashed);
+    return rc == E_OK ? E_OK : err_set(err, rc, "%s", gerr.msg);
+}
+
 int bot_apply_txn(struct task_txn *tx, void *userdata)
 {
     struct bot_input *in = userdata;
@@ -522,7 +551,10 @@ int bot_apply_txn(struct task_txn *tx, void *userdata)
 
     buf_init(&reply, 0);
     in->accepted = false;
-    if (in->refusal == NULL && in->cmds != NULL) {
+    if (in->shared_ns) {
+        rc = pick_shared_name(tx, in, &err);
+    }
+    if (rc == E_OK && in->refusal == NULL && in->cmds != NULL) {
         rc = foreign_refusal(&foreign, tx, in, &err);
     }
     if (rc != E_OK) {

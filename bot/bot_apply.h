@@ -18,7 +18,9 @@ struct bot_input {
     const struct config_agent *agent; /* .diverge/agent.yaml on the base branch, or NULL */
     const char *status_table;         /* for status, or NULL */
     char ns[64];                      /* the project's namespace */
-    char task[64];                    /* bot_task_name() */
+    char task[64];                    /* bot_task_name(); in one shared namespace, chosen
+                                         in the transaction (bot_apply_txn) */
+    bool shared_ns;                   /* --namespace: every project's tasks in NS */
     bool accepted;                    /* out: a task-changing command was applied */
 };
 

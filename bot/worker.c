@@ -140,7 +140,8 @@ static void prepare(struct bot *b, struct prepared *pr)
     } else {
         bot_project_namespace(pr->in.ns, e->project);
     }
-    bot_task_name(pr->in.task, e->provider, e->project, e->number, b->ns_override != NULL);
+    pr->in.shared_ns = b->ns_override != NULL;
+    bot_task_name(pr->in.task, e->provider, e->project, e->number, pr->in.shared_ns);
     if (bot_gather(&pr->g, b, p, e, &pr->in, &err) != E_OK) {
         retry_later(b, pr, err.msg);
         return;

@@ -123,6 +123,8 @@ def test_colliding_namespaces_cannot_take_over_a_task():
 
 def test_shared_namespace_keeps_projects_apart():
     gh = takeover_fake()
+    gh.add_pull(VICTIM, 8, head_ref="perf8")
+    gh.add_pull(EVIL, 8, head_ref="evil8")
     try:
         with Server(server_args(gh, "--namespace", "shared"), env=server_env()) as srv:
             # An API-made task with the plain SPEC name is never touched.
@@ -152,6 +154,22 @@ def test_shared_namespace_keeps_projects_apart():
             wait(lambda: get_task(srv, "shared", names[EVIL])["spec"]["budgetUSD"] == "10.00",
                  what="eve's budget")
             assert get_task(srv, "shared", names[VICTIM])["spec"]["budgetUSD"] == "5.00"
+            # A PR number no task has yet: SPEC's plain name for the first project (§5), the
+            # hashed one for the second, and each one's later commands land on its own.
+            post(gh, srv, VICTIM, 8, "/diverge fix victim eight")
+            t8 = wait(lambda: get_task(srv, "shared", "fix-pr-8"), what="plain fix-pr-8")
+            assert t8["metadata"]["annotations"]["divergedev.com/project"] == VICTIM, t8
+            post(gh, srv, EVIL, 8, "/diverge fix eve eight", user="eve")
+            evil8 = wait(lambda: [t for t in tasks() if t["metadata"]["annotations"].get(
+                "divergedev.com/project") == EVIL and t["metadata"]["name"].startswith(
+                "fix-pr-8-")], what="eve's fix-pr-8-<hash>")
+            assert len(evil8) == 1, evil8
+            post(gh, srv, VICTIM, 8, "/diverge guide look at the cache")
+            guidance = "divergedev.com/guidance"
+            wait(lambda: get_task(srv, "shared", "fix-pr-8")["metadata"]["annotations"].get(
+                guidance) == "look at the cache", what="the plain task's guidance")
+            evil = get_task(srv, "shared", evil8[0]["metadata"]["name"])
+            assert guidance not in evil["metadata"]["annotations"], evil
     finally:
         gh.stop()
 
