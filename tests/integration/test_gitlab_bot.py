@@ -396,9 +396,37 @@ def test_bot_and_marker_notes_are_ignored():
         gl.stop()
 
 
+def test_token_or_signature_either_suffices():
+    """SPEC §5: the token, or a valid signature when a signing secret is configured; a
+    wrong signature is 401 even when the event header is missing too."""
+    from gitlab_helpers import sw_sign
+    gl = new_fake()
+    secret = whsec(b"both-configured-key-0123")
+    try:
+        with Server(server_args(gl, "--gitlab-signing-secret", secret), env=server_env()) as srv:
+            uid = gl.users["alice"]
+            body, _ = note_payload("/diverge help", user="alice", user_id=uid)
+            ts = int(time.time())
+            sig = {"webhook-id": "msg_both", "webhook-timestamp": str(ts),
+                   "webhook-signature": sw_sign(secret, "msg_both", ts, body)}
+            st, _, _ = deliver(srv, body, token="not-the-token", headers=sig)
+            assert st == 202, st  # a wrong token beside a valid signature
+            body2, _ = note_payload("/diverge help", user="alice", user_id=uid)
+            assert deliver(srv, body2, token="not-the-token")[0] == 401
+            bad = dict(sig, **{"webhook-id": "msg_bad"})  # signed for another id
+            st, _, _ = srv.request("POST", "/api/v1/webhooks/gitlab", body2, auth=False,
+                                   headers=dict(bad, **{"Content-Type": "application/json"}))
+            assert st == 401, st  # no X-Gitlab-Event either: still 401
+            assert deliver(srv, body2)[0] == 202  # the token alone
+            wait(lambda: len(replies(gl)) == 2, what="two help replies")
+    finally:
+        gl.stop()
+
+
 if __name__ == "__main__":
     run_tests([test_fix_end_to_end, test_duplicates_have_no_second_effect,
                test_auth_token_rotation_and_refusals, test_standard_webhooks_signatures,
+               test_token_or_signature_either_suffices,
                test_access_levels, test_colliding_namespace_task_is_not_touched,
                test_notifier_token_fallback, test_configured_tiers, test_ignored_and_malformed_deliveries,
                test_refused_before_the_body_and_size_cap, test_real_payloads,
