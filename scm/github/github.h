@@ -52,6 +52,10 @@ bool github_valid_repo_name(const char *s);
 int github_webhook_parse(enum github_event *event_out, struct inbox_entry *entry_out,
                          const char **why_out, const char *event, const char *delivery,
                          const char *body, size_t len, struct err *err);
+/* As github_webhook_parse, the same answers, but keeps nothing: for a delivery that holds
+ * no command (the comment's body is checked to be a string, never copied). */
+int github_webhook_check(enum github_event *event_out, const char **why_out, const char *event,
+                         const char *body, size_t len, struct err *err);
 
 struct github_config {
     const char *api_url; /* REST base, e.g. https://api.github.com */

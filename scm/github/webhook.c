@@ -295,8 +295,15 @@ static int check_repository(const char *full, const struct jsonscan_value *f, st
     return rc;
 }
 
+/* Whether V is a JSON string (what jsonscan_string would read, without reading it). */
+static bool is_string(const struct jsonscan_value *v)
+{
+    return v->present && v->len >= 2 && v->start[0] == '"';
+}
+
+/* The comment's fields into E; its body only WITH_BODY (else only checked to be there). */
 static int parse_comment(struct inbox_entry *e, const struct jsonscan_value *f,
-                         const char *delivery, struct err *err)
+                         const char *delivery, bool with_body, struct err *err)
 {
     int64_t number = 0, id = 0, uid = 0, inst = 0;
     int rc;
@@ -314,12 +321,12 @@ static int parse_comment(struct inbox_entry *e, const struct jsonscan_value *f,
     }
     snprintf(e->provider, sizeof(e->provider), "github");
     e->project = jsonscan_string(&f[F_PROJECT]);
-    e->body = jsonscan_string(&f[F_BODY]);
+    e->body = with_body ? jsonscan_string(&f[F_BODY]) : NULL;
     e->author = jsonscan_string(&f[F_LOGIN]);
     if (e->project == NULL) {
         return missing(err, "repository.full_name");
     }
-    if (e->body == NULL) {
+    if (with_body ? e->body == NULL : !is_string(&f[F_BODY])) {
         return missing(err, "comment.body");
     }
     if (e->author == NULL) {
@@ -382,9 +389,9 @@ static int comment_filter(const char **why_out, const struct jsonscan_value *f, 
     return E_OK;
 }
 
-int github_webhook_parse(enum github_event *event_out, struct inbox_entry *entry_out,
-                         const char **why_out, const char *event, const char *delivery,
-                         const char *body, size_t len, struct err *err)
+static int parse_delivery(enum github_event *event_out, struct inbox_entry *entry_out,
+                          const char **why_out, const char *event, const char *delivery,
+                          const char *body, size_t len, bool with_body, struct err *err)
 {
     struct jsonscan_value f[F_COUNT];
     char *action = NULL;
@@ -421,11 +428,28 @@ int github_webhook_parse(enum github_event *event_out, struct inbox_entry *entry
     if (rc != E_OK || (*why_out)[0] != '\0') {
         return rc;
     }
-    rc = parse_comment(entry_out, f, delivery, err);
+    rc = parse_comment(entry_out, f, delivery, with_body, err);
     if (rc == E_OK) {
         *event_out = GITHUB_EVENT_COMMENT;
     } else {
         inbox_entry_cleanup(entry_out);
     }
+    return rc;
+}
+
+int github_webhook_parse(enum github_event *event_out, struct inbox_entry *entry_out,
+                         const char **why_out, const char *event, const char *delivery,
+                         const char *body, size_t len, struct err *err)
+{
+    return parse_delivery(event_out, entry_out, why_out, event, delivery, body, len, true, err);
+}
+
+int github_webhook_check(enum github_event *event_out, const char **why_out, const char *event,
+                         const char *body, size_t len, struct err *err)
+{
+    struct inbox_entry e;
+    int rc = parse_delivery(event_out, &e, why_out, event, NULL, body, len, false, err);
+
+    inbox_entry_cleanup(&e);
     return rc;
 }

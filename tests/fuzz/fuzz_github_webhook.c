@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* libFuzzer target: GitHub webhook payloads. The parser must never crash, a parsed
  * comment must carry every field the bot relies on, with a PR number and names GitHub
- * allows, and the no-allocation syntax scanner
+ * allows, github_webhook_check must answer as the parser does, and the no-allocation
+ * syntax scanner
  * (common/jsonscan) must accept whatever jansson accepts. */
 #include <stddef.h>
 #include <stdint.h>
@@ -16,13 +17,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     const char *body = (const char *)data;
-    enum github_event ev;
+    enum github_event ev, ev2;
     struct inbox_entry e;
-    const char *why = NULL;
+    const char *why = NULL, *why2 = NULL;
     json_t *j;
+    int rc = github_webhook_parse(&ev, &e, &why, "issue_comment", "d", body, size, NULL);
 
-    if (github_webhook_parse(&ev, &e, &why, "issue_comment", "d", body, size, NULL) == E_OK &&
-        ev == GITHUB_EVENT_COMMENT) {
+    /* The check that keeps nothing (deliveries without a command) answers the same. */
+    ASSERT(github_webhook_check(&ev2, &why2, "issue_comment", body, size, NULL) == rc);
+    ASSERT(rc != E_OK || (ev2 == ev && strcmp(why2, why) == 0));
+    if (rc == E_OK && ev == GITHUB_EVENT_COMMENT) {
         const char *slash;
         char *owner;
 

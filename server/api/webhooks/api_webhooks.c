@@ -104,15 +104,18 @@ int api_webhook_github(struct request *r)
     if (github_webhook_mac_check(r->gh_mac, &err) != E_OK) {
         return http_send_error(r, 401, NULL, NULL, "%s", err.msg);
     }
-    /* Every delivery is read and checked as a command's is (malformed or missing fields:
-     * 400, SPEC §5), then a comment without "/diverge" anywhere is answered at once: it
-     * holds no command, and nothing is stored. */
+    /* Every delivery is checked as a command's is (malformed or missing fields: 400,
+     * SPEC §5); a comment without "/diverge" anywhere holds no command: it is checked
+     * without keeping anything, answered at once and not stored. */
+    if (event != NULL && strcmp(event, "issue_comment") == 0 &&
+        !slashcmd_mentions(body, r->body.len)) {
+        if (github_webhook_check(&kind, &why, event, body, r->body.len, &err) != E_OK) {
+            return http_send_error(r, 400, NULL, NULL, "%s", err.msg);
+        }
+        return http_send_text(r, 204, "application/json", "");
+    }
     if (github_webhook_parse(&kind, &e, &why, event, delivery, body, r->body.len, &err) != E_OK) {
         return http_send_error(r, 400, NULL, NULL, "%s", err.msg);
-    }
-    if (kind == GITHUB_EVENT_COMMENT && !slashcmd_mentions(body, r->body.len)) {
-        inbox_entry_cleanup(&e);
-        return http_send_text(r, 204, "application/json", "");
     }
     switch (kind) {
     case GITHUB_EVENT_PING:
