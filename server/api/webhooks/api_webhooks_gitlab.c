@@ -84,8 +84,9 @@ int api_webhook_gitlab_begin(struct request *r)
     default:
         return http_send_error(r, 401, NULL, NULL, "missing X-Gitlab-Token or webhook-signature");
     }
-    /* A missing X-Gitlab-Event is 400 once the delivery is authenticated (a wrong signature
-     * is 401 whatever else is wrong): gitlab_webhook_parse says so. */
+    if (http_header(r, "X-Gitlab-Event") == NULL) {
+        return http_send_error(r, 400, NULL, NULL, "missing X-Gitlab-Event header");
+    }
     return MHD_YES;
 }
 
