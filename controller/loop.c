@@ -136,6 +136,11 @@ static int64_t resync(void *userdata)
         struct token_record rec;
         task_view_of(&v, item);
         reconcile_one(c, v.ns, v.name);
+        /* Read and written under the lock, as a start writes its fresh token and makes it
+         * current in one hold: a start beside this one (one that waited for its mirror's
+         * fetch, run by the fetch's thread) can no longer have its token file overwritten
+         * with the token it replaced (the runner then met "token revoked" and exited 4). */
+        pthread_mutex_lock(&c->lock);
         if (task_store_token_current(&rec, c->store, v.ns, v.name, NULL) == E_OK) {
             if (rec.active) {
                 (void)controller_write_token_file(c, v.ns, v.name, rec.token, NULL);
@@ -143,6 +148,7 @@ static int64_t resync(void *userdata)
             secret_wipe(rec.token, strlen(rec.token));
             free(rec.token);
         }
+        pthread_mutex_unlock(&c->lock);
     }
     json_decref(items);
     controller_queue_pass(c);
