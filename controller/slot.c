@@ -320,46 +320,49 @@ static char *slots_wanted(struct controller *c, int64_t now)
     return NULL;
 }
 
-/* Whether S's repository is one of URLS[N]'s. */
-static bool slot_of_any(const struct controller *c, const struct controller_slot *s,
-                        const char *const *urls, size_t n)
+/* Whether MIRROR is one of MIRRORS[N]. */
+static bool mirror_in(const char *mirror, char *const *mirrors, size_t n)
 {
-    bool found = false;
-
-    for (size_t i = 0; i < n && !found; i++) {
-        char *mirror = controller_mirror_path(c->data_dir, urls[i]);
-        found = strcmp(mirror, s->mirror) == 0;
-        free(mirror);
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(mirror, mirrors[i]) == 0) {
+            return true;
+        }
     }
-    return found;
+    return false;
 }
 
 void controller_slots_fit(struct controller *c, int64_t room, const char *const *urls, size_t n)
 {
     struct controller_slot **pp, *gone = NULL, *s;
+    char **mirrors;
     int64_t others = 0;
 
     if (c->slot_max <= 0 || c->max_running <= 0) {
         return;
     }
+    mirrors = xcalloc(n + 1, sizeof(*mirrors));
+    for (size_t i = 0; i < n; i++) {
+        mirrors[i] = controller_mirror_path(c->data_dir, urls[i]);
+    }
     pthread_mutex_lock(&c->lock);
     c->slot_room = room > 0 ? room : 0;
-    for (s = c->slots; s != NULL; s = s->next) {
-        others += slot_of_any(c, s, urls, n) ? 0 : 1;
-    }
-    /* The list is newest first: the oldest slots go. */
-    while (others > c->slot_room) {
-        struct controller_slot **last = NULL;
-        for (pp = &c->slots; *pp != NULL; pp = &(*pp)->next) {
-            last = slot_of_any(c, *pp, urls, n) ? last : pp;
+    /* The list is newest first: past the first slot_room slots no admitted task takes,
+     * the older ones go. */
+    for (pp = &c->slots; *pp != NULL;) {
+        s = *pp;
+        if (mirror_in(s->mirror, mirrors, n) || ++others <= c->slot_room) {
+            pp = &s->next;
+            continue;
         }
-        s = *last;
-        *last = s->next;
+        *pp = s->next;
         s->next = gone;
         gone = s;
-        others--;
     }
     pthread_mutex_unlock(&c->lock);
+    for (size_t i = 0; i < n; i++) {
+        free(mirrors[i]);
+    }
+    free(mirrors);
     while (gone != NULL) {
         s = gone;
         gone = s->next;
