@@ -230,20 +230,19 @@ static struct llm_call *new_call(struct request *r, const struct llm_route *rt, 
     c->metered = rt->metered;
     c->body_len = r->body.len;
     llm_call_set_model(c, model);
-    if ((price == NULL || gw->key[rt->provider] == NULL) && token_refused(r, rt, token, ret)) {
-        llm_call_free(c);
-        return NULL;
+    if (price != NULL && gw->key[rt->provider] != NULL) {
+        c->price = *price;
+        return c;
     }
-    if (price == NULL) {
+    if (token_refused(r, rt, token, ret)) {
+        /* answered 401: a refused token comes before the call's own refusal */
+    } else if (price == NULL) {
         snprintf(msg, sizeof(msg), "diverge: no price for model %s", c->model_safe);
         *ret = llm_send_error(r, rt->provider, LLM_ERR_PERMISSION, msg);
-    } else if (gw->key[rt->provider] == NULL) {
+    } else {
         snprintf(msg, sizeof(msg), "diverge: no %s API key is configured on the server",
                  llm_provider_name(rt->provider));
         *ret = llm_send_error(r, rt->provider, LLM_ERR_UNAVAILABLE, msg);
-    } else {
-        c->price = *price;
-        return c;
     }
     llm_call_free(c);
     return NULL;
