@@ -41,9 +41,11 @@ static const char *delivery_of(struct request *r)
 }
 
 /* The check a delivery is given (SPEC §5: the token, or a valid signature when a signing
- * secret is configured): 1 a token that matches, else 2 the signature when a secret is
- * configured and the delivery carries one, else 3 a token that matches none, 0 neither. */
-static int auth_kind(struct request *r)
+ * secret is configured): a token that matches, else the signature when a secret is
+ * configured and the delivery carries one, else a token that matches none, or neither. */
+enum auth_kind { AUTH_NONE, AUTH_TOKEN, AUTH_SIGNATURE, AUTH_WRONG_TOKEN };
+
+static enum auth_kind auth_kind(struct request *r)
 {
     const struct server_config *c = &r->srv->cfg;
     bool token = has(c->gitlab_webhook_token) && http_header(r, "X-Gitlab-Token") != NULL;
@@ -51,12 +53,12 @@ static int auth_kind(struct request *r)
     if (token && http_header_count(r, "X-Gitlab-Token") == 1 &&
         gitlab_token_verify(c->gitlab_webhook_token, http_header(r, "X-Gitlab-Token"), NULL) ==
             E_OK) {
-        return 1;
+        return AUTH_TOKEN;
     }
     if (has(c->gitlab_signing_secret) && http_header(r, "webhook-signature") != NULL) {
-        return 2;
+        return AUTH_SIGNATURE;
     }
-    return token ? 3 : 0;
+    return token ? AUTH_WRONG_TOKEN : AUTH_NONE;
 }
 
 int api_webhook_gitlab_begin(struct request *r)
@@ -70,12 +72,12 @@ int api_webhook_gitlab_begin(struct request *r)
                                "--gitlab-signing-secret)");
     }
     switch (auth_kind(r)) {
-    case 1:
+    case AUTH_TOKEN:
         break;
-    case 3:
+    case AUTH_WRONG_TOKEN:
         return http_send_error(r, 401, NULL, NULL,
                                "the X-Gitlab-Token matches no configured token");
-    case 2:
+    case AUTH_SIGNATURE:
         if (gitlab_sig_precheck(http_header(r, "webhook-id"), http_header(r, "webhook-timestamp"),
                                 http_header(r, "webhook-signature"), now_s(), &err) != E_OK) {
             return http_send_error(r, 401, NULL, NULL, "%s", err.msg);
@@ -96,9 +98,9 @@ static int authenticate(struct request *r, const char *body, struct err *err)
     const struct server_config *c = &r->srv->cfg;
 
     switch (auth_kind(r)) {
-    case 1:
+    case AUTH_TOKEN:
         return E_OK; /* the token matched a configured one */
-    case 2:
+    case AUTH_SIGNATURE:
         return gitlab_sig_verify(c->gitlab_signing_secret, http_header(r, "webhook-id"),
                                  http_header(r, "webhook-timestamp"),
                                  http_header(r, "webhook-signature"), body, r->body.len, now_s(),
