@@ -170,31 +170,35 @@ TEST(usage_line_refused)
 
 TEST(cost_numbers)
 {
+    static const struct {
+        const char *in;
+        int64_t want;
+    } good[] = {
+        {"0", 0},
+        {"0.000001", 1},
+        {"12.5", 12500000},
+        {"0e5", 0},
+        /* Finer than a micro-dollar: rounded half up, and never to nothing. */
+        {"0.00045000000000000004", 450},
+        {"0.0000015", 2},
+        {"0.0000014999", 1},
+        {"1e-7", 1},
+        {"12.9999996", 13000000},
+    };
+    static const char *const bad[] = {"01", "1.", "1e", "-0"};
     int64_t v = -1;
 
-    CHECK_OK(runner_cost_parse(&v, "0", 1));
-    CHECK_EQ_INT(v, 0);
-    CHECK_OK(runner_cost_parse(&v, "0.000001", 8));
-    CHECK_EQ_INT(v, 1);
-    CHECK_OK(runner_cost_parse(&v, "12.5", 4));
-    CHECK_EQ_INT(v, 12500000);
-    CHECK_OK(runner_cost_parse(&v, "0e5", 3));
-    CHECK_EQ_INT(v, 0);
-    /* Finer than a micro-dollar: rounded half up, and never to nothing. */
-    CHECK_OK(runner_cost_parse(&v, "0.00045000000000000004", 22));
-    CHECK_EQ_INT(v, 450);
-    CHECK_OK(runner_cost_parse(&v, "0.0000015", 9));
-    CHECK_EQ_INT(v, 2);
-    CHECK_OK(runner_cost_parse(&v, "0.0000014999", 12));
-    CHECK_EQ_INT(v, 1);
-    CHECK_OK(runner_cost_parse(&v, "1e-7", 4));
-    CHECK_EQ_INT(v, 1);
-    CHECK_OK(runner_cost_parse(&v, "12.9999996", 10));
-    CHECK_EQ_INT(v, 13000000);
-    CHECK_EQ_INT(runner_cost_parse(&v, "01", 2), E_INVALID);
-    CHECK_EQ_INT(runner_cost_parse(&v, "1.", 2), E_INVALID);
-    CHECK_EQ_INT(runner_cost_parse(&v, "1e", 2), E_INVALID);
-    CHECK_EQ_INT(runner_cost_parse(&v, "-0", 2), E_INVALID);
+    for (size_t i = 0; i < ARRAY_LEN(good); i++) {
+        if (runner_cost_parse(&v, good[i].in, strlen(good[i].in)) != E_OK || v != good[i].want) {
+            t_fail(__FILE__, __LINE__, "%s read as %lld, want %lld", good[i].in, (long long)v,
+                   (long long)good[i].want);
+        }
+    }
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        if (runner_cost_parse(&v, bad[i], strlen(bad[i])) != E_INVALID) {
+            t_fail(__FILE__, __LINE__, "%s accepted", bad[i]);
+        }
+    }
 }
 
 TEST(line_splitting)
