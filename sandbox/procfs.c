@@ -178,10 +178,43 @@ static void tree_end(void)
     pthread_mutex_unlock(&tree_lock);
 }
 
+/* The state letter of PID (/proc/<pid>/stat field 3, after the command's last ')'), or 0
+ * when it is gone. */
+static char state_of(pid_t pid)
+{
+    char path[64], buf[1024], *p;
+
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    if (sbx_read_small(path, buf, sizeof(buf)) <= 0 || (p = strrchr(buf, ')')) == NULL) {
+        return 0;
+    }
+    return p[1] == ' ' ? p[2] : 0;
+}
+
+/* Waits until every process of SEEN[0..n) is stopped (T, t), a zombie or gone: a SIGSTOP
+ * takes effect when its process next runs, after kill() returned. At most
+ * SBX_STOP_WAIT_MS (one in uninterruptible sleep stops only when it leaves it). */
+static void wait_stopped(const pid_t *seen, size_t n)
+{
+    for (int waited_us = 0; waited_us < SBX_STOP_WAIT_MS * 1000; waited_us += 200) {
+        size_t i = 0;
+        for (char st; i < n; i++) {
+            st = state_of(seen[i]);
+            if (st != 0 && st != 'T' && st != 't' && st != 'Z' && st != 'X') {
+                break;
+            }
+        }
+        if (i == n) {
+            return;
+        }
+        usleep(200);
+    }
+}
+
 /* Sends SIG to ROOT and every descendant (also those that left its session or process
  * group, e.g. inside bubblewrap's pid namespace). The tree is read before any signal
  * (a killed parent would hand its children to init) and read again until no new process
- * shows up; the deepest get the signal first. */
+ * shows up; the deepest get the signal first. A SIGSTOP returns once they stopped. */
 void sbx_signal_tree(pid_t root, int sig)
 {
     pid_t *seen = tree_begin(root);
@@ -196,6 +229,9 @@ void sbx_signal_tree(pid_t root, int sig)
             kill(seen[i - 1], sig);
         }
         done = n;
+    }
+    if (sig == SIGSTOP) {
+        wait_stopped(seen, n);
     }
     tree_end();
 }

@@ -83,7 +83,9 @@ char *sbx_record_path(const struct sbx_set *set, const char *ns, const char *nam
  * the leader did (STARTTIME, /proc/<pid>/stat field 22). */
 void sbx_kill_group(pid_t pgid, unsigned long long starttime);
 /* Sends SIG to ROOT and all its descendants, repeating until the set is stable (the
- * pause fallback without a cgroup: it reaches into bubblewrap's pid namespace). */
+ * pause fallback without a cgroup: it reaches into bubblewrap's pid namespace). For
+ * SIGSTOP it returns once every one of them is stopped, or after SBX_STOP_WAIT_MS. */
+#define SBX_STOP_WAIT_MS 1000
 void sbx_signal_tree(pid_t root, int sig);
 /* Reads up to SIZE - 1 bytes of PATH (a small /proc or cgroup file) into BUF,
  * NUL-terminated; the bytes read, or -1 (BUF empty, errno the open's or read's). */
