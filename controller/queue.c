@@ -360,8 +360,7 @@ static void place(struct pass *p)
     for (size_t i = 0; i < p->n; i++) {
         struct controller_queue_item *it = &p->items[i];
         struct controller_queued *q = controller_queued_find(c, it->ns, it->name);
-        q->round = it->round;
-        q->admitted = it->position == 0;
+        q->round = it->round; /* admitted only once the slots fit (admit) */
     }
 }
 
@@ -383,6 +382,26 @@ static void fit_slots(struct pass *p)
     }
     controller_slots_fit(p->c, p->c->max_running - held, urls, n);
     free(urls);
+}
+
+/* After fit_slots: the tasks placed first are admitted. Not before, or a reconcile of one
+ * that runs meanwhile (its own change woke it) could start its sandbox beside a warm slot
+ * that fit_slots has not stopped yet: one sandbox more than --max-running-tasks. */
+static void admit(struct pass *p)
+{
+    struct controller *c = p->c;
+
+    pthread_mutex_lock(&c->queue_lock);
+    for (size_t i = 0; i < p->n; i++) {
+        if (p->items[i].position == 0) {
+            const char *ns = p->keys[i], *name = p->keys[i] + strlen(p->keys[i]) + 1;
+            struct controller_queued *q = controller_queued_find(c, ns, name);
+            if (q != NULL) {
+                q->admitted = true;
+            }
+        }
+    }
+    pthread_mutex_unlock(&c->queue_lock);
 }
 
 /* After the queue lock: the statuses, then the reconciles that start the admitted. */
@@ -452,6 +471,7 @@ void controller_queue_pass(struct controller *c)
     }
     pthread_mutex_unlock(&c->queue_lock);
     fit_slots(&p);
+    admit(&p);
     write_positions(&p);
     pthread_mutex_unlock(&c->pass_lock);
     for (i = 0; i < p.n_clear; i++) {
