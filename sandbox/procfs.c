@@ -36,19 +36,24 @@ ssize_t sbx_read_small(const char *path, char *buf, size_t size)
     return n;
 }
 
+/* Reads /proc/<PID>/stat into BUF[SIZE]; the command's last ')' in it (the command may
+ * hold spaces and parentheses: the fields are the text after it), or NULL when the process
+ * is gone. */
+static char *stat_tail(pid_t pid, char *buf, size_t size)
+{
+    char path[64];
+
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    return sbx_read_small(path, buf, size) > 0 ? strrchr(buf, ')') : NULL;
+}
+
 /* Field FIELD (1-based, as in proc(5): 4 ppid, 5 pgrp, 22 starttime) of
- * /proc/<PID>/stat, parsed from the text after the command's last ')' (the command may
- * hold spaces and parentheses). *OK_OUT is false when the process is gone. */
+ * /proc/<PID>/stat. *OK_OUT is false when the process is gone. */
 static unsigned long long stat_field(pid_t pid, int field, bool *ok_out)
 {
-    char path[64], buf[1024], *p;
+    char buf[1024], *p = stat_tail(pid, buf, sizeof(buf));
 
     *ok_out = false;
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    if (sbx_read_small(path, buf, sizeof(buf)) <= 0) {
-        return 0;
-    }
-    p = strrchr(buf, ')');
     /* p is at ") S ...": field 3 follows the first space, field k the (k-2)th. */
     for (int f = 2; p != NULL && f < field; f++) {
         p = strchr(p + 1, ' ');
@@ -178,17 +183,12 @@ static void tree_end(void)
     pthread_mutex_unlock(&tree_lock);
 }
 
-/* The state letter of PID (/proc/<pid>/stat field 3, after the command's last ')'), or 0
- * when it is gone. */
+/* The state letter of PID (/proc/<pid>/stat field 3), or 0 when it is gone. */
 static char state_of(pid_t pid)
 {
-    char path[64], buf[1024], *p;
+    char buf[1024], *p = stat_tail(pid, buf, sizeof(buf));
 
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    if (sbx_read_small(path, buf, sizeof(buf)) <= 0 || (p = strrchr(buf, ')')) == NULL) {
-        return 0;
-    }
-    return p[1] == ' ' ? p[2] : 0;
+    return p != NULL && p[1] == ' ' ? p[2] : 0;
 }
 
 /* Waits until every process of SEEN[0..n) is stopped (T, t), a zombie or gone: a SIGSTOP
