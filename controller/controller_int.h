@@ -494,13 +494,21 @@ int controller_disk_usage(int64_t *bytes_out, const char *path, int64_t stop_at,
 int64_t controller_disk_free(const char *path);
 /* The size of what a push of refs/heads/WORKING from STAGING would send (git rev-list
  * --disk-usage of the objects not reachable from the refs of MIRROR, the remote's copy;
- * NULL or absent: every object counts). E_FAIL when git cannot tell. */
+ * NULL or absent: every object counts). E_FAIL when git cannot tell, or when B (NULL:
+ * CONTROLLER_PUSH_LIMIT_MS, no cancel) stopped it: the staging repository is the
+ * sandbox's work, and its git must not hold a push job past a delete or the server's stop. */
 int controller_push_size(int64_t *bytes_out, const char *staging, const char *mirror,
-                         const char *working, struct err *err);
+                         const char *working, struct controller_git_bound *b, struct err *err);
 
 /* git plumbing (workspace.c). ARGV starts with "git"; output goes to LOG_PATH. No SCM
  * credentials: only controller_mirror and controller_push give git any. */
 int controller_git(const char *log_path, const char *const argv[], struct err *err);
+/* Runs git with ARGV without credentials, EXTRA_ENV ("NAME=value", or NULL) added to its
+ * environment, in a process group of its own bounded by B as a push is (NULL:
+ * CONTROLLER_PUSH_LIMIT_MS, no cancel); the first CAP - 1 bytes of its stdout into OUT as a
+ * string, its stderr dropped. E_FAIL unless git exited 0. */
+int controller_git_read(char *out, size_t cap, const char *const argv[], const char *extra_env,
+                        struct controller_git_bound *b, struct err *err);
 /* *out: the mirror of URL (new string) under C's data dir; cloned once, fetched afterwards,
  * with the server's credentials for URL's host. *HOW_OUT: what was done, for the task's log
  * ("cloned", "fetched (reused)", or reused without a fetch: a static string). */

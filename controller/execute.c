@@ -471,7 +471,7 @@ static int check_push_size(struct controller *c, const struct reconcile *r, cons
     mirror = controller_mirror_path(c->data_dir, r->url);
     rc = controller_staging_sanitize(staging, err);
     if (rc == E_OK) {
-        rc = controller_push_size(&size, staging, mirror, branch, err);
+        rc = controller_push_size(&size, staging, mirror, branch, r->git_bound, err);
     }
     free(mirror);
     if (rc == E_OK && size > c->max_push_bytes) {

@@ -163,7 +163,9 @@ static char **with_credentials(char **env, size_t n, const struct creds *cr)
     return env;
 }
 
-static char **git_env(const struct creds *cr)
+/* git's environment: the server's variables git needs, C locale, no prompt, EXTRA
+ * ("NAME=value", may be NULL) and CR's credentials (may be NULL). */
+static char **git_env(const struct creds *cr, const char *extra)
 {
     static const char *const keep[] = {"PATH=",
                                        "HOME=",
@@ -176,11 +178,11 @@ static char **git_env(const struct creds *cr)
                                        "GIT_CONFIG_NOSYSTEM=",
                                        "GIT_HTTP_LOW_SPEED_LIMIT=",
                                        "GIT_HTTP_LOW_SPEED_TIME="};
-    size_t n = 0, cap = ARRAY_LEN(keep) + 4;
+    size_t n = 0, cap = ARRAY_LEN(keep) + 5;
     char **env = xcalloc(cap, sizeof(*env));
 
     for (char **e = environ; *e != NULL; e++) {
-        for (size_t i = 0; i < ARRAY_LEN(keep) && n + 3 < cap; i++) {
+        for (size_t i = 0; i < ARRAY_LEN(keep) && n + 4 < cap; i++) {
             if (strncmp(*e, keep[i], strlen(keep[i])) == 0) {
                 env[n++] = xstrdup(*e);
             }
@@ -188,6 +190,9 @@ static char **git_env(const struct creds *cr)
     }
     env[n++] = xstrdup("GIT_TERMINAL_PROMPT=0");
     env[n++] = xstrdup("LC_ALL=C");
+    if (extra != NULL) {
+        env[n++] = xstrdup(extra);
+    }
     env[n] = NULL;
     return with_credentials(env, n, cr);
 }
@@ -203,11 +208,19 @@ static void env_free(char **env)
     free(env);
 }
 
-/* Starts git with ARGV and a filtered environment, stdin /dev/null and stdout and stderr
- * into a pipe whose read end goes to *FD_OUT; in a process group of its own with GROUP
- * (its helpers, git-remote-http or ssh, are killed with it). */
-static int git_start(pid_t *pid_out, int *fd_out, const char *const argv[], const struct creds *cr,
-                     bool group, struct err *err)
+/* How git_start() runs git. */
+struct git_how {
+    const struct creds *cr; /* credentials, or NULL */
+    const char *extra_env;  /* "NAME=value" added to git's environment, or NULL */
+    bool group;             /* a process group of its own */
+    bool quiet;             /* stderr to /dev/null instead of the pipe */
+};
+
+/* Starts git with ARGV and a filtered environment (HOW), stdin /dev/null and stdout (and
+ * stderr unless quiet) into a pipe whose read end goes to *FD_OUT; in a process group of
+ * its own with HOW->group (its helpers, git-remote-http or ssh, are killed with it). */
+static int git_start(pid_t *pid_out, int *fd_out, const char *const argv[],
+                     const struct git_how *how, struct err *err)
 {
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t attr;
@@ -217,13 +230,17 @@ static int git_start(pid_t *pid_out, int *fd_out, const char *const argv[], cons
     if (pipe2(pipefd, O_CLOEXEC) != 0) {
         return err_set(err, E_FAIL, "pipe: %s", strerror(errno));
     }
-    env = git_env(cr);
+    env = git_env(how->cr, how->extra_env);
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
     posix_spawn_file_actions_adddup2(&fa, pipefd[1], 1);
-    posix_spawn_file_actions_adddup2(&fa, pipefd[1], 2);
+    if (how->quiet) {
+        posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    } else {
+        posix_spawn_file_actions_adddup2(&fa, pipefd[1], 2);
+    }
     posix_spawnattr_init(&attr);
-    if (group) {
+    if (how->group) {
         posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
         posix_spawnattr_setpgroup(&attr, 0);
     }
@@ -394,7 +411,9 @@ static int git_run(const struct creds *cr, const char *log_path, const char *con
     pid_t pid = -1;
     bool late = false;
 
-    rc = git_start(&pid, &fd, argv, cr, b != NULL, err);
+    struct git_how how = {.cr = cr, .group = b != NULL};
+
+    rc = git_start(&pid, &fd, argv, &how, err);
     if (rc != E_OK) {
         return rc;
     }
@@ -423,6 +442,40 @@ static int git_run(const struct creds *cr, const char *log_path, const char *con
 int controller_git(const char *log_path, const char *const argv[], struct err *err)
 {
     return git_run(NULL, log_path, argv, NULL, err);
+}
+
+int controller_git_read(char *out, size_t cap, const char *const argv[], const char *extra_env,
+                        struct controller_git_bound *b, struct err *err)
+{
+    struct git_how how = {.extra_env = extra_env, .group = true, .quiet = true};
+    struct controller_git_bound own;
+    size_t len;
+    int fd = -1, status = 0, rc;
+    pid_t pid = -1;
+    bool late = false;
+
+    out[0] = '\0';
+    if (b == NULL) {
+        controller_git_bound_init(&own, CONTROLLER_PUSH_LIMIT_MS);
+        b = &own;
+    }
+    rc = git_start(&pid, &fd, argv, &how, err);
+    if (rc == E_OK) {
+        bound_group(b, pid);
+        len = read_output(out, cap - 1, fd, pid, b, &late);
+        bound_group(b, 0); /* before the reap, as in git_run() */
+        close(fd);
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+        }
+        out[len] = '\0';
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+            rc = git_failed(argv, status, "", 0, b, late, err);
+        }
+    }
+    if (b == &own) {
+        controller_git_bound_cleanup(&own);
+    }
+    return rc;
 }
 
 /* git_run() with the server's credentials for URL, bounded by B, or when B is NULL by

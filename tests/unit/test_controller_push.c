@@ -2,7 +2,9 @@
 /* Unit tests of a push's bounds (controller/workspace.c): a push whose git runs past its
  * wall-clock limit, or that another thread cancels, ends as failed with its git and git's
  * helpers (here the ssh command git runs) killed. The remote is an ssh:// URL whose "ssh"
- * (GIT_SSH_COMMAND) never answers: nothing leaves the machine. */
+ * (GIT_SSH_COMMAND) never answers: nothing leaves the machine. The measure of a push
+ * (controller/push_limit.c) is bounded the same way: a "git" first on PATH that hangs in
+ * rev-list stands for a staging repository that takes git forever. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <ftw.h>
@@ -10,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/buf.h"
@@ -196,6 +199,100 @@ TEST(cancelled_push_kills_git_and_its_helpers)
     CHECK_EQ_STR(err.msg, "git push stopped: the test cancelled it");
     check_none_hanging();
     controller_git_bound_cleanup(&b);
+    fixture_cleanup(&f);
+}
+
+/* Puts a "git" that hangs in rev-list (and runs the real git otherwise) first on PATH;
+ * returns the PATH before, to give to path_restore(). */
+static char *path_with_hanging_rev_list(const struct fixture *f)
+{
+    const char *path = getenv("PATH");
+    char *before = xstrdup(path != NULL ? path : "/usr/bin:/bin");
+    char *bin = xasprintf("%s/bin", f->dir), *git_path = xasprintf("%s/git", bin);
+    char *script =
+        xasprintf("#!/bin/sh\n"
+                  "for a in \"$@\"; do [ \"$a\" = rev-list ] && exec sleep " HANG "; done\n"
+                  "PATH='%s' exec git \"$@\"\n",
+                  before);
+    FILE *fp;
+
+    CHECK_OK(mkdir(bin, 0700));
+    fp = fopen(git_path, "w");
+    CHECK(fp != NULL);
+    CHECK(fputs(script, fp) >= 0);
+    CHECK_OK(fclose(fp));
+    CHECK_OK(chmod(git_path, 0700));
+    char *now = xasprintf("%s:%s", bin, before);
+    setenv("PATH", now, 1);
+    free(now);
+    free(script);
+    free(git_path);
+    free(bin);
+    return before;
+}
+
+static void path_restore(char *before)
+{
+    setenv("PATH", before, 1);
+    free(before);
+}
+
+TEST(push_size_counts_only_what_the_mirror_lacks)
+{
+    struct fixture f;
+    struct err err = {0};
+    int64_t size = -1;
+
+    fixture_init(&f);
+    char *mirror = xasprintf("%s/mirror.git", f.dir);
+    const char *clone[] = {"git", "clone", "-q", "--bare", f.staging, mirror, NULL};
+    CHECK_OK(controller_push_size(&size, f.staging, NULL, "main", NULL, &err));
+    CHECK(size > 0); /* no mirror: the commit and its tree are new */
+    git(NULL, clone);
+    CHECK_OK(controller_push_size(&size, f.staging, mirror, "main", NULL, &err));
+    CHECK_EQ_INT(size, 0); /* the mirror has them */
+    free(mirror);
+    fixture_cleanup(&f);
+}
+
+TEST(push_size_past_its_time_limit_is_stopped)
+{
+    struct controller_git_bound b;
+    struct fixture f;
+    struct err err = {0};
+    int64_t size = -1;
+
+    fixture_init(&f);
+    char *path = path_with_hanging_rev_list(&f);
+    controller_git_bound_init(&b, 300);
+    CHECK_EQ_INT(controller_push_size(&size, f.staging, NULL, "main", &b, &err), E_FAIL);
+    CHECK_EQ_STR(err.msg,
+                 "cannot measure the push: git rev-list stopped after 300 ms without finishing");
+    CHECK_EQ_INT(size, 0);
+    check_none_hanging();
+    controller_git_bound_cleanup(&b);
+    path_restore(path);
+    fixture_cleanup(&f);
+}
+
+TEST(cancelled_push_size_kills_its_git)
+{
+    struct controller_git_bound b;
+    struct fixture f;
+    struct err err = {0};
+    int64_t size = -1;
+    pthread_t th;
+
+    fixture_init(&f);
+    char *path = path_with_hanging_rev_list(&f);
+    controller_git_bound_init(&b, CONTROLLER_PUSH_LIMIT_MS);
+    CHECK_OK(pthread_create(&th, NULL, cancel_when_running, &b));
+    CHECK_EQ_INT(controller_push_size(&size, f.staging, NULL, "main", &b, &err), E_FAIL);
+    pthread_join(th, NULL);
+    CHECK_EQ_STR(err.msg, "cannot measure the push: git rev-list stopped: the test cancelled it");
+    check_none_hanging();
+    controller_git_bound_cleanup(&b);
+    path_restore(path);
     fixture_cleanup(&f);
 }
 
