@@ -107,6 +107,11 @@ struct controller {
     pthread_mutex_t pass_lock; /* one queue pass at a time (taken before lock) */
     pthread_mutex_t queue_lock;
     struct controller_queued *queued;
+    size_t queue_hint_seen, queue_hint_bytes; /* the last pass's tasks and their strings' bytes
+                                                 (pass_lock) */
+    struct controller_queued **queued_index;  /* hash buckets of the records (queue_state.c) */
+    size_t queued_buckets, queued_count;
+    uint64_t queued_seed;    /* of the records' hash: names are the users' */
     atomic_bool queue_poked; /* a pass is due now (controller_queue_poke): the tick runs it */
 };
 
@@ -358,16 +363,37 @@ struct controller_queued {
     int64_t round;   /* its round in the queue, fixed when first ordered; -1: not yet */
     bool admitted;   /* given a slot; its reconcile starts it */
     bool seen;       /* still waiting in this pass */
-    struct controller_queued *next;
+    int64_t shown;   /* the queue status its listed object showed this pass (queue.c) */
+    uint64_t hash;   /* of ns and name (queue_state.c) */
+    struct controller_queued *next;  /* every record */
+    struct controller_queued *hnext; /* its bucket's */
 };
 
 /* --- the queue (queue.c) --- */
-/* The record of NS/NAME, or NULL; the caller holds queue_lock (queue_state.c). */
+/* The record of NS/NAME, or NULL; the caller holds queue_lock (queue_state.c). O(1): the
+ * pass looks up every waiting task, and thousands may wait. */
 struct controller_queued *controller_queued_find(struct controller *c, const char *ns,
                                                  const char *name);
-/* Looks at every task: admits waiting ones into free slots (and reconciles them), writes
- * the queue positions of the others. A no-op without a limit or sandbox provider. */
-void controller_queue_pass(struct controller *c);
+/* A new record of NS/NAME (not admitted, not seen, round -1, arrival 0), which must not
+ * have one; the caller holds queue_lock. */
+struct controller_queued *controller_queued_add(struct controller *c, const char *ns,
+                                                const char *name);
+/* Forgets the records not seen since the last call and clears the others' seen marks;
+ * the caller holds queue_lock. */
+void controller_queued_prune(struct controller *c);
+/* Looks at every task not finished: admits waiting ones into free slots (and reconciles
+ * them), writes the queue positions of the others that are due. A no-op without a limit
+ * or sandbox provider. Returns the ns it spent, but for the reconciles of the admitted. */
+int64_t controller_queue_pass(struct controller *c);
+/* Whether a waiting task whose object shows the queue position SHOWN (0: none, -1: a
+ * queue status that is not a plain position) must be written to show POSITION (0:
+ * admitted). A place among the first 10 is always exact, as is a task's first place in
+ * the queue and its leaving it; a place further back is written again once it moved by a
+ * tenth: a slot that comes free moves every waiting task up one, and with thousands
+ * waiting, writing them all each time (and editing their sticky comments) would cost more
+ * than the tasks' own work. A task far back so writes about 10 ln(its first place) new
+ * places on its way to the front, not one per slot. */
+bool controller_queue_position_due(int64_t shown, int64_t position);
 /* Whether NS/NAME may take a slot now (no limit, or admitted). */
 bool controller_queue_admitted(struct controller *c, const char *ns, const char *name);
 /* Frees the queue's records. */
@@ -378,6 +404,9 @@ bool controller_queue_waiting(struct controller *c);
 /* How often the tick thread runs a queue pass while a task waits (a slot or a cap that
  * changed without a task event, e.g. a SpendQuota written on another replica). */
 #define CONTROLLER_QUEUE_PERIOD_MS 3000
+/* After a queue pass of D ms the next one waits until this many times D ms have passed:
+ * the passes take at most about a third of one core however long the queue. */
+#define CONTROLLER_QUEUE_SPACING 2
 /* The runner's note FILE ("failure", "no-progress") next to the task's usage file, made
  * safe (valid UTF-8, no control characters but newline and tab, at most
  * CONTROLLER_FAILURE_MAX - 1 bytes), or NULL when there is none. New string. */

@@ -106,14 +106,20 @@ static void apply(const struct task_event *ev, void *userdata)
             prefetch(c, ev);
             /* Under a running-task limit (the default) the queue admits a new task: its
              * pass first, so the plan below (or the pass's own) starts it, not the next.
-             * The plan of a new task frees no slot: that pass is the event's one. */
-            controller_queue_pass(c);
-            passed = true;
+             * Only when no task waits: else it waits too (first come, first served), and
+             * the tick's pass places it with the others. */
+            if (!controller_queue_waiting(c)) {
+                controller_queue_pass(c);
+                passed = true;
+            }
         }
         reconcile_one(c, ev->ns, ev->name);
     }
     if (!passed) {
-        controller_queue_pass(c); /* a slot may have come free, or a task joined the queue */
+        /* A slot may have come free, or a task joined the queue: the tick thread runs one
+         * pass for all the events that came meanwhile (a pass writes the positions of the
+         * waiting tasks, and each such write is an event again). */
+        controller_queue_poke(c);
     }
 }
 

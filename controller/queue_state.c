@@ -5,18 +5,111 @@
  * below calls back up into it. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
+#include "common/hash.h"
 #include "controller/controller_int.h"
+
+#define QUEUED_BUCKETS_MIN 64
+
+/* The hash of NS and NAME under C's seed (set on first use: task names are the users',
+ * and a seed they cannot know keeps them from filling one bucket). */
+static uint64_t queued_hash(struct controller *c, const char *ns, const char *name)
+{
+    uint64_t h;
+
+    if (c->queued_seed == 0 &&
+        getrandom(&c->queued_seed, sizeof(c->queued_seed), 0) != (ssize_t)sizeof(c->queued_seed)) {
+        c->queued_seed = (uint64_t)(uintptr_t)c ^ (uint64_t)clock_mono_ns();
+    }
+    h = hash_fnv1a(HASH_FNV1A_INIT ^ c->queued_seed, ns, strlen(ns) + 1);
+    return hash_fnv1a(h, name, strlen(name));
+}
 
 struct controller_queued *controller_queued_find(struct controller *c, const char *ns,
                                                  const char *name)
 {
-    for (struct controller_queued *q = c->queued; q != NULL; q = q->next) {
-        if (strcmp(q->ns, ns) == 0 && strcmp(q->name, name) == 0) {
+    uint64_t h;
+
+    if (c->queued_buckets == 0) {
+        return NULL;
+    }
+    h = queued_hash(c, ns, name);
+    for (struct controller_queued *q = c->queued_index[h % c->queued_buckets]; q != NULL;
+         q = q->hnext) {
+        if (q->hash == h && strcmp(q->ns, ns) == 0 && strcmp(q->name, name) == 0) {
             return q;
         }
     }
     return NULL;
+}
+
+/* Puts every record into N buckets (N > 0). */
+static void queued_rehash(struct controller *c, size_t n)
+{
+    free(c->queued_index);
+    c->queued_index = xcalloc(n, sizeof(*c->queued_index));
+    c->queued_buckets = n;
+    for (struct controller_queued *q = c->queued; q != NULL; q = q->next) {
+        q->hnext = c->queued_index[q->hash % n];
+        c->queued_index[q->hash % n] = q;
+    }
+}
+
+struct controller_queued *controller_queued_add(struct controller *c, const char *ns,
+                                                const char *name)
+{
+    struct controller_queued *q = xcalloc(1, sizeof(*q));
+    size_t b;
+
+    q->ns = xstrdup(ns);
+    q->name = xstrdup(name);
+    q->round = -1;
+    q->hash = queued_hash(c, ns, name);
+    q->next = c->queued;
+    c->queued = q;
+    c->queued_count++;
+    if (c->queued_count > c->queued_buckets) {
+        queued_rehash(c, c->queued_buckets != 0 ? c->queued_buckets * 2 : QUEUED_BUCKETS_MIN);
+    } else {
+        b = q->hash % c->queued_buckets;
+        q->hnext = c->queued_index[b];
+        c->queued_index[b] = q;
+    }
+    return q;
+}
+
+static void queued_free(struct controller_queued *q)
+{
+    free(q->ns);
+    free(q->name);
+    free(q);
+}
+
+void controller_queued_prune(struct controller *c)
+{
+    struct controller_queued **pp = &c->queued;
+    size_t before = c->queued_count;
+
+    while (*pp != NULL) {
+        struct controller_queued *q = *pp;
+        if (!q->seen) {
+            *pp = q->next;
+            queued_free(q);
+            c->queued_count--;
+        } else {
+            q->seen = false;
+            pp = &q->next;
+        }
+    }
+    if (c->queued_count != before) {
+        /* Rebuilt rather than unlinked one by one; smaller once most have gone. */
+        size_t n = c->queued_buckets;
+        while (n > QUEUED_BUCKETS_MIN && c->queued_count < n / 4) {
+            n /= 2;
+        }
+        queued_rehash(c, n > 0 ? n : QUEUED_BUCKETS_MIN);
+    }
 }
 
 bool controller_queue_admitted(struct controller *c, const char *ns, const char *name)
@@ -65,8 +158,10 @@ void controller_queue_free(struct controller *c)
     while (c->queued != NULL) {
         struct controller_queued *q = c->queued;
         c->queued = q->next;
-        free(q->ns);
-        free(q->name);
-        free(q);
+        queued_free(q);
     }
+    free(c->queued_index);
+    c->queued_index = NULL;
+    c->queued_buckets = 0;
+    c->queued_count = 0;
 }

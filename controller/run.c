@@ -29,10 +29,60 @@ static void reconcile_note(struct controller *c, struct controller_note *n)
     }
 }
 
+/* When the tick's queue passes run: the periodic one, and the spacing after the last. */
+struct pass_clock {
+    int64_t next_pass;  /* the next periodic pass while a task waits */
+    int64_t pass_after; /* no pass before (CONTROLLER_QUEUE_SPACING) */
+};
+
+/* A runner exit may have freed a slot, a SpendQuota changed (poked), or a task waits and
+ * a cap may have moved without a task event (every period). One pass serves every event
+ * before it; after a pass of D ms the next one waits until CONTROLLER_QUEUE_SPACING D ms
+ * have passed, so that passes over a long queue (every task event pokes one) take at most
+ * a share of one core. */
+static void queue_tick(struct controller *c, struct pass_clock *pc, bool had_notes)
+{
+    int64_t now = clock_now_ms(clock_system());
+
+    if (had_notes || (now >= pc->next_pass && controller_queue_waiting(c))) {
+        atomic_store(&c->queue_poked, true);
+    }
+    if (now >= pc->pass_after && atomic_exchange(&c->queue_poked, false)) {
+        int64_t took_ms = controller_queue_pass(c) / 1000000;
+        now = clock_now_ms(clock_system());
+        pc->pass_after = now + took_ms * CONTROLLER_QUEUE_SPACING;
+        pc->next_pass = now + CONTROLLER_QUEUE_PERIOD_MS;
+    }
+}
+
+/* Waits (C->notes_lock held) for a note or a poke, at most a second, and while a pass is
+ * asked for but spaced, until it may run. */
+static void tick_wait(struct controller *c, const struct pass_clock *pc)
+{
+    int64_t now = clock_now_ms(clock_system());
+    bool poked = atomic_load(&c->queue_poked);
+    int64_t wait_ms = poked ? pc->pass_after - now : 1000;
+    struct timespec ts;
+
+    if (c->notes != NULL || atomic_load(&c->stopping) || (poked && wait_ms <= 0)) {
+        return;
+    }
+    wait_ms = wait_ms > 1000 ? 1000 : wait_ms;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += wait_ms / 1000;
+    ts.tv_nsec += (wait_ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&c->notes_cond, &c->notes_lock, &ts);
+}
+
 static void *tick(void *arg)
 {
     struct controller *c = arg;
-    int64_t next_checkpoint = 0, next_pass = 0;
+    struct pass_clock pc = {0};
+    int64_t next_checkpoint = 0;
 
     pthread_mutex_lock(&c->notes_lock);
     while (!atomic_load(&c->stopping)) {
@@ -72,20 +122,9 @@ static void *tick(void *arg)
             free(n->name);
             free(n);
         }
-        /* A runner exit may have freed a slot, a SpendQuota changed (poked), or a task
-         * waits and a cap may have moved without a task event (every period). */
-        if (atomic_exchange(&c->queue_poked, false) || had_notes ||
-            (now >= next_pass && controller_queue_waiting(c))) {
-            controller_queue_pass(c);
-            next_pass = now + CONTROLLER_QUEUE_PERIOD_MS;
-        }
+        queue_tick(c, &pc, had_notes);
         pthread_mutex_lock(&c->notes_lock);
-        if (c->notes == NULL && !atomic_load(&c->queue_poked) && !atomic_load(&c->stopping)) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_sec += 1;
-            pthread_cond_timedwait(&c->notes_cond, &c->notes_lock, &ts);
-        }
+        tick_wait(c, &pc);
     }
     pthread_mutex_unlock(&c->notes_lock);
     return NULL;

@@ -447,6 +447,13 @@ int task_txn_resv_drop(struct task_txn *tx, const char *request_id, struct err *
  * "namespace", "name", "token", "model", "provider", "tokens", "costMicros", "createdMs"}. */
 int task_store_resv_list(json_t **items_out, struct task_store *st, struct err *err);
 
+/* As task_store_list_text over every namespace, for at least every task whose phase is
+ * neither Completed nor Failed (those that may hold or wait for a sandbox slot), in no
+ * particular order, from one snapshot: what the queue's pass reads after every change,
+ * without the finished tasks a server keeps. A backend that cannot select them by phase
+ * gives every task (the caller looks at the phase anyway). */
+int task_store_list_live(struct task_store *st, task_text_fn fn, void *userdata, struct err *err);
+
 /* What the SQLite backend holds in memory for the meter and for watchers. */
 struct task_store_mem {
     size_t meter_index_ids;   /* request ids in memory, < STORE_METER_INDEX_IDS */

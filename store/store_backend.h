@@ -124,7 +124,8 @@ struct task_txn {
         int64_t *count_out, struct task_store *st, const char *task_uid, struct err *err)) \
     X(int, txn_resv_put, (struct task_txn *tx, const struct store_resv *r, struct err *err)) \
     X(int, txn_resv_drop, (struct task_txn *tx, const char *request_id, struct err *err)) \
-    X(int, resv_list, (json_t **items_out, struct task_store *st, struct err *err))
+    X(int, resv_list, (json_t **items_out, struct task_store *st, struct err *err)) \
+    X(int, list_live, (struct task_store *st, task_text_fn fn, void *userdata, struct err *err))
 /* clang-format on */
 /* A member of struct task_store_xops. */
 #define STORE_XOPS_MEMBER(RET, NAME, PARAMS) RET(*NAME) PARAMS;

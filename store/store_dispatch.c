@@ -380,6 +380,16 @@ int task_txn_resv_drop(struct task_txn *tx, const char *request_id, struct err *
     return tx->st->xops->txn_resv_drop(tx, request_id, err);
 }
 
+int task_store_list_live(struct task_store *st, task_text_fn fn, void *userdata, struct err *err)
+{
+    int64_t rv = 0;
+
+    if (st->xops->list_live != NULL) {
+        return st->xops->list_live(st, fn, userdata, err);
+    }
+    return task_store_list_text(&rv, st, NULL, fn, userdata, err);
+}
+
 int task_store_resv_list(json_t **items_out, struct task_store *st, struct err *err)
 {
     *items_out = NULL;

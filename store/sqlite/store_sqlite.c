@@ -87,6 +87,9 @@ static const char *const g_migrations[] = {
     " name TEXT NOT NULL, token TEXT NOT NULL, model TEXT NOT NULL, provider TEXT NOT NULL,"
     " tokens INTEGER NOT NULL, cost_micros INTEGER NOT NULL, created_ms INTEGER NOT NULL)"
     " STRICT;",
+    /* 10: the tasks not finished, for the controller's queue pass (a server keeps every
+     * finished task: the pass must not read them all after every change). */
+    "CREATE INDEX tasks_live ON tasks(phase) WHERE phase NOT IN ('Completed','Failed');",
 };
 
 static int migrate(struct sqlite_store *s, struct err *err)

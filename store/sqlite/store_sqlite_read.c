@@ -32,6 +32,7 @@ enum rd_stmt_id {
     RD_GET_ENV,
     RD_LIST_TASKS,
     RD_LIST_TASKS_NS,
+    RD_LIST_LIVE,
     RD_LIST_ENVS,
     RD_LIST_ENVS_NS,
     RD_COUNT_PHASES,
@@ -48,6 +49,8 @@ static const char *const g_rd_sql[RD_STMT_COUNT] = {
     [RD_GET_ENV] = "SELECT doc FROM environments WHERE namespace=?1 AND name=?2",
     [RD_LIST_TASKS] = "SELECT doc FROM tasks ORDER BY namespace, name",
     [RD_LIST_TASKS_NS] = "SELECT doc FROM tasks WHERE namespace=?1 ORDER BY namespace, name",
+    /* Through the partial index tasks_live (migration 10): only the tasks not finished. */
+    [RD_LIST_LIVE] = "SELECT doc FROM tasks WHERE phase NOT IN ('Completed','Failed')",
     [RD_LIST_ENVS] = "SELECT doc FROM environments ORDER BY namespace, name",
     [RD_LIST_ENVS_NS] = ("SELECT doc FROM environments WHERE namespace=?1 "
                          "ORDER BY namespace, name"),
@@ -250,12 +253,10 @@ static int rd_get(json_t **out, struct sqlite_store *s, enum rd_stmt_id id, cons
 
 /* Calls FN with each stored object of NS (NULL: all) of the tasks (or environments),
  * and sets *rv_out (may be NULL) to the resourceVersion of the same snapshot. */
-static int rd_list(int64_t *rv_out, struct sqlite_store *s, bool envs, const char *ns,
-                   task_text_fn fn, void *userdata, struct err *err)
+static int rd_list_by(int64_t *rv_out, struct sqlite_store *s, enum rd_stmt_id id, const char *ns,
+                      task_text_fn fn, void *userdata, struct err *err)
 {
     struct reader *r = rd_take(s);
-    enum rd_stmt_id id = envs ? (ns != NULL ? RD_LIST_ENVS_NS : RD_LIST_ENVS)
-                              : (ns != NULL ? RD_LIST_TASKS_NS : RD_LIST_TASKS);
     sqlite3_stmt *q = NULL;
     int rc = rd_begin(s, r, err), step = SQLITE_DONE;
 
@@ -286,6 +287,15 @@ static int rd_list(int64_t *rv_out, struct sqlite_store *s, bool envs, const cha
     rd_end(s, r);
     rd_give(s, r);
     return rc;
+}
+
+static int rd_list(int64_t *rv_out, struct sqlite_store *s, bool envs, const char *ns,
+                   task_text_fn fn, void *userdata, struct err *err)
+{
+    enum rd_stmt_id id = envs ? (ns != NULL ? RD_LIST_ENVS_NS : RD_LIST_ENVS)
+                              : (ns != NULL ? RD_LIST_TASKS_NS : RD_LIST_TASKS);
+
+    return rd_list_by(rv_out, s, id, ns, fn, userdata, err);
 }
 
 int sqlst_list_text(int64_t *rv_out, struct task_store *st, const char *ns, task_text_fn fn,
@@ -337,6 +347,11 @@ int sqlst_list(json_t **items_out, int64_t *rv_out, struct task_store *st, const
 {
     *rv_out = 0;
     return list_json(items_out, rv_out, sqlst_of(st), false, ns, err);
+}
+
+int sqlst_list_live(struct task_store *st, task_text_fn fn, void *userdata, struct err *err)
+{
+    return rd_list_by(NULL, sqlst_of(st), RD_LIST_LIVE, NULL, fn, userdata, err);
 }
 
 int sqlst_env_list(json_t **items_out, struct task_store *st, const char *ns, struct err *err)

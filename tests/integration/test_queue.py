@@ -207,7 +207,44 @@ def test_queued_task_starts_on_the_head_of_its_start():
     shutil.rmtree(top, ignore_errors=True)
 
 
+def test_long_queue_positions():
+    """25 tasks behind one slot: each shows Queued and its exact place once it waits; when
+    the slot frees, the first ten places are exact again at once, and a place further back
+    is written again only once it moved by a tenth (12 stays 12 for the task now 11th)."""
+    top = tempfile.mkdtemp(prefix="diverge-queue-")
+    url = make_repo(top)
+    names = ["q%02d" % i for i in range(1, 26)]
+    with Server(ARGS, env=ENV) as srv, Clean(srv):
+        start_active(srv, "eps", "holder", url)
+        for name in names:
+            st, _, b = srv.request("POST", API + "/namespaces/eps/agenttasks", {
+                "metadata": {"name": name},
+                "spec": {"objective": "wait for go", "budgetUSD": "1.00",
+                         "repository": {"url": url}}})
+            assert st == 201, b
+
+        def places():
+            st, _, b = srv.request("GET", API + "/namespaces/eps/agenttasks")
+            assert st == 200, b
+            return {t["metadata"]["name"]: (t["status"].get("reason"),
+                                            t["status"].get("queuePosition"))
+                    for t in b["items"] if t["metadata"]["name"] != "holder"}
+
+        want = {n: ("Queued", i + 1) for i, n in enumerate(names)}
+        got = wait(lambda: (lambda p: p if p == want else None)(places()), what="25 places")
+        assert got == want, got
+        release(srv, "eps", "holder")
+        wait(lambda: phase(srv, "eps", "q01")["phase"] == "Active", what="q01 Active")
+        want = {n: ("Queued", i) for i, n in enumerate(names) if 1 <= i <= 10}
+        got = wait(lambda: (lambda p: p if all(p.get(n) == w for n, w in want.items())
+                            else None)(places()), what="the first ten moved up")
+        # q12 is 11th now and shows 12: moved by less than a tenth, not written again.
+        assert got["q12"] == ("Queued", 12) and got["q25"] == ("Queued", 25), got
+        assert queued_metric(srv) == 24
+    shutil.rmtree(top, ignore_errors=True)
+
+
 if __name__ == "__main__":
     run_tests([test_one_slot_round_robin_queue, test_spendquota_caps_a_projects_running_tasks,
                test_queued_task_starts_on_the_head_of_its_start,
-               test_raised_quota_starts_the_queued_task])
+               test_raised_quota_starts_the_queued_task, test_long_queue_positions])

@@ -705,6 +705,169 @@ TEST(queue_order_counts_running_slots)
     }
 }
 
+/* The queue's order and admission as SPEC §14 defines them, pair by pair (the first
+ * implementation, O(n^2)): the reference the sorted, counted one must agree with. */
+static int ref_by_arrival(const void *pa, const void *pb)
+{
+    const struct controller_queue_item *a = pa, *b = pb;
+    int c;
+
+    if (a->arrival != b->arrival) {
+        return a->arrival < b->arrival ? -1 : 1;
+    }
+    c = strcmp(a->ns, b->ns);
+    return c != 0 ? c : strcmp(a->name, b->name);
+}
+
+static int ref_by_round(const void *pa, const void *pb)
+{
+    const struct controller_queue_item *a = pa, *b = pb;
+
+    if (a->round != b->round) {
+        return a->round < b->round ? -1 : 1;
+    }
+    return ref_by_arrival(pa, pb);
+}
+
+static void ref_order(struct controller_queue_item *items, size_t n)
+{
+    qsort(items, n, sizeof(*items), ref_by_arrival);
+    for (size_t i = 0; i < n; i++) {
+        int64_t before = 0;
+        if (items[i].round >= 0) {
+            continue;
+        }
+        for (size_t j = 0; j < n; j++) {
+            bool ahead = j < i || items[j].round >= 0;
+            if (j != i && ahead && strcmp(items[j].ns, items[i].ns) == 0) {
+                before++;
+            }
+        }
+        items[i].round = items[i].running + before;
+    }
+    qsort(items, n, sizeof(*items), ref_by_round);
+}
+
+static void ref_admit(struct controller_queue_item *items, size_t n, bool limited,
+                      int64_t free_slots)
+{
+    int64_t waiting = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        struct controller_queue_item *it = &items[i];
+        int64_t used = it->running;
+        for (size_t j = 0; j < i; j++) {
+            used += items[j].position == 0 && strcmp(items[j].ns, it->ns) == 0 ? 1 : 0;
+        }
+        it->ns_full = it->ns_cap >= 0 && used >= it->ns_cap;
+        if (!it->ns_full && (!limited || free_slots > 0)) {
+            it->position = 0;
+            free_slots--;
+        } else {
+            it->position = ++waiting;
+        }
+    }
+}
+
+/* Thousands may wait: the order and admission are computed per namespace in one sweep
+ * (O(n log n)); on random queues (ties in arrival, tasks with and without a round, caps)
+ * they give exactly what the pairwise definition gives. */
+TEST(queue_order_and_admit_match_the_pairwise_definition)
+{
+    static const char *const nss[] = {"alpha", "beta", "gamma", "delta"};
+    static const int64_t caps[] = {-1, 2, 0, -1};
+    uint64_t seed = 42;
+    char names[400][32];
+
+    for (int round = 0; round < 40; round++) {
+        struct controller_queue_item a[400], b[400];
+        size_t n = (size_t)(round * 10 + 1);
+        for (size_t i = 0; i < n; i++) {
+            seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+            size_t k = (size_t)(seed >> 33) % ARRAY_LEN(nss);
+            snprintf(names[i], sizeof(names[i]), "t%03zu", i);
+            a[i] = (struct controller_queue_item){
+                .ns = nss[k],
+                .name = names[i],
+                .arrival = (int64_t)((seed >> 20) % 50), /* many ties */
+                .running = (int64_t)((seed >> 40) % 3),
+                .round = (seed >> 45) % 3 == 0 ? (int64_t)((seed >> 50) % 20) : -1,
+                .ns_cap = caps[k]};
+        }
+        memcpy(b, a, n * sizeof(*a));
+        controller_queue_order(a, n);
+        ref_order(b, n);
+        for (size_t i = 0; i < n; i++) {
+            CHECK_EQ_STR(a[i].name, b[i].name);
+            CHECK_EQ_INT(a[i].round, b[i].round);
+        }
+        controller_queue_admit(a, n, round % 2 == 0, (int64_t)(round % 7));
+        ref_admit(b, n, round % 2 == 0, (int64_t)(round % 7));
+        for (size_t i = 0; i < n; i++) {
+            CHECK_EQ_INT(a[i].position, b[i].position);
+            CHECK(a[i].ns_full == b[i].ns_full);
+        }
+    }
+}
+
+/* The queue's records are found by a hash, not a walk: 5,000 of them are found, the ones
+ * a pass did not see go, the others stay (their marks cleared). */
+TEST(queue_records_found_added_and_pruned)
+{
+    struct controller *c = xcalloc(1, sizeof(*c));
+    char ns[32], name[32];
+
+    CHECK(controller_queued_find(c, "a", "b") == NULL); /* none yet: no buckets */
+    for (int i = 0; i < 5000; i++) {
+        snprintf(ns, sizeof(ns), "ns%d", i % 7);
+        snprintf(name, sizeof(name), "task-%d", i);
+        struct controller_queued *q = controller_queued_add(c, ns, name);
+        q->seen = i % 3 != 0;
+        q->arrival = i;
+    }
+    for (int i = 0; i < 5000; i++) {
+        snprintf(ns, sizeof(ns), "ns%d", i % 7);
+        snprintf(name, sizeof(name), "task-%d", i);
+        struct controller_queued *q = controller_queued_find(c, ns, name);
+        CHECK(q != NULL && q->arrival == i);
+    }
+    CHECK(controller_queued_find(c, "ns1", "task-0") == NULL); /* task-0 is in ns0 */
+    controller_queued_prune(c);
+    for (int i = 0; i < 5000; i++) {
+        snprintf(ns, sizeof(ns), "ns%d", i % 7);
+        snprintf(name, sizeof(name), "task-%d", i);
+        struct controller_queued *q = controller_queued_find(c, ns, name);
+        CHECK((q != NULL) == (i % 3 != 0));
+        CHECK(q == NULL || !q->seen);
+    }
+    controller_queued_prune(c); /* none seen since: all go */
+    CHECK(controller_queued_find(c, "ns1", "task-1") == NULL);
+    CHECK(c->queued == NULL);
+    CHECK(controller_queued_add(c, "ns1", "task-1") == controller_queued_find(c, "ns1", "task-1"));
+    controller_queue_free(c);
+    free(c);
+}
+
+/* Which queue positions are written again: the first ten always exactly, a task's first
+ * place and its leaving the queue always, a place further back once it moved by a tenth. */
+TEST(queue_position_written_when_due)
+{
+    CHECK(controller_queue_position_due(0, 5));    /* new in the queue */
+    CHECK(controller_queue_position_due(-1, 500)); /* a queue status that is no position */
+    CHECK(controller_queue_position_due(4000, 0)); /* admitted: the status goes */
+    CHECK(!controller_queue_position_due(0, 0));   /* admitted, nothing shown */
+    CHECK(!controller_queue_position_due(7, 7));
+    CHECK(controller_queue_position_due(3, 2));
+    CHECK(controller_queue_position_due(11, 10)); /* into the first ten */
+    CHECK(controller_queue_position_due(10, 11));
+    CHECK(!controller_queue_position_due(12, 11)); /* moved by less than a tenth */
+    CHECK(!controller_queue_position_due(100, 91));
+    CHECK(controller_queue_position_due(100, 90));
+    CHECK(!controller_queue_position_due(5000, 4501));
+    CHECK(controller_queue_position_due(5000, 4500));
+    CHECK(controller_queue_position_due(100, 110)); /* moved back (a namespace's first) */
+}
+
 /* Creates N empty files DIR/<i>SUFFIX. */
 static void touch_n(const char *dir, const char *suffix, int n)
 {
