@@ -405,8 +405,8 @@ bool controller_queue_waiting(struct controller *c);
  * changed without a task event, e.g. a SpendQuota written on another replica). */
 #define CONTROLLER_QUEUE_PERIOD_MS 3000
 /* After a queue pass of D ms the next one waits until this many times D ms have passed:
- * the passes take at most about a third of one core however long the queue. */
-#define CONTROLLER_QUEUE_SPACING 2
+ * the passes take at most about a fifth of one core however long the queue. */
+#define CONTROLLER_QUEUE_SPACING 4
 /* The runner's note FILE ("failure", "no-progress") next to the task's usage file, made
  * safe (valid UTF-8, no control characters but newline and tab, at most
  * CONTROLLER_FAILURE_MAX - 1 bytes), or NULL when there is none. New string. */
