@@ -400,40 +400,52 @@ static int git_failed(const char *const argv[], int status, const char *out, siz
     return err_set(err, E_FAIL, "git %s failed (exit %d)", sub, code);
 }
 
-/* Runs git with ARGV, and CR's credentials (may be NULL), its output into LOG_PATH; with
- * B, in a process group of its own that B's cancel or wall-clock limit kills. */
-static int git_run(const struct creds *cr, const char *log_path, const char *const argv[],
-                   struct controller_git_bound *b, struct err *err)
+/* Runs git as HOW says with ARGV; with B, bounded by it (its group registered, its
+ * wall-clock limit and cancel honoured). The first CAP bytes of its output into OUT
+ * (*LEN_OUT of them); E_OK when git exited 0, else git_failed()'s error. */
+static int git_capture(const struct git_how *how, const char *const argv[],
+                       struct controller_git_bound *b, char *out, size_t cap, size_t *len_out,
+                       struct err *err)
 {
-    char *out;
-    size_t len;
     int fd = -1, status = 0, rc;
     pid_t pid = -1;
     bool late = false;
+    size_t len;
 
-    struct git_how how = {.cr = cr, .group = b != NULL};
-
-    rc = git_start(&pid, &fd, argv, &how, err);
+    *len_out = 0;
+    rc = git_start(&pid, &fd, argv, how, err);
     if (rc != E_OK) {
         return rc;
     }
-    out = xmalloc(GIT_OUTPUT_MAX + 1);
     if (b != NULL) {
         bound_group(b, pid);
     }
-    len = read_output(out, GIT_OUTPUT_MAX, fd, pid, b, &late);
+    len = read_output(out, cap, fd, pid, b, &late);
     if (b != NULL) {
         bound_group(b, 0); /* before the reap: the group id is not git's once reaped */
     }
     close(fd);
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
+    *len_out = len;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        return git_failed(argv, status, out, len, b, late, err);
+    }
+    return E_OK;
+}
+
+/* Runs git with ARGV, and CR's credentials (may be NULL), its output into LOG_PATH; with
+ * B, in a process group of its own that B's cancel or wall-clock limit kills. */
+static int git_run(const struct creds *cr, const char *log_path, const char *const argv[],
+                   struct controller_git_bound *b, struct err *err)
+{
+    struct git_how how = {.cr = cr, .group = b != NULL};
+    char *out = xmalloc(GIT_OUTPUT_MAX + 1);
+    size_t len = 0;
+    int rc = git_capture(&how, argv, b, out, GIT_OUTPUT_MAX, &len, err);
+
     if (log_path != NULL) {
         log_git_lines(log_path, out, len);
-    }
-    rc = E_OK;
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        rc = git_failed(argv, status, out, len, b, late, err);
     }
     free(out);
     return rc;
@@ -449,30 +461,15 @@ int controller_git_read(char *out, size_t cap, const char *const argv[], const c
 {
     struct git_how how = {.extra_env = extra_env, .group = true, .quiet = true};
     struct controller_git_bound own;
-    size_t len;
-    int fd = -1, status = 0, rc;
-    pid_t pid = -1;
-    bool late = false;
+    size_t len = 0;
+    int rc;
 
-    out[0] = '\0';
     if (b == NULL) {
         controller_git_bound_init(&own, CONTROLLER_PUSH_LIMIT_MS);
-        b = &own;
     }
-    rc = git_start(&pid, &fd, argv, &how, err);
-    if (rc == E_OK) {
-        bound_group(b, pid);
-        len = read_output(out, cap - 1, fd, pid, b, &late);
-        bound_group(b, 0); /* before the reap, as in git_run() */
-        close(fd);
-        while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-        }
-        out[len] = '\0';
-        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-            rc = git_failed(argv, status, "", 0, b, late, err);
-        }
-    }
-    if (b == &own) {
+    rc = git_capture(&how, argv, b != NULL ? b : &own, out, cap - 1, &len, err);
+    out[len] = '\0';
+    if (b == NULL) {
         controller_git_bound_cleanup(&own);
     }
     return rc;
