@@ -8,10 +8,12 @@
  * One pass (controller_queue_pass) looks at every task not finished (a server keeps the
  * finished ones; the store selects the others by an index), admits the first waiting ones
  * into the free slots (their reconcile then starts them: controller_observed.slot) and
- * writes the positions of the others that changed, many to a transaction. Every step is
- * O(n log n) or better in the tasks not finished: thousands may wait. It runs after every change
- * the controller applies and after runner exits; in cluster mode only the leader runs the
- * controller, so one limit holds for every replica. */
+ * writes the positions of the others that are due, many to a transaction. Every step is
+ * O(n log n) or better in the tasks not finished: thousands may wait. Every change the
+ * controller applies and every runner exit asks for one; the tick thread runs it, one pass
+ * for all that asked meanwhile, spaced by its own cost (run.c); a new task when nothing
+ * waits gets its pass at once. In cluster mode only the leader runs the controller, so
+ * one limit holds for every replica. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -141,9 +143,8 @@ void controller_queue_admit(struct controller_queue_item *items, size_t n, bool 
 
 /* --- the controller's queue state ------------------------------------------------------ */
 
-/* What one pass found: the waiting tasks, and the slots in use. */
 /* What the pass reads of one task: a few fields picked from its stored text, without a
- * parse into a tree (thousands of tasks may wait, and a pass runs after every change). */
+ * parse into a tree (thousands of tasks may wait, and every change asks for a pass). */
 struct seen_task {
     const char *ns, *name, *created, *reason, *url; /* in the pass's arena; NULL when absent */
     size_t at[5];          /* where they are in the arena + 1 while the list grows it, 0: absent */
@@ -153,6 +154,7 @@ struct seen_task {
     int64_t queue_position; /* 0 when unset */
 };
 
+/* What one pass found: the waiting tasks, and the slots in use. */
 struct pass {
     struct controller *c;
     struct seen_task *seen; /* every task listed (owned) */
@@ -625,7 +627,7 @@ bool controller_queue_position_due(int64_t shown, int64_t position)
 }
 
 /* After the queue lock: the statuses that are due (a task's listed object
- * that shows its place already is not written again, and every task event runs a pass),
+ * that shows its place already is not written again, and every task event asks for a pass),
  * then the reconciles that start the admitted. */
 static void write_positions(struct pass *p)
 {
