@@ -401,6 +401,12 @@ void controller_queue_free(struct controller *c);
 /* Whether some task waits for a slot under a limit (the tick's timed pass: nothing to do
  * when none does). */
 bool controller_queue_waiting(struct controller *c);
+/* Whether the change feed may leave NS/NAME to the queue: its event shows it Pending and not
+ * suspended, the queue holds it waiting (not admitted), or does not know it yet while others
+ * wait (it joins them), it may run and no disk mark stops it. Its reconcile would then
+ * decide nothing (controller_decide: queued) and drop what a start prepared, which a task
+ * that waits never had: the feed skips both, and the pass admits and starts it later. */
+bool controller_queue_holds(struct controller *c, const struct task_event *ev);
 /* How often the tick thread runs a queue pass while a task waits (a slot or a cap that
  * changed without a task event, e.g. a SpendQuota written on another replica). */
 #define CONTROLLER_QUEUE_PERIOD_MS 3000

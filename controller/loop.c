@@ -101,6 +101,11 @@ static void apply(const struct task_event *ev, void *userdata)
 
     if (ev->type == TASK_EVENT_DELETED) {
         forget(c, ev->ns, ev->name, false);
+    } else if (controller_queue_holds(c, ev)) {
+        /* It waits (its own event, or the pass's Queued status): nothing to reconcile, no
+         * fetch or warm slot to prepare for a start that is not coming yet. Reconciling
+         * each in the writer's line let the feed fall a ring behind under a stream of
+         * creates, and every fall meant a resync of every stored task. */
     } else {
         if (ev->type == TASK_EVENT_ADDED && ev->phase == TASK_PENDING && !ev->suspended) {
             prefetch(c, ev);
@@ -123,6 +128,20 @@ static void apply(const struct task_event *ev, void *userdata)
     }
 }
 
+/* Whether the queue holds the listed task V waiting (as apply() asks of an event): a feed
+ * that fell behind resyncs without a transaction and a wait for the lock for each task of
+ * a long queue. */
+static bool resync_holds(struct controller *c, const struct task_view *v)
+{
+    struct task_event ev = {.type = TASK_EVENT_MODIFIED,
+                            .ns = v->ns,
+                            .name = v->name,
+                            .phase = v->phase,
+                            .suspended = v->suspended};
+
+    return v->ns != NULL && v->name != NULL && controller_queue_holds(c, &ev);
+}
+
 /* Reconciles every task and rewrites the token files of tasks holding an active token. */
 static int64_t resync(void *userdata)
 {
@@ -141,6 +160,9 @@ static int64_t resync(void *userdata)
         struct task_view v;
         struct token_record rec;
         task_view_of(&v, item);
+        if (resync_holds(c, &v)) {
+            continue; /* its start mints and writes a fresh token */
+        }
         reconcile_one(c, v.ns, v.name);
         /* Read and written under the lock, as a start writes its fresh token and makes it
          * current in one hold: a start beside this one (one that waited for its mirror's

@@ -142,6 +142,28 @@ bool controller_queue_waiting(struct controller *c)
     return waiting;
 }
 
+bool controller_queue_holds(struct controller *c, const struct task_event *ev)
+{
+    struct controller_queued *q;
+    bool holds = false;
+
+    if (c->sandboxes == NULL || c->problem != NULL || ev->phase != TASK_PENDING || ev->suspended ||
+        (c->max_running <= 0 && !atomic_load(&c->ns_caps))) {
+        return false;
+    }
+    pthread_mutex_lock(&c->queue_lock);
+    q = controller_queued_find(c, ev->ns, ev->name);
+    if (q != NULL) {
+        holds = !q->admitted;
+    } else if (ev->type == TASK_EVENT_ADDED) {
+        for (q = c->queued; q != NULL && !holds; q = q->next) {
+            holds = !q->admitted;
+        }
+    }
+    pthread_mutex_unlock(&c->queue_lock);
+    return holds && !controller_disk_over(c, ev->ns, ev->name, NULL);
+}
+
 void controller_queue_poke(struct controller *c)
 {
     if (c == NULL) {

@@ -7,7 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 
+#include "common/clock.h"
+#include "common/hash.h"
 #include "store/store.h"
 
 /* The longest sleep between checks of the stop flag, in ms. */
@@ -19,6 +22,7 @@ struct store_worker {
     void *userdata;                        /* passed to every callback */
     char name[16];                         /* thread name, NUL-terminated */
     atomic_bool stop;                      /* set by store_worker_stop */
+    uint64_t seed;                         /* of the batch's task hash (names are users') */
     pthread_t thread;
 };
 
@@ -82,22 +86,54 @@ static bool same_task(const struct kept *a, const struct kept *b)
     return strcmp(a->ns, b->ns) == 0 && strcmp(a->name, b->name) == 0;
 }
 
+static uint64_t task_hash(uint64_t seed, const struct kept *k)
+{
+    uint64_t h = hash_fnv1a(HASH_FNV1A_INIT ^ seed, k->ns, strlen(k->ns) + 1);
+    return hash_fnv1a(h, k->name, strlen(k->name));
+}
+
+/* Marks in OLDER[i] each event of B that a later event of the same task follows: one hash
+ * probe per event (a feed that fell behind hands over thousands at once, and comparing
+ * every pair of them cost the thread more than applying them). */
+static void mark_older(bool *older, const struct batch *b, uint64_t seed)
+{
+    size_t size = 16, mask;
+    size_t *slots; /* index + 1 of the newest event of a task, 0: empty */
+
+    while (size < b->n * 2) {
+        size *= 2;
+    }
+    mask = size - 1;
+    slots = xcalloc(size, sizeof(*slots));
+    for (size_t i = b->n; i-- > 0;) {
+        size_t at = (size_t)task_hash(seed, &b->k[i]) & mask;
+        while (slots[at] != 0 && !same_task(&b->k[slots[at] - 1], &b->k[i])) {
+            at = (at + 1) & mask;
+        }
+        older[i] = slots[at] != 0;
+        if (slots[at] == 0) {
+            slots[at] = i + 1;
+        }
+    }
+    free(slots);
+}
+
 static void apply_batch(struct store_worker *w, struct batch *b)
 {
+    bool *older = xcalloc(b->n + 1, sizeof(*older));
+
+    /* Only the newest state of each task matters: an older event of a task that changed
+     * again in this batch is skipped. */
+    mark_older(older, b, w->seed);
     for (size_t i = 0; i < b->n; i++) {
-        /* Only the newest state of each task matters: an older event of a task that
-         * changed again in this batch is skipped. */
-        bool newer = false;
-        for (size_t j = i + 1; j < b->n && !newer; j++) {
-            newer = same_task(&b->k[i], &b->k[j]);
-        }
-        if (!newer && !atomic_load(&w->stop)) {
+        if (!older[i] && !atomic_load(&w->stop)) {
             w->cfg->apply(&b->k[i].ev, w->userdata);
         }
         free(b->k[i].ns);
         free(b->k[i].name);
         free(b->k[i].json);
     }
+    free(older);
     free(b->k);
 }
 
@@ -146,6 +182,9 @@ int store_worker_start(struct store_worker **out, struct task_store *store,
     w->userdata = userdata;
     snprintf(w->name, sizeof(w->name), "%s", cfg->name != NULL ? cfg->name : "worker");
     atomic_init(&w->stop, false);
+    if (getrandom(&w->seed, sizeof(w->seed), 0) != (ssize_t)sizeof(w->seed)) {
+        w->seed = (uint64_t)(uintptr_t)w ^ (uint64_t)clock_mono_ns();
+    }
     if (pthread_create(&w->thread, NULL, run, w) != 0) {
         free(w);
         return err_set(err, E_FAIL, "cannot start the %s worker",

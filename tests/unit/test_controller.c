@@ -848,6 +848,48 @@ TEST(queue_records_found_added_and_pruned)
     free(c);
 }
 
+static bool holds(struct controller *c, enum task_event_type type, const char *name,
+                  enum task_phase phase, bool suspended)
+{
+    struct task_event ev = {
+        .type = type, .ns = "ns", .name = name, .phase = phase, .suspended = suspended};
+    return controller_queue_holds(c, &ev);
+}
+
+/* Which task events the change feed leaves to the queue (no reconcile): a Pending task the
+ * queue holds waiting, or a new one while others wait; never an admitted one, one that
+ * shows another phase or is suspended, nor without a limit, sandboxes or a working provider. */
+TEST(queue_holds_waiting_tasks_from_the_feed)
+{
+    struct controller *c = xcalloc(1, sizeof(*c));
+    static char provider; /* a provider is there; holds() never calls it */
+    char problem[] = "no bubblewrap";
+
+    c->max_running = 2;
+    c->sandboxes = (struct sandbox_provider *)(void *)&provider;
+    CHECK(!holds(c, TASK_EVENT_ADDED, "new", TASK_PENDING, false)); /* nothing waits */
+    controller_queued_add(c, "ns", "running")->admitted = true;
+    CHECK(!holds(c, TASK_EVENT_ADDED, "new", TASK_PENDING, false)); /* still nothing waits */
+    controller_queued_add(c, "ns", "waits");
+    CHECK(holds(c, TASK_EVENT_MODIFIED, "waits", TASK_PENDING, false));
+    CHECK(holds(c, TASK_EVENT_ADDED, "new", TASK_PENDING, false));     /* joins the queue */
+    CHECK(!holds(c, TASK_EVENT_MODIFIED, "new", TASK_PENDING, false)); /* unknown: reconciled */
+    CHECK(!holds(c, TASK_EVENT_MODIFIED, "running", TASK_PENDING, false));
+    CHECK(!holds(c, TASK_EVENT_MODIFIED, "waits", TASK_PENDING, true));
+    CHECK(!holds(c, TASK_EVENT_MODIFIED, "waits", TASK_ACTIVE, false));
+    CHECK(!holds(c, TASK_EVENT_MODIFIED, "waits", TASK_FAILED, false));
+    c->problem = problem;
+    CHECK(!holds(c, TASK_EVENT_MODIFIED, "waits", TASK_PENDING, false));
+    c->problem = NULL;
+    c->max_running = 0; /* no limit and no namespace caps: nothing is held */
+    CHECK(!holds(c, TASK_EVENT_MODIFIED, "waits", TASK_PENDING, false));
+    c->max_running = 2;
+    c->sandboxes = NULL;
+    CHECK(!holds(c, TASK_EVENT_MODIFIED, "waits", TASK_PENDING, false));
+    controller_queue_free(c);
+    free(c);
+}
+
 /* Which queue positions are written again: the first ten always exactly, a task's first
  * place and its leaving the queue always, a place further back once it moved by a tenth. */
 TEST(queue_position_written_when_due)

@@ -263,4 +263,113 @@ TEST(feed_worker_resyncs_then_applies_newest_wanted_state)
     task_store_close(st);
 }
 
+/* --- one batch of many changes ----------------------------------------------------- */
+
+#define BATCH_TASKS 60
+
+/* What the gated feed saw: the first apply (of "gate") waits until released, so every
+ * change made meanwhile reaches the worker as one batch. */
+struct gated {
+    struct seen s;
+    bool gate_seen, released;
+    int applies[BATCH_TASKS]; /* applies of t<i> after the gate */
+    int last_objective[BATCH_TASKS];
+    int order[BATCH_TASKS]; /* the task applied k-th after the gate */
+    int n_order;
+};
+
+static int task_index(const char *name)
+{
+    return name[0] == 't' ? (int)strtol(name + 1, NULL, 10) : -1;
+}
+
+static void gated_apply(const struct task_event *ev, void *userdata)
+{
+    struct gated *g = userdata;
+    json_t *doc = json_loads(ev->json, 0, NULL);
+    const char *objective =
+        json_string_value(json_object_get(json_object_get(doc, "spec"), "objective"));
+    int i = task_index(ev->name);
+
+    pthread_mutex_lock(&g->s.mu);
+    if (strcmp(ev->name, "gate") == 0 && !g->gate_seen) {
+        g->gate_seen = true;
+        pthread_cond_broadcast(&g->s.cv);
+        while (!g->released) {
+            pthread_cond_wait(&g->s.cv, &g->s.mu);
+        }
+    } else if (g->gate_seen && i >= 0 && i < BATCH_TASKS) {
+        g->applies[i]++;
+        g->last_objective[i] = objective != NULL ? (int)strtol(objective + 1, NULL, 10) : -1;
+        g->order[g->n_order++ % BATCH_TASKS] = i;
+        pthread_cond_broadcast(&g->s.cv);
+    }
+    pthread_mutex_unlock(&g->s.mu);
+    json_decref(doc);
+}
+
+static bool gate_seen(const struct seen *s)
+{
+    return ((const struct gated *)(const void *)s)->gate_seen;
+}
+
+static bool all_applied(const struct seen *s)
+{
+    const struct gated *g = (const struct gated *)(const void *)s;
+
+    for (int i = 0; i < BATCH_TASKS; i++) {
+        if (g->applies[i] == 0) {
+            return false;
+        }
+    }
+    return true;
+}
+
+static const struct store_worker_config gated_feed = {
+    .name = "test-gated", .wake = STORE_WORKER_FEED, .resync = count_resync, .apply = gated_apply};
+
+/* BATCH_TASKS tasks changed three times each, interleaved, while the feed is held: the
+ * worker applies each once, its newest state, in the order of the tasks' last changes. */
+TEST(feed_worker_applies_each_task_of_a_big_batch_once_newest_last)
+{
+    struct task_store *st = open_mem();
+    struct store_worker *w = NULL;
+    struct gated g;
+    char objectives[3][4] = {"x1", "x2", "x3"};
+    char name[16];
+
+    memset(&g, 0, sizeof(g));
+    seen_init(&g.s, st);
+    CHECK_OK(store_worker_start(&w, st, &gated_feed, &g, NULL));
+    CHECK(wait_for(&g.s, resynced));
+    create(st, "gate");
+    CHECK(wait_for(&g.s, gate_seen));
+    for (int i = 0; i < BATCH_TASKS; i++) {
+        snprintf(name, sizeof(name), "t%d", i);
+        create(st, name); /* objective x1 */
+    }
+    for (int round = 1; round < 3; round++) {
+        /* The last round goes backwards: the newest changes come in reverse order. */
+        for (int k = 0; k < BATCH_TASKS; k++) {
+            int i = round == 2 ? BATCH_TASKS - 1 - k : k;
+            snprintf(name, sizeof(name), "t%d", i);
+            CHECK_OK(task_store_mutate(NULL, st, "default", name, set_objective, objectives[round],
+                                       NULL));
+        }
+    }
+    pthread_mutex_lock(&g.s.mu);
+    g.released = true;
+    pthread_cond_broadcast(&g.s.cv);
+    pthread_mutex_unlock(&g.s.mu);
+    CHECK(wait_for(&g.s, all_applied));
+    store_worker_stop(w);
+    for (int i = 0; i < BATCH_TASKS; i++) {
+        CHECK_EQ_INT(g.applies[i], 1);
+        CHECK_EQ_INT(g.last_objective[i], 3);
+        CHECK_EQ_INT(g.order[i], BATCH_TASKS - 1 - i);
+    }
+    seen_cleanup(&g.s);
+    task_store_close(st);
+}
+
 T_MAIN
