@@ -20,7 +20,6 @@
 #ifndef CLOSE_RANGE_CLOEXEC
 #define CLOSE_RANGE_CLOEXEC (1U << 2) /* linux/close_range.h, Linux 5.11 */
 #endif
-#define SBX_FD_SCAN_MAX (1 << 20) /* descriptors the fallback marks one by one */
 
 ssize_t sbx_read_small(const char *path, char *buf, size_t size)
 {

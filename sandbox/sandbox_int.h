@@ -103,5 +103,7 @@ bool sbx_tree_runs(pid_t root, const char *comm);
  * then clears the flag on the descriptors it means to pass on. Async-signal-safe; 0, or
  * -1 when a descriptor could not be marked. */
 int sbx_cloexec_from_3(void);
+/* The descriptors sbx_cloexec_from_3's fallback (and local.c's) marks one by one at most. */
+#define SBX_FD_SCAN_MAX (1 << 20)
 
 #endif
