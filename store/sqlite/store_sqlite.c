@@ -142,6 +142,7 @@ static int load_rv(struct sqlite_store *s, struct err *err)
     }
     rc = sqlite3_step(st);
     s->rv = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+    s->ring_rv = s->rv; /* at open, before any watcher: the feed starts here */
     sqlite3_finalize(st);
     return rc == SQLITE_ROW ? E_OK : sqlst_db_err(s, rc, "read resourceVersion", err);
 }
@@ -332,18 +333,18 @@ static int sqlst_watch(int64_t *last_rv_out, struct task_store *st, const char *
 
     *last_rv_out = since_rv;
     store_deadline_in(&deadline, timeout_ms);
-    pthread_mutex_lock(&s->mu);
+    pthread_mutex_lock(&s->ring_mu);
     wake_gen = s->wake_gen;
-    while (s->rv <= since_rv && s->wake_gen == wake_gen) {
-        if (pthread_cond_timedwait(&s->changed, &s->mu, &deadline) != 0) {
+    while (s->ring_rv <= since_rv && s->wake_gen == wake_gen) {
+        if (pthread_cond_timedwait(&s->changed, &s->ring_mu, &deadline) != 0) {
             break;
         }
     }
-    if (s->rv > since_rv && since_rv < s->rv - EVENT_RING) {
+    if (s->ring_rv > since_rv && since_rv < s->ring_rv - EVENT_RING) {
         rc = err_set(err, E_AGAIN, "too old resource version: %lld", (long long)since_rv);
         goto out;
     }
-    for (int64_t rv = since_rv + 1; rv <= s->rv; rv++) {
+    for (int64_t rv = since_rv + 1; rv <= s->ring_rv; rv++) {
         const struct event *e = &s->ring[rv % EVENT_RING];
         if (e->rv != rv) {
             /* Written before this process started: not in the feed. */
@@ -366,7 +367,7 @@ static int sqlst_watch(int64_t *last_rv_out, struct task_store *st, const char *
         }
     }
 out:
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_unlock(&s->ring_mu);
     return rc;
 }
 
@@ -374,9 +375,11 @@ static void sqlst_wake(struct task_store *st)
 {
     struct sqlite_store *s = sqlst_of(st);
 
-    pthread_mutex_lock(&s->mu);
+    pthread_mutex_lock(&s->ring_mu);
     s->wake_gen++;
     pthread_cond_broadcast(&s->changed);
+    pthread_mutex_unlock(&s->ring_mu);
+    pthread_mutex_lock(&s->mu);
     s->inbox_gen++;
     s->outbox_gen++;
     pthread_cond_broadcast(&s->inbox_cv);
@@ -402,6 +405,7 @@ static void sqlst_close(struct task_store *st)
     sqlst_readers_close(s); /* before the writer's connection: it checkpoints last */
     sqlite3_close(s->db);
     pthread_mutex_destroy(&s->mu);
+    pthread_mutex_destroy(&s->ring_mu);
     pthread_cond_destroy(&s->changed);
     pthread_cond_destroy(&s->inbox_cv);
     pthread_cond_destroy(&s->outbox_cv);
@@ -428,6 +432,7 @@ int task_store_sqlite_open(struct task_store **out, const char *path, const stru
     s->base.xops = &sqlite_xops;
     s->base.clock = clock;
     pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->ring_mu, NULL);
     pthread_cond_init(&s->changed, NULL);
     pthread_cond_init(&s->inbox_cv, NULL);
     pthread_cond_init(&s->outbox_cv, NULL);

@@ -15,7 +15,10 @@
 #include "store/store.h"
 #include "store/store_backend.h"
 
-#define EVENT_RING 4096
+/* Events the change feed keeps (and STORE_EVENT_RING_BYTES of their JSON at most): a few
+ * seconds of a stream of creates, so that a feed held up by a start does not fall behind it
+ * and resync every task. */
+#define EVENT_RING 16384
 
 struct inbox_waiter;
 struct sqlst_readers;  /* store_sqlite_read.c */
@@ -54,11 +57,14 @@ enum sqlst_stmt_id {
 struct sqlite_store {
     struct task_store base; /* must be first */
     sqlite3 *db;
-    pthread_mutex_t mu;     /* one writer/reader at a time on db, and the ring */
-    pthread_cond_t changed; /* broadcast on every new event and on wake */
-    int64_t rv;             /* latest resourceVersion */
-    int64_t wake_gen;       /* bumped by wake() so waiters return */
-    uint64_t token_epoch;   /* bumped by every write to the tokens table (under mu) */
+    pthread_mutex_t mu;      /* one writer/reader at a time on db */
+    pthread_mutex_t ring_mu; /* the ring, ring_rv and wake_gen: taken inside mu by a publish,
+                                alone by a watcher, which so never waits for a writer's commit */
+    pthread_cond_t changed;  /* (with ring_mu) broadcast on every new event and on wake */
+    int64_t rv;              /* latest resourceVersion (under mu) */
+    int64_t ring_rv;         /* the resourceVersion of the newest event published */
+    int64_t wake_gen;        /* bumped by wake() so waiters return */
+    uint64_t token_epoch;    /* bumped by every write to the tokens table (under mu) */
     struct event ring[EVENT_RING];
     size_t ring_bytes;                /* JSON bytes held by ring, <= STORE_EVENT_RING_BYTES but for
                                          the newest event alone */

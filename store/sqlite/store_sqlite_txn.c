@@ -94,6 +94,7 @@ void sqlst_publish(struct sqlite_store *s, struct event *ev)
 {
     struct event *slot = &s->ring[ev->rv % EVENT_RING];
 
+    pthread_mutex_lock(&s->ring_mu);
     ev->bytes = ev->json != NULL ? strlen(ev->json) : 0;
     ring_drop(s, slot); /* the event EVENT_RING changes ago */
     if (s->ring_oldest < ev->rv - EVENT_RING + 1) {
@@ -109,8 +110,12 @@ void sqlst_publish(struct sqlite_store *s, struct event *ev)
     }
     *slot = *ev;
     s->ring_bytes += ev->bytes;
+    if (ev->rv > s->ring_rv) {
+        s->ring_rv = ev->rv;
+    }
     ev->json = NULL;
     pthread_cond_broadcast(&s->changed);
+    pthread_mutex_unlock(&s->ring_mu);
 }
 
 void task_store_sqlite_mem(struct task_store_mem *out, struct task_store *st)
@@ -127,11 +132,13 @@ void task_store_sqlite_mem(struct task_store_mem *out, struct task_store *st)
     out->meter_index_bytes = s->meter_ids_bytes + s->meter_sealed_bytes;
     out->meter_filter_ready = s->meter_seen_ready;
     out->meter_lookups = s->meter_lookups;
+    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_lock(&s->ring_mu);
     out->event_bytes = s->ring_bytes;
     for (size_t i = 0; i < EVENT_RING; i++) {
         out->events += s->ring[i].json != NULL;
     }
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_unlock(&s->ring_mu);
 }
 
 /* The cache holds at most this many parsed tasks; past it, it starts over. */

@@ -509,6 +509,107 @@ TEST(event_ring_bounded_by_bytes)
     task_store_close(st);
 }
 
+/* A transaction that holds the writer until released, and a watcher beside it. */
+struct held {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool in_txn, release, watched;
+    int got, rc;
+    int64_t since;
+    struct task_store *st;
+};
+
+static int hold_writer(struct task_txn *tx, void *userdata)
+{
+    struct held *h = userdata;
+
+    (void)tx;
+    pthread_mutex_lock(&h->mu);
+    h->in_txn = true;
+    pthread_cond_broadcast(&h->cv);
+    while (!h->release) {
+        pthread_cond_wait(&h->cv, &h->mu);
+    }
+    pthread_mutex_unlock(&h->mu);
+    return E_OK;
+}
+
+static void *writer_thread(void *userdata)
+{
+    struct held *h = userdata;
+
+    (void)task_store_txn(h->st, hold_writer, h, NULL);
+    return NULL;
+}
+
+static void *watcher_thread(void *userdata)
+{
+    struct held *h = userdata;
+    int64_t last = 0;
+    int got = 0;
+    int rc = task_store_watch(&last, h->st, NULL, h->since, 5000, count_only, &got, NULL);
+
+    pthread_mutex_lock(&h->mu);
+    h->watched = true;
+    h->got = got;
+    h->rc = rc;
+    pthread_cond_broadcast(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+    return NULL;
+}
+
+/* Waits until *FLAG (under H->mu) for at most SECONDS; whether it was set. */
+static bool held_wait(struct held *h, const bool *flag, int seconds)
+{
+    struct timespec until;
+
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += seconds;
+    pthread_mutex_lock(&h->mu);
+    while (!*flag && pthread_cond_timedwait(&h->cv, &h->mu, &until) == 0) {
+    }
+    bool set = *flag;
+    pthread_mutex_unlock(&h->mu);
+    return set;
+}
+
+/* A watcher gets the events already published while a writer holds its transaction open
+ * (its commit and fsync): the change feeds do not queue behind the writers. */
+TEST(watch_does_not_wait_for_an_open_transaction)
+{
+    struct task_store *st = open_mem();
+    json_t *t = new_task("seen"), *o = NULL;
+    struct held h = {.st = st};
+    pthread_t writer, watcher;
+    json_t *items = NULL;
+    bool before_release;
+
+    pthread_mutex_init(&h.mu, NULL);
+    pthread_cond_init(&h.cv, NULL);
+    CHECK_OK(task_store_list(&items, &h.since, st, NULL, NULL));
+    json_decref(items);
+    CHECK_OK(task_store_create(&o, st, t, NULL));
+    CHECK_EQ_INT(pthread_create(&writer, NULL, writer_thread, &h), 0);
+    CHECK(held_wait(&h, &h.in_txn, 20));
+    CHECK_EQ_INT(pthread_create(&watcher, NULL, watcher_thread, &h), 0);
+    /* A liveness bound, not a latency threshold: the watch normally returns at once. */
+    before_release = held_wait(&h, &h.watched, 10);
+    pthread_mutex_lock(&h.mu);
+    h.release = true;
+    pthread_cond_broadcast(&h.cv);
+    pthread_mutex_unlock(&h.mu);
+    pthread_join(writer, NULL);
+    pthread_join(watcher, NULL);
+    CHECK(before_release);
+    CHECK_OK(h.rc);
+    CHECK(h.got >= 1); /* the create's (the Kubernetes feed may carry more) */
+    pthread_cond_destroy(&h.cv);
+    pthread_mutex_destroy(&h.mu);
+    json_decref(o);
+    json_decref(t);
+    task_store_close(st);
+}
+
 /* SPEC §7: the dedupe window. The embedded store remembers every id ever charged; the
  * Kubernetes store remembers the task's status.lastMeterRequestIds ring (TASK_METER_RING,
  * written in the same status update as the charge). */
