@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
+#include <time.h>
 
 #include "common/clock.h"
 #include "common/hash.h"
@@ -15,6 +16,8 @@
 
 /* The longest sleep between checks of the stop flag, in ms. */
 #define STORE_WORKER_POLL_MS 1000
+/* How long a feed waits after a batch it wanted nothing of (see run_feed). */
+#define STORE_WORKER_LINGER_MS 2
 
 struct store_worker {
     struct task_store *store;              /* borrowed */
@@ -146,9 +149,17 @@ static void run_feed(struct store_worker *w)
         int64_t last = rv;
         int rc = task_store_watch(&last, w->store, NULL, rv, STORE_WORKER_POLL_MS, keep, &b, NULL);
 
+        bool unwanted_only = rc == E_OK && b.n == 0 && last > rv;
+
         /* E_AGAIN: the feed moved on past RV; look at everything again. */
         rv = rc == E_AGAIN ? w->cfg->resync(w->userdata) : last;
         apply_batch(w, &b);
+        if (unwanted_only && !atomic_load(&w->stop)) {
+            /* Changes it does not follow (a meter charge each, thousands a second): wait
+             * a little for more rather than wake for each one. */
+            struct timespec linger = {0, STORE_WORKER_LINGER_MS * 1000000L};
+            nanosleep(&linger, NULL);
+        }
     }
 }
 
