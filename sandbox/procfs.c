@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "sandbox/sandbox_int.h"
@@ -20,6 +21,7 @@
 #ifndef CLOSE_RANGE_CLOEXEC
 #define CLOSE_RANGE_CLOEXEC (1U << 2) /* linux/close_range.h, Linux 5.11 */
 #endif
+#define SBX_FD_SCAN_MAX (1 << 20) /* descriptors the fallback marks one by one */
 
 ssize_t sbx_read_small(const char *path, char *buf, size_t size)
 {
@@ -297,23 +299,24 @@ bool sbx_tree_runs(pid_t root, const char *comm)
     return false;
 }
 
-int sbx_cloexec_from_3(void)
+SBX_CHILD_CODE int sbx_cloexec_from_3(void)
 {
     struct rlimit rl;
     long max;
 
-    if (close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) == 0) {
+    if (syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC) == 0) {
         return 0;
     }
     /* Before Linux 5.11 (ENOSYS or EINVAL): each possible descriptor in turn. */
-    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
+    if (syscall(SYS_prlimit64, 0, RLIMIT_NOFILE, NULL, &rl) != 0) {
         return -1;
     }
     max = rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > SBX_FD_SCAN_MAX ? SBX_FD_SCAN_MAX
                                                                         : (long)rl.rlim_cur;
     for (long fd = 3; fd < max; fd++) {
-        int fl = fcntl((int)fd, F_GETFD);
-        if (fl >= 0 && (fl & FD_CLOEXEC) == 0 && fcntl((int)fd, F_SETFD, fl | FD_CLOEXEC) != 0) {
+        long fl = syscall(SYS_fcntl, fd, F_GETFD);
+        if (fl >= 0 && (fl & FD_CLOEXEC) == 0 &&
+            syscall(SYS_fcntl, fd, F_SETFD, fl | FD_CLOEXEC) != 0) {
             return -1;
         }
     }

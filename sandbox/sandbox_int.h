@@ -97,13 +97,17 @@ unsigned long long sbx_starttime(pid_t pid);
  * set the sandbox up and executed it. */
 bool sbx_tree_runs(pid_t root, const char *comm);
 
-/* In a forked child before execve: marks every descriptor from 3 up close-on-exec
- * (close_range; one fcntl per descriptor up to RLIMIT_NOFILE on kernels before 5.11), so
- * nothing the server holds or inherited from its own parent reaches task code. The caller
- * then clears the flag on the descriptors it means to pass on. Async-signal-safe; 0, or
- * -1 when a descriptor could not be marked. */
-int sbx_cloexec_from_3(void);
-/* The descriptors sbx_cloexec_from_3's fallback (and local.c's) marks one by one at most. */
-#define SBX_FD_SCAN_MAX (1 << 20)
+/* Code a sandbox's child runs between fork or vfork and execve: not instrumented by the
+ * sanitizers (a vfork child runs in the server's memory, where their bookkeeping is the
+ * server's), and kept out of line. */
+#define SBX_CHILD_CODE __attribute__((no_sanitize("address", "thread", "undefined"), noinline))
+
+/* In a forked or vforked child before execve: marks every descriptor from 3 up
+ * close-on-exec (close_range; one fcntl per descriptor up to RLIMIT_NOFILE on kernels
+ * before 5.11), so nothing the server holds or inherited from its own parent reaches task
+ * code. The caller then clears the flag on the descriptors it means to pass on. Raw system
+ * calls only (no libc wrapper that keeps state: safe in a vfork child); 0, or -1 when a
+ * descriptor could not be marked. */
+SBX_CHILD_CODE int sbx_cloexec_from_3(void);
 
 #endif

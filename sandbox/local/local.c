@@ -20,7 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -54,16 +53,14 @@ struct child_plan {
     gid_t gid;
 };
 
-#define CHILD_CODE __attribute__((no_sanitize("address", "thread", "undefined"), noinline))
-
-static CHILD_CODE _Noreturn void child_exit(int code)
+static SBX_CHILD_CODE _Noreturn void child_exit(int code)
 {
     for (;;) {
         (void)syscall(SYS_exit_group, code);
     }
 }
 
-static CHILD_CODE void write_pid(int fd)
+static SBX_CHILD_CODE void write_pid(int fd)
 {
     char buf[24];
     size_t n = sizeof(buf);
@@ -80,7 +77,7 @@ static CHILD_CODE void write_pid(int fd)
 }
 
 /* Sets SIG to its default action (the kernel's struct sigaction, zero but the handler). */
-static CHILD_CODE void child_default(int sig)
+static SBX_CHILD_CODE void child_default(int sig)
 {
     unsigned long act[4] = {(unsigned long)(uintptr_t)SIG_DFL, 0, 0, 0};
 
@@ -89,7 +86,7 @@ static CHILD_CODE void child_default(int sig)
 
 /* Starts a process group and wires stdin to /dev/null, stdout and stderr to OUT_FD (SIGPIPE,
  * which the server ignores, back to its default for bwrap); exits 126 on failure. */
-static CHILD_CODE void child_stdio(const struct child_plan *pl)
+static SBX_CHILD_CODE void child_stdio(const struct child_plan *pl)
 {
     long devnull = syscall(SYS_openat, AT_FDCWD, "/dev/null", O_RDONLY | O_CLOEXEC);
 
@@ -103,7 +100,7 @@ static CHILD_CODE void child_stdio(const struct child_plan *pl)
 
 /* setgroups, setgid, setuid (each of the process alone: the raw calls), then verifies that
  * root cannot come back; exits 127 if not. */
-static CHILD_CODE void child_drop(const struct child_plan *pl)
+static SBX_CHILD_CODE void child_drop(const struct child_plan *pl)
 {
     gid_t groups[1] = {pl->gid};
 
@@ -116,30 +113,7 @@ static CHILD_CODE void child_drop(const struct child_plan *pl)
     }
 }
 
-/* Every descriptor from 3 up closes at exec (close_range; one fcntl each before 5.11). */
-static CHILD_CODE void child_cloexec(void)
-{
-    struct rlimit rl;
-    long max;
-
-    if (syscall(SYS_close_range, 3, ~0U, 1U << 2 /* CLOSE_RANGE_CLOEXEC */) == 0) {
-        return;
-    }
-    if (syscall(SYS_prlimit64, 0, RLIMIT_NOFILE, NULL, &rl) != 0) {
-        child_exit(126);
-    }
-    max = rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > SBX_FD_SCAN_MAX ? SBX_FD_SCAN_MAX
-                                                                        : (long)rl.rlim_cur;
-    for (long fd = 3; fd < max; fd++) {
-        long fl = syscall(SYS_fcntl, fd, F_GETFD);
-        if (fl >= 0 && (fl & FD_CLOEXEC) == 0 &&
-            syscall(SYS_fcntl, fd, F_SETFD, fl | FD_CLOEXEC) != 0) {
-            child_exit(126);
-        }
-    }
-}
-
-static CHILD_CODE _Noreturn void child(const struct child_plan *pl)
+static SBX_CHILD_CODE _Noreturn void child(const struct child_plan *pl)
 {
     unsigned long none = 0;
 
@@ -157,7 +131,9 @@ static CHILD_CODE _Noreturn void child(const struct child_plan *pl)
     (void)syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
     /* Nothing the server inherited from its own parent reaches the sandbox: every other
      * descriptor closes at exec, then only the kept ones are opened up again. */
-    child_cloexec();
+    if (sbx_cloexec_from_3() != 0) {
+        child_exit(126);
+    }
     for (int i = 0; i < LOCAL_FDS; i++) {
         if (pl->keep[i] >= 0) {
             (void)syscall(SYS_fcntl, pl->keep[i], F_SETFD, 0);
