@@ -5,25 +5,19 @@
  * below calls back up into it. */
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "common/hash.h"
 #include "controller/controller_int.h"
 
 #define QUEUED_BUCKETS_MIN 64
 
-/* The hash of NS and NAME under C's seed (set on first use: task names are the users',
- * and a seed they cannot know keeps them from filling one bucket). */
+/* The hash of NS and NAME under C's seed (set on first use: task names are the users'). */
 static uint64_t queued_hash(struct controller *c, const char *ns, const char *name)
 {
-    uint64_t h;
-
-    if (c->queued_seed == 0 &&
-        getrandom(&c->queued_seed, sizeof(c->queued_seed), 0) != (ssize_t)sizeof(c->queued_seed)) {
-        c->queued_seed = (uint64_t)(uintptr_t)c ^ (uint64_t)clock_mono_ns();
+    if (c->queued_seed == 0) {
+        c->queued_seed = hash_seed(c);
     }
-    h = hash_fnv1a(HASH_FNV1A_INIT ^ c->queued_seed, ns, strlen(ns) + 1);
-    return hash_fnv1a(h, name, strlen(name));
+    return hash_fnv1a_pair(c->queued_seed, ns, name);
 }
 
 struct controller_queued *controller_queued_find(struct controller *c, const char *ns,
@@ -127,17 +121,26 @@ bool controller_queue_admitted(struct controller *c, const char *ns, const char 
     return ok;
 }
 
+/* Whether a record waits (not admitted); the caller holds queue_lock. */
+static bool any_waiting(const struct controller *c)
+{
+    for (const struct controller_queued *q = c->queued; q != NULL; q = q->next) {
+        if (!q->admitted) {
+            return true;
+        }
+    }
+    return false;
+}
+
 bool controller_queue_waiting(struct controller *c)
 {
-    bool waiting = false;
+    bool waiting;
 
     if (c->max_running <= 0 && !atomic_load(&c->ns_caps)) {
         return false;
     }
     pthread_mutex_lock(&c->queue_lock);
-    for (struct controller_queued *q = c->queued; q != NULL && !waiting; q = q->next) {
-        waiting = !q->admitted;
-    }
+    waiting = any_waiting(c);
     pthread_mutex_unlock(&c->queue_lock);
     return waiting;
 }
@@ -156,9 +159,7 @@ bool controller_queue_holds(struct controller *c, const struct task_event *ev)
     if (q != NULL) {
         holds = !q->admitted;
     } else if (ev->type == TASK_EVENT_ADDED) {
-        for (q = c->queued; q != NULL && !holds; q = q->next) {
-            holds = !q->admitted;
-        }
+        holds = any_waiting(c); /* it joins them */
     }
     pthread_mutex_unlock(&c->queue_lock);
     return holds && !controller_disk_over(c, ev->ns, ev->name, NULL);

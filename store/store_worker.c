@@ -7,10 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/random.h>
 #include <time.h>
 
-#include "common/clock.h"
 #include "common/hash.h"
 #include "store/store.h"
 
@@ -89,12 +87,6 @@ static bool same_task(const struct kept *a, const struct kept *b)
     return strcmp(a->ns, b->ns) == 0 && strcmp(a->name, b->name) == 0;
 }
 
-static uint64_t task_hash(uint64_t seed, const struct kept *k)
-{
-    uint64_t h = hash_fnv1a(HASH_FNV1A_INIT ^ seed, k->ns, strlen(k->ns) + 1);
-    return hash_fnv1a(h, k->name, strlen(k->name));
-}
-
 /* Marks in OLDER[i] each event of B that a later event of the same task follows: one hash
  * probe per event (a feed that fell behind hands over thousands at once, and comparing
  * every pair of them cost the thread more than applying them). */
@@ -109,7 +101,7 @@ static void mark_older(bool *older, const struct batch *b, uint64_t seed)
     mask = size - 1;
     slots = xcalloc(size, sizeof(*slots));
     for (size_t i = b->n; i-- > 0;) {
-        size_t at = (size_t)task_hash(seed, &b->k[i]) & mask;
+        size_t at = (size_t)hash_fnv1a_pair(seed, b->k[i].ns, b->k[i].name) & mask;
         while (slots[at] != 0 && !same_task(&b->k[slots[at] - 1], &b->k[i])) {
             at = (at + 1) & mask;
         }
@@ -193,9 +185,7 @@ int store_worker_start(struct store_worker **out, struct task_store *store,
     w->userdata = userdata;
     snprintf(w->name, sizeof(w->name), "%s", cfg->name != NULL ? cfg->name : "worker");
     atomic_init(&w->stop, false);
-    if (getrandom(&w->seed, sizeof(w->seed), 0) != (ssize_t)sizeof(w->seed)) {
-        w->seed = (uint64_t)(uintptr_t)w ^ (uint64_t)clock_mono_ns();
-    }
+    w->seed = hash_seed(w);
     if (pthread_create(&w->thread, NULL, run, w) != 0) {
         free(w);
         return err_set(err, E_FAIL, "cannot start the %s worker",
