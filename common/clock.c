@@ -32,6 +32,17 @@ int64_t clock_mono_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+void clock_deadline_in(struct timespec *ts, clockid_t id, int64_t ms)
+{
+    clock_gettime(id, ts);
+    ts->tv_sec += (time_t)(ms / 1000);
+    ts->tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts->tv_nsec >= 1000000000L) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000L;
+    }
+}
+
 /* Days since 1970-01-01 of a civil date (Howard Hinnant's algorithm). */
 static int64_t days_from_civil(int64_t y, int m, int d)
 {

@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 typedef int64_t (*clock_now_fn)(void *userdata);
 
@@ -24,6 +25,10 @@ static inline int64_t clock_now_ms(const struct clock *c)
 
 /* Milliseconds of a monotonic clock, for measuring durations. */
 int64_t clock_mono_ns(void);
+
+/* *TS = the clock ID now + MS (MS >= 0): the deadline of a pthread_cond_timedwait whose
+ * condition variable waits on ID. */
+void clock_deadline_in(struct timespec *ts, clockid_t id, int64_t ms);
 
 #define CLOCK_RFC3339_MAX 80
 

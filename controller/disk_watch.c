@@ -414,13 +414,7 @@ static bool rest(struct controller_disk *d, int64_t ms)
 {
     struct timespec until;
 
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += ms / 1000;
-    until.tv_nsec += (ms % 1000) * 1000000;
-    if (until.tv_nsec >= 1000000000) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000;
-    }
+    clock_deadline_in(&until, CLOCK_MONOTONIC, ms);
     while (!d->stop && pthread_cond_timedwait(&d->cond, &d->lock, &until) == 0) {
     }
     return !d->stop;

@@ -68,13 +68,7 @@ static void tick_wait(struct controller *c, const struct pass_clock *pc)
         return;
     }
     wait_ms = wait_ms > 1000 ? 1000 : wait_ms;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += wait_ms / 1000;
-    ts.tv_nsec += (wait_ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
+    clock_deadline_in(&ts, CLOCK_REALTIME, wait_ms);
     pthread_cond_timedwait(&c->notes_cond, &c->notes_lock, &ts);
 }
 

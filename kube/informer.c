@@ -122,13 +122,7 @@ static bool pause_ms(struct kube_informer *inf, int64_t ms)
 {
     struct timespec ts;
 
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += (time_t)(ms / 1000);
-    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
+    clock_deadline_in(&ts, CLOCK_MONOTONIC, ms);
     pthread_mutex_lock(&inf->mu);
     while (atomic_load(&inf->stop) == 0) {
         if (pthread_cond_timedwait(&inf->cond, &inf->mu, &ts) == ETIMEDOUT) {

@@ -204,13 +204,7 @@ static bool wait_round(struct kube_lease *l)
     struct timespec ts;
     bool stop;
 
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += (time_t)(l->o.retry_ms / 1000);
-    ts.tv_nsec += (long)(l->o.retry_ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
+    clock_deadline_in(&ts, CLOCK_MONOTONIC, l->o.retry_ms);
     pthread_mutex_lock(&l->mu);
     while (!l->stop) {
         if (pthread_cond_timedwait(&l->cond, &l->mu, &ts) == ETIMEDOUT) {

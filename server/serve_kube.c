@@ -129,13 +129,7 @@ static void pause_unless_quit(struct serve_kube *k, int64_t ms)
 {
     struct timespec ts;
 
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += (time_t)(ms / 1000);
-    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
+    clock_deadline_in(&ts, CLOCK_REALTIME, ms);
     pthread_mutex_lock(&k->mu);
     while (!k->quit) {
         if (pthread_cond_timedwait(&k->cond, &k->mu, &ts) != 0) {

@@ -70,17 +70,6 @@ void store_new_uid(char out[37])
              b[14], b[15]);
 }
 
-void store_deadline_in(struct timespec *ts, int64_t ms)
-{
-    clock_gettime(CLOCK_REALTIME, ts);
-    ts->tv_sec += (time_t)(ms / 1000);
-    ts->tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts->tv_nsec >= 1000000000L) {
-        ts->tv_sec++;
-        ts->tv_nsec -= 1000000000L;
-    }
-}
-
 int64_t store_gen_get(pthread_mutex_t *mu, const int64_t *gen)
 {
     int64_t g;
@@ -96,7 +85,7 @@ void store_gen_wait(pthread_mutex_t *mu, pthread_cond_t *cv, const int64_t *gen,
 {
     struct timespec deadline;
 
-    store_deadline_in(&deadline, timeout_ms);
+    clock_deadline_in(&deadline, CLOCK_REALTIME, timeout_ms);
     pthread_mutex_lock(mu);
     while (*gen <= since_gen) {
         if (pthread_cond_timedwait(cv, mu, &deadline) != 0) {

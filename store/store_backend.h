@@ -179,8 +179,6 @@ void store_event_fill(struct event *e, int64_t rv, enum task_event_type type, co
 /* Writes a random (version 4) UUID. */
 void store_new_uid(char out[37]);
 
-/* *TS = CLOCK_REALTIME now + MS: the deadline of a pthread_cond_timedwait. */
-void store_deadline_in(struct timespec *ts, int64_t ms);
 /* *GEN, read under MU: a queue's change counter (the queue_gen op). */
 int64_t store_gen_get(pthread_mutex_t *mu, const int64_t *gen);
 /* Sleeps on CV (with MU) until *GEN has moved past SINCE_GEN or TIMEOUT_MS have passed (the

@@ -199,13 +199,7 @@ void *agent_poll_thread(void *arg)
         if (ap->stopping) {
             break;
         }
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_sec += (time_t)(ap->poll_ms / 1000);
-        ts.tv_nsec += (long)(ap->poll_ms % 1000) * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        clock_deadline_in(&ts, CLOCK_MONOTONIC, ap->poll_ms);
         (void)pthread_cond_timedwait(&ap->cond, &ap->lock, &ts);
     }
     pthread_mutex_unlock(&ap->lock);

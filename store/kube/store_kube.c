@@ -33,7 +33,7 @@ void kst_wait_seen(struct kube_store *s, int64_t rv, bool queue)
 {
     struct timespec ts;
 
-    store_deadline_in(&ts, KST_SEEN_MS);
+    clock_deadline_in(&ts, CLOCK_REALTIME, KST_SEEN_MS);
     pthread_mutex_lock(&s->mu);
     while ((queue ? s->queue_rv : s->rv) < rv) {
         if (pthread_cond_timedwait(&s->changed, &s->mu, &ts) != 0) {

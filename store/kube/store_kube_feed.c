@@ -102,7 +102,7 @@ int kst_watch(int64_t *last_rv_out, struct task_store *st, const char *ns, int64
     size_t n;
 
     *last_rv_out = since_rv;
-    store_deadline_in(&deadline, timeout_ms);
+    clock_deadline_in(&deadline, CLOCK_REALTIME, timeout_ms);
     pthread_mutex_lock(&s->mu);
     wake_gen = s->wake_gen;
     while (s->rv <= since_rv && s->wake_gen == wake_gen && since_rv >= s->floor - 1) {

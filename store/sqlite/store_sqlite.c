@@ -332,7 +332,7 @@ static int sqlst_watch(int64_t *last_rv_out, struct task_store *st, const char *
     int rc = E_OK;
 
     *last_rv_out = since_rv;
-    store_deadline_in(&deadline, timeout_ms);
+    clock_deadline_in(&deadline, CLOCK_REALTIME, timeout_ms);
     pthread_mutex_lock(&s->ring_mu);
     wake_gen = s->wake_gen;
     while (s->ring_rv <= since_rv && s->wake_gen == wake_gen) {
