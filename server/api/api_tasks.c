@@ -226,7 +226,7 @@ static int list_ns(struct request *r, const char *ns)
         kube_view_cleanup(&view);
         return ret;
     }
-    buf_init(&l.out, 0);
+    http_body_init(&l.out);
     if (task_store_list_text(&rv, r->srv->store, ns, list_text_item, &l, &err) != E_OK) {
         buf_cleanup(&l.out);
         return http_send_err(r, &err);
@@ -235,10 +235,7 @@ static int list_ns(struct request *r, const char *ns)
         list_text_head(&l);
     }
     (void)buf_puts(&l.out, "]}\n");
-    {
-        size_t len = l.out.len;
-        return http_send_text_take(r, 200, "application/json", buf_take(&l.out), len);
-    }
+    return http_send_body(r, 200, "application/json", &l.out);
 }
 
 int api_task_list(struct request *r)

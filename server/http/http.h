@@ -50,6 +50,12 @@ int http_send_text(struct request *r, int status, const char *content_type, cons
  * freed once sent): a large body (a list of 10,000 tasks) is not copied again. */
 int http_send_text_take(struct request *r, int status, const char *content_type, char *text,
                         size_t len);
+/* A buffer for a large body (a list), with memory kept from earlier bodies when there is
+ * some (already faulted in, large enough); send it with http_send_body, or buf_cleanup. */
+void http_body_init(struct buf *out);
+/* Sends BODY's bytes and takes its memory (BODY is left empty); once sent, the memory is
+ * kept for the next http_body_init, or freed. */
+int http_send_body(struct request *r, int status, const char *content_type, struct buf *body);
 /* Sends the error body for CODE (an enum err_code or an HTTP status when >= 100). Under
  * /apis/ the body is a metav1.Status. */
 int http_send_error(struct request *r, int status, const char *reason, const struct err *err,

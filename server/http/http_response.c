@@ -3,6 +3,7 @@
  * errors through the one code-to-status table, query, headers and the JSON body. A body
  * that cannot be built is answered with a fixed 500, never an abort. */
 #include <microhttpd.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,6 +54,67 @@ int http_send_text_take(struct request *r, int status, const char *content_type,
 
     if (resp == NULL) {
         free(text);
+    } else {
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+    }
+    return queue(r, status, resp);
+}
+
+/* Large bodies (a list of 10,000 tasks is ~7 MB) are written into memory kept from the
+ * last ones: fresh memory faults every page in as it is first written, and with creates
+ * running beside a list those faults (and the copies of a growing buffer) were half of its
+ * time (bench/RESULTS.md). A few are kept for the process, each up to HTTP_BODY_KEEP_MAX;
+ * others are freed once sent, as before. */
+#define HTTP_BODIES_KEPT 2
+#define HTTP_BODY_KEEP_MAX ((size_t)64 << 20)
+
+static pthread_mutex_t g_bodies_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct buf g_bodies[HTTP_BODIES_KEPT];
+static size_t g_n_bodies;
+
+void http_body_init(struct buf *out)
+{
+    buf_init(out, 0);
+    pthread_mutex_lock(&g_bodies_mu);
+    if (g_n_bodies > 0) {
+        *out = g_bodies[--g_n_bodies];
+    }
+    pthread_mutex_unlock(&g_bodies_mu);
+    out->len = 0;
+    if (out->data != NULL) {
+        out->data[0] = '\0';
+    }
+}
+
+/* MHD's free callback of a body sent by http_send_body: its memory is kept, or freed. */
+static void body_done(void *cls)
+{
+    struct buf *b = cls;
+
+    pthread_mutex_lock(&g_bodies_mu);
+    if (g_n_bodies < HTTP_BODIES_KEPT && b->data != NULL && b->cap <= HTTP_BODY_KEEP_MAX) {
+        g_bodies[g_n_bodies++] = *b;
+        buf_init(b, 0);
+    }
+    pthread_mutex_unlock(&g_bodies_mu);
+    buf_cleanup(b);
+    free(b);
+}
+
+int http_send_body(struct request *r, int status, const char *content_type, struct buf *body)
+{
+    struct buf *sent = xmalloc(sizeof(*sent));
+    struct MHD_Response *resp;
+
+    *sent = *body;
+    buf_init(body, 0);
+    if (sent->data == NULL) {
+        (void)buf_puts(sent, ""); /* MHD wants a buffer, even for no bytes */
+    }
+    resp = MHD_create_response_from_buffer_with_free_callback_cls(sent->len, sent->data, body_done,
+                                                                  sent);
+    if (resp == NULL) {
+        body_done(sent);
     } else {
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
     }

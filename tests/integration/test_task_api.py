@@ -482,6 +482,46 @@ def test_serve_flags_and_env():
         assert any("http://example.test:9/apis/" in l for l in srv.lines), srv.lines
 
 
+def test_lists_of_different_sizes_at_once_each_get_their_own_items():
+    """Large list bodies are written into memory kept from earlier ones (server/http): a
+    short list after a long one, and lists sent at the same time, each carry exactly their
+    own items, complete, with a Content-Length that matches."""
+    with Server(args=PENDING_ARGS) as srv:
+        big, small = API + "/namespaces/big/agenttasks", API + "/namespaces/small/agenttasks"
+        def make(k):
+            for i in range(k, 240, 8):
+                st, _, b = srv.request("POST", big, task_obj("b%03d" % i, ns="big",
+                                                             objective="o%03d " % i + "x" * 2000))
+                assert st == 201, b
+        with concurrent.futures.ThreadPoolExecutor(8) as ex:
+            list(ex.map(make, range(8)))
+        assert srv.request("POST", small, task_obj("s1", ns="small", objective="short"))[0] == 201
+        want = {big: ["b%03d" % i for i in range(240)], small: ["s1"]}
+        deadline = time.time() + 30  # the controller notes why each waits: then none changes
+        while time.time() < deadline:
+            items = srv.request("GET", big)[2]["items"] + srv.request("GET", small)[2]["items"]
+            if all(i["status"].get("message") for i in items):
+                break
+            time.sleep(0.1)
+
+        def check(path):
+            st, h, raw = srv.request("GET", path, raw=True)
+            assert st == 200 and int(h["content-length"]) == len(raw), (st, h)
+            doc = json.loads(raw)
+            assert doc["kind"] == "AgentTaskList" and int(doc["metadata"]["resourceVersion"]) > 0
+            assert [i["metadata"]["name"] for i in doc["items"]] == want[path]
+            if path == big:
+                assert all(i["spec"]["objective"] == "o%s " % i["metadata"]["name"][1:] + "x" * 2000
+                           for i in doc["items"])
+            return len(raw)
+
+        sizes = [check(p) for p in (big, small, big, small, small, big)]
+        assert sizes[0] > 480000 and sizes[1] < 4000 and sizes[0] == sizes[2] == sizes[5]
+        with concurrent.futures.ThreadPoolExecutor(6) as ex:
+            got = list(ex.map(check, [big, small] * 30))
+        assert got == [sizes[0], sizes[1]] * 30
+
+
 if __name__ == "__main__":
     run_tests([test_health_ready_metrics, test_create_get_list_roundtrip, test_status_codes,
                test_merge_patch_and_status_subresource, test_delete,
@@ -489,4 +529,5 @@ if __name__ == "__main__":
                test_watch_started_during_concurrent_creates_sees_each_task_once,
                test_restart_keeps_everything_and_sigterm_is_graceful,
                test_kill9_during_200_concurrent_creates_loses_nothing_acknowledged,
-               test_env_list_and_log_format, test_serve_flags_and_env])
+               test_env_list_and_log_format, test_serve_flags_and_env,
+               test_lists_of_different_sizes_at_once_each_get_their_own_items])
