@@ -32,6 +32,7 @@
 #define STORE_METER_INDEX_IDS 4096         /* request ids the meter keeps in memory */
 #define STORE_METER_INDEX_BYTES (1u << 20) /* and at most about this many bytes of them */
 #define STORE_EVENT_RING_BYTES (64u << 20) /* JSON kept for watchers; oldest evicted (410) */
+#define STORE_TASK_COPY_BYTES (256u << 20) /* task text kept for GET and list (then SQLite) */
 #define TASK_OBJECTIVE_MAX 4096            /* bytes of spec.objective; longer is 422 */
 #define TASK_COMMAND_MAX 4096              /* bytes of spec.runner.command / verifyCommand */
 #define TASK_ALLOWED_HOSTS_MAX 64          /* entries of spec.sandbox.allowedHosts */
@@ -462,9 +463,15 @@ struct task_store_mem {
     uint64_t meter_lookups;   /* lookups of fresh-looking ids in the archive so far */
     size_t event_bytes;       /* JSON of the events kept for watchers */
     size_t events;            /* events kept for watchers */
+    size_t task_copies;       /* tasks whose text is kept to answer GET and list */
+    size_t task_copy_bytes;   /* their bytes (text and keys), <= STORE_TASK_COPY_BYTES */
+    bool task_copy_on;        /* false: past the limit, reads go to the database */
 };
 /* Fills *out for ST (a store from task_store_sqlite_open). Thread-safe. */
 void task_store_sqlite_mem(struct task_store_mem *out, struct task_store *st);
+/* Sets the limit of the tasks' text kept in memory (STORE_TASK_COPY_BYTES at open); past
+ * it the copy is dropped and reads go to the database until the store is opened again. */
+void task_store_sqlite_copy_limit(struct task_store *st, size_t max_bytes);
 /* The task's latest token; E_NOTFOUND when it never had one. Free out->token. */
 int task_txn_token_current(struct token_record *out, struct task_txn *tx, const char *ns,
                            const char *name, struct err *err);

@@ -217,6 +217,7 @@ static int sqlst_mutate(json_t **out, struct task_store *st, const char *ns, con
     if (rc == E_OK) {
         struct event ev;
         store_event_fill(&ev, s->rv, TASK_EVENT_MODIFIED, doc, text);
+        sqlst_mem_apply(s->mem, &ev, 1);
         sqlst_publish(s, &ev);
     }
 out:
@@ -305,6 +306,7 @@ static int sqlst_remove(json_t **out, struct task_store *st, const char *ns, con
     {
         struct event ev;
         store_event_fill(&ev, s->rv, TASK_EVENT_DELETED, cur, json_dumps(cur, JSON_COMPACT));
+        sqlst_mem_apply(s->mem, &ev, 1);
         sqlst_publish(s, &ev);
     }
 out:
@@ -403,6 +405,7 @@ static void sqlst_close(struct task_store *st)
     sqlst_meter_archiver_close(s);
     sqlst_meter_index_free(s);
     sqlst_readers_close(s); /* before the writer's connection: it checkpoints last */
+    sqlst_mem_close(s->mem);
     sqlite3_close(s->db);
     pthread_mutex_destroy(&s->mu);
     pthread_mutex_destroy(&s->ring_mu);
@@ -455,6 +458,9 @@ int task_store_sqlite_open(struct task_store **out, const char *path, const stru
     }
     if (rc == E_OK) {
         rc = load_rv(s, err);
+    }
+    if (rc == E_OK) {
+        rc = sqlst_mem_open(&s->mem, s->db, s->rv, err);
     }
     if (rc == E_OK) {
         rc = sqlst_readers_open(s, path, err);

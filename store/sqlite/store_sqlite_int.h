@@ -13,6 +13,7 @@
 #include "common/err.h"
 #include "common/gcommit.h"
 #include "store/store.h"
+#include "store/sqlite/store_sqlite_mem.h"
 #include "store/store_backend.h"
 
 /* Events the change feed keeps (and STORE_EVENT_RING_BYTES of their JSON at most): a few
@@ -105,6 +106,8 @@ struct sqlite_store {
     struct gcommit *inbox_committer; /* owned: the group commit of inbox adds
                                         (store_sqlite_inbox.c) */
     struct sqlst_readers *readers;   /* owned: the read-only connections (GET, list) */
+    struct sqlst_mem *mem;           /* owned: the tasks' texts GET and list are answered
+                                        from (store_sqlite_mem.c) */
 };
 
 /* Binds V to parameter IDX of Q (a copy), or NULL when V is NULL (store_sqlite_queue.c). */

@@ -196,10 +196,16 @@ static int rd_rv(int64_t *out, struct reader *r, struct err *err)
 static int rd_get_text(struct sqlite_store *s, enum rd_stmt_id id, const char *ns, const char *name,
                        task_text_fn fn, void *userdata, struct err *err)
 {
-    struct reader *r = rd_take(s);
+    struct reader *r;
     sqlite3_stmt *q = NULL;
-    int rc = rd_stmt(&q, r, id, err), step;
+    int rc, step;
 
+    if (id == RD_GET_TASK && sqlst_mem_get(&rc, s->mem, ns, name, fn, userdata)) {
+        return rc != E_NOTFOUND ? rc
+                                : err_set(err, E_NOTFOUND, "agenttasks \"%s\" not found", name);
+    }
+    r = rd_take(s);
+    rc = rd_stmt(&q, r, id, err);
     if (rc == E_OK) {
         sqlite3_bind_text(q, 1, ns, -1, SQLITE_STATIC);
         sqlite3_bind_text(q, 2, name, -1, SQLITE_STATIC);
@@ -294,7 +300,11 @@ static int rd_list(int64_t *rv_out, struct sqlite_store *s, bool envs, const cha
 {
     enum rd_stmt_id id = envs ? (ns != NULL ? RD_LIST_ENVS_NS : RD_LIST_ENVS)
                               : (ns != NULL ? RD_LIST_TASKS_NS : RD_LIST_TASKS);
+    int rc;
 
+    if (!envs && sqlst_mem_list(&rc, rv_out, s->mem, ns, fn, userdata)) {
+        return rc;
+    }
     return rd_list_by(rv_out, s, id, ns, fn, userdata, err);
 }
 

@@ -66,6 +66,7 @@ int sqlst_txn(struct task_store *st, task_txn_fn fn, void *userdata, struct err 
         sqlst_meter_index_free(s); /* may hold ids just rolled back: reload on next use */
         goto out;
     }
+    sqlst_mem_apply(s->mem, tx.events, tx.nevents); /* before the change is acknowledged */
     for (size_t i = 0; i < tx.nevents; i++) {
         sqlst_publish(s, &tx.events[i]);
     }
@@ -133,6 +134,7 @@ void task_store_sqlite_mem(struct task_store_mem *out, struct task_store *st)
     out->meter_filter_ready = s->meter_seen_ready;
     out->meter_lookups = s->meter_lookups;
     pthread_mutex_unlock(&s->mu);
+    sqlst_mem_stats(s->mem, &out->task_copies, &out->task_copy_bytes, &out->task_copy_on);
     pthread_mutex_lock(&s->ring_mu);
     out->event_bytes = s->ring_bytes;
     for (size_t i = 0; i < EVENT_RING; i++) {
@@ -331,6 +333,13 @@ int sqlst_txn_token_epoch(uint64_t *out, struct task_txn *txb)
     struct sqlst_txn *tx = sqtx(txb);
     *out = tx->s->token_epoch;
     return E_OK;
+}
+
+void task_store_sqlite_copy_limit(struct task_store *st, size_t max_bytes)
+{
+    if (strcmp(st->ops->name, "sqlite") == 0) {
+        sqlst_mem_limit(sqlst_of(st)->mem, max_bytes);
+    }
 }
 
 struct sqlite_store *sqlst_txn_store(struct task_txn *txb)
