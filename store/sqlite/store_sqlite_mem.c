@@ -34,6 +34,7 @@ struct mem_entry {
     char *key;    /* owned: "namespace\0name\0" */
     size_t nslen; /* strlen of the namespace: the name starts at key + nslen + 1 */
     struct mem_text *t;
+    enum task_phase phase; /* status.phase (Pending when absent or unknown) */
 };
 
 #define CHUNK 256 /* entries per chunk: an insert moves at most this many */
@@ -204,8 +205,9 @@ static void drop_all(struct sqlst_mem *m)
     m->nchunks = m->capchunks = m->count = m->bytes = 0;
 }
 
-/* Sets (NS, NAME) to TEXT[LEN] (a copy). */
-static void put(struct sqlst_mem *m, const char *ns, const char *name, const char *text, size_t len)
+/* Sets (NS, NAME) to TEXT[LEN] (a copy) in phase PHASE. */
+static void put(struct sqlst_mem *m, const char *ns, const char *name, const char *text, size_t len,
+                enum task_phase phase)
 {
     size_t ci, i, nslen = strlen(ns), nlen = strlen(name);
     struct mem_text *t = text_new(text, len);
@@ -217,6 +219,7 @@ static void put(struct sqlst_mem *m, const char *ns, const char *name, const cha
         m->bytes = m->bytes - old->t->len + len;
         text_unref(old->t);
         old->t = t;
+        old->phase = phase;
         return;
     }
     e.key = xmalloc(nslen + nlen + 2);
@@ -224,6 +227,7 @@ static void put(struct sqlst_mem *m, const char *ns, const char *name, const cha
     memcpy(e.key + nslen + 1, name, nlen + 1);
     e.nslen = nslen;
     e.t = t;
+    e.phase = phase;
     insert(m, ci, i, e);
     m->bytes += len + nslen + nlen + 2;
 }
@@ -244,7 +248,8 @@ static int load(struct sqlst_mem *m, sqlite3 *db, struct err *err)
 {
     sqlite3_stmt *q = NULL;
     int rc = sqlite3_prepare_v2(
-            db, "SELECT namespace, name, doc FROM tasks ORDER BY namespace, name", -1, &q, NULL),
+            db, "SELECT namespace, name, doc, phase FROM tasks ORDER BY namespace, name", -1, &q,
+            NULL),
         step;
 
     if (rc != SQLITE_OK) {
@@ -254,6 +259,8 @@ static int load(struct sqlst_mem *m, sqlite3 *db, struct err *err)
         const char *ns = (const char *)sqlite3_column_text(q, 0);
         const char *name = (const char *)sqlite3_column_text(q, 1);
         const char *doc = (const char *)sqlite3_column_text(q, 2);
+        const char *phase = (const char *)sqlite3_column_text(q, 3);
+        enum task_phase ph = TASK_PENDING;
         if (ns == NULL || name == NULL || doc == NULL) {
             go_off(m, "a task row without namespace, name or text");
         } else if (strlen(ns) >= sizeof(((struct event *)0)->ns) ||
@@ -261,7 +268,10 @@ static int load(struct sqlst_mem *m, sqlite3 *db, struct err *err)
             /* Changes name their task by a copy cut to that length (struct event). */
             go_off(m, "a task name longer than a change event holds");
         } else {
-            put(m, ns, name, doc, (size_t)sqlite3_column_bytes(q, 2));
+            if (phase != NULL && task_phase_parse(&ph, phase) != E_OK) {
+                ph = TASK_PENDING;
+            }
+            put(m, ns, name, doc, (size_t)sqlite3_column_bytes(q, 2), ph);
             if (m->bytes > m->max_bytes) {
                 go_off(m, "the stored tasks are larger than the limit");
             }
@@ -316,7 +326,7 @@ void sqlst_mem_apply(struct sqlst_mem *m, const struct event *ev, size_t n)
                 remove_at(m, ci, i);
             }
         } else if (e->json != NULL) {
-            put(m, e->ns, e->name, e->json, strlen(e->json));
+            put(m, e->ns, e->name, e->json, strlen(e->json), e->phase);
             if (m->bytes > m->max_bytes) {
                 go_off(m, "the stored tasks grew larger than the limit");
             }
@@ -351,8 +361,14 @@ bool sqlst_mem_get(int *rc_out, struct sqlst_mem *m, const char *ns, const char 
     return true;
 }
 
-/* The texts of NS (NULL: every namespace), referenced, in order, into *OUT (owned). */
-static size_t snapshot(struct mem_text ***out, struct sqlst_mem *m, const char *ns)
+static bool live(enum task_phase p)
+{
+    return p != TASK_COMPLETED && p != TASK_FAILED;
+}
+
+/* The texts of NS (NULL: every namespace; of the tasks not finished only when LIVE_ONLY),
+ * referenced, in order, into *OUT (owned). */
+static size_t snapshot(struct mem_text ***out, struct sqlst_mem *m, const char *ns, bool live_only)
 {
     struct mem_text **ts = xmalloc((m->count + 1) * sizeof(*ts));
     size_t n = 0, ci = 0, i = 0;
@@ -367,16 +383,18 @@ static size_t snapshot(struct mem_text ***out, struct sqlst_mem *m, const char *
                 *out = ts;
                 return n;
             }
-            text_ref(c->e[i].t);
-            ts[n++] = c->e[i].t;
+            if (!live_only || live(c->e[i].phase)) {
+                text_ref(c->e[i].t);
+                ts[n++] = c->e[i].t;
+            }
         }
     }
     *out = ts;
     return n;
 }
 
-bool sqlst_mem_list(int *rc_out, int64_t *rv_out, struct sqlst_mem *m, const char *ns,
-                    task_text_fn fn, void *userdata)
+static bool list(int *rc_out, int64_t *rv_out, struct sqlst_mem *m, const char *ns, bool live_only,
+                 task_text_fn fn, void *userdata)
 {
     struct mem_text **ts;
     size_t n, i;
@@ -390,7 +408,7 @@ bool sqlst_mem_list(int *rc_out, int64_t *rv_out, struct sqlst_mem *m, const cha
         pthread_mutex_unlock(&m->mu);
         return false;
     }
-    n = snapshot(&ts, m, ns);
+    n = snapshot(&ts, m, ns, live_only);
     if (rv_out != NULL) {
         *rv_out = m->rv;
     }
@@ -404,6 +422,17 @@ bool sqlst_mem_list(int *rc_out, int64_t *rv_out, struct sqlst_mem *m, const cha
     free(ts);
     *rc_out = rc;
     return true;
+}
+
+bool sqlst_mem_list(int *rc_out, int64_t *rv_out, struct sqlst_mem *m, const char *ns,
+                    task_text_fn fn, void *userdata)
+{
+    return list(rc_out, rv_out, m, ns, false, fn, userdata);
+}
+
+bool sqlst_mem_list_live(int *rc_out, struct sqlst_mem *m, task_text_fn fn, void *userdata)
+{
+    return list(rc_out, NULL, m, NULL, true, fn, userdata);
 }
 
 void sqlst_mem_stats(struct sqlst_mem *m, size_t *count, size_t *bytes, bool *on)

@@ -31,6 +31,9 @@ bool sqlst_mem_get(int *rc_out, struct sqlst_mem *m, const char *ns, const char 
  * FN's first non-E_OK return, else E_OK; false when the copy is off or M is NULL. */
 bool sqlst_mem_list(int *rc_out, int64_t *rv_out, struct sqlst_mem *m, const char *ns,
                     task_text_fn fn, void *userdata);
+/* As sqlst_mem_list over every namespace, for the tasks whose phase is neither Completed
+ * nor Failed only. */
+bool sqlst_mem_list_live(int *rc_out, struct sqlst_mem *m, task_text_fn fn, void *userdata);
 /* What the copy holds (tasks, bytes of text and keys) and whether it is on. */
 void sqlst_mem_stats(struct sqlst_mem *m, size_t *count, size_t *bytes, bool *on);
 /* Sets its limit (STORE_TASK_COPY_BYTES at open); a copy already past it goes off. */

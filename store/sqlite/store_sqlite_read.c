@@ -361,6 +361,11 @@ int sqlst_list(json_t **items_out, int64_t *rv_out, struct task_store *st, const
 
 int sqlst_list_live(struct task_store *st, task_text_fn fn, void *userdata, struct err *err)
 {
+    int rc;
+
+    if (sqlst_mem_list_live(&rc, sqlst_of(st)->mem, fn, userdata)) {
+        return rc;
+    }
     return rd_list_by(NULL, sqlst_of(st), RD_LIST_LIVE, NULL, fn, userdata, err);
 }
 

@@ -50,6 +50,11 @@ static int append_text(const char *json, size_t len, void *userdata)
     return E_OK;
 }
 
+static int by_text(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
 /* Every task's text as the store lists them: all, then per namespace, then one GET each
  * (and a GET of a task that is not there), with the resourceVersion of the full list. */
 static json_t *everything(struct task_store *st, int64_t *rv_out)
@@ -104,6 +109,37 @@ static int change_and_create(struct task_txn *tx, void *userdata)
     return rc != E_OK ? rc : task_txn_create(NULL, tx, a->create, NULL);
 }
 
+static void set_phase(struct task_store *st, const char *ns, const char *name, const char *phase)
+{
+    json_t *p = json_pack("{s:{s:s}}", "status", "phase", phase);
+    struct patch_ud ud = {.patch = p, .scope = TASK_PATCH_STATUS};
+
+    CHECK_OK(task_store_mutate(NULL, st, ns, name, apply_patch, &ud, NULL));
+    json_decref(p);
+}
+
+/* The texts of the tasks not finished (task_store_list_live), sorted (it gives no order). */
+static json_t *live_texts(struct task_store *st)
+{
+    json_t *out = json_array(), *sorted = json_array();
+    const char **v;
+    size_t n;
+
+    CHECK_OK(task_store_list_live(st, append_text, out, NULL));
+    n = json_array_size(out);
+    v = xcalloc(n + 1, sizeof(*v));
+    for (size_t i = 0; i < n; i++) {
+        v[i] = json_string_value(json_array_get(out, i));
+    }
+    qsort(v, n, sizeof(*v), by_text);
+    for (size_t i = 0; i < n; i++) {
+        json_array_append_new(sorted, json_string(v[i]));
+    }
+    free(v);
+    json_decref(out);
+    return sorted;
+}
+
 static void set_objective(struct task_store *st, const char *ns, const char *name, const char *obj)
 {
     json_t *p = json_pack("{s:{s:s}}", "spec", "objective", obj);
@@ -119,7 +155,7 @@ TEST(copy_answers_as_the_database_does)
     char path[40], name[32];
     struct task_store *st = open_file(path);
     struct task_store_mem mem;
-    json_t *seen, *again;
+    json_t *seen, *again, *live, *live_again;
     int64_t rv = 0, rv2 = 0;
     unsigned seed = 7;
     int n = 0;
@@ -138,6 +174,10 @@ TEST(copy_answers_as_the_database_does)
         snprintf(name, sizeof(name), "t%03d-%d", k, k % 7);
         snprintf(obj, sizeof(obj), "changed %d", i);
         set_objective(st, nss[k % 3], name, obj);
+    }
+    for (int k = 1; k < 900; k += 10) { /* finished: not listed as live */
+        snprintf(name, sizeof(name), "t%03d-%d", k, k % 7);
+        set_phase(st, nss[k % 3], name, k % 20 == 1 ? "Completed" : "Failed");
     }
     for (int k = 0; k < 900; k += 4) {
         snprintf(name, sizeof(name), "t%03d-%d", k, k % 7);
@@ -159,6 +199,8 @@ TEST(copy_answers_as_the_database_does)
     seen = everything(st, &rv);
     CHECK_EQ_INT(json_array_size(json_array_get(seen, 0)), n);
     CHECK_EQ_INT(json_array_size(json_array_get(seen, 4)), 0); /* namespace "nobody" */
+    live = live_texts(st);
+    CHECK_EQ_INT(json_array_size(live), n - 90);
 
     /* The same from the database: the copy off. */
     task_store_sqlite_copy_limit(st, 0);
@@ -169,6 +211,9 @@ TEST(copy_answers_as_the_database_does)
     CHECK_EQ_INT(rv2, rv);
     CHECK(json_equal(again, seen));
     json_decref(again);
+    live_again = live_texts(st);
+    CHECK(json_equal(live_again, live));
+    json_decref(live_again);
 
     /* And from a copy loaded at open. */
     task_store_close(st);
@@ -180,6 +225,10 @@ TEST(copy_answers_as_the_database_does)
     CHECK_EQ_INT(rv2, rv);
     CHECK(json_equal(again, seen));
     json_decref(again);
+    live_again = live_texts(st);
+    CHECK(json_equal(live_again, live));
+    json_decref(live_again);
+    json_decref(live);
     json_decref(seen);
     task_store_close(st);
     store_unlink_db(path);
