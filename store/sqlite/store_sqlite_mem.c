@@ -205,31 +205,36 @@ static void drop_all(struct sqlst_mem *m)
     m->nchunks = m->capchunks = m->count = m->bytes = 0;
 }
 
+/* A new entry for (NS, NAME) with a copy of TEXT[LEN], counted in m->bytes. */
+static struct mem_entry entry_new(struct sqlst_mem *m, const char *ns, const char *name,
+                                  const char *text, size_t len, enum task_phase phase)
+{
+    size_t nslen = strlen(ns), nlen = strlen(name);
+    struct mem_entry e = {.key = xmalloc(nslen + nlen + 2), .nslen = nslen, .phase = phase};
+
+    memcpy(e.key, ns, nslen + 1);
+    memcpy(e.key + nslen + 1, name, nlen + 1);
+    e.t = text_new(text, len);
+    m->bytes += len + nslen + nlen + 2;
+    return e;
+}
+
 /* Sets (NS, NAME) to TEXT[LEN] (a copy) in phase PHASE. */
 static void put(struct sqlst_mem *m, const char *ns, const char *name, const char *text, size_t len,
                 enum task_phase phase)
 {
-    size_t ci, i, nslen = strlen(ns), nlen = strlen(name);
-    struct mem_text *t = text_new(text, len);
-    struct mem_entry e;
+    size_t ci, i;
 
     find(m, ns, name, &ci, &i);
     if (ci < m->nchunks && cmp_entry(ns, name, &m->chunks[ci]->e[i]) == 0) {
         struct mem_entry *old = &m->chunks[ci]->e[i];
         m->bytes = m->bytes - old->t->len + len;
         text_unref(old->t);
-        old->t = t;
+        old->t = text_new(text, len);
         old->phase = phase;
         return;
     }
-    e.key = xmalloc(nslen + nlen + 2);
-    memcpy(e.key, ns, nslen + 1);
-    memcpy(e.key + nslen + 1, name, nlen + 1);
-    e.nslen = nslen;
-    e.t = t;
-    e.phase = phase;
-    insert(m, ci, i, e);
-    m->bytes += len + nslen + nlen + 2;
+    insert(m, ci, i, entry_new(m, ns, name, text, len, phase));
 }
 
 static void go_off(struct sqlst_mem *m, const char *why)
@@ -243,43 +248,103 @@ static void go_off(struct sqlst_mem *m, const char *why)
     m->off = true;
 }
 
-/* Loads every task row of DB (the writer's connection, at open) in the table's order. */
+static int by_key(const void *pa, const void *pb)
+{
+    const struct mem_entry *a = pa, *b = pb;
+    int c = strcmp(a->key, b->key);
+
+    return c != 0 ? c : strcmp(a->key + a->nslen + 1, b->key + b->nslen + 1);
+}
+
+/* Frees the N entries E (the array too). */
+static void entries_free(struct mem_entry *e, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        free(e[i].key);
+        text_unref(e[i].t);
+    }
+    free(e);
+}
+
+/* The copy made of the N entries E (taken; distinct keys): sorted, then cut into chunks. */
+static void fill(struct sqlst_mem *m, struct mem_entry *e, size_t n)
+{
+    if (n > 0) {
+        qsort(e, n, sizeof(*e), by_key);
+    }
+    for (size_t at = 0; at < n; at += CHUNK) {
+        struct mem_chunk *c = xcalloc(1, sizeof(*c));
+        c->n = n - at < CHUNK ? n - at : CHUNK;
+        memcpy(c->e, &e[at], c->n * sizeof(e[0]));
+        chunk_insert_at(m, m->nchunks, c);
+    }
+    m->count = n;
+    free(e);
+}
+
+/* The entries read at open (load). */
+struct loaded {
+    struct mem_entry *e;
+    size_t n, cap;
+};
+
+/* Takes the row Q holds (namespace, name, doc, phase) into L, or turns the copy off. */
+static void load_row(struct sqlst_mem *m, struct loaded *l, sqlite3_stmt *q)
+{
+    const char *ns = (const char *)sqlite3_column_text(q, 0);
+    const char *name = (const char *)sqlite3_column_text(q, 1);
+    const char *doc = (const char *)sqlite3_column_text(q, 2);
+    const char *phase = (const char *)sqlite3_column_text(q, 3);
+    enum task_phase ph = TASK_PENDING;
+
+    if (ns == NULL || name == NULL || doc == NULL) {
+        go_off(m, "a task row without namespace, name or text");
+        return;
+    }
+    if (strlen(ns) >= sizeof(((struct event *)0)->ns) ||
+        strlen(name) >= sizeof(((struct event *)0)->name)) {
+        /* Changes name their task by a copy cut to that length (struct event). */
+        go_off(m, "a task name longer than a change event holds");
+        return;
+    }
+    if (phase != NULL && task_phase_parse(&ph, phase) != E_OK) {
+        ph = TASK_PENDING;
+    }
+    if (l->n == l->cap) {
+        l->cap = l->cap != 0 ? l->cap * 2 : 1024;
+        l->e = xrealloc(l->e, l->cap * sizeof(*l->e));
+    }
+    l->e[l->n++] = entry_new(m, ns, name, doc, (size_t)sqlite3_column_bytes(q, 2), ph);
+    if (m->bytes > m->max_bytes) {
+        go_off(m, "the stored tasks are larger than the limit");
+    }
+}
+
+/* Loads every task row of DB (the writer's connection, at open): read in the table's own
+ * order (one pass over its pages, where its index's order would seek a row per task: on a
+ * cold disk, a random read each), sorted here. */
 static int load(struct sqlst_mem *m, sqlite3 *db, struct err *err)
 {
     sqlite3_stmt *q = NULL;
-    int rc = sqlite3_prepare_v2(
-            db, "SELECT namespace, name, doc, phase FROM tasks ORDER BY namespace, name", -1, &q,
-            NULL),
+    struct loaded l = {.e = NULL, .n = 0, .cap = 0};
+    int rc = sqlite3_prepare_v2(db, "SELECT namespace, name, doc, phase FROM tasks", -1, &q, NULL),
         step;
 
     if (rc != SQLITE_OK) {
         return err_set(err, E_FAIL, "load tasks: %s", sqlite3_errmsg(db));
     }
     while ((step = sqlite3_step(q)) == SQLITE_ROW && !m->off) {
-        const char *ns = (const char *)sqlite3_column_text(q, 0);
-        const char *name = (const char *)sqlite3_column_text(q, 1);
-        const char *doc = (const char *)sqlite3_column_text(q, 2);
-        const char *phase = (const char *)sqlite3_column_text(q, 3);
-        enum task_phase ph = TASK_PENDING;
-        if (ns == NULL || name == NULL || doc == NULL) {
-            go_off(m, "a task row without namespace, name or text");
-        } else if (strlen(ns) >= sizeof(((struct event *)0)->ns) ||
-                   strlen(name) >= sizeof(((struct event *)0)->name)) {
-            /* Changes name their task by a copy cut to that length (struct event). */
-            go_off(m, "a task name longer than a change event holds");
-        } else {
-            if (phase != NULL && task_phase_parse(&ph, phase) != E_OK) {
-                ph = TASK_PENDING;
-            }
-            put(m, ns, name, doc, (size_t)sqlite3_column_bytes(q, 2), ph);
-            if (m->bytes > m->max_bytes) {
-                go_off(m, "the stored tasks are larger than the limit");
-            }
-        }
+        load_row(m, &l, q);
     }
     rc = step == SQLITE_DONE || m->off ? E_OK
                                        : err_set(err, E_FAIL, "load tasks: %s", sqlite3_errmsg(db));
     sqlite3_finalize(q);
+    if (rc == E_OK && !m->off) {
+        fill(m, l.e, l.n);
+    } else {
+        entries_free(l.e, l.n);
+        m->bytes = 0;
+    }
     return rc;
 }
 
