@@ -50,6 +50,7 @@ void store_event_fill(struct event *e, int64_t rv, enum task_event_type type, co
     e->rv = rv;
     e->type = type;
     e->json = json;
+    e->bytes = json != NULL ? strlen(json) : 0;
     copy_cut(e->ns, sizeof(e->ns), ns != NULL ? ns : "");
     copy_cut(e->name, sizeof(e->name), name != NULL ? name : "");
     e->phase = task_phase_of(json_object_get(obj, "status"));

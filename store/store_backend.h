@@ -162,7 +162,7 @@ struct event {
     int64_t rv; /* resourceVersion of this change; 0 = empty slot */
     enum task_event_type type;
     char *json;            /* owned: the object as compact JSON */
-    size_t bytes;          /* strlen(json), counted in ring_bytes (set by publish) */
+    size_t bytes;          /* strlen(json) (store_event_fill), counted in ring_bytes */
     char ns[64];           /* metadata.namespace (DNS label, <= 63) */
     char name[64];         /* metadata.name */
     enum task_phase phase; /* status.phase */

@@ -27,6 +27,7 @@
 struct mem_text {
     size_t refs; /* atomic: the copy's one, and one per read that holds it */
     size_t len;  /* bytes of text, without the NUL */
+    size_t cap;  /* bytes of text it has room for */
     char text[]; /* NUL-terminated */
 };
 
@@ -61,6 +62,7 @@ static struct mem_text *text_new(const char *s, size_t len)
 
     t->refs = 1;
     t->len = len;
+    t->cap = len;
     memcpy(t->text, s, len);
     t->text[len] = '\0';
     return t;
@@ -229,8 +231,16 @@ static void put(struct sqlst_mem *m, const char *ns, const char *name, const cha
     if (ci < m->nchunks && cmp_entry(ns, name, &m->chunks[ci]->e[i]) == 0) {
         struct mem_entry *old = &m->chunks[ci]->e[i];
         m->bytes = m->bytes - old->t->len + len;
-        text_unref(old->t);
-        old->t = text_new(text, len);
+        /* No read holds the old text (a read takes its reference under the lock held
+         * here) and it has room: written over, not allocated again. */
+        if (__atomic_load_n(&old->t->refs, __ATOMIC_ACQUIRE) == 1 && old->t->cap >= len) {
+            memcpy(old->t->text, text, len);
+            old->t->text[len] = '\0';
+            old->t->len = len;
+        } else {
+            text_unref(old->t);
+            old->t = text_new(text, len);
+        }
         old->phase = phase;
         return;
     }
@@ -391,7 +401,7 @@ void sqlst_mem_apply(struct sqlst_mem *m, const struct event *ev, size_t n)
                 remove_at(m, ci, i);
             }
         } else if (e->json != NULL) {
-            put(m, e->ns, e->name, e->json, strlen(e->json), e->phase);
+            put(m, e->ns, e->name, e->json, e->bytes, e->phase);
             if (m->bytes > m->max_bytes) {
                 go_off(m, "the stored tasks grew larger than the limit");
             }

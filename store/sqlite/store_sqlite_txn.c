@@ -96,7 +96,6 @@ void sqlst_publish(struct sqlite_store *s, struct event *ev)
     struct event *slot = &s->ring[ev->rv % EVENT_RING];
 
     pthread_mutex_lock(&s->ring_mu);
-    ev->bytes = ev->json != NULL ? strlen(ev->json) : 0;
     ring_drop(s, slot); /* the event EVENT_RING changes ago */
     if (s->ring_oldest < ev->rv - EVENT_RING + 1) {
         s->ring_oldest = ev->rv - EVENT_RING + 1;
