@@ -23,7 +23,8 @@
 #include "common/log.h"
 #include "store/sqlite/store_sqlite_mem.h"
 
-/* One task's text, shared by the copy and the reads that hold it; immutable once made. */
+/* One task's text, shared by the copy and the reads that hold it; it never changes while a
+ * read holds it (put writes over it only when the copy's reference is the only one). */
 struct mem_text {
     size_t refs; /* atomic: the copy's one, and one per read that holds it */
     size_t len;  /* bytes of text, without the NUL */
@@ -400,7 +401,9 @@ void sqlst_mem_apply(struct sqlst_mem *m, const struct event *ev, size_t n)
             if (ci < m->nchunks && cmp_entry(e->ns, e->name, &m->chunks[ci]->e[i]) == 0) {
                 remove_at(m, ci, i);
             }
-        } else if (e->json != NULL) {
+        } else if (e->json == NULL) {
+            go_off(m, "a change without its text"); /* never: the text is what was written */
+        } else {
             put(m, e->ns, e->name, e->json, e->bytes, e->phase);
             if (m->bytes > m->max_bytes) {
                 go_off(m, "the stored tasks grew larger than the limit");
