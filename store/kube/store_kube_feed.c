@@ -61,8 +61,7 @@ void kst_on_task_event(enum kube_event type, const json_t *obj, void *userdata)
         store_event_fill(slot, rv, event_type(type), copy, json_dumps(copy, JSON_COMPACT));
         json_decref(copy);
     }
-    slot->bytes = slot->json != NULL ? strlen(slot->json) : 0;
-    s->ring_bytes += slot->bytes;
+    s->ring_bytes += slot->bytes; /* measured by store_event_fill */
     /* at most STORE_EVENT_RING_BYTES of JSON (security review finding 7b), but the newest */
     while (s->ring_bytes > STORE_EVENT_RING_BYTES && s->first < s->seq) {
         ring_evict(s);

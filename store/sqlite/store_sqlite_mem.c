@@ -122,15 +122,12 @@ static void find(const struct sqlst_mem *m, const char *ns, const char *name, si
     *i = lo;
 }
 
-static struct mem_entry *lookup(const struct sqlst_mem *m, const char *ns, const char *name)
+/* Whether (NS, NAME) is there: find's chunk *CI and index *I either way. */
+static bool find_exact(const struct sqlst_mem *m, const char *ns, const char *name, size_t *ci,
+                       size_t *i)
 {
-    size_t ci, i;
-
-    find(m, ns, name, &ci, &i);
-    if (ci < m->nchunks && cmp_entry(ns, name, &m->chunks[ci]->e[i]) == 0) {
-        return &m->chunks[ci]->e[i];
-    }
-    return NULL;
+    find(m, ns, name, ci, i);
+    return *ci < m->nchunks && cmp_entry(ns, name, &m->chunks[*ci]->e[*i]) == 0;
 }
 
 static void chunk_insert_at(struct sqlst_mem *m, size_t ci, struct mem_chunk *c)
@@ -175,13 +172,19 @@ static void insert(struct sqlst_mem *m, size_t ci, size_t i, struct mem_entry e)
     m->count++;
 }
 
+/* Frees what entry E holds (its key, its reference to the text). */
+static void entry_drop(struct mem_entry *e)
+{
+    free(e->key);
+    text_unref(e->t);
+}
+
 static void remove_at(struct sqlst_mem *m, size_t ci, size_t i)
 {
     struct mem_chunk *c = m->chunks[ci];
 
     m->bytes -= c->e[i].t->len + c->e[i].nslen + strlen(c->e[i].key + c->e[i].nslen + 1) + 2;
-    free(c->e[i].key);
-    text_unref(c->e[i].t);
+    entry_drop(&c->e[i]);
     memmove(&c->e[i], &c->e[i + 1], (c->n - i - 1) * sizeof(c->e[0]));
     c->n--;
     m->count--;
@@ -198,8 +201,7 @@ static void drop_all(struct sqlst_mem *m)
     for (size_t ci = 0; ci < m->nchunks; ci++) {
         struct mem_chunk *c = m->chunks[ci];
         for (size_t i = 0; i < c->n; i++) {
-            free(c->e[i].key);
-            text_unref(c->e[i].t);
+            entry_drop(&c->e[i]);
         }
         free(c);
     }
@@ -228,8 +230,7 @@ static void put(struct sqlst_mem *m, const char *ns, const char *name, const cha
 {
     size_t ci, i;
 
-    find(m, ns, name, &ci, &i);
-    if (ci < m->nchunks && cmp_entry(ns, name, &m->chunks[ci]->e[i]) == 0) {
+    if (find_exact(m, ns, name, &ci, &i)) {
         struct mem_entry *old = &m->chunks[ci]->e[i];
         m->bytes = m->bytes - old->t->len + len;
         /* No read holds the old text (a read takes its reference under the lock held
@@ -271,8 +272,7 @@ static int by_key(const void *pa, const void *pb)
 static void entries_free(struct mem_entry *e, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
-        free(e[i].key);
-        text_unref(e[i].t);
+        entry_drop(&e[i]);
     }
     free(e);
 }
@@ -397,8 +397,7 @@ void sqlst_mem_apply(struct sqlst_mem *m, const struct event *ev, size_t n)
         const struct event *e = &ev[k];
         if (e->type == TASK_EVENT_DELETED) {
             size_t ci, i;
-            find(m, e->ns, e->name, &ci, &i);
-            if (ci < m->nchunks && cmp_entry(e->ns, e->name, &m->chunks[ci]->e[i]) == 0) {
+            if (find_exact(m, e->ns, e->name, &ci, &i)) {
                 remove_at(m, ci, i);
             }
         } else if (e->json == NULL) {
@@ -414,12 +413,9 @@ void sqlst_mem_apply(struct sqlst_mem *m, const struct event *ev, size_t n)
     pthread_mutex_unlock(&m->mu);
 }
 
-bool sqlst_mem_get(int *rc_out, struct sqlst_mem *m, const char *ns, const char *name,
-                   task_text_fn fn, void *userdata)
+/* Takes M's lock when there is a copy to read: false (lock not held) when M is NULL or off. */
+static bool lock_on(struct sqlst_mem *m)
 {
-    struct mem_entry *e;
-    struct mem_text *t = NULL;
-
     if (m == NULL) {
         return false;
     }
@@ -428,9 +424,20 @@ bool sqlst_mem_get(int *rc_out, struct sqlst_mem *m, const char *ns, const char 
         pthread_mutex_unlock(&m->mu);
         return false;
     }
-    e = lookup(m, ns, name);
-    if (e != NULL) {
-        t = e->t;
+    return true;
+}
+
+bool sqlst_mem_get(int *rc_out, struct sqlst_mem *m, const char *ns, const char *name,
+                   task_text_fn fn, void *userdata)
+{
+    struct mem_text *t = NULL;
+    size_t ci, i;
+
+    if (!lock_on(m)) {
+        return false;
+    }
+    if (find_exact(m, ns, name, &ci, &i)) {
+        t = m->chunks[ci]->e[i].t;
         text_ref(t);
     }
     pthread_mutex_unlock(&m->mu);
@@ -478,12 +485,7 @@ static bool list(int *rc_out, int64_t *rv_out, struct sqlst_mem *m, const char *
     size_t n, i;
     int rc = E_OK;
 
-    if (m == NULL) {
-        return false;
-    }
-    pthread_mutex_lock(&m->mu);
-    if (m->off) {
-        pthread_mutex_unlock(&m->mu);
+    if (!lock_on(m)) {
         return false;
     }
     n = snapshot(&ts, m, ns, live_only);

@@ -191,6 +191,11 @@ static int rd_rv(int64_t *out, struct reader *r, struct err *err)
     return rc;
 }
 
+static int not_found(const char *name, struct err *err)
+{
+    return err_set(err, E_NOTFOUND, "agenttasks \"%s\" not found", name);
+}
+
 /* Calls FN with one stored object by namespace and name, as text (its return is
  * returned); E_NOTFOUND names agenttasks. */
 static int rd_get_text(struct sqlite_store *s, enum rd_stmt_id id, const char *ns, const char *name,
@@ -201,8 +206,7 @@ static int rd_get_text(struct sqlite_store *s, enum rd_stmt_id id, const char *n
     int rc, step;
 
     if (id == RD_GET_TASK && sqlst_mem_get(&rc, s->mem, ns, name, fn, userdata)) {
-        return rc != E_NOTFOUND ? rc
-                                : err_set(err, E_NOTFOUND, "agenttasks \"%s\" not found", name);
+        return rc == E_NOTFOUND ? not_found(name, err) : rc;
     }
     r = rd_take(s);
     rc = rd_stmt(&q, r, id, err);
@@ -216,7 +220,7 @@ static int rd_get_text(struct sqlite_store *s, enum rd_stmt_id id, const char *n
         } else if (step == SQLITE_ROW) {
             rc = err_set(err, E_FAIL, "stored object %s/%s is corrupt", ns, name);
         } else if (step == SQLITE_DONE) {
-            rc = err_set(err, E_NOTFOUND, "agenttasks \"%s\" not found", name);
+            rc = not_found(name, err);
         } else {
             rc = rd_err(r, step, "read", err);
         }
