@@ -35,6 +35,22 @@ static inline int normalize_str(json_t **out, const char *s, struct err *err)
     return rc;
 }
 
+/* A SQLite store in a fresh file, named into PATH (the read pool and the copy kept in
+ * memory need a file: ":memory:" reads on the writer). Remove it with store_unlink_db. */
+#define STORE_FILE_PATH_MAX 40
+static inline struct task_store *open_sqlite_file(char path[STORE_FILE_PATH_MAX])
+{
+    struct task_store *st = NULL;
+    int fd;
+
+    snprintf(path, STORE_FILE_PATH_MAX, "/tmp/diverge-store-XXXXXX");
+    fd = mkstemp(path);
+    ASSERT(fd >= 0);
+    close(fd);
+    ASSERT(task_store_sqlite_open(&st, path, clock_system(), NULL) == E_OK);
+    return st;
+}
+
 /* Removes the SQLite store file PATH and the files beside it (WAL, shared memory, the
  * meter's archive and its own). */
 static inline void store_unlink_db(const char *path)

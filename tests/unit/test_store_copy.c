@@ -14,19 +14,6 @@
 #include "tests/t_check.h"
 #include "tests/unit/store_fixture.h"
 
-static struct task_store *open_file(char path[40])
-{
-    struct task_store *st = NULL;
-    int fd;
-
-    snprintf(path, 40, "/tmp/diverge-copy-XXXXXX");
-    fd = mkstemp(path);
-    ASSERT(fd >= 0);
-    close(fd);
-    ASSERT(task_store_sqlite_open(&st, path, clock_system(), NULL) == E_OK);
-    return st;
-}
-
 static json_t *task_in(const char *ns, const char *name)
 {
     json_t *t = new_task(name);
@@ -140,6 +127,19 @@ static json_t *live_texts(struct task_store *st)
     return sorted;
 }
 
+/* ST answers as SEEN (everything) and LIVE (live_texts) at resourceVersion RV. */
+static void same_as(struct task_store *st, const json_t *seen, const json_t *live, int64_t rv)
+{
+    int64_t rv2 = 0;
+    json_t *again = everything(st, &rv2), *live_again = live_texts(st);
+
+    CHECK_EQ_INT(rv2, rv);
+    CHECK(json_equal(again, seen));
+    CHECK(json_equal(live_again, live));
+    json_decref(again);
+    json_decref(live_again);
+}
+
 static void set_objective(struct task_store *st, const char *ns, const char *name, const char *obj)
 {
     json_t *p = json_pack("{s:{s:s}}", "spec", "objective", obj);
@@ -152,11 +152,11 @@ static void set_objective(struct task_store *st, const char *ns, const char *nam
 TEST(copy_answers_as_the_database_does)
 {
     static const char *const nss[] = {"zz", "default", "a"};
-    char path[40], name[32];
-    struct task_store *st = open_file(path);
+    char path[STORE_FILE_PATH_MAX], name[32];
+    struct task_store *st = open_sqlite_file(path);
     struct task_store_mem mem;
-    json_t *seen, *again, *live, *live_again;
-    int64_t rv = 0, rv2 = 0;
+    json_t *seen, *live;
+    int64_t rv = 0;
     unsigned seed = 7;
     int n = 0;
 
@@ -207,13 +207,7 @@ TEST(copy_answers_as_the_database_does)
     task_store_sqlite_mem(&mem, st);
     CHECK(!mem.task_copy_on);
     CHECK_EQ_INT(mem.task_copies, 0);
-    again = everything(st, &rv2);
-    CHECK_EQ_INT(rv2, rv);
-    CHECK(json_equal(again, seen));
-    json_decref(again);
-    live_again = live_texts(st);
-    CHECK(json_equal(live_again, live));
-    json_decref(live_again);
+    same_as(st, seen, live, rv);
 
     /* And from a copy loaded at open. */
     task_store_close(st);
@@ -221,13 +215,7 @@ TEST(copy_answers_as_the_database_does)
     task_store_sqlite_mem(&mem, st);
     CHECK(mem.task_copy_on);
     CHECK_EQ_INT(mem.task_copies, n);
-    again = everything(st, &rv2);
-    CHECK_EQ_INT(rv2, rv);
-    CHECK(json_equal(again, seen));
-    json_decref(again);
-    live_again = live_texts(st);
-    CHECK(json_equal(live_again, live));
-    json_decref(live_again);
+    same_as(st, seen, live, rv);
     json_decref(live);
     json_decref(seen);
     task_store_close(st);
@@ -236,8 +224,8 @@ TEST(copy_answers_as_the_database_does)
 
 TEST(copy_past_its_limit_goes_off_and_the_database_answers)
 {
-    char path[40], name[32];
-    struct task_store *st = open_file(path);
+    char path[STORE_FILE_PATH_MAX], name[32];
+    struct task_store *st = open_sqlite_file(path);
     struct task_store_mem mem;
     json_t *items = NULL, *o = NULL;
     int64_t rv = 0;
@@ -350,8 +338,8 @@ static void *pair_reader(void *arg)
 
 TEST(no_read_sees_part_of_a_transaction)
 {
-    char path[40];
-    struct task_store *st = open_file(path);
+    char path[STORE_FILE_PATH_MAX];
+    struct task_store *st = open_sqlite_file(path);
     struct pair_run r = {.st = st, .rounds = 300};
     pthread_t w, rd[2];
 

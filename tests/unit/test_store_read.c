@@ -13,20 +13,6 @@
 
 /* --- the read pool (issue 8): reads on their own connections, never behind the writer --- */
 
-/* A store in a fresh file (the pool needs a file: ":memory:" reads on the writer). */
-static struct task_store *open_file(char path[32])
-{
-    struct task_store *st = NULL;
-    int fd;
-
-    snprintf(path, 32, "/tmp/diverge-read-XXXXXX");
-    fd = mkstemp(path);
-    ASSERT(fd >= 0);
-    close(fd);
-    ASSERT(task_store_sqlite_open(&st, path, clock_system(), NULL) == E_OK);
-    return st;
-}
-
 static void remove_file(const char *path)
 {
     store_unlink_db(path);
@@ -55,8 +41,8 @@ static int create_in_txn(struct task_txn *tx, void *userdata)
 
 TEST(read_pool_sees_every_committed_write)
 {
-    char path[32];
-    struct task_store *st = open_file(path);
+    char path[STORE_FILE_PATH_MAX];
+    struct task_store *st = open_sqlite_file(path);
     json_t *a = new_task("a"), *b = new_task("b"), *o = NULL, *names = json_array();
     struct err err = {0};
     int64_t rv = 0;
@@ -167,8 +153,8 @@ static int hold_txn(struct task_txn *tx, void *userdata)
 
 TEST(read_does_not_wait_for_an_open_write_txn)
 {
-    char path[32];
-    struct task_store *st = open_file(path);
+    char path[STORE_FILE_PATH_MAX];
+    struct task_store *st = open_sqlite_file(path);
     json_t *a = new_task("a"), *o = NULL, *names = json_array();
     struct held_txn h = {.st = st, .b = new_task("b")};
     struct err err = {0};
@@ -273,8 +259,8 @@ static void list_then_watch_race(struct task_store *st)
 
 TEST(list_and_watch_agree_under_concurrent_creates)
 {
-    char path[32];
-    struct task_store *st = open_file(path);
+    char path[STORE_FILE_PATH_MAX];
+    struct task_store *st = open_sqlite_file(path);
 
     list_then_watch_race(st);
     task_store_close(st);
